@@ -1,0 +1,145 @@
+// Package runtime defines the container runtime a worker runs job instances
+// with, and the types the runtimes share. The implementations live in the
+// sub-packages docker (the Docker Engine API) and process (host processes);
+// runtimetest holds a conformance suite both must pass.
+//
+// A job instance, keyed by (job id, role), is a set of services. The runtime
+// works one service at a time so that the worker's supervisor can apply
+// dependsOn ordering and restart policies the same way for every runtime:
+//
+//	Prepare(instance)            create every service, start none (idempotent)
+//	StartService / Wait          start one service; block until it exits
+//	StopService                  stop one service with a grace period
+//	Remove(instance)             remove every service and the instance's data
+//	List                         every service this node's runtime holds, for
+//	                             adoption after a worker restart
+//
+// Services outlive the worker process: a worker that restarts finds them with
+// List, adopts them and waits on them again; nothing is restarted.
+//
+// This package imports nothing of the Manager's side.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+)
+
+// Key identifies an instance on a node.
+type Key struct {
+	JobID string
+	Role  string
+}
+
+// String renders the key as "job/role".
+func (k Key) String() string { return k.JobID + "/" + k.Role }
+
+// InstanceSpec is everything a runtime needs to create an instance.
+type InstanceSpec struct {
+	Key Key
+	// NodeID is the node the instance runs on; runtimes label what they
+	// create with it so that several workers can share one engine.
+	NodeID string
+	// Token is the fencing token of the instance's binding.
+	Token uint64
+	// RuntimeRole is the role the job is told (NORSK_RUNTIME_ROLE).
+	RuntimeRole string
+	// Job is the job's specification; Job.Services are created.
+	Job *managerv1.Job
+	// Env is added to every service's environment, after the service's own
+	// env (so the worker's NORSK_* variables win).
+	Env map[string]string
+}
+
+// ServiceStatus is what a runtime knows of one service.
+type ServiceStatus struct {
+	Key     Key
+	Service string
+	// Token and RuntimeRole as given to Prepare (recovered from labels or
+	// state files after a worker restart).
+	Token       uint64
+	RuntimeRole string
+	// Created is true once the service exists (Prepare ran).
+	Created bool
+	// Running is true while the service's process or container runs.
+	Running bool
+	// ExitCode is the last exit code when the service has exited and the
+	// code is known; -1 when it is not known.
+	ExitCode  int
+	StartedAt time.Time
+	// Ports are the service's published ports while it runs.
+	Ports []*managerv1.ResolvedPortMapping
+}
+
+// Runtime runs the services of job instances on one node.
+//
+// Every method may be called concurrently for different keys; calls for the
+// same key are serialised by the caller (the worker's supervisor). Methods are
+// idempotent where noted, so a worker that crashed half way can simply repeat
+// a step.
+type Runtime interface {
+	// Name is "docker" or "process".
+	Name() string
+
+	// Prepare creates every service of the instance without starting any.
+	// Idempotent: services that already exist for the same key and token
+	// are left as they are. A missing image is ErrImageNotFound (the
+	// runtime never pulls).
+	Prepare(ctx context.Context, spec InstanceSpec) error
+
+	// StartService starts one prepared service and returns its status
+	// (with resolved ports). Starting a running service returns its status.
+	StartService(ctx context.Context, key Key, service string) (ServiceStatus, error)
+
+	// Wait blocks until the service is not running (it exited, or was
+	// stopped) or ctx ends, and returns its exit code (-1 if unknown). It
+	// works for services started by an earlier worker process too.
+	Wait(ctx context.Context, key Key, service string) (int, error)
+
+	// StopService stops a running service: a polite signal, then a kill
+	// once grace has passed. Stopping a service that is not running is not
+	// an error.
+	StopService(ctx context.Context, key Key, service string, grace time.Duration) error
+
+	// Remove stops (without grace) and removes every service of the
+	// instance and the runtime's data for it. Removing an absent instance
+	// is not an error.
+	Remove(ctx context.Context, key Key) error
+
+	// List returns every service the runtime holds for this node.
+	List(ctx context.Context) ([]ServiceStatus, error)
+
+	// Close releases the runtime's resources. Services keep running.
+	Close() error
+}
+
+// Errors a runtime returns, matched with errors.Is.
+var (
+	// ErrImageNotFound: the image is not present on the node.
+	ErrImageNotFound = errors.New("image not present on this node")
+	// ErrNotFound: no such instance or service.
+	ErrNotFound = errors.New("no such service")
+	// ErrInvalidSpec: the runtime cannot run the spec as given (e.g. the
+	// process runtime and a service without a command).
+	ErrInvalidSpec = errors.New("invalid service spec for this runtime")
+)
+
+// Standard labels and environment variables.
+const (
+	LabelNode        = "norsk.manager/node"
+	LabelJob         = "norsk.manager/job"
+	LabelRole        = "norsk.manager/role"
+	LabelService     = "norsk.manager/service"
+	LabelToken       = "norsk.manager/token"
+	LabelRuntimeRole = "norsk.manager/runtime-role"
+
+	EnvJobID       = "NORSK_JOB_ID"
+	EnvRole        = "NORSK_ROLE"
+	EnvRuntimeRole = "NORSK_RUNTIME_ROLE"
+	EnvNodeID      = "NORSK_NODE_ID"
+	EnvToken       = "NORSK_FENCING_TOKEN"
+	EnvService     = "NORSK_SERVICE"
+)
