@@ -23,6 +23,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -86,28 +87,44 @@ type Runtime interface {
 
 	// Prepare creates every service of the instance without starting any.
 	// Idempotent: services that already exist for the same key and token
-	// are left as they are. A missing image is ErrImageNotFound (the
-	// runtime never pulls).
+	// are left as they are. Services of the key that carry an older token
+	// belong to a superseded binding: they are removed (killed if running)
+	// and created anew. Services that carry a newer token make Prepare fail
+	// with ErrSuperseded and change nothing. A missing image is
+	// ErrImageNotFound (the runtime never pulls); a spec the runtime cannot
+	// run is ErrInvalidSpec.
 	Prepare(ctx context.Context, spec InstanceSpec) error
 
 	// StartService starts one prepared service and returns its status
 	// (with resolved ports). Starting a running service returns its status.
+	// Starting a service that has exited starts it again (the supervisor's
+	// restart). An unknown service is ErrNotFound.
 	StartService(ctx context.Context, key Key, service string) (ServiceStatus, error)
 
 	// Wait blocks until the service is not running (it exited, or was
 	// stopped) or ctx ends, and returns its exit code (-1 if unknown). It
-	// works for services started by an earlier worker process too.
+	// works for services started by an earlier worker process too. A
+	// service killed by a signal exits with 128+signal (143 for SIGTERM,
+	// 137 for SIGKILL), as a shell and Docker report it. A service that was
+	// never started returns -1 at once. An unknown service is ErrNotFound.
 	Wait(ctx context.Context, key Key, service string) (int, error)
 
-	// StopService stops a running service: a polite signal, then a kill
-	// once grace has passed. Stopping a service that is not running is not
-	// an error.
+	// StopService stops a running service: a polite signal (SIGTERM), then
+	// a kill once grace has passed (grace 0 means the default of 10 s). It
+	// returns once the service no longer runs. Stopping a service that is
+	// not running is not an error; an unknown service is ErrNotFound.
 	StopService(ctx context.Context, key Key, service string, grace time.Duration) error
 
 	// Remove stops (without grace) and removes every service of the
-	// instance and the runtime's data for it. Removing an absent instance
-	// is not an error.
+	// instance and the runtime's data for it. The job's named volumes are
+	// kept: they belong to the job, which may have other instances on the
+	// node. Removing an absent instance is not an error.
 	Remove(ctx context.Context, key Key) error
+
+	// Logs returns the last tail lines (at most 64 KiB) a service wrote to
+	// its stdout and stderr, for an operator reading why it failed. An
+	// unknown service is ErrNotFound.
+	Logs(ctx context.Context, key Key, service string, tail int) (string, error)
 
 	// List returns every service the runtime holds for this node.
 	List(ctx context.Context) ([]ServiceStatus, error)
@@ -125,6 +142,9 @@ var (
 	// ErrInvalidSpec: the runtime cannot run the spec as given (e.g. the
 	// process runtime and a service without a command).
 	ErrInvalidSpec = errors.New("invalid service spec for this runtime")
+	// ErrSuperseded: the instance on the node carries a newer fencing
+	// token than the one given; the older binding must not run.
+	ErrSuperseded = errors.New("instance superseded by a newer fencing token")
 )
 
 // Standard labels and environment variables.
@@ -143,3 +163,20 @@ const (
 	EnvToken       = "NORSK_FENCING_TOKEN"
 	EnvService     = "NORSK_SERVICE"
 )
+
+// TailLines returns the last n lines of s (all of s when n <= 0).
+func TailLines(s string, n int) string {
+	if n <= 0 {
+		return s
+	}
+	s = strings.TrimRight(s, "\n")
+	i := len(s)
+	for k := 0; k < n; k++ {
+		j := strings.LastIndexByte(s[:i], '\n')
+		if j < 0 {
+			return s
+		}
+		i = j
+	}
+	return s[i+1:]
+}

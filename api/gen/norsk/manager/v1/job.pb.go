@@ -2157,8 +2157,12 @@ type Instance struct {
 	BoundAt              *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=bound_at,json=boundAt,proto3" json:"bound_at,omitempty"`
 	// Opaque state handed to a migration target at its job socket's hello.
 	MigrationInitialState []byte `protobuf:"bytes,14,opt,name=migration_initial_state,json=migrationInitialState,proto3" json:"migration_initial_state,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The job revision (current_hash) the instance's worker holds.
+	JobHash int64 `protobuf:"varint,15,opt,name=job_hash,json=jobHash,proto3" json:"job_hash,omitempty"`
+	// Restarts of services under their restart policy since the start.
+	Restarts      uint32 `protobuf:"varint,16,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Instance) Reset() {
@@ -2287,6 +2291,20 @@ func (x *Instance) GetMigrationInitialState() []byte {
 		return x.MigrationInitialState
 	}
 	return nil
+}
+
+func (x *Instance) GetJobHash() int64 {
+	if x != nil {
+		return x.JobHash
+	}
+	return 0
+}
+
+func (x *Instance) GetRestarts() uint32 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
 }
 
 // JobWithHistory is a job, its history (newest first) and its instances.
@@ -2489,7 +2507,7 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x0e\n" +
 	"\fJobCompleted\"%\n" +
 	"\vJobRejected\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x92\x06\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xc9\x06\n" +
 	"\bInstance\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
@@ -2506,7 +2524,9 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"stopReason\x124\n" +
 	"\x16stop_additional_reason\x18\f \x01(\tR\x14stopAdditionalReason\x125\n" +
 	"\bbound_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\aboundAt\x126\n" +
-	"\x17migration_initial_state\x18\x0e \x01(\fR\x15migrationInitialState\x1an\n" +
+	"\x17migration_initial_state\x18\x0e \x01(\fR\x15migrationInitialState\x12\x19\n" +
+	"\bjob_hash\x18\x0f \x01(\x03R\ajobHash\x12\x1a\n" +
+	"\brestarts\x18\x10 \x01(\rR\brestarts\x1an\n" +
 	"\x18ServicePortMappingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12<\n" +
 	"\x05value\x18\x02 \x01(\v2&.norsk.manager.v1.ResolvedPortMappingsR\x05value:\x028\x01\"\xb0\x01\n" +

@@ -31,6 +31,7 @@ type ControllerMessage struct {
 	//	*ControllerMessage_StartPrepared
 	//	*ControllerMessage_Stop
 	//	*ControllerMessage_Update
+	//	*ControllerMessage_Terminate
 	Msg           isControllerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -125,6 +126,15 @@ func (x *ControllerMessage) GetUpdate() *UpdateInstance {
 	return nil
 }
 
+func (x *ControllerMessage) GetTerminate() *Terminate {
+	if x != nil {
+		if x, ok := x.Msg.(*ControllerMessage_Terminate); ok {
+			return x.Terminate
+		}
+	}
+	return nil
+}
+
 type isControllerMessage_Msg interface {
 	isControllerMessage_Msg()
 }
@@ -149,6 +159,10 @@ type ControllerMessage_Update struct {
 	Update *UpdateInstance `protobuf:"bytes,14,opt,name=update,proto3,oneof"`
 }
 
+type ControllerMessage_Terminate struct {
+	Terminate *Terminate `protobuf:"bytes,15,opt,name=terminate,proto3,oneof"`
+}
+
 func (*ControllerMessage_Hello) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_Start) isControllerMessage_Msg() {}
@@ -158,6 +172,8 @@ func (*ControllerMessage_StartPrepared) isControllerMessage_Msg() {}
 func (*ControllerMessage_Stop) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_Update) isControllerMessage_Msg() {}
+
+func (*ControllerMessage_Terminate) isControllerMessage_Msg() {}
 
 type ControllerHello struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
@@ -529,6 +545,61 @@ func (x *UpdateInstance) GetFencingToken() uint64 {
 	return 0
 }
 
+// Terminate tells the worker its node has been terminated (or its slot
+// deregistered): it stops every instance it still holds, reports them, and
+// exits. A deregistered worker also forgets its node secret.
+type Terminate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	Deregistered  bool                   `protobuf:"varint,2,opt,name=deregistered,proto3" json:"deregistered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Terminate) Reset() {
+	*x = Terminate{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Terminate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Terminate) ProtoMessage() {}
+
+func (x *Terminate) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Terminate.ProtoReflect.Descriptor instead.
+func (*Terminate) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Terminate) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Terminate) GetDeregistered() bool {
+	if x != nil {
+		return x.Deregistered
+	}
+	return false
+}
+
 type WorkerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -544,7 +615,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +627,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +640,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{6}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -658,7 +729,7 @@ type WorkerHello struct {
 
 func (x *WorkerHello) Reset() {
 	*x = WorkerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +741,7 @@ func (x *WorkerHello) String() string {
 func (*WorkerHello) ProtoMessage() {}
 
 func (x *WorkerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +754,7 @@ func (x *WorkerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
 func (*WorkerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{7}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkerHello) GetNodeId() string {
@@ -741,14 +812,16 @@ type InstanceReport struct {
 	ExitCodes           map[string]int32                 `protobuf:"bytes,8,rep,name=exit_codes,json=exitCodes,proto3" json:"exit_codes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// How many times the worker has restarted a service under its restart
 	// policy since the instance started.
-	Restarts      uint32 `protobuf:"varint,9,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	Restarts uint32 `protobuf:"varint,9,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	// The job revision (current_hash) of the spec the worker holds.
+	JobHash       int64 `protobuf:"varint,10,opt,name=job_hash,json=jobHash,proto3" json:"job_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InstanceReport) Reset() {
 	*x = InstanceReport{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +833,7 @@ func (x *InstanceReport) String() string {
 func (*InstanceReport) ProtoMessage() {}
 
 func (x *InstanceReport) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +846,7 @@ func (x *InstanceReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReport.ProtoReflect.Descriptor instead.
 func (*InstanceReport) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{8}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InstanceReport) GetJobId() string {
@@ -839,6 +912,13 @@ func (x *InstanceReport) GetRestarts() uint32 {
 	return 0
 }
 
+func (x *InstanceReport) GetJobHash() int64 {
+	if x != nil {
+		return x.JobHash
+	}
+	return 0
+}
+
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Load          *NodeLoad              `protobuf:"bytes,1,opt,name=load,proto3" json:"load,omitempty"`
@@ -848,7 +928,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +940,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +953,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{9}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Heartbeat) GetLoad() *NodeLoad {
@@ -896,7 +976,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +988,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1001,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{10}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CommandAck) GetSeq() uint64 {
@@ -949,7 +1029,7 @@ var File_norsk_manager_v1_node_controller_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\n" +
-	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\"\xe4\x02\n" +
+	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\"\xa1\x03\n" +
 	"\x11ControllerMessage\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x129\n" +
 	"\x05hello\x18\n" +
@@ -957,7 +1037,8 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\x05start\x18\v \x01(\v2\x1f.norsk.manager.v1.StartInstanceH\x00R\x05start\x12P\n" +
 	"\x0estart_prepared\x18\f \x01(\v2'.norsk.manager.v1.StartPreparedInstanceH\x00R\rstartPrepared\x124\n" +
 	"\x04stop\x18\r \x01(\v2\x1e.norsk.manager.v1.StopInstanceH\x00R\x04stop\x12:\n" +
-	"\x06update\x18\x0e \x01(\v2 .norsk.manager.v1.UpdateInstanceH\x00R\x06updateB\x05\n" +
+	"\x06update\x18\x0e \x01(\v2 .norsk.manager.v1.UpdateInstanceH\x00R\x06update\x12;\n" +
+	"\tterminate\x18\x0f \x01(\v2\x1b.norsk.manager.v1.TerminateH\x00R\tterminateB\x05\n" +
 	"\x03msg\"\xad\x01\n" +
 	"\x0fControllerHello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
@@ -987,7 +1068,10 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\x0eUpdateInstance\x12'\n" +
 	"\x03job\x18\x01 \x01(\v2\x15.norsk.manager.v1.JobR\x03job\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
-	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\"\xf8\x01\n" +
+	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\"G\n" +
+	"\tTerminate\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\"\n" +
+	"\fderegistered\x18\x02 \x01(\bR\fderegistered\"\xf8\x01\n" +
 	"\rWorkerMessage\x125\n" +
 	"\x05hello\x18\n" +
 	" \x01(\v2\x1d.norsk.manager.v1.WorkerHelloH\x00R\x05hello\x12:\n" +
@@ -1001,7 +1085,7 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\fcapabilities\x18\x03 \x03(\v2\x1c.norsk.manager.v1.CapabilityR\fcapabilities\x12\x18\n" +
 	"\aruntime\x18\x04 \x01(\tR\aruntime\x12%\n" +
 	"\x0eworker_version\x18\x05 \x01(\tR\rworkerVersion\x12>\n" +
-	"\tinventory\x18\x06 \x03(\v2 .norsk.manager.v1.InstanceReportR\tinventory\"\x87\x05\n" +
+	"\tinventory\x18\x06 \x03(\v2 .norsk.manager.v1.InstanceReportR\tinventory\"\xa2\x05\n" +
 	"\x0eInstanceReport\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
@@ -1012,7 +1096,9 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\x11additional_reason\x18\a \x01(\tR\x10additionalReason\x12N\n" +
 	"\n" +
 	"exit_codes\x18\b \x03(\v2/.norsk.manager.v1.InstanceReport.ExitCodesEntryR\texitCodes\x12\x1a\n" +
-	"\brestarts\x18\t \x01(\rR\brestarts\x1an\n" +
+	"\brestarts\x18\t \x01(\rR\brestarts\x12\x19\n" +
+	"\bjob_hash\x18\n" +
+	" \x01(\x03R\ajobHash\x1an\n" +
 	"\x18ServicePortMappingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12<\n" +
 	"\x05value\x18\x02 \x01(\v2&.norsk.manager.v1.ResolvedPortMappingsR\x05value:\x028\x01\x1a<\n" +
@@ -1042,7 +1128,7 @@ func file_norsk_manager_v1_node_controller_proto_rawDescGZIP() []byte {
 	return file_norsk_manager_v1_node_controller_proto_rawDescData
 }
 
-var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_norsk_manager_v1_node_controller_proto_goTypes = []any{
 	(*ControllerMessage)(nil),     // 0: norsk.manager.v1.ControllerMessage
 	(*ControllerHello)(nil),       // 1: norsk.manager.v1.ControllerHello
@@ -1050,20 +1136,21 @@ var file_norsk_manager_v1_node_controller_proto_goTypes = []any{
 	(*StartPreparedInstance)(nil), // 3: norsk.manager.v1.StartPreparedInstance
 	(*StopInstance)(nil),          // 4: norsk.manager.v1.StopInstance
 	(*UpdateInstance)(nil),        // 5: norsk.manager.v1.UpdateInstance
-	(*WorkerMessage)(nil),         // 6: norsk.manager.v1.WorkerMessage
-	(*WorkerHello)(nil),           // 7: norsk.manager.v1.WorkerHello
-	(*InstanceReport)(nil),        // 8: norsk.manager.v1.InstanceReport
-	(*Heartbeat)(nil),             // 9: norsk.manager.v1.Heartbeat
-	(*CommandAck)(nil),            // 10: norsk.manager.v1.CommandAck
-	nil,                           // 11: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	nil,                           // 12: norsk.manager.v1.InstanceReport.ExitCodesEntry
-	(*Job)(nil),                   // 13: norsk.manager.v1.Job
-	(StoppingReason)(0),           // 14: norsk.manager.v1.StoppingReason
-	(*Hardware)(nil),              // 15: norsk.manager.v1.Hardware
-	(*Capability)(nil),            // 16: norsk.manager.v1.Capability
-	(InstancePhase)(0),            // 17: norsk.manager.v1.InstancePhase
-	(*NodeLoad)(nil),              // 18: norsk.manager.v1.NodeLoad
-	(*ResolvedPortMappings)(nil),  // 19: norsk.manager.v1.ResolvedPortMappings
+	(*Terminate)(nil),             // 6: norsk.manager.v1.Terminate
+	(*WorkerMessage)(nil),         // 7: norsk.manager.v1.WorkerMessage
+	(*WorkerHello)(nil),           // 8: norsk.manager.v1.WorkerHello
+	(*InstanceReport)(nil),        // 9: norsk.manager.v1.InstanceReport
+	(*Heartbeat)(nil),             // 10: norsk.manager.v1.Heartbeat
+	(*CommandAck)(nil),            // 11: norsk.manager.v1.CommandAck
+	nil,                           // 12: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	nil,                           // 13: norsk.manager.v1.InstanceReport.ExitCodesEntry
+	(*Job)(nil),                   // 14: norsk.manager.v1.Job
+	(StoppingReason)(0),           // 15: norsk.manager.v1.StoppingReason
+	(*Hardware)(nil),              // 16: norsk.manager.v1.Hardware
+	(*Capability)(nil),            // 17: norsk.manager.v1.Capability
+	(InstancePhase)(0),            // 18: norsk.manager.v1.InstancePhase
+	(*NodeLoad)(nil),              // 19: norsk.manager.v1.NodeLoad
+	(*ResolvedPortMappings)(nil),  // 20: norsk.manager.v1.ResolvedPortMappings
 }
 var file_norsk_manager_v1_node_controller_proto_depIdxs = []int32{
 	1,  // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
@@ -1071,29 +1158,30 @@ var file_norsk_manager_v1_node_controller_proto_depIdxs = []int32{
 	3,  // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
 	4,  // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
 	5,  // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
-	13, // 5: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
-	14, // 6: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
-	13, // 7: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
-	7,  // 8: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
-	8,  // 9: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
-	9,  // 10: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
-	10, // 11: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
-	15, // 12: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
-	16, // 13: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
-	8,  // 14: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
-	17, // 15: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
-	11, // 16: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	14, // 17: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
-	12, // 18: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
-	18, // 19: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
-	19, // 20: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	0,  // 21: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
-	6,  // 22: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
-	22, // [22:23] is the sub-list for method output_type
-	21, // [21:22] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	6,  // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
+	14, // 6: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
+	15, // 7: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
+	14, // 8: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
+	8,  // 9: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
+	9,  // 10: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
+	10, // 11: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
+	11, // 12: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
+	16, // 13: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
+	17, // 14: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
+	9,  // 15: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
+	18, // 16: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
+	12, // 17: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	15, // 18: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
+	13, // 19: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
+	19, // 20: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
+	20, // 21: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	0,  // 22: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
+	7,  // 23: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
+	23, // [23:24] is the sub-list for method output_type
+	22, // [22:23] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_node_controller_proto_init() }
@@ -1109,8 +1197,9 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 		(*ControllerMessage_StartPrepared)(nil),
 		(*ControllerMessage_Stop)(nil),
 		(*ControllerMessage_Update)(nil),
+		(*ControllerMessage_Terminate)(nil),
 	}
-	file_norsk_manager_v1_node_controller_proto_msgTypes[6].OneofWrappers = []any{
+	file_norsk_manager_v1_node_controller_proto_msgTypes[7].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Report)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
@@ -1122,7 +1211,7 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_node_controller_proto_rawDesc), len(file_norsk_manager_v1_node_controller_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
