@@ -1,9 +1,7 @@
 package testimage
 
 import (
-	"archive/tar"
 	"context"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -69,57 +67,6 @@ func TestBuildReportsGoBuildErrors(t *testing.T) {
 	err := Build(t.Context(), cli, "norsk-testimage-never:test", "github.com/norsk-go/norsk-manager/internal/no/such/package")
 	if err == nil || !strings.Contains(err.Error(), "go build") {
 		t.Fatalf("Build of a missing package = %v, want a go build error", err)
-	}
-}
-
-func TestReadBuildOutput(t *testing.T) {
-	tests := []struct {
-		name    string
-		stream  string
-		wantErr string
-	}{
-		{"success", `{"stream":"Step 1/3 : FROM scratch\n"}{"stream":"Successfully built abc\n"}`, ""},
-		{"engine error", `{"stream":"Step 1/3 : FROM scratch\n"}{"error":"boom","errorDetail":{"message":"boom detail"}}`, "boom detail"},
-		{"error without detail", `{"error":"plain"}`, "plain"},
-		{"garbage", `{"stream":`, "read build output"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := readBuildOutput(strings.NewReader(tc.stream))
-			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Errorf("readBuildOutput = %v, want %q", err, tc.wantErr)
-			}
-		})
-	}
-}
-
-func TestContextTar(t *testing.T) {
-	bin := t.TempDir() + "/prog"
-	if err := writeFile(bin, "binary"); err != nil {
-		t.Fatal(err)
-	}
-	r, err := contextTar(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(r)
-	got := map[string]string{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
-		got[h.Name] = string(b)
-		if h.Name == binaryName && h.Mode&0o111 == 0 {
-			t.Errorf("binary mode %o is not executable", h.Mode)
-		}
-	}
-	if got[binaryName] != "binary" || !strings.HasPrefix(got["Dockerfile"], "FROM scratch\n") || !strings.Contains(got["Dockerfile"], `ENTRYPOINT ["/prog"]`) {
-		t.Errorf("build context = %v", got)
 	}
 }
 

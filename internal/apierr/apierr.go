@@ -1,0 +1,133 @@
+// Package apierr holds the Manager's domain errors: a code saying what kind of
+// refusal an error is, and a message saying what was wrong. Every layer (the
+// FSM, the handlers, the node controller) returns these; the API layer maps
+// the code to a gRPC status in one table (internal/manager/errors.go), and the
+// SDK maps the status back to a typed Go error.
+//
+// The package is pure: no I/O, no clock, safe to use from the FSM.
+package apierr
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is the kind of a domain error. The names follow the gRPC codes they
+// map to.
+type Code int
+
+// Codes. The zero value is Internal so that a forgotten code never reads as a
+// caller's mistake.
+const (
+	Internal Code = iota
+	InvalidArgument
+	NotFound
+	AlreadyExists
+	FailedPrecondition
+	Unauthenticated
+	PermissionDenied
+	ResourceExhausted
+	Unavailable
+	Aborted
+	DeadlineExceeded
+	DataLoss
+)
+
+var codeNames = map[Code]string{
+	Internal:           "INTERNAL",
+	InvalidArgument:    "INVALID_ARGUMENT",
+	NotFound:           "NOT_FOUND",
+	AlreadyExists:      "ALREADY_EXISTS",
+	FailedPrecondition: "FAILED_PRECONDITION",
+	Unauthenticated:    "UNAUTHENTICATED",
+	PermissionDenied:   "PERMISSION_DENIED",
+	ResourceExhausted:  "RESOURCE_EXHAUSTED",
+	Unavailable:        "UNAVAILABLE",
+	Aborted:            "ABORTED",
+	DeadlineExceeded:   "DEADLINE_EXCEEDED",
+	DataLoss:           "DATA_LOSS",
+}
+
+// String is the gRPC name of the code.
+func (c Code) String() string {
+	if n, ok := codeNames[c]; ok {
+		return n
+	}
+	return fmt.Sprintf("Code(%d)", int(c))
+}
+
+// ParseCode is the inverse of String; unknown names are Internal.
+func ParseCode(name string) Code {
+	for c, n := range codeNames {
+		if n == name {
+			return c
+		}
+	}
+	return Internal
+}
+
+// Error is a domain error.
+type Error struct {
+	Code Code
+	// Field names the offending input field for InvalidArgument, using the
+	// API's JSON path (e.g. "job.services[1].name"); may be empty.
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return e.Field + ": " + e.Msg
+	}
+	return e.Msg
+}
+
+// Is makes errors.Is(err, &Error{Code: c}) match any error of code c.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Msg == "" && t.Field == "" && t.Code == e.Code
+}
+
+// New makes an error of the given code.
+func New(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Invalid makes an InvalidArgument error naming a field.
+func Invalid(field, format string, args ...any) *Error {
+	return &Error{Code: InvalidArgument, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// NotFoundf, FailedPreconditionf, … are shorthands for New.
+func NotFoundf(format string, args ...any) *Error { return New(NotFound, format, args...) }
+
+// FailedPreconditionf makes a FailedPrecondition error.
+func FailedPreconditionf(format string, args ...any) *Error {
+	return New(FailedPrecondition, format, args...)
+}
+
+// AlreadyExistsf makes an AlreadyExists error.
+func AlreadyExistsf(format string, args ...any) *Error { return New(AlreadyExists, format, args...) }
+
+// Unauthenticatedf makes an Unauthenticated error.
+func Unauthenticatedf(format string, args ...any) *Error {
+	return New(Unauthenticated, format, args...)
+}
+
+// Unavailablef makes an Unavailable error.
+func Unavailablef(format string, args ...any) *Error { return New(Unavailable, format, args...) }
+
+// CodeOf returns the code of the first *Error in err's chain, Internal if none.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return Internal
+}
+
+// Is reports whether err carries the given code.
+func Is(err error, code Code) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}

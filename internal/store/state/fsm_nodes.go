@@ -1,0 +1,397 @@
+package state
+
+import (
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/jobspec"
+)
+
+// ProviderCluster is the provider of registered local servers.
+const ProviderCluster = "cluster"
+
+// SpareTag marks a local server as a hot spare.
+const SpareTag = "spare"
+
+func (t *tx) node(id string) (*storev1.NodeRecord, error) {
+	rec := t.read().Node(nil, id)
+	if rec == nil {
+		return nil, apierr.NotFoundf("no node %q", id)
+	}
+	return rec, nil
+}
+
+// withNode returns a copy of rec whose node is a clone the caller may edit.
+func (t *tx) withNode(rec *storev1.NodeRecord) (*storev1.NodeRecord, *managerv1.Node) {
+	n := proto.Clone(rec.GetNode()).(*managerv1.Node)
+	return &storev1.NodeRecord{
+		Node:          n,
+		Token:         rec.GetToken(),
+		TokenUsed:     rec.GetTokenUsed(),
+		NodeSecret:    rec.GetNodeSecret(),
+		Deregistering: rec.GetDeregistering(),
+		ModifyIndex:   t.index,
+	}, n
+}
+
+func (t *tx) setState(n *managerv1.Node, st managerv1.NodeState, reason string) {
+	n.State = st
+	n.StateReason = reason
+	n.StateSince = t.now
+}
+
+func (t *tx) nodeEvent(rec *storev1.NodeRecord, reason string) *managerv1.NodeEvent {
+	return &managerv1.NodeEvent{Node: t.read().NodeView(rec), Reason: reason}
+}
+
+func (t *tx) slotEvent(kind string, rec *storev1.NodeRecord) {
+	ev := &managerv1.ClusterSlotEvent{Slot: SlotView(rec)}
+	switch kind {
+	case "registered":
+		t.emit(&managerv1.Event{Kind: &managerv1.Event_ClusterSlotRegistered{ClusterSlotRegistered: ev}})
+	case "updated":
+		t.emit(&managerv1.Event{Kind: &managerv1.Event_ClusterSlotUpdated{ClusterSlotUpdated: ev}})
+	case "deregistered":
+		t.emit(&managerv1.Event{Kind: &managerv1.Event_ClusterSlotDeregistered{ClusterSlotDeregistered: ev}})
+	}
+}
+
+// liveInstances are a node's instances that have not stopped.
+func (t *tx) liveInstances(nodeID string) []*managerv1.Instance {
+	var out []*managerv1.Instance
+	for _, in := range t.read().InstancesOnNode(nil, nodeID) {
+		if in.GetPhase() != phaseStopped {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+func validatePool(pool string) error {
+	if pool == "" {
+		return nil
+	}
+	return jobspec.ValidateTags("pool", map[string]string{"pool": pool})
+}
+
+func (t *tx) registerSlot(c *storev1.RegisterSlot) error {
+	if err := jobspec.ValidateID("nodeName", c.GetNodeName()); err != nil {
+		return err
+	}
+	if err := jobspec.ValidateID("nodeId", c.GetNodeId()); err != nil {
+		return err
+	}
+	if err := validatePool(c.GetPool()); err != nil {
+		return err
+	}
+	if c.GetToken() == "" {
+		return apierr.New(apierr.Internal, "register slot: no token stamped")
+	}
+	if ex := t.read().NodeByName(nil, c.GetNodeName()); ex != nil {
+		return apierr.AlreadyExistsf("a node named %q is already registered (node id %q)", c.GetNodeName(), ex.GetNode().GetNodeId())
+	}
+	if t.read().Node(nil, c.GetNodeId()) != nil {
+		return apierr.AlreadyExistsf("node id %q is already registered", c.GetNodeId())
+	}
+	n := &managerv1.Node{
+		NodeId:       c.GetNodeId(),
+		NodeName:     c.GetNodeName(),
+		Provider:     ProviderCluster,
+		Tags:         map[string]string{},
+		RegisteredAt: t.now,
+	}
+	if c.GetPool() != "" {
+		n.Tags["pool"] = c.GetPool()
+	}
+	t.setState(n, managerv1.NodeState_NODE_STATE_REGISTERED, "registered; waiting for its worker")
+	rec := &storev1.NodeRecord{Node: n, Token: c.GetToken(), ModifyIndex: t.index}
+	t.insert(tableNodes, rec)
+	t.slotEvent("registered", rec)
+	return nil
+}
+
+// memberRegister answers with the updated *storev1.NodeRecord.
+func (t *tx) memberRegister(c *storev1.MemberRegister) (any, error) {
+	var rec *storev1.NodeRecord
+	switch {
+	case c.GetToken() != "":
+		rec = t.read().NodeByToken(c.GetToken())
+		if rec == nil {
+			return nil, apierr.Unauthenticatedf("registration token is not known (never issued, or its slot was deregistered)")
+		}
+		if rec.GetTokenUsed() {
+			return nil, apierr.Unauthenticatedf("the registration token of node %q has already been used; a registered worker presents its node secret", rec.GetNode().GetNodeId())
+		}
+		if c.GetNodeSecret() == "" {
+			return nil, apierr.New(apierr.Internal, "member register: no node secret stamped")
+		}
+	case c.GetNodeSecret() != "":
+		rec = t.read().NodeBySecret(c.GetNodeSecret())
+		if rec == nil {
+			return nil, apierr.Unauthenticatedf("node secret is not known (its slot may have been deregistered)")
+		}
+	default:
+		return nil, apierr.Unauthenticatedf("neither a registration token nor a node secret was presented")
+	}
+	if rec.GetDeregistering() {
+		return nil, apierr.Unauthenticatedf("node %q is being deregistered", rec.GetNode().GetNodeId())
+	}
+	nrec, n := t.withNode(rec)
+	if c.GetToken() != "" {
+		nrec.TokenUsed = true
+		nrec.NodeSecret = c.GetNodeSecret()
+	}
+	n.Address = c.GetAddress()
+	n.Hardware = c.GetHardware()
+	n.Capabilities = c.GetCapabilities()
+	n.Runtime = c.GetRuntime()
+	n.WorkerVersion = c.GetWorkerVersion()
+	if n.GetState() == managerv1.NodeState_NODE_STATE_TERMINATED {
+		// A worker started again on a terminated server: it may be dialled.
+		t.setState(n, managerv1.NodeState_NODE_STATE_REGISTERED, "worker registered again after termination")
+	}
+	t.insert(tableNodes, nrec)
+	t.slotEvent("updated", nrec)
+	return nrec, nil
+}
+
+func (t *tx) deregisterSlot(c *storev1.DeregisterSlot) error {
+	rec, err := t.node(c.GetNodeId())
+	if err != nil {
+		return err
+	}
+	if rec.GetDeregistering() {
+		return nil // in progress: idempotent
+	}
+	nrec, n := t.withNode(rec)
+	nrec.Deregistering = true
+	nrec.Token = "" // the token is void from now on
+	t.setState(n, managerv1.NodeState_NODE_STATE_STOPPING, "deregistering")
+	t.insert(tableNodes, nrec)
+	for _, in := range t.liveInstances(n.GetNodeId()) {
+		if in.GetDesired() != desiredStopped {
+			t.requestStop(in, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED, "node deregistered", 0, "")
+		}
+	}
+	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeStopping{NodeStopping: t.nodeEvent(nrec, "deregistering")}})
+	t.slotEvent("updated", nrec)
+	return nil
+}
+
+func (t *tx) terminateNode(c *storev1.TerminateNode) error {
+	rec, err := t.node(c.GetNodeId())
+	if err != nil {
+		return err
+	}
+	switch {
+	case rec.GetDeregistering():
+		return apierr.FailedPreconditionf("node %q is being deregistered", c.GetNodeId())
+	case rec.GetNode().GetState() == managerv1.NodeState_NODE_STATE_TERMINATED,
+		rec.GetNode().GetState() == managerv1.NodeState_NODE_STATE_STOPPING:
+		return nil // idempotent
+	}
+	nrec, n := t.withNode(rec)
+	t.setState(n, managerv1.NodeState_NODE_STATE_STOPPING, "terminate requested")
+	t.insert(tableNodes, nrec)
+	for _, in := range t.liveInstances(n.GetNodeId()) {
+		if in.GetDesired() != desiredStopped {
+			t.requestStop(in, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED, "node terminated", 0, "")
+		}
+	}
+	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeStopping{NodeStopping: t.nodeEvent(nrec, "terminate requested")}})
+	return nil
+}
+
+func (t *tx) nodeTerminated(c *storev1.NodeTerminated) error {
+	rec, err := t.node(c.GetNodeId())
+	if err != nil {
+		return err
+	}
+	why := "node terminated"
+	if rec.GetDeregistering() {
+		why = "node deregistered"
+	}
+	for _, in := range t.liveInstances(c.GetNodeId()) {
+		t.markStopped(in, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED, why)
+	}
+	nrec, n := t.withNode(rec)
+	t.setState(n, managerv1.NodeState_NODE_STATE_TERMINATED, c.GetReason())
+	if rec.GetDeregistering() {
+		t.delete(tableNodes, rec)
+		t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: n, Reason: c.GetReason()}}})
+		t.slotEvent("deregistered", nrec)
+		return nil
+	}
+	if rec.GetNode().GetState() == managerv1.NodeState_NODE_STATE_TERMINATED {
+		return nil
+	}
+	t.insert(tableNodes, nrec)
+	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: t.nodeEvent(nrec, c.GetReason())}})
+	t.slotEvent("updated", nrec)
+	return nil
+}
+
+func (t *tx) setSlotPool(c *storev1.SetSlotPool) error {
+	if err := validatePool(c.GetPool()); err != nil {
+		return err
+	}
+	rec, err := t.node(c.GetNodeId())
+	if err != nil {
+		return err
+	}
+	if rec.GetNode().GetTags()["pool"] == c.GetPool() {
+		return nil
+	}
+	nrec, n := t.withNode(rec)
+	if n.Tags == nil {
+		n.Tags = map[string]string{}
+	}
+	if c.GetPool() == "" {
+		delete(n.Tags, "pool")
+	} else {
+		n.Tags["pool"] = c.GetPool()
+	}
+	t.insert(tableNodes, nrec)
+	if n.GetState() == nodeOnline {
+		// Cycle the node's lifecycle so consumers that key placement on
+		// the pool tag see it leave and come back; its instances and its
+		// worker's containers are untouched.
+		const why = "pool changed"
+		ev := t.nodeEvent(nrec, why)
+		t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeStopping{NodeStopping: ev}})
+		t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: ev}})
+		t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeOnline{NodeOnline: ev}})
+	}
+	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeTagsUpdated{NodeTagsUpdated: t.nodeEvent(nrec, "pool changed")}})
+	t.slotEvent("updated", nrec)
+	return nil
+}
+
+func (t *tx) setNodeTags(c *storev1.SetNodeTags) error {
+	if err := jobspec.ValidateTags("tags", c.GetTags()); err != nil {
+		return err
+	}
+	rec, err := t.node(c.GetNodeId())
+	if err != nil {
+		return err
+	}
+	if v, ok := c.GetTags()[SpareTag]; ok {
+		if rec.GetNode().GetProvider() != ProviderCluster {
+			return apierr.FailedPreconditionf("the %q tag of elastic node %q belongs to the AutoManager's reconciler", SpareTag, c.GetNodeId())
+		}
+		if v == "true" {
+			if live := t.liveInstances(c.GetNodeId()); len(live) > 0 {
+				return apierr.FailedPreconditionf("node %q holds %d job instance(s) (e.g. %s/%s); a hot spare must be empty",
+					c.GetNodeId(), len(live), live[0].GetJobId(), live[0].GetRole())
+			}
+		}
+	}
+	nrec, n := t.withNode(rec)
+	if n.Tags == nil {
+		n.Tags = map[string]string{}
+	}
+	keys := make([]string, 0, len(c.GetTags()))
+	for k := range c.GetTags() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		n.Tags[k] = c.GetTags()[k]
+	}
+	if len(n.Tags) > jobspec.MaxTags {
+		return apierr.Invalid("tags", "the node would have %d tags (at most %d)", len(n.Tags), jobspec.MaxTags)
+	}
+	t.insert(tableNodes, nrec)
+	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeTagsUpdated{NodeTagsUpdated: t.nodeEvent(nrec, "tags set")}})
+	return nil
+}
+
+func (t *tx) setNodeIdleExpiry(c *storev1.SetNodeIdleExpiry) error {
+	if c.GetIdleExpiryMs() < 0 {
+		return apierr.Invalid("idleExpiryMs", "%d must not be negative (0 clears the override)", c.GetIdleExpiryMs())
+	}
+	rec, err := t.node(c.GetNodeId())
+	if err != nil {
+		return err
+	}
+	nrec, n := t.withNode(rec)
+	n.IdleExpiryMs = c.GetIdleExpiryMs()
+	t.insert(tableNodes, nrec)
+	return nil
+}
+
+// nodeOnline answers with the number of inventory reports that were stale.
+func (t *tx) nodeOnline(c *storev1.NodeOnline) (any, error) {
+	rec, err := t.node(c.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	hello := c.GetHello()
+	nrec, n := t.withNode(rec)
+	if hw := hello.GetHardware(); hw != nil {
+		n.Hardware = hw
+	}
+	n.Capabilities = hello.GetCapabilities()
+	if hello.GetRuntime() != "" {
+		n.Runtime = hello.GetRuntime()
+	}
+	if hello.GetWorkerVersion() != "" {
+		n.WorkerVersion = hello.GetWorkerVersion()
+	}
+	wasOnline := n.GetState() == nodeOnline
+	switch n.GetState() {
+	case managerv1.NodeState_NODE_STATE_REGISTERED, managerv1.NodeState_NODE_STATE_LOST, nodeOnline:
+		t.setState(n, nodeOnline, "worker connected")
+	}
+	t.insert(tableNodes, nrec)
+	if !wasOnline && n.GetState() == nodeOnline {
+		t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeOnline{NodeOnline: t.nodeEvent(nrec, "worker connected")}})
+	}
+	// Adopt what the worker holds under current tokens.
+	held := map[string]bool{}
+	stale := 0
+	for _, r := range hello.GetInventory() {
+		if t.applyReport(c.GetNodeId(), r, true) {
+			held[InstanceID(r.GetJobId(), r.GetRole())] = true
+		} else {
+			stale++
+		}
+	}
+	// What the store has on this node that the worker does not hold is
+	// gone — unless its start has not been delivered yet.
+	for _, in := range t.liveInstances(c.GetNodeId()) {
+		if held[InstanceID(in.GetJobId(), in.GetRole())] || in.GetPhase() == phaseProvisioned {
+			continue
+		}
+		t.markStopped(in, managerv1.StoppingReason_STOPPING_REASON_NODE_STOPPED, "not found on the worker when it reconnected")
+	}
+	return stale, nil
+}
+
+func (t *tx) nodeLost(c *storev1.NodeLost) error {
+	rec, err := t.node(c.GetNodeId())
+	if err != nil {
+		return err
+	}
+	if rec.GetNode().GetState() != nodeOnline {
+		return nil
+	}
+	nrec, n := t.withNode(rec)
+	t.setState(n, managerv1.NodeState_NODE_STATE_LOST, c.GetReason())
+	t.insert(tableNodes, nrec)
+	for _, in := range t.liveInstances(n.GetNodeId()) {
+		if in.GetPhase() == phaseStopping {
+			continue
+		}
+		x := proto.Clone(in).(*managerv1.Instance)
+		x.Phase = phaseStopping
+		t.putInstance(x)
+		t.record(x.GetJobId(), t.stoppingEntry(x, managerv1.StoppingReason_STOPPING_REASON_NODE_STOPPED, c.GetReason()))
+	}
+	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeLost{NodeLost: t.nodeEvent(nrec, c.GetReason())}})
+	return nil
+}

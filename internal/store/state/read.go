@@ -1,0 +1,228 @@
+package state
+
+import (
+	"github.com/hashicorp/go-memdb"
+	"google.golang.org/protobuf/proto"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+)
+
+// Read is an immutable view of the state. Every method accepts a WatchSet
+// (may be nil) that it adds the watch channels of what it read to, so a
+// caller can block until any of it changes.
+type Read struct {
+	txn     *memdb.Txn
+	abandon chan struct{}
+}
+
+func watch(ws memdb.WatchSet, ch <-chan struct{}) {
+	if ws != nil {
+		ws.Add(ch)
+	}
+}
+
+// AbandonCh is closed when the whole state is replaced (a snapshot restore):
+// whoever watches must read again from a new Snapshot.
+func (r *Read) AbandonCh() <-chan struct{} { return r.abandon }
+
+// Index is the raft index of the last command applied in this view.
+func (r *Read) Index() uint64 {
+	raw, err := r.txn.First(tableMeta, "id", "index")
+	if err != nil || raw == nil {
+		return 0
+	}
+	return raw.(*metaRow).Value
+}
+
+func (r *Read) first(ws memdb.WatchSet, table, index string, arg string) any {
+	ch, raw, err := r.txn.FirstWatch(table, index, arg)
+	if err != nil {
+		panic("state read: " + err.Error())
+	}
+	watch(ws, ch)
+	return raw
+}
+
+func (r *Read) iter(ws memdb.WatchSet, table, index string, args ...any) memdb.ResultIterator {
+	it, err := r.txn.Get(table, index, args...)
+	if err != nil {
+		panic("state read: " + err.Error())
+	}
+	watch(ws, it.WatchCh())
+	return it
+}
+
+// Job returns the job record with the given id, or nil.
+func (r *Read) Job(ws memdb.WatchSet, id string) *storev1.JobRecord {
+	if raw := r.first(ws, tableJobs, "id", id); raw != nil {
+		return raw.(*storev1.JobRecord)
+	}
+	return nil
+}
+
+// Jobs calls fn for every job in id order, starting after afterID ("" = from
+// the first), until fn returns false.
+func (r *Read) Jobs(ws memdb.WatchSet, afterID string, fn func(*storev1.JobRecord) bool) {
+	var it memdb.ResultIterator
+	var err error
+	if afterID == "" {
+		it = r.iter(ws, tableJobs, "id_prefix", "")
+	} else {
+		it, err = r.txn.LowerBound(tableJobs, "id", afterID)
+		if err != nil {
+			panic("state read: " + err.Error())
+		}
+		watch(ws, it.WatchCh())
+	}
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		rec := raw.(*storev1.JobRecord)
+		if afterID != "" && rec.GetJob().GetJobId() <= afterID {
+			continue
+		}
+		if !fn(rec) {
+			return
+		}
+	}
+}
+
+// Instance returns the instance (jobID, role), or nil.
+func (r *Read) Instance(ws memdb.WatchSet, jobID, role string) *managerv1.Instance {
+	if raw := r.first(ws, tableInstances, "id", InstanceID(jobID, role)); raw != nil {
+		return raw.(*managerv1.Instance)
+	}
+	return nil
+}
+
+// InstancesOfJob returns the job's instances in role order.
+func (r *Read) InstancesOfJob(ws memdb.WatchSet, jobID string) []*managerv1.Instance {
+	var out []*managerv1.Instance
+	it := r.iter(ws, tableInstances, "job", jobID)
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*managerv1.Instance))
+	}
+	return out
+}
+
+// InstancesOnNode returns the instances bound to a node.
+func (r *Read) InstancesOnNode(ws memdb.WatchSet, nodeID string) []*managerv1.Instance {
+	var out []*managerv1.Instance
+	it := r.iter(ws, tableInstances, "node", nodeID)
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*managerv1.Instance))
+	}
+	return out
+}
+
+// Instances calls fn for every instance until fn returns false.
+func (r *Read) Instances(ws memdb.WatchSet, fn func(*managerv1.Instance) bool) {
+	it := r.iter(ws, tableInstances, "id_prefix", "")
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		if !fn(raw.(*managerv1.Instance)) {
+			return
+		}
+	}
+}
+
+// Node returns the node record with the given id, or nil.
+func (r *Read) Node(ws memdb.WatchSet, id string) *storev1.NodeRecord {
+	if raw := r.first(ws, tableNodes, "id", id); raw != nil {
+		return raw.(*storev1.NodeRecord)
+	}
+	return nil
+}
+
+// NodeByName returns the node record with the given name, or nil.
+func (r *Read) NodeByName(ws memdb.WatchSet, name string) *storev1.NodeRecord {
+	if raw := r.first(ws, tableNodes, "name", name); raw != nil {
+		return raw.(*storev1.NodeRecord)
+	}
+	return nil
+}
+
+// NodeByToken returns the node whose registration token is token, or nil.
+func (r *Read) NodeByToken(token string) *storev1.NodeRecord {
+	if token == "" {
+		return nil
+	}
+	if raw := r.first(nil, tableNodes, "token", token); raw != nil {
+		return raw.(*storev1.NodeRecord)
+	}
+	return nil
+}
+
+// NodeBySecret returns the node whose node secret is secret, or nil.
+func (r *Read) NodeBySecret(secret string) *storev1.NodeRecord {
+	if secret == "" {
+		return nil
+	}
+	if raw := r.first(nil, tableNodes, "secret", secret); raw != nil {
+		return raw.(*storev1.NodeRecord)
+	}
+	return nil
+}
+
+// Nodes returns every node record in id order.
+func (r *Read) Nodes(ws memdb.WatchSet) []*storev1.NodeRecord {
+	var out []*storev1.NodeRecord
+	it := r.iter(ws, tableNodes, "id_prefix", "")
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*storev1.NodeRecord))
+	}
+	return out
+}
+
+// JobView renders a job record for the API: the job, its history when
+// withHistory, and its instances. The result is a fresh copy the caller owns.
+func (r *Read) JobView(rec *storev1.JobRecord, withHistory bool) *managerv1.JobWithHistory {
+	v := &managerv1.JobWithHistory{Job: proto.Clone(rec.GetJob()).(*managerv1.Job)}
+	if withHistory {
+		v.History = make([]*managerv1.JobHistoryEntry, len(rec.GetHistory()))
+		for i, e := range rec.GetHistory() {
+			v.History[i] = proto.Clone(e).(*managerv1.JobHistoryEntry)
+		}
+	}
+	for _, in := range r.InstancesOfJob(nil, rec.GetJob().GetJobId()) {
+		v.Instances = append(v.Instances, publicInstance(in))
+	}
+	return v
+}
+
+// NodeView renders a node record for the API, with the instances bound to
+// it. Live facts (connected, load, last seen) are the caller's to add.
+func (r *Read) NodeView(rec *storev1.NodeRecord) *managerv1.Node {
+	n := proto.Clone(rec.GetNode()).(*managerv1.Node)
+	for _, in := range r.InstancesOnNode(nil, n.GetNodeId()) {
+		if in.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+			continue
+		}
+		n.Instances = append(n.Instances, &managerv1.InstanceSummary{
+			JobId: in.GetJobId(), Role: in.GetRole(), FencingToken: in.GetFencingToken(),
+		})
+	}
+	return n
+}
+
+// SlotView renders a node record as a cluster slot.
+func SlotView(rec *storev1.NodeRecord) *managerv1.ClusterSlot {
+	n := rec.GetNode()
+	return &managerv1.ClusterSlot{
+		NodeId:       n.GetNodeId(),
+		NodeName:     n.GetNodeName(),
+		Pool:         n.GetTags()["pool"],
+		Token:        rec.GetToken(),
+		TokenUsed:    rec.GetTokenUsed(),
+		Active:       n.GetState() == managerv1.NodeState_NODE_STATE_ONLINE,
+		Address:      n.GetAddress(),
+		State:        n.GetState(),
+		RegisteredAt: n.GetRegisteredAt(),
+	}
+}
+
+// publicInstance is an instance as the API shows it (without the opaque
+// migration state, which can be large).
+func publicInstance(in *managerv1.Instance) *managerv1.Instance {
+	c := proto.Clone(in).(*managerv1.Instance)
+	c.MigrationInitialState = nil
+	return c
+}

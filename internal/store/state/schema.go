@@ -1,0 +1,112 @@
+package state
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/go-memdb"
+
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+)
+
+// Tables of the state store.
+const (
+	tableJobs      = "jobs"
+	tableInstances = "instances"
+	tableNodes     = "nodes"
+	tableMeta      = "meta"
+)
+
+// metaRow is a row of the meta table (the last applied index and such).
+type metaRow struct {
+	Key   string
+	Value uint64
+}
+
+// InstanceID is the primary key of an instance: job id and role.
+func InstanceID(jobID, role string) string { return jobID + "\x00" + role }
+
+func schema() *memdb.DBSchema {
+	return &memdb.DBSchema{
+		Tables: map[string]*memdb.TableSchema{
+			tableJobs: {
+				Name: tableJobs,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
+						return o.(*storev1.JobRecord).GetJob().GetJobId()
+					})},
+				},
+			},
+			tableInstances: {
+				Name: tableInstances,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
+						i := o.(*managerv1.Instance)
+						return InstanceID(i.GetJobId(), i.GetRole())
+					})},
+					"job": {Name: "job", Indexer: strIndex(func(o any) string {
+						return o.(*managerv1.Instance).GetJobId()
+					})},
+					"node": {Name: "node", Indexer: strIndex(func(o any) string {
+						return o.(*managerv1.Instance).GetNodeId()
+					})},
+				},
+			},
+			tableNodes: {
+				Name: tableNodes,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
+						return o.(*storev1.NodeRecord).GetNode().GetNodeId()
+					})},
+					"name": {Name: "name", Unique: true, Indexer: strIndex(func(o any) string {
+						return o.(*storev1.NodeRecord).GetNode().GetNodeName()
+					})},
+					"token": {Name: "token", Unique: true, AllowMissing: true, Indexer: strIndex(func(o any) string {
+						return o.(*storev1.NodeRecord).GetToken()
+					})},
+					"secret": {Name: "secret", Unique: true, AllowMissing: true, Indexer: strIndex(func(o any) string {
+						return o.(*storev1.NodeRecord).GetNodeSecret()
+					})},
+				},
+			},
+			tableMeta: {
+				Name: tableMeta,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Key"}},
+				},
+			},
+		},
+	}
+}
+
+// strIndex indexes a string computed from the object; an empty string is a
+// missing value. Keys are NUL-terminated like memdb's StringFieldIndex, so
+// prefix queries work with the "_prefix" suffix.
+type strIndex func(o any) string
+
+func (f strIndex) FromObject(o any) (bool, []byte, error) {
+	v := f(o)
+	if v == "" {
+		return false, nil, nil
+	}
+	return true, append([]byte(v), 0), nil
+}
+
+func (f strIndex) FromArgs(args ...any) ([]byte, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("index takes one argument, got %d", len(args))
+	}
+	s, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("index argument must be a string, got %T", args[0])
+	}
+	return append([]byte(s), 0), nil
+}
+
+func (f strIndex) PrefixFromArgs(args ...any) ([]byte, error) {
+	b, err := f.FromArgs(args...)
+	if err != nil {
+		return nil, err
+	}
+	return b[:len(b)-1], nil
+}

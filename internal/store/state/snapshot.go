@@ -1,0 +1,141 @@
+package state
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/proto"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+)
+
+// SchemaVersion is the version of the state's record formats. A change that
+// an older binary cannot read bumps it (and comes with a migration).
+const SchemaVersion = 1
+
+// MaxRecordSize bounds one snapshot record (a corrupt length is refused
+// rather than allocated).
+const MaxRecordSize = 64 << 20
+
+// WriteTo writes every row of the view as a snapshot: a header, then the
+// nodes, jobs and instances, each a uvarint-length-prefixed SnapshotRecord.
+func (r *Read) WriteTo(w io.Writer) (int64, error) {
+	bw := bufio.NewWriterSize(w, 256<<10)
+	var n int64
+	var buf []byte
+	put := func(rec *storev1.SnapshotRecord) error {
+		var err error
+		buf, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(buf[:0], rec)
+		if err != nil {
+			return err
+		}
+		var lenBuf [binary.MaxVarintLen64]byte
+		k := binary.PutUvarint(lenBuf[:], uint64(len(buf)))
+		if _, err := bw.Write(lenBuf[:k]); err != nil {
+			return err
+		}
+		if _, err := bw.Write(buf); err != nil {
+			return err
+		}
+		n += int64(k + len(buf))
+		return nil
+	}
+	if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Header{Header: &storev1.SnapshotHeader{
+		SchemaVersion: SchemaVersion, Index: r.Index(),
+	}}}); err != nil {
+		return n, err
+	}
+	for _, node := range r.Nodes(nil) {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Node{Node: node}}); err != nil {
+			return n, err
+		}
+	}
+	var err error
+	r.Jobs(nil, "", func(j *storev1.JobRecord) bool {
+		err = put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Job{Job: j}})
+		return err == nil
+	})
+	if err != nil {
+		return n, err
+	}
+	r.Instances(nil, func(in *managerv1.Instance) bool {
+		err = put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Instance{Instance: in}})
+		return err == nil
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, bw.Flush()
+}
+
+// ErrCorruptSnapshot is returned for a snapshot that cannot be decoded.
+var ErrCorruptSnapshot = errors.New("corrupt snapshot")
+
+// Restore replaces the whole state with a snapshot's rows. Watchers of the
+// old state are woken (AbandonCh) so they read again. On error the state is
+// unchanged.
+func (s *State) Restore(rd io.Reader) (header *storev1.SnapshotHeader, err error) {
+	g := newGeneration()
+	txn := g.db.Txn(true)
+	br := bufio.NewReaderSize(rd, 256<<10)
+	for i := 0; ; i++ {
+		size, err := binary.ReadUvarint(br)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
+		}
+		if size > MaxRecordSize {
+			return nil, fmt.Errorf("%w: record %d is %d bytes", ErrCorruptSnapshot, i, size)
+		}
+		buf := make([]byte, size)
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
+		}
+		rec := &storev1.SnapshotRecord{}
+		if err := proto.Unmarshal(buf, rec); err != nil {
+			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
+		}
+		switch x := rec.GetRecord().(type) {
+		case *storev1.SnapshotRecord_Header:
+			if i != 0 {
+				return nil, fmt.Errorf("%w: header at record %d", ErrCorruptSnapshot, i)
+			}
+			if x.Header.GetSchemaVersion() > SchemaVersion {
+				return nil, fmt.Errorf("snapshot schema version %d is newer than this binary's %d; upgrade the Manager", x.Header.GetSchemaVersion(), SchemaVersion)
+			}
+			header = x.Header
+			err = txn.Insert(tableMeta, &metaRow{Key: "index", Value: x.Header.GetIndex()})
+		case *storev1.SnapshotRecord_Node:
+			err = txn.Insert(tableNodes, x.Node)
+		case *storev1.SnapshotRecord_Job:
+			err = txn.Insert(tableJobs, x.Job)
+		case *storev1.SnapshotRecord_Instance:
+			err = txn.Insert(tableInstances, x.Instance)
+		default:
+			if i == 0 {
+				return nil, fmt.Errorf("%w: no header", ErrCorruptSnapshot)
+			}
+			// A record type from a newer binary within the same schema
+			// version is skippable by design.
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
+		}
+		if header == nil {
+			return nil, fmt.Errorf("%w: no header", ErrCorruptSnapshot)
+		}
+	}
+	if header == nil {
+		return nil, fmt.Errorf("%w: empty", ErrCorruptSnapshot)
+	}
+	txn.Commit()
+	old := s.cur.Swap(g)
+	close(old.abandon)
+	return header, nil
+}
