@@ -1,0 +1,118 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/events"
+)
+
+// EventWriteTimeout is how long one event may take to reach a subscriber
+// before its stream is cut (a consumer that does not read at all).
+const EventWriteTimeout = 30 * time.Second
+
+type rcKey struct{}
+
+// withResponseController makes the ResponseController of a request
+// available to its handler (connect does not expose the ResponseWriter), so
+// a stream can set write deadlines.
+func withResponseController(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := context.WithValue(r.Context(), rcKey{}, http.NewResponseController(w))
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv1.EventStreamRequest], stream *connect.ServerStream[managerv1.Event]) error {
+	rc, _ := ctx.Value(rcKey{}).(*http.ResponseController)
+	send := func(e *managerv1.Event) error {
+		if rc != nil {
+			_ = rc.SetWriteDeadline(time.Now().Add(EventWriteTimeout))
+		}
+		if err := stream.Send(e); err != nil {
+			return err
+		}
+		h.s.metrics.eventsSent.Inc()
+		return nil
+	}
+	broker := h.s.store.Broker()
+	var sub *events.Subscription
+	snapshot := func(resync bool) error {
+		sub = broker.SubscribeTail()
+		r := h.read()
+		idx := r.Index()
+		sub.Skip(idx)
+		ts := timestamppb.New(h.s.cfg.Clock.Now())
+		for _, rec := range r.Nodes(nil) {
+			if err := send(&managerv1.Event{Index: idx, Timestamp: ts, Kind: &managerv1.Event_NodeSnapshot{NodeSnapshot: h.nodeView(r, rec)}}); err != nil {
+				return err
+			}
+		}
+		var err error
+		r.Jobs(nil, "", func(rec *storev1.JobRecord) bool {
+			err = send(&managerv1.Event{Index: idx, Timestamp: ts, Kind: &managerv1.Event_JobSnapshot{JobSnapshot: r.JobView(rec, true)}})
+			return err == nil
+		})
+		if err != nil {
+			return err
+		}
+		return send(&managerv1.Event{Index: idx, Timestamp: ts, Kind: &managerv1.Event_InitialDataComplete{
+			InitialDataComplete: &managerv1.InitialDataComplete{Index: idx, Resync: resync},
+		}})
+	}
+	after := req.Msg.GetAfterIndex()
+	var err error
+	switch {
+	case after == 0 && req.Msg.GetSkipSnapshot():
+		sub = broker.SubscribeTail()
+		sub.Skip(h.read().Index())
+	case after == 0:
+		err = snapshot(false)
+	case after > h.read().Index():
+		// The caller has seen more than this store holds (it was restored
+		// from an older backup): start it again from what is here.
+		err = snapshot(true)
+	default:
+		sub, err = broker.SubscribeAfter(after)
+		if errors.Is(err, events.ErrResync) {
+			err = snapshot(true)
+		}
+	}
+	if err != nil {
+		return streamErr(err, 0)
+	}
+	h.s.metrics.eventSubscribers.Inc()
+	defer h.s.metrics.eventSubscribers.Dec()
+	var last uint64
+	for {
+		evs, err := sub.Next(ctx)
+		if err != nil {
+			return streamErr(err, last)
+		}
+		for _, e := range evs {
+			if err := send(e); err != nil {
+				return streamErr(err, last)
+			}
+			last = e.GetIndex()
+		}
+	}
+}
+
+func streamErr(err error, last uint64) error {
+	switch {
+	case errors.Is(err, events.ErrSlowConsumer):
+		return connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("%v; reconnect with afterIndex=%d to resume", err, last))
+	case errors.Is(err, events.ErrClosed):
+		return connect.NewError(connect.CodeUnavailable, errors.New("the Manager is shutting down; reconnect to resume"))
+	}
+	return toConnect(err)
+}

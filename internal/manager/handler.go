@@ -1,0 +1,40 @@
+package manager
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
+)
+
+// handler implements the Manager service. Every write follows one path:
+// validate → stamp time and ids → one raft command → the FSM. Reads come
+// from a state snapshot.
+type handler struct {
+	s *Server
+}
+
+var _ managerv1connect.ManagerHandler = (*handler)(nil)
+
+// apply stamps the command's time and proposes it.
+func (h *handler) apply(ctx context.Context, cmd *storev1.Command) (state.Result, error) {
+	cmd.Time = timestamppb.New(h.s.cfg.Clock.Now())
+	return h.s.store.Apply(ctx, cmd)
+}
+
+func (h *handler) read() *state.Read { return h.s.store.State().Snapshot() }
+
+// randomToken returns n random bytes, hex encoded, with a prefix naming
+// what it is (so a leaked one is recognisable).
+func randomToken(prefix string, n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic("crypto/rand: " + err.Error())
+	}
+	return prefix + hex.EncodeToString(b)
+}

@@ -1,0 +1,102 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
+)
+
+// metrics are the daemon's Prometheus collectors, on its own registry.
+type metrics struct {
+	reg              *prometheus.Registry
+	rpcs             *prometheus.CounterVec
+	rpcSeconds       *prometheus.HistogramVec
+	applies          *prometheus.CounterVec
+	eventsSent       prometheus.Counter
+	eventSubscribers prometheus.Gauge
+	storeIndex       prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	reg := prometheus.NewRegistry()
+	m := &metrics{
+		reg: reg,
+		rpcs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "norsk_manager_rpcs_total", Help: "API calls handled, by method and status code.",
+		}, []string{"method", "code"}),
+		rpcSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "norsk_manager_rpc_duration_seconds", Help: "API call latency (unary calls), by method.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"method"}),
+		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "norsk_manager_store_commands_total", Help: "Store commands applied, by command and result.",
+		}, []string{"command", "result"}),
+		eventsSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "norsk_manager_events_sent_total", Help: "Events sent to event-stream subscribers.",
+		}),
+		eventSubscribers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "norsk_manager_event_subscribers", Help: "Live event-stream subscribers.",
+		}),
+		storeIndex: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "norsk_manager_store_applied_index", Help: "The store's last applied raft index.",
+		}),
+	}
+	reg.MustRegister(m.rpcs, m.rpcSeconds, m.applies, m.eventsSent, m.eventSubscribers, m.storeIndex,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// onApply counts applied commands.
+func (m *metrics) onApply(cmd *storev1.Command, res state.Result) {
+	name := "unknown"
+	if c := cmd.GetCmd(); c != nil {
+		name = strings.TrimPrefix(strings.TrimPrefix(typeName(c), "*storev1.Command_"), "Command_")
+	}
+	result := "ok"
+	if res.Err != nil {
+		result = "refused"
+	}
+	m.applies.WithLabelValues(name, result).Inc()
+	m.storeIndex.Set(float64(res.Index))
+}
+
+func typeName(v any) string {
+	return strings.TrimPrefix(strings.TrimPrefix(fmtType(v), "*"), "storev1.")
+}
+
+// interceptor counts and times API calls.
+func (m *metrics) interceptor() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			start := time.Now()
+			resp, err := next(ctx, req)
+			method := req.Spec().Procedure
+			if i := strings.LastIndexByte(method, '/'); i >= 0 {
+				method = method[i+1:]
+			}
+			code := "ok"
+			if err != nil {
+				var ce *connect.Error
+				if errors.As(err, &ce) {
+					code = ce.Code().String()
+				} else {
+					code = connect.CodeUnknown.String()
+				}
+			}
+			m.rpcs.WithLabelValues(method, code).Inc()
+			m.rpcSeconds.WithLabelValues(method).Observe(time.Since(start).Seconds())
+			return resp, err
+		}
+	}
+}
+
+func fmtType(v any) string { return fmt.Sprintf("%T", v) }

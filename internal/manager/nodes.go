@@ -1,0 +1,105 @@
+package manager
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
+)
+
+// nodeView renders a node with the live facts of its connection.
+func (h *handler) nodeView(r *state.Read, rec *storev1.NodeRecord) *managerv1.Node {
+	n := r.NodeView(rec)
+	live := h.s.nodes.Live(n.GetNodeId())
+	n.Connected = live.Connected
+	n.Load = live.Load
+	if !live.LastSeen.IsZero() {
+		n.LastSeen = timestamppb.New(live.LastSeen)
+	}
+	return n
+}
+
+func (h *handler) ListNodes(ctx context.Context, req *connect.Request[managerv1.ListNodesRequest]) (*connect.Response[managerv1.ListNodesResponse], error) {
+	r := h.read()
+	out := &managerv1.ListNodesResponse{}
+	for _, rec := range r.Nodes(nil) {
+		out.Nodes = append(out.Nodes, h.nodeView(r, rec))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h *handler) TerminateNode(ctx context.Context, req *connect.Request[managerv1.TerminateNodeRequest]) (*connect.Response[managerv1.TerminateNodeResponse], error) {
+	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
+		return nil, toConnect(err)
+	}
+	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_TerminateNode{TerminateNode: &storev1.TerminateNode{NodeId: req.Msg.GetNodeId()}}}); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.TerminateNodeResponse{}), nil
+}
+
+func (h *handler) SetNodeTags(ctx context.Context, req *connect.Request[managerv1.SetNodeTagsRequest]) (*connect.Response[managerv1.SetNodeTagsResponse], error) {
+	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
+		return nil, toConnect(err)
+	}
+	if len(req.Msg.GetTags()) == 0 {
+		return nil, toConnect(apierr.Invalid("tags", "give at least one tag to set"))
+	}
+	if err := jobspec.ValidateTags("tags", req.Msg.GetTags()); err != nil {
+		return nil, toConnect(err)
+	}
+	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetNodeTags{SetNodeTags: &storev1.SetNodeTags{NodeId: req.Msg.GetNodeId(), Tags: req.Msg.GetTags()}}}); err != nil {
+		return nil, toConnect(err)
+	}
+	r := h.read()
+	rec := r.Node(nil, req.Msg.GetNodeId())
+	if rec == nil {
+		return nil, toConnect(apierr.NotFoundf("node %q was removed meanwhile", req.Msg.GetNodeId()))
+	}
+	return connect.NewResponse(&managerv1.SetNodeTagsResponse{Node: h.nodeView(r, rec)}), nil
+}
+
+func (h *handler) idleExpiry(rec *storev1.NodeRecord) *managerv1.NodeIdleExpiry {
+	out := &managerv1.NodeIdleExpiry{
+		NodeId:                rec.GetNode().GetNodeId(),
+		IdleExpiryMs:          rec.GetNode().GetIdleExpiryMs(),
+		EffectiveIdleExpiryMs: h.s.cfg.DefaultIdleExpiry.Milliseconds(),
+	}
+	if out.IdleExpiryMs > 0 {
+		out.EffectiveIdleExpiryMs = out.IdleExpiryMs
+	}
+	return out
+}
+
+func (h *handler) GetNodeIdleExpiry(ctx context.Context, req *connect.Request[managerv1.GetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
+	rec, err := h.requireNode(req.Msg.GetNodeId())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(h.idleExpiry(rec)), nil
+}
+
+func (h *handler) SetNodeIdleExpiry(ctx context.Context, req *connect.Request[managerv1.SetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
+	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
+		return nil, toConnect(err)
+	}
+	if ms := req.Msg.GetIdleExpiryMs(); ms < 0 {
+		return nil, toConnect(apierr.Invalid("idleExpiryMs", "%d must not be negative (0 clears the override)", ms))
+	}
+	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetNodeIdleExpiry{SetNodeIdleExpiry: &storev1.SetNodeIdleExpiry{
+		NodeId: req.Msg.GetNodeId(), IdleExpiryMs: req.Msg.GetIdleExpiryMs(),
+	}}}); err != nil {
+		return nil, toConnect(err)
+	}
+	rec := h.read().Node(nil, req.Msg.GetNodeId())
+	if rec == nil {
+		return nil, toConnect(apierr.NotFoundf("node %q was removed meanwhile", req.Msg.GetNodeId()))
+	}
+	return connect.NewResponse(h.idleExpiry(rec)), nil
+}

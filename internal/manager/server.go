@@ -1,0 +1,250 @@
+// Package manager is the Manager daemon as a library: New opens the
+// replicated store in a data directory, serves the Manager API (gRPC and
+// Connect JSON on one port, with gRPC health and reflection), /healthz and
+// /metrics, and runs the node controller that drives every worker. The
+// norsk-manager binary, dev mode and every test cluster start it the same
+// way, from a Config.
+//
+// Handlers live one file per resource (jobs.go, slots.go, nodes.go,
+// events.go); each write is one raft command through the store.
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/events"
+	"github.com/norsk-go/norsk-manager/internal/nodes"
+	"github.com/norsk-go/norsk-manager/internal/store"
+)
+
+// DefaultPort is the Manager API's default port.
+const DefaultPort = 6790
+
+// Config configures a Manager member.
+type Config struct {
+	// NodeName names this member (its raft id). Default: the hostname.
+	NodeName string
+	// DataDir holds the store (required).
+	DataDir string
+	// Listen is the API address (default 127.0.0.1:6790; port 0 picks one).
+	Listen string
+	// AdvertiseURL is the URL workers and clients reach this member at
+	// (default: http:// + the listen address).
+	AdvertiseURL string
+	// LostGrace: how long a worker's stream may be gone before its node is
+	// lost (default 30 s).
+	LostGrace time.Duration
+	// HeartbeatInterval workers are told to use (default 5 s).
+	HeartbeatInterval time.Duration
+	// DefaultIdleExpiry is the daemon-wide idle expiry of empty elastic
+	// nodes (default 10 min).
+	DefaultIdleExpiry time.Duration
+	// SnapshotThreshold: raft log entries between snapshots (default 8192).
+	SnapshotThreshold uint64
+	// EventBuffer is how many events the event stream holds for resuming
+	// subscribers (default 65536).
+	EventBuffer int
+	Clock       clock.Clock
+	Logger      *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.DataDir == "" {
+		return errors.New("manager: DataDir is required")
+	}
+	if c.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "manager"
+		}
+		c.NodeName = h
+	}
+	if c.Listen == "" {
+		c.Listen = fmt.Sprintf("127.0.0.1:%d", DefaultPort)
+	}
+	if c.LostGrace <= 0 {
+		c.LostGrace = 30 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 5 * time.Second
+	}
+	if c.DefaultIdleExpiry <= 0 {
+		c.DefaultIdleExpiry = 10 * time.Minute
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Server is a running Manager member.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	store   *store.Store
+	nodes   *nodes.Controller
+	metrics *metrics
+	ln      net.Listener
+	http    *http.Server
+	url     string
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	err    error
+}
+
+// New opens the store, starts serving and returns once the member is
+// ready for calls. Close stops it.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.With("member", cfg.NodeName)
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("manager: data dir: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("manager: listen on %s: %w", cfg.Listen, err)
+	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		log.Warn("the API is served without TLS on a non-loopback address; put it behind a TLS proxy or keep it on a private network", "listen", ln.Addr().String())
+	}
+	m := newMetrics()
+	st, err := store.Open(ctx, store.Config{
+		Dir:               filepath.Join(cfg.DataDir, "raft"),
+		MemberID:          cfg.NodeName,
+		Logger:            cfg.Logger,
+		Broker:            events.New(cfg.EventBuffer),
+		SnapshotThreshold: cfg.SnapshotThreshold,
+		OnApply:           m.onApply,
+	})
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, store: st, metrics: m, ln: ln}
+	s.url = cfg.AdvertiseURL
+	if s.url == "" {
+		s.url = "http://" + ln.Addr().String()
+	}
+	s.nodes = nodes.New(nodes.Config{
+		Store:             st,
+		Clock:             cfg.Clock,
+		Logger:            cfg.Logger,
+		LostGrace:         cfg.LostGrace,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		ManagerName:       cfg.NodeName,
+		ManagerURLs:       func() []string { return []string{s.url} },
+		Metrics:           nodes.NewMetrics(m.reg),
+	})
+
+	mux := http.NewServeMux()
+	h := &handler{s: s}
+	path, api := managerv1connect.NewManagerHandler(h, connect.WithInterceptors(m.interceptor()))
+	mux.Handle(path, withResponseController(api))
+	checker := grpchealth.NewStaticChecker(managerv1connect.ManagerName)
+	mux.Handle(grpchealth.NewHandler(checker))
+	reflector := grpcreflect.NewStaticReflector(managerv1connect.ManagerName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
+
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	s.http = &http.Server{
+		Handler:           mux,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		HTTP2:             &http.HTTP2Config{PingTimeout: 15 * time.Second, SendPingTimeout: 30 * time.Second},
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("API server stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		_ = s.nodes.Run(runCtx)
+	}()
+	log.Info("manager ready", "api", s.url, "data_dir", cfg.DataDir, "index", st.State().Snapshot().Index())
+	return s, nil
+}
+
+// URL is where the API is served.
+func (s *Server) URL() string { return s.url }
+
+// Addr is the API listener's address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// NodeName is this member's name.
+func (s *Server) NodeName() string { return s.cfg.NodeName }
+
+// Store is the member's store (tests and tools read it).
+func (s *Server) Store() *store.Store { return s.store }
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	st := map[string]any{
+		"status":  "ok",
+		"member":  s.cfg.NodeName,
+		"primary": s.store.IsLeader(),
+		"index":   s.store.State().Snapshot().Index(),
+	}
+	code := http.StatusOK
+	if !s.store.IsLeader() {
+		st["status"] = "no primary"
+		code = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(st)
+}
+
+// Close stops serving (giving calls in flight a few seconds), stops the node
+// controller and closes the store. Workers and their instances are not
+// touched: they keep running and are adopted when the Manager comes back.
+func (s *Server) Close() error {
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		// Event streams end when the store's broker closes; stop them first
+		// so Shutdown does not wait for them.
+		s.store.Broker().Close()
+		if err := s.http.Shutdown(ctx); err != nil {
+			_ = s.http.Close()
+		}
+		s.cancel()
+		s.wg.Wait()
+		s.err = s.store.Close()
+		s.log.Info("manager stopped")
+	})
+	return s.err
+}

@@ -1,0 +1,151 @@
+package manager
+
+import (
+	"context"
+	"net"
+	"strconv"
+
+	"connectrpc.com/connect"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
+)
+
+func (h *handler) RegisterClusterNode(ctx context.Context, req *connect.Request[managerv1.RegisterClusterNodeRequest]) (*connect.Response[managerv1.RegisterClusterNodeResponse], error) {
+	name := req.Msg.GetNodeName()
+	if err := jobspec.ValidateID("nodeName", name); err != nil {
+		return nil, toConnect(err)
+	}
+	if p := req.Msg.GetPool(); p != "" {
+		if err := jobspec.ValidateTags("pool", map[string]string{"pool": p}); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	if ex := h.read().NodeByName(nil, name); ex != nil {
+		return nil, toConnect(apierr.AlreadyExistsf("a node named %q is already registered (node id %q)", name, ex.GetNode().GetNodeId()))
+	}
+	token := randomToken("nrt_", 24)
+	// A slot's node id is its name: operators read and type it.
+	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RegisterSlot{RegisterSlot: &storev1.RegisterSlot{
+		NodeId: name, NodeName: name, Pool: req.Msg.GetPool(), Token: token,
+	}}}); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.RegisterClusterNodeResponse{NodeId: name, Token: token}), nil
+}
+
+// validateDialAddress checks a worker's dial-back host:port.
+func validateDialAddress(field, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return apierr.Invalid(field, "%q is not host:port", addr)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return apierr.Invalid(field, "%q: port must be 1-65535", addr)
+	}
+	if host == "" {
+		return apierr.Invalid(field, "%q: the Manager needs a host to dial", addr)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return apierr.Invalid(field, "%q: %s is not an address the Manager can dial", addr, host)
+	}
+	return nil
+}
+
+func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Request[managerv1.ClusterMemberRegisterRequest]) (*connect.Response[managerv1.ClusterMemberRegisterResponse], error) {
+	m := req.Msg
+	if err := validateDialAddress("address", m.GetAddress()); err != nil {
+		return nil, toConnect(err)
+	}
+	cmd := &storev1.MemberRegister{
+		Address:       m.GetAddress(),
+		Hardware:      m.GetHardware(),
+		Capabilities:  m.GetCapabilities(),
+		Runtime:       m.GetRuntime(),
+		WorkerVersion: m.GetWorkerVersion(),
+	}
+	r := h.read()
+	switch {
+	case m.GetToken() != "":
+		// Checked before proposing so a bad token writes nothing at all.
+		rec := r.NodeByToken(m.GetToken())
+		if rec == nil {
+			return nil, toConnect(apierr.Unauthenticatedf("registration token is not known (never issued, or its slot was deregistered)"))
+		}
+		if rec.GetTokenUsed() {
+			return nil, toConnect(apierr.Unauthenticatedf("the registration token of node %q has already been used; a registered worker presents its node secret", rec.GetNode().GetNodeId()))
+		}
+		cmd.Token = m.GetToken()
+		cmd.NodeSecret = randomToken("nns_", 32)
+	case m.GetNodeSecret() != "":
+		if r.NodeBySecret(m.GetNodeSecret()) == nil {
+			return nil, toConnect(apierr.Unauthenticatedf("node secret is not known (its slot may have been deregistered)"))
+		}
+		cmd.NodeSecret = m.GetNodeSecret()
+	default:
+		return nil, toConnect(apierr.Unauthenticatedf("present a registration token (first registration) or the node secret"))
+	}
+	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_MemberRegister{MemberRegister: cmd}})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	rec := res.Value.(*storev1.NodeRecord)
+	h.s.log.Info("worker registered", "node", rec.GetNode().GetNodeId(), "address", m.GetAddress(), "runtime", m.GetRuntime())
+	return connect.NewResponse(&managerv1.ClusterMemberRegisterResponse{
+		NodeId:              rec.GetNode().GetNodeId(),
+		NodeSecret:          rec.GetNodeSecret(),
+		NodeName:            rec.GetNode().GetNodeName(),
+		HeartbeatIntervalMs: uint32(h.s.cfg.HeartbeatInterval.Milliseconds()),
+	}), nil
+}
+
+func (h *handler) ListClusterNodes(ctx context.Context, req *connect.Request[managerv1.ListClusterNodesRequest]) (*connect.Response[managerv1.ListClusterNodesResponse], error) {
+	out := &managerv1.ListClusterNodesResponse{}
+	for _, rec := range h.read().Nodes(nil) {
+		if rec.GetNode().GetProvider() == state.ProviderCluster {
+			out.Slots = append(out.Slots, state.SlotView(rec))
+		}
+	}
+	return connect.NewResponse(out), nil
+}
+
+// requireNode checks an id and that the node exists.
+func (h *handler) requireNode(id string) (*storev1.NodeRecord, error) {
+	if err := jobspec.ValidateID("nodeId", id); err != nil {
+		return nil, err
+	}
+	rec := h.read().Node(nil, id)
+	if rec == nil {
+		return nil, apierr.NotFoundf("no node %q", id)
+	}
+	return rec, nil
+}
+
+func (h *handler) DeregisterClusterNode(ctx context.Context, req *connect.Request[managerv1.DeregisterClusterNodeRequest]) (*connect.Response[managerv1.DeregisterClusterNodeResponse], error) {
+	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
+		return nil, toConnect(err)
+	}
+	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_DeregisterSlot{DeregisterSlot: &storev1.DeregisterSlot{NodeId: req.Msg.GetNodeId()}}}); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.DeregisterClusterNodeResponse{}), nil
+}
+
+func (h *handler) SetClusterNodePool(ctx context.Context, req *connect.Request[managerv1.SetClusterNodePoolRequest]) (*connect.Response[managerv1.SetClusterNodePoolResponse], error) {
+	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
+		return nil, toConnect(err)
+	}
+	if p := req.Msg.GetPool(); p != "" {
+		if err := jobspec.ValidateTags("pool", map[string]string{"pool": p}); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetSlotPool{SetSlotPool: &storev1.SetSlotPool{NodeId: req.Msg.GetNodeId(), Pool: req.Msg.GetPool()}}}); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.SetClusterNodePoolResponse{}), nil
+}

@@ -1,0 +1,71 @@
+package managercmd
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/norsk-go/norsk-manager/internal/manager"
+)
+
+func newRunCommand() *cobra.Command {
+	var (
+		cfg        manager.Config
+		configPath string
+		logs       logFlags
+	)
+	c := &cobra.Command{
+		Use:   "run",
+		Short: "Run a Manager member",
+		Long: `Run a Manager member: the API (gRPC and Connect JSON on one port, with
+/healthz and /metrics), the replicated store in --data-dir, and the
+connections to every registered worker. Settings come from flags, then from
+--config (a config.yaml), then from defaults.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(os.Stderr)
+			if err != nil {
+				return err
+			}
+			if configPath != "" {
+				fc, err := manager.LoadConfigFile(configPath)
+				if err != nil {
+					return usageError{err}
+				}
+				fc.Apply(&cfg)
+				if !cmd.Flags().Changed("log-level") && fc.LogLevel != "" {
+					logs.level = fc.LogLevel
+				}
+				if !cmd.Flags().Changed("log-format") && fc.LogFormat != "" {
+					logs.format = fc.LogFormat
+				}
+				if log, err = logs.logger(os.Stderr); err != nil {
+					return err
+				}
+			}
+			if cfg.DataDir == "" {
+				return usageError{fmt.Errorf("--data-dir (or dataDir in --config) is required")}
+			}
+			cfg.Logger = log
+			s, err := manager.New(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "norsk-manager %s serving the API at %s (data in %s)\n", cfg.NodeName, s.URL(), cfg.DataDir)
+			<-cmd.Context().Done()
+			return s.Close()
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&configPath, "config", "", "config.yaml to read settings from")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory of the replicated store")
+	f.StringVar(&cfg.NodeName, "node-name", "", "this member's name (default: the hostname)")
+	f.StringVar(&cfg.Listen, "listen", "", "API address (default 127.0.0.1:6790)")
+	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL workers and clients reach this member at (default http://<listen>)")
+	f.DurationVar(&cfg.LostGrace, "lost-grace", 0, "how long a worker's stream may be gone before its node is lost (default 30s)")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 0, "worker heartbeat interval (default 5s)")
+	f.DurationVar(&cfg.DefaultIdleExpiry, "idle-expiry", 0, "daemon-wide idle expiry of empty elastic nodes (default 10m)")
+	logs.register(c)
+	return c
+}

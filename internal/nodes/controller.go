@@ -1,0 +1,203 @@
+package nodes
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
+)
+
+// Store is what the controller needs of the replicated store.
+type Store interface {
+	State() *state.State
+	Apply(ctx context.Context, cmd *storev1.Command) (state.Result, error)
+}
+
+// Config configures a Controller.
+type Config struct {
+	Store  Store
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// LostGrace is how long a worker's stream may be gone before its node
+	// is lost (default 30 s).
+	LostGrace time.Duration
+	// HeartbeatInterval is what workers are told (default 5 s); a stream
+	// with no heartbeat for three intervals is dropped.
+	HeartbeatInterval time.Duration
+	// ResendAfter is how long an unacknowledged command waits before it is
+	// sent again (default 30 s).
+	ResendAfter time.Duration
+	// TerminateTimeout bounds how long a terminating node's worker gets to
+	// confirm its stops before the termination is finished without it
+	// (default 2 min).
+	TerminateTimeout time.Duration
+	// HTTPClient dials workers; the default speaks cleartext HTTP/2.
+	HTTPClient *http.Client
+	// ManagerName and ManagerURLs are told to workers in the hello.
+	ManagerName string
+	ManagerURLs func() []string
+	// Metrics, if set, observes connection events.
+	Metrics *Metrics
+}
+
+func (c *Config) defaults() {
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.LostGrace <= 0 {
+		c.LostGrace = 30 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 5 * time.Second
+	}
+	if c.ResendAfter <= 0 {
+		c.ResendAfter = 30 * time.Second
+	}
+	if c.TerminateTimeout <= 0 {
+		c.TerminateTimeout = 2 * time.Minute
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = H2CClient()
+	}
+	if c.ManagerURLs == nil {
+		c.ManagerURLs = func() []string { return nil }
+	}
+}
+
+// H2CClient is an HTTP client that speaks HTTP/2 without TLS (prior
+// knowledge), as the gRPC protocol over a plain connection needs.
+func H2CClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{
+		Protocols:       &p,
+		DialContext:     (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12},
+		// A worker's stream is long-lived; idle pings detect a dead peer.
+		HTTP2: &http.HTTP2Config{PingTimeout: 10 * time.Second, SendPingTimeout: 15 * time.Second},
+	}}
+}
+
+// Live is what the controller knows of a node right now.
+type Live struct {
+	Connected bool
+	Load      *managerv1.NodeLoad
+	LastSeen  time.Time
+}
+
+// Controller keeps one connection per worker.
+type Controller struct {
+	cfg Config
+	log *slog.Logger
+
+	mu    sync.Mutex
+	conns map[string]*conn
+	live  map[string]Live
+}
+
+// New returns a controller; Run starts it.
+func New(cfg Config) *Controller {
+	cfg.defaults()
+	return &Controller{
+		cfg:   cfg,
+		log:   cfg.Logger.With("component", "nodes"),
+		conns: map[string]*conn{},
+		live:  map[string]Live{},
+	}
+}
+
+// Live returns what the controller knows of a node now.
+func (c *Controller) Live(nodeID string) Live {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.live[nodeID]
+}
+
+func (c *Controller) setLive(nodeID string, f func(*Live)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.live[nodeID]
+	f(&l)
+	c.live[nodeID] = l
+}
+
+// Run keeps a connection for every node that has a worker address and is not
+// terminated, until ctx ends. It returns once every connection goroutine has
+// stopped.
+func (c *Controller) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	cancels := map[string]context.CancelFunc{}
+	defer func() {
+		for _, cancel := range cancels {
+			cancel()
+		}
+	}()
+	for {
+		r := c.cfg.Store.State().Snapshot()
+		ws := memdb.NewWatchSet()
+		ws.Add(r.AbandonCh())
+		want := map[string]bool{}
+		for _, rec := range r.Nodes(ws) {
+			if wantConn(rec) {
+				want[rec.GetNode().GetNodeId()] = true
+			}
+		}
+		for id := range want {
+			if _, ok := cancels[id]; ok {
+				continue
+			}
+			cctx, cancel := context.WithCancel(ctx)
+			cancels[id] = cancel
+			cn := newConn(c, id)
+			c.mu.Lock()
+			c.conns[id] = cn
+			c.mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cn.run(cctx)
+			}()
+		}
+		for id, cancel := range cancels {
+			if !want[id] {
+				cancel()
+				delete(cancels, id)
+				c.mu.Lock()
+				delete(c.conns, id)
+				delete(c.live, id)
+				c.mu.Unlock()
+			}
+		}
+		if err := ws.WatchCtx(ctx); err != nil {
+			return nil
+		}
+	}
+}
+
+// wantConn reports whether the controller should hold a connection to a
+// node: it has a worker address and is not terminated.
+func wantConn(rec *storev1.NodeRecord) bool {
+	n := rec.GetNode()
+	return n.GetAddress() != "" && n.GetState() != managerv1.NodeState_NODE_STATE_TERMINATED
+}
+
+// apply proposes a command stamped with the controller's clock.
+func (c *Controller) apply(ctx context.Context, cmd *storev1.Command) (state.Result, error) {
+	cmd.Time = timestamppb.New(c.cfg.Clock.Now())
+	return c.cfg.Store.Apply(ctx, cmd)
+}

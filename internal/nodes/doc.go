@@ -1,0 +1,21 @@
+// Package nodes is the Manager's side of its workers: one connection per
+// worker, dialled at the address the worker registered, carrying the
+// NodeController stream, and a level-triggered reconciler that makes each
+// worker hold exactly the instances the store says it should.
+//
+// The store is the source of truth for what should run (an instance's
+// desired state and fencing token); the worker's reports are the truth of
+// what does run. On every change of either, Plan compares the two and the
+// connection sends the commands that close the gap (start, start prepared,
+// stop, update). Commands are idempotent and fenced by token, so resending
+// after a reconnect or a Manager restart is always safe, and a partitioned
+// worker that comes back is told to stop whatever a newer binding has
+// superseded.
+//
+// Liveness: a worker whose stream has been gone longer than LostGrace makes
+// its node lost (its instances stopping with reason nodeStopped); a stream
+// that stays up but carries no heartbeat for three intervals is dropped.
+//
+// The Controller runs on the primary only; its goroutines stop when the
+// context given to Run ends.
+package nodes
