@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+	"github.com/spf13/cobra"
+)
+
+func newEventsCommand(g *globals) *cobra.Command {
+	var (
+		after      uint64
+		noSnapshot bool
+	)
+	cmd := &cobra.Command{
+		Use:   "events [--after N] [--no-snapshot]",
+		Short: "Follow the Manager's event stream until interrupted",
+		Long: `Print the Manager's events as they happen, one line each: store index, time,
+kind and subject. Without --after the stream starts with a snapshot of every
+job and node, ended by initial_data_complete; --no-snapshot starts with live
+events, --after N with every event after index N. The stream resumes by
+itself after a disconnect, missing nothing. With -o json each event is one
+JSON object on its own line.`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if noSnapshot && after > 0 {
+				return usageErrorf("--no-snapshot applies only without --after")
+			}
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			s := m.EventStream(cmd.Context(), norsk.EventStreamSettings{AfterIndex: after, SkipSnapshot: noSnapshot})
+			defer s.Close()
+			p := g.printer()
+			for s.Next() {
+				if err := p.Event(s.Event()); err != nil {
+					return fmt.Errorf("print event: %w", err)
+				}
+			}
+			err = s.Err()
+			if errors.Is(err, norsk.ErrCanceled) && cmd.Context().Err() != nil {
+				return nil // interrupted: the normal end
+			}
+			if err != nil {
+				return fmt.Errorf("event stream: %w", err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().Uint64Var(&after, "after", 0, "start with the events after this store index")
+	cmd.Flags().BoolVar(&noSnapshot, "no-snapshot", false, "start with live events, without the snapshot")
+	return cmd
+}

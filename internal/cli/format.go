@@ -1,0 +1,343 @@
+package cli
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// ago says how long before now t was: "just now", "42s ago", "3m ago",
+// "5h ago", "2d ago" ("in 3m" for the future, "-" for no time).
+func ago(now time.Time, ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	d := now.Sub(ts.AsTime())
+	if d < 0 {
+		return "in " + shortDuration(-d)
+	}
+	if d < time.Second {
+		return "just now"
+	}
+	return shortDuration(d) + " ago"
+}
+
+// shortDuration is d in its largest whole unit: 42s, 3m, 5h, 2d.
+func shortDuration(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+}
+
+// timestamp is t in RFC 3339 (UTC, seconds), or "-".
+func timestamp(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+// enumWord is an enum value in the short form people type: on-failure.
+func enumWord(e protoreflect.Enum) string {
+	d := e.Descriptor()
+	v := d.Values().ByNumber(e.Number())
+	if v == nil {
+		return strconv.Itoa(int(e.Number()))
+	}
+	var prefix strings.Builder
+	for i, r := range string(d.Name()) {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			prefix.WriteByte('_')
+		}
+		prefix.WriteRune(r)
+	}
+	name := strings.TrimPrefix(string(v.Name()), strings.ToUpper(prefix.String())+"_")
+	return strings.ReplaceAll(strings.ToLower(name), "_", "-")
+}
+
+// tags is "k=v,k2=v2" in key order, or "-".
+func tags(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func protocolWord(p norsk.Protocol) string {
+	if p == norsk.ProtocolAny {
+		return "tcp"
+	}
+	return enumWord(p)
+}
+
+// resolvedPort is "8080→32768/tcp".
+func resolvedPort(m *norsk.ResolvedPortMapping) string {
+	return fmt.Sprintf("%d→%d/%s", m.GetTarget(), m.GetPublished(), protocolWord(m.GetProtocol()))
+}
+
+// resolvedPorts lists an instance's published ports by service:
+// "web 8080→32768/tcp, rtmp 1935→32769/tcp".
+func resolvedPorts(byService map[string]*norsk.ResolvedPortMappings) string {
+	var parts []string
+	for _, svc := range slices.Sorted(maps.Keys(byService)) {
+		for _, m := range byService[svc].GetMappings() {
+			parts = append(parts, svc+" "+resolvedPort(m))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// specPort is a port of a service spec: "80→8080/tcp", "80→6000-6100/udp",
+// "80→*/tcp" (ephemeral).
+func specPort(p *norsk.PortMapping) string {
+	host := "*"
+	switch h := p.GetHostPort().(type) {
+	case *norsk.PortMapping_Specific:
+		host = strconv.Itoa(int(h.Specific))
+	case *norsk.PortMapping_Range:
+		host = fmt.Sprintf("%d-%d", h.Range.GetMinPort(), h.Range.GetMaxPort())
+	}
+	if p.GetHostAddress() != "" {
+		host = p.GetHostAddress() + ":" + host
+	}
+	return fmt.Sprintf("%d→%s/%s", p.GetContainerPort(), host, protocolWord(p.GetProtocol()))
+}
+
+// restartPolicy is "on-failure (3 in 60s)".
+func restartPolicy(r *norsk.RestartPolicy) string {
+	if r == nil || r.GetMode() == norsk.RestartModeUnspecified {
+		return "never"
+	}
+	s := enumWord(r.GetMode())
+	switch {
+	case r.GetCount() > 0 && r.GetPeriodS() > 0:
+		s += fmt.Sprintf(" (%d in %ds)", r.GetCount(), r.GetPeriodS())
+	case r.GetCount() > 0:
+		s += fmt.Sprintf(" (%d)", r.GetCount())
+	}
+	return s
+}
+
+// bytesIEC is n in binary units: "15.6 GiB".
+func bytesIEC(n uint64) string {
+	if n == 0 {
+		return "-"
+	}
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// durationMs is a millisecond count as a Go duration string, "-" for 0.
+func durationMs(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+// historyEvent names a history entry's event: created, running, stopping, ….
+func historyEvent(e *norsk.JobHistoryEntry) string {
+	if oo := e.ProtoReflect().Descriptor().Oneofs().ByName("event"); oo != nil {
+		if fd := e.ProtoReflect().WhichOneof(oo); fd != nil {
+			return string(fd.Name())
+		}
+	}
+	return "-"
+}
+
+// historyInstance is the instance an entry is about, or nil.
+func historyInstance(e *norsk.JobHistoryEntry) *norsk.InstanceRef {
+	switch {
+	case e.GetProvisioned() != nil:
+		return e.GetProvisioned().GetInstance()
+	case e.GetPrepared() != nil:
+		return e.GetPrepared().GetInstance()
+	case e.GetRunning() != nil:
+		return e.GetRunning().GetInstance()
+	case e.GetStopping() != nil:
+		return e.GetStopping().GetInstance()
+	case e.GetStopped() != nil:
+		return e.GetStopped().GetInstance()
+	}
+	return nil
+}
+
+// historyDetails says what else an entry carries: ports, reasons, hashes.
+func historyDetails(e *norsk.JobHistoryEntry) string {
+	var parts []string
+	switch {
+	case e.GetUpdated() != nil:
+		parts = append(parts, fmt.Sprintf("hash %d → %d", e.GetUpdated().GetPreviousHash(), e.GetUpdated().GetHash()))
+	case e.GetProvisioned() != nil:
+		p := e.GetProvisioned()
+		if p.GetRuntimeRole() != "" && p.GetRuntimeRole() != p.GetInstance().GetRole() {
+			parts = append(parts, "runtime role "+p.GetRuntimeRole())
+		}
+		if p.GetDeferStart() {
+			parts = append(parts, "deferred start")
+		}
+		if p.GetMigrationId() != "" {
+			parts = append(parts, "migration "+p.GetMigrationId())
+		}
+	case e.GetRunning() != nil:
+		if ports := resolvedPorts(e.GetRunning().GetServicePortMappings()); ports != "-" {
+			parts = append(parts, ports)
+		}
+		if e.GetRunning().GetAdopted() {
+			parts = append(parts, "adopted")
+		}
+	case e.GetStopping() != nil:
+		parts = append(parts, stoppingReason(e.GetStopping()))
+	case e.GetStopped() != nil:
+		if codes := e.GetStopped().GetExitCodes(); len(codes) > 0 {
+			var cs []string
+			for _, svc := range slices.Sorted(maps.Keys(codes)) {
+				cs = append(cs, fmt.Sprintf("%s=%d", svc, codes[svc]))
+			}
+			parts = append(parts, "exit "+strings.Join(cs, ","))
+		}
+	case e.GetRejected() != nil:
+		parts = append(parts, e.GetRejected().GetReason())
+	}
+	if ref := historyInstance(e); ref != nil && ref.GetFencingToken() != 0 {
+		parts = append(parts, fmt.Sprintf("token %d", ref.GetFencingToken()))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// stoppingReason is "job-failed: exit 1" or "user-requested".
+func stoppingReason(s *norsk.InstanceStopping) string {
+	r := enumWord(s.GetReason())
+	if s.GetAdditionalReason() != "" {
+		r += ": " + s.GetAdditionalReason()
+	}
+	return r
+}
+
+// instanceWhere is "primary@node-1".
+func instanceWhere(role, node string) string { return role + "@" + node }
+
+// eventKind is the name of an event's kind: job_updated, node_online, ….
+func eventKind(ev *norsk.Event) string {
+	if oo := ev.ProtoReflect().Descriptor().Oneofs().ByName("kind"); oo != nil {
+		if fd := ev.ProtoReflect().WhichOneof(oo); fd != nil {
+			return string(fd.Name())
+		}
+	}
+	return "unknown"
+}
+
+// eventSubject says what an event is about: the job, node or slot and what
+// happened to it.
+func eventSubject(ev *norsk.Event) string {
+	switch k := ev.GetKind().(type) {
+	case *norsk.Event_JobSnapshot:
+		j := k.JobSnapshot.GetJob()
+		return fmt.Sprintf("job %s %s", j.GetJobId(), enumWord(j.GetState()))
+	case *norsk.Event_NodeSnapshot:
+		return nodeSubject(k.NodeSnapshot, "")
+	case *norsk.Event_InitialDataComplete:
+		s := fmt.Sprintf("snapshot complete at index %d", k.InitialDataComplete.GetIndex())
+		if k.InitialDataComplete.GetResync() {
+			s += " (resync: replaces what came before)"
+		}
+		return s
+	case *norsk.Event_JobCreated:
+		return jobSubject(k.JobCreated)
+	case *norsk.Event_JobUpdated:
+		return jobSubject(k.JobUpdated)
+	case *norsk.Event_JobDeleted:
+		return "job " + k.JobDeleted.GetJobId()
+	case *norsk.Event_NodeOnline:
+		return nodeSubject(k.NodeOnline.GetNode(), k.NodeOnline.GetReason())
+	case *norsk.Event_NodeLost:
+		return nodeSubject(k.NodeLost.GetNode(), k.NodeLost.GetReason())
+	case *norsk.Event_NodeStopping:
+		return nodeSubject(k.NodeStopping.GetNode(), k.NodeStopping.GetReason())
+	case *norsk.Event_NodeTerminated:
+		return nodeSubject(k.NodeTerminated.GetNode(), k.NodeTerminated.GetReason())
+	case *norsk.Event_NodeTagsUpdated:
+		n := k.NodeTagsUpdated.GetNode()
+		return fmt.Sprintf("node %s tags %s", n.GetNodeId(), tags(n.GetTags()))
+	case *norsk.Event_ClusterSlotRegistered:
+		return slotSubject(k.ClusterSlotRegistered.GetSlot())
+	case *norsk.Event_ClusterSlotUpdated:
+		return slotSubject(k.ClusterSlotUpdated.GetSlot())
+	case *norsk.Event_ClusterSlotDeregistered:
+		return slotSubject(k.ClusterSlotDeregistered.GetSlot())
+	}
+	return "-"
+}
+
+func jobSubject(e *norsk.JobEvent) string {
+	s := "job " + e.GetJob().GetJob().GetJobId()
+	if entry := e.GetEntry(); entry != nil {
+		s += " " + historyEvent(entry)
+		if ref := historyInstance(entry); ref != nil {
+			s += " " + instanceWhere(ref.GetRole(), ref.GetNodeId())
+		}
+		if d := historyDetails(entry); d != "-" {
+			s += " (" + d + ")"
+		}
+	}
+	return s
+}
+
+func nodeSubject(n *norsk.Node, reason string) string {
+	s := fmt.Sprintf("node %s", n.GetNodeId())
+	if n.GetNodeName() != "" && n.GetNodeName() != n.GetNodeId() {
+		s += " (" + n.GetNodeName() + ")"
+	}
+	s += " " + enumWord(n.GetState())
+	if reason = cmp.Or(reason, n.GetStateReason()); reason != "" {
+		s += ": " + reason
+	}
+	return s
+}
+
+func slotSubject(sl *norsk.ClusterSlot) string {
+	s := fmt.Sprintf("slot %s (%s)", sl.GetNodeId(), sl.GetNodeName())
+	if sl.GetPool() != "" {
+		s += " pool " + sl.GetPool()
+	}
+	return s
+}

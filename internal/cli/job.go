@@ -1,0 +1,412 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+	"github.com/spf13/cobra"
+)
+
+// newJobCommand is the job group: specs, instances and history.
+func newJobCommand(g *globals) *cobra.Command {
+	cmd := newGroup("job", "Create, start, stop and inspect jobs")
+	cmd.AddCommand(
+		newJobCreateCommand(g),
+		newJobUpdateCommand(g),
+		newJobGetCommand(g),
+		newJobHistoryCommand(g),
+		newJobListCommand(g),
+		newJobDeleteCommand(g),
+		newJobStartCommand(g),
+		newJobStopCommand(g),
+		newJobStartPreparedCommand(g),
+		newJobCompleteCommand(g),
+		newJobFailCommand(g),
+	)
+	return cmd
+}
+
+// readSpec reads the file name ("-" = stdin).
+func (g *globals) readSpec(name string) ([]byte, error) {
+	if name == "" {
+		return nil, usageErrorf("give the job spec with -f FILE (- for stdin)")
+	}
+	if name == "-" {
+		data, err := io.ReadAll(g.in)
+		if err != nil {
+			return nil, fmt.Errorf("read the job spec from stdin: %w", err)
+		}
+		return data, nil
+	}
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, fmt.Errorf("read the job spec: %w", err)
+	}
+	return data, nil
+}
+
+// created is what job create prints for each job.
+type created struct {
+	JobID string `json:"jobId"`
+	Hash  string `json:"hash"` // a decimal string, as protojson writes int64
+}
+
+func newJobCreateCommand(g *globals) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "create -f FILE",
+		Short: "Create jobs from a YAML or JSON spec (several YAML documents create several jobs)",
+		Long: `Create the job (or jobs) of a spec file, YAML or JSON, with the API's field
+names (jobId or job_id) and enum values in full (RESTART_MODE_ON_FAILURE) or
+short (on-failure). Prints each job's id and hash, the revision "job update"
+must present (-o json: {"jobId", "hash"}, an array of them for several jobs).
+Jobs are created in order; the first failure stops the command.`,
+		Example: `  norsk-ctl job create -f news.yaml
+  cat news.json | norsk-ctl job create -f -`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			data, err := g.readSpec(file)
+			if err != nil {
+				return err
+			}
+			jobs, err := norsk.DecodeJobSpecs(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var out []created
+			for _, job := range jobs {
+				ctx, cancel := g.call(cmd.Context())
+				hash, err := m.CreateJob(ctx, job)
+				cancel()
+				if err != nil {
+					if len(out) > 0 {
+						g.printCreated(out)
+					}
+					return fmt.Errorf("create job %s: %w", job.GetJobId(), err)
+				}
+				out = append(out, created{JobID: job.GetJobId(), Hash: strconv.FormatInt(hash, 10)})
+			}
+			return g.printCreated(out)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "the job spec (- for stdin)")
+	return cmd
+}
+
+func (g *globals) printCreated(out []created) error {
+	var data any = out
+	if len(out) == 1 {
+		data = out[0]
+	}
+	return g.printer().Print(result{data: data, table: func(w io.Writer) {
+		fmt.Fprintln(w, "JOB\tHASH")
+		for _, c := range out {
+			fmt.Fprintf(w, "%s\t%s\n", c.JobID, c.Hash)
+		}
+	}})
+}
+
+func newJobUpdateCommand(g *globals) *cobra.Command {
+	var (
+		file   string
+		hash   int64
+		latest bool
+	)
+	cmd := &cobra.Command{
+		Use:   "update -f FILE [--hash N | --latest]",
+		Short: "Replace a job's spec (optimistic concurrency: the hash read must still be current)",
+		Long: `Replace the spec of the job the file names. The Manager applies it only if the
+job is still at the hash the caller read: the spec's currentHash, or --hash N.
+--latest reads the job's current hash first and uses it, overwriting whatever
+changed since. Running instances keep the spec they started with.`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("hash") && latest {
+				return usageErrorf("--hash and --latest exclude each other")
+			}
+			data, err := g.readSpec(file)
+			if err != nil {
+				return err
+			}
+			job, err := norsk.DecodeJobSpec(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			if job.GetJobId() == "" {
+				return fmt.Errorf("%s: the spec has no jobId", file)
+			}
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			switch {
+			case cmd.Flags().Changed("hash"):
+				job.CurrentHash = hash
+			case latest:
+				ctx, cancel := g.call(cmd.Context())
+				cur, err := m.JobById(ctx, job.GetJobId())
+				cancel()
+				if err != nil {
+					return fmt.Errorf("read the current hash of job %s: %w", job.GetJobId(), err)
+				}
+				job.CurrentHash = cur.GetJob().GetCurrentHash()
+				fmt.Fprintf(g.errOut, "Using the current hash %d of job %s (--latest).\n", job.CurrentHash, job.GetJobId())
+			case job.GetCurrentHash() == 0:
+				return usageErrorf("the spec has no currentHash: pass --hash N (the hash you read) or --latest")
+			}
+			prev := job.CurrentHash
+			ctx, cancel := g.call(cmd.Context())
+			defer cancel()
+			next, err := m.UpdateJob(ctx, job)
+			if err != nil {
+				if errors.Is(err, norsk.ErrFailedPrecondition) && !latest {
+					return fmt.Errorf("update job %s: %w (read the job again, or use --latest to overwrite)", job.GetJobId(), err)
+				}
+				return fmt.Errorf("update job %s: %w", job.GetJobId(), err)
+			}
+			c := created{JobID: job.GetJobId(), Hash: strconv.FormatInt(next, 10)}
+			return g.printer().Print(result{data: c, table: func(w io.Writer) {
+				fmt.Fprintf(w, "Job %s updated: hash %d → %d\n", c.JobID, prev, next)
+			}})
+		},
+	}
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "the job spec (- for stdin)")
+	cmd.Flags().Int64Var(&hash, "hash", 0, "the hash the update is based on (overrides the spec's currentHash)")
+	cmd.Flags().BoolVar(&latest, "latest", false, "base the update on the job's current hash, whatever it is")
+	return cmd
+}
+
+func newJobGetCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "get ID",
+		Short:             "Show a job: spec, state, instances and recent history",
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeJobIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			j, err := g.jobByID(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			return g.printer().Print(result{data: j, table: func(w io.Writer) { g.jobTable(w, j) }})
+		},
+	}
+}
+
+// jobByID fetches one job.
+func (g *globals) jobByID(cmd *cobra.Command, id string) (*norsk.JobWithHistory, error) {
+	m, err := g.manager(cmd.Context())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := g.call(cmd.Context())
+	defer cancel()
+	j, err := m.JobById(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("get job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+// jobTable writes the human view of one job.
+func (g *globals) jobTable(w io.Writer, j *norsk.JobWithHistory) {
+	job, now := j.GetJob(), g.now()
+	fmt.Fprintf(w, "Job:\t%s\n", job.GetJobId())
+	if job.GetDescription() != "" {
+		fmt.Fprintf(w, "Description:\t%s\n", job.GetDescription())
+	}
+	fmt.Fprintf(w, "State:\t%s\n", enumWord(job.GetState()))
+	if t := job.GetTerminalState(); t != nil {
+		fmt.Fprintf(w, "Terminal:\t%s", enumWord(t.GetKind()))
+		if t.GetReason() != "" {
+			fmt.Fprintf(w, ": %s", t.GetReason())
+		}
+		fmt.Fprintf(w, " (%s)\n", ago(now, t.GetAt()))
+	}
+	fmt.Fprintf(w, "Hash:\t%d\n", job.GetCurrentHash())
+	fmt.Fprintf(w, "Tags:\t%s\n", tags(job.GetTags()))
+	if job.GetStartDateTime() != nil {
+		fmt.Fprintf(w, "Start:\t%s (%s)\n", timestamp(job.GetStartDateTime()), ago(now, job.GetStartDateTime()))
+	}
+	if len(job.GetVolumes()) > 0 {
+		fmt.Fprintf(w, "Volumes:\t%s\n", strings.Join(job.GetVolumes(), ", "))
+	}
+	if r := job.GetAutoPlacement().GetRequirements(); job.GetAutoPlacement() != nil {
+		fmt.Fprintf(w, "Placement:\tautomatic, capacity %g", r.GetRequiredCapacity())
+		if r.RequiredCores != nil {
+			fmt.Fprintf(w, ", %d cores", r.GetRequiredCores())
+		}
+		if r.GetPriorityBand() != "" {
+			fmt.Fprintf(w, ", band %s", r.GetPriorityBand())
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "SERVICE\tIMAGE\tPORTS\tRESTART")
+	for _, s := range job.GetServices() {
+		var ports []string
+		for _, p := range s.GetPorts() {
+			ports = append(ports, specPort(p))
+		}
+		image := s.GetImage()
+		if image == "" && len(s.GetCommand()) > 0 {
+			image = strings.Join(s.GetCommand(), " ")
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.GetName(), dash(image), dash(strings.Join(ports, ", ")), restartPolicy(s.GetRestart()))
+	}
+	if len(j.GetInstances()) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "ROLE\tNODE\tPHASE\tDESIRED\tTOKEN\tBOUND\tPORTS")
+		for _, in := range j.GetInstances() {
+			phase := enumWord(in.GetPhase())
+			if in.GetPhase() == norsk.InstancePhaseStopped && in.GetStopReason() != norsk.StoppingReasonNodeStopped || in.GetStopAdditionalReason() != "" {
+				phase += " (" + stoppingReason(&norsk.InstanceStopping{Reason: in.GetStopReason(), AdditionalReason: in.GetStopAdditionalReason()}) + ")"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", in.GetRole(), in.GetNodeId(), phase, enumWord(in.GetDesired()),
+				in.GetFencingToken(), ago(now, in.GetBoundAt()), resolvedPorts(in.GetServicePortMappings()))
+		}
+	}
+	if h := j.GetHistory(); len(h) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "RECENT HISTORY")
+		historyTable(w, now, h[:min(len(h), 5)])
+	}
+}
+
+// historyTable writes history entries, in the order given (newest first).
+func historyTable(w io.Writer, now time.Time, entries []*norsk.JobHistoryEntry) {
+	fmt.Fprintln(w, "TIME	INDEX	EVENT	ROLE	NODE	DETAILS")
+	for _, e := range entries {
+		role, node := "-", "-"
+		if ref := historyInstance(e); ref != nil {
+			role, node = dash(ref.GetRole()), dash(ref.GetNodeId())
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", ago(now, e.GetTimestamp()), e.GetIndex(), historyEvent(e), role, node, historyDetails(e))
+	}
+}
+
+func newJobHistoryCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "history ID",
+		Short:             "Show a job's history, newest first: time, event, role, node and details",
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeJobIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			j, err := g.jobByID(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			h := j.GetHistory()
+			return g.printer().Print(result{data: messages(h), table: func(w io.Writer) { historyTable(w, g.now(), h) }})
+		},
+	}
+}
+
+func newJobDeleteCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "delete ID",
+		Short:             "Delete a job (its instances must be stopped)",
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeJobIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.jobAction(cmd, args[0], "deleted", func(m *norsk.Manager, ctx context.Context) error {
+				return m.DeleteJob(ctx, args[0])
+			})
+		},
+	}
+}
+
+func newJobCompleteCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "complete ID",
+		Short:             "Complete a job: stop its instances; it is never started again",
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeJobIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.jobAction(cmd, args[0], "completed", func(m *norsk.Manager, ctx context.Context) error {
+				return m.CompleteJob(ctx, args[0])
+			})
+		},
+	}
+}
+
+func newJobFailCommand(g *globals) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:               "fail ID --reason TEXT",
+		Short:             "Mark a job terminally failed, so that it is never placed again",
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeJobIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(reason) == "" {
+				return usageErrorf("--reason is required")
+			}
+			return g.jobAction(cmd, args[0], "marked failed", func(m *norsk.Manager, ctx context.Context) error {
+				return m.MarkJobFailed(ctx, args[0], reason)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why the job failed (recorded in its terminal state)")
+	return cmd
+}
+
+// done is what a command without an answer of its own prints.
+type done struct {
+	Kind   string `json:"kind"`
+	ID     string `json:"id"`
+	Result string `json:"result"`
+}
+
+// jobAction runs one call about job id and reports it.
+func (g *globals) jobAction(cmd *cobra.Command, id, what string, call func(*norsk.Manager, context.Context) error) error {
+	m, err := g.manager(cmd.Context())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := g.call(cmd.Context())
+	defer cancel()
+	if err := call(m, ctx); err != nil {
+		return fmt.Errorf("%s job %s: %w", strings.Fields(cmd.Use)[0], id, err)
+	}
+	return g.printDone("job", id, what)
+}
+
+// printDone reports a call that returns nothing.
+func (g *globals) printDone(kind, id, what string) error {
+	d := done{Kind: kind, ID: id, Result: what}
+	return g.printer().Print(result{data: d, table: func(w io.Writer) {
+		fmt.Fprintf(w, "%s %s %s\n", strings.ToUpper(kind[:1])+kind[1:], id, what)
+	}})
+}
+
+// completeJobIDs offers the ids of the Manager's jobs.
+func (g *globals) completeJobIDs(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	m, err := g.manager(cmd.Context())
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := g.call(cmd.Context())
+	defer cancel()
+	jobs, err := m.JobSearch(ctx, norsk.JobSearchSettings{})
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ids := make([]string, 0, len(jobs))
+	for _, j := range jobs {
+		ids = append(ids, j.GetJob().GetJobId()+"\t"+enumWord(j.GetJob().GetState()))
+	}
+	return ids, cobra.ShellCompDirectiveNoFileComp
+}

@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+	"github.com/spf13/cobra"
+)
+
+// jobListFlags are the filters of job list.
+type jobListFlags struct {
+	tagEq, tagNeq, tagRe []string
+	tagExists, tagAbsent []string
+	ids, idNeq, idRe     []string
+	createdAfter, createdBefore,
+	updatedAfter, updatedBefore,
+	startAfter, startBefore string
+	limit   uint32
+	after   string
+	history bool
+}
+
+func newJobListCommand(g *globals) *cobra.Command {
+	var f jobListFlags
+	cmd := &cobra.Command{
+		Use:   "list [filters]",
+		Short: "List jobs, filtered by tags, ids and dates (every filter must match)",
+		Long: `List jobs in id order. Every filter given must match. Dates are RFC 3339
+(2025-03-01T12:00:00Z), a day (2025-03-01, UTC) or a duration meaning that long
+ago (90m, 1h, 2d).`,
+		Example: `  norsk-ctl job list --tag channel=news --tag-absent retired
+  norsk-ctl job list --id-re 'news-[0-9]+' --created-after 2d -o json`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			settings, err := f.settings(g.now())
+			if err != nil {
+				return err
+			}
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.call(cmd.Context())
+			defer cancel()
+			jobs, err := m.JobSearch(ctx, settings)
+			if err != nil {
+				return fmt.Errorf("list jobs: %w", err)
+			}
+			return g.printer().Print(result{data: messages(jobs), table: func(w io.Writer) { jobsTable(w, jobs) }})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringArrayVar(&f.tagEq, "tag", nil, "tag KEY=VALUE: the tag has this value (repeatable)")
+	fl.StringArrayVar(&f.tagNeq, "tag-neq", nil, "tag KEY=VALUE: the tag is absent or has another value")
+	fl.StringArrayVar(&f.tagRe, "tag-re", nil, "tag KEY=REGEX: the tag's whole value matches the RE2 expression")
+	fl.StringArrayVar(&f.tagExists, "tag-exists", nil, "the tag KEY is present")
+	fl.StringArrayVar(&f.tagAbsent, "tag-absent", nil, "the tag KEY is absent")
+	fl.StringArrayVar(&f.ids, "id", nil, "the job id is ID")
+	fl.StringArrayVar(&f.idNeq, "id-neq", nil, "the job id is not ID")
+	fl.StringArrayVar(&f.idRe, "id-re", nil, "the whole job id matches the RE2 expression")
+	fl.StringVar(&f.createdAfter, "created-after", "", "created after this time")
+	fl.StringVar(&f.createdBefore, "created-before", "", "created before this time")
+	fl.StringVar(&f.updatedAfter, "updated-after", "", "spec last changed after this time")
+	fl.StringVar(&f.updatedBefore, "updated-before", "", "spec last changed before this time")
+	fl.StringVar(&f.startAfter, "start-after", "", "startDateTime after this time")
+	fl.StringVar(&f.startBefore, "start-before", "", "startDateTime before this time")
+	fl.Uint32Var(&f.limit, "limit", 0, "at most this many jobs (0 = all)")
+	fl.StringVar(&f.after, "after-id", "", "only jobs whose id sorts after this one (paging)")
+	fl.BoolVar(&f.history, "history", false, "include each job's history (json and yaml output)")
+	return cmd
+}
+
+// settings turns the flags into search settings; bad values are usage
+// errors.
+func (f *jobListFlags) settings(now time.Time) (norsk.JobSearchSettings, error) {
+	s := norsk.JobSearchSettings{Limit: f.limit, AfterJobID: f.after, IncludeHistory: f.history}
+	pairs := []struct {
+		flag   string
+		values []string
+		filter func(k, v string) *norsk.JobFilter
+	}{
+		{"--tag", f.tagEq, norsk.TagEq},
+		{"--tag-neq", f.tagNeq, norsk.TagNeq},
+		{"--tag-re", f.tagRe, norsk.TagRegex},
+	}
+	for _, p := range pairs {
+		for _, kv := range p.values {
+			k, v, err := splitKV(p.flag, kv)
+			if err != nil {
+				return s, err
+			}
+			s.Filters = append(s.Filters, p.filter(k, v))
+		}
+	}
+	for _, k := range f.tagExists {
+		s.Filters = append(s.Filters, norsk.TagExists(k))
+	}
+	for _, k := range f.tagAbsent {
+		s.Filters = append(s.Filters, norsk.TagAbsent(k))
+	}
+	for _, id := range f.ids {
+		s.Filters = append(s.Filters, norsk.IdEq(id))
+	}
+	for _, id := range f.idNeq {
+		s.Filters = append(s.Filters, norsk.IdNeq(id))
+	}
+	for _, re := range f.idRe {
+		s.Filters = append(s.Filters, norsk.IdRegex(re))
+	}
+	dates := []struct {
+		flag   string
+		value  string
+		field  norsk.DateField
+		filter func(norsk.DateField, time.Time) *norsk.JobFilter
+	}{
+		{"--created-after", f.createdAfter, norsk.DateFieldCreated, norsk.DateAfter},
+		{"--created-before", f.createdBefore, norsk.DateFieldCreated, norsk.DateBefore},
+		{"--updated-after", f.updatedAfter, norsk.DateFieldUpdated, norsk.DateAfter},
+		{"--updated-before", f.updatedBefore, norsk.DateFieldUpdated, norsk.DateBefore},
+		{"--start-after", f.startAfter, norsk.DateFieldStart, norsk.DateAfter},
+		{"--start-before", f.startBefore, norsk.DateFieldStart, norsk.DateBefore},
+	}
+	for _, d := range dates {
+		if d.value == "" {
+			continue
+		}
+		t, err := parseWhen(d.value, now)
+		if err != nil {
+			return s, usageErrorf("%s: %v", d.flag, err)
+		}
+		s.Filters = append(s.Filters, d.filter(d.field, t))
+	}
+	return s, nil
+}
+
+// splitKV splits "key=value" (the value may be empty; the key may not).
+func splitKV(flag, kv string) (string, string, error) {
+	k, v, ok := strings.Cut(kv, "=")
+	if !ok || k == "" {
+		return "", "", usageErrorf("%s %q: want KEY=VALUE", flag, kv)
+	}
+	return k, v, nil
+}
+
+// parseWhen reads a point in time: RFC 3339, a day (UTC), or a duration
+// before now ("90m", "1h", "2d", "1d12h").
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	d, err := parseDuration(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither a time (RFC 3339 or 2006-01-02) nor a duration (1h, 2d)", s)
+	}
+	return now.Add(-d), nil
+}
+
+// parseDuration is time.ParseDuration that also takes days: "2d", "1d12h".
+func parseDuration(s string) (time.Duration, error) {
+	var days time.Duration
+	if i := strings.IndexByte(s, 'd'); i > 0 {
+		n, err := strconv.Atoi(s[:i])
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("bad duration %q", s)
+		}
+		days, s = time.Duration(n)*24*time.Hour, s[i+1:]
+		if s == "" {
+			return days, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("bad duration %q", s)
+	}
+	return days + d, nil
+}
+
+// jobsTable writes one row per job.
+func jobsTable(w io.Writer, jobs []*norsk.JobWithHistory) {
+	fmt.Fprintln(w, "ID\tSTATE\tINSTANCES\tSERVICES\tTAGS\tDESCRIPTION")
+	for _, j := range jobs {
+		job := j.GetJob()
+		state := enumWord(job.GetState())
+		if t := job.GetTerminalState(); t != nil {
+			state += " (" + enumWord(t.GetKind()) + ")"
+		}
+		var instances []string
+		for _, in := range j.GetInstances() {
+			if in.GetPhase() == norsk.InstancePhaseStopped {
+				continue
+			}
+			instances = append(instances, instanceWhere(in.GetRole(), in.GetNodeId())+" "+enumWord(in.GetPhase()))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", job.GetJobId(), state, dash(strings.Join(instances, ", ")),
+			len(job.GetServices()), tags(job.GetTags()), dash(job.GetDescription()))
+	}
+}

@@ -1,0 +1,253 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+	"github.com/spf13/cobra"
+)
+
+// newNodeCommand is the node group: the machines that run job instances.
+func newNodeCommand(g *globals) *cobra.Command {
+	cmd := newGroup("node", "List, inspect, tag and terminate nodes")
+	cmd.AddCommand(
+		newNodeListCommand(g),
+		newNodeGetCommand(g),
+		newNodeTerminateCommand(g),
+		newNodeTagCommand(g),
+		newNodeIdleExpiryCommand(g),
+	)
+	return cmd
+}
+
+func (g *globals) listNodes(cmd *cobra.Command) ([]*norsk.Node, error) {
+	m, err := g.manager(cmd.Context())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := g.call(cmd.Context())
+	defer cancel()
+	nodes, err := m.ListNodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return nodes, nil
+}
+
+func newNodeListCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List every node the Manager knows, with its state, hardware, load and jobs",
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nodes, err := g.listNodes(cmd)
+			if err != nil {
+				return err
+			}
+			return g.printer().Print(result{data: messages(nodes), table: func(w io.Writer) { nodesTable(w, g.now(), nodes) }})
+		},
+	}
+}
+
+func nodesTable(w io.Writer, now time.Time, nodes []*norsk.Node) {
+	fmt.Fprintln(w, "ID\tNAME\tPROVIDER\tSTATE\tSINCE\tADDRESS\tCPUS\tMEMORY\tLOAD\tJOBS\tTAGS")
+	for _, n := range nodes {
+		state := enumWord(n.GetState())
+		if n.GetState() == norsk.NodeStateOnline && !n.GetConnected() {
+			state += " (disconnected)"
+		}
+		load := "-"
+		if l := n.GetLoad(); l != nil {
+			load = fmt.Sprintf("%.0f%%", l.GetCpuPercent())
+		}
+		cpus := "-"
+		if v := n.GetHardware().GetVcpus(); v > 0 {
+			cpus = fmt.Sprint(v)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.GetNodeId(), dash(n.GetNodeName()), dash(n.GetProvider()),
+			state, ago(now, n.GetStateSince()), dash(n.GetAddress()), cpus, bytesIEC(n.GetHardware().GetMemoryBytes()),
+			load, len(n.GetInstances()), tags(n.GetTags()))
+	}
+}
+
+func newNodeGetCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "get ID",
+		Short:             "Show one node",
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeNodeIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nodes, err := g.listNodes(cmd)
+			if err != nil {
+				return err
+			}
+			for _, n := range nodes {
+				if n.GetNodeId() == args[0] {
+					return g.printer().Print(result{data: n, table: func(w io.Writer) { nodeTable(w, g.now(), n) }})
+				}
+			}
+			return fmt.Errorf("node %s: %w", args[0], norsk.ErrNotFound)
+		},
+	}
+}
+
+func nodeTable(w io.Writer, now time.Time, n *norsk.Node) {
+	fmt.Fprintf(w, "Node:\t%s\n", n.GetNodeId())
+	fmt.Fprintf(w, "Name:\t%s\n", dash(n.GetNodeName()))
+	fmt.Fprintf(w, "Provider:\t%s\n", dash(n.GetProvider()))
+	state := enumWord(n.GetState()) + " since " + ago(now, n.GetStateSince())
+	if n.GetStateReason() != "" {
+		state += ": " + n.GetStateReason()
+	}
+	fmt.Fprintf(w, "State:\t%s\n", state)
+	fmt.Fprintf(w, "Connected:\t%v", n.GetConnected())
+	if n.GetLastSeen() != nil {
+		fmt.Fprintf(w, " (last seen %s)", ago(now, n.GetLastSeen()))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Address:\t%s\n", dash(n.GetAddress()))
+	fmt.Fprintf(w, "Tags:\t%s\n", tags(n.GetTags()))
+	if hw := n.GetHardware(); hw != nil {
+		fmt.Fprintf(w, "Hardware:\t%d vCPUs, %s memory", hw.GetVcpus(), bytesIEC(hw.GetMemoryBytes()))
+		if hw.GetArchitecture() != norsk.ArchitectureUnspecified {
+			fmt.Fprintf(w, ", %s", enumWord(hw.GetArchitecture()))
+		}
+		if hw.GetHostname() != "" {
+			fmt.Fprintf(w, ", host %s", hw.GetHostname())
+		}
+		fmt.Fprintln(w)
+		for _, gpu := range hw.GetGpus() {
+			fmt.Fprintf(w, "GPU:\t%s (capacity %g)\n", gpu.GetModel(), gpu.GetCapacity())
+		}
+	}
+	if caps := n.GetCapabilities(); len(caps) > 0 {
+		var cs []string
+		for _, c := range caps {
+			cs = append(cs, fmt.Sprintf("%s×%d", c.GetName(), c.GetCount()))
+		}
+		fmt.Fprintf(w, "Capabilities:\t%s\n", strings.Join(cs, ", "))
+	}
+	fmt.Fprintf(w, "Runtime:\t%s (worker %s)\n", dash(n.GetRuntime()), dash(n.GetWorkerVersion()))
+	if l := n.GetLoad(); l != nil {
+		fmt.Fprintf(w, "Load:\tCPU %.0f%%, memory %s, %d instances (%s)\n", l.GetCpuPercent(), bytesIEC(l.GetMemoryUsedBytes()), l.GetInstances(), ago(now, l.GetMeasuredAt()))
+	}
+	fmt.Fprintf(w, "Idle expiry:\t%s\n", durationMs(n.GetIdleExpiryMs()))
+	fmt.Fprintf(w, "Registered:\t%s (%s)\n", timestamp(n.GetRegisteredAt()), ago(now, n.GetRegisteredAt()))
+	if ins := n.GetInstances(); len(ins) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "JOB\tROLE\tTOKEN")
+		for _, in := range ins {
+			fmt.Fprintf(w, "%s\t%s\t%d\n", in.GetJobId(), in.GetRole(), in.GetFencingToken())
+		}
+	}
+}
+
+func newNodeTerminateCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "terminate ID",
+		Short:             "Forcibly stop a node: its instances are stopped and its provider releases it",
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeNodeIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.call(cmd.Context())
+			defer cancel()
+			if err := m.TerminateNode(ctx, args[0]); err != nil {
+				return fmt.Errorf("terminate node %s: %w", args[0], err)
+			}
+			return g.printDone("node", args[0], "terminated")
+		},
+	}
+}
+
+func newNodeTagCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "tag ID KEY=VALUE [KEY=VALUE…]",
+		Short: "Merge tags onto a node (KEY= sets an empty value); other tags are kept",
+		Example: `  norsk-ctl node tag node-1 az=eu-west-1a rack=r12
+  norsk-ctl node tag node-1 spare=true   # a hot spare (local servers only)`,
+		Args:              minArgs("ID", "KEY=VALUE"),
+		ValidArgsFunction: g.completeNodeIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			set := map[string]string{}
+			for _, kv := range args[1:] {
+				k, v, err := splitKV("tag", kv)
+				if err != nil {
+					return err
+				}
+				set[k] = v
+			}
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.call(cmd.Context())
+			defer cancel()
+			n, err := m.SetNodeTags(ctx, args[0], set)
+			if err != nil {
+				return fmt.Errorf("tag node %s: %w", args[0], err)
+			}
+			return g.printer().Print(result{data: n, table: func(w io.Writer) {
+				fmt.Fprintf(w, "Node %s tags: %s\n", n.GetNodeId(), tags(n.GetTags()))
+			}})
+		},
+	}
+}
+
+func newNodeIdleExpiryCommand(g *globals) *cobra.Command {
+	var set string
+	cmd := &cobra.Command{
+		Use:   "idle-expiry ID [--set DURATION|0]",
+		Short: "Show or set a node's own idle expiry (how long the reaper leaves it empty)",
+		Long: `Without --set, show the node's idle-expiry override and the expiry in force.
+--set DURATION (e.g. 30m, 2h, 1d) gives the node its own grace before the
+empty-node reaper terminates it; --set 0 clears it (the daemon-wide value then
+applies). The setting survives a Manager restart.`,
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeNodeIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var d time.Duration
+			if cmd.Flags().Changed("set") {
+				var err error
+				if d, err = parseDuration(set); err != nil || (d > 0 && d < time.Millisecond) {
+					return usageErrorf("--set %q: want a duration such as 30m, 2h or 1d, or 0", set)
+				}
+			}
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.call(cmd.Context())
+			defer cancel()
+			var ie *norsk.NodeIdleExpiry
+			if cmd.Flags().Changed("set") {
+				ie, err = m.SetNodeIdleExpiry(ctx, args[0], d)
+			} else {
+				ie, err = m.GetNodeIdleExpiry(ctx, args[0])
+			}
+			if err != nil {
+				return fmt.Errorf("idle expiry of node %s: %w", args[0], err)
+			}
+			return g.printer().Print(result{data: ie, table: func(w io.Writer) { idleExpiryTable(w, ie) }})
+		},
+	}
+	cmd.Flags().StringVar(&set, "set", "", "the node's idle expiry (0 clears the override)")
+	return cmd
+}
+
+func idleExpiryTable(w io.Writer, ie *norsk.NodeIdleExpiry) {
+	fmt.Fprintf(w, "Node:\t%s\n", ie.GetNodeId())
+	if ie.GetIdleExpiryMs() == 0 {
+		fmt.Fprintf(w, "Override:\tnone\n")
+		fmt.Fprintf(w, "In force:\t%s (the daemon-wide value)\n", durationMs(ie.GetEffectiveIdleExpiryMs()))
+		return
+	}
+	fmt.Fprintf(w, "Override:\t%s\n", durationMs(ie.GetIdleExpiryMs()))
+	fmt.Fprintf(w, "In force:\t%s\n", durationMs(ie.GetEffectiveIdleExpiryMs()))
+}

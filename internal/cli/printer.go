@@ -1,0 +1,197 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+)
+
+// printer writes command results in one output format. One implementation
+// per format: tablePrinter (for people), jsonPrinter (the API messages as
+// protobuf JSON: one JSON document per result, a list as a JSON array) and
+// yamlPrinter (the same JSON as YAML).
+type printer interface {
+	// Print writes one result.
+	Print(r result) error
+	// Event writes one event of a stream on its own line (json: one compact
+	// object per line; yaml: one document each).
+	Event(ev *norsk.Event) error
+}
+
+// result is what a command prints: data for the machine formats, table for
+// people.
+type result struct {
+	// data is a proto.Message, a []proto.Message (printed as a JSON array)
+	// or a plain Go value encoded with encoding/json.
+	data any
+	// table writes the human form to a tabwriter; the printer flushes it.
+	table func(w io.Writer)
+}
+
+func newPrinter(format string, out io.Writer) printer {
+	switch format {
+	case "json":
+		return &jsonPrinter{out: out}
+	case "yaml":
+		return &yamlPrinter{out: out}
+	}
+	return &tablePrinter{out: out}
+}
+
+// messages converts a typed slice of messages to the []proto.Message of
+// result.data.
+func messages[T proto.Message](xs []T) []proto.Message {
+	out := make([]proto.Message, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}
+
+// tablePrinter writes aligned columns with text/tabwriter.
+type tablePrinter struct{ out io.Writer }
+
+func (p *tablePrinter) Print(r result) error {
+	tw := tabwriter.NewWriter(p.out, 0, 4, 2, ' ', 0)
+	r.table(tw)
+	return tw.Flush()
+}
+
+func (p *tablePrinter) Event(ev *norsk.Event) error {
+	_, err := fmt.Fprintf(p.out, "%-8d %s  %-26s %s\n", ev.GetIndex(), eventTime(ev), eventKind(ev), eventSubject(ev))
+	return err
+}
+
+func eventTime(ev *norsk.Event) string {
+	if ev.GetTimestamp() == nil {
+		return strings.Repeat(" ", len("2006-01-02T15:04:05.000Z"))
+	}
+	return ev.GetTimestamp().AsTime().UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// jsonPrinter writes protobuf JSON.
+type jsonPrinter struct{ out io.Writer }
+
+var protoJSON = protojson.MarshalOptions{}
+
+func (p *jsonPrinter) Print(r result) error {
+	js, err := toJSON(r.data)
+	if err != nil {
+		return err
+	}
+	var buf strings.Builder
+	if err := indentJSON(&buf, js); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(p.out, buf.String())
+	return err
+}
+
+func (p *jsonPrinter) Event(ev *norsk.Event) error {
+	js, err := protoJSON.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	var buf strings.Builder
+	if err := compactJSON(&buf, js); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(p.out, buf.String())
+	return err
+}
+
+// yamlPrinter writes the JSON form as YAML.
+type yamlPrinter struct{ out io.Writer }
+
+func (p *yamlPrinter) Print(r result) error {
+	js, err := toJSON(r.data)
+	if err != nil {
+		return err
+	}
+	y, err := yaml.JSONToYAML(js)
+	if err != nil {
+		return fmt.Errorf("encode YAML: %w", err)
+	}
+	_, err = p.out.Write(y)
+	return err
+}
+
+func (p *yamlPrinter) Event(ev *norsk.Event) error {
+	js, err := protoJSON.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	y, err := yaml.JSONToYAML(js)
+	if err != nil {
+		return fmt.Errorf("encode YAML: %w", err)
+	}
+	_, err = fmt.Fprintf(p.out, "---\n%s", y)
+	return err
+}
+
+// toJSON encodes a result's data: messages with protojson, lists of them as
+// a JSON array, anything else with encoding/json.
+func toJSON(data any) ([]byte, error) {
+	switch d := data.(type) {
+	case proto.Message:
+		js, err := protoJSON.Marshal(d)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", d.ProtoReflect().Descriptor().Name(), err)
+		}
+		return js, nil
+	case []proto.Message:
+		list := make([]json.RawMessage, len(d))
+		for i, m := range d {
+			js, err := toJSON(m)
+			if err != nil {
+				return nil, err
+			}
+			list[i] = js
+		}
+		return json.Marshal(list)
+	}
+	js, err := json.Marshal(data)
+	if err != nil {
+		return nil, fmt.Errorf("encode JSON: %w", err)
+	}
+	return js, nil
+}
+
+func indentJSON(w *strings.Builder, js []byte) error {
+	var v json.RawMessage = js
+	out, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	w.Write(out)
+	return nil
+}
+
+func compactJSON(w *strings.Builder, js []byte) error {
+	var v json.RawMessage = js
+	out, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	w.Write(out)
+	return nil
+}
+
+// protoObject is a message's protojson, for embedding in a plain result.
+func protoObject(m proto.Message) json.RawMessage {
+	if m == nil {
+		return json.RawMessage("null")
+	}
+	js, err := protoJSON.Marshal(m)
+	if err != nil {
+		return json.RawMessage("null")
+	}
+	return js
+}

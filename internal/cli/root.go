@@ -1,0 +1,298 @@
+// Package cli implements norsk-ctl, the command-line client of the Norsk
+// Manager: one cobra command per API call, grouped by noun (job, node, slot,
+// events, version), talking to the Manager only through the Go SDK
+// (sdk/norsk). cmd/norsk-ctl is a thin main around Main.
+//
+// Each command group lives in its own file and is built by a
+// newXxxCommand(*globals) constructor listed in rootCommands; a new group (or
+// the worker command) is plugged in by appending its constructor there.
+// Results are written by a printer (printer.go) chosen with -o: a table for
+// people, or the API's protobuf JSON (or its YAML form) for scripts.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+	"github.com/spf13/cobra"
+)
+
+// Version is the client's version, set at link time with
+// -ldflags "-X github.com/norsk-go/norsk-manager/internal/cli.Version=v1.2.3";
+// without it the module version from the build info is used.
+var Version = ""
+
+// rootCommands are the constructors of the top-level commands, in the order
+// help lists them. To add a command group, write its constructor in its own
+// file and append it here (e.g. newWorkerCommand).
+var rootCommands = []func(*globals) *cobra.Command{
+	newVersionCommand,
+	newJobCommand,
+	newNodeCommand,
+	newSlotCommand,
+	newEventsCommand,
+}
+
+// globals are the settings every command shares (the global flags) and the
+// connection to the Manager, made on first use.
+type globals struct {
+	// managerURL is --manager-url ($NORSK_MANAGER_URL, else the local dev
+	// Manager); token is --token ($NORSK_TOKEN).
+	managerURL string
+	token      string
+	// output is -o: table, json or yaml.
+	output string
+	// timeout bounds each call to the Manager (not the waits of --wait or
+	// the events stream).
+	timeout time.Duration
+
+	in     io.Reader
+	out    io.Writer
+	errOut io.Writer
+	now    func() time.Time
+	// httpClient, when set, replaces the SDK's HTTP client (tests).
+	httpClient *http.Client
+
+	mgr *norsk.Manager
+}
+
+func newGlobals(in io.Reader, out, errOut io.Writer) *globals {
+	return &globals{in: in, out: out, errOut: errOut, now: time.Now}
+}
+
+// manager returns the connection to the Manager, connecting on first use.
+func (g *globals) manager(ctx context.Context) (*norsk.Manager, error) {
+	if g.mgr != nil {
+		return g.mgr, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	m, err := norsk.Connect(ctx, norsk.Settings{
+		URL:         g.managerURL,
+		Token:       g.token,
+		HTTPClient:  g.httpClient,
+		ClientLabel: "norsk-ctl " + clientVersion(),
+		Logger:      g.logger(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.mgr = m
+	return m, nil
+}
+
+// logger writes the SDK's notices (event-stream reconnects) to stderr,
+// without timestamps.
+func (g *globals) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+}
+
+// call returns the context of one call to the Manager: ctx bounded by
+// --timeout.
+func (g *globals) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.timeout)
+}
+
+// close releases the connection.
+func (g *globals) close() {
+	if g.mgr != nil {
+		g.mgr.Close()
+		g.mgr = nil
+	}
+}
+
+// printer returns the printer -o selects.
+func (g *globals) printer() printer {
+	return newPrinter(g.output, g.out)
+}
+
+// NewRootCommand builds the norsk-ctl command tree writing to the standard
+// streams. Main runs it; it is exported for documentation generators.
+func NewRootCommand() *cobra.Command {
+	return newRootCommand(newGlobals(os.Stdin, os.Stdout, os.Stderr))
+}
+
+func newRootCommand(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "norsk-ctl",
+		Short: "Control a Norsk Manager: jobs, nodes, cluster slots, events",
+		Long: `norsk-ctl talks to a Norsk Manager (--manager-url, $NORSK_MANAGER_URL; the local
+development Manager by default) and covers its API: jobs and their instances,
+nodes, cluster slots (registered local servers) and the event stream.
+
+Output is a table by default; -o json prints the API's protobuf JSON and -o yaml
+the same as YAML, for scripts.`,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		Args:              noSubcommand,
+		RunE:              groupRun,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return g.validate() },
+	}
+	root.SetIn(g.in)
+	root.SetOut(g.out)
+	root.SetErr(g.errOut)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+
+	defaultURL := os.Getenv(norsk.EnvManagerURL)
+	if defaultURL == "" {
+		defaultURL = norsk.DefaultURL
+	}
+	f := root.PersistentFlags()
+	f.StringVar(&g.managerURL, "manager-url", defaultURL, "URL of the Manager: host:port, http://… or https://… (env "+norsk.EnvManagerURL+")")
+	f.StringVar(&g.token, "token", "", "API bearer token (env "+norsk.EnvToken+")")
+	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
+	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the Manager")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
+
+	for _, c := range rootCommands {
+		root.AddCommand(c(g))
+	}
+	return root
+}
+
+var outputFormats = []string{"table", "json", "yaml"}
+
+// validate checks the global flags.
+func (g *globals) validate() error {
+	if !slices.Contains(outputFormats, g.output) {
+		return usageErrorf("invalid output format %q (want one of %s)", g.output, strings.Join(outputFormats, ", "))
+	}
+	if g.timeout <= 0 {
+		return usageErrorf("--timeout must be positive")
+	}
+	if g.token == "" {
+		g.token = os.Getenv(norsk.EnvToken)
+	}
+	return nil
+}
+
+// newGroup returns a command that only holds subcommands: without one it
+// prints its help, with an unknown one it is a usage error.
+func newGroup(use, short string, aliases ...string) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Aliases: aliases, Args: noSubcommand, RunE: groupRun}
+}
+
+func noSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	cmd.SuggestionsMinimumDistance = 2
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+	}
+	return usageError{errors.New(msg)}
+}
+
+func groupRun(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+
+// usageError is a mistake in the command line: Main exits with 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// exactArgs is cobra.ExactArgs with a usage error that names the arguments.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != len(names) {
+			return usageErrorf("%s takes %d argument(s) (%s), got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
+		}
+		return nil
+	}
+}
+
+// minArgs requires at least the named arguments.
+func minArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < len(names) {
+			return usageErrorf("%s needs at least %d argument(s) (%s), got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
+		}
+		return nil
+	}
+}
+
+// Exit codes of Main.
+const (
+	ExitOK    = 0
+	ExitError = 1
+	ExitUsage = 2
+)
+
+// Main runs norsk-ctl with args (without the program name) and returns the
+// exit code: 0, 1 for a failed command, 2 for a usage error. Errors are
+// printed to stderr as "Error: <message>". ctx ends long-running commands
+// (events, --wait) when cancelled, e.g. on an interrupt.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return run(ctx, newGlobals(stdin, stdout, stderr), args)
+}
+
+func run(ctx context.Context, g *globals, args []string) int {
+	root := newRootCommand(g)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	g.close()
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintf(g.errOut, "Error: %s\n", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		if cmd != nil {
+			fmt.Fprintf(g.errOut, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		}
+		return ExitUsage
+	}
+	return ExitError
+}
+
+// TranslateLegacyMode rewrites the seed's worker invocation,
+// "norsk-ctl --mode=worker --token=… --manager-url=…", into the worker
+// subcommand: when args (without the program name) hold --mode=worker or
+// --mode worker, that flag is dropped and "worker" put first. Other
+// arguments are returned unchanged.
+func TranslateLegacyMode(args []string) []string {
+	for i, a := range args {
+		switch {
+		case a == "--mode=worker" || a == "-mode=worker":
+			return slices.Concat([]string{"worker"}, args[:i], args[i+1:])
+		case (a == "--mode" || a == "-mode") && i+1 < len(args) && args[i+1] == "worker":
+			return slices.Concat([]string{"worker"}, args[:i], args[i+2:])
+		case a == "--":
+			return args
+		}
+	}
+	return args
+}
+
+// clientVersion is Version, else the module version of the build.
+func clientVersion() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

@@ -1,0 +1,183 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+
+	"github.com/spf13/cobra"
+)
+
+// newSlotCommand is the slot group (alias cluster-node): pre-registered
+// local servers and their registration tokens.
+func newSlotCommand(g *globals) *cobra.Command {
+	cmd := newGroup("slot", "Register local servers (cluster slots) and hand out their worker tokens", "cluster-node", "slots")
+	cmd.AddCommand(
+		newSlotRegisterCommand(g),
+		newSlotListCommand(g),
+		newSlotDeregisterCommand(g),
+		newSlotSetPoolCommand(g),
+	)
+	return cmd
+}
+
+// registration is what slot register prints in json and yaml.
+type registration struct {
+	NodeID        string `json:"nodeId"`
+	NodeName      string `json:"nodeName"`
+	Pool          string `json:"pool,omitempty"`
+	Token         string `json:"token"`
+	ManagerURL    string `json:"managerUrl"`
+	WorkerCommand string `json:"workerCommand"`
+}
+
+func newSlotRegisterCommand(g *globals) *cobra.Command {
+	var pool string
+	cmd := &cobra.Command{
+		Use:   "register NAME [--pool POOL]",
+		Short: "Register a local server; prints the one-shot token and the command its worker runs",
+		Args:  exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.call(cmd.Context())
+			defer cancel()
+			res, err := m.RegisterClusterNode(ctx, args[0], pool)
+			if err != nil {
+				return fmt.Errorf("register cluster slot %s: %w", args[0], err)
+			}
+			r := registration{
+				NodeID: res.GetNodeId(), NodeName: args[0], Pool: pool, Token: res.GetToken(), ManagerURL: m.URL(),
+				WorkerCommand: fmt.Sprintf("norsk-ctl worker --token %s --manager-url %s", res.GetToken(), m.URL()),
+			}
+			return g.printer().Print(result{data: r, table: func(w io.Writer) {
+				fmt.Fprintf(w, "Registered cluster slot %s as node %s", r.NodeName, r.NodeID)
+				if pool != "" {
+					fmt.Fprintf(w, " in pool %s", pool)
+				}
+				fmt.Fprintf(w, ".\nToken (one-shot; \"slot list\" shows it again): %s\n\n", r.Token)
+				fmt.Fprintf(w, "Run this on the server:\n\n  %s\n", r.WorkerCommand)
+				if isLoopback(r.ManagerURL) {
+					fmt.Fprintf(w, "\n(%s is this machine: on another server, use an address of the Manager it can reach.)\n", r.ManagerURL)
+				}
+			}})
+		},
+	}
+	cmd.Flags().StringVar(&pool, "pool", "", "the pool the server joins (its nodes' \"pool\" tag)")
+	return cmd
+}
+
+// isLoopback reports whether a Manager URL names this machine only.
+func isLoopback(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func newSlotListCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List cluster slots, active or not, with their registration tokens",
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.call(cmd.Context())
+			defer cancel()
+			slots, err := m.ListClusterNodes(ctx)
+			if err != nil {
+				return fmt.Errorf("list cluster slots: %w", err)
+			}
+			return g.printer().Print(result{data: messages(slots), table: func(w io.Writer) {
+				fmt.Fprintln(w, "ID\tNAME\tPOOL\tSTATE\tACTIVE\tADDRESS\tTOKEN\tUSED\tREGISTERED")
+				for _, s := range slots {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\t%s\t%v\t%s\n", s.GetNodeId(), s.GetNodeName(), dash(s.GetPool()),
+						enumWord(s.GetState()), s.GetActive(), dash(s.GetAddress()), dash(s.GetToken()), s.GetTokenUsed(), ago(g.now(), s.GetRegisteredAt()))
+				}
+			}})
+		},
+	}
+}
+
+func newSlotDeregisterCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "deregister ID",
+		Short:             "Remove a cluster slot: its token stops working, its worker is disconnected and its jobs stopped",
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeSlotIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.call(cmd.Context())
+			defer cancel()
+			if err := m.DeregisterClusterNode(ctx, args[0]); err != nil {
+				return fmt.Errorf("deregister cluster slot %s: %w", args[0], err)
+			}
+			return g.printDone("slot", args[0], "deregistered")
+		},
+	}
+}
+
+func newSlotSetPoolCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "set-pool ID POOL",
+		Short: `Move a cluster slot to another pool ("" = none); an active node briefly reconnects`,
+		Long: `Move a cluster slot to POOL ("" for none). An active slot's node cycles
+stopping → terminated → online so that placement sees its new pool tag; its
+containers survive. Make sure no job is being placed on it meanwhile.`,
+		Args:              exactArgs("ID", "POOL"),
+		ValidArgsFunction: g.completeSlotIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.call(cmd.Context())
+			defer cancel()
+			if err := m.SetClusterNodePool(ctx, args[0], args[1]); err != nil {
+				return fmt.Errorf("set the pool of cluster slot %s: %w", args[0], err)
+			}
+			what := "moved to pool " + args[1]
+			if args[1] == "" {
+				what = "removed from its pool"
+			}
+			return g.printDone("slot", args[0], what)
+		},
+	}
+}
+
+// completeSlotIDs offers the ids of the cluster slots.
+func (g *globals) completeSlotIDs(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	m, err := g.manager(cmd.Context())
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := g.call(cmd.Context())
+	defer cancel()
+	slots, err := m.ListClusterNodes(ctx)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var ids []string
+	for _, s := range slots {
+		ids = append(ids, s.GetNodeId()+"\t"+s.GetNodeName())
+	}
+	return ids, cobra.ShellCompDirectiveNoFileComp
+}

@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"runtime"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+	"github.com/spf13/cobra"
+)
+
+func newVersionCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the client's version and the Manager's (its hello and version)",
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("norsk-ctl %s (protocol %s): %w", clientVersion(), norsk.ProtocolVersion, err)
+			}
+			ctx, cancel := g.call(cmd.Context())
+			defer cancel()
+			v, err := m.Version(ctx)
+			if err != nil {
+				return fmt.Errorf("daemon version: %w", err)
+			}
+			h := m.Hello()
+			data := map[string]any{
+				"client": map[string]string{"version": clientVersion(), "protocolVersion": norsk.ProtocolVersion, "goVersion": runtime.Version()},
+				"manager": map[string]any{
+					"url":     m.URL(),
+					"hello":   json.RawMessage(protoObject(h)),
+					"version": json.RawMessage(protoObject(v)),
+				},
+			}
+			return g.printer().Print(result{data: data, table: func(w io.Writer) {
+				fmt.Fprintf(w, "Client:\tnorsk-ctl %s (protocol %s, %s)\n", clientVersion(), norsk.ProtocolVersion, runtime.Version())
+				fmt.Fprintf(w, "Manager:\t%s (node %s)\n", m.URL(), dash(h.GetNodeName()))
+				fmt.Fprintf(w, "Daemon:\t%s (protocol %s, skew %+d)\n", dash(h.GetBuildLabel()), h.GetProtocolVersion(), h.GetSkew())
+				fmt.Fprintf(w, "Version:\t%d.%d.%d %s", v.GetMajorVersion(), v.GetMinorVersion(), v.GetBuildNumber(), dash(v.GetLabel()))
+				if v.GetBranchName() != "" || v.GetCommit() != "" {
+					fmt.Fprintf(w, " (branch %s, commit %s)", dash(v.GetBranchName()), dash(v.GetCommit()))
+				}
+				if v.GetGoVersion() != "" {
+					fmt.Fprintf(w, " %s", v.GetGoVersion())
+				}
+				fmt.Fprintln(w)
+			}})
+		},
+	}
+}

@@ -1,0 +1,28 @@
+// Package norsk is the Go SDK of the Norsk Manager: the NorskManager client
+// API of the seeds, one method per RPC of the norsk.manager.v1.Manager
+// service.
+//
+// Connect dials a Manager, checks that its wire protocol is compatible with
+// this SDK (see ProtocolVersion) and returns a *Manager:
+//
+//	m, err := norsk.Connect(ctx, norsk.Settings{URL: "http://127.0.0.1:6790"})
+//	if err != nil { ... }
+//	defer m.Close()
+//	hash, err := m.CreateJob(ctx, job)
+//
+// The API messages are the generated protobuf types, re-exported here as type
+// aliases (Job, JobWithHistory, Node, ClusterSlot, Event, …) so that one import
+// is enough.
+//
+// Every method returns either nil or an error that matches one of the
+// sentinel errors (ErrNotFound, ErrFailedPrecondition, …) under errors.Is and
+// is an *Error carrying the status code and the server's message under
+// errors.As.
+//
+// EventStream follows the Manager's event stream and resumes by itself after
+// a disconnect, so that its consumer sees every event exactly once and in
+// order. DecodeJobSpec reads a job specification written in YAML or JSON.
+//
+// The package imports nothing of the Manager's internals; a fake Manager for
+// unit tests is in package norsktest.
+package norsk

@@ -1,0 +1,111 @@
+package norsk_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+)
+
+// Connect to the Manager, create a job from a YAML spec and start it on a
+// node.
+func Example() {
+	ctx := context.Background()
+	m, err := norsk.Connect(ctx, norsk.Settings{
+		URL:   "http://127.0.0.1:6790", // or "" for $NORSK_MANAGER_URL
+		Token: os.Getenv("NORSK_TOKEN"),
+	})
+	if errors.Is(err, norsk.ErrIncompatible) {
+		log.Fatalf("upgrade norsk-ctl or the Manager: %v", err)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	job, err := norsk.DecodeJobSpec([]byte(`
+jobId: news-1
+tags: {channel: news}
+services:
+  - name: encoder
+    image: registry.example.com/encoder:1.2
+    restart: {mode: on-failure, count: 3, periodS: 60}
+    ports: [{containerPort: 5000, protocol: udp}]
+`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	hash, err := m.CreateJob(ctx, job)
+	if err != nil {
+		log.Fatal(err)
+	}
+	token, err := m.StartJob(ctx, "news-1", "primary", "node-1", norsk.StartJobOptions{})
+	switch {
+	case errors.Is(err, norsk.ErrFailedPrecondition):
+		log.Fatalf("the node cannot take the job now: %v", err)
+	case err != nil:
+		log.Fatal(err)
+	}
+	fmt.Printf("job news-1 at hash %d, started with fencing token %d\n", hash, token)
+}
+
+// Find the running jobs of one channel.
+func ExampleManager_JobSearch() {
+	ctx := context.Background()
+	m, err := norsk.Connect(ctx, norsk.Settings{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	jobs, err := m.JobSearch(ctx, norsk.JobSearchSettings{
+		Filters: []*norsk.JobFilter{
+			norsk.TagEq("channel", "news"),
+			norsk.TagAbsent("retired"),
+			norsk.IdRegex("news-[0-9]+"),
+		},
+		Limit: 100,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, j := range jobs {
+		fmt.Println(j.GetJob().GetJobId(), j.GetJob().GetState())
+	}
+}
+
+// Follow the event stream: a snapshot of every job and node, then live
+// events. The stream reconnects by itself; the loop sees each event once.
+func ExampleManager_EventStream() {
+	ctx := context.Background()
+	m, err := norsk.Connect(ctx, norsk.Settings{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	s := m.EventStream(ctx, norsk.EventStreamSettings{})
+	defer s.Close()
+	for s.Next() {
+		ev := s.Event()
+		switch k := ev.GetKind().(type) {
+		case *norsk.Event_JobSnapshot:
+			fmt.Println("job", k.JobSnapshot.GetJob().GetJobId())
+		case *norsk.Event_InitialDataComplete:
+			if k.InitialDataComplete.GetResync() {
+				fmt.Println("resynchronised: forget what came before")
+			}
+			fmt.Println("snapshot complete at index", k.InitialDataComplete.GetIndex())
+		case *norsk.Event_JobUpdated:
+			if r := k.JobUpdated.GetEntry().GetRunning(); r != nil {
+				fmt.Println(k.JobUpdated.GetJob().GetJob().GetJobId(), "running on", r.GetInstance().GetNodeId())
+			}
+		}
+	}
+	if err := s.Err(); err != nil {
+		log.Fatal(err)
+	}
+}

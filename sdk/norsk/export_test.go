@@ -1,0 +1,6 @@
+package norsk
+
+import "time"
+
+// SetBackoffForTest shortens the event stream's reconnect backoff of m.
+func SetBackoffForTest(m *Manager, lo, hi time.Duration) { m.backoffMin, m.backoffMax = lo, hi }

@@ -1,0 +1,260 @@
+package norsk
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+)
+
+// ProtocolVersion is the wire-protocol version this SDK speaks
+// ("major.minor"). Connect refuses a daemon whose major version differs.
+const ProtocolVersion = "1.0"
+
+// DefaultURL is the Manager Connect dials when neither Settings.URL nor
+// NORSK_MANAGER_URL says otherwise: the local development Manager.
+const DefaultURL = "http://127.0.0.1:6790"
+
+// Environment variables that supply defaults for Settings.
+const (
+	EnvManagerURL = "NORSK_MANAGER_URL"
+	EnvToken      = "NORSK_TOKEN"
+)
+
+// Settings say which Manager to connect to and how.
+type Settings struct {
+	// URL of the Manager: "host:port" (plain HTTP), "http://host:port" or
+	// "https://host:port". Empty: $NORSK_MANAGER_URL, else DefaultURL.
+	URL string
+	// Token is the API bearer token, sent as "Authorization: Bearer <token>".
+	// Empty: $NORSK_TOKEN; no header when that is empty too.
+	Token string
+	// HTTPClient, when set, carries every call instead of the client Connect
+	// builds. It must speak HTTP/2 (over cleartext for http:// URLs).
+	HTTPClient *http.Client
+	// TLSConfig is the TLS configuration of https:// URLs (e.g. RootCAs
+	// holding the Manager's CA); nil = the system's roots. Ignored with
+	// HTTPClient.
+	TLSConfig *tls.Config
+	// ClientLabel names the caller in the daemon's logs (sent with Hello).
+	ClientLabel string
+	// Logger receives the SDK's own log lines (event-stream reconnects).
+	// Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Manager is a connection to a Norsk Manager. Its methods are safe for
+// concurrent use. Close it when done.
+type Manager struct {
+	client    managerv1connect.ManagerClient
+	hello     *DaemonHello
+	url       string
+	logger    *slog.Logger
+	transport *http.Transport // nil when the caller supplied the HTTP client
+
+	// closed is cancelled by Close; event streams stop with it.
+	closed    context.Context
+	closeFunc context.CancelFunc
+	closeOnce sync.Once
+
+	// Event-stream reconnect backoff; tests shorten them.
+	backoffMin, backoffMax time.Duration
+}
+
+// Connect dials the Manager, says Hello with ProtocolVersion and returns the
+// connection. It fails with an *IncompatibleError (matching ErrIncompatible)
+// when the daemon's major protocol version differs from the SDK's, with
+// ErrInvalidArgument for a malformed URL, and with the Hello call's error
+// (ErrUnavailable when nothing answers, ErrUnauthenticated for a bad token).
+func Connect(ctx context.Context, s Settings) (*Manager, error) {
+	base, err := NormalizeURL(firstNonEmpty(s.URL, os.Getenv(EnvManagerURL), DefaultURL))
+	if err != nil {
+		return nil, err
+	}
+	token := firstNonEmpty(s.Token, os.Getenv(EnvToken))
+	logger := s.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	m := &Manager{url: base, logger: logger, backoffMin: 100 * time.Millisecond, backoffMax: 5 * time.Second}
+	httpClient := s.HTTPClient
+	if httpClient == nil {
+		m.transport = newTransport(strings.HasPrefix(base, "http://"))
+		if s.TLSConfig != nil {
+			m.transport.TLSClientConfig = s.TLSConfig.Clone()
+		}
+		httpClient = &http.Client{Transport: m.transport}
+	}
+	opts := []connect.ClientOption{connect.WithGRPC()}
+	if token != "" {
+		opts = append(opts, connect.WithInterceptors(bearer(token)))
+	}
+	m.client = managerv1connect.NewManagerClient(httpClient, base, opts...)
+	m.closed, m.closeFunc = context.WithCancel(context.Background())
+
+	res, err := m.client.Hello(ctx, connect.NewRequest(&managerv1.HelloRequest{
+		ProtocolVersion: ProtocolVersion,
+		ClientLabel:     s.ClientLabel,
+	}))
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("connect to %s: %w", base, wrapError("Hello", err))
+	}
+	m.hello = res.Msg
+	if !compatible(res.Msg) {
+		m.Close()
+		return nil, &IncompatibleError{SDKVersion: ProtocolVersion, DaemonVersion: res.Msg.GetProtocolVersion(), DaemonBuild: res.Msg.GetBuildLabel()}
+	}
+	return m, nil
+}
+
+// compatible reports whether the daemon's hello allows this SDK to go on: the
+// major versions match and the daemon did not say otherwise.
+func compatible(h *DaemonHello) bool {
+	return h.GetCompatible() && majorOf(h.GetProtocolVersion()) == majorOf(ProtocolVersion) && majorOf(ProtocolVersion) >= 0
+}
+
+// majorOf returns the major number of "major.minor", or -1 when v is not of
+// that form.
+func majorOf(v string) int {
+	major, _, _ := strings.Cut(v, ".")
+	n, err := strconv.Atoi(major)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// NormalizeURL turns a Manager address as users write it ("host:port",
+// "http://host:port", "https://host:port/") into the base URL the SDK dials.
+// It fails with ErrInvalidArgument for anything else.
+func NormalizeURL(raw string) (string, error) {
+	s := strings.TrimSpace(raw)
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", &Error{Op: "Connect", Code: connect.CodeInvalidArgument, Message: fmt.Sprintf("manager URL %q: %v", raw, err)}
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", &Error{Op: "Connect", Code: connect.CodeInvalidArgument, Message: fmt.Sprintf("manager URL %q: scheme must be http or https", raw)}
+	}
+	if u.Host == "" {
+		return "", &Error{Op: "Connect", Code: connect.CodeInvalidArgument, Message: fmt.Sprintf("manager URL %q: no host", raw)}
+	}
+	return strings.TrimSuffix(u.Scheme+"://"+u.Host+u.Path, "/"), nil
+}
+
+// newTransport returns an HTTP/2-only transport: cleartext HTTP/2 (h2c) for
+// plain URLs, HTTP/2 over TLS otherwise. Idle connections are pinged so that
+// a dead peer ends a long event stream instead of hanging it.
+func newTransport(cleartext bool) *http.Transport {
+	var protocols http.Protocols
+	if cleartext {
+		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP2(true)
+	}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         dialer.DialContext,
+		Protocols:           &protocols,
+		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: 30 * time.Second,
+			PingTimeout:     15 * time.Second,
+		},
+	}
+}
+
+// Close ends every event stream of m and releases its idle connections. Calls
+// made after Close fail with ErrCanceled. Close is idempotent and always returns nil.
+func (m *Manager) Close() error {
+	m.closeOnce.Do(func() {
+		m.closeFunc()
+		if m.transport != nil {
+			m.transport.CloseIdleConnections()
+		}
+	})
+	return nil
+}
+
+// URL is the base URL m dials.
+func (m *Manager) URL() string { return m.url }
+
+// Hello is the daemon's answer to Connect's hello: its wire-protocol version,
+// build label, node name and the skew of its minor version against this SDK's.
+func (m *Manager) Hello() *DaemonHello { return m.hello }
+
+// Version returns the daemon's version information.
+func (m *Manager) Version(ctx context.Context) (*VersionInfo, error) {
+	if err := m.alive("Version"); err != nil {
+		return nil, err
+	}
+	res, err := m.client.Version(ctx, connect.NewRequest(&managerv1.VersionRequest{}))
+	if err != nil {
+		return nil, wrapError("Version", err)
+	}
+	return res.Msg, nil
+}
+
+// bearer returns an interceptor that authenticates every call with token.
+func bearer(token string) connect.Interceptor { return bearerInterceptor("Bearer " + token) }
+
+type bearerInterceptor string
+
+func (b bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", string(b))
+		return conn
+	}
+}
+
+func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// errClosed is returned (as ErrCanceled) by calls on a closed Manager.
+var errClosed = errors.New("manager connection closed")
+
+// alive fails with ErrCanceled once m is closed.
+func (m *Manager) alive(op string) error {
+	if m.closed.Err() != nil {
+		return &Error{Op: op, Code: connect.CodeCanceled, Message: errClosed.Error(), cause: errClosed}
+	}
+	return nil
+}

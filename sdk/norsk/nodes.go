@@ -1,0 +1,163 @@
+package norsk
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+)
+
+// RegisterClusterNode pre-registers a cluster slot (a local server) named
+// nodeName in pool ("" = none). It returns the slot's node id and the
+// one-shot token to hand to the server's worker, which presents it with
+// ClusterMemberRegister (norsk-ctl worker --token … --manager-url …). Until
+// then the slot is registered but inactive. Errors: ErrInvalidArgument (bad
+// name), ErrAlreadyExists (the name is taken), ErrUnavailable.
+func (m *Manager) RegisterClusterNode(ctx context.Context, nodeName, pool string) (*RegisterClusterNodeResponse, error) {
+	const op = "RegisterClusterNode"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.RegisterClusterNode(ctx, connect.NewRequest(&managerv1.RegisterClusterNodeRequest{NodeName: nodeName, Pool: pool}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg, nil
+}
+
+// ClusterMemberRegister is the worker's call: it presents its registration
+// token (first call) or node secret (later calls) and tells the Manager where
+// to dial it back. On success the Manager marks the node online and dials the
+// worker. Errors: ErrUnauthenticated (the token is unknown, used, or its slot
+// deregistered), ErrInvalidArgument (bad address or hardware).
+// Most callers never use it: norsk-ctl worker does.
+func (m *Manager) ClusterMemberRegister(ctx context.Context, req *ClusterMemberRegisterRequest) (*ClusterMemberRegisterResponse, error) {
+	const op = "ClusterMemberRegister"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.ClusterMemberRegister(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg, nil
+}
+
+// ListClusterNodes returns every registered cluster slot, active or not, with
+// its registration token, so that an operator can copy it again.
+func (m *Manager) ListClusterNodes(ctx context.Context) ([]*ClusterSlot, error) {
+	const op = "ListClusterNodes"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.ListClusterNodes(ctx, connect.NewRequest(&managerv1.ListClusterNodesRequest{}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg.GetSlots(), nil
+}
+
+// DeregisterClusterNode removes the cluster slot nodeID and invalidates its
+// token. A worker connected on the slot is disconnected and the instances
+// running there are stopped. Errors: ErrNotFound, ErrUnavailable.
+func (m *Manager) DeregisterClusterNode(ctx context.Context, nodeID string) error {
+	const op = "DeregisterClusterNode"
+	if err := m.alive(op); err != nil {
+		return err
+	}
+	_, err := m.client.DeregisterClusterNode(ctx, connect.NewRequest(&managerv1.DeregisterClusterNodeRequest{NodeId: nodeID}))
+	return wrapError(op, err)
+}
+
+// SetClusterNodePool moves the cluster slot nodeID to pool ("" = no pool).
+// An active slot's node cycles stopping → terminated → online so that the
+// new pool tag reaches placement; its containers survive. Callers should make
+// sure no job is assigned to the node meanwhile. Errors: ErrNotFound,
+// ErrInvalidArgument, ErrUnavailable.
+func (m *Manager) SetClusterNodePool(ctx context.Context, nodeID, pool string) error {
+	const op = "SetClusterNodePool"
+	if err := m.alive(op); err != nil {
+		return err
+	}
+	_, err := m.client.SetClusterNodePool(ctx, connect.NewRequest(&managerv1.SetClusterNodePoolRequest{NodeId: nodeID, Pool: pool}))
+	return wrapError(op, err)
+}
+
+// ListNodes returns every node the Manager knows, of every provider and
+// state, with the live facts (connection, load, instances) of its worker.
+func (m *Manager) ListNodes(ctx context.Context) ([]*Node, error) {
+	const op = "ListNodes"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.ListNodes(ctx, connect.NewRequest(&managerv1.ListNodesRequest{}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg.GetNodes(), nil
+}
+
+// TerminateNode forcibly stops the node nodeID: its instances are stopped
+// (reason node_terminated) and its provider releases it. Errors:
+// ErrNotFound, ErrFailedPrecondition (already terminated), ErrUnavailable.
+func (m *Manager) TerminateNode(ctx context.Context, nodeID string) error {
+	const op = "TerminateNode"
+	if err := m.alive(op); err != nil {
+		return err
+	}
+	_, err := m.client.TerminateNode(ctx, connect.NewRequest(&managerv1.TerminateNodeRequest{NodeId: nodeID}))
+	return wrapError(op, err)
+}
+
+// SetNodeTags merges tags onto the node nodeID (a key given replaces its
+// value; keys not given are untouched) and returns the node as it now is. The
+// daemon persists the edit, re-applies it when it rediscovers the node, and
+// announces it as a node_tags_updated event. The "spare" tag is the
+// daemon's: refused on an elastic node, and on a cluster node that holds a
+// job (ErrFailedPrecondition). Errors: ErrNotFound, ErrInvalidArgument,
+// ErrFailedPrecondition, ErrUnavailable.
+func (m *Manager) SetNodeTags(ctx context.Context, nodeID string, tags map[string]string) (*Node, error) {
+	const op = "SetNodeTags"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.SetNodeTags(ctx, connect.NewRequest(&managerv1.SetNodeTagsRequest{NodeId: nodeID, Tags: tags}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg.GetNode(), nil
+}
+
+// GetNodeIdleExpiry says which idle expiry applies to the node nodeID:
+// IdleExpiryMs is its override (0 = none) and EffectiveIdleExpiryMs what the
+// empty-node reaper applies (the override, else the daemon-wide value).
+// Errors: ErrNotFound.
+func (m *Manager) GetNodeIdleExpiry(ctx context.Context, nodeID string) (*NodeIdleExpiry, error) {
+	const op = "GetNodeIdleExpiry"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.GetNodeIdleExpiry(ctx, connect.NewRequest(&managerv1.GetNodeIdleExpiryRequest{NodeId: nodeID}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg, nil
+}
+
+// SetNodeIdleExpiry gives the node nodeID its own grace period before the
+// empty-node reaper terminates it, overriding the daemon-wide value; 0 clears
+// the override. The setting is persisted and survives a Manager restart. It
+// returns the expiry now in force. Errors: ErrNotFound, ErrInvalidArgument
+// (negative), ErrUnavailable.
+func (m *Manager) SetNodeIdleExpiry(ctx context.Context, nodeID string, idleExpiry time.Duration) (*NodeIdleExpiry, error) {
+	const op = "SetNodeIdleExpiry"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.SetNodeIdleExpiry(ctx, connect.NewRequest(&managerv1.SetNodeIdleExpiryRequest{NodeId: nodeID, IdleExpiryMs: idleExpiry.Milliseconds()}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg, nil
+}

@@ -1,0 +1,1147 @@
+// Package norsktest is a fake Norsk Manager for unit tests of code that uses
+// the Go SDK (package norsk) or the CLI: an in-memory implementation of the
+// norsk.manager.v1.Manager service served over cleartext HTTP/2 by an
+// httptest server. It is for tests only: it keeps everything in memory,
+// simulates workers instantly, and offers hooks to inject errors and to break
+// event streams.
+//
+// The fake follows the wire contract of the proto comments: job hashes and
+// fencing tokens are store indexes, every write appends events at a new
+// index, and the event stream implements after_index, skip_snapshot and the
+// resync snapshot of a Manager that no longer holds the events asked for.
+package norsktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// DefaultIdleExpiry is the daemon-wide idle expiry the fake reports.
+const DefaultIdleExpiry = 10 * time.Minute
+
+// StreamFault decides, before the fake sends ev as the sent-th event (from 0)
+// of event-stream connection conn (from 0), whether to end that connection
+// instead: a non-nil error ends it with that error (use connect.NewError for
+// a status code).
+type StreamFault func(conn, sent int, ev *managerv1.Event) error
+
+// ErrEndStream, returned by a StreamFault, ends the connection cleanly (no
+// error status), as a server does when it shuts down gracefully.
+var ErrEndStream = errors.New("norsktest: end the stream")
+
+// StartOutcome says what the fake's simulated worker does with a started
+// instance: by default it runs (or is prepared, with defer_start) at the
+// index after the binding.
+type StartOutcome struct {
+	// Fail, when set, makes the instance stop at once with reason job_failed
+	// and this text.
+	Fail string
+	// Hold leaves the instance provisioned: no further history.
+	Hold bool
+}
+
+// Server is the fake Manager. Its methods are safe for concurrent use.
+type Server struct {
+	managerv1connect.UnimplementedManagerHandler
+
+	// URL is the base URL of the fake ("http://127.0.0.1:port").
+	URL string
+
+	hs      *httptest.Server
+	closing chan struct{}
+	once    sync.Once
+
+	mu          sync.Mutex
+	now         func() time.Time
+	index       uint64
+	jobs        map[string]*managerv1.JobWithHistory
+	nodes       map[string]*managerv1.Node
+	slots       map[string]*managerv1.ClusterSlot
+	secrets     map[string]string // node secret → node id
+	log         []*managerv1.Event
+	heldFrom    uint64 // the oldest index whose events are held
+	notify      chan struct{}
+	hello       *managerv1.DaemonHello
+	errs        map[string]error
+	fault       StreamFault
+	streamConns int
+	streamReqs  []*managerv1.EventStreamRequest
+	token       string
+	lastAuth    string
+	outcome     StartOutcome
+	nextID      int
+	nextPort    uint32
+}
+
+// NewServer starts a fake Manager and stops it when the test ends.
+func NewServer(tb testing.TB) *Server {
+	tb.Helper()
+	s := &Server{
+		closing:  make(chan struct{}),
+		now:      time.Now,
+		jobs:     map[string]*managerv1.JobWithHistory{},
+		nodes:    map[string]*managerv1.Node{},
+		slots:    map[string]*managerv1.ClusterSlot{},
+		secrets:  map[string]string{},
+		heldFrom: 1,
+		notify:   make(chan struct{}),
+		errs:     map[string]error{},
+		nextPort: 32768,
+	}
+	mux := http.NewServeMux()
+	mux.Handle(managerv1connect.NewManagerHandler(s, connect.WithInterceptors(interceptor{s})))
+	s.hs = httptest.NewUnstartedServer(mux)
+	s.hs.Config.Protocols = new(http.Protocols)
+	s.hs.Config.Protocols.SetHTTP1(true)
+	s.hs.Config.Protocols.SetUnencryptedHTTP2(true)
+	s.hs.Start()
+	s.URL = s.hs.URL
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Close ends every event stream and stops the server.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		close(s.closing)
+		s.hs.Close()
+	})
+}
+
+// SetClock makes the fake stamp times with now.
+func (s *Server) SetClock(now func() time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now = now
+}
+
+// SetHello makes Hello answer h (its compatible and skew fields are sent as
+// given). Nil restores the default: protocol 1.0, compatible with a 1.x
+// caller.
+func (s *Server) SetHello(h *managerv1.DaemonHello) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hello = h
+}
+
+// SetError makes every call of the RPC method (its short name, e.g.
+// "StartJob" or "EventStream") fail with err until it is cleared with nil.
+func (s *Server) SetError(method string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		delete(s.errs, method)
+		return
+	}
+	s.errs[method] = err
+}
+
+// SetStreamFault installs f on every event-stream connection; nil removes it.
+func (s *Server) SetStreamFault(f StreamFault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fault = f
+}
+
+// SetStartOutcome sets what later StartJob calls lead to.
+func (s *Server) SetStartOutcome(o StartOutcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outcome = o
+}
+
+// RequireToken makes every call without "Authorization: Bearer token" fail
+// with UNAUTHENTICATED. "" turns the check off.
+func (s *Server) RequireToken(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.token = token
+}
+
+// LastAuthorization is the Authorization header of the last call.
+func (s *Server) LastAuthorization() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastAuth
+}
+
+// StreamRequests returns the requests of every event-stream connection so
+// far, in order.
+func (s *Server) StreamRequests() []*managerv1.EventStreamRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*managerv1.EventStreamRequest, len(s.streamReqs))
+	for i, r := range s.streamReqs {
+		out[i] = proto.Clone(r).(*managerv1.EventStreamRequest)
+	}
+	return out
+}
+
+// WaitStreams blocks until n event-stream connections have been opened since
+// the server started (they may have ended since), or ctx ends.
+func (s *Server) WaitStreams(ctx context.Context, n int) error {
+	for {
+		s.mu.Lock()
+		got, wait := s.streamConns, s.notify
+		s.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Index is the fake's current store index.
+func (s *Server) Index() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.index
+}
+
+// ForgetEventsThrough drops the events of every index up to and including
+// index, as a Manager that has compacted its log: a stream resuming before
+// them gets a resync snapshot.
+func (s *Server) ForgetEventsThrough(index uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.heldFrom = max(s.heldFrom, index+1)
+	s.log = slices.DeleteFunc(s.log, func(ev *managerv1.Event) bool { return ev.GetIndex() <= index })
+}
+
+// AppendEvents records evs at one new index (they share it) and returns it.
+// The fake's state is not changed: it is for testing event consumers.
+func (s *Server) AppendEvents(evs ...*managerv1.Event) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := s.nextIndex()
+	for _, ev := range evs {
+		ev = proto.Clone(ev).(*managerv1.Event)
+		ev.Index = i
+		if ev.Timestamp == nil {
+			ev.Timestamp = timestamppb.New(s.now())
+		}
+		s.log = append(s.log, ev)
+	}
+	s.wake()
+	return i
+}
+
+// AddNode adds an online node (a copy of n; node_id required) as a worker
+// would after registering, and returns its copy.
+func (s *Server) AddNode(n *managerv1.Node) *managerv1.Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n = proto.Clone(n).(*managerv1.Node)
+	i := s.nextIndex()
+	if n.State == managerv1.NodeState_NODE_STATE_UNSPECIFIED {
+		n.State = managerv1.NodeState_NODE_STATE_ONLINE
+		n.Connected = true
+	}
+	if n.Provider == "" {
+		n.Provider = "cluster"
+	}
+	if n.Address == "" {
+		n.Address = "127.0.0.1:7000"
+	}
+	n.RegisteredAt = timestamppb.New(s.now())
+	n.StateSince = n.RegisteredAt
+	s.nodes[n.NodeId] = n
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeOnline{NodeOnline: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node)}}})
+	return proto.Clone(n).(*managerv1.Node)
+}
+
+// Job returns a copy of the job id as the fake holds it, or nil.
+func (s *Server) Job(id string) *managerv1.JobWithHistory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j, ok := s.jobs[id]; ok {
+		return proto.Clone(j).(*managerv1.JobWithHistory)
+	}
+	return nil
+}
+
+// nextIndex advances the store index. Callers hold mu.
+func (s *Server) nextIndex() uint64 {
+	s.index++
+	return s.index
+}
+
+// emit appends ev at index i and wakes the streams. Callers hold mu.
+func (s *Server) emit(i uint64, ev *managerv1.Event) {
+	ev.Index = i
+	ev.Timestamp = timestamppb.New(s.now())
+	s.log = append(s.log, ev)
+	s.wake()
+}
+
+func (s *Server) wake() {
+	close(s.notify)
+	s.notify = make(chan struct{})
+}
+
+// interceptor checks the token and injects the errors of SetError.
+type interceptor struct{ s *Server }
+
+func (i interceptor) check(procedure string, h http.Header) error {
+	s := i.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastAuth = h.Get("Authorization")
+	if s.token != "" && s.lastAuth != "Bearer "+s.token {
+		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("missing or invalid API token"))
+	}
+	return s.errs[procedure[strings.LastIndexByte(procedure, '/')+1:]]
+}
+
+func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := i.check(req.Spec().Procedure, req.Header()); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (i interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := i.check(conn.Spec().Procedure, conn.RequestHeader()); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}
+
+func errorf(code connect.Code, format string, args ...any) error {
+	return connect.NewError(code, fmt.Errorf(format, args...))
+}
+
+// Hello implements the Manager service.
+func (s *Server) Hello(_ context.Context, req *connect.Request[managerv1.HelloRequest]) (*connect.Response[managerv1.DaemonHello], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hello != nil {
+		return connect.NewResponse(proto.Clone(s.hello).(*managerv1.DaemonHello)), nil
+	}
+	major, minor := parseVersion(req.Msg.GetProtocolVersion())
+	return connect.NewResponse(&managerv1.DaemonHello{
+		ProtocolVersion: "1.0",
+		BuildLabel:      "norsktest",
+		Skew:            int32(0 - minor),
+		Compatible:      major == 1,
+		NodeName:        "fake-manager",
+	}), nil
+}
+
+func parseVersion(v string) (major, minor int) {
+	a, b, _ := strings.Cut(v, ".")
+	major, _ = strconv.Atoi(a)
+	minor, _ = strconv.Atoi(b)
+	return major, minor
+}
+
+// Version implements the Manager service.
+func (s *Server) Version(context.Context, *connect.Request[managerv1.VersionRequest]) (*connect.Response[managerv1.VersionInfo], error) {
+	return connect.NewResponse(&managerv1.VersionInfo{
+		MajorVersion: 1,
+		BranchName:   "main",
+		Label:        "norsktest",
+		GoVersion:    runtime.Version(),
+		Commit:       "0000000",
+	}), nil
+}
+
+var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// CreateJob implements the Manager service.
+func (s *Server) CreateJob(_ context.Context, req *connect.Request[managerv1.CreateJobRequest]) (*connect.Response[managerv1.JobHash], error) {
+	job := req.Msg.GetJob()
+	if job == nil || !jobIDPattern.MatchString(job.GetJobId()) {
+		return nil, errorf(connect.CodeInvalidArgument, "job.job_id: want 1-128 characters of [A-Za-z0-9._-], got %q", job.GetJobId())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.jobs[job.JobId]; ok {
+		return nil, errorf(connect.CodeAlreadyExists, "job %q already exists", job.JobId)
+	}
+	i := s.nextIndex()
+	job = proto.Clone(job).(*managerv1.Job)
+	job.State = managerv1.JobState_JOB_STATE_PRE
+	job.CurrentHash = int64(i)
+	job.TerminalState = nil
+	j := &managerv1.JobWithHistory{Job: job}
+	s.jobs[job.JobId] = j
+	entry := s.record(j, i, &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Created{Created: &managerv1.JobCreated{}}})
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_JobCreated{JobCreated: s.jobEvent(j, entry)}})
+	return connect.NewResponse(&managerv1.JobHash{Hash: int64(i)}), nil
+}
+
+// record prepends entry (stamped with index i) to j's history. Callers hold
+// mu.
+func (s *Server) record(j *managerv1.JobWithHistory, i uint64, entry *managerv1.JobHistoryEntry) *managerv1.JobHistoryEntry {
+	entry.Index = i
+	entry.Timestamp = timestamppb.New(s.now())
+	j.History = append([]*managerv1.JobHistoryEntry{entry}, j.History...)
+	return entry
+}
+
+func (s *Server) jobEvent(j *managerv1.JobWithHistory, entry *managerv1.JobHistoryEntry) *managerv1.JobEvent {
+	return &managerv1.JobEvent{Job: proto.Clone(j).(*managerv1.JobWithHistory), Entry: proto.Clone(entry).(*managerv1.JobHistoryEntry)}
+}
+
+func (s *Server) jobUpdated(j *managerv1.JobWithHistory, i uint64, entry *managerv1.JobHistoryEntry) {
+	entry = s.record(j, i, entry)
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_JobUpdated{JobUpdated: s.jobEvent(j, entry)}})
+}
+
+// UpdateJob implements the Manager service.
+func (s *Server) UpdateJob(_ context.Context, req *connect.Request[managerv1.UpdateJobRequest]) (*connect.Response[managerv1.JobHash], error) {
+	job := req.Msg.GetJob()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[job.GetJobId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "job %q not found", job.GetJobId())
+	}
+	if j.Job.TerminalState != nil {
+		return nil, errorf(connect.CodeFailedPrecondition, "job %q is %s", job.JobId, terminalWord(j.Job.TerminalState))
+	}
+	if job.CurrentHash != j.Job.CurrentHash {
+		return nil, errorf(connect.CodeFailedPrecondition, "job %q: stale hash %d (the job is at %d)", job.JobId, job.CurrentHash, j.Job.CurrentHash)
+	}
+	i := s.nextIndex()
+	prev := j.Job.CurrentHash
+	job = proto.Clone(job).(*managerv1.Job)
+	job.State = j.Job.State
+	job.CurrentHash = int64(i)
+	j.Job = job
+	s.jobUpdated(j, i, &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Updated{Updated: &managerv1.JobUpdated{PreviousHash: prev, Hash: int64(i)}}})
+	return connect.NewResponse(&managerv1.JobHash{Hash: int64(i)}), nil
+}
+
+func terminalWord(t *managerv1.TerminalState) string {
+	if t.GetKind() == managerv1.TerminalKind_TERMINAL_KIND_FAILED {
+		return "terminally failed"
+	}
+	return "completed"
+}
+
+// DeleteJob implements the Manager service.
+func (s *Server) DeleteJob(_ context.Context, req *connect.Request[managerv1.DeleteJobRequest]) (*connect.Response[managerv1.DeleteJobResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[req.Msg.GetJobId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "job %q not found", req.Msg.GetJobId())
+	}
+	for _, in := range j.Instances {
+		if in.Phase != managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+			return nil, errorf(connect.CodeFailedPrecondition, "job %q: instance %q is bound to node %q: stop it first", j.Job.JobId, in.Role, in.NodeId)
+		}
+	}
+	delete(s.jobs, j.Job.JobId)
+	s.emit(s.nextIndex(), &managerv1.Event{Kind: &managerv1.Event_JobDeleted{JobDeleted: &managerv1.JobDeleted{JobId: j.Job.JobId}}})
+	return connect.NewResponse(&managerv1.DeleteJobResponse{}), nil
+}
+
+// JobById implements the Manager service.
+func (s *Server) JobById(_ context.Context, req *connect.Request[managerv1.JobByIdRequest]) (*connect.Response[managerv1.JobWithHistory], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[req.Msg.GetJobId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "job %q not found", req.Msg.GetJobId())
+	}
+	return connect.NewResponse(proto.Clone(j).(*managerv1.JobWithHistory)), nil
+}
+
+// JobSearch implements the Manager service.
+func (s *Server) JobSearch(_ context.Context, req *connect.Request[managerv1.JobSearchRequest]) (*connect.Response[managerv1.JobSearchResponse], error) {
+	var matchers []func(*managerv1.JobWithHistory) bool
+	for n, f := range req.Msg.GetFilters() {
+		m, err := matcher(f)
+		if err != nil {
+			return nil, errorf(connect.CodeInvalidArgument, "filters[%d]: %v", n, err)
+		}
+		matchers = append(matchers, m)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.jobs))
+	for id := range s.jobs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	res := &managerv1.JobSearchResponse{Index: s.index}
+next:
+	for _, id := range ids {
+		if id <= req.Msg.GetAfterJobId() {
+			continue
+		}
+		j := s.jobs[id]
+		for _, m := range matchers {
+			if !m(j) {
+				continue next
+			}
+		}
+		j = proto.Clone(j).(*managerv1.JobWithHistory)
+		if !req.Msg.GetIncludeHistory() {
+			j.History = nil
+		}
+		res.Jobs = append(res.Jobs, j)
+		if l := req.Msg.GetLimit(); l > 0 && len(res.Jobs) == int(l) {
+			break
+		}
+	}
+	return connect.NewResponse(res), nil
+}
+
+// matcher compiles one search filter.
+func matcher(f *managerv1.JobFilter) (func(*managerv1.JobWithHistory) bool, error) {
+	switch {
+	case f.GetTag() != nil:
+		t := f.GetTag()
+		switch m := t.GetMatch().(type) {
+		case *managerv1.TagFilter_Eq:
+			return func(j *managerv1.JobWithHistory) bool { v, ok := j.Job.Tags[t.TagName]; return ok && v == m.Eq }, nil
+		case *managerv1.TagFilter_Neq:
+			return func(j *managerv1.JobWithHistory) bool { v, ok := j.Job.Tags[t.TagName]; return !ok || v != m.Neq }, nil
+		case *managerv1.TagFilter_Exists:
+			return func(j *managerv1.JobWithHistory) bool { _, ok := j.Job.Tags[t.TagName]; return ok == m.Exists }, nil
+		case *managerv1.TagFilter_Re:
+			re, err := regexp.Compile("^(?:" + m.Re + ")$")
+			if err != nil {
+				return nil, fmt.Errorf("tag.re: %v", err)
+			}
+			return func(j *managerv1.JobWithHistory) bool { v, ok := j.Job.Tags[t.TagName]; return ok && re.MatchString(v) }, nil
+		}
+		return nil, fmt.Errorf("tag: no match set")
+	case f.GetId() != nil:
+		switch m := f.GetId().GetMatch().(type) {
+		case *managerv1.IdFilter_Eq:
+			return func(j *managerv1.JobWithHistory) bool { return j.Job.JobId == m.Eq }, nil
+		case *managerv1.IdFilter_Neq:
+			return func(j *managerv1.JobWithHistory) bool { return j.Job.JobId != m.Neq }, nil
+		case *managerv1.IdFilter_Re:
+			re, err := regexp.Compile("^(?:" + m.Re + ")$")
+			if err != nil {
+				return nil, fmt.Errorf("id.re: %v", err)
+			}
+			return func(j *managerv1.JobWithHistory) bool { return re.MatchString(j.Job.JobId) }, nil
+		}
+		return nil, fmt.Errorf("id: no match set")
+	case f.GetDate() != nil:
+		d := f.GetDate()
+		var cmp func(time.Time) bool
+		switch m := d.GetMatch().(type) {
+		case *managerv1.DateFilter_Eq:
+			cmp = func(t time.Time) bool { return t.Equal(m.Eq.AsTime()) }
+		case *managerv1.DateFilter_Lt:
+			cmp = func(t time.Time) bool { return t.Before(m.Lt.AsTime()) }
+		case *managerv1.DateFilter_Lte:
+			cmp = func(t time.Time) bool { return !t.After(m.Lte.AsTime()) }
+		case *managerv1.DateFilter_Gt:
+			cmp = func(t time.Time) bool { return t.After(m.Gt.AsTime()) }
+		case *managerv1.DateFilter_Gte:
+			cmp = func(t time.Time) bool { return !t.Before(m.Gte.AsTime()) }
+		case *managerv1.DateFilter_Within:
+			cmp = func(t time.Time) bool {
+				return !t.Before(m.Within.GetStartDate().AsTime()) && !t.After(m.Within.GetEndDate().AsTime())
+			}
+		default:
+			return nil, fmt.Errorf("date: no match set")
+		}
+		return func(j *managerv1.JobWithHistory) bool {
+			t, ok := jobDate(j, d.GetField())
+			return ok && cmp(t)
+		}, nil
+	}
+	return nil, fmt.Errorf("no filter set")
+}
+
+// jobDate is the date of j that field selects.
+func jobDate(j *managerv1.JobWithHistory, field managerv1.DateField) (time.Time, bool) {
+	switch field {
+	case managerv1.DateField_DATE_FIELD_START:
+		return j.Job.GetStartDateTime().AsTime(), j.Job.GetStartDateTime() != nil
+	case managerv1.DateField_DATE_FIELD_UPDATED:
+		for _, e := range j.History {
+			if e.GetUpdated() != nil || e.GetCreated() != nil {
+				return e.Timestamp.AsTime(), true
+			}
+		}
+	default:
+		for _, e := range j.History {
+			if e.GetCreated() != nil {
+				return e.Timestamp.AsTime(), true
+			}
+		}
+	}
+	return time.Time{}, false
+}
+
+// StartJob implements the Manager service.
+func (s *Server) StartJob(_ context.Context, req *connect.Request[managerv1.StartJobRequest]) (*connect.Response[managerv1.StartJobResponse], error) {
+	r := req.Msg
+	if r.GetRole() == "" {
+		return nil, errorf(connect.CodeInvalidArgument, "role: required")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[r.GetJobId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "job %q not found", r.GetJobId())
+	}
+	n, ok := s.nodes[r.GetNodeId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "node %q not found", r.GetNodeId())
+	}
+	if n.State != managerv1.NodeState_NODE_STATE_ONLINE {
+		return nil, errorf(connect.CodeFailedPrecondition, "node %q is %s", n.NodeId, stateWord(n.State))
+	}
+	if j.Job.TerminalState != nil {
+		return nil, errorf(connect.CodeFailedPrecondition, "job %q is %s", j.Job.JobId, terminalWord(j.Job.TerminalState))
+	}
+	if in := instance(j, r.Role); in != nil && in.Phase != managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+		return nil, errorf(connect.CodeFailedPrecondition, "instance (%s, %s) is already bound to node %q", j.Job.JobId, r.Role, in.NodeId)
+	}
+	f := s.nextIndex()
+	opts := r.GetOptions()
+	in := &managerv1.Instance{
+		JobId: j.Job.JobId, Role: r.Role, NodeId: n.NodeId, FencingToken: f,
+		Desired:     managerv1.InstanceDesired_INSTANCE_DESIRED_RUNNING,
+		Phase:       managerv1.InstancePhase_INSTANCE_PHASE_PROVISIONED,
+		RuntimeRole: cmp(opts.GetRuntimeRole(), r.Role), MigrationId: opts.GetMigrationId(),
+		BoundAt: timestamppb.New(s.now()), MigrationInitialState: opts.GetMigrationInitialState(),
+	}
+	if opts.GetDeferStart() {
+		in.Desired = managerv1.InstanceDesired_INSTANCE_DESIRED_PREPARED
+	}
+	j.Instances = append(slices.DeleteFunc(j.Instances, func(x *managerv1.Instance) bool { return x.Role == r.Role }), in)
+	j.Job.State = managerv1.JobState_JOB_STATE_ACTIVE
+	ref := &managerv1.InstanceRef{Role: r.Role, NodeId: n.NodeId, FencingToken: f}
+	s.jobUpdated(j, f, &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Provisioned{Provisioned: &managerv1.InstanceProvisioned{
+		Instance: ref, RuntimeRole: in.RuntimeRole, DeferStart: opts.GetDeferStart(), MigrationId: opts.GetMigrationId(),
+	}}})
+	switch {
+	case s.outcome.Hold:
+	case s.outcome.Fail != "":
+		s.stopInstance(j, in, managerv1.StoppingReason_STOPPING_REASON_JOB_FAILED, s.outcome.Fail, 1)
+	case opts.GetDeferStart():
+		in.Phase = managerv1.InstancePhase_INSTANCE_PHASE_PREPARED
+		s.jobUpdated(j, s.nextIndex(), &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Prepared{Prepared: &managerv1.InstancePrepared{Instance: ref}}})
+	default:
+		s.run(j, in, n)
+	}
+	return connect.NewResponse(&managerv1.StartJobResponse{FencingToken: f}), nil
+}
+
+func cmp(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func stateWord(st managerv1.NodeState) string {
+	return strings.ToLower(strings.TrimPrefix(st.String(), "NODE_STATE_"))
+}
+
+func instance(j *managerv1.JobWithHistory, role string) *managerv1.Instance {
+	for _, in := range j.Instances {
+		if in.Role == role {
+			return in
+		}
+	}
+	return nil
+}
+
+// run makes in running, publishing every port of the job's services.
+// Callers hold mu.
+func (s *Server) run(j *managerv1.JobWithHistory, in *managerv1.Instance, n *managerv1.Node) {
+	host, _, _ := strings.Cut(n.Address, ":")
+	ports := map[string]*managerv1.ResolvedPortMappings{}
+	for _, svc := range j.Job.Services {
+		var ms []*managerv1.ResolvedPortMapping
+		for _, p := range svc.Ports {
+			published := p.GetSpecific()
+			if published == 0 {
+				published = s.nextPort
+				s.nextPort++
+			}
+			protocol := p.Protocol
+			if protocol == managerv1.Protocol_PROTOCOL_ANY {
+				protocol = managerv1.Protocol_PROTOCOL_TCP
+			}
+			ms = append(ms, &managerv1.ResolvedPortMapping{Url: fmt.Sprintf("%s:%d", host, published), Target: p.ContainerPort, Published: published, Protocol: protocol})
+		}
+		if len(ms) > 0 {
+			ports[svc.Name] = &managerv1.ResolvedPortMappings{Mappings: ms}
+		}
+	}
+	in.Phase = managerv1.InstancePhase_INSTANCE_PHASE_RUNNING
+	in.ServicePortMappings = ports
+	s.jobUpdated(j, s.nextIndex(), &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Running{Running: &managerv1.InstanceRunning{
+		Instance: &managerv1.InstanceRef{Role: in.Role, NodeId: in.NodeId, FencingToken: in.FencingToken}, ServicePortMappings: ports,
+	}}})
+}
+
+// stopInstance records stopping then stopped for in. Callers hold mu.
+func (s *Server) stopInstance(j *managerv1.JobWithHistory, in *managerv1.Instance, reason managerv1.StoppingReason, detail string, exit int32) {
+	if in.Phase == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+		return
+	}
+	ref := &managerv1.InstanceRef{Role: in.Role, NodeId: in.NodeId, FencingToken: in.FencingToken}
+	in.Desired = managerv1.InstanceDesired_INSTANCE_DESIRED_STOPPED
+	in.Phase = managerv1.InstancePhase_INSTANCE_PHASE_STOPPING
+	in.StopReason, in.StopAdditionalReason = reason, detail
+	s.jobUpdated(j, s.nextIndex(), &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Stopping{Stopping: &managerv1.InstanceStopping{
+		Instance: ref, Reason: reason, AdditionalReason: detail,
+	}}})
+	in.Phase = managerv1.InstancePhase_INSTANCE_PHASE_STOPPED
+	in.ServicePortMappings = nil
+	stopped := &managerv1.InstanceStopped{Instance: ref}
+	if exit != 0 && len(j.Job.Services) > 0 {
+		stopped.ExitCodes = map[string]int32{j.Job.Services[0].Name: exit}
+	}
+	s.jobUpdated(j, s.nextIndex(), &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Stopped{Stopped: stopped}})
+}
+
+// StopJob implements the Manager service.
+func (s *Server) StopJob(_ context.Context, req *connect.Request[managerv1.StopJobRequest]) (*connect.Response[managerv1.StopJobResponse], error) {
+	r := req.Msg
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[r.GetJobId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "job %q not found", r.GetJobId())
+	}
+	in := instance(j, r.GetRole())
+	if in == nil || in.NodeId != r.GetNodeId() || in.Phase == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+		return nil, errorf(connect.CodeNotFound, "job %q has no %q instance on node %q", r.GetJobId(), r.GetRole(), r.GetNodeId())
+	}
+	in.StopGraceMs = r.GetOptions().GetGraceMs()
+	s.stopInstance(j, in, managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED, "", 0)
+	return connect.NewResponse(&managerv1.StopJobResponse{}), nil
+}
+
+// StartPreparedJob implements the Manager service.
+func (s *Server) StartPreparedJob(_ context.Context, req *connect.Request[managerv1.StartPreparedJobRequest]) (*connect.Response[managerv1.StartPreparedJobResponse], error) {
+	r := req.Msg
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[r.GetJobId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "job %q not found", r.GetJobId())
+	}
+	in := instance(j, r.GetRole())
+	if in == nil || in.NodeId != r.GetNodeId() || in.Phase != managerv1.InstancePhase_INSTANCE_PHASE_PREPARED {
+		return nil, errorf(connect.CodeFailedPrecondition, "job %q has no prepared %q instance on node %q", r.GetJobId(), r.GetRole(), r.GetNodeId())
+	}
+	in.Desired = managerv1.InstanceDesired_INSTANCE_DESIRED_RUNNING
+	s.run(j, in, s.nodes[in.NodeId])
+	return connect.NewResponse(&managerv1.StartPreparedJobResponse{}), nil
+}
+
+// CompleteJob implements the Manager service.
+func (s *Server) CompleteJob(_ context.Context, req *connect.Request[managerv1.CompleteJobRequest]) (*connect.Response[managerv1.CompleteJobResponse], error) {
+	if err := s.terminate(req.Msg.GetJobId(), managerv1.TerminalKind_TERMINAL_KIND_COMPLETED, ""); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&managerv1.CompleteJobResponse{}), nil
+}
+
+// MarkJobFailed implements the Manager service.
+func (s *Server) MarkJobFailed(_ context.Context, req *connect.Request[managerv1.MarkJobFailedRequest]) (*connect.Response[managerv1.MarkJobFailedResponse], error) {
+	if req.Msg.GetReason() == "" {
+		return nil, errorf(connect.CodeInvalidArgument, "reason: required")
+	}
+	if err := s.terminate(req.Msg.GetJobId(), managerv1.TerminalKind_TERMINAL_KIND_FAILED, req.Msg.GetReason()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&managerv1.MarkJobFailedResponse{}), nil
+}
+
+// terminate gives a job its terminal state, stopping its instances.
+func (s *Server) terminate(id string, kind managerv1.TerminalKind, reason string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[id]
+	if !ok {
+		return errorf(connect.CodeNotFound, "job %q not found", id)
+	}
+	if j.Job.TerminalState != nil {
+		return errorf(connect.CodeFailedPrecondition, "job %q is already %s", id, terminalWord(j.Job.TerminalState))
+	}
+	for _, in := range j.Instances {
+		s.stopInstance(j, in, managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED, "job "+strings.ToLower(strings.TrimPrefix(kind.String(), "TERMINAL_KIND_")), 0)
+	}
+	i := s.nextIndex()
+	j.Job.TerminalState = &managerv1.TerminalState{Kind: kind, Reason: reason, At: timestamppb.New(s.now())}
+	j.Job.State = managerv1.JobState_JOB_STATE_POST
+	entry := &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Completed{Completed: &managerv1.JobCompleted{}}}
+	if kind == managerv1.TerminalKind_TERMINAL_KIND_FAILED {
+		entry.Event = &managerv1.JobHistoryEntry_Rejected{Rejected: &managerv1.JobRejected{Reason: reason}}
+	}
+	s.jobUpdated(j, i, entry)
+	return nil
+}
+
+// RegisterClusterNode implements the Manager service.
+func (s *Server) RegisterClusterNode(_ context.Context, req *connect.Request[managerv1.RegisterClusterNodeRequest]) (*connect.Response[managerv1.RegisterClusterNodeResponse], error) {
+	name := req.Msg.GetNodeName()
+	if name == "" {
+		return nil, errorf(connect.CodeInvalidArgument, "node_name: required")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sl := range s.slots {
+		if sl.NodeName == name {
+			return nil, errorf(connect.CodeAlreadyExists, "a cluster slot named %q exists (%s)", name, sl.NodeId)
+		}
+	}
+	s.nextID++
+	i := s.nextIndex()
+	sl := &managerv1.ClusterSlot{
+		NodeId: fmt.Sprintf("node-%d", s.nextID), NodeName: name, Pool: req.Msg.GetPool(),
+		Token: fmt.Sprintf("nrt_%06d_%d", s.nextID, i), State: managerv1.NodeState_NODE_STATE_REGISTERED,
+		RegisteredAt: timestamppb.New(s.now()),
+	}
+	s.slots[sl.NodeId] = sl
+	n := &managerv1.Node{NodeId: sl.NodeId, NodeName: name, Provider: "cluster", State: managerv1.NodeState_NODE_STATE_REGISTERED,
+		Tags: map[string]string{}, RegisteredAt: sl.RegisteredAt, StateSince: sl.RegisteredAt}
+	if sl.Pool != "" {
+		n.Tags["pool"] = sl.Pool
+	}
+	s.nodes[n.NodeId] = n
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotRegistered{ClusterSlotRegistered: &managerv1.ClusterSlotEvent{Slot: proto.Clone(sl).(*managerv1.ClusterSlot)}}})
+	return connect.NewResponse(&managerv1.RegisterClusterNodeResponse{NodeId: sl.NodeId, Token: sl.Token}), nil
+}
+
+// ClusterMemberRegister implements the Manager service.
+func (s *Server) ClusterMemberRegister(_ context.Context, req *connect.Request[managerv1.ClusterMemberRegisterRequest]) (*connect.Response[managerv1.ClusterMemberRegisterResponse], error) {
+	r := req.Msg
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var sl *managerv1.ClusterSlot
+	if id, ok := s.secrets[r.GetNodeSecret()]; ok && r.GetNodeSecret() != "" {
+		sl = s.slots[id]
+	} else {
+		for _, x := range s.slots {
+			if r.GetToken() != "" && x.Token == r.GetToken() && !x.TokenUsed {
+				sl = x
+			}
+		}
+	}
+	if sl == nil {
+		return nil, errorf(connect.CodeUnauthenticated, "unknown registration token")
+	}
+	if r.GetAddress() == "" {
+		return nil, errorf(connect.CodeInvalidArgument, "address: required")
+	}
+	i := s.nextIndex()
+	secret := fmt.Sprintf("nsec_%s_%d", sl.NodeId, i)
+	s.secrets[secret] = sl.NodeId
+	sl.TokenUsed, sl.Active, sl.Address, sl.State = true, true, r.Address, managerv1.NodeState_NODE_STATE_ONLINE
+	n := s.nodes[sl.NodeId]
+	n.State, n.Connected, n.Address, n.Hardware, n.Capabilities = managerv1.NodeState_NODE_STATE_ONLINE, true, r.Address, r.Hardware, r.Capabilities
+	n.Runtime, n.WorkerVersion, n.StateSince = r.Runtime, r.WorkerVersion, timestamppb.New(s.now())
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeOnline{NodeOnline: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node)}}})
+	return connect.NewResponse(&managerv1.ClusterMemberRegisterResponse{NodeId: sl.NodeId, NodeSecret: secret, NodeName: sl.NodeName, HeartbeatIntervalMs: 5000}), nil
+}
+
+// ListClusterNodes implements the Manager service.
+func (s *Server) ListClusterNodes(context.Context, *connect.Request[managerv1.ListClusterNodesRequest]) (*connect.Response[managerv1.ListClusterNodesResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res := &managerv1.ListClusterNodesResponse{}
+	for _, id := range sortedIDs(s.slots) {
+		res.Slots = append(res.Slots, proto.Clone(s.slots[id]).(*managerv1.ClusterSlot))
+	}
+	return connect.NewResponse(res), nil
+}
+
+func sortedIDs[V any](m map[string]V) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// DeregisterClusterNode implements the Manager service.
+func (s *Server) DeregisterClusterNode(_ context.Context, req *connect.Request[managerv1.DeregisterClusterNodeRequest]) (*connect.Response[managerv1.DeregisterClusterNodeResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl, ok := s.slots[req.Msg.GetNodeId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "cluster slot %q not found", req.Msg.GetNodeId())
+	}
+	s.stopNodeInstances(sl.NodeId, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED)
+	delete(s.slots, sl.NodeId)
+	n := s.nodes[sl.NodeId]
+	delete(s.nodes, sl.NodeId)
+	i := s.nextIndex()
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotDeregistered{ClusterSlotDeregistered: &managerv1.ClusterSlotEvent{Slot: proto.Clone(sl).(*managerv1.ClusterSlot)}}})
+	if n != nil {
+		n.State = managerv1.NodeState_NODE_STATE_TERMINATED
+		s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node), Reason: "cluster slot deregistered"}}})
+	}
+	return connect.NewResponse(&managerv1.DeregisterClusterNodeResponse{}), nil
+}
+
+// stopNodeInstances stops every instance on node id. Callers hold mu.
+func (s *Server) stopNodeInstances(id string, reason managerv1.StoppingReason) {
+	for _, jid := range sortedIDs(s.jobs) {
+		j := s.jobs[jid]
+		for _, in := range j.Instances {
+			if in.NodeId == id {
+				s.stopInstance(j, in, reason, "", 0)
+			}
+		}
+	}
+}
+
+// SetClusterNodePool implements the Manager service.
+func (s *Server) SetClusterNodePool(_ context.Context, req *connect.Request[managerv1.SetClusterNodePoolRequest]) (*connect.Response[managerv1.SetClusterNodePoolResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl, ok := s.slots[req.Msg.GetNodeId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "cluster slot %q not found", req.Msg.GetNodeId())
+	}
+	sl.Pool = req.Msg.GetPool()
+	if n := s.nodes[sl.NodeId]; n != nil {
+		if n.Tags == nil {
+			n.Tags = map[string]string{}
+		}
+		if sl.Pool == "" {
+			delete(n.Tags, "pool")
+		} else {
+			n.Tags["pool"] = sl.Pool
+		}
+	}
+	s.emit(s.nextIndex(), &managerv1.Event{Kind: &managerv1.Event_ClusterSlotUpdated{ClusterSlotUpdated: &managerv1.ClusterSlotEvent{Slot: proto.Clone(sl).(*managerv1.ClusterSlot)}}})
+	return connect.NewResponse(&managerv1.SetClusterNodePoolResponse{}), nil
+}
+
+// ListNodes implements the Manager service.
+func (s *Server) ListNodes(context.Context, *connect.Request[managerv1.ListNodesRequest]) (*connect.Response[managerv1.ListNodesResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res := &managerv1.ListNodesResponse{}
+	for _, id := range sortedIDs(s.nodes) {
+		res.Nodes = append(res.Nodes, s.nodeView(s.nodes[id]))
+	}
+	return connect.NewResponse(res), nil
+}
+
+// nodeView is a copy of n with its instances filled in. Callers hold mu.
+func (s *Server) nodeView(n *managerv1.Node) *managerv1.Node {
+	n = proto.Clone(n).(*managerv1.Node)
+	for _, jid := range sortedIDs(s.jobs) {
+		for _, in := range s.jobs[jid].Instances {
+			if in.NodeId == n.NodeId && in.Phase != managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+				n.Instances = append(n.Instances, &managerv1.InstanceSummary{JobId: jid, Role: in.Role, FencingToken: in.FencingToken})
+			}
+		}
+	}
+	return n
+}
+
+// TerminateNode implements the Manager service.
+func (s *Server) TerminateNode(_ context.Context, req *connect.Request[managerv1.TerminateNodeRequest]) (*connect.Response[managerv1.TerminateNodeResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[req.Msg.GetNodeId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "node %q not found", req.Msg.GetNodeId())
+	}
+	if n.State == managerv1.NodeState_NODE_STATE_TERMINATED {
+		return nil, errorf(connect.CodeFailedPrecondition, "node %q is already terminated", n.NodeId)
+	}
+	s.stopNodeInstances(n.NodeId, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED)
+	n.State, n.Connected, n.StateSince, n.StateReason = managerv1.NodeState_NODE_STATE_TERMINATED, false, timestamppb.New(s.now()), "terminated by request"
+	s.emit(s.nextIndex(), &managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node), Reason: n.StateReason}}})
+	return connect.NewResponse(&managerv1.TerminateNodeResponse{}), nil
+}
+
+// SetNodeTags implements the Manager service.
+func (s *Server) SetNodeTags(_ context.Context, req *connect.Request[managerv1.SetNodeTagsRequest]) (*connect.Response[managerv1.SetNodeTagsResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[req.Msg.GetNodeId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "node %q not found", req.Msg.GetNodeId())
+	}
+	if _, spare := req.Msg.GetTags()["spare"]; spare && n.Provider != "cluster" {
+		return nil, errorf(connect.CodeFailedPrecondition, "node %q: the spare tag of an elastic node is the AutoManager's", n.NodeId)
+	}
+	if n.Tags == nil {
+		n.Tags = map[string]string{}
+	}
+	for k, v := range req.Msg.GetTags() {
+		if k == "" {
+			return nil, errorf(connect.CodeInvalidArgument, "tags: empty key")
+		}
+		n.Tags[k] = v
+	}
+	s.emit(s.nextIndex(), &managerv1.Event{Kind: &managerv1.Event_NodeTagsUpdated{NodeTagsUpdated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node)}}})
+	return connect.NewResponse(&managerv1.SetNodeTagsResponse{Node: s.nodeView(n)}), nil
+}
+
+// GetNodeIdleExpiry implements the Manager service.
+func (s *Server) GetNodeIdleExpiry(_ context.Context, req *connect.Request[managerv1.GetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[req.Msg.GetNodeId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "node %q not found", req.Msg.GetNodeId())
+	}
+	return connect.NewResponse(idleExpiry(n)), nil
+}
+
+func idleExpiry(n *managerv1.Node) *managerv1.NodeIdleExpiry {
+	eff := n.IdleExpiryMs
+	if eff == 0 {
+		eff = DefaultIdleExpiry.Milliseconds()
+	}
+	return &managerv1.NodeIdleExpiry{NodeId: n.NodeId, IdleExpiryMs: n.IdleExpiryMs, EffectiveIdleExpiryMs: eff}
+}
+
+// SetNodeIdleExpiry implements the Manager service.
+func (s *Server) SetNodeIdleExpiry(_ context.Context, req *connect.Request[managerv1.SetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
+	if req.Msg.GetIdleExpiryMs() < 0 {
+		return nil, errorf(connect.CodeInvalidArgument, "idle_expiry_ms: must not be negative")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[req.Msg.GetNodeId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "node %q not found", req.Msg.GetNodeId())
+	}
+	n.IdleExpiryMs = req.Msg.GetIdleExpiryMs()
+	s.nextIndex()
+	return connect.NewResponse(idleExpiry(n)), nil
+}
+
+// EventStream implements the Manager service: a snapshot or the held events
+// after after_index, then live events, until the client goes, the fault
+// hook ends the connection or the server closes.
+func (s *Server) EventStream(ctx context.Context, req *connect.Request[managerv1.EventStreamRequest], stream *connect.ServerStream[managerv1.Event]) error {
+	s.mu.Lock()
+	conn := s.streamConns
+	s.streamConns++
+	s.streamReqs = append(s.streamReqs, proto.Clone(req.Msg).(*managerv1.EventStreamRequest))
+	s.wake()
+	after := req.Msg.GetAfterIndex()
+	var first []*managerv1.Event
+	switch {
+	case after == 0 && !req.Msg.GetSkipSnapshot():
+		first, after = s.snapshot(false), s.index
+	case after == 0:
+		after = s.index
+	case after+1 < s.heldFrom:
+		first, after = s.snapshot(true), s.index
+	}
+	s.mu.Unlock()
+
+	sent := 0
+	send := func(ev *managerv1.Event) error {
+		s.mu.Lock()
+		fault := s.fault
+		s.mu.Unlock()
+		if fault != nil {
+			if err := fault(conn, sent, ev); errors.Is(err, ErrEndStream) {
+				return errEnded
+			} else if err != nil {
+				return err
+			}
+		}
+		sent++
+		return stream.Send(ev)
+	}
+	err := s.stream(ctx, stream, first, after, send)
+	if errors.Is(err, errEnded) {
+		return nil
+	}
+	return err
+}
+
+// errEnded is how send reports ErrEndStream.
+var errEnded = errors.New("ended")
+
+// stream sends first, then every event after index after as it comes.
+func (s *Server) stream(ctx context.Context, stream *connect.ServerStream[managerv1.Event], first []*managerv1.Event, after uint64, send func(*managerv1.Event) error) error {
+	for _, ev := range first {
+		if err := send(ev); err != nil {
+			return err
+		}
+	}
+	for {
+		s.mu.Lock()
+		var next []*managerv1.Event
+		for _, ev := range s.log {
+			if ev.GetIndex() > after {
+				next = append(next, ev)
+			}
+		}
+		wait := s.notify
+		s.mu.Unlock()
+		for _, ev := range next {
+			if err := send(ev); err != nil {
+				return err
+			}
+			after = ev.GetIndex()
+		}
+		if len(next) > 0 {
+			continue
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err() // the client left, or the deadline it sent passed
+		case <-s.closing:
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("server shutting down"))
+		}
+	}
+}
+
+// snapshot is one job_snapshot per job and one node_snapshot per node, at the
+// current index, then initial_data_complete. Callers hold mu.
+func (s *Server) snapshot(resync bool) []*managerv1.Event {
+	var evs []*managerv1.Event
+	ts := timestamppb.New(s.now())
+	for _, id := range sortedIDs(s.jobs) {
+		evs = append(evs, &managerv1.Event{Index: s.index, Timestamp: ts, Kind: &managerv1.Event_JobSnapshot{JobSnapshot: proto.Clone(s.jobs[id]).(*managerv1.JobWithHistory)}})
+	}
+	for _, id := range sortedIDs(s.nodes) {
+		evs = append(evs, &managerv1.Event{Index: s.index, Timestamp: ts, Kind: &managerv1.Event_NodeSnapshot{NodeSnapshot: s.nodeView(s.nodes[id])}})
+	}
+	return append(evs, &managerv1.Event{Index: s.index, Timestamp: ts, Kind: &managerv1.Event_InitialDataComplete{InitialDataComplete: &managerv1.InitialDataComplete{Index: s.index, Resync: resync}}})
+}
