@@ -41,6 +41,7 @@ var rootCommands = []func(*globals) *cobra.Command{
 	newNodeCommand,
 	newSlotCommand,
 	newEventsCommand,
+	newWorkerCommand,
 }
 
 // globals are the settings every command shares (the global flags) and the

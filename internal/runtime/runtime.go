@@ -162,6 +162,8 @@ const (
 	EnvNodeID      = "NORSK_NODE_ID"
 	EnvToken       = "NORSK_FENCING_TOKEN"
 	EnvService     = "NORSK_SERVICE"
+	// EnvMigrationID is set when the instance is the target of a migration.
+	EnvMigrationID = "NORSK_MIGRATION_ID"
 )
 
 // TailLines returns the last n lines of s (all of s when n <= 0).

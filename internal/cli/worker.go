@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/worker"
+)
+
+// defaultWorkerDataDir is where a worker keeps its identity and instance
+// records unless told otherwise.
+func defaultWorkerDataDir() string {
+	base := os.Getenv("XDG_DATA_HOME")
+	if base == "" {
+		if home, err := os.UserHomeDir(); err == nil {
+			base = filepath.Join(home, ".local", "share")
+		}
+	}
+	return filepath.Join(base, "norsk-worker")
+}
+
+func newWorkerCommand(g *globals) *cobra.Command {
+	var (
+		cfg      worker.Config
+		caps     []string
+		gpus     []string
+		logLevel string
+	)
+	c := &cobra.Command{
+		Use:   "worker",
+		Short: "Run this machine as a worker node",
+		Long: `Run this machine as a worker node of the Manager at --manager-url.
+
+The first start presents the one-shot registration token (--token, from
+'norsk-ctl slot register'); the worker then keeps its node secret in
+--data-dir and later starts need no token. The Manager dials the worker back
+at --advertise (default: the --listen address) and drives its job instances.
+Instances keep running when the worker stops and are adopted when it starts
+again. The seed's form 'norsk-ctl --mode=worker --token=… --manager-url=…'
+is the same command.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return usageErrorf("--log-level %q: want debug, info, warn or error", logLevel)
+			}
+			for _, s := range caps {
+				name, count, err := nameCount(s)
+				if err != nil {
+					return usageErrorf("--capability %q: %v", s, err)
+				}
+				cfg.Capabilities = append(cfg.Capabilities, &managerv1.Capability{Name: name, Count: uint32(count)})
+			}
+			for _, s := range gpus {
+				model, capacity, ok := strings.Cut(s, "=")
+				c, err := strconv.ParseFloat(capacity, 32)
+				if !ok || model == "" || err != nil || c <= 0 {
+					return usageErrorf("--gpu %q: want model=capacity (e.g. L4=1)", s)
+				}
+				cfg.GPUs = append(cfg.GPUs, &managerv1.Gpu{Model: model, Capacity: float32(c)})
+			}
+			cfg.ManagerURL = g.managerURL
+			cfg.Token = g.token
+			cfg.Version = clientVersion()
+			cfg.Logger = slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: level}))
+			if cfg.DataDir == "" {
+				cfg.DataDir = defaultWorkerDataDir()
+			}
+			if cfg.Token == "" && !worker.HasIdentity(cfg.DataDir) {
+				return usageErrorf("no worker identity in %s: give the registration token with --token (from 'norsk-ctl slot register')", cfg.DataDir)
+			}
+			a, err := worker.New(cfg)
+			if err != nil {
+				return err
+			}
+			err = a.Run(cmd.Context())
+			switch {
+			case errors.Is(err, worker.ErrTerminated):
+				fmt.Fprintln(g.errOut, "the Manager terminated this node; every instance was stopped")
+				return nil
+			case errors.Is(err, worker.ErrDeregistered):
+				fmt.Fprintln(g.errOut, "the Manager deregistered this node; every instance was stopped and the identity removed")
+				return nil
+			}
+			return err
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", "", "where the worker keeps its identity and instance records (default "+defaultWorkerDataDir()+")")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:6791", "where the worker serves the NodeController stream the Manager dials")
+	f.StringVar(&cfg.Advertise, "advertise", "", "host:port the Manager dials (default: the --listen address)")
+	f.StringVar(&cfg.Runtime, "runtime", "", "container runtime: docker or process (default: docker when an engine answers)")
+	f.StringArrayVar(&caps, "capability", nil, "a capability this node offers, name=count (repeatable)")
+	f.StringArrayVar(&gpus, "gpu", nil, "a GPU this node has, model=capacity (repeatable)")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return c
+}
+
+// nameCount parses "name=count" (count defaults to 1).
+func nameCount(s string) (string, int, error) {
+	name, count, ok := strings.Cut(s, "=")
+	if name == "" {
+		return "", 0, errors.New("want name=count")
+	}
+	if !ok {
+		return name, 1, nil
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 0 {
+		return "", 0, errors.New("count must be a whole number >= 0")
+	}
+	return name, n, nil
+}

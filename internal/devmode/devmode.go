@@ -1,0 +1,329 @@
+// Package devmode is `norsk-manager dev`: a complete single-machine system
+// for a newcomer — one Manager member, N in-process workers and a demo job —
+// started with one command and reaching a running job.
+//
+// Everything is the real thing: the store is raft on disk, the workers are
+// the same agents `norsk-ctl worker` runs, registered with one-shot tokens
+// and dialled back by the Manager, and their instances run on the Docker
+// engine when one answers (the process runtime when none does).
+package devmode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/buildinfo"
+	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/nodes"
+	"github.com/norsk-go/norsk-manager/internal/runtime/docker"
+	"github.com/norsk-go/norsk-manager/internal/worker"
+)
+
+// DefaultDataDirHint is how the default data directory is described in help.
+const DefaultDataDirHint = "$XDG_DATA_HOME/norsk-manager/dev, i.e. ~/.local/share/norsk-manager/dev"
+
+// Options configure Run.
+type Options struct {
+	// DataDir holds the Manager's store and each worker's state (default:
+	// DefaultDataDir()).
+	DataDir string
+	// Ephemeral uses a temporary DataDir and stops every instance on exit.
+	Ephemeral bool
+	// Workers is how many in-process workers to run.
+	Workers int
+	// Listen is the Manager API address.
+	Listen string
+	// Runtime is "auto", "docker" or "process".
+	Runtime string
+	// NoDemo skips the demo job.
+	NoDemo bool
+	// LostGrace is the Manager's lost grace.
+	LostGrace time.Duration
+	Logger    *slog.Logger
+	// Out receives the banner (what runs where, what to try next).
+	Out io.Writer
+	// Ready, if set, is called once everything is up, with the API URL.
+	Ready func(url string)
+}
+
+// DefaultDataDir is $XDG_DATA_HOME/norsk-manager/dev (or the
+// ~/.local/share equivalent).
+func DefaultDataDir() (string, error) {
+	base := os.Getenv("XDG_DATA_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("no home directory for the default --data-dir: %w", err)
+		}
+		base = filepath.Join(home, ".local", "share")
+	}
+	return filepath.Join(base, "norsk-manager", "dev"), nil
+}
+
+// Run starts the system and blocks until ctx ends, then shuts it down.
+// Instances keep running across a restart of dev (they are adopted) unless
+// the run is ephemeral.
+func Run(ctx context.Context, o Options) error {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Workers <= 0 {
+		o.Workers = 1
+	}
+	dir := o.DataDir
+	switch {
+	case o.Ephemeral:
+		tmp, err := os.MkdirTemp("", "norsk-dev-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	case dir == "":
+		d, err := DefaultDataDir()
+		if err != nil {
+			return err
+		}
+		dir = d
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	rt, why := chooseRuntime(ctx, o.Runtime)
+	if rt == "" {
+		return errors.New(why)
+	}
+	o.Logger.Info("dev: runtime chosen", "runtime", rt, "why", why)
+
+	srv, err := manager.New(ctx, manager.Config{
+		NodeName:  "dev",
+		DataDir:   filepath.Join(dir, "manager"),
+		Listen:    o.Listen,
+		LostGrace: o.LostGrace,
+		Logger:    o.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	api := managerv1connect.NewManagerClient(nodes.H2CClient(), srv.URL(), connect.WithGRPC())
+
+	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	defer func() {
+		stopWorkers()
+		wg.Wait()
+	}()
+	names := make([]string, o.Workers)
+	for i := range o.Workers {
+		names[i] = fmt.Sprintf("dev-worker-%d", i+1)
+		a, err := startWorker(ctx, api, srv.URL(), filepath.Join(dir, "workers", names[i]), names[i], rt, o.Logger)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a.Run(wctx); err != nil && !errors.Is(err, context.Canceled) {
+				o.Logger.Error("dev: worker stopped", "worker", names[i], "err", err)
+			}
+		}()
+	}
+	if err := waitOnline(ctx, api, names); err != nil {
+		return err
+	}
+	demo := ""
+	if !o.NoDemo {
+		demo, err = ensureDemo(ctx, api, dir, rt, names[0], o.Logger)
+		if err != nil {
+			o.Logger.Warn("dev: no demo job", "why", err)
+			demo = "(no demo job: " + err.Error() + ")"
+		}
+	}
+	banner(o.Out, srv.URL(), dir, rt, names, demo, o.Ephemeral)
+	if o.Ready != nil {
+		o.Ready(srv.URL())
+	}
+	<-ctx.Done()
+	if o.Ephemeral {
+		stopAll(context.Background(), api, o.Logger)
+	}
+	if o.Ephemeral {
+		fmt.Fprintln(o.Out, "\nshutting down; every instance was stopped and the temporary data removed")
+	} else {
+		fmt.Fprintln(o.Out, "\nshutting down; instances keep running and are adopted by the next `norsk-manager dev`")
+	}
+	return nil
+}
+
+// chooseRuntime picks the worker runtime; "" with a reason when none fits.
+func chooseRuntime(ctx context.Context, want string) (string, string) {
+	switch want {
+	case "process":
+		return "process", "asked for"
+	case "docker", "auto", "":
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		r, err := docker.New(pctx, docker.Config{NodeID: "dev-probe", Logger: slog.New(slog.DiscardHandler)})
+		if err == nil {
+			_ = r.Close()
+			return "docker", "a Docker engine answers"
+		}
+		if want == "docker" {
+			return "", fmt.Sprintf("--runtime docker: %v", err)
+		}
+		return "process", fmt.Sprintf("no Docker engine answers (%v)", err)
+	}
+	return "", fmt.Sprintf("--runtime %q: want auto, docker or process", want)
+}
+
+// startWorker makes (or finds) the worker's slot and starts its agent.
+func startWorker(ctx context.Context, api managerv1connect.ManagerClient, url, dir, name, rt string, log *slog.Logger) (*worker.Agent, error) {
+	token := ""
+	if !worker.HasIdentity(dir) {
+		slots, err := api.ListClusterNodes(ctx, connect.NewRequest(&managerv1.ListClusterNodesRequest{}))
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range slots.Msg.GetSlots() {
+			if s.GetNodeName() != name {
+				continue
+			}
+			if !s.GetTokenUsed() {
+				token = s.GetToken()
+				break
+			}
+			// The worker's state was lost: retire the old slot.
+			if _, err := api.DeregisterClusterNode(ctx, connect.NewRequest(&managerv1.DeregisterClusterNodeRequest{NodeId: s.GetNodeId()})); err != nil {
+				return nil, fmt.Errorf("retire slot %s: %w", name, err)
+			}
+			if err := waitGone(ctx, api, s.GetNodeId()); err != nil {
+				return nil, err
+			}
+		}
+		if token == "" {
+			resp, err := api.RegisterClusterNode(ctx, connect.NewRequest(&managerv1.RegisterClusterNodeRequest{NodeName: name, Pool: "dev"}))
+			if err != nil {
+				return nil, fmt.Errorf("register slot %s: %w", name, err)
+			}
+			token = resp.Msg.GetToken()
+		}
+	}
+	return worker.New(worker.Config{
+		ManagerURL: url,
+		Token:      token,
+		DataDir:    dir,
+		Listen:     "127.0.0.1:0",
+		Runtime:    rt,
+		Version:    buildinfo.Version,
+		Logger:     log,
+		Capabilities: []*managerv1.Capability{
+			{Name: "dev", Count: 1},
+		},
+	})
+}
+
+func waitGone(ctx context.Context, api managerv1connect.ManagerClient, nodeID string) error {
+	return poll(ctx, 30*time.Second, "slot "+nodeID+" to be removed", func() (bool, error) {
+		slots, err := api.ListClusterNodes(ctx, connect.NewRequest(&managerv1.ListClusterNodesRequest{}))
+		if err != nil {
+			return false, err
+		}
+		for _, s := range slots.Msg.GetSlots() {
+			if s.GetNodeId() == nodeID {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+func waitOnline(ctx context.Context, api managerv1connect.ManagerClient, names []string) error {
+	return poll(ctx, 60*time.Second, "the workers to come online", func() (bool, error) {
+		resp, err := api.ListNodes(ctx, connect.NewRequest(&managerv1.ListNodesRequest{}))
+		if err != nil {
+			return false, err
+		}
+		online := map[string]bool{}
+		for _, n := range resp.Msg.GetNodes() {
+			online[n.GetNodeName()] = n.GetState() == managerv1.NodeState_NODE_STATE_ONLINE
+		}
+		for _, n := range names {
+			if !online[n] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+func poll(ctx context.Context, timeout time.Duration, what string, done func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := done()
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// stopAll stops every instance (ephemeral runs leave nothing behind).
+func stopAll(ctx context.Context, api managerv1connect.ManagerClient, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	resp, err := api.JobSearch(ctx, connect.NewRequest(&managerv1.JobSearchRequest{}))
+	if err != nil {
+		log.Warn("dev: cannot list jobs to stop them", "err", err)
+		return
+	}
+	for _, j := range resp.Msg.GetJobs() {
+		if _, err := api.DeleteJob(ctx, connect.NewRequest(&managerv1.DeleteJobRequest{JobId: j.GetJob().GetJobId()})); err != nil {
+			log.Warn("dev: cannot delete job", "job", j.GetJob().GetJobId(), "err", err)
+		}
+	}
+	_ = poll(ctx, 50*time.Second, "every instance to stop", func() (bool, error) {
+		n, err := api.ListNodes(ctx, connect.NewRequest(&managerv1.ListNodesRequest{}))
+		if err != nil {
+			return false, err
+		}
+		for _, node := range n.Msg.GetNodes() {
+			if len(node.GetInstances()) > 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// goTool reports whether the go command is available (the demo's programs
+// are built from this module's source).
+func goTool() bool {
+	_, err := exec.LookPath("go")
+	return err == nil
+}

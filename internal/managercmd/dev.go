@@ -1,0 +1,60 @@
+package managercmd
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/norsk-go/norsk-manager/internal/devmode"
+)
+
+func newDevCommand() *cobra.Command {
+	var (
+		opts devmode.Options
+		logs logFlags
+	)
+	c := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a complete single-machine system: a Manager, workers and a demo job",
+		Long: `Run a complete system on this machine: one Manager member with its store in
+--data-dir, --workers in-process workers (the docker runtime when a Docker
+engine answers, the process runtime when none does), and — on a fresh store —
+a demo "hello" job started on the first worker.
+
+State lives in --data-dir (default ` + devmode.DefaultDataDirHint + `), so stopping and
+starting dev again keeps every job, and the workers adopt the instances that
+kept running. --ephemeral uses a temporary directory and stops everything on
+exit.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(os.Stderr)
+			if err != nil {
+				return err
+			}
+			opts.Logger = log
+			opts.Out = os.Stdout
+			if opts.Workers < 1 || opts.Workers > 64 {
+				return usageError{fmt.Errorf("--workers %d: want 1 to 64", opts.Workers)}
+			}
+			if opts.DataDir != "" {
+				if opts.DataDir, err = filepath.Abs(opts.DataDir); err != nil {
+					return err
+				}
+			}
+			return devmode.Run(cmd.Context(), opts)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&opts.DataDir, "data-dir", "", "where the store and the workers keep their state")
+	f.BoolVar(&opts.Ephemeral, "ephemeral", false, "use a temporary data directory and stop every instance on exit")
+	f.IntVar(&opts.Workers, "workers", 1, "number of in-process workers")
+	f.StringVar(&opts.Listen, "listen", "127.0.0.1:6790", "Manager API address")
+	f.StringVar(&opts.Runtime, "runtime", "auto", "worker runtime: auto, docker or process")
+	f.BoolVar(&opts.NoDemo, "no-demo", false, "do not create and start the demo hello job")
+	f.DurationVar(&opts.LostGrace, "lost-grace", 30*time.Second, "how long a worker's stream may be gone before its node is lost")
+	logs.register(c)
+	return c
+}

@@ -1,0 +1,210 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/runtime"
+)
+
+// adopt takes over what an earlier worker process left: every record gets
+// an actor that adopts its instance, and runtime services that no record
+// names are stopped and removed. The instances' reports are published
+// before adopt returns (so the first hello carries them); the actors then
+// adopt, restart or stop in the background.
+func (s *supervisor) adopt(ctx context.Context, recs map[runtime.Key]*record) error {
+	statuses, err := s.rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	byKey := map[runtime.Key][]runtime.ServiceStatus{}
+	for _, st := range statuses {
+		byKey[st.Key] = append(byKey[st.Key], st)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, rec := range recs {
+		sts := byKey[key]
+		delete(byKey, key)
+		in := s.instanceLocked(key)
+		if rec.token() > s.fence[key] {
+			s.fence[key] = rec.token()
+		}
+		var deliver func()
+		if rec.Stopped {
+			token := rec.token()
+			deliver = func() { in.enqueue(deliveredEvent{token: token}) }
+		}
+		// Published before the actor gets the record (and may change it
+		// and publish again); no stream is up yet to deliver a tombstone.
+		s.log.Info("adopting instance", "instance", key.String(), "token", rec.token(), "desired", rec.Desired,
+			"tombstone", rec.Stopped, "services", len(sts))
+		s.a.publish(key, initialReport(rec, sts), deliver)
+		in.enqueue(adoptEvent{rec: rec, statuses: sts})
+	}
+	for key, sts := range byKey {
+		s.instanceLocked(key).enqueue(orphanEvent{statuses: sts})
+	}
+	return nil
+}
+
+// initialReport is what an adopted instance is reported as until its actor
+// has looked at it.
+func initialReport(rec *record, sts []runtime.ServiceStatus) *managerv1.InstanceReport {
+	r := &managerv1.InstanceReport{
+		JobId:        rec.key().JobID,
+		Role:         rec.key().Role,
+		FencingToken: rec.token(),
+		Restarts:     rec.Restarts,
+		JobHash:      rec.job().GetCurrentHash(),
+	}
+	switch {
+	case rec.Stopped:
+		r.Phase = managerv1.InstancePhase_INSTANCE_PHASE_STOPPED
+		r.Reason, r.AdditionalReason = parseReason(rec.Reason), rec.AdditionalReason
+		r.ExitCodes = maps.Clone(rec.ExitCodes)
+	case rec.Desired == desiredStopped:
+		r.Phase = managerv1.InstancePhase_INSTANCE_PHASE_STOPPING
+		r.Reason, r.AdditionalReason = parseReason(rec.StopReason), rec.StopAdditionalReason
+	case rec.Desired == desiredPrepared:
+		r.Phase = managerv1.InstancePhase_INSTANCE_PHASE_PREPARED
+	default:
+		r.Phase = managerv1.InstancePhase_INSTANCE_PHASE_RUNNING
+		r.ServicePortMappings = map[string]*managerv1.ResolvedPortMappings{}
+		for _, st := range sts {
+			if st.Running && st.Token == rec.token() {
+				r.ServicePortMappings[st.Service] = &managerv1.ResolvedPortMappings{Mappings: st.Ports}
+			}
+		}
+	}
+	return r
+}
+
+// adopt takes over one instance from its record and the runtime's services:
+// running services are waited on again (nothing restarted); services that
+// exited while no worker watched get their restart policy applied now;
+// services never started are started; a stop in progress is finished.
+func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
+	ctx := in.ctx()
+	in.rec = rec
+	in.resetRun()
+	if rec.Stopped {
+		in.phase = managerv1.InstancePhase_INSTANCE_PHASE_STOPPED
+		in.reason, in.addl = parseReason(rec.Reason), rec.AdditionalReason
+		in.exitCodes = maps.Clone(rec.ExitCodes)
+		if in.exitCodes == nil {
+			in.exitCodes = map[string]int32{}
+		}
+		if len(sts) > 0 {
+			if err := in.sup.rt.Remove(ctx, in.key); err != nil && ctx.Err() == nil {
+				in.log.Error("cannot remove what is left of a stopped instance", "err", err)
+			}
+		}
+		return // its report (with delivery) was published by adopt
+	}
+
+	mine := map[string]runtime.ServiceStatus{}
+	stale := false
+	for _, st := range sts {
+		if st.Token != rec.token() {
+			stale = true
+		}
+		mine[st.Service] = st
+	}
+	if stale {
+		in.log.Warn("the runtime holds services of another binding; recreating the instance", "token", rec.token())
+		if err := in.sup.rt.Remove(ctx, in.key); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			in.log.Error("cannot remove services of another binding", "err", err)
+		}
+		mine = map[string]runtime.ServiceStatus{}
+	}
+
+	if rec.Desired == desiredStopped {
+		in.phase = managerv1.InstancePhase_INSTANCE_PHASE_STOPPING
+		grace := time.Duration(rec.StopGraceMs) * time.Millisecond
+		if grace <= 0 {
+			grace = DefaultStopGrace
+		}
+		in.log.Info("finishing a stop that was in progress")
+		in.shutdown(parseReason(rec.StopReason), rec.StopAdditionalReason, grace, true)
+		return
+	}
+
+	missing := false
+	for _, svc := range rec.job().GetServices() {
+		if _, ok := mine[svc.GetName()]; !ok {
+			missing = true
+		}
+	}
+	if missing {
+		if err := in.prepare(); err != nil {
+			in.failAdopt(fmt.Errorf("prepare: %w", err))
+			return
+		}
+	}
+	if rec.Desired == desiredPrepared {
+		in.phase = managerv1.InstancePhase_INSTANCE_PHASE_PREPARED
+		in.publish()
+		return
+	}
+
+	order, err := startOrder(rec.job())
+	if err != nil {
+		in.failAdopt(err)
+		return
+	}
+	in.phase = managerv1.InstancePhase_INSTANCE_PHASE_RUNNING
+	now := in.sup.clock.Now()
+	adopted, restarted := 0, 0
+	for _, name := range order {
+		st, ok := mine[name]
+		switch {
+		case ok && st.Running:
+			in.gen++
+			in.svcs[name] = &service{gen: in.gen, running: true, startedAt: now}
+			in.ports[name] = &managerv1.ResolvedPortMappings{Mappings: st.Ports}
+			in.watch(name, in.gen)
+			adopted++
+		case ok && !st.StartedAt.IsZero():
+			code := st.ExitCode
+			in.exitCodes[name] = int32(code)
+			restart, _, why := in.restartDecision(name, code, 0, now)
+			if !restart {
+				in.log.Warn("a service exited while no worker watched; the instance has failed", "service", name, "exit_code", code, "why", why)
+				in.failOnExit(name, code)
+				return
+			}
+			in.rec.Restarts++
+			if err := in.save(in.rec); err != nil {
+				in.log.Error("cannot record a restart", "err", err)
+			}
+			in.log.Info("a service exited while no worker watched; restarting it", "service", name, "exit_code", code)
+			if err := in.startService(name); err != nil {
+				in.failAdopt(err)
+				return
+			}
+			restarted++
+		default:
+			if err := in.startService(name); err != nil {
+				in.failAdopt(err)
+				return
+			}
+		}
+	}
+	in.log.Info("instance adopted", "token", rec.token(), "adopted_services", adopted, "restarted_services", restarted)
+	in.publish()
+}
+
+func (in *instance) failAdopt(err error) {
+	if in.ctx().Err() != nil {
+		return
+	}
+	in.log.Error("cannot take over the instance", "err", err)
+	in.shutdown(managerv1.StoppingReason_STOPPING_REASON_JOB_FAILED, err.Error(), DefaultStopGrace, true)
+}

@@ -1,0 +1,124 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/runtime"
+)
+
+// Defaults of Config fields left zero.
+const (
+	DefaultListen          = "127.0.0.1:0"
+	DefaultRegisterRetry   = 10 * time.Second
+	DefaultReregisterAfter = 15 * time.Second
+	// DefaultHeartbeat is the heartbeat interval when neither the Manager's
+	// hello nor its registration answer gives one.
+	DefaultHeartbeat = 5 * time.Second
+	// DefaultStopGrace is the grace a stop without one gives services.
+	DefaultStopGrace = 10 * time.Second
+)
+
+// Config configures an Agent.
+type Config struct {
+	// ManagerURL is the Manager API's base URL, http://host:port or
+	// https://host:port (required).
+	ManagerURL string
+	// Token is the one-shot registration token; needed only when DataDir
+	// holds no identity.
+	Token string
+	// DataDir holds the identity, the instance records and the process
+	// runtime's state (required). It belongs to one node.
+	DataDir string
+	// Listen is where the NodeController server listens (default
+	// "127.0.0.1:0").
+	Listen string
+	// Advertise is the host:port the Manager dials. Default: the listen
+	// address, with an unspecified IP replaced by the address this host
+	// reaches the Manager from (or the hostname).
+	Advertise string
+	// Runtime is "docker", "process", or "" (docker when an engine answers,
+	// else process; an existing worker keeps the runtime its instance
+	// records were made with).
+	Runtime string
+	// RuntimeImpl, when set, is used instead of building a runtime (tests).
+	// The Agent does not close it.
+	RuntimeImpl runtime.Runtime
+	// CommandDir is what the process runtime resolves relative executable
+	// paths against (default: the working directory).
+	CommandDir string
+	// Capabilities and GPUs are reported at registration and in the hello.
+	Capabilities []*managerv1.Capability
+	GPUs         []*managerv1.Gpu
+	// Version is the worker version reported to the Manager.
+	Version string
+	// Clock times backoffs, heartbeats and re-registration (default: real).
+	Clock clock.Clock
+	// Logger receives the agent's logs (default: slog.Default()).
+	Logger *slog.Logger
+	// HTTPClient calls the Manager API. Default: a client speaking HTTP/2,
+	// over TLS for https:// and cleartext (h2c) for http:// URLs.
+	HTTPClient *http.Client
+	// RegisterRetry is the longest wait between registration attempts
+	// (default 10 s); the first retry waits 250 ms.
+	RegisterRetry time.Duration
+	// ReregisterAfter is how long without a Control stream before the
+	// worker registers again (default 15 s).
+	ReregisterAfter time.Duration
+}
+
+// Errors Run returns.
+var (
+	// ErrTerminated: the Manager terminated the node; every instance was
+	// stopped.
+	ErrTerminated = errors.New("worker: node terminated by the Manager")
+	// ErrDeregistered: the node's slot was deregistered; every instance
+	// was stopped and the identity deleted.
+	ErrDeregistered = errors.New("worker: node deregistered by the Manager")
+	// ErrTokenRefused: the registration token is unknown or already used.
+	ErrTokenRefused = errors.New("worker: registration token is unknown or already used")
+)
+
+// withDefaults validates c and fills in defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.ManagerURL == "" {
+		return c, errors.New("worker: ManagerURL is required")
+	}
+	u, err := url.Parse(c.ManagerURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return c, fmt.Errorf("worker: ManagerURL %q: want http://host:port or https://host:port", c.ManagerURL)
+	}
+	if c.DataDir == "" {
+		return c, errors.New("worker: DataDir is required")
+	}
+	switch c.Runtime {
+	case "", "docker", "process":
+	default:
+		return c, fmt.Errorf("worker: Runtime %q: want docker, process or empty", c.Runtime)
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.RegisterRetry <= 0 {
+		c.RegisterRetry = DefaultRegisterRetry
+	}
+	if c.ReregisterAfter <= 0 {
+		c.ReregisterAfter = DefaultReregisterAfter
+	}
+	return c, nil
+}

@@ -1,0 +1,74 @@
+// Package worker is the worker agent: one per node. It registers with the
+// Manager, serves the NodeController stream the Manager dials back on, runs
+// job instances with a container runtime (internal/runtime), supervises their
+// services under their restart policies, and reports every phase change.
+//
+// # Contract
+//
+// An Agent is made with New and driven by Run. Run returns nil when its
+// context ends: the instances keep running (a worker restart never stops
+// them) and a new Agent over the same DataDir adopts them. Run returns
+// ErrTerminated or ErrDeregistered, after stopping every instance, when the
+// Manager terminates the node (a Terminate command) or has deregistered it
+// (a registration with the node secret is refused). Every goroutine an Agent
+// starts has ended when Run returns. Several Agents may run in one process.
+//
+// # Registration
+//
+// DataDir/identity.json holds {nodeId, nodeSecret, managerUrl} (0600, written
+// atomically). Without it the Agent registers (ClusterMemberRegister) with
+// Config.Token; a refusal (UNAUTHENTICATED) is fatal: ErrTokenRefused. With it
+// the Agent registers with the node secret; a refusal means the slot was
+// deregistered. Network errors and other refusals are retried with a jittered
+// backoff (250 ms doubling to RegisterRetry). While no Control stream has been
+// up for ReregisterAfter the Agent registers again, with backoff, so a
+// restarted Manager learns where to dial.
+//
+// # Instances
+//
+// An instance is keyed by (job id, role) and held under a fencing token. Its
+// record, DataDir/instances/<job>_<role>_<hash>.json, holds the last start
+// command (with the latest spec an update gave), the desired state and the
+// restart bookkeeping; it is written before the worker acts on a command.
+// Each instance has one goroutine that applies its commands and its services'
+// exits in order, so everything about one instance is serialised; instances
+// proceed independently.
+//
+// Commands are idempotent and fenced: a start with an older token than the
+// one held is refused (FAILED_PRECONDITION "superseded by token N"), and so
+// is one older than any token this worker process has accepted for the key,
+// even after that instance is gone; the same token changes nothing; a newer
+// token replaces the held instance (reported STOPPING/STOPPED under the old
+// token with reason NODE_STOPPED, "superseded by token N"). A stop of an
+// instance holding a newer token than the stop's does nothing. Every command
+// is acknowledged (CommandAck) after the reports it caused; refusals carry a
+// gRPC code name (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, INTERNAL,
+// UNAVAILABLE).
+//
+// An instance that stops (a stop command, or a failure) leaves a tombstone:
+// its STOPPED report, kept (in memory and in its record) until it has been
+// sent on a live stream, so that the Manager learns why even if the stream
+// was down when it happened. Tombstones appear in the hello inventory.
+//
+// # Supervision
+//
+// One goroutine per running service waits for it to exit. A service that
+// exits while its instance runs is restarted when its policy says so (ALWAYS,
+// or ON_FAILURE with a non-zero exit) and its budget (count restarts within
+// period_s seconds) is not spent, after a backoff of 1 s doubling to 30 s
+// (reset once the service has run for 60 s; timed by Config.Clock).
+// Otherwise the instance has failed: its other services are stopped and it is
+// reported STOPPING (JOB_FAILED, with the exit code and the service's last
+// output) and STOPPED. Updated specs are kept for later re-creation; running
+// services are never recreated implicitly.
+//
+// # Adoption
+//
+// When Run starts it reads the records and the runtime's List: running
+// services are adopted (waited on again, never restarted); services that
+// exited while the worker was down get their restart policy applied at once;
+// an instance whose stop was in progress is stopped; runtime services no
+// record names belong to nobody and are stopped and removed.
+//
+// This package imports nothing of the Manager's side.
+package worker

@@ -1,0 +1,181 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/runtime"
+)
+
+// session is one Control stream's outbound side: a FIFO the stream's
+// handler goroutine drains, so that sends never happen concurrently.
+type session struct {
+	id     uint64
+	ctx    context.Context // ends when the stream is replaced or gone
+	cancel context.CancelCauseFunc
+
+	mu    sync.Mutex
+	queue []outbound
+	wake  chan struct{}
+}
+
+// outbound is a message to send and what to do once it has been sent.
+type outbound struct {
+	msg  *managerv1.WorkerMessage
+	sent func()
+}
+
+// enqueue queues msg; sent (if not nil) runs once msg has been sent. It
+// never blocks. Messages queued on a session that has ended are dropped.
+func (s *session) enqueue(msg *managerv1.WorkerMessage, sent func()) {
+	if s.ctx.Err() != nil {
+		return
+	}
+	s.mu.Lock()
+	s.queue = append(s.queue, outbound{msg: msg, sent: sent})
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *session) pop() (outbound, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return outbound{}, false
+	}
+	m := s.queue[0]
+	s.queue[0] = outbound{}
+	s.queue = s.queue[1:]
+	return m, true
+}
+
+// Why the worker ends a session.
+var (
+	errReplaced = errors.New("the Control stream was replaced by a newer one")
+	errShutdown = errors.New("the worker is shutting down")
+)
+
+// snapshot is the last report published for an instance. deliver is set
+// for a tombstone: it is called once the report has been sent on a stream.
+type snapshot struct {
+	key     runtime.Key
+	report  *managerv1.InstanceReport
+	deliver func()
+}
+
+// openSession makes a new stream the current one (ending the previous) and
+// queues its hello with the inventory. Reports published from then on go to
+// it. Nil once the agent shuts down.
+func (a *Agent) openSession(ctx context.Context) *session {
+	a.pubMu.Lock()
+	if a.streamsClosed {
+		a.pubMu.Unlock()
+		return nil
+	}
+	if a.cur != nil {
+		a.cur.cancel(errReplaced)
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	a.nextSession++
+	s := &session{id: a.nextSession, ctx: sctx, cancel: cancel, wake: make(chan struct{}, 1)}
+	a.cur = s
+	var inv []*managerv1.InstanceReport
+	var delivers []func()
+	for _, snap := range a.sortedSnaps() {
+		inv = append(inv, snap.report)
+		if snap.deliver != nil {
+			delivers = append(delivers, snap.deliver)
+		}
+	}
+	id := a.identity()
+	hello := &managerv1.WorkerHello{
+		NodeId:        id.NodeID,
+		Hardware:      a.hardware(),
+		Capabilities:  a.cfg.Capabilities,
+		Runtime:       a.runtimeName,
+		WorkerVersion: a.cfg.Version,
+		Inventory:     inv,
+	}
+	s.enqueue(&managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Hello{Hello: hello}}, func() {
+		for _, d := range delivers {
+			d()
+		}
+	})
+	a.pubMu.Unlock()
+	a.setStreamUp(true)
+	return s
+}
+
+// closeSession ends a stream's session.
+func (a *Agent) closeSession(s *session) {
+	a.pubMu.Lock()
+	wasCurrent := a.cur == s
+	if wasCurrent {
+		a.cur = nil
+	}
+	a.pubMu.Unlock()
+	s.cancel(nil)
+	if wasCurrent {
+		a.setStreamUp(false)
+	}
+}
+
+// publish records r as the instance's current report and sends it on the
+// current stream. deliver is set for a tombstone (see snapshot).
+func (a *Agent) publish(key runtime.Key, r *managerv1.InstanceReport, deliver func()) {
+	a.pubMu.Lock()
+	defer a.pubMu.Unlock()
+	a.snaps[key] = &snapshot{key: key, report: r, deliver: deliver}
+	if a.cur != nil {
+		a.cur.enqueue(reportMessage(r), deliver)
+	}
+}
+
+// unpublish forgets an instance that the worker no longer holds.
+func (a *Agent) unpublish(key runtime.Key) {
+	a.pubMu.Lock()
+	defer a.pubMu.Unlock()
+	delete(a.snaps, key)
+}
+
+// sendReport sends a report of something the worker does not hold (any
+// more) on the current stream, if one is up.
+func (a *Agent) sendReport(r *managerv1.InstanceReport) {
+	a.pubMu.Lock()
+	defer a.pubMu.Unlock()
+	if a.cur != nil {
+		a.cur.enqueue(reportMessage(r), nil)
+	}
+}
+
+func reportMessage(r *managerv1.InstanceReport) *managerv1.WorkerMessage {
+	return &managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Report{Report: r}}
+}
+
+// cmdError is a command's refusal: a gRPC code and a message.
+type cmdError struct {
+	code connect.Code
+	msg  string
+}
+
+func (e *cmdError) Error() string { return e.msg }
+
+// codeName is the gRPC name of the code ("FAILED_PRECONDITION").
+func (e *cmdError) codeName() string { return strings.ToUpper(e.code.String()) }
+
+func ackMessage(seq uint64, e *cmdError) *managerv1.WorkerMessage {
+	ack := &managerv1.CommandAck{Seq: seq}
+	if e != nil {
+		ack.Error = e.msg
+		ack.ErrorCode = e.codeName()
+	}
+	return &managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Ack{Ack: ack}}
+}

@@ -1,0 +1,164 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/runtime"
+)
+
+// supervisor holds the instances and routes events to them. Each instance
+// has one goroutine (its actor) that handles its events in order; the
+// actor exists while the instance has a record or events to handle.
+type supervisor struct {
+	a       *Agent
+	ctx     context.Context // Run's
+	rt      runtime.Runtime
+	clock   clock.Clock
+	log     *slog.Logger
+	records *recordStore
+	nodeID  string
+
+	mu     sync.Mutex
+	insts  map[runtime.Key]*instance
+	closed bool
+	// fence is the newest token this worker process has accepted per key,
+	// kept after the instance is gone so that a late start of an older
+	// binding is still refused.
+	fence map[runtime.Key]uint64
+}
+
+// noteToken raises the fence of key to token.
+func (s *supervisor) noteToken(key runtime.Key, token uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if token > s.fence[key] {
+		s.fence[key] = token
+	}
+}
+
+// fenceOf is the newest token accepted for key (0: none).
+func (s *supervisor) fenceOf(key runtime.Key) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fence[key]
+}
+
+func newSupervisor(a *Agent, ctx context.Context, rt runtime.Runtime) *supervisor {
+	return &supervisor{
+		a:       a,
+		ctx:     ctx,
+		rt:      rt,
+		clock:   a.clock,
+		log:     a.logger(),
+		records: a.records,
+		nodeID:  a.NodeID(),
+		insts:   map[runtime.Key]*instance{},
+		fence:   map[runtime.Key]uint64{},
+	}
+}
+
+// dispatch hands ev to the instance of key, creating its actor if needed.
+// False once the supervisor is closed.
+func (s *supervisor) dispatch(key runtime.Key, ev event) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.instanceLocked(key).enqueue(ev)
+	return true
+}
+
+// instanceLocked returns the instance of key, starting its actor if there
+// is none; s.mu held.
+func (s *supervisor) instanceLocked(key runtime.Key) *instance {
+	in := s.insts[key]
+	if in == nil {
+		in = newInstance(s, key)
+		s.insts[key] = in
+		s.a.goOwned(in.run)
+	}
+	return in
+}
+
+// retire removes an instance that holds nothing once its queue is empty;
+// true if the actor must end.
+func (s *supervisor) retire(in *instance) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.queue) > 0 || s.insts[in.key] != in {
+		return false
+	}
+	delete(s.insts, in.key)
+	return true
+}
+
+// close refuses further dispatches (Run is ending).
+func (s *supervisor) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+// stopAll stops every instance and waits until they have stopped (or ctx
+// ends).
+func (s *supervisor) stopAll(ctx context.Context, reason managerv1.StoppingReason, additional string) {
+	s.mu.Lock()
+	var dones []chan struct{}
+	for _, in := range s.insts {
+		done := make(chan struct{})
+		in.enqueue(stopEvent{reason: reason, additional: additional, done: done})
+		dones = append(dones, done)
+	}
+	s.mu.Unlock()
+	for _, d := range dones {
+		select {
+		case <-d:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// onCommand routes a command from a Control stream. Its acknowledgement is
+// queued on that stream once the command has been acted on.
+func (a *Agent) onCommand(sess *session, msg *managerv1.ControllerMessage) {
+	seq := msg.GetSeq()
+	reply := func(e *cmdError) { sess.enqueue(ackMessage(seq, e), nil) }
+	var key runtime.Key
+	switch m := msg.GetMsg().(type) {
+	case *managerv1.ControllerMessage_Start:
+		key = runtime.Key{JobID: m.Start.GetJob().GetJobId(), Role: m.Start.GetRole()}
+	case *managerv1.ControllerMessage_StartPrepared:
+		key = runtime.Key{JobID: m.StartPrepared.GetJobId(), Role: m.StartPrepared.GetRole()}
+	case *managerv1.ControllerMessage_Stop:
+		key = runtime.Key{JobID: m.Stop.GetJobId(), Role: m.Stop.GetRole()}
+	case *managerv1.ControllerMessage_Update:
+		key = runtime.Key{JobID: m.Update.GetJob().GetJobId(), Role: m.Update.GetRole()}
+	case *managerv1.ControllerMessage_Terminate:
+		a.shutdownNode(sess, seq, m.Terminate.GetReason(), m.Terminate.GetDeregistered())
+		return
+	case *managerv1.ControllerMessage_Hello:
+		reply(&cmdError{connect.CodeInvalidArgument, "hello was already received on this stream"})
+		return
+	default:
+		reply(&cmdError{connect.CodeInvalidArgument, fmt.Sprintf("unknown command %T", m)})
+		return
+	}
+	if key.JobID == "" || key.Role == "" {
+		reply(&cmdError{connect.CodeInvalidArgument, "the command names no job id or no role"})
+		return
+	}
+	if !a.sup.dispatch(key, commandEvent{msg: msg, reply: reply}) {
+		reply(&cmdError{connect.CodeUnavailable, "the worker is shutting down"})
+	}
+}

@@ -1,0 +1,328 @@
+// Package workertest holds test helpers for the worker agent and for code
+// that talks to workers: Manager, a fake Manager API that answers
+// ClusterMemberRegister as the real one does (one-shot tokens, node
+// secrets, deregistration), and Controller, the Manager's side of a
+// NodeController Control stream (h2c, bearer node secret), which sends
+// commands and reads what the worker sends.
+//
+// Nothing here is for production use.
+package workertest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+)
+
+// Manager is a fake Manager API serving ClusterMemberRegister over HTTP/1.1
+// and cleartext HTTP/2. Every other RPC is unimplemented.
+type Manager struct {
+	// URL is the API's base URL (http://127.0.0.1:port).
+	URL string
+	// HeartbeatIntervalMs is returned in registration answers (0: none).
+	HeartbeatIntervalMs uint32
+
+	srv *httptest.Server
+
+	mu          sync.Mutex
+	tokens      map[string]string // unused token → node id
+	nodes       map[string]*Node
+	regs        []Registration
+	unavailable bool
+}
+
+// Node is a worker slot as the fake Manager knows it.
+type Node struct {
+	ID     string
+	Secret string
+	// Address is the last address the worker registered.
+	Address       string
+	Deregistered  bool
+	Registrations int
+	Last          *managerv1.ClusterMemberRegisterRequest
+}
+
+// Registration is one accepted ClusterMemberRegister call.
+type Registration struct {
+	NodeID    string
+	WithToken bool
+	Request   *managerv1.ClusterMemberRegisterRequest
+}
+
+// NewManager starts a fake Manager, closed when the test ends.
+func NewManager(t testing.TB) *Manager {
+	t.Helper()
+	m := &Manager{tokens: map[string]string{}, nodes: map[string]*Node{}}
+	mux := http.NewServeMux()
+	mux.Handle(managerv1connect.NewManagerHandler(managerHandler{m: m}))
+	srv := httptest.NewUnstartedServer(mux)
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &p
+	srv.Start()
+	m.srv = srv
+	m.URL = srv.URL
+	t.Cleanup(srv.Close)
+	return m
+}
+
+// AddToken makes a one-shot registration token for a new node id.
+func (m *Manager) AddToken(nodeID string) string {
+	tok := "tok-" + randomHex(8)
+	m.mu.Lock()
+	m.tokens[tok] = nodeID
+	m.mu.Unlock()
+	return tok
+}
+
+// Deregister invalidates a node's secret: its next registration is refused.
+func (m *Manager) Deregister(nodeID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := m.nodes[nodeID]; n != nil {
+		n.Deregistered = true
+	}
+}
+
+// SetUnavailable makes registrations fail with UNAVAILABLE while on.
+func (m *Manager) SetUnavailable(on bool) {
+	m.mu.Lock()
+	m.unavailable = on
+	m.mu.Unlock()
+}
+
+// Node returns a copy of what the Manager knows of a node.
+func (m *Manager) Node(nodeID string) (Node, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.nodes[nodeID]
+	if n == nil {
+		return Node{}, false
+	}
+	return *n, true
+}
+
+// Registrations returns the accepted registrations, oldest first.
+func (m *Manager) Registrations() []Registration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Registration(nil), m.regs...)
+}
+
+type managerHandler struct {
+	managerv1connect.UnimplementedManagerHandler
+	m *Manager
+}
+
+func (h managerHandler) ClusterMemberRegister(_ context.Context, req *connect.Request[managerv1.ClusterMemberRegisterRequest]) (*connect.Response[managerv1.ClusterMemberRegisterResponse], error) {
+	m := h.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.unavailable {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("fake Manager unavailable"))
+	}
+	msg := req.Msg
+	var n *Node
+	withToken := false
+	switch {
+	case msg.GetToken() != "":
+		id, ok := m.tokens[msg.GetToken()]
+		if !ok {
+			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("registration token unknown or already used"))
+		}
+		delete(m.tokens, msg.GetToken())
+		n = &Node{ID: id, Secret: "secret-" + randomHex(16)}
+		m.nodes[id] = n
+		withToken = true
+	case msg.GetNodeSecret() != "":
+		for _, c := range m.nodes {
+			if c.Secret == msg.GetNodeSecret() && !c.Deregistered {
+				n = c
+			}
+		}
+		if n == nil {
+			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("node secret unknown or its slot deregistered"))
+		}
+	default:
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a registration needs a token or a node secret"))
+	}
+	n.Address = msg.GetAddress()
+	n.Registrations++
+	n.Last = proto.Clone(msg).(*managerv1.ClusterMemberRegisterRequest)
+	m.regs = append(m.regs, Registration{NodeID: n.ID, WithToken: withToken, Request: n.Last})
+	resp := &managerv1.ClusterMemberRegisterResponse{NodeId: n.ID, NodeName: n.ID, HeartbeatIntervalMs: m.HeartbeatIntervalMs}
+	if withToken {
+		resp.NodeSecret = n.Secret
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// Controller is the Manager's side of one Control stream to a worker.
+type Controller struct {
+	stream *connect.BidiStreamForClient[managerv1.ControllerMessage, managerv1.WorkerMessage]
+	cancel context.CancelFunc
+	tr     *http.Transport
+	msgs   chan *managerv1.WorkerMessage
+	done   chan struct{}
+	err    error // why the stream ended; set before done is closed
+
+	mu  sync.Mutex
+	seq uint64
+}
+
+// Dial opens a Control stream to the worker at addr (host:port) over
+// cleartext HTTP/2, presenting secret as the bearer token. Nothing is sent
+// until the first Send (usually Hello).
+func Dial(ctx context.Context, addr, secret string) *Controller {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p}
+	client := managerv1connect.NewNodeControllerClient(&http.Client{Transport: tr}, "http://"+addr, connect.WithGRPC())
+	ctx, cancel := context.WithCancel(ctx)
+	stream := client.Control(ctx)
+	stream.RequestHeader().Set("Authorization", "Bearer "+secret)
+	c := &Controller{stream: stream, cancel: cancel, tr: tr, msgs: make(chan *managerv1.WorkerMessage, 1024), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		for {
+			msg, err := stream.Receive()
+			if err != nil {
+				c.err = err
+				return
+			}
+			select {
+			case c.msgs <- msg:
+			case <-ctx.Done():
+				c.err = ctx.Err()
+				return
+			}
+		}
+	}()
+	return c
+}
+
+// Send sends a message; a zero seq is replaced by the next sequence
+// number, which is returned.
+func (c *Controller) Send(msg *managerv1.ControllerMessage) (uint64, error) {
+	c.mu.Lock()
+	if msg.GetSeq() == 0 {
+		c.seq++
+		msg.Seq = c.seq
+	}
+	seq := msg.GetSeq()
+	c.mu.Unlock()
+	err := c.stream.Send(msg)
+	if errors.Is(err, io.EOF) {
+		// The worker ended the stream: its reason comes with the response.
+		if ended, why := c.Ended(10 * time.Second); ended && why != nil {
+			return seq, why
+		}
+	}
+	return seq, err
+}
+
+// Hello sends the Manager's hello and returns the worker's.
+func (c *Controller) Hello(nodeID string, heartbeatMs uint32, timeout time.Duration) (*managerv1.WorkerHello, error) {
+	if _, err := c.Send(&managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_Hello{Hello: &managerv1.ControllerHello{
+		NodeId: nodeID, ManagerNodeName: "fake-manager", HeartbeatIntervalMs: heartbeatMs,
+	}}}); err != nil {
+		return nil, fmt.Errorf("send hello: %w", err)
+	}
+	m, err := c.Await(timeout, func(m *managerv1.WorkerMessage) bool { return m.GetHello() != nil })
+	if err != nil {
+		return nil, err
+	}
+	return m.GetHello(), nil
+}
+
+// Next returns the next message from the worker.
+func (c *Controller) Next(timeout time.Duration) (*managerv1.WorkerMessage, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case m := <-c.msgs:
+		return m, nil
+	default:
+	}
+	select {
+	case m := <-c.msgs:
+		return m, nil
+	case <-c.done:
+		select {
+		case m := <-c.msgs:
+			return m, nil
+		default:
+		}
+		return nil, fmt.Errorf("stream ended: %w", c.err)
+	case <-t.C:
+		return nil, fmt.Errorf("no message from the worker within %s", timeout)
+	}
+}
+
+// Await returns the first message that matches, dropping the others.
+func (c *Controller) Await(timeout time.Duration, match func(*managerv1.WorkerMessage) bool) (*managerv1.WorkerMessage, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("no matching message from the worker within %s", timeout)
+		}
+		m, err := c.Next(left)
+		if err != nil {
+			return nil, err
+		}
+		if match(m) {
+			return m, nil
+		}
+	}
+}
+
+// NextNonHeartbeat returns the next message that is not a heartbeat.
+func (c *Controller) NextNonHeartbeat(timeout time.Duration) (*managerv1.WorkerMessage, error) {
+	return c.Await(timeout, func(m *managerv1.WorkerMessage) bool { return m.GetHeartbeat() == nil })
+}
+
+// Ended waits until the stream has ended and returns why; false if it has
+// not ended within timeout.
+func (c *Controller) Ended(timeout time.Duration) (ended bool, err error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return true, c.err
+	case <-t.C:
+		return false, nil
+	}
+}
+
+// Close ends the stream and releases its connection.
+func (c *Controller) Close() {
+	_ = c.stream.CloseRequest()
+	c.cancel()
+	<-c.done
+	_ = c.stream.CloseResponse()
+	c.tr.CloseIdleConnections()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
