@@ -16,9 +16,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/docker/docker/client"
 
-	"github.com/norsk-go/norsk-manager/examples/jobs"
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/examples/jobs"
 	"github.com/norsk-go/norsk-manager/internal/imagebuild"
 )
 

@@ -223,4 +223,3 @@ func (h *handler) MarkJobFailed(ctx context.Context, req *connect.Request[manage
 	}
 	return connect.NewResponse(&managerv1.MarkJobFailedResponse{}), nil
 }
-

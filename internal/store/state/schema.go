@@ -5,8 +5,8 @@ import (
 
 	"github.com/hashicorp/go-memdb"
 
-	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 )
 
 // Tables of the state store.
