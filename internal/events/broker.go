@@ -36,6 +36,9 @@ var (
 // DefaultCapacity is the ring size used when New is given 0.
 const DefaultCapacity = 65536
 
+// maxBatch is the size Next aims a batch at (it runs over to finish an index).
+const maxBatch = 1024
+
 // Broker holds the newest events.
 type Broker struct {
 	mu   sync.Mutex
@@ -47,8 +50,11 @@ type Broker struct {
 	// heldAfter: every event with an index greater than heldAfter that was
 	// ever published is still in the ring (or was never published yet).
 	heldAfter uint64
-	notify    chan struct{}
-	closed    bool
+	// epoch counts Resets: a subscription from an earlier epoch must
+	// resync, whether or not it had read everything.
+	epoch  uint64
+	notify chan struct{}
+	closed bool
 }
 
 // New returns a broker holding at most capacity events.
@@ -98,6 +104,7 @@ func (b *Broker) Reset(base uint64) {
 	}
 	b.n = 0
 	b.heldAfter = base
+	b.epoch++
 	close(b.notify)
 	b.notify = make(chan struct{})
 }
@@ -115,6 +122,7 @@ func (b *Broker) Close() {
 // Subscription reads the ring from a cursor. It is used by one goroutine.
 type Subscription struct {
 	b      *Broker
+	epoch  uint64
 	cursor uint64
 	// skipThrough drops events with index <= it (already in a snapshot).
 	skipThrough uint64
@@ -138,7 +146,7 @@ func (b *Broker) SubscribeAfter(after uint64) (*Subscription, error) {
 	i := sort.Search(b.n, func(k int) bool {
 		return b.ring[(first+uint64(k))%c].GetIndex() > after
 	})
-	return &Subscription{b: b, cursor: first + uint64(i), skipThrough: after}, nil
+	return &Subscription{b: b, epoch: b.epoch, cursor: first + uint64(i), skipThrough: after}, nil
 }
 
 // SubscribeTail returns a subscription that yields events published from now
@@ -148,20 +156,27 @@ func (b *Broker) SubscribeAfter(after uint64) (*Subscription, error) {
 func (b *Broker) SubscribeTail() *Subscription {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return &Subscription{b: b, cursor: b.seq}
+	return &Subscription{b: b, epoch: b.epoch, cursor: b.seq}
 }
 
 // Skip makes the subscription drop events with an index <= index.
 func (s *Subscription) Skip(index uint64) { s.skipThrough = index }
 
 // Next returns the next events (at least one), blocking until there are some
-// or ctx ends. The returned slice and events must not be modified.
+// or ctx ends. A batch never ends in the middle of an index, so a subscriber
+// that resumes after the last index it saw misses nothing. After a Reset
+// (the state was replaced by a snapshot restore) it returns ErrResync. The
+// returned slice and events must not be modified.
 func (s *Subscription) Next(ctx context.Context) ([]*managerv1.Event, error) {
 	for {
 		s.b.mu.Lock()
 		if s.b.closed {
 			s.b.mu.Unlock()
 			return nil, ErrClosed
+		}
+		if s.epoch != s.b.epoch {
+			s.b.mu.Unlock()
+			return nil, ErrResync
 		}
 		c := uint64(len(s.b.ring))
 		first := s.b.seq - uint64(s.b.n)
@@ -170,8 +185,11 @@ func (s *Subscription) Next(ctx context.Context) ([]*managerv1.Event, error) {
 			return nil, ErrSlowConsumer
 		}
 		var out []*managerv1.Event
-		for ; s.cursor < s.b.seq && len(out) < 1024; s.cursor++ {
+		for ; s.cursor < s.b.seq; s.cursor++ {
 			e := s.b.ring[s.cursor%c]
+			if len(out) >= maxBatch && e.GetIndex() != out[len(out)-1].GetIndex() {
+				break
+			}
 			if e.GetIndex() <= s.skipThrough {
 				continue
 			}

@@ -14,6 +14,8 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/apierr"
@@ -83,9 +85,32 @@ func ValidateTags(field string, tags map[string]string) error {
 			return apierr.Invalid(field, "tag name %q: use 1-%d letters, digits, '.', '_', '/' and '-'", k, MaxTagKeyLen)
 		case len(v) > MaxTagValueLen:
 			return apierr.Invalid(field+"."+k, "value is %d bytes (at most %d)", len(v), MaxTagValueLen)
+		case !printable(v):
+			return apierr.Invalid(field+"."+k, "value must be printable UTF-8 (no control characters)")
 		}
 	}
 	return nil
+}
+
+// ValidatePool checks a pool name (a tag value; "" = no pool).
+func ValidatePool(field, pool string) error {
+	if len(pool) > MaxTagValueLen || !printable(pool) {
+		return apierr.Invalid(field, "%q: use at most %d printable characters", pool, MaxTagValueLen)
+	}
+	return nil
+}
+
+// printable reports whether s is valid UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidateJob checks a job specification as CreateJob and UpdateJob receive

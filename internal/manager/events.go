@@ -94,6 +94,14 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 	var last uint64
 	for {
 		evs, err := sub.Next(ctx)
+		if errors.Is(err, events.ErrResync) {
+			// The state was replaced by a snapshot restore: start the
+			// subscriber again from what is here now.
+			if err := snapshot(true); err != nil {
+				return streamErr(err, last)
+			}
+			continue
+		}
 		if err != nil {
 			return streamErr(err, last)
 		}

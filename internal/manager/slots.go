@@ -19,10 +19,8 @@ func (h *handler) RegisterClusterNode(ctx context.Context, req *connect.Request[
 	if err := jobspec.ValidateID("nodeName", name); err != nil {
 		return nil, toConnect(err)
 	}
-	if p := req.Msg.GetPool(); p != "" {
-		if err := jobspec.ValidateTags("pool", map[string]string{"pool": p}); err != nil {
-			return nil, toConnect(err)
-		}
+	if err := jobspec.ValidatePool("pool", req.Msg.GetPool()); err != nil {
+		return nil, toConnect(err)
 	}
 	if ex := h.read().NodeByName(nil, name); ex != nil {
 		return nil, toConnect(apierr.AlreadyExistsf("a node named %q is already registered (node id %q)", name, ex.GetNode().GetNodeId()))
@@ -67,6 +65,7 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 		Capabilities:  m.GetCapabilities(),
 		Runtime:       m.GetRuntime(),
 		WorkerVersion: m.GetWorkerVersion(),
+		Reconnect:     m.GetReconnect(),
 	}
 	r := h.read()
 	switch {
@@ -82,8 +81,12 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 		cmd.Token = m.GetToken()
 		cmd.NodeSecret = randomToken("nns_", 32)
 	case m.GetNodeSecret() != "":
-		if r.NodeBySecret(m.GetNodeSecret()) == nil {
+		rec := r.NodeBySecret(m.GetNodeSecret())
+		if rec == nil {
 			return nil, toConnect(apierr.Unauthenticatedf("node secret is not known (its slot may have been deregistered)"))
+		}
+		if m.GetReconnect() && rec.GetNode().GetState() == managerv1.NodeState_NODE_STATE_TERMINATED {
+			return nil, toConnect(apierr.FailedPreconditionf("node %q was terminated; start its worker again to bring it back", rec.GetNode().GetNodeId()))
 		}
 		cmd.NodeSecret = m.GetNodeSecret()
 	default:
@@ -139,10 +142,8 @@ func (h *handler) SetClusterNodePool(ctx context.Context, req *connect.Request[m
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
 		return nil, toConnect(err)
 	}
-	if p := req.Msg.GetPool(); p != "" {
-		if err := jobspec.ValidateTags("pool", map[string]string{"pool": p}); err != nil {
-			return nil, toConnect(err)
-		}
+	if err := jobspec.ValidatePool("pool", req.Msg.GetPool()); err != nil {
+		return nil, toConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetSlotPool{SetSlotPool: &storev1.SetSlotPool{NodeId: req.Msg.GetNodeId(), Pool: req.Msg.GetPool()}}}); err != nil {
 		return nil, toConnect(err)

@@ -284,12 +284,17 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 				if dereg {
 					reason = "deregistered"
 				}
-				cn.finish(ctx, reason)
+				// Tell the worker first and give it a moment to answer: once
+				// the node is recorded terminated this connection is closed.
 				s.seq++
-				_ = stream.Send(&managerv1.ControllerMessage{Seq: s.seq, Msg: &managerv1.ControllerMessage_Terminate{Terminate: &managerv1.Terminate{Reason: reason, Deregistered: dereg}}})
-				if m := cfg.Metrics; m != nil {
-					m.CommandsSent.WithLabelValues("terminate").Inc()
+				seq := s.seq
+				if err := stream.Send(&managerv1.ControllerMessage{Seq: seq, Msg: &managerv1.ControllerMessage_Terminate{Terminate: &managerv1.Terminate{Reason: reason, Deregistered: dereg}}}); err == nil {
+					if m := cfg.Metrics; m != nil {
+						m.CommandsSent.WithLabelValues("terminate").Inc()
+					}
+					cn.awaitAck(ctx, s, seq, msgs, recvErr)
 				}
+				cn.finish(ctx, reason)
 				return errSessionEnded
 			}
 		}
@@ -335,6 +340,31 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		}
 		if silent := cfg.Clock.Now().Sub(lastHeard); silent > 3*cfg.HeartbeatInterval {
 			return fmt.Errorf("no heartbeat from the worker for %s", silent.Round(time.Millisecond))
+		}
+	}
+}
+
+// awaitAck waits (at most 10 s) for the worker to acknowledge command seq,
+// recording the reports that arrive meanwhile.
+func (cn *conn) awaitAck(ctx context.Context, s *sessionState, seq uint64, msgs <-chan *managerv1.WorkerMessage, recvErr <-chan error) {
+	t := cn.c.cfg.Clock.NewTimer(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case m := <-msgs:
+			if r := m.GetReport(); r != nil {
+				_, _ = cn.c.apply(ctx, &storev1.Command{Cmd: &storev1.Command_InstanceReports{InstanceReports: &storev1.InstanceReports{NodeId: cn.nodeID, Reports: []*managerv1.InstanceReport{r}}}})
+			}
+			if a := m.GetAck(); a != nil && a.GetSeq() == seq {
+				return
+			}
+		case <-recvErr:
+			return
+		case <-t.C():
+			cn.log.Warn("worker did not acknowledge the terminate in 10s")
+			return
+		case <-ctx.Done():
+			return
 		}
 	}
 }

@@ -71,6 +71,9 @@ type ServiceStatus struct {
 	// code is known; -1 when it is not known.
 	ExitCode  int
 	StartedAt time.Time
+	// PID is the service's main process id on the node while it runs (0
+	// when not running or not known).
+	PID int
 	// Ports are the service's published ports while it runs.
 	Ports []*managerv1.ResolvedPortMapping
 }

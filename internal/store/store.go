@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -55,6 +56,13 @@ type Store struct {
 	meta   *metadb.BoltMetaDB
 	trans  raft.Transport
 	logger *slog.Logger
+
+	// mu guards closed: Apply enqueues under the read lock, Close marks the
+	// store closed under the write lock before shutting raft down, so no
+	// proposal is enqueued after raft has stopped answering.
+	mu       sync.RWMutex
+	closed   bool
+	closedCh chan struct{}
 }
 
 // Open opens (or creates and bootstraps) the store in cfg.Dir and waits until
@@ -138,7 +146,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = meta.Close()
 		return nil, fmt.Errorf("store: start raft: %w", err)
 	}
-	s := &Store{cfg: cfg, raft: r, fsm: f, wal: w, meta: meta, trans: trans, logger: logger}
+	s := &Store{cfg: cfg, raft: r, fsm: f, wal: w, meta: meta, trans: trans, logger: logger, closedCh: make(chan struct{})}
 	if err := s.waitLeader(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -167,9 +175,10 @@ func (s *Store) waitLeader(ctx context.Context) error {
 }
 
 // Apply proposes a command and waits until it is committed and applied. The
-// error is the command's domain refusal (nothing changed), or Unavailable
-// when this member cannot commit (it is not the primary, or is shutting
-// down).
+// error is the command's domain refusal (nothing changed), Unavailable when
+// this member cannot commit (it is not the primary, or is shutting down), or
+// the context's error when ctx ends first — then the write may still be
+// applied later.
 func (s *Store) Apply(ctx context.Context, cmd *storev1.Command) (state.Result, error) {
 	data, err := proto.Marshal(cmd)
 	if err != nil {
@@ -182,8 +191,23 @@ func (s *Store) Apply(ctx context.Context, cmd *storev1.Command) (state.Result, 
 			return state.Result{}, apierr.New(apierr.DeadlineExceeded, "deadline passed before the write was proposed")
 		}
 	}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return state.Result{}, apierr.Unavailablef("the store is closed")
+	}
 	f := s.raft.Apply(data, timeout)
-	if err := f.Error(); err != nil {
+	s.mu.RUnlock()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return state.Result{}, apierr.New(apierr.DeadlineExceeded, "write not acknowledged before the caller gave up (%v); it may still be applied", ctx.Err())
+	case <-s.closedCh:
+		return state.Result{}, apierr.Unavailablef("the store closed before the write was acknowledged; it may still have been applied")
+	}
+	if err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 			errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrLeadershipTransferInProgress):
@@ -224,6 +248,14 @@ func (s *Store) TakeSnapshot() error { return s.raft.Snapshot().Error() }
 // Close shuts raft down and closes the log. Writes in flight fail with
 // Unavailable.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closedCh)
+	s.mu.Unlock()
 	err := s.raft.Shutdown().Error()
 	s.fsm.broker.Close()
 	if cerr := s.wal.Close(); err == nil {

@@ -50,7 +50,7 @@ func (a *Agent) runLink(ctx context.Context, registerNow bool) {
 	maxInterval := max(maxReregisterInterval, a.cfg.ReregisterAfter)
 	lastRegistered := a.clock.Now()
 	if registerNow {
-		if !a.reregister(ctx) {
+		if !a.reregister(ctx, false) {
 			return
 		}
 		lastRegistered = a.clock.Now()
@@ -84,7 +84,7 @@ func (a *Agent) runLink(ctx context.Context, registerNow bool) {
 			continue
 		}
 		a.logger().Info("no Control stream for a while; registering again", "after", interval)
-		if !a.reregister(ctx) {
+		if !a.reregister(ctx, true) {
 			return
 		}
 		lastRegistered = a.clock.Now()
@@ -93,16 +93,24 @@ func (a *Agent) runLink(ctx context.Context, registerNow bool) {
 }
 
 // reregister registers with the node secret until it succeeds. It returns
-// false when the link must end: ctx ended, or the slot was deregistered (then
-// the node is being shut down).
-func (a *Agent) reregister(ctx context.Context) bool {
+// false when the link must end: ctx ended, the slot was deregistered, or
+// (reconnect) the node was terminated while the stream was down — then the
+// node is being shut down.
+func (a *Agent) reregister(ctx context.Context, reconnect bool) bool {
 	id := a.identity()
-	resp, err := a.registerUntil(ctx, a.registerRequest("", id.NodeSecret))
+	req := a.registerRequest("", id.NodeSecret)
+	req.Reconnect = reconnect
+	resp, err := a.registerUntil(ctx, req)
 	var refused *errRefused
+	var terminated *errNodeTerminated
 	switch {
 	case errors.As(err, &refused):
 		a.logger().Warn("the Manager refused the node secret: the node was deregistered; stopping every instance", "err", err)
 		a.shutdownNode(nil, 0, "node deregistered", true)
+		return false
+	case errors.As(err, &terminated):
+		a.logger().Warn("the Manager terminated this node while its stream was down; stopping every instance", "err", err)
+		a.shutdownNode(nil, 0, "node terminated", false)
 		return false
 	case err != nil:
 		return false // ctx ended

@@ -29,6 +29,13 @@ type errRefused struct{ err error }
 func (e *errRefused) Error() string { return "registration refused: " + e.err.Error() }
 func (e *errRefused) Unwrap() error { return e.err }
 
+// errNodeTerminated is a FAILED_PRECONDITION answer to a reconnecting
+// worker's registration: its node was terminated while it was away.
+type errNodeTerminated struct{ err error }
+
+func (e *errNodeTerminated) Error() string { return "registration refused: " + e.err.Error() }
+func (e *errNodeTerminated) Unwrap() error { return e.err }
+
 // registrar makes ClusterMemberRegister calls, one call per method (the
 // retry loop lives in link.go). It rotates through the Manager URLs it knows
 // when a call fails.
@@ -105,8 +112,13 @@ func (r *registrar) register(ctx context.Context, req *managerv1.ClusterMemberRe
 	defer cancel()
 	resp, err := c.ClusterMemberRegister(ctx, connect.NewRequest(req))
 	if err != nil {
-		if connect.CodeOf(err) == connect.CodeUnauthenticated {
+		switch connect.CodeOf(err) {
+		case connect.CodeUnauthenticated:
 			return nil, &errRefused{err}
+		case connect.CodeFailedPrecondition:
+			if req.GetReconnect() {
+				return nil, &errNodeTerminated{err}
+			}
 		}
 		r.rotate()
 		return nil, fmt.Errorf("register with %s: %w", u, err)
@@ -156,7 +168,8 @@ func (a *Agent) registerUntil(ctx context.Context, req *managerv1.ClusterMemberR
 			return resp, nil
 		}
 		var refused *errRefused
-		if errors.As(err, &refused) {
+		var terminated *errNodeTerminated
+		if errors.As(err, &refused) || errors.As(err, &terminated) {
 			return nil, err
 		}
 		if ctx.Err() != nil {

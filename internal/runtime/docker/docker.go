@@ -181,6 +181,9 @@ func (r *Runtime) status(c container.InspectResponse) runtime.ServiceStatus {
 		return st
 	}
 	st.Running = c.State.Running
+	if st.Running {
+		st.PID = c.State.Pid
+	}
 	if c.State.Status == container.StateExited || c.State.Status == container.StateDead {
 		st.ExitCode = c.State.ExitCode
 	}

@@ -237,6 +237,7 @@ func (r *Runtime) status(st *serviceState) runtime.ServiceStatus {
 	s.StartedAt = p.StartedAt
 	if alive(p.PID, p.StartTicks) {
 		s.Running = true
+		s.PID = p.PID
 		s.Ports = r.resolved(st.Ports)
 		return s
 	}

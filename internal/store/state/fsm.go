@@ -164,6 +164,11 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 	case *storev1.Command_SetNodeIdleExpiry:
 		return nil, t.setNodeIdleExpiry(c.SetNodeIdleExpiry)
 	case nil:
+		if len(cmd.ProtoReflect().GetUnknown()) > 0 {
+			// A command type a newer member wrote. Refusing keeps the
+			// state unchanged and every member identical.
+			return nil, apierr.New(apierr.FailedPrecondition, "unknown command type (written by a newer Manager version); upgrade this member")
+		}
 		return nil, apierr.New(apierr.InvalidArgument, "empty command")
 	default:
 		// A command type this binary does not know: a newer member wrote

@@ -223,6 +223,7 @@ func (t *tx) startPrepared(c *storev1.StartPreparedInstance) error {
 	n := proto.Clone(in).(*managerv1.Instance)
 	n.Desired = desiredRunning
 	t.insert(tableInstances, n)
+	t.touchJob(n.GetJobId())
 	return nil
 }
 

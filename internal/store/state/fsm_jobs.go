@@ -75,6 +75,14 @@ func (t *tx) putJob(rec *storev1.JobRecord, entries ...*managerv1.JobHistoryEntr
 	}
 }
 
+// touchJob raises a job-updated event (with no history entry) for a change
+// that adds none, such as an instance's desired state.
+func (t *tx) touchJob(jobID string) {
+	ev := &managerv1.JobEvent{}
+	t.events = append(t.events, &managerv1.Event{})
+	t.deferView(len(t.events)-1, jobID, ev, false)
+}
+
 // deferView fills event pos with the final view of the job when the command
 // commits.
 func (t *tx) deferView(pos int, jobID string, ev *managerv1.JobEvent, created bool) {
@@ -184,8 +192,11 @@ func (t *tx) markJobFailed(c *storev1.MarkJobFailed) error {
 	if err != nil {
 		return err
 	}
-	if rec.GetJob().GetTerminalState().GetKind() == managerv1.TerminalKind_TERMINAL_KIND_FAILED {
+	switch rec.GetJob().GetTerminalState().GetKind() {
+	case managerv1.TerminalKind_TERMINAL_KIND_FAILED:
 		return nil // idempotent: the first verdict stands
+	case managerv1.TerminalKind_TERMINAL_KIND_COMPLETED:
+		return apierr.FailedPreconditionf("job %q has completed; it cannot be marked failed", c.GetJobId())
 	}
 	t.stopAllInstances(rec.GetJob().GetJobId(), managerv1.StoppingReason_STOPPING_REASON_JOB_FAILED, c.GetReason())
 	rec = t.read().Job(nil, c.GetJobId())

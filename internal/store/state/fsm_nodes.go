@@ -72,10 +72,7 @@ func (t *tx) liveInstances(nodeID string) []*managerv1.Instance {
 }
 
 func validatePool(pool string) error {
-	if pool == "" {
-		return nil
-	}
-	return jobspec.ValidateTags("pool", map[string]string{"pool": pool})
+	return jobspec.ValidatePool("pool", pool)
 }
 
 func (t *tx) registerSlot(c *storev1.RegisterSlot) error {
@@ -96,6 +93,11 @@ func (t *tx) registerSlot(c *storev1.RegisterSlot) error {
 	}
 	if t.read().Node(nil, c.GetNodeId()) != nil {
 		return apierr.AlreadyExistsf("node id %q is already registered", c.GetNodeId())
+	}
+	if t.read().NodeByToken(c.GetToken()) != nil {
+		// memdb's unique index would silently move the token; never let two
+		// slots share one.
+		return apierr.AlreadyExistsf("that registration token belongs to another slot")
 	}
 	n := &managerv1.Node{
 		NodeId:       c.GetNodeId(),
@@ -129,6 +131,9 @@ func (t *tx) memberRegister(c *storev1.MemberRegister) (any, error) {
 		if c.GetNodeSecret() == "" {
 			return nil, apierr.New(apierr.Internal, "member register: no node secret stamped")
 		}
+		if t.read().NodeBySecret(c.GetNodeSecret()) != nil {
+			return nil, apierr.AlreadyExistsf("that node secret belongs to another node")
+		}
 	case c.GetNodeSecret() != "":
 		rec = t.read().NodeBySecret(c.GetNodeSecret())
 		if rec == nil {
@@ -139,6 +144,9 @@ func (t *tx) memberRegister(c *storev1.MemberRegister) (any, error) {
 	}
 	if rec.GetDeregistering() {
 		return nil, apierr.Unauthenticatedf("node %q is being deregistered", rec.GetNode().GetNodeId())
+	}
+	if c.GetReconnect() && rec.GetNode().GetState() == managerv1.NodeState_NODE_STATE_TERMINATED {
+		return nil, apierr.FailedPreconditionf("node %q was terminated; start its worker again to bring it back", rec.GetNode().GetNodeId())
 	}
 	nrec, n := t.withNode(rec)
 	if c.GetToken() != "" {
@@ -344,7 +352,7 @@ func (t *tx) nodeOnline(c *storev1.NodeOnline) (any, error) {
 	}
 	wasOnline := n.GetState() == nodeOnline
 	switch n.GetState() {
-	case managerv1.NodeState_NODE_STATE_REGISTERED, managerv1.NodeState_NODE_STATE_LOST, nodeOnline:
+	case managerv1.NodeState_NODE_STATE_REGISTERED, managerv1.NodeState_NODE_STATE_LOST:
 		t.setState(n, nodeOnline, "worker connected")
 	}
 	t.insert(tableNodes, nrec)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 
 	"google.golang.org/protobuf/proto"
@@ -21,13 +22,20 @@ const SchemaVersion = 1
 // rather than allocated).
 const MaxRecordSize = 64 << 20
 
+// crcTable is the Castagnoli table snapshot trailers use.
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
 // WriteTo writes every row of the view as a snapshot: a header, then the
-// nodes, jobs and instances, each a uvarint-length-prefixed SnapshotRecord.
+// nodes, jobs and instances, each a uvarint-length-prefixed SnapshotRecord,
+// then a trailer with the record count and the CRC-32C of everything before.
 func (r *Read) WriteTo(w io.Writer) (int64, error) {
-	bw := bufio.NewWriterSize(w, 256<<10)
+	crc := crc32.New(crcTable)
+	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 256<<10)
 	var n int64
+	var records uint64
 	var buf []byte
 	put := func(rec *storev1.SnapshotRecord) error {
+		records++
 		var err error
 		buf, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(buf[:0], rec)
 		if err != nil {
@@ -69,6 +77,16 @@ func (r *Read) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return n, err
 	}
+	if err := bw.Flush(); err != nil {
+		return n, err
+	}
+	trailer := &storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Trailer{Trailer: &storev1.SnapshotTrailer{
+		Records: records, Crc32C: crc.Sum32(),
+	}}}
+	bw = bufio.NewWriter(w)
+	if err := put(trailer); err != nil {
+		return n, err
+	}
 	return n, bw.Flush()
 }
 
@@ -81,11 +99,17 @@ var ErrCorruptSnapshot = errors.New("corrupt snapshot")
 func (s *State) Restore(rd io.Reader) (header *storev1.SnapshotHeader, err error) {
 	g := newGeneration()
 	txn := g.db.Txn(true)
+	crc := crc32.New(crcTable)
 	br := bufio.NewReaderSize(rd, 256<<10)
+	var trailer *storev1.SnapshotTrailer
 	for i := 0; ; i++ {
+		sum := crc.Sum32()
 		size, err := binary.ReadUvarint(br)
 		if err == io.EOF {
 			break
+		}
+		if trailer != nil {
+			return nil, fmt.Errorf("%w: data after the trailer", ErrCorruptSnapshot)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
@@ -97,6 +121,9 @@ func (s *State) Restore(rd io.Reader) (header *storev1.SnapshotHeader, err error
 		if _, err := io.ReadFull(br, buf); err != nil {
 			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
 		}
+		var lenBuf [binary.MaxVarintLen64]byte
+		_, _ = crc.Write(lenBuf[:binary.PutUvarint(lenBuf[:], size)])
+		_, _ = crc.Write(buf)
 		rec := &storev1.SnapshotRecord{}
 		if err := proto.Unmarshal(buf, rec); err != nil {
 			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
@@ -117,6 +144,14 @@ func (s *State) Restore(rd io.Reader) (header *storev1.SnapshotHeader, err error
 			err = txn.Insert(tableJobs, x.Job)
 		case *storev1.SnapshotRecord_Instance:
 			err = txn.Insert(tableInstances, x.Instance)
+		case *storev1.SnapshotRecord_Trailer:
+			trailer = x.Trailer
+			switch {
+			case trailer.GetRecords() != uint64(i):
+				return nil, fmt.Errorf("%w: the trailer counts %d records, %d were read", ErrCorruptSnapshot, trailer.GetRecords(), i)
+			case trailer.GetCrc32C() != sum:
+				return nil, fmt.Errorf("%w: checksum mismatch (trailer %08x, data %08x)", ErrCorruptSnapshot, trailer.GetCrc32C(), sum)
+			}
 		default:
 			if i == 0 {
 				return nil, fmt.Errorf("%w: no header", ErrCorruptSnapshot)
@@ -133,6 +168,9 @@ func (s *State) Restore(rd io.Reader) (header *storev1.SnapshotHeader, err error
 	}
 	if header == nil {
 		return nil, fmt.Errorf("%w: empty", ErrCorruptSnapshot)
+	}
+	if trailer == nil {
+		return nil, fmt.Errorf("%w: truncated (no trailer)", ErrCorruptSnapshot)
 	}
 	txn.Commit()
 	old := s.cur.Swap(g)

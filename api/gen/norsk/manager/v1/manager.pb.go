@@ -1924,6 +1924,11 @@ type ClusterMemberRegisterRequest struct {
 	Capabilities  []*Capability `protobuf:"bytes,5,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	Runtime       string        `protobuf:"bytes,6,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	WorkerVersion string        `protobuf:"bytes,7,opt,name=worker_version,json=workerVersion,proto3" json:"worker_version,omitempty"`
+	// True when a running worker registers again because its stream has been
+	// gone a while (false at a worker's start). A reconnecting worker whose
+	// node was terminated meanwhile is refused with FAILED_PRECONDITION: it
+	// stops its instances and exits, as if it had received the Terminate.
+	Reconnect     bool `protobuf:"varint,8,opt,name=reconnect,proto3" json:"reconnect,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2005,6 +2010,13 @@ func (x *ClusterMemberRegisterRequest) GetWorkerVersion() string {
 		return x.WorkerVersion
 	}
 	return ""
+}
+
+func (x *ClusterMemberRegisterRequest) GetReconnect() bool {
+	if x != nil {
+		return x.Reconnect
+	}
+	return false
 }
 
 type ClusterMemberRegisterResponse struct {
@@ -2857,7 +2869,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\"L\n" +
 	"\x1bRegisterClusterNodeResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\"\xaa\x02\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"\xc8\x02\n" +
 	"\x1cClusterMemberRegisterRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1f\n" +
 	"\vnode_secret\x18\x02 \x01(\tR\n" +
@@ -2866,7 +2878,8 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\bhardware\x18\x04 \x01(\v2\x1a.norsk.manager.v1.HardwareR\bhardware\x12@\n" +
 	"\fcapabilities\x18\x05 \x03(\v2\x1c.norsk.manager.v1.CapabilityR\fcapabilities\x12\x18\n" +
 	"\aruntime\x18\x06 \x01(\tR\aruntime\x12%\n" +
-	"\x0eworker_version\x18\a \x01(\tR\rworkerVersion\"\xaa\x01\n" +
+	"\x0eworker_version\x18\a \x01(\tR\rworkerVersion\x12\x1c\n" +
+	"\treconnect\x18\b \x01(\bR\treconnect\"\xaa\x01\n" +
 	"\x1dClusterMemberRegisterResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1f\n" +
 	"\vnode_secret\x18\x02 \x01(\tR\n" +

@@ -957,6 +957,8 @@ type MemberRegister struct {
 	Capabilities  []*v1.Capability       `protobuf:"bytes,5,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	Runtime       string                 `protobuf:"bytes,6,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	WorkerVersion string                 `protobuf:"bytes,7,opt,name=worker_version,json=workerVersion,proto3" json:"worker_version,omitempty"`
+	// A running worker registering again (see the API's field of that name).
+	Reconnect     bool `protobuf:"varint,8,opt,name=reconnect,proto3" json:"reconnect,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1038,6 +1040,13 @@ func (x *MemberRegister) GetWorkerVersion() string {
 		return x.WorkerVersion
 	}
 	return ""
+}
+
+func (x *MemberRegister) GetReconnect() bool {
+	if x != nil {
+		return x.Reconnect
+	}
+	return false
 }
 
 // DeregisterSlot begins a deregistration: the slot's instances are stopped
@@ -1674,6 +1683,61 @@ func (x *SnapshotHeader) GetIndex() uint64 {
 	return 0
 }
 
+// SnapshotTrailer closes a snapshot: how many records came before it and the
+// CRC-32C (Castagnoli) of every byte before it, so a snapshot cut short or
+// altered is refused rather than restored in part.
+type SnapshotTrailer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       uint64                 `protobuf:"varint,1,opt,name=records,proto3" json:"records,omitempty"`
+	Crc32C        uint32                 `protobuf:"varint,2,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotTrailer) Reset() {
+	*x = SnapshotTrailer{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotTrailer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotTrailer) ProtoMessage() {}
+
+func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
+func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SnapshotTrailer) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *SnapshotTrailer) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
 // SnapshotRecord is one length-delimited record of a snapshot.
 type SnapshotRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1683,6 +1747,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Job
 	//	*SnapshotRecord_Instance
 	//	*SnapshotRecord_Node
+	//	*SnapshotRecord_Trailer
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1690,7 +1755,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1767,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1780,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -1761,6 +1826,15 @@ func (x *SnapshotRecord) GetNode() *NodeRecord {
 	return nil
 }
 
+func (x *SnapshotRecord) GetTrailer() *SnapshotTrailer {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Trailer); ok {
+			return x.Trailer
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -1781,6 +1855,10 @@ type SnapshotRecord_Node struct {
 	Node *NodeRecord `protobuf:"bytes,4,opt,name=node,proto3,oneof"`
 }
 
+type SnapshotRecord_Trailer struct {
+	Trailer *SnapshotTrailer `protobuf:"bytes,5,opt,name=trailer,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Header) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
@@ -1788,6 +1866,8 @@ func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
 func (*SnapshotRecord_Instance) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Node) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_Trailer) isSnapshotRecord_Record() {}
 
 var File_norsk_store_v1_store_proto protoreflect.FileDescriptor
 
@@ -1855,7 +1935,7 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x12\n" +
 	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x14\n" +
-	"\x05token\x18\x04 \x01(\tR\x05token\"\x9c\x02\n" +
+	"\x05token\x18\x04 \x01(\tR\x05token\"\xba\x02\n" +
 	"\x0eMemberRegister\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1f\n" +
 	"\vnode_secret\x18\x02 \x01(\tR\n" +
@@ -1864,7 +1944,8 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\bhardware\x18\x04 \x01(\v2\x1a.norsk.manager.v1.HardwareR\bhardware\x12@\n" +
 	"\fcapabilities\x18\x05 \x03(\v2\x1c.norsk.manager.v1.CapabilityR\fcapabilities\x12\x18\n" +
 	"\aruntime\x18\x06 \x01(\tR\aruntime\x12%\n" +
-	"\x0eworker_version\x18\a \x01(\tR\rworkerVersion\")\n" +
+	"\x0eworker_version\x18\a \x01(\tR\rworkerVersion\x12\x1c\n" +
+	"\treconnect\x18\b \x01(\bR\treconnect\")\n" +
 	"\x0eDeregisterSlot\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\":\n" +
 	"\vSetSlotPool\x12\x17\n" +
@@ -1912,12 +1993,16 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\fmodify_index\x18\x06 \x01(\x04R\vmodifyIndex\"M\n" +
 	"\x0eSnapshotHeader\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\xef\x01\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"C\n" +
+	"\x0fSnapshotTrailer\x12\x18\n" +
+	"\arecords\x18\x01 \x01(\x04R\arecords\x12\x16\n" +
+	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\xac\x02\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.norsk.store.v1.SnapshotHeaderH\x00R\x06header\x12-\n" +
 	"\x03job\x18\x02 \x01(\v2\x19.norsk.store.v1.JobRecordH\x00R\x03job\x128\n" +
 	"\binstance\x18\x03 \x01(\v2\x1a.norsk.manager.v1.InstanceH\x00R\binstance\x120\n" +
-	"\x04node\x18\x04 \x01(\v2\x1a.norsk.store.v1.NodeRecordH\x00R\x04nodeB\b\n" +
+	"\x04node\x18\x04 \x01(\v2\x1a.norsk.store.v1.NodeRecordH\x00R\x04node\x12;\n" +
+	"\atrailer\x18\x05 \x01(\v2\x1f.norsk.store.v1.SnapshotTrailerH\x00R\atrailerB\b\n" +
 	"\x06recordBBZ@github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1;storev1b\x06proto3"
 
 var (
@@ -1932,7 +2017,7 @@ func file_norsk_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_norsk_store_v1_store_proto_rawDescData
 }
 
-var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*Command)(nil),               // 0: norsk.store.v1.Command
 	(*CreateJob)(nil),             // 1: norsk.store.v1.CreateJob
@@ -1957,21 +2042,22 @@ var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*JobRecord)(nil),             // 20: norsk.store.v1.JobRecord
 	(*NodeRecord)(nil),            // 21: norsk.store.v1.NodeRecord
 	(*SnapshotHeader)(nil),        // 22: norsk.store.v1.SnapshotHeader
-	(*SnapshotRecord)(nil),        // 23: norsk.store.v1.SnapshotRecord
-	nil,                           // 24: norsk.store.v1.SetNodeTags.TagsEntry
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*v1.Job)(nil),                // 26: norsk.manager.v1.Job
-	(*v1.StartJobOptions)(nil),    // 27: norsk.manager.v1.StartJobOptions
-	(*v1.InstanceReport)(nil),     // 28: norsk.manager.v1.InstanceReport
-	(*v1.Hardware)(nil),           // 29: norsk.manager.v1.Hardware
-	(*v1.Capability)(nil),         // 30: norsk.manager.v1.Capability
-	(*v1.WorkerHello)(nil),        // 31: norsk.manager.v1.WorkerHello
-	(*v1.JobHistoryEntry)(nil),    // 32: norsk.manager.v1.JobHistoryEntry
-	(*v1.Node)(nil),               // 33: norsk.manager.v1.Node
-	(*v1.Instance)(nil),           // 34: norsk.manager.v1.Instance
+	(*SnapshotTrailer)(nil),       // 23: norsk.store.v1.SnapshotTrailer
+	(*SnapshotRecord)(nil),        // 24: norsk.store.v1.SnapshotRecord
+	nil,                           // 25: norsk.store.v1.SetNodeTags.TagsEntry
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*v1.Job)(nil),                // 27: norsk.manager.v1.Job
+	(*v1.StartJobOptions)(nil),    // 28: norsk.manager.v1.StartJobOptions
+	(*v1.InstanceReport)(nil),     // 29: norsk.manager.v1.InstanceReport
+	(*v1.Hardware)(nil),           // 30: norsk.manager.v1.Hardware
+	(*v1.Capability)(nil),         // 31: norsk.manager.v1.Capability
+	(*v1.WorkerHello)(nil),        // 32: norsk.manager.v1.WorkerHello
+	(*v1.JobHistoryEntry)(nil),    // 33: norsk.manager.v1.JobHistoryEntry
+	(*v1.Node)(nil),               // 34: norsk.manager.v1.Node
+	(*v1.Instance)(nil),           // 35: norsk.manager.v1.Instance
 }
 var file_norsk_store_v1_store_proto_depIdxs = []int32{
-	25, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
+	26, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
 	1,  // 1: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
 	2,  // 2: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
 	3,  // 3: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
@@ -1991,28 +2077,29 @@ var file_norsk_store_v1_store_proto_depIdxs = []int32{
 	17, // 17: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
 	18, // 18: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
 	19, // 19: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
-	26, // 20: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
-	26, // 21: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
-	27, // 22: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
-	28, // 23: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
-	29, // 24: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
-	30, // 25: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
-	31, // 26: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
-	24, // 27: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
-	26, // 28: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
-	32, // 29: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	25, // 30: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
-	25, // 31: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
-	33, // 32: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
+	27, // 20: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
+	27, // 21: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
+	28, // 22: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
+	29, // 23: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
+	30, // 24: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
+	31, // 25: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
+	32, // 26: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
+	25, // 27: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
+	27, // 28: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
+	33, // 29: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	26, // 30: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
+	26, // 31: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
+	34, // 32: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
 	22, // 33: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
 	20, // 34: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
-	34, // 35: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
+	35, // 35: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
 	21, // 36: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	23, // 37: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_norsk_store_v1_store_proto_init() }
@@ -2041,11 +2128,12 @@ func file_norsk_store_v1_store_proto_init() {
 		(*Command_SetNodeTags)(nil),
 		(*Command_SetNodeIdleExpiry)(nil),
 	}
-	file_norsk_store_v1_store_proto_msgTypes[23].OneofWrappers = []any{
+	file_norsk_store_v1_store_proto_msgTypes[24].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Instance)(nil),
 		(*SnapshotRecord_Node)(nil),
+		(*SnapshotRecord_Trailer)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2053,7 +2141,7 @@ func file_norsk_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_store_v1_store_proto_rawDesc), len(file_norsk_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
