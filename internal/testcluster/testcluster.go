@@ -1,0 +1,354 @@
+// Package testcluster starts a whole Norsk Manager system inside one test
+// process: a Manager member (the same manager.New the binary uses, its store
+// on disk in t.TempDir()) and M workers (the same worker agents `norsk-ctl
+// worker` runs, with the process runtime by default), plus an SDK client.
+// Members and workers can be stopped, restarted and killed the way an
+// operator would, so a test can walk a job through Manager restarts, worker
+// restarts and node loss.
+//
+// Everything stops when the test ends. Instances are removed then too,
+// unless a test leaves them on purpose (KeepInstances).
+package testcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
+	"github.com/norsk-go/norsk-manager/internal/worker"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+)
+
+// Options configure a cluster.
+type Options struct {
+	// Workers is how many workers to start (named worker-1 … worker-N).
+	Workers int
+	// Runtime is the workers' runtime: "process" (default) or "docker".
+	Runtime string
+	// LostGrace and HeartbeatInterval configure the Manager (defaults 2 s
+	// and 100 ms: quick enough for tests, slow enough for -race).
+	LostGrace         time.Duration
+	HeartbeatInterval time.Duration
+	// Clock is the Manager's clock (default real).
+	Clock clock.Clock
+	// Logger receives every component's logs (default: discarded unless
+	// NORSK_TEST_LOG=1).
+	Logger *slog.Logger
+	// KeepInstances leaves instances running when the test ends.
+	KeepInstances bool
+}
+
+// Cluster is a running in-process system.
+type Cluster struct {
+	t    testing.TB
+	opts Options
+	Dir  string
+
+	mu      sync.Mutex
+	mgr     *manager.Server
+	addr    string
+	client  *norsk.Manager
+	Workers []*Worker
+}
+
+// Worker is one in-process worker.
+type Worker struct {
+	c     *Cluster
+	Name  string
+	Dir   string
+	token string
+
+	mu     sync.Mutex
+	agent  *worker.Agent
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// New starts a cluster and waits until every worker is online.
+func New(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.Runtime == "" {
+		opts.Runtime = "process"
+	}
+	if opts.LostGrace == 0 {
+		opts.LostGrace = 2 * time.Second
+	}
+	if opts.HeartbeatInterval == 0 {
+		opts.HeartbeatInterval = 100 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		if os.Getenv("NORSK_TEST_LOG") == "1" {
+			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		} else {
+			opts.Logger = slog.New(slog.DiscardHandler)
+		}
+	}
+	c := &Cluster{t: t, opts: opts, Dir: t.TempDir(), addr: "127.0.0.1:0"}
+	c.StartManager()
+	t.Cleanup(c.shutdown)
+	ctx := Context(t)
+	for i := range opts.Workers {
+		name := fmt.Sprintf("worker-%d", i+1)
+		slot, err := c.Client().RegisterClusterNode(ctx, name, "")
+		if err != nil {
+			t.Fatalf("register %s: %v", name, err)
+		}
+		w := &Worker{c: c, Name: name, Dir: filepath.Join(c.Dir, "workers", name), token: slot.GetToken()}
+		c.Workers = append(c.Workers, w)
+		w.Start()
+	}
+	for _, w := range c.Workers {
+		c.WaitNodeState(w.Name, norsk.NodeStateOnline)
+	}
+	return c
+}
+
+// Context is a context bounded by the test's deadline (or 2 minutes).
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Manager returns the running Manager member.
+func (c *Cluster) Manager() *manager.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mgr
+}
+
+// Client returns an SDK client connected to the Manager.
+func (c *Cluster) Client() *norsk.Manager {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.client
+}
+
+// URL is the Manager's API URL.
+func (c *Cluster) URL() string { return c.Manager().URL() }
+
+// StartManager starts the Manager member on its data directory (the same
+// address as before, so workers find it again).
+func (c *Cluster) StartManager() {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var s *manager.Server
+	var err error
+	// The port of a just-closed listener can take a moment to be free.
+	for attempt := 0; ; attempt++ {
+		s, err = manager.New(ctx, manager.Config{
+			NodeName:          "m1",
+			DataDir:           filepath.Join(c.Dir, "manager"),
+			Listen:            c.addr,
+			LostGrace:         c.opts.LostGrace,
+			HeartbeatInterval: c.opts.HeartbeatInterval,
+			Clock:             c.opts.Clock,
+			Logger:            c.opts.Logger.With("process", "manager"),
+		})
+		if err == nil || attempt == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		c.t.Fatalf("start manager: %v", err)
+	}
+	cl, err := norsk.Connect(ctx, norsk.Settings{URL: s.URL(), Logger: c.opts.Logger})
+	if err != nil {
+		_ = s.Close()
+		c.t.Fatalf("connect to manager: %v", err)
+	}
+	c.mu.Lock()
+	c.mgr, c.client, c.addr = s, cl, s.Addr()
+	c.mu.Unlock()
+}
+
+// StopManager closes the Manager member (cleanly). Workers keep running.
+func (c *Cluster) StopManager() {
+	c.mu.Lock()
+	s, cl := c.mgr, c.client
+	c.mgr, c.client = nil, nil
+	c.mu.Unlock()
+	if cl != nil {
+		_ = cl.Close()
+	}
+	if s != nil {
+		if err := s.Close(); err != nil {
+			c.t.Errorf("stop manager: %v", err)
+		}
+	}
+}
+
+// RestartManager stops and starts the Manager member.
+func (c *Cluster) RestartManager() {
+	c.t.Helper()
+	c.StopManager()
+	c.StartManager()
+}
+
+// Worker returns the worker named name.
+func (c *Cluster) Worker(name string) *Worker {
+	for _, w := range c.Workers {
+		if w.Name == name {
+			return w
+		}
+	}
+	c.t.Fatalf("no worker %q", name)
+	return nil
+}
+
+// Start starts the worker's agent (again) on its data directory.
+func (w *Worker) Start() {
+	w.c.t.Helper()
+	a, err := worker.New(worker.Config{
+		ManagerURL:      w.c.URL(),
+		Token:           w.token,
+		DataDir:         w.Dir,
+		Runtime:         w.c.opts.Runtime,
+		Logger:          w.c.opts.Logger.With("process", w.Name),
+		ReregisterAfter: 500 * time.Millisecond,
+		RegisterRetry:   500 * time.Millisecond,
+	})
+	if err != nil {
+		w.c.t.Fatalf("start %s: %v", w.Name, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		cancel()
+		w.c.t.Fatalf("%s stopped at start: %v", w.Name, err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		w.c.t.Fatalf("%s not ready after 30s", w.Name)
+	}
+	w.mu.Lock()
+	w.agent, w.cancel, w.done = a, cancel, done
+	w.mu.Unlock()
+}
+
+// Stop stops the worker's agent; its instances keep running.
+func (w *Worker) Stop() error {
+	w.mu.Lock()
+	cancel, done := w.cancel, w.done
+	w.agent, w.cancel, w.done = nil, nil, nil
+	w.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("%s did not stop within 30s", w.Name)
+	}
+}
+
+// Restart stops and starts the worker.
+func (w *Worker) Restart() {
+	w.c.t.Helper()
+	if err := w.Stop(); err != nil {
+		w.c.t.Fatalf("stop %s: %v", w.Name, err)
+	}
+	w.Start()
+}
+
+// Agent returns the running agent (nil when stopped).
+func (w *Worker) Agent() *worker.Agent {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.agent
+}
+
+// Done returns the channel the agent's Run result arrives on (nil when
+// stopped).
+func (w *Worker) Done() <-chan error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done
+}
+
+func (c *Cluster) shutdown() {
+	if !c.opts.KeepInstances && c.Client() != nil {
+		c.removeInstances()
+	}
+	for _, w := range c.Workers {
+		_ = w.Stop()
+	}
+	c.StopManager()
+	if !c.opts.KeepInstances && c.opts.Runtime == "process" {
+		killLeftovers(c.Dir)
+	}
+}
+
+// removeInstances deletes every job so workers stop their instances.
+func (c *Cluster) removeInstances() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := c.Client()
+	jobs, err := cl.JobSearch(ctx, norsk.JobSearchSettings{})
+	if err != nil {
+		return
+	}
+	for _, j := range jobs {
+		_ = cl.DeleteJob(ctx, j.GetJob().GetJobId())
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		nodes, err := cl.ListNodes(ctx)
+		if err != nil {
+			return
+		}
+		busy := false
+		for _, n := range nodes {
+			if len(n.GetInstances()) > 0 && n.GetConnected() {
+				busy = true
+			}
+		}
+		if !busy {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestProg builds the runtime test program once per test binary and returns
+// its path: a process-runtime command that can run, exit with a code,
+// ignore SIGTERM and listen on a port (see runtimetest.Behaviour).
+func TestProg(t testing.TB) string {
+	t.Helper()
+	testProgOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "norsk-testprog-")
+		if err != nil {
+			testProgErr = err
+			return
+		}
+		testProgPath, testProgErr = runtimetest.BuildTestProg(context.Background(), dir)
+	})
+	if testProgErr != nil {
+		t.Fatalf("build test program: %v", testProgErr)
+	}
+	return testProgPath
+}
+
+var (
+	testProgOnce sync.Once
+	testProgPath string
+	testProgErr  error
+)
