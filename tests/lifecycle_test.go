@@ -66,6 +66,14 @@ func TestJobLifecycle(t *testing.T) {
 	if newHash <= hash {
 		t.Fatalf("hash did not move: %d -> %d", hash, newHash)
 	}
+	// The running instance is handed the new spec (without a restart).
+	pid := pidOf(t, c, "worker-1", "news-1", "primary")
+	c.WaitJob("news-1", "the instance to hold the new spec", func(jh *norsk.JobWithHistory) bool {
+		return testcluster.Instance(jh, "primary").GetJobHash() == newHash
+	})
+	if got := pidOf(t, c, "worker-1", "news-1", "primary"); got != pid {
+		t.Fatalf("an update restarted the running service (pid %d -> %d)", pid, got)
+	}
 
 	if err := cl.StopJob(x, "news-1", "primary", "worker-1", norsk.StopJobOptions{Grace: 2 * time.Second}); err != nil {
 		t.Fatal(err)

@@ -315,7 +315,7 @@ func newJobHistoryCommand(g *globals) *cobra.Command {
 func newJobDeleteCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:               "delete ID",
-		Short:             "Delete a job (its instances must be stopped)",
+		Short:             "Delete a job; its running instances are stopped first",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {

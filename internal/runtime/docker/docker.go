@@ -200,12 +200,6 @@ func (r *Runtime) status(c container.InspectResponse) runtime.ServiceStatus {
 // one per (container port, protocol, host port): the engine reports a port
 // published on every address once for IPv4 and once for IPv6.
 func (r *Runtime) resolvedPorts(pm nat.PortMap) []*managerv1.ResolvedPortMapping {
-	type seenKey struct {
-		port  nat.Port
-		host  string
-		proto string
-	}
-	seen := map[seenKey]bool{}
 	var out []*managerv1.ResolvedPortMapping
 	ports := make([]nat.Port, 0, len(pm))
 	for p := range pm {
@@ -213,19 +207,32 @@ func (r *Runtime) resolvedPorts(pm nat.PortMap) []*managerv1.ResolvedPortMapping
 	}
 	sort.Slice(ports, func(i, j int) bool { return ports[i] < ports[j] })
 	for _, p := range ports {
-		for _, b := range pm[p] {
+		proto := managerv1.Protocol_PROTOCOL_TCP
+		if p.Proto() == "udp" {
+			proto = managerv1.Protocol_PROTOCOL_UDP
+		}
+		// A port published on every address is bound once for IPv4 and once
+		// for IPv6 — with different host ports, when the engine picks them.
+		// Clients reach it through one: the IPv4 binding (or the first).
+		bindings := append([]nat.PortBinding(nil), pm[p]...)
+		sort.SliceStable(bindings, func(i, j int) bool { return isV4(bindings[i].HostIP) && !isV4(bindings[j].HostIP) })
+		seenAny := false
+		seenHost := map[string]bool{}
+		for _, b := range bindings {
 			published, err := strconv.ParseUint(b.HostPort, 10, 16)
 			if err != nil || published == 0 {
 				continue
 			}
-			k := seenKey{port: p, host: b.HostPort, proto: p.Proto()}
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-			proto := managerv1.Protocol_PROTOCOL_TCP
-			if p.Proto() == "udp" {
-				proto = managerv1.Protocol_PROTOCOL_UDP
+			if unspecified(b.HostIP) {
+				if seenAny {
+					continue
+				}
+				seenAny = true
+			} else {
+				if seenHost[b.HostIP+"|"+b.HostPort] {
+					continue
+				}
+				seenHost[b.HostIP+"|"+b.HostPort] = true
 			}
 			out = append(out, &managerv1.ResolvedPortMapping{
 				Url:       net.JoinHostPort(r.urlHost(b.HostIP), b.HostPort),
@@ -236,6 +243,16 @@ func (r *Runtime) resolvedPorts(pm nat.PortMap) []*managerv1.ResolvedPortMapping
 		}
 	}
 	return out
+}
+
+func unspecified(hostIP string) bool {
+	ip := net.ParseIP(hostIP)
+	return hostIP == "" || (ip != nil && ip.IsUnspecified())
+}
+
+func isV4(hostIP string) bool {
+	ip := net.ParseIP(hostIP)
+	return hostIP == "" || (ip != nil && ip.To4() != nil)
 }
 
 // urlHost is the host clients use to reach a port bound on hostIP.

@@ -1,0 +1,58 @@
+# The Norsk Manager's tasks. `make test` is what CI runs (.ci/run).
+GO ?= go
+PKGS_RACE = ./internal/events/... ./internal/store/... ./internal/nodes/... \
+            ./internal/worker/... ./internal/manager/... ./internal/runtime/... \
+            ./sdk/... ./internal/cli/...
+
+.PHONY: all build test test-fast test-race vet dev images proto bench fuzz clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/...
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^api/gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^api/gen/'); echo "gofmt needed"; exit 1; }
+
+# The whole suite: vet and gofmt, every test, then the race detector over
+# the packages with concurrency. Tests that need Docker skip with a message
+# where no engine answers.
+test: vet
+	$(GO) test -timeout 20m ./...
+	$(GO) test -race -timeout 30m $(PKGS_RACE)
+
+test-fast:
+	$(GO) test -short ./...
+
+test-race:
+	$(GO) test -race -timeout 30m $(PKGS_RACE)
+
+# A complete system on this machine: a Manager, a worker and a demo job.
+dev:
+	$(GO) run ./cmd/norsk-manager dev
+
+# The example images, FROM scratch, built locally (nothing is pulled).
+images:
+	mkdir -p build
+	CGO_ENABLED=0 $(GO) build -o build/hello ./examples/hello
+	CGO_ENABLED=0 $(GO) build -o build/sample-media ./examples/sample-media
+	docker build -t norsk-examples/hello:dev -f examples/hello/Dockerfile build/
+	docker build -t norsk-examples/sample-media:dev -f examples/sample-media/Dockerfile build/
+
+# Regenerate api/gen from api/proto (needs buf, protoc-gen-go and
+# protoc-gen-connect-go: see docs/contributing.md).
+proto:
+	buf lint
+	buf generate
+
+bench:
+	$(GO) test ./bench -run '^$$' -bench . -benchtime=3000x
+
+fuzz:
+	$(GO) test ./sdk/norsk -run '^$$' -fuzz FuzzDecodeJobSpec -fuzztime 30s
+	$(GO) test ./internal/jobspec -run '^$$' -fuzz FuzzValidateJob -fuzztime 30s
+	$(GO) test ./internal/store/state -run '^$$' -fuzz FuzzApply -fuzztime 30s
+
+clean:
+	rm -rf bin build
