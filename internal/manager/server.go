@@ -162,7 +162,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 	mux := http.NewServeMux()
 	h := &handler{s: s}
-	path, api := managerv1connect.NewManagerHandler(h, connect.WithInterceptors(m.interceptor()))
+	// Compress only messages worth it: connect gzips every message a client
+	// accepts gzip for, and resetting a gzip writer costs far more than
+	// sending a small message (job views, events and hashes) as it is.
+	path, api := managerv1connect.NewManagerHandler(h, connect.WithInterceptors(m.interceptor()), connect.WithCompressMinBytes(1024))
 	mux.Handle(path, withResponseController(api))
 	checker := grpchealth.NewStaticChecker(managerv1connect.ManagerName)
 	mux.Handle(grpchealth.NewHandler(checker))

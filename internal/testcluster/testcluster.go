@@ -30,7 +30,8 @@ import (
 
 // Options configure a cluster.
 type Options struct {
-	// Workers is how many workers to start (named worker-1 … worker-N).
+	// Workers is how many workers to start (named worker-1 … worker-N, see
+	// WorkerPrefix).
 	Workers int
 	// Runtime is the workers' runtime: "process" (default) or "docker".
 	Runtime string
@@ -45,6 +46,12 @@ type Options struct {
 	Logger *slog.Logger
 	// KeepInstances leaves instances running when the test ends.
 	KeepInstances bool
+	// WorkerPrefix names the workers <prefix>-1 … <prefix>-N (default
+	// "worker"). Clusters that share one Docker engine need distinct
+	// prefixes: the docker runtime labels containers with the node name, and
+	// a starting worker removes the containers of its node name that it has
+	// no record of — another cluster's worker-1 included.
+	WorkerPrefix string
 }
 
 // Cluster is a running in-process system.
@@ -97,7 +104,11 @@ func New(t testing.TB, opts Options) *Cluster {
 	t.Cleanup(c.shutdown)
 	ctx := Context(t)
 	for i := range opts.Workers {
-		name := fmt.Sprintf("worker-%d", i+1)
+		prefix := opts.WorkerPrefix
+		if prefix == "" {
+			prefix = "worker"
+		}
+		name := fmt.Sprintf("%s-%d", prefix, i+1)
 		slot, err := c.Client().RegisterClusterNode(ctx, name, "")
 		if err != nil {
 			t.Fatalf("register %s: %v", name, err)
