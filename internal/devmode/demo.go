@@ -24,15 +24,77 @@ import (
 
 // Demo job facts.
 const (
-	DemoJobID    = "hello"
-	DemoImage    = "norsk-examples/hello:dev"
-	helloPackage = "github.com/norsk-go/norsk-manager/examples/hello"
+	DemoJobID          = "demo"
+	helloImage         = "norsk-examples/hello:dev"
+	sampleMediaImage   = "norsk-examples/sample-media:dev"
+	helloPackage       = "github.com/norsk-go/norsk-manager/examples/hello"
+	sampleMediaPackage = "github.com/norsk-go/norsk-manager/examples/sample-media"
 )
+
+// example is a program of examples/ that dev makes available to workers.
+type example struct {
+	image, pkg, bin string
+}
+
+var examples = []example{
+	{helloImage, helloPackage, "hello"},
+	{sampleMediaImage, sampleMediaPackage, "sample-media"},
+}
+
+// ensureExamples builds the example programs where the workers' runtime
+// needs them: images on the Docker engine (FROM scratch; nothing pulled), or
+// binaries in ./build for the process runtime (the *-process.yaml specs run
+// ./build/<name>). Programs already there are left alone.
+func ensureExamples(ctx context.Context, rt string, log *slog.Logger) error {
+	if rt == "docker" {
+		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		for _, e := range examples {
+			if _, err := cli.ImageInspect(ctx, e.image); err == nil {
+				continue
+			}
+			if !goTool() {
+				return fmt.Errorf("image %s is not present and the go command is not here to build it; see examples/README.md", e.image)
+			}
+			log.Info("dev: building an example image (FROM scratch, nothing pulled)", "image", e.image)
+			if err := imagebuild.Build(ctx, cli, e.image, e.pkg); err != nil {
+				return fmt.Errorf("build %s (run dev from the source tree, or `make images`): %w", e.image, err)
+			}
+		}
+		return nil
+	}
+	for _, e := range examples {
+		bin := filepath.Join("build", e.bin)
+		if fi, err := os.Stat(bin); err == nil && fi.Mode()&0o111 != 0 {
+			continue
+		}
+		if !goTool() {
+			return fmt.Errorf("the go command is not here to build %s; see examples/README.md", bin)
+		}
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, e.pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s (run dev from the source tree): %v: %s", e.pkg, err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// exampleSpec is the file name of an example job spec for the runtime.
+func exampleSpec(name, rt string) string {
+	if rt == "docker" {
+		return name
+	}
+	return name + "-process"
+}
 
 // ensureDemo makes sure the demo job exists and runs on node, and returns a
 // line saying where it answers. A store that already holds jobs is left as
 // it is (the user's own work).
-func ensureDemo(ctx context.Context, api managerv1connect.ManagerClient, dir, rt, node string, log *slog.Logger) (string, error) {
+func ensureDemo(ctx context.Context, api managerv1connect.ManagerClient, rt, node string) (string, error) {
 	if jh, err := api.JobById(ctx, connect.NewRequest(&managerv1.JobByIdRequest{JobId: DemoJobID})); err == nil {
 		return describe(jh.Msg), nil
 	} else if connect.CodeOf(err) != connect.CodeNotFound {
@@ -45,29 +107,12 @@ func ensureDemo(ctx context.Context, api managerv1connect.ManagerClient, dir, rt
 	if len(all.Msg.GetJobs()) > 0 {
 		return "", errors.New("the store already has jobs of yours; the demo is only made on a fresh store")
 	}
-	var job *managerv1.Job
-	switch rt {
-	case "docker":
-		if err := ensureImage(ctx, log); err != nil {
-			return "", err
-		}
-		if job, err = jobs.Load("hello"); err != nil {
-			return "", err
-		}
-	default:
-		bin, err := ensureBinary(ctx, dir)
-		if err != nil {
-			return "", err
-		}
-		if job, err = jobs.Load("hello-process"); err != nil {
-			return "", err
-		}
-		for _, s := range job.GetServices() {
-			s.Command = []string{bin}
-			s.WorkingDir = ""
-		}
+	job, err := jobs.Load(exampleSpec("hello", rt))
+	if err != nil {
+		return "", err
 	}
 	job.JobId = DemoJobID
+	job.Description = "The demo job norsk-manager dev started: the hello example."
 	if _, err := api.CreateJob(ctx, connect.NewRequest(&managerv1.CreateJobRequest{Job: job})); err != nil {
 		return "", fmt.Errorf("create the demo job: %w", err)
 	}
@@ -118,45 +163,7 @@ func describe(jh *managerv1.JobWithHistory) string {
 	if len(parts) == 0 {
 		return fmt.Sprintf("job %s exists but is not running (norsk-ctl job history %s)", jh.GetJob().GetJobId(), jh.GetJob().GetJobId())
 	}
-	return strings.Join(parts, "\n  ")
-}
-
-// ensureImage builds the demo image from this module's source if the engine
-// does not have it. Nothing is pulled.
-func ensureImage(ctx context.Context, log *slog.Logger) error {
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	if _, err := cli.ImageInspect(ctx, DemoImage); err == nil {
-		return nil
-	}
-	if !goTool() {
-		return fmt.Errorf("image %s is not present and the go command is not here to build it; see examples/README.md", DemoImage)
-	}
-	log.Info("dev: building the demo image (FROM scratch, nothing pulled)", "image", DemoImage)
-	if err := imagebuild.Build(ctx, cli, DemoImage, helloPackage); err != nil {
-		return fmt.Errorf("build %s (run dev from the source tree, or `make images`): %w", DemoImage, err)
-	}
-	return nil
-}
-
-// ensureBinary builds the hello program for the process runtime.
-func ensureBinary(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "bin", "hello")
-	if fi, err := os.Stat(bin); err == nil && fi.Mode()&0o111 != 0 {
-		return bin, nil
-	}
-	if !goTool() {
-		return "", errors.New("the go command is not here to build the hello program; see examples/README.md")
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, helloPackage)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s (run dev from the source tree): %v: %s", helloPackage, err, strings.TrimSpace(string(out)))
-	}
-	return bin, nil
+	return strings.Join(parts, "\n             ")
 }
 
 func banner(w io.Writer, url, dir, rt string, workers []string, demo string, ephemeral bool) {
@@ -174,17 +181,21 @@ Norsk Manager dev system is up.
 	if demo != "" {
 		fmt.Fprintf(w, "  demo job   %s\n", demo)
 	}
+	see, hello := "docker ps    # the containers", "hello"
+	if rt != "docker" {
+		see, hello = "ps -ef | grep build/    # the processes", "hello-process"
+	}
 	fmt.Fprintf(w, `
-Try, in another terminal:
+Try, in another terminal (from this directory):
   export NORSK_MANAGER_URL=%s
   go run ./cmd/norsk-ctl job list
+  go run ./cmd/norsk-ctl job create -f examples/jobs/%s.yaml
+  go run ./cmd/norsk-ctl job start %s --node %s --wait
   go run ./cmd/norsk-ctl job history %s
-  go run ./cmd/norsk-ctl node list
-  go run ./cmd/norsk-ctl job create -f examples/jobs/sample-media.yaml
-  go run ./cmd/norsk-ctl job start sample-media --node %s --wait
+  %s
   go run ./cmd/norsk-ctl events
 
 Ctrl-C stops the Manager and the workers; their instances keep running and
 are adopted by the next 'norsk-manager dev'.
-`, url, DemoJobID, workers[0])
+`, url, hello, hello, workers[0], hello, see)
 }

@@ -148,8 +148,11 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	demo := ""
-	if !o.NoDemo {
-		demo, err = ensureDemo(ctx, api, dir, rt, names[0], o.Logger)
+	if err := ensureExamples(ctx, rt, o.Logger); err != nil {
+		o.Logger.Warn("dev: the example programs are not available", "why", err)
+		demo = "(no demo job: " + err.Error() + ")"
+	} else if !o.NoDemo {
+		demo, err = ensureDemo(ctx, api, rt, names[0])
 		if err != nil {
 			o.Logger.Warn("dev: no demo job", "why", err)
 			demo = "(no demo job: " + err.Error() + ")"
