@@ -29,7 +29,7 @@ import (
 )
 
 // Manager is a fake Manager API serving ClusterMemberRegister over HTTP/1.1
-// and cleartext HTTP/2. Every other RPC is unimplemented.
+// and cleartext HTTP/2; it serves that call only.
 type Manager struct {
 	// URL is the API's base URL (http://127.0.0.1:port).
 	URL string
@@ -68,7 +68,8 @@ func NewManager(t testing.TB) *Manager {
 	t.Helper()
 	m := &Manager{tokens: map[string]string{}, nodes: map[string]*Node{}}
 	mux := http.NewServeMux()
-	mux.Handle(managerv1connect.NewManagerHandler(managerHandler{m: m}))
+	mux.Handle(managerv1connect.ManagerClusterMemberRegisterProcedure,
+		connect.NewUnaryHandler(managerv1connect.ManagerClusterMemberRegisterProcedure, managerHandler{m: m}.ClusterMemberRegister))
 	srv := httptest.NewUnstartedServer(mux)
 	var p http.Protocols
 	p.SetHTTP1(true)
@@ -124,8 +125,8 @@ func (m *Manager) Registrations() []Registration {
 	return append([]Registration(nil), m.regs...)
 }
 
+// managerHandler answers the one call a worker makes of the Manager API.
 type managerHandler struct {
-	managerv1connect.UnimplementedManagerHandler
 	m *Manager
 }
 

@@ -57,10 +57,11 @@ type StartOutcome struct {
 	Hold bool
 }
 
+// The fake answers every RPC of the Manager service.
+var _ managerv1connect.ManagerHandler = (*Server)(nil)
+
 // Server is the fake Manager. Its methods are safe for concurrent use.
 type Server struct {
-	managerv1connect.UnimplementedManagerHandler
-
 	// URL is the base URL of the fake ("http://127.0.0.1:port").
 	URL string
 
