@@ -21,9 +21,11 @@ type handler struct {
 
 var _ managerv1connect.ManagerHandler = (*handler)(nil)
 
-// apply stamps the command's time and proposes it.
+// apply stamps the command's time and its caller (for the audit log) and
+// proposes it.
 func (h *handler) apply(ctx context.Context, cmd *storev1.Command) (state.Result, error) {
 	cmd.Time = timestamppb.New(h.s.cfg.Clock.Now())
+	cmd.Audit = auditStamp(ctx, cmd)
 	return h.s.store.Apply(ctx, cmd)
 }
 

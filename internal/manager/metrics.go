@@ -79,10 +79,7 @@ func (m *metrics) interceptor() connect.UnaryInterceptorFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			start := time.Now()
 			resp, err := next(ctx, req)
-			method := req.Spec().Procedure
-			if i := strings.LastIndexByte(method, '/'); i >= 0 {
-				method = method[i+1:]
-			}
+			method := methodName(req.Spec().Procedure)
 			code := "ok"
 			if err != nil {
 				var ce *connect.Error
@@ -97,6 +94,14 @@ func (m *metrics) interceptor() connect.UnaryInterceptorFunc {
 			return resp, err
 		}
 	}
+}
+
+// methodName is the RPC's name in a procedure path ("/pkg.Service/Method").
+func methodName(procedure string) string {
+	if i := strings.LastIndexByte(procedure, '/'); i >= 0 {
+		return procedure[i+1:]
+	}
+	return procedure
 }
 
 func fmtType(v any) string { return fmt.Sprintf("%T", v) }

@@ -26,6 +26,9 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/clock"
@@ -61,6 +64,13 @@ type Config struct {
 	// EventBuffer is how many events the event stream holds for resuming
 	// subscribers (default 65536).
 	EventBuffer int
+	// BackupDir holds backups (default <DataDir>/backups); BackupInterval
+	// is how often a scheduled backup is taken (default 1h; negative turns
+	// them off) and BackupRetain how many scheduled ones are kept
+	// (default 24).
+	BackupDir      string
+	BackupInterval time.Duration
+	BackupRetain   int
 	Clock       clock.Clock
 	Logger      *slog.Logger
 }
@@ -91,6 +101,15 @@ func (c *Config) defaults() error {
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
+	if c.BackupDir == "" {
+		c.BackupDir = filepath.Join(c.DataDir, "backups")
+	}
+	if c.BackupInterval == 0 {
+		c.BackupInterval = time.Hour
+	}
+	if c.BackupRetain <= 0 {
+		c.BackupRetain = 24
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -107,6 +126,9 @@ type Server struct {
 	ln      net.Listener
 	http    *http.Server
 	url     string
+	lock    *os.File
+	boot    *managerv1.BootReport
+	audit   auditCheck
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -124,27 +146,45 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("manager: data dir: %w", err)
 	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMemberName(cfg.DataDir, cfg.NodeName); err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		_ = lock.Close()
 		return nil, fmt.Errorf("manager: listen on %s: %w", cfg.Listen, err)
 	}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("the API is served without TLS on a non-loopback address; put it behind a TLS proxy or keep it on a private network", "listen", ln.Addr().String())
 	}
 	m := newMetrics()
-	st, err := store.Open(ctx, store.Config{
+	boot := &managerv1.BootReport{BootedAt: timestamppb.New(cfg.Clock.Now())}
+	st, err := openStore(ctx, cfg, store.Config{
 		Dir:               filepath.Join(cfg.DataDir, "raft"),
 		MemberID:          cfg.NodeName,
 		Logger:            cfg.Logger,
 		Broker:            events.New(cfg.EventBuffer),
 		SnapshotThreshold: cfg.SnapshotThreshold,
 		OnApply:           m.onApply,
-	})
+	}, boot)
 	if err != nil {
 		_ = ln.Close()
+		_ = lock.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, store: st, metrics: m, ln: ln}
+	s := &Server{cfg: cfg, log: log, store: st, metrics: m, ln: ln, lock: lock, boot: boot}
+	if err := s.migrate(ctx); err != nil {
+		_ = st.Close()
+		_ = ln.Close()
+		_ = lock.Close()
+		return nil, err
+	}
+	s.verifyAuditChain()
 	s.url = cfg.AdvertiseURL
 	if s.url == "" {
 		s.url = "http://" + ln.Addr().String()
@@ -165,7 +205,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// Compress only messages worth it: connect gzips every message a client
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.
-	path, api := managerv1connect.NewManagerHandler(h, connect.WithInterceptors(m.interceptor()), connect.WithCompressMinBytes(1024))
+	path, api := managerv1connect.NewManagerHandler(h, connect.WithInterceptors(m.interceptor(), auditInterceptor()), connect.WithCompressMinBytes(1024))
 	mux.Handle(path, withResponseController(api))
 	checker := grpchealth.NewStaticChecker(managerv1connect.ManagerName)
 	mux.Handle(grpchealth.NewHandler(checker))
@@ -187,7 +227,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.wg.Add(2)
+	s.wg.Add(3)
+	go func() {
+		defer s.wg.Done()
+		s.runBackups(runCtx)
+	}()
 	go func() {
 		defer s.wg.Done()
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -247,6 +291,7 @@ func (s *Server) Close() error {
 		s.cancel()
 		s.wg.Wait()
 		s.err = s.store.Close()
+		_ = s.lock.Close()
 		s.log.Info("manager stopped")
 	})
 	return s.err

@@ -97,6 +97,10 @@ func (s *State) Apply(index uint64, cmd *storev1.Command) Result {
 		t.events = nil
 	} else {
 		t.renderViews()
+		if stamp := cmd.GetAudit(); stamp != nil && auditedByStamp(cmd) {
+			// The call's audit entry, in the same commit as its change.
+			t.auditCall(stamp)
+		}
 	}
 	t.setIndex(index)
 	t.txn.Commit()
@@ -105,6 +109,16 @@ func (s *State) Apply(index uint64, cmd *storev1.Command) Result {
 		e.Timestamp = t.now
 	}
 	return Result{Index: index, Err: err, Events: t.events, Value: value}
+}
+
+// auditedByStamp: a command whose API call leaves the generic audit entry.
+// AppendAudit is itself the entry, and PruneAudit leaves its marker.
+func auditedByStamp(cmd *storev1.Command) bool {
+	switch cmd.GetCmd().(type) {
+	case *storev1.Command_AppendAudit, *storev1.Command_PruneAudit:
+		return false
+	}
+	return true
 }
 
 // ApplyNoop records that index was applied without a state change (raft's
@@ -163,6 +177,14 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 		return nil, t.setNodeTags(c.SetNodeTags)
 	case *storev1.Command_SetNodeIdleExpiry:
 		return nil, t.setNodeIdleExpiry(c.SetNodeIdleExpiry)
+	case *storev1.Command_AppendAudit:
+		return t.appendAuditCmd(c.AppendAudit)
+	case *storev1.Command_PruneAudit:
+		return t.pruneAudit(c.PruneAudit, cmd.GetAudit())
+	case *storev1.Command_KvCommit:
+		return t.kvCommit(c.KvCommit)
+	case *storev1.Command_MigrateSchema:
+		return nil, t.migrateSchema(c.MigrateSchema)
 	case nil:
 		if len(cmd.ProtoReflect().GetUnknown()) > 0 {
 			// A command type a newer member wrote. Refusing keeps the

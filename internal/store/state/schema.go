@@ -1,9 +1,11 @@
 package state
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/hashicorp/go-memdb"
+	"google.golang.org/protobuf/proto"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
@@ -11,11 +13,31 @@ import (
 
 // Tables of the state store.
 const (
-	tableJobs      = "jobs"
-	tableInstances = "instances"
-	tableNodes     = "nodes"
-	tableMeta      = "meta"
+	tableJobs       = "jobs"
+	tableInstances  = "instances"
+	tableNodes      = "nodes"
+	tableMeta       = "meta"
+	tableAudit      = "audit"
+	tableKV         = "kv"
+	tableKVNS       = "kvns"
+	tableSingletons = "singletons"
 )
+
+// singleton is a row of the singletons table: one message per name (the
+// audit chain's state, the store's own meta).
+type singleton struct {
+	Key string
+	Msg proto.Message
+}
+
+// Singleton names.
+const (
+	singletonAudit = "audit"
+	singletonStore = "store"
+)
+
+// KVID is the primary key of a KV entry: namespace and key.
+func KVID(namespace, key string) string { return namespace + "\x00" + key }
 
 // metaRow is a row of the meta table (the last applied index and such).
 type metaRow struct {
@@ -75,6 +97,35 @@ func schema() *memdb.DBSchema {
 					"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Key"}},
 				},
 			},
+			tableSingletons: {
+				Name: tableSingletons,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Key"}},
+				},
+			},
+			tableAudit: {
+				Name: tableAudit,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: seqIndex{}},
+				},
+			},
+			tableKV: {
+				Name: tableKV,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
+						r := o.(*storev1.KvRecord)
+						return KVID(r.GetNamespace(), r.GetEntry().GetKey())
+					})},
+				},
+			},
+			tableKVNS: {
+				Name: tableKVNS,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
+						return o.(*storev1.KvNamespace).GetName()
+					})},
+				},
+			},
 		},
 	}
 }
@@ -109,4 +160,23 @@ func (f strIndex) PrefixFromArgs(args ...any) ([]byte, error) {
 		return nil, err
 	}
 	return b[:len(b)-1], nil
+}
+
+// seqIndex indexes audit entries by seq, big-endian so that iteration is in
+// seq order.
+type seqIndex struct{}
+
+func (seqIndex) FromObject(o any) (bool, []byte, error) {
+	return true, binary.BigEndian.AppendUint64(nil, uint64(o.(*managerv1.AuditLogEntry).GetSeq())), nil
+}
+
+func (seqIndex) FromArgs(args ...any) ([]byte, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("seq index takes one argument, got %d", len(args))
+	}
+	seq, ok := args[0].(int64)
+	if !ok {
+		return nil, fmt.Errorf("seq index argument must be an int64, got %T", args[0])
+	}
+	return binary.BigEndian.AppendUint64(nil, uint64(seq)), nil
 }

@@ -1,176 +1,134 @@
 package state
 
 import (
-	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
-
-	"google.golang.org/protobuf/proto"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
 )
 
-// SchemaVersion is the version of the state's record formats. A change that
-// an older binary cannot read bumps it (and comes with a migration).
-const SchemaVersion = 1
-
-// MaxRecordSize bounds one snapshot record (a corrupt length is refused
-// rather than allocated).
-const MaxRecordSize = 64 << 20
-
-// crcTable is the Castagnoli table snapshot trailers use.
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
-
-// WriteTo writes every row of the view as a snapshot: a header, then the
-// nodes, jobs and instances, each a uvarint-length-prefixed SnapshotRecord,
-// then a trailer with the record count and the CRC-32C of everything before.
+// WriteTo writes every row of the view as a snapshot (pkg/snapshotfile): a
+// header, the store's meta, the audit chain's state and entries, the KV
+// namespaces and keys, the nodes, jobs and instances, then the trailer.
 func (r *Read) WriteTo(w io.Writer) (int64, error) {
-	crc := crc32.New(crcTable)
-	bw := bufio.NewWriterSize(io.MultiWriter(w, crc), 256<<10)
-	var n int64
-	var records uint64
-	var buf []byte
-	put := func(rec *storev1.SnapshotRecord) error {
-		records++
-		var err error
-		buf, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(buf[:0], rec)
-		if err != nil {
-			return err
-		}
-		var lenBuf [binary.MaxVarintLen64]byte
-		k := binary.PutUvarint(lenBuf[:], uint64(len(buf)))
-		if _, err := bw.Write(lenBuf[:k]); err != nil {
-			return err
-		}
-		if _, err := bw.Write(buf); err != nil {
-			return err
-		}
-		n += int64(k + len(buf))
-		return nil
-	}
+	sw := snapshotfile.NewWriter(w)
+	put := func(rec *storev1.SnapshotRecord) error { return sw.Put(rec) }
 	if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Header{Header: &storev1.SnapshotHeader{
 		SchemaVersion: SchemaVersion, Index: r.Index(),
 	}}}); err != nil {
-		return n, err
+		return 0, err
 	}
-	for _, node := range r.Nodes(nil) {
-		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Node{Node: node}}); err != nil {
-			return n, err
+	if raw, err := r.txn.First(tableSingletons, "id", singletonStore); err == nil && raw != nil {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_StoreMeta{StoreMeta: raw.(*singleton).Msg.(*storev1.StoreMeta)}}); err != nil {
+			return 0, err
+		}
+	}
+	if raw, err := r.txn.First(tableSingletons, "id", singletonAudit); err == nil && raw != nil {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_AuditState{AuditState: raw.(*singleton).Msg.(*storev1.AuditState)}}); err != nil {
+			return 0, err
+		}
+	}
+	for _, e := range r.AuditChainOldestFirst() {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_AuditEntry{AuditEntry: e}}); err != nil {
+			return 0, err
+		}
+	}
+	for _, ns := range r.kvNamespaces() {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_KvNamespace{KvNamespace: ns}}); err != nil {
+			return 0, err
 		}
 	}
 	var err error
+	it := r.iter(nil, tableKV, "id_prefix", "")
+	for raw := it.Next(); raw != nil && err == nil; raw = it.Next() {
+		err = put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Kv{Kv: raw.(*storev1.KvRecord)}})
+	}
+	if err != nil {
+		return 0, err
+	}
+	for _, node := range r.Nodes(nil) {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Node{Node: node}}); err != nil {
+			return 0, err
+		}
+	}
 	r.Jobs(nil, "", func(j *storev1.JobRecord) bool {
 		err = put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Job{Job: j}})
 		return err == nil
 	})
 	if err != nil {
-		return n, err
+		return 0, err
 	}
 	r.Instances(nil, func(in *managerv1.Instance) bool {
 		err = put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Instance{Instance: in}})
 		return err == nil
 	})
 	if err != nil {
-		return n, err
+		return 0, err
 	}
-	if err := bw.Flush(); err != nil {
-		return n, err
-	}
-	trailer := &storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Trailer{Trailer: &storev1.SnapshotTrailer{
-		Records: records, Crc32C: crc.Sum32(),
-	}}}
-	bw = bufio.NewWriter(w)
-	if err := put(trailer); err != nil {
-		return n, err
-	}
-	return n, bw.Flush()
+	return sw.Close()
 }
 
-// ErrCorruptSnapshot is returned for a snapshot that cannot be decoded.
+// ErrCorruptSnapshot is returned for a snapshot that cannot be decoded or
+// fails its checksum (the error also wraps snapshotfile.ErrCorrupt or
+// snapshotfile.ErrChecksum).
 var ErrCorruptSnapshot = errors.New("corrupt snapshot")
 
 // Restore replaces the whole state with a snapshot's rows. Watchers of the
-// old state are woken (AbandonCh) so they read again. On error the state is
-// unchanged.
-func (s *State) Restore(rd io.Reader) (header *storev1.SnapshotHeader, err error) {
+// old state are woken (AbandonCh) so they read again. A snapshot of an older
+// schema version is read as it is (a version-1 snapshot has no store meta:
+// SchemaVersion infers 1 from its data, for MigrateSchema to move on); a
+// newer one is refused. On error the state is unchanged.
+func (s *State) Restore(rd io.Reader) (*storev1.SnapshotHeader, error) {
 	g := newGeneration()
 	txn := g.db.Txn(true)
-	crc := crc32.New(crcTable)
-	br := bufio.NewReaderSize(rd, 256<<10)
-	var trailer *storev1.SnapshotTrailer
-	for i := 0; ; i++ {
-		sum := crc.Sum32()
-		size, err := binary.ReadUvarint(br)
+	sr := snapshotfile.NewReader(rd)
+	for i := 1; ; i++ {
+		rec, err := sr.Next()
 		if err == io.EOF {
 			break
 		}
-		if trailer != nil {
-			return nil, fmt.Errorf("%w: data after the trailer", ErrCorruptSnapshot)
-		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
+			return nil, fmt.Errorf("%w: %w", ErrCorruptSnapshot, err)
 		}
-		if size > MaxRecordSize {
-			return nil, fmt.Errorf("%w: record %d is %d bytes", ErrCorruptSnapshot, i, size)
-		}
-		buf := make([]byte, size)
-		if _, err := io.ReadFull(br, buf); err != nil {
-			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
-		}
-		var lenBuf [binary.MaxVarintLen64]byte
-		_, _ = crc.Write(lenBuf[:binary.PutUvarint(lenBuf[:], size)])
-		_, _ = crc.Write(buf)
-		rec := &storev1.SnapshotRecord{}
-		if err := proto.Unmarshal(buf, rec); err != nil {
-			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
+		if i == 1 {
+			if v := sr.Header().GetSchemaVersion(); v > SchemaVersion {
+				return nil, fmt.Errorf("snapshot schema version %d is newer than this binary's %d; upgrade the Manager", v, SchemaVersion)
+			}
 		}
 		switch x := rec.GetRecord().(type) {
-		case *storev1.SnapshotRecord_Header:
-			if i != 0 {
-				return nil, fmt.Errorf("%w: header at record %d", ErrCorruptSnapshot, i)
-			}
-			if x.Header.GetSchemaVersion() > SchemaVersion {
-				return nil, fmt.Errorf("snapshot schema version %d is newer than this binary's %d; upgrade the Manager", x.Header.GetSchemaVersion(), SchemaVersion)
-			}
-			header = x.Header
-			err = txn.Insert(tableMeta, &metaRow{Key: "index", Value: x.Header.GetIndex()})
 		case *storev1.SnapshotRecord_Node:
 			err = txn.Insert(tableNodes, x.Node)
 		case *storev1.SnapshotRecord_Job:
 			err = txn.Insert(tableJobs, x.Job)
 		case *storev1.SnapshotRecord_Instance:
 			err = txn.Insert(tableInstances, x.Instance)
-		case *storev1.SnapshotRecord_Trailer:
-			trailer = x.Trailer
-			switch {
-			case trailer.GetRecords() != uint64(i):
-				return nil, fmt.Errorf("%w: the trailer counts %d records, %d were read", ErrCorruptSnapshot, trailer.GetRecords(), i)
-			case trailer.GetCrc32C() != sum:
-				return nil, fmt.Errorf("%w: checksum mismatch (trailer %08x, data %08x)", ErrCorruptSnapshot, trailer.GetCrc32C(), sum)
-			}
+		case *storev1.SnapshotRecord_AuditEntry:
+			err = txn.Insert(tableAudit, x.AuditEntry)
+		case *storev1.SnapshotRecord_AuditState:
+			err = txn.Insert(tableSingletons, &singleton{Key: singletonAudit, Msg: x.AuditState})
+		case *storev1.SnapshotRecord_Kv:
+			err = txn.Insert(tableKV, x.Kv)
+		case *storev1.SnapshotRecord_KvNamespace:
+			err = txn.Insert(tableKVNS, x.KvNamespace)
+		case *storev1.SnapshotRecord_StoreMeta:
+			err = txn.Insert(tableSingletons, &singleton{Key: singletonStore, Msg: x.StoreMeta})
 		default:
-			if i == 0 {
-				return nil, fmt.Errorf("%w: no header", ErrCorruptSnapshot)
-			}
 			// A record type from a newer binary within the same schema
 			// version is skippable by design.
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: record %d: %v", ErrCorruptSnapshot, i, err)
 		}
-		if header == nil {
-			return nil, fmt.Errorf("%w: no header", ErrCorruptSnapshot)
-		}
 	}
-	if header == nil {
-		return nil, fmt.Errorf("%w: empty", ErrCorruptSnapshot)
+	header := sr.Header()
+	if v := header.GetSchemaVersion(); v > SchemaVersion {
+		return nil, fmt.Errorf("snapshot schema version %d is newer than this binary's %d; upgrade the Manager", v, SchemaVersion)
 	}
-	if trailer == nil {
-		return nil, fmt.Errorf("%w: truncated (no trailer)", ErrCorruptSnapshot)
+	if err := txn.Insert(tableMeta, &metaRow{Key: "index", Value: header.GetIndex()}); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorruptSnapshot, err)
 	}
 	txn.Commit()
 	old := s.cur.Swap(g)

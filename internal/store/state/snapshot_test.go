@@ -15,6 +15,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
 )
 
 // writeRecords writes snapshot records as WriteTo does.
@@ -277,7 +278,7 @@ func TestRestoreCorrupt(t *testing.T) {
 		{"middle length -1", withLen(mid, -1, 0)},
 		{"last length +1", withLen(last, 1, 0)},
 		{"last length -1", withLen(last, -1, 0)},
-		{"length over the limit", withLen(mid, 0, state.MaxRecordSize+1)},
+		{"length over the limit", withLen(mid, 0, snapshotfile.MaxRecordSize+1)},
 		{"length overflows", cat(header, bytes.Repeat([]byte{0xff}, 11))},
 		{"garbage", garbage},
 		{"text", []byte("this is not a snapshot at all, it is a sentence")},

@@ -2756,7 +2756,7 @@ var File_norsk_manager_v1_manager_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\n" +
-	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\"\\\n" +
+	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
 	"\fHelloRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12!\n" +
 	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xaa\x01\n" +
@@ -2922,7 +2922,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\xea\x10\n" +
+	"\x10DATE_FIELD_START\x10\x022\xab\x16\n" +
 	"\aManager\x12F\n" +
 	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\x12J\n" +
 	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\x12J\n" +
@@ -2945,7 +2945,15 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\rTerminateNode\x12&.norsk.manager.v1.TerminateNodeRequest\x1a'.norsk.manager.v1.TerminateNodeResponse\x12Z\n" +
 	"\vSetNodeTags\x12$.norsk.manager.v1.SetNodeTagsRequest\x1a%.norsk.manager.v1.SetNodeTagsResponse\x12a\n" +
 	"\x11GetNodeIdleExpiry\x12*.norsk.manager.v1.GetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\x12a\n" +
-	"\x11SetNodeIdleExpiry\x12*.norsk.manager.v1.SetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\x12N\n" +
+	"\x11SetNodeIdleExpiry\x12*.norsk.manager.v1.SetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\x12i\n" +
+	"\x10AppendAuditEntry\x12).norsk.manager.v1.AppendAuditEntryRequest\x1a*.norsk.manager.v1.AppendAuditEntryResponse\x12Z\n" +
+	"\vGetAuditLog\x12$.norsk.manager.v1.GetAuditLogRequest\x1a%.norsk.manager.v1.GetAuditLogResponse\x12`\n" +
+	"\rPruneAuditLog\x12&.norsk.manager.v1.PruneAuditLogRequest\x1a'.norsk.manager.v1.PruneAuditLogResponse\x12Q\n" +
+	"\bKvCommit\x12!.norsk.manager.v1.KvCommitRequest\x1a\".norsk.manager.v1.KvCommitResponse\x12H\n" +
+	"\x05KvGet\x12\x1e.norsk.manager.v1.KvGetRequest\x1a\x1f.norsk.manager.v1.KvGetResponse\x12K\n" +
+	"\x06KvList\x12\x1f.norsk.manager.v1.KvListRequest\x1a .norsk.manager.v1.KvListResponse\x12R\n" +
+	"\fGetStoreInfo\x12%.norsk.manager.v1.GetStoreInfoRequest\x1a\x1b.norsk.manager.v1.StoreInfo\x12X\n" +
+	"\fSnapshotSave\x12%.norsk.manager.v1.SnapshotSaveRequest\x1a\x1f.norsk.manager.v1.SnapshotChunk0\x01\x12N\n" +
 	"\vEventStream\x12$.norsk.manager.v1.EventStreamRequest\x1a\x17.norsk.manager.v1.Event0\x01BFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
 
 var (
@@ -3019,9 +3027,25 @@ var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(*Capability)(nil),                    // 53: norsk.manager.v1.Capability
 	(*ClusterSlot)(nil),                   // 54: norsk.manager.v1.ClusterSlot
 	(*Node)(nil),                          // 55: norsk.manager.v1.Node
-	(*EventStreamRequest)(nil),            // 56: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                       // 57: norsk.manager.v1.JobHash
-	(*Event)(nil),                         // 58: norsk.manager.v1.Event
+	(*AppendAuditEntryRequest)(nil),       // 56: norsk.manager.v1.AppendAuditEntryRequest
+	(*GetAuditLogRequest)(nil),            // 57: norsk.manager.v1.GetAuditLogRequest
+	(*PruneAuditLogRequest)(nil),          // 58: norsk.manager.v1.PruneAuditLogRequest
+	(*KvCommitRequest)(nil),               // 59: norsk.manager.v1.KvCommitRequest
+	(*KvGetRequest)(nil),                  // 60: norsk.manager.v1.KvGetRequest
+	(*KvListRequest)(nil),                 // 61: norsk.manager.v1.KvListRequest
+	(*GetStoreInfoRequest)(nil),           // 62: norsk.manager.v1.GetStoreInfoRequest
+	(*SnapshotSaveRequest)(nil),           // 63: norsk.manager.v1.SnapshotSaveRequest
+	(*EventStreamRequest)(nil),            // 64: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                       // 65: norsk.manager.v1.JobHash
+	(*AppendAuditEntryResponse)(nil),      // 66: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),           // 67: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),         // 68: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),              // 69: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                 // 70: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                // 71: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                     // 72: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                 // 73: norsk.manager.v1.SnapshotChunk
+	(*Event)(nil),                         // 74: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	49, // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
@@ -3070,32 +3094,48 @@ var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	43, // 43: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
 	45, // 44: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
 	46, // 45: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
-	56, // 46: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,  // 47: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,  // 48: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	57, // 49: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	57, // 50: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,  // 51: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	51, // 52: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16, // 53: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19, // 54: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22, // 55: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	24, // 56: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	26, // 57: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	28, // 58: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	30, // 59: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	32, // 60: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	34, // 61: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	36, // 62: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	38, // 63: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	40, // 64: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	42, // 65: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	44, // 66: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	47, // 67: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	47, // 68: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	58, // 69: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	47, // [47:70] is the sub-list for method output_type
-	24, // [24:47] is the sub-list for method input_type
+	56, // 46: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
+	57, // 47: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
+	58, // 48: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
+	59, // 49: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
+	60, // 50: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
+	61, // 51: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
+	62, // 52: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
+	63, // 53: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
+	64, // 54: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,  // 55: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,  // 56: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	65, // 57: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	65, // 58: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,  // 59: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	51, // 60: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16, // 61: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19, // 62: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22, // 63: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	24, // 64: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	26, // 65: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	28, // 66: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	30, // 67: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	32, // 68: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	34, // 69: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	36, // 70: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	38, // 71: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	40, // 72: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	42, // 73: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	44, // 74: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	47, // 75: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	47, // 76: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	66, // 77: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	67, // 78: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	68, // 79: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	69, // 80: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	70, // 81: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	71, // 82: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	72, // 83: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	73, // 84: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	74, // 85: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	55, // [55:86] is the sub-list for method output_type
+	24, // [24:55] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -3106,9 +3146,12 @@ func file_norsk_manager_v1_manager_proto_init() {
 	if File_norsk_manager_v1_manager_proto != nil {
 		return
 	}
+	file_norsk_manager_v1_audit_proto_init()
 	file_norsk_manager_v1_event_proto_init()
 	file_norsk_manager_v1_job_proto_init()
+	file_norsk_manager_v1_kv_proto_init()
 	file_norsk_manager_v1_node_proto_init()
+	file_norsk_manager_v1_store_info_proto_init()
 	file_norsk_manager_v1_manager_proto_msgTypes[9].OneofWrappers = []any{
 		(*TagFilter_Eq)(nil),
 		(*TagFilter_Neq)(nil),

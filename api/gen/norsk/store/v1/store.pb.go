@@ -33,6 +33,9 @@ const (
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// Set by the API handler of a mutating call: once the command applies,
+	// the FSM appends an audit entry recording it, in the same commit.
+	Audit *AuditStamp `protobuf:"bytes,2,opt,name=audit,proto3" json:"audit,omitempty"`
 	// Types that are valid to be assigned to Cmd:
 	//
 	//	*Command_CreateJob
@@ -54,6 +57,10 @@ type Command struct {
 	//	*Command_NodeTerminated
 	//	*Command_SetNodeTags
 	//	*Command_SetNodeIdleExpiry
+	//	*Command_AppendAudit
+	//	*Command_PruneAudit
+	//	*Command_KvCommit
+	//	*Command_MigrateSchema
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -92,6 +99,13 @@ func (*Command) Descriptor() ([]byte, []int) {
 func (x *Command) GetTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Time
+	}
+	return nil
+}
+
+func (x *Command) GetAudit() *AuditStamp {
+	if x != nil {
+		return x.Audit
 	}
 	return nil
 }
@@ -274,6 +288,42 @@ func (x *Command) GetSetNodeIdleExpiry() *SetNodeIdleExpiry {
 	return nil
 }
 
+func (x *Command) GetAppendAudit() *AppendAudit {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_AppendAudit); ok {
+			return x.AppendAudit
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPruneAudit() *PruneAudit {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PruneAudit); ok {
+			return x.PruneAudit
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetKvCommit() *KvCommit {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_KvCommit); ok {
+			return x.KvCommit
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetMigrateSchema() *MigrateSchema {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_MigrateSchema); ok {
+			return x.MigrateSchema
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -354,6 +404,22 @@ type Command_SetNodeIdleExpiry struct {
 	SetNodeIdleExpiry *SetNodeIdleExpiry `protobuf:"bytes,28,opt,name=set_node_idle_expiry,json=setNodeIdleExpiry,proto3,oneof"`
 }
 
+type Command_AppendAudit struct {
+	AppendAudit *AppendAudit `protobuf:"bytes,29,opt,name=append_audit,json=appendAudit,proto3,oneof"`
+}
+
+type Command_PruneAudit struct {
+	PruneAudit *PruneAudit `protobuf:"bytes,30,opt,name=prune_audit,json=pruneAudit,proto3,oneof"`
+}
+
+type Command_KvCommit struct {
+	KvCommit *KvCommit `protobuf:"bytes,31,opt,name=kv_commit,json=kvCommit,proto3,oneof"`
+}
+
+type Command_MigrateSchema struct {
+	MigrateSchema *MigrateSchema `protobuf:"bytes,32,opt,name=migrate_schema,json=migrateSchema,proto3,oneof"`
+}
+
 func (*Command_CreateJob) isCommand_Cmd() {}
 
 func (*Command_UpdateJob) isCommand_Cmd() {}
@@ -392,6 +458,354 @@ func (*Command_SetNodeTags) isCommand_Cmd() {}
 
 func (*Command_SetNodeIdleExpiry) isCommand_Cmd() {}
 
+func (*Command_AppendAudit) isCommand_Cmd() {}
+
+func (*Command_PruneAudit) isCommand_Cmd() {}
+
+func (*Command_KvCommit) isCommand_Cmd() {}
+
+func (*Command_MigrateSchema) isCommand_Cmd() {}
+
+// AuditStamp says who made a call, which call and on what.
+type AuditStamp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's identity (its token's name once tokens exist; the peer
+	// address until then).
+	Who string `protobuf:"bytes,1,opt,name=who,proto3" json:"who,omitempty"`
+	// The RPC's name (CreateJob, StartJob, …).
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// What it acted on ("job/news-1", "node/encoder-7", "kv/ns").
+	Target        string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditStamp) Reset() {
+	*x = AuditStamp{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditStamp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditStamp) ProtoMessage() {}
+
+func (x *AuditStamp) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditStamp.ProtoReflect.Descriptor instead.
+func (*AuditStamp) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AuditStamp) GetWho() string {
+	if x != nil {
+		return x.Who
+	}
+	return ""
+}
+
+func (x *AuditStamp) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *AuditStamp) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+// AppendAudit is a caller's own audit entry (AppendAuditEntry).
+type AppendAudit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Payload       string                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendAudit) Reset() {
+	*x = AppendAudit{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendAudit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendAudit) ProtoMessage() {}
+
+func (x *AppendAudit) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendAudit.ProtoReflect.Descriptor instead.
+func (*AppendAudit) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AppendAudit) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *AppendAudit) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AppendAudit) GetPayload() string {
+	if x != nil {
+		return x.Payload
+	}
+	return ""
+}
+
+// PruneAudit removes entries strictly older than before_timestamp_ms (0 =
+// all), records a checkpoint and appends an audit-pruned marker. Its answer
+// is a PruneAuditResult.
+type PruneAudit struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	BeforeTimestampMs float64                `protobuf:"fixed64,1,opt,name=before_timestamp_ms,json=beforeTimestampMs,proto3" json:"before_timestamp_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *PruneAudit) Reset() {
+	*x = PruneAudit{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneAudit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneAudit) ProtoMessage() {}
+
+func (x *PruneAudit) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneAudit.ProtoReflect.Descriptor instead.
+func (*PruneAudit) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PruneAudit) GetBeforeTimestampMs() float64 {
+	if x != nil {
+		return x.BeforeTimestampMs
+	}
+	return 0
+}
+
+type PruneAuditResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Removed       int64                  `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	CheckpointSeq int64                  `protobuf:"varint,2,opt,name=checkpoint_seq,json=checkpointSeq,proto3" json:"checkpoint_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneAuditResult) Reset() {
+	*x = PruneAuditResult{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneAuditResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneAuditResult) ProtoMessage() {}
+
+func (x *PruneAuditResult) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneAuditResult.ProtoReflect.Descriptor instead.
+func (*PruneAuditResult) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PruneAuditResult) GetRemoved() int64 {
+	if x != nil {
+		return x.Removed
+	}
+	return 0
+}
+
+func (x *PruneAuditResult) GetCheckpointSeq() int64 {
+	if x != nil {
+		return x.CheckpointSeq
+	}
+	return 0
+}
+
+// KvCommit is an all-or-nothing KV commit (KvCommit).
+type KvCommit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Writes        []*v1.KvWrite          `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	Options       *v1.KvCommitOptions    `protobuf:"bytes,3,opt,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvCommit) Reset() {
+	*x = KvCommit{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvCommit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvCommit) ProtoMessage() {}
+
+func (x *KvCommit) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvCommit.ProtoReflect.Descriptor instead.
+func (*KvCommit) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *KvCommit) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *KvCommit) GetWrites() []*v1.KvWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+func (x *KvCommit) GetOptions() *v1.KvCommitOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+// MigrateSchema moves the state from one schema version to the next ones;
+// from 0 initialises a new store at to.
+type MigrateSchema struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint32                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrateSchema) Reset() {
+	*x = MigrateSchema{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrateSchema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrateSchema) ProtoMessage() {}
+
+func (x *MigrateSchema) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrateSchema.ProtoReflect.Descriptor instead.
+func (*MigrateSchema) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MigrateSchema) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *MigrateSchema) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
 type CreateJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *v1.Job                `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -401,7 +815,7 @@ type CreateJob struct {
 
 func (x *CreateJob) Reset() {
 	*x = CreateJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +827,7 @@ func (x *CreateJob) String() string {
 func (*CreateJob) ProtoMessage() {}
 
 func (x *CreateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +840,7 @@ func (x *CreateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJob.ProtoReflect.Descriptor instead.
 func (*CreateJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{1}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateJob) GetJob() *v1.Job {
@@ -445,7 +859,7 @@ type UpdateJob struct {
 
 func (x *UpdateJob) Reset() {
 	*x = UpdateJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +871,7 @@ func (x *UpdateJob) String() string {
 func (*UpdateJob) ProtoMessage() {}
 
 func (x *UpdateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +884,7 @@ func (x *UpdateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJob.ProtoReflect.Descriptor instead.
 func (*UpdateJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{2}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateJob) GetJob() *v1.Job {
@@ -489,7 +903,7 @@ type DeleteJob struct {
 
 func (x *DeleteJob) Reset() {
 	*x = DeleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +915,7 @@ func (x *DeleteJob) String() string {
 func (*DeleteJob) ProtoMessage() {}
 
 func (x *DeleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +928,7 @@ func (x *DeleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJob.ProtoReflect.Descriptor instead.
 func (*DeleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{3}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteJob) GetJobId() string {
@@ -536,7 +950,7 @@ type BindInstance struct {
 
 func (x *BindInstance) Reset() {
 	*x = BindInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +962,7 @@ func (x *BindInstance) String() string {
 func (*BindInstance) ProtoMessage() {}
 
 func (x *BindInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +975,7 @@ func (x *BindInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindInstance.ProtoReflect.Descriptor instead.
 func (*BindInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{4}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BindInstance) GetJobId() string {
@@ -605,7 +1019,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +1031,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +1044,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{5}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -679,7 +1093,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +1105,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +1118,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{6}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -737,7 +1151,7 @@ type CompleteJob struct {
 
 func (x *CompleteJob) Reset() {
 	*x = CompleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +1163,7 @@ func (x *CompleteJob) String() string {
 func (*CompleteJob) ProtoMessage() {}
 
 func (x *CompleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +1176,7 @@ func (x *CompleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJob.ProtoReflect.Descriptor instead.
 func (*CompleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{7}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CompleteJob) GetJobId() string {
@@ -782,7 +1196,7 @@ type MarkJobFailed struct {
 
 func (x *MarkJobFailed) Reset() {
 	*x = MarkJobFailed{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +1208,7 @@ func (x *MarkJobFailed) String() string {
 func (*MarkJobFailed) ProtoMessage() {}
 
 func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +1221,7 @@ func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFailed.ProtoReflect.Descriptor instead.
 func (*MarkJobFailed) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{8}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MarkJobFailed) GetJobId() string {
@@ -836,7 +1250,7 @@ type InstanceReports struct {
 
 func (x *InstanceReports) Reset() {
 	*x = InstanceReports{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +1262,7 @@ func (x *InstanceReports) String() string {
 func (*InstanceReports) ProtoMessage() {}
 
 func (x *InstanceReports) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +1275,7 @@ func (x *InstanceReports) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReports.ProtoReflect.Descriptor instead.
 func (*InstanceReports) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{9}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InstanceReports) GetNodeId() string {
@@ -890,7 +1304,7 @@ type RegisterSlot struct {
 
 func (x *RegisterSlot) Reset() {
 	*x = RegisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1316,7 @@ func (x *RegisterSlot) String() string {
 func (*RegisterSlot) ProtoMessage() {}
 
 func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1329,7 @@ func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSlot.ProtoReflect.Descriptor instead.
 func (*RegisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{10}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterSlot) GetNodeId() string {
@@ -965,7 +1379,7 @@ type MemberRegister struct {
 
 func (x *MemberRegister) Reset() {
 	*x = MemberRegister{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1391,7 @@ func (x *MemberRegister) String() string {
 func (*MemberRegister) ProtoMessage() {}
 
 func (x *MemberRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1404,7 @@ func (x *MemberRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRegister.ProtoReflect.Descriptor instead.
 func (*MemberRegister) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{11}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MemberRegister) GetToken() string {
@@ -1061,7 +1475,7 @@ type DeregisterSlot struct {
 
 func (x *DeregisterSlot) Reset() {
 	*x = DeregisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1487,7 @@ func (x *DeregisterSlot) String() string {
 func (*DeregisterSlot) ProtoMessage() {}
 
 func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1500,7 @@ func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterSlot.ProtoReflect.Descriptor instead.
 func (*DeregisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{12}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeregisterSlot) GetNodeId() string {
@@ -1106,7 +1520,7 @@ type SetSlotPool struct {
 
 func (x *SetSlotPool) Reset() {
 	*x = SetSlotPool{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1532,7 @@ func (x *SetSlotPool) String() string {
 func (*SetSlotPool) ProtoMessage() {}
 
 func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1545,7 @@ func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotPool.ProtoReflect.Descriptor instead.
 func (*SetSlotPool) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{13}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetSlotPool) GetNodeId() string {
@@ -1160,7 +1574,7 @@ type NodeOnline struct {
 
 func (x *NodeOnline) Reset() {
 	*x = NodeOnline{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1586,7 @@ func (x *NodeOnline) String() string {
 func (*NodeOnline) ProtoMessage() {}
 
 func (x *NodeOnline) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1599,7 @@ func (x *NodeOnline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOnline.ProtoReflect.Descriptor instead.
 func (*NodeOnline) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{14}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NodeOnline) GetNodeId() string {
@@ -1212,7 +1626,7 @@ type NodeLost struct {
 
 func (x *NodeLost) Reset() {
 	*x = NodeLost{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1638,7 @@ func (x *NodeLost) String() string {
 func (*NodeLost) ProtoMessage() {}
 
 func (x *NodeLost) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1651,7 @@ func (x *NodeLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLost.ProtoReflect.Descriptor instead.
 func (*NodeLost) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{15}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeLost) GetNodeId() string {
@@ -1265,7 +1679,7 @@ type TerminateNode struct {
 
 func (x *TerminateNode) Reset() {
 	*x = TerminateNode{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1691,7 @@ func (x *TerminateNode) String() string {
 func (*TerminateNode) ProtoMessage() {}
 
 func (x *TerminateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1704,7 @@ func (x *TerminateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateNode.ProtoReflect.Descriptor instead.
 func (*TerminateNode) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{16}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TerminateNode) GetNodeId() string {
@@ -1312,7 +1726,7 @@ type NodeTerminated struct {
 
 func (x *NodeTerminated) Reset() {
 	*x = NodeTerminated{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1738,7 @@ func (x *NodeTerminated) String() string {
 func (*NodeTerminated) ProtoMessage() {}
 
 func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1751,7 @@ func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeTerminated.ProtoReflect.Descriptor instead.
 func (*NodeTerminated) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{17}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeTerminated) GetNodeId() string {
@@ -1364,7 +1778,7 @@ type SetNodeTags struct {
 
 func (x *SetNodeTags) Reset() {
 	*x = SetNodeTags{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1376,7 +1790,7 @@ func (x *SetNodeTags) String() string {
 func (*SetNodeTags) ProtoMessage() {}
 
 func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1389,7 +1803,7 @@ func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeTags.ProtoReflect.Descriptor instead.
 func (*SetNodeTags) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{18}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetNodeTags) GetNodeId() string {
@@ -1416,7 +1830,7 @@ type SetNodeIdleExpiry struct {
 
 func (x *SetNodeIdleExpiry) Reset() {
 	*x = SetNodeIdleExpiry{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1842,7 @@ func (x *SetNodeIdleExpiry) String() string {
 func (*SetNodeIdleExpiry) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1855,7 @@ func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{19}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetNodeIdleExpiry) GetNodeId() string {
@@ -1474,7 +1888,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1900,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1913,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{20}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *JobRecord) GetJob() *v1.Job {
@@ -1560,7 +1974,7 @@ type NodeRecord struct {
 
 func (x *NodeRecord) Reset() {
 	*x = NodeRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1986,7 @@ func (x *NodeRecord) String() string {
 func (*NodeRecord) ProtoMessage() {}
 
 func (x *NodeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1999,7 @@ func (x *NodeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
 func (*NodeRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{21}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeRecord) GetNode() *v1.Node {
@@ -1641,7 +2055,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +2067,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +2080,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{22}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SnapshotHeader) GetSchemaVersion() uint32 {
@@ -1696,7 +2110,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +2122,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +2135,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotTrailer) GetRecords() uint64 {
@@ -1748,6 +2162,11 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Instance
 	//	*SnapshotRecord_Node
 	//	*SnapshotRecord_Trailer
+	//	*SnapshotRecord_AuditEntry
+	//	*SnapshotRecord_AuditState
+	//	*SnapshotRecord_Kv
+	//	*SnapshotRecord_KvNamespace
+	//	*SnapshotRecord_StoreMeta
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1755,7 +2174,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +2186,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +2199,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -1835,6 +2254,51 @@ func (x *SnapshotRecord) GetTrailer() *SnapshotTrailer {
 	return nil
 }
 
+func (x *SnapshotRecord) GetAuditEntry() *v1.AuditLogEntry {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_AuditEntry); ok {
+			return x.AuditEntry
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetAuditState() *AuditState {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_AuditState); ok {
+			return x.AuditState
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetKv() *KvRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Kv); ok {
+			return x.Kv
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetKvNamespace() *KvNamespace {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_KvNamespace); ok {
+			return x.KvNamespace
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetStoreMeta() *StoreMeta {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_StoreMeta); ok {
+			return x.StoreMeta
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -1859,6 +2323,26 @@ type SnapshotRecord_Trailer struct {
 	Trailer *SnapshotTrailer `protobuf:"bytes,5,opt,name=trailer,proto3,oneof"`
 }
 
+type SnapshotRecord_AuditEntry struct {
+	AuditEntry *v1.AuditLogEntry `protobuf:"bytes,6,opt,name=audit_entry,json=auditEntry,proto3,oneof"`
+}
+
+type SnapshotRecord_AuditState struct {
+	AuditState *AuditState `protobuf:"bytes,7,opt,name=audit_state,json=auditState,proto3,oneof"`
+}
+
+type SnapshotRecord_Kv struct {
+	Kv *KvRecord `protobuf:"bytes,8,opt,name=kv,proto3,oneof"`
+}
+
+type SnapshotRecord_KvNamespace struct {
+	KvNamespace *KvNamespace `protobuf:"bytes,9,opt,name=kv_namespace,json=kvNamespace,proto3,oneof"`
+}
+
+type SnapshotRecord_StoreMeta struct {
+	StoreMeta *StoreMeta `protobuf:"bytes,10,opt,name=store_meta,json=storeMeta,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Header) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
@@ -1869,14 +2353,236 @@ func (*SnapshotRecord_Node) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Trailer) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_AuditEntry) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_AuditState) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_Kv) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_KvNamespace) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_StoreMeta) isSnapshotRecord_Record() {}
+
+// AuditState is the audit chain's head and where its retained part starts.
+type AuditState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NextSeq       int64                  `protobuf:"varint,1,opt,name=next_seq,json=nextSeq,proto3" json:"next_seq,omitempty"`
+	LastHash      string                 `protobuf:"bytes,2,opt,name=last_hash,json=lastHash,proto3" json:"last_hash,omitempty"`
+	Checkpoint    *v1.AuditCheckpoint    `protobuf:"bytes,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditState) Reset() {
+	*x = AuditState{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditState) ProtoMessage() {}
+
+func (x *AuditState) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditState.ProtoReflect.Descriptor instead.
+func (*AuditState) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *AuditState) GetNextSeq() int64 {
+	if x != nil {
+		return x.NextSeq
+	}
+	return 0
+}
+
+func (x *AuditState) GetLastHash() string {
+	if x != nil {
+		return x.LastHash
+	}
+	return ""
+}
+
+func (x *AuditState) GetCheckpoint() *v1.AuditCheckpoint {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+// KvRecord is one key of the KV store.
+type KvRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Entry         *v1.KvEntry            `protobuf:"bytes,2,opt,name=entry,proto3" json:"entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvRecord) Reset() {
+	*x = KvRecord{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvRecord) ProtoMessage() {}
+
+func (x *KvRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvRecord.ProtoReflect.Descriptor instead.
+func (*KvRecord) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *KvRecord) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *KvRecord) GetEntry() *v1.KvEntry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+// KvNamespace is a namespace's schema version (the client's number).
+type KvNamespace struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	SchemaVersion int64                  `protobuf:"varint,2,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvNamespace) Reset() {
+	*x = KvNamespace{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvNamespace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvNamespace) ProtoMessage() {}
+
+func (x *KvNamespace) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvNamespace.ProtoReflect.Descriptor instead.
+func (*KvNamespace) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *KvNamespace) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KvNamespace) GetSchemaVersion() int64 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
+// StoreMeta is the state's own facts: its schema version.
+type StoreMeta struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SchemaVersion uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreMeta) Reset() {
+	*x = StoreMeta{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreMeta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreMeta) ProtoMessage() {}
+
+func (x *StoreMeta) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreMeta.ProtoReflect.Descriptor instead.
+func (*StoreMeta) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *StoreMeta) GetSchemaVersion() uint32 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
 var File_norsk_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xe9\n" +
-	"\n" +
+	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\x9d\r\n" +
 	"\aCommand\x12.\n" +
-	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12:\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
+	"\x05audit\x18\x02 \x01(\v2\x1a.norsk.store.v1.AuditStampR\x05audit\x12:\n" +
 	"\n" +
 	"create_job\x18\n" +
 	" \x01(\v2\x19.norsk.store.v1.CreateJobH\x00R\tcreateJob\x12:\n" +
@@ -1900,8 +2606,35 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x0eterminate_node\x18\x19 \x01(\v2\x1d.norsk.store.v1.TerminateNodeH\x00R\rterminateNode\x12I\n" +
 	"\x0fnode_terminated\x18\x1a \x01(\v2\x1e.norsk.store.v1.NodeTerminatedH\x00R\x0enodeTerminated\x12A\n" +
 	"\rset_node_tags\x18\x1b \x01(\v2\x1b.norsk.store.v1.SetNodeTagsH\x00R\vsetNodeTags\x12T\n" +
-	"\x14set_node_idle_expiry\x18\x1c \x01(\v2!.norsk.store.v1.SetNodeIdleExpiryH\x00R\x11setNodeIdleExpiryB\x05\n" +
-	"\x03cmd\"4\n" +
+	"\x14set_node_idle_expiry\x18\x1c \x01(\v2!.norsk.store.v1.SetNodeIdleExpiryH\x00R\x11setNodeIdleExpiry\x12@\n" +
+	"\fappend_audit\x18\x1d \x01(\v2\x1b.norsk.store.v1.AppendAuditH\x00R\vappendAudit\x12=\n" +
+	"\vprune_audit\x18\x1e \x01(\v2\x1a.norsk.store.v1.PruneAuditH\x00R\n" +
+	"pruneAudit\x127\n" +
+	"\tkv_commit\x18\x1f \x01(\v2\x18.norsk.store.v1.KvCommitH\x00R\bkvCommit\x12F\n" +
+	"\x0emigrate_schema\x18  \x01(\v2\x1d.norsk.store.v1.MigrateSchemaH\x00R\rmigrateSchemaB\x05\n" +
+	"\x03cmd\"N\n" +
+	"\n" +
+	"AuditStamp\x12\x10\n" +
+	"\x03who\x18\x01 \x01(\tR\x03who\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\"S\n" +
+	"\vAppendAudit\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
+	"\apayload\x18\x03 \x01(\tR\apayload\"<\n" +
+	"\n" +
+	"PruneAudit\x12.\n" +
+	"\x13before_timestamp_ms\x18\x01 \x01(\x01R\x11beforeTimestampMs\"S\n" +
+	"\x10PruneAuditResult\x12\x18\n" +
+	"\aremoved\x18\x01 \x01(\x03R\aremoved\x12%\n" +
+	"\x0echeckpoint_seq\x18\x02 \x01(\x03R\rcheckpointSeq\"\x98\x01\n" +
+	"\bKvCommit\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x121\n" +
+	"\x06writes\x18\x02 \x03(\v2\x19.norsk.manager.v1.KvWriteR\x06writes\x12;\n" +
+	"\aoptions\x18\x03 \x01(\v2!.norsk.manager.v1.KvCommitOptionsR\aoptions\"3\n" +
+	"\rMigrateSchema\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\rR\x02to\"4\n" +
 	"\tCreateJob\x12'\n" +
 	"\x03job\x18\x01 \x01(\v2\x15.norsk.manager.v1.JobR\x03job\"4\n" +
 	"\tUpdateJob\x12'\n" +
@@ -1996,14 +2729,38 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"C\n" +
 	"\x0fSnapshotTrailer\x12\x18\n" +
 	"\arecords\x18\x01 \x01(\x04R\arecords\x12\x16\n" +
-	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\xac\x02\n" +
+	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\xd9\x04\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.norsk.store.v1.SnapshotHeaderH\x00R\x06header\x12-\n" +
 	"\x03job\x18\x02 \x01(\v2\x19.norsk.store.v1.JobRecordH\x00R\x03job\x128\n" +
 	"\binstance\x18\x03 \x01(\v2\x1a.norsk.manager.v1.InstanceH\x00R\binstance\x120\n" +
 	"\x04node\x18\x04 \x01(\v2\x1a.norsk.store.v1.NodeRecordH\x00R\x04node\x12;\n" +
-	"\atrailer\x18\x05 \x01(\v2\x1f.norsk.store.v1.SnapshotTrailerH\x00R\atrailerB\b\n" +
-	"\x06recordBBZ@github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1;storev1b\x06proto3"
+	"\atrailer\x18\x05 \x01(\v2\x1f.norsk.store.v1.SnapshotTrailerH\x00R\atrailer\x12B\n" +
+	"\vaudit_entry\x18\x06 \x01(\v2\x1f.norsk.manager.v1.AuditLogEntryH\x00R\n" +
+	"auditEntry\x12=\n" +
+	"\vaudit_state\x18\a \x01(\v2\x1a.norsk.store.v1.AuditStateH\x00R\n" +
+	"auditState\x12*\n" +
+	"\x02kv\x18\b \x01(\v2\x18.norsk.store.v1.KvRecordH\x00R\x02kv\x12@\n" +
+	"\fkv_namespace\x18\t \x01(\v2\x1b.norsk.store.v1.KvNamespaceH\x00R\vkvNamespace\x12:\n" +
+	"\n" +
+	"store_meta\x18\n" +
+	" \x01(\v2\x19.norsk.store.v1.StoreMetaH\x00R\tstoreMetaB\b\n" +
+	"\x06record\"\x87\x01\n" +
+	"\n" +
+	"AuditState\x12\x19\n" +
+	"\bnext_seq\x18\x01 \x01(\x03R\anextSeq\x12\x1b\n" +
+	"\tlast_hash\x18\x02 \x01(\tR\blastHash\x12A\n" +
+	"\n" +
+	"checkpoint\x18\x03 \x01(\v2!.norsk.manager.v1.AuditCheckpointR\n" +
+	"checkpoint\"Y\n" +
+	"\bKvRecord\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12/\n" +
+	"\x05entry\x18\x02 \x01(\v2\x19.norsk.manager.v1.KvEntryR\x05entry\"H\n" +
+	"\vKvNamespace\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
+	"\x0eschema_version\x18\x02 \x01(\x03R\rschemaVersion\"2\n" +
+	"\tStoreMeta\x12%\n" +
+	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersionBBZ@github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1;storev1b\x06proto3"
 
 var (
 	file_norsk_store_v1_store_proto_rawDescOnce sync.Once
@@ -2017,89 +2774,118 @@ func file_norsk_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_norsk_store_v1_store_proto_rawDescData
 }
 
-var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*Command)(nil),               // 0: norsk.store.v1.Command
-	(*CreateJob)(nil),             // 1: norsk.store.v1.CreateJob
-	(*UpdateJob)(nil),             // 2: norsk.store.v1.UpdateJob
-	(*DeleteJob)(nil),             // 3: norsk.store.v1.DeleteJob
-	(*BindInstance)(nil),          // 4: norsk.store.v1.BindInstance
-	(*StopInstance)(nil),          // 5: norsk.store.v1.StopInstance
-	(*StartPreparedInstance)(nil), // 6: norsk.store.v1.StartPreparedInstance
-	(*CompleteJob)(nil),           // 7: norsk.store.v1.CompleteJob
-	(*MarkJobFailed)(nil),         // 8: norsk.store.v1.MarkJobFailed
-	(*InstanceReports)(nil),       // 9: norsk.store.v1.InstanceReports
-	(*RegisterSlot)(nil),          // 10: norsk.store.v1.RegisterSlot
-	(*MemberRegister)(nil),        // 11: norsk.store.v1.MemberRegister
-	(*DeregisterSlot)(nil),        // 12: norsk.store.v1.DeregisterSlot
-	(*SetSlotPool)(nil),           // 13: norsk.store.v1.SetSlotPool
-	(*NodeOnline)(nil),            // 14: norsk.store.v1.NodeOnline
-	(*NodeLost)(nil),              // 15: norsk.store.v1.NodeLost
-	(*TerminateNode)(nil),         // 16: norsk.store.v1.TerminateNode
-	(*NodeTerminated)(nil),        // 17: norsk.store.v1.NodeTerminated
-	(*SetNodeTags)(nil),           // 18: norsk.store.v1.SetNodeTags
-	(*SetNodeIdleExpiry)(nil),     // 19: norsk.store.v1.SetNodeIdleExpiry
-	(*JobRecord)(nil),             // 20: norsk.store.v1.JobRecord
-	(*NodeRecord)(nil),            // 21: norsk.store.v1.NodeRecord
-	(*SnapshotHeader)(nil),        // 22: norsk.store.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),       // 23: norsk.store.v1.SnapshotTrailer
-	(*SnapshotRecord)(nil),        // 24: norsk.store.v1.SnapshotRecord
-	nil,                           // 25: norsk.store.v1.SetNodeTags.TagsEntry
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*v1.Job)(nil),                // 27: norsk.manager.v1.Job
-	(*v1.StartJobOptions)(nil),    // 28: norsk.manager.v1.StartJobOptions
-	(*v1.InstanceReport)(nil),     // 29: norsk.manager.v1.InstanceReport
-	(*v1.Hardware)(nil),           // 30: norsk.manager.v1.Hardware
-	(*v1.Capability)(nil),         // 31: norsk.manager.v1.Capability
-	(*v1.WorkerHello)(nil),        // 32: norsk.manager.v1.WorkerHello
-	(*v1.JobHistoryEntry)(nil),    // 33: norsk.manager.v1.JobHistoryEntry
-	(*v1.Node)(nil),               // 34: norsk.manager.v1.Node
-	(*v1.Instance)(nil),           // 35: norsk.manager.v1.Instance
+	(*AuditStamp)(nil),            // 1: norsk.store.v1.AuditStamp
+	(*AppendAudit)(nil),           // 2: norsk.store.v1.AppendAudit
+	(*PruneAudit)(nil),            // 3: norsk.store.v1.PruneAudit
+	(*PruneAuditResult)(nil),      // 4: norsk.store.v1.PruneAuditResult
+	(*KvCommit)(nil),              // 5: norsk.store.v1.KvCommit
+	(*MigrateSchema)(nil),         // 6: norsk.store.v1.MigrateSchema
+	(*CreateJob)(nil),             // 7: norsk.store.v1.CreateJob
+	(*UpdateJob)(nil),             // 8: norsk.store.v1.UpdateJob
+	(*DeleteJob)(nil),             // 9: norsk.store.v1.DeleteJob
+	(*BindInstance)(nil),          // 10: norsk.store.v1.BindInstance
+	(*StopInstance)(nil),          // 11: norsk.store.v1.StopInstance
+	(*StartPreparedInstance)(nil), // 12: norsk.store.v1.StartPreparedInstance
+	(*CompleteJob)(nil),           // 13: norsk.store.v1.CompleteJob
+	(*MarkJobFailed)(nil),         // 14: norsk.store.v1.MarkJobFailed
+	(*InstanceReports)(nil),       // 15: norsk.store.v1.InstanceReports
+	(*RegisterSlot)(nil),          // 16: norsk.store.v1.RegisterSlot
+	(*MemberRegister)(nil),        // 17: norsk.store.v1.MemberRegister
+	(*DeregisterSlot)(nil),        // 18: norsk.store.v1.DeregisterSlot
+	(*SetSlotPool)(nil),           // 19: norsk.store.v1.SetSlotPool
+	(*NodeOnline)(nil),            // 20: norsk.store.v1.NodeOnline
+	(*NodeLost)(nil),              // 21: norsk.store.v1.NodeLost
+	(*TerminateNode)(nil),         // 22: norsk.store.v1.TerminateNode
+	(*NodeTerminated)(nil),        // 23: norsk.store.v1.NodeTerminated
+	(*SetNodeTags)(nil),           // 24: norsk.store.v1.SetNodeTags
+	(*SetNodeIdleExpiry)(nil),     // 25: norsk.store.v1.SetNodeIdleExpiry
+	(*JobRecord)(nil),             // 26: norsk.store.v1.JobRecord
+	(*NodeRecord)(nil),            // 27: norsk.store.v1.NodeRecord
+	(*SnapshotHeader)(nil),        // 28: norsk.store.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),       // 29: norsk.store.v1.SnapshotTrailer
+	(*SnapshotRecord)(nil),        // 30: norsk.store.v1.SnapshotRecord
+	(*AuditState)(nil),            // 31: norsk.store.v1.AuditState
+	(*KvRecord)(nil),              // 32: norsk.store.v1.KvRecord
+	(*KvNamespace)(nil),           // 33: norsk.store.v1.KvNamespace
+	(*StoreMeta)(nil),             // 34: norsk.store.v1.StoreMeta
+	nil,                           // 35: norsk.store.v1.SetNodeTags.TagsEntry
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(*v1.KvWrite)(nil),            // 37: norsk.manager.v1.KvWrite
+	(*v1.KvCommitOptions)(nil),    // 38: norsk.manager.v1.KvCommitOptions
+	(*v1.Job)(nil),                // 39: norsk.manager.v1.Job
+	(*v1.StartJobOptions)(nil),    // 40: norsk.manager.v1.StartJobOptions
+	(*v1.InstanceReport)(nil),     // 41: norsk.manager.v1.InstanceReport
+	(*v1.Hardware)(nil),           // 42: norsk.manager.v1.Hardware
+	(*v1.Capability)(nil),         // 43: norsk.manager.v1.Capability
+	(*v1.WorkerHello)(nil),        // 44: norsk.manager.v1.WorkerHello
+	(*v1.JobHistoryEntry)(nil),    // 45: norsk.manager.v1.JobHistoryEntry
+	(*v1.Node)(nil),               // 46: norsk.manager.v1.Node
+	(*v1.Instance)(nil),           // 47: norsk.manager.v1.Instance
+	(*v1.AuditLogEntry)(nil),      // 48: norsk.manager.v1.AuditLogEntry
+	(*v1.AuditCheckpoint)(nil),    // 49: norsk.manager.v1.AuditCheckpoint
+	(*v1.KvEntry)(nil),            // 50: norsk.manager.v1.KvEntry
 }
 var file_norsk_store_v1_store_proto_depIdxs = []int32{
-	26, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
-	1,  // 1: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
-	2,  // 2: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
-	3,  // 3: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
-	4,  // 4: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
-	5,  // 5: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
-	6,  // 6: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
-	7,  // 7: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
-	8,  // 8: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
-	9,  // 9: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
-	10, // 10: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
-	11, // 11: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
-	12, // 12: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
-	13, // 13: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
-	14, // 14: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
-	15, // 15: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
-	16, // 16: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
-	17, // 17: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
-	18, // 18: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
-	19, // 19: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
-	27, // 20: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
-	27, // 21: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
-	28, // 22: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
-	29, // 23: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
-	30, // 24: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
-	31, // 25: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
-	32, // 26: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
-	25, // 27: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
-	27, // 28: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
-	33, // 29: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	26, // 30: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
-	26, // 31: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
-	34, // 32: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
-	22, // 33: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
-	20, // 34: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
-	35, // 35: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
-	21, // 36: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
-	23, // 37: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	36, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
+	1,  // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
+	7,  // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
+	8,  // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
+	9,  // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
+	10, // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
+	11, // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
+	12, // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
+	13, // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
+	14, // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
+	15, // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
+	16, // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
+	17, // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
+	18, // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
+	19, // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
+	20, // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
+	21, // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
+	22, // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
+	23, // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
+	24, // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
+	25, // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
+	2,  // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
+	3,  // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
+	5,  // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
+	6,  // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
+	37, // 25: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
+	38, // 26: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
+	39, // 27: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
+	39, // 28: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
+	40, // 29: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
+	41, // 30: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
+	42, // 31: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
+	43, // 32: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
+	44, // 33: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
+	35, // 34: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
+	39, // 35: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
+	45, // 36: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	36, // 37: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
+	36, // 38: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
+	46, // 39: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
+	28, // 40: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
+	26, // 41: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
+	47, // 42: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
+	27, // 43: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
+	29, // 44: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
+	48, // 45: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
+	31, // 46: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
+	32, // 47: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
+	33, // 48: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
+	34, // 49: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
+	49, // 50: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
+	50, // 51: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_norsk_store_v1_store_proto_init() }
@@ -2127,13 +2913,22 @@ func file_norsk_store_v1_store_proto_init() {
 		(*Command_NodeTerminated)(nil),
 		(*Command_SetNodeTags)(nil),
 		(*Command_SetNodeIdleExpiry)(nil),
+		(*Command_AppendAudit)(nil),
+		(*Command_PruneAudit)(nil),
+		(*Command_KvCommit)(nil),
+		(*Command_MigrateSchema)(nil),
 	}
-	file_norsk_store_v1_store_proto_msgTypes[24].OneofWrappers = []any{
+	file_norsk_store_v1_store_proto_msgTypes[30].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Instance)(nil),
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_Trailer)(nil),
+		(*SnapshotRecord_AuditEntry)(nil),
+		(*SnapshotRecord_AuditState)(nil),
+		(*SnapshotRecord_Kv)(nil),
+		(*SnapshotRecord_KvNamespace)(nil),
+		(*SnapshotRecord_StoreMeta)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2141,7 +2936,7 @@ func file_norsk_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_store_v1_store_proto_rawDesc), len(file_norsk_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

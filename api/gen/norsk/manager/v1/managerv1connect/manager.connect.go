@@ -85,6 +85,23 @@ const (
 	// ManagerSetNodeIdleExpiryProcedure is the fully-qualified name of the Manager's SetNodeIdleExpiry
 	// RPC.
 	ManagerSetNodeIdleExpiryProcedure = "/norsk.manager.v1.Manager/SetNodeIdleExpiry"
+	// ManagerAppendAuditEntryProcedure is the fully-qualified name of the Manager's AppendAuditEntry
+	// RPC.
+	ManagerAppendAuditEntryProcedure = "/norsk.manager.v1.Manager/AppendAuditEntry"
+	// ManagerGetAuditLogProcedure is the fully-qualified name of the Manager's GetAuditLog RPC.
+	ManagerGetAuditLogProcedure = "/norsk.manager.v1.Manager/GetAuditLog"
+	// ManagerPruneAuditLogProcedure is the fully-qualified name of the Manager's PruneAuditLog RPC.
+	ManagerPruneAuditLogProcedure = "/norsk.manager.v1.Manager/PruneAuditLog"
+	// ManagerKvCommitProcedure is the fully-qualified name of the Manager's KvCommit RPC.
+	ManagerKvCommitProcedure = "/norsk.manager.v1.Manager/KvCommit"
+	// ManagerKvGetProcedure is the fully-qualified name of the Manager's KvGet RPC.
+	ManagerKvGetProcedure = "/norsk.manager.v1.Manager/KvGet"
+	// ManagerKvListProcedure is the fully-qualified name of the Manager's KvList RPC.
+	ManagerKvListProcedure = "/norsk.manager.v1.Manager/KvList"
+	// ManagerGetStoreInfoProcedure is the fully-qualified name of the Manager's GetStoreInfo RPC.
+	ManagerGetStoreInfoProcedure = "/norsk.manager.v1.Manager/GetStoreInfo"
+	// ManagerSnapshotSaveProcedure is the fully-qualified name of the Manager's SnapshotSave RPC.
+	ManagerSnapshotSaveProcedure = "/norsk.manager.v1.Manager/SnapshotSave"
 	// ManagerEventStreamProcedure is the fully-qualified name of the Manager's EventStream RPC.
 	ManagerEventStreamProcedure = "/norsk.manager.v1.Manager/EventStream"
 )
@@ -119,6 +136,20 @@ type ManagerClient interface {
 	SetNodeTags(context.Context, *connect.Request[v1.SetNodeTagsRequest]) (*connect.Response[v1.SetNodeTagsResponse], error)
 	GetNodeIdleExpiry(context.Context, *connect.Request[v1.GetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error)
 	SetNodeIdleExpiry(context.Context, *connect.Request[v1.SetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error)
+	// The audit log: durable, hash-chained; every mutating call appends an
+	// entry in the same commit as its change.
+	AppendAuditEntry(context.Context, *connect.Request[v1.AppendAuditEntryRequest]) (*connect.Response[v1.AppendAuditEntryResponse], error)
+	GetAuditLog(context.Context, *connect.Request[v1.GetAuditLogRequest]) (*connect.Response[v1.GetAuditLogResponse], error)
+	PruneAuditLog(context.Context, *connect.Request[v1.PruneAuditLogRequest]) (*connect.Response[v1.PruneAuditLogResponse], error)
+	// The key/value store, all-or-nothing commits with compare-and-set.
+	KvCommit(context.Context, *connect.Request[v1.KvCommitRequest]) (*connect.Response[v1.KvCommitResponse], error)
+	KvGet(context.Context, *connect.Request[v1.KvGetRequest]) (*connect.Response[v1.KvGetResponse], error)
+	KvList(context.Context, *connect.Request[v1.KvListRequest]) (*connect.Response[v1.KvListResponse], error)
+	// The store: schema versions, what this boot did, backups.
+	GetStoreInfo(context.Context, *connect.Request[v1.GetStoreInfoRequest]) (*connect.Response[v1.StoreInfo], error)
+	// A consistent snapshot of the whole state, streamed (norsk-ctl operator
+	// snapshot save).
+	SnapshotSave(context.Context, *connect.Request[v1.SnapshotSaveRequest]) (*connect.ServerStreamForClient[v1.SnapshotChunk], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -268,6 +299,54 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(managerMethods.ByName("SetNodeIdleExpiry")),
 			connect.WithClientOptions(opts...),
 		),
+		appendAuditEntry: connect.NewClient[v1.AppendAuditEntryRequest, v1.AppendAuditEntryResponse](
+			httpClient,
+			baseURL+ManagerAppendAuditEntryProcedure,
+			connect.WithSchema(managerMethods.ByName("AppendAuditEntry")),
+			connect.WithClientOptions(opts...),
+		),
+		getAuditLog: connect.NewClient[v1.GetAuditLogRequest, v1.GetAuditLogResponse](
+			httpClient,
+			baseURL+ManagerGetAuditLogProcedure,
+			connect.WithSchema(managerMethods.ByName("GetAuditLog")),
+			connect.WithClientOptions(opts...),
+		),
+		pruneAuditLog: connect.NewClient[v1.PruneAuditLogRequest, v1.PruneAuditLogResponse](
+			httpClient,
+			baseURL+ManagerPruneAuditLogProcedure,
+			connect.WithSchema(managerMethods.ByName("PruneAuditLog")),
+			connect.WithClientOptions(opts...),
+		),
+		kvCommit: connect.NewClient[v1.KvCommitRequest, v1.KvCommitResponse](
+			httpClient,
+			baseURL+ManagerKvCommitProcedure,
+			connect.WithSchema(managerMethods.ByName("KvCommit")),
+			connect.WithClientOptions(opts...),
+		),
+		kvGet: connect.NewClient[v1.KvGetRequest, v1.KvGetResponse](
+			httpClient,
+			baseURL+ManagerKvGetProcedure,
+			connect.WithSchema(managerMethods.ByName("KvGet")),
+			connect.WithClientOptions(opts...),
+		),
+		kvList: connect.NewClient[v1.KvListRequest, v1.KvListResponse](
+			httpClient,
+			baseURL+ManagerKvListProcedure,
+			connect.WithSchema(managerMethods.ByName("KvList")),
+			connect.WithClientOptions(opts...),
+		),
+		getStoreInfo: connect.NewClient[v1.GetStoreInfoRequest, v1.StoreInfo](
+			httpClient,
+			baseURL+ManagerGetStoreInfoProcedure,
+			connect.WithSchema(managerMethods.ByName("GetStoreInfo")),
+			connect.WithClientOptions(opts...),
+		),
+		snapshotSave: connect.NewClient[v1.SnapshotSaveRequest, v1.SnapshotChunk](
+			httpClient,
+			baseURL+ManagerSnapshotSaveProcedure,
+			connect.WithSchema(managerMethods.ByName("SnapshotSave")),
+			connect.WithClientOptions(opts...),
+		),
 		eventStream: connect.NewClient[v1.EventStreamRequest, v1.Event](
 			httpClient,
 			baseURL+ManagerEventStreamProcedure,
@@ -301,6 +380,14 @@ type managerClient struct {
 	setNodeTags           *connect.Client[v1.SetNodeTagsRequest, v1.SetNodeTagsResponse]
 	getNodeIdleExpiry     *connect.Client[v1.GetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
 	setNodeIdleExpiry     *connect.Client[v1.SetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
+	appendAuditEntry      *connect.Client[v1.AppendAuditEntryRequest, v1.AppendAuditEntryResponse]
+	getAuditLog           *connect.Client[v1.GetAuditLogRequest, v1.GetAuditLogResponse]
+	pruneAuditLog         *connect.Client[v1.PruneAuditLogRequest, v1.PruneAuditLogResponse]
+	kvCommit              *connect.Client[v1.KvCommitRequest, v1.KvCommitResponse]
+	kvGet                 *connect.Client[v1.KvGetRequest, v1.KvGetResponse]
+	kvList                *connect.Client[v1.KvListRequest, v1.KvListResponse]
+	getStoreInfo          *connect.Client[v1.GetStoreInfoRequest, v1.StoreInfo]
+	snapshotSave          *connect.Client[v1.SnapshotSaveRequest, v1.SnapshotChunk]
 	eventStream           *connect.Client[v1.EventStreamRequest, v1.Event]
 }
 
@@ -414,6 +501,46 @@ func (c *managerClient) SetNodeIdleExpiry(ctx context.Context, req *connect.Requ
 	return c.setNodeIdleExpiry.CallUnary(ctx, req)
 }
 
+// AppendAuditEntry calls norsk.manager.v1.Manager.AppendAuditEntry.
+func (c *managerClient) AppendAuditEntry(ctx context.Context, req *connect.Request[v1.AppendAuditEntryRequest]) (*connect.Response[v1.AppendAuditEntryResponse], error) {
+	return c.appendAuditEntry.CallUnary(ctx, req)
+}
+
+// GetAuditLog calls norsk.manager.v1.Manager.GetAuditLog.
+func (c *managerClient) GetAuditLog(ctx context.Context, req *connect.Request[v1.GetAuditLogRequest]) (*connect.Response[v1.GetAuditLogResponse], error) {
+	return c.getAuditLog.CallUnary(ctx, req)
+}
+
+// PruneAuditLog calls norsk.manager.v1.Manager.PruneAuditLog.
+func (c *managerClient) PruneAuditLog(ctx context.Context, req *connect.Request[v1.PruneAuditLogRequest]) (*connect.Response[v1.PruneAuditLogResponse], error) {
+	return c.pruneAuditLog.CallUnary(ctx, req)
+}
+
+// KvCommit calls norsk.manager.v1.Manager.KvCommit.
+func (c *managerClient) KvCommit(ctx context.Context, req *connect.Request[v1.KvCommitRequest]) (*connect.Response[v1.KvCommitResponse], error) {
+	return c.kvCommit.CallUnary(ctx, req)
+}
+
+// KvGet calls norsk.manager.v1.Manager.KvGet.
+func (c *managerClient) KvGet(ctx context.Context, req *connect.Request[v1.KvGetRequest]) (*connect.Response[v1.KvGetResponse], error) {
+	return c.kvGet.CallUnary(ctx, req)
+}
+
+// KvList calls norsk.manager.v1.Manager.KvList.
+func (c *managerClient) KvList(ctx context.Context, req *connect.Request[v1.KvListRequest]) (*connect.Response[v1.KvListResponse], error) {
+	return c.kvList.CallUnary(ctx, req)
+}
+
+// GetStoreInfo calls norsk.manager.v1.Manager.GetStoreInfo.
+func (c *managerClient) GetStoreInfo(ctx context.Context, req *connect.Request[v1.GetStoreInfoRequest]) (*connect.Response[v1.StoreInfo], error) {
+	return c.getStoreInfo.CallUnary(ctx, req)
+}
+
+// SnapshotSave calls norsk.manager.v1.Manager.SnapshotSave.
+func (c *managerClient) SnapshotSave(ctx context.Context, req *connect.Request[v1.SnapshotSaveRequest]) (*connect.ServerStreamForClient[v1.SnapshotChunk], error) {
+	return c.snapshotSave.CallServerStream(ctx, req)
+}
+
 // EventStream calls norsk.manager.v1.Manager.EventStream.
 func (c *managerClient) EventStream(ctx context.Context, req *connect.Request[v1.EventStreamRequest]) (*connect.ServerStreamForClient[v1.Event], error) {
 	return c.eventStream.CallServerStream(ctx, req)
@@ -449,6 +576,20 @@ type ManagerHandler interface {
 	SetNodeTags(context.Context, *connect.Request[v1.SetNodeTagsRequest]) (*connect.Response[v1.SetNodeTagsResponse], error)
 	GetNodeIdleExpiry(context.Context, *connect.Request[v1.GetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error)
 	SetNodeIdleExpiry(context.Context, *connect.Request[v1.SetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error)
+	// The audit log: durable, hash-chained; every mutating call appends an
+	// entry in the same commit as its change.
+	AppendAuditEntry(context.Context, *connect.Request[v1.AppendAuditEntryRequest]) (*connect.Response[v1.AppendAuditEntryResponse], error)
+	GetAuditLog(context.Context, *connect.Request[v1.GetAuditLogRequest]) (*connect.Response[v1.GetAuditLogResponse], error)
+	PruneAuditLog(context.Context, *connect.Request[v1.PruneAuditLogRequest]) (*connect.Response[v1.PruneAuditLogResponse], error)
+	// The key/value store, all-or-nothing commits with compare-and-set.
+	KvCommit(context.Context, *connect.Request[v1.KvCommitRequest]) (*connect.Response[v1.KvCommitResponse], error)
+	KvGet(context.Context, *connect.Request[v1.KvGetRequest]) (*connect.Response[v1.KvGetResponse], error)
+	KvList(context.Context, *connect.Request[v1.KvListRequest]) (*connect.Response[v1.KvListResponse], error)
+	// The store: schema versions, what this boot did, backups.
+	GetStoreInfo(context.Context, *connect.Request[v1.GetStoreInfoRequest]) (*connect.Response[v1.StoreInfo], error)
+	// A consistent snapshot of the whole state, streamed (norsk-ctl operator
+	// snapshot save).
+	SnapshotSave(context.Context, *connect.Request[v1.SnapshotSaveRequest], *connect.ServerStream[v1.SnapshotChunk]) error
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -594,6 +735,54 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(managerMethods.ByName("SetNodeIdleExpiry")),
 		connect.WithHandlerOptions(opts...),
 	)
+	managerAppendAuditEntryHandler := connect.NewUnaryHandler(
+		ManagerAppendAuditEntryProcedure,
+		svc.AppendAuditEntry,
+		connect.WithSchema(managerMethods.ByName("AppendAuditEntry")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerGetAuditLogHandler := connect.NewUnaryHandler(
+		ManagerGetAuditLogProcedure,
+		svc.GetAuditLog,
+		connect.WithSchema(managerMethods.ByName("GetAuditLog")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerPruneAuditLogHandler := connect.NewUnaryHandler(
+		ManagerPruneAuditLogProcedure,
+		svc.PruneAuditLog,
+		connect.WithSchema(managerMethods.ByName("PruneAuditLog")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerKvCommitHandler := connect.NewUnaryHandler(
+		ManagerKvCommitProcedure,
+		svc.KvCommit,
+		connect.WithSchema(managerMethods.ByName("KvCommit")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerKvGetHandler := connect.NewUnaryHandler(
+		ManagerKvGetProcedure,
+		svc.KvGet,
+		connect.WithSchema(managerMethods.ByName("KvGet")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerKvListHandler := connect.NewUnaryHandler(
+		ManagerKvListProcedure,
+		svc.KvList,
+		connect.WithSchema(managerMethods.ByName("KvList")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerGetStoreInfoHandler := connect.NewUnaryHandler(
+		ManagerGetStoreInfoProcedure,
+		svc.GetStoreInfo,
+		connect.WithSchema(managerMethods.ByName("GetStoreInfo")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerSnapshotSaveHandler := connect.NewServerStreamHandler(
+		ManagerSnapshotSaveProcedure,
+		svc.SnapshotSave,
+		connect.WithSchema(managerMethods.ByName("SnapshotSave")),
+		connect.WithHandlerOptions(opts...),
+	)
 	managerEventStreamHandler := connect.NewServerStreamHandler(
 		ManagerEventStreamProcedure,
 		svc.EventStream,
@@ -646,6 +835,22 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerGetNodeIdleExpiryHandler.ServeHTTP(w, r)
 		case ManagerSetNodeIdleExpiryProcedure:
 			managerSetNodeIdleExpiryHandler.ServeHTTP(w, r)
+		case ManagerAppendAuditEntryProcedure:
+			managerAppendAuditEntryHandler.ServeHTTP(w, r)
+		case ManagerGetAuditLogProcedure:
+			managerGetAuditLogHandler.ServeHTTP(w, r)
+		case ManagerPruneAuditLogProcedure:
+			managerPruneAuditLogHandler.ServeHTTP(w, r)
+		case ManagerKvCommitProcedure:
+			managerKvCommitHandler.ServeHTTP(w, r)
+		case ManagerKvGetProcedure:
+			managerKvGetHandler.ServeHTTP(w, r)
+		case ManagerKvListProcedure:
+			managerKvListHandler.ServeHTTP(w, r)
+		case ManagerGetStoreInfoProcedure:
+			managerGetStoreInfoHandler.ServeHTTP(w, r)
+		case ManagerSnapshotSaveProcedure:
+			managerSnapshotSaveHandler.ServeHTTP(w, r)
 		case ManagerEventStreamProcedure:
 			managerEventStreamHandler.ServeHTTP(w, r)
 		default:
@@ -743,6 +948,38 @@ func (UnimplementedManagerHandler) GetNodeIdleExpiry(context.Context, *connect.R
 
 func (UnimplementedManagerHandler) SetNodeIdleExpiry(context.Context, *connect.Request[v1.SetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.SetNodeIdleExpiry is not implemented"))
+}
+
+func (UnimplementedManagerHandler) AppendAuditEntry(context.Context, *connect.Request[v1.AppendAuditEntryRequest]) (*connect.Response[v1.AppendAuditEntryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.AppendAuditEntry is not implemented"))
+}
+
+func (UnimplementedManagerHandler) GetAuditLog(context.Context, *connect.Request[v1.GetAuditLogRequest]) (*connect.Response[v1.GetAuditLogResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.GetAuditLog is not implemented"))
+}
+
+func (UnimplementedManagerHandler) PruneAuditLog(context.Context, *connect.Request[v1.PruneAuditLogRequest]) (*connect.Response[v1.PruneAuditLogResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.PruneAuditLog is not implemented"))
+}
+
+func (UnimplementedManagerHandler) KvCommit(context.Context, *connect.Request[v1.KvCommitRequest]) (*connect.Response[v1.KvCommitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.KvCommit is not implemented"))
+}
+
+func (UnimplementedManagerHandler) KvGet(context.Context, *connect.Request[v1.KvGetRequest]) (*connect.Response[v1.KvGetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.KvGet is not implemented"))
+}
+
+func (UnimplementedManagerHandler) KvList(context.Context, *connect.Request[v1.KvListRequest]) (*connect.Response[v1.KvListResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.KvList is not implemented"))
+}
+
+func (UnimplementedManagerHandler) GetStoreInfo(context.Context, *connect.Request[v1.GetStoreInfoRequest]) (*connect.Response[v1.StoreInfo], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.GetStoreInfo is not implemented"))
+}
+
+func (UnimplementedManagerHandler) SnapshotSave(context.Context, *connect.Request[v1.SnapshotSaveRequest], *connect.ServerStream[v1.SnapshotChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.SnapshotSave is not implemented"))
 }
 
 func (UnimplementedManagerHandler) EventStream(context.Context, *connect.Request[v1.EventStreamRequest], *connect.ServerStream[v1.Event]) error {

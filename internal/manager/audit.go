@@ -1,0 +1,170 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"connectrpc.com/connect"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
+)
+
+// callInfo is who made an API call and which; the audit interceptor puts it
+// in the call's context, and apply stamps it into the command so the FSM
+// records the call in the audit log in the same commit as its change.
+type callInfo struct {
+	who    string
+	method string
+}
+
+type callInfoKey struct{}
+
+// auditInterceptor records who calls what, for the audit log.
+func auditInterceptor() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			ci := callInfo{who: callerIdentity(req), method: methodName(req.Spec().Procedure)}
+			return next(context.WithValue(ctx, callInfoKey{}, ci), req)
+		}
+	}
+}
+
+// callerIdentity names the caller. Until API tokens exist, that is its
+// network address.
+func callerIdentity(req connect.AnyRequest) string {
+	if a := req.Peer().Addr; a != "" {
+		return "peer:" + a
+	}
+	return "unknown"
+}
+
+// auditStamp is the stamp for a command proposed on behalf of the call in
+// ctx (nil outside an API call).
+func auditStamp(ctx context.Context, cmd *storev1.Command) *storev1.AuditStamp {
+	ci, ok := ctx.Value(callInfoKey{}).(callInfo)
+	if !ok {
+		return nil
+	}
+	return &storev1.AuditStamp{Who: ci.who, Method: ci.method, Target: auditTarget(cmd)}
+}
+
+// auditTarget names what a command acts on.
+func auditTarget(cmd *storev1.Command) string {
+	switch c := cmd.GetCmd().(type) {
+	case *storev1.Command_CreateJob:
+		return "job/" + c.CreateJob.GetJob().GetJobId()
+	case *storev1.Command_UpdateJob:
+		return "job/" + c.UpdateJob.GetJob().GetJobId()
+	case *storev1.Command_DeleteJob:
+		return "job/" + c.DeleteJob.GetJobId()
+	case *storev1.Command_BindInstance:
+		return fmt.Sprintf("job/%s/%s@%s", c.BindInstance.GetJobId(), c.BindInstance.GetRole(), c.BindInstance.GetNodeId())
+	case *storev1.Command_StopInstance:
+		return fmt.Sprintf("job/%s/%s@%s", c.StopInstance.GetJobId(), c.StopInstance.GetRole(), c.StopInstance.GetNodeId())
+	case *storev1.Command_StartPrepared:
+		return fmt.Sprintf("job/%s/%s@%s", c.StartPrepared.GetJobId(), c.StartPrepared.GetRole(), c.StartPrepared.GetNodeId())
+	case *storev1.Command_CompleteJob:
+		return "job/" + c.CompleteJob.GetJobId()
+	case *storev1.Command_MarkJobFailed:
+		return "job/" + c.MarkJobFailed.GetJobId()
+	case *storev1.Command_RegisterSlot:
+		return "node/" + c.RegisterSlot.GetNodeId()
+	case *storev1.Command_MemberRegister:
+		return "worker/" + c.MemberRegister.GetAddress()
+	case *storev1.Command_DeregisterSlot:
+		return "node/" + c.DeregisterSlot.GetNodeId()
+	case *storev1.Command_SetSlotPool:
+		return "node/" + c.SetSlotPool.GetNodeId()
+	case *storev1.Command_TerminateNode:
+		return "node/" + c.TerminateNode.GetNodeId()
+	case *storev1.Command_SetNodeTags:
+		return "node/" + c.SetNodeTags.GetNodeId()
+	case *storev1.Command_SetNodeIdleExpiry:
+		return "node/" + c.SetNodeIdleExpiry.GetNodeId()
+	case *storev1.Command_KvCommit:
+		return "kv/" + c.KvCommit.GetNamespace()
+	case *storev1.Command_AppendAudit, *storev1.Command_PruneAudit:
+		return "audit"
+	}
+	return ""
+}
+
+func (h *handler) AppendAuditEntry(ctx context.Context, req *connect.Request[managerv1.AppendAuditEntryRequest]) (*connect.Response[managerv1.AppendAuditEntryResponse], error) {
+	m := req.Msg
+	if err := state.ValidateAuditAppend(m.GetSource(), m.GetKind(), m.GetPayload()); err != nil {
+		return nil, toConnect(err)
+	}
+	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_AppendAudit{AppendAudit: &storev1.AppendAudit{
+		Source: m.GetSource(), Kind: m.GetKind(), Payload: m.GetPayload(),
+	}}})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.AppendAuditEntryResponse{Entry: res.Value.(*managerv1.AuditLogEntry)}), nil
+}
+
+// Paging limits of GetAuditLog.
+const (
+	DefaultAuditPage = 100
+	MaxAuditPage     = 1000
+)
+
+func (h *handler) GetAuditLog(ctx context.Context, req *connect.Request[managerv1.GetAuditLogRequest]) (*connect.Response[managerv1.GetAuditLogResponse], error) {
+	q := req.Msg
+	switch {
+	case q.GetLimit() > MaxAuditPage:
+		return nil, toConnect(apierr.Invalid("limit", "%d is more than %d", q.GetLimit(), MaxAuditPage))
+	case q.GetBeforeSeq() < 0:
+		return nil, toConnect(apierr.Invalid("beforeSeq", "%d must not be negative", q.GetBeforeSeq()))
+	case q.GetFromMs() < 0 || q.GetToMs() < 0 || math.IsNaN(q.GetFromMs()) || math.IsNaN(q.GetToMs()):
+		return nil, toConnect(apierr.Invalid("fromMs", "times are ms since the epoch"))
+	case q.GetToMs() != 0 && q.GetFromMs() > q.GetToMs():
+		return nil, toConnect(apierr.Invalid("toMs", "%.0f is before fromMs %.0f", q.GetToMs(), q.GetFromMs()))
+	}
+	limit := int(q.GetLimit())
+	if limit == 0 {
+		limit = DefaultAuditPage
+	}
+	r := h.read()
+	out := &managerv1.GetAuditLogResponse{Checkpoint: r.AuditCheckpoint()}
+	out.ChainVerifiedAtBoot, out.VerificationDetail = h.s.auditVerdict()
+	out.FirstSeq, out.LastSeq = r.AuditBounds()
+	r.AuditEntries(nil, q.GetBeforeSeq(), func(e *managerv1.AuditLogEntry) bool {
+		if q.GetFromMs() != 0 && e.GetTimestampMs() < q.GetFromMs() {
+			return false // newest first: everything further is older still
+		}
+		if len(out.Entries) == limit {
+			out.NextBeforeSeq = out.Entries[len(out.Entries)-1].GetSeq()
+			return false
+		}
+		if (q.GetSource() != "" && e.GetSource() != q.GetSource()) ||
+			(q.GetKind() != "" && e.GetKind() != q.GetKind()) ||
+			(q.GetToMs() != 0 && e.GetTimestampMs() > q.GetToMs()) {
+			return true
+		}
+		out.Entries = append(out.Entries, e)
+		return true
+	})
+	return connect.NewResponse(out), nil
+}
+
+func (h *handler) PruneAuditLog(ctx context.Context, req *connect.Request[managerv1.PruneAuditLogRequest]) (*connect.Response[managerv1.PruneAuditLogResponse], error) {
+	before := req.Msg.GetBeforeTimestampMs()
+	now := float64(h.s.cfg.Clock.Now().UnixNano()) / 1e6
+	switch {
+	case before < 0 || math.IsNaN(before) || math.IsInf(before, 0):
+		return nil, toConnect(apierr.Invalid("beforeTimestampMs", "%v must be a time in ms since the epoch (0 = everything)", before))
+	case before > now:
+		return nil, toConnect(apierr.Invalid("beforeTimestampMs", "%.0f is in the future (now is %.0f); pruning only removes the past", before, now))
+	}
+	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PruneAudit{PruneAudit: &storev1.PruneAudit{BeforeTimestampMs: before}}})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	pr := res.Value.(*storev1.PruneAuditResult)
+	return connect.NewResponse(&managerv1.PruneAuditLogResponse{Removed: pr.GetRemoved(), CheckpointSeq: pr.GetCheckpointSeq()}), nil
+}

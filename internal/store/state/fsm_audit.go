@@ -1,0 +1,208 @@
+package state
+
+import (
+	"encoding/json"
+	"math"
+
+	"github.com/hashicorp/go-memdb"
+	"google.golang.org/protobuf/proto"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/auditchain"
+)
+
+// Audit entry sources and kinds the Manager writes itself.
+const (
+	AuditSourceAPI     = "api"
+	AuditSourceManager = "manager"
+	AuditKindPruned    = "audit-pruned"
+	AuditKindCreated   = "store-created"
+	AuditKindMigrated  = "store-migrated"
+)
+
+// Limits of a caller's own audit entry.
+const (
+	MaxAuditSourceLen  = 128
+	MaxAuditKindLen    = 128
+	MaxAuditPayloadLen = 64 << 10
+)
+
+// ValidateAuditAppend checks an AppendAuditEntry's fields.
+func ValidateAuditAppend(source, kind, payload string) error {
+	switch {
+	case source == "":
+		return apierr.Invalid("source", "must not be empty")
+	case len(source) > MaxAuditSourceLen:
+		return apierr.Invalid("source", "is %d bytes (at most %d)", len(source), MaxAuditSourceLen)
+	case kind == "":
+		return apierr.Invalid("kind", "must not be empty")
+	case len(kind) > MaxAuditKindLen:
+		return apierr.Invalid("kind", "is %d bytes (at most %d)", len(kind), MaxAuditKindLen)
+	case len(payload) > MaxAuditPayloadLen:
+		return apierr.Invalid("payload", "is %d bytes (at most %d)", len(payload), MaxAuditPayloadLen)
+	}
+	return nil
+}
+
+// auditState returns the chain's state (zero before the first entry).
+func (r *Read) auditState() *storev1.AuditState {
+	if raw, err := r.txn.First(tableSingletons, "id", singletonAudit); err == nil && raw != nil {
+		return raw.(*singleton).Msg.(*storev1.AuditState)
+	}
+	return &storev1.AuditState{NextSeq: 1}
+}
+
+// AuditCheckpoint is where the retained chain starts (nil if never pruned).
+func (r *Read) AuditCheckpoint() *managerv1.AuditCheckpoint {
+	return r.auditState().GetCheckpoint()
+}
+
+// AuditBounds returns the oldest and newest retained seq (0, 0 when empty).
+func (r *Read) AuditBounds() (first, last int64) {
+	it, err := r.txn.Get(tableAudit, "id")
+	if err == nil {
+		if raw := it.Next(); raw != nil {
+			first = raw.(*managerv1.AuditLogEntry).GetSeq()
+		}
+	}
+	rit, err := r.txn.GetReverse(tableAudit, "id")
+	if err == nil {
+		if raw := rit.Next(); raw != nil {
+			last = raw.(*managerv1.AuditLogEntry).GetSeq()
+		}
+	}
+	return first, last
+}
+
+// AuditEntries calls fn for retained entries, newest first from seq < before
+// (0 = from the newest), until fn returns false. Entries must not be
+// modified.
+func (r *Read) AuditEntries(ws memdb.WatchSet, before int64, fn func(*managerv1.AuditLogEntry) bool) {
+	var it memdb.ResultIterator
+	var err error
+	if before > 0 {
+		it, err = r.txn.ReverseLowerBound(tableAudit, "id", before-1)
+	} else {
+		it, err = r.txn.GetReverse(tableAudit, "id")
+	}
+	if err != nil {
+		panic("state read: " + err.Error())
+	}
+	watch(ws, it.WatchCh())
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		if !fn(raw.(*managerv1.AuditLogEntry)) {
+			return
+		}
+	}
+}
+
+// AuditChainOldestFirst returns every retained entry, oldest first (for
+// verification).
+func (r *Read) AuditChainOldestFirst() []*managerv1.AuditLogEntry {
+	it, err := r.txn.Get(tableAudit, "id")
+	if err != nil {
+		panic("state read: " + err.Error())
+	}
+	var out []*managerv1.AuditLogEntry
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*managerv1.AuditLogEntry))
+	}
+	return out
+}
+
+// VerifyAuditChain re-checks the whole retained chain: nil, or a
+// *auditchain.BrokenError naming the first broken entry.
+func (r *Read) VerifyAuditChain() error {
+	return auditchain.Verify(r.AuditCheckpoint(), r.AuditChainOldestFirst())
+}
+
+// appendAudit chains a new entry at the command's time.
+func (t *tx) appendAudit(source, kind, payload string) *managerv1.AuditLogEntry {
+	st := proto.Clone(t.read().auditState()).(*storev1.AuditState)
+	if st.GetNextSeq() == 0 {
+		st.NextSeq = 1
+	}
+	ts := float64(t.now.AsTime().UnixNano()) / 1e6
+	e := &managerv1.AuditLogEntry{
+		Seq:         st.GetNextSeq(),
+		TimestampMs: ts,
+		Source:      source,
+		Kind:        kind,
+		Payload:     payload,
+		PrevHash:    st.GetLastHash(),
+	}
+	e.Hash = auditchain.EntryHash(e)
+	t.insert(tableAudit, e)
+	st.NextSeq++
+	st.LastHash = e.GetHash()
+	t.insert(tableSingletons, &singleton{Key: singletonAudit, Msg: st})
+	return e
+}
+
+// apiAuditPayload is the payload of the entry every audited call leaves.
+type apiAuditPayload struct {
+	Who     string `json:"who"`
+	Method  string `json:"method"`
+	Target  string `json:"target,omitempty"`
+	Outcome string `json:"outcome"`
+	Index   uint64 `json:"index"`
+}
+
+// auditCall records an API call that changed the state.
+func (t *tx) auditCall(stamp *storev1.AuditStamp) {
+	b, _ := json.Marshal(apiAuditPayload{
+		Who: stamp.GetWho(), Method: stamp.GetMethod(), Target: stamp.GetTarget(), Outcome: "ok", Index: t.index,
+	})
+	t.appendAudit(AuditSourceAPI, stamp.GetMethod(), string(b))
+}
+
+func (t *tx) appendAuditCmd(c *storev1.AppendAudit) (*managerv1.AuditLogEntry, error) {
+	if err := ValidateAuditAppend(c.GetSource(), c.GetKind(), c.GetPayload()); err != nil {
+		return nil, err
+	}
+	return t.appendAudit(c.GetSource(), c.GetKind(), c.GetPayload()), nil
+}
+
+type prunedPayload struct {
+	Who               string  `json:"who,omitempty"`
+	Removed           int64   `json:"removed"`
+	CheckpointSeq     int64   `json:"checkpointSeq"`
+	BeforeTimestampMs float64 `json:"beforeTimestampMs"`
+}
+
+// pruneAudit front-prunes the chain; the answer is a *storev1.PruneAuditResult.
+func (t *tx) pruneAudit(c *storev1.PruneAudit, stamp *storev1.AuditStamp) (*storev1.PruneAuditResult, error) {
+	before := c.GetBeforeTimestampMs()
+	now := float64(t.now.AsTime().UnixNano()) / 1e6
+	switch {
+	case before < 0 || math.IsNaN(before) || math.IsInf(before, 0):
+		return nil, apierr.Invalid("beforeTimestampMs", "%v must be a time in ms since the epoch (0 = everything)", before)
+	case before > now:
+		return nil, apierr.Invalid("beforeTimestampMs", "%.0f is in the future (now is %.0f); pruning only removes the past", before, now)
+	}
+	r := t.read()
+	var last *managerv1.AuditLogEntry
+	var removed int64
+	for _, e := range r.AuditChainOldestFirst() {
+		// Front-pruning only: stop at the first entry that is kept, so the
+		// retained chain stays one unbroken run.
+		if before != 0 && e.GetTimestampMs() >= before {
+			break
+		}
+		t.delete(tableAudit, e)
+		last = e
+		removed++
+	}
+	res := &storev1.PruneAuditResult{Removed: removed}
+	st := proto.Clone(r.auditState()).(*storev1.AuditState)
+	if last != nil {
+		st.Checkpoint = &managerv1.AuditCheckpoint{Seq: last.GetSeq(), Hash: last.GetHash(), TimestampMs: last.GetTimestampMs()}
+		t.insert(tableSingletons, &singleton{Key: singletonAudit, Msg: st})
+	}
+	res.CheckpointSeq = st.GetCheckpoint().GetSeq()
+	b, _ := json.Marshal(prunedPayload{Who: stamp.GetWho(), Removed: removed, CheckpointSeq: res.GetCheckpointSeq(), BeforeTimestampMs: before})
+	t.appendAudit(AuditSourceManager, AuditKindPruned, string(b))
+	return res, nil
+}
