@@ -166,7 +166,6 @@ func (s *Server) runBackups(ctx context.Context) {
 	}
 }
 
-
 // memberNameFile records which member a data directory belongs to.
 const memberNameFile = "MEMBER"
 

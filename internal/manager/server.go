@@ -71,8 +71,8 @@ type Config struct {
 	BackupDir      string
 	BackupInterval time.Duration
 	BackupRetain   int
-	Clock       clock.Clock
-	Logger      *slog.Logger
+	Clock          clock.Clock
+	Logger         *slog.Logger
 }
 
 func (c *Config) defaults() error {
