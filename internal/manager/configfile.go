@@ -21,6 +21,9 @@ type FileConfig struct {
 	DefaultIdleExpiry Duration `json:"defaultIdleExpiry,omitempty"`
 	SnapshotThreshold uint64   `json:"snapshotThreshold,omitempty"`
 	EventBuffer       int      `json:"eventBuffer,omitempty"`
+	BackupDir         string   `json:"backupDir,omitempty"`
+	BackupInterval    Duration `json:"backupInterval,omitempty"`
+	BackupRetain      int      `json:"backupRetain,omitempty"`
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `json:"logLevel,omitempty"`
 	LogFormat string `json:"logFormat,omitempty"`
@@ -88,5 +91,10 @@ func (fc FileConfig) Apply(cfg *Config) {
 	}
 	if cfg.EventBuffer == 0 {
 		cfg.EventBuffer = fc.EventBuffer
+	}
+	set(&cfg.BackupDir, fc.BackupDir)
+	setD(&cfg.BackupInterval, fc.BackupInterval)
+	if cfg.BackupRetain == 0 {
+		cfg.BackupRetain = fc.BackupRetain
 	}
 }

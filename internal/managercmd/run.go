@@ -66,6 +66,9 @@ connections to every registered worker. Settings come from flags, then from
 	f.DurationVar(&cfg.LostGrace, "lost-grace", 0, "how long a worker's stream may be gone before its node is lost (default 30s)")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 0, "worker heartbeat interval (default 5s)")
 	f.DurationVar(&cfg.DefaultIdleExpiry, "idle-expiry", 0, "daemon-wide idle expiry of empty elastic nodes (default 10m)")
+	f.StringVar(&cfg.BackupDir, "backup-dir", "", "where backups go (default <data-dir>/backups)")
+	f.DurationVar(&cfg.BackupInterval, "backup-interval", 0, "how often a scheduled backup is taken (default 1h; negative: never)")
+	f.IntVar(&cfg.BackupRetain, "backup-retain", 0, "how many scheduled backups are kept (default 24)")
 	logs.register(c)
 	return c
 }
