@@ -154,7 +154,7 @@ func TestUsageErrors(t *testing.T) {
 
 func TestUnreachableManager(t *testing.T) {
 	f := &fixture{t: t}
-	f.fails(ExitError, "unavailable", "node", "list", "--timeout", "5s")
+	f.fails(ExitError, "UNAVAILABLE", "node", "list", "--timeout", "5s")
 }
 
 func TestVersion(t *testing.T) {
@@ -187,7 +187,7 @@ func TestJobCommands(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^news-1\s+\d+$`).MatchString(out) {
 		t.Errorf("job create printed %q", out)
 	}
-	f.fails(ExitError, "already_exists", "job", "create", "-f", spec)
+	f.fails(ExitError, "ALREADY_EXISTS", "job", "create", "-f", spec)
 	f.fails(ExitError, `unknown value "sometimes"`, "job", "create", "-f", writeFile(t, "bad.yaml", "jobId: x\nservices: [{name: a, restart: {mode: sometimes}}]"))
 
 	// From stdin, two documents, JSON output.
@@ -263,7 +263,7 @@ func TestJobCommands(t *testing.T) {
 			t.Errorf("job start output lacks %q:\n%s", want, out)
 		}
 	}
-	f.fails(ExitError, "failed_precondition", "job", "start", "news-1", "--node", "node-1")
+	f.fails(ExitError, "FAILED_PRECONDITION", "job", "start", "news-1", "--node", "node-1")
 
 	// get and history.
 	out = f.ok("job", "get", "news-1")
@@ -328,7 +328,7 @@ func TestJobCommands(t *testing.T) {
 		t.Errorf("terminal state = %v", ts)
 	}
 	f.ok("job", "delete", "b")
-	f.fails(ExitError, "not_found", "job", "get", "b")
+	f.fails(ExitError, "NOT_FOUND", "job", "get", "b")
 	out = f.ok("job", "delete", "a", "-o", "json")
 	if !strings.Contains(out, `"result": "deleted"`) {
 		t.Errorf("delete -o json: %s", out)
@@ -396,7 +396,7 @@ func TestSlotCommands(t *testing.T) {
 		t.Errorf("set-pool '': %s", out)
 	}
 	f.ok("slot", "deregister", "node-2")
-	f.fails(ExitError, "not_found", "slot", "deregister", "node-2")
+	f.fails(ExitError, "NOT_FOUND", "slot", "deregister", "node-2")
 	out = f.ok("slot", "list", "-o", "yaml")
 	if !strings.Contains(out, "nodeName: rack-1") || strings.Contains(out, "rack-2") {
 		t.Errorf("slot list -o yaml:\n%s", out)

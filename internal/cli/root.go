@@ -1,7 +1,9 @@
 // Package cli implements norsk-ctl, the command-line client of the Norsk
 // Manager: one cobra command per API call, grouped by noun (job, node, slot,
-// events, version), talking to the Manager only through the Go SDK
-// (sdk/norsk). cmd/norsk-ctl is a thin main around Main.
+// events, audit, kv, store, operator, version), talking to the Manager only
+// through the Go SDK (sdk/norsk); "operator snapshot inspect" reads snapshot
+// files with pkg/snapshotfile and needs no Manager. cmd/norsk-ctl is a thin
+// main around Main.
 //
 // Each command group lives in its own file and is built by a
 // newXxxCommand(*globals) constructor listed in rootCommands; a new group (or
@@ -41,6 +43,10 @@ var rootCommands = []func(*globals) *cobra.Command{
 	newNodeCommand,
 	newSlotCommand,
 	newEventsCommand,
+	newAuditCommand,
+	newKVCommand,
+	newStoreCommand,
+	newOperatorCommand,
 	newWorkerCommand,
 }
 
@@ -133,10 +139,11 @@ func NewRootCommand() *cobra.Command {
 func newRootCommand(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "norsk-ctl",
-		Short: "Control a Norsk Manager: jobs, nodes, cluster slots, events",
+		Short: "Control a Norsk Manager: jobs, nodes, cluster slots, events, audit log, KV store",
 		Long: `norsk-ctl talks to a Norsk Manager (--manager-url, $NORSK_MANAGER_URL; the local
 development Manager by default) and covers its API: jobs and their instances,
-nodes, cluster slots (registered local servers) and the event stream.
+nodes, cluster slots (registered local servers), the event stream, the audit
+log, the key/value store, the store's state and snapshots.
 
 Output is a table by default; -o json prints the API's protobuf JSON and -o yaml
 the same as YAML, for scripts.`,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
 )
@@ -95,9 +96,18 @@ type Error struct {
 // Error returns "Op: code: message".
 func (e *Error) Error() string {
 	if e.Op == "" {
-		return fmt.Sprintf("%s: %s", e.Code, e.Message)
+		return fmt.Sprintf("%s: %s", CodeName(e.Code), e.Message)
 	}
-	return fmt.Sprintf("%s: %s: %s", e.Op, e.Code, e.Message)
+	return fmt.Sprintf("%s: %s: %s", e.Op, CodeName(e.Code), e.Message)
+}
+
+// CodeName is the gRPC name of a code, as the seed writes them
+// (FAILED_PRECONDITION, NOT_FOUND, CANCELLED, …).
+func CodeName(c connect.Code) string {
+	if c == connect.CodeCanceled {
+		return "CANCELLED"
+	}
+	return strings.ToUpper(c.String())
 }
 
 // Is reports whether target is the sentinel error of e's code.

@@ -109,3 +109,51 @@ func ExampleManager_EventStream() {
 		log.Fatal(err)
 	}
 }
+
+// Read a key, then update it only if nobody wrote it meanwhile; create
+// another only if it does not exist — in one all-or-nothing commit.
+func ExampleManager_KvCommit() {
+	ctx := context.Background()
+	m, err := norsk.Connect(ctx, norsk.Settings{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	cur, err := m.KvGet(ctx, "app", "config/region")
+	if err != nil {
+		log.Fatal(err)
+	}
+	var rev int64 // 0: the key must not exist
+	if cur != nil {
+		rev = cur.GetRevision()
+	}
+	newRev, err := m.KvCommit(ctx, "app", []norsk.KvWrite{
+		norsk.KvPut("config/region", []byte("eu-north-1")).IfRevision(rev),
+		norsk.KvPut("lock/migration", []byte("me")).IfAbsent(),
+	}, norsk.KvCommitOptions{}.ExpectingSchema(1))
+	switch {
+	case errors.Is(err, norsk.ErrFailedPrecondition):
+		log.Fatalf("someone else wrote first; read again: %v", err)
+	case err != nil:
+		log.Fatal(err)
+	}
+	fmt.Println("written at revision", newRev)
+}
+
+// Re-check the audit log's hash chain here rather than trust the Manager.
+func ExampleManager_VerifyAuditLog() {
+	ctx := context.Background()
+	m, err := norsk.Connect(ctx, norsk.Settings{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	v, err := m.VerifyAuditLog(ctx)
+	if v.Broken != nil {
+		log.Fatalf("audit log tampered with: first broken entry %d: %s", v.Broken.Seq, v.Broken.Reason)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("verified %d entries from checkpoint seq %d\n", v.Checked, v.CheckpointSeq())
+}

@@ -129,6 +129,30 @@ type (
 	DateField                     = managerv1.DateField
 )
 
+// From norsk/manager/v1/audit.proto.
+type (
+	AuditLogEntry   = managerv1.AuditLogEntry
+	AuditCheckpoint = managerv1.AuditCheckpoint
+	// AuditLogPage is one page of GetAuditLog: entries newest first, the
+	// Manager's at-boot verdict on its chain, the checkpoint and the seq to
+	// page on from (NextBeforeSeq).
+	AuditLogPage = managerv1.GetAuditLogResponse
+)
+
+// From norsk/manager/v1/kv.proto. (The writes and options of a commit are
+// the Go types KvWrite and KvCommitOptions of kv.go.)
+type (
+	KvEntry = managerv1.KvEntry
+)
+
+// From norsk/manager/v1/store_info.proto.
+type (
+	StoreInfo   = managerv1.StoreInfo
+	StoreSchema = managerv1.StoreSchema
+	BackupInfo  = managerv1.BackupInfo
+	BootReport  = managerv1.BootReport
+)
+
 // JobState values.
 const (
 	JobStatePre    = managerv1.JobState_JOB_STATE_PRE

@@ -9,6 +9,18 @@
 // fencing tokens are store indexes, every write appends events at a new
 // index, and the event stream implements after_index, skip_snapshot and the
 // resync snapshot of a Manager that no longer holds the events asked for.
+//
+// The audit log, the key/value store and the store calls are simple
+// in-memory stand-ins, enough for unit tests of their clients: the audit log
+// is a real hash chain (pkg/auditchain) with paging, filters and pruning,
+// and TamperAuditEntry alters a stored entry so that a client-side check
+// can be seen to catch it; KV commits check revisions and schema versions
+// all or nothing and take a new index as their revision (and leave an "api"
+// audit entry, as the Manager does); GetStoreInfo answers what SetStoreInfo
+// set (a plain default otherwise); SnapshotSave streams a genuine
+// pkg/snapshotfile snapshot of the fake's jobs, nodes, audit log and KV
+// store, or the bytes SetSnapshotData gave. Nothing here is durable, and
+// the fake does not audit its other calls.
 package norsktest
 
 import (
@@ -89,6 +101,20 @@ type Server struct {
 	outcome     StartOutcome
 	nextID      int
 	nextPort    uint32
+
+	// The audit log (audit_kv.go): retained entries oldest first.
+	audit        []*managerv1.AuditLogEntry
+	auditCkpt    *managerv1.AuditCheckpoint
+	auditNextSeq int64
+	auditLast    string
+	auditBootOK  bool
+	auditBoot    string
+	// The KV store: namespace → key → entry, and schema versions.
+	kv       map[string]map[string]*managerv1.KvEntry
+	kvSchema map[string]int64
+	// Store calls.
+	storeInfo    *managerv1.StoreInfo
+	snapshotData []byte
 }
 
 // NewServer starts a fake Manager and stops it when the test ends.
@@ -105,6 +131,11 @@ func NewServer(tb testing.TB) *Server {
 		notify:   make(chan struct{}),
 		errs:     map[string]error{},
 		nextPort: 32768,
+
+		auditNextSeq: 1,
+		auditBootOK:  true,
+		kv:           map[string]map[string]*managerv1.KvEntry{},
+		kvSchema:     map[string]int64{},
 	}
 	mux := http.NewServeMux()
 	mux.Handle(managerv1connect.NewManagerHandler(s, connect.WithInterceptors(interceptor{s})))

@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+	"github.com/spf13/cobra"
+)
+
+// newStoreCommand is the store group: the Manager member's replicated store.
+func newStoreCommand(g *globals) *cobra.Command {
+	cmd := newGroup("store", "Inspect the Manager's store: schema versions, boot report, backups")
+	cmd.AddCommand(newStoreInfoCommand(g))
+	return cmd
+}
+
+func newStoreInfoCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "info",
+		Short: "Show the store's schema versions, what this boot did to it, and its backups",
+		Long: `Show the store of the Manager member called: each store's schema version (on
+disk, and the newest this binary writes), what its last boot did — restored an
+unreadable store from a backup (which, and why), or migrated the schema (from
+which version, after taking which pre-upgrade backup) — and its backups, newest
+first.`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.call(cmd.Context())
+			defer cancel()
+			info, err := m.GetStoreInfo(ctx)
+			if err != nil {
+				return fmt.Errorf("store info: %w", err)
+			}
+			return g.printer().Print(result{data: info, table: func(w io.Writer) { g.storeInfoTable(w, info) }})
+		},
+	}
+}
+
+func (g *globals) storeInfoTable(w io.Writer, info *norsk.StoreInfo) {
+	fmt.Fprintf(w, "Data dir:\t%s\n", dash(info.GetDataDir()))
+	fmt.Fprintf(w, "Applied index:\t%d\n", info.GetAppliedIndex())
+	for _, s := range info.GetStores() {
+		v := fmt.Sprintf("schema version %d", s.GetSchemaVersion())
+		if s.GetBinarySchemaVersion() != s.GetSchemaVersion() {
+			v += fmt.Sprintf(" (this binary writes %d)", s.GetBinarySchemaVersion())
+		} else {
+			v += " (current)"
+		}
+		fmt.Fprintf(w, "Store %s:\t%s\n", s.GetName(), v)
+	}
+	b := info.GetBoot()
+	fmt.Fprintf(w, "Booted:\t%s (%s)\n", timestamp(b.GetBootedAt()), ago(g.now(), b.GetBootedAt()))
+	if b.GetRestoredFromBackup() {
+		s := "from " + dash(b.GetRestoredBackup())
+		if b.GetRestoreReason() != "" {
+			s += ": " + b.GetRestoreReason()
+		}
+		if b.GetUnreadableStoreMovedTo() != "" {
+			s += "; the unreadable store was moved to " + b.GetUnreadableStoreMovedTo()
+		}
+		fmt.Fprintf(w, "Restored:\t%s\n", s)
+	} else {
+		fmt.Fprintf(w, "Restored:\tno\n")
+	}
+	if b.GetMigrated() {
+		fmt.Fprintf(w, "Migrated:\tschema %d → %d, after the pre-upgrade backup %s\n", b.GetMigratedFrom(), b.GetMigratedTo(), dash(b.GetPreUpgradeBackup()))
+	} else {
+		fmt.Fprintf(w, "Migrated:\tno\n")
+	}
+	fmt.Fprintln(w)
+	if len(info.GetBackups()) == 0 {
+		fmt.Fprintln(w, "No backups.")
+		return
+	}
+	fmt.Fprintln(w, "BACKUP\tINDEX\tSCHEMA\tCREATED\tSIZE\tREASON")
+	for _, bk := range info.GetBackups() {
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\n", bk.GetPath(), bk.GetIndex(), bk.GetSchemaVersion(), timestamp(bk.GetCreatedAt()), bytesIEC(bk.GetBytes()), dash(bk.GetReason()))
+	}
+}
