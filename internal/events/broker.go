@@ -99,6 +99,9 @@ func (b *Broker) Publish(events ...*managerv1.Event) {
 func (b *Broker) Reset(base uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
 	for i := range b.ring {
 		b.ring[i] = nil
 	}

@@ -137,14 +137,15 @@ func (h *handler) GetAuditLog(ctx context.Context, req *connect.Request[managerv
 		if q.GetFromMs() != 0 && e.GetTimestampMs() < q.GetFromMs() {
 			return false // newest first: everything further is older still
 		}
-		if len(out.Entries) == limit {
-			out.NextBeforeSeq = out.Entries[len(out.Entries)-1].GetSeq()
-			return false
-		}
 		if (q.GetSource() != "" && e.GetSource() != q.GetSource()) ||
 			(q.GetKind() != "" && e.GetKind() != q.GetKind()) ||
 			(q.GetToMs() != 0 && e.GetTimestampMs() > q.GetToMs()) {
 			return true
+		}
+		if len(out.Entries) == limit {
+			// Another match exists: the caller may page on.
+			out.NextBeforeSeq = out.Entries[len(out.Entries)-1].GetSeq()
+			return false
 		}
 		out.Entries = append(out.Entries, e)
 		return true

@@ -13,6 +13,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/events"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
@@ -59,11 +60,14 @@ func openStore(ctx context.Context, cfg Config, scfg store.Config, report *manag
 	if chosen == nil {
 		return nil, fmt.Errorf("%w; and there is no backup in %s to restore from", openErr, cfg.BackupDir)
 	}
-	moved := scfg.Dir + ".unreadable-" + cfg.Clock.Now().UTC().Format("20060102T150405Z")
+	moved := scfg.Dir + ".unreadable-" + cfg.Clock.Now().UTC().Format("20060102T150405.000000000Z")
 	log.Error("the store cannot be read; restoring the newest backup", "err", openErr, "backup", chosen.Path, "moved_to", moved)
 	if err := os.Rename(scfg.Dir, moved); err != nil {
 		return nil, fmt.Errorf("%w; and it cannot be moved aside: %v", openErr, err)
 	}
+	// The failed attempt closed its event broker; the fresh store gets its
+	// own.
+	scfg.Broker = events.New(cfg.EventBuffer)
 	st, err = store.Open(ctx, scfg)
 	if err != nil {
 		return nil, fmt.Errorf("open a fresh store to restore into: %w", err)
@@ -207,16 +211,28 @@ func RestoreOffline(ctx context.Context, cfg Config, path string) (*storev1.Snap
 	if n := MemberName(cfg.DataDir); n != "" {
 		cfg.NodeName = n
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, err
+	// An existing directory must not be in use; a new one is only made once
+	// the file is known to restore. Either way a file that will not restore
+	// leaves the directory as it was.
+	var lock *os.File
+	if _, err := os.Stat(cfg.DataDir); err == nil {
+		if lock, err = lockDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+		defer lock.Close()
 	}
-	lock, err := lockDataDir(cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	defer lock.Close()
 	if _, _, err := store.ValidateSnapshotFile(path); err != nil {
 		return nil, err
+	}
+	if lock == nil {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, err
+		}
+		var err error
+		if lock, err = lockDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+		defer lock.Close()
 	}
 	if err := checkMemberName(cfg.DataDir, cfg.NodeName); err != nil {
 		return nil, err

@@ -114,7 +114,11 @@ func (s *Store) Backup(dir, reason string, now time.Time) (BackupInfo, error) {
 		return BackupInfo{}, err
 	}
 	s.logger.Info("backup written", "path", path, "reason", reason, "index", r.Index(), "bytes", n)
-	return BackupInfo{Path: path, Index: r.Index(), SchemaVersion: state.SchemaVersion, CreatedAt: now, Bytes: n, Reason: reason}, nil
+	v := r.SchemaVersion()
+	if v == 0 {
+		v = state.SchemaVersion
+	}
+	return BackupInfo{Path: path, Index: r.Index(), SchemaVersion: v, CreatedAt: now, Bytes: n, Reason: reason}, nil
 }
 
 // ListBackups lists the backups in dir, newest first. Files that are not

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -24,6 +25,9 @@ type fsm struct {
 	logger *slog.Logger
 	// onApply, if set, observes every applied result (metrics).
 	onApply func(*storev1.Command, state.Result)
+	// corruptAt is the index of the first log entry that did not decode (0
+	// if none): Open refuses a store whose log replays one.
+	corruptAt atomic.Uint64
 }
 
 var _ raft.FSM = (*fsm)(nil)
@@ -38,6 +42,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		// Every member decodes the same bytes the same way, so refusing
 		// here keeps the members identical.
 		f.logger.Error("undecodable raft command", "index", l.Index, "err", err)
+		f.corruptAt.CompareAndSwap(0, l.Index)
 		f.st.ApplyNoop(l.Index)
 		return state.Result{Index: l.Index, Err: apierr.New(apierr.DataLoss, "undecodable command at index %d: %v", l.Index, err)}
 	}

@@ -140,11 +140,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		logger.Info("bootstrapped a new single-member store", "dir", cfg.Dir, "member", cfg.MemberID)
 	}
-	r, err := raft.NewRaft(rc, f, w, w, snaps, trans)
+	r, err := newRaft(rc, f, w, snaps, trans)
 	if err != nil {
 		_ = w.Close()
 		_ = meta.Close()
 		return nil, fmt.Errorf("store: start raft: %w", err)
+	}
+	// A store whose log lost its cluster configuration would wait for a
+	// leadership that never comes: it is unreadable.
+	if cf := r.GetConfiguration(); cf.Error() != nil || !hasVoter(cf.Configuration(), rc.LocalID) {
+		_ = r.Shutdown().Error()
+		_ = w.Close()
+		_ = meta.Close()
+		return nil, fmt.Errorf("store: the raft store in %s has no configuration naming member %q as a voter (its log is damaged or belongs to another member)", cfg.Dir, cfg.MemberID)
 	}
 	s := &Store{cfg: cfg, raft: r, fsm: f, wal: w, meta: meta, trans: trans, logger: logger, closedCh: make(chan struct{})}
 	if err := s.waitLeader(ctx); err != nil {
@@ -157,8 +165,32 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("store: barrier: %w", err)
 	}
+	if idx := f.corruptAt.Load(); idx != 0 {
+		_ = s.Close()
+		return nil, fmt.Errorf("store: the raft log entry at index %d does not decode: the log is damaged", idx)
+	}
 	logger.Info("store ready", "index", f.st.Snapshot().Index(), "last_log_index", r.LastIndex())
 	return s, nil
+}
+
+// newRaft is raft.NewRaft, with a panic (raft panics on a log entry it
+// cannot read) turned into an error: the store is unreadable.
+func newRaft(rc *raft.Config, f raft.FSM, w *wal.WAL, snaps raft.SnapshotStore, trans raft.Transport) (r *raft.Raft, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("the raft store is unreadable: %v", p)
+		}
+	}()
+	return raft.NewRaft(rc, f, w, w, snaps, trans)
+}
+
+func hasVoter(c raft.Configuration, id raft.ServerID) bool {
+	for _, s := range c.Servers {
+		if s.ID == id && s.Suffrage == raft.Voter {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Store) waitLeader(ctx context.Context) error {

@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 
 	"github.com/hashicorp/go-memdb"
@@ -112,10 +113,34 @@ func (r *Read) AuditChainOldestFirst() []*managerv1.AuditLogEntry {
 	return out
 }
 
-// VerifyAuditChain re-checks the whole retained chain: nil, or a
+// VerifyAuditChain re-checks the whole retained chain, and that it ends
+// where the chain's recorded head says (so entries dropped from the end, or
+// a re-hashed newest entry, are caught too): nil, or a
 // *auditchain.BrokenError naming the first broken entry.
 func (r *Read) VerifyAuditChain() error {
-	return auditchain.Verify(r.AuditCheckpoint(), r.AuditChainOldestFirst())
+	entries := r.AuditChainOldestFirst()
+	if err := auditchain.Verify(r.AuditCheckpoint(), entries); err != nil {
+		return err
+	}
+	st := r.auditState()
+	headSeq, headHash := st.GetNextSeq()-1, st.GetLastHash()
+	if st.GetNextSeq() == 0 {
+		headSeq = 0
+	}
+	if len(entries) == 0 {
+		if cp := r.AuditCheckpoint(); headSeq != cp.GetSeq() || headHash != cp.GetHash() {
+			return &auditchain.BrokenError{Seq: cp.GetSeq() + 1, Reason: fmt.Sprintf("the chain's head is entry %d but no entry after the checkpoint (seq %d) is left", headSeq, cp.GetSeq())}
+		}
+		return nil
+	}
+	last := entries[len(entries)-1]
+	switch {
+	case last.GetSeq() != headSeq:
+		return &auditchain.BrokenError{Seq: last.GetSeq() + 1, Reason: fmt.Sprintf("the chain's head is entry %d but the newest entry left is %d (entries were removed from the end)", headSeq, last.GetSeq())}
+	case last.GetHash() != headHash:
+		return &auditchain.BrokenError{Seq: last.GetSeq(), Reason: "its hash is not the chain's recorded head (it was altered and re-hashed)"}
+	}
+	return nil
 }
 
 // appendAudit chains a new entry at the command's time.

@@ -16,8 +16,14 @@ import (
 func (r *Read) WriteTo(w io.Writer) (int64, error) {
 	sw := snapshotfile.NewWriter(w)
 	put := func(rec *storev1.SnapshotRecord) error { return sw.Put(rec) }
+	// The header names the version of the data (a state not yet migrated
+	// is written as what it is, so the binary it came from can read it back).
+	version := r.SchemaVersion()
+	if version == 0 {
+		version = SchemaVersion
+	}
 	if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Header{Header: &storev1.SnapshotHeader{
-		SchemaVersion: SchemaVersion, Index: r.Index(),
+		SchemaVersion: version, Index: r.Index(),
 	}}}); err != nil {
 		return 0, err
 	}
