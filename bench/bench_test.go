@@ -28,10 +28,12 @@ func startManager(b *testing.B) *manager.Server {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, err := manager.New(ctx, manager.Config{
-		DataDir:  b.TempDir(),
-		Listen:   "127.0.0.1:0",
-		NodeName: "bench",
-		Logger:   slog.New(slog.DiscardHandler),
+		DataDir:        b.TempDir(),
+		Listen:         "127.0.0.1:0",
+		NodeName:       "bench",
+		Logger:         slog.New(slog.DiscardHandler),
+		BootstrapToken: benchToken,
+		RateLimit:      1e9, // measure the Manager, not its per-caller limit
 	})
 	if err != nil {
 		b.Fatalf("start manager: %v", err)
@@ -40,12 +42,15 @@ func startManager(b *testing.B) *manager.Server {
 	return srv
 }
 
+// benchToken is the benchmark Managers' admin token.
+var benchToken = manager.NewToken()
+
 // connect opens an SDK connection to srv, closed when the benchmark ends.
 func connect(b *testing.B, srv *manager.Server) *norsk.Manager {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m, err := norsk.Connect(ctx, norsk.Settings{URL: srv.URL(), ClientLabel: "bench", Logger: slog.New(slog.DiscardHandler)})
+	m, err := norsk.Connect(ctx, norsk.Settings{URL: srv.URL(), Token: benchToken, ClientLabel: "bench", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatalf("connect: %v", err)
 	}

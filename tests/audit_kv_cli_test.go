@@ -16,14 +16,15 @@ import (
 
 // ctl runs norsk-ctl in-process against a Manager.
 type ctl struct {
-	t   *testing.T
-	url string
+	t     *testing.T
+	url   string
+	token string
 }
 
 func (c ctl) run(stdin string, args ...string) (code int, stdout, stderr string) {
 	c.t.Helper()
 	var out, errOut bytes.Buffer
-	code = cli.Main(ctx(c.t), append([]string{"--manager-url", c.url}, args...), strings.NewReader(stdin), &out, &errOut)
+	code = cli.Main(ctx(c.t), append([]string{"--manager-url", c.url, "--token", c.token}, args...), strings.NewReader(stdin), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -41,7 +42,7 @@ func (c ctl) ok(args ...string) string {
 // verification of the chain, and a snapshot saved and inspected.
 func TestAuditKvCLI(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{})
-	n := ctl{t: t, url: c.URL()}
+	n := ctl{t: t, url: c.URL(), token: c.Token()}
 	dir := t.TempDir()
 
 	revRE := regexp.MustCompile(`at revision (\d+)\n$`)
@@ -123,12 +124,13 @@ func TestAuditKvCLI(t *testing.T) {
 	}
 	for _, e := range page.Entries {
 		var p struct{ Who, Method, Target string }
-		if err := json.Unmarshal([]byte(e.Payload), &p); err != nil || p.Method != "KvCommit" || p.Target != "kv/app" || !strings.HasPrefix(p.Who, "peer:127.0.0.1:") {
-			t.Errorf("audit entry %s payload %q (%v); want method KvCommit, target kv/app, who peer:127.0.0.1:…", e.Seq, e.Payload, err)
+		if err := json.Unmarshal([]byte(e.Payload), &p); err != nil || p.Method != "KvCommit" || p.Target != "kv/app" ||
+			!strings.HasPrefix(p.Who, "token:bootstrap/") || !strings.Contains(p.Who, " from 127.0.0.1:") {
+			t.Errorf("audit entry %s payload %q (%v); want method KvCommit, target kv/app, who token:bootstrap/… from 127.0.0.1:…", e.Seq, e.Payload, err)
 		}
 	}
 	out = n.ok("audit", "log")
-	if !regexp.MustCompile(`(?m)^\d+\s+\S+Z\s+api\s+KvCommit\s+who=peer:127\.0\.0\.1:\d+ method=KvCommit target=kv/app outcome=ok index=` + r2 + `$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^\d+\s+\S+Z\s+api\s+KvCommit\s+who="?token:bootstrap/[0-9a-f]+ from 127\.0\.0\.1:\d+"? method=KvCommit target=kv/app outcome=ok index=` + r2 + `$`).MatchString(out) {
 		t.Errorf("audit log table lacks the commit at index %s:\n%s", r2, out)
 	}
 	n.ok("audit", "append", "--source", "test", "--kind", "note", "--payload", "checked the KV store")

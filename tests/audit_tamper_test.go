@@ -26,11 +26,12 @@ import (
 // naming the entry) and by `norsk-ctl audit verify`, which names it too.
 func TestAuditTamperCaughtAtBootAndByVerify(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
+	tok := manager.NewToken()
 	start := func(dir string) *manager.Server {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		s, err := manager.New(ctx, manager.Config{DataDir: dir, Listen: "127.0.0.1:0", NodeName: "m1", Logger: quiet, BackupInterval: -1})
+		s, err := manager.New(ctx, manager.Config{DataDir: dir, Listen: "127.0.0.1:0", NodeName: "m1", Logger: quiet, BackupInterval: -1, BootstrapToken: tok})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +41,7 @@ func TestAuditTamperCaughtAtBootAndByVerify(t *testing.T) {
 
 	// A member with a few audited writes; save its state.
 	src := start(t.TempDir())
-	cl, err := norsk.Connect(x, norsk.Settings{URL: src.URL()})
+	cl, err := norsk.Connect(x, norsk.Settings{URL: src.URL(), Token: tok})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +59,9 @@ func TestAuditTamperCaughtAtBootAndByVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Edit entry 3's payload (the CreateJob of "b") and re-seal the file.
-	const victim = 3
+	// Edit entry 4's payload (1 is store-created, 2 the bootstrap token, 3
+	// the CreateJob of "a", 4 of "b") and re-seal the file.
+	const victim = 4
 	rd := snapshotfile.NewReader(bytes.NewReader(saved.Bytes()))
 	var recs []*storev1.SnapshotRecord
 	for {
@@ -100,7 +102,7 @@ func TestAuditTamperCaughtAtBootAndByVerify(t *testing.T) {
 	}
 	s := start(dst)
 	defer s.Close()
-	cl, err = norsk.Connect(x, norsk.Settings{URL: s.URL()})
+	cl, err = norsk.Connect(x, norsk.Settings{URL: s.URL(), Token: tok})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,13 +111,13 @@ func TestAuditTamperCaughtAtBootAndByVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if page.GetChainVerifiedAtBoot() || !strings.Contains(page.GetVerificationDetail(), "entry 3") {
-		t.Fatalf("at boot: verified=%v, detail %q; want a failure naming entry 3", page.GetChainVerifiedAtBoot(), page.GetVerificationDetail())
+	if page.GetChainVerifiedAtBoot() || !strings.Contains(page.GetVerificationDetail(), "entry 4") {
+		t.Fatalf("at boot: verified=%v, detail %q; want a failure naming entry 4", page.GetChainVerifiedAtBoot(), page.GetVerificationDetail())
 	}
 
-	n := ctl{t: t, url: s.URL()}
+	n := ctl{t: t, url: s.URL(), token: tok}
 	code, out, errOut := n.run("", "audit", "verify")
-	if code != cli.ExitError || !strings.Contains(out+errOut, "entry 3") {
-		t.Fatalf("audit verify: exit %d\nstdout: %s\nstderr: %s\nwant exit 1 naming entry 3", code, out, errOut)
+	if code != cli.ExitError || !strings.Contains(out+errOut, "entry 4") {
+		t.Fatalf("audit verify: exit %d\nstdout: %s\nstderr: %s\nwant exit 1 naming entry 4", code, out, errOut)
 	}
 }

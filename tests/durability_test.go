@@ -45,18 +45,23 @@ func buildManager(t *testing.T) string {
 
 // daemon is a norsk-manager process.
 type daemon struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan struct{} // closed when the process has exited
-	err  error
+	cmd *exec.Cmd
+	url string
+	// token is the bootstrap admin token a new store printed ("" later).
+	token string
+	done  chan struct{} // closed when the process has exited
+	err   error
 }
 
-var servingRE = regexp.MustCompile(`serving the API at (http://\S+)`)
+var (
+	servingRE = regexp.MustCompile(`serving the API at (https?://\S+)`)
+	tokenRE   = regexp.MustCompile(`^\s+(nmt_\S+)$`)
+)
 
 // startDaemon runs `norsk-manager run` on dataDir and waits until it serves.
 func startDaemon(t *testing.T, dataDir string) *daemon {
 	t.Helper()
-	cmd := exec.Command(buildManager(t), "run", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--node-name", "m1", "--log-level", "warn")
+	cmd := exec.Command(buildManager(t), "run", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--node-name", "m1", "--log-level", "warn", "--rate-limit", "1000000")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -66,9 +71,13 @@ func startDaemon(t *testing.T, dataDir string) *daemon {
 	}
 	d := &daemon{cmd: cmd, done: make(chan struct{})}
 	urlc := make(chan string, 1)
+	tokc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			if m := tokenRE.FindStringSubmatch(sc.Text()); m != nil {
+				tokc <- m[1]
+			}
 			if m := servingRE.FindStringSubmatch(sc.Text()); m != nil {
 				select {
 				case urlc <- m[1]:
@@ -84,6 +93,10 @@ func startDaemon(t *testing.T, dataDir string) *daemon {
 	})
 	select {
 	case d.url = <-urlc:
+		select {
+		case d.token = <-tokc:
+		default:
+		}
 	case <-d.done:
 		t.Fatalf("norsk-manager exited at start: %v", d.err)
 	case <-time.After(30 * time.Second):
@@ -107,12 +120,16 @@ func TestAcknowledgedWritesSurviveKill9(t *testing.T) {
 		t.Skip("starts and kills real norsk-manager processes")
 	}
 	dataDir := t.TempDir()
+	token := ""
 	acked := map[string]bool{}
 	var mu sync.Mutex
 	for round := range 3 {
 		d := startDaemon(t, dataDir)
+		if d.token != "" {
+			token = d.token
+		}
 		ctx, cancel := context.WithCancel(context.Background())
-		cl, err := norsk.Connect(ctx, norsk.Settings{URL: d.url})
+		cl, err := norsk.Connect(ctx, norsk.Settings{URL: d.url, Token: token})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +170,7 @@ func TestAcknowledgedWritesSurviveKill9(t *testing.T) {
 		_ = cl.Close()
 	}
 	d := startDaemon(t, dataDir)
-	cl, err := norsk.Connect(context.Background(), norsk.Settings{URL: d.url})
+	cl, err := norsk.Connect(context.Background(), norsk.Settings{URL: d.url, Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}

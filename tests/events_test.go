@@ -98,7 +98,7 @@ func (l *eventLog) liveCount() int {
 // test ends.
 func consume(t *testing.T, c *testcluster.Cluster, s norsk.EventStreamSettings) (*norsk.EventStream, *eventLog) {
 	t.Helper()
-	m, err := norsk.Connect(ctx(t), norsk.Settings{URL: c.URL(), Logger: slog.New(slog.DiscardHandler)})
+	m, err := norsk.Connect(ctx(t), norsk.Settings{URL: c.URL(), Token: c.Token(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

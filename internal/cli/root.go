@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -48,6 +49,9 @@ var rootCommands = []func(*globals) *cobra.Command{
 	newStoreCommand,
 	newOperatorCommand,
 	newWorkerCommand,
+	newTokenCommand,
+	newDiscoveryCommand,
+	newAccessReplicaCommand,
 }
 
 // globals are the settings every command shares (the global flags) and the
@@ -57,6 +61,11 @@ type globals struct {
 	// Manager); token is --token ($NORSK_TOKEN).
 	managerURL string
 	token      string
+	tokenFile  string
+	// tlsCA and tlsCAHash are --tls-ca and --tls-ca-hash: how an https
+	// Manager's certificate is verified (tls.go).
+	tlsCA     string
+	tlsCAHash string
 	// output is -o: table, json or yaml.
 	output string
 	// timeout bounds each call to the Manager (not the waits of --wait or
@@ -84,18 +93,59 @@ func (g *globals) manager(ctx context.Context) (*norsk.Manager, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	m, err := norsk.Connect(ctx, norsk.Settings{
-		URL:         g.managerURL,
-		Token:       g.token,
-		HTTPClient:  g.httpClient,
-		ClientLabel: "norsk-ctl " + clientVersion(),
-		Logger:      g.logger(),
-	})
+	token, err := g.apiToken()
 	if err != nil {
 		return nil, err
 	}
+	m, err := norsk.Connect(ctx, norsk.Settings{
+		URL:         g.managerURL,
+		Token:       token,
+		HTTPClient:  g.httpClient,
+		ClientLabel: "norsk-ctl " + clientVersion(),
+		Logger:      g.logger(),
+		// The CLI's TLS flags (or $NORSK_TLS_CA, $NORSK_TLS_CA_HASH).
+		CAFile:        g.tlsCA,
+		CAFingerprint: g.tlsCAHash,
+	})
+	if err != nil {
+		return nil, tlsHint(err)
+	}
 	g.mgr = m
 	return m, nil
+}
+
+// apiToken is the bearer for API calls: --token ($NORSK_TOKEN), else the
+// contents of --token-file ($NORSK_TOKEN_FILE), else — talking to the local
+// dev Manager — the token norsk-manager dev keeps in its data directory.
+func (g *globals) apiToken() (string, error) {
+	if g.token != "" {
+		return g.token, nil
+	}
+	path := g.tokenFile
+	if path == "" && g.managerURL == norsk.DefaultURL {
+		path = devTokenFile()
+		if _, err := os.Stat(path); err != nil {
+			return "", nil
+		}
+	}
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// devTokenFile is where norsk-manager dev keeps its admin token by default.
+func devTokenFile() string {
+	base := os.Getenv("XDG_DATA_HOME")
+	if base == "" {
+		home, _ := os.UserHomeDir()
+		base = filepath.Join(home, ".local", "share")
+	}
+	return filepath.Join(base, "norsk-manager", "dev", "admin.token")
 }
 
 // logger writes the SDK's notices (event-stream reconnects) to stderr,
@@ -165,6 +215,8 @@ the same as YAML, for scripts.`,
 	f := root.PersistentFlags()
 	f.StringVar(&g.managerURL, "manager-url", defaultURL, "URL of the Manager: host:port, http://… or https://… (env "+norsk.EnvManagerURL+")")
 	f.StringVar(&g.token, "token", "", "API bearer token (env "+norsk.EnvToken+")")
+	f.StringVar(&g.tokenFile, "token-file", os.Getenv("NORSK_TOKEN_FILE"), "file holding the API bearer token (env NORSK_TOKEN_FILE)")
+	registerTLSFlags(f, g)
 	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
 	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the Manager")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))

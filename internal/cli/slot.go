@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -29,6 +30,7 @@ type registration struct {
 	Pool          string `json:"pool,omitempty"`
 	Token         string `json:"token"`
 	ManagerURL    string `json:"managerUrl"`
+	CAFingerprint string `json:"caFingerprint,omitempty"`
 	WorkerCommand string `json:"workerCommand"`
 }
 
@@ -52,6 +54,12 @@ func newSlotRegisterCommand(g *globals) *cobra.Command {
 			r := registration{
 				NodeID: res.GetNodeId(), NodeName: args[0], Pool: pool, Token: res.GetToken(), ManagerURL: m.URL(),
 				WorkerCommand: fmt.Sprintf("norsk-ctl worker --token %s --manager-url %s", res.GetToken(), m.URL()),
+			}
+			// An https Manager's CA, pinned by fingerprint: the worker needs
+			// no file copied to trust it.
+			if fp := m.Hello().GetCaFingerprint(); fp != "" && strings.HasPrefix(m.URL(), "https://") {
+				r.CAFingerprint = fp
+				r.WorkerCommand += " --tls-ca-hash " + fp
 			}
 			return g.printer().Print(result{data: r, table: func(w io.Writer) {
 				fmt.Fprintf(w, "Registered cluster slot %s as node %s", r.NodeName, r.NodeID)

@@ -44,7 +44,10 @@ The first start presents the one-shot registration token (--token, from
 --data-dir and later starts need no token. The Manager dials the worker back
 at --advertise (default: the --listen address) and drives its job instances.
 Instances keep running when the worker stops and are adopted when it starts
-again. The seed's form 'norsk-ctl --mode=worker --token=… --manager-url=…'
+again. With an https Manager, --tls-ca or --tls-ca-hash (as 'norsk-ctl slot
+register' prints it) verifies the Manager, and the worker serves its stream
+with mutual TLS using a certificate the Manager signs at every registration.
+The seed's form 'norsk-ctl --mode=worker --token=… --manager-url=…'
 is the same command.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -68,6 +71,7 @@ is the same command.`,
 				cfg.GPUs = append(cfg.GPUs, &managerv1.Gpu{Model: model, Capacity: float32(c)})
 			}
 			cfg.ManagerURL = g.managerURL
+			cfg.TLSCAFile, cfg.TLSCAHash = g.tlsTrust()
 			cfg.Token = g.token
 			cfg.Version = clientVersion()
 			cfg.Logger = slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: level}))

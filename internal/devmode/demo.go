@@ -166,7 +166,7 @@ func describe(jh *managerv1.JobWithHistory) string {
 	return strings.Join(parts, "\n             ")
 }
 
-func banner(w io.Writer, url, dir, rt string, workers []string, demo string, ephemeral bool) {
+func banner(w io.Writer, url, dir, rt string, workers []string, demo string, ephemeral bool, tokenFile string) {
 	persist := "kept across restarts"
 	if ephemeral {
 		persist = "ephemeral: removed on exit"
@@ -175,9 +175,11 @@ func banner(w io.Writer, url, dir, rt string, workers []string, demo string, eph
 Norsk Manager dev system is up.
 
   API        %s   (gRPC and Connect JSON; /healthz, /metrics)
+  TLS        %s
+  token      %s   (the admin API token)
   data       %s   (%s)
   workers    %s   (runtime: %s)
-`, url, dir, persist, strings.Join(workers, ", "), rt)
+`, url, transportNote(url), tokenFile, dir, persist, strings.Join(workers, ", "), rt)
 	if demo != "" {
 		fmt.Fprintf(w, "  demo job   %s\n", demo)
 	}
@@ -187,7 +189,7 @@ Norsk Manager dev system is up.
 	}
 	fmt.Fprintf(w, `
 Try, in another terminal (from this directory):
-  export NORSK_MANAGER_URL=%s
+  export NORSK_MANAGER_URL=%s NORSK_TOKEN=$(cat %s)
   go run ./cmd/norsk-ctl job list
   go run ./cmd/norsk-ctl job create -f examples/jobs/%s.yaml
   go run ./cmd/norsk-ctl job start %s --node %s --wait
@@ -197,5 +199,5 @@ Try, in another terminal (from this directory):
 
 Ctrl-C stops the Manager and the workers; their instances keep running and
 are adopted by the next 'norsk-manager dev'.
-`, url, hello, hello, workers[0], hello, see)
+`, url, tokenFile, hello, hello, workers[0], hello, see)
 }

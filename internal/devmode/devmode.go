@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -110,18 +111,26 @@ func Run(ctx context.Context, o Options) error {
 	}
 	o.Logger.Info("dev: runtime chosen", "runtime", rt, "why", why)
 
+	token, err := devToken(dir)
+	if err != nil {
+		return err
+	}
 	srv, err := manager.New(ctx, manager.Config{
-		NodeName:  "dev",
-		DataDir:   filepath.Join(dir, "manager"),
-		Listen:    o.Listen,
-		LostGrace: o.LostGrace,
-		Logger:    o.Logger,
+		BootstrapToken: token,
+		NodeName:       "dev",
+		DataDir:        filepath.Join(dir, "manager"),
+		Listen:         o.Listen,
+		LostGrace:      o.LostGrace,
+		Logger:         o.Logger,
+		// Dev is one machine: its API and worker streams stay plaintext
+		// (the banner says so; off loopback the Manager warns loudly).
+		TLS: manager.TLSOff,
 	})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	api := managerv1connect.NewManagerClient(nodes.H2CClient(), srv.URL(), connect.WithGRPC())
+	api := managerv1connect.NewManagerClient(nodes.H2CClient(), srv.URL(), connect.WithGRPC(), manager.WithBearer(token))
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -158,7 +167,7 @@ func Run(ctx context.Context, o Options) error {
 			demo = "(no demo job: " + err.Error() + ")"
 		}
 	}
-	banner(o.Out, srv.URL(), dir, rt, names, demo, o.Ephemeral)
+	banner(o.Out, srv.URL(), dir, rt, names, demo, o.Ephemeral, filepath.Join(dir, TokenFile))
 	if o.Ready != nil {
 		o.Ready(srv.URL())
 	}
@@ -322,6 +331,25 @@ func stopAll(ctx context.Context, api managerv1connect.ManagerClient, log *slog.
 		}
 		return true, nil
 	})
+}
+
+// TokenFile is where dev keeps its admin API token, in its data directory
+// (mode 0600); norsk-ctl reads it when no other token is given.
+const TokenFile = "admin.token"
+
+// devToken returns dev's admin token, making one on the first run.
+func devToken(dir string) (string, error) {
+	path := filepath.Join(dir, TokenFile)
+	if b, err := os.ReadFile(path); err == nil {
+		if tok := strings.TrimSpace(string(b)); tok != "" {
+			return tok, nil
+		}
+	}
+	tok := manager.NewToken()
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write the dev admin token: %w", err)
+	}
+	return tok, nil
 }
 
 // goTool reports whether the go command is available (the demo's programs

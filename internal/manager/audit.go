@@ -27,19 +27,23 @@ type callInfoKey struct{}
 func auditInterceptor() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			ci := callInfo{who: callerIdentity(req), method: methodName(req.Spec().Procedure)}
+			ci := callInfo{who: callerIdentity(ctx, req), method: methodName(req.Spec().Procedure)}
 			return next(context.WithValue(ctx, callInfoKey{}, ci), req)
 		}
 	}
 }
 
-// callerIdentity names the caller. Until API tokens exist, that is its
-// network address.
-func callerIdentity(req connect.AnyRequest) string {
-	if a := req.Peer().Addr; a != "" {
-		return "peer:" + a
+// callerIdentity names the caller: the identity its credential proved, and
+// the address it called from ("token:ops-alice/1f2e… from 10.0.0.7:51234").
+func callerIdentity(ctx context.Context, req connect.AnyRequest) string {
+	who := identityAnonymous
+	if id, ok := callerOf(ctx); ok {
+		who = id.name
 	}
-	return "unknown"
+	if a := req.Peer().Addr; a != "" {
+		who += " from " + a
+	}
+	return who
 }
 
 // auditStamp is the stamp for a command proposed on behalf of the call in
@@ -89,6 +93,10 @@ func auditTarget(cmd *storev1.Command) string {
 		return "kv/" + c.KvCommit.GetNamespace()
 	case *storev1.Command_AppendAudit, *storev1.Command_PruneAudit:
 		return "audit"
+	case *storev1.Command_PublishDiscovery, *storev1.Command_RotateDiscovery:
+		return "discovery" // never the fleet's secrets
+	case *storev1.Command_PublishAccessReplica:
+		return "access-replica"
 	}
 	return ""
 }

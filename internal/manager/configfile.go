@@ -24,6 +24,17 @@ type FileConfig struct {
 	BackupDir         string   `json:"backupDir,omitempty"`
 	BackupInterval    Duration `json:"backupInterval,omitempty"`
 	BackupRetain      int      `json:"backupRetain,omitempty"`
+	// AccessReplicaKeys is the JWKS file of the access replica's trusted
+	// keys (--access-replica-keys).
+	AccessReplicaKeys string `json:"accessReplicaKeys,omitempty"`
+	// TLS is auto, on or off; the rest are Config's TLS fields.
+	TLS          string   `json:"tls,omitempty"`
+	TLSCertFile  string   `json:"tlsCertFile,omitempty"`
+	TLSKeyFile   string   `json:"tlsKeyFile,omitempty"`
+	TLSCAFile    string   `json:"tlsCaFile,omitempty"`
+	TLSCAKeyFile string   `json:"tlsCaKeyFile,omitempty"`
+	TLSDir       string   `json:"tlsDir,omitempty"`
+	TLSHosts     []string `json:"tlsHosts,omitempty"`
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `json:"logLevel,omitempty"`
 	LogFormat string `json:"logFormat,omitempty"`
@@ -93,6 +104,16 @@ func (fc FileConfig) Apply(cfg *Config) {
 		cfg.EventBuffer = fc.EventBuffer
 	}
 	set(&cfg.BackupDir, fc.BackupDir)
+	set(&cfg.TLS, fc.TLS)
+	set(&cfg.TLSCertFile, fc.TLSCertFile)
+	set(&cfg.TLSKeyFile, fc.TLSKeyFile)
+	set(&cfg.TLSCAFile, fc.TLSCAFile)
+	set(&cfg.TLSCAKeyFile, fc.TLSCAKeyFile)
+	set(&cfg.TLSDir, fc.TLSDir)
+	if len(cfg.TLSHosts) == 0 {
+		cfg.TLSHosts = fc.TLSHosts
+	}
+	set(&cfg.AccessReplicaKeysFile, fc.AccessReplicaKeys)
 	setD(&cfg.BackupInterval, fc.BackupInterval)
 	if cfg.BackupRetain == 0 {
 		cfg.BackupRetain = fc.BackupRetain

@@ -17,6 +17,7 @@ func (h *handler) Hello(ctx context.Context, req *connect.Request[managerv1.Hell
 		BuildLabel:      buildinfo.Label(),
 		NodeName:        h.s.cfg.NodeName,
 		Compatible:      true,
+		CaFingerprint:   h.s.CAFingerprint(),
 	}
 	if v := req.Msg.GetProtocolVersion(); v != "" {
 		major, minor, err := buildinfo.ParseProtocol(v)

@@ -18,12 +18,13 @@ func startServer(t *testing.T, dir string) (*Server, managerv1connect.ManagerCli
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := New(ctx, Config{DataDir: dir, Listen: "127.0.0.1:0", NodeName: "m1", Logger: slog.New(slog.DiscardHandler)})
+	tok := NewToken()
+	s, err := New(ctx, Config{DataDir: dir, Listen: "127.0.0.1:0", NodeName: "m1", Logger: slog.New(slog.DiscardHandler), BootstrapToken: tok})
 	if err != nil {
 		t.Fatalf("start manager: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	return s, managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC())
+	return s, managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(tok))
 }
 
 func code(err error) connect.Code {

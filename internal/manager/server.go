@@ -11,6 +11,7 @@ package manager
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,7 +50,7 @@ type Config struct {
 	// Listen is the API address (default 127.0.0.1:6790; port 0 picks one).
 	Listen string
 	// AdvertiseURL is the URL workers and clients reach this member at
-	// (default: http:// + the listen address).
+	// (default: http:// + the listen address, https:// with TLS).
 	AdvertiseURL string
 	// LostGrace: how long a worker's stream may be gone before its node is
 	// lost (default 30 s).
@@ -71,8 +72,43 @@ type Config struct {
 	BackupDir      string
 	BackupInterval time.Duration
 	BackupRetain   int
-	Clock          clock.Clock
-	Logger         *slog.Logger
+	// BootstrapToken is the admin token a store with no tokens is given at
+	// its first start ("nmt_<id>.<secret>"); empty: a new one is made and
+	// logged once (Server.BootstrapToken returns it).
+	BootstrapToken string
+	// RateLimit is the calls per second each caller may make (burst: twice
+	// as many); default 1000.
+	RateLimit float64
+	// MaxRequestBytes bounds a request message (default 8 MiB).
+	MaxRequestBytes int
+	// TLS is "auto" (default: TLS unless the API listens on loopback),
+	// "on" or "off" (cleartext; a loud warning on a non-loopback address).
+	// With TLS the Manager signs each registering worker's key with the
+	// cluster CA and dials its stream over mutual TLS. See tls.go and
+	// docs/operations.md.
+	TLS string
+	// TLSCertFile and TLSKeyFile are the API's certificate (chain) and key
+	// (bring your own; re-read when they change). Default: a certificate
+	// the cluster CA issues for the listen and advertised hosts, the
+	// hostname and TLSHosts, kept in TLSDir.
+	TLSCertFile string
+	TLSKeyFile  string
+	// TLSCAFile and TLSCAKeyFile are the cluster CA (bring your own; both or
+	// neither). Default: the CA in TLSDir, made at the first start.
+	TLSCAFile    string
+	TLSCAKeyFile string
+	// TLSDir holds the automatic CA and API certificate (default
+	// <DataDir>/tls).
+	TLSDir string
+	// TLSHosts are extra names and addresses the automatic API certificate
+	// covers.
+	TLSHosts []string
+	// AccessReplicaKeysFile is a JWKS of the public keys norsk-mgr signs
+	// access replicas with (access_replica.go). Without it
+	// PublishAccessReplica is refused with FAILED_PRECONDITION.
+	AccessReplicaKeysFile string
+	Clock                 clock.Clock
+	Logger                *slog.Logger
 }
 
 func (c *Config) defaults() error {
@@ -110,6 +146,12 @@ func (c *Config) defaults() error {
 	if c.BackupRetain <= 0 {
 		c.BackupRetain = 24
 	}
+	if c.RateLimit <= 0 {
+		c.RateLimit = 1000
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = 8 << 20
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -129,6 +171,12 @@ type Server struct {
 	lock    *os.File
 	boot    *managerv1.BootReport
 	audit   auditCheck
+	authz   *authorizer
+	tls     *tlsState
+	// accessKeys are the access replica's trusted keys (nil: none).
+	accessKeys *accessReplicaKeys
+	// bootstrap is the admin token made at this first start ("" if none).
+	bootstrap string
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -143,6 +191,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("member", cfg.NodeName)
+	accessKeys, err := loadAccessReplicaKeys(cfg.AccessReplicaKeysFile)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("manager: data dir: %w", err)
 	}
@@ -159,8 +211,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		_ = lock.Close()
 		return nil, fmt.Errorf("manager: listen on %s: %w", cfg.Listen, err)
 	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
-		log.Warn("the API is served without TLS on a non-loopback address; put it behind a TLS proxy or keep it on a private network", "listen", ln.Addr().String())
+	tlsSt, err := setupTLS(&cfg, ln.Addr(), log)
+	if err != nil {
+		_ = ln.Close()
+		_ = lock.Close()
+		return nil, err
+	}
+	if tlsSt.on {
+		ln = tls.NewListener(ln, tlsSt.server)
 	}
 	m := newMetrics()
 	boot := &managerv1.BootReport{BootedAt: timestamppb.New(cfg.Clock.Now())}
@@ -177,7 +235,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		_ = lock.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, store: st, metrics: m, ln: ln, lock: lock, boot: boot}
+	s := &Server{cfg: cfg, log: log, store: st, metrics: m, ln: ln, lock: lock, boot: boot, tls: tlsSt}
+	s.accessKeys = accessKeys
 	if err := s.migrate(ctx); err != nil {
 		_ = st.Close()
 		_ = ln.Close()
@@ -185,9 +244,25 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.verifyAuditChain()
+	if s.bootstrap, err = s.bootstrapToken(ctx); err != nil {
+		_ = st.Close()
+		_ = ln.Close()
+		_ = lock.Close()
+		return nil, err
+	}
+	if s.bootstrap != "" && cfg.BootstrapToken == "" {
+		// The token itself is never logged: the binary shows it once.
+		log.Warn("made the bootstrap admin token; it is shown once on the console, and the store keeps only its hash")
+	}
+	if s.authz, err = newAuthorizer(st.State().Snapshot, cfg.Clock, cfg.RateLimit, int(2*cfg.RateLimit)); err != nil {
+		_ = st.Close()
+		_ = ln.Close()
+		_ = lock.Close()
+		return nil, err
+	}
 	s.url = cfg.AdvertiseURL
 	if s.url == "" {
-		s.url = "http://" + ln.Addr().String()
+		s.url = tlsSt.scheme() + "://" + ln.Addr().String()
 	}
 	s.nodes = nodes.New(nodes.Config{
 		Store:             st,
@@ -198,6 +273,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		ManagerName:       cfg.NodeName,
 		ManagerURLs:       func() []string { return []string{s.url} },
 		Metrics:           nodes.NewMetrics(m.reg),
+		WorkerTLS:         tlsSt.workerTLS(),
+		AccessReplicaJWKS: accessKeys.jwks(),
 	})
 
 	mux := http.NewServeMux()
@@ -205,7 +282,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// Compress only messages worth it: connect gzips every message a client
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.
-	path, api := managerv1connect.NewManagerHandler(h, connect.WithInterceptors(m.interceptor(), auditInterceptor()), connect.WithCompressMinBytes(1024))
+	path, api := managerv1connect.NewManagerHandler(h, connect.WithInterceptors(s.authz.interceptor(), m.interceptor(), auditInterceptor()),
+		connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCompressMinBytes(1024))
 	mux.Handle(path, withResponseController(api))
 	checker := grpchealth.NewStaticChecker(managerv1connect.ManagerName)
 	mux.Handle(grpchealth.NewHandler(checker))
@@ -217,6 +295,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true) // over TLS, by ALPN
 	protocols.SetUnencryptedHTTP2(true)
 	s.http = &http.Server{
 		Handler:           mux,
@@ -251,6 +330,10 @@ func (s *Server) URL() string { return s.url }
 
 // Addr is the API listener's address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// BootstrapToken is the admin token this start made for a store that had
+// none ("" otherwise). Show it once; the store keeps only its hash.
+func (s *Server) BootstrapToken() string { return s.bootstrap }
 
 // NodeName is this member's name.
 func (s *Server) NodeName() string { return s.cfg.NodeName }

@@ -92,6 +92,13 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 	default:
 		return nil, toConnect(apierr.Unauthenticatedf("present a registration token (first registration) or the node secret"))
 	}
+	// With TLS the worker's key is certified for this node (tls.go); its
+	// stream is dialled over mutual TLS from now on.
+	certDER, caDER, err := h.workerCertificate(m, r)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	cmd.Tls = certDER != nil
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_MemberRegister{MemberRegister: cmd}})
 	if err != nil {
 		return nil, toConnect(err)
@@ -103,14 +110,21 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 		NodeSecret:          rec.GetNodeSecret(),
 		NodeName:            rec.GetNode().GetNodeName(),
 		HeartbeatIntervalMs: uint32(h.s.cfg.HeartbeatInterval.Milliseconds()),
+		CertificateDer:      certDER,
+		CaCertificatesDer:   caDER,
 	}), nil
 }
 
 func (h *handler) ListClusterNodes(ctx context.Context, req *connect.Request[managerv1.ListClusterNodesRequest]) (*connect.Response[managerv1.ListClusterNodesResponse], error) {
 	out := &managerv1.ListClusterNodesResponse{}
+	secrets := mayReadSecrets(ctx)
 	for _, rec := range h.read().Nodes(nil) {
 		if rec.GetNode().GetProvider() == state.ProviderCluster {
-			out.Slots = append(out.Slots, state.SlotView(rec))
+			slot := state.SlotView(rec)
+			if !secrets {
+				slot.Token = ""
+			}
+			out.Slots = append(out.Slots, slot)
 		}
 	}
 	return connect.NewResponse(out), nil

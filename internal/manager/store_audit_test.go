@@ -206,7 +206,7 @@ func TestStoreEveryMutatingRPCIsAudited(t *testing.T) {
 		}
 		lastIndex = p.Index
 		if e.GetSource() != state.AuditSourceAPI || e.GetKind() != step.method || p.Method != step.method || p.Target != step.target ||
-			!strings.HasPrefix(p.Who, "peer:127.0.0.1:") || p.Outcome != "ok" {
+			!strings.HasPrefix(p.Who, "token:bootstrap/") || !strings.Contains(p.Who, " from 127.0.0.1:") || p.Outcome != "ok" {
 			t.Errorf("step %d %s: entry %v payload %+v", i, name, e, p)
 		}
 		if p.Index != rev {
@@ -239,7 +239,7 @@ func TestStoreEveryMutatingRPCIsAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	log = stAuditLog(t, c)
-	if len(log.GetEntries()) != 1 || log.GetEntries()[0].GetKind() != state.AuditKindPruned || !strings.Contains(log.GetEntries()[0].GetPayload(), `"who":"peer:127.0.0.1:`) {
+	if len(log.GetEntries()) != 1 || log.GetEntries()[0].GetKind() != state.AuditKindPruned || !strings.Contains(log.GetEntries()[0].GetPayload(), `"who":"token:bootstrap/`) {
 		t.Errorf("after prune: %v", log.GetEntries())
 	}
 	if log.GetCheckpoint().GetSeq() != pr.Msg.GetCheckpointSeq() || pr.Msg.GetRemoved() != int64(before+1) {

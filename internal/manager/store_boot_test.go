@@ -479,8 +479,10 @@ func TestStoreBootNewStoreIsCreatedAtCurrentVersion(t *testing.T) {
 	if info.GetStores()[0].GetSchemaVersion() != state.SchemaVersion || info.GetBoot().GetMigrated() || len(info.GetBackups()) != 0 {
 		t.Errorf("store info %v", info)
 	}
+	// Newest first: the bootstrap admin token, then store-created.
 	log := stAuditLog(t, c)
-	if len(log.GetEntries()) != 1 || log.GetEntries()[0].GetKind() != state.AuditKindCreated || !log.GetChainVerifiedAtBoot() {
+	if e := log.GetEntries(); len(e) != 2 || e[1].GetKind() != state.AuditKindCreated || e[0].GetKind() != "BootstrapToken" ||
+		e[0].GetSource() != state.AuditSourceManager || !log.GetChainVerifiedAtBoot() {
 		t.Errorf("audit log %v", log)
 	}
 }
@@ -500,17 +502,18 @@ func TestStoreBootReportsTamperedAuditChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Entry 1 is store-created; 2..4 are the three CreateJob calls.
+	// Entry 1 is store-created, 2 the bootstrap token; 3..5 are the three
+	// CreateJob calls.
 	recs := stReadRecords(t, data)
 	edited := false
 	for _, r := range recs {
-		if e := r.GetAuditEntry(); e != nil && e.GetSeq() == 3 {
+		if e := r.GetAuditEntry(); e != nil && e.GetSeq() == 4 {
 			e.Payload = strings.Replace(e.GetPayload(), "job/b", "job/z", 1)
 			edited = true
 		}
 	}
 	if !edited {
-		t.Fatal("no audit entry 3 in the snapshot")
+		t.Fatal("no audit entry 4 in the snapshot")
 	}
 	bad := filepath.Join(t.TempDir(), "bad.nsnap")
 	if err := os.WriteFile(bad, stWriteRecords(t, recs), 0o600); err != nil {
@@ -522,7 +525,7 @@ func TestStoreBootReportsTamperedAuditChain(t *testing.T) {
 		ok         bool
 	}{
 		{"untouched", good, true},
-		{"entry 3 edited", bad, false},
+		{"entry 4 edited", bad, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -540,11 +543,11 @@ func TestStoreBootReportsTamperedAuditChain(t *testing.T) {
 				}
 				return
 			}
-			if d := log.GetVerificationDetail(); !strings.Contains(d, "entry 3") {
-				t.Errorf("verification detail %q does not name entry 3", d)
+			if d := log.GetVerificationDetail(); !strings.Contains(d, "entry 4") {
+				t.Errorf("verification detail %q does not name entry 4", d)
 			}
 			// The log is still served, entries and all.
-			if len(log.GetEntries()) != 4 || log.GetFirstSeq() != 1 || log.GetLastSeq() != 4 {
+			if len(log.GetEntries()) != 5 || log.GetFirstSeq() != 1 || log.GetLastSeq() != 5 {
 				t.Errorf("log %d entries, %d..%d", len(log.GetEntries()), log.GetFirstSeq(), log.GetLastSeq())
 			}
 		})

@@ -52,8 +52,13 @@ func stConfig(dir string, clk clock.Clock) manager.Config {
 		Logger:         slog.New(slog.DiscardHandler),
 		BackupInterval: -1,
 		Clock:          clk,
+		BootstrapToken: stToken,
 	}
 }
+
+// stToken is every test store's admin token: a store restored from another
+// test store carries it too.
+var stToken = manager.NewToken()
 
 // stStart starts a Manager; it is closed when the test ends (closing it
 // earlier is fine).
@@ -68,7 +73,7 @@ func stStart(t testing.TB, cfg manager.Config) (*manager.Server, managerv1connec
 }
 
 func stClient(s *manager.Server) managerv1connect.ManagerClient {
-	return managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC())
+	return managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), manager.WithBearer(stToken))
 }
 
 func stJob(id string) *managerv1.Job {

@@ -47,12 +47,20 @@ connections to every registered worker. Settings come from flags, then from
 			if cfg.DataDir == "" {
 				return usageError{fmt.Errorf("--data-dir (or dataDir in --config) is required")}
 			}
+			if cfg.BootstrapToken == "" {
+				cfg.BootstrapToken = os.Getenv("NORSK_BOOTSTRAP_TOKEN")
+			}
 			cfg.Logger = log
 			s, err := manager.New(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "norsk-manager %s serving the API at %s (data in %s)\n", cfg.NodeName, s.URL(), cfg.DataDir)
+			if tok := s.BootstrapToken(); tok != "" {
+				// Shown once, on the console only: the store keeps its hash.
+				fmt.Fprintf(os.Stderr, "\nThis is a new store. Its bootstrap admin token, shown only now:\n\n  %s\n\nKeep it safe (export NORSK_TOKEN=…); make other tokens with 'norsk-ctl token create'.\nIf it is lost: stop the Manager and run 'norsk-manager token bootstrap --data-dir %s'.\n\n", tok, cfg.DataDir)
+			}
+			fmt.Fprintf(os.Stderr, "norsk-manager %s serving the API at %s (data in %s)\n", s.NodeName(), s.URL(), cfg.DataDir)
+			printTLS(os.Stderr, s)
 			<-cmd.Context().Done()
 			return s.Close()
 		},
@@ -69,6 +77,9 @@ connections to every registered worker. Settings come from flags, then from
 	f.StringVar(&cfg.BackupDir, "backup-dir", "", "where backups go (default <data-dir>/backups)")
 	f.DurationVar(&cfg.BackupInterval, "backup-interval", 0, "how often a scheduled backup is taken (default 1h; negative: never)")
 	f.IntVar(&cfg.BackupRetain, "backup-retain", 0, "how many scheduled backups are kept (default 24)")
+	registerTLSFlags(f, &cfg)
+	f.Float64Var(&cfg.RateLimit, "rate-limit", 0, "API calls per second each caller may make (default 1000)")
+	f.StringVar(&cfg.AccessReplicaKeysFile, "access-replica-keys", "", "JWKS file of the public keys access replicas are signed with (without it PublishAccessReplica is refused)")
 	logs.register(c)
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -27,6 +28,9 @@ type conn struct {
 	// downSince is when the stream was last lost (or when the controller
 	// started watching the node).
 	downSince time.Time
+	// tlsClient dials the worker over mutual TLS (tls.go); made on first
+	// use, closed when run returns.
+	tlsClient *http.Client
 }
 
 func newConn(c *Controller, nodeID string) *conn {
@@ -44,6 +48,7 @@ type pend struct {
 var errSessionEnded = errors.New("session ended")
 
 func (cn *conn) run(ctx context.Context) {
+	defer cn.closeTLS()
 	clk := cn.c.cfg.Clock
 	backoff := 250 * time.Millisecond
 	for ctx.Err() == nil {
@@ -155,7 +160,12 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 	defer wg.Wait()
 	defer cancel()
 
-	client := managerv1connect.NewNodeControllerClient(cfg.HTTPClient, "http://"+node.GetAddress(), connect.WithGRPC())
+	hc, base, err := cn.dialTarget(node)
+	if err != nil {
+		cn.dialed(false)
+		return err
+	}
+	client := managerv1connect.NewNodeControllerClient(hc, base, connect.WithGRPC())
 	stream := client.Control(sctx)
 	stream.RequestHeader().Set("Authorization", "Bearer "+rec.GetNodeSecret())
 	defer func() { _ = stream.CloseRequest() }()
@@ -246,8 +256,17 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		ws := memdb.NewWatchSet()
 		ws.Add(r.AbandonCh())
 		cur := r.Node(ws, cn.nodeID)
-		if cur == nil || cur.GetNode().GetAddress() != node.GetAddress() || cur.GetNodeSecret() != rec.GetNodeSecret() {
+		if cur == nil || cur.GetNode().GetAddress() != node.GetAddress() || cur.GetNodeSecret() != rec.GetNodeSecret() || cur.GetNode().GetTls() != node.GetTls() {
 			return errSessionEnded
+		}
+		// The node's discovery access, first thing after the hello and
+		// whenever it changes (discovery.go).
+		if err := cn.syncDiscovery(stream, s, r, ws); err != nil {
+			return err
+		}
+		// The access replica likewise (access_replica.go).
+		if err := cn.syncAccessReplica(stream, s, r, ws); err != nil {
+			return err
 		}
 		insts := r.InstancesOnNode(ws, cn.nodeID)
 		jobOf := func(id string) *managerv1.Job {
@@ -375,6 +394,8 @@ type sessionState struct {
 	pending map[string]pend
 	seq     uint64
 	seqKind map[uint64]actionKind
+	disco   discoveryState
+	access  *storev1.AccessReplicaState // the replica last sent
 }
 
 // handle takes one worker message, adding reports to batch.

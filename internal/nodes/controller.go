@@ -44,11 +44,20 @@ type Config struct {
 	TerminateTimeout time.Duration
 	// HTTPClient dials workers; the default speaks cleartext HTTP/2.
 	HTTPClient *http.Client
+	// WorkerTLS, when set, is the mutual-TLS client configuration for the
+	// stream of a node whose worker serves TLS (Node.tls): the Manager's
+	// client certificate, and the check that the worker is that node. Nil:
+	// such nodes cannot be dialled (see tls.go).
+	WorkerTLS func(nodeID string) *tls.Config
 	// ManagerName and ManagerURLs are told to workers in the hello.
 	ManagerName string
 	ManagerURLs func() []string
 	// Metrics, if set, observes connection events.
 	Metrics *Metrics
+	// AccessReplicaJWKS is the JWKS (JSON) of the access replica's trusted
+	// keys, sent to workers with the stored replica; "" sends no replica
+	// (access_replica.go).
+	AccessReplicaJWKS string
 }
 
 func (c *Config) defaults() {

@@ -32,6 +32,10 @@ func (k actionKind) String() string {
 		return "stop"
 	case actUpdate:
 		return "update"
+	case actDiscovery:
+		return "discovery-access"
+	case actAccessReplica:
+		return "access-replica"
 	}
 	return "?"
 }

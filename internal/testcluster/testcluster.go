@@ -52,6 +52,14 @@ type Options struct {
 	// a starting worker removes the containers of its node name that it has
 	// no record of — another cluster's worker-1 included.
 	WorkerPrefix string
+	// AccessReplicaKeysFile is the Manager's trusted JWKS for access
+	// replicas (manager.Config.AccessReplicaKeysFile).
+	AccessReplicaKeysFile string
+	// TLS is the Manager's TLS mode (manager.Config.TLS; "on" serves TLS
+	// on loopback too). With TLS the SDK client and the workers pin the
+	// Manager's CA by its fingerprint, and the workers' streams are mutual
+	// TLS.
+	TLS string
 }
 
 // Cluster is a running in-process system.
@@ -59,6 +67,10 @@ type Cluster struct {
 	t    testing.TB
 	opts Options
 	Dir  string
+
+	// token is the cluster's admin API token (its Manager's bootstrap
+	// token); Client() uses it.
+	token string
 
 	mu      sync.Mutex
 	mgr     *manager.Server
@@ -99,7 +111,7 @@ func New(t testing.TB, opts Options) *Cluster {
 			opts.Logger = slog.New(slog.DiscardHandler)
 		}
 	}
-	c := &Cluster{t: t, opts: opts, Dir: t.TempDir(), addr: "127.0.0.1:0"}
+	c := &Cluster{t: t, opts: opts, Dir: t.TempDir(), addr: "127.0.0.1:0", token: manager.NewToken()}
 	c.StartManager()
 	t.Cleanup(c.shutdown)
 	ctx := Context(t)
@@ -144,6 +156,9 @@ func (c *Cluster) Client() *norsk.Manager {
 	return c.client
 }
 
+// Token is the cluster's admin API token.
+func (c *Cluster) Token() string { return c.token }
+
 // URL is the Manager's API URL.
 func (c *Cluster) URL() string { return c.Manager().URL() }
 
@@ -165,6 +180,10 @@ func (c *Cluster) StartManager() {
 			HeartbeatInterval: c.opts.HeartbeatInterval,
 			Clock:             c.opts.Clock,
 			Logger:            c.opts.Logger.With("process", "manager"),
+			BootstrapToken:    c.token,
+			TLS:               c.opts.TLS,
+
+			AccessReplicaKeysFile: c.opts.AccessReplicaKeysFile,
 		})
 		if err == nil || attempt == 50 {
 			break
@@ -174,7 +193,7 @@ func (c *Cluster) StartManager() {
 	if err != nil {
 		c.t.Fatalf("start manager: %v", err)
 	}
-	cl, err := norsk.Connect(ctx, norsk.Settings{URL: s.URL(), Logger: c.opts.Logger})
+	cl, err := norsk.Connect(ctx, norsk.Settings{URL: s.URL(), Token: c.token, Logger: c.opts.Logger, CAFingerprint: s.CAFingerprint()})
 	if err != nil {
 		_ = s.Close()
 		c.t.Fatalf("connect to manager: %v", err)
@@ -223,6 +242,7 @@ func (w *Worker) Start() {
 	w.c.t.Helper()
 	a, err := worker.New(worker.Config{
 		ManagerURL:      w.c.URL(),
+		TLSCAHash:       w.c.Manager().CAFingerprint(),
 		Token:           w.token,
 		DataDir:         w.Dir,
 		Runtime:         w.c.opts.Runtime,

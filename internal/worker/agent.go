@@ -63,6 +63,10 @@ type Agent struct {
 	heartbeatDefault atomic.Int64 // time.Duration
 	terminating      atomic.Bool
 
+	disco  discoveryStore     // the discovery access (discovery.go)
+	access accessReplicaStore // the access replica (access_replica.go)
+	tlsw   workerTLS          // mutual TLS with the Manager (tls.go)
+
 	linkMu      sync.Mutex
 	link        linkState
 	linkChanged chan struct{}
@@ -87,12 +91,16 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "worker")
+	apiTLS, err := managerTLSConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	a := &Agent{
 		cfg:         cfg,
 		clock:       cfg.Clock,
 		baseLog:     log,
 		log:         log,
-		reg:         newRegistrar(cfg.ManagerURL, cfg.HTTPClient),
+		reg:         newRegistrar(cfg.ManagerURL, cfg.HTTPClient, apiTLS),
 		ready:       make(chan struct{}),
 		linkChanged: make(chan struct{}, 1),
 		snaps:       map[runtime.Key]*snapshot{},
@@ -203,6 +211,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	if err := a.initTLS(); err != nil {
+		return err
+	}
 	recs, err := a.records.loadAll()
 	if err != nil {
 		return fmt.Errorf("worker: instance records: %w", err)
@@ -248,6 +259,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.records.log = a.log
 	a.mu.Unlock()
 	log := a.logger()
+	a.loadDiscovery()
+	a.loadAccessReplica()
 
 	rt, ownRT, err := a.openRuntime(runCtx, id.NodeID)
 	if err != nil {
@@ -265,12 +278,13 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	srv := a.newServer()
 	a.goOwned(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(a.tlsListener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("NodeController server failed", "err", err)
 			cancel(fmt.Errorf("worker: NodeController server: %w", err))
 		}
 	})
 	a.goOwned(func() { a.runLink(runCtx, !registered) })
+	a.goOwned(func() { a.renewTLS(runCtx) })
 	log.Info("worker running", "listen", a.Addr(), "advertise", a.advertise, "runtime", rt.Name())
 	close(a.ready)
 
@@ -337,6 +351,8 @@ func (a *Agent) shutdownNode(sess *session, seq uint64, reason string, deregiste
 			if err := deleteIdentity(a.cfg.DataDir); err != nil {
 				log.Error("cannot delete the identity", "err", err)
 			}
+			a.forgetDiscovery()
+			a.forgetAccessReplica()
 		}
 		if sess != nil {
 			sent := make(chan struct{})

@@ -11,6 +11,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/pkg/certpin"
 )
 
 // Defaults of Config fields left zero.
@@ -65,6 +66,14 @@ type Config struct {
 	// HTTPClient calls the Manager API. Default: a client speaking HTTP/2,
 	// over TLS for https:// and cleartext (h2c) for http:// URLs.
 	HTTPClient *http.Client
+	// TLSCAFile (PEM) and TLSCAHash ("sha256:<hex>", the CA certificate's
+	// fingerprint, as `norsk-ctl slot register` prints it) verify an https
+	// Manager's certificate instead of the system's roots (ignored with
+	// HTTPClient). With an https Manager the worker also asks, at every
+	// registration, for a certificate of its own and serves its
+	// NodeController stream with mutual TLS (tls.go).
+	TLSCAFile string
+	TLSCAHash string
 	// RegisterRetry is the longest wait between registration attempts
 	// (default 10 s); the first retry waits 250 ms.
 	RegisterRetry time.Duration
@@ -96,6 +105,14 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DataDir == "" {
 		return c, errors.New("worker: DataDir is required")
+	}
+	if (c.TLSCAFile != "" || c.TLSCAHash != "") && u.Scheme != "https" {
+		return c, fmt.Errorf("worker: a TLS CA (file or hash) is given but the Manager URL %q is not https://", c.ManagerURL)
+	}
+	if c.TLSCAHash != "" {
+		if _, err := certpin.ParseFingerprint(c.TLSCAHash); err != nil {
+			return c, fmt.Errorf("worker: %w", err)
+		}
 	}
 	switch c.Runtime {
 	case "", "docker", "process":

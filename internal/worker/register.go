@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -49,7 +50,7 @@ type registrar struct {
 	clients map[string]managerv1connect.ManagerClient
 }
 
-func newRegistrar(managerURL string, hc *http.Client) *registrar {
+func newRegistrar(managerURL string, hc *http.Client, tlsCfg *tls.Config) *registrar {
 	r := &registrar{httpClient: hc, urls: []string{strings.TrimRight(managerURL, "/")}, clients: map[string]managerv1connect.ManagerClient{}}
 	if r.httpClient == nil {
 		var p http.Protocols
@@ -57,6 +58,9 @@ func newRegistrar(managerURL string, hc *http.Client) *registrar {
 		p.SetUnencryptedHTTP2(true) // http:// URLs: HTTP/2 with prior knowledge
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.Protocols = &p
+		if tlsCfg != nil {
+			tr.TLSClientConfig = tlsCfg // --tls-ca / --tls-ca-hash (tls.go)
+		}
 		r.httpClient = &http.Client{Transport: tr}
 		r.ownClient = true
 	}
@@ -110,7 +114,15 @@ func (r *registrar) register(ctx context.Context, req *managerv1.ClusterMemberRe
 	c, u := r.client()
 	ctx, cancel := context.WithTimeout(ctx, registerCallTimeout)
 	defer cancel()
-	resp, err := c.ClusterMemberRegister(ctx, connect.NewRequest(req))
+	creq := connect.NewRequest(req)
+	// The credential is the registration token the first time, the node
+	// secret afterwards; it is also the call's bearer.
+	cred := req.GetToken()
+	if cred == "" {
+		cred = req.GetNodeSecret()
+	}
+	creq.Header().Set("Authorization", "Bearer "+cred)
+	resp, err := c.ClusterMemberRegister(ctx, creq)
 	if err != nil {
 		switch connect.CodeOf(err) {
 		case connect.CodeUnauthenticated:
@@ -165,6 +177,7 @@ func (a *Agent) registerUntil(ctx context.Context, req *managerv1.ClusterMemberR
 	for {
 		resp, err := a.reg.register(ctx, req)
 		if err == nil {
+			a.onRegistered(resp) // the TLS certificate, if any (tls.go)
 			return resp, nil
 		}
 		var refused *errRefused
@@ -205,5 +218,6 @@ func (a *Agent) registerRequest(token, secret string) *managerv1.ClusterMemberRe
 		Capabilities:  a.cfg.Capabilities,
 		Runtime:       a.runtimeName,
 		WorkerVersion: a.cfg.Version,
+		CsrDer:        a.csrDER(),
 	}
 }

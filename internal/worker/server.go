@@ -30,6 +30,7 @@ func (a *Agent) newServer() *http.Server {
 	})
 	var p http.Protocols
 	p.SetHTTP1(true)
+	p.SetHTTP2(true) // over TLS with the Manager's certificate (tls.go)
 	p.SetUnencryptedHTTP2(true)
 	return &http.Server{
 		Handler:           mux,

@@ -147,6 +147,12 @@ func (a *Agent) onCommand(sess *session, msg *managerv1.ControllerMessage) {
 	case *managerv1.ControllerMessage_Terminate:
 		a.shutdownNode(sess, seq, m.Terminate.GetReason(), m.Terminate.GetDeregistered())
 		return
+	case *managerv1.ControllerMessage_DiscoveryAccess:
+		a.onDiscoveryAccess(sess, seq, m.DiscoveryAccess)
+		return
+	case *managerv1.ControllerMessage_AccessReplica:
+		a.onAccessReplica(sess, seq, m.AccessReplica)
+		return
 	case *managerv1.ControllerMessage_Hello:
 		reply(&cmdError{connect.CodeInvalidArgument, "hello was already received on this stream"})
 		return

@@ -49,6 +49,16 @@ type Settings struct {
 	// holding the Manager's CA); nil = the system's roots. Ignored with
 	// HTTPClient.
 	TLSConfig *tls.Config
+	// CAFile is a PEM file of CA certificates that verify an https://
+	// Manager instead of the system's roots (--tls-ca). Empty:
+	// $NORSK_TLS_CA.
+	CAFile string
+	// CAFingerprint pins the CA the Manager's certificate chain ends in by
+	// its fingerprint, "sha256:<hex>" (--tls-ca-hash; `norsk-manager tls ca`
+	// prints it). Empty: $NORSK_TLS_CA_HASH. The environment is read only
+	// when neither CAFile nor CAFingerprint is set, and only for https://
+	// URLs; set explicitly with an http:// URL, either is an error.
+	CAFingerprint string
 	// ClientLabel names the caller in the daemon's logs (sent with Hello).
 	ClientLabel string
 	// Logger receives the SDK's own log lines (event-stream reconnects).
@@ -90,11 +100,15 @@ func Connect(ctx context.Context, s Settings) (*Manager, error) {
 		logger = slog.Default()
 	}
 	m := &Manager{url: base, logger: logger, backoffMin: 100 * time.Millisecond, backoffMax: 5 * time.Second}
+	tlsCfg, err := s.tlsConfig(base)
+	if err != nil {
+		return nil, err
+	}
 	httpClient := s.HTTPClient
 	if httpClient == nil {
 		m.transport = newTransport(strings.HasPrefix(base, "http://"))
-		if s.TLSConfig != nil {
-			m.transport.TLSClientConfig = s.TLSConfig.Clone()
+		if tlsCfg != nil {
+			m.transport.TLSClientConfig = tlsCfg
 		}
 		httpClient = &http.Client{Transport: m.transport}
 	}

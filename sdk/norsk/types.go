@@ -145,6 +145,17 @@ type (
 	KvEntry = managerv1.KvEntry
 )
 
+// From norsk/manager/v1/security.proto: the discovery fleet (discovery.go)
+// and, from node_controller.proto, the access a node receives of it.
+type (
+	DiscoveryFleet  = managerv1.DiscoveryFleet
+	DiscoveryAccess = managerv1.DiscoveryAccess
+)
+
+// From norsk/manager/v1/security.proto: norsk-mgr's role-store replica
+// (access_replica.go).
+type AccessReplicaPublication = managerv1.AccessReplicaPublication
+
 // From norsk/manager/v1/store_info.proto.
 type (
 	StoreInfo   = managerv1.StoreInfo

@@ -185,6 +185,16 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 		return t.kvCommit(c.KvCommit)
 	case *storev1.Command_MigrateSchema:
 		return nil, t.migrateSchema(c.MigrateSchema)
+	case *storev1.Command_CreateToken:
+		return nil, t.createToken(c.CreateToken)
+	case *storev1.Command_RevokeToken:
+		return nil, t.revokeToken(c.RevokeToken)
+	case *storev1.Command_PublishDiscovery:
+		return t.publishDiscovery(c.PublishDiscovery)
+	case *storev1.Command_RotateDiscovery:
+		return t.rotateDiscovery(c.RotateDiscovery)
+	case *storev1.Command_PublishAccessReplica:
+		return t.publishAccessReplica(c.PublishAccessReplica)
 	case nil:
 		if len(cmd.ProtoReflect().GetUnknown()) > 0 {
 			// A command type a newer member wrote. Refusing keeps the

@@ -180,7 +180,11 @@ func (t *tx) auditCall(stamp *storev1.AuditStamp) {
 	b, _ := json.Marshal(apiAuditPayload{
 		Who: stamp.GetWho(), Method: stamp.GetMethod(), Target: stamp.GetTarget(), Outcome: "ok", Index: t.index,
 	})
-	t.appendAudit(AuditSourceAPI, stamp.GetMethod(), string(b))
+	source := stamp.GetSource()
+	if source == "" {
+		source = AuditSourceAPI
+	}
+	t.appendAudit(source, stamp.GetMethod(), string(b))
 }
 
 func (t *tx) appendAuditCmd(c *storev1.AppendAudit) (*managerv1.AuditLogEntry, error) {

@@ -49,7 +49,11 @@ func (t *tx) nodeEvent(rec *storev1.NodeRecord, reason string) *managerv1.NodeEv
 }
 
 func (t *tx) slotEvent(kind string, rec *storev1.NodeRecord) {
-	ev := &managerv1.ClusterSlotEvent{Slot: SlotView(rec)}
+	// Events never carry secrets: the registration token is for
+	// ListClusterNodes, whose callers are checked.
+	slot := SlotView(rec)
+	slot.Token = ""
+	ev := &managerv1.ClusterSlotEvent{Slot: slot}
 	switch kind {
 	case "registered":
 		t.emit(&managerv1.Event{Kind: &managerv1.Event_ClusterSlotRegistered{ClusterSlotRegistered: ev}})
@@ -158,6 +162,7 @@ func (t *tx) memberRegister(c *storev1.MemberRegister) (any, error) {
 	n.Capabilities = c.GetCapabilities()
 	n.Runtime = c.GetRuntime()
 	n.WorkerVersion = c.GetWorkerVersion()
+	n.Tls = c.GetTls()
 	if n.GetState() == managerv1.NodeState_NODE_STATE_TERMINATED {
 		// A worker started again on a terminated server: it may be dialled.
 		t.setState(n, managerv1.NodeState_NODE_STATE_REGISTERED, "worker registered again after termination")

@@ -13,7 +13,8 @@ import (
 // writes. History:
 //
 //	1  jobs, instances, nodes
-//	2  + the audit log, the KV store and the store's own meta
+//	2  + the audit log, the KV store, the store's own meta, API tokens,
+//	     the discovery fleet and the access replica
 //
 // A binary reads every older version and migrates it with MigrateSchema
 // commands (migrations below), after taking a backup.

@@ -21,6 +21,7 @@ const (
 	tableKV         = "kv"
 	tableKVNS       = "kvns"
 	tableSingletons = "singletons"
+	tableTokens     = "tokens"
 )
 
 // singleton is a row of the singletons table: one message per name (the
@@ -32,8 +33,10 @@ type singleton struct {
 
 // Singleton names.
 const (
-	singletonAudit = "audit"
-	singletonStore = "store"
+	singletonAudit     = "audit"
+	singletonStore     = "store"
+	singletonDiscovery = "discovery"
+	singletonAccess    = "access-replica"
 )
 
 // KVID is the primary key of a KV entry: namespace and key.
@@ -115,6 +118,14 @@ func schema() *memdb.DBSchema {
 					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
 						r := o.(*storev1.KvRecord)
 						return KVID(r.GetNamespace(), r.GetEntry().GetKey())
+					})},
+				},
+			},
+			tableTokens: {
+				Name: tableTokens,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
+						return o.(*storev1.TokenRecord).GetToken().GetId()
 					})},
 				},
 			},

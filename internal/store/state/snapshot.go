@@ -55,6 +55,21 @@ func (r *Read) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	for _, tok := range r.Tokens() {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Token{Token: tok}}); err != nil {
+			return 0, err
+		}
+	}
+	if f := r.DiscoveryFleet(); f != nil {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Discovery{Discovery: f}}); err != nil {
+			return 0, err
+		}
+	}
+	if a := r.AccessReplica(); a != nil {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_AccessReplica{AccessReplica: a}}); err != nil {
+			return 0, err
+		}
+	}
 	for _, node := range r.Nodes(nil) {
 		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Node{Node: node}}); err != nil {
 			return 0, err
@@ -119,6 +134,12 @@ func (s *State) Restore(rd io.Reader) (*storev1.SnapshotHeader, error) {
 			err = txn.Insert(tableKV, x.Kv)
 		case *storev1.SnapshotRecord_KvNamespace:
 			err = txn.Insert(tableKVNS, x.KvNamespace)
+		case *storev1.SnapshotRecord_Token:
+			err = txn.Insert(tableTokens, x.Token)
+		case *storev1.SnapshotRecord_Discovery:
+			err = txn.Insert(tableSingletons, &singleton{Key: singletonDiscovery, Msg: x.Discovery})
+		case *storev1.SnapshotRecord_AccessReplica:
+			err = txn.Insert(tableSingletons, &singleton{Key: singletonAccess, Msg: x.AccessReplica})
 		case *storev1.SnapshotRecord_StoreMeta:
 			err = txn.Insert(tableSingletons, &singleton{Key: singletonStore, Msg: x.StoreMeta})
 		default:

@@ -115,6 +115,8 @@ type Server struct {
 	// Store calls.
 	storeInfo    *managerv1.StoreInfo
 	snapshotData []byte
+	// Tokens, discovery and access replicas (security.go).
+	security *securityState
 }
 
 // NewServer starts a fake Manager and stops it when the test ends.

@@ -136,8 +136,14 @@ type DaemonHello struct {
 	// daemon is newer). Meaningless across a major-version mismatch.
 	Skew int32 `protobuf:"varint,3,opt,name=skew,proto3" json:"skew,omitempty"`
 	// False when the major versions differ: the caller must not go on.
-	Compatible    bool   `protobuf:"varint,4,opt,name=compatible,proto3" json:"compatible,omitempty"`
-	NodeName      string `protobuf:"bytes,5,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	Compatible bool   `protobuf:"varint,4,opt,name=compatible,proto3" json:"compatible,omitempty"`
+	NodeName   string `protobuf:"bytes,5,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// When the API is served with TLS: the fingerprint ("sha256:<hex>" of
+	// the DER) of the CA certificate its chain ends in, for workers and
+	// clients to pin (--tls-ca-hash). Empty without TLS, or when the
+	// Manager's certificate chains to a CA it does not know (then the
+	// system's roots or --tls-ca verify it).
+	CaFingerprint string `protobuf:"bytes,6,opt,name=ca_fingerprint,json=caFingerprint,proto3" json:"ca_fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -203,6 +209,13 @@ func (x *DaemonHello) GetCompatible() bool {
 func (x *DaemonHello) GetNodeName() string {
 	if x != nil {
 		return x.NodeName
+	}
+	return ""
+}
+
+func (x *DaemonHello) GetCaFingerprint() string {
+	if x != nil {
+		return x.CaFingerprint
 	}
 	return ""
 }
@@ -1928,7 +1941,12 @@ type ClusterMemberRegisterRequest struct {
 	// gone a while (false at a worker's start). A reconnecting worker whose
 	// node was terminated meanwhile is refused with FAILED_PRECONDITION: it
 	// stops its instances and exits, as if it had received the Terminate.
-	Reconnect     bool `protobuf:"varint,8,opt,name=reconnect,proto3" json:"reconnect,omitempty"`
+	Reconnect bool `protobuf:"varint,8,opt,name=reconnect,proto3" json:"reconnect,omitempty"`
+	// A PKCS#10 certificate request (DER) for the key the worker serves its
+	// NodeController stream with. When the Manager runs TLS it signs it with
+	// its cluster CA: the worker then serves TLS with that certificate and
+	// accepts only the Manager's client certificate (mutual TLS).
+	CsrDer        []byte `protobuf:"bytes,9,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2019,6 +2037,13 @@ func (x *ClusterMemberRegisterRequest) GetReconnect() bool {
 	return false
 }
 
+func (x *ClusterMemberRegisterRequest) GetCsrDer() []byte {
+	if x != nil {
+		return x.CsrDer
+	}
+	return nil
+}
+
 type ClusterMemberRegisterResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2028,8 +2053,12 @@ type ClusterMemberRegisterResponse struct {
 	NodeName   string `protobuf:"bytes,3,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
 	// How often the worker sends heartbeats.
 	HeartbeatIntervalMs uint32 `protobuf:"varint,4,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The worker's signed serving certificate (DER) and the cluster CA
+	// (DER), when the Manager runs TLS and the request carried a CSR.
+	CertificateDer    []byte   `protobuf:"bytes,5,opt,name=certificate_der,json=certificateDer,proto3" json:"certificate_der,omitempty"`
+	CaCertificatesDer [][]byte `protobuf:"bytes,6,rep,name=ca_certificates_der,json=caCertificatesDer,proto3" json:"ca_certificates_der,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ClusterMemberRegisterResponse) Reset() {
@@ -2088,6 +2117,20 @@ func (x *ClusterMemberRegisterResponse) GetHeartbeatIntervalMs() uint32 {
 		return x.HeartbeatIntervalMs
 	}
 	return 0
+}
+
+func (x *ClusterMemberRegisterResponse) GetCertificateDer() []byte {
+	if x != nil {
+		return x.CertificateDer
+	}
+	return nil
+}
+
+func (x *ClusterMemberRegisterResponse) GetCaCertificatesDer() [][]byte {
+	if x != nil {
+		return x.CaCertificatesDer
+	}
+	return nil
 }
 
 type ListClusterNodesRequest struct {
@@ -2756,10 +2799,10 @@ var File_norsk_manager_v1_manager_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\n" +
-	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
+	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
 	"\fHelloRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12!\n" +
-	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xaa\x01\n" +
+	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xd1\x01\n" +
 	"\vDaemonHello\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12\x1f\n" +
 	"\vbuild_label\x18\x02 \x01(\tR\n" +
@@ -2768,7 +2811,8 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\n" +
 	"compatible\x18\x04 \x01(\bR\n" +
 	"compatible\x12\x1b\n" +
-	"\tnode_name\x18\x05 \x01(\tR\bnodeName\"\x10\n" +
+	"\tnode_name\x18\x05 \x01(\tR\bnodeName\x12%\n" +
+	"\x0eca_fingerprint\x18\x06 \x01(\tR\rcaFingerprint\"\x10\n" +
 	"\x0eVersionRequest\"\xe8\x01\n" +
 	"\vVersionInfo\x12#\n" +
 	"\rmajor_version\x18\x01 \x01(\rR\fmajorVersion\x12#\n" +
@@ -2869,7 +2913,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\"L\n" +
 	"\x1bRegisterClusterNodeResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\"\xc8\x02\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"\xe1\x02\n" +
 	"\x1cClusterMemberRegisterRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1f\n" +
 	"\vnode_secret\x18\x02 \x01(\tR\n" +
@@ -2879,13 +2923,16 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\fcapabilities\x18\x05 \x03(\v2\x1c.norsk.manager.v1.CapabilityR\fcapabilities\x12\x18\n" +
 	"\aruntime\x18\x06 \x01(\tR\aruntime\x12%\n" +
 	"\x0eworker_version\x18\a \x01(\tR\rworkerVersion\x12\x1c\n" +
-	"\treconnect\x18\b \x01(\bR\treconnect\"\xaa\x01\n" +
+	"\treconnect\x18\b \x01(\bR\treconnect\x12\x17\n" +
+	"\acsr_der\x18\t \x01(\fR\x06csrDer\"\x83\x02\n" +
 	"\x1dClusterMemberRegisterResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1f\n" +
 	"\vnode_secret\x18\x02 \x01(\tR\n" +
 	"nodeSecret\x12\x1b\n" +
 	"\tnode_name\x18\x03 \x01(\tR\bnodeName\x122\n" +
-	"\x15heartbeat_interval_ms\x18\x04 \x01(\rR\x13heartbeatIntervalMs\"\x19\n" +
+	"\x15heartbeat_interval_ms\x18\x04 \x01(\rR\x13heartbeatIntervalMs\x12'\n" +
+	"\x0fcertificate_der\x18\x05 \x01(\fR\x0ecertificateDer\x12.\n" +
+	"\x13ca_certificates_der\x18\x06 \x03(\fR\x11caCertificatesDer\"\x19\n" +
 	"\x17ListClusterNodesRequest\"O\n" +
 	"\x18ListClusterNodesResponse\x123\n" +
 	"\x05slots\x18\x01 \x03(\v2\x1d.norsk.manager.v1.ClusterSlotR\x05slots\"7\n" +
@@ -2922,39 +2969,47 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\xab\x16\n" +
-	"\aManager\x12F\n" +
-	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\x12J\n" +
-	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\x12J\n" +
-	"\tCreateJob\x12\".norsk.manager.v1.CreateJobRequest\x1a\x19.norsk.manager.v1.JobHash\x12J\n" +
-	"\tUpdateJob\x12\".norsk.manager.v1.UpdateJobRequest\x1a\x19.norsk.manager.v1.JobHash\x12T\n" +
-	"\tDeleteJob\x12\".norsk.manager.v1.DeleteJobRequest\x1a#.norsk.manager.v1.DeleteJobResponse\x12M\n" +
-	"\aJobById\x12 .norsk.manager.v1.JobByIdRequest\x1a .norsk.manager.v1.JobWithHistory\x12T\n" +
-	"\tJobSearch\x12\".norsk.manager.v1.JobSearchRequest\x1a#.norsk.manager.v1.JobSearchResponse\x12Q\n" +
-	"\bStartJob\x12!.norsk.manager.v1.StartJobRequest\x1a\".norsk.manager.v1.StartJobResponse\x12N\n" +
-	"\aStopJob\x12 .norsk.manager.v1.StopJobRequest\x1a!.norsk.manager.v1.StopJobResponse\x12i\n" +
-	"\x10StartPreparedJob\x12).norsk.manager.v1.StartPreparedJobRequest\x1a*.norsk.manager.v1.StartPreparedJobResponse\x12Z\n" +
-	"\vCompleteJob\x12$.norsk.manager.v1.CompleteJobRequest\x1a%.norsk.manager.v1.CompleteJobResponse\x12`\n" +
-	"\rMarkJobFailed\x12&.norsk.manager.v1.MarkJobFailedRequest\x1a'.norsk.manager.v1.MarkJobFailedResponse\x12r\n" +
-	"\x13RegisterClusterNode\x12,.norsk.manager.v1.RegisterClusterNodeRequest\x1a-.norsk.manager.v1.RegisterClusterNodeResponse\x12x\n" +
-	"\x15ClusterMemberRegister\x12..norsk.manager.v1.ClusterMemberRegisterRequest\x1a/.norsk.manager.v1.ClusterMemberRegisterResponse\x12i\n" +
-	"\x10ListClusterNodes\x12).norsk.manager.v1.ListClusterNodesRequest\x1a*.norsk.manager.v1.ListClusterNodesResponse\x12x\n" +
-	"\x15DeregisterClusterNode\x12..norsk.manager.v1.DeregisterClusterNodeRequest\x1a/.norsk.manager.v1.DeregisterClusterNodeResponse\x12o\n" +
-	"\x12SetClusterNodePool\x12+.norsk.manager.v1.SetClusterNodePoolRequest\x1a,.norsk.manager.v1.SetClusterNodePoolResponse\x12T\n" +
-	"\tListNodes\x12\".norsk.manager.v1.ListNodesRequest\x1a#.norsk.manager.v1.ListNodesResponse\x12`\n" +
-	"\rTerminateNode\x12&.norsk.manager.v1.TerminateNodeRequest\x1a'.norsk.manager.v1.TerminateNodeResponse\x12Z\n" +
-	"\vSetNodeTags\x12$.norsk.manager.v1.SetNodeTagsRequest\x1a%.norsk.manager.v1.SetNodeTagsResponse\x12a\n" +
-	"\x11GetNodeIdleExpiry\x12*.norsk.manager.v1.GetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\x12a\n" +
-	"\x11SetNodeIdleExpiry\x12*.norsk.manager.v1.SetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\x12i\n" +
-	"\x10AppendAuditEntry\x12).norsk.manager.v1.AppendAuditEntryRequest\x1a*.norsk.manager.v1.AppendAuditEntryResponse\x12Z\n" +
-	"\vGetAuditLog\x12$.norsk.manager.v1.GetAuditLogRequest\x1a%.norsk.manager.v1.GetAuditLogResponse\x12`\n" +
-	"\rPruneAuditLog\x12&.norsk.manager.v1.PruneAuditLogRequest\x1a'.norsk.manager.v1.PruneAuditLogResponse\x12Q\n" +
-	"\bKvCommit\x12!.norsk.manager.v1.KvCommitRequest\x1a\".norsk.manager.v1.KvCommitResponse\x12H\n" +
-	"\x05KvGet\x12\x1e.norsk.manager.v1.KvGetRequest\x1a\x1f.norsk.manager.v1.KvGetResponse\x12K\n" +
-	"\x06KvList\x12\x1f.norsk.manager.v1.KvListRequest\x1a .norsk.manager.v1.KvListResponse\x12R\n" +
-	"\fGetStoreInfo\x12%.norsk.manager.v1.GetStoreInfoRequest\x1a\x1b.norsk.manager.v1.StoreInfo\x12X\n" +
-	"\fSnapshotSave\x12%.norsk.manager.v1.SnapshotSaveRequest\x1a\x1f.norsk.manager.v1.SnapshotChunk0\x01\x12N\n" +
-	"\vEventStream\x12$.norsk.manager.v1.EventStreamRequest\x1a\x17.norsk.manager.v1.Event0\x01BFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
+	"\x10DATE_FIELD_START\x10\x022\xb0\x1e\n" +
+	"\aManager\x12M\n" +
+	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
+	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
+	"\tCreateJob\x12\".norsk.manager.v1.CreateJobRequest\x1a\x19.norsk.manager.v1.JobHash\"\x05\x8a\xb5\x18\x01\x03\x12Q\n" +
+	"\tUpdateJob\x12\".norsk.manager.v1.UpdateJobRequest\x1a\x19.norsk.manager.v1.JobHash\"\x05\x8a\xb5\x18\x01\x03\x12[\n" +
+	"\tDeleteJob\x12\".norsk.manager.v1.DeleteJobRequest\x1a#.norsk.manager.v1.DeleteJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12T\n" +
+	"\aJobById\x12 .norsk.manager.v1.JobByIdRequest\x1a .norsk.manager.v1.JobWithHistory\"\x05\x8a\xb5\x18\x01\x02\x12[\n" +
+	"\tJobSearch\x12\".norsk.manager.v1.JobSearchRequest\x1a#.norsk.manager.v1.JobSearchResponse\"\x05\x8a\xb5\x18\x01\x02\x12X\n" +
+	"\bStartJob\x12!.norsk.manager.v1.StartJobRequest\x1a\".norsk.manager.v1.StartJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12U\n" +
+	"\aStopJob\x12 .norsk.manager.v1.StopJobRequest\x1a!.norsk.manager.v1.StopJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12p\n" +
+	"\x10StartPreparedJob\x12).norsk.manager.v1.StartPreparedJobRequest\x1a*.norsk.manager.v1.StartPreparedJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12a\n" +
+	"\vCompleteJob\x12$.norsk.manager.v1.CompleteJobRequest\x1a%.norsk.manager.v1.CompleteJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12g\n" +
+	"\rMarkJobFailed\x12&.norsk.manager.v1.MarkJobFailedRequest\x1a'.norsk.manager.v1.MarkJobFailedResponse\"\x05\x8a\xb5\x18\x01\x03\x12y\n" +
+	"\x13RegisterClusterNode\x12,.norsk.manager.v1.RegisterClusterNodeRequest\x1a-.norsk.manager.v1.RegisterClusterNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12\x7f\n" +
+	"\x15ClusterMemberRegister\x12..norsk.manager.v1.ClusterMemberRegisterRequest\x1a/.norsk.manager.v1.ClusterMemberRegisterResponse\"\x05\x8a\xb5\x18\x01\x06\x12p\n" +
+	"\x10ListClusterNodes\x12).norsk.manager.v1.ListClusterNodesRequest\x1a*.norsk.manager.v1.ListClusterNodesResponse\"\x05\x8a\xb5\x18\x01\x02\x12\x7f\n" +
+	"\x15DeregisterClusterNode\x12..norsk.manager.v1.DeregisterClusterNodeRequest\x1a/.norsk.manager.v1.DeregisterClusterNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12v\n" +
+	"\x12SetClusterNodePool\x12+.norsk.manager.v1.SetClusterNodePoolRequest\x1a,.norsk.manager.v1.SetClusterNodePoolResponse\"\x05\x8a\xb5\x18\x01\x03\x12[\n" +
+	"\tListNodes\x12\".norsk.manager.v1.ListNodesRequest\x1a#.norsk.manager.v1.ListNodesResponse\"\x05\x8a\xb5\x18\x01\x02\x12g\n" +
+	"\rTerminateNode\x12&.norsk.manager.v1.TerminateNodeRequest\x1a'.norsk.manager.v1.TerminateNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12a\n" +
+	"\vSetNodeTags\x12$.norsk.manager.v1.SetNodeTagsRequest\x1a%.norsk.manager.v1.SetNodeTagsResponse\"\x05\x8a\xb5\x18\x01\x03\x12h\n" +
+	"\x11GetNodeIdleExpiry\x12*.norsk.manager.v1.GetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\"\x05\x8a\xb5\x18\x01\x02\x12h\n" +
+	"\x11SetNodeIdleExpiry\x12*.norsk.manager.v1.SetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\"\x05\x8a\xb5\x18\x01\x03\x12q\n" +
+	"\x10AppendAuditEntry\x12).norsk.manager.v1.AppendAuditEntryRequest\x1a*.norsk.manager.v1.AppendAuditEntryResponse\"\x06\x8a\xb5\x18\x02\x03\x05\x12a\n" +
+	"\vGetAuditLog\x12$.norsk.manager.v1.GetAuditLogRequest\x1a%.norsk.manager.v1.GetAuditLogResponse\"\x05\x8a\xb5\x18\x01\x02\x12g\n" +
+	"\rPruneAuditLog\x12&.norsk.manager.v1.PruneAuditLogRequest\x1a'.norsk.manager.v1.PruneAuditLogResponse\"\x05\x8a\xb5\x18\x01\x04\x12Y\n" +
+	"\bKvCommit\x12!.norsk.manager.v1.KvCommitRequest\x1a\".norsk.manager.v1.KvCommitResponse\"\x06\x8a\xb5\x18\x02\x03\x05\x12P\n" +
+	"\x05KvGet\x12\x1e.norsk.manager.v1.KvGetRequest\x1a\x1f.norsk.manager.v1.KvGetResponse\"\x06\x8a\xb5\x18\x02\x02\x05\x12S\n" +
+	"\x06KvList\x12\x1f.norsk.manager.v1.KvListRequest\x1a .norsk.manager.v1.KvListResponse\"\x06\x8a\xb5\x18\x02\x02\x05\x12Y\n" +
+	"\fGetStoreInfo\x12%.norsk.manager.v1.GetStoreInfoRequest\x1a\x1b.norsk.manager.v1.StoreInfo\"\x05\x8a\xb5\x18\x01\x02\x12_\n" +
+	"\fSnapshotSave\x12%.norsk.manager.v1.SnapshotSaveRequest\x1a\x1f.norsk.manager.v1.SnapshotChunk\"\x05\x8a\xb5\x18\x01\x040\x01\x12a\n" +
+	"\vCreateToken\x12$.norsk.manager.v1.CreateTokenRequest\x1a%.norsk.manager.v1.CreateTokenResponse\"\x05\x8a\xb5\x18\x01\x04\x12^\n" +
+	"\n" +
+	"ListTokens\x12#.norsk.manager.v1.ListTokensRequest\x1a$.norsk.manager.v1.ListTokensResponse\"\x05\x8a\xb5\x18\x01\x04\x12a\n" +
+	"\vRevokeToken\x12$.norsk.manager.v1.RevokeTokenRequest\x1a%.norsk.manager.v1.RevokeTokenResponse\"\x05\x8a\xb5\x18\x01\x04\x12\x7f\n" +
+	"\x15PublishDiscoveryFleet\x12..norsk.manager.v1.PublishDiscoveryFleetRequest\x1a/.norsk.manager.v1.PublishDiscoveryFleetResponse\"\x05\x8a\xb5\x18\x01\x05\x12s\n" +
+	"\x11GetDiscoveryFleet\x12*.norsk.manager.v1.GetDiscoveryFleetRequest\x1a+.norsk.manager.v1.GetDiscoveryFleetResponse\"\x05\x8a\xb5\x18\x01\x05\x12\x8b\x01\n" +
+	"\x19RotateDiscoveryTierSecret\x122.norsk.manager.v1.RotateDiscoveryTierSecretRequest\x1a3.norsk.manager.v1.RotateDiscoveryTierSecretResponse\"\x05\x8a\xb5\x18\x01\x05\x12|\n" +
+	"\x14PublishAccessReplica\x12-.norsk.manager.v1.PublishAccessReplicaRequest\x1a..norsk.manager.v1.PublishAccessReplicaResponse\"\x05\x8a\xb5\x18\x01\x05\x12U\n" +
+	"\vEventStream\x12$.norsk.manager.v1.EventStreamRequest\x1a\x17.norsk.manager.v1.Event\"\x05\x8a\xb5\x18\x01\x020\x01BFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
 
 var (
 	file_norsk_manager_v1_manager_proto_rawDescOnce sync.Once
@@ -2971,81 +3026,95 @@ func file_norsk_manager_v1_manager_proto_rawDescGZIP() []byte {
 var file_norsk_manager_v1_manager_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_norsk_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_norsk_manager_v1_manager_proto_goTypes = []any{
-	(DateField)(0),                        // 0: norsk.manager.v1.DateField
-	(*HelloRequest)(nil),                  // 1: norsk.manager.v1.HelloRequest
-	(*DaemonHello)(nil),                   // 2: norsk.manager.v1.DaemonHello
-	(*VersionRequest)(nil),                // 3: norsk.manager.v1.VersionRequest
-	(*VersionInfo)(nil),                   // 4: norsk.manager.v1.VersionInfo
-	(*CreateJobRequest)(nil),              // 5: norsk.manager.v1.CreateJobRequest
-	(*UpdateJobRequest)(nil),              // 6: norsk.manager.v1.UpdateJobRequest
-	(*DeleteJobRequest)(nil),              // 7: norsk.manager.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),             // 8: norsk.manager.v1.DeleteJobResponse
-	(*JobByIdRequest)(nil),                // 9: norsk.manager.v1.JobByIdRequest
-	(*TagFilter)(nil),                     // 10: norsk.manager.v1.TagFilter
-	(*IdFilter)(nil),                      // 11: norsk.manager.v1.IdFilter
-	(*DateWithin)(nil),                    // 12: norsk.manager.v1.DateWithin
-	(*DateFilter)(nil),                    // 13: norsk.manager.v1.DateFilter
-	(*JobFilter)(nil),                     // 14: norsk.manager.v1.JobFilter
-	(*JobSearchRequest)(nil),              // 15: norsk.manager.v1.JobSearchRequest
-	(*JobSearchResponse)(nil),             // 16: norsk.manager.v1.JobSearchResponse
-	(*StartJobOptions)(nil),               // 17: norsk.manager.v1.StartJobOptions
-	(*StartJobRequest)(nil),               // 18: norsk.manager.v1.StartJobRequest
-	(*StartJobResponse)(nil),              // 19: norsk.manager.v1.StartJobResponse
-	(*StopJobOptions)(nil),                // 20: norsk.manager.v1.StopJobOptions
-	(*StopJobRequest)(nil),                // 21: norsk.manager.v1.StopJobRequest
-	(*StopJobResponse)(nil),               // 22: norsk.manager.v1.StopJobResponse
-	(*StartPreparedJobRequest)(nil),       // 23: norsk.manager.v1.StartPreparedJobRequest
-	(*StartPreparedJobResponse)(nil),      // 24: norsk.manager.v1.StartPreparedJobResponse
-	(*CompleteJobRequest)(nil),            // 25: norsk.manager.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),           // 26: norsk.manager.v1.CompleteJobResponse
-	(*MarkJobFailedRequest)(nil),          // 27: norsk.manager.v1.MarkJobFailedRequest
-	(*MarkJobFailedResponse)(nil),         // 28: norsk.manager.v1.MarkJobFailedResponse
-	(*RegisterClusterNodeRequest)(nil),    // 29: norsk.manager.v1.RegisterClusterNodeRequest
-	(*RegisterClusterNodeResponse)(nil),   // 30: norsk.manager.v1.RegisterClusterNodeResponse
-	(*ClusterMemberRegisterRequest)(nil),  // 31: norsk.manager.v1.ClusterMemberRegisterRequest
-	(*ClusterMemberRegisterResponse)(nil), // 32: norsk.manager.v1.ClusterMemberRegisterResponse
-	(*ListClusterNodesRequest)(nil),       // 33: norsk.manager.v1.ListClusterNodesRequest
-	(*ListClusterNodesResponse)(nil),      // 34: norsk.manager.v1.ListClusterNodesResponse
-	(*DeregisterClusterNodeRequest)(nil),  // 35: norsk.manager.v1.DeregisterClusterNodeRequest
-	(*DeregisterClusterNodeResponse)(nil), // 36: norsk.manager.v1.DeregisterClusterNodeResponse
-	(*SetClusterNodePoolRequest)(nil),     // 37: norsk.manager.v1.SetClusterNodePoolRequest
-	(*SetClusterNodePoolResponse)(nil),    // 38: norsk.manager.v1.SetClusterNodePoolResponse
-	(*ListNodesRequest)(nil),              // 39: norsk.manager.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),             // 40: norsk.manager.v1.ListNodesResponse
-	(*TerminateNodeRequest)(nil),          // 41: norsk.manager.v1.TerminateNodeRequest
-	(*TerminateNodeResponse)(nil),         // 42: norsk.manager.v1.TerminateNodeResponse
-	(*SetNodeTagsRequest)(nil),            // 43: norsk.manager.v1.SetNodeTagsRequest
-	(*SetNodeTagsResponse)(nil),           // 44: norsk.manager.v1.SetNodeTagsResponse
-	(*GetNodeIdleExpiryRequest)(nil),      // 45: norsk.manager.v1.GetNodeIdleExpiryRequest
-	(*SetNodeIdleExpiryRequest)(nil),      // 46: norsk.manager.v1.SetNodeIdleExpiryRequest
-	(*NodeIdleExpiry)(nil),                // 47: norsk.manager.v1.NodeIdleExpiry
-	nil,                                   // 48: norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	(*Job)(nil),                           // 49: norsk.manager.v1.Job
-	(*timestamppb.Timestamp)(nil),         // 50: google.protobuf.Timestamp
-	(*JobWithHistory)(nil),                // 51: norsk.manager.v1.JobWithHistory
-	(*Hardware)(nil),                      // 52: norsk.manager.v1.Hardware
-	(*Capability)(nil),                    // 53: norsk.manager.v1.Capability
-	(*ClusterSlot)(nil),                   // 54: norsk.manager.v1.ClusterSlot
-	(*Node)(nil),                          // 55: norsk.manager.v1.Node
-	(*AppendAuditEntryRequest)(nil),       // 56: norsk.manager.v1.AppendAuditEntryRequest
-	(*GetAuditLogRequest)(nil),            // 57: norsk.manager.v1.GetAuditLogRequest
-	(*PruneAuditLogRequest)(nil),          // 58: norsk.manager.v1.PruneAuditLogRequest
-	(*KvCommitRequest)(nil),               // 59: norsk.manager.v1.KvCommitRequest
-	(*KvGetRequest)(nil),                  // 60: norsk.manager.v1.KvGetRequest
-	(*KvListRequest)(nil),                 // 61: norsk.manager.v1.KvListRequest
-	(*GetStoreInfoRequest)(nil),           // 62: norsk.manager.v1.GetStoreInfoRequest
-	(*SnapshotSaveRequest)(nil),           // 63: norsk.manager.v1.SnapshotSaveRequest
-	(*EventStreamRequest)(nil),            // 64: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                       // 65: norsk.manager.v1.JobHash
-	(*AppendAuditEntryResponse)(nil),      // 66: norsk.manager.v1.AppendAuditEntryResponse
-	(*GetAuditLogResponse)(nil),           // 67: norsk.manager.v1.GetAuditLogResponse
-	(*PruneAuditLogResponse)(nil),         // 68: norsk.manager.v1.PruneAuditLogResponse
-	(*KvCommitResponse)(nil),              // 69: norsk.manager.v1.KvCommitResponse
-	(*KvGetResponse)(nil),                 // 70: norsk.manager.v1.KvGetResponse
-	(*KvListResponse)(nil),                // 71: norsk.manager.v1.KvListResponse
-	(*StoreInfo)(nil),                     // 72: norsk.manager.v1.StoreInfo
-	(*SnapshotChunk)(nil),                 // 73: norsk.manager.v1.SnapshotChunk
-	(*Event)(nil),                         // 74: norsk.manager.v1.Event
+	(DateField)(0),                            // 0: norsk.manager.v1.DateField
+	(*HelloRequest)(nil),                      // 1: norsk.manager.v1.HelloRequest
+	(*DaemonHello)(nil),                       // 2: norsk.manager.v1.DaemonHello
+	(*VersionRequest)(nil),                    // 3: norsk.manager.v1.VersionRequest
+	(*VersionInfo)(nil),                       // 4: norsk.manager.v1.VersionInfo
+	(*CreateJobRequest)(nil),                  // 5: norsk.manager.v1.CreateJobRequest
+	(*UpdateJobRequest)(nil),                  // 6: norsk.manager.v1.UpdateJobRequest
+	(*DeleteJobRequest)(nil),                  // 7: norsk.manager.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),                 // 8: norsk.manager.v1.DeleteJobResponse
+	(*JobByIdRequest)(nil),                    // 9: norsk.manager.v1.JobByIdRequest
+	(*TagFilter)(nil),                         // 10: norsk.manager.v1.TagFilter
+	(*IdFilter)(nil),                          // 11: norsk.manager.v1.IdFilter
+	(*DateWithin)(nil),                        // 12: norsk.manager.v1.DateWithin
+	(*DateFilter)(nil),                        // 13: norsk.manager.v1.DateFilter
+	(*JobFilter)(nil),                         // 14: norsk.manager.v1.JobFilter
+	(*JobSearchRequest)(nil),                  // 15: norsk.manager.v1.JobSearchRequest
+	(*JobSearchResponse)(nil),                 // 16: norsk.manager.v1.JobSearchResponse
+	(*StartJobOptions)(nil),                   // 17: norsk.manager.v1.StartJobOptions
+	(*StartJobRequest)(nil),                   // 18: norsk.manager.v1.StartJobRequest
+	(*StartJobResponse)(nil),                  // 19: norsk.manager.v1.StartJobResponse
+	(*StopJobOptions)(nil),                    // 20: norsk.manager.v1.StopJobOptions
+	(*StopJobRequest)(nil),                    // 21: norsk.manager.v1.StopJobRequest
+	(*StopJobResponse)(nil),                   // 22: norsk.manager.v1.StopJobResponse
+	(*StartPreparedJobRequest)(nil),           // 23: norsk.manager.v1.StartPreparedJobRequest
+	(*StartPreparedJobResponse)(nil),          // 24: norsk.manager.v1.StartPreparedJobResponse
+	(*CompleteJobRequest)(nil),                // 25: norsk.manager.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),               // 26: norsk.manager.v1.CompleteJobResponse
+	(*MarkJobFailedRequest)(nil),              // 27: norsk.manager.v1.MarkJobFailedRequest
+	(*MarkJobFailedResponse)(nil),             // 28: norsk.manager.v1.MarkJobFailedResponse
+	(*RegisterClusterNodeRequest)(nil),        // 29: norsk.manager.v1.RegisterClusterNodeRequest
+	(*RegisterClusterNodeResponse)(nil),       // 30: norsk.manager.v1.RegisterClusterNodeResponse
+	(*ClusterMemberRegisterRequest)(nil),      // 31: norsk.manager.v1.ClusterMemberRegisterRequest
+	(*ClusterMemberRegisterResponse)(nil),     // 32: norsk.manager.v1.ClusterMemberRegisterResponse
+	(*ListClusterNodesRequest)(nil),           // 33: norsk.manager.v1.ListClusterNodesRequest
+	(*ListClusterNodesResponse)(nil),          // 34: norsk.manager.v1.ListClusterNodesResponse
+	(*DeregisterClusterNodeRequest)(nil),      // 35: norsk.manager.v1.DeregisterClusterNodeRequest
+	(*DeregisterClusterNodeResponse)(nil),     // 36: norsk.manager.v1.DeregisterClusterNodeResponse
+	(*SetClusterNodePoolRequest)(nil),         // 37: norsk.manager.v1.SetClusterNodePoolRequest
+	(*SetClusterNodePoolResponse)(nil),        // 38: norsk.manager.v1.SetClusterNodePoolResponse
+	(*ListNodesRequest)(nil),                  // 39: norsk.manager.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),                 // 40: norsk.manager.v1.ListNodesResponse
+	(*TerminateNodeRequest)(nil),              // 41: norsk.manager.v1.TerminateNodeRequest
+	(*TerminateNodeResponse)(nil),             // 42: norsk.manager.v1.TerminateNodeResponse
+	(*SetNodeTagsRequest)(nil),                // 43: norsk.manager.v1.SetNodeTagsRequest
+	(*SetNodeTagsResponse)(nil),               // 44: norsk.manager.v1.SetNodeTagsResponse
+	(*GetNodeIdleExpiryRequest)(nil),          // 45: norsk.manager.v1.GetNodeIdleExpiryRequest
+	(*SetNodeIdleExpiryRequest)(nil),          // 46: norsk.manager.v1.SetNodeIdleExpiryRequest
+	(*NodeIdleExpiry)(nil),                    // 47: norsk.manager.v1.NodeIdleExpiry
+	nil,                                       // 48: norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	(*Job)(nil),                               // 49: norsk.manager.v1.Job
+	(*timestamppb.Timestamp)(nil),             // 50: google.protobuf.Timestamp
+	(*JobWithHistory)(nil),                    // 51: norsk.manager.v1.JobWithHistory
+	(*Hardware)(nil),                          // 52: norsk.manager.v1.Hardware
+	(*Capability)(nil),                        // 53: norsk.manager.v1.Capability
+	(*ClusterSlot)(nil),                       // 54: norsk.manager.v1.ClusterSlot
+	(*Node)(nil),                              // 55: norsk.manager.v1.Node
+	(*AppendAuditEntryRequest)(nil),           // 56: norsk.manager.v1.AppendAuditEntryRequest
+	(*GetAuditLogRequest)(nil),                // 57: norsk.manager.v1.GetAuditLogRequest
+	(*PruneAuditLogRequest)(nil),              // 58: norsk.manager.v1.PruneAuditLogRequest
+	(*KvCommitRequest)(nil),                   // 59: norsk.manager.v1.KvCommitRequest
+	(*KvGetRequest)(nil),                      // 60: norsk.manager.v1.KvGetRequest
+	(*KvListRequest)(nil),                     // 61: norsk.manager.v1.KvListRequest
+	(*GetStoreInfoRequest)(nil),               // 62: norsk.manager.v1.GetStoreInfoRequest
+	(*SnapshotSaveRequest)(nil),               // 63: norsk.manager.v1.SnapshotSaveRequest
+	(*CreateTokenRequest)(nil),                // 64: norsk.manager.v1.CreateTokenRequest
+	(*ListTokensRequest)(nil),                 // 65: norsk.manager.v1.ListTokensRequest
+	(*RevokeTokenRequest)(nil),                // 66: norsk.manager.v1.RevokeTokenRequest
+	(*PublishDiscoveryFleetRequest)(nil),      // 67: norsk.manager.v1.PublishDiscoveryFleetRequest
+	(*GetDiscoveryFleetRequest)(nil),          // 68: norsk.manager.v1.GetDiscoveryFleetRequest
+	(*RotateDiscoveryTierSecretRequest)(nil),  // 69: norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	(*PublishAccessReplicaRequest)(nil),       // 70: norsk.manager.v1.PublishAccessReplicaRequest
+	(*EventStreamRequest)(nil),                // 71: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                           // 72: norsk.manager.v1.JobHash
+	(*AppendAuditEntryResponse)(nil),          // 73: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),               // 74: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),             // 75: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),                  // 76: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                     // 77: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                    // 78: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                         // 79: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                     // 80: norsk.manager.v1.SnapshotChunk
+	(*CreateTokenResponse)(nil),               // 81: norsk.manager.v1.CreateTokenResponse
+	(*ListTokensResponse)(nil),                // 82: norsk.manager.v1.ListTokensResponse
+	(*RevokeTokenResponse)(nil),               // 83: norsk.manager.v1.RevokeTokenResponse
+	(*PublishDiscoveryFleetResponse)(nil),     // 84: norsk.manager.v1.PublishDiscoveryFleetResponse
+	(*GetDiscoveryFleetResponse)(nil),         // 85: norsk.manager.v1.GetDiscoveryFleetResponse
+	(*RotateDiscoveryTierSecretResponse)(nil), // 86: norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	(*PublishAccessReplicaResponse)(nil),      // 87: norsk.manager.v1.PublishAccessReplicaResponse
+	(*Event)(nil),                             // 88: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	49, // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
@@ -3102,40 +3171,54 @@ var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	61, // 51: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
 	62, // 52: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
 	63, // 53: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
-	64, // 54: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,  // 55: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,  // 56: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	65, // 57: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	65, // 58: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,  // 59: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	51, // 60: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16, // 61: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19, // 62: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22, // 63: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	24, // 64: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	26, // 65: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	28, // 66: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	30, // 67: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	32, // 68: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	34, // 69: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	36, // 70: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	38, // 71: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	40, // 72: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	42, // 73: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	44, // 74: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	47, // 75: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	47, // 76: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	66, // 77: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	67, // 78: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	68, // 79: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	69, // 80: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	70, // 81: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	71, // 82: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	72, // 83: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	73, // 84: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	74, // 85: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	55, // [55:86] is the sub-list for method output_type
-	24, // [24:55] is the sub-list for method input_type
+	64, // 54: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
+	65, // 55: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
+	66, // 56: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
+	67, // 57: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
+	68, // 58: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
+	69, // 59: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	70, // 60: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
+	71, // 61: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,  // 62: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,  // 63: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	72, // 64: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	72, // 65: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,  // 66: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	51, // 67: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16, // 68: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19, // 69: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22, // 70: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	24, // 71: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	26, // 72: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	28, // 73: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	30, // 74: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	32, // 75: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	34, // 76: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	36, // 77: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	38, // 78: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	40, // 79: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	42, // 80: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	44, // 81: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	47, // 82: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	47, // 83: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	73, // 84: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	74, // 85: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	75, // 86: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	76, // 87: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	77, // 88: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	78, // 89: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	79, // 90: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	80, // 91: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	81, // 92: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	82, // 93: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	83, // 94: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	84, // 95: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	85, // 96: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	86, // 97: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	87, // 98: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	88, // 99: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	62, // [62:100] is the sub-list for method output_type
+	24, // [24:62] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -3151,6 +3234,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 	file_norsk_manager_v1_job_proto_init()
 	file_norsk_manager_v1_kv_proto_init()
 	file_norsk_manager_v1_node_proto_init()
+	file_norsk_manager_v1_security_proto_init()
 	file_norsk_manager_v1_store_info_proto_init()
 	file_norsk_manager_v1_manager_proto_msgTypes[9].OneofWrappers = []any{
 		(*TagFilter_Eq)(nil),

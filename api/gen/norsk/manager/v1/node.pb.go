@@ -411,7 +411,12 @@ type Node struct {
 	LastSeen  *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	Instances []*InstanceSummary     `protobuf:"bytes,17,rep,name=instances,proto3" json:"instances,omitempty"`
 	// Why the node entered its state (e.g. "stream gone for 30s").
-	StateReason   string `protobuf:"bytes,18,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
+	StateReason string `protobuf:"bytes,18,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
+	// True when the worker serves its NodeController stream with a
+	// certificate the Manager's cluster CA signed at registration: the
+	// Manager dials it over mutual TLS (https). False: cleartext HTTP/2
+	// (loopback and development).
+	Tls           bool `protobuf:"varint,19,opt,name=tls,proto3" json:"tls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -570,6 +575,13 @@ func (x *Node) GetStateReason() string {
 		return x.StateReason
 	}
 	return ""
+}
+
+func (x *Node) GetTls() bool {
+	if x != nil {
+		return x.Tls
+	}
+	return false
 }
 
 type InstanceSummary struct {
@@ -768,7 +780,7 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\x11memory_used_bytes\x18\x02 \x01(\x04R\x0fmemoryUsedBytes\x12\x1c\n" +
 	"\tinstances\x18\x03 \x01(\rR\tinstances\x12;\n" +
 	"\vmeasured_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"measuredAt\"\xde\x06\n" +
+	"measuredAt\"\xf0\x06\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x1a\n" +
@@ -789,7 +801,8 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\x04load\x18\x0f \x01(\v2\x1a.norsk.manager.v1.NodeLoadR\x04load\x127\n" +
 	"\tlast_seen\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12?\n" +
 	"\tinstances\x18\x11 \x03(\v2!.norsk.manager.v1.InstanceSummaryR\tinstances\x12!\n" +
-	"\fstate_reason\x18\x12 \x01(\tR\vstateReason\x1a7\n" +
+	"\fstate_reason\x18\x12 \x01(\tR\vstateReason\x12\x10\n" +
+	"\x03tls\x18\x13 \x01(\bR\x03tls\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +

@@ -32,6 +32,8 @@ type ControllerMessage struct {
 	//	*ControllerMessage_Stop
 	//	*ControllerMessage_Update
 	//	*ControllerMessage_Terminate
+	//	*ControllerMessage_DiscoveryAccess
+	//	*ControllerMessage_AccessReplica
 	Msg           isControllerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -135,6 +137,24 @@ func (x *ControllerMessage) GetTerminate() *Terminate {
 	return nil
 }
 
+func (x *ControllerMessage) GetDiscoveryAccess() *DiscoveryAccess {
+	if x != nil {
+		if x, ok := x.Msg.(*ControllerMessage_DiscoveryAccess); ok {
+			return x.DiscoveryAccess
+		}
+	}
+	return nil
+}
+
+func (x *ControllerMessage) GetAccessReplica() *AccessReplicaUpdate {
+	if x != nil {
+		if x, ok := x.Msg.(*ControllerMessage_AccessReplica); ok {
+			return x.AccessReplica
+		}
+	}
+	return nil
+}
+
 type isControllerMessage_Msg interface {
 	isControllerMessage_Msg()
 }
@@ -163,6 +183,14 @@ type ControllerMessage_Terminate struct {
 	Terminate *Terminate `protobuf:"bytes,15,opt,name=terminate,proto3,oneof"`
 }
 
+type ControllerMessage_DiscoveryAccess struct {
+	DiscoveryAccess *DiscoveryAccess `protobuf:"bytes,16,opt,name=discovery_access,json=discoveryAccess,proto3,oneof"`
+}
+
+type ControllerMessage_AccessReplica struct {
+	AccessReplica *AccessReplicaUpdate `protobuf:"bytes,17,opt,name=access_replica,json=accessReplica,proto3,oneof"`
+}
+
 func (*ControllerMessage_Hello) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_Start) isControllerMessage_Msg() {}
@@ -174,6 +202,138 @@ func (*ControllerMessage_Stop) isControllerMessage_Msg() {}
 func (*ControllerMessage_Update) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_Terminate) isControllerMessage_Msg() {}
+
+func (*ControllerMessage_DiscoveryAccess) isControllerMessage_Msg() {}
+
+func (*ControllerMessage_AccessReplica) isControllerMessage_Msg() {}
+
+// DiscoveryAccess is a node's access to the discovery fleet: every replica
+// address, the leaf token, and a node token minted for this node from the
+// tier secret (which never reaches a node). Sent after the hello and
+// whenever it changes (a fleet published, a rotation's flip).
+type DiscoveryAccess struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Addresses []string               `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	LeafToken string                 `protobuf:"bytes,2,opt,name=leaf_token,json=leafToken,proto3" json:"leaf_token,omitempty"`
+	NodeToken string                 `protobuf:"bytes,3,opt,name=node_token,json=nodeToken,proto3" json:"node_token,omitempty"`
+	// The single server of protocol 1.4.
+	Address       string `protobuf:"bytes,4,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscoveryAccess) Reset() {
+	*x = DiscoveryAccess{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscoveryAccess) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscoveryAccess) ProtoMessage() {}
+
+func (x *DiscoveryAccess) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscoveryAccess.ProtoReflect.Descriptor instead.
+func (*DiscoveryAccess) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DiscoveryAccess) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *DiscoveryAccess) GetLeafToken() string {
+	if x != nil {
+		return x.LeafToken
+	}
+	return ""
+}
+
+func (x *DiscoveryAccess) GetNodeToken() string {
+	if x != nil {
+		return x.NodeToken
+	}
+	return ""
+}
+
+func (x *DiscoveryAccess) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+// AccessReplicaUpdate forwards norsk-mgr's role-store replica: the
+// publication as the Manager verified it, and the keys to verify it with
+// again (a JWKS, JSON). The worker keeps the newest version across restarts.
+type AccessReplicaUpdate struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Publication   *AccessReplicaPublication `protobuf:"bytes,1,opt,name=publication,proto3" json:"publication,omitempty"`
+	TrustedJwks   string                    `protobuf:"bytes,2,opt,name=trusted_jwks,json=trustedJwks,proto3" json:"trusted_jwks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccessReplicaUpdate) Reset() {
+	*x = AccessReplicaUpdate{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccessReplicaUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccessReplicaUpdate) ProtoMessage() {}
+
+func (x *AccessReplicaUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccessReplicaUpdate.ProtoReflect.Descriptor instead.
+func (*AccessReplicaUpdate) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AccessReplicaUpdate) GetPublication() *AccessReplicaPublication {
+	if x != nil {
+		return x.Publication
+	}
+	return nil
+}
+
+func (x *AccessReplicaUpdate) GetTrustedJwks() string {
+	if x != nil {
+		return x.TrustedJwks
+	}
+	return ""
+}
 
 type ControllerHello struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
@@ -188,7 +348,7 @@ type ControllerHello struct {
 
 func (x *ControllerHello) Reset() {
 	*x = ControllerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -200,7 +360,7 @@ func (x *ControllerHello) String() string {
 func (*ControllerHello) ProtoMessage() {}
 
 func (x *ControllerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -213,7 +373,7 @@ func (x *ControllerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerHello.ProtoReflect.Descriptor instead.
 func (*ControllerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{1}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ControllerHello) GetNodeId() string {
@@ -259,7 +419,7 @@ type StartInstance struct {
 
 func (x *StartInstance) Reset() {
 	*x = StartInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +431,7 @@ func (x *StartInstance) String() string {
 func (*StartInstance) ProtoMessage() {}
 
 func (x *StartInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +444,7 @@ func (x *StartInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartInstance.ProtoReflect.Descriptor instead.
 func (*StartInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{2}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StartInstance) GetJob() *Job {
@@ -347,7 +507,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +519,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +532,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{3}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -412,7 +572,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +584,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +597,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{4}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -496,7 +656,7 @@ type UpdateInstance struct {
 
 func (x *UpdateInstance) Reset() {
 	*x = UpdateInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +668,7 @@ func (x *UpdateInstance) String() string {
 func (*UpdateInstance) ProtoMessage() {}
 
 func (x *UpdateInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +681,7 @@ func (x *UpdateInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstance.ProtoReflect.Descriptor instead.
 func (*UpdateInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{5}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UpdateInstance) GetJob() *Job {
@@ -558,7 +718,7 @@ type Terminate struct {
 
 func (x *Terminate) Reset() {
 	*x = Terminate{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +730,7 @@ func (x *Terminate) String() string {
 func (*Terminate) ProtoMessage() {}
 
 func (x *Terminate) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +743,7 @@ func (x *Terminate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Terminate.ProtoReflect.Descriptor instead.
 func (*Terminate) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{6}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Terminate) GetReason() string {
@@ -615,7 +775,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +787,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +800,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{7}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -729,7 +889,7 @@ type WorkerHello struct {
 
 func (x *WorkerHello) Reset() {
 	*x = WorkerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +901,7 @@ func (x *WorkerHello) String() string {
 func (*WorkerHello) ProtoMessage() {}
 
 func (x *WorkerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +914,7 @@ func (x *WorkerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
 func (*WorkerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{8}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WorkerHello) GetNodeId() string {
@@ -821,7 +981,7 @@ type InstanceReport struct {
 
 func (x *InstanceReport) Reset() {
 	*x = InstanceReport{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +993,7 @@ func (x *InstanceReport) String() string {
 func (*InstanceReport) ProtoMessage() {}
 
 func (x *InstanceReport) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +1006,7 @@ func (x *InstanceReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReport.ProtoReflect.Descriptor instead.
 func (*InstanceReport) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{9}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *InstanceReport) GetJobId() string {
@@ -928,7 +1088,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1100,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1113,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{10}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Heartbeat) GetLoad() *NodeLoad {
@@ -976,7 +1136,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1148,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1161,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{11}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CommandAck) GetSeq() uint64 {
@@ -1029,7 +1189,7 @@ var File_norsk_manager_v1_node_controller_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\n" +
-	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\"\xa1\x03\n" +
+	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\"\xc1\x04\n" +
 	"\x11ControllerMessage\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x129\n" +
 	"\x05hello\x18\n" +
@@ -1038,8 +1198,20 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\x0estart_prepared\x18\f \x01(\v2'.norsk.manager.v1.StartPreparedInstanceH\x00R\rstartPrepared\x124\n" +
 	"\x04stop\x18\r \x01(\v2\x1e.norsk.manager.v1.StopInstanceH\x00R\x04stop\x12:\n" +
 	"\x06update\x18\x0e \x01(\v2 .norsk.manager.v1.UpdateInstanceH\x00R\x06update\x12;\n" +
-	"\tterminate\x18\x0f \x01(\v2\x1b.norsk.manager.v1.TerminateH\x00R\tterminateB\x05\n" +
-	"\x03msg\"\xad\x01\n" +
+	"\tterminate\x18\x0f \x01(\v2\x1b.norsk.manager.v1.TerminateH\x00R\tterminate\x12N\n" +
+	"\x10discovery_access\x18\x10 \x01(\v2!.norsk.manager.v1.DiscoveryAccessH\x00R\x0fdiscoveryAccess\x12N\n" +
+	"\x0eaccess_replica\x18\x11 \x01(\v2%.norsk.manager.v1.AccessReplicaUpdateH\x00R\raccessReplicaB\x05\n" +
+	"\x03msg\"\x87\x01\n" +
+	"\x0fDiscoveryAccess\x12\x1c\n" +
+	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x1d\n" +
+	"\n" +
+	"leaf_token\x18\x02 \x01(\tR\tleafToken\x12\x1d\n" +
+	"\n" +
+	"node_token\x18\x03 \x01(\tR\tnodeToken\x12\x18\n" +
+	"\aaddress\x18\x04 \x01(\tR\aaddress\"\x86\x01\n" +
+	"\x13AccessReplicaUpdate\x12L\n" +
+	"\vpublication\x18\x01 \x01(\v2*.norsk.manager.v1.AccessReplicaPublicationR\vpublication\x12!\n" +
+	"\ftrusted_jwks\x18\x02 \x01(\tR\vtrustedJwks\"\xad\x01\n" +
 	"\x0fControllerHello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
 	"\x11manager_node_name\x18\x02 \x01(\tR\x0fmanagerNodeName\x122\n" +
@@ -1128,60 +1300,66 @@ func file_norsk_manager_v1_node_controller_proto_rawDescGZIP() []byte {
 	return file_norsk_manager_v1_node_controller_proto_rawDescData
 }
 
-var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_norsk_manager_v1_node_controller_proto_goTypes = []any{
-	(*ControllerMessage)(nil),     // 0: norsk.manager.v1.ControllerMessage
-	(*ControllerHello)(nil),       // 1: norsk.manager.v1.ControllerHello
-	(*StartInstance)(nil),         // 2: norsk.manager.v1.StartInstance
-	(*StartPreparedInstance)(nil), // 3: norsk.manager.v1.StartPreparedInstance
-	(*StopInstance)(nil),          // 4: norsk.manager.v1.StopInstance
-	(*UpdateInstance)(nil),        // 5: norsk.manager.v1.UpdateInstance
-	(*Terminate)(nil),             // 6: norsk.manager.v1.Terminate
-	(*WorkerMessage)(nil),         // 7: norsk.manager.v1.WorkerMessage
-	(*WorkerHello)(nil),           // 8: norsk.manager.v1.WorkerHello
-	(*InstanceReport)(nil),        // 9: norsk.manager.v1.InstanceReport
-	(*Heartbeat)(nil),             // 10: norsk.manager.v1.Heartbeat
-	(*CommandAck)(nil),            // 11: norsk.manager.v1.CommandAck
-	nil,                           // 12: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	nil,                           // 13: norsk.manager.v1.InstanceReport.ExitCodesEntry
-	(*Job)(nil),                   // 14: norsk.manager.v1.Job
-	(StoppingReason)(0),           // 15: norsk.manager.v1.StoppingReason
-	(*Hardware)(nil),              // 16: norsk.manager.v1.Hardware
-	(*Capability)(nil),            // 17: norsk.manager.v1.Capability
-	(InstancePhase)(0),            // 18: norsk.manager.v1.InstancePhase
-	(*NodeLoad)(nil),              // 19: norsk.manager.v1.NodeLoad
-	(*ResolvedPortMappings)(nil),  // 20: norsk.manager.v1.ResolvedPortMappings
+	(*ControllerMessage)(nil),        // 0: norsk.manager.v1.ControllerMessage
+	(*DiscoveryAccess)(nil),          // 1: norsk.manager.v1.DiscoveryAccess
+	(*AccessReplicaUpdate)(nil),      // 2: norsk.manager.v1.AccessReplicaUpdate
+	(*ControllerHello)(nil),          // 3: norsk.manager.v1.ControllerHello
+	(*StartInstance)(nil),            // 4: norsk.manager.v1.StartInstance
+	(*StartPreparedInstance)(nil),    // 5: norsk.manager.v1.StartPreparedInstance
+	(*StopInstance)(nil),             // 6: norsk.manager.v1.StopInstance
+	(*UpdateInstance)(nil),           // 7: norsk.manager.v1.UpdateInstance
+	(*Terminate)(nil),                // 8: norsk.manager.v1.Terminate
+	(*WorkerMessage)(nil),            // 9: norsk.manager.v1.WorkerMessage
+	(*WorkerHello)(nil),              // 10: norsk.manager.v1.WorkerHello
+	(*InstanceReport)(nil),           // 11: norsk.manager.v1.InstanceReport
+	(*Heartbeat)(nil),                // 12: norsk.manager.v1.Heartbeat
+	(*CommandAck)(nil),               // 13: norsk.manager.v1.CommandAck
+	nil,                              // 14: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	nil,                              // 15: norsk.manager.v1.InstanceReport.ExitCodesEntry
+	(*AccessReplicaPublication)(nil), // 16: norsk.manager.v1.AccessReplicaPublication
+	(*Job)(nil),                      // 17: norsk.manager.v1.Job
+	(StoppingReason)(0),              // 18: norsk.manager.v1.StoppingReason
+	(*Hardware)(nil),                 // 19: norsk.manager.v1.Hardware
+	(*Capability)(nil),               // 20: norsk.manager.v1.Capability
+	(InstancePhase)(0),               // 21: norsk.manager.v1.InstancePhase
+	(*NodeLoad)(nil),                 // 22: norsk.manager.v1.NodeLoad
+	(*ResolvedPortMappings)(nil),     // 23: norsk.manager.v1.ResolvedPortMappings
 }
 var file_norsk_manager_v1_node_controller_proto_depIdxs = []int32{
-	1,  // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
-	2,  // 1: norsk.manager.v1.ControllerMessage.start:type_name -> norsk.manager.v1.StartInstance
-	3,  // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
-	4,  // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
-	5,  // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
-	6,  // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
-	14, // 6: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
-	15, // 7: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
-	14, // 8: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
-	8,  // 9: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
-	9,  // 10: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
-	10, // 11: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
-	11, // 12: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
-	16, // 13: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
-	17, // 14: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
-	9,  // 15: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
-	18, // 16: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
-	12, // 17: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	15, // 18: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
-	13, // 19: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
-	19, // 20: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
-	20, // 21: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	0,  // 22: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
-	7,  // 23: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
-	23, // [23:24] is the sub-list for method output_type
-	22, // [22:23] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	3,  // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
+	4,  // 1: norsk.manager.v1.ControllerMessage.start:type_name -> norsk.manager.v1.StartInstance
+	5,  // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
+	6,  // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
+	7,  // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
+	8,  // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
+	1,  // 6: norsk.manager.v1.ControllerMessage.discovery_access:type_name -> norsk.manager.v1.DiscoveryAccess
+	2,  // 7: norsk.manager.v1.ControllerMessage.access_replica:type_name -> norsk.manager.v1.AccessReplicaUpdate
+	16, // 8: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	17, // 9: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
+	18, // 10: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
+	17, // 11: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
+	10, // 12: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
+	11, // 13: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
+	12, // 14: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
+	13, // 15: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
+	19, // 16: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
+	20, // 17: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
+	11, // 18: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
+	21, // 19: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
+	14, // 20: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	18, // 21: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
+	15, // 22: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
+	22, // 23: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
+	23, // 24: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	0,  // 25: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
+	9,  // 26: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
+	26, // [26:27] is the sub-list for method output_type
+	25, // [25:26] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_node_controller_proto_init() }
@@ -1191,6 +1369,7 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 	}
 	file_norsk_manager_v1_job_proto_init()
 	file_norsk_manager_v1_node_proto_init()
+	file_norsk_manager_v1_security_proto_init()
 	file_norsk_manager_v1_node_controller_proto_msgTypes[0].OneofWrappers = []any{
 		(*ControllerMessage_Hello)(nil),
 		(*ControllerMessage_Start)(nil),
@@ -1198,8 +1377,10 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 		(*ControllerMessage_Stop)(nil),
 		(*ControllerMessage_Update)(nil),
 		(*ControllerMessage_Terminate)(nil),
+		(*ControllerMessage_DiscoveryAccess)(nil),
+		(*ControllerMessage_AccessReplica)(nil),
 	}
-	file_norsk_manager_v1_node_controller_proto_msgTypes[7].OneofWrappers = []any{
+	file_norsk_manager_v1_node_controller_proto_msgTypes[9].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Report)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
@@ -1211,7 +1392,7 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_node_controller_proto_rawDesc), len(file_norsk_manager_v1_node_controller_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -61,6 +61,11 @@ type Command struct {
 	//	*Command_PruneAudit
 	//	*Command_KvCommit
 	//	*Command_MigrateSchema
+	//	*Command_CreateToken
+	//	*Command_RevokeToken
+	//	*Command_PublishDiscovery
+	//	*Command_RotateDiscovery
+	//	*Command_PublishAccessReplica
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -324,6 +329,51 @@ func (x *Command) GetMigrateSchema() *MigrateSchema {
 	return nil
 }
 
+func (x *Command) GetCreateToken() *CreateToken {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CreateToken); ok {
+			return x.CreateToken
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRevokeToken() *RevokeToken {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RevokeToken); ok {
+			return x.RevokeToken
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPublishDiscovery() *PublishDiscovery {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PublishDiscovery); ok {
+			return x.PublishDiscovery
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRotateDiscovery() *RotateDiscovery {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RotateDiscovery); ok {
+			return x.RotateDiscovery
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPublishAccessReplica() *PublishAccessReplica {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PublishAccessReplica); ok {
+			return x.PublishAccessReplica
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -420,6 +470,26 @@ type Command_MigrateSchema struct {
 	MigrateSchema *MigrateSchema `protobuf:"bytes,32,opt,name=migrate_schema,json=migrateSchema,proto3,oneof"`
 }
 
+type Command_CreateToken struct {
+	CreateToken *CreateToken `protobuf:"bytes,33,opt,name=create_token,json=createToken,proto3,oneof"`
+}
+
+type Command_RevokeToken struct {
+	RevokeToken *RevokeToken `protobuf:"bytes,34,opt,name=revoke_token,json=revokeToken,proto3,oneof"`
+}
+
+type Command_PublishDiscovery struct {
+	PublishDiscovery *PublishDiscovery `protobuf:"bytes,35,opt,name=publish_discovery,json=publishDiscovery,proto3,oneof"`
+}
+
+type Command_RotateDiscovery struct {
+	RotateDiscovery *RotateDiscovery `protobuf:"bytes,36,opt,name=rotate_discovery,json=rotateDiscovery,proto3,oneof"`
+}
+
+type Command_PublishAccessReplica struct {
+	PublishAccessReplica *PublishAccessReplica `protobuf:"bytes,37,opt,name=publish_access_replica,json=publishAccessReplica,proto3,oneof"`
+}
+
 func (*Command_CreateJob) isCommand_Cmd() {}
 
 func (*Command_UpdateJob) isCommand_Cmd() {}
@@ -466,6 +536,333 @@ func (*Command_KvCommit) isCommand_Cmd() {}
 
 func (*Command_MigrateSchema) isCommand_Cmd() {}
 
+func (*Command_CreateToken) isCommand_Cmd() {}
+
+func (*Command_RevokeToken) isCommand_Cmd() {}
+
+func (*Command_PublishDiscovery) isCommand_Cmd() {}
+
+func (*Command_RotateDiscovery) isCommand_Cmd() {}
+
+func (*Command_PublishAccessReplica) isCommand_Cmd() {}
+
+// CreateToken stores a new API token; the handler minted its id and secret
+// and passes only the secret's SHA-256 (hex).
+type CreateToken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *v1.ApiToken           `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	SecretHash    string                 `protobuf:"bytes,2,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateToken) Reset() {
+	*x = CreateToken{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateToken) ProtoMessage() {}
+
+func (x *CreateToken) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateToken.ProtoReflect.Descriptor instead.
+func (*CreateToken) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateToken) GetToken() *v1.ApiToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *CreateToken) GetSecretHash() string {
+	if x != nil {
+		return x.SecretHash
+	}
+	return ""
+}
+
+type RevokeToken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeToken) Reset() {
+	*x = RevokeToken{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeToken) ProtoMessage() {}
+
+func (x *RevokeToken) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeToken.ProtoReflect.Descriptor instead.
+func (*RevokeToken) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RevokeToken) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// PublishDiscovery publishes the discovery fleet; the first tier secret and
+// leaf token stay in force. Its answer is a PublishDiscoveryResult.
+type PublishDiscovery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fleet         *v1.DiscoveryFleet     `protobuf:"bytes,1,opt,name=fleet,proto3" json:"fleet,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishDiscovery) Reset() {
+	*x = PublishDiscovery{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishDiscovery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishDiscovery) ProtoMessage() {}
+
+func (x *PublishDiscovery) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishDiscovery.ProtoReflect.Descriptor instead.
+func (*PublishDiscovery) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PublishDiscovery) GetFleet() *v1.DiscoveryFleet {
+	if x != nil {
+		return x.Fleet
+	}
+	return nil
+}
+
+type PublishDiscoveryResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fleet         *v1.DiscoveryFleet     `protobuf:"bytes,1,opt,name=fleet,proto3" json:"fleet,omitempty"`
+	SecretsKept   bool                   `protobuf:"varint,2,opt,name=secrets_kept,json=secretsKept,proto3" json:"secrets_kept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishDiscoveryResult) Reset() {
+	*x = PublishDiscoveryResult{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishDiscoveryResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishDiscoveryResult) ProtoMessage() {}
+
+func (x *PublishDiscoveryResult) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishDiscoveryResult.ProtoReflect.Descriptor instead.
+func (*PublishDiscoveryResult) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PublishDiscoveryResult) GetFleet() *v1.DiscoveryFleet {
+	if x != nil {
+		return x.Fleet
+	}
+	return nil
+}
+
+func (x *PublishDiscoveryResult) GetSecretsKept() bool {
+	if x != nil {
+		return x.SecretsKept
+	}
+	return false
+}
+
+// RotateDiscovery takes one step of a tier-secret rotation; for stage the
+// handler has chosen the new secret. Its answer is the fleet in force.
+type RotateDiscovery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          string                 `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	NewTierSecret string                 `protobuf:"bytes,2,opt,name=new_tier_secret,json=newTierSecret,proto3" json:"new_tier_secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateDiscovery) Reset() {
+	*x = RotateDiscovery{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateDiscovery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateDiscovery) ProtoMessage() {}
+
+func (x *RotateDiscovery) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateDiscovery.ProtoReflect.Descriptor instead.
+func (*RotateDiscovery) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RotateDiscovery) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *RotateDiscovery) GetNewTierSecret() string {
+	if x != nil {
+		return x.NewTierSecret
+	}
+	return ""
+}
+
+// PublishAccessReplica stores a verified publication (the handler checked
+// every signature and that the delta applies); the FSM checks it moves
+// forward.
+type PublishAccessReplica struct {
+	state       protoimpl.MessageState       `protogen:"open.v1"`
+	Publication *v1.AccessReplicaPublication `protobuf:"bytes,1,opt,name=publication,proto3" json:"publication,omitempty"`
+	// The version the publication carries (its snapshot's, or the
+	// attestation's).
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// The role store the snapshot carries (JSON, decompressed), kept to check
+	// the next delta against.
+	RolesJson     []byte `protobuf:"bytes,3,opt,name=roles_json,json=rolesJson,proto3" json:"roles_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishAccessReplica) Reset() {
+	*x = PublishAccessReplica{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishAccessReplica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishAccessReplica) ProtoMessage() {}
+
+func (x *PublishAccessReplica) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishAccessReplica.ProtoReflect.Descriptor instead.
+func (*PublishAccessReplica) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PublishAccessReplica) GetPublication() *v1.AccessReplicaPublication {
+	if x != nil {
+		return x.Publication
+	}
+	return nil
+}
+
+func (x *PublishAccessReplica) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PublishAccessReplica) GetRolesJson() []byte {
+	if x != nil {
+		return x.RolesJson
+	}
+	return nil
+}
+
 // AuditStamp says who made a call, which call and on what.
 type AuditStamp struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -475,14 +872,17 @@ type AuditStamp struct {
 	// The RPC's name (CreateJob, StartJob, …).
 	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
 	// What it acted on ("job/news-1", "node/encoder-7", "kv/ns").
-	Target        string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// The entry's source: "api" (the default, for API calls) or "manager"
+	// (the daemon's own actions, such as making the bootstrap token).
+	Source        string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuditStamp) Reset() {
 	*x = AuditStamp{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +894,7 @@ func (x *AuditStamp) String() string {
 func (*AuditStamp) ProtoMessage() {}
 
 func (x *AuditStamp) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +907,7 @@ func (x *AuditStamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditStamp.ProtoReflect.Descriptor instead.
 func (*AuditStamp) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{1}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AuditStamp) GetWho() string {
@@ -531,6 +931,13 @@ func (x *AuditStamp) GetTarget() string {
 	return ""
 }
 
+func (x *AuditStamp) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
 // AppendAudit is a caller's own audit entry (AppendAuditEntry).
 type AppendAudit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -543,7 +950,7 @@ type AppendAudit struct {
 
 func (x *AppendAudit) Reset() {
 	*x = AppendAudit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +962,7 @@ func (x *AppendAudit) String() string {
 func (*AppendAudit) ProtoMessage() {}
 
 func (x *AppendAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +975,7 @@ func (x *AppendAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAudit.ProtoReflect.Descriptor instead.
 func (*AppendAudit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{2}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AppendAudit) GetSource() string {
@@ -604,7 +1011,7 @@ type PruneAudit struct {
 
 func (x *PruneAudit) Reset() {
 	*x = PruneAudit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +1023,7 @@ func (x *PruneAudit) String() string {
 func (*PruneAudit) ProtoMessage() {}
 
 func (x *PruneAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +1036,7 @@ func (x *PruneAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneAudit.ProtoReflect.Descriptor instead.
 func (*PruneAudit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{3}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PruneAudit) GetBeforeTimestampMs() float64 {
@@ -649,7 +1056,7 @@ type PruneAuditResult struct {
 
 func (x *PruneAuditResult) Reset() {
 	*x = PruneAuditResult{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +1068,7 @@ func (x *PruneAuditResult) String() string {
 func (*PruneAuditResult) ProtoMessage() {}
 
 func (x *PruneAuditResult) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +1081,7 @@ func (x *PruneAuditResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneAuditResult.ProtoReflect.Descriptor instead.
 func (*PruneAuditResult) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{4}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PruneAuditResult) GetRemoved() int64 {
@@ -703,7 +1110,7 @@ type KvCommit struct {
 
 func (x *KvCommit) Reset() {
 	*x = KvCommit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +1122,7 @@ func (x *KvCommit) String() string {
 func (*KvCommit) ProtoMessage() {}
 
 func (x *KvCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +1135,7 @@ func (x *KvCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCommit.ProtoReflect.Descriptor instead.
 func (*KvCommit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{5}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KvCommit) GetNamespace() string {
@@ -764,7 +1171,7 @@ type MigrateSchema struct {
 
 func (x *MigrateSchema) Reset() {
 	*x = MigrateSchema{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +1183,7 @@ func (x *MigrateSchema) String() string {
 func (*MigrateSchema) ProtoMessage() {}
 
 func (x *MigrateSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +1196,7 @@ func (x *MigrateSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateSchema.ProtoReflect.Descriptor instead.
 func (*MigrateSchema) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{6}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MigrateSchema) GetFrom() uint32 {
@@ -815,7 +1222,7 @@ type CreateJob struct {
 
 func (x *CreateJob) Reset() {
 	*x = CreateJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +1234,7 @@ func (x *CreateJob) String() string {
 func (*CreateJob) ProtoMessage() {}
 
 func (x *CreateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +1247,7 @@ func (x *CreateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJob.ProtoReflect.Descriptor instead.
 func (*CreateJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{7}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateJob) GetJob() *v1.Job {
@@ -859,7 +1266,7 @@ type UpdateJob struct {
 
 func (x *UpdateJob) Reset() {
 	*x = UpdateJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +1278,7 @@ func (x *UpdateJob) String() string {
 func (*UpdateJob) ProtoMessage() {}
 
 func (x *UpdateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +1291,7 @@ func (x *UpdateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJob.ProtoReflect.Descriptor instead.
 func (*UpdateJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{8}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateJob) GetJob() *v1.Job {
@@ -903,7 +1310,7 @@ type DeleteJob struct {
 
 func (x *DeleteJob) Reset() {
 	*x = DeleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1322,7 @@ func (x *DeleteJob) String() string {
 func (*DeleteJob) ProtoMessage() {}
 
 func (x *DeleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1335,7 @@ func (x *DeleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJob.ProtoReflect.Descriptor instead.
 func (*DeleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{9}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteJob) GetJobId() string {
@@ -950,7 +1357,7 @@ type BindInstance struct {
 
 func (x *BindInstance) Reset() {
 	*x = BindInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1369,7 @@ func (x *BindInstance) String() string {
 func (*BindInstance) ProtoMessage() {}
 
 func (x *BindInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1382,7 @@ func (x *BindInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindInstance.ProtoReflect.Descriptor instead.
 func (*BindInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{10}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BindInstance) GetJobId() string {
@@ -1019,7 +1426,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1438,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1451,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{11}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -1093,7 +1500,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1512,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1525,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{12}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -1151,7 +1558,7 @@ type CompleteJob struct {
 
 func (x *CompleteJob) Reset() {
 	*x = CompleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1570,7 @@ func (x *CompleteJob) String() string {
 func (*CompleteJob) ProtoMessage() {}
 
 func (x *CompleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1583,7 @@ func (x *CompleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJob.ProtoReflect.Descriptor instead.
 func (*CompleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{13}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CompleteJob) GetJobId() string {
@@ -1196,7 +1603,7 @@ type MarkJobFailed struct {
 
 func (x *MarkJobFailed) Reset() {
 	*x = MarkJobFailed{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1615,7 @@ func (x *MarkJobFailed) String() string {
 func (*MarkJobFailed) ProtoMessage() {}
 
 func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1628,7 @@ func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFailed.ProtoReflect.Descriptor instead.
 func (*MarkJobFailed) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{14}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MarkJobFailed) GetJobId() string {
@@ -1250,7 +1657,7 @@ type InstanceReports struct {
 
 func (x *InstanceReports) Reset() {
 	*x = InstanceReports{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1669,7 @@ func (x *InstanceReports) String() string {
 func (*InstanceReports) ProtoMessage() {}
 
 func (x *InstanceReports) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1682,7 @@ func (x *InstanceReports) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReports.ProtoReflect.Descriptor instead.
 func (*InstanceReports) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{15}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InstanceReports) GetNodeId() string {
@@ -1304,7 +1711,7 @@ type RegisterSlot struct {
 
 func (x *RegisterSlot) Reset() {
 	*x = RegisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1723,7 @@ func (x *RegisterSlot) String() string {
 func (*RegisterSlot) ProtoMessage() {}
 
 func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1736,7 @@ func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSlot.ProtoReflect.Descriptor instead.
 func (*RegisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{16}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterSlot) GetNodeId() string {
@@ -1372,14 +1779,17 @@ type MemberRegister struct {
 	Runtime       string                 `protobuf:"bytes,6,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	WorkerVersion string                 `protobuf:"bytes,7,opt,name=worker_version,json=workerVersion,proto3" json:"worker_version,omitempty"`
 	// A running worker registering again (see the API's field of that name).
-	Reconnect     bool `protobuf:"varint,8,opt,name=reconnect,proto3" json:"reconnect,omitempty"`
+	Reconnect bool `protobuf:"varint,8,opt,name=reconnect,proto3" json:"reconnect,omitempty"`
+	// The handler signed the worker's CSR: its stream is dialled over mutual
+	// TLS from now on (Node.tls). False clears it.
+	Tls           bool `protobuf:"varint,9,opt,name=tls,proto3" json:"tls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemberRegister) Reset() {
 	*x = MemberRegister{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1801,7 @@ func (x *MemberRegister) String() string {
 func (*MemberRegister) ProtoMessage() {}
 
 func (x *MemberRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1814,7 @@ func (x *MemberRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRegister.ProtoReflect.Descriptor instead.
 func (*MemberRegister) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{17}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MemberRegister) GetToken() string {
@@ -1463,6 +1873,13 @@ func (x *MemberRegister) GetReconnect() bool {
 	return false
 }
 
+func (x *MemberRegister) GetTls() bool {
+	if x != nil {
+		return x.Tls
+	}
+	return false
+}
+
 // DeregisterSlot begins a deregistration: the slot's instances are stopped
 // (reason nodeTerminated) and, once its worker has confirmed or is gone, the
 // node controller finishes it with NodeTerminated, which removes the slot.
@@ -1475,7 +1892,7 @@ type DeregisterSlot struct {
 
 func (x *DeregisterSlot) Reset() {
 	*x = DeregisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1904,7 @@ func (x *DeregisterSlot) String() string {
 func (*DeregisterSlot) ProtoMessage() {}
 
 func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1917,7 @@ func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterSlot.ProtoReflect.Descriptor instead.
 func (*DeregisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{18}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeregisterSlot) GetNodeId() string {
@@ -1520,7 +1937,7 @@ type SetSlotPool struct {
 
 func (x *SetSlotPool) Reset() {
 	*x = SetSlotPool{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1949,7 @@ func (x *SetSlotPool) String() string {
 func (*SetSlotPool) ProtoMessage() {}
 
 func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1962,7 @@ func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotPool.ProtoReflect.Descriptor instead.
 func (*SetSlotPool) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{19}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetSlotPool) GetNodeId() string {
@@ -1574,7 +1991,7 @@ type NodeOnline struct {
 
 func (x *NodeOnline) Reset() {
 	*x = NodeOnline{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +2003,7 @@ func (x *NodeOnline) String() string {
 func (*NodeOnline) ProtoMessage() {}
 
 func (x *NodeOnline) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +2016,7 @@ func (x *NodeOnline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOnline.ProtoReflect.Descriptor instead.
 func (*NodeOnline) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{20}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeOnline) GetNodeId() string {
@@ -1626,7 +2043,7 @@ type NodeLost struct {
 
 func (x *NodeLost) Reset() {
 	*x = NodeLost{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +2055,7 @@ func (x *NodeLost) String() string {
 func (*NodeLost) ProtoMessage() {}
 
 func (x *NodeLost) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +2068,7 @@ func (x *NodeLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLost.ProtoReflect.Descriptor instead.
 func (*NodeLost) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{21}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeLost) GetNodeId() string {
@@ -1679,7 +2096,7 @@ type TerminateNode struct {
 
 func (x *TerminateNode) Reset() {
 	*x = TerminateNode{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +2108,7 @@ func (x *TerminateNode) String() string {
 func (*TerminateNode) ProtoMessage() {}
 
 func (x *TerminateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +2121,7 @@ func (x *TerminateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateNode.ProtoReflect.Descriptor instead.
 func (*TerminateNode) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{22}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TerminateNode) GetNodeId() string {
@@ -1726,7 +2143,7 @@ type NodeTerminated struct {
 
 func (x *NodeTerminated) Reset() {
 	*x = NodeTerminated{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1738,7 +2155,7 @@ func (x *NodeTerminated) String() string {
 func (*NodeTerminated) ProtoMessage() {}
 
 func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1751,7 +2168,7 @@ func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeTerminated.ProtoReflect.Descriptor instead.
 func (*NodeTerminated) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NodeTerminated) GetNodeId() string {
@@ -1778,7 +2195,7 @@ type SetNodeTags struct {
 
 func (x *SetNodeTags) Reset() {
 	*x = SetNodeTags{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +2207,7 @@ func (x *SetNodeTags) String() string {
 func (*SetNodeTags) ProtoMessage() {}
 
 func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +2220,7 @@ func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeTags.ProtoReflect.Descriptor instead.
 func (*SetNodeTags) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetNodeTags) GetNodeId() string {
@@ -1830,7 +2247,7 @@ type SetNodeIdleExpiry struct {
 
 func (x *SetNodeIdleExpiry) Reset() {
 	*x = SetNodeIdleExpiry{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +2259,7 @@ func (x *SetNodeIdleExpiry) String() string {
 func (*SetNodeIdleExpiry) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +2272,7 @@ func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{25}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetNodeIdleExpiry) GetNodeId() string {
@@ -1888,7 +2305,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2317,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2330,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{26}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JobRecord) GetJob() *v1.Job {
@@ -1974,7 +2391,7 @@ type NodeRecord struct {
 
 func (x *NodeRecord) Reset() {
 	*x = NodeRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2403,7 @@ func (x *NodeRecord) String() string {
 func (*NodeRecord) ProtoMessage() {}
 
 func (x *NodeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2416,7 @@ func (x *NodeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
 func (*NodeRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{27}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NodeRecord) GetNode() *v1.Node {
@@ -2055,7 +2472,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2484,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2497,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{28}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SnapshotHeader) GetSchemaVersion() uint32 {
@@ -2110,7 +2527,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2539,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2552,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{29}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SnapshotTrailer) GetRecords() uint64 {
@@ -2167,6 +2584,9 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Kv
 	//	*SnapshotRecord_KvNamespace
 	//	*SnapshotRecord_StoreMeta
+	//	*SnapshotRecord_Token
+	//	*SnapshotRecord_Discovery
+	//	*SnapshotRecord_AccessReplica
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2174,7 +2594,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2606,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2619,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{30}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -2299,6 +2719,33 @@ func (x *SnapshotRecord) GetStoreMeta() *StoreMeta {
 	return nil
 }
 
+func (x *SnapshotRecord) GetToken() *TokenRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Token); ok {
+			return x.Token
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetDiscovery() *v1.DiscoveryFleet {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Discovery); ok {
+			return x.Discovery
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetAccessReplica() *AccessReplicaState {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_AccessReplica); ok {
+			return x.AccessReplica
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -2343,6 +2790,18 @@ type SnapshotRecord_StoreMeta struct {
 	StoreMeta *StoreMeta `protobuf:"bytes,10,opt,name=store_meta,json=storeMeta,proto3,oneof"`
 }
 
+type SnapshotRecord_Token struct {
+	Token *TokenRecord `protobuf:"bytes,11,opt,name=token,proto3,oneof"`
+}
+
+type SnapshotRecord_Discovery struct {
+	Discovery *v1.DiscoveryFleet `protobuf:"bytes,12,opt,name=discovery,proto3,oneof"`
+}
+
+type SnapshotRecord_AccessReplica struct {
+	AccessReplica *AccessReplicaState `protobuf:"bytes,13,opt,name=access_replica,json=accessReplica,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Header) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
@@ -2363,6 +2822,127 @@ func (*SnapshotRecord_KvNamespace) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_StoreMeta) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_Token) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_Discovery) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_AccessReplica) isSnapshotRecord_Record() {}
+
+// TokenRecord is an API token: its metadata and the SHA-256 (hex) of its
+// secret.
+type TokenRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *v1.ApiToken           `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	SecretHash    string                 `protobuf:"bytes,2,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenRecord) Reset() {
+	*x = TokenRecord{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenRecord) ProtoMessage() {}
+
+func (x *TokenRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
+func (*TokenRecord) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *TokenRecord) GetToken() *v1.ApiToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *TokenRecord) GetSecretHash() string {
+	if x != nil {
+		return x.SecretHash
+	}
+	return ""
+}
+
+// AccessReplicaState is the newest access replica stored.
+type AccessReplicaState struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Version       uint64                       `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Publication   *v1.AccessReplicaPublication `protobuf:"bytes,2,opt,name=publication,proto3" json:"publication,omitempty"`
+	RolesJson     []byte                       `protobuf:"bytes,3,opt,name=roles_json,json=rolesJson,proto3" json:"roles_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccessReplicaState) Reset() {
+	*x = AccessReplicaState{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccessReplicaState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccessReplicaState) ProtoMessage() {}
+
+func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccessReplicaState.ProtoReflect.Descriptor instead.
+func (*AccessReplicaState) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *AccessReplicaState) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *AccessReplicaState) GetPublication() *v1.AccessReplicaPublication {
+	if x != nil {
+		return x.Publication
+	}
+	return nil
+}
+
+func (x *AccessReplicaState) GetRolesJson() []byte {
+	if x != nil {
+		return x.RolesJson
+	}
+	return nil
+}
+
 // AuditState is the audit chain's head and where its retained part starts.
 type AuditState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2375,7 +2955,7 @@ type AuditState struct {
 
 func (x *AuditState) Reset() {
 	*x = AuditState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2967,7 @@ func (x *AuditState) String() string {
 func (*AuditState) ProtoMessage() {}
 
 func (x *AuditState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2980,7 @@ func (x *AuditState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditState.ProtoReflect.Descriptor instead.
 func (*AuditState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{31}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AuditState) GetNextSeq() int64 {
@@ -2435,7 +3015,7 @@ type KvRecord struct {
 
 func (x *KvRecord) Reset() {
 	*x = KvRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +3027,7 @@ func (x *KvRecord) String() string {
 func (*KvRecord) ProtoMessage() {}
 
 func (x *KvRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +3040,7 @@ func (x *KvRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvRecord.ProtoReflect.Descriptor instead.
 func (*KvRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{32}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *KvRecord) GetNamespace() string {
@@ -2488,7 +3068,7 @@ type KvNamespace struct {
 
 func (x *KvNamespace) Reset() {
 	*x = KvNamespace{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +3080,7 @@ func (x *KvNamespace) String() string {
 func (*KvNamespace) ProtoMessage() {}
 
 func (x *KvNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +3093,7 @@ func (x *KvNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvNamespace.ProtoReflect.Descriptor instead.
 func (*KvNamespace) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KvNamespace) GetName() string {
@@ -2540,7 +3120,7 @@ type StoreMeta struct {
 
 func (x *StoreMeta) Reset() {
 	*x = StoreMeta{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +3132,7 @@ func (x *StoreMeta) String() string {
 func (*StoreMeta) ProtoMessage() {}
 
 func (x *StoreMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +3145,7 @@ func (x *StoreMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreMeta.ProtoReflect.Descriptor instead.
 func (*StoreMeta) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StoreMeta) GetSchemaVersion() uint32 {
@@ -2579,7 +3159,7 @@ var File_norsk_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\x9d\r\n" +
+	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\x9e\x10\n" +
 	"\aCommand\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x05audit\x18\x02 \x01(\v2\x1a.norsk.store.v1.AuditStampR\x05audit\x12:\n" +
@@ -2611,13 +3191,38 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\vprune_audit\x18\x1e \x01(\v2\x1a.norsk.store.v1.PruneAuditH\x00R\n" +
 	"pruneAudit\x127\n" +
 	"\tkv_commit\x18\x1f \x01(\v2\x18.norsk.store.v1.KvCommitH\x00R\bkvCommit\x12F\n" +
-	"\x0emigrate_schema\x18  \x01(\v2\x1d.norsk.store.v1.MigrateSchemaH\x00R\rmigrateSchemaB\x05\n" +
-	"\x03cmd\"N\n" +
+	"\x0emigrate_schema\x18  \x01(\v2\x1d.norsk.store.v1.MigrateSchemaH\x00R\rmigrateSchema\x12@\n" +
+	"\fcreate_token\x18! \x01(\v2\x1b.norsk.store.v1.CreateTokenH\x00R\vcreateToken\x12@\n" +
+	"\frevoke_token\x18\" \x01(\v2\x1b.norsk.store.v1.RevokeTokenH\x00R\vrevokeToken\x12O\n" +
+	"\x11publish_discovery\x18# \x01(\v2 .norsk.store.v1.PublishDiscoveryH\x00R\x10publishDiscovery\x12L\n" +
+	"\x10rotate_discovery\x18$ \x01(\v2\x1f.norsk.store.v1.RotateDiscoveryH\x00R\x0frotateDiscovery\x12\\\n" +
+	"\x16publish_access_replica\x18% \x01(\v2$.norsk.store.v1.PublishAccessReplicaH\x00R\x14publishAccessReplicaB\x05\n" +
+	"\x03cmd\"`\n" +
+	"\vCreateToken\x120\n" +
+	"\x05token\x18\x01 \x01(\v2\x1a.norsk.manager.v1.ApiTokenR\x05token\x12\x1f\n" +
+	"\vsecret_hash\x18\x02 \x01(\tR\n" +
+	"secretHash\"\x1d\n" +
+	"\vRevokeToken\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"J\n" +
+	"\x10PublishDiscovery\x126\n" +
+	"\x05fleet\x18\x01 \x01(\v2 .norsk.manager.v1.DiscoveryFleetR\x05fleet\"s\n" +
+	"\x16PublishDiscoveryResult\x126\n" +
+	"\x05fleet\x18\x01 \x01(\v2 .norsk.manager.v1.DiscoveryFleetR\x05fleet\x12!\n" +
+	"\fsecrets_kept\x18\x02 \x01(\bR\vsecretsKept\"M\n" +
+	"\x0fRotateDiscovery\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\tR\x04step\x12&\n" +
+	"\x0fnew_tier_secret\x18\x02 \x01(\tR\rnewTierSecret\"\x9d\x01\n" +
+	"\x14PublishAccessReplica\x12L\n" +
+	"\vpublication\x18\x01 \x01(\v2*.norsk.manager.v1.AccessReplicaPublicationR\vpublication\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1d\n" +
+	"\n" +
+	"roles_json\x18\x03 \x01(\fR\trolesJson\"f\n" +
 	"\n" +
 	"AuditStamp\x12\x10\n" +
 	"\x03who\x18\x01 \x01(\tR\x03who\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x16\n" +
-	"\x06target\x18\x03 \x01(\tR\x06target\"S\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\"S\n" +
 	"\vAppendAudit\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
@@ -2668,7 +3273,7 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x12\n" +
 	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x14\n" +
-	"\x05token\x18\x04 \x01(\tR\x05token\"\xba\x02\n" +
+	"\x05token\x18\x04 \x01(\tR\x05token\"\xcc\x02\n" +
 	"\x0eMemberRegister\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1f\n" +
 	"\vnode_secret\x18\x02 \x01(\tR\n" +
@@ -2678,7 +3283,8 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\fcapabilities\x18\x05 \x03(\v2\x1c.norsk.manager.v1.CapabilityR\fcapabilities\x12\x18\n" +
 	"\aruntime\x18\x06 \x01(\tR\aruntime\x12%\n" +
 	"\x0eworker_version\x18\a \x01(\tR\rworkerVersion\x12\x1c\n" +
-	"\treconnect\x18\b \x01(\bR\treconnect\")\n" +
+	"\treconnect\x18\b \x01(\bR\treconnect\x12\x10\n" +
+	"\x03tls\x18\t \x01(\bR\x03tls\")\n" +
 	"\x0eDeregisterSlot\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\":\n" +
 	"\vSetSlotPool\x12\x17\n" +
@@ -2729,7 +3335,7 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"C\n" +
 	"\x0fSnapshotTrailer\x12\x18\n" +
 	"\arecords\x18\x01 \x01(\x04R\arecords\x12\x16\n" +
-	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\xd9\x04\n" +
+	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\x9d\x06\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.norsk.store.v1.SnapshotHeaderH\x00R\x06header\x12-\n" +
 	"\x03job\x18\x02 \x01(\v2\x19.norsk.store.v1.JobRecordH\x00R\x03job\x128\n" +
@@ -2744,8 +3350,20 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\fkv_namespace\x18\t \x01(\v2\x1b.norsk.store.v1.KvNamespaceH\x00R\vkvNamespace\x12:\n" +
 	"\n" +
 	"store_meta\x18\n" +
-	" \x01(\v2\x19.norsk.store.v1.StoreMetaH\x00R\tstoreMetaB\b\n" +
-	"\x06record\"\x87\x01\n" +
+	" \x01(\v2\x19.norsk.store.v1.StoreMetaH\x00R\tstoreMeta\x123\n" +
+	"\x05token\x18\v \x01(\v2\x1b.norsk.store.v1.TokenRecordH\x00R\x05token\x12@\n" +
+	"\tdiscovery\x18\f \x01(\v2 .norsk.manager.v1.DiscoveryFleetH\x00R\tdiscovery\x12K\n" +
+	"\x0eaccess_replica\x18\r \x01(\v2\".norsk.store.v1.AccessReplicaStateH\x00R\raccessReplicaB\b\n" +
+	"\x06record\"`\n" +
+	"\vTokenRecord\x120\n" +
+	"\x05token\x18\x01 \x01(\v2\x1a.norsk.manager.v1.ApiTokenR\x05token\x12\x1f\n" +
+	"\vsecret_hash\x18\x02 \x01(\tR\n" +
+	"secretHash\"\x9b\x01\n" +
+	"\x12AccessReplicaState\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12L\n" +
+	"\vpublication\x18\x02 \x01(\v2*.norsk.manager.v1.AccessReplicaPublicationR\vpublication\x12\x1d\n" +
+	"\n" +
+	"roles_json\x18\x03 \x01(\fR\trolesJson\"\x87\x01\n" +
 	"\n" +
 	"AuditState\x12\x19\n" +
 	"\bnext_seq\x18\x01 \x01(\x03R\anextSeq\x12\x1b\n" +
@@ -2774,118 +3392,143 @@ func file_norsk_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_norsk_store_v1_store_proto_rawDescData
 }
 
-var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_norsk_store_v1_store_proto_goTypes = []any{
-	(*Command)(nil),               // 0: norsk.store.v1.Command
-	(*AuditStamp)(nil),            // 1: norsk.store.v1.AuditStamp
-	(*AppendAudit)(nil),           // 2: norsk.store.v1.AppendAudit
-	(*PruneAudit)(nil),            // 3: norsk.store.v1.PruneAudit
-	(*PruneAuditResult)(nil),      // 4: norsk.store.v1.PruneAuditResult
-	(*KvCommit)(nil),              // 5: norsk.store.v1.KvCommit
-	(*MigrateSchema)(nil),         // 6: norsk.store.v1.MigrateSchema
-	(*CreateJob)(nil),             // 7: norsk.store.v1.CreateJob
-	(*UpdateJob)(nil),             // 8: norsk.store.v1.UpdateJob
-	(*DeleteJob)(nil),             // 9: norsk.store.v1.DeleteJob
-	(*BindInstance)(nil),          // 10: norsk.store.v1.BindInstance
-	(*StopInstance)(nil),          // 11: norsk.store.v1.StopInstance
-	(*StartPreparedInstance)(nil), // 12: norsk.store.v1.StartPreparedInstance
-	(*CompleteJob)(nil),           // 13: norsk.store.v1.CompleteJob
-	(*MarkJobFailed)(nil),         // 14: norsk.store.v1.MarkJobFailed
-	(*InstanceReports)(nil),       // 15: norsk.store.v1.InstanceReports
-	(*RegisterSlot)(nil),          // 16: norsk.store.v1.RegisterSlot
-	(*MemberRegister)(nil),        // 17: norsk.store.v1.MemberRegister
-	(*DeregisterSlot)(nil),        // 18: norsk.store.v1.DeregisterSlot
-	(*SetSlotPool)(nil),           // 19: norsk.store.v1.SetSlotPool
-	(*NodeOnline)(nil),            // 20: norsk.store.v1.NodeOnline
-	(*NodeLost)(nil),              // 21: norsk.store.v1.NodeLost
-	(*TerminateNode)(nil),         // 22: norsk.store.v1.TerminateNode
-	(*NodeTerminated)(nil),        // 23: norsk.store.v1.NodeTerminated
-	(*SetNodeTags)(nil),           // 24: norsk.store.v1.SetNodeTags
-	(*SetNodeIdleExpiry)(nil),     // 25: norsk.store.v1.SetNodeIdleExpiry
-	(*JobRecord)(nil),             // 26: norsk.store.v1.JobRecord
-	(*NodeRecord)(nil),            // 27: norsk.store.v1.NodeRecord
-	(*SnapshotHeader)(nil),        // 28: norsk.store.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),       // 29: norsk.store.v1.SnapshotTrailer
-	(*SnapshotRecord)(nil),        // 30: norsk.store.v1.SnapshotRecord
-	(*AuditState)(nil),            // 31: norsk.store.v1.AuditState
-	(*KvRecord)(nil),              // 32: norsk.store.v1.KvRecord
-	(*KvNamespace)(nil),           // 33: norsk.store.v1.KvNamespace
-	(*StoreMeta)(nil),             // 34: norsk.store.v1.StoreMeta
-	nil,                           // 35: norsk.store.v1.SetNodeTags.TagsEntry
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
-	(*v1.KvWrite)(nil),            // 37: norsk.manager.v1.KvWrite
-	(*v1.KvCommitOptions)(nil),    // 38: norsk.manager.v1.KvCommitOptions
-	(*v1.Job)(nil),                // 39: norsk.manager.v1.Job
-	(*v1.StartJobOptions)(nil),    // 40: norsk.manager.v1.StartJobOptions
-	(*v1.InstanceReport)(nil),     // 41: norsk.manager.v1.InstanceReport
-	(*v1.Hardware)(nil),           // 42: norsk.manager.v1.Hardware
-	(*v1.Capability)(nil),         // 43: norsk.manager.v1.Capability
-	(*v1.WorkerHello)(nil),        // 44: norsk.manager.v1.WorkerHello
-	(*v1.JobHistoryEntry)(nil),    // 45: norsk.manager.v1.JobHistoryEntry
-	(*v1.Node)(nil),               // 46: norsk.manager.v1.Node
-	(*v1.Instance)(nil),           // 47: norsk.manager.v1.Instance
-	(*v1.AuditLogEntry)(nil),      // 48: norsk.manager.v1.AuditLogEntry
-	(*v1.AuditCheckpoint)(nil),    // 49: norsk.manager.v1.AuditCheckpoint
-	(*v1.KvEntry)(nil),            // 50: norsk.manager.v1.KvEntry
+	(*Command)(nil),                     // 0: norsk.store.v1.Command
+	(*CreateToken)(nil),                 // 1: norsk.store.v1.CreateToken
+	(*RevokeToken)(nil),                 // 2: norsk.store.v1.RevokeToken
+	(*PublishDiscovery)(nil),            // 3: norsk.store.v1.PublishDiscovery
+	(*PublishDiscoveryResult)(nil),      // 4: norsk.store.v1.PublishDiscoveryResult
+	(*RotateDiscovery)(nil),             // 5: norsk.store.v1.RotateDiscovery
+	(*PublishAccessReplica)(nil),        // 6: norsk.store.v1.PublishAccessReplica
+	(*AuditStamp)(nil),                  // 7: norsk.store.v1.AuditStamp
+	(*AppendAudit)(nil),                 // 8: norsk.store.v1.AppendAudit
+	(*PruneAudit)(nil),                  // 9: norsk.store.v1.PruneAudit
+	(*PruneAuditResult)(nil),            // 10: norsk.store.v1.PruneAuditResult
+	(*KvCommit)(nil),                    // 11: norsk.store.v1.KvCommit
+	(*MigrateSchema)(nil),               // 12: norsk.store.v1.MigrateSchema
+	(*CreateJob)(nil),                   // 13: norsk.store.v1.CreateJob
+	(*UpdateJob)(nil),                   // 14: norsk.store.v1.UpdateJob
+	(*DeleteJob)(nil),                   // 15: norsk.store.v1.DeleteJob
+	(*BindInstance)(nil),                // 16: norsk.store.v1.BindInstance
+	(*StopInstance)(nil),                // 17: norsk.store.v1.StopInstance
+	(*StartPreparedInstance)(nil),       // 18: norsk.store.v1.StartPreparedInstance
+	(*CompleteJob)(nil),                 // 19: norsk.store.v1.CompleteJob
+	(*MarkJobFailed)(nil),               // 20: norsk.store.v1.MarkJobFailed
+	(*InstanceReports)(nil),             // 21: norsk.store.v1.InstanceReports
+	(*RegisterSlot)(nil),                // 22: norsk.store.v1.RegisterSlot
+	(*MemberRegister)(nil),              // 23: norsk.store.v1.MemberRegister
+	(*DeregisterSlot)(nil),              // 24: norsk.store.v1.DeregisterSlot
+	(*SetSlotPool)(nil),                 // 25: norsk.store.v1.SetSlotPool
+	(*NodeOnline)(nil),                  // 26: norsk.store.v1.NodeOnline
+	(*NodeLost)(nil),                    // 27: norsk.store.v1.NodeLost
+	(*TerminateNode)(nil),               // 28: norsk.store.v1.TerminateNode
+	(*NodeTerminated)(nil),              // 29: norsk.store.v1.NodeTerminated
+	(*SetNodeTags)(nil),                 // 30: norsk.store.v1.SetNodeTags
+	(*SetNodeIdleExpiry)(nil),           // 31: norsk.store.v1.SetNodeIdleExpiry
+	(*JobRecord)(nil),                   // 32: norsk.store.v1.JobRecord
+	(*NodeRecord)(nil),                  // 33: norsk.store.v1.NodeRecord
+	(*SnapshotHeader)(nil),              // 34: norsk.store.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),             // 35: norsk.store.v1.SnapshotTrailer
+	(*SnapshotRecord)(nil),              // 36: norsk.store.v1.SnapshotRecord
+	(*TokenRecord)(nil),                 // 37: norsk.store.v1.TokenRecord
+	(*AccessReplicaState)(nil),          // 38: norsk.store.v1.AccessReplicaState
+	(*AuditState)(nil),                  // 39: norsk.store.v1.AuditState
+	(*KvRecord)(nil),                    // 40: norsk.store.v1.KvRecord
+	(*KvNamespace)(nil),                 // 41: norsk.store.v1.KvNamespace
+	(*StoreMeta)(nil),                   // 42: norsk.store.v1.StoreMeta
+	nil,                                 // 43: norsk.store.v1.SetNodeTags.TagsEntry
+	(*timestamppb.Timestamp)(nil),       // 44: google.protobuf.Timestamp
+	(*v1.ApiToken)(nil),                 // 45: norsk.manager.v1.ApiToken
+	(*v1.DiscoveryFleet)(nil),           // 46: norsk.manager.v1.DiscoveryFleet
+	(*v1.AccessReplicaPublication)(nil), // 47: norsk.manager.v1.AccessReplicaPublication
+	(*v1.KvWrite)(nil),                  // 48: norsk.manager.v1.KvWrite
+	(*v1.KvCommitOptions)(nil),          // 49: norsk.manager.v1.KvCommitOptions
+	(*v1.Job)(nil),                      // 50: norsk.manager.v1.Job
+	(*v1.StartJobOptions)(nil),          // 51: norsk.manager.v1.StartJobOptions
+	(*v1.InstanceReport)(nil),           // 52: norsk.manager.v1.InstanceReport
+	(*v1.Hardware)(nil),                 // 53: norsk.manager.v1.Hardware
+	(*v1.Capability)(nil),               // 54: norsk.manager.v1.Capability
+	(*v1.WorkerHello)(nil),              // 55: norsk.manager.v1.WorkerHello
+	(*v1.JobHistoryEntry)(nil),          // 56: norsk.manager.v1.JobHistoryEntry
+	(*v1.Node)(nil),                     // 57: norsk.manager.v1.Node
+	(*v1.Instance)(nil),                 // 58: norsk.manager.v1.Instance
+	(*v1.AuditLogEntry)(nil),            // 59: norsk.manager.v1.AuditLogEntry
+	(*v1.AuditCheckpoint)(nil),          // 60: norsk.manager.v1.AuditCheckpoint
+	(*v1.KvEntry)(nil),                  // 61: norsk.manager.v1.KvEntry
 }
 var file_norsk_store_v1_store_proto_depIdxs = []int32{
-	36, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
-	1,  // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
-	7,  // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
-	8,  // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
-	9,  // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
-	10, // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
-	11, // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
-	12, // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
-	13, // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
-	14, // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
-	15, // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
-	16, // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
-	17, // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
-	18, // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
-	19, // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
-	20, // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
-	21, // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
-	22, // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
-	23, // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
-	24, // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
-	25, // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
-	2,  // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
-	3,  // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
-	5,  // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
-	6,  // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
-	37, // 25: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
-	38, // 26: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
-	39, // 27: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
-	39, // 28: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
-	40, // 29: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
-	41, // 30: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
-	42, // 31: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
-	43, // 32: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
-	44, // 33: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
-	35, // 34: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
-	39, // 35: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
-	45, // 36: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	36, // 37: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
-	36, // 38: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
-	46, // 39: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
-	28, // 40: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
-	26, // 41: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
-	47, // 42: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
-	27, // 43: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
-	29, // 44: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
-	48, // 45: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
-	31, // 46: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
-	32, // 47: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
-	33, // 48: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
-	34, // 49: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
-	49, // 50: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
-	50, // 51: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	44, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
+	7,  // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
+	13, // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
+	14, // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
+	15, // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
+	16, // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
+	17, // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
+	18, // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
+	19, // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
+	20, // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
+	21, // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
+	22, // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
+	23, // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
+	24, // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
+	25, // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
+	26, // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
+	27, // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
+	28, // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
+	29, // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
+	30, // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
+	31, // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
+	8,  // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
+	9,  // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
+	11, // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
+	12, // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
+	1,  // 25: norsk.store.v1.Command.create_token:type_name -> norsk.store.v1.CreateToken
+	2,  // 26: norsk.store.v1.Command.revoke_token:type_name -> norsk.store.v1.RevokeToken
+	3,  // 27: norsk.store.v1.Command.publish_discovery:type_name -> norsk.store.v1.PublishDiscovery
+	5,  // 28: norsk.store.v1.Command.rotate_discovery:type_name -> norsk.store.v1.RotateDiscovery
+	6,  // 29: norsk.store.v1.Command.publish_access_replica:type_name -> norsk.store.v1.PublishAccessReplica
+	45, // 30: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
+	46, // 31: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	46, // 32: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	47, // 33: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	48, // 34: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
+	49, // 35: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
+	50, // 36: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
+	50, // 37: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
+	51, // 38: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
+	52, // 39: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
+	53, // 40: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
+	54, // 41: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
+	55, // 42: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
+	43, // 43: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
+	50, // 44: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
+	56, // 45: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	44, // 46: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
+	44, // 47: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
+	57, // 48: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
+	34, // 49: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
+	32, // 50: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
+	58, // 51: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
+	33, // 52: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
+	35, // 53: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
+	59, // 54: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
+	39, // 55: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
+	40, // 56: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
+	41, // 57: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
+	42, // 58: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
+	37, // 59: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
+	46, // 60: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
+	38, // 61: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
+	45, // 62: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
+	47, // 63: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	60, // 64: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
+	61, // 65: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
+	66, // [66:66] is the sub-list for method output_type
+	66, // [66:66] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_norsk_store_v1_store_proto_init() }
@@ -2917,8 +3560,13 @@ func file_norsk_store_v1_store_proto_init() {
 		(*Command_PruneAudit)(nil),
 		(*Command_KvCommit)(nil),
 		(*Command_MigrateSchema)(nil),
+		(*Command_CreateToken)(nil),
+		(*Command_RevokeToken)(nil),
+		(*Command_PublishDiscovery)(nil),
+		(*Command_RotateDiscovery)(nil),
+		(*Command_PublishAccessReplica)(nil),
 	}
-	file_norsk_store_v1_store_proto_msgTypes[30].OneofWrappers = []any{
+	file_norsk_store_v1_store_proto_msgTypes[36].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Instance)(nil),
@@ -2929,6 +3577,9 @@ func file_norsk_store_v1_store_proto_init() {
 		(*SnapshotRecord_Kv)(nil),
 		(*SnapshotRecord_KvNamespace)(nil),
 		(*SnapshotRecord_StoreMeta)(nil),
+		(*SnapshotRecord_Token)(nil),
+		(*SnapshotRecord_Discovery)(nil),
+		(*SnapshotRecord_AccessReplica)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2936,7 +3587,7 @@ func file_norsk_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_store_v1_store_proto_rawDesc), len(file_norsk_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -102,6 +102,24 @@ const (
 	ManagerGetStoreInfoProcedure = "/norsk.manager.v1.Manager/GetStoreInfo"
 	// ManagerSnapshotSaveProcedure is the fully-qualified name of the Manager's SnapshotSave RPC.
 	ManagerSnapshotSaveProcedure = "/norsk.manager.v1.Manager/SnapshotSave"
+	// ManagerCreateTokenProcedure is the fully-qualified name of the Manager's CreateToken RPC.
+	ManagerCreateTokenProcedure = "/norsk.manager.v1.Manager/CreateToken"
+	// ManagerListTokensProcedure is the fully-qualified name of the Manager's ListTokens RPC.
+	ManagerListTokensProcedure = "/norsk.manager.v1.Manager/ListTokens"
+	// ManagerRevokeTokenProcedure is the fully-qualified name of the Manager's RevokeToken RPC.
+	ManagerRevokeTokenProcedure = "/norsk.manager.v1.Manager/RevokeToken"
+	// ManagerPublishDiscoveryFleetProcedure is the fully-qualified name of the Manager's
+	// PublishDiscoveryFleet RPC.
+	ManagerPublishDiscoveryFleetProcedure = "/norsk.manager.v1.Manager/PublishDiscoveryFleet"
+	// ManagerGetDiscoveryFleetProcedure is the fully-qualified name of the Manager's GetDiscoveryFleet
+	// RPC.
+	ManagerGetDiscoveryFleetProcedure = "/norsk.manager.v1.Manager/GetDiscoveryFleet"
+	// ManagerRotateDiscoveryTierSecretProcedure is the fully-qualified name of the Manager's
+	// RotateDiscoveryTierSecret RPC.
+	ManagerRotateDiscoveryTierSecretProcedure = "/norsk.manager.v1.Manager/RotateDiscoveryTierSecret"
+	// ManagerPublishAccessReplicaProcedure is the fully-qualified name of the Manager's
+	// PublishAccessReplica RPC.
+	ManagerPublishAccessReplicaProcedure = "/norsk.manager.v1.Manager/PublishAccessReplica"
 	// ManagerEventStreamProcedure is the fully-qualified name of the Manager's EventStream RPC.
 	ManagerEventStreamProcedure = "/norsk.manager.v1.Manager/EventStream"
 )
@@ -150,6 +168,16 @@ type ManagerClient interface {
 	// A consistent snapshot of the whole state, streamed (norsk-ctl operator
 	// snapshot save).
 	SnapshotSave(context.Context, *connect.Request[v1.SnapshotSaveRequest]) (*connect.ServerStreamForClient[v1.SnapshotChunk], error)
+	// API tokens (admin).
+	CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error)
+	ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error)
+	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
+	// The discovery fleet and its tier-secret rotation (norsk-mgr).
+	PublishDiscoveryFleet(context.Context, *connect.Request[v1.PublishDiscoveryFleetRequest]) (*connect.Response[v1.PublishDiscoveryFleetResponse], error)
+	GetDiscoveryFleet(context.Context, *connect.Request[v1.GetDiscoveryFleetRequest]) (*connect.Response[v1.GetDiscoveryFleetResponse], error)
+	RotateDiscoveryTierSecret(context.Context, *connect.Request[v1.RotateDiscoveryTierSecretRequest]) (*connect.Response[v1.RotateDiscoveryTierSecretResponse], error)
+	// norsk-mgr's role-store replica, verified and forwarded to every worker.
+	PublishAccessReplica(context.Context, *connect.Request[v1.PublishAccessReplicaRequest]) (*connect.Response[v1.PublishAccessReplicaResponse], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -347,6 +375,48 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(managerMethods.ByName("SnapshotSave")),
 			connect.WithClientOptions(opts...),
 		),
+		createToken: connect.NewClient[v1.CreateTokenRequest, v1.CreateTokenResponse](
+			httpClient,
+			baseURL+ManagerCreateTokenProcedure,
+			connect.WithSchema(managerMethods.ByName("CreateToken")),
+			connect.WithClientOptions(opts...),
+		),
+		listTokens: connect.NewClient[v1.ListTokensRequest, v1.ListTokensResponse](
+			httpClient,
+			baseURL+ManagerListTokensProcedure,
+			connect.WithSchema(managerMethods.ByName("ListTokens")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeToken: connect.NewClient[v1.RevokeTokenRequest, v1.RevokeTokenResponse](
+			httpClient,
+			baseURL+ManagerRevokeTokenProcedure,
+			connect.WithSchema(managerMethods.ByName("RevokeToken")),
+			connect.WithClientOptions(opts...),
+		),
+		publishDiscoveryFleet: connect.NewClient[v1.PublishDiscoveryFleetRequest, v1.PublishDiscoveryFleetResponse](
+			httpClient,
+			baseURL+ManagerPublishDiscoveryFleetProcedure,
+			connect.WithSchema(managerMethods.ByName("PublishDiscoveryFleet")),
+			connect.WithClientOptions(opts...),
+		),
+		getDiscoveryFleet: connect.NewClient[v1.GetDiscoveryFleetRequest, v1.GetDiscoveryFleetResponse](
+			httpClient,
+			baseURL+ManagerGetDiscoveryFleetProcedure,
+			connect.WithSchema(managerMethods.ByName("GetDiscoveryFleet")),
+			connect.WithClientOptions(opts...),
+		),
+		rotateDiscoveryTierSecret: connect.NewClient[v1.RotateDiscoveryTierSecretRequest, v1.RotateDiscoveryTierSecretResponse](
+			httpClient,
+			baseURL+ManagerRotateDiscoveryTierSecretProcedure,
+			connect.WithSchema(managerMethods.ByName("RotateDiscoveryTierSecret")),
+			connect.WithClientOptions(opts...),
+		),
+		publishAccessReplica: connect.NewClient[v1.PublishAccessReplicaRequest, v1.PublishAccessReplicaResponse](
+			httpClient,
+			baseURL+ManagerPublishAccessReplicaProcedure,
+			connect.WithSchema(managerMethods.ByName("PublishAccessReplica")),
+			connect.WithClientOptions(opts...),
+		),
 		eventStream: connect.NewClient[v1.EventStreamRequest, v1.Event](
 			httpClient,
 			baseURL+ManagerEventStreamProcedure,
@@ -358,37 +428,44 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 
 // managerClient implements ManagerClient.
 type managerClient struct {
-	hello                 *connect.Client[v1.HelloRequest, v1.DaemonHello]
-	version               *connect.Client[v1.VersionRequest, v1.VersionInfo]
-	createJob             *connect.Client[v1.CreateJobRequest, v1.JobHash]
-	updateJob             *connect.Client[v1.UpdateJobRequest, v1.JobHash]
-	deleteJob             *connect.Client[v1.DeleteJobRequest, v1.DeleteJobResponse]
-	jobById               *connect.Client[v1.JobByIdRequest, v1.JobWithHistory]
-	jobSearch             *connect.Client[v1.JobSearchRequest, v1.JobSearchResponse]
-	startJob              *connect.Client[v1.StartJobRequest, v1.StartJobResponse]
-	stopJob               *connect.Client[v1.StopJobRequest, v1.StopJobResponse]
-	startPreparedJob      *connect.Client[v1.StartPreparedJobRequest, v1.StartPreparedJobResponse]
-	completeJob           *connect.Client[v1.CompleteJobRequest, v1.CompleteJobResponse]
-	markJobFailed         *connect.Client[v1.MarkJobFailedRequest, v1.MarkJobFailedResponse]
-	registerClusterNode   *connect.Client[v1.RegisterClusterNodeRequest, v1.RegisterClusterNodeResponse]
-	clusterMemberRegister *connect.Client[v1.ClusterMemberRegisterRequest, v1.ClusterMemberRegisterResponse]
-	listClusterNodes      *connect.Client[v1.ListClusterNodesRequest, v1.ListClusterNodesResponse]
-	deregisterClusterNode *connect.Client[v1.DeregisterClusterNodeRequest, v1.DeregisterClusterNodeResponse]
-	setClusterNodePool    *connect.Client[v1.SetClusterNodePoolRequest, v1.SetClusterNodePoolResponse]
-	listNodes             *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
-	terminateNode         *connect.Client[v1.TerminateNodeRequest, v1.TerminateNodeResponse]
-	setNodeTags           *connect.Client[v1.SetNodeTagsRequest, v1.SetNodeTagsResponse]
-	getNodeIdleExpiry     *connect.Client[v1.GetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
-	setNodeIdleExpiry     *connect.Client[v1.SetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
-	appendAuditEntry      *connect.Client[v1.AppendAuditEntryRequest, v1.AppendAuditEntryResponse]
-	getAuditLog           *connect.Client[v1.GetAuditLogRequest, v1.GetAuditLogResponse]
-	pruneAuditLog         *connect.Client[v1.PruneAuditLogRequest, v1.PruneAuditLogResponse]
-	kvCommit              *connect.Client[v1.KvCommitRequest, v1.KvCommitResponse]
-	kvGet                 *connect.Client[v1.KvGetRequest, v1.KvGetResponse]
-	kvList                *connect.Client[v1.KvListRequest, v1.KvListResponse]
-	getStoreInfo          *connect.Client[v1.GetStoreInfoRequest, v1.StoreInfo]
-	snapshotSave          *connect.Client[v1.SnapshotSaveRequest, v1.SnapshotChunk]
-	eventStream           *connect.Client[v1.EventStreamRequest, v1.Event]
+	hello                     *connect.Client[v1.HelloRequest, v1.DaemonHello]
+	version                   *connect.Client[v1.VersionRequest, v1.VersionInfo]
+	createJob                 *connect.Client[v1.CreateJobRequest, v1.JobHash]
+	updateJob                 *connect.Client[v1.UpdateJobRequest, v1.JobHash]
+	deleteJob                 *connect.Client[v1.DeleteJobRequest, v1.DeleteJobResponse]
+	jobById                   *connect.Client[v1.JobByIdRequest, v1.JobWithHistory]
+	jobSearch                 *connect.Client[v1.JobSearchRequest, v1.JobSearchResponse]
+	startJob                  *connect.Client[v1.StartJobRequest, v1.StartJobResponse]
+	stopJob                   *connect.Client[v1.StopJobRequest, v1.StopJobResponse]
+	startPreparedJob          *connect.Client[v1.StartPreparedJobRequest, v1.StartPreparedJobResponse]
+	completeJob               *connect.Client[v1.CompleteJobRequest, v1.CompleteJobResponse]
+	markJobFailed             *connect.Client[v1.MarkJobFailedRequest, v1.MarkJobFailedResponse]
+	registerClusterNode       *connect.Client[v1.RegisterClusterNodeRequest, v1.RegisterClusterNodeResponse]
+	clusterMemberRegister     *connect.Client[v1.ClusterMemberRegisterRequest, v1.ClusterMemberRegisterResponse]
+	listClusterNodes          *connect.Client[v1.ListClusterNodesRequest, v1.ListClusterNodesResponse]
+	deregisterClusterNode     *connect.Client[v1.DeregisterClusterNodeRequest, v1.DeregisterClusterNodeResponse]
+	setClusterNodePool        *connect.Client[v1.SetClusterNodePoolRequest, v1.SetClusterNodePoolResponse]
+	listNodes                 *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
+	terminateNode             *connect.Client[v1.TerminateNodeRequest, v1.TerminateNodeResponse]
+	setNodeTags               *connect.Client[v1.SetNodeTagsRequest, v1.SetNodeTagsResponse]
+	getNodeIdleExpiry         *connect.Client[v1.GetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
+	setNodeIdleExpiry         *connect.Client[v1.SetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
+	appendAuditEntry          *connect.Client[v1.AppendAuditEntryRequest, v1.AppendAuditEntryResponse]
+	getAuditLog               *connect.Client[v1.GetAuditLogRequest, v1.GetAuditLogResponse]
+	pruneAuditLog             *connect.Client[v1.PruneAuditLogRequest, v1.PruneAuditLogResponse]
+	kvCommit                  *connect.Client[v1.KvCommitRequest, v1.KvCommitResponse]
+	kvGet                     *connect.Client[v1.KvGetRequest, v1.KvGetResponse]
+	kvList                    *connect.Client[v1.KvListRequest, v1.KvListResponse]
+	getStoreInfo              *connect.Client[v1.GetStoreInfoRequest, v1.StoreInfo]
+	snapshotSave              *connect.Client[v1.SnapshotSaveRequest, v1.SnapshotChunk]
+	createToken               *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
+	listTokens                *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
+	revokeToken               *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
+	publishDiscoveryFleet     *connect.Client[v1.PublishDiscoveryFleetRequest, v1.PublishDiscoveryFleetResponse]
+	getDiscoveryFleet         *connect.Client[v1.GetDiscoveryFleetRequest, v1.GetDiscoveryFleetResponse]
+	rotateDiscoveryTierSecret *connect.Client[v1.RotateDiscoveryTierSecretRequest, v1.RotateDiscoveryTierSecretResponse]
+	publishAccessReplica      *connect.Client[v1.PublishAccessReplicaRequest, v1.PublishAccessReplicaResponse]
+	eventStream               *connect.Client[v1.EventStreamRequest, v1.Event]
 }
 
 // Hello calls norsk.manager.v1.Manager.Hello.
@@ -541,6 +618,41 @@ func (c *managerClient) SnapshotSave(ctx context.Context, req *connect.Request[v
 	return c.snapshotSave.CallServerStream(ctx, req)
 }
 
+// CreateToken calls norsk.manager.v1.Manager.CreateToken.
+func (c *managerClient) CreateToken(ctx context.Context, req *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error) {
+	return c.createToken.CallUnary(ctx, req)
+}
+
+// ListTokens calls norsk.manager.v1.Manager.ListTokens.
+func (c *managerClient) ListTokens(ctx context.Context, req *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error) {
+	return c.listTokens.CallUnary(ctx, req)
+}
+
+// RevokeToken calls norsk.manager.v1.Manager.RevokeToken.
+func (c *managerClient) RevokeToken(ctx context.Context, req *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
+	return c.revokeToken.CallUnary(ctx, req)
+}
+
+// PublishDiscoveryFleet calls norsk.manager.v1.Manager.PublishDiscoveryFleet.
+func (c *managerClient) PublishDiscoveryFleet(ctx context.Context, req *connect.Request[v1.PublishDiscoveryFleetRequest]) (*connect.Response[v1.PublishDiscoveryFleetResponse], error) {
+	return c.publishDiscoveryFleet.CallUnary(ctx, req)
+}
+
+// GetDiscoveryFleet calls norsk.manager.v1.Manager.GetDiscoveryFleet.
+func (c *managerClient) GetDiscoveryFleet(ctx context.Context, req *connect.Request[v1.GetDiscoveryFleetRequest]) (*connect.Response[v1.GetDiscoveryFleetResponse], error) {
+	return c.getDiscoveryFleet.CallUnary(ctx, req)
+}
+
+// RotateDiscoveryTierSecret calls norsk.manager.v1.Manager.RotateDiscoveryTierSecret.
+func (c *managerClient) RotateDiscoveryTierSecret(ctx context.Context, req *connect.Request[v1.RotateDiscoveryTierSecretRequest]) (*connect.Response[v1.RotateDiscoveryTierSecretResponse], error) {
+	return c.rotateDiscoveryTierSecret.CallUnary(ctx, req)
+}
+
+// PublishAccessReplica calls norsk.manager.v1.Manager.PublishAccessReplica.
+func (c *managerClient) PublishAccessReplica(ctx context.Context, req *connect.Request[v1.PublishAccessReplicaRequest]) (*connect.Response[v1.PublishAccessReplicaResponse], error) {
+	return c.publishAccessReplica.CallUnary(ctx, req)
+}
+
 // EventStream calls norsk.manager.v1.Manager.EventStream.
 func (c *managerClient) EventStream(ctx context.Context, req *connect.Request[v1.EventStreamRequest]) (*connect.ServerStreamForClient[v1.Event], error) {
 	return c.eventStream.CallServerStream(ctx, req)
@@ -590,6 +702,16 @@ type ManagerHandler interface {
 	// A consistent snapshot of the whole state, streamed (norsk-ctl operator
 	// snapshot save).
 	SnapshotSave(context.Context, *connect.Request[v1.SnapshotSaveRequest], *connect.ServerStream[v1.SnapshotChunk]) error
+	// API tokens (admin).
+	CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error)
+	ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error)
+	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
+	// The discovery fleet and its tier-secret rotation (norsk-mgr).
+	PublishDiscoveryFleet(context.Context, *connect.Request[v1.PublishDiscoveryFleetRequest]) (*connect.Response[v1.PublishDiscoveryFleetResponse], error)
+	GetDiscoveryFleet(context.Context, *connect.Request[v1.GetDiscoveryFleetRequest]) (*connect.Response[v1.GetDiscoveryFleetResponse], error)
+	RotateDiscoveryTierSecret(context.Context, *connect.Request[v1.RotateDiscoveryTierSecretRequest]) (*connect.Response[v1.RotateDiscoveryTierSecretResponse], error)
+	// norsk-mgr's role-store replica, verified and forwarded to every worker.
+	PublishAccessReplica(context.Context, *connect.Request[v1.PublishAccessReplicaRequest]) (*connect.Response[v1.PublishAccessReplicaResponse], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -783,6 +905,48 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(managerMethods.ByName("SnapshotSave")),
 		connect.WithHandlerOptions(opts...),
 	)
+	managerCreateTokenHandler := connect.NewUnaryHandler(
+		ManagerCreateTokenProcedure,
+		svc.CreateToken,
+		connect.WithSchema(managerMethods.ByName("CreateToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerListTokensHandler := connect.NewUnaryHandler(
+		ManagerListTokensProcedure,
+		svc.ListTokens,
+		connect.WithSchema(managerMethods.ByName("ListTokens")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerRevokeTokenHandler := connect.NewUnaryHandler(
+		ManagerRevokeTokenProcedure,
+		svc.RevokeToken,
+		connect.WithSchema(managerMethods.ByName("RevokeToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerPublishDiscoveryFleetHandler := connect.NewUnaryHandler(
+		ManagerPublishDiscoveryFleetProcedure,
+		svc.PublishDiscoveryFleet,
+		connect.WithSchema(managerMethods.ByName("PublishDiscoveryFleet")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerGetDiscoveryFleetHandler := connect.NewUnaryHandler(
+		ManagerGetDiscoveryFleetProcedure,
+		svc.GetDiscoveryFleet,
+		connect.WithSchema(managerMethods.ByName("GetDiscoveryFleet")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerRotateDiscoveryTierSecretHandler := connect.NewUnaryHandler(
+		ManagerRotateDiscoveryTierSecretProcedure,
+		svc.RotateDiscoveryTierSecret,
+		connect.WithSchema(managerMethods.ByName("RotateDiscoveryTierSecret")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerPublishAccessReplicaHandler := connect.NewUnaryHandler(
+		ManagerPublishAccessReplicaProcedure,
+		svc.PublishAccessReplica,
+		connect.WithSchema(managerMethods.ByName("PublishAccessReplica")),
+		connect.WithHandlerOptions(opts...),
+	)
 	managerEventStreamHandler := connect.NewServerStreamHandler(
 		ManagerEventStreamProcedure,
 		svc.EventStream,
@@ -851,6 +1015,20 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerGetStoreInfoHandler.ServeHTTP(w, r)
 		case ManagerSnapshotSaveProcedure:
 			managerSnapshotSaveHandler.ServeHTTP(w, r)
+		case ManagerCreateTokenProcedure:
+			managerCreateTokenHandler.ServeHTTP(w, r)
+		case ManagerListTokensProcedure:
+			managerListTokensHandler.ServeHTTP(w, r)
+		case ManagerRevokeTokenProcedure:
+			managerRevokeTokenHandler.ServeHTTP(w, r)
+		case ManagerPublishDiscoveryFleetProcedure:
+			managerPublishDiscoveryFleetHandler.ServeHTTP(w, r)
+		case ManagerGetDiscoveryFleetProcedure:
+			managerGetDiscoveryFleetHandler.ServeHTTP(w, r)
+		case ManagerRotateDiscoveryTierSecretProcedure:
+			managerRotateDiscoveryTierSecretHandler.ServeHTTP(w, r)
+		case ManagerPublishAccessReplicaProcedure:
+			managerPublishAccessReplicaHandler.ServeHTTP(w, r)
 		case ManagerEventStreamProcedure:
 			managerEventStreamHandler.ServeHTTP(w, r)
 		default:
@@ -980,6 +1158,34 @@ func (UnimplementedManagerHandler) GetStoreInfo(context.Context, *connect.Reques
 
 func (UnimplementedManagerHandler) SnapshotSave(context.Context, *connect.Request[v1.SnapshotSaveRequest], *connect.ServerStream[v1.SnapshotChunk]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.SnapshotSave is not implemented"))
+}
+
+func (UnimplementedManagerHandler) CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.CreateToken is not implemented"))
+}
+
+func (UnimplementedManagerHandler) ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ListTokens is not implemented"))
+}
+
+func (UnimplementedManagerHandler) RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.RevokeToken is not implemented"))
+}
+
+func (UnimplementedManagerHandler) PublishDiscoveryFleet(context.Context, *connect.Request[v1.PublishDiscoveryFleetRequest]) (*connect.Response[v1.PublishDiscoveryFleetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.PublishDiscoveryFleet is not implemented"))
+}
+
+func (UnimplementedManagerHandler) GetDiscoveryFleet(context.Context, *connect.Request[v1.GetDiscoveryFleetRequest]) (*connect.Response[v1.GetDiscoveryFleetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.GetDiscoveryFleet is not implemented"))
+}
+
+func (UnimplementedManagerHandler) RotateDiscoveryTierSecret(context.Context, *connect.Request[v1.RotateDiscoveryTierSecretRequest]) (*connect.Response[v1.RotateDiscoveryTierSecretResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.RotateDiscoveryTierSecret is not implemented"))
+}
+
+func (UnimplementedManagerHandler) PublishAccessReplica(context.Context, *connect.Request[v1.PublishAccessReplicaRequest]) (*connect.Response[v1.PublishAccessReplicaResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.PublishAccessReplica is not implemented"))
 }
 
 func (UnimplementedManagerHandler) EventStream(context.Context, *connect.Request[v1.EventStreamRequest], *connect.ServerStream[v1.Event]) error {

@@ -1,0 +1,267 @@
+package manager
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/time/rate"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
+)
+
+// Credential prefixes. An API token is "nmt_<id>.<secret>"; workers present
+// their one-shot registration token ("nrt_…") or, once registered, their
+// node secret ("nns_…").
+const (
+	apiTokenPrefix    = "nmt_"
+	regTokenPrefix    = "nrt_"
+	nodeSecretPrefix  = "nns_"
+	authorizationHdr  = "Authorization"
+	bearerPrefix      = "Bearer "
+	identityAnonymous = "anonymous"
+)
+
+// rolePermissions says what each role may do.
+var rolePermissions = map[string][]managerv1.Permission{
+	state.RoleAdmin: {
+		managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ, managerv1.Permission_PERMISSION_OPERATE,
+		managerv1.Permission_PERMISSION_ADMIN, managerv1.Permission_PERMISSION_PUBLISH, managerv1.Permission_PERMISSION_REGISTER,
+	},
+	state.RoleOperator:  {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ, managerv1.Permission_PERMISSION_OPERATE},
+	state.RoleReadOnly:  {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ},
+	state.RoleWorker:    {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_REGISTER},
+	state.RolePublisher: {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_PUBLISH},
+}
+
+// identity is who a call comes from.
+type identity struct {
+	// name is what the audit log records ("token:ops-alice", "node:encoder-7").
+	name string
+	role string
+	// key is the rate limiter's key (the token id or the node).
+	key string
+}
+
+// can reports whether the identity's role has any of perms.
+func (id identity) can(perms ...managerv1.Permission) bool {
+	for _, have := range rolePermissions[id.role] {
+		for _, want := range perms {
+			if have == want {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+type identityKey struct{}
+
+// callerOf returns the identity of the call in ctx (ok false outside one).
+func callerOf(ctx context.Context) (identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(identity)
+	return id, ok
+}
+
+// authzTable maps each procedure of the Manager service to the permissions
+// that allow it, read from the `allow` option of the service descriptor.
+type authzTable map[string][]managerv1.Permission
+
+// buildAuthzTable reads the Manager service's descriptor. An RPC without an
+// `allow` option is an error: the Manager refuses to start rather than serve
+// a call nobody decided who may make.
+func buildAuthzTable() (authzTable, error) {
+	svc := managerv1.File_norsk_manager_v1_manager_proto.Services().ByName("Manager")
+	if svc == nil {
+		return nil, errors.New("authz: no Manager service in the descriptor")
+	}
+	t := authzTable{}
+	var missing []string
+	methods := svc.Methods()
+	for i := 0; i < methods.Len(); i++ {
+		m := methods.Get(i)
+		perms := methodPermissions(m)
+		if len(perms) == 0 {
+			missing = append(missing, string(m.Name()))
+			continue
+		}
+		t["/"+string(svc.FullName())+"/"+string(m.Name())] = perms
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("authz: RPCs with no `allow` option (say who may call them in manager.proto): %s", strings.Join(missing, ", "))
+	}
+	return t, nil
+}
+
+func methodPermissions(m protoreflect.MethodDescriptor) []managerv1.Permission {
+	opts, ok := m.Options().(*descriptorpb.MethodOptions)
+	if !ok || opts == nil {
+		return nil
+	}
+	perms, _ := proto.GetExtension(opts, managerv1.E_Allow).([]managerv1.Permission)
+	return perms
+}
+
+// authorizer authenticates every call and checks it against the table; it
+// also rate-limits each identity.
+type authorizer struct {
+	table authzTable
+	read  func() *state.Read
+	clock clock.Clock
+	rate  rate.Limit
+	burst int
+
+	mu       sync.Mutex
+	limiters map[string]*rate.Limiter
+}
+
+func newAuthorizer(read func() *state.Read, clk clock.Clock, perSecond float64, burst int) (*authorizer, error) {
+	t, err := buildAuthzTable()
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := t[managerv1connect.ManagerHelloProcedure]; !ok {
+		return nil, errors.New("authz: the descriptor has no Hello")
+	}
+	return &authorizer{table: t, read: read, clock: clk, rate: rate.Limit(perSecond), burst: burst, limiters: map[string]*rate.Limiter{}}, nil
+}
+
+// authenticate turns a bearer credential into an identity.
+func (a *authorizer) authenticate(header string) (identity, error) {
+	cred, ok := strings.CutPrefix(header, bearerPrefix)
+	cred = strings.TrimSpace(cred)
+	if !ok || cred == "" {
+		return identity{}, apierr.Unauthenticatedf("no credential: send an API token as a bearer token (norsk-ctl --token, $NORSK_TOKEN)")
+	}
+	r := a.read()
+	switch {
+	case strings.HasPrefix(cred, apiTokenPrefix):
+		id, secret, ok := strings.Cut(strings.TrimPrefix(cred, apiTokenPrefix), ".")
+		rec := r.Token(id)
+		if !ok || rec == nil {
+			return identity{}, apierr.Unauthenticatedf("unknown API token")
+		}
+		sum := sha256.Sum256([]byte(secret))
+		want, err := hex.DecodeString(rec.GetSecretHash())
+		if err != nil || subtle.ConstantTimeCompare(sum[:], want) != 1 {
+			return identity{}, apierr.Unauthenticatedf("unknown API token")
+		}
+		tok := rec.GetToken()
+		if tok.GetRevoked() {
+			return identity{}, apierr.Unauthenticatedf("API token %s (%s) has been revoked", tok.GetId(), tok.GetName())
+		}
+		if exp := tok.GetExpiresAt(); exp != nil && !a.clock.Now().Before(exp.AsTime()) {
+			return identity{}, apierr.Unauthenticatedf("API token %s (%s) expired at %s", tok.GetId(), tok.GetName(), exp.AsTime().UTC().Format(time.RFC3339))
+		}
+		return identity{name: "token:" + tok.GetName() + "/" + tok.GetId(), role: tok.GetRole(), key: "t:" + tok.GetId()}, nil
+	case strings.HasPrefix(cred, regTokenPrefix):
+		rec := r.NodeByToken(cred)
+		if rec == nil || rec.GetTokenUsed() {
+			return identity{}, apierr.Unauthenticatedf("registration token is unknown or already used")
+		}
+		n := rec.GetNode().GetNodeId()
+		return identity{name: "slot:" + n, role: state.RoleWorker, key: "n:" + n}, nil
+	case strings.HasPrefix(cred, nodeSecretPrefix):
+		rec := r.NodeBySecret(cred)
+		if rec == nil {
+			return identity{}, apierr.Unauthenticatedf("node secret is not known (its slot may have been deregistered)")
+		}
+		n := rec.GetNode().GetNodeId()
+		return identity{name: "node:" + n, role: state.RoleWorker, key: "n:" + n}, nil
+	}
+	return identity{}, apierr.Unauthenticatedf("not a Norsk Manager credential")
+}
+
+// authorize authenticates a call of procedure and checks its permission and
+// rate. The returned context carries the identity.
+func (a *authorizer) authorize(ctx context.Context, procedure, header string) (context.Context, error) {
+	perms, ok := a.table[procedure]
+	if !ok {
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s is not in the authorisation table", procedure))
+	}
+	id, err := a.authenticate(header)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if !id.can(perms...) {
+		return nil, toConnect(apierr.New(apierr.PermissionDenied, "%s (role %s) may not call %s (it needs %s)",
+			id.name, id.role, methodName(procedure), permissionWords(perms)))
+	}
+	if !a.limiter(id.key).Allow() {
+		return nil, toConnect(apierr.New(apierr.ResourceExhausted, "%s is over its rate limit of %.0f calls/s; slow down and retry", id.name, float64(a.rate)))
+	}
+	return context.WithValue(ctx, identityKey{}, id), nil
+}
+
+func (a *authorizer) limiter(key string) *rate.Limiter {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l, ok := a.limiters[key]
+	if !ok {
+		if len(a.limiters) > 100_000 {
+			a.limiters = map[string]*rate.Limiter{} // bound the memory; limits restart
+		}
+		l = rate.NewLimiter(a.rate, a.burst)
+		a.limiters[key] = l
+	}
+	return l
+}
+
+func permissionWords(perms []managerv1.Permission) string {
+	words := make([]string, len(perms))
+	for i, p := range perms {
+		words[i] = strings.ToLower(strings.TrimPrefix(p.String(), "PERMISSION_"))
+	}
+	return strings.Join(words, " or ")
+}
+
+// interceptor applies the authorizer to unary and streaming calls.
+func (a *authorizer) interceptor() connect.Interceptor { return authInterceptor{a} }
+
+type authInterceptor struct{ a *authorizer }
+
+func (i authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		ctx, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header().Get(authorizationHdr))
+		if err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (i authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader().Get(authorizationHdr))
+		if err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}
+
+// mayReadSecrets reports whether the caller may see the registration tokens
+// of cluster slots in ListClusterNodes (operators hand them to workers;
+// read-only callers see them blanked; events never carry them).
+func mayReadSecrets(ctx context.Context) bool {
+	id, ok := callerOf(ctx)
+	return ok && id.can(managerv1.Permission_PERMISSION_OPERATE)
+}

@@ -1,0 +1,74 @@
+package manager
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
+)
+
+// The discovery fleet's secrets (the tier secret, the leaf token) are never
+// logged, put in an event or in an audit entry: the audit log records the
+// call and its target ("discovery") only.
+
+func (h *handler) PublishDiscoveryFleet(ctx context.Context, req *connect.Request[managerv1.PublishDiscoveryFleetRequest]) (*connect.Response[managerv1.PublishDiscoveryFleetResponse], error) {
+	f := req.Msg.GetFleet()
+	if err := state.ValidateDiscoveryFleet(f); err != nil {
+		return nil, toConnect(err)
+	}
+	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PublishDiscovery{PublishDiscovery: &storev1.PublishDiscovery{
+		Fleet: &managerv1.DiscoveryFleet{
+			Addresses: f.GetAddresses(), Address: f.GetAddress(),
+			LeafToken: f.GetLeafToken(), TierSecret: f.GetTierSecret(),
+		},
+	}}})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	pr := res.Value.(*storev1.PublishDiscoveryResult)
+	return connect.NewResponse(&managerv1.PublishDiscoveryFleetResponse{
+		Fleet:       proto.Clone(pr.GetFleet()).(*managerv1.DiscoveryFleet),
+		SecretsKept: pr.GetSecretsKept(),
+	}), nil
+}
+
+func (h *handler) GetDiscoveryFleet(ctx context.Context, req *connect.Request[managerv1.GetDiscoveryFleetRequest]) (*connect.Response[managerv1.GetDiscoveryFleetResponse], error) {
+	out := &managerv1.GetDiscoveryFleetResponse{}
+	if f := h.read().DiscoveryFleet(); f != nil {
+		out.Fleet = proto.Clone(f).(*managerv1.DiscoveryFleet)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// generatedTierSecretBytes is the entropy of a tier secret the Manager
+// makes for a stage without one (256 bits).
+const generatedTierSecretBytes = 32
+
+func (h *handler) RotateDiscoveryTierSecret(ctx context.Context, req *connect.Request[managerv1.RotateDiscoveryTierSecretRequest]) (*connect.Response[managerv1.RotateDiscoveryTierSecretResponse], error) {
+	step, secret := req.Msg.GetStep(), req.Msg.GetNewTierSecret()
+	switch step {
+	case state.RotationStage:
+		if secret == "" {
+			secret = randomToken("nts_", generatedTierSecretBytes)
+		}
+	case state.RotationFlip, state.RotationFinish:
+		if secret != "" {
+			return nil, toConnect(apierr.Invalid("newTierSecret", "only stage takes a new tier secret (this step is %s)", step))
+		}
+	default:
+		return nil, toConnect(apierr.Invalid("step", "%q is not a rotation step (want stage, flip or finish)", step))
+	}
+	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RotateDiscovery{RotateDiscovery: &storev1.RotateDiscovery{
+		Step: step, NewTierSecret: secret,
+	}}})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	f := res.Value.(*managerv1.DiscoveryFleet)
+	return connect.NewResponse(&managerv1.RotateDiscoveryTierSecretResponse{Fleet: proto.Clone(f).(*managerv1.DiscoveryFleet)}), nil
+}
