@@ -471,16 +471,40 @@ func TestNodeTagsAndIdleExpiry(t *testing.T) {
 	}
 }
 
-// A registration token works once.
-func TestRegistrationTokenIsOneShot(t *testing.T) {
+// A worker cannot register without a valid token: a reused one, a forged
+// one and one of a deregistered slot are all refused, whether presented in
+// the request or as the call's bearer.
+func TestRegistrationTokens(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	slots, err := cl.ListClusterNodes(x)
 	if err != nil || len(slots) != 1 || !slots[0].GetTokenUsed() {
 		t.Fatalf("slots = %v, %v", slots, err)
 	}
-	_, err = cl.ClusterMemberRegister(x, &norsk.ClusterMemberRegisterRequest{Token: slots[0].GetToken(), Address: "127.0.0.1:9"})
-	if !errors.Is(err, norsk.ErrUnauthenticated) {
-		t.Fatalf("reused token: %v, want UNAUTHENTICATED", err)
+	spare, err := cl.RegisterClusterNode(x, "spare", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.DeregisterClusterNode(x, "spare"); err != nil {
+		t.Fatal(err)
+	}
+	for name, token := range map[string]string{
+		"reused":       slots[0].GetToken(),
+		"forged":       "nrt_" + strings.Repeat("ab", 24),
+		"deregistered": spare.GetToken(),
+	} {
+		req := &norsk.ClusterMemberRegisterRequest{Token: token, Address: "127.0.0.1:9"}
+		if _, err := cl.ClusterMemberRegister(x, req); !errors.Is(err, norsk.ErrUnauthenticated) {
+			t.Errorf("%s token in the request: %v, want UNAUTHENTICATED", name, err)
+		}
+		// The same token as the call's only credential (what a worker does).
+		w, err := norsk.Connect(x, norsk.Settings{URL: c.URL(), Token: token})
+		if err == nil {
+			_, err = w.ClusterMemberRegister(x, req)
+			_ = w.Close()
+		}
+		if !errors.Is(err, norsk.ErrUnauthenticated) {
+			t.Errorf("%s token as the bearer: %v, want UNAUTHENTICATED", name, err)
+		}
 	}
 }

@@ -67,13 +67,22 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()
 
 // LoadConfigFile reads a config.yaml; unknown keys are an error naming them.
 func LoadConfigFile(path string) (FileConfig, error) {
-	var fc FileConfig
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fc, fmt.Errorf("config file: %w", err)
+		return FileConfig{}, fmt.Errorf("config file: %w", err)
 	}
-	if err := yaml.UnmarshalStrict(b, &fc); err != nil {
+	fc, err := ParseConfigFile(b)
+	if err != nil {
 		return fc, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return fc, nil
+}
+
+// ParseConfigFile decodes a config.yaml's contents strictly.
+func ParseConfigFile(b []byte) (FileConfig, error) {
+	var fc FileConfig
+	if err := yaml.UnmarshalStrict(b, &fc); err != nil {
+		return FileConfig{}, err
 	}
 	return fc, nil
 }

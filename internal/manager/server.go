@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -262,7 +263,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.url = cfg.AdvertiseURL
 	if s.url == "" {
-		s.url = tlsSt.scheme() + "://" + ln.Addr().String()
+		s.url = tlsSt.scheme() + "://" + advertiseAddr(ln.Addr())
 	}
 	s.nodes = nodes.New(nodes.Config{
 		Store:             st,
@@ -323,6 +324,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}()
 	log.Info("manager ready", "api", s.url, "data_dir", cfg.DataDir, "index", st.State().Snapshot().Index())
 	return s, nil
+}
+
+// advertiseAddr is the host:port others reach a listener at: its own
+// address, or — listening on every address — the hostname.
+func advertiseAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return a.String()
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(tcp.Port))
 }
 
 // URL is where the API is served.
