@@ -1,6 +1,6 @@
 // Package cli implements norsk-ctl, the command-line client of the Norsk
 // Manager: one cobra command per API call, grouped by noun (job, node, slot,
-// events, audit, kv, store, operator, version), talking to the Manager only
+// events, audit, kv, store, operator, cluster, version), talking to the Manager only
 // through the Go SDK (sdk/norsk); "operator snapshot inspect" reads snapshot
 // files with pkg/snapshotfile and needs no Manager. cmd/norsk-ctl is a thin
 // main around Main.
@@ -52,6 +52,7 @@ var rootCommands = []func(*globals) *cobra.Command{
 	newTokenCommand,
 	newDiscoveryCommand,
 	newAccessReplicaCommand,
+	newClusterCommand,
 }
 
 // globals are the settings every command shares (the global flags) and the
@@ -71,6 +72,8 @@ type globals struct {
 	// timeout bounds each call to the Manager (not the waits of --wait or
 	// the events stream).
 	timeout time.Duration
+	// linearizable is --linearizable: every read is linearizable.
+	linearizable bool
 
 	in     io.Reader
 	out    io.Writer
@@ -106,6 +109,8 @@ func (g *globals) manager(ctx context.Context) (*norsk.Manager, error) {
 		// The CLI's TLS flags (or $NORSK_TLS_CA, $NORSK_TLS_CA_HASH).
 		CAFile:        g.tlsCA,
 		CAFingerprint: g.tlsCAHash,
+		// --linearizable: reads see every write committed before them.
+		LinearizableReads: g.linearizable,
 	})
 	if err != nil {
 		return nil, tlsHint(err)
@@ -189,11 +194,16 @@ func NewRootCommand() *cobra.Command {
 func newRootCommand(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "norsk-ctl",
-		Short: "Control a Norsk Manager: jobs, nodes, cluster slots, events, audit log, KV store",
+		Short: "Control a Norsk Manager: jobs, nodes, cluster slots, events, audit log, KV store, Manager cluster",
 		Long: `norsk-ctl talks to a Norsk Manager (--manager-url, $NORSK_MANAGER_URL; the local
 development Manager by default) and covers its API: jobs and their instances,
 nodes, cluster slots (registered local servers), the event stream, the audit
-log, the key/value store, the store's state and snapshots.
+log, the key/value store, the store's state and snapshots, and the Manager
+cluster's members and quorum.
+
+Reads are served from the copy of the member called, which on a follower may
+trail the primary by a few milliseconds; --linearizable makes them see every
+write committed before they began (at the cost of a round trip to the primary).
 
 Output is a table by default; -o json prints the API's protobuf JSON and -o yaml
 the same as YAML, for scripts.`,
@@ -219,6 +229,7 @@ the same as YAML, for scripts.`,
 	registerTLSFlags(f, g)
 	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
 	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the Manager")
+	f.BoolVar(&g.linearizable, "linearizable", false, "linearizable reads: a read sees every write committed before it, on any member (needs a primary)")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 
 	for _, c := range rootCommands {

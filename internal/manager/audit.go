@@ -73,6 +73,12 @@ func auditTarget(cmd *storev1.Command) string {
 		return fmt.Sprintf("job/%s/%s@%s", c.StartPrepared.GetJobId(), c.StartPrepared.GetRole(), c.StartPrepared.GetNodeId())
 	case *storev1.Command_CompleteJob:
 		return "job/" + c.CompleteJob.GetJobId()
+	case *storev1.Command_ExpectMember:
+		return "member/" + c.ExpectMember.GetName()
+	case *storev1.Command_MemberRetired:
+		return "member/" + c.MemberRetired.GetName()
+	case *storev1.Command_MemberJoined:
+		return "member/" + c.MemberJoined.GetName()
 	case *storev1.Command_MarkJobFailed:
 		return "job/" + c.MarkJobFailed.GetJobId()
 	case *storev1.Command_RegisterSlot:

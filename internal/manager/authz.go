@@ -28,9 +28,14 @@ import (
 // their one-shot registration token ("nrt_…") or, once registered, their
 // node secret ("nns_…").
 const (
-	apiTokenPrefix    = "nmt_"
-	regTokenPrefix    = "nrt_"
-	nodeSecretPrefix  = "nns_"
+	apiTokenPrefix   = "nmt_"
+	regTokenPrefix   = "nrt_"
+	nodeSecretPrefix = "nns_"
+	// clusterSecretPrefix marks the cluster secret as the members present
+	// it to each other ("ncs_<secret>").
+	clusterSecretPrefix = "ncs_"
+	// roleMember is another member of this cluster (the Members service).
+	roleMember        = "member"
 	authorizationHdr  = "Authorization"
 	bearerPrefix      = "Bearer "
 	identityAnonymous = "anonymous"
@@ -41,7 +46,9 @@ var rolePermissions = map[string][]managerv1.Permission{
 	state.RoleAdmin: {
 		managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ, managerv1.Permission_PERMISSION_OPERATE,
 		managerv1.Permission_PERMISSION_ADMIN, managerv1.Permission_PERMISSION_PUBLISH, managerv1.Permission_PERMISSION_REGISTER,
+		managerv1.Permission_PERMISSION_CLUSTER,
 	},
+	roleMember:          {managerv1.Permission_PERMISSION_MEMBER},
 	state.RoleOperator:  {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ, managerv1.Permission_PERMISSION_OPERATE},
 	state.RoleReadOnly:  {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ},
 	state.RoleWorker:    {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_REGISTER},
@@ -77,34 +84,53 @@ func callerOf(ctx context.Context) (identity, bool) {
 	return id, ok
 }
 
-// authzTable maps each procedure of the Manager service to the permissions
-// that allow it, read from the `allow` option of the service descriptor.
+// authzTable maps each procedure of the Manager and Members services to the
+// permissions that allow it, read from the `allow` option of the service
+// descriptors.
 type authzTable map[string][]managerv1.Permission
 
-// buildAuthzTable reads the Manager service's descriptor. An RPC without an
+// servedServices are the services the API serves, by descriptor.
+var servedServices = []protoreflect.ServiceDescriptor{
+	managerv1.File_norsk_manager_v1_manager_proto.Services().ByName("Manager"),
+	managerv1.File_norsk_manager_v1_cluster_proto.Services().ByName("Members"),
+}
+
+// buildAuthzTable reads the services' descriptors. An RPC without an
 // `allow` option is an error: the Manager refuses to start rather than serve
 // a call nobody decided who may make.
 func buildAuthzTable() (authzTable, error) {
-	svc := managerv1.File_norsk_manager_v1_manager_proto.Services().ByName("Manager")
-	if svc == nil {
-		return nil, errors.New("authz: no Manager service in the descriptor")
-	}
 	t := authzTable{}
 	var missing []string
-	methods := svc.Methods()
-	for i := 0; i < methods.Len(); i++ {
-		m := methods.Get(i)
-		perms := methodPermissions(m)
-		if len(perms) == 0 {
-			missing = append(missing, string(m.Name()))
-			continue
+	for _, svc := range servedServices {
+		if svc == nil {
+			return nil, errors.New("authz: a served service is missing from the descriptors")
 		}
-		t["/"+string(svc.FullName())+"/"+string(m.Name())] = perms
+		methods := svc.Methods()
+		for i := 0; i < methods.Len(); i++ {
+			m := methods.Get(i)
+			perms := methodPermissions(m)
+			if len(perms) == 0 {
+				missing = append(missing, string(m.FullName()))
+				continue
+			}
+			t["/"+string(svc.FullName())+"/"+string(m.Name())] = perms
+		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("authz: RPCs with no `allow` option (say who may call them in manager.proto): %s", strings.Join(missing, ", "))
+		return nil, fmt.Errorf("authz: RPCs with no `allow` option (say who may call them in the .proto): %s", strings.Join(missing, ", "))
 	}
 	return t, nil
+}
+
+// witnessServes are the Manager RPCs a witness answers: it serves no API
+// but the cluster's own management (its status and events, and refusing a
+// forced recovery with a reason).
+var witnessServes = map[string]bool{
+	managerv1connect.ManagerGetClusterStatusProcedure: true,
+	managerv1connect.ManagerGetClusterEventsProcedure: true,
+	managerv1connect.ManagerForceStandaloneProcedure:  true,
+	managerv1connect.ManagerLeaveQuorumProcedure:      true,
+	managerv1connect.ManagerHelloProcedure:            true,
 }
 
 func methodPermissions(m protoreflect.MethodDescriptor) []managerv1.Permission {
@@ -124,12 +150,17 @@ type authorizer struct {
 	clock clock.Clock
 	rate  rate.Limit
 	burst int
+	// clusterSecret is the members' shared secret ("" standalone: no
+	// member calls are accepted).
+	clusterSecret string
+	// witness: this member serves only witnessServes of the Manager API.
+	witness bool
 
 	mu       sync.Mutex
 	limiters map[string]*rate.Limiter
 }
 
-func newAuthorizer(read func() *state.Read, clk clock.Clock, perSecond float64, burst int) (*authorizer, error) {
+func newAuthorizer(read func() *state.Read, cfg Config) (*authorizer, error) {
 	t, err := buildAuthzTable()
 	if err != nil {
 		return nil, err
@@ -137,7 +168,8 @@ func newAuthorizer(read func() *state.Read, clk clock.Clock, perSecond float64, 
 	if _, ok := t[managerv1connect.ManagerHelloProcedure]; !ok {
 		return nil, errors.New("authz: the descriptor has no Hello")
 	}
-	return &authorizer{table: t, read: read, clock: clk, rate: rate.Limit(perSecond), burst: burst, limiters: map[string]*rate.Limiter{}}, nil
+	return &authorizer{table: t, read: read, clock: cfg.Clock, rate: rate.Limit(cfg.RateLimit), burst: int(2 * cfg.RateLimit),
+		clusterSecret: cfg.ClusterSecret, witness: cfg.Witness, limiters: map[string]*rate.Limiter{}}, nil
 }
 
 // authenticate turns a bearer credential into an identity.
@@ -146,6 +178,14 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 	cred = strings.TrimSpace(cred)
 	if !ok || cred == "" {
 		return identity{}, apierr.Unauthenticatedf("no credential: send an API token as a bearer token (norsk-ctl --token, $NORSK_TOKEN)")
+	}
+	if secret, ok := strings.CutPrefix(cred, clusterSecretPrefix); ok {
+		if a.clusterSecret == "" || subtle.ConstantTimeCompare([]byte(secret), []byte(a.clusterSecret)) != 1 {
+			return identity{}, apierr.Unauthenticatedf("the cluster secret does not match this member's (clusterSecret must be the same on every member)")
+		}
+		// Members are not rate-limited by caller: forwarded writes are
+		// already limited where they came in.
+		return identity{name: "member", role: roleMember, key: ""}, nil
 	}
 	r := a.read()
 	switch {
@@ -201,7 +241,10 @@ func (a *authorizer) authorize(ctx context.Context, procedure, header string) (c
 		return nil, toConnect(apierr.New(apierr.PermissionDenied, "%s (role %s) may not call %s (it needs %s)",
 			id.name, id.role, methodName(procedure), permissionWords(perms)))
 	}
-	if !a.limiter(id.key).Allow() {
+	if a.witness && strings.HasPrefix(procedure, "/"+managerv1connect.ManagerName+"/") && !witnessServes[procedure] {
+		return nil, toConnect(apierr.Unavailablef("this member is a witness: it votes but serves no API; call a full member"))
+	}
+	if id.key != "" && !a.limiter(id.key).Allow() {
 		return nil, toConnect(apierr.New(apierr.ResourceExhausted, "%s is over its rate limit of %.0f calls/s; slow down and retry", id.name, float64(a.rate)))
 	}
 	return context.WithValue(ctx, identityKey{}, id), nil

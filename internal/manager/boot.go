@@ -33,9 +33,10 @@ func lockDataDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// openStore opens the store; when it cannot be read, it moves it aside and
-// restores the newest backup that verifies, saying so in the boot report.
-func openStore(ctx context.Context, cfg Config, scfg store.Config, report *managerv1.BootReport) (*store.Store, error) {
+// openStandaloneStore opens a standalone member's store; when it cannot be
+// read, it moves it aside and restores the newest backup that verifies,
+// saying so in the boot report.
+func openStandaloneStore(ctx context.Context, cfg Config, scfg store.Config, report *managerv1.BootReport) (*store.Store, error) {
 	st, openErr := store.Open(ctx, scfg)
 	if openErr == nil {
 		return st, nil
@@ -86,13 +87,13 @@ func openStore(ctx context.Context, cfg Config, scfg store.Config, report *manag
 // migrate brings the state to this binary's schema version: a new store is
 // initialised; an older one is backed up first, then migrated through the
 // log (so every member migrates at the same point).
-func (s *Server) migrate(ctx context.Context) error {
-	cur := s.store.State().Snapshot().SchemaVersion()
+func (s *Server) migrate(ctx context.Context, st *store.Store) error {
+	cur := st.State().Snapshot().SchemaVersion()
 	if cur >= state.SchemaVersion {
 		return nil
 	}
 	if cur > 0 {
-		b, err := s.store.Backup(s.cfg.BackupDir, store.BackupPreUpgrade, s.cfg.Clock.Now())
+		b, err := st.Backup(s.cfg.BackupDir, store.BackupPreUpgrade, s.cfg.Clock.Now())
 		if err != nil {
 			return fmt.Errorf("backup before migrating the schema from %d: %w", cur, err)
 		}
@@ -102,7 +103,7 @@ func (s *Server) migrate(ctx context.Context) error {
 		Time: timestamppb.New(s.cfg.Clock.Now()),
 		Cmd:  &storev1.Command_MigrateSchema{MigrateSchema: &storev1.MigrateSchema{From: cur, To: state.SchemaVersion}},
 	}
-	if _, err := s.store.Apply(ctx, cmd); err != nil {
+	if _, err := st.Apply(ctx, cmd); err != nil {
 		return fmt.Errorf("migrate the schema from %d to %d: %w", cur, state.SchemaVersion, err)
 	}
 	if cur > 0 {
@@ -121,9 +122,10 @@ type auditCheck struct {
 	detail string
 }
 
-// verifyAuditChain checks the whole chain once, at boot.
-func (s *Server) verifyAuditChain() {
-	err := s.store.State().Snapshot().VerifyAuditChain()
+// verifyAuditChain checks the whole chain once, at boot (once the member is
+// caught up).
+func (s *Server) verifyAuditChain(st *store.Store) {
+	err := st.State().Snapshot().VerifyAuditChain()
 	s.audit.mu.Lock()
 	defer s.audit.mu.Unlock()
 	if err != nil {
@@ -142,7 +144,7 @@ func (s *Server) auditVerdict() (bool, string) {
 
 // runBackups writes a scheduled backup every BackupInterval (when the state
 // has changed since the last one) and keeps BackupRetain of them.
-func (s *Server) runBackups(ctx context.Context) {
+func (s *Server) runBackups(ctx context.Context, st *store.Store) {
 	if s.cfg.BackupInterval < 0 {
 		return
 	}
@@ -155,11 +157,11 @@ func (s *Server) runBackups(ctx context.Context) {
 			return
 		case <-t.C():
 		}
-		idx := s.store.State().Snapshot().Index()
+		idx := st.State().Snapshot().Index()
 		if idx == last {
 			continue
 		}
-		if _, err := s.store.Backup(s.cfg.BackupDir, store.BackupScheduled, s.cfg.Clock.Now()); err != nil {
+		if _, err := st.Backup(s.cfg.BackupDir, store.BackupScheduled, s.cfg.Clock.Now()); err != nil {
 			s.log.Error("scheduled backup failed", "err", err)
 			continue
 		}

@@ -43,7 +43,7 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 		h.s.metrics.eventsSent.Inc()
 		return nil
 	}
-	broker := h.s.store.Broker()
+	broker := h.s.st().Broker()
 	var sub *events.Subscription
 	snapshot := func(resync bool) error {
 		sub = broker.SubscribeTail()

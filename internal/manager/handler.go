@@ -22,14 +22,16 @@ type handler struct {
 var _ managerv1connect.ManagerHandler = (*handler)(nil)
 
 // apply stamps the command's time and its caller (for the audit log) and
-// proposes it.
+// commits it: on the primary directly, from a follower by forwarding it to
+// the primary (forward.go). It returns once this member has applied it, so
+// the handler reads its own write.
 func (h *handler) apply(ctx context.Context, cmd *storev1.Command) (state.Result, error) {
 	cmd.Time = timestamppb.New(h.s.cfg.Clock.Now())
 	cmd.Audit = auditStamp(ctx, cmd)
-	return h.s.store.Apply(ctx, cmd)
+	return h.s.apply(ctx, cmd)
 }
 
-func (h *handler) read() *state.Read { return h.s.store.State().Snapshot() }
+func (h *handler) read() *state.Read { return h.s.st().State().Snapshot() }
 
 // randomToken returns n random bytes, hex encoded, with a prefix naming
 // what it is (so a leaked one is recognisable).

@@ -45,7 +45,7 @@ func TestAPIRefusesBadInputAndChangesNothing(t *testing.T) {
 	if _, err := c.CreateJob(ctx, connect.NewRequest(&managerv1.CreateJobRequest{Job: job("a")})); err != nil {
 		t.Fatal(err)
 	}
-	before := s.store.State().Snapshot().Index()
+	before := s.st().State().Snapshot().Index()
 	cases := []struct {
 		name string
 		call func() error
@@ -95,7 +95,7 @@ func TestAPIRefusesBadInputAndChangesNothing(t *testing.T) {
 	if _, err := c.RegisterClusterNode(ctx, connect.NewRequest(&managerv1.RegisterClusterNodeRequest{NodeName: "n1"})); err != nil {
 		t.Fatal(err)
 	}
-	before = s.store.State().Snapshot().Index()
+	before = s.st().State().Snapshot().Index()
 	_, err := c.StartJob(ctx, connect.NewRequest(&managerv1.StartJobRequest{JobId: "a", Role: "primary", NodeId: "n1"}))
 	if code(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("start on a registered-but-inactive node: %v", err)

@@ -16,7 +16,13 @@ import (
 // nodeView renders a node with the live facts of its connection.
 func (h *handler) nodeView(r *state.Read, rec *storev1.NodeRecord) *managerv1.Node {
 	n := r.NodeView(rec)
-	live := h.s.nodes.Live(n.GetNodeId())
+	ctl := h.s.controller()
+	if ctl == nil {
+		// A follower: the streams are the primary's (ListNodes there shows
+		// them live).
+		return n
+	}
+	live := ctl.Live(n.GetNodeId())
 	n.Connected = live.Connected
 	n.Load = live.Load
 	if !live.LastSeen.IsZero() {

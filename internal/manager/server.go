@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -32,11 +33,12 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 
+	"github.com/hashicorp/raft"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/clock"
-	"github.com/norsk-go/norsk-manager/internal/events"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
 
 // DefaultPort is the Manager API's default port.
@@ -108,8 +110,38 @@ type Config struct {
 	// access replicas with (access_replica.go). Without it
 	// PublishAccessReplica is refused with FAILED_PRECONDITION.
 	AccessReplicaKeysFile string
-	Clock                 clock.Clock
-	Logger                *slog.Logger
+
+	// ClusterNodes are the members of this Manager's cluster, this one
+	// included (empty: a standalone member). ClusterState is "new" (the
+	// default: a new store bootstraps the cluster with ClusterNodes) or
+	// "existing" (a new store joins the running cluster; its primary must
+	// expect it: AddClusterMember).
+	ClusterNodes []ClusterNode
+	ClusterState string
+	// RaftListen is where raft listens for the other members (default
+	// ":6792" in a cluster; unused standalone). RaftAdvertise is the
+	// address they reach it at (default: ClusterNodes' entry for this
+	// member, else the listen address).
+	RaftListen    string
+	RaftAdvertise string
+	// ClusterSecret authenticates the members to each other (required in a
+	// cluster; the same on every member).
+	ClusterSecret string
+	// Witness: this member votes but holds no job state it acts on, serves
+	// no API and never stays primary.
+	Witness bool
+	// RaftHeartbeatTimeout and RaftElectionTimeout tune failover (default
+	// 500 ms each).
+	RaftHeartbeatTimeout time.Duration
+	RaftElectionTimeout  time.Duration
+	// RaftStreamLayer and MemberHTTPClient replace the raft transport's
+	// TCP and the client members call each other with (tests inject
+	// faults through them).
+	RaftStreamLayer  func() (raft.StreamLayer, error)
+	MemberHTTPClient *http.Client
+
+	Clock  clock.Clock
+	Logger *slog.Logger
 }
 
 func (c *Config) defaults() error {
@@ -156,27 +188,56 @@ func (c *Config) defaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	switch c.ClusterState {
+	case "":
+		c.ClusterState = ClusterStateNew
+	case ClusterStateNew, ClusterStateExisting:
+	default:
+		return fmt.Errorf("manager: clusterState %q: want new or existing", c.ClusterState)
+	}
+	if c.clustered() {
+		if c.ClusterSecret == "" {
+			return errors.New("manager: a cluster member needs clusterSecret (the same on every member)")
+		}
+		if c.RaftListen == "" && c.RaftStreamLayer == nil {
+			c.RaftListen = fmt.Sprintf(":%d", DefaultRaftPort)
+		}
+		if c.RaftAdvertise == "" {
+			if n, ok := c.clusterNode(c.NodeName); ok && n.Raft != "" {
+				c.RaftAdvertise = n.Raft
+			}
+		}
+	}
 	return nil
 }
 
 // Server is a running Manager member.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	store   *store.Store
-	nodes   *nodes.Controller
-	metrics *metrics
-	ln      net.Listener
-	http    *http.Server
-	url     string
-	lock    *os.File
-	boot    *managerv1.BootReport
-	audit   auditCheck
-	authz   *authorizer
-	tls     *tlsState
+	cfg Config
+	log *slog.Logger
+	// storeRef is the member's store; a recovery (ForceStandalone,
+	// LeaveQuorum, a stale generation) replaces it while the API keeps
+	// serving.
+	storeRef atomic.Pointer[store.Store]
+	// nodesRef is the node controller of the current primary term (nil on
+	// a follower).
+	nodesRef    atomic.Pointer[nodes.Controller]
+	nodeMetrics *nodes.Metrics
+	member      *memberState
+	members     memberClients
+	metrics     *metrics
+	ln          net.Listener
+	http        *http.Server
+	url         string
+	lock        *os.File
+	boot        *managerv1.BootReport
+	audit       auditCheck
+	authz       *authorizer
+	tls         *tlsState
 	// accessKeys are the access replica's trusted keys (nil: none).
 	accessKeys *accessReplicaKeys
 	// bootstrap is the admin token made at this first start ("" if none).
+	mu        sync.Mutex
 	bootstrap string
 
 	cancel context.CancelFunc
@@ -185,8 +246,10 @@ type Server struct {
 	err    error
 }
 
-// New opens the store, starts serving and returns once the member is
-// ready for calls. Close stops it.
+// New opens the store, starts serving and returns once the member is ready
+// for calls: a standalone member once it leads (its boot work — schema
+// migration, bootstrap token — done); a cluster member once its store is
+// open (its peers elect a primary; writes forward to it). Close stops it.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -222,70 +285,42 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		ln = tls.NewListener(ln, tlsSt.server)
 	}
 	m := newMetrics()
-	boot := &managerv1.BootReport{BootedAt: timestamppb.New(cfg.Clock.Now())}
-	st, err := openStore(ctx, cfg, store.Config{
-		Dir:               filepath.Join(cfg.DataDir, "raft"),
-		MemberID:          cfg.NodeName,
-		Logger:            cfg.Logger,
-		Broker:            events.New(cfg.EventBuffer),
-		SnapshotThreshold: cfg.SnapshotThreshold,
-		OnApply:           m.onApply,
-	}, boot)
-	if err != nil {
-		_ = ln.Close()
-		_ = lock.Close()
-		return nil, err
-	}
-	s := &Server{cfg: cfg, log: log, store: st, metrics: m, ln: ln, lock: lock, boot: boot, tls: tlsSt}
-	s.accessKeys = accessKeys
-	if err := s.migrate(ctx); err != nil {
-		_ = st.Close()
-		_ = ln.Close()
-		_ = lock.Close()
-		return nil, err
-	}
-	s.verifyAuditChain()
-	if s.bootstrap, err = s.bootstrapToken(ctx); err != nil {
-		_ = st.Close()
-		_ = ln.Close()
-		_ = lock.Close()
-		return nil, err
-	}
-	if s.bootstrap != "" && cfg.BootstrapToken == "" {
-		// The token itself is never logged: the binary shows it once.
-		log.Warn("made the bootstrap admin token; it is shown once on the console, and the store keeps only its hash")
-	}
-	if s.authz, err = newAuthorizer(st.State().Snapshot, cfg.Clock, cfg.RateLimit, int(2*cfg.RateLimit)); err != nil {
-		_ = st.Close()
-		_ = ln.Close()
-		_ = lock.Close()
-		return nil, err
+	s := &Server{cfg: cfg, log: log, metrics: m, ln: ln, lock: lock, tls: tlsSt, accessKeys: accessKeys,
+		nodeMetrics: nodes.NewMetrics(m.reg),
+		boot:        &managerv1.BootReport{BootedAt: timestamppb.New(cfg.Clock.Now())},
 	}
 	s.url = cfg.AdvertiseURL
 	if s.url == "" {
 		s.url = tlsSt.scheme() + "://" + advertiseAddr(ln.Addr())
 	}
-	s.nodes = nodes.New(nodes.Config{
-		Store:             st,
-		Clock:             cfg.Clock,
-		Logger:            cfg.Logger,
-		LostGrace:         cfg.LostGrace,
-		HeartbeatInterval: cfg.HeartbeatInterval,
-		ManagerName:       cfg.NodeName,
-		ManagerURLs:       func() []string { return []string{s.url} },
-		Metrics:           nodes.NewMetrics(m.reg),
-		WorkerTLS:         tlsSt.workerTLS(),
-		AccessReplicaJWKS: accessKeys.jwks(),
-	})
+	s.member = newMemberState(s)
+	fail := func(err error) (*Server, error) {
+		if st := s.st(); st != nil {
+			_ = st.Close()
+		}
+		_ = ln.Close()
+		_ = lock.Close()
+		return nil, err
+	}
+	if err := s.openStore(ctx); err != nil {
+		return fail(err)
+	}
+	if s.authz, err = newAuthorizer(func() *state.Read { return s.st().State().Snapshot() }, cfg); err != nil {
+		return fail(err)
+	}
 
 	mux := http.NewServeMux()
 	h := &handler{s: s}
+	interceptors := connect.WithInterceptors(s.authz.interceptor(), m.interceptor(), auditInterceptor(), s.consistencyInterceptor())
 	// Compress only messages worth it: connect gzips every message a client
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.
-	path, api := managerv1connect.NewManagerHandler(h, connect.WithInterceptors(s.authz.interceptor(), m.interceptor(), auditInterceptor()),
+	path, api := managerv1connect.NewManagerHandler(h, interceptors,
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCompressMinBytes(1024))
 	mux.Handle(path, withResponseController(api))
+	mpath, members := managerv1connect.NewMembersHandler(&membersHandler{s: s}, interceptors,
+		connect.WithReadMaxBytes(cfg.MaxRequestBytes+(1<<20)), connect.WithCompressMinBytes(1024))
+	mux.Handle(mpath, members)
 	checker := grpchealth.NewStaticChecker(managerv1connect.ManagerName)
 	mux.Handle(grpchealth.NewHandler(checker))
 	reflector := grpcreflect.NewStaticReflector(managerv1connect.ManagerName)
@@ -307,11 +342,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.wg.Add(3)
-	go func() {
-		defer s.wg.Done()
-		s.runBackups(runCtx)
-	}()
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -320,9 +351,23 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}()
 	go func() {
 		defer s.wg.Done()
-		_ = s.nodes.Run(runCtx)
+		s.member.run(runCtx)
 	}()
-	log.Info("manager ready", "api", s.url, "data_dir", cfg.DataDir, "index", st.State().Snapshot().Index())
+	if !cfg.clustered() {
+		// A standalone member leads at once; wait for its boot work.
+		select {
+		case <-s.member.firstTermReady():
+		case <-ctx.Done():
+			_ = s.Close()
+			return nil, fmt.Errorf("manager: waiting for the first primary term: %w", ctx.Err())
+		}
+		if err := s.member.firstTermErr(); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+	}
+	log.Info("manager ready", "api", s.url, "data_dir", cfg.DataDir, "index", s.st().State().Snapshot().Index(),
+		"cluster", cfg.clustered(), "witness", cfg.Witness)
 	return s, nil
 }
 
@@ -348,25 +393,38 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // BootstrapToken is the admin token this start made for a store that had
 // none ("" otherwise). Show it once; the store keeps only its hash.
-func (s *Server) BootstrapToken() string { return s.bootstrap }
+func (s *Server) BootstrapToken() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bootstrap
+}
 
 // NodeName is this member's name.
 func (s *Server) NodeName() string { return s.cfg.NodeName }
 
 // Store is the member's store (tests and tools read it).
-func (s *Server) Store() *store.Store { return s.store }
+func (s *Server) Store() *store.Store { return s.st() }
+
+// st is the member's current store.
+func (s *Server) st() *store.Store { return s.storeRef.Load() }
+
+// controller is the node controller of the current primary term (nil on a
+// follower).
+func (s *Server) controller() *nodes.Controller { return s.nodesRef.Load() }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	st := map[string]any{
 		"status":  "ok",
 		"member":  s.cfg.NodeName,
-		"primary": s.store.IsLeader(),
-		"index":   s.store.State().Snapshot().Index(),
+		"primary": s.st().IsLeader(),
+		"index":   s.st().State().Snapshot().Index(),
 	}
 	code := http.StatusOK
-	if !s.store.IsLeader() {
+	if leader, _ := s.st().Leader(); leader == "" {
 		st["status"] = "no primary"
 		code = http.StatusServiceUnavailable
+	} else {
+		st["primaryMember"] = leader
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -382,13 +440,14 @@ func (s *Server) Close() error {
 		defer cancel()
 		// Event streams end when the store's broker closes; stop them first
 		// so Shutdown does not wait for them.
-		s.store.Broker().Close()
+		s.st().Broker().Close()
 		if err := s.http.Shutdown(ctx); err != nil {
 			_ = s.http.Close()
 		}
 		s.cancel()
 		s.wg.Wait()
-		s.err = s.store.Close()
+		s.err = s.st().Close()
+		s.member.events.close()
 		_ = s.lock.Close()
 		s.log.Info("manager stopped")
 	})

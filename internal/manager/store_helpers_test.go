@@ -196,6 +196,16 @@ func stSameRecords(t testing.TB, a, b []byte) string {
 		return "record counts differ: " + strconv.Itoa(len(ra)) + " vs " + strconv.Itoa(len(rb))
 	}
 	for i := 1; i < len(ra); i++ {
+		if ra[i].GetMember() != nil && rb[i].GetMember() != nil {
+			// A member's own record follows its address (a restored
+			// member listens where it is started now).
+			ma, mb := proto.Clone(ra[i].GetMember()).(*storev1.MemberRecord), proto.Clone(rb[i].GetMember()).(*storev1.MemberRecord)
+			ma.ApiUrl, mb.ApiUrl = "", ""
+			if !proto.Equal(ma, mb) {
+				return "member record " + strconv.Itoa(i) + " differs:\n" + ma.String() + "\n" + mb.String()
+			}
+			continue
+		}
 		if !proto.Equal(ra[i], rb[i]) {
 			return "record " + strconv.Itoa(i) + " differs:\n" + ra[i].String() + "\n" + rb[i].String()
 		}

@@ -222,7 +222,7 @@ func TestRegisterSignsCSR(t *testing.T) {
 	if err := pki.VerifyWorker(mustParse(t, resp.GetCertificateDer()), ca.Pool(), resp.GetNodeId()); err != nil {
 		t.Fatal(err)
 	}
-	if !s.store.State().Snapshot().Node(nil, resp.GetNodeId()).GetNode().GetTls() {
+	if !s.st().State().Snapshot().Node(nil, resp.GetNodeId()).GetNode().GetTls() {
 		t.Fatal("the node is not recorded as TLS")
 	}
 	// Without a CSR (a worker of an http URL behind a TLS proxy): no
@@ -231,7 +231,7 @@ func TestRegisterSignsCSR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp2.GetCertificateDer()) != 0 || s.store.State().Snapshot().Node(nil, resp.GetNodeId()).GetNode().GetTls() {
+	if len(resp2.GetCertificateDer()) != 0 || s.st().State().Snapshot().Node(nil, resp.GetNodeId()).GetNode().GetTls() {
 		t.Fatal("a registration without a CSR left the node on TLS")
 	}
 }

@@ -101,8 +101,8 @@ func (h *handler) RevokeToken(ctx context.Context, req *connect.Request[managerv
 // bootstrapToken makes the first admin token of a store that has none: the
 // given one (tests and dev mode choose theirs) or a new one. It returns the
 // bearer string, to be shown once; "" when the store already has tokens.
-func (s *Server) bootstrapToken(ctx context.Context) (string, error) {
-	if len(s.store.State().Snapshot().Tokens()) > 0 {
+func (s *Server) bootstrapToken(ctx context.Context, st *store.Store) (string, error) {
+	if len(st.State().Snapshot().Tokens()) > 0 {
 		return "", nil
 	}
 	var id, bearer, hash string
@@ -123,7 +123,7 @@ func (s *Server) bootstrapToken(ctx context.Context) (string, error) {
 			SecretHash: hash,
 		}},
 	}
-	if _, err := s.store.Apply(ctx, cmd); err != nil {
+	if _, err := st.Apply(ctx, cmd); err != nil {
 		return "", fmt.Errorf("bootstrap token: %w", err)
 	}
 	return bearer, nil

@@ -174,6 +174,8 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		ManagerNodeName:     cfg.ManagerName,
 		HeartbeatIntervalMs: uint32(cfg.HeartbeatInterval / time.Millisecond),
 		ManagerUrls:         cfg.ManagerURLs(),
+		ManagerTerm:         cfg.ManagerTerm,
+		ManagerGeneration:   cfg.ManagerGeneration,
 	}}}
 	if err := stream.Send(hello); err != nil {
 		cn.dialed(false)

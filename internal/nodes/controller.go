@@ -52,6 +52,15 @@ type Config struct {
 	// ManagerName and ManagerURLs are told to workers in the hello.
 	ManagerName string
 	ManagerURLs func() []string
+	// ManagerTerm and ManagerGeneration are this primary's raft term and
+	// cluster generation, told in the hello: a worker refuses a stream from
+	// an older primary than the one it follows.
+	ManagerTerm       uint64
+	ManagerGeneration uint64
+	// OnAllConnected, if set, is called once (on its own goroutine) when
+	// every node the controller wants a stream with has one: a new primary's
+	// takeover has settled.
+	OnAllConnected func()
 	// Metrics, if set, observes connection events.
 	Metrics *Metrics
 	// AccessReplicaJWKS is the JWKS (JSON) of the access replica's trusted
@@ -116,6 +125,8 @@ type Controller struct {
 	mu    sync.Mutex
 	conns map[string]*conn
 	live  map[string]Live
+	// settled: OnAllConnected has been called.
+	settled bool
 }
 
 // New returns a controller; Run starts it.
@@ -142,6 +153,22 @@ func (c *Controller) setLive(nodeID string, f func(*Live)) {
 	l := c.live[nodeID]
 	f(&l)
 	c.live[nodeID] = l
+	c.checkSettledLocked()
+}
+
+// checkSettledLocked calls OnAllConnected the first time every wanted node
+// has a stream. c.mu is held.
+func (c *Controller) checkSettledLocked() {
+	if c.settled || c.cfg.OnAllConnected == nil {
+		return
+	}
+	for id := range c.conns {
+		if !c.live[id].Connected {
+			return
+		}
+	}
+	c.settled = true
+	go c.cfg.OnAllConnected()
 }
 
 // Run keeps a connection for every node that has a worker address and is not
@@ -192,6 +219,9 @@ func (c *Controller) Run(ctx context.Context) error {
 				c.mu.Unlock()
 			}
 		}
+		c.mu.Lock()
+		c.checkSettledLocked()
+		c.mu.Unlock()
 		if err := ws.WatchCtx(ctx); err != nil {
 			return nil
 		}

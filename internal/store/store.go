@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -45,6 +46,27 @@ type Config struct {
 	ApplyTimeout time.Duration
 	// OnApply observes every applied command (for metrics); optional.
 	OnApply func(*storev1.Command, state.Result)
+
+	// RaftBind is where raft listens for its peers (host:port). Empty: a
+	// standalone member on raft's in-memory transport, no port opened.
+	RaftBind string
+	// RaftAdvertise is the address peers reach this member's raft at
+	// (default: the bound address).
+	RaftAdvertise string
+	// StreamLayer, if set, makes the layer that carries raft's traffic
+	// instead of plain TCP (tests inject faults through it). It is called
+	// at each Open: closing the store closes the layer.
+	StreamLayer func() (raft.StreamLayer, error)
+	// Bootstrap lists the voters of a new cluster (empty: this member
+	// alone). Used only when the store has no state and Join is false.
+	Bootstrap []raft.Server
+	// Join: a new store does not bootstrap; it waits to be added to an
+	// existing cluster by its primary.
+	Join bool
+	// HeartbeatTimeout and ElectionTimeout tune failover (default 500 ms
+	// each: a LAN cluster fails over in about a second).
+	HeartbeatTimeout time.Duration
+	ElectionTimeout  time.Duration
 }
 
 // Store is one member of the replicated store.
@@ -57,12 +79,17 @@ type Store struct {
 	trans  raft.Transport
 	logger *slog.Logger
 
+	notify <-chan bool
+	addr   raft.ServerAddress
+
 	// mu guards closed: Apply enqueues under the read lock, Close marks the
 	// store closed under the write lock before shutting raft down, so no
 	// proposal is enqueued after raft has stopped answering.
 	mu       sync.RWMutex
 	closed   bool
 	closedCh chan struct{}
+	// nudging: a Nudge barrier is in flight.
+	nudging atomic.Bool
 }
 
 // Open opens (or creates and bootstraps) the store in cfg.Dir and waits until
@@ -113,7 +140,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	// for multi-member use.
 	rc.HeartbeatTimeout = 500 * time.Millisecond
 	rc.ElectionTimeout = 500 * time.Millisecond
-	rc.LeaderLeaseTimeout = 250 * time.Millisecond
+	if cfg.HeartbeatTimeout > 0 {
+		rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	}
+	if cfg.ElectionTimeout > 0 {
+		rc.ElectionTimeout = cfg.ElectionTimeout
+	}
+	rc.LeaderLeaseTimeout = rc.HeartbeatTimeout / 2
+	notify := make(chan bool, 64)
+	rc.NotifyCh = notify
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
 	}
@@ -123,41 +158,70 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.TrailingLogs > 0 {
 		rc.TrailingLogs = cfg.TrailingLogs
 	}
-	addr, trans := raft.NewInmemTransport(raft.ServerAddress(cfg.MemberID))
+	trans, addr, err := newTransport(cfg, func() uint64 { return f.st.Snapshot().Generation() })
+	if err != nil {
+		_ = w.Close()
+		_ = meta.Close()
+		return nil, err
+	}
+	closeAll := func() {
+		if c, ok := trans.(raft.WithClose); ok {
+			_ = c.Close()
+		}
+		_ = w.Close()
+		_ = meta.Close()
+	}
 
 	has, err := raft.HasExistingState(w, w, snaps)
 	if err != nil {
-		_ = w.Close()
-		_ = meta.Close()
+		closeAll()
 		return nil, fmt.Errorf("store: inspect %s: %w", cfg.Dir, err)
 	}
-	if !has {
-		conf := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: addr, Suffrage: raft.Voter}}}
-		if err := raft.BootstrapCluster(rc, w, w, snaps, trans, conf); err != nil {
-			_ = w.Close()
-			_ = meta.Close()
+	if !has && !cfg.Join {
+		servers := cfg.Bootstrap
+		if len(servers) == 0 {
+			servers = []raft.Server{{ID: rc.LocalID, Address: addr, Suffrage: raft.Voter}}
+		}
+		if err := raft.BootstrapCluster(rc, w, w, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+			closeAll()
 			return nil, fmt.Errorf("store: bootstrap: %w", err)
 		}
-		logger.Info("bootstrapped a new single-member store", "dir", cfg.Dir, "member", cfg.MemberID)
+		logger.Info("bootstrapped a new store", "dir", cfg.Dir, "member", cfg.MemberID, "voters", len(servers))
 	}
 	r, err := newRaft(rc, f, w, snaps, trans)
 	if err != nil {
-		_ = w.Close()
-		_ = meta.Close()
+		closeAll()
 		return nil, fmt.Errorf("store: start raft: %w", err)
 	}
-	// A store whose log lost its cluster configuration would wait for a
-	// leadership that never comes: it is unreadable.
-	if cf := r.GetConfiguration(); cf.Error() != nil || !hasVoter(cf.Configuration(), rc.LocalID) {
-		_ = r.Shutdown().Error()
-		_ = w.Close()
-		_ = meta.Close()
-		return nil, fmt.Errorf("store: the raft store in %s has no configuration naming member %q as a voter (its log is damaged or belongs to another member)", cfg.Dir, cfg.MemberID)
+	conf := raft.Configuration{}
+	if cf := r.GetConfiguration(); cf.Error() == nil {
+		conf = cf.Configuration()
 	}
-	s := &Store{cfg: cfg, raft: r, fsm: f, wal: w, meta: meta, trans: trans, logger: logger, closedCh: make(chan struct{})}
+	// A store whose log lost its cluster configuration would wait for a
+	// leadership that never comes: it is unreadable. (A joining member has
+	// none yet, by design.)
+	if (has || !cfg.Join) && !hasVoter(conf, rc.LocalID) {
+		_ = r.Shutdown().Error()
+		closeAll()
+		return nil, fmt.Errorf("store: the raft store in %s has no configuration naming member %q as a voter (its log is damaged, or it belongs to another member or was removed from its cluster)", cfg.Dir, cfg.MemberID)
+	}
+	s := &Store{cfg: cfg, raft: r, fsm: f, wal: w, meta: meta, trans: trans, logger: logger, closedCh: make(chan struct{}), notify: notify, addr: addr}
+	if !standalone(conf, rc.LocalID) {
+		// A cluster member: its peers decide who leads, and when.
+		logger.Info("store open as a cluster member", "index", f.st.Snapshot().Index(), "voters", len(conf.Servers), "joining", len(conf.Servers) == 0)
+		return s, nil
+	}
 	if err := s.waitLeader(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
+	}
+	// A standalone member that moved (a new raft port, or a store from the
+	// in-memory transport now on TCP) updates its own address.
+	if self := serverOf(conf, rc.LocalID); self.Address != addr {
+		if err := r.AddVoter(rc.LocalID, addr, 0, cfg.ApplyTimeout).Error(); err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("store: update this member's raft address to %s: %w", addr, err)
+		}
 	}
 	// Make sure everything committed before the restart has been applied
 	// before the first read.
@@ -182,6 +246,47 @@ func newRaft(rc *raft.Config, f raft.FSM, w *wal.WAL, snaps raft.SnapshotStore, 
 		}
 	}()
 	return raft.NewRaft(rc, f, w, w, snaps, trans)
+}
+
+// newTransport is raft's transport: in memory for a standalone member, TCP
+// (or the given stream layer) for a cluster member, every connection
+// introduced with the member's cluster generation (gen; transport.go).
+func newTransport(cfg Config, gen func() uint64) (raft.Transport, raft.ServerAddress, error) {
+	if cfg.RaftBind == "" && cfg.StreamLayer == nil {
+		addr, trans := raft.NewInmemTransport(raft.ServerAddress(cfg.MemberID))
+		return trans, addr, nil
+	}
+	var layer raft.StreamLayer
+	if cfg.StreamLayer != nil {
+		l, err := cfg.StreamLayer()
+		if err != nil {
+			return nil, "", fmt.Errorf("store: raft transport: %w", err)
+		}
+		layer = l
+	} else {
+		tl, err := newTCPLayer(cfg.RaftBind, cfg.RaftAdvertise)
+		if err != nil {
+			return nil, "", fmt.Errorf("store: raft transport on %s: %w", cfg.RaftBind, err)
+		}
+		layer = tl
+	}
+	t := raft.NewNetworkTransportWithLogger(newGenLayer(layer, gen, cfg.Logger.With("component", "raft-net")), 3, 10*time.Second,
+		hclogger(cfg.Logger, "raft-net"))
+	return t, t.LocalAddr(), nil
+}
+
+// standalone reports whether the configuration is this member alone.
+func standalone(c raft.Configuration, id raft.ServerID) bool {
+	return len(c.Servers) == 1 && c.Servers[0].ID == id
+}
+
+func serverOf(c raft.Configuration, id raft.ServerID) raft.Server {
+	for _, s := range c.Servers {
+		if s.ID == id {
+			return s
+		}
+	}
+	return raft.Server{}
 }
 
 func hasVoter(c raft.Configuration, id raft.ServerID) bool {

@@ -24,6 +24,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
+	"github.com/norsk-go/norsk-manager/internal/testcluster/faultnet"
 	"github.com/norsk-go/norsk-manager/internal/worker"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -55,6 +56,11 @@ type Options struct {
 	// AccessReplicaKeysFile is the Manager's trusted JWKS for access
 	// replicas (manager.Config.AccessReplicaKeysFile).
 	AccessReplicaKeysFile string
+	// Members is how many full Manager members to run (default 1: a
+	// standalone member); Witnesses adds witness members. With more than
+	// one member they form a cluster over Net, a network the test can cut.
+	Members   int
+	Witnesses int
 	// TLS is the Manager's TLS mode (manager.Config.TLS; "on" serves TLS
 	// on loopback too). With TLS the SDK client and the workers pin the
 	// Manager's CA by its fingerprint, and the workers' streams are mutual
@@ -67,15 +73,17 @@ type Cluster struct {
 	t    testing.TB
 	opts Options
 	Dir  string
+	// Net is the network between the members (nil for a single member):
+	// cut and heal links with it.
+	Net *faultnet.Network
 
 	// token is the cluster's admin API token (its Manager's bootstrap
 	// token); Client() uses it.
 	token string
 
-	mu      sync.Mutex
-	mgr     *manager.Server
-	addr    string
-	client  *norsk.Manager
+	// Members are the Manager members: m1 … mN, then the witnesses
+	// w1 … wK. A single-member cluster (the default) is standalone.
+	Members []*Member
 	Workers []*Worker
 }
 
@@ -104,6 +112,9 @@ func New(t testing.TB, opts Options) *Cluster {
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = 100 * time.Millisecond
 	}
+	if opts.Members <= 0 {
+		opts.Members = 1
+	}
 	if opts.Logger == nil {
 		if os.Getenv("NORSK_TEST_LOG") == "1" {
 			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -111,9 +122,18 @@ func New(t testing.TB, opts Options) *Cluster {
 			opts.Logger = slog.New(slog.DiscardHandler)
 		}
 	}
-	c := &Cluster{t: t, opts: opts, Dir: t.TempDir(), addr: "127.0.0.1:0", token: manager.NewToken()}
-	c.StartManager()
+	c := &Cluster{t: t, opts: opts, Dir: t.TempDir(), token: manager.NewToken()}
 	t.Cleanup(c.shutdown)
+	c.newMembers()
+	for _, m := range c.Members {
+		m.startServer()
+	}
+	for _, m := range c.Members {
+		m.connect()
+	}
+	if c.Clustered() {
+		c.Primary()
+	}
 	ctx := Context(t)
 	for i := range opts.Workers {
 		prefix := opts.WorkerPrefix
@@ -142,84 +162,32 @@ func Context(t testing.TB) context.Context {
 	return ctx
 }
 
-// Manager returns the running Manager member.
-func (c *Cluster) Manager() *manager.Server {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.mgr
-}
+// Manager returns the first member's server (nil while it is stopped).
+func (c *Cluster) Manager() *manager.Server { return c.Members[0].Server() }
 
-// Client returns an SDK client connected to the Manager.
+// Client returns an SDK client connected to the first member; in a
+// cluster, to the primary (else any running full member).
 func (c *Cluster) Client() *norsk.Manager {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.client
+	if c.Clustered() {
+		return c.anyClient()
+	}
+	return c.Members[0].Client()
 }
 
 // Token is the cluster's admin API token.
 func (c *Cluster) Token() string { return c.token }
 
-// URL is the Manager's API URL.
-func (c *Cluster) URL() string { return c.Manager().URL() }
+// URL is the first member's API URL.
+func (c *Cluster) URL() string { return c.Members[0].URL() }
 
-// StartManager starts the Manager member on its data directory (the same
+// StartManager starts the first member on its data directory (the same
 // address as before, so workers find it again).
-func (c *Cluster) StartManager() {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var s *manager.Server
-	var err error
-	// The port of a just-closed listener can take a moment to be free.
-	for attempt := 0; ; attempt++ {
-		s, err = manager.New(ctx, manager.Config{
-			NodeName:          "m1",
-			DataDir:           filepath.Join(c.Dir, "manager"),
-			Listen:            c.addr,
-			LostGrace:         c.opts.LostGrace,
-			HeartbeatInterval: c.opts.HeartbeatInterval,
-			Clock:             c.opts.Clock,
-			Logger:            c.opts.Logger.With("process", "manager"),
-			BootstrapToken:    c.token,
-			TLS:               c.opts.TLS,
+func (c *Cluster) StartManager() { c.t.Helper(); c.Members[0].Start() }
 
-			AccessReplicaKeysFile: c.opts.AccessReplicaKeysFile,
-		})
-		if err == nil || attempt == 50 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		c.t.Fatalf("start manager: %v", err)
-	}
-	cl, err := norsk.Connect(ctx, norsk.Settings{URL: s.URL(), Token: c.token, Logger: c.opts.Logger, CAFingerprint: s.CAFingerprint()})
-	if err != nil {
-		_ = s.Close()
-		c.t.Fatalf("connect to manager: %v", err)
-	}
-	c.mu.Lock()
-	c.mgr, c.client, c.addr = s, cl, s.Addr()
-	c.mu.Unlock()
-}
+// StopManager closes the first member (cleanly). Workers keep running.
+func (c *Cluster) StopManager() { c.Members[0].Stop() }
 
-// StopManager closes the Manager member (cleanly). Workers keep running.
-func (c *Cluster) StopManager() {
-	c.mu.Lock()
-	s, cl := c.mgr, c.client
-	c.mgr, c.client = nil, nil
-	c.mu.Unlock()
-	if cl != nil {
-		_ = cl.Close()
-	}
-	if s != nil {
-		if err := s.Close(); err != nil {
-			c.t.Errorf("stop manager: %v", err)
-		}
-	}
-}
-
-// RestartManager stops and starts the Manager member.
+// RestartManager stops and starts the first member.
 func (c *Cluster) RestartManager() {
 	c.t.Helper()
 	c.StopManager()
@@ -316,13 +284,15 @@ func (w *Worker) Done() <-chan error {
 }
 
 func (c *Cluster) shutdown() {
-	if !c.opts.KeepInstances && c.Client() != nil {
+	if !c.opts.KeepInstances && c.anyClient() != nil {
 		c.removeInstances()
 	}
 	for _, w := range c.Workers {
 		_ = w.Stop()
 	}
-	c.StopManager()
+	for _, m := range c.Members {
+		m.Stop()
+	}
 	if !c.opts.KeepInstances && c.opts.Runtime == "process" {
 		killLeftovers(c.Dir)
 	}
@@ -332,7 +302,7 @@ func (c *Cluster) shutdown() {
 func (c *Cluster) removeInstances() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := c.Client()
+	cl := c.anyClient()
 	jobs, err := cl.JobSearch(ctx, norsk.JobSearchSettings{})
 	if err != nil {
 		return

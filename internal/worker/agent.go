@@ -73,10 +73,12 @@ type Agent struct {
 
 	// pubMu guards the published instance reports, the current Control
 	// stream and the streams' bookkeeping.
-	pubMu         sync.Mutex
-	snaps         map[runtime.Key]*snapshot
-	cur           *session
-	nextSession   uint64
+	pubMu       sync.Mutex
+	snaps       map[runtime.Key]*snapshot
+	cur         *session
+	nextSession uint64
+	// epoch is the newest Manager primary that opened a stream.
+	epoch         managerEpoch
 	streamsClosed bool
 	streams       sync.WaitGroup // Control handlers and their receivers
 

@@ -81,7 +81,12 @@ func (h controlHandler) Control(ctx context.Context, stream *connect.BidiStream[
 	}
 	interval = max(interval, minHeartbeat)
 
-	sess := a.openSession(ctx)
+	sess, err := a.openSession(ctx, managerEpoch{generation: hello.GetManagerGeneration(), term: hello.GetManagerTerm()})
+	if err != nil {
+		a.logger().Warn("refused a Control stream from an older Manager primary", "manager", hello.GetManagerNodeName(),
+			"term", hello.GetManagerTerm(), "generation", hello.GetManagerGeneration())
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	}
 	if sess == nil {
 		return connect.NewError(connect.CodeUnavailable, errors.New("the worker is shutting down"))
 	}

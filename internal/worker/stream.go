@@ -71,14 +71,38 @@ type snapshot struct {
 	deliver func()
 }
 
+// managerEpoch orders the Managers' primaries: a newer cluster generation,
+// then a newer raft term. The zero epoch (a Manager that does not say)
+// orders before every other and is always accepted.
+type managerEpoch struct{ generation, term uint64 }
+
+func (e managerEpoch) before(o managerEpoch) bool {
+	if e.generation != o.generation {
+		return e.generation < o.generation
+	}
+	return e.term < o.term
+}
+
+// errSuperseded refuses a hello from a primary older than one this worker
+// already follows: a deposed primary must not take the stream back.
+var errSuperseded = errors.New("a newer Manager primary already holds this worker's stream")
+
 // openSession makes a new stream the current one (ending the previous) and
 // queues its hello with the inventory. Reports published from then on go to
-// it. Nil once the agent shuts down.
-func (a *Agent) openSession(ctx context.Context) *session {
+// it. Nil once the agent shuts down; errSuperseded when epoch is older than
+// the newest primary's that opened a session.
+func (a *Agent) openSession(ctx context.Context, epoch managerEpoch) (*session, error) {
 	a.pubMu.Lock()
 	if a.streamsClosed {
 		a.pubMu.Unlock()
-		return nil
+		return nil, nil
+	}
+	if epoch != (managerEpoch{}) {
+		if epoch.before(a.epoch) {
+			a.pubMu.Unlock()
+			return nil, errSuperseded
+		}
+		a.epoch = epoch
 	}
 	if a.cur != nil {
 		a.cur.cancel(errReplaced)
@@ -111,7 +135,7 @@ func (a *Agent) openSession(ctx context.Context) *session {
 	})
 	a.pubMu.Unlock()
 	a.setStreamUp(true)
-	return s
+	return s, nil
 }
 
 // closeSession ends a stream's session.

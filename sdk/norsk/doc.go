@@ -23,6 +23,13 @@
 // a disconnect, so that its consumer sees every event exactly once and in
 // order. DecodeJobSpec reads a job specification written in YAML or JSON.
 //
+// The Manager cluster's calls (AddClusterMember, RemoveClusterMember,
+// ForceStandalone, LeaveQuorum, GetClusterStatus, GetClusterEvents,
+// AnnounceControlPlane) reach the member connected to. Reads are served from
+// that member's own copy of the store, which on a follower may trail the
+// primary by a few milliseconds; Linearizable(ctx) makes one read
+// linearizable, Settings.LinearizableReads every read (ConsistencyHeader).
+//
 // The package imports nothing of the Manager's internals; a fake Manager for
 // unit tests is in package norsktest.
 package norsk

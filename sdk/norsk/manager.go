@@ -61,6 +61,12 @@ type Settings struct {
 	CAFingerprint string
 	// ClientLabel names the caller in the daemon's logs (sent with Hello).
 	ClientLabel string
+	// LinearizableReads makes every read of the replicated state
+	// linearizable, as Linearizable does for one call: it sees every write
+	// committed before it began, on any member, at the cost of a round trip
+	// to the primary (and ErrUnavailable when there is none). Member-local
+	// calls (GetClusterStatus, ForceStandalone, …) are not affected.
+	LinearizableReads bool
 	// Logger receives the SDK's own log lines (event-stream reconnects).
 	// Nil: slog.Default().
 	Logger *slog.Logger
@@ -112,7 +118,7 @@ func Connect(ctx context.Context, s Settings) (*Manager, error) {
 		}
 		httpClient = &http.Client{Transport: m.transport}
 	}
-	opts := []connect.ClientOption{connect.WithGRPC()}
+	opts := []connect.ClientOption{connect.WithGRPC(), connect.WithInterceptors(consistency{all: s.LinearizableReads})}
 	if token != "" {
 		opts = append(opts, connect.WithInterceptors(bearer(token)))
 	}

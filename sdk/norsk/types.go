@@ -156,6 +156,17 @@ type (
 // (access_replica.go).
 type AccessReplicaPublication = managerv1.AccessReplicaPublication
 
+// From norsk/manager/v1/cluster.proto: the Manager cluster (cluster.go).
+type (
+	ClusterStatus = managerv1.ClusterStatus
+	ClusterMember = managerv1.ClusterMember
+	ClusterEvent  = managerv1.ClusterEvent
+	MemberRole    = managerv1.MemberRole
+	// ClusterEventsPage is GetClusterEvents' answer: the events, newest
+	// first, and the member whose own log they are (Member).
+	ClusterEventsPage = managerv1.GetClusterEventsResponse
+)
+
 // From norsk/manager/v1/store_info.proto.
 type (
 	StoreInfo   = managerv1.StoreInfo
@@ -235,6 +246,15 @@ const (
 	ArchitectureUnspecified = managerv1.Architecture_ARCHITECTURE_UNSPECIFIED
 	ArchitectureX86_64      = managerv1.Architecture_ARCHITECTURE_X86_64
 	ArchitectureAarch64     = managerv1.Architecture_ARCHITECTURE_AARCH_64
+)
+
+// MemberRole values.
+const (
+	MemberRoleUnspecified = managerv1.MemberRole_MEMBER_ROLE_UNSPECIFIED
+	MemberRolePrimary     = managerv1.MemberRole_MEMBER_ROLE_PRIMARY
+	MemberRoleFollower    = managerv1.MemberRole_MEMBER_ROLE_FOLLOWER
+	MemberRoleWitness     = managerv1.MemberRole_MEMBER_ROLE_WITNESS
+	MemberRoleUnknown     = managerv1.MemberRole_MEMBER_ROLE_UNKNOWN
 )
 
 // DateField values.

@@ -195,6 +195,16 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 		return t.rotateDiscovery(c.RotateDiscovery)
 	case *storev1.Command_PublishAccessReplica:
 		return t.publishAccessReplica(c.PublishAccessReplica)
+	case *storev1.Command_InitCluster:
+		return nil, t.initCluster(c.InitCluster)
+	case *storev1.Command_ExpectMember:
+		return t.expectMember(c.ExpectMember)
+	case *storev1.Command_MemberJoined:
+		return nil, t.memberJoined(c.MemberJoined)
+	case *storev1.Command_MemberRetired:
+		return nil, t.memberRetired(c.MemberRetired)
+	case *storev1.Command_SetGeneration:
+		return nil, t.setGeneration(c.SetGeneration)
 	case nil:
 		if len(cmd.ProtoReflect().GetUnknown()) > 0 {
 			// A command type a newer member wrote. Refusing keeps the

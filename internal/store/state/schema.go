@@ -22,6 +22,7 @@ const (
 	tableKVNS       = "kvns"
 	tableSingletons = "singletons"
 	tableTokens     = "tokens"
+	tableMembers    = "members"
 )
 
 // singleton is a row of the singletons table: one message per name (the
@@ -37,6 +38,7 @@ const (
 	singletonStore     = "store"
 	singletonDiscovery = "discovery"
 	singletonAccess    = "access-replica"
+	singletonCluster   = "cluster"
 )
 
 // KVID is the primary key of a KV entry: namespace and key.
@@ -126,6 +128,14 @@ func schema() *memdb.DBSchema {
 				Indexes: map[string]*memdb.IndexSchema{
 					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
 						return o.(*storev1.TokenRecord).GetToken().GetId()
+					})},
+				},
+			},
+			tableMembers: {
+				Name: tableMembers,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
+						return o.(*storev1.MemberRecord).GetName()
 					})},
 				},
 			},

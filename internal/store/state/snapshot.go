@@ -55,6 +55,16 @@ func (r *Read) WriteTo(w io.Writer) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if raw, err := r.txn.First(tableSingletons, "id", singletonCluster); err == nil && raw != nil {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_ClusterMeta{ClusterMeta: raw.(*singleton).Msg.(*storev1.ClusterMeta)}}); err != nil {
+			return 0, err
+		}
+	}
+	for _, m := range r.Members() {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Member{Member: m}}); err != nil {
+			return 0, err
+		}
+	}
 	for _, tok := range r.Tokens() {
 		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Token{Token: tok}}); err != nil {
 			return 0, err
@@ -134,6 +144,10 @@ func (s *State) Restore(rd io.Reader) (*storev1.SnapshotHeader, error) {
 			err = txn.Insert(tableKV, x.Kv)
 		case *storev1.SnapshotRecord_KvNamespace:
 			err = txn.Insert(tableKVNS, x.KvNamespace)
+		case *storev1.SnapshotRecord_Member:
+			err = txn.Insert(tableMembers, x.Member)
+		case *storev1.SnapshotRecord_ClusterMeta:
+			err = txn.Insert(tableSingletons, &singleton{Key: singletonCluster, Msg: x.ClusterMeta})
 		case *storev1.SnapshotRecord_Token:
 			err = txn.Insert(tableTokens, x.Token)
 		case *storev1.SnapshotRecord_Discovery:

@@ -21,6 +21,15 @@
 // pkg/snapshotfile snapshot of the fake's jobs, nodes, audit log and KV
 // store, or the bytes SetSnapshotData gave. Nothing here is durable, and
 // the fake does not audit its other calls.
+//
+// The Manager cluster is a small model (cluster.go): the fake is member
+// MemberName, the primary of a cluster of one, and the membership calls
+// (AddClusterMember, RemoveClusterMember, ForceStandalone, LeaveQuorum)
+// check, refuse with the Manager's codes, and change the model;
+// GetClusterStatus and GetClusterEvents report it. SetQuorumLost,
+// JoinClusterMember and SetMemberReachable play the other members, and a
+// call with "Norsk-Consistency: linearizable" fails with UNAVAILABLE while
+// the quorum is lost, as a linearizable read does.
 package norsktest
 
 import (
@@ -117,6 +126,10 @@ type Server struct {
 	snapshotData []byte
 	// Tokens, discovery and access replicas (security.go).
 	security *securityState
+	// The Manager cluster (cluster.go), and the consistency header of the
+	// last call.
+	cluster         *clusterState
+	lastConsistency string
 }
 
 // NewServer starts a fake Manager and stops it when the test ends.
@@ -207,6 +220,14 @@ func (s *Server) RequireToken(token string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.token = token
+}
+
+// LastConsistency is the Norsk-Consistency header of the last call ("" when
+// it had none; "linearizable" for a linearizable read).
+func (s *Server) LastConsistency() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastConsistency
 }
 
 // LastAuthorization is the Authorization header of the last call.
@@ -334,7 +355,8 @@ func (s *Server) wake() {
 	s.notify = make(chan struct{})
 }
 
-// interceptor checks the token and injects the errors of SetError.
+// interceptor checks the token, injects the errors of SetError and refuses
+// a linearizable read while the quorum is lost.
 type interceptor struct{ s *Server }
 
 func (i interceptor) check(procedure string, h http.Header) error {
@@ -342,10 +364,18 @@ func (i interceptor) check(procedure string, h http.Header) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastAuth = h.Get("Authorization")
+	s.lastConsistency = h.Get(consistencyHeader)
 	if s.token != "" && s.lastAuth != "Bearer "+s.token {
 		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("missing or invalid API token"))
 	}
-	return s.errs[procedure[strings.LastIndexByte(procedure, '/')+1:]]
+	if err := s.errs[procedure[strings.LastIndexByte(procedure, '/')+1:]]; err != nil {
+		return err
+	}
+	// A linearizable read needs a primary to confirm it (SetQuorumLost).
+	if s.lastConsistency == "linearizable" && s.clu().primary == "" {
+		return errorf(connect.CodeUnavailable, "no primary to confirm a linearizable read; retry, or read without %s", consistencyHeader)
+	}
+	return nil
 }
 
 func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
@@ -387,7 +417,7 @@ func (s *Server) Hello(_ context.Context, req *connect.Request[managerv1.HelloRe
 		BuildLabel:      "norsktest",
 		Skew:            int32(0 - minor),
 		Compatible:      major == 1,
-		NodeName:        "fake-manager",
+		NodeName:        MemberName,
 	}), nil
 }
 

@@ -2799,7 +2799,7 @@ var File_norsk_manager_v1_manager_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\n" +
-	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
+	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
 	"\fHelloRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12!\n" +
 	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xd1\x01\n" +
@@ -2969,7 +2969,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\xb0\x1e\n" +
+	"\x10DATE_FIELD_START\x10\x022\xc6$\n" +
 	"\aManager\x12M\n" +
 	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
 	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
@@ -3008,7 +3008,14 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x15PublishDiscoveryFleet\x12..norsk.manager.v1.PublishDiscoveryFleetRequest\x1a/.norsk.manager.v1.PublishDiscoveryFleetResponse\"\x05\x8a\xb5\x18\x01\x05\x12s\n" +
 	"\x11GetDiscoveryFleet\x12*.norsk.manager.v1.GetDiscoveryFleetRequest\x1a+.norsk.manager.v1.GetDiscoveryFleetResponse\"\x05\x8a\xb5\x18\x01\x05\x12\x8b\x01\n" +
 	"\x19RotateDiscoveryTierSecret\x122.norsk.manager.v1.RotateDiscoveryTierSecretRequest\x1a3.norsk.manager.v1.RotateDiscoveryTierSecretResponse\"\x05\x8a\xb5\x18\x01\x05\x12|\n" +
-	"\x14PublishAccessReplica\x12-.norsk.manager.v1.PublishAccessReplicaRequest\x1a..norsk.manager.v1.PublishAccessReplicaResponse\"\x05\x8a\xb5\x18\x01\x05\x12U\n" +
+	"\x14PublishAccessReplica\x12-.norsk.manager.v1.PublishAccessReplicaRequest\x1a..norsk.manager.v1.PublishAccessReplicaResponse\"\x05\x8a\xb5\x18\x01\x05\x12p\n" +
+	"\x10AddClusterMember\x12).norsk.manager.v1.AddClusterMemberRequest\x1a*.norsk.manager.v1.AddClusterMemberResponse\"\x05\x8a\xb5\x18\x01\b\x12y\n" +
+	"\x13RemoveClusterMember\x12,.norsk.manager.v1.RemoveClusterMemberRequest\x1a-.norsk.manager.v1.RemoveClusterMemberResponse\"\x05\x8a\xb5\x18\x01\b\x12m\n" +
+	"\x0fForceStandalone\x12(.norsk.manager.v1.ForceStandaloneRequest\x1a).norsk.manager.v1.ForceStandaloneResponse\"\x05\x8a\xb5\x18\x01\b\x12a\n" +
+	"\vLeaveQuorum\x12$.norsk.manager.v1.LeaveQuorumRequest\x1a%.norsk.manager.v1.LeaveQuorumResponse\"\x05\x8a\xb5\x18\x01\b\x12e\n" +
+	"\x10GetClusterStatus\x12).norsk.manager.v1.GetClusterStatusRequest\x1a\x1f.norsk.manager.v1.ClusterStatus\"\x05\x8a\xb5\x18\x01\x02\x12p\n" +
+	"\x10GetClusterEvents\x12).norsk.manager.v1.GetClusterEventsRequest\x1a*.norsk.manager.v1.GetClusterEventsResponse\"\x05\x8a\xb5\x18\x01\x02\x12|\n" +
+	"\x14AnnounceControlPlane\x12-.norsk.manager.v1.AnnounceControlPlaneRequest\x1a..norsk.manager.v1.AnnounceControlPlaneResponse\"\x05\x8a\xb5\x18\x01\x05\x12U\n" +
 	"\vEventStream\x12$.norsk.manager.v1.EventStreamRequest\x1a\x17.norsk.manager.v1.Event\"\x05\x8a\xb5\x18\x01\x020\x01BFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
 
 var (
@@ -3097,131 +3104,159 @@ var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(*GetDiscoveryFleetRequest)(nil),          // 68: norsk.manager.v1.GetDiscoveryFleetRequest
 	(*RotateDiscoveryTierSecretRequest)(nil),  // 69: norsk.manager.v1.RotateDiscoveryTierSecretRequest
 	(*PublishAccessReplicaRequest)(nil),       // 70: norsk.manager.v1.PublishAccessReplicaRequest
-	(*EventStreamRequest)(nil),                // 71: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                           // 72: norsk.manager.v1.JobHash
-	(*AppendAuditEntryResponse)(nil),          // 73: norsk.manager.v1.AppendAuditEntryResponse
-	(*GetAuditLogResponse)(nil),               // 74: norsk.manager.v1.GetAuditLogResponse
-	(*PruneAuditLogResponse)(nil),             // 75: norsk.manager.v1.PruneAuditLogResponse
-	(*KvCommitResponse)(nil),                  // 76: norsk.manager.v1.KvCommitResponse
-	(*KvGetResponse)(nil),                     // 77: norsk.manager.v1.KvGetResponse
-	(*KvListResponse)(nil),                    // 78: norsk.manager.v1.KvListResponse
-	(*StoreInfo)(nil),                         // 79: norsk.manager.v1.StoreInfo
-	(*SnapshotChunk)(nil),                     // 80: norsk.manager.v1.SnapshotChunk
-	(*CreateTokenResponse)(nil),               // 81: norsk.manager.v1.CreateTokenResponse
-	(*ListTokensResponse)(nil),                // 82: norsk.manager.v1.ListTokensResponse
-	(*RevokeTokenResponse)(nil),               // 83: norsk.manager.v1.RevokeTokenResponse
-	(*PublishDiscoveryFleetResponse)(nil),     // 84: norsk.manager.v1.PublishDiscoveryFleetResponse
-	(*GetDiscoveryFleetResponse)(nil),         // 85: norsk.manager.v1.GetDiscoveryFleetResponse
-	(*RotateDiscoveryTierSecretResponse)(nil), // 86: norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	(*PublishAccessReplicaResponse)(nil),      // 87: norsk.manager.v1.PublishAccessReplicaResponse
-	(*Event)(nil),                             // 88: norsk.manager.v1.Event
+	(*AddClusterMemberRequest)(nil),           // 71: norsk.manager.v1.AddClusterMemberRequest
+	(*RemoveClusterMemberRequest)(nil),        // 72: norsk.manager.v1.RemoveClusterMemberRequest
+	(*ForceStandaloneRequest)(nil),            // 73: norsk.manager.v1.ForceStandaloneRequest
+	(*LeaveQuorumRequest)(nil),                // 74: norsk.manager.v1.LeaveQuorumRequest
+	(*GetClusterStatusRequest)(nil),           // 75: norsk.manager.v1.GetClusterStatusRequest
+	(*GetClusterEventsRequest)(nil),           // 76: norsk.manager.v1.GetClusterEventsRequest
+	(*AnnounceControlPlaneRequest)(nil),       // 77: norsk.manager.v1.AnnounceControlPlaneRequest
+	(*EventStreamRequest)(nil),                // 78: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                           // 79: norsk.manager.v1.JobHash
+	(*AppendAuditEntryResponse)(nil),          // 80: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),               // 81: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),             // 82: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),                  // 83: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                     // 84: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                    // 85: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                         // 86: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                     // 87: norsk.manager.v1.SnapshotChunk
+	(*CreateTokenResponse)(nil),               // 88: norsk.manager.v1.CreateTokenResponse
+	(*ListTokensResponse)(nil),                // 89: norsk.manager.v1.ListTokensResponse
+	(*RevokeTokenResponse)(nil),               // 90: norsk.manager.v1.RevokeTokenResponse
+	(*PublishDiscoveryFleetResponse)(nil),     // 91: norsk.manager.v1.PublishDiscoveryFleetResponse
+	(*GetDiscoveryFleetResponse)(nil),         // 92: norsk.manager.v1.GetDiscoveryFleetResponse
+	(*RotateDiscoveryTierSecretResponse)(nil), // 93: norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	(*PublishAccessReplicaResponse)(nil),      // 94: norsk.manager.v1.PublishAccessReplicaResponse
+	(*AddClusterMemberResponse)(nil),          // 95: norsk.manager.v1.AddClusterMemberResponse
+	(*RemoveClusterMemberResponse)(nil),       // 96: norsk.manager.v1.RemoveClusterMemberResponse
+	(*ForceStandaloneResponse)(nil),           // 97: norsk.manager.v1.ForceStandaloneResponse
+	(*LeaveQuorumResponse)(nil),               // 98: norsk.manager.v1.LeaveQuorumResponse
+	(*ClusterStatus)(nil),                     // 99: norsk.manager.v1.ClusterStatus
+	(*GetClusterEventsResponse)(nil),          // 100: norsk.manager.v1.GetClusterEventsResponse
+	(*AnnounceControlPlaneResponse)(nil),      // 101: norsk.manager.v1.AnnounceControlPlaneResponse
+	(*Event)(nil),                             // 102: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
-	49, // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
-	49, // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
-	50, // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
-	50, // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
-	0,  // 4: norsk.manager.v1.DateFilter.field:type_name -> norsk.manager.v1.DateField
-	50, // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
-	50, // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
-	50, // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
-	50, // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
-	50, // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
-	12, // 10: norsk.manager.v1.DateFilter.within:type_name -> norsk.manager.v1.DateWithin
-	10, // 11: norsk.manager.v1.JobFilter.tag:type_name -> norsk.manager.v1.TagFilter
-	11, // 12: norsk.manager.v1.JobFilter.id:type_name -> norsk.manager.v1.IdFilter
-	13, // 13: norsk.manager.v1.JobFilter.date:type_name -> norsk.manager.v1.DateFilter
-	14, // 14: norsk.manager.v1.JobSearchRequest.filters:type_name -> norsk.manager.v1.JobFilter
-	51, // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
-	17, // 16: norsk.manager.v1.StartJobRequest.options:type_name -> norsk.manager.v1.StartJobOptions
-	20, // 17: norsk.manager.v1.StopJobRequest.options:type_name -> norsk.manager.v1.StopJobOptions
-	52, // 18: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
-	53, // 19: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
-	54, // 20: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
-	55, // 21: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
-	48, // 22: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	55, // 23: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
-	1,  // 24: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
-	3,  // 25: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
-	5,  // 26: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
-	6,  // 27: norsk.manager.v1.Manager.UpdateJob:input_type -> norsk.manager.v1.UpdateJobRequest
-	7,  // 28: norsk.manager.v1.Manager.DeleteJob:input_type -> norsk.manager.v1.DeleteJobRequest
-	9,  // 29: norsk.manager.v1.Manager.JobById:input_type -> norsk.manager.v1.JobByIdRequest
-	15, // 30: norsk.manager.v1.Manager.JobSearch:input_type -> norsk.manager.v1.JobSearchRequest
-	18, // 31: norsk.manager.v1.Manager.StartJob:input_type -> norsk.manager.v1.StartJobRequest
-	21, // 32: norsk.manager.v1.Manager.StopJob:input_type -> norsk.manager.v1.StopJobRequest
-	23, // 33: norsk.manager.v1.Manager.StartPreparedJob:input_type -> norsk.manager.v1.StartPreparedJobRequest
-	25, // 34: norsk.manager.v1.Manager.CompleteJob:input_type -> norsk.manager.v1.CompleteJobRequest
-	27, // 35: norsk.manager.v1.Manager.MarkJobFailed:input_type -> norsk.manager.v1.MarkJobFailedRequest
-	29, // 36: norsk.manager.v1.Manager.RegisterClusterNode:input_type -> norsk.manager.v1.RegisterClusterNodeRequest
-	31, // 37: norsk.manager.v1.Manager.ClusterMemberRegister:input_type -> norsk.manager.v1.ClusterMemberRegisterRequest
-	33, // 38: norsk.manager.v1.Manager.ListClusterNodes:input_type -> norsk.manager.v1.ListClusterNodesRequest
-	35, // 39: norsk.manager.v1.Manager.DeregisterClusterNode:input_type -> norsk.manager.v1.DeregisterClusterNodeRequest
-	37, // 40: norsk.manager.v1.Manager.SetClusterNodePool:input_type -> norsk.manager.v1.SetClusterNodePoolRequest
-	39, // 41: norsk.manager.v1.Manager.ListNodes:input_type -> norsk.manager.v1.ListNodesRequest
-	41, // 42: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
-	43, // 43: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
-	45, // 44: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
-	46, // 45: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
-	56, // 46: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
-	57, // 47: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
-	58, // 48: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
-	59, // 49: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
-	60, // 50: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
-	61, // 51: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
-	62, // 52: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
-	63, // 53: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
-	64, // 54: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
-	65, // 55: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
-	66, // 56: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
-	67, // 57: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
-	68, // 58: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
-	69, // 59: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	70, // 60: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
-	71, // 61: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,  // 62: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,  // 63: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	72, // 64: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	72, // 65: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,  // 66: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	51, // 67: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16, // 68: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19, // 69: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22, // 70: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	24, // 71: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	26, // 72: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	28, // 73: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	30, // 74: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	32, // 75: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	34, // 76: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	36, // 77: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	38, // 78: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	40, // 79: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	42, // 80: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	44, // 81: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	47, // 82: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	47, // 83: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	73, // 84: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	74, // 85: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	75, // 86: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	76, // 87: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	77, // 88: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	78, // 89: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	79, // 90: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	80, // 91: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	81, // 92: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
-	82, // 93: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
-	83, // 94: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
-	84, // 95: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
-	85, // 96: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
-	86, // 97: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	87, // 98: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
-	88, // 99: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	62, // [62:100] is the sub-list for method output_type
-	24, // [24:62] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	49,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
+	49,  // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
+	50,  // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
+	50,  // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
+	0,   // 4: norsk.manager.v1.DateFilter.field:type_name -> norsk.manager.v1.DateField
+	50,  // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
+	50,  // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
+	50,  // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
+	50,  // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
+	50,  // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
+	12,  // 10: norsk.manager.v1.DateFilter.within:type_name -> norsk.manager.v1.DateWithin
+	10,  // 11: norsk.manager.v1.JobFilter.tag:type_name -> norsk.manager.v1.TagFilter
+	11,  // 12: norsk.manager.v1.JobFilter.id:type_name -> norsk.manager.v1.IdFilter
+	13,  // 13: norsk.manager.v1.JobFilter.date:type_name -> norsk.manager.v1.DateFilter
+	14,  // 14: norsk.manager.v1.JobSearchRequest.filters:type_name -> norsk.manager.v1.JobFilter
+	51,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
+	17,  // 16: norsk.manager.v1.StartJobRequest.options:type_name -> norsk.manager.v1.StartJobOptions
+	20,  // 17: norsk.manager.v1.StopJobRequest.options:type_name -> norsk.manager.v1.StopJobOptions
+	52,  // 18: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
+	53,  // 19: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
+	54,  // 20: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
+	55,  // 21: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
+	48,  // 22: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	55,  // 23: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
+	1,   // 24: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
+	3,   // 25: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
+	5,   // 26: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
+	6,   // 27: norsk.manager.v1.Manager.UpdateJob:input_type -> norsk.manager.v1.UpdateJobRequest
+	7,   // 28: norsk.manager.v1.Manager.DeleteJob:input_type -> norsk.manager.v1.DeleteJobRequest
+	9,   // 29: norsk.manager.v1.Manager.JobById:input_type -> norsk.manager.v1.JobByIdRequest
+	15,  // 30: norsk.manager.v1.Manager.JobSearch:input_type -> norsk.manager.v1.JobSearchRequest
+	18,  // 31: norsk.manager.v1.Manager.StartJob:input_type -> norsk.manager.v1.StartJobRequest
+	21,  // 32: norsk.manager.v1.Manager.StopJob:input_type -> norsk.manager.v1.StopJobRequest
+	23,  // 33: norsk.manager.v1.Manager.StartPreparedJob:input_type -> norsk.manager.v1.StartPreparedJobRequest
+	25,  // 34: norsk.manager.v1.Manager.CompleteJob:input_type -> norsk.manager.v1.CompleteJobRequest
+	27,  // 35: norsk.manager.v1.Manager.MarkJobFailed:input_type -> norsk.manager.v1.MarkJobFailedRequest
+	29,  // 36: norsk.manager.v1.Manager.RegisterClusterNode:input_type -> norsk.manager.v1.RegisterClusterNodeRequest
+	31,  // 37: norsk.manager.v1.Manager.ClusterMemberRegister:input_type -> norsk.manager.v1.ClusterMemberRegisterRequest
+	33,  // 38: norsk.manager.v1.Manager.ListClusterNodes:input_type -> norsk.manager.v1.ListClusterNodesRequest
+	35,  // 39: norsk.manager.v1.Manager.DeregisterClusterNode:input_type -> norsk.manager.v1.DeregisterClusterNodeRequest
+	37,  // 40: norsk.manager.v1.Manager.SetClusterNodePool:input_type -> norsk.manager.v1.SetClusterNodePoolRequest
+	39,  // 41: norsk.manager.v1.Manager.ListNodes:input_type -> norsk.manager.v1.ListNodesRequest
+	41,  // 42: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
+	43,  // 43: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
+	45,  // 44: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
+	46,  // 45: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
+	56,  // 46: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
+	57,  // 47: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
+	58,  // 48: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
+	59,  // 49: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
+	60,  // 50: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
+	61,  // 51: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
+	62,  // 52: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
+	63,  // 53: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
+	64,  // 54: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
+	65,  // 55: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
+	66,  // 56: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
+	67,  // 57: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
+	68,  // 58: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
+	69,  // 59: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	70,  // 60: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
+	71,  // 61: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
+	72,  // 62: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
+	73,  // 63: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
+	74,  // 64: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
+	75,  // 65: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
+	76,  // 66: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
+	77,  // 67: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
+	78,  // 68: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,   // 69: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,   // 70: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	79,  // 71: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	79,  // 72: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,   // 73: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	51,  // 74: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16,  // 75: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19,  // 76: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22,  // 77: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	24,  // 78: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	26,  // 79: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	28,  // 80: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	30,  // 81: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	32,  // 82: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	34,  // 83: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	36,  // 84: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	38,  // 85: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	40,  // 86: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	42,  // 87: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	44,  // 88: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	47,  // 89: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	47,  // 90: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	80,  // 91: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	81,  // 92: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	82,  // 93: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	83,  // 94: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	84,  // 95: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	85,  // 96: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	86,  // 97: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	87,  // 98: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	88,  // 99: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	89,  // 100: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	90,  // 101: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	91,  // 102: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	92,  // 103: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	93,  // 104: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	94,  // 105: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	95,  // 106: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
+	96,  // 107: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
+	97,  // 108: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
+	98,  // 109: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
+	99,  // 110: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
+	100, // 111: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
+	101, // 112: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
+	102, // 113: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	69,  // [69:114] is the sub-list for method output_type
+	24,  // [24:69] is the sub-list for method input_type
+	24,  // [24:24] is the sub-list for extension type_name
+	24,  // [24:24] is the sub-list for extension extendee
+	0,   // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_manager_proto_init() }
@@ -3230,6 +3265,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 		return
 	}
 	file_norsk_manager_v1_audit_proto_init()
+	file_norsk_manager_v1_cluster_proto_init()
 	file_norsk_manager_v1_event_proto_init()
 	file_norsk_manager_v1_job_proto_init()
 	file_norsk_manager_v1_kv_proto_init()

@@ -341,9 +341,14 @@ type ControllerHello struct {
 	ManagerNodeName     string                 `protobuf:"bytes,2,opt,name=manager_node_name,json=managerNodeName,proto3" json:"manager_node_name,omitempty"`
 	HeartbeatIntervalMs uint32                 `protobuf:"varint,3,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
 	// Every Manager member's API URL, for a worker to re-register with.
-	ManagerUrls   []string `protobuf:"bytes,4,rep,name=manager_urls,json=managerUrls,proto3" json:"manager_urls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ManagerUrls []string `protobuf:"bytes,4,rep,name=manager_urls,json=managerUrls,proto3" json:"manager_urls,omitempty"`
+	// The primary's raft term and its cluster generation. A worker refuses a
+	// hello older than the newest it has accepted (a deposed primary must not
+	// take the stream back from the new one).
+	ManagerTerm       uint64 `protobuf:"varint,5,opt,name=manager_term,json=managerTerm,proto3" json:"manager_term,omitempty"`
+	ManagerGeneration uint64 `protobuf:"varint,6,opt,name=manager_generation,json=managerGeneration,proto3" json:"manager_generation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ControllerHello) Reset() {
@@ -402,6 +407,20 @@ func (x *ControllerHello) GetManagerUrls() []string {
 		return x.ManagerUrls
 	}
 	return nil
+}
+
+func (x *ControllerHello) GetManagerTerm() uint64 {
+	if x != nil {
+		return x.ManagerTerm
+	}
+	return 0
+}
+
+func (x *ControllerHello) GetManagerGeneration() uint64 {
+	if x != nil {
+		return x.ManagerGeneration
+	}
+	return 0
 }
 
 type StartInstance struct {
@@ -1211,12 +1230,14 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\aaddress\x18\x04 \x01(\tR\aaddress\"\x86\x01\n" +
 	"\x13AccessReplicaUpdate\x12L\n" +
 	"\vpublication\x18\x01 \x01(\v2*.norsk.manager.v1.AccessReplicaPublicationR\vpublication\x12!\n" +
-	"\ftrusted_jwks\x18\x02 \x01(\tR\vtrustedJwks\"\xad\x01\n" +
+	"\ftrusted_jwks\x18\x02 \x01(\tR\vtrustedJwks\"\xff\x01\n" +
 	"\x0fControllerHello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
 	"\x11manager_node_name\x18\x02 \x01(\tR\x0fmanagerNodeName\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\x12!\n" +
-	"\fmanager_urls\x18\x04 \x03(\tR\vmanagerUrls\"\x90\x02\n" +
+	"\fmanager_urls\x18\x04 \x03(\tR\vmanagerUrls\x12!\n" +
+	"\fmanager_term\x18\x05 \x01(\x04R\vmanagerTerm\x12-\n" +
+	"\x12manager_generation\x18\x06 \x01(\x04R\x11managerGeneration\"\x90\x02\n" +
 	"\rStartInstance\x12'\n" +
 	"\x03job\x18\x01 \x01(\v2\x15.norsk.manager.v1.JobR\x03job\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12!\n" +

@@ -44,6 +44,10 @@ const (
 	Permission_PERMISSION_PUBLISH Permission = 5
 	// A worker registering (its registration token or node secret).
 	Permission_PERMISSION_REGISTER Permission = 6
+	// Another Manager member (the cluster secret): the Members service.
+	Permission_PERMISSION_MEMBER Permission = 7
+	// Change the Manager cluster's membership and recover its quorum.
+	Permission_PERMISSION_CLUSTER Permission = 8
 )
 
 // Enum value maps for Permission.
@@ -56,6 +60,8 @@ var (
 		4: "PERMISSION_ADMIN",
 		5: "PERMISSION_PUBLISH",
 		6: "PERMISSION_REGISTER",
+		7: "PERMISSION_MEMBER",
+		8: "PERMISSION_CLUSTER",
 	}
 	Permission_value = map[string]int32{
 		"PERMISSION_UNSPECIFIED": 0,
@@ -65,6 +71,8 @@ var (
 		"PERMISSION_ADMIN":       4,
 		"PERMISSION_PUBLISH":     5,
 		"PERMISSION_REGISTER":    6,
+		"PERMISSION_MEMBER":      7,
+		"PERMISSION_CLUSTER":     8,
 	}
 )
 
@@ -1087,7 +1095,7 @@ const file_norsk_manager_v1_security_proto_rawDesc = "" +
 	"\vpublication\x18\x01 \x01(\v2*.norsk.manager.v1.AccessReplicaPublicationR\vpublication\"R\n" +
 	"\x1cPublishAccessReplicaResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x18\n" +
-	"\achanged\x18\x02 \x01(\bR\achanged*\xb2\x01\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged*\xe1\x01\n" +
 	"\n" +
 	"Permission\x12\x1a\n" +
 	"\x16PERMISSION_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -1096,7 +1104,9 @@ const file_norsk_manager_v1_security_proto_rawDesc = "" +
 	"\x12PERMISSION_OPERATE\x10\x03\x12\x14\n" +
 	"\x10PERMISSION_ADMIN\x10\x04\x12\x16\n" +
 	"\x12PERMISSION_PUBLISH\x10\x05\x12\x17\n" +
-	"\x13PERMISSION_REGISTER\x10\x06:T\n" +
+	"\x13PERMISSION_REGISTER\x10\x06\x12\x15\n" +
+	"\x11PERMISSION_MEMBER\x10\a\x12\x16\n" +
+	"\x12PERMISSION_CLUSTER\x10\b:T\n" +
 	"\x05allow\x12\x1e.google.protobuf.MethodOptions\x18ц\x03 \x03(\x0e2\x1c.norsk.manager.v1.PermissionR\x05allowBFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
 
 var (

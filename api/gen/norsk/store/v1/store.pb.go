@@ -66,6 +66,11 @@ type Command struct {
 	//	*Command_PublishDiscovery
 	//	*Command_RotateDiscovery
 	//	*Command_PublishAccessReplica
+	//	*Command_InitCluster
+	//	*Command_ExpectMember
+	//	*Command_MemberJoined
+	//	*Command_MemberRetired
+	//	*Command_SetGeneration
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -374,6 +379,51 @@ func (x *Command) GetPublishAccessReplica() *PublishAccessReplica {
 	return nil
 }
 
+func (x *Command) GetInitCluster() *InitCluster {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_InitCluster); ok {
+			return x.InitCluster
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetExpectMember() *ExpectMember {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ExpectMember); ok {
+			return x.ExpectMember
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetMemberJoined() *MemberJoined {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_MemberJoined); ok {
+			return x.MemberJoined
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetMemberRetired() *MemberRetired {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_MemberRetired); ok {
+			return x.MemberRetired
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetGeneration() *SetGeneration {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetGeneration); ok {
+			return x.SetGeneration
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -490,6 +540,26 @@ type Command_PublishAccessReplica struct {
 	PublishAccessReplica *PublishAccessReplica `protobuf:"bytes,37,opt,name=publish_access_replica,json=publishAccessReplica,proto3,oneof"`
 }
 
+type Command_InitCluster struct {
+	InitCluster *InitCluster `protobuf:"bytes,38,opt,name=init_cluster,json=initCluster,proto3,oneof"`
+}
+
+type Command_ExpectMember struct {
+	ExpectMember *ExpectMember `protobuf:"bytes,39,opt,name=expect_member,json=expectMember,proto3,oneof"`
+}
+
+type Command_MemberJoined struct {
+	MemberJoined *MemberJoined `protobuf:"bytes,40,opt,name=member_joined,json=memberJoined,proto3,oneof"`
+}
+
+type Command_MemberRetired struct {
+	MemberRetired *MemberRetired `protobuf:"bytes,41,opt,name=member_retired,json=memberRetired,proto3,oneof"`
+}
+
+type Command_SetGeneration struct {
+	SetGeneration *SetGeneration `protobuf:"bytes,42,opt,name=set_generation,json=setGeneration,proto3,oneof"`
+}
+
 func (*Command_CreateJob) isCommand_Cmd() {}
 
 func (*Command_UpdateJob) isCommand_Cmd() {}
@@ -546,6 +616,432 @@ func (*Command_RotateDiscovery) isCommand_Cmd() {}
 
 func (*Command_PublishAccessReplica) isCommand_Cmd() {}
 
+func (*Command_InitCluster) isCommand_Cmd() {}
+
+func (*Command_ExpectMember) isCommand_Cmd() {}
+
+func (*Command_MemberJoined) isCommand_Cmd() {}
+
+func (*Command_MemberRetired) isCommand_Cmd() {}
+
+func (*Command_SetGeneration) isCommand_Cmd() {}
+
+// MemberRecord is a Manager member the cluster expects or has.
+type MemberRecord struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	ApiUrl      string                 `protobuf:"bytes,3,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	Witness     bool                   `protobuf:"varint,4,opt,name=witness,proto3" json:"witness,omitempty"`
+	// "expected" (added, not joined), "joined" or "retired".
+	Status        string `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	AddedBy       string `protobuf:"bytes,6,opt,name=added_by,json=addedBy,proto3" json:"added_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberRecord) Reset() {
+	*x = MemberRecord{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberRecord) ProtoMessage() {}
+
+func (x *MemberRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
+func (*MemberRecord) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MemberRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MemberRecord) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *MemberRecord) GetApiUrl() string {
+	if x != nil {
+		return x.ApiUrl
+	}
+	return ""
+}
+
+func (x *MemberRecord) GetWitness() bool {
+	if x != nil {
+		return x.Witness
+	}
+	return false
+}
+
+func (x *MemberRecord) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *MemberRecord) GetAddedBy() string {
+	if x != nil {
+		return x.AddedBy
+	}
+	return ""
+}
+
+// ClusterMeta is the membership's generation: 1 for a cluster as it was
+// formed, one more at every forced recovery.
+type ClusterMeta struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterMeta) Reset() {
+	*x = ClusterMeta{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterMeta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterMeta) ProtoMessage() {}
+
+func (x *ClusterMeta) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterMeta.ProtoReflect.Descriptor instead.
+func (*ClusterMeta) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ClusterMeta) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+// InitCluster records the members a cluster was formed with (its first
+// primary proposes it), at generation 1.
+type InitCluster struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []*MemberRecord        `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InitCluster) Reset() {
+	*x = InitCluster{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InitCluster) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InitCluster) ProtoMessage() {}
+
+func (x *InitCluster) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
+func (*InitCluster) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *InitCluster) GetMembers() []*MemberRecord {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// ExpectMember records that the cluster expects a member that is not yet in
+// it (AddClusterMember); it joins when its Manager starts.
+type ExpectMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Witness       bool                   `protobuf:"varint,2,opt,name=witness,proto3" json:"witness,omitempty"`
+	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpectMember) Reset() {
+	*x = ExpectMember{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpectMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpectMember) ProtoMessage() {}
+
+func (x *ExpectMember) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpectMember.ProtoReflect.Descriptor instead.
+func (*ExpectMember) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ExpectMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExpectMember) GetWitness() bool {
+	if x != nil {
+		return x.Witness
+	}
+	return false
+}
+
+func (x *ExpectMember) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// MemberJoined records a member's addresses once the primary added it to the
+// raft configuration.
+type MemberJoined struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	RaftAddress   string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	ApiUrl        string                 `protobuf:"bytes,3,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	Witness       bool                   `protobuf:"varint,4,opt,name=witness,proto3" json:"witness,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberJoined) Reset() {
+	*x = MemberJoined{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberJoined) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberJoined) ProtoMessage() {}
+
+func (x *MemberJoined) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberJoined.ProtoReflect.Descriptor instead.
+func (*MemberJoined) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *MemberJoined) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MemberJoined) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *MemberJoined) GetApiUrl() string {
+	if x != nil {
+		return x.ApiUrl
+	}
+	return ""
+}
+
+func (x *MemberJoined) GetWitness() bool {
+	if x != nil {
+		return x.Witness
+	}
+	return false
+}
+
+type MemberRetired struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberRetired) Reset() {
+	*x = MemberRetired{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberRetired) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberRetired) ProtoMessage() {}
+
+func (x *MemberRetired) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberRetired.ProtoReflect.Descriptor instead.
+func (*MemberRetired) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MemberRetired) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// SetGeneration moves the membership to a new generation (after
+// ForceStandalone).
+type SetGeneration struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	By            string                 `protobuf:"bytes,2,opt,name=by,proto3" json:"by,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetGeneration) Reset() {
+	*x = SetGeneration{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetGeneration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetGeneration) ProtoMessage() {}
+
+func (x *SetGeneration) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetGeneration.ProtoReflect.Descriptor instead.
+func (*SetGeneration) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SetGeneration) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *SetGeneration) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *SetGeneration) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // CreateToken stores a new API token; the handler minted its id and secret
 // and passes only the secret's SHA-256 (hex).
 type CreateToken struct {
@@ -558,7 +1054,7 @@ type CreateToken struct {
 
 func (x *CreateToken) Reset() {
 	*x = CreateToken{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +1066,7 @@ func (x *CreateToken) String() string {
 func (*CreateToken) ProtoMessage() {}
 
 func (x *CreateToken) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +1079,7 @@ func (x *CreateToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateToken.ProtoReflect.Descriptor instead.
 func (*CreateToken) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{1}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateToken) GetToken() *v1.ApiToken {
@@ -609,7 +1105,7 @@ type RevokeToken struct {
 
 func (x *RevokeToken) Reset() {
 	*x = RevokeToken{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +1117,7 @@ func (x *RevokeToken) String() string {
 func (*RevokeToken) ProtoMessage() {}
 
 func (x *RevokeToken) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +1130,7 @@ func (x *RevokeToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeToken.ProtoReflect.Descriptor instead.
 func (*RevokeToken) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{2}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RevokeToken) GetId() string {
@@ -655,7 +1151,7 @@ type PublishDiscovery struct {
 
 func (x *PublishDiscovery) Reset() {
 	*x = PublishDiscovery{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +1163,7 @@ func (x *PublishDiscovery) String() string {
 func (*PublishDiscovery) ProtoMessage() {}
 
 func (x *PublishDiscovery) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +1176,7 @@ func (x *PublishDiscovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishDiscovery.ProtoReflect.Descriptor instead.
 func (*PublishDiscovery) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{3}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PublishDiscovery) GetFleet() *v1.DiscoveryFleet {
@@ -700,7 +1196,7 @@ type PublishDiscoveryResult struct {
 
 func (x *PublishDiscoveryResult) Reset() {
 	*x = PublishDiscoveryResult{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +1208,7 @@ func (x *PublishDiscoveryResult) String() string {
 func (*PublishDiscoveryResult) ProtoMessage() {}
 
 func (x *PublishDiscoveryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +1221,7 @@ func (x *PublishDiscoveryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishDiscoveryResult.ProtoReflect.Descriptor instead.
 func (*PublishDiscoveryResult) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{4}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PublishDiscoveryResult) GetFleet() *v1.DiscoveryFleet {
@@ -754,7 +1250,7 @@ type RotateDiscovery struct {
 
 func (x *RotateDiscovery) Reset() {
 	*x = RotateDiscovery{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +1262,7 @@ func (x *RotateDiscovery) String() string {
 func (*RotateDiscovery) ProtoMessage() {}
 
 func (x *RotateDiscovery) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +1275,7 @@ func (x *RotateDiscovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateDiscovery.ProtoReflect.Descriptor instead.
 func (*RotateDiscovery) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{5}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RotateDiscovery) GetStep() string {
@@ -814,7 +1310,7 @@ type PublishAccessReplica struct {
 
 func (x *PublishAccessReplica) Reset() {
 	*x = PublishAccessReplica{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1322,7 @@ func (x *PublishAccessReplica) String() string {
 func (*PublishAccessReplica) ProtoMessage() {}
 
 func (x *PublishAccessReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1335,7 @@ func (x *PublishAccessReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAccessReplica.ProtoReflect.Descriptor instead.
 func (*PublishAccessReplica) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{6}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PublishAccessReplica) GetPublication() *v1.AccessReplicaPublication {
@@ -882,7 +1378,7 @@ type AuditStamp struct {
 
 func (x *AuditStamp) Reset() {
 	*x = AuditStamp{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1390,7 @@ func (x *AuditStamp) String() string {
 func (*AuditStamp) ProtoMessage() {}
 
 func (x *AuditStamp) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1403,7 @@ func (x *AuditStamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditStamp.ProtoReflect.Descriptor instead.
 func (*AuditStamp) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{7}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AuditStamp) GetWho() string {
@@ -950,7 +1446,7 @@ type AppendAudit struct {
 
 func (x *AppendAudit) Reset() {
 	*x = AppendAudit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1458,7 @@ func (x *AppendAudit) String() string {
 func (*AppendAudit) ProtoMessage() {}
 
 func (x *AppendAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1471,7 @@ func (x *AppendAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAudit.ProtoReflect.Descriptor instead.
 func (*AppendAudit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{8}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AppendAudit) GetSource() string {
@@ -1011,7 +1507,7 @@ type PruneAudit struct {
 
 func (x *PruneAudit) Reset() {
 	*x = PruneAudit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1519,7 @@ func (x *PruneAudit) String() string {
 func (*PruneAudit) ProtoMessage() {}
 
 func (x *PruneAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1532,7 @@ func (x *PruneAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneAudit.ProtoReflect.Descriptor instead.
 func (*PruneAudit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{9}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PruneAudit) GetBeforeTimestampMs() float64 {
@@ -1056,7 +1552,7 @@ type PruneAuditResult struct {
 
 func (x *PruneAuditResult) Reset() {
 	*x = PruneAuditResult{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1564,7 @@ func (x *PruneAuditResult) String() string {
 func (*PruneAuditResult) ProtoMessage() {}
 
 func (x *PruneAuditResult) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1577,7 @@ func (x *PruneAuditResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneAuditResult.ProtoReflect.Descriptor instead.
 func (*PruneAuditResult) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{10}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PruneAuditResult) GetRemoved() int64 {
@@ -1110,7 +1606,7 @@ type KvCommit struct {
 
 func (x *KvCommit) Reset() {
 	*x = KvCommit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1618,7 @@ func (x *KvCommit) String() string {
 func (*KvCommit) ProtoMessage() {}
 
 func (x *KvCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1631,7 @@ func (x *KvCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCommit.ProtoReflect.Descriptor instead.
 func (*KvCommit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{11}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KvCommit) GetNamespace() string {
@@ -1171,7 +1667,7 @@ type MigrateSchema struct {
 
 func (x *MigrateSchema) Reset() {
 	*x = MigrateSchema{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1679,7 @@ func (x *MigrateSchema) String() string {
 func (*MigrateSchema) ProtoMessage() {}
 
 func (x *MigrateSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1692,7 @@ func (x *MigrateSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateSchema.ProtoReflect.Descriptor instead.
 func (*MigrateSchema) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{12}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MigrateSchema) GetFrom() uint32 {
@@ -1222,7 +1718,7 @@ type CreateJob struct {
 
 func (x *CreateJob) Reset() {
 	*x = CreateJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1730,7 @@ func (x *CreateJob) String() string {
 func (*CreateJob) ProtoMessage() {}
 
 func (x *CreateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1743,7 @@ func (x *CreateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJob.ProtoReflect.Descriptor instead.
 func (*CreateJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{13}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateJob) GetJob() *v1.Job {
@@ -1266,7 +1762,7 @@ type UpdateJob struct {
 
 func (x *UpdateJob) Reset() {
 	*x = UpdateJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1774,7 @@ func (x *UpdateJob) String() string {
 func (*UpdateJob) ProtoMessage() {}
 
 func (x *UpdateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1787,7 @@ func (x *UpdateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJob.ProtoReflect.Descriptor instead.
 func (*UpdateJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{14}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateJob) GetJob() *v1.Job {
@@ -1310,7 +1806,7 @@ type DeleteJob struct {
 
 func (x *DeleteJob) Reset() {
 	*x = DeleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1818,7 @@ func (x *DeleteJob) String() string {
 func (*DeleteJob) ProtoMessage() {}
 
 func (x *DeleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1831,7 @@ func (x *DeleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJob.ProtoReflect.Descriptor instead.
 func (*DeleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{15}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteJob) GetJobId() string {
@@ -1357,7 +1853,7 @@ type BindInstance struct {
 
 func (x *BindInstance) Reset() {
 	*x = BindInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1865,7 @@ func (x *BindInstance) String() string {
 func (*BindInstance) ProtoMessage() {}
 
 func (x *BindInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1878,7 @@ func (x *BindInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindInstance.ProtoReflect.Descriptor instead.
 func (*BindInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{16}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BindInstance) GetJobId() string {
@@ -1426,7 +1922,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1934,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1947,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{17}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -1500,7 +1996,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +2008,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +2021,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{18}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -1558,7 +2054,7 @@ type CompleteJob struct {
 
 func (x *CompleteJob) Reset() {
 	*x = CompleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +2066,7 @@ func (x *CompleteJob) String() string {
 func (*CompleteJob) ProtoMessage() {}
 
 func (x *CompleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +2079,7 @@ func (x *CompleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJob.ProtoReflect.Descriptor instead.
 func (*CompleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{19}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CompleteJob) GetJobId() string {
@@ -1603,7 +2099,7 @@ type MarkJobFailed struct {
 
 func (x *MarkJobFailed) Reset() {
 	*x = MarkJobFailed{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +2111,7 @@ func (x *MarkJobFailed) String() string {
 func (*MarkJobFailed) ProtoMessage() {}
 
 func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +2124,7 @@ func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFailed.ProtoReflect.Descriptor instead.
 func (*MarkJobFailed) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{20}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MarkJobFailed) GetJobId() string {
@@ -1657,7 +2153,7 @@ type InstanceReports struct {
 
 func (x *InstanceReports) Reset() {
 	*x = InstanceReports{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +2165,7 @@ func (x *InstanceReports) String() string {
 func (*InstanceReports) ProtoMessage() {}
 
 func (x *InstanceReports) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +2178,7 @@ func (x *InstanceReports) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReports.ProtoReflect.Descriptor instead.
 func (*InstanceReports) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{21}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *InstanceReports) GetNodeId() string {
@@ -1711,7 +2207,7 @@ type RegisterSlot struct {
 
 func (x *RegisterSlot) Reset() {
 	*x = RegisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1723,7 +2219,7 @@ func (x *RegisterSlot) String() string {
 func (*RegisterSlot) ProtoMessage() {}
 
 func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1736,7 +2232,7 @@ func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSlot.ProtoReflect.Descriptor instead.
 func (*RegisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{22}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RegisterSlot) GetNodeId() string {
@@ -1789,7 +2285,7 @@ type MemberRegister struct {
 
 func (x *MemberRegister) Reset() {
 	*x = MemberRegister{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +2297,7 @@ func (x *MemberRegister) String() string {
 func (*MemberRegister) ProtoMessage() {}
 
 func (x *MemberRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +2310,7 @@ func (x *MemberRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRegister.ProtoReflect.Descriptor instead.
 func (*MemberRegister) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MemberRegister) GetToken() string {
@@ -1892,7 +2388,7 @@ type DeregisterSlot struct {
 
 func (x *DeregisterSlot) Reset() {
 	*x = DeregisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2400,7 @@ func (x *DeregisterSlot) String() string {
 func (*DeregisterSlot) ProtoMessage() {}
 
 func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2413,7 @@ func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterSlot.ProtoReflect.Descriptor instead.
 func (*DeregisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeregisterSlot) GetNodeId() string {
@@ -1937,7 +2433,7 @@ type SetSlotPool struct {
 
 func (x *SetSlotPool) Reset() {
 	*x = SetSlotPool{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2445,7 @@ func (x *SetSlotPool) String() string {
 func (*SetSlotPool) ProtoMessage() {}
 
 func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2458,7 @@ func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotPool.ProtoReflect.Descriptor instead.
 func (*SetSlotPool) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{25}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetSlotPool) GetNodeId() string {
@@ -1991,7 +2487,7 @@ type NodeOnline struct {
 
 func (x *NodeOnline) Reset() {
 	*x = NodeOnline{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2499,7 @@ func (x *NodeOnline) String() string {
 func (*NodeOnline) ProtoMessage() {}
 
 func (x *NodeOnline) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2512,7 @@ func (x *NodeOnline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOnline.ProtoReflect.Descriptor instead.
 func (*NodeOnline) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{26}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NodeOnline) GetNodeId() string {
@@ -2043,7 +2539,7 @@ type NodeLost struct {
 
 func (x *NodeLost) Reset() {
 	*x = NodeLost{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2551,7 @@ func (x *NodeLost) String() string {
 func (*NodeLost) ProtoMessage() {}
 
 func (x *NodeLost) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2564,7 @@ func (x *NodeLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLost.ProtoReflect.Descriptor instead.
 func (*NodeLost) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{27}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NodeLost) GetNodeId() string {
@@ -2096,7 +2592,7 @@ type TerminateNode struct {
 
 func (x *TerminateNode) Reset() {
 	*x = TerminateNode{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2604,7 @@ func (x *TerminateNode) String() string {
 func (*TerminateNode) ProtoMessage() {}
 
 func (x *TerminateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2617,7 @@ func (x *TerminateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateNode.ProtoReflect.Descriptor instead.
 func (*TerminateNode) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{28}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TerminateNode) GetNodeId() string {
@@ -2143,7 +2639,7 @@ type NodeTerminated struct {
 
 func (x *NodeTerminated) Reset() {
 	*x = NodeTerminated{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2651,7 @@ func (x *NodeTerminated) String() string {
 func (*NodeTerminated) ProtoMessage() {}
 
 func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2664,7 @@ func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeTerminated.ProtoReflect.Descriptor instead.
 func (*NodeTerminated) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{29}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NodeTerminated) GetNodeId() string {
@@ -2195,7 +2691,7 @@ type SetNodeTags struct {
 
 func (x *SetNodeTags) Reset() {
 	*x = SetNodeTags{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2703,7 @@ func (x *SetNodeTags) String() string {
 func (*SetNodeTags) ProtoMessage() {}
 
 func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2716,7 @@ func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeTags.ProtoReflect.Descriptor instead.
 func (*SetNodeTags) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{30}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetNodeTags) GetNodeId() string {
@@ -2247,7 +2743,7 @@ type SetNodeIdleExpiry struct {
 
 func (x *SetNodeIdleExpiry) Reset() {
 	*x = SetNodeIdleExpiry{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2755,7 @@ func (x *SetNodeIdleExpiry) String() string {
 func (*SetNodeIdleExpiry) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2768,7 @@ func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{31}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetNodeIdleExpiry) GetNodeId() string {
@@ -2305,7 +2801,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2813,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2826,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{32}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *JobRecord) GetJob() *v1.Job {
@@ -2391,7 +2887,7 @@ type NodeRecord struct {
 
 func (x *NodeRecord) Reset() {
 	*x = NodeRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2899,7 @@ func (x *NodeRecord) String() string {
 func (*NodeRecord) ProtoMessage() {}
 
 func (x *NodeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2912,7 @@ func (x *NodeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
 func (*NodeRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NodeRecord) GetNode() *v1.Node {
@@ -2472,7 +2968,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2980,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2993,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SnapshotHeader) GetSchemaVersion() uint32 {
@@ -2527,7 +3023,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +3035,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +3048,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SnapshotTrailer) GetRecords() uint64 {
@@ -2587,6 +3083,8 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Token
 	//	*SnapshotRecord_Discovery
 	//	*SnapshotRecord_AccessReplica
+	//	*SnapshotRecord_Member
+	//	*SnapshotRecord_ClusterMeta
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2594,7 +3092,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +3104,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +3117,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -2746,6 +3244,24 @@ func (x *SnapshotRecord) GetAccessReplica() *AccessReplicaState {
 	return nil
 }
 
+func (x *SnapshotRecord) GetMember() *MemberRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Member); ok {
+			return x.Member
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetClusterMeta() *ClusterMeta {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_ClusterMeta); ok {
+			return x.ClusterMeta
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -2802,6 +3318,14 @@ type SnapshotRecord_AccessReplica struct {
 	AccessReplica *AccessReplicaState `protobuf:"bytes,13,opt,name=access_replica,json=accessReplica,proto3,oneof"`
 }
 
+type SnapshotRecord_Member struct {
+	Member *MemberRecord `protobuf:"bytes,14,opt,name=member,proto3,oneof"`
+}
+
+type SnapshotRecord_ClusterMeta struct {
+	ClusterMeta *ClusterMeta `protobuf:"bytes,15,opt,name=cluster_meta,json=clusterMeta,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Header) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
@@ -2828,6 +3352,10 @@ func (*SnapshotRecord_Discovery) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_AccessReplica) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_Member) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_ClusterMeta) isSnapshotRecord_Record() {}
+
 // TokenRecord is an API token: its metadata and the SHA-256 (hex) of its
 // secret.
 type TokenRecord struct {
@@ -2840,7 +3368,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +3380,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +3393,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TokenRecord) GetToken() *v1.ApiToken {
@@ -2894,7 +3422,7 @@ type AccessReplicaState struct {
 
 func (x *AccessReplicaState) Reset() {
 	*x = AccessReplicaState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2906,7 +3434,7 @@ func (x *AccessReplicaState) String() string {
 func (*AccessReplicaState) ProtoMessage() {}
 
 func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2919,7 +3447,7 @@ func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessReplicaState.ProtoReflect.Descriptor instead.
 func (*AccessReplicaState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AccessReplicaState) GetVersion() uint64 {
@@ -2955,7 +3483,7 @@ type AuditState struct {
 
 func (x *AuditState) Reset() {
 	*x = AuditState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3495,7 @@ func (x *AuditState) String() string {
 func (*AuditState) ProtoMessage() {}
 
 func (x *AuditState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3508,7 @@ func (x *AuditState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditState.ProtoReflect.Descriptor instead.
 func (*AuditState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AuditState) GetNextSeq() int64 {
@@ -3015,7 +3543,7 @@ type KvRecord struct {
 
 func (x *KvRecord) Reset() {
 	*x = KvRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3027,7 +3555,7 @@ func (x *KvRecord) String() string {
 func (*KvRecord) ProtoMessage() {}
 
 func (x *KvRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3040,7 +3568,7 @@ func (x *KvRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvRecord.ProtoReflect.Descriptor instead.
 func (*KvRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *KvRecord) GetNamespace() string {
@@ -3068,7 +3596,7 @@ type KvNamespace struct {
 
 func (x *KvNamespace) Reset() {
 	*x = KvNamespace{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3080,7 +3608,7 @@ func (x *KvNamespace) String() string {
 func (*KvNamespace) ProtoMessage() {}
 
 func (x *KvNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3093,7 +3621,7 @@ func (x *KvNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvNamespace.ProtoReflect.Descriptor instead.
 func (*KvNamespace) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *KvNamespace) GetName() string {
@@ -3120,7 +3648,7 @@ type StoreMeta struct {
 
 func (x *StoreMeta) Reset() {
 	*x = StoreMeta{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3132,7 +3660,7 @@ func (x *StoreMeta) String() string {
 func (*StoreMeta) ProtoMessage() {}
 
 func (x *StoreMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3145,7 +3673,7 @@ func (x *StoreMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreMeta.ProtoReflect.Descriptor instead.
 func (*StoreMeta) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StoreMeta) GetSchemaVersion() uint32 {
@@ -3159,7 +3687,7 @@ var File_norsk_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\x9e\x10\n" +
+	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xfa\x12\n" +
 	"\aCommand\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x05audit\x18\x02 \x01(\v2\x1a.norsk.store.v1.AuditStampR\x05audit\x12:\n" +
@@ -3196,8 +3724,43 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\frevoke_token\x18\" \x01(\v2\x1b.norsk.store.v1.RevokeTokenH\x00R\vrevokeToken\x12O\n" +
 	"\x11publish_discovery\x18# \x01(\v2 .norsk.store.v1.PublishDiscoveryH\x00R\x10publishDiscovery\x12L\n" +
 	"\x10rotate_discovery\x18$ \x01(\v2\x1f.norsk.store.v1.RotateDiscoveryH\x00R\x0frotateDiscovery\x12\\\n" +
-	"\x16publish_access_replica\x18% \x01(\v2$.norsk.store.v1.PublishAccessReplicaH\x00R\x14publishAccessReplicaB\x05\n" +
-	"\x03cmd\"`\n" +
+	"\x16publish_access_replica\x18% \x01(\v2$.norsk.store.v1.PublishAccessReplicaH\x00R\x14publishAccessReplica\x12@\n" +
+	"\finit_cluster\x18& \x01(\v2\x1b.norsk.store.v1.InitClusterH\x00R\vinitCluster\x12C\n" +
+	"\rexpect_member\x18' \x01(\v2\x1c.norsk.store.v1.ExpectMemberH\x00R\fexpectMember\x12C\n" +
+	"\rmember_joined\x18( \x01(\v2\x1c.norsk.store.v1.MemberJoinedH\x00R\fmemberJoined\x12F\n" +
+	"\x0emember_retired\x18) \x01(\v2\x1d.norsk.store.v1.MemberRetiredH\x00R\rmemberRetired\x12F\n" +
+	"\x0eset_generation\x18* \x01(\v2\x1d.norsk.store.v1.SetGenerationH\x00R\rsetGenerationB\x05\n" +
+	"\x03cmd\"\xab\x01\n" +
+	"\fMemberRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x17\n" +
+	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\x12\x18\n" +
+	"\awitness\x18\x04 \x01(\bR\awitness\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\x12\x19\n" +
+	"\badded_by\x18\x06 \x01(\tR\aaddedBy\"-\n" +
+	"\vClusterMeta\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\"E\n" +
+	"\vInitCluster\x126\n" +
+	"\amembers\x18\x01 \x03(\v2\x1c.norsk.store.v1.MemberRecordR\amembers\"L\n" +
+	"\fExpectMember\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\awitness\x18\x02 \x01(\bR\awitness\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\"x\n" +
+	"\fMemberJoined\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x17\n" +
+	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\x12\x18\n" +
+	"\awitness\x18\x04 \x01(\bR\awitness\"#\n" +
+	"\rMemberRetired\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"W\n" +
+	"\rSetGeneration\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x0e\n" +
+	"\x02by\x18\x02 \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"`\n" +
 	"\vCreateToken\x120\n" +
 	"\x05token\x18\x01 \x01(\v2\x1a.norsk.manager.v1.ApiTokenR\x05token\x12\x1f\n" +
 	"\vsecret_hash\x18\x02 \x01(\tR\n" +
@@ -3335,7 +3898,7 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"C\n" +
 	"\x0fSnapshotTrailer\x12\x18\n" +
 	"\arecords\x18\x01 \x01(\x04R\arecords\x12\x16\n" +
-	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\x9d\x06\n" +
+	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\x97\a\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.norsk.store.v1.SnapshotHeaderH\x00R\x06header\x12-\n" +
 	"\x03job\x18\x02 \x01(\v2\x19.norsk.store.v1.JobRecordH\x00R\x03job\x128\n" +
@@ -3353,7 +3916,9 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	" \x01(\v2\x19.norsk.store.v1.StoreMetaH\x00R\tstoreMeta\x123\n" +
 	"\x05token\x18\v \x01(\v2\x1b.norsk.store.v1.TokenRecordH\x00R\x05token\x12@\n" +
 	"\tdiscovery\x18\f \x01(\v2 .norsk.manager.v1.DiscoveryFleetH\x00R\tdiscovery\x12K\n" +
-	"\x0eaccess_replica\x18\r \x01(\v2\".norsk.store.v1.AccessReplicaStateH\x00R\raccessReplicaB\b\n" +
+	"\x0eaccess_replica\x18\r \x01(\v2\".norsk.store.v1.AccessReplicaStateH\x00R\raccessReplica\x126\n" +
+	"\x06member\x18\x0e \x01(\v2\x1c.norsk.store.v1.MemberRecordH\x00R\x06member\x12@\n" +
+	"\fcluster_meta\x18\x0f \x01(\v2\x1b.norsk.store.v1.ClusterMetaH\x00R\vclusterMetaB\b\n" +
 	"\x06record\"`\n" +
 	"\vTokenRecord\x120\n" +
 	"\x05token\x18\x01 \x01(\v2\x1a.norsk.manager.v1.ApiTokenR\x05token\x12\x1f\n" +
@@ -3392,143 +3957,158 @@ func file_norsk_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_norsk_store_v1_store_proto_rawDescData
 }
 
-var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*Command)(nil),                     // 0: norsk.store.v1.Command
-	(*CreateToken)(nil),                 // 1: norsk.store.v1.CreateToken
-	(*RevokeToken)(nil),                 // 2: norsk.store.v1.RevokeToken
-	(*PublishDiscovery)(nil),            // 3: norsk.store.v1.PublishDiscovery
-	(*PublishDiscoveryResult)(nil),      // 4: norsk.store.v1.PublishDiscoveryResult
-	(*RotateDiscovery)(nil),             // 5: norsk.store.v1.RotateDiscovery
-	(*PublishAccessReplica)(nil),        // 6: norsk.store.v1.PublishAccessReplica
-	(*AuditStamp)(nil),                  // 7: norsk.store.v1.AuditStamp
-	(*AppendAudit)(nil),                 // 8: norsk.store.v1.AppendAudit
-	(*PruneAudit)(nil),                  // 9: norsk.store.v1.PruneAudit
-	(*PruneAuditResult)(nil),            // 10: norsk.store.v1.PruneAuditResult
-	(*KvCommit)(nil),                    // 11: norsk.store.v1.KvCommit
-	(*MigrateSchema)(nil),               // 12: norsk.store.v1.MigrateSchema
-	(*CreateJob)(nil),                   // 13: norsk.store.v1.CreateJob
-	(*UpdateJob)(nil),                   // 14: norsk.store.v1.UpdateJob
-	(*DeleteJob)(nil),                   // 15: norsk.store.v1.DeleteJob
-	(*BindInstance)(nil),                // 16: norsk.store.v1.BindInstance
-	(*StopInstance)(nil),                // 17: norsk.store.v1.StopInstance
-	(*StartPreparedInstance)(nil),       // 18: norsk.store.v1.StartPreparedInstance
-	(*CompleteJob)(nil),                 // 19: norsk.store.v1.CompleteJob
-	(*MarkJobFailed)(nil),               // 20: norsk.store.v1.MarkJobFailed
-	(*InstanceReports)(nil),             // 21: norsk.store.v1.InstanceReports
-	(*RegisterSlot)(nil),                // 22: norsk.store.v1.RegisterSlot
-	(*MemberRegister)(nil),              // 23: norsk.store.v1.MemberRegister
-	(*DeregisterSlot)(nil),              // 24: norsk.store.v1.DeregisterSlot
-	(*SetSlotPool)(nil),                 // 25: norsk.store.v1.SetSlotPool
-	(*NodeOnline)(nil),                  // 26: norsk.store.v1.NodeOnline
-	(*NodeLost)(nil),                    // 27: norsk.store.v1.NodeLost
-	(*TerminateNode)(nil),               // 28: norsk.store.v1.TerminateNode
-	(*NodeTerminated)(nil),              // 29: norsk.store.v1.NodeTerminated
-	(*SetNodeTags)(nil),                 // 30: norsk.store.v1.SetNodeTags
-	(*SetNodeIdleExpiry)(nil),           // 31: norsk.store.v1.SetNodeIdleExpiry
-	(*JobRecord)(nil),                   // 32: norsk.store.v1.JobRecord
-	(*NodeRecord)(nil),                  // 33: norsk.store.v1.NodeRecord
-	(*SnapshotHeader)(nil),              // 34: norsk.store.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),             // 35: norsk.store.v1.SnapshotTrailer
-	(*SnapshotRecord)(nil),              // 36: norsk.store.v1.SnapshotRecord
-	(*TokenRecord)(nil),                 // 37: norsk.store.v1.TokenRecord
-	(*AccessReplicaState)(nil),          // 38: norsk.store.v1.AccessReplicaState
-	(*AuditState)(nil),                  // 39: norsk.store.v1.AuditState
-	(*KvRecord)(nil),                    // 40: norsk.store.v1.KvRecord
-	(*KvNamespace)(nil),                 // 41: norsk.store.v1.KvNamespace
-	(*StoreMeta)(nil),                   // 42: norsk.store.v1.StoreMeta
-	nil,                                 // 43: norsk.store.v1.SetNodeTags.TagsEntry
-	(*timestamppb.Timestamp)(nil),       // 44: google.protobuf.Timestamp
-	(*v1.ApiToken)(nil),                 // 45: norsk.manager.v1.ApiToken
-	(*v1.DiscoveryFleet)(nil),           // 46: norsk.manager.v1.DiscoveryFleet
-	(*v1.AccessReplicaPublication)(nil), // 47: norsk.manager.v1.AccessReplicaPublication
-	(*v1.KvWrite)(nil),                  // 48: norsk.manager.v1.KvWrite
-	(*v1.KvCommitOptions)(nil),          // 49: norsk.manager.v1.KvCommitOptions
-	(*v1.Job)(nil),                      // 50: norsk.manager.v1.Job
-	(*v1.StartJobOptions)(nil),          // 51: norsk.manager.v1.StartJobOptions
-	(*v1.InstanceReport)(nil),           // 52: norsk.manager.v1.InstanceReport
-	(*v1.Hardware)(nil),                 // 53: norsk.manager.v1.Hardware
-	(*v1.Capability)(nil),               // 54: norsk.manager.v1.Capability
-	(*v1.WorkerHello)(nil),              // 55: norsk.manager.v1.WorkerHello
-	(*v1.JobHistoryEntry)(nil),          // 56: norsk.manager.v1.JobHistoryEntry
-	(*v1.Node)(nil),                     // 57: norsk.manager.v1.Node
-	(*v1.Instance)(nil),                 // 58: norsk.manager.v1.Instance
-	(*v1.AuditLogEntry)(nil),            // 59: norsk.manager.v1.AuditLogEntry
-	(*v1.AuditCheckpoint)(nil),          // 60: norsk.manager.v1.AuditCheckpoint
-	(*v1.KvEntry)(nil),                  // 61: norsk.manager.v1.KvEntry
+	(*MemberRecord)(nil),                // 1: norsk.store.v1.MemberRecord
+	(*ClusterMeta)(nil),                 // 2: norsk.store.v1.ClusterMeta
+	(*InitCluster)(nil),                 // 3: norsk.store.v1.InitCluster
+	(*ExpectMember)(nil),                // 4: norsk.store.v1.ExpectMember
+	(*MemberJoined)(nil),                // 5: norsk.store.v1.MemberJoined
+	(*MemberRetired)(nil),               // 6: norsk.store.v1.MemberRetired
+	(*SetGeneration)(nil),               // 7: norsk.store.v1.SetGeneration
+	(*CreateToken)(nil),                 // 8: norsk.store.v1.CreateToken
+	(*RevokeToken)(nil),                 // 9: norsk.store.v1.RevokeToken
+	(*PublishDiscovery)(nil),            // 10: norsk.store.v1.PublishDiscovery
+	(*PublishDiscoveryResult)(nil),      // 11: norsk.store.v1.PublishDiscoveryResult
+	(*RotateDiscovery)(nil),             // 12: norsk.store.v1.RotateDiscovery
+	(*PublishAccessReplica)(nil),        // 13: norsk.store.v1.PublishAccessReplica
+	(*AuditStamp)(nil),                  // 14: norsk.store.v1.AuditStamp
+	(*AppendAudit)(nil),                 // 15: norsk.store.v1.AppendAudit
+	(*PruneAudit)(nil),                  // 16: norsk.store.v1.PruneAudit
+	(*PruneAuditResult)(nil),            // 17: norsk.store.v1.PruneAuditResult
+	(*KvCommit)(nil),                    // 18: norsk.store.v1.KvCommit
+	(*MigrateSchema)(nil),               // 19: norsk.store.v1.MigrateSchema
+	(*CreateJob)(nil),                   // 20: norsk.store.v1.CreateJob
+	(*UpdateJob)(nil),                   // 21: norsk.store.v1.UpdateJob
+	(*DeleteJob)(nil),                   // 22: norsk.store.v1.DeleteJob
+	(*BindInstance)(nil),                // 23: norsk.store.v1.BindInstance
+	(*StopInstance)(nil),                // 24: norsk.store.v1.StopInstance
+	(*StartPreparedInstance)(nil),       // 25: norsk.store.v1.StartPreparedInstance
+	(*CompleteJob)(nil),                 // 26: norsk.store.v1.CompleteJob
+	(*MarkJobFailed)(nil),               // 27: norsk.store.v1.MarkJobFailed
+	(*InstanceReports)(nil),             // 28: norsk.store.v1.InstanceReports
+	(*RegisterSlot)(nil),                // 29: norsk.store.v1.RegisterSlot
+	(*MemberRegister)(nil),              // 30: norsk.store.v1.MemberRegister
+	(*DeregisterSlot)(nil),              // 31: norsk.store.v1.DeregisterSlot
+	(*SetSlotPool)(nil),                 // 32: norsk.store.v1.SetSlotPool
+	(*NodeOnline)(nil),                  // 33: norsk.store.v1.NodeOnline
+	(*NodeLost)(nil),                    // 34: norsk.store.v1.NodeLost
+	(*TerminateNode)(nil),               // 35: norsk.store.v1.TerminateNode
+	(*NodeTerminated)(nil),              // 36: norsk.store.v1.NodeTerminated
+	(*SetNodeTags)(nil),                 // 37: norsk.store.v1.SetNodeTags
+	(*SetNodeIdleExpiry)(nil),           // 38: norsk.store.v1.SetNodeIdleExpiry
+	(*JobRecord)(nil),                   // 39: norsk.store.v1.JobRecord
+	(*NodeRecord)(nil),                  // 40: norsk.store.v1.NodeRecord
+	(*SnapshotHeader)(nil),              // 41: norsk.store.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),             // 42: norsk.store.v1.SnapshotTrailer
+	(*SnapshotRecord)(nil),              // 43: norsk.store.v1.SnapshotRecord
+	(*TokenRecord)(nil),                 // 44: norsk.store.v1.TokenRecord
+	(*AccessReplicaState)(nil),          // 45: norsk.store.v1.AccessReplicaState
+	(*AuditState)(nil),                  // 46: norsk.store.v1.AuditState
+	(*KvRecord)(nil),                    // 47: norsk.store.v1.KvRecord
+	(*KvNamespace)(nil),                 // 48: norsk.store.v1.KvNamespace
+	(*StoreMeta)(nil),                   // 49: norsk.store.v1.StoreMeta
+	nil,                                 // 50: norsk.store.v1.SetNodeTags.TagsEntry
+	(*timestamppb.Timestamp)(nil),       // 51: google.protobuf.Timestamp
+	(*v1.ApiToken)(nil),                 // 52: norsk.manager.v1.ApiToken
+	(*v1.DiscoveryFleet)(nil),           // 53: norsk.manager.v1.DiscoveryFleet
+	(*v1.AccessReplicaPublication)(nil), // 54: norsk.manager.v1.AccessReplicaPublication
+	(*v1.KvWrite)(nil),                  // 55: norsk.manager.v1.KvWrite
+	(*v1.KvCommitOptions)(nil),          // 56: norsk.manager.v1.KvCommitOptions
+	(*v1.Job)(nil),                      // 57: norsk.manager.v1.Job
+	(*v1.StartJobOptions)(nil),          // 58: norsk.manager.v1.StartJobOptions
+	(*v1.InstanceReport)(nil),           // 59: norsk.manager.v1.InstanceReport
+	(*v1.Hardware)(nil),                 // 60: norsk.manager.v1.Hardware
+	(*v1.Capability)(nil),               // 61: norsk.manager.v1.Capability
+	(*v1.WorkerHello)(nil),              // 62: norsk.manager.v1.WorkerHello
+	(*v1.JobHistoryEntry)(nil),          // 63: norsk.manager.v1.JobHistoryEntry
+	(*v1.Node)(nil),                     // 64: norsk.manager.v1.Node
+	(*v1.Instance)(nil),                 // 65: norsk.manager.v1.Instance
+	(*v1.AuditLogEntry)(nil),            // 66: norsk.manager.v1.AuditLogEntry
+	(*v1.AuditCheckpoint)(nil),          // 67: norsk.manager.v1.AuditCheckpoint
+	(*v1.KvEntry)(nil),                  // 68: norsk.manager.v1.KvEntry
 }
 var file_norsk_store_v1_store_proto_depIdxs = []int32{
-	44, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
-	7,  // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
-	13, // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
-	14, // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
-	15, // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
-	16, // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
-	17, // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
-	18, // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
-	19, // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
-	20, // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
-	21, // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
-	22, // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
-	23, // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
-	24, // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
-	25, // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
-	26, // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
-	27, // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
-	28, // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
-	29, // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
-	30, // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
-	31, // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
-	8,  // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
-	9,  // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
-	11, // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
-	12, // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
-	1,  // 25: norsk.store.v1.Command.create_token:type_name -> norsk.store.v1.CreateToken
-	2,  // 26: norsk.store.v1.Command.revoke_token:type_name -> norsk.store.v1.RevokeToken
-	3,  // 27: norsk.store.v1.Command.publish_discovery:type_name -> norsk.store.v1.PublishDiscovery
-	5,  // 28: norsk.store.v1.Command.rotate_discovery:type_name -> norsk.store.v1.RotateDiscovery
-	6,  // 29: norsk.store.v1.Command.publish_access_replica:type_name -> norsk.store.v1.PublishAccessReplica
-	45, // 30: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
-	46, // 31: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	46, // 32: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	47, // 33: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	48, // 34: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
-	49, // 35: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
-	50, // 36: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
-	50, // 37: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
-	51, // 38: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
-	52, // 39: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
-	53, // 40: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
-	54, // 41: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
-	55, // 42: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
-	43, // 43: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
-	50, // 44: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
-	56, // 45: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	44, // 46: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
-	44, // 47: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
-	57, // 48: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
-	34, // 49: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
-	32, // 50: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
-	58, // 51: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
-	33, // 52: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
-	35, // 53: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
-	59, // 54: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
-	39, // 55: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
-	40, // 56: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
-	41, // 57: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
-	42, // 58: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
-	37, // 59: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
-	46, // 60: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
-	38, // 61: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
-	45, // 62: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
-	47, // 63: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	60, // 64: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
-	61, // 65: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
-	66, // [66:66] is the sub-list for method output_type
-	66, // [66:66] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	51, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
+	14, // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
+	20, // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
+	21, // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
+	22, // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
+	23, // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
+	24, // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
+	25, // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
+	26, // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
+	27, // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
+	28, // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
+	29, // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
+	30, // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
+	31, // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
+	32, // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
+	33, // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
+	34, // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
+	35, // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
+	36, // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
+	37, // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
+	38, // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
+	15, // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
+	16, // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
+	18, // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
+	19, // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
+	8,  // 25: norsk.store.v1.Command.create_token:type_name -> norsk.store.v1.CreateToken
+	9,  // 26: norsk.store.v1.Command.revoke_token:type_name -> norsk.store.v1.RevokeToken
+	10, // 27: norsk.store.v1.Command.publish_discovery:type_name -> norsk.store.v1.PublishDiscovery
+	12, // 28: norsk.store.v1.Command.rotate_discovery:type_name -> norsk.store.v1.RotateDiscovery
+	13, // 29: norsk.store.v1.Command.publish_access_replica:type_name -> norsk.store.v1.PublishAccessReplica
+	3,  // 30: norsk.store.v1.Command.init_cluster:type_name -> norsk.store.v1.InitCluster
+	4,  // 31: norsk.store.v1.Command.expect_member:type_name -> norsk.store.v1.ExpectMember
+	5,  // 32: norsk.store.v1.Command.member_joined:type_name -> norsk.store.v1.MemberJoined
+	6,  // 33: norsk.store.v1.Command.member_retired:type_name -> norsk.store.v1.MemberRetired
+	7,  // 34: norsk.store.v1.Command.set_generation:type_name -> norsk.store.v1.SetGeneration
+	1,  // 35: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
+	52, // 36: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
+	53, // 37: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	53, // 38: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	54, // 39: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	55, // 40: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
+	56, // 41: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
+	57, // 42: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
+	57, // 43: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
+	58, // 44: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
+	59, // 45: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
+	60, // 46: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
+	61, // 47: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
+	62, // 48: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
+	50, // 49: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
+	57, // 50: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
+	63, // 51: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	51, // 52: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
+	51, // 53: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
+	64, // 54: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
+	41, // 55: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
+	39, // 56: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
+	65, // 57: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
+	40, // 58: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
+	42, // 59: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
+	66, // 60: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
+	46, // 61: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
+	47, // 62: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
+	48, // 63: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
+	49, // 64: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
+	44, // 65: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
+	53, // 66: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
+	45, // 67: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
+	1,  // 68: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
+	2,  // 69: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
+	52, // 70: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
+	54, // 71: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	67, // 72: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
+	68, // 73: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
+	74, // [74:74] is the sub-list for method output_type
+	74, // [74:74] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_norsk_store_v1_store_proto_init() }
@@ -3565,8 +4145,13 @@ func file_norsk_store_v1_store_proto_init() {
 		(*Command_PublishDiscovery)(nil),
 		(*Command_RotateDiscovery)(nil),
 		(*Command_PublishAccessReplica)(nil),
+		(*Command_InitCluster)(nil),
+		(*Command_ExpectMember)(nil),
+		(*Command_MemberJoined)(nil),
+		(*Command_MemberRetired)(nil),
+		(*Command_SetGeneration)(nil),
 	}
-	file_norsk_store_v1_store_proto_msgTypes[36].OneofWrappers = []any{
+	file_norsk_store_v1_store_proto_msgTypes[43].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Instance)(nil),
@@ -3580,6 +4165,8 @@ func file_norsk_store_v1_store_proto_init() {
 		(*SnapshotRecord_Token)(nil),
 		(*SnapshotRecord_Discovery)(nil),
 		(*SnapshotRecord_AccessReplica)(nil),
+		(*SnapshotRecord_Member)(nil),
+		(*SnapshotRecord_ClusterMeta)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3587,7 +4174,7 @@ func file_norsk_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_store_v1_store_proto_rawDesc), len(file_norsk_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -120,6 +120,25 @@ const (
 	// ManagerPublishAccessReplicaProcedure is the fully-qualified name of the Manager's
 	// PublishAccessReplica RPC.
 	ManagerPublishAccessReplicaProcedure = "/norsk.manager.v1.Manager/PublishAccessReplica"
+	// ManagerAddClusterMemberProcedure is the fully-qualified name of the Manager's AddClusterMember
+	// RPC.
+	ManagerAddClusterMemberProcedure = "/norsk.manager.v1.Manager/AddClusterMember"
+	// ManagerRemoveClusterMemberProcedure is the fully-qualified name of the Manager's
+	// RemoveClusterMember RPC.
+	ManagerRemoveClusterMemberProcedure = "/norsk.manager.v1.Manager/RemoveClusterMember"
+	// ManagerForceStandaloneProcedure is the fully-qualified name of the Manager's ForceStandalone RPC.
+	ManagerForceStandaloneProcedure = "/norsk.manager.v1.Manager/ForceStandalone"
+	// ManagerLeaveQuorumProcedure is the fully-qualified name of the Manager's LeaveQuorum RPC.
+	ManagerLeaveQuorumProcedure = "/norsk.manager.v1.Manager/LeaveQuorum"
+	// ManagerGetClusterStatusProcedure is the fully-qualified name of the Manager's GetClusterStatus
+	// RPC.
+	ManagerGetClusterStatusProcedure = "/norsk.manager.v1.Manager/GetClusterStatus"
+	// ManagerGetClusterEventsProcedure is the fully-qualified name of the Manager's GetClusterEvents
+	// RPC.
+	ManagerGetClusterEventsProcedure = "/norsk.manager.v1.Manager/GetClusterEvents"
+	// ManagerAnnounceControlPlaneProcedure is the fully-qualified name of the Manager's
+	// AnnounceControlPlane RPC.
+	ManagerAnnounceControlPlaneProcedure = "/norsk.manager.v1.Manager/AnnounceControlPlane"
 	// ManagerEventStreamProcedure is the fully-qualified name of the Manager's EventStream RPC.
 	ManagerEventStreamProcedure = "/norsk.manager.v1.Manager/EventStream"
 )
@@ -178,6 +197,14 @@ type ManagerClient interface {
 	RotateDiscoveryTierSecret(context.Context, *connect.Request[v1.RotateDiscoveryTierSecretRequest]) (*connect.Response[v1.RotateDiscoveryTierSecretResponse], error)
 	// norsk-mgr's role-store replica, verified and forwarded to every worker.
 	PublishAccessReplica(context.Context, *connect.Request[v1.PublishAccessReplicaRequest]) (*connect.Response[v1.PublishAccessReplicaResponse], error)
+	// The Manager cluster: membership, quorum recovery, status, events.
+	AddClusterMember(context.Context, *connect.Request[v1.AddClusterMemberRequest]) (*connect.Response[v1.AddClusterMemberResponse], error)
+	RemoveClusterMember(context.Context, *connect.Request[v1.RemoveClusterMemberRequest]) (*connect.Response[v1.RemoveClusterMemberResponse], error)
+	ForceStandalone(context.Context, *connect.Request[v1.ForceStandaloneRequest]) (*connect.Response[v1.ForceStandaloneResponse], error)
+	LeaveQuorum(context.Context, *connect.Request[v1.LeaveQuorumRequest]) (*connect.Response[v1.LeaveQuorumResponse], error)
+	GetClusterStatus(context.Context, *connect.Request[v1.GetClusterStatusRequest]) (*connect.Response[v1.ClusterStatus], error)
+	GetClusterEvents(context.Context, *connect.Request[v1.GetClusterEventsRequest]) (*connect.Response[v1.GetClusterEventsResponse], error)
+	AnnounceControlPlane(context.Context, *connect.Request[v1.AnnounceControlPlaneRequest]) (*connect.Response[v1.AnnounceControlPlaneResponse], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -417,6 +444,48 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(managerMethods.ByName("PublishAccessReplica")),
 			connect.WithClientOptions(opts...),
 		),
+		addClusterMember: connect.NewClient[v1.AddClusterMemberRequest, v1.AddClusterMemberResponse](
+			httpClient,
+			baseURL+ManagerAddClusterMemberProcedure,
+			connect.WithSchema(managerMethods.ByName("AddClusterMember")),
+			connect.WithClientOptions(opts...),
+		),
+		removeClusterMember: connect.NewClient[v1.RemoveClusterMemberRequest, v1.RemoveClusterMemberResponse](
+			httpClient,
+			baseURL+ManagerRemoveClusterMemberProcedure,
+			connect.WithSchema(managerMethods.ByName("RemoveClusterMember")),
+			connect.WithClientOptions(opts...),
+		),
+		forceStandalone: connect.NewClient[v1.ForceStandaloneRequest, v1.ForceStandaloneResponse](
+			httpClient,
+			baseURL+ManagerForceStandaloneProcedure,
+			connect.WithSchema(managerMethods.ByName("ForceStandalone")),
+			connect.WithClientOptions(opts...),
+		),
+		leaveQuorum: connect.NewClient[v1.LeaveQuorumRequest, v1.LeaveQuorumResponse](
+			httpClient,
+			baseURL+ManagerLeaveQuorumProcedure,
+			connect.WithSchema(managerMethods.ByName("LeaveQuorum")),
+			connect.WithClientOptions(opts...),
+		),
+		getClusterStatus: connect.NewClient[v1.GetClusterStatusRequest, v1.ClusterStatus](
+			httpClient,
+			baseURL+ManagerGetClusterStatusProcedure,
+			connect.WithSchema(managerMethods.ByName("GetClusterStatus")),
+			connect.WithClientOptions(opts...),
+		),
+		getClusterEvents: connect.NewClient[v1.GetClusterEventsRequest, v1.GetClusterEventsResponse](
+			httpClient,
+			baseURL+ManagerGetClusterEventsProcedure,
+			connect.WithSchema(managerMethods.ByName("GetClusterEvents")),
+			connect.WithClientOptions(opts...),
+		),
+		announceControlPlane: connect.NewClient[v1.AnnounceControlPlaneRequest, v1.AnnounceControlPlaneResponse](
+			httpClient,
+			baseURL+ManagerAnnounceControlPlaneProcedure,
+			connect.WithSchema(managerMethods.ByName("AnnounceControlPlane")),
+			connect.WithClientOptions(opts...),
+		),
 		eventStream: connect.NewClient[v1.EventStreamRequest, v1.Event](
 			httpClient,
 			baseURL+ManagerEventStreamProcedure,
@@ -465,6 +534,13 @@ type managerClient struct {
 	getDiscoveryFleet         *connect.Client[v1.GetDiscoveryFleetRequest, v1.GetDiscoveryFleetResponse]
 	rotateDiscoveryTierSecret *connect.Client[v1.RotateDiscoveryTierSecretRequest, v1.RotateDiscoveryTierSecretResponse]
 	publishAccessReplica      *connect.Client[v1.PublishAccessReplicaRequest, v1.PublishAccessReplicaResponse]
+	addClusterMember          *connect.Client[v1.AddClusterMemberRequest, v1.AddClusterMemberResponse]
+	removeClusterMember       *connect.Client[v1.RemoveClusterMemberRequest, v1.RemoveClusterMemberResponse]
+	forceStandalone           *connect.Client[v1.ForceStandaloneRequest, v1.ForceStandaloneResponse]
+	leaveQuorum               *connect.Client[v1.LeaveQuorumRequest, v1.LeaveQuorumResponse]
+	getClusterStatus          *connect.Client[v1.GetClusterStatusRequest, v1.ClusterStatus]
+	getClusterEvents          *connect.Client[v1.GetClusterEventsRequest, v1.GetClusterEventsResponse]
+	announceControlPlane      *connect.Client[v1.AnnounceControlPlaneRequest, v1.AnnounceControlPlaneResponse]
 	eventStream               *connect.Client[v1.EventStreamRequest, v1.Event]
 }
 
@@ -653,6 +729,41 @@ func (c *managerClient) PublishAccessReplica(ctx context.Context, req *connect.R
 	return c.publishAccessReplica.CallUnary(ctx, req)
 }
 
+// AddClusterMember calls norsk.manager.v1.Manager.AddClusterMember.
+func (c *managerClient) AddClusterMember(ctx context.Context, req *connect.Request[v1.AddClusterMemberRequest]) (*connect.Response[v1.AddClusterMemberResponse], error) {
+	return c.addClusterMember.CallUnary(ctx, req)
+}
+
+// RemoveClusterMember calls norsk.manager.v1.Manager.RemoveClusterMember.
+func (c *managerClient) RemoveClusterMember(ctx context.Context, req *connect.Request[v1.RemoveClusterMemberRequest]) (*connect.Response[v1.RemoveClusterMemberResponse], error) {
+	return c.removeClusterMember.CallUnary(ctx, req)
+}
+
+// ForceStandalone calls norsk.manager.v1.Manager.ForceStandalone.
+func (c *managerClient) ForceStandalone(ctx context.Context, req *connect.Request[v1.ForceStandaloneRequest]) (*connect.Response[v1.ForceStandaloneResponse], error) {
+	return c.forceStandalone.CallUnary(ctx, req)
+}
+
+// LeaveQuorum calls norsk.manager.v1.Manager.LeaveQuorum.
+func (c *managerClient) LeaveQuorum(ctx context.Context, req *connect.Request[v1.LeaveQuorumRequest]) (*connect.Response[v1.LeaveQuorumResponse], error) {
+	return c.leaveQuorum.CallUnary(ctx, req)
+}
+
+// GetClusterStatus calls norsk.manager.v1.Manager.GetClusterStatus.
+func (c *managerClient) GetClusterStatus(ctx context.Context, req *connect.Request[v1.GetClusterStatusRequest]) (*connect.Response[v1.ClusterStatus], error) {
+	return c.getClusterStatus.CallUnary(ctx, req)
+}
+
+// GetClusterEvents calls norsk.manager.v1.Manager.GetClusterEvents.
+func (c *managerClient) GetClusterEvents(ctx context.Context, req *connect.Request[v1.GetClusterEventsRequest]) (*connect.Response[v1.GetClusterEventsResponse], error) {
+	return c.getClusterEvents.CallUnary(ctx, req)
+}
+
+// AnnounceControlPlane calls norsk.manager.v1.Manager.AnnounceControlPlane.
+func (c *managerClient) AnnounceControlPlane(ctx context.Context, req *connect.Request[v1.AnnounceControlPlaneRequest]) (*connect.Response[v1.AnnounceControlPlaneResponse], error) {
+	return c.announceControlPlane.CallUnary(ctx, req)
+}
+
 // EventStream calls norsk.manager.v1.Manager.EventStream.
 func (c *managerClient) EventStream(ctx context.Context, req *connect.Request[v1.EventStreamRequest]) (*connect.ServerStreamForClient[v1.Event], error) {
 	return c.eventStream.CallServerStream(ctx, req)
@@ -712,6 +823,14 @@ type ManagerHandler interface {
 	RotateDiscoveryTierSecret(context.Context, *connect.Request[v1.RotateDiscoveryTierSecretRequest]) (*connect.Response[v1.RotateDiscoveryTierSecretResponse], error)
 	// norsk-mgr's role-store replica, verified and forwarded to every worker.
 	PublishAccessReplica(context.Context, *connect.Request[v1.PublishAccessReplicaRequest]) (*connect.Response[v1.PublishAccessReplicaResponse], error)
+	// The Manager cluster: membership, quorum recovery, status, events.
+	AddClusterMember(context.Context, *connect.Request[v1.AddClusterMemberRequest]) (*connect.Response[v1.AddClusterMemberResponse], error)
+	RemoveClusterMember(context.Context, *connect.Request[v1.RemoveClusterMemberRequest]) (*connect.Response[v1.RemoveClusterMemberResponse], error)
+	ForceStandalone(context.Context, *connect.Request[v1.ForceStandaloneRequest]) (*connect.Response[v1.ForceStandaloneResponse], error)
+	LeaveQuorum(context.Context, *connect.Request[v1.LeaveQuorumRequest]) (*connect.Response[v1.LeaveQuorumResponse], error)
+	GetClusterStatus(context.Context, *connect.Request[v1.GetClusterStatusRequest]) (*connect.Response[v1.ClusterStatus], error)
+	GetClusterEvents(context.Context, *connect.Request[v1.GetClusterEventsRequest]) (*connect.Response[v1.GetClusterEventsResponse], error)
+	AnnounceControlPlane(context.Context, *connect.Request[v1.AnnounceControlPlaneRequest]) (*connect.Response[v1.AnnounceControlPlaneResponse], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -947,6 +1066,48 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(managerMethods.ByName("PublishAccessReplica")),
 		connect.WithHandlerOptions(opts...),
 	)
+	managerAddClusterMemberHandler := connect.NewUnaryHandler(
+		ManagerAddClusterMemberProcedure,
+		svc.AddClusterMember,
+		connect.WithSchema(managerMethods.ByName("AddClusterMember")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerRemoveClusterMemberHandler := connect.NewUnaryHandler(
+		ManagerRemoveClusterMemberProcedure,
+		svc.RemoveClusterMember,
+		connect.WithSchema(managerMethods.ByName("RemoveClusterMember")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerForceStandaloneHandler := connect.NewUnaryHandler(
+		ManagerForceStandaloneProcedure,
+		svc.ForceStandalone,
+		connect.WithSchema(managerMethods.ByName("ForceStandalone")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerLeaveQuorumHandler := connect.NewUnaryHandler(
+		ManagerLeaveQuorumProcedure,
+		svc.LeaveQuorum,
+		connect.WithSchema(managerMethods.ByName("LeaveQuorum")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerGetClusterStatusHandler := connect.NewUnaryHandler(
+		ManagerGetClusterStatusProcedure,
+		svc.GetClusterStatus,
+		connect.WithSchema(managerMethods.ByName("GetClusterStatus")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerGetClusterEventsHandler := connect.NewUnaryHandler(
+		ManagerGetClusterEventsProcedure,
+		svc.GetClusterEvents,
+		connect.WithSchema(managerMethods.ByName("GetClusterEvents")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerAnnounceControlPlaneHandler := connect.NewUnaryHandler(
+		ManagerAnnounceControlPlaneProcedure,
+		svc.AnnounceControlPlane,
+		connect.WithSchema(managerMethods.ByName("AnnounceControlPlane")),
+		connect.WithHandlerOptions(opts...),
+	)
 	managerEventStreamHandler := connect.NewServerStreamHandler(
 		ManagerEventStreamProcedure,
 		svc.EventStream,
@@ -1029,6 +1190,20 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerRotateDiscoveryTierSecretHandler.ServeHTTP(w, r)
 		case ManagerPublishAccessReplicaProcedure:
 			managerPublishAccessReplicaHandler.ServeHTTP(w, r)
+		case ManagerAddClusterMemberProcedure:
+			managerAddClusterMemberHandler.ServeHTTP(w, r)
+		case ManagerRemoveClusterMemberProcedure:
+			managerRemoveClusterMemberHandler.ServeHTTP(w, r)
+		case ManagerForceStandaloneProcedure:
+			managerForceStandaloneHandler.ServeHTTP(w, r)
+		case ManagerLeaveQuorumProcedure:
+			managerLeaveQuorumHandler.ServeHTTP(w, r)
+		case ManagerGetClusterStatusProcedure:
+			managerGetClusterStatusHandler.ServeHTTP(w, r)
+		case ManagerGetClusterEventsProcedure:
+			managerGetClusterEventsHandler.ServeHTTP(w, r)
+		case ManagerAnnounceControlPlaneProcedure:
+			managerAnnounceControlPlaneHandler.ServeHTTP(w, r)
 		case ManagerEventStreamProcedure:
 			managerEventStreamHandler.ServeHTTP(w, r)
 		default:
@@ -1186,6 +1361,34 @@ func (UnimplementedManagerHandler) RotateDiscoveryTierSecret(context.Context, *c
 
 func (UnimplementedManagerHandler) PublishAccessReplica(context.Context, *connect.Request[v1.PublishAccessReplicaRequest]) (*connect.Response[v1.PublishAccessReplicaResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.PublishAccessReplica is not implemented"))
+}
+
+func (UnimplementedManagerHandler) AddClusterMember(context.Context, *connect.Request[v1.AddClusterMemberRequest]) (*connect.Response[v1.AddClusterMemberResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.AddClusterMember is not implemented"))
+}
+
+func (UnimplementedManagerHandler) RemoveClusterMember(context.Context, *connect.Request[v1.RemoveClusterMemberRequest]) (*connect.Response[v1.RemoveClusterMemberResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.RemoveClusterMember is not implemented"))
+}
+
+func (UnimplementedManagerHandler) ForceStandalone(context.Context, *connect.Request[v1.ForceStandaloneRequest]) (*connect.Response[v1.ForceStandaloneResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ForceStandalone is not implemented"))
+}
+
+func (UnimplementedManagerHandler) LeaveQuorum(context.Context, *connect.Request[v1.LeaveQuorumRequest]) (*connect.Response[v1.LeaveQuorumResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.LeaveQuorum is not implemented"))
+}
+
+func (UnimplementedManagerHandler) GetClusterStatus(context.Context, *connect.Request[v1.GetClusterStatusRequest]) (*connect.Response[v1.ClusterStatus], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.GetClusterStatus is not implemented"))
+}
+
+func (UnimplementedManagerHandler) GetClusterEvents(context.Context, *connect.Request[v1.GetClusterEventsRequest]) (*connect.Response[v1.GetClusterEventsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.GetClusterEvents is not implemented"))
+}
+
+func (UnimplementedManagerHandler) AnnounceControlPlane(context.Context, *connect.Request[v1.AnnounceControlPlaneRequest]) (*connect.Response[v1.AnnounceControlPlaneResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.AnnounceControlPlane is not implemented"))
 }
 
 func (UnimplementedManagerHandler) EventStream(context.Context, *connect.Request[v1.EventStreamRequest], *connect.ServerStream[v1.Event]) error {

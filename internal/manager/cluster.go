@@ -1,0 +1,652 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/internal/store"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
+)
+
+// forcedMarker, in the data directory, holds the generation a forced
+// recovery moves to (and who asked) until the recovered member, leading
+// alone, has committed it. A crash in between finishes the job at the next
+// boot.
+const forcedMarker = "FORCED-STANDALONE"
+
+// statusTimeout bounds each member's answer to a status query.
+const statusTimeout = time.Second
+
+// requireClustered refuses membership calls on a standalone member.
+func (s *Server) requireClustered(what string) error {
+	if !s.cfg.clustered() {
+		return apierr.FailedPreconditionf("%s: this Manager runs standalone; name the members in config.yaml (clusterNodes) to run a cluster (docs/operations.md)", what)
+	}
+	return nil
+}
+
+func (h *handler) AddClusterMember(ctx context.Context, req *connect.Request[managerv1.AddClusterMemberRequest]) (*connect.Response[managerv1.AddClusterMemberResponse], error) {
+	m := req.Msg
+	if err := jobspec.ValidateID("node", m.GetNode()); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := h.s.requireClustered("add a member"); err != nil {
+		return nil, toConnect(err)
+	}
+	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_ExpectMember{ExpectMember: &storev1.ExpectMember{
+		Name: m.GetNode(), Witness: m.GetWitness(), By: m.GetBy(),
+	}}})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	h.s.member.events.record("member-expected", fmt.Sprintf("%s %s was added by %s; it joins when it starts with clusterState: existing",
+		witnessOrMember(m.GetWitness()), m.GetNode(), orNone(m.GetBy())), h.s.st().Term(), h.read().Generation())
+	return connect.NewResponse(res.Value.(*managerv1.AddClusterMemberResponse)), nil
+}
+
+func witnessOrMember(w bool) string {
+	if w {
+		return "witness"
+	}
+	return "member"
+}
+
+func (h *handler) RemoveClusterMember(ctx context.Context, req *connect.Request[managerv1.RemoveClusterMemberRequest]) (*connect.Response[managerv1.RemoveClusterMemberResponse], error) {
+	s := h.s
+	node := req.Msg.GetNode()
+	if err := jobspec.ValidateID("node", node); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := s.requireClustered("remove a member"); err != nil {
+		return nil, toConnect(err)
+	}
+	for attempt := 0; ; attempt++ {
+		st := s.st()
+		if st.IsLeader() {
+			err := s.removeMember(ctx, st, node)
+			if err != errHandedOver {
+				if err != nil {
+					return nil, toConnect(err)
+				}
+				return connect.NewResponse(&managerv1.RemoveClusterMemberResponse{}), nil
+			}
+		}
+		if attempt >= 20 {
+			return nil, toConnect(apierr.Unavailablef("no primary to remove %s; retry once a quorum is up", node))
+		}
+		// The primary does it: pass the call on with the caller's own
+		// credential.
+		leader, _ := st.Leader()
+		if leader != "" && leader != s.cfg.NodeName {
+			out, err := s.managerClient(s.memberAPI(leader)).RemoveClusterMember(ctx, withAuth(req, connect.NewRequest(req.Msg)))
+			if err == nil || connect.CodeOf(err) != connect.CodeUnavailable {
+				return out, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, toConnect(ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// errHandedOver: the primary handed its role over before removing itself;
+// the new primary finishes the removal.
+var errHandedOver = fmt.Errorf("handed the primary role over")
+
+// removeMember takes node out of the raft configuration and retires it.
+// Primary only. Removing the primary hands its role to another full member
+// first (errHandedOver).
+func (s *Server) removeMember(ctx context.Context, st *store.Store, node string) error {
+	r := st.State().Snapshot()
+	rec := r.Member(node)
+	conf, err := st.Configuration()
+	if err != nil {
+		return err
+	}
+	inConf := slices.ContainsFunc(conf, func(sv raft.Server) bool { return string(sv.ID) == node })
+	if (rec == nil || rec.GetStatus() == state.MemberRetired) && !inConf {
+		return apierr.NotFoundf("no member %q in this cluster (members: %s)", node, strings.Join(r.ExpectedMembers(), ", "))
+	}
+	// Another full member must remain to lead.
+	var fullOthers []raft.Server
+	for _, sv := range conf {
+		if string(sv.ID) == node || sv.Suffrage != raft.Voter {
+			continue
+		}
+		if mr := r.Member(string(sv.ID)); mr != nil && mr.GetWitness() {
+			continue
+		}
+		fullOthers = append(fullOthers, sv)
+	}
+	if len(fullOthers) == 0 {
+		return apierr.FailedPreconditionf("%s is the last full member: add another before removing it", node)
+	}
+	if node == s.cfg.NodeName {
+		s.member.events.record("handing-over", "this primary is being removed; handing the primary role to another full member", st.Term(), r.Generation())
+		target := fullOthers[0]
+		if err := st.TransferLeadership(string(target.ID), string(target.Address)); err != nil {
+			// Let raft pick (any up-to-date voter).
+			if err2 := st.TransferLeadership("", ""); err2 != nil {
+				return apierr.Unavailablef("could not hand the primary role over before removing this member: %v", err)
+			}
+		}
+		return errHandedOver
+	}
+	if inConf {
+		if err := st.RemoveServer(node); err != nil {
+			return err
+		}
+	}
+	if rec != nil && rec.GetStatus() != state.MemberRetired {
+		cmd := &storev1.Command{
+			Time: timestamppb.New(s.cfg.Clock.Now()),
+			Cmd:  &storev1.Command_MemberRetired{MemberRetired: &storev1.MemberRetired{Name: node}},
+		}
+		cmd.Audit = auditStamp(ctx, cmd)
+		if _, err := st.Apply(ctx, cmd); err != nil {
+			return fmt.Errorf("record %s as retired: %w", node, err)
+		}
+	}
+	s.member.events.record("member-retired", node+" was removed from the cluster", st.Term(), r.Generation())
+	return nil
+}
+
+func (h *handler) ForceStandalone(ctx context.Context, req *connect.Request[managerv1.ForceStandaloneRequest]) (*connect.Response[managerv1.ForceStandaloneResponse], error) {
+	gen, err := h.s.forceStandalone(ctx, req.Msg.GetBy())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.ForceStandaloneResponse{Generation: gen}), nil
+}
+
+// forceStandalone checks that a forced recovery is safe and starts it: the
+// member restarts its store as a cluster of one at the next generation.
+func (s *Server) forceStandalone(ctx context.Context, by string) (uint64, error) {
+	if s.cfg.Witness {
+		return 0, apierr.FailedPreconditionf("this member is a witness: it holds no job state to recover from; run force-standalone on a full member")
+	}
+	if err := s.requireClustered("force standalone"); err != nil {
+		return 0, err
+	}
+	st := s.st()
+	if st == nil {
+		return 0, apierr.FailedPreconditionf("this member has no store open (a recovery is under way)")
+	}
+	r := st.State().Snapshot()
+	if r.Index() == 0 || r.Generation() == 0 {
+		return 0, apierr.FailedPreconditionf("this member has no store to recover from (it never received the cluster's state); run force-standalone on a member that did")
+	}
+	if leader, _ := st.Leader(); leader != "" {
+		return 0, apierr.FailedPreconditionf("the primary %s is reachable: the cluster has quorum, nothing to recover (remove a lost member with RemoveClusterMember instead)", leader)
+	}
+	for _, p := range s.peerStatuses(ctx) {
+		if p.err == nil && p.status.GetLeader() != "" {
+			return 0, apierr.FailedPreconditionf("member %s reports a primary (%s): the cluster has quorum; this member is cut off from it, not the other way round", p.name, p.status.GetLeader())
+		}
+	}
+	gen := r.Generation() + 1
+	marker := filepath.Join(s.cfg.DataDir, forcedMarker)
+	if err := writeFileSync(marker, []byte(strconv.FormatUint(gen, 10)+"\n"+by+"\n")); err != nil {
+		return 0, fmt.Errorf("record the forced recovery: %w", err)
+	}
+	s.member.events.record("force-standalone", fmt.Sprintf("%s forced this member standalone: it restarts as a cluster of one at generation %d keeping its state (index %d)",
+		orNone(by), gen, r.Index()), st.Term(), r.Generation())
+	cfg := s.storeConfig(false)
+	if !s.member.requestRestart(func() error {
+		idx, err := store.RecoverStandalone(cfg)
+		if err != nil {
+			return err
+		}
+		s.log.Warn("forced standalone: recovered the store as a cluster of one", "index", idx, "generation", gen)
+		return nil
+	}) {
+		_ = os.Remove(marker)
+		return 0, apierr.Unavailablef("a recovery is already under way on this member")
+	}
+	return gen, nil
+}
+
+// finishForced, on the primary of a recovered member, moves the membership
+// to the generation the forced recovery chose.
+func (m *memberState) finishForced(ctx context.Context, st *store.Store) error {
+	s := m.s
+	marker := filepath.Join(s.cfg.DataDir, forcedMarker)
+	b, err := os.ReadFile(marker)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	lines := strings.SplitN(string(b), "\n", 3)
+	gen, err := strconv.ParseUint(strings.TrimSpace(lines[0]), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%s: %w", marker, err)
+	}
+	if cur := st.State().Snapshot().Generation(); gen > cur {
+		by := ""
+		if len(lines) > 1 {
+			by = strings.TrimSpace(lines[1])
+		}
+		if _, err := st.Apply(ctx, &storev1.Command{
+			Time:  timestamppb.New(s.cfg.Clock.Now()),
+			Audit: &storev1.AuditStamp{Who: "member:" + s.cfg.NodeName + " (by " + orNone(by) + ")", Method: "ForceStandalone", Target: "cluster", Source: "manager"},
+			Cmd:   &storev1.Command_SetGeneration{SetGeneration: &storev1.SetGeneration{Generation: gen}},
+		}); err != nil {
+			return fmt.Errorf("move to generation %d: %w", gen, err)
+		}
+	}
+	m.events.record("takeover-settled", fmt.Sprintf("running as a cluster of one at generation %d; other members rejoin as followers when they come back", gen), st.Term(), gen)
+	return os.Remove(marker)
+}
+
+func (h *handler) LeaveQuorum(ctx context.Context, req *connect.Request[managerv1.LeaveQuorumRequest]) (*connect.Response[managerv1.LeaveQuorumResponse], error) {
+	if err := h.s.leaveQuorum(req.Msg.GetBy()); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.LeaveQuorumResponse{}), nil
+}
+
+// leaveQuorum marks this member's copy for discarding and restarts its
+// store: it comes back empty, as a follower, and catches up from the
+// cluster (or waits for one).
+func (s *Server) leaveQuorum(by string) error {
+	if err := s.requireClustered("leave the quorum"); err != nil {
+		return err
+	}
+	st := s.st()
+	if st != nil && st.IsLeader() {
+		if err := st.TransferLeadership("", ""); err != nil {
+			return apierr.FailedPreconditionf("this member is the primary and could not hand the role over (%v); it would take the cluster's only committed copy with it", err)
+		}
+	}
+	if err := writeFileSync(filepath.Join(s.cfg.DataDir, leaveMarker), []byte(by+"\n")); err != nil {
+		return fmt.Errorf("record leaving the quorum: %w", err)
+	}
+	var term, gen uint64
+	if st != nil {
+		term, gen = st.Term(), st.State().Snapshot().Generation()
+	}
+	s.member.events.record("leave-quorum", orNone(by)+" asked this member to leave the quorum: it discards its copy and rejoins as a follower", term, gen)
+	s.member.requestRestart(nil)
+	return nil
+}
+
+// writeFileSync writes a small file durably.
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (h *handler) AnnounceControlPlane(ctx context.Context, req *connect.Request[managerv1.AnnounceControlPlaneRequest]) (*connect.Response[managerv1.AnnounceControlPlaneResponse], error) {
+	raw := req.Msg.GetUrl()
+	u, err := url.Parse(raw)
+	if raw == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, toConnect(apierr.Invalid("url", "%q is not an http(s) URL", raw))
+	}
+	m := h.s.member
+	m.mu.Lock()
+	m.announce = announcement{url: raw, interval: time.Duration(req.Msg.GetIntervalMs()) * time.Millisecond, at: h.s.cfg.Clock.Now()}
+	m.mu.Unlock()
+	return connect.NewResponse(&managerv1.AnnounceControlPlaneResponse{}), nil
+}
+
+// controlPlane is this member's announcement and whether it is stale
+// (three intervals without one; never without an interval).
+func (m *memberState) controlPlane(now time.Time) (a announcement, stale bool) {
+	m.mu.Lock()
+	a = m.announce
+	m.mu.Unlock()
+	return a, a.url != "" && a.interval > 0 && now.Sub(a.at) > 3*a.interval
+}
+
+func (h *handler) GetClusterEvents(ctx context.Context, req *connect.Request[managerv1.GetClusterEventsRequest]) (*connect.Response[managerv1.GetClusterEventsResponse], error) {
+	limit := int(req.Msg.GetLimit())
+	switch {
+	case limit == 0:
+		limit = 100
+	case limit > 1000:
+		return nil, toConnect(apierr.Invalid("limit", "%d is more than 1000", limit))
+	}
+	var since time.Time
+	if ts := req.Msg.GetSince(); ts != nil {
+		if err := ts.CheckValid(); err != nil {
+			return nil, toConnect(apierr.Invalid("since", "%v", err))
+		}
+		since = ts.AsTime()
+	}
+	return connect.NewResponse(&managerv1.GetClusterEventsResponse{
+		Member: h.s.cfg.NodeName,
+		Events: h.s.member.events.query(limit, req.Msg.GetKinds(), since),
+	}), nil
+}
+
+// localStatus is this member's own view of itself.
+func (s *Server) localStatus() *managerv1.MemberStatusResponse {
+	out := &managerv1.MemberStatusResponse{Name: s.cfg.NodeName, Witness: s.cfg.Witness, ApiUrl: s.url, Role: managerv1.MemberRole_MEMBER_ROLE_UNKNOWN}
+	if a, stale := s.member.controlPlane(s.cfg.Clock.Now()); a.url != "" {
+		out.ControlPlaneUrl, out.ControlPlaneStale, out.ControlPlaneAnnouncedAt = a.url, stale, timestamppb.New(a.at)
+	}
+	st := s.st()
+	if st == nil {
+		return out
+	}
+	r := st.State().Snapshot()
+	out.RaftAddress = st.Addr()
+	out.AppliedIndex = r.Index()
+	out.CommitIndex = st.CommitIndex()
+	out.Term = st.Term()
+	out.Generation = r.Generation()
+	out.Leader, _ = st.Leader()
+	if lc := st.LastContact(); !lc.IsZero() {
+		out.LastLeaderContact = timestamppb.New(lc)
+	}
+	if conf, err := st.Configuration(); err == nil {
+		for _, sv := range conf {
+			if sv.Suffrage == raft.Voter {
+				out.Voters++
+			}
+		}
+	}
+	switch {
+	case s.cfg.Witness:
+		out.Role = managerv1.MemberRole_MEMBER_ROLE_WITNESS
+	case st.IsLeader():
+		out.Role = managerv1.MemberRole_MEMBER_ROLE_PRIMARY
+		out.LastLeaderContact = timestamppb.New(s.cfg.Clock.Now())
+	case out.Voters > 0:
+		out.Role = managerv1.MemberRole_MEMBER_ROLE_FOLLOWER
+	}
+	return out
+}
+
+func (h *membersHandler) MemberStatus(ctx context.Context, req *connect.Request[managerv1.MemberStatusRequest]) (*connect.Response[managerv1.MemberStatusResponse], error) {
+	return connect.NewResponse(h.s.localStatus()), nil
+}
+
+// peerStatus is one peer's answer to a status query.
+type peerStatus struct {
+	name, url string
+	status    *managerv1.MemberStatusResponse
+	err       error
+}
+
+// peerStatuses asks every other member this one knows of for its status,
+// concurrently, each within statusTimeout.
+func (s *Server) peerStatuses(ctx context.Context) []peerStatus {
+	type peer struct{ name, url string }
+	var peers []peer
+	seen := map[string]bool{s.cfg.NodeName: true}
+	if st := s.st(); st != nil {
+		for _, mr := range st.State().Snapshot().Members() {
+			if !seen[mr.GetName()] && mr.GetStatus() != state.MemberRetired {
+				seen[mr.GetName()] = true
+				peers = append(peers, peer{mr.GetName(), mr.GetApiUrl()})
+			}
+		}
+	}
+	for _, n := range s.cfg.ClusterNodes {
+		if !seen[n.Name] && !s.retired(n.Name) {
+			seen[n.Name] = true
+			peers = append(peers, peer{n.Name, n.API})
+		}
+	}
+	out := make([]peerStatus, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		out[i] = peerStatus{name: p.name, url: p.url}
+		if p.url == "" {
+			out[i].err = fmt.Errorf("no API URL known yet (it has not joined)")
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, statusTimeout)
+			defer cancel()
+			res, err := s.memberClient(p.url).MemberStatus(cctx, newMemberRequest(s, &managerv1.MemberStatusRequest{}))
+			if err != nil {
+				out[i].err = err
+				return
+			}
+			out[i].status = res.Msg
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (h *handler) GetClusterStatus(ctx context.Context, req *connect.Request[managerv1.GetClusterStatusRequest]) (*connect.Response[managerv1.ClusterStatus], error) {
+	return connect.NewResponse(h.s.clusterStatus(ctx)), nil
+}
+
+// clusterStatus gathers every member's own view into the cluster's.
+func (s *Server) clusterStatus(ctx context.Context) *managerv1.ClusterStatus {
+	me := s.localStatus()
+	out := &managerv1.ClusterStatus{AnsweredBy: s.cfg.NodeName, Primary: me.GetLeader(), Generation: me.GetGeneration(),
+		Term: me.GetTerm(), CommitIndex: me.GetCommitIndex()}
+	st := s.st()
+	voters := map[string]bool{}
+	var r *state.Read
+	if st != nil {
+		r = st.State().Snapshot()
+		if conf, err := st.Configuration(); err == nil {
+			for _, sv := range conf {
+				if sv.Suffrage == raft.Voter {
+					voters[string(sv.ID)] = true
+				}
+			}
+		}
+	}
+	view := func(p *managerv1.MemberStatusResponse) *managerv1.ClusterMember {
+		return &managerv1.ClusterMember{
+			Name: p.GetName(), Role: p.GetRole(), Witness: p.GetWitness(), RaftAddress: p.GetRaftAddress(), ApiUrl: p.GetApiUrl(),
+			Reachable: true, LastContact: p.GetLastLeaderContact(), AppliedIndex: p.GetAppliedIndex(), Generation: p.GetGeneration(),
+			ControlPlaneUrl: p.GetControlPlaneUrl(), ControlPlaneStale: p.GetControlPlaneStale(), ControlPlaneAnnouncedAt: p.GetControlPlaneAnnouncedAt(),
+		}
+	}
+	members := []*managerv1.ClusterMember{view(me)}
+	if s.cfg.clustered() {
+		for _, p := range s.peerStatuses(ctx) {
+			if p.err == nil {
+				members = append(members, view(p.status))
+				continue
+			}
+			cm := &managerv1.ClusterMember{Name: p.name, ApiUrl: p.url, Role: managerv1.MemberRole_MEMBER_ROLE_UNKNOWN, Detail: p.err.Error()}
+			if r != nil {
+				if mr := r.Member(p.name); mr != nil {
+					cm.Witness, cm.RaftAddress = mr.GetWitness(), mr.GetRaftAddress()
+					if mr.GetStatus() == state.MemberExpected {
+						cm.Detail = "expected: added, not yet joined (start it with clusterState: existing); " + cm.Detail
+					}
+				}
+			}
+			if n, ok := s.cfg.clusterNode(p.name); ok {
+				cm.Witness = cm.Witness || n.Witness
+				if cm.RaftAddress == "" {
+					cm.RaftAddress = n.Raft
+				}
+			}
+			members = append(members, cm)
+		}
+	}
+	for _, cm := range members {
+		cm.Voter = voters[cm.GetName()]
+		if cm.Voter {
+			out.Voters++
+			if cm.GetReachable() {
+				out.VotersReachable++
+			}
+		}
+	}
+	slices.SortFunc(members, func(a, b *managerv1.ClusterMember) int { return strings.Compare(a.GetName(), b.GetName()) })
+	out.Members = members
+	out.Quorum = out.Voters/2 + 1
+	out.QuorumHealthy = out.Primary != "" && out.VotersReachable >= out.Quorum
+	return out
+}
+
+// managerClient is a Manager client for another member (a call passed on
+// with its caller's credential).
+func (s *Server) managerClient(url string) managerv1connect.ManagerClient {
+	s.memberClient(url) // the shared HTTP client
+	return managerv1connect.NewManagerClient(s.members.hc, url, connect.WithGRPC())
+}
+
+// withAuth copies the caller's credential onto a call passed on.
+func withAuth[T, U any](from *connect.Request[T], to *connect.Request[U]) *connect.Request[U] {
+	to.Header().Set(authorizationHdr, from.Header().Get(authorizationHdr))
+	return to
+}
+
+// Join, on the primary, adds a member the cluster expects to the raft
+// configuration; another member passes it to the primary.
+func (h *membersHandler) Join(ctx context.Context, req *connect.Request[managerv1.JoinRequest]) (*connect.Response[managerv1.JoinResponse], error) {
+	s := h.s
+	m := req.Msg
+	if err := jobspec.ValidateID("name", m.GetName()); err != nil {
+		return nil, toConnect(err)
+	}
+	if m.GetRaftAddress() == "" {
+		return nil, toConnect(apierr.Invalid("raftAddress", "must not be empty"))
+	}
+	st := s.st()
+	if st == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("this member's store is being replaced"))
+	}
+	if !st.IsLeader() {
+		leader, _ := st.Leader()
+		if leader == "" || leader == s.cfg.NodeName {
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("no primary to add %s", m.GetName()))
+		}
+		return s.memberClient(s.memberAPI(leader)).Join(ctx, newMemberRequest(s, m))
+	}
+	r := st.State().Snapshot()
+	rec := r.Member(m.GetName())
+	if rec == nil || rec.GetStatus() == state.MemberRetired {
+		return nil, toConnect(apierr.FailedPreconditionf("%s is not expected by this cluster: add it first (norsk-ctl cluster add %s)", m.GetName(), m.GetName()))
+	}
+	if rec.GetWitness() != m.GetWitness() {
+		return nil, toConnect(apierr.FailedPreconditionf("%s is expected as a %s but started as a %s", m.GetName(), witnessOrMember(rec.GetWitness()), witnessOrMember(m.GetWitness())))
+	}
+	// A member that is not a voter yet catches up first: it becomes one
+	// (promoteCaughtUp) once it holds the log, so a slow joiner never
+	// costs the cluster its quorum.
+	conf, err := st.Configuration()
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if slices.ContainsFunc(conf, func(sv raft.Server) bool { return string(sv.ID) == m.GetName() && sv.Suffrage == raft.Voter }) {
+		err = st.AddVoter(m.GetName(), m.GetRaftAddress())
+	} else {
+		err = st.AddNonvoter(m.GetName(), m.GetRaftAddress())
+	}
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if rec.GetStatus() != state.MemberJoined || rec.GetRaftAddress() != m.GetRaftAddress() || rec.GetApiUrl() != m.GetApiUrl() {
+		if _, err := st.Apply(ctx, &storev1.Command{
+			Time:  timestamppb.New(s.cfg.Clock.Now()),
+			Audit: &storev1.AuditStamp{Who: "member:" + m.GetName(), Method: "Join", Target: "member/" + m.GetName(), Source: "manager"},
+			Cmd: &storev1.Command_MemberJoined{MemberJoined: &storev1.MemberJoined{
+				Name: m.GetName(), RaftAddress: m.GetRaftAddress(), ApiUrl: m.GetApiUrl(), Witness: m.GetWitness(),
+			}},
+		}); err != nil {
+			return nil, toConnect(err)
+		}
+		s.member.events.record("member-joined", fmt.Sprintf("%s %s joined (raft %s, API %s)", witnessOrMember(m.GetWitness()), m.GetName(), m.GetRaftAddress(), m.GetApiUrl()),
+			st.Term(), r.Generation())
+	}
+	return connect.NewResponse(&managerv1.JoinResponse{Generation: r.Generation()}), nil
+}
+
+// retired reports whether the membership records name as removed.
+func (s *Server) retired(name string) bool {
+	st := s.st()
+	if st == nil {
+		return false
+	}
+	mr := st.State().Snapshot().Member(name)
+	return mr != nil && mr.GetStatus() == state.MemberRetired
+}
+
+// isWitness reports whether member name is a witness (by the membership,
+// else the configuration).
+func (s *Server) isWitness(name string) bool {
+	if st := s.st(); st != nil {
+		if mr := st.State().Snapshot().Member(name); mr != nil {
+			return mr.GetWitness()
+		}
+	}
+	n, ok := s.cfg.clusterNode(name)
+	return ok && n.Witness
+}
+
+// caughtUpSlack is how far behind the primary's commit index a joining
+// member may be and still be made a voter.
+const caughtUpSlack = 256
+
+// promoteCaughtUp, on the primary, makes every non-voting member that has
+// caught up with the log a voter.
+func (m *memberState) promoteCaughtUp(ctx context.Context, st *store.Store) {
+	conf, err := st.Configuration()
+	if err != nil {
+		return
+	}
+	var waiting []raft.Server
+	for _, sv := range conf {
+		if sv.Suffrage == raft.Nonvoter {
+			waiting = append(waiting, sv)
+		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	commit := st.CommitIndex()
+	for _, p := range m.s.peerStatuses(ctx) {
+		if p.err != nil {
+			continue
+		}
+		for _, sv := range waiting {
+			if string(sv.ID) != p.name || p.status.GetAppliedIndex()+caughtUpSlack < commit {
+				continue
+			}
+			if err := st.AddVoter(string(sv.ID), string(sv.Address)); err != nil {
+				m.s.log.Warn("could not make a caught-up member a voter", "member", sv.ID, "err", err)
+				continue
+			}
+			m.events.record("member-promoted", fmt.Sprintf("%s caught up (applied %d of %d) and votes now", sv.ID, p.status.GetAppliedIndex(), commit),
+				st.Term(), st.State().Snapshot().Generation())
+		}
+	}
+}

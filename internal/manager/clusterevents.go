@@ -1,0 +1,148 @@
+package manager
+
+import (
+	"bufio"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/clock"
+)
+
+// clusterEventsFile is the member's own event log in its data directory:
+// one JSON object per line, appended and synced as each event happens. It is
+// this member's record (not replicated): role changes and why, joins,
+// retirements, recoveries, takeovers settling.
+const clusterEventsFile = "cluster-events.jsonl"
+
+// clusterEventsKeep bounds the log: when it holds twice as many, the oldest
+// are dropped (the file is rewritten).
+const clusterEventsKeep = 10_000
+
+type clusterEventLine struct {
+	At         time.Time `json:"at"`
+	Kind       string    `json:"kind"`
+	Detail     string    `json:"detail"`
+	Term       uint64    `json:"term,omitempty"`
+	Generation uint64    `json:"generation,omitempty"`
+}
+
+// clusterEvents is the durable event log. Safe for concurrent use.
+type clusterEvents struct {
+	path  string
+	clock clock.Clock
+	log   *slog.Logger
+
+	mu     sync.Mutex
+	events []clusterEventLine
+	f      *os.File
+}
+
+// openClusterEvents reads the log in dir (a damaged line is skipped: the
+// log is a record for operators, not state). It never fails: without a
+// writable file the events are kept in memory and logged.
+func openClusterEvents(dir string, clk clock.Clock, log *slog.Logger) *clusterEvents {
+	e := &clusterEvents{path: filepath.Join(dir, clusterEventsFile), clock: clk, log: log}
+	if f, err := os.Open(e.path); err == nil {
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var l clusterEventLine
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Kind != "" {
+				e.events = append(e.events, l)
+			}
+		}
+		_ = f.Close()
+	}
+	if len(e.events) > clusterEventsKeep {
+		e.events = slices.Clone(e.events[len(e.events)-clusterEventsKeep:])
+		e.rewrite()
+	}
+	f, err := os.OpenFile(e.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		log.Warn("the cluster event log cannot be written; events are kept in memory only", "path", e.path, "err", err)
+	} else {
+		e.f = f
+	}
+	return e
+}
+
+// rewrite replaces the file with the events held (c.mu held or not yet
+// shared).
+func (e *clusterEvents) rewrite() {
+	tmp := e.path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for _, l := range e.events {
+		_ = enc.Encode(l)
+	}
+	if w.Flush() == nil && f.Sync() == nil && f.Close() == nil {
+		_ = os.Rename(tmp, e.path)
+		return
+	}
+	_ = f.Close()
+	_ = os.Remove(tmp)
+}
+
+// record appends an event and logs it.
+func (e *clusterEvents) record(kind, detail string, term, generation uint64) {
+	l := clusterEventLine{At: e.clock.Now().UTC(), Kind: kind, Detail: detail, Term: term, Generation: generation}
+	e.log.Info("cluster event", "kind", kind, "detail", detail, "term", term, "generation", generation)
+	b, _ := json.Marshal(l)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.events = append(e.events, l)
+	if e.f != nil {
+		if _, err := e.f.Write(append(b, '\n')); err == nil {
+			_ = e.f.Sync()
+		}
+	}
+	if len(e.events) >= 2*clusterEventsKeep {
+		e.events = slices.Clone(e.events[len(e.events)-clusterEventsKeep:])
+		if e.f != nil {
+			_ = e.f.Close()
+			e.rewrite()
+			e.f, _ = os.OpenFile(e.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		}
+	}
+}
+
+// query returns up to limit events, newest first, of the given kinds (all
+// when empty) at or after since (zero: any).
+func (e *clusterEvents) query(limit int, kinds []string, since time.Time) []*managerv1.ClusterEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []*managerv1.ClusterEvent
+	for i := len(e.events) - 1; i >= 0 && len(out) < limit; i-- {
+		l := e.events[i]
+		if !since.IsZero() && l.At.Before(since) {
+			break
+		}
+		if len(kinds) > 0 && !slices.Contains(kinds, l.Kind) {
+			continue
+		}
+		out = append(out, &managerv1.ClusterEvent{At: timestamppb.New(l.At), Kind: l.Kind, Detail: l.Detail, Term: l.Term, Generation: l.Generation})
+	}
+	return out
+}
+
+// close closes the file.
+func (e *clusterEvents) close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.f != nil {
+		_ = e.f.Close()
+		e.f = nil
+	}
+}

@@ -1,0 +1,152 @@
+package state
+
+import (
+	"google.golang.org/protobuf/proto"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/jobspec"
+)
+
+// Member statuses.
+const (
+	MemberExpected = "expected"
+	MemberJoined   = "joined"
+	MemberRetired  = "retired"
+)
+
+// Members returns every member record, by name.
+func (r *Read) Members() []*storev1.MemberRecord {
+	var out []*storev1.MemberRecord
+	it := r.iter(nil, tableMembers, "id_prefix", "")
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*storev1.MemberRecord))
+	}
+	return out
+}
+
+// Member returns a member's record, or nil.
+func (r *Read) Member(name string) *storev1.MemberRecord {
+	if raw := r.first(nil, tableMembers, "id", name); raw != nil {
+		return raw.(*storev1.MemberRecord)
+	}
+	return nil
+}
+
+// Generation is the membership's generation (0 before the cluster was
+// initialised).
+func (r *Read) Generation() uint64 {
+	if raw, err := r.txn.First(tableSingletons, "id", singletonCluster); err == nil && raw != nil {
+		return raw.(*singleton).Msg.(*storev1.ClusterMeta).GetGeneration()
+	}
+	return 0
+}
+
+// ExpectedMembers lists the names of members that are expected or joined.
+func (r *Read) ExpectedMembers() []string {
+	var out []string
+	for _, m := range r.Members() {
+		if m.GetStatus() != MemberRetired {
+			out = append(out, m.GetName())
+		}
+	}
+	return out
+}
+
+func (t *tx) putMember(m *storev1.MemberRecord) { t.insert(tableMembers, m) }
+
+// initCluster records the members a cluster formed with; a cluster already
+// initialised is left as it is.
+func (t *tx) initCluster(c *storev1.InitCluster) error {
+	r := t.read()
+	if len(r.Members()) > 0 || r.Generation() > 0 {
+		return nil
+	}
+	for i, m := range c.GetMembers() {
+		if err := jobspec.ValidateID("members["+itoa(i)+"].name", m.GetName()); err != nil {
+			return err
+		}
+		n := proto.Clone(m).(*storev1.MemberRecord)
+		if n.Status == "" {
+			n.Status = MemberJoined
+		}
+		t.putMember(n)
+	}
+	t.insert(tableSingletons, &singleton{Key: singletonCluster, Msg: &storev1.ClusterMeta{Generation: 1}})
+	return nil
+}
+
+// expectMember answers with every expected or joined member's name.
+func (t *tx) expectMember(c *storev1.ExpectMember) (*managerv1.AddClusterMemberResponse, error) {
+	if err := jobspec.ValidateID("node", c.GetName()); err != nil {
+		return nil, err
+	}
+	cur := t.read().Member(c.GetName())
+	switch {
+	case cur == nil:
+		t.putMember(&storev1.MemberRecord{Name: c.GetName(), Witness: c.GetWitness(), Status: MemberExpected, AddedBy: c.GetBy()})
+	case cur.GetStatus() == MemberRetired:
+		n := proto.Clone(cur).(*storev1.MemberRecord)
+		n.Status, n.Witness, n.AddedBy = MemberExpected, c.GetWitness(), c.GetBy()
+		t.putMember(n)
+	case cur.GetWitness() != c.GetWitness():
+		return nil, apierr.FailedPreconditionf("member %q is already expected as a %s", c.GetName(), witnessWord(cur.GetWitness()))
+	}
+	if t.read().Generation() == 0 {
+		t.insert(tableSingletons, &singleton{Key: singletonCluster, Msg: &storev1.ClusterMeta{Generation: 1}})
+	}
+	return &managerv1.AddClusterMemberResponse{Members: t.read().ExpectedMembers()}, nil
+}
+
+func witnessWord(w bool) string {
+	if w {
+		return "witness"
+	}
+	return "full member"
+}
+
+func (t *tx) memberJoined(c *storev1.MemberJoined) error {
+	cur := t.read().Member(c.GetName())
+	if cur == nil || cur.GetStatus() == MemberRetired {
+		return apierr.FailedPreconditionf("member %q is not expected by this cluster; add it first (AddClusterMember)", c.GetName())
+	}
+	n := proto.Clone(cur).(*storev1.MemberRecord)
+	n.Status = MemberJoined
+	n.RaftAddress, n.ApiUrl = c.GetRaftAddress(), c.GetApiUrl()
+	n.Witness = c.GetWitness()
+	t.putMember(n)
+	return nil
+}
+
+func (t *tx) memberRetired(c *storev1.MemberRetired) error {
+	cur := t.read().Member(c.GetName())
+	if cur == nil {
+		return apierr.NotFoundf("no member %q", c.GetName())
+	}
+	n := proto.Clone(cur).(*storev1.MemberRecord)
+	n.Status = MemberRetired
+	t.putMember(n)
+	return nil
+}
+
+func (t *tx) setGeneration(c *storev1.SetGeneration) error {
+	if cur := t.read().Generation(); c.GetGeneration() <= cur {
+		return apierr.FailedPreconditionf("generation %d is not after the current %d", c.GetGeneration(), cur)
+	}
+	t.insert(tableSingletons, &singleton{Key: singletonCluster, Msg: &storev1.ClusterMeta{Generation: c.GetGeneration()}})
+	return nil
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b [20]byte
+	n := len(b)
+	for ; i > 0; i /= 10 {
+		n--
+		b[n] = byte('0' + i%10)
+	}
+	return string(b[n:])
+}
