@@ -3,6 +3,8 @@ package manager
 import (
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"time"
 
@@ -35,6 +37,27 @@ type FileConfig struct {
 	TLSCAKeyFile string   `json:"tlsCaKeyFile,omitempty"`
 	TLSDir       string   `json:"tlsDir,omitempty"`
 	TLSHosts     []string `json:"tlsHosts,omitempty"`
+	// ClusterNodes names the members of a cluster (this one included):
+	// name, raft (host:port), api (URL) and witness. Empty: standalone.
+	ClusterNodes []ClusterNode `json:"clusterNodes,omitempty"`
+	// ClusterState is new (the default: form the cluster) or existing (a
+	// new member joining a running cluster that expects it).
+	ClusterState string `json:"clusterState,omitempty"`
+	// RaftListen and RaftAdvertise are raft's address and the one peers
+	// reach it at (defaults: :6792 and this member's clusterNodes entry).
+	RaftListen    string `json:"raftListen,omitempty"`
+	RaftAdvertise string `json:"raftAdvertise,omitempty"`
+	// ClusterSecret (or ClusterSecretFile, a file holding it) is the
+	// members' shared secret.
+	ClusterSecret     string `json:"clusterSecret,omitempty"`
+	ClusterSecretFile string `json:"clusterSecretFile,omitempty"`
+	// Witness: this member votes but holds no job state it acts on and
+	// serves no API.
+	Witness bool `json:"witness,omitempty"`
+	// RaftHeartbeatTimeout and RaftElectionTimeout tune failover (default
+	// 500ms each).
+	RaftHeartbeatTimeout Duration `json:"raftHeartbeatTimeout,omitempty"`
+	RaftElectionTimeout  Duration `json:"raftElectionTimeout,omitempty"`
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `json:"logLevel,omitempty"`
 	LogFormat string `json:"logFormat,omitempty"`
@@ -84,7 +107,40 @@ func ParseConfigFile(b []byte) (FileConfig, error) {
 	if err := yaml.UnmarshalStrict(b, &fc); err != nil {
 		return FileConfig{}, err
 	}
+	if err := fc.validateCluster(); err != nil {
+		return FileConfig{}, err
+	}
 	return fc, nil
+}
+
+// validateCluster checks clusterNodes: every member named once, with a
+// raft address and an API URL.
+func (fc FileConfig) validateCluster() error {
+	seen := map[string]bool{}
+	for i, n := range fc.ClusterNodes {
+		where := fmt.Sprintf("clusterNodes[%d]", i)
+		switch {
+		case n.Name == "":
+			return fmt.Errorf("%s: name is required", where)
+		case seen[n.Name]:
+			return fmt.Errorf("%s: member %q is named twice", where, n.Name)
+		case n.Raft == "":
+			return fmt.Errorf("%s (%s): raft (host:port) is required", where, n.Name)
+		case n.API == "":
+			return fmt.Errorf("%s (%s): api (the member's API URL) is required", where, n.Name)
+		}
+		if _, _, err := net.SplitHostPort(n.Raft); err != nil {
+			return fmt.Errorf("%s (%s): raft %q: %v", where, n.Name, n.Raft, err)
+		}
+		if u, err := url.Parse(n.API); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s (%s): api %q is not an http(s) URL", where, n.Name, n.API)
+		}
+		seen[n.Name] = true
+	}
+	if fc.ClusterSecret != "" && fc.ClusterSecretFile != "" {
+		return fmt.Errorf("give clusterSecret or clusterSecretFile, not both")
+	}
+	return nil
 }
 
 // Apply copies the file's settings into cfg where cfg has none.
@@ -127,4 +183,15 @@ func (fc FileConfig) Apply(cfg *Config) {
 	if cfg.BackupRetain == 0 {
 		cfg.BackupRetain = fc.BackupRetain
 	}
+	if len(cfg.ClusterNodes) == 0 {
+		cfg.ClusterNodes = fc.ClusterNodes
+	}
+	set(&cfg.ClusterState, fc.ClusterState)
+	set(&cfg.RaftListen, fc.RaftListen)
+	set(&cfg.RaftAdvertise, fc.RaftAdvertise)
+	set(&cfg.ClusterSecret, fc.ClusterSecret)
+	set(&cfg.ClusterSecretFile, fc.ClusterSecretFile)
+	cfg.Witness = cfg.Witness || fc.Witness
+	setD(&cfg.RaftHeartbeatTimeout, fc.RaftHeartbeatTimeout)
+	setD(&cfg.RaftElectionTimeout, fc.RaftElectionTimeout)
 }

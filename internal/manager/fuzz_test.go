@@ -16,6 +16,7 @@ func FuzzParseConfigFile(f *testing.F) {
 		"nodeName: m1\ndataDir: /var/lib/norsk\nlisten: 127.0.0.1:6790\n",
 		"lostGrace: 20s\nbackupInterval: -1s\nbackupRetain: 3\n",
 		"tls: on\ntlsCertFile: /a\n",
+		"clusterNodes:\n- {name: m1, raft: 'm1:6792', api: 'http://m1:6790'}\n- {name: w1, raft: 'w1:6792', api: 'http://w1:6790', witness: true}\nclusterSecretFile: /s\n",
 		"unknownKey: 1\n",
 		"lostGrace: [1, 2]\n",
 		"{",

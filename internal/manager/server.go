@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,8 +126,10 @@ type Config struct {
 	RaftListen    string
 	RaftAdvertise string
 	// ClusterSecret authenticates the members to each other (required in a
-	// cluster; the same on every member).
-	ClusterSecret string
+	// cluster; the same on every member). ClusterSecretFile, if set, is a
+	// file holding it (read at start).
+	ClusterSecret     string
+	ClusterSecretFile string
 	// Witness: this member votes but holds no job state it acts on, serves
 	// no API and never stays primary.
 	Witness bool
@@ -195,9 +198,19 @@ func (c *Config) defaults() error {
 	default:
 		return fmt.Errorf("manager: clusterState %q: want new or existing", c.ClusterState)
 	}
+	if c.ClusterSecret == "" && c.ClusterSecretFile != "" {
+		b, err := os.ReadFile(c.ClusterSecretFile)
+		if err != nil {
+			return fmt.Errorf("manager: clusterSecretFile: %w", err)
+		}
+		c.ClusterSecret = strings.TrimSpace(string(b))
+	}
 	if c.clustered() {
-		if c.ClusterSecret == "" {
-			return errors.New("manager: a cluster member needs clusterSecret (the same on every member)")
+		if _, ok := c.clusterNode(c.NodeName); !ok {
+			return fmt.Errorf("manager: this member (%q) is not in clusterNodes; name every member there, this one included (set nodeName to its entry)", c.NodeName)
+		}
+		if len(c.ClusterSecret) < 16 {
+			return errors.New("manager: a cluster member needs clusterSecret (or clusterSecretFile): at least 16 characters, the same on every member")
 		}
 		if c.RaftListen == "" && c.RaftStreamLayer == nil {
 			c.RaftListen = fmt.Sprintf(":%d", DefaultRaftPort)

@@ -50,6 +50,9 @@ connections to every registered worker. Settings come from flags, then from
 			if cfg.BootstrapToken == "" {
 				cfg.BootstrapToken = os.Getenv("NORSK_BOOTSTRAP_TOKEN")
 			}
+			if cfg.ClusterSecret == "" && cfg.ClusterSecretFile == "" {
+				cfg.ClusterSecret = os.Getenv("NORSK_CLUSTER_SECRET")
+			}
 			cfg.Logger = log
 			s, err := manager.New(cmd.Context(), cfg)
 			if err != nil {
@@ -80,6 +83,11 @@ connections to every registered worker. Settings come from flags, then from
 	registerTLSFlags(f, &cfg)
 	f.Float64Var(&cfg.RateLimit, "rate-limit", 0, "API calls per second each caller may make (default 1000)")
 	f.StringVar(&cfg.AccessReplicaKeysFile, "access-replica-keys", "", "JWKS file of the public keys access replicas are signed with (without it PublishAccessReplica is refused)")
+	f.StringVar(&cfg.ClusterState, "cluster-state", "", "new (form the cluster named by clusterNodes in --config) or existing (join a running cluster that expects this member)")
+	f.StringVar(&cfg.RaftListen, "raft-listen", "", "raft's address in a cluster (default :6792)")
+	f.StringVar(&cfg.RaftAdvertise, "raft-advertise", "", "the raft address the other members reach this one at (default: its clusterNodes entry)")
+	f.StringVar(&cfg.ClusterSecretFile, "cluster-secret-file", "", "file holding the members' shared secret (or $NORSK_CLUSTER_SECRET)")
+	f.BoolVar(&cfg.Witness, "witness", false, "run as a witness: vote, hold no job state, serve no API")
 	logs.register(c)
 	return c
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // clusterSecret is the members' shared secret in tests.
-const clusterSecret = "testcluster-secret"
+const clusterSecret = "testcluster-secret-0123456789"
 
 // Member is one in-process Manager member. Stop and Start it like an
 // operator stops and starts the daemon; its addresses stay the same.

@@ -1,0 +1,82 @@
+package manager
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseConfigFileCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, err string
+	}{
+		{"three members and a witness", `
+nodeName: m2
+clusterNodes:
+- {name: m1, raft: "m1:6792", api: "http://m1:6790"}
+- {name: m2, raft: "m2:6792", api: "http://m2:6790"}
+- {name: m3, raft: "m3:6792", api: "https://m3:6790"}
+- {name: w1, raft: "w1:6792", api: "http://w1:6790", witness: true}
+clusterState: existing
+clusterSecretFile: /run/secrets/cluster
+raftHeartbeatTimeout: 300ms
+`, ""},
+		{"a member without a name", "clusterNodes:\n- {raft: 'a:1', api: 'http://a:1'}\n", "name is required"},
+		{"a member named twice", "clusterNodes:\n- {name: m1, raft: 'a:1', api: 'http://a:1'}\n- {name: m1, raft: 'b:1', api: 'http://b:1'}\n", "named twice"},
+		{"no raft address", "clusterNodes:\n- {name: m1, api: 'http://a:1'}\n", "raft (host:port) is required"},
+		{"a raft address without a port", "clusterNodes:\n- {name: m1, raft: 'a', api: 'http://a:1'}\n", `raft "a"`},
+		{"an API that is not a URL", "clusterNodes:\n- {name: m1, raft: 'a:1', api: 'a:1'}\n", "not an http(s) URL"},
+		{"both secrets", "clusterSecret: x\nclusterSecretFile: /y\n", "not both"},
+		{"a misspelt key", "clusterNode: []\n", "clusterNode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fc, err := ParseConfigFile([]byte(tc.yaml))
+			if tc.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				var cfg Config
+				fc.Apply(&cfg)
+				if len(cfg.ClusterNodes) != 4 || !cfg.ClusterNodes[3].Witness || cfg.ClusterState != ClusterStateExisting ||
+					cfg.ClusterSecretFile != "/run/secrets/cluster" || cfg.RaftHeartbeatTimeout.String() != "300ms" {
+					t.Errorf("applied config: %+v", cfg)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("error %v, want one containing %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestClusterConfigDefaults(t *testing.T) {
+	nodes := []ClusterNode{{Name: "m1", Raft: "m1:6792", API: "http://m1:6790"}, {Name: "m2", Raft: "m2:6792", API: "http://m2:6790"}}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		err  string
+	}{
+		{"ok", Config{NodeName: "m1", ClusterNodes: nodes, ClusterSecret: "0123456789abcdef"}, ""},
+		{"not in clusterNodes", Config{NodeName: "m9", ClusterNodes: nodes, ClusterSecret: "0123456789abcdef"}, "not in clusterNodes"},
+		{"no secret", Config{NodeName: "m1", ClusterNodes: nodes}, "needs clusterSecret"},
+		{"a short secret", Config{NodeName: "m1", ClusterNodes: nodes, ClusterSecret: "short"}, "at least 16"},
+		{"a bad cluster state", Config{NodeName: "m1", ClusterNodes: nodes, ClusterSecret: "0123456789abcdef", ClusterState: "joining"}, "want new or existing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.DataDir = t.TempDir()
+			err := tc.cfg.defaults()
+			if tc.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.cfg.RaftListen != ":6792" || tc.cfg.RaftAdvertise != "m1:6792" {
+					t.Errorf("raft listen %q advertise %q, want :6792 and m1:6792", tc.cfg.RaftListen, tc.cfg.RaftAdvertise)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("error %v, want one containing %q", err, tc.err)
+			}
+		})
+	}
+}
