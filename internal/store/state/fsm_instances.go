@@ -132,18 +132,27 @@ func (t *tx) bindInstance(c *storev1.BindInstance) (uint64, error) {
 	}
 	if ex := t.read().Instance(nil, c.GetJobId(), c.GetRole()); ex != nil {
 		exNode := t.read().Node(nil, ex.GetNodeId())
-		exOnline := exNode != nil && exNode.GetNode().GetState() == nodeOnline
+		// The old copy may still run where its worker is connected: an
+		// online node, or one being terminated or deregistered (whose
+		// worker is stopping its instances until the node is terminated).
+		exReachable := false
+		if exNode != nil {
+			switch exNode.GetNode().GetState() {
+			case nodeOnline, managerv1.NodeState_NODE_STATE_STOPPING:
+				exReachable = true
+			}
+		}
 		switch {
-		case ex.GetDesired() != desiredStopped && exOnline:
+		case ex.GetDesired() != desiredStopped && exReachable:
 			return 0, apierr.FailedPreconditionf("instance %s/%s is already %s on node %q (fencing token %d); stop it first",
 				c.GetJobId(), c.GetRole(), phaseWord(ex.GetPhase()), ex.GetNodeId(), ex.GetFencingToken())
-		case ex.GetPhase() != phaseStopped && exOnline:
+		case ex.GetPhase() != phaseStopped && exReachable:
 			return 0, apierr.FailedPreconditionf("instance %s/%s is still stopping on node %q; start it again once it has stopped",
 				c.GetJobId(), c.GetRole(), ex.GetNodeId())
 		}
-		// Otherwise the old binding is stopped, or its node is gone: the
-		// new binding's higher fencing token supersedes it, and the old
-		// node is told to stop it if it ever comes back.
+		// Otherwise the old binding is stopped, or its node is lost or
+		// terminated: the new binding's higher fencing token supersedes it,
+		// and the old node is told to stop it if it ever comes back.
 	}
 	opts := c.GetOptions()
 	in := &managerv1.Instance{
@@ -251,9 +260,13 @@ func (t *tx) applyReport(nodeID string, r *managerv1.InstanceReport, atHello boo
 	}
 	var entries []*managerv1.JobHistoryEntry
 	q, d := in.GetPhase(), in.GetDesired()
+	// lost: its node was lost (nodeLost made it stopping without asking for
+	// a stop) and this is the worker's word on it after all.
+	lost := q == phaseStopping && d != desiredStopped
 	switch r.GetPhase() {
 	case phasePrepared:
-		if q == phaseProvisioned {
+		// Prepared, or held prepared by a node that was lost and came back.
+		if q == phaseProvisioned || lost {
 			n.Phase = phasePrepared
 			e := t.entry()
 			e.Event = &managerv1.JobHistoryEntry_Prepared{Prepared: &managerv1.InstancePrepared{Instance: ref(n)}}
@@ -262,7 +275,7 @@ func (t *tx) applyReport(nodeID string, r *managerv1.InstanceReport, atHello boo
 	case phaseRunning:
 		switch {
 		case q == phaseProvisioned || q == phasePrepared:
-		case q == phaseStopping && d != desiredStopped:
+		case lost:
 			// Its node was lost and has come back with it still running.
 		case q == phaseRunning && !portsEqual(in.GetServicePortMappings(), r.GetServicePortMappings()):
 			// A service restarted under its restart policy with new ports.
@@ -281,7 +294,9 @@ func (t *tx) applyReport(nodeID string, r *managerv1.InstanceReport, atHello boo
 		}}
 		entries = append(entries, e)
 	case phaseStopping:
-		if q != phaseStopping && q != phaseStopped {
+		// The worker is stopping it of its own accord (a failed job): its
+		// reason is the real one, also when the node's loss got here first.
+		if (q != phaseStopping && q != phaseStopped) || lost {
 			n.Phase = phaseStopping
 			n.Desired = desiredStopped
 			n.StopReason = r.GetReason()
@@ -290,7 +305,11 @@ func (t *tx) applyReport(nodeID string, r *managerv1.InstanceReport, atHello boo
 		}
 	case phaseStopped:
 		if q != phaseStopped {
-			if q != phaseStopping {
+			// Unless a stop was asked for (whose reason stands), the
+			// worker's reason is why it stopped: a tombstone of a job that
+			// failed while its node was lost carries the failure (the
+			// node's loss said only "stopping").
+			if q != phaseStopping || (lost && r.GetReason() != managerv1.StoppingReason_STOPPING_REASON_NODE_STOPPED) {
 				n.StopReason = r.GetReason()
 				n.StopAdditionalReason = r.GetAdditionalReason()
 				entries = append(entries, t.stoppingEntry(n, r.GetReason(), r.GetAdditionalReason()))
