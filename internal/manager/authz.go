@@ -62,6 +62,10 @@ type identity struct {
 	role string
 	// key is the rate limiter's key (the token id or the node).
 	key string
+	// recheck, if set, says whether the credential is still good now (a
+	// long-lived call, such as an event stream, checks it again as it goes:
+	// a token revoked or expired meanwhile ends it).
+	recheck func() error
 }
 
 // can reports whether the identity's role has any of perms.
@@ -156,9 +160,18 @@ type authorizer struct {
 	// witness: this member serves only witnessServes of the Manager API.
 	witness bool
 
+	// catchUp, when set, brings this member up to the primary's commit
+	// index: a credential made moments ago on the primary (a new token, a
+	// slot's registration token) may not have reached a follower yet.
+	catchUp func(context.Context) error
+
 	mu       sync.Mutex
 	limiters map[string]*rate.Limiter
 }
+
+// catchUpTimeout bounds how long an unknown credential waits for this
+// member to catch up with the primary before it is refused.
+const catchUpTimeout = 2 * time.Second
 
 func newAuthorizer(read func() *state.Read, cfg Config) (*authorizer, error) {
 	t, err := buildAuthzTable()
@@ -207,7 +220,8 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 		if exp := tok.GetExpiresAt(); exp != nil && !a.clock.Now().Before(exp.AsTime()) {
 			return identity{}, apierr.Unauthenticatedf("API token %s (%s) expired at %s", tok.GetId(), tok.GetName(), exp.AsTime().UTC().Format(time.RFC3339))
 		}
-		return identity{name: "token:" + tok.GetName() + "/" + tok.GetId(), role: tok.GetRole(), key: "t:" + tok.GetId()}, nil
+		return identity{name: "token:" + tok.GetName() + "/" + tok.GetId(), role: tok.GetRole(), key: "t:" + tok.GetId(),
+			recheck: func() error { _, err := a.authenticate(header); return err }}, nil
 	case strings.HasPrefix(cred, regTokenPrefix):
 		rec := r.NodeByToken(cred)
 		if rec == nil || rec.GetTokenUsed() {
@@ -221,7 +235,8 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 			return identity{}, apierr.Unauthenticatedf("node secret is not known (its slot may have been deregistered)")
 		}
 		n := rec.GetNode().GetNodeId()
-		return identity{name: "node:" + n, role: state.RoleWorker, key: "n:" + n}, nil
+		return identity{name: "node:" + n, role: state.RoleWorker, key: "n:" + n,
+			recheck: func() error { _, err := a.authenticate(header); return err }}, nil
 	}
 	return identity{}, apierr.Unauthenticatedf("not a Norsk Manager credential")
 }
@@ -234,6 +249,14 @@ func (a *authorizer) authorize(ctx context.Context, procedure, header string) (c
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s is not in the authorisation table", procedure))
 	}
 	id, err := a.authenticate(header)
+	if err != nil && a.catchUp != nil && !strings.Contains(header, clusterSecretPrefix) {
+		// Refuse only what this member refuses once caught up.
+		cctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+		if a.catchUp(cctx) == nil {
+			id, err = a.authenticate(header)
+		}
+		cancel()
+	}
 	if err != nil {
 		return nil, toConnect(err)
 	}

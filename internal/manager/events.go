@@ -15,9 +15,10 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/events"
 )
 
-// EventWriteTimeout is how long one event may take to reach a subscriber
-// before its stream is cut (a consumer that does not read at all).
-const EventWriteTimeout = 30 * time.Second
+// DefaultEventWriteTimeout is how long one event may take to reach a
+// subscriber before its stream is cut (a consumer that does not read at
+// all); Config.EventWriteTimeout overrides it.
+const DefaultEventWriteTimeout = 30 * time.Second
 
 type rcKey struct{}
 
@@ -35,13 +36,25 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 	rc, _ := ctx.Value(rcKey{}).(*http.ResponseController)
 	send := func(e *managerv1.Event) error {
 		if rc != nil {
-			_ = rc.SetWriteDeadline(time.Now().Add(EventWriteTimeout))
+			// The deadline covers this write only: over HTTP/2 a deadline
+			// left set resets an idle stream when it passes.
+			_ = rc.SetWriteDeadline(time.Now().Add(h.s.cfg.EventWriteTimeout))
+			defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
 		}
 		if err := stream.Send(e); err != nil {
 			return err
 		}
 		h.s.metrics.eventsSent.Inc()
 		return nil
+	}
+	// A credential revoked or expired while the stream is open ends it
+	// before anything more is sent.
+	caller, _ := callerOf(ctx)
+	stillAllowed := func() error {
+		if caller.recheck == nil {
+			return nil
+		}
+		return caller.recheck()
 	}
 	broker := h.s.st().Broker()
 	var sub *events.Subscription
@@ -104,6 +117,9 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 		}
 		if err != nil {
 			return streamErr(err, last)
+		}
+		if err := stillAllowed(); err != nil {
+			return toConnect(err)
 		}
 		for _, e := range evs {
 			if err := send(e); err != nil {

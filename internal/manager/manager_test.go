@@ -16,10 +16,19 @@ import (
 
 func startServer(t *testing.T, dir string) (*Server, managerv1connect.ManagerClient) {
 	t.Helper()
+	return startServerWith(t, func(cfg *Config) { cfg.DataDir = dir })
+}
+
+// startServerWith starts a standalone member on a new data directory, its
+// configuration adjusted by adjust, and returns it with an admin client.
+func startServerWith(t *testing.T, adjust func(*Config)) (*Server, managerv1connect.ManagerClient) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	tok := NewToken()
-	s, err := New(ctx, Config{DataDir: dir, Listen: "127.0.0.1:0", NodeName: "m1", Logger: slog.New(slog.DiscardHandler), BootstrapToken: tok})
+	cfg := Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1", Logger: slog.New(slog.DiscardHandler), BootstrapToken: tok}
+	adjust(&cfg)
+	s, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start manager: %v", err)
 	}

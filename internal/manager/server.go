@@ -66,6 +66,9 @@ type Config struct {
 	DefaultIdleExpiry time.Duration
 	// SnapshotThreshold: raft log entries between snapshots (default 8192).
 	SnapshotThreshold uint64
+	// EventWriteTimeout is how long one event may take to reach a
+	// subscriber before its stream is cut (default 30 s).
+	EventWriteTimeout time.Duration
 	// EventBuffer is how many events the event stream holds for resuming
 	// subscribers (default 65536).
 	EventBuffer int
@@ -181,6 +184,9 @@ func (c *Config) defaults() error {
 	}
 	if c.BackupRetain <= 0 {
 		c.BackupRetain = 24
+	}
+	if c.EventWriteTimeout <= 0 {
+		c.EventWriteTimeout = DefaultEventWriteTimeout
 	}
 	if c.RateLimit <= 0 {
 		c.RateLimit = 1000
@@ -320,6 +326,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if s.authz, err = newAuthorizer(func() *state.Read { return s.st().State().Snapshot() }, cfg); err != nil {
 		return fail(err)
+	}
+	s.authz.catchUp = func(ctx context.Context) error {
+		if st := s.st(); st == nil || st.IsLeader() {
+			return errors.New("nothing to catch up with")
+		}
+		return s.linearize(ctx)
 	}
 
 	mux := http.NewServeMux()

@@ -56,10 +56,17 @@ func redact(s string) string {
 	return "…"
 }
 
+// maxTokenTTLSeconds bounds a token's lifetime (100 years): a longer one
+// would overflow a time.Duration; 0 is the way to say "never expires".
+const maxTokenTTLSeconds = 100 * 365 * 24 * 3600
+
 func (h *handler) CreateToken(ctx context.Context, req *connect.Request[managerv1.CreateTokenRequest]) (*connect.Response[managerv1.CreateTokenResponse], error) {
 	m := req.Msg
 	if err := state.ValidateTokenRequest(m.GetName(), m.GetRole(), m.GetTtlS()); err != nil {
 		return nil, toConnect(err)
+	}
+	if m.GetTtlS() > maxTokenTTLSeconds {
+		return nil, toConnect(apierr.Invalid("ttlS", "%d is more than 100 years (%d s); use 0 for a token that never expires", m.GetTtlS(), int64(maxTokenTTLSeconds)))
 	}
 	id, bearer, hash := mintToken()
 	tok := &managerv1.ApiToken{Id: id, Name: m.GetName(), Role: m.GetRole()}
