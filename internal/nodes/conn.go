@@ -47,6 +47,10 @@ type pend struct {
 // errSessionEnded is a session ended on purpose (terminated, address change).
 var errSessionEnded = errors.New("session ended")
 
+// errNoAddress is a session not opened: no worker has registered an address
+// for the node.
+var errNoAddress = errors.New("no worker address")
+
 func (cn *conn) run(ctx context.Context) {
 	defer cn.closeTLS()
 	clk := cn.c.cfg.Clock
@@ -63,20 +67,25 @@ func (cn *conn) run(ctx context.Context) {
 		}
 		if errors.Is(err, errSessionEnded) {
 			backoff = 0
-		} else if err != nil {
+		} else if err != nil && !errors.Is(err, errNoAddress) {
 			cn.log.Debug("worker stream ended", "err", err)
 		}
 		if clk.Now().Sub(started) > time.Minute {
 			backoff = 250 * time.Millisecond
 		}
-		// Disconnected: a terminating node is finished without its worker;
+		// Disconnected (or never connected): a terminating node is finished
+		// without its worker, as there is nothing it could be told to stop;
 		// an online one becomes lost once the grace runs out.
 		rec = cn.c.cfg.Store.State().Snapshot().Node(nil, cn.nodeID)
 		if rec == nil {
 			return
 		}
 		if rec.GetNode().GetState() == managerv1.NodeState_NODE_STATE_STOPPING {
-			cn.finish(ctx, "its worker is not connected")
+			reason := "its worker is not connected"
+			if rec.GetNode().GetAddress() == "" {
+				reason = "no worker has registered for it"
+			}
+			cn.finish(ctx, reason)
 			continue
 		}
 		if err := cn.wait(ctx, backoff); err != nil {
@@ -87,7 +96,10 @@ func (cn *conn) run(ctx context.Context) {
 }
 
 // wait sleeps for d, declaring the node lost if the grace runs out first, and
-// returns early when the node's record changes (a new address).
+// returns early when the node's record changes (a new address). If the node
+// is due to be lost but recording that fails, it still sleeps d (the
+// caller's backoff) before returning, so that a failing store is not retried
+// in a hot loop.
 func (cn *conn) wait(ctx context.Context, d time.Duration) error {
 	clk := cn.c.cfg.Clock
 	r := cn.c.cfg.Store.State().Snapshot()
@@ -100,8 +112,10 @@ func (cn *conn) wait(ctx context.Context, d time.Duration) error {
 	lostAt := cn.downSince.Add(cn.c.cfg.LostGrace)
 	online := rec.GetNode().GetState() == managerv1.NodeState_NODE_STATE_ONLINE
 	if online && !clk.Now().Before(lostAt) {
-		cn.declareLost(ctx)
-		return nil
+		if cn.declareLost(ctx) == nil {
+			return nil
+		}
+		online = false // not retried until the next call, after d
 	}
 	if online {
 		if until := lostAt.Sub(clk.Now()); until < d {
@@ -120,21 +134,25 @@ func (cn *conn) wait(ctx context.Context, d time.Duration) error {
 	case <-changed:
 	}
 	if online && !clk.Now().Before(lostAt) {
-		cn.declareLost(ctx)
+		_ = cn.declareLost(ctx) // logged; retried on the next call
 	}
 	return nil
 }
 
-func (cn *conn) declareLost(ctx context.Context) {
+// declareLost records the node lost (its stream gone for longer than the
+// grace). A failure is logged and returned; the caller retries later.
+func (cn *conn) declareLost(ctx context.Context) error {
 	reason := fmt.Sprintf("no stream from its worker for %s", cn.c.cfg.LostGrace)
 	if _, err := cn.c.apply(ctx, &storev1.Command{Cmd: &storev1.Command_NodeLost{NodeLost: &storev1.NodeLost{NodeId: cn.nodeID, Reason: reason}}}); err != nil {
+		err = fmt.Errorf("record node %s lost: %w", cn.nodeID, err)
 		cn.log.Warn("cannot record node lost", "err", err)
-		return
+		return err
 	}
 	if m := cn.c.cfg.Metrics; m != nil {
 		m.NodesLost.Inc()
 	}
 	cn.log.Warn("node lost", "reason", reason)
+	return nil
 }
 
 // finish records a terminating node as terminated (or removes a
@@ -153,7 +171,7 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 	cfg := &cn.c.cfg
 	node := rec.GetNode()
 	if node.GetAddress() == "" {
-		return errors.New("no worker address")
+		return errNoAddress
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -181,20 +199,20 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		cn.dialed(false)
 		return fmt.Errorf("send hello: %w", err)
 	}
-	msgs := make(chan *managerv1.WorkerMessage, 256)
-	recvErr := make(chan error, 1)
+	// One ordered channel carries the worker's messages and then the
+	// stream's end, so that everything received is handled before the end.
+	in := make(chan received, 256)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for {
 			m, err := stream.Receive()
-			if err != nil {
-				recvErr <- err
+			select {
+			case in <- received{msg: m, err: err}:
+			case <-sctx.Done():
 				return
 			}
-			select {
-			case msgs <- m:
-			case <-sctx.Done():
+			if err != nil {
 				return
 			}
 		}
@@ -204,17 +222,18 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 	helloTimer := cfg.Clock.NewTimer(10 * time.Second)
 	var wh *managerv1.WorkerHello
 	select {
-	case m := <-msgs:
-		wh = m.GetHello()
+	case r := <-in:
+		if r.err != nil {
+			helloTimer.Stop()
+			cn.dialed(false)
+			return fmt.Errorf("open stream to %s: %w", node.GetAddress(), r.err)
+		}
+		wh = r.msg.GetHello()
 		if wh == nil {
 			helloTimer.Stop()
 			cn.dialed(false)
-			return fmt.Errorf("worker's first message is not a hello: %T", m.GetMsg())
+			return fmt.Errorf("worker's first message is not a hello: %T", r.msg.GetMsg())
 		}
-	case err := <-recvErr:
-		helloTimer.Stop()
-		cn.dialed(false)
-		return fmt.Errorf("open stream to %s: %w", node.GetAddress(), err)
 	case <-helloTimer.C():
 		cn.dialed(false)
 		return errors.New("worker sent no hello within 10s")
@@ -259,6 +278,11 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		ws.Add(r.AbandonCh())
 		cur := r.Node(ws, cn.nodeID)
 		if cur == nil || cur.GetNode().GetAddress() != node.GetAddress() || cur.GetNodeSecret() != rec.GetNodeSecret() || cur.GetNode().GetTls() != node.GetTls() {
+			// Reports already received are still the truth of what ran.
+			batch, _, _ := s.drain(cn, in, nil, cap(in))
+			if err := cn.recordReports(ctx, batch); err != nil {
+				cn.log.Warn("cannot record the reports received before the session ended", "err", err)
+			}
 			return errSessionEnded
 		}
 		// The node's discovery access, first thing after the hello and
@@ -313,7 +337,7 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 					if m := cfg.Metrics; m != nil {
 						m.CommandsSent.WithLabelValues("terminate").Inc()
 					}
-					cn.awaitAck(ctx, s, seq, msgs, recvErr)
+					cn.awaitAck(ctx, seq, in)
 				}
 				cn.finish(ctx, reason)
 				return errSessionEnded
@@ -324,40 +348,31 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		changed := ws.WatchCh(wctx)
 		tick := cfg.Clock.NewTimer(cfg.HeartbeatInterval)
 		var batch []*managerv1.InstanceReport
+		var ended error // the stream's end, once reached
 		select {
 		case <-ctx.Done():
 			wcancel()
 			tick.Stop()
 			return ctx.Err()
-		case err := <-recvErr:
-			wcancel()
-			tick.Stop()
-			return err
 		case <-changed:
 		case <-tick.C():
-		case m := <-msgs:
-			lastHeard = cfg.Clock.Now()
-			batch = s.handle(cn, m, batch)
-			// Drain what else has arrived, to batch the reports.
-		drain:
-			for range 255 {
-				select {
-				case m := <-msgs:
-					batch = s.handle(cn, m, batch)
-				default:
-					break drain
-				}
+		case r := <-in:
+			// Take it and what else has arrived, to batch the reports.
+			var heard bool
+			if batch, heard, ended = s.take(cn, r, batch); heard {
+				lastHeard = cfg.Clock.Now()
+				batch, _, ended = s.drain(cn, in, batch, cap(in)-1)
 			}
 		}
 		wcancel()
 		tick.Stop()
-		if len(batch) > 0 {
-			if m := cfg.Metrics; m != nil {
-				m.Reports.Add(float64(len(batch)))
-			}
-			if _, err := cn.c.apply(ctx, &storev1.Command{Cmd: &storev1.Command_InstanceReports{InstanceReports: &storev1.InstanceReports{NodeId: cn.nodeID, Reports: batch}}}); err != nil {
-				return fmt.Errorf("record reports: %w", err)
-			}
+		// The reports are recorded before the stream's end is handled: a
+		// worker forgets a stopped instance once it has reported it.
+		if err := cn.recordReports(ctx, batch); err != nil {
+			return err
+		}
+		if ended != nil {
+			return ended
 		}
 		if silent := cfg.Clock.Now().Sub(lastHeard); silent > 3*cfg.HeartbeatInterval {
 			return fmt.Errorf("no heartbeat from the worker for %s", silent.Round(time.Millisecond))
@@ -365,22 +380,40 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 	}
 }
 
+// recordReports applies a batch of the worker's instance reports to the
+// store (nothing for an empty batch).
+func (cn *conn) recordReports(ctx context.Context, batch []*managerv1.InstanceReport) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	if m := cn.c.cfg.Metrics; m != nil {
+		m.Reports.Add(float64(len(batch)))
+	}
+	if _, err := cn.c.apply(ctx, &storev1.Command{Cmd: &storev1.Command_InstanceReports{InstanceReports: &storev1.InstanceReports{NodeId: cn.nodeID, Reports: batch}}}); err != nil {
+		return fmt.Errorf("record %d report(s) of node %s: %w", len(batch), cn.nodeID, err)
+	}
+	return nil
+}
+
 // awaitAck waits (at most 10 s) for the worker to acknowledge command seq,
-// recording the reports that arrive meanwhile.
-func (cn *conn) awaitAck(ctx context.Context, s *sessionState, seq uint64, msgs <-chan *managerv1.WorkerMessage, recvErr <-chan error) {
+// recording the reports that arrive meanwhile (until the stream ends).
+func (cn *conn) awaitAck(ctx context.Context, seq uint64, in <-chan received) {
 	t := cn.c.cfg.Clock.NewTimer(10 * time.Second)
 	defer t.Stop()
 	for {
 		select {
-		case m := <-msgs:
-			if r := m.GetReport(); r != nil {
-				_, _ = cn.c.apply(ctx, &storev1.Command{Cmd: &storev1.Command_InstanceReports{InstanceReports: &storev1.InstanceReports{NodeId: cn.nodeID, Reports: []*managerv1.InstanceReport{r}}}})
-			}
-			if a := m.GetAck(); a != nil && a.GetSeq() == seq {
+		case r := <-in:
+			if r.err != nil {
 				return
 			}
-		case <-recvErr:
-			return
+			if rep := r.msg.GetReport(); rep != nil {
+				if err := cn.recordReports(ctx, []*managerv1.InstanceReport{rep}); err != nil {
+					cn.log.Warn("cannot record a report received while terminating", "err", err)
+				}
+			}
+			if a := r.msg.GetAck(); a != nil && a.GetSeq() == seq {
+				return
+			}
 		case <-t.C():
 			cn.log.Warn("worker did not acknowledge the terminate in 10s")
 			return
@@ -398,6 +431,42 @@ type sessionState struct {
 	seqKind map[uint64]actionKind
 	disco   discoveryState
 	access  *storev1.AccessReplicaState // the replica last sent
+}
+
+// received is one item read from the worker's stream: a message, or (as the
+// last item) the error that ended the stream.
+type received struct {
+	msg *managerv1.WorkerMessage
+	err error
+}
+
+// take handles one item read from the stream, adding reports to batch. heard
+// says it was a message; ended is the stream's end (nil for a message).
+func (s *sessionState) take(cn *conn, r received, batch []*managerv1.InstanceReport) (_ []*managerv1.InstanceReport, heard bool, ended error) {
+	if r.err != nil {
+		return batch, false, r.err
+	}
+	return s.handle(cn, r.msg, batch), true, nil
+}
+
+// drain handles, without waiting, up to n items that have already arrived,
+// adding reports to batch. It stops at the stream's end and returns it as
+// ended; heard says at least one message was taken.
+func (s *sessionState) drain(cn *conn, in <-chan received, batch []*managerv1.InstanceReport, n int) (_ []*managerv1.InstanceReport, heard bool, ended error) {
+	for range n {
+		select {
+		case r := <-in:
+			var h bool
+			batch, h, ended = s.take(cn, r, batch)
+			heard = heard || h
+			if ended != nil {
+				return batch, heard, ended
+			}
+		default:
+			return batch, heard, nil
+		}
+	}
+	return batch, heard, nil
 }
 
 // handle takes one worker message, adding reports to batch.

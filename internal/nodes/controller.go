@@ -171,9 +171,8 @@ func (c *Controller) checkSettledLocked() {
 	go c.cfg.OnAllConnected()
 }
 
-// Run keeps a connection for every node that has a worker address and is not
-// terminated, until ctx ends. It returns once every connection goroutine has
-// stopped.
+// Run keeps a connection for every node that wantConn selects, until ctx
+// ends. It returns once every connection goroutine has stopped.
 func (c *Controller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -229,10 +228,17 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 // wantConn reports whether the controller should hold a connection to a
-// node: it has a worker address and is not terminated.
+// node: one that is not terminated and either has a worker address (to
+// dial) or is stopping. A stopping node whose worker never registered has
+// no stream to open; its connection goroutine finishes the termination (or
+// deregistration) without one, as it does for any node whose worker is not
+// connected.
 func wantConn(rec *storev1.NodeRecord) bool {
 	n := rec.GetNode()
-	return n.GetAddress() != "" && n.GetState() != managerv1.NodeState_NODE_STATE_TERMINATED
+	if n.GetState() == managerv1.NodeState_NODE_STATE_TERMINATED {
+		return false
+	}
+	return n.GetAddress() != "" || n.GetState() == managerv1.NodeState_NODE_STATE_STOPPING
 }
 
 // apply proposes a command stamped with the controller's clock.

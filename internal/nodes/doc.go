@@ -12,9 +12,18 @@
 // worker that comes back is told to stop whatever a newer binding has
 // superseded.
 //
+// Every report a worker sends is recorded in the order received, and before
+// the end of the stream that carried it is handled: a worker forgets a
+// stopped instance once it has reported it, so a dropped report could not
+// be recovered.
+//
 // Liveness: a worker whose stream has been gone longer than LostGrace makes
 // its node lost (its instances stopping with reason nodeStopped); a stream
 // that stays up but carries no heartbeat for three intervals is dropped.
+//
+// Termination and deregistration: a stopping node whose worker is not
+// connected (or never registered) has nothing to stop, so it is finished
+// without its worker (recorded terminated, or its slot removed).
 //
 // The Controller runs on the primary only; its goroutines stop when the
 // context given to Run ends.
