@@ -15,10 +15,16 @@ import (
 // names are stopped and removed. The instances' reports are published
 // before adopt returns (so the first hello carries them); the actors then
 // adopt, restart or stop in the background.
-func (s *supervisor) adopt(ctx context.Context, recs map[runtime.Key]*record) error {
+//
+// unreadable are the paths of record files loadAll could not read. The
+// services of a key whose record file is one of them are not orphans: they
+// are kept running, untouched (keepUnowned). When an unreadable file's name
+// matches no key the runtime holds, it cannot be told whose record it is, so
+// no services are removed as orphans at all.
+func (s *supervisor) adopt(ctx context.Context, recs map[runtime.Key]*record, unreadable []string) error {
 	statuses, err := s.rt.List(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("list the runtime's services: %w", err)
 	}
 	byKey := map[runtime.Key][]runtime.ServiceStatus{}
 	for _, st := range statuses {
@@ -45,8 +51,30 @@ func (s *supervisor) adopt(ctx context.Context, recs map[runtime.Key]*record) er
 		s.a.publish(key, initialReport(rec, sts), deliver)
 		in.enqueue(adoptEvent{rec: rec, statuses: sts})
 	}
+	unread := map[string]bool{}
+	for _, p := range unreadable {
+		unread[p] = true
+	}
+	matched := 0
+	for key := range byKey {
+		if unread[s.records.path(key)] {
+			matched++
+		}
+	}
+	keepAll := matched < len(unread)
 	for key, sts := range byKey {
-		s.instanceLocked(key).enqueue(orphanEvent{statuses: sts})
+		if !keepAll && !unread[s.records.path(key)] {
+			s.instanceLocked(key).enqueue(orphanEvent{statuses: sts})
+			continue
+		}
+		// A start older than what runs is refused before it touches
+		// the record or the services.
+		for _, st := range sts {
+			if st.Token > s.fence[key] {
+				s.fence[key] = st.Token
+			}
+		}
+		s.instanceLocked(key).enqueue(unownedEvent{statuses: sts, unmatched: keepAll && !unread[s.records.path(key)]})
 	}
 	return nil
 }
@@ -85,8 +113,10 @@ func initialReport(rec *record, sts []runtime.ServiceStatus) *managerv1.Instance
 
 // adopt takes over one instance from its record and the runtime's services:
 // running services are waited on again (nothing restarted); services that
-// exited while no worker watched get their restart policy applied now;
-// services never started are started; a stop in progress is finished.
+// exited while no worker watched get their restart policy applied now, but
+// an exit whose restart the earlier worker already booked (RestartDue) is
+// restarted when due without being counted again; services never started
+// are started; a stop in progress is finished.
 func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
 	ctx := in.ctx()
 	in.rec = rec
@@ -131,6 +161,11 @@ func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
 		if grace <= 0 {
 			grace = DefaultStopGrace
 		}
+		for name, st := range mine {
+			if st.Running && rec.service(name) == nil {
+				in.svcs[name] = &service{running: true} // stopped first (shutdownOrder)
+			}
+		}
 		in.log.Info("finishing a stop that was in progress")
 		in.shutdown(parseReason(rec.StopReason), rec.StopAdditionalReason, grace, true)
 		return
@@ -161,33 +196,58 @@ func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
 	}
 	in.phase = managerv1.InstancePhase_INSTANCE_PHASE_RUNNING
 	now := in.sup.clock.Now()
-	adopted, restarted := 0, 0
+	adopted, restarted, pending := 0, 0, 0
 	for _, name := range order {
 		st, ok := mine[name]
 		switch {
 		case ok && st.Running:
-			in.gen++
-			in.svcs[name] = &service{gen: in.gen, running: true, startedAt: now}
-			in.ports[name] = &managerv1.ResolvedPortMappings{Mappings: st.Ports}
-			in.watch(name, in.gen)
+			if _, due := rec.RestartDue[name]; due {
+				// The earlier worker restarted it and stopped before
+				// noting so.
+				in.restarted(name)
+				if err := in.save(rec); err != nil {
+					in.log.Error("cannot record a restart", "err", err)
+				}
+			}
+			in.adoptRunning(name, st, now)
 			adopted++
 		case ok && !st.StartedAt.IsZero():
 			code := st.ExitCode
 			in.exitCodes[name] = int32(code)
-			restart, _, why := in.restartDecision(name, code, 0, now)
-			if !restart {
-				in.log.Warn("a service exited while no worker watched; the instance has failed", "service", name, "exit_code", code, "why", why)
-				in.failOnExit(name, code)
-				return
+			due, booked := rec.RestartDue[name]
+			if booked {
+				// This exit was seen, and its restart counted, by the
+				// earlier worker: finish that restart, do not book it again.
+				in.log.Info("a service exited and its restart was booked before the worker restarted; restarting it when due",
+					"service", name, "exit_code", code, "due", due)
+			} else {
+				restart, _, why := in.restartDecision(name, code, 0, now)
+				if !restart {
+					in.log.Warn("a service exited while no worker watched; the instance has failed", "service", name, "exit_code", code, "why", why)
+					in.failOnExit(name, code)
+					return
+				}
+				due = now // it has waited long enough unwatched
+				in.bookRestart(name, due)
+				if err := in.save(rec); err != nil {
+					in.log.Error("cannot record a restart", "err", err)
+				}
+				in.log.Info("a service exited while no worker watched; restarting it", "service", name, "exit_code", code)
 			}
-			in.rec.Restarts++
-			if err := in.save(in.rec); err != nil {
-				in.log.Error("cannot record a restart", "err", err)
+			if wait := due.Sub(now); wait > 0 {
+				in.gen++
+				in.svcs[name] = &service{gen: in.gen, startedAt: now}
+				in.scheduleRestart(name, in.gen, wait)
+				pending++
+				continue
 			}
-			in.log.Info("a service exited while no worker watched; restarting it", "service", name, "exit_code", code)
 			if err := in.startService(name); err != nil {
 				in.failAdopt(err)
 				return
+			}
+			in.restarted(name)
+			if err := in.save(rec); err != nil {
+				in.log.Error("cannot record a restart", "err", err)
 			}
 			restarted++
 		default:
@@ -197,8 +257,27 @@ func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
 			}
 		}
 	}
-	in.log.Info("instance adopted", "token", rec.token(), "adopted_services", adopted, "restarted_services", restarted)
+	// Services an update removed from the job run on (updates never stop
+	// running services) until they exit; they are waited on so that their
+	// exit is let go (onExit) and stopped when the instance stops.
+	for name, st := range mine {
+		if st.Running && rec.service(name) == nil {
+			in.adoptRunning(name, st, now)
+			adopted++
+		}
+	}
+	in.log.Info("instance adopted", "token", rec.token(), "adopted_services", adopted, "restarted_services", restarted,
+		"restarts_pending", pending)
 	in.publish()
+}
+
+// adoptRunning takes over a service that runs: it is waited on again, not
+// restarted.
+func (in *instance) adoptRunning(name string, st runtime.ServiceStatus, now time.Time) {
+	in.gen++
+	in.svcs[name] = &service{gen: in.gen, running: true, startedAt: now}
+	in.ports[name] = &managerv1.ResolvedPortMappings{Mappings: st.Ports}
+	in.watch(name, in.gen)
 }
 
 func (in *instance) failAdopt(err error) {

@@ -216,7 +216,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.initTLS(); err != nil {
 		return err
 	}
-	recs, err := a.records.loadAll()
+	recs, unreadable, err := a.records.loadAll()
 	if err != nil {
 		return fmt.Errorf("worker: instance records: %w", err)
 	}
@@ -273,7 +273,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.sup = newSupervisor(a, runCtx, rt)
 	defer a.wg.Wait()
-	if err := a.sup.adopt(runCtx, recs); err != nil {
+	if err := a.sup.adopt(runCtx, recs, unreadable); err != nil {
 		cancel(nil)
 		return fmt.Errorf("worker: adopt instances: %w", err)
 	}

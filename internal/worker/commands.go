@@ -51,6 +51,12 @@ func (in *instance) start(cmd *managerv1.StartInstance) *cmdError {
 		return refuse(connect.CodeInternal, "%v", err)
 	}
 	in.rec = rec
+	if in.unowned != nil {
+		// The services of an unreadable record: the start settles them
+		// (Prepare keeps those of the same token, replaces older ones).
+		in.log.Info("the Manager's start takes over the services of an unreadable record", "token", token)
+		in.unowned = nil
+	}
 	in.sup.noteToken(in.key, token)
 	in.resetRun()
 	in.phase = managerv1.InstancePhase_INSTANCE_PHASE_PROVISIONED
@@ -146,9 +152,23 @@ func (in *instance) startPrepared(cmd *managerv1.StartPreparedInstance) *cmdErro
 
 // stopCommand stops the instance. A held token newer than the stop's means
 // the instance it names is not here: nothing to do. An unknown key is
-// reported STOPPED so that the Manager can close its books.
+// reported STOPPED so that the Manager can close its books; services of the
+// key kept for an unreadable record (unowned) are stopped and removed first,
+// unless they carry a newer token than the stop's.
 func (in *instance) stopCommand(cmd *managerv1.StopInstance) *cmdError {
 	if in.rec == nil {
+		if in.unowned != nil && !unownedNewer(in.unowned, cmd.GetFencingToken()) {
+			grace := time.Duration(cmd.GetGraceMs()) * time.Millisecond
+			if grace <= 0 {
+				grace = DefaultStopGrace
+			}
+			in.log.Info("stopping the services of an unreadable record, as the Manager asks", "reason", cmd.GetReason())
+			in.removeServices(in.unowned, grace)
+			if in.ctx().Err() != nil {
+				return errShuttingDown
+			}
+			in.unowned = nil
+		}
 		in.sup.a.sendReport(&managerv1.InstanceReport{
 			JobId:            in.key.JobID,
 			Role:             in.key.Role,
@@ -201,6 +221,20 @@ func (in *instance) update(cmd *managerv1.UpdateInstance) *cmdError {
 	in.log.Info("job spec updated", "job_hash", cmd.GetJob().GetCurrentHash())
 	in.publish()
 	return nil
+}
+
+// unownedNewer reports whether any of sts carries a newer token than a
+// stop's (0: a stop of whatever runs).
+func unownedNewer(sts []runtime.ServiceStatus, token uint64) bool {
+	if token == 0 {
+		return false
+	}
+	for _, st := range sts {
+		if st.Token > token {
+			return true
+		}
+	}
+	return false
 }
 
 func phaseName(p managerv1.InstancePhase) string { return p.String() }

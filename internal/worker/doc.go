@@ -10,19 +10,26 @@
 // them) and a new Agent over the same DataDir adopts them. Run returns
 // ErrTerminated or ErrDeregistered, after stopping every instance, when the
 // Manager terminates the node (a Terminate command) or has deregistered it
-// (a registration with the node secret is refused). Every goroutine an Agent
+// (the Manager keeps refusing the node secret; see Registration). Every
+// goroutine an Agent
 // starts has ended when Run returns. Several Agents may run in one process.
 //
 // # Registration
 //
 // DataDir/identity.json holds {nodeId, nodeSecret, managerUrl} (0600, written
 // atomically). Without it the Agent registers (ClusterMemberRegister) with
-// Config.Token; a refusal (UNAUTHENTICATED) is fatal: ErrTokenRefused. With it
-// the Agent registers with the node secret; a refusal means the slot was
-// deregistered. Network errors and other refusals are retried with a jittered
-// backoff (250 ms doubling to RegisterRetry). While no Control stream has been
-// up for ReregisterAfter the Agent registers again, with backoff, so a
-// restarted Manager learns where to dial.
+// Config.Token; a refusal (an UNAUTHENTICATED gRPC status) is fatal:
+// ErrTokenRefused. With it the Agent registers with the node secret. The
+// slot counts as deregistered (every instance is stopped, the identity
+// deleted) only when the Manager itself refuses the secret — an
+// UNAUTHENTICATED gRPC status saying the node secret is not known — at least
+// 3 times over at least ReregisterAfter, with no success between. A bare HTTP
+// 401 (a proxy, an ingress, another service on the port) is never taken for
+// a refusal, of a token or a secret. Network errors and other refusals are
+// retried with a jittered backoff (250 ms doubling to RegisterRetry), and
+// instances keep running meanwhile. While no Control stream has been up for
+// ReregisterAfter the Agent registers again, with backoff, so a restarted
+// Manager learns where to dial.
 //
 // # Instances
 //
@@ -60,7 +67,12 @@
 // Otherwise the instance has failed: its other services are stopped and it is
 // reported STOPPING (JOB_FAILED, with the exit code and the service's last
 // output) and STOPPED. Updated specs are kept for later re-creation; running
-// services are never recreated implicitly.
+// services are never recreated implicitly. A service an update removed from
+// the job keeps running until it exits; its exit is then not a failure and it
+// is not restarted; when the instance stops, such services are stopped first.
+// A restart is booked (counted against the budget) once per exit, when the
+// exit is seen; the record keeps when it is due, so that a worker restart
+// during the backoff finishes that restart instead of booking it again.
 //
 // # Adoption
 //
@@ -68,7 +80,12 @@
 // services are adopted (waited on again, never restarted); services that
 // exited while the worker was down get their restart policy applied at once;
 // an instance whose stop was in progress is stopped; runtime services no
-// record names belong to nobody and are stopped and removed.
+// record names belong to nobody and are stopped and removed. A record that
+// cannot be read (damaged, or written by a newer worker) never costs a live
+// channel: the services of its key are left running untouched, and are not
+// reported, until the Manager starts (re-adopting them under the same token)
+// or stops the instance or the node. When an unreadable record's file name
+// matches no runtime key, no orphans are removed at all.
 //
 // This package imports nothing of the Manager's side.
 package worker

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -56,6 +57,13 @@ type (
 	// orphanEvent: the runtime holds services of the key that no record
 	// names.
 	orphanEvent struct{ statuses []runtime.ServiceStatus }
+	// unownedEvent: the runtime holds services of the key whose record
+	// could not be read (unmatched: or that may belong to an unreadable
+	// record whose file name matches no key).
+	unownedEvent struct {
+		statuses  []runtime.ServiceStatus
+		unmatched bool
+	}
 )
 
 // instance is one (job, role) and its actor. The fields below mu are owned
@@ -79,6 +87,12 @@ type instance struct {
 	gen       uint64
 	runCtx    context.Context // waiters and restart timers of this binding
 	runCancel context.CancelFunc
+
+	// unowned are services the runtime holds for the key, with rec nil,
+	// that an unreadable record may describe: they are left running,
+	// untouched and unreported, until a start (which takes them over) or
+	// a stop of the key, or the node's termination.
+	unowned []runtime.ServiceStatus
 }
 
 // service is a service the actor started or adopted.
@@ -147,7 +161,7 @@ func (in *instance) run() {
 			return
 		}
 		in.handle(ev)
-		if in.rec == nil && in.sup.retire(in) {
+		if in.rec == nil && in.unowned == nil && in.sup.retire(in) {
 			return
 		}
 	}
@@ -175,6 +189,11 @@ func (in *instance) handle(ev event) {
 		if in.rec != nil && !in.rec.Stopped {
 			in.shutdown(ev.reason, ev.additional, DefaultStopGrace, true)
 		}
+		if in.rec == nil && in.unowned != nil {
+			in.log.Info("stopping the services of an unreadable record: the node is leaving")
+			in.removeServices(in.unowned, DefaultStopGrace)
+			in.unowned = nil
+		}
 		close(ev.done)
 	case exitEvent:
 		in.onExit(ev)
@@ -186,6 +205,8 @@ func (in *instance) handle(ev event) {
 		in.adopt(ev.rec, ev.statuses)
 	case orphanEvent:
 		in.removeOrphan(ev.statuses)
+	case unownedEvent:
+		in.keepUnowned(ev.statuses, ev.unmatched)
 	}
 }
 
@@ -351,7 +372,8 @@ func (in *instance) drainExits() {
 // shutdown stops the instance: the record says so first (a successor
 // finishes the stop), then STOPPING is reported, the services are stopped
 // in reverse dependsOn order with grace, the instance is removed from the
-// runtime and STOPPED is reported. With tombstone the record is kept, as a
+// runtime and STOPPED is reported (services an update removed from the job
+// that still run are stopped first; see shutdownOrder). With tombstone the record is kept, as a
 // tombstone, until the STOPPED report is delivered; without, the STOPPED
 // report is sent once and the caller replaces the record.
 func (in *instance) shutdown(reason managerv1.StoppingReason, addl string, grace time.Duration, tombstone bool) {
@@ -370,7 +392,7 @@ func (in *instance) shutdown(reason managerv1.StoppingReason, addl string, grace
 	in.endRun()
 	in.log.Info("stopping instance", "token", rec.token(), "reason", reason, "additional_reason", addl, "grace", grace)
 
-	for _, name := range stopOrder(rec.job()) {
+	for _, name := range in.shutdownOrder() {
 		if err := in.sup.rt.StopService(ctx, in.key, name, grace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			if ctx.Err() != nil {
 				return // Run ended: the successor finishes the stop
@@ -401,23 +423,67 @@ func (in *instance) shutdown(reason managerv1.StoppingReason, addl string, grace
 	in.publish()
 }
 
+// shutdownOrder is the order shutdown stops services in: first the services
+// an update removed from the job that still run (nothing in the job depends
+// on them any more), then the job's services, dependents first.
+func (in *instance) shutdownOrder() []string {
+	var removed []string
+	for name := range in.svcs {
+		if in.rec.service(name) == nil {
+			removed = append(removed, name)
+		}
+	}
+	slices.Sort(removed)
+	return append(removed, stopOrder(in.rec.job())...)
+}
+
 // removeOrphan stops and removes services no record names: they belong to
 // nobody.
 func (in *instance) removeOrphan(sts []runtime.ServiceStatus) {
 	if in.rec != nil {
 		return // a command made it ours meanwhile
 	}
-	ctx := in.ctx()
 	in.log.Warn("stopping and removing services that no instance record names", "services", len(sts))
+	in.removeServices(sts, DefaultStopGrace)
+}
+
+// keepUnowned keeps the services of a key whose record could not be read:
+// a record the worker cannot parse says nothing about whether its instance
+// should run, so they are left running, untouched and unreported. The
+// Manager's next start of the key takes them over (the runtime keeps
+// services of the same token as they are) and a stop removes them.
+func (in *instance) keepUnowned(sts []runtime.ServiceStatus, unmatched bool) {
+	if in.rec != nil {
+		return // a command made it ours meanwhile
+	}
+	in.unowned = sts
+	names := make([]string, 0, len(sts))
+	var token uint64
+	for _, st := range sts {
+		names = append(names, st.Service)
+		token = max(token, st.Token)
+	}
+	why := "its instance record cannot be read"
+	if unmatched {
+		why = "no readable record names them, and an unreadable record may"
+	}
+	in.log.Error("leaving services running untouched: "+why+"; a start or stop of the instance from the Manager settles them",
+		"services", names, "token", token, "record", in.sup.records.path(in.key))
+}
+
+// removeServices stops the running services among sts, with grace, and
+// removes the key's instance from the runtime.
+func (in *instance) removeServices(sts []runtime.ServiceStatus, grace time.Duration) {
+	ctx := in.ctx()
 	for _, st := range sts {
 		if !st.Running {
 			continue
 		}
-		if err := in.sup.rt.StopService(ctx, in.key, st.Service, DefaultStopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			in.log.Warn("cannot stop an orphaned service", "service", st.Service, "err", err)
+		if err := in.sup.rt.StopService(ctx, in.key, st.Service, grace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			in.log.Warn("cannot stop a service", "service", st.Service, "err", err)
 		}
 	}
 	if err := in.sup.rt.Remove(ctx, in.key); err != nil && ctx.Err() == nil {
-		in.log.Error("cannot remove orphaned services", "err", err)
+		in.log.Error("cannot remove the instance from the runtime", "err", err)
 	}
 }

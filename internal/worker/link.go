@@ -42,9 +42,10 @@ func (a *Agent) linkSnapshot() linkState {
 // the registration call. With registerNow it first registers with the node
 // secret (the address may have changed since the last run). Then, whenever
 // no Control stream has been up for ReregisterAfter, it registers again, and
-// keeps doing so, at a growing interval, while none comes up. A refused
-// secret means the slot was deregistered: the worker stops everything and
-// Run returns ErrDeregistered.
+// keeps doing so, at a growing interval, while none comes up. A secret the
+// Manager has refused again and again (registerUntil confirms it) means the
+// slot was deregistered: the worker stops everything and Run returns
+// ErrDeregistered.
 func (a *Agent) runLink(ctx context.Context, registerNow bool) {
 	interval := a.cfg.ReregisterAfter
 	maxInterval := max(maxReregisterInterval, a.cfg.ReregisterAfter)
@@ -93,7 +94,8 @@ func (a *Agent) runLink(ctx context.Context, registerNow bool) {
 }
 
 // reregister registers with the node secret until it succeeds. It returns
-// false when the link must end: ctx ended, the slot was deregistered, or
+// false when the link must end: ctx ended, the slot was deregistered (the
+// Manager refused the secret, confirmed over repeated attempts), or
 // (reconnect) the node was terminated while the stream was down — then the
 // node is being shut down.
 func (a *Agent) reregister(ctx context.Context, reconnect bool) bool {
@@ -105,7 +107,7 @@ func (a *Agent) reregister(ctx context.Context, reconnect bool) bool {
 	var terminated *errNodeTerminated
 	switch {
 	case errors.As(err, &refused):
-		a.logger().Warn("the Manager refused the node secret: the node was deregistered; stopping every instance", "err", err)
+		a.logger().Warn("the Manager keeps refusing the node secret: the node was deregistered; stopping every instance", "err", err)
 		a.shutdownNode(nil, 0, "node deregistered", true)
 		return false
 	case errors.As(err, &terminated):

@@ -55,6 +55,11 @@ type record struct {
 	// window); BackoffMs is each service's last backoff.
 	RestartTimes map[string][]time.Time `json:"restartTimes,omitempty"`
 	BackoffMs    map[string]int64       `json:"backoffMs,omitempty"`
+	// RestartDue holds, per service, when the restart its last exit booked
+	// is due: that exit is already counted (RestartTimes, BackoffMs) and
+	// the service has not been started again. A successor worker finishes
+	// the restart instead of booking the same exit a second time.
+	RestartDue map[string]time.Time `json:"restartDue,omitempty"`
 	// Stopped marks a tombstone: the instance has stopped and its STOPPED
 	// report (Reason, AdditionalReason, ExitCodes) has not been delivered.
 	Stopped          bool             `json:"stopped,omitempty"`
@@ -160,22 +165,26 @@ func (s *recordStore) deleteAll() error {
 	return errors.Join(errs...)
 }
 
-// loadAll reads every record. Unreadable files are logged and skipped.
-func (s *recordStore) loadAll() (map[runtime.Key]*record, error) {
+// loadAll reads every record. A file it cannot read (damaged, or written by
+// a newer worker) is logged, left in place and returned in unreadable (its
+// path): the instance it describes may still run, and must not be taken for
+// an orphan (supervisor.adopt).
+func (s *recordStore) loadAll() (recs map[runtime.Key]*record, unreadable []string, err error) {
 	paths, err := filepath.Glob(filepath.Join(s.dir, "*.json"))
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("list instance records: %w", err)
 	}
-	out := map[runtime.Key]*record{}
+	recs = map[runtime.Key]*record{}
 	for _, p := range paths {
 		rec, err := loadRecord(p)
 		if err != nil {
-			s.log.Error("skipping an unreadable instance record", "path", p, "err", err)
+			s.log.Error("cannot read an instance record; leaving it and its instance alone", "path", p, "err", err)
+			unreadable = append(unreadable, p)
 			continue
 		}
-		out[rec.key()] = rec
+		recs[rec.key()] = rec
 	}
-	return out, nil
+	return recs, unreadable, nil
 }
 
 func loadRecord(path string) (*record, error) {

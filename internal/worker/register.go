@@ -23,12 +23,34 @@ const registerCallTimeout = 10 * time.Second
 // firstRetry is the first wait of the registration backoff.
 const firstRetry = 250 * time.Millisecond
 
-// errRefused wraps an UNAUTHENTICATED answer to a registration: the token is
-// unknown or used, or the secret's slot was deregistered.
+// secretRefusalMark is in the message of the Manager's refusal of an unknown
+// node secret ("node secret is not known (its slot may have been
+// deregistered)", internal/manager/authz.go). An UNAUTHENTICATED status
+// without it (another gRPC service's authentication, a gRPC-aware proxy)
+// does not say that this node's slot is gone.
+const secretRefusalMark = "node secret"
+
+// refusalConfirmations is how many refusals of the node secret, spanning at
+// least ReregisterAfter, confirm that the node's slot was deregistered. A
+// single refusal may come from a Manager member that has not caught up, or
+// from a member answering while the cluster changes; wiping the node on it
+// would take every live channel down.
+const refusalConfirmations = 3
+
+// errRefused wraps an UNAUTHENTICATED answer to a registration that the
+// server sent as a gRPC status (a bare HTTP 401 is never one): the token is
+// unknown or used, or the secret is not known.
 type errRefused struct{ err error }
 
 func (e *errRefused) Error() string { return "registration refused: " + e.err.Error() }
 func (e *errRefused) Unwrap() error { return e.err }
+
+// secretUnknown reports whether the refusal is the Manager's own word that
+// it does not know the node secret.
+func (e *errRefused) secretUnknown() bool {
+	var ce *connect.Error
+	return errors.As(e.err, &ce) && strings.Contains(ce.Message(), secretRefusalMark)
+}
 
 // errNodeTerminated is a FAILED_PRECONDITION answer to a reconnecting
 // worker's registration: its node was terminated while it was away.
@@ -108,8 +130,14 @@ func (r *registrar) rotate() {
 	r.mu.Unlock()
 }
 
-// register makes one ClusterMemberRegister call. An UNAUTHENTICATED answer is
-// an *errRefused.
+// register makes one ClusterMemberRegister call. An UNAUTHENTICATED status
+// the server answered with is an *errRefused, a FAILED_PRECONDITION one to a
+// reconnect an *errNodeTerminated. Only a status the server sent counts: the
+// client maps a bare HTTP status to a code as well (401 to UNAUTHENTICATED),
+// and anything at the URL may answer one (an authenticating proxy or
+// ingress, another service on the port); such an answer is an ordinary
+// failure, retried. Every failure moves on to the next known Manager URL, so
+// that a member that does not know the credential is not the only one asked.
 func (r *registrar) register(ctx context.Context, req *managerv1.ClusterMemberRegisterRequest) (*managerv1.ClusterMemberRegisterResponse, error) {
 	c, u := r.client()
 	ctx, cancel := context.WithTimeout(ctx, registerCallTimeout)
@@ -124,16 +152,19 @@ func (r *registrar) register(ctx context.Context, req *managerv1.ClusterMemberRe
 	creq.Header().Set("Authorization", "Bearer "+cred)
 	resp, err := c.ClusterMemberRegister(ctx, creq)
 	if err != nil {
-		switch connect.CodeOf(err) {
-		case connect.CodeUnauthenticated:
-			return nil, &errRefused{err}
-		case connect.CodeFailedPrecondition:
-			if req.GetReconnect() {
-				return nil, &errNodeTerminated{err}
+		r.rotate()
+		err = fmt.Errorf("register with %s: %w", u, err)
+		if connect.IsWireError(err) {
+			switch connect.CodeOf(err) {
+			case connect.CodeUnauthenticated:
+				return nil, &errRefused{err}
+			case connect.CodeFailedPrecondition:
+				if req.GetReconnect() {
+					return nil, &errNodeTerminated{err}
+				}
 			}
 		}
-		r.rotate()
-		return nil, fmt.Errorf("register with %s: %w", u, err)
+		return nil, err
 	}
 	return resp.Msg, nil
 }
@@ -172,8 +203,18 @@ func (b *backoff) reset() { b.n = 0 }
 
 // registerUntil registers, retrying with backoff until an answer comes, the
 // registration is refused (*errRefused) or ctx ends (ctx.Err()).
+//
+// A refused token is returned at once: nothing is lost by it. A refused node
+// secret is returned only once the Manager has refused it, saying that it
+// does not know it, at least refusalConfirmations times over at least
+// ReregisterAfter (on the agent's clock) with no success between, because
+// the caller then wipes the node. Until then, and for an UNAUTHENTICATED
+// status that is not the Manager's refusal of the secret, the worker keeps
+// retrying and its instances keep running.
 func (a *Agent) registerUntil(ctx context.Context, req *managerv1.ClusterMemberRegisterRequest) (*managerv1.ClusterMemberRegisterResponse, error) {
 	bo := backoff{min: min(firstRetry, a.cfg.RegisterRetry), max: a.cfg.RegisterRetry}
+	var refusals int
+	var firstRefusal time.Time
 	for {
 		resp, err := a.reg.register(ctx, req)
 		if err == nil {
@@ -182,14 +223,31 @@ func (a *Agent) registerUntil(ctx context.Context, req *managerv1.ClusterMemberR
 		}
 		var refused *errRefused
 		var terminated *errNodeTerminated
-		if errors.As(err, &refused) || errors.As(err, &terminated) {
+		msg := "registration failed; retrying"
+		switch {
+		case errors.As(err, &terminated):
 			return nil, err
+		case errors.As(err, &refused) && req.GetToken() != "":
+			return nil, err
+		case errors.As(err, &refused) && refused.secretUnknown():
+			now := a.clock.Now()
+			if refusals == 0 {
+				firstRefusal = now
+			}
+			refusals++
+			if refusals >= refusalConfirmations && now.Sub(firstRefusal) >= a.cfg.ReregisterAfter {
+				return nil, err
+			}
+			msg = fmt.Sprintf("the Manager refused the node secret (%d times since %s); asking again before taking the node for deregistered, instances keep running",
+				refusals, firstRefusal.Format(time.RFC3339))
+		case errors.As(err, &refused):
+			msg = "the node secret was refused, but not in the Manager's words that its slot is gone; retrying, instances keep running"
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		d := bo.next()
-		a.logger().Warn("registration failed; retrying", "err", err, "retry_in", d)
+		a.logger().Warn(msg, "err", err, "retry_in", d)
 		if !a.sleep(ctx, d) {
 			return nil, ctx.Err()
 		}

@@ -81,7 +81,8 @@ func (in *instance) restartDecision(name string, code int, ranFor time.Duration,
 }
 
 // onExit handles a service that exited while its instance runs: restart it
-// after its backoff, or fail the instance.
+// after its backoff, or fail the instance. A service that an update removed
+// from the job is neither: it is let go.
 func (in *instance) onExit(ev exitEvent) {
 	if in.rec == nil || in.rec.Stopped || in.phase != managerv1.InstancePhase_INSTANCE_PHASE_RUNNING {
 		return
@@ -97,6 +98,15 @@ func (in *instance) onExit(ev exitEvent) {
 		in.log.Warn("lost track of a service", "service", ev.service, "err", ev.err)
 		code = -1
 	}
+	if in.rec.service(ev.service) == nil {
+		// An update removed it from the job; it ran on because updates
+		// never stop running services. Its end is expected, not a failure,
+		// and the job no longer has it to restart.
+		in.log.Info("a service an update removed from the job exited; not restarting it", "service", ev.service, "exit_code", code)
+		delete(in.svcs, ev.service)
+		in.publish()
+		return
+	}
 	in.exitCodes[ev.service] = int32(code)
 	now := in.sup.clock.Now()
 	restart, delay, why := in.restartDecision(ev.service, code, now.Sub(svc.startedAt), now)
@@ -105,11 +115,28 @@ func (in *instance) onExit(ev exitEvent) {
 		in.failOnExit(ev.service, code)
 		return
 	}
+	in.bookRestart(ev.service, now.Add(delay))
 	if err := in.save(in.rec); err != nil {
 		in.log.Error("cannot record a restart", "err", err)
 	}
 	in.log.Info("service exited; restarting it after a backoff", "service", ev.service, "exit_code", code, "backoff", delay)
 	in.scheduleRestart(ev.service, svc.gen, delay)
+}
+
+// bookRestart notes in the record (the caller saves it) that a restart of
+// the service, already counted by restartDecision, is due at due.
+func (in *instance) bookRestart(name string, due time.Time) {
+	if in.rec.RestartDue == nil {
+		in.rec.RestartDue = map[string]time.Time{}
+	}
+	in.rec.RestartDue[name] = due
+}
+
+// restarted notes in the record (the caller saves it) that the booked
+// restart of the service has happened.
+func (in *instance) restarted(name string) {
+	in.rec.Restarts++
+	delete(in.rec.RestartDue, name)
 }
 
 // scheduleRestart tells the actor when a service's backoff has passed. The
@@ -136,10 +163,19 @@ func (in *instance) onRestartDue(ev restartEvent) {
 	if svc == nil || svc.gen != ev.gen || svc.running {
 		return
 	}
-	in.rec.Restarts++
-	if err := in.save(in.rec); err != nil {
-		in.log.Error("cannot record a restart", "err", err)
+	if in.rec.service(ev.service) == nil {
+		// An update removed it from the job during the backoff.
+		in.log.Info("not restarting a service an update removed from the job", "service", ev.service)
+		delete(in.svcs, ev.service)
+		delete(in.rec.RestartDue, ev.service)
+		if err := in.save(in.rec); err != nil {
+			in.log.Error("cannot record a dropped restart", "err", err)
+		}
+		return
 	}
+	// Started before the restart is noted: a worker that stops in between
+	// leaves the service running with its restart still due, which adoption
+	// notes then (adopt).
 	if err := in.startService(ev.service); err != nil {
 		if in.ctx().Err() != nil {
 			return
@@ -147,6 +183,10 @@ func (in *instance) onRestartDue(ev restartEvent) {
 		in.shutdown(managerv1.StoppingReason_STOPPING_REASON_JOB_FAILED,
 			fmt.Sprintf("service %s could not be restarted: %v", ev.service, err), DefaultStopGrace, true)
 		return
+	}
+	in.restarted(ev.service)
+	if err := in.save(in.rec); err != nil {
+		in.log.Error("cannot record a restart", "err", err)
 	}
 	in.publish()
 }

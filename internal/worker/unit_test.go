@@ -220,9 +220,9 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err := s.save(other, time.Unix(10, 0)); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := s.loadAll()
-	if err != nil || len(recs) != 2 {
-		t.Fatalf("%v %v", recs, err)
+	recs, unreadable, err := s.loadAll()
+	if err != nil || len(recs) != 2 || len(unreadable) != 0 {
+		t.Fatalf("%v %v %v", recs, unreadable, err)
 	}
 	got := recs[runtime.Key{JobID: "a_b", Role: "c"}]
 	if got.token() != 9 || got.Desired != desiredPrepared || got.start.GetMigrationId() != "m" ||
@@ -233,7 +233,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err := s.delete(got.key()); err != nil {
 		t.Fatal(err)
 	}
-	if recs, _ := s.loadAll(); len(recs) != 1 {
+	if recs, _, _ := s.loadAll(); len(recs) != 1 {
 		t.Fatalf("after delete: %v", recs)
 	}
 }

@@ -147,6 +147,9 @@ func TestDeregisteredSecretStopsEverything(t *testing.T) {
 	e.mgr.Deregister(e.nodeID)
 	cfg := e.config()
 	cfg.Token = ""
+	// The refusal is believed once repeated over ReregisterAfter.
+	cfg.ReregisterAfter = time.Second
+	cfg.RegisterRetry = 500 * time.Millisecond
 	b := e.runNoWait(cfg)
 	if err := b.result(t); !errors.Is(err, worker.ErrDeregistered) {
 		t.Fatalf("Run: %v, want ErrDeregistered", err)

@@ -42,6 +42,7 @@ type Manager struct {
 	tokens      map[string]string // unused token → node id
 	nodes       map[string]*Node
 	regs        []Registration
+	refused     int
 	unavailable bool
 }
 
@@ -97,6 +98,22 @@ func (m *Manager) Deregister(nodeID string) {
 	defer m.mu.Unlock()
 	if n := m.nodes[nodeID]; n != nil {
 		n.Deregistered = true
+	}
+}
+
+// Refused is how many registrations with a node secret were refused.
+func (m *Manager) Refused() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.refused
+}
+
+// Reinstate undoes Deregister: the node's secret is accepted again.
+func (m *Manager) Reinstate(nodeID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := m.nodes[nodeID]; n != nil {
+		n.Deregistered = false
 	}
 }
 
@@ -157,7 +174,8 @@ func (h managerHandler) ClusterMemberRegister(_ context.Context, req *connect.Re
 			}
 		}
 		if n == nil {
-			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("node secret unknown or its slot deregistered"))
+			m.refused++
+			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("node secret is not known (its slot may have been deregistered)"))
 		}
 	default:
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a registration needs a token or a node secret"))
