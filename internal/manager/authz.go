@@ -169,6 +169,10 @@ type authorizer struct {
 	limiters map[string]*rate.Limiter
 }
 
+// errUpToDate: this member has nothing to catch up with (it is the primary,
+// or standalone): its answer stands.
+var errUpToDate = errors.New("this member is up to date")
+
 // catchUpTimeout bounds how long an unknown credential waits for this
 // member to catch up with the primary before it is refused.
 const catchUpTimeout = 2 * time.Second
@@ -250,10 +254,14 @@ func (a *authorizer) authorize(ctx context.Context, procedure, header string) (c
 	}
 	id, err := a.authenticate(header)
 	if err != nil && a.catchUp != nil && !strings.Contains(header, clusterSecretPrefix) {
-		// Refuse only what this member refuses once caught up.
+		// Refuse only what this member refuses once caught up; a member
+		// that cannot catch up cannot tell.
 		cctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
-		if a.catchUp(cctx) == nil {
+		switch cerr := a.catchUp(cctx); {
+		case cerr == nil:
 			id, err = a.authenticate(header)
+		case !errors.Is(cerr, errUpToDate):
+			err = apierr.Unavailablef("this member cannot check the credential: it is not caught up with the primary (%v); retry, or call another member", cerr)
 		}
 		cancel()
 	}

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
@@ -76,24 +77,36 @@ func (s *Server) apply(ctx context.Context, cmd *storev1.Command) (state.Result,
 }
 
 // applyAsPrimary proposes a command on this member as the primary, once
-// its term is confirmed (memberState.primaryReady; a standalone member
-// needs no confirmation).
+// its term is confirmed.
 func (s *Server) applyAsPrimary(ctx context.Context, st *store.Store, cmd *storev1.Command) (state.Result, error) {
-	if s.cfg.clustered() && !s.member.primaryReady.Load() {
-		wait, cancel := context.WithTimeout(ctx, leaderWait)
-		defer cancel()
-		for !s.member.primaryReady.Load() {
-			if !st.IsLeader() {
-				return state.Result{}, apierr.Unavailablef("this member stopped being the primary before it could commit the write; retry")
-			}
-			select {
-			case <-wait.Done():
-				return state.Result{}, apierr.Unavailablef("the primary is still taking over; retry")
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
+	if err := s.awaitPrimaryReady(ctx, st); err != nil {
+		return state.Result{}, err
 	}
 	return st.Apply(ctx, cmd)
+}
+
+// awaitPrimaryReady waits (up to leaderWait) until this member, the
+// primary, has confirmed its term (memberState.primaryReady: its first
+// entry committed, so its commit index covers every write an earlier
+// primary acknowledged, and no newer generation exists). A standalone
+// member needs no confirmation.
+func (s *Server) awaitPrimaryReady(ctx context.Context, st *store.Store) error {
+	if !s.cfg.clustered() || s.member.primaryReady.Load() {
+		return nil
+	}
+	wait, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	for !s.member.primaryReady.Load() {
+		if !st.IsLeader() {
+			return apierr.Unavailablef("this member stopped being the primary before it could confirm its term; retry")
+		}
+		select {
+		case <-wait.Done():
+			return apierr.Unavailablef("the primary is still taking over; retry")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // forwardOnce sends one command to the primary this member knows of.
@@ -112,8 +125,9 @@ func (s *Server) forwardOnce(ctx context.Context, st *store.Store, data []byte) 
 		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
 			return state.Result{}, errNotPrimary
 		}
-		if connect.CodeOf(err) == connect.CodeUnavailable && isDialErr(err) {
-			// The request never reached it: nothing was written.
+		if isDialErr(err) {
+			// The request never reached it (refused, or the dial timed
+			// out): nothing was written.
 			return state.Result{}, errNotPrimary
 		}
 		return state.Result{}, apierr.Unavailablef("forwarding the write to the primary %s failed (%v); it may or may not have been applied", leader, err)
@@ -128,12 +142,37 @@ func (s *Server) forwardOnce(ctx context.Context, st *store.Store, data []byte) 
 		if err != nil {
 			return res, fmt.Errorf("decode the primary's answer: %w", err)
 		}
-		res.Value = val
+		res.Value = fromForwarded(val)
 	}
 	if err := st.WaitApplied(ctx, res.Index); err != nil {
 		return res, err
 	}
 	return res, nil
+}
+
+// forwardedValue is a command's answer in a form Forward can carry: a
+// protobuf message as it is, a count or an index wrapped.
+func forwardedValue(v any) (proto.Message, bool) {
+	switch v := v.(type) {
+	case proto.Message:
+		return v, true
+	case uint64:
+		return wrapperspb.UInt64(v), true
+	case int:
+		return wrapperspb.Int64(int64(v)), true
+	}
+	return nil, false
+}
+
+// fromForwarded undoes forwardedValue.
+func fromForwarded(m proto.Message) any {
+	switch m := m.(type) {
+	case *wrapperspb.UInt64Value:
+		return m.GetValue()
+	case *wrapperspb.Int64Value:
+		return int(m.GetValue())
+	}
+	return m
 }
 
 // isDialErr reports whether err is a failure to connect (the request was
@@ -222,6 +261,9 @@ func (s *Server) linearize(ctx context.Context) error {
 	}
 	var index uint64
 	if st.IsLeader() {
+		if err := s.awaitPrimaryReady(ctx, st); err != nil {
+			return err
+		}
 		if err := st.VerifyLeader(); err != nil {
 			return err
 		}
@@ -309,9 +351,13 @@ func (h *membersHandler) Forward(ctx context.Context, req *connect.Request[manag
 		return connect.NewResponse(out), nil
 	}
 	if res.Value != nil {
-		m, ok := res.Value.(proto.Message)
+		// The write is applied: whatever happens now, say so with its
+		// index, never as a call error the follower would report as
+		// "maybe applied".
+		m, ok := forwardedValue(res.Value)
 		if !ok {
-			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("the answer to this command (%T) cannot be forwarded", res.Value))
+			h.s.log.Error("a forwarded command's answer has no wire form; the follower gets the index only", "type", fmt.Sprintf("%T", res.Value))
+			return connect.NewResponse(out), nil
 		}
 		v, err := anypb.New(m)
 		if err != nil {
@@ -330,6 +376,9 @@ func (h *membersHandler) ReadIndex(ctx context.Context, req *connect.Request[man
 			return nil, connect.NewError(connect.CodeFailedPrecondition, errNotPrimary)
 		}
 		return nil, notPrimary(st)
+	}
+	if err := h.s.awaitPrimaryReady(ctx, st); err != nil {
+		return nil, toConnect(err)
 	}
 	if err := st.VerifyLeader(); err != nil {
 		return nil, notPrimary(st)

@@ -328,8 +328,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.authz.catchUp = func(ctx context.Context) error {
-		if st := s.st(); st == nil || st.IsLeader() {
-			return errors.New("nothing to catch up with")
+		st := s.st()
+		if st == nil {
+			return errors.New("the store is being replaced (a recovery)")
+		}
+		if st.IsLeader() {
+			return errUpToDate
 		}
 		return s.linearize(ctx)
 	}

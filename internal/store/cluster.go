@@ -74,17 +74,49 @@ func (s *Store) VerifyLeader() error {
 
 // WaitApplied waits until this member's state has applied index (a follower
 // catching up with a write it forwarded, or a linearizable read).
+//
+// Raft's own applied index is not enough: it counts an entry applied once
+// it is handed to the FSM goroutine, before the state has changed. The
+// state's index is exact but only moves on commands (barriers, no-ops and
+// configuration changes never reach the FSM), so it cannot reach an index
+// that names one of those: then the wait is for the last command at or
+// before index.
 func (s *Store) WaitApplied(ctx context.Context, index uint64) error {
-	for s.State().Snapshot().Index() < index && s.raft.AppliedIndex() < index {
+	target := index
+	for {
+		si := s.State().Snapshot().Index()
+		if si >= target {
+			return nil
+		}
+		if target == index && s.raft.AppliedIndex() >= index {
+			target = s.lastCommandAtOrBefore(index, si)
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return apierr.New(apierr.DeadlineExceeded, "this member had not applied index %d in time", index)
 		case <-s.closedCh:
 			return apierr.Unavailablef("the store closed")
-		case <-time.After(2 * time.Millisecond):
+		case <-time.After(time.Millisecond):
 		}
 	}
-	return nil
+}
+
+// lastCommandAtOrBefore is the index of the last command entry in
+// (floor, index], or floor when there is none. Called once raft has handed
+// every entry up to index to the FSM; an entry no longer in the log is
+// taken as applied (a snapshot holds it).
+func (s *Store) lastCommandAtOrBefore(index, floor uint64) uint64 {
+	for i := index; i > floor; i-- {
+		var l raft.Log
+		if err := s.wal.GetLog(i, &l); err != nil {
+			return floor
+		}
+		if l.Type == raft.LogCommand {
+			return i
+		}
+	}
+	return floor
 }
 
 // AddVoter adds (or re-addresses) a voting member. Primary only.
