@@ -38,6 +38,9 @@ func newWorkerCommand(g *globals) *cobra.Command {
 		Use:   "worker",
 		Short: "Run this machine as a worker node",
 		Long: `Run this machine as a worker node of the Manager at --manager-url.
+In a Manager cluster --manager-url may name several members, comma-separated
+(https://mgr-1:6790,https://mgr-2:6790): the worker registers with whichever
+answers, and remembers every member the primary names for later starts.
 
 The first start presents the one-shot registration token (--token, from
 'norsk-ctl slot register'); the worker then keeps its node secret in

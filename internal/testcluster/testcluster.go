@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -205,11 +206,23 @@ func (c *Cluster) Worker(name string) *Worker {
 	return nil
 }
 
+// workerManagerURLs are the Manager URLs a worker is given: every full
+// member's, the first member's first.
+func (c *Cluster) workerManagerURLs() string {
+	urls := []string{c.URL()}
+	for _, m := range c.Members[1:] {
+		if !m.Witness {
+			urls = append(urls, m.URL())
+		}
+	}
+	return strings.Join(urls, ",")
+}
+
 // Start starts the worker's agent (again) on its data directory.
 func (w *Worker) Start() {
 	w.c.t.Helper()
 	a, err := worker.New(worker.Config{
-		ManagerURL:      w.c.URL(),
+		ManagerURL:      w.c.workerManagerURLs(),
 		TLSCAHash:       w.c.Manager().CAFingerprint(),
 		Token:           w.token,
 		DataDir:         w.Dir,

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -102,7 +103,7 @@ func New(cfg Config) (*Agent, error) {
 		clock:       cfg.Clock,
 		baseLog:     log,
 		log:         log,
-		reg:         newRegistrar(cfg.ManagerURL, cfg.HTTPClient, apiTLS),
+		reg:         newRegistrar(cfg.managerURLs, cfg.HTTPClient, apiTLS),
 		ready:       make(chan struct{}),
 		linkChanged: make(chan struct{}, 1),
 		snaps:       map[runtime.Key]*snapshot{},
@@ -169,6 +170,23 @@ func (a *Agent) identity() *Identity {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.id
+}
+
+// rememberManagers keeps the Manager members a hello named in the identity,
+// so that after a restart the worker can register with any of them.
+func (a *Agent) rememberManagers(urls []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.id == nil || slices.Equal(a.id.ManagerURLs, urls) {
+		return
+	}
+	id := *a.id
+	id.ManagerURLs = urls
+	if err := saveIdentity(a.cfg.DataDir, &id); err != nil {
+		a.log.Warn("could not remember the Manager's members", "err", err)
+		return
+	}
+	a.id = &id
 }
 
 // goOwned runs fn in a goroutine Run waits for.
@@ -255,6 +273,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("worker: %w", err)
 		}
 	}
+	a.reg.setURLs(id.ManagerURLs)
 	a.mu.Lock()
 	a.id = id
 	a.log = a.baseLog.With("node", id.NodeID)

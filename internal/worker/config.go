@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -29,7 +30,9 @@ const (
 // Config configures an Agent.
 type Config struct {
 	// ManagerURL is the Manager API's base URL, http://host:port or
-	// https://host:port (required).
+	// https://host:port (required). In a Manager cluster it may name
+	// several members, comma-separated: the worker registers with whichever
+	// answers, and also remembers every member a primary's hello names.
 	ManagerURL string
 	// Token is the one-shot registration token; needed only when DataDir
 	// holds no identity.
@@ -80,6 +83,9 @@ type Config struct {
 	// ReregisterAfter is how long without a Control stream before the
 	// worker registers again (default 15 s).
 	ReregisterAfter time.Duration
+
+	// managerURLs: ManagerURL split (the first is ManagerURL).
+	managerURLs []string
 }
 
 // Errors Run returns.
@@ -99,10 +105,20 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ManagerURL == "" {
 		return c, errors.New("worker: ManagerURL is required")
 	}
-	u, err := url.Parse(c.ManagerURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return c, fmt.Errorf("worker: ManagerURL %q: want http://host:port or https://host:port", c.ManagerURL)
+	c.managerURLs = nil
+	for _, raw := range strings.Split(c.ManagerURL, ",") {
+		raw = strings.TrimRight(strings.TrimSpace(raw), "/")
+		v, err := url.Parse(raw)
+		if err != nil || (v.Scheme != "http" && v.Scheme != "https") || v.Host == "" {
+			return c, fmt.Errorf("worker: ManagerURL %q: want http://host:port or https://host:port (several comma-separated)", raw)
+		}
+		if len(c.managerURLs) > 0 && v.Scheme != "https" && isHTTPS(c.managerURLs[0]) {
+			return c, fmt.Errorf("worker: ManagerURL %q: every member must use the same scheme", raw)
+		}
+		c.managerURLs = append(c.managerURLs, raw)
 	}
+	c.ManagerURL = c.managerURLs[0]
+	u, _ := url.Parse(c.ManagerURL)
 	if c.DataDir == "" {
 		return c, errors.New("worker: DataDir is required")
 	}

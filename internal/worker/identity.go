@@ -18,6 +18,10 @@ type Identity struct {
 	NodeID     string `json:"nodeId"`
 	NodeSecret string `json:"nodeSecret"`
 	ManagerURL string `json:"managerUrl"`
+	// ManagerURLs are the Manager cluster's members as the latest hello
+	// named them: after a restart the worker registers with any of them,
+	// not only the one it was configured with.
+	ManagerURLs []string `json:"managerUrls,omitempty"`
 }
 
 // LoadIdentity reads DataDir's identity; (nil, nil) when there is none.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -66,14 +67,20 @@ type registrar struct {
 	httpClient *http.Client
 	ownClient  bool
 
-	mu      sync.Mutex
-	urls    []string // urls[0] is the configured one
-	next    int
-	clients map[string]managerv1connect.ManagerClient
+	mu   sync.Mutex
+	urls []string // the configured ones first
+	// configured: how many of urls were configured (the rest were learned).
+	configured int
+	next       int
+	clients    map[string]managerv1connect.ManagerClient
 }
 
-func newRegistrar(managerURL string, hc *http.Client, tlsCfg *tls.Config) *registrar {
-	r := &registrar{httpClient: hc, urls: []string{strings.TrimRight(managerURL, "/")}, clients: map[string]managerv1connect.ManagerClient{}}
+func newRegistrar(managerURLs []string, hc *http.Client, tlsCfg *tls.Config) *registrar {
+	r := &registrar{httpClient: hc, clients: map[string]managerv1connect.ManagerClient{}}
+	for _, u := range managerURLs {
+		r.urls = append(r.urls, strings.TrimRight(u, "/"))
+	}
+	r.configured = len(r.urls)
 	if r.httpClient == nil {
 		var p http.Protocols
 		p.SetHTTP2(true)
@@ -89,25 +96,29 @@ func newRegistrar(managerURL string, hc *http.Client, tlsCfg *tls.Config) *regis
 	return r
 }
 
-// setURLs adds the Manager members' URLs a hello named.
-func (r *registrar) setURLs(urls []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	seen := map[string]bool{}
-	out := []string{r.urls[0]}
-	seen[r.urls[0]] = true
+// setURLs makes the Manager members a hello named the known URLs after the
+// configured ones, and returns the hello's (valid, distinct) URLs.
+func (r *registrar) setURLs(urls []string) []string {
+	var named []string
 	for _, u := range urls {
 		u = strings.TrimRight(u, "/")
-		if u == "" || seen[u] || (!strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://")) {
-			continue
+		if u != "" && !slices.Contains(named, u) && (strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://")) {
+			named = append(named, u)
 		}
-		seen[u] = true
-		out = append(out, u)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := slices.Clone(r.urls[:r.configured])
+	for _, u := range named {
+		if !slices.Contains(out, u) {
+			out = append(out, u)
+		}
 	}
 	r.urls = out
 	if r.next >= len(out) {
 		r.next = 0
 	}
+	return named
 }
 
 // client returns the client for the current URL.

@@ -73,7 +73,7 @@ func (h controlHandler) Control(ctx context.Context, stream *connect.BidiStream[
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("hello names node "+n+", this is node "+a.NodeID()))
 	}
 	if len(hello.GetManagerUrls()) > 0 {
-		a.reg.setURLs(hello.GetManagerUrls())
+		a.rememberManagers(a.reg.setURLs(hello.GetManagerUrls()))
 	}
 	interval := time.Duration(a.heartbeatDefault.Load())
 	if ms := hello.GetHeartbeatIntervalMs(); ms > 0 {
