@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -120,10 +122,20 @@ func (s *Server) forwardOnce(ctx context.Context, st *store.Store, data []byte) 
 	if url == "" {
 		return state.Result{}, apierr.Unavailablef("the primary %s has no known API URL", leader)
 	}
-	resp, err := s.memberClient(url).Forward(ctx, newMemberRequest(s, &managerv1.ForwardRequest{Command: data}))
+	fctx, sent, done := watchLeader(ctx, st, leader)
+	resp, err := s.memberClient(url).Forward(fctx, newMemberRequest(s, &managerv1.ForwardRequest{Command: data}))
+	moved := done()
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeFailedPrecondition {
 			return state.Result{}, errNotPrimary
+		}
+		if moved {
+			if !sent.Load() {
+				// Lost while dialling it (a dead host answers nothing):
+				// nothing was sent; try the next primary.
+				return state.Result{}, errNotPrimary
+			}
+			return state.Result{}, apierr.Unavailablef("the primary %s was lost while the write was in flight; it may or may not have been applied", leader)
 		}
 		if isDialErr(err) {
 			// The request never reached it (refused, or the dial timed
@@ -149,6 +161,52 @@ func (s *Server) forwardOnce(ctx context.Context, st *store.Store, data []byte) 
 	}
 	return res, nil
 }
+
+// errLeaderMoved ends a forwarded call whose primary this member no longer
+// follows.
+var errLeaderMoved = errors.New("the primary changed")
+
+// watchLeader bounds a call to leader: the returned context ends as soon as
+// this member stops following it (raft lost it, or elected another), so a
+// call to a primary that died does not hang until the caller's deadline.
+// sent reports whether the request reached the wire; done stops the watch
+// and reports whether it ended the call.
+func watchLeader(ctx context.Context, st *store.Store, leader string) (context.Context, *atomic.Bool, func() bool) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	sent := new(atomic.Bool)
+	cctx = httptrace.WithClientTrace(cctx, &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }})
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(leaderPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-cctx.Done():
+				return
+			case <-t.C:
+				if l, _ := st.Leader(); l != leader {
+					cancel(errLeaderMoved)
+					return
+				}
+			}
+		}
+	}()
+	return cctx, sent, func() bool {
+		close(stop)
+		<-finished
+		moved := errors.Is(context.Cause(cctx), errLeaderMoved)
+		cancel(nil)
+		return moved
+	}
+}
+
+// leaderPoll is how often a forwarded call checks that its primary is
+// still the one this member follows.
+const leaderPoll = 20 * time.Millisecond
 
 // forwardedValue is a command's answer in a form Forward can carry: a
 // protobuf message as it is, a count or an index wrapped.
