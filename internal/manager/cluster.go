@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -127,27 +128,12 @@ func (s *Server) removeMember(ctx context.Context, st *store.Store, node string)
 		return apierr.NotFoundf("no member %q in this cluster (members: %s)", node, strings.Join(r.ExpectedMembers(), ", "))
 	}
 	// Another full member must remain to lead.
-	var fullOthers []raft.Server
-	for _, sv := range conf {
-		if string(sv.ID) == node || sv.Suffrage != raft.Voter {
-			continue
-		}
-		if mr := r.Member(string(sv.ID)); mr != nil && mr.GetWitness() {
-			continue
-		}
-		fullOthers = append(fullOthers, sv)
-	}
-	if len(fullOthers) == 0 {
+	if len(s.fullVoters(conf, node)) == 0 {
 		return apierr.FailedPreconditionf("%s is the last full member: add another before removing it", node)
 	}
 	if node == s.cfg.NodeName {
-		s.member.events.record("handing-over", "this primary is being removed; handing the primary role to another full member", st.Term(), r.Generation())
-		target := fullOthers[0]
-		if err := st.TransferLeadership(string(target.ID), string(target.Address)); err != nil {
-			// Let raft pick (any up-to-date voter).
-			if err2 := st.TransferLeadership("", ""); err2 != nil {
-				return apierr.Unavailablef("could not hand the primary role over before removing this member: %v", err)
-			}
+		if err := s.handOff(st, "this primary is being removed"); err != nil {
+			return apierr.Unavailablef("could not hand the primary role over before removing this member: %v", err)
 		}
 		return errHandedOver
 	}
@@ -602,6 +588,46 @@ func (s *Server) retired(name string) bool {
 
 // isWitness reports whether member name is a witness (by the membership,
 // else the configuration).
+// fullVoters are the voters of conf other than except that are not
+// witnesses: the members that may lead.
+func (s *Server) fullVoters(conf []raft.Server, except string) []raft.Server {
+	var out []raft.Server
+	for _, sv := range conf {
+		if string(sv.ID) != except && sv.Suffrage == raft.Voter && !s.isWitness(string(sv.ID)) {
+			out = append(out, sv)
+		}
+	}
+	return out
+}
+
+// handOff hands the primary role to another full member, trying each in
+// turn (raft bounds each attempt by an election timeout). It records why in
+// the cluster events (unless why is empty). Primary only.
+func (s *Server) handOff(st *store.Store, why string) error {
+	conf, err := st.Configuration()
+	if err != nil {
+		return err
+	}
+	targets := s.fullVoters(conf, s.cfg.NodeName)
+	if len(targets) == 0 {
+		return errors.New("no other full member to take the primary role")
+	}
+	if why != "" {
+		s.member.events.record("handing-over", why+"; handing the primary role to another full member", st.Term(), st.State().Snapshot().Generation())
+	}
+	var last error
+	for _, sv := range targets {
+		if last = st.TransferLeadership(string(sv.ID), string(sv.Address)); last == nil {
+			return nil
+		}
+		s.log.Debug("handing the primary role over", "to", sv.ID, "err", last)
+		if !st.IsLeader() {
+			return nil
+		}
+	}
+	return last
+}
+
 func (s *Server) isWitness(name string) bool {
 	if st := s.st(); st != nil {
 		if mr := st.State().Snapshot().Member(name); mr != nil {

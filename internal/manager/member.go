@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -458,21 +457,12 @@ func (m *memberState) primaryTerm(ctx context.Context, st *store.Store) {
 func (m *memberState) handOver(ctx context.Context, st *store.Store) {
 	s := m.s
 	s.log.Info("this witness was elected; handing the primary role to a full member")
+	why := "a witness was elected"
 	for ctx.Err() == nil && st.IsLeader() {
-		conf, _ := st.Configuration()
-		for _, sv := range conf {
-			if sv.Suffrage != raft.Voter || string(sv.ID) == s.cfg.NodeName || s.isWitness(string(sv.ID)) {
-				continue
-			}
-			if err := st.TransferLeadership(string(sv.ID), string(sv.Address)); err == nil {
-				return
-			} else {
-				s.log.Debug("handing the primary role over", "to", sv.ID, "err", err)
-			}
-			if ctx.Err() != nil || !st.IsLeader() {
-				return
-			}
+		if s.handOff(st, why) == nil {
+			return
 		}
+		why = "" // recorded once
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):

@@ -467,6 +467,14 @@ func (s *Server) Close() error {
 	s.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		// A primary stopping on purpose hands its role over first: the
+		// cluster changes primary in milliseconds instead of waiting out
+		// an election timeout once this member has gone.
+		if st := s.st(); s.cfg.clustered() && st != nil && st.IsLeader() {
+			if err := s.handOff(st, "this member is stopping"); err != nil {
+				s.log.Warn("stopping without handing the primary role over", "err", err)
+			}
+		}
 		// Event streams end when the store's broker closes; stop them first
 		// so Shutdown does not wait for them.
 		s.st().Broker().Close()
