@@ -138,3 +138,15 @@ func TestClusterAddAndRemoveUnderLoad(t *testing.T) {
 	load.checkEverywhere(t)
 	tw.check(t)
 }
+
+// Every full member answers ListNodes with the primary's live view: the
+// workers' streams are held by the primary, and a follower asks it.
+func TestClusterListNodesOnFollowers(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Members: 3, Workers: 1})
+	for _, m := range c.Members {
+		c.Eventually("worker-1 connected as seen through "+m.Name, func() bool {
+			nodes, err := m.Client().ListNodes(ctx(t))
+			return err == nil && len(nodes) == 1 && nodes[0].GetConnected()
+		})
+	}
+}

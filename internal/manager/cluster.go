@@ -512,6 +512,7 @@ func (s *Server) managerClient(url string) managerv1connect.ManagerClient {
 // withAuth copies the caller's credential onto a call passed on.
 func withAuth[T, U any](from *connect.Request[T], to *connect.Request[U]) *connect.Request[U] {
 	to.Header().Set(authorizationHdr, from.Header().Get(authorizationHdr))
+	to.Header().Set(askedHeader, "1")
 	return to
 }
 

@@ -162,6 +162,37 @@ func (s *Server) forwardOnce(ctx context.Context, st *store.Store, data []byte) 
 	return res, nil
 }
 
+// askedHeader marks a call a follower passed to the primary, so that two
+// members that each think the other leads do not pass it back and forth.
+const askedHeader = "Norsk-Asked-By-Member"
+
+// askPrimaryTimeout bounds a follower's question to the primary.
+const askPrimaryTimeout = 2 * time.Second
+
+// askPrimary, on a follower of a cluster, makes call against the primary
+// (the caller's credential travels with it) and returns its answer; ok is
+// false on the primary, standalone, with no primary known, for a call a
+// member already passed on, or when the primary did not answer.
+func (s *Server) askPrimary(ctx context.Context, h http.Header, call func(context.Context, managerv1connect.ManagerClient) (any, error)) (out any, ok bool) {
+	st := s.st()
+	if !s.cfg.clustered() || st == nil || st.IsLeader() || h.Get(askedHeader) != "" {
+		return nil, false
+	}
+	leader, _ := st.Leader()
+	url := s.memberAPI(leader)
+	if leader == "" || url == "" {
+		return nil, false
+	}
+	cctx, cancel := context.WithTimeout(ctx, askPrimaryTimeout)
+	defer cancel()
+	out, err := call(cctx, s.managerClient(url))
+	if err != nil {
+		s.log.Debug("asking the primary failed; answering from this member's copy", "primary", leader, "err", err)
+		return nil, false
+	}
+	return out, true
+}
+
 // errLeaderMoved ends a forwarded call whose primary this member no longer
 // follows.
 var errLeaderMoved = errors.New("the primary changed")

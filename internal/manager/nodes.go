@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/jobspec"
@@ -32,6 +33,14 @@ func (h *handler) nodeView(r *state.Read, rec *storev1.NodeRecord) *managerv1.No
 }
 
 func (h *handler) ListNodes(ctx context.Context, req *connect.Request[managerv1.ListNodesRequest]) (*connect.Response[managerv1.ListNodesResponse], error) {
+	// Only the primary holds the workers' streams and their live load:
+	// a follower asks it, and answers from its own copy (live facts
+	// absent) when it cannot.
+	if out, ok := h.s.askPrimary(ctx, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (any, error) {
+		return c.ListNodes(ctx, withAuth(req, connect.NewRequest(req.Msg)))
+	}); ok {
+		return out.(*connect.Response[managerv1.ListNodesResponse]), nil
+	}
 	r := h.read()
 	out := &managerv1.ListNodesResponse{}
 	for _, rec := range r.Nodes(nil) {
