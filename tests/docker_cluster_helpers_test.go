@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -24,7 +26,9 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/cli"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/pki"
+	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 	"github.com/norsk-go/norsk-manager/internal/testimage"
+	"github.com/norsk-go/norsk-manager/internal/worker"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -671,4 +675,83 @@ func (pw *primaryWatch) primariesIn(gen uint64) map[string]bool {
 		}
 	}
 	return out
+}
+
+// startWorker registers a slot and runs a worker (process runtime) in the
+// test process, given every member's published URL; the members dial it
+// back at the private network's gateway. It returns the worker's data
+// directory. The worker stops when the test ends.
+func (d *dockerMembers) startWorker(name string) string {
+	t := d.t
+	t.Helper()
+	var slotToken string
+	d.eventually("a slot for "+name, 30*time.Second, func() bool {
+		p := d.primary(30 * time.Second)
+		c, err := p.sdk(ctx(t))
+		if err != nil {
+			return false
+		}
+		slot, err := c.RegisterClusterNode(ctx(t), name, "")
+		if err != nil {
+			t.Logf("register slot %s: %v", name, err)
+			return false
+		}
+		slotToken = slot.GetToken()
+		return true
+	})
+	x, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nw, err := d.cli.NetworkInspect(x, d.netID, network.InspectOptions{})
+	if err != nil || len(nw.IPAM.Config) == 0 || nw.IPAM.Config[0].Gateway == "" {
+		t.Fatalf("the private network's gateway: %v %+v", err, nw.IPAM)
+	}
+	gw := nw.IPAM.Config[0].Gateway
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	var urls []string
+	for _, m := range d.members {
+		urls = append(urls, m.url())
+	}
+	dir := t.TempDir()
+	a, err := worker.New(worker.Config{
+		ManagerURL: strings.Join(urls, ","),
+		TLSCAFile:  d.caFile,
+		Token:      slotToken,
+		DataDir:    dir,
+		Runtime:    "process",
+		Listen:     fmt.Sprintf("0.0.0.0:%d", port),
+		Advertise:  fmt.Sprintf("%s:%d", gw, port),
+		Logger:     slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatalf("worker %s: %v", name, err)
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(wctx) }()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		// The instances outlive the worker by design: stop them.
+		rt, err := process.New(process.Config{NodeID: name, Dir: filepath.Join(dir, "process"), Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return
+		}
+		sts, _ := rt.List(context.Background())
+		for _, st := range sts {
+			_ = rt.Remove(context.Background(), st.Key)
+		}
+	})
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		t.Fatalf("worker %s stopped at start: %v", name, err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("worker %s not ready", name)
+	}
+	return dir
 }

@@ -9,21 +9,50 @@ package tests
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
+	"github.com/norsk-go/norsk-manager/internal/testcluster"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
-// kill -9 the primary under a stream of writes through a follower: writes
-// succeed again soon (the time is logged), nothing acknowledged is lost on
-// any member, and the old primary, restarted, rejoins as a follower.
+// kill -9 the primary under a stream of writes through a follower while a
+// worker runs a job: writes succeed again soon (the time is logged),
+// nothing acknowledged is lost on any member, the job does not restart
+// (same process, no new history), and the old primary, restarted, rejoins
+// as a follower.
 func TestDockerClusterKillPrimary(t *testing.T) {
 	d := newDockerMembers(t, 3)
 	old := d.primary(30 * time.Second)
 	via := d.others(old)[0]
 	pw := watchPrimaries(t, d)
+
+	wdir := d.startWorker("dw1")
+	jobs, err := via.sdk(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jobs.CreateJob(ctx(t), progJob(t, "live", runtimetest.Behaviour{}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	d.eventually("the job started on dw1", 30*time.Second, func() bool {
+		_, err := jobs.StartJob(ctx(t), "live", "primary", "dw1", norsk.StartJobOptions{})
+		return err == nil
+	})
+	var pid int
+	var hist []string
+	d.eventually("the job running", 30*time.Second, func() bool {
+		jh, err := jobs.JobById(ctx(t), "live")
+		if err != nil || testcluster.Instance(jh, "primary").GetPhase() != norsk.InstancePhaseRunning {
+			return false
+		}
+		pid, hist = pidIn(t, "dw1", wdir, "live", "primary"), historyKinds(jh)
+		return pid != 0
+	})
+
 	w := startKVWriter(t, via, "failover")
 	w.waitMore(d, 50, 20*time.Second)
 
@@ -65,6 +94,17 @@ func TestDockerClusterKillPrimary(t *testing.T) {
 	w.waitMore(d, 20, 20*time.Second)
 	w.stop()
 	t.Logf("writes through %s: %s", via.name, w.summary())
+	// The worker follows the new primary; its job never restarted.
+	d.eventually("dw1 connected to the new primary", 30*time.Second, func() bool {
+		nodes, err := jobs.ListNodes(ctx(t))
+		return err == nil && len(nodes) == 1 && nodes[0].GetConnected()
+	})
+	if got := pidIn(t, "dw1", wdir, "live", "primary"); got != pid {
+		t.Errorf("the job's process after the failover: pid %d, want %d (it restarted)", got, pid)
+	}
+	if jh, err := jobs.JobById(ctx(t), "live"); err != nil || !slices.Equal(historyKinds(jh), hist) {
+		t.Errorf("the job's history after the failover: %v (%v), want %v", historyKinds(jh), err, hist)
+	}
 	keys := w.ackedKeys()
 	for _, m := range d.members {
 		d.holdsAll(m, "failover", keys, 30*time.Second)

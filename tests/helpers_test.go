@@ -88,8 +88,14 @@ func firstURL(in *norsk.Instance) string {
 // (0 when it does not run).
 func pidOf(t testing.TB, c *testcluster.Cluster, worker, jobID, role string) int {
 	t.Helper()
-	w := c.Worker(worker)
-	rt, err := process.New(process.Config{NodeID: worker, Dir: filepath.Join(w.Dir, "process"), Logger: slog.New(slog.DiscardHandler)})
+	return pidIn(t, worker, c.Worker(worker).Dir, jobID, role)
+}
+
+// pidIn is the pid of the running main process of an instance on the
+// process-runtime worker node whose data directory is dir (0 if none).
+func pidIn(t testing.TB, worker, dir, jobID, role string) int {
+	t.Helper()
+	rt, err := process.New(process.Config{NodeID: worker, Dir: filepath.Join(dir, "process"), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("process runtime of %s: %v", worker, err)
 	}
