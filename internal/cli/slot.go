@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // newSlotCommand is the slot group (alias cluster-node): pre-registered
@@ -34,6 +38,23 @@ type registration struct {
 	WorkerCommand string `json:"workerCommand"`
 }
 
+// memberURLs are the URLs a worker is given: the Manager called first, then
+// the cluster's other full members (none standalone, or when the status
+// cannot be read).
+func memberURLs(ctx context.Context, m *norsk.Manager) []string {
+	urls := []string{m.URL()}
+	st, err := m.GetClusterStatus(ctx)
+	if err != nil {
+		return urls
+	}
+	for _, mb := range st.GetMembers() {
+		if u := mb.GetApiUrl(); u != "" && !mb.GetWitness() && mb.GetName() != st.GetAnsweredBy() && !slices.Contains(urls, u) {
+			urls = append(urls, u)
+		}
+	}
+	return urls
+}
+
 func newSlotRegisterCommand(g *globals) *cobra.Command {
 	var pool string
 	cmd := &cobra.Command{
@@ -53,7 +74,7 @@ func newSlotRegisterCommand(g *globals) *cobra.Command {
 			}
 			r := registration{
 				NodeID: res.GetNodeId(), NodeName: args[0], Pool: pool, Token: res.GetToken(), ManagerURL: m.URL(),
-				WorkerCommand: fmt.Sprintf("norsk-ctl worker --token %s --manager-url %s", res.GetToken(), m.URL()),
+				WorkerCommand: fmt.Sprintf("norsk-ctl worker --token %s --manager-url %s", res.GetToken(), strings.Join(memberURLs(ctx, m), ",")),
 			}
 			// An https Manager's CA, pinned by fingerprint: the worker needs
 			// no file copied to trust it.
