@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,7 +42,9 @@ func openStandaloneStore(ctx context.Context, cfg Config, scfg store.Config, rep
 	if openErr == nil {
 		return st, nil
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || !errors.Is(openErr, store.ErrUnreadable) {
+		// Not the store's content (a permission, a full disk, …): never
+		// discard it for that; the operator fixes the cause and restarts.
 		return nil, openErr
 	}
 	log := cfg.Logger.With("component", "store")

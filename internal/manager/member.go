@@ -212,9 +212,11 @@ func (s *Server) openStore(ctx context.Context) error {
 	var err error
 	if s.cfg.clustered() {
 		st, err = store.Open(ctx, s.storeConfig(join))
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && errors.Is(err, store.ErrUnreadable) {
 			// A cluster member's state comes from its peers: an
-			// unreadable copy is put aside and the member rejoins.
+			// unreadable copy is put aside and the member rejoins. (An
+			// error of the environment — a port in use, a full disk —
+			// discards nothing.)
 			moved, derr := discardStore(s.cfg)
 			if derr != nil {
 				return fmt.Errorf("%w; and it cannot be moved aside: %v", err, derr)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -92,8 +94,26 @@ type Store struct {
 	nudging atomic.Bool
 }
 
+// ErrUnreadable marks an Open error caused by the store's content (a
+// damaged log or snapshot, a configuration that does not name this member):
+// only then may a caller put the store aside and restore a backup. Errors of
+// the environment (permissions, a full disk, too many open files, a raft
+// port in use) never carry it: retrying later is right, discarding is not.
+var ErrUnreadable = errors.New("the store is unreadable")
+
+// unreadable marks err as ErrUnreadable unless the environment caused it.
+func unreadable(err error) error {
+	for _, env := range []error{fs.ErrPermission, syscall.ENOSPC, syscall.EMFILE, syscall.ENFILE, syscall.EIO, syscall.EROFS, syscall.EDQUOT} {
+		if errors.Is(err, env) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrUnreadable, err)
+}
+
 // Open opens (or creates and bootstraps) the store in cfg.Dir and waits until
-// this member leads, or ctx ends.
+// this member leads, or ctx ends. An error wrapping ErrUnreadable means the
+// store's content cannot be used.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Dir == "" || cfg.MemberID == "" {
 		return nil, errors.New("store: Dir and MemberID are required")
@@ -121,13 +141,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	w, err := wal.Open(walDir, wal.WithLogger(hclogger(cfg.Logger, "raft-wal")), wal.WithMetaStore(meta))
 	if err != nil {
 		_ = meta.Close()
-		return nil, fmt.Errorf("store: open raft log in %s: %w", walDir, err)
+		return nil, fmt.Errorf("store: open raft log in %s: %w", walDir, unreadable(err))
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(snapDir, 3, hclogger(cfg.Logger, "raft-snapshots"))
 	if err != nil {
 		_ = w.Close()
 		_ = meta.Close()
-		return nil, fmt.Errorf("store: open snapshots in %s: %w", snapDir, err)
+		return nil, fmt.Errorf("store: open snapshots in %s: %w", snapDir, unreadable(err))
 	}
 	f := &fsm{st: state.New(cfg.Limits), broker: cfg.Broker, logger: logger, onApply: cfg.OnApply}
 
@@ -175,7 +195,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	has, err := raft.HasExistingState(w, w, snaps)
 	if err != nil {
 		closeAll()
-		return nil, fmt.Errorf("store: inspect %s: %w", cfg.Dir, err)
+		return nil, fmt.Errorf("store: inspect %s: %w", cfg.Dir, unreadable(err))
 	}
 	if !has && !cfg.Join {
 		servers := cfg.Bootstrap
@@ -191,7 +211,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	r, err := newRaft(rc, f, w, snaps, trans)
 	if err != nil {
 		closeAll()
-		return nil, fmt.Errorf("store: start raft: %w", err)
+		return nil, fmt.Errorf("store: start raft: %w", unreadable(err))
 	}
 	conf := raft.Configuration{}
 	if cf := r.GetConfiguration(); cf.Error() == nil {
@@ -203,7 +223,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if (has || !cfg.Join) && !hasVoter(conf, rc.LocalID) {
 		_ = r.Shutdown().Error()
 		closeAll()
-		return nil, fmt.Errorf("store: the raft store in %s has no configuration naming member %q as a voter (its log is damaged, or it belongs to another member or was removed from its cluster)", cfg.Dir, cfg.MemberID)
+		return nil, fmt.Errorf("store: the raft store in %s has no configuration naming member %q as a voter (its log is damaged, or it belongs to another member or was removed from its cluster): %w", cfg.Dir, cfg.MemberID, ErrUnreadable)
 	}
 	s := &Store{cfg: cfg, raft: r, fsm: f, wal: w, meta: meta, trans: trans, logger: logger, closedCh: make(chan struct{}), notify: notify, addr: addr}
 	if !standalone(conf, rc.LocalID) {
@@ -231,7 +251,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if idx := f.corruptAt.Load(); idx != 0 {
 		_ = s.Close()
-		return nil, fmt.Errorf("store: the raft log entry at index %d does not decode: the log is damaged", idx)
+		return nil, fmt.Errorf("store: the raft log entry at index %d does not decode: the log is damaged: %w", idx, ErrUnreadable)
 	}
 	logger.Info("store ready", "index", f.st.Snapshot().Index(), "last_log_index", r.LastIndex())
 	return s, nil
