@@ -185,6 +185,7 @@ func (s *Server) storeConfig(join bool) store.Config {
 		sc.RaftBind = cfg.RaftListen
 		sc.RaftAdvertise = cfg.RaftAdvertise
 		sc.StreamLayer = cfg.RaftStreamLayer
+		sc.RaftTLS = s.tls.raft // nil with TLS off
 		for _, n := range cfg.ClusterNodes {
 			sc.Bootstrap = append(sc.Bootstrap, store.Voter(n.Name, n.Raft))
 		}

@@ -47,6 +47,9 @@ type tlsState struct {
 	// fingerprint is the CA the API's chain ends in ("" if unknown).
 	fingerprint string
 	name        string
+	// raft carries raft between members (a member certificate issued by
+	// the cluster CA at each start; mutual, verified by URI SAN).
+	raft *tls.Config
 
 	mu     sync.Mutex
 	client *pki.Leaf
@@ -139,6 +142,11 @@ func setupTLS(cfg *Config, addr net.Addr, log *slog.Logger) (*tlsState, error) {
 	if _, err := t.clientCert(); err != nil {
 		return nil, err
 	}
+	member, err := pki.IssueMember(t.ca, cfg.NodeName, 0)
+	if err != nil {
+		return nil, fmt.Errorf("manager: TLS member certificate: %w", err)
+	}
+	t.raft = pki.MemberTLSConfig(t.ca, member)
 	return t, nil
 }
 

@@ -81,6 +81,37 @@ func NodeURI(nodeID string) *url.URL {
 	return &url.URL{Scheme: "norsk", Host: "node", Path: "/" + nodeID}
 }
 
+// MemberURI is the URI SAN of Manager member name's raft certificate.
+func MemberURI(name string) *url.URL {
+	return &url.URL{Scheme: "norsk", Host: "member", Path: "/" + name}
+}
+
+// MemberOf returns the member a certificate's URI SAN names, if any.
+func MemberOf(c *x509.Certificate) (string, bool) {
+	for _, u := range c.URIs {
+		if u.Scheme == "norsk" && u.Host == "member" && len(u.Path) > 1 {
+			return strings.TrimPrefix(u.Path, "/"), true
+		}
+	}
+	return "", false
+}
+
+// IssueMember issues Manager member name's certificate for raft between
+// members: URI SAN norsk://member/<name>, for both ends of a connection.
+func IssueMember(ca *CA, name string, ttl time.Duration) (*Leaf, error) {
+	if ttl <= 0 {
+		ttl = DefaultLeafTTL
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := leafTemplate(name, ttl)
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	tmpl.URIs = []*url.URL{MemberURI(name)}
+	return sign(ca, tmpl, key)
+}
+
 // NodeIDOf returns the node id a certificate's URI SAN names, if any.
 func NodeIDOf(c *x509.Certificate) (string, bool) {
 	for _, u := range c.URIs {

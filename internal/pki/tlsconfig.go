@@ -103,3 +103,35 @@ func WorkerServerConfig(state WorkerState) *tls.Config {
 	}
 	return base
 }
+
+// MemberTLSConfig is the TLS configuration of raft between members: each
+// end presents leaf and accepts only a peer whose certificate chains to ca
+// and names a member (addresses are not identities: members are dialled by
+// raft address, and verified by URI SAN).
+func MemberTLSConfig(ca *CA, leaf *Leaf) *tls.Config {
+	pool := ca.Pool()
+	verify := func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("the peer presented no certificate")
+		}
+		inter := x509.NewCertPool()
+		for _, c := range cs.PeerCertificates[1:] {
+			inter.AddCert(c)
+		}
+		peer := cs.PeerCertificates[0]
+		if _, err := peer.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			return fmt.Errorf("the peer's certificate is not from the cluster CA: %w", err)
+		}
+		if _, ok := MemberOf(peer); !ok {
+			return fmt.Errorf("the peer's certificate (%s) does not name a Manager member", peer.Subject.CommonName)
+		}
+		return nil
+	}
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		Certificates:       []tls.Certificate{leaf.TLSCertificate()},
+		ClientAuth:         tls.RequireAnyClientCert,
+		InsecureSkipVerify: true, // verified by VerifyConnection: the CA and the member URI
+		VerifyConnection:   verify,
+	}
+}

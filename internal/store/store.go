@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -55,6 +56,10 @@ type Config struct {
 	// RaftAdvertise is the address peers reach this member's raft at
 	// (default: the bound address).
 	RaftAdvertise string
+	// RaftTLS, if set, carries raft's TCP traffic over TLS: it serves
+	// accepted connections and dials peers with it (both sides present and
+	// verify certificates: pki.MemberTLSConfig).
+	RaftTLS *tls.Config
 	// StreamLayer, if set, makes the layer that carries raft's traffic
 	// instead of plain TCP (tests inject faults through it). It is called
 	// at each Open: closing the store closes the layer.
@@ -228,7 +233,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, raft: r, fsm: f, wal: w, meta: meta, trans: trans, logger: logger, closedCh: make(chan struct{}), notify: notify, addr: addr}
 	if !standalone(conf, rc.LocalID) {
 		// A cluster member: its peers decide who leads, and when.
-		logger.Info("store open as a cluster member", "index", f.st.Snapshot().Index(), "voters", len(conf.Servers), "joining", len(conf.Servers) == 0)
+		logger.Info("store open as a cluster member", "index", f.st.Snapshot().Index(), "voters", len(conf.Servers), "joining", len(conf.Servers) == 0, "raft_tls", cfg.RaftTLS != nil)
 		return s, nil
 	}
 	if err := s.waitLeader(ctx); err != nil {
@@ -284,7 +289,7 @@ func newTransport(cfg Config, gen func() uint64) (raft.Transport, raft.ServerAdd
 		}
 		layer = l
 	} else {
-		tl, err := newTCPLayer(cfg.RaftBind, cfg.RaftAdvertise)
+		tl, err := newTCPLayer(cfg.RaftBind, cfg.RaftAdvertise, cfg.RaftTLS)
 		if err != nil {
 			return nil, "", fmt.Errorf("store: raft transport on %s: %w", cfg.RaftBind, err)
 		}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -132,6 +133,7 @@ func (g *genLayer) Addr() net.Addr { return g.inner.Addr() }
 type tcpLayer struct {
 	ln        net.Listener
 	advertise net.Addr
+	tls       *tls.Config // nil: plain TCP
 }
 
 // hostAddr is a net.Addr that is a host:port string.
@@ -140,7 +142,7 @@ type hostAddr string
 func (a hostAddr) Network() string { return "tcp" }
 func (a hostAddr) String() string  { return string(a) }
 
-func newTCPLayer(bind, advertise string) (*tcpLayer, error) {
+func newTCPLayer(bind, advertise string, tlsCfg *tls.Config) (*tcpLayer, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
@@ -156,11 +158,20 @@ func newTCPLayer(bind, advertise string) (*tcpLayer, error) {
 		_ = ln.Close()
 		return nil, errors.New("listening on every address: set the advertised raft address (raftAdvertise, or this member's entry in clusterNodes)")
 	}
-	return &tcpLayer{ln: ln, advertise: adv}, nil
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	return &tcpLayer{ln: ln, advertise: adv, tls: tlsCfg}, nil
 }
 
 func (t *tcpLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return net.DialTimeout("tcp", string(addr), timeout)
+	d := &net.Dialer{Timeout: timeout}
+	if t.tls == nil {
+		return d.Dial("tcp", string(addr))
+	}
+	// The handshake is part of the dial: a peer that is not a member fails
+	// here, not on raft's first message.
+	return tls.DialWithDialer(d, "tcp", string(addr), t.tls)
 }
 func (t *tcpLayer) Accept() (net.Conn, error) { return t.ln.Accept() }
 func (t *tcpLayer) Close() error              { return t.ln.Close() }
