@@ -24,16 +24,7 @@ func TestRevokedTokenLosesItsEventStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	ro := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(tr.Msg.GetSecret()))
-	st, err := ro.EventStream(ctx, connect.NewRequest(&managerv1.EventStreamRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	for st.Receive() {
-		if st.Msg().GetInitialDataComplete() != nil {
-			break
-		}
-	}
+	st := openEvents(t, ctx, ro)
 	if _, err := admin.RevokeToken(ctx, connect.NewRequest(&managerv1.RevokeTokenRequest{Id: tr.Msg.GetToken().GetId()})); err != nil {
 		t.Fatal(err)
 	}

@@ -149,16 +149,7 @@ func TestReadOnlyCallersDoNotSeeSlotTokens(t *testing.T) {
 	if len(slots.Msg.GetSlots()) != 1 || slots.Msg.GetSlots()[0].GetToken() != "" {
 		t.Fatalf("read-only ListClusterNodes = %v, want the slot without its token", slots.Msg.GetSlots())
 	}
-	st, err := viewer.EventStream(ctx, connect.NewRequest(&managerv1.EventStreamRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	for st.Receive() {
-		if st.Msg().GetInitialDataComplete() != nil {
-			break
-		}
-	}
+	st := openEvents(t, ctx, viewer)
 	// A slot registered now reaches the viewer without its token (no event
 	// carries one).
 	if _, err := api.RegisterClusterNode(ctx, connect.NewRequest(&managerv1.RegisterClusterNodeRequest{NodeName: "n2"})); err != nil {

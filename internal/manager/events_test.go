@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 )
 
 // An event stream stays open through a quiet period longer than the write
@@ -19,16 +20,7 @@ func TestEventStreamSurvivesQuietPeriod(t *testing.T) {
 	quiet := 4 * writeTimeout
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := c.EventStream(ctx, connect.NewRequest(&managerv1.EventStreamRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	for st.Receive() {
-		if st.Msg().GetInitialDataComplete() != nil {
-			break
-		}
-	}
+	st := openEvents(t, ctx, c)
 	time.AfterFunc(quiet, cancel)
 	// Nothing happens on the Manager: the next Receive should only end when
 	// our own context does.
@@ -38,4 +30,22 @@ func TestEventStreamSurvivesQuietPeriod(t *testing.T) {
 	if ctx.Err() == nil || connect.CodeOf(st.Err()) != connect.CodeCanceled {
 		t.Fatalf("an idle event stream was cut before the subscriber left (write timeout %s): %v", writeTimeout, st.Err())
 	}
+}
+
+// openEvents opens an event stream and reads its snapshot up to
+// initialDataComplete; the stream closes when the test ends.
+func openEvents(t *testing.T, ctx context.Context, c managerv1connect.ManagerClient) *connect.ServerStreamForClient[managerv1.Event] {
+	t.Helper()
+	st, err := c.EventStream(ctx, connect.NewRequest(&managerv1.EventStreamRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	for st.Receive() {
+		if st.Msg().GetInitialDataComplete() != nil {
+			return st
+		}
+	}
+	t.Fatalf("the event stream ended before its snapshot: %v", st.Err())
+	return nil
 }
