@@ -131,3 +131,11 @@ func Is(err error, code Code) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == code
 }
+
+// RefusalHeader is the response metadata key that names, for a program to
+// act on, why a credential was refused (the message is for people and may
+// change): RefusalNodeSecretUnknown tells a worker its slot is gone.
+const (
+	RefusalHeader            = "Norsk-Refusal"
+	RefusalNodeSecretUnknown = "node-secret-unknown"
+)

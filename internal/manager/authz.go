@@ -160,18 +160,26 @@ type authorizer struct {
 	// witness: this member serves only witnessServes of the Manager API.
 	witness bool
 
-	// catchUp, when set, brings this member up to the primary's commit
-	// index: a credential made moments ago on the primary (a new token, a
-	// slot's registration token) may not have reached a follower yet.
+	// catchUp, when set, brings this member up to everything committed (a
+	// linearizable read): a credential made moments ago (a new token, a
+	// slot's registration token) may not have reached a follower, or a
+	// primary just elected, yet.
 	catchUp func(context.Context) error
 
 	mu       sync.Mutex
 	limiters map[string]*rate.Limiter
 }
 
-// errUpToDate: this member has nothing to catch up with (it is the primary,
-// or standalone): its answer stands.
-var errUpToDate = errors.New("this member is up to date")
+// unknownCredential is a well-formed credential (an API token id, a
+// registration token, a node secret) this member's state does not hold.
+// refusal, if set, goes to the caller as apierr.RefusalHeader.
+type unknownCredential struct {
+	err     error
+	refusal string
+}
+
+func (u unknownCredential) Error() string { return u.err.Error() }
+func (u unknownCredential) Unwrap() error { return u.err }
 
 // catchUpTimeout bounds how long an unknown credential waits for this
 // member to catch up with the primary before it is refused.
@@ -209,8 +217,11 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 	case strings.HasPrefix(cred, apiTokenPrefix):
 		id, secret, ok := strings.Cut(strings.TrimPrefix(cred, apiTokenPrefix), ".")
 		rec := r.Token(id)
-		if !ok || rec == nil {
+		if !ok {
 			return identity{}, apierr.Unauthenticatedf("unknown API token")
+		}
+		if rec == nil {
+			return identity{}, unknownCredential{err: apierr.Unauthenticatedf("unknown API token")}
 		}
 		sum := sha256.Sum256([]byte(secret))
 		want, err := hex.DecodeString(rec.GetSecretHash())
@@ -228,7 +239,10 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 			recheck: func() error { _, err := a.authenticate(header); return err }}, nil
 	case strings.HasPrefix(cred, regTokenPrefix):
 		rec := r.NodeByToken(cred)
-		if rec == nil || rec.GetTokenUsed() {
+		if rec == nil {
+			return identity{}, unknownCredential{err: apierr.Unauthenticatedf("registration token is unknown or already used")}
+		}
+		if rec.GetTokenUsed() {
 			return identity{}, apierr.Unauthenticatedf("registration token is unknown or already used")
 		}
 		n := rec.GetNode().GetNodeId()
@@ -236,7 +250,7 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 	case strings.HasPrefix(cred, nodeSecretPrefix):
 		rec := r.NodeBySecret(cred)
 		if rec == nil {
-			return identity{}, apierr.Unauthenticatedf("node secret is not known (its slot may have been deregistered)")
+			return identity{}, unknownCredential{err: apierr.Unauthenticatedf("node secret is not known (its slot may have been deregistered)"), refusal: apierr.RefusalNodeSecretUnknown}
 		}
 		n := rec.GetNode().GetNodeId()
 		return identity{name: "node:" + n, role: state.RoleWorker, key: "n:" + n,
@@ -253,20 +267,26 @@ func (a *authorizer) authorize(ctx context.Context, procedure, header string) (c
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s is not in the authorisation table", procedure))
 	}
 	id, err := a.authenticate(header)
-	if err != nil && a.catchUp != nil && !strings.Contains(header, clusterSecretPrefix) {
-		// Refuse only what this member refuses once caught up; a member
-		// that cannot catch up cannot tell.
+	if errors.As(err, new(unknownCredential)) && a.catchUp != nil {
+		// A well-formed credential this member does not know may have
+		// been made a moment ago: refuse it only once caught up with
+		// everything committed (a member that cannot catch up cannot
+		// tell).
 		cctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
-		switch cerr := a.catchUp(cctx); {
-		case cerr == nil:
+		if cerr := a.catchUp(cctx); cerr == nil {
 			id, err = a.authenticate(header)
-		case !errors.Is(cerr, errUpToDate):
+		} else {
 			err = apierr.Unavailablef("this member cannot check the credential: it is not caught up with the primary (%v); retry, or call another member", cerr)
 		}
 		cancel()
 	}
 	if err != nil {
-		return nil, toConnect(err)
+		ce := toConnect(err).(*connect.Error)
+		var uc unknownCredential
+		if errors.As(err, &uc) && uc.refusal != "" {
+			ce.Meta().Set(apierr.RefusalHeader, uc.refusal)
+		}
+		return nil, ce
 	}
 	if !id.can(perms...) {
 		return nil, toConnect(apierr.New(apierr.PermissionDenied, "%s (role %s) may not call %s (it needs %s)",

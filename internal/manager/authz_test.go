@@ -12,6 +12,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
@@ -188,5 +189,31 @@ func TestRateLimit(t *testing.T) {
 	var ce *connect.Error
 	if !errors.As(limited, &ce) || ce.Message() == "" {
 		t.Fatalf("no message: %v", limited)
+	}
+}
+
+// An unknown node secret is refused with UNAUTHENTICATED and, for the
+// worker to act on, apierr.RefusalHeader saying so; other refusals do not
+// carry it.
+func TestUnknownNodeSecretIsNamedForWorkers(t *testing.T) {
+	s, _ := startServer(t, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		cred, want string
+	}{
+		{nodeSecretPrefix + "0123456789abcdef", apierr.RefusalNodeSecretUnknown},
+		{regTokenPrefix + "0123456789abcdef", ""},
+		{"garbage", ""},
+	} {
+		c := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(tc.cred))
+		_, err := c.ClusterMemberRegister(ctx, connect.NewRequest(&managerv1.ClusterMemberRegisterRequest{Address: "127.0.0.1:1"}))
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodeUnauthenticated {
+			t.Fatalf("%s: %v, want UNAUTHENTICATED", tc.cred, err)
+		}
+		if got := ce.Meta().Get(apierr.RefusalHeader); got != tc.want {
+			t.Errorf("%s: %s = %q, want %q", tc.cred, apierr.RefusalHeader, got, tc.want)
+		}
 	}
 }

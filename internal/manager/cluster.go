@@ -587,8 +587,6 @@ func (s *Server) retired(name string) bool {
 	return mr != nil && mr.GetStatus() == state.MemberRetired
 }
 
-// isWitness reports whether member name is a witness (by the membership,
-// else the configuration).
 // fullVoters are the voters of conf other than except that are not
 // witnesses: the members that may lead.
 func (s *Server) fullVoters(conf []raft.Server, except string) []raft.Server {
@@ -629,6 +627,8 @@ func (s *Server) handOff(st *store.Store, why string) error {
 	return last
 }
 
+// isWitness reports whether member name is a witness (by the membership,
+// else the configuration).
 func (s *Server) isWitness(name string) bool {
 	if st := s.st(); st != nil {
 		if mr := st.State().Snapshot().Member(name); mr != nil {

@@ -48,7 +48,8 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 		return nil
 	}
 	// A credential revoked or expired while the stream is open ends it
-	// before anything more is sent.
+	// before anything more is sent (checked before each batch: a quiet
+	// stream holds nothing to leak, and ends at its next event).
 	caller, _ := callerOf(ctx)
 	stillAllowed := func() error {
 		if caller.recheck == nil {

@@ -429,6 +429,10 @@ func (h *membersHandler) Forward(ctx context.Context, req *connect.Request[manag
 	if err := proto.Unmarshal(req.Msg.GetCommand(), cmd); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("decode the forwarded command: %w", err))
 	}
+	if err := h.s.awaitPrimaryReady(ctx, st); err != nil {
+		// Nothing was proposed: the follower tries the next primary.
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%w: %v", errNotPrimary, err))
+	}
 	res, err := h.s.applyAsPrimary(ctx, st, cmd)
 	// The follower waits to apply the write before it answers: tell it
 	// the commit now.

@@ -327,16 +327,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.authz, err = newAuthorizer(func() *state.Read { return s.st().State().Snapshot() }, cfg); err != nil {
 		return fail(err)
 	}
-	s.authz.catchUp = func(ctx context.Context) error {
-		st := s.st()
-		if st == nil {
-			return errors.New("the store is being replaced (a recovery)")
-		}
-		if st.IsLeader() {
-			return errUpToDate
-		}
-		return s.linearize(ctx)
-	}
+	s.authz.catchUp = s.linearize
 
 	mux := http.NewServeMux()
 	h := &handler{s: s}

@@ -53,6 +53,7 @@ type tlsState struct {
 
 	mu     sync.Mutex
 	client *pki.Leaf
+	member *pki.Leaf
 }
 
 // tlsOn reports whether the API of a listener at addr is served with TLS.
@@ -142,11 +143,10 @@ func setupTLS(cfg *Config, addr net.Addr, log *slog.Logger) (*tlsState, error) {
 	if _, err := t.clientCert(); err != nil {
 		return nil, err
 	}
-	member, err := pki.IssueMember(t.ca, cfg.NodeName, 0)
-	if err != nil {
-		return nil, fmt.Errorf("manager: TLS member certificate: %w", err)
+	if _, err := t.memberCert(); err != nil {
+		return nil, err
 	}
-	t.raft = pki.MemberTLSConfig(t.ca, member)
+	t.raft = pki.MemberTLSConfig(t.ca, t.memberCert)
 	return t, nil
 }
 
@@ -268,6 +268,22 @@ func (t *tlsState) clientCert() (*tls.Certificate, error) {
 		t.client = l
 	}
 	c := t.client.TLSCertificate()
+	return &c, nil
+}
+
+// memberCert is this member's raft certificate, issued at start and again
+// when it nears its expiry.
+func (t *tlsState) memberCert() (*tls.Certificate, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.member == nil || time.Until(t.member.Cert.NotAfter) < renewBefore {
+		l, err := pki.IssueMember(t.ca, t.name, 0)
+		if err != nil {
+			return nil, fmt.Errorf("manager: TLS member certificate: %w", err)
+		}
+		t.member = l
+	}
+	c := t.member.TLSCertificate()
 	return &c, nil
 }
 

@@ -23,7 +23,7 @@ func TestMemberTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return MemberTLSConfig(ca, l)
+		return MemberTLSConfig(ca, Static(l.TLSCertificate()))
 	}
 	m1, m2 := member(ca, "m1"), member(ca, "m2")
 	if cerr, serr := handshake(t, m1, m2); cerr != nil || serr != nil {
@@ -39,7 +39,7 @@ func TestMemberTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	notMember := MemberTLSConfig(ca, api)
+	notMember := MemberTLSConfig(ca, Static(api.TLSCertificate()))
 	if _, serr := handshake(t, notMember, m2); serr == nil {
 		t.Error("a certificate naming no member was accepted as a client")
 	}

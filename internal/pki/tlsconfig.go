@@ -50,16 +50,9 @@ func ManagerClientConfig(roots *x509.CertPool, get CertGetter, nodeID string) *t
 // VerifyWorker checks a worker's presented chain (leaf first): it verifies
 // to roots for server auth and the leaf names node nodeID.
 func VerifyWorker(presented []*x509.Certificate, roots *x509.CertPool, nodeID string) error {
-	if len(presented) == 0 {
-		return errors.New("the worker presented no certificate")
-	}
-	leaf := presented[0]
-	inter := x509.NewCertPool()
-	for _, c := range presented[1:] {
-		inter.AddCert(c)
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-		return fmt.Errorf("the worker's certificate does not verify against the cluster CA: %w", err)
+	leaf, err := verifyChain("the worker", presented, roots, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return err
 	}
 	got, ok := NodeIDOf(leaf)
 	if !ok {
@@ -69,6 +62,22 @@ func VerifyWorker(presented []*x509.Certificate, roots *x509.CertPool, nodeID st
 		return fmt.Errorf("the worker's certificate is for node %q, not %q", got, nodeID)
 	}
 	return nil
+}
+
+// verifyChain verifies a presented chain (leaf first) to roots for usage
+// and returns the leaf; who names the peer in errors.
+func verifyChain(who string, presented []*x509.Certificate, roots *x509.CertPool, usage x509.ExtKeyUsage) (*x509.Certificate, error) {
+	if len(presented) == 0 {
+		return nil, fmt.Errorf("%s presented no certificate", who)
+	}
+	inter := x509.NewCertPool()
+	for _, c := range presented[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := presented[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+		return nil, fmt.Errorf("%s's certificate does not verify against the cluster CA: %w", who, err)
+	}
+	return presented[0], nil
 }
 
 // WorkerState is what a worker's TLS server needs now: its serving
@@ -105,33 +114,27 @@ func WorkerServerConfig(state WorkerState) *tls.Config {
 }
 
 // MemberTLSConfig is the TLS configuration of raft between members: each
-// end presents leaf and accepts only a peer whose certificate chains to ca
-// and names a member (addresses are not identities: members are dialled by
-// raft address, and verified by URI SAN).
-func MemberTLSConfig(ca *CA, leaf *Leaf) *tls.Config {
+// end presents the certificate get returns (so it can be renewed without a
+// restart) and accepts only a peer whose certificate chains to ca and names
+// a member (addresses are not identities: members are dialled by raft
+// address, and verified by URI SAN).
+func MemberTLSConfig(ca *CA, get CertGetter) *tls.Config {
 	pool := ca.Pool()
-	verify := func(cs tls.ConnectionState) error {
-		if len(cs.PeerCertificates) == 0 {
-			return errors.New("the peer presented no certificate")
-		}
-		inter := x509.NewCertPool()
-		for _, c := range cs.PeerCertificates[1:] {
-			inter.AddCert(c)
-		}
-		peer := cs.PeerCertificates[0]
-		if _, err := peer.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-			return fmt.Errorf("the peer's certificate is not from the cluster CA: %w", err)
-		}
-		if _, ok := MemberOf(peer); !ok {
-			return fmt.Errorf("the peer's certificate (%s) does not name a Manager member", peer.Subject.CommonName)
-		}
-		return nil
-	}
 	return &tls.Config{
-		MinVersion:         tls.VersionTLS13,
-		Certificates:       []tls.Certificate{leaf.TLSCertificate()},
-		ClientAuth:         tls.RequireAnyClientCert,
-		InsecureSkipVerify: true, // verified by VerifyConnection: the CA and the member URI
-		VerifyConnection:   verify,
+		MinVersion:           tls.VersionTLS13,
+		GetCertificate:       func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return get() },
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return get() },
+		ClientAuth:           tls.RequireAnyClientCert,
+		InsecureSkipVerify:   true, // verified by VerifyConnection: the CA and the member URI
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			peer, err := verifyChain("the peer", cs.PeerCertificates, pool, x509.ExtKeyUsageAny)
+			if err != nil {
+				return err
+			}
+			if _, ok := MemberOf(peer); !ok {
+				return fmt.Errorf("the peer's certificate (%s) does not name a Manager member", peer.Subject.CommonName)
+			}
+			return nil
+		},
 	}
 }

@@ -82,15 +82,17 @@ func (s *Store) VerifyLeader() error {
 // that names one of those: then the wait is for the last command at or
 // before index.
 func (s *Store) WaitApplied(ctx context.Context, index uint64) error {
-	target := index
+	target, resolved := index, false
 	for {
 		si := s.State().Snapshot().Index()
 		if si >= target {
 			return nil
 		}
-		if target == index && s.raft.AppliedIndex() >= index {
-			target = s.lastCommandAtOrBefore(index, si)
-			continue
+		if !resolved && s.raft.AppliedIndex() >= index {
+			target, resolved = s.lastCommandAtOrBefore(index, si), true
+			if si >= target {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():

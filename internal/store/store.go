@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -118,8 +119,53 @@ func unreadable(err error) error {
 
 // Open opens (or creates and bootstraps) the store in cfg.Dir and waits until
 // this member leads, or ctx ends. An error wrapping ErrUnreadable means the
-// store's content cannot be used.
+// store's content cannot be used: it is said only when the data directory
+// itself reads and writes (raft does not keep the cause of every error it
+// reports, so the environment is checked, not guessed).
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	s, err := open(ctx, cfg)
+	if err != nil && errors.Is(err, ErrUnreadable) {
+		if perr := probeDir(cfg.Dir); perr != nil {
+			return nil, fmt.Errorf("%s; and the data directory itself fails: %w", err.Error(), perr)
+		}
+	}
+	return s, err
+}
+
+// probeDir checks that every file under dir can be read and that dir takes
+// a write that is synced: a store that fails that check fails because of
+// its environment, not its content.
+func probeDir(dir string) error {
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := f.Read(make([]byte, 4096)); err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 64<<10)); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+func open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Dir == "" || cfg.MemberID == "" {
 		return nil, errors.New("store: Dir and MemberID are required")
 	}

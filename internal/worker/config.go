@@ -112,7 +112,7 @@ func (c Config) withDefaults() (Config, error) {
 		if err != nil || (v.Scheme != "http" && v.Scheme != "https") || v.Host == "" {
 			return c, fmt.Errorf("worker: ManagerURL %q: want http://host:port or https://host:port (several comma-separated)", raw)
 		}
-		if len(c.managerURLs) > 0 && v.Scheme != "https" && isHTTPS(c.managerURLs[0]) {
+		if len(c.managerURLs) > 0 && (v.Scheme == "https") != isHTTPS(c.managerURLs[0]) {
 			return c, fmt.Errorf("worker: ManagerURL %q: every member must use the same scheme", raw)
 		}
 		c.managerURLs = append(c.managerURLs, raw)

@@ -74,6 +74,7 @@ func TestWorkerManagerURLList(t *testing.T) {
 	for _, tc := range []struct{ urls, want string }{
 		{"http://a:1,ftp://b:2", "ftp://b:2"},
 		{"https://a:1,http://b:2", "same scheme"},
+		{"http://a:1,https://b:2", "same scheme"},
 		{"http://a:1,", `""`},
 	} {
 		e := newEnv(t)

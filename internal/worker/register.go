@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -24,13 +25,6 @@ const registerCallTimeout = 10 * time.Second
 // firstRetry is the first wait of the registration backoff.
 const firstRetry = 250 * time.Millisecond
 
-// secretRefusalMark is in the message of the Manager's refusal of an unknown
-// node secret ("node secret is not known (its slot may have been
-// deregistered)", internal/manager/authz.go). An UNAUTHENTICATED status
-// without it (another gRPC service's authentication, a gRPC-aware proxy)
-// does not say that this node's slot is gone.
-const secretRefusalMark = "node secret"
-
 // refusalConfirmations is how many refusals of the node secret, spanning at
 // least ReregisterAfter, confirm that the node's slot was deregistered. A
 // single refusal may come from a Manager member that has not caught up, or
@@ -47,10 +41,12 @@ func (e *errRefused) Error() string { return "registration refused: " + e.err.Er
 func (e *errRefused) Unwrap() error { return e.err }
 
 // secretUnknown reports whether the refusal is the Manager's own word that
-// it does not know the node secret.
+// it does not know the node secret (apierr.RefusalHeader). An
+// UNAUTHENTICATED status without it (another gRPC service's
+// authentication, a gRPC-aware proxy) does not say that the slot is gone.
 func (e *errRefused) secretUnknown() bool {
 	var ce *connect.Error
-	return errors.As(e.err, &ce) && strings.Contains(ce.Message(), secretRefusalMark)
+	return errors.As(e.err, &ce) && ce.Meta().Get(apierr.RefusalHeader) == apierr.RefusalNodeSecretUnknown
 }
 
 // errNodeTerminated is a FAILED_PRECONDITION answer to a reconnecting
@@ -99,15 +95,21 @@ func newRegistrar(managerURLs []string, hc *http.Client, tlsCfg *tls.Config) *re
 // setURLs makes the Manager members a hello named the known URLs after the
 // configured ones, and returns the hello's (valid, distinct) URLs.
 func (r *registrar) setURLs(urls []string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Only the configured scheme: a worker that speaks TLS to its Manager
+	// never sends its secret in the clear to a member a hello named.
+	scheme := "http://"
+	if isHTTPS(r.urls[0]) {
+		scheme = "https://"
+	}
 	var named []string
 	for _, u := range urls {
 		u = strings.TrimRight(u, "/")
-		if u != "" && !slices.Contains(named, u) && (strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://")) {
+		if strings.HasPrefix(u, scheme) && !slices.Contains(named, u) {
 			named = append(named, u)
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	out := slices.Clone(r.urls[:r.configured])
 	for _, u := range named {
 		if !slices.Contains(out, u) {

@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -175,7 +176,9 @@ func (h managerHandler) ClusterMemberRegister(_ context.Context, req *connect.Re
 		}
 		if n == nil {
 			m.refused++
-			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("node secret is not known (its slot may have been deregistered)"))
+			ce := connect.NewError(connect.CodeUnauthenticated, errors.New("node secret is not known (its slot may have been deregistered)"))
+			ce.Meta().Set(apierr.RefusalHeader, apierr.RefusalNodeSecretUnknown)
+			return nil, ce
 		}
 	default:
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a registration needs a token or a node secret"))
