@@ -505,8 +505,19 @@ func (s *Server) clusterStatus(ctx context.Context) *managerv1.ClusterStatus {
 // managerClient is a Manager client for another member (a call passed on
 // with its caller's credential).
 func (s *Server) managerClient(url string) managerv1connect.ManagerClient {
-	s.memberClient(url) // the shared HTTP client
-	return managerv1connect.NewManagerClient(s.members.hc, url, connect.WithGRPC())
+	s.memberClient(url) // the shared HTTP client, made once
+	mc := &s.members
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	c, ok := mc.managerByURL[url]
+	if !ok {
+		if mc.managerByURL == nil {
+			mc.managerByURL = map[string]managerv1connect.ManagerClient{}
+		}
+		c = managerv1connect.NewManagerClient(mc.hc, url, connect.WithGRPC())
+		mc.managerByURL[url] = c
+	}
+	return c
 }
 
 // withAuth copies the caller's credential onto a call passed on.

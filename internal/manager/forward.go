@@ -172,25 +172,32 @@ const askPrimaryTimeout = 2 * time.Second
 // askPrimary, on a follower of a cluster, makes call against the primary
 // (the caller's credential travels with it) and returns its answer; ok is
 // false on the primary, standalone, with no primary known, for a call a
-// member already passed on, or when the primary did not answer.
-func (s *Server) askPrimary(ctx context.Context, h http.Header, call func(context.Context, managerv1connect.ManagerClient) (any, error)) (out any, ok bool) {
+// member already passed on, or when the primary could not be reached (the
+// caller then answers from this member's copy). The primary's refusal of
+// the caller (UNAUTHENTICATED, PERMISSION_DENIED, RESOURCE_EXHAUSTED) is
+// the answer.
+func askPrimary[T any](ctx context.Context, s *Server, h http.Header, call func(context.Context, managerv1connect.ManagerClient) (*connect.Response[T], error)) (out *connect.Response[T], ok bool, err error) {
 	st := s.st()
 	if !s.cfg.clustered() || st == nil || st.IsLeader() || h.Get(askedHeader) != "" {
-		return nil, false
+		return nil, false, nil
 	}
 	leader, _ := st.Leader()
 	url := s.memberAPI(leader)
 	if leader == "" || url == "" {
-		return nil, false
+		return nil, false, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, askPrimaryTimeout)
 	defer cancel()
-	out, err := call(cctx, s.managerClient(url))
+	out, err = call(cctx, s.managerClient(url))
+	switch connect.CodeOf(err) {
+	case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeResourceExhausted:
+		return nil, true, err
+	}
 	if err != nil {
 		s.log.Debug("asking the primary failed; answering from this member's copy", "primary", leader, "err", err)
-		return nil, false
+		return nil, false, nil
 	}
-	return out, true
+	return out, true, nil
 }
 
 // errLeaderMoved ends a forwarded call whose primary this member no longer
@@ -286,10 +293,11 @@ func (s *Server) memberAPI(name string) string {
 
 // memberClients caches a Members client per URL.
 type memberClients struct {
-	once  sync.Once
-	hc    *http.Client
-	mu    sync.Mutex
-	byURL map[string]managerv1connect.MembersClient
+	once         sync.Once
+	hc           *http.Client
+	mu           sync.Mutex
+	byURL        map[string]managerv1connect.MembersClient
+	managerByURL map[string]managerv1connect.ManagerClient
 }
 
 // memberClient is the Members client for a member's API URL.

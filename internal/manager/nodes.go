@@ -36,10 +36,10 @@ func (h *handler) ListNodes(ctx context.Context, req *connect.Request[managerv1.
 	// Only the primary holds the workers' streams and their live load:
 	// a follower asks it, and answers from its own copy (live facts
 	// absent) when it cannot.
-	if out, ok := h.s.askPrimary(ctx, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (any, error) {
+	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.ListNodesResponse], error) {
 		return c.ListNodes(ctx, withAuth(req, connect.NewRequest(req.Msg)))
 	}); ok {
-		return out.(*connect.Response[managerv1.ListNodesResponse]), nil
+		return out, err
 	}
 	r := h.read()
 	out := &managerv1.ListNodesResponse{}
