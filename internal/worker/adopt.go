@@ -51,19 +51,28 @@ func (s *supervisor) adopt(ctx context.Context, recs map[runtime.Key]*record, un
 		s.a.publish(key, initialReport(rec, sts), deliver)
 		in.enqueue(adoptEvent{rec: rec, statuses: sts})
 	}
+	// A record's path follows from its key: an unreadable record whose key
+	// runs nothing protects nothing, and is put aside (kept for a person
+	// to read) so that it never disables anything again.
 	unread := map[string]bool{}
 	for _, p := range unreadable {
 		unread[p] = true
 	}
-	matched := 0
+	running := map[string]bool{}
 	for key := range byKey {
-		if unread[s.records.path(key)] {
-			matched++
+		running[s.records.path(key)] = true
+	}
+	for p := range unread {
+		if !running[p] {
+			if moved, err := s.records.putAside(p, s.a.cfg.Clock.Now()); err != nil {
+				s.log.Warn("cannot put an unreadable instance record aside", "path", p, "err", err)
+			} else {
+				s.log.Warn("an unreadable instance record runs nothing; put aside", "path", p, "moved_to", moved)
+			}
 		}
 	}
-	keepAll := matched < len(unread)
 	for key, sts := range byKey {
-		if !keepAll && !unread[s.records.path(key)] {
+		if !unread[s.records.path(key)] {
 			s.instanceLocked(key).enqueue(orphanEvent{statuses: sts})
 			continue
 		}
@@ -74,7 +83,7 @@ func (s *supervisor) adopt(ctx context.Context, recs map[runtime.Key]*record, un
 				s.fence[key] = st.Token
 			}
 		}
-		s.instanceLocked(key).enqueue(unownedEvent{statuses: sts, unmatched: keepAll && !unread[s.records.path(key)]})
+		s.instanceLocked(key).enqueue(unownedEvent{statuses: sts})
 	}
 	return nil
 }

@@ -65,3 +65,41 @@ func TestUnreadableRecordDoesNotKillTheInstance(t *testing.T) {
 	expectAck(t, c, seq, "")
 	waitDead(t, pid)
 }
+
+// An unreadable record whose instance runs nothing is put aside at start
+// (kept, outside the records), and protects nothing: services no record
+// names are still stopped as orphans.
+func TestUnreadableRecordOfNothingIsPutAside(t *testing.T) {
+	e := newEnv(t)
+	a := e.run(e.config())
+	c, _ := e.dial(a, noHeartbeats)
+	startRunning(t, c, job("orphan", svc("main")), "primary", 5)
+	pid := pidOf(t, e.dataDir, "orphan", "main")
+	c.Close()
+	if err := a.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	dir := filepath.Join(e.dataDir, "instances")
+	paths, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	if len(paths) != 1 {
+		t.Fatalf("records: %v", paths)
+	}
+	if err := os.Remove(paths[0]); err != nil { // its services are now orphans
+		t.Fatal(err)
+	}
+	damaged := filepath.Join(dir, "gone_primary_00000000.json")
+	if err := os.WriteFile(damaged, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := e.config()
+	cfg.Token = ""
+	e.run(cfg)
+	waitDead(t, pid)
+	if _, err := os.Stat(damaged); err == nil {
+		t.Errorf("the unreadable record %s is still among the records", damaged)
+	}
+	if aside, _ := filepath.Glob(damaged + ".unreadable-*"); len(aside) != 1 {
+		t.Errorf("the unreadable record was not kept aside: %v", aside)
+	}
+}

@@ -58,12 +58,8 @@ type (
 	// names.
 	orphanEvent struct{ statuses []runtime.ServiceStatus }
 	// unownedEvent: the runtime holds services of the key whose record
-	// could not be read (unmatched: or that may belong to an unreadable
-	// record whose file name matches no key).
-	unownedEvent struct {
-		statuses  []runtime.ServiceStatus
-		unmatched bool
-	}
+	// could not be read.
+	unownedEvent struct{ statuses []runtime.ServiceStatus }
 )
 
 // instance is one (job, role) and its actor. The fields below mu are owned
@@ -206,7 +202,7 @@ func (in *instance) handle(ev event) {
 	case orphanEvent:
 		in.removeOrphan(ev.statuses)
 	case unownedEvent:
-		in.keepUnowned(ev.statuses, ev.unmatched)
+		in.keepUnowned(ev.statuses)
 	}
 }
 
@@ -452,7 +448,7 @@ func (in *instance) removeOrphan(sts []runtime.ServiceStatus) {
 // should run, so they are left running, untouched and unreported. The
 // Manager's next start of the key takes them over (the runtime keeps
 // services of the same token as they are) and a stop removes them.
-func (in *instance) keepUnowned(sts []runtime.ServiceStatus, unmatched bool) {
+func (in *instance) keepUnowned(sts []runtime.ServiceStatus) {
 	if in.rec != nil {
 		return // a command made it ours meanwhile
 	}
@@ -463,11 +459,7 @@ func (in *instance) keepUnowned(sts []runtime.ServiceStatus, unmatched bool) {
 		names = append(names, st.Service)
 		token = max(token, st.Token)
 	}
-	why := "its instance record cannot be read"
-	if unmatched {
-		why = "no readable record names them, and an unreadable record may"
-	}
-	in.log.Error("leaving services running untouched: "+why+"; a start or stop of the instance from the Manager settles them",
+	in.log.Error("leaving services running untouched: its instance record cannot be read; a start or stop of the instance from the Manager settles them",
 		"services", names, "token", token, "record", in.sup.records.path(in.key))
 }
 

@@ -165,6 +165,16 @@ func (s *recordStore) deleteAll() error {
 	return errors.Join(errs...)
 }
 
+// putAside renames an unreadable record out of the records' pattern
+// (<path>.unreadable-<time>), never deleting it, and returns the new path.
+func (s *recordStore) putAside(path string, now time.Time) (string, error) {
+	moved := path + ".unreadable-" + now.UTC().Format("20060102T150405Z")
+	if err := os.Rename(path, moved); err != nil {
+		return "", fmt.Errorf("put %s aside: %w", path, err)
+	}
+	return moved, nil
+}
+
 // loadAll reads every record. A file it cannot read (damaged, or written by
 // a newer worker) is logged, left in place and returned in unreadable (its
 // path): the instance it describes may still run, and must not be taken for
