@@ -84,6 +84,7 @@ func (s *Store) VerifyLeader() error {
 func (s *Store) WaitApplied(ctx context.Context, index uint64) error {
 	target, resolved := index, false
 	for {
+		applied := s.fsm.appliedCh() // before the check: no wake-up is missed
 		si := s.State().Snapshot().Index()
 		if si >= target {
 			return nil
@@ -99,7 +100,10 @@ func (s *Store) WaitApplied(ctx context.Context, index uint64) error {
 			return apierr.New(apierr.DeadlineExceeded, "this member had not applied index %d in time", index)
 		case <-s.closedCh:
 			return apierr.Unavailablef("the store closed")
-		case <-time.After(time.Millisecond):
+		case <-applied:
+		case <-time.After(5 * time.Millisecond):
+			// Raft's own index moves on entries the state never sees
+			// (barriers, no-ops): look again.
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -28,11 +29,37 @@ type fsm struct {
 	// corruptAt is the index of the first log entry that did not decode (0
 	// if none): Open refuses a store whose log replays one.
 	corruptAt atomic.Uint64
+
+	// applied is closed (and replaced) whenever the state's index moves:
+	// WaitApplied waits on it instead of polling.
+	appliedMu sync.Mutex
+	applied   chan struct{}
+}
+
+// appliedCh is closed at the state's next change of index.
+func (f *fsm) appliedCh() <-chan struct{} {
+	f.appliedMu.Lock()
+	defer f.appliedMu.Unlock()
+	if f.applied == nil {
+		f.applied = make(chan struct{})
+	}
+	return f.applied
+}
+
+// notifyApplied wakes every appliedCh waiter.
+func (f *fsm) notifyApplied() {
+	f.appliedMu.Lock()
+	defer f.appliedMu.Unlock()
+	if f.applied != nil {
+		close(f.applied)
+		f.applied = nil
+	}
 }
 
 var _ raft.FSM = (*fsm)(nil)
 
 func (f *fsm) Apply(l *raft.Log) any {
+	defer f.notifyApplied()
 	if l.Type != raft.LogCommand {
 		f.st.ApplyNoop(l.Index)
 		return nil
@@ -65,6 +92,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	f.broker.Reset(h.GetIndex())
+	f.notifyApplied()
 	f.logger.Info("restored state from snapshot", "index", h.GetIndex(), "schema_version", h.GetSchemaVersion())
 	return nil
 }
