@@ -220,16 +220,18 @@ func watchLeader(ctx context.Context, st *store.Store, leader string) (context.C
 		t := time.NewTicker(leaderPoll)
 		defer t.Stop()
 		for {
+			changed := st.LeaderChanged()
+			if l, _ := st.Leader(); l != leader {
+				cancel(errLeaderMoved)
+				return
+			}
 			select {
 			case <-stop:
 				return
 			case <-cctx.Done():
 				return
-			case <-t.C:
-				if l, _ := st.Leader(); l != leader {
-					cancel(errLeaderMoved)
-					return
-				}
+			case <-changed:
+			case <-t.C: // an observation raft dropped
 			}
 		}
 	}()
@@ -243,8 +245,8 @@ func watchLeader(ctx context.Context, st *store.Store, leader string) (context.C
 }
 
 // leaderPoll is how often a forwarded call checks that its primary is
-// still the one this member follows.
-const leaderPoll = 20 * time.Millisecond
+// still the one this member follows, besides raft's leader observations.
+const leaderPoll = 250 * time.Millisecond
 
 // forwardedValue is a command's answer in a form Forward can carry: a
 // protobuf message as it is, a count or an index wrapped.

@@ -249,3 +249,37 @@ func (s *Store) AddNonvoter(id, addr string) error {
 	}
 	return nil
 }
+
+// LeaderChanged is closed when the leader this member knows of next changes
+// (to another member, or to none when it loses contact).
+func (s *Store) LeaderChanged() <-chan struct{} {
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	return s.leaderCh
+}
+
+// watchLeader turns raft's leader observations into LeaderChanged. Its
+// goroutine ends when the store closes.
+func (s *Store) watchLeader() {
+	obs := make(chan raft.Observation, 16)
+	o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	s.raft.RegisterObserver(o)
+	go func() {
+		defer close(s.watchDone)
+		defer s.raft.DeregisterObserver(o)
+		for {
+			select {
+			case <-s.closedCh:
+				return
+			case <-obs:
+				s.leaderMu.Lock()
+				close(s.leaderCh)
+				s.leaderCh = make(chan struct{})
+				s.leaderMu.Unlock()
+			}
+		}
+	}()
+}

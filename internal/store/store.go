@@ -98,6 +98,13 @@ type Store struct {
 	closedCh chan struct{}
 	// nudging: a Nudge barrier is in flight.
 	nudging atomic.Bool
+
+	// leaderCh is closed (and replaced) when the leader this member knows
+	// of changes (raft's leader observations); watchDone ends with the
+	// goroutine that does it.
+	leaderMu  sync.Mutex
+	leaderCh  chan struct{}
+	watchDone chan struct{}
 }
 
 // ErrUnreadable marks an Open error caused by the store's content (a
@@ -276,7 +283,9 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 		closeAll()
 		return nil, fmt.Errorf("store: the raft store in %s has no configuration naming member %q as a voter (its log is damaged, or it belongs to another member or was removed from its cluster): %w", cfg.Dir, cfg.MemberID, ErrUnreadable)
 	}
-	s := &Store{cfg: cfg, raft: r, fsm: f, wal: w, meta: meta, trans: trans, logger: logger, closedCh: make(chan struct{}), notify: notify, addr: addr}
+	s := &Store{cfg: cfg, raft: r, fsm: f, wal: w, meta: meta, trans: trans, logger: logger, closedCh: make(chan struct{}), notify: notify, addr: addr,
+		leaderCh: make(chan struct{}), watchDone: make(chan struct{})}
+	s.watchLeader()
 	if !standalone(conf, rc.LocalID) {
 		// A cluster member: its peers decide who leads, and when.
 		logger.Info("store open as a cluster member", "index", f.st.Snapshot().Index(), "voters", len(conf.Servers), "joining", len(conf.Servers) == 0, "raft_tls", cfg.RaftTLS != nil)
@@ -465,6 +474,7 @@ func (s *Store) Close() error {
 	close(s.closedCh)
 	s.mu.Unlock()
 	err := s.raft.Shutdown().Error()
+	<-s.watchDone
 	s.fsm.broker.Close()
 	if cerr := s.wal.Close(); err == nil {
 		err = cerr
