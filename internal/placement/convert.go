@@ -1,0 +1,85 @@
+package placement
+
+import (
+	"strings"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+)
+
+// The node tags placement reads (the spare tags are the daemon's own; see
+// SetNodeTags).
+const (
+	TagPool        = "pool"
+	TagZone        = "zone"
+	TagCloud       = "cloud"
+	TagSpare       = "spare"
+	TagWarmFor     = "warmFor"
+	TagReservedFor = "reservedFor"
+	TagExclusive   = "exclusive"
+)
+
+// NodeFromProto is the placement view of an API node: Pool from the "pool"
+// tag, Zone from "zone", Cloud from "cloud" (else the node's provider),
+// Attributes = all tags, VCPUs, GPUs and capabilities from the worker's
+// report, and the hot-spare spec from spare=true with warmFor / reservedFor
+// (comma-separated template names) and exclusive=true. It does not judge the
+// node's state: the caller excludes nodes that are not online
+// (Request.Exclude) or leaves them out.
+func NodeFromProto(n *managerv1.Node) Node {
+	tags := n.GetTags()
+	out := Node{
+		ID:         n.GetNodeId(),
+		Pool:       tags[TagPool],
+		Zone:       tags[TagZone],
+		Cloud:      tags[TagCloud],
+		Attributes: make(map[string]string, len(tags)),
+		VCPUs:      n.GetHardware().GetVcpus(),
+	}
+	if out.Cloud == "" {
+		out.Cloud = n.GetProvider()
+	}
+	for k, v := range tags {
+		out.Attributes[k] = v
+	}
+	for _, g := range n.GetHardware().GetGpus() {
+		out.GPUs = append(out.GPUs, GPU{Model: g.GetModel(), Capacity: float64(g.GetCapacity())})
+	}
+	for _, c := range n.GetCapabilities() {
+		out.Capabilities = append(out.Capabilities, Capability{Name: c.GetName(), Count: c.GetCount()})
+	}
+	if tags[TagSpare] == "true" {
+		out.Spare = Spare{
+			Enabled:     true,
+			WarmFor:     splitList(tags[TagWarmFor]),
+			ReservedFor: splitList(tags[TagReservedFor]),
+			Exclusive:   tags[TagExclusive] == "true",
+		}
+	}
+	return out
+}
+
+// RequirementsFromProto converts an API job's requirements
+// (autoPlacement.requirements); nil gives the zero Requirements.
+func RequirementsFromProto(r *managerv1.JobRequirements) Requirements {
+	out := Requirements{
+		Capacity:     r.GetRequiredCapacity(),
+		Cores:        r.GetRequiredCores(),
+		GPUCapacity:  float64(r.GetRequiredGpuCapacity()),
+		GPUModel:     r.GetRequiredGpuModel(),
+		PriorityBand: r.GetPriorityBand(),
+	}
+	for _, c := range r.GetRequiredCapabilities() {
+		out.Capabilities = append(out.Capabilities, Capability{Name: c.GetName(), Count: c.GetCount()})
+	}
+	return out
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,71 @@
+// Package placement chooses a node for a job instance: the one placement
+// path the AutoManager takes for first placement, recovery and migration
+// targets (DESIGN §7).
+//
+// # Contract
+//
+// Placement is pure and deterministic: no I/O, no clock, no randomness, no
+// goroutines. Place(cfg, nodes, allocations, request) — or State.Place on an
+// indexed State — gives the same Result for the same input, whatever the
+// order of the nodes and allocations slices, and whether or not the request
+// asks for an explanation. The package holds its own small input types
+// (Node, Request, Allocation, Config); NodeFromProto and
+// RequirementsFromProto convert the API's. Binding the result (raft,
+// provisioning a node when nothing fits) is the caller's.
+//
+// For throughput, NewState indexes nodes and allocations once; Place reads
+// it, Commit and Remove update it incrementally, and PlaceBatch places many
+// requests in order, committing each. A placement costs time proportional
+// to the number of nodes, never to the number of allocations (spread counts
+// are kept per attribute value as bindings are committed).
+//
+// # Rules
+//
+// Hard rules refuse a node; they are evaluated in this order and each
+// refusal carries a sentence (Explanation, Result.Refused):
+//
+//   - pin: Request.PinNode, when set, is the only candidate.
+//   - exclusion: Request.Exclude (unhealthy, recently failed, the node the
+//     job failed on, a migration's source), with the caller's reason.
+//   - pool: the node's Pool must be one of the request pool's tiers
+//     (Config.Pools, cheapest first; an unlisted pool is its own single
+//     tier; Request.Pool "" = every node as one tier).
+//   - selector: Request.NodeSelector attributes must be equal.
+//   - spare: an exclusive hot spare takes only the templates it is reserved
+//     for, unless Request.OverrideReservation.
+//   - capability: each required capability with its count, free after the
+//     node's allocations (Config.PresenceCapabilities are only required,
+//     not consumed).
+//   - gpu: one GPU of the required model (any when unset) with the
+//     required capacity free.
+//   - cores: exclusive cores held by allocations plus the job's ≤ vCPUs.
+//   - capacity: CPU capacity is vCPUs × MilliUnitsPerVCPU/1000 reference
+//     units (default 0.5 per vCPU: one 1080p30 H.264 medium encode on two
+//     vCPUs). A job's CPU demand is max(requiredCapacity, requiredCores ×
+//     units per vCPU), so exclusive cores also leave that much less for
+//     shared jobs. The sum of demands never exceeds the capacity.
+//   - priorityBand: Config.BandCeilings caps the utilisation a band may
+//     bring a node to (e.g. bronze 80%), keeping headroom for higher bands
+//     (unlisted bands: 100%). Bands do not rank and never preempt.
+//   - coLocateWith: must share the node of every placed job of the same
+//     replica it is co-located with (either side naming the other).
+//   - separateFrom: must not share a node with a placed job of the same
+//     replica it is separated from (either side naming the other).
+//
+// Eligible nodes are ranked, lexicographically:
+//
+//  1. anti-affinity: fewest FORBID rules broken against the other replicas
+//     of the bundle, sameNode weighing more than sameAz more than
+//     sameCloud. FORBID is thus honoured whenever an eligible compliant
+//     node exists, in any tier; otherwise the job is placed and the result
+//     carries a Degradation. An empty zone or cloud never matches.
+//  2. recovery (Request.Recovery): hot spares first — those warm for or
+//     reserved for the template before the others.
+//  3. tier: the cheapest tier of the pool with an eligible node.
+//  4. ordinary placement: non-spares first, then spares for the template,
+//     then other spares.
+//  5. spread (Request.Spread): the node whose attribute value holds the
+//     fewest jobs of the spread group; nodes lacking the attribute last.
+//  6. best fit (bin-packing): the least CPU left after placement.
+//  7. the lowest node ID.
+package placement

@@ -1,0 +1,346 @@
+package placement
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+var propCfg = Config{
+	Pools:                map[string][]string{"live": {"cheap", "dear"}},
+	BandCeilings:         map[string]int{"bronze": 80},
+	PresenceCapabilities: map[string]bool{"sock": true},
+}
+
+func genNode(t *rapid.T, i int) Node {
+	n := Node{
+		ID:         fmt.Sprintf("n%02d", i),
+		VCPUs:      uint32(rapid.IntRange(0, 8).Draw(t, "vcpus")),
+		Pool:       rapid.SampledFrom([]string{"cheap", "dear", "other"}).Draw(t, "pool"),
+		Zone:       rapid.SampledFrom([]string{"", "z1", "z2", "z3"}).Draw(t, "zone"),
+		Cloud:      rapid.SampledFrom([]string{"", "c1", "c2"}).Draw(t, "cloud"),
+		Attributes: map[string]string{},
+	}
+	if r := rapid.IntRange(-1, 2).Draw(t, "rack"); r >= 0 {
+		n.Attributes["rack"] = fmt.Sprintf("r%d", r)
+	}
+	for g := rapid.IntRange(0, 2).Draw(t, "gpus"); g > 0; g-- {
+		n.GPUs = append(n.GPUs, GPU{Model: rapid.SampledFrom([]string{"T4", "A10"}).Draw(t, "model"), Capacity: rapid.SampledFrom([]float64{0.5, 1}).Draw(t, "gcap")})
+	}
+	if c := rapid.IntRange(0, 3).Draw(t, "sdi"); c > 0 {
+		n.Capabilities = append(n.Capabilities, Capability{"sdi", uint32(c)})
+	}
+	if rapid.Bool().Draw(t, "sock") {
+		n.Capabilities = append(n.Capabilities, Capability{"sock", 1})
+	}
+	if rapid.IntRange(0, 3).Draw(t, "isSpare") == 0 {
+		n.Spare = Spare{Enabled: true, Exclusive: rapid.Bool().Draw(t, "exclusive"),
+			ReservedFor: rapid.SliceOfDistinct(rapid.SampledFrom([]string{"t1", "t2"}), rapid.ID).Draw(t, "reservedFor"),
+			WarmFor:     rapid.SliceOfDistinct(rapid.SampledFrom([]string{"t1", "t2"}), rapid.ID).Draw(t, "warmFor")}
+	}
+	return n
+}
+
+func genRequest(t *rapid.T, i int, nodes []Node) Request {
+	aa := func(l string) AntiAffinity { return AntiAffinity(rapid.IntRange(0, 1).Draw(t, l)) }
+	names := []string{"a", "b", "c"}
+	r := Request{
+		JobID:    fmt.Sprintf("j%03d", i),
+		Role:     "primary",
+		Template: rapid.SampledFrom([]string{"t1", "t2", "t3"}).Draw(t, "template"),
+		Pool:     rapid.SampledFrom([]string{"", "live", "other"}).Draw(t, "pool"),
+		Requirements: Requirements{
+			Capacity:     rapid.SampledFrom([]float64{0, 0.25, 0.5, 1, 1.5}).Draw(t, "capacity"),
+			Cores:        uint32(rapid.SampledFrom([]int{0, 0, 0, 1, 2}).Draw(t, "cores")),
+			GPUCapacity:  rapid.SampledFrom([]float64{0, 0, 0.5}).Draw(t, "gpu"),
+			GPUModel:     rapid.SampledFrom([]string{"", "T4"}).Draw(t, "gpuModel"),
+			PriorityBand: rapid.SampledFrom([]string{"", "bronze"}).Draw(t, "band"),
+		},
+		BundleID:            rapid.SampledFrom([]string{"", "B1", "B2"}).Draw(t, "bundle"),
+		ReplicaIndex:        rapid.IntRange(0, 2).Draw(t, "replica"),
+		JobName:             rapid.SampledFrom(names).Draw(t, "jobName"),
+		AntiAffinity:        AntiAffinityPolicy{SameNode: aa("sameNode"), SameAz: aa("sameAz"), SameCloud: aa("sameCloud")},
+		CoLocateWith:        rapid.SliceOfDistinct(rapid.SampledFrom(names), rapid.ID).Draw(t, "coLocate"),
+		SeparateFrom:        rapid.SliceOfDistinct(rapid.SampledFrom(names), rapid.ID).Draw(t, "separate"),
+		Recovery:            rapid.Bool().Draw(t, "recovery"),
+		OverrideReservation: rapid.IntRange(0, 3).Draw(t, "override") == 0,
+	}
+	if c := rapid.IntRange(0, 2).Draw(t, "sdi"); c > 0 {
+		r.Requirements.Capabilities = append(r.Requirements.Capabilities, Capability{"sdi", uint32(c)})
+	}
+	if rapid.Bool().Draw(t, "needSock") {
+		r.Requirements.Capabilities = append(r.Requirements.Capabilities, Capability{"sock", 1})
+	}
+	if rapid.Bool().Draw(t, "spread") {
+		r.Spread = &Spread{Attribute: "rack"}
+	}
+	for _, n := range nodes {
+		if rapid.IntRange(0, 5).Draw(t, "exclude") == 0 {
+			if r.Exclude == nil {
+				r.Exclude = map[string]string{}
+			}
+			r.Exclude[n.ID] = "recently failed"
+		}
+	}
+	return r
+}
+
+// demandOf recomputes an allocation's CPU demand independently of the
+// package, in milli units.
+func demandOf(r Requirements) int64 {
+	return max(int64(math.Round(r.Capacity*1000)), int64(r.Cores)*MilliUnitsPerVCPU)
+}
+
+func checkCapacity(t *rapid.T, s *State, nodes []Node, placed []Allocation) {
+	for _, n := range nodes {
+		var cpu, cores int64
+		caps := map[string]int64{}
+		for _, a := range placed {
+			if a.NodeID != n.ID {
+				continue
+			}
+			cpu += demandOf(a.Requirements)
+			cores += int64(a.Requirements.Cores)
+			for _, c := range a.Requirements.Capabilities {
+				if !propCfg.PresenceCapabilities[c.Name] {
+					caps[c.Name] += int64(c.Count)
+				}
+			}
+		}
+		if cpu > int64(n.VCPUs)*MilliUnitsPerVCPU {
+			t.Fatalf("node %s over CPU capacity: %d milli-units of %d", n.ID, cpu, int64(n.VCPUs)*MilliUnitsPerVCPU)
+		}
+		if cores > int64(n.VCPUs) {
+			t.Fatalf("node %s over cores: %d of %d", n.ID, cores, n.VCPUs)
+		}
+		for name, used := range caps {
+			var total int64
+			for _, c := range n.Capabilities {
+				if c.Name == name {
+					total += int64(c.Count)
+				}
+			}
+			if used > total {
+				t.Fatalf("node %s over capability %s: %d of %d", n.ID, name, used, total)
+			}
+		}
+		u, _ := s.Usage(n.ID)
+		for i := range u.GPU {
+			if u.GPU[i] > u.GPUCapacity[i]+1e-9 {
+				t.Fatalf("node %s over GPU %d: %v of %v", n.ID, i, u.GPU[i], u.GPUCapacity[i])
+			}
+		}
+	}
+}
+
+// forbidCompliant reports whether putting r on node n keeps the first k of
+// its FORBID rules (sameNode, sameAz, sameCloud order) against placed.
+func forbidCompliant(n Node, byID map[string]Node, r Request, placed []Allocation, k int) bool {
+	var rules []Rule
+	if r.AntiAffinity.SameNode == Forbid {
+		rules = append(rules, RuleSameNode)
+	}
+	if r.AntiAffinity.SameAz == Forbid {
+		rules = append(rules, RuleSameAz)
+	}
+	if r.AntiAffinity.SameCloud == Forbid {
+		rules = append(rules, RuleSameCloud)
+	}
+	if k > len(rules) {
+		k = len(rules)
+	}
+	for _, a := range placed {
+		if r.BundleID == "" || a.BundleID != r.BundleID || a.ReplicaIndex == r.ReplicaIndex || a.JobID == r.JobID {
+			continue
+		}
+		o, ok := byID[a.NodeID]
+		if !ok {
+			continue
+		}
+		for _, rule := range rules[:k] {
+			switch {
+			case rule == RuleSameNode && o.ID == n.ID,
+				rule == RuleSameAz && n.Zone != "" && o.Zone == n.Zone,
+				rule == RuleSameCloud && n.Cloud != "" && o.Cloud == n.Cloud:
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func numForbid(r Request) int {
+	k := 0
+	for _, a := range []AntiAffinity{r.AntiAffinity.SameNode, r.AntiAffinity.SameAz, r.AntiAffinity.SameCloud} {
+		if a == Forbid {
+			k++
+		}
+	}
+	return k
+}
+
+// TestPlacementProperties places a random sequence of requests on random
+// nodes and checks every placement against independent oracles: capacity
+// is never exceeded, FORBID is broken only when no eligible node keeps it,
+// co-location and separation hold, exclusive spares and exclusions are
+// respected, and the choice is the same from a rebuilt State, from a State
+// built from shuffled input, from the incremental State, and with or
+// without an explanation.
+func TestPlacementProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var nodes []Node
+		for i := range rapid.IntRange(1, 10).Draw(t, "nodes") {
+			nodes = append(nodes, genNode(t, i))
+		}
+		byID := map[string]Node{}
+		for _, n := range nodes {
+			byID[n.ID] = n
+		}
+		inc, err := NewState(propCfg, nodes, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var placed []Allocation
+		for i := range rapid.IntRange(1, 30).Draw(t, "requests") {
+			if len(placed) > 0 && rapid.IntRange(0, 6).Draw(t, "remove") == 0 {
+				k := rapid.IntRange(0, len(placed)-1).Draw(t, "which")
+				if !inc.Remove(placed[k].JobID, placed[k].Role) {
+					t.Fatalf("remove %s failed", placed[k].JobID)
+				}
+				placed = slices.Delete(placed, k, k+1)
+			}
+			r := genRequest(t, i, nodes)
+
+			fast, err := inc.Place(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Explain = true
+			fresh, err := NewState(propCfg, nodes, placed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := fresh.Place(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shuffled, err := NewState(propCfg, rapid.Permutation(nodes).Draw(t, "nodeOrder"), rapid.Permutation(placed).Draw(t, "allocOrder"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res2, _ := shuffled.Place(r)
+			if !reflect.DeepEqual(res, res2) {
+				t.Fatalf("shuffled input changed the result:\n%+v\n%+v", res, res2)
+			}
+			exp := res.Explanation
+			res.Explanation = nil
+			if !reflect.DeepEqual(fast, res) {
+				t.Fatalf("incremental/fast result differs from rebuilt/explained:\n%+v\n%+v", fast, res)
+			}
+
+			var eligible []Node
+			for _, v := range exp.Nodes {
+				if len(v.Refusals) == 0 {
+					eligible = append(eligible, byID[v.NodeID])
+				}
+			}
+			if res.Eligible != len(eligible) || (res.NodeID == "") != (len(eligible) == 0) {
+				t.Fatalf("eligible %d, explanation %d, chosen %q", res.Eligible, len(eligible), res.NodeID)
+			}
+			if res.NodeID == "" {
+				continue
+			}
+			chosen := byID[res.NodeID]
+			if !slices.ContainsFunc(eligible, func(n Node) bool { return n.ID == chosen.ID }) {
+				t.Fatalf("chosen %s is not eligible", chosen.ID)
+			}
+			// FORBID: for every prefix of the FORBID rules, if an eligible node
+			// keeps it, the chosen one does.
+			for k := 1; k <= numForbid(r); k++ {
+				some := slices.ContainsFunc(eligible, func(n Node) bool { return forbidCompliant(n, byID, r, placed, k) })
+				if some && !forbidCompliant(chosen, byID, r, placed, k) {
+					t.Fatalf("chosen %s breaks the first %d FORBID rules though an eligible node keeps them\n%s", chosen.ID, k, exp)
+				}
+			}
+			if (len(res.Degradations) > 0) == forbidCompliant(chosen, byID, r, placed, 3) {
+				t.Fatalf("degradations %v disagree with compliance of %s", res.Degradations, chosen.ID)
+			}
+			// Co-location and separation within the replica, either side naming.
+			for _, a := range placed {
+				if r.BundleID == "" || a.BundleID != r.BundleID || a.ReplicaIndex != r.ReplicaIndex || a.JobID == r.JobID {
+					continue
+				}
+				if (slices.Contains(r.CoLocateWith, a.JobName) || slices.Contains(a.CoLocateWith, r.JobName)) && a.NodeID != chosen.ID {
+					t.Fatalf("co-located with %s on %s, placed on %s", a.JobID, a.NodeID, chosen.ID)
+				}
+				if (slices.Contains(r.SeparateFrom, a.JobName) || slices.Contains(a.SeparateFrom, r.JobName)) && a.NodeID == chosen.ID {
+					t.Fatalf("separated from %s, placed with it on %s", a.JobID, chosen.ID)
+				}
+			}
+			if chosen.Spare.Enabled && chosen.Spare.Exclusive && !r.OverrideReservation && !slices.Contains(chosen.Spare.ReservedFor, r.Template) {
+				t.Fatalf("exclusive spare %s (reserved for %v) taken by template %s", chosen.ID, chosen.Spare.ReservedFor, r.Template)
+			}
+			if _, ex := r.Exclude[chosen.ID]; ex {
+				t.Fatalf("excluded node %s chosen", chosen.ID)
+			}
+			if r.Pool != "" {
+				tiers := propCfg.Pools[r.Pool]
+				if len(tiers) == 0 {
+					tiers = []string{r.Pool}
+				}
+				if !slices.Contains(tiers, chosen.Pool) {
+					t.Fatalf("node %s of pool %s chosen for pool %s", chosen.ID, chosen.Pool, r.Pool)
+				}
+			}
+			r.Explain = false
+			a := r.Allocation(res)
+			if err := inc.Commit(a); err != nil {
+				t.Fatal(err)
+			}
+			placed = append(placed, a)
+			checkCapacity(t, inc, nodes, placed)
+		}
+	})
+}
+
+// TestPlacementDeterministic: the same batch gives the same results every
+// time, whatever the order of the nodes and of the existing allocations.
+func TestPlacementDeterministic(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var nodes []Node
+		for i := range rapid.IntRange(1, 12).Draw(t, "nodes") {
+			nodes = append(nodes, genNode(t, i))
+		}
+		var existing []Allocation
+		for i := range rapid.IntRange(0, 6).Draw(t, "existing") {
+			r := genRequest(t, 100+i, nodes)
+			existing = append(existing, r.Allocation(Result{NodeID: rapid.SampledFrom(nodes).Draw(t, "on").ID, GPU: rapid.IntRange(-1, 2).Draw(t, "gpuIndex")}))
+		}
+		var reqs []Request
+		for i := range rapid.IntRange(1, 20).Draw(t, "requests") {
+			reqs = append(reqs, genRequest(t, i, nodes))
+		}
+		run := func(ns []Node, as []Allocation) []Result {
+			s, err := NewState(propCfg, ns, as)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.PlaceBatch(reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		want := run(nodes, existing)
+		if got := run(nodes, existing); !reflect.DeepEqual(got, want) {
+			t.Fatal("same input, different results")
+		}
+		if got := run(rapid.Permutation(nodes).Draw(t, "nodeOrder"), rapid.Permutation(existing).Draw(t, "allocOrder")); !reflect.DeepEqual(got, want) {
+			t.Fatalf("shuffled input, different results:\n%+v\n%+v", got, want)
+		}
+	})
+}
