@@ -223,7 +223,7 @@ the same as YAML, for scripts.`,
 		defaultURL = norsk.DefaultURL
 	}
 	f := root.PersistentFlags()
-	f.StringVar(&g.managerURL, "manager-url", defaultURL, "URL of the Manager: host:port, http://… or https://… (env "+norsk.EnvManagerURL+")")
+	f.StringVar(&g.managerURL, "manager-url", defaultURL, "URL of the Manager: host:port, http://… or https://…; in a cluster, several members comma-separated (the first that answers is used) (env "+norsk.EnvManagerURL+")")
 	f.StringVar(&g.token, "token", "", "API bearer token (env "+norsk.EnvToken+")")
 	f.StringVar(&g.tokenFile, "token-file", os.Getenv("NORSK_TOKEN_FILE"), "file holding the API bearer token (env NORSK_TOKEN_FILE)")
 	registerTLSFlags(f, g)

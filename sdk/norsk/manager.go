@@ -37,7 +37,10 @@ const (
 // Settings say which Manager to connect to and how.
 type Settings struct {
 	// URL of the Manager: "host:port" (plain HTTP), "http://host:port" or
-	// "https://host:port". Empty: $NORSK_MANAGER_URL, else DefaultURL.
+	// "https://host:port". Empty: $NORSK_MANAGER_URL, else DefaultURL. In
+	// a Manager cluster it may name several members, comma-separated:
+	// Connect uses the first that answers (the others are tried only when
+	// one cannot be reached; a refusal, such as a bad token, is final).
 	URL string
 	// Token is the API bearer token, sent as "Authorization: Bearer <token>".
 	// Empty: $NORSK_TOKEN; no header when that is empty too.
@@ -96,10 +99,27 @@ type Manager struct {
 // ErrInvalidArgument for a malformed URL, and with the Hello call's error
 // (ErrUnavailable when nothing answers, ErrUnauthenticated for a bad token).
 func Connect(ctx context.Context, s Settings) (*Manager, error) {
-	base, err := NormalizeURL(firstNonEmpty(s.URL, os.Getenv(EnvManagerURL), DefaultURL))
-	if err != nil {
-		return nil, err
+	var bases []string
+	for _, raw := range strings.Split(firstNonEmpty(s.URL, os.Getenv(EnvManagerURL), DefaultURL), ",") {
+		base, err := NormalizeURL(strings.TrimSpace(raw))
+		if err != nil {
+			return nil, err
+		}
+		bases = append(bases, base)
 	}
+	var errs []error
+	for _, base := range bases {
+		m, err := connectTo(ctx, s, base)
+		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			return m, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// connectTo is Connect to one Manager member at base.
+func connectTo(ctx context.Context, s Settings, base string) (*Manager, error) {
 	token := firstNonEmpty(s.Token, os.Getenv(EnvToken))
 	logger := s.Logger
 	if logger == nil {

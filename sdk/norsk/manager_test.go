@@ -115,6 +115,32 @@ func TestConnectUnreachable(t *testing.T) {
 	}
 }
 
+// Several members, comma-separated: Connect uses the first that answers;
+// a refusal from a member that answers is final; none answering is
+// ErrUnavailable.
+func TestConnectToAnyMember(t *testing.T) {
+	srv := norsktest.NewServer(t)
+	m, err := norsk.Connect(t.Context(), norsk.Settings{URL: "127.0.0.1:1, " + srv.URL})
+	if err != nil {
+		t.Fatalf("Connect past a member that does not answer: %v", err)
+	}
+	if m.URL() != srv.URL {
+		t.Errorf("connected to %s, want %s", m.URL(), srv.URL)
+	}
+	m.Close()
+
+	srv.RequireToken("s3cret")
+	if _, err := norsk.Connect(t.Context(), norsk.Settings{URL: srv.URL + ",127.0.0.1:1", Token: "wrong"}); !errors.Is(err, norsk.ErrUnauthenticated) {
+		t.Errorf("a refused token: %v, want ErrUnauthenticated from the first member", err)
+	}
+	if _, err := norsk.Connect(t.Context(), norsk.Settings{URL: "127.0.0.1:1,127.0.0.1:2"}); !errors.Is(err, norsk.ErrUnavailable) {
+		t.Errorf("no member answers: %v, want ErrUnavailable", err)
+	}
+	if _, err := norsk.Connect(t.Context(), norsk.Settings{URL: srv.URL + ",ftp://x"}); !errors.Is(err, norsk.ErrInvalidArgument) {
+		t.Errorf("a malformed member URL: %v, want ErrInvalidArgument", err)
+	}
+}
+
 func TestToken(t *testing.T) {
 	srv := norsktest.NewServer(t)
 	srv.RequireToken("s3cret")
