@@ -22,6 +22,7 @@ func newJobCommand(g *globals) *cobra.Command {
 		newJobUpdateCommand(g),
 		newJobGetCommand(g),
 		newJobHistoryCommand(g),
+		newJobWhyCommand(g),
 		newJobListCommand(g),
 		newJobDeleteCommand(g),
 		newJobStartCommand(g),
@@ -409,4 +410,64 @@ func (g *globals) completeJobIDs(cmd *cobra.Command, args []string, _ string) ([
 		ids = append(ids, j.GetJob().GetJobId()+"\t"+enumWord(j.GetJob().GetState()))
 	}
 	return ids, cobra.ShellCompDirectiveNoFileComp
+}
+
+func newJobWhyCommand(g *globals) *cobra.Command {
+	var role, pool string
+	cmd := &cobra.Command{
+		Use:   "why ID [--role ROLE] [--pool POOL]",
+		Short: "Explain where a job's instance would be placed now, and why every other node would not take it",
+		Long: `Evaluate the job's autoPlacement requirements against every node and the
+instances already bound, as automatic placement does, and print the node it
+would go to and, for every other node, the rules that refuse it (capacity,
+cores, GPU, capabilities, pool, exclusions such as a node that is not online,
+anti-affinity, co-location). Nothing is bound.`,
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeJobIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := g.manager(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := g.call(cmd.Context())
+			defer cancel()
+			res, err := m.ExplainPlacement(ctx, args[0], role, pool)
+			if err != nil {
+				return fmt.Errorf("explain the placement of %s: %w", args[0], err)
+			}
+			return g.printer().Print(result{data: res, table: func(w io.Writer) { placementTable(w, args[0], res) }})
+		},
+	}
+	cmd.Flags().StringVar(&role, "role", "", "the instance's role (default primary)")
+	cmd.Flags().StringVar(&pool, "pool", "", "the pool whose tiers are tried (default: every node)")
+	return cmd
+}
+
+// placementTable prints an explanation: the verdict, then one line per node.
+func placementTable(w io.Writer, jobID string, res *norsk.ExplainPlacementResponse) {
+	if res.GetNodeId() != "" {
+		fmt.Fprintf(w, "Job %s would be placed on %s.\n", jobID, res.GetNodeId())
+	} else {
+		fmt.Fprintf(w, "Job %s cannot be placed now: no node passes every rule.\n", jobID)
+	}
+	fmt.Fprintf(w, "%s\n", res.GetSummary())
+	for _, d := range res.GetDegradations() {
+		fmt.Fprintf(w, "degraded: %s: %s\n", d.GetRule(), d.GetReason())
+	}
+	fmt.Fprintln(w, "\nNODE\tVERDICT\tWHY")
+	for _, v := range res.GetNodes() {
+		verdict := "eligible"
+		switch {
+		case v.GetChosen():
+			verdict = "chosen"
+		case len(v.GetRefusals()) > 0:
+			verdict = "refused"
+		}
+		var why []string
+		for _, r := range v.GetRefusals() {
+			why = append(why, r.GetRule()+": "+r.GetReason())
+		}
+		why = append(why, v.GetNotes()...)
+		fmt.Fprintf(w, "%s\t%s\t%s\n", v.GetNodeId(), verdict, strings.Join(why, "; "))
+	}
 }

@@ -156,6 +156,13 @@ type (
 // (access_replica.go).
 type AccessReplicaPublication = managerv1.AccessReplicaPublication
 
+// From norsk/manager/v1/placement.proto: placement explained (placement.go).
+type (
+	ExplainPlacementResponse = managerv1.ExplainPlacementResponse
+	PlacementNodeVerdict     = managerv1.PlacementNodeVerdict
+	PlacementRefusal         = managerv1.PlacementRefusal
+)
+
 // From norsk/manager/v1/cluster.proto: the Manager cluster (cluster.go).
 type (
 	ClusterStatus = managerv1.ClusterStatus

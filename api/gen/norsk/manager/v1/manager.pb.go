@@ -2799,7 +2799,7 @@ var File_norsk_manager_v1_manager_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\n" +
-	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
+	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
 	"\fHelloRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12!\n" +
 	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xd1\x01\n" +
@@ -2969,7 +2969,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\xc6$\n" +
+	"\x10DATE_FIELD_START\x10\x022\xb8%\n" +
 	"\aManager\x12M\n" +
 	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
 	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
@@ -3015,7 +3015,8 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\vLeaveQuorum\x12$.norsk.manager.v1.LeaveQuorumRequest\x1a%.norsk.manager.v1.LeaveQuorumResponse\"\x05\x8a\xb5\x18\x01\b\x12e\n" +
 	"\x10GetClusterStatus\x12).norsk.manager.v1.GetClusterStatusRequest\x1a\x1f.norsk.manager.v1.ClusterStatus\"\x05\x8a\xb5\x18\x01\x02\x12p\n" +
 	"\x10GetClusterEvents\x12).norsk.manager.v1.GetClusterEventsRequest\x1a*.norsk.manager.v1.GetClusterEventsResponse\"\x05\x8a\xb5\x18\x01\x02\x12|\n" +
-	"\x14AnnounceControlPlane\x12-.norsk.manager.v1.AnnounceControlPlaneRequest\x1a..norsk.manager.v1.AnnounceControlPlaneResponse\"\x05\x8a\xb5\x18\x01\x05\x12U\n" +
+	"\x14AnnounceControlPlane\x12-.norsk.manager.v1.AnnounceControlPlaneRequest\x1a..norsk.manager.v1.AnnounceControlPlaneResponse\"\x05\x8a\xb5\x18\x01\x05\x12p\n" +
+	"\x10ExplainPlacement\x12).norsk.manager.v1.ExplainPlacementRequest\x1a*.norsk.manager.v1.ExplainPlacementResponse\"\x05\x8a\xb5\x18\x01\x02\x12U\n" +
 	"\vEventStream\x12$.norsk.manager.v1.EventStreamRequest\x1a\x17.norsk.manager.v1.Event\"\x05\x8a\xb5\x18\x01\x020\x01BFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
 
 var (
@@ -3111,31 +3112,33 @@ var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(*GetClusterStatusRequest)(nil),           // 75: norsk.manager.v1.GetClusterStatusRequest
 	(*GetClusterEventsRequest)(nil),           // 76: norsk.manager.v1.GetClusterEventsRequest
 	(*AnnounceControlPlaneRequest)(nil),       // 77: norsk.manager.v1.AnnounceControlPlaneRequest
-	(*EventStreamRequest)(nil),                // 78: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                           // 79: norsk.manager.v1.JobHash
-	(*AppendAuditEntryResponse)(nil),          // 80: norsk.manager.v1.AppendAuditEntryResponse
-	(*GetAuditLogResponse)(nil),               // 81: norsk.manager.v1.GetAuditLogResponse
-	(*PruneAuditLogResponse)(nil),             // 82: norsk.manager.v1.PruneAuditLogResponse
-	(*KvCommitResponse)(nil),                  // 83: norsk.manager.v1.KvCommitResponse
-	(*KvGetResponse)(nil),                     // 84: norsk.manager.v1.KvGetResponse
-	(*KvListResponse)(nil),                    // 85: norsk.manager.v1.KvListResponse
-	(*StoreInfo)(nil),                         // 86: norsk.manager.v1.StoreInfo
-	(*SnapshotChunk)(nil),                     // 87: norsk.manager.v1.SnapshotChunk
-	(*CreateTokenResponse)(nil),               // 88: norsk.manager.v1.CreateTokenResponse
-	(*ListTokensResponse)(nil),                // 89: norsk.manager.v1.ListTokensResponse
-	(*RevokeTokenResponse)(nil),               // 90: norsk.manager.v1.RevokeTokenResponse
-	(*PublishDiscoveryFleetResponse)(nil),     // 91: norsk.manager.v1.PublishDiscoveryFleetResponse
-	(*GetDiscoveryFleetResponse)(nil),         // 92: norsk.manager.v1.GetDiscoveryFleetResponse
-	(*RotateDiscoveryTierSecretResponse)(nil), // 93: norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	(*PublishAccessReplicaResponse)(nil),      // 94: norsk.manager.v1.PublishAccessReplicaResponse
-	(*AddClusterMemberResponse)(nil),          // 95: norsk.manager.v1.AddClusterMemberResponse
-	(*RemoveClusterMemberResponse)(nil),       // 96: norsk.manager.v1.RemoveClusterMemberResponse
-	(*ForceStandaloneResponse)(nil),           // 97: norsk.manager.v1.ForceStandaloneResponse
-	(*LeaveQuorumResponse)(nil),               // 98: norsk.manager.v1.LeaveQuorumResponse
-	(*ClusterStatus)(nil),                     // 99: norsk.manager.v1.ClusterStatus
-	(*GetClusterEventsResponse)(nil),          // 100: norsk.manager.v1.GetClusterEventsResponse
-	(*AnnounceControlPlaneResponse)(nil),      // 101: norsk.manager.v1.AnnounceControlPlaneResponse
-	(*Event)(nil),                             // 102: norsk.manager.v1.Event
+	(*ExplainPlacementRequest)(nil),           // 78: norsk.manager.v1.ExplainPlacementRequest
+	(*EventStreamRequest)(nil),                // 79: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                           // 80: norsk.manager.v1.JobHash
+	(*AppendAuditEntryResponse)(nil),          // 81: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),               // 82: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),             // 83: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),                  // 84: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                     // 85: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                    // 86: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                         // 87: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                     // 88: norsk.manager.v1.SnapshotChunk
+	(*CreateTokenResponse)(nil),               // 89: norsk.manager.v1.CreateTokenResponse
+	(*ListTokensResponse)(nil),                // 90: norsk.manager.v1.ListTokensResponse
+	(*RevokeTokenResponse)(nil),               // 91: norsk.manager.v1.RevokeTokenResponse
+	(*PublishDiscoveryFleetResponse)(nil),     // 92: norsk.manager.v1.PublishDiscoveryFleetResponse
+	(*GetDiscoveryFleetResponse)(nil),         // 93: norsk.manager.v1.GetDiscoveryFleetResponse
+	(*RotateDiscoveryTierSecretResponse)(nil), // 94: norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	(*PublishAccessReplicaResponse)(nil),      // 95: norsk.manager.v1.PublishAccessReplicaResponse
+	(*AddClusterMemberResponse)(nil),          // 96: norsk.manager.v1.AddClusterMemberResponse
+	(*RemoveClusterMemberResponse)(nil),       // 97: norsk.manager.v1.RemoveClusterMemberResponse
+	(*ForceStandaloneResponse)(nil),           // 98: norsk.manager.v1.ForceStandaloneResponse
+	(*LeaveQuorumResponse)(nil),               // 99: norsk.manager.v1.LeaveQuorumResponse
+	(*ClusterStatus)(nil),                     // 100: norsk.manager.v1.ClusterStatus
+	(*GetClusterEventsResponse)(nil),          // 101: norsk.manager.v1.GetClusterEventsResponse
+	(*AnnounceControlPlaneResponse)(nil),      // 102: norsk.manager.v1.AnnounceControlPlaneResponse
+	(*ExplainPlacementResponse)(nil),          // 103: norsk.manager.v1.ExplainPlacementResponse
+	(*Event)(nil),                             // 104: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	49,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
@@ -3206,54 +3209,56 @@ var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	75,  // 65: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
 	76,  // 66: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
 	77,  // 67: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
-	78,  // 68: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,   // 69: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,   // 70: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	79,  // 71: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	79,  // 72: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,   // 73: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	51,  // 74: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16,  // 75: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19,  // 76: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22,  // 77: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	24,  // 78: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	26,  // 79: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	28,  // 80: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	30,  // 81: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	32,  // 82: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	34,  // 83: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	36,  // 84: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	38,  // 85: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	40,  // 86: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	42,  // 87: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	44,  // 88: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	47,  // 89: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	47,  // 90: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	80,  // 91: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	81,  // 92: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	82,  // 93: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	83,  // 94: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	84,  // 95: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	85,  // 96: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	86,  // 97: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	87,  // 98: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	88,  // 99: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
-	89,  // 100: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
-	90,  // 101: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
-	91,  // 102: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
-	92,  // 103: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
-	93,  // 104: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	94,  // 105: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
-	95,  // 106: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
-	96,  // 107: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
-	97,  // 108: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
-	98,  // 109: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
-	99,  // 110: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
-	100, // 111: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
-	101, // 112: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
-	102, // 113: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	69,  // [69:114] is the sub-list for method output_type
-	24,  // [24:69] is the sub-list for method input_type
+	78,  // 68: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
+	79,  // 69: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,   // 70: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,   // 71: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	80,  // 72: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	80,  // 73: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,   // 74: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	51,  // 75: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16,  // 76: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19,  // 77: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22,  // 78: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	24,  // 79: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	26,  // 80: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	28,  // 81: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	30,  // 82: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	32,  // 83: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	34,  // 84: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	36,  // 85: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	38,  // 86: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	40,  // 87: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	42,  // 88: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	44,  // 89: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	47,  // 90: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	47,  // 91: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	81,  // 92: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	82,  // 93: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	83,  // 94: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	84,  // 95: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	85,  // 96: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	86,  // 97: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	87,  // 98: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	88,  // 99: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	89,  // 100: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	90,  // 101: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	91,  // 102: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	92,  // 103: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	93,  // 104: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	94,  // 105: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	95,  // 106: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	96,  // 107: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
+	97,  // 108: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
+	98,  // 109: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
+	99,  // 110: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
+	100, // 111: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
+	101, // 112: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
+	102, // 113: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
+	103, // 114: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
+	104, // 115: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	70,  // [70:116] is the sub-list for method output_type
+	24,  // [24:70] is the sub-list for method input_type
 	24,  // [24:24] is the sub-list for extension type_name
 	24,  // [24:24] is the sub-list for extension extendee
 	0,   // [0:24] is the sub-list for field type_name
@@ -3270,6 +3275,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 	file_norsk_manager_v1_job_proto_init()
 	file_norsk_manager_v1_kv_proto_init()
 	file_norsk_manager_v1_node_proto_init()
+	file_norsk_manager_v1_placement_proto_init()
 	file_norsk_manager_v1_security_proto_init()
 	file_norsk_manager_v1_store_info_proto_init()
 	file_norsk_manager_v1_manager_proto_msgTypes[9].OneofWrappers = []any{

@@ -139,6 +139,9 @@ const (
 	// ManagerAnnounceControlPlaneProcedure is the fully-qualified name of the Manager's
 	// AnnounceControlPlane RPC.
 	ManagerAnnounceControlPlaneProcedure = "/norsk.manager.v1.Manager/AnnounceControlPlane"
+	// ManagerExplainPlacementProcedure is the fully-qualified name of the Manager's ExplainPlacement
+	// RPC.
+	ManagerExplainPlacementProcedure = "/norsk.manager.v1.Manager/ExplainPlacement"
 	// ManagerEventStreamProcedure is the fully-qualified name of the Manager's EventStream RPC.
 	ManagerEventStreamProcedure = "/norsk.manager.v1.Manager/EventStream"
 )
@@ -205,6 +208,8 @@ type ManagerClient interface {
 	GetClusterStatus(context.Context, *connect.Request[v1.GetClusterStatusRequest]) (*connect.Response[v1.ClusterStatus], error)
 	GetClusterEvents(context.Context, *connect.Request[v1.GetClusterEventsRequest]) (*connect.Response[v1.GetClusterEventsResponse], error)
 	AnnounceControlPlane(context.Context, *connect.Request[v1.AnnounceControlPlaneRequest]) (*connect.Response[v1.AnnounceControlPlaneResponse], error)
+	// Placement: where a job's instance would go now, and why not elsewhere.
+	ExplainPlacement(context.Context, *connect.Request[v1.ExplainPlacementRequest]) (*connect.Response[v1.ExplainPlacementResponse], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -486,6 +491,12 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(managerMethods.ByName("AnnounceControlPlane")),
 			connect.WithClientOptions(opts...),
 		),
+		explainPlacement: connect.NewClient[v1.ExplainPlacementRequest, v1.ExplainPlacementResponse](
+			httpClient,
+			baseURL+ManagerExplainPlacementProcedure,
+			connect.WithSchema(managerMethods.ByName("ExplainPlacement")),
+			connect.WithClientOptions(opts...),
+		),
 		eventStream: connect.NewClient[v1.EventStreamRequest, v1.Event](
 			httpClient,
 			baseURL+ManagerEventStreamProcedure,
@@ -541,6 +552,7 @@ type managerClient struct {
 	getClusterStatus          *connect.Client[v1.GetClusterStatusRequest, v1.ClusterStatus]
 	getClusterEvents          *connect.Client[v1.GetClusterEventsRequest, v1.GetClusterEventsResponse]
 	announceControlPlane      *connect.Client[v1.AnnounceControlPlaneRequest, v1.AnnounceControlPlaneResponse]
+	explainPlacement          *connect.Client[v1.ExplainPlacementRequest, v1.ExplainPlacementResponse]
 	eventStream               *connect.Client[v1.EventStreamRequest, v1.Event]
 }
 
@@ -764,6 +776,11 @@ func (c *managerClient) AnnounceControlPlane(ctx context.Context, req *connect.R
 	return c.announceControlPlane.CallUnary(ctx, req)
 }
 
+// ExplainPlacement calls norsk.manager.v1.Manager.ExplainPlacement.
+func (c *managerClient) ExplainPlacement(ctx context.Context, req *connect.Request[v1.ExplainPlacementRequest]) (*connect.Response[v1.ExplainPlacementResponse], error) {
+	return c.explainPlacement.CallUnary(ctx, req)
+}
+
 // EventStream calls norsk.manager.v1.Manager.EventStream.
 func (c *managerClient) EventStream(ctx context.Context, req *connect.Request[v1.EventStreamRequest]) (*connect.ServerStreamForClient[v1.Event], error) {
 	return c.eventStream.CallServerStream(ctx, req)
@@ -831,6 +848,8 @@ type ManagerHandler interface {
 	GetClusterStatus(context.Context, *connect.Request[v1.GetClusterStatusRequest]) (*connect.Response[v1.ClusterStatus], error)
 	GetClusterEvents(context.Context, *connect.Request[v1.GetClusterEventsRequest]) (*connect.Response[v1.GetClusterEventsResponse], error)
 	AnnounceControlPlane(context.Context, *connect.Request[v1.AnnounceControlPlaneRequest]) (*connect.Response[v1.AnnounceControlPlaneResponse], error)
+	// Placement: where a job's instance would go now, and why not elsewhere.
+	ExplainPlacement(context.Context, *connect.Request[v1.ExplainPlacementRequest]) (*connect.Response[v1.ExplainPlacementResponse], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -1108,6 +1127,12 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(managerMethods.ByName("AnnounceControlPlane")),
 		connect.WithHandlerOptions(opts...),
 	)
+	managerExplainPlacementHandler := connect.NewUnaryHandler(
+		ManagerExplainPlacementProcedure,
+		svc.ExplainPlacement,
+		connect.WithSchema(managerMethods.ByName("ExplainPlacement")),
+		connect.WithHandlerOptions(opts...),
+	)
 	managerEventStreamHandler := connect.NewServerStreamHandler(
 		ManagerEventStreamProcedure,
 		svc.EventStream,
@@ -1204,6 +1229,8 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerGetClusterEventsHandler.ServeHTTP(w, r)
 		case ManagerAnnounceControlPlaneProcedure:
 			managerAnnounceControlPlaneHandler.ServeHTTP(w, r)
+		case ManagerExplainPlacementProcedure:
+			managerExplainPlacementHandler.ServeHTTP(w, r)
 		case ManagerEventStreamProcedure:
 			managerEventStreamHandler.ServeHTTP(w, r)
 		default:
@@ -1389,6 +1416,10 @@ func (UnimplementedManagerHandler) GetClusterEvents(context.Context, *connect.Re
 
 func (UnimplementedManagerHandler) AnnounceControlPlane(context.Context, *connect.Request[v1.AnnounceControlPlaneRequest]) (*connect.Response[v1.AnnounceControlPlaneResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.AnnounceControlPlane is not implemented"))
+}
+
+func (UnimplementedManagerHandler) ExplainPlacement(context.Context, *connect.Request[v1.ExplainPlacementRequest]) (*connect.Response[v1.ExplainPlacementResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ExplainPlacement is not implemented"))
 }
 
 func (UnimplementedManagerHandler) EventStream(context.Context, *connect.Request[v1.EventStreamRequest], *connect.ServerStream[v1.Event]) error {

@@ -1,0 +1,50 @@
+package manager
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
+)
+
+// ExplainPlacement answers where an instance of a job would be placed now,
+// against this member's copy of the nodes and instances, and why every
+// other node would not take it (the placement every automatic placement
+// will use). It binds nothing.
+func (h *handler) ExplainPlacement(ctx context.Context, req *connect.Request[managerv1.ExplainPlacementRequest]) (*connect.Response[managerv1.ExplainPlacementResponse], error) {
+	m := req.Msg
+	if err := jobspec.ValidateID("jobId", m.GetJobId()); err != nil {
+		return nil, toConnect(err)
+	}
+	role := m.GetRole()
+	if role == "" {
+		role = "primary"
+	}
+	r := h.read()
+	rec := r.Job(nil, m.GetJobId())
+	if rec == nil {
+		return nil, toConnect(apierr.NotFoundf("no job %q", m.GetJobId()))
+	}
+	var nodes []*managerv1.Node
+	for _, n := range r.Nodes(nil) {
+		nodes = append(nodes, r.NodeView(n))
+	}
+	var live []placement.JobInstance
+	r.Instances(nil, func(in *managerv1.Instance) bool {
+		if in.GetPhase() != managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+			if j := r.Job(nil, in.GetJobId()); j != nil {
+				live = append(live, placement.JobInstance{Instance: in, Job: j.GetJob()})
+			}
+		}
+		return true
+	})
+	out, err := placement.ExplainJob(placement.Config{}, nodes, live, rec.GetJob(), role, m.GetPool())
+	if err != nil {
+		return nil, toConnect(apierr.Invalid("jobId", "%v", err))
+	}
+	return connect.NewResponse(out), nil
+}

@@ -1,0 +1,77 @@
+package placement
+
+import (
+	"strings"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+)
+
+// JobInstance is a job's instance as placement counts it: the instance and
+// the job it runs (for its requirements).
+type JobInstance struct {
+	Instance *managerv1.Instance
+	Job      *managerv1.Job
+}
+
+// AllocationOf is the allocation a bound instance holds on its node.
+func AllocationOf(ji JobInstance) Allocation {
+	return Allocation{
+		JobID:        ji.Instance.GetJobId(),
+		Role:         ji.Instance.GetRole(),
+		NodeID:       ji.Instance.GetNodeId(),
+		Requirements: RequirementsFromProto(ji.Job.GetAutoPlacement().GetRequirements()),
+		GPU:          -1,
+	}
+}
+
+// ExplainJob places instance role of job against nodes now, explained: the
+// nodes that are not online are excluded (saying their state), and every
+// live instance but this one's own binding holds its allocation. It is
+// what ExplainPlacement answers (the Manager and the SDK's fake alike).
+func ExplainJob(cfg Config, nodes []*managerv1.Node, live []JobInstance, job *managerv1.Job, role, pool string) (*managerv1.ExplainPlacementResponse, error) {
+	req := Request{
+		JobID:        job.GetJobId(),
+		Role:         role,
+		Pool:         pool,
+		Requirements: RequirementsFromProto(job.GetAutoPlacement().GetRequirements()),
+		Exclude:      map[string]string{},
+		Explain:      true,
+	}
+	view := make([]Node, 0, len(nodes))
+	for _, n := range nodes {
+		view = append(view, NodeFromProto(n))
+		if st := n.GetState(); st != managerv1.NodeState_NODE_STATE_ONLINE {
+			req.Exclude[n.GetNodeId()] = "the node is " + strings.ToLower(strings.TrimPrefix(st.String(), "NODE_STATE_"))
+		}
+	}
+	var allocs []Allocation
+	for _, ji := range live {
+		if ji.Instance.GetJobId() == job.GetJobId() && ji.Instance.GetRole() == role {
+			continue
+		}
+		allocs = append(allocs, AllocationOf(ji))
+	}
+	res, err := Place(cfg, view, allocs, req)
+	if err != nil {
+		return nil, err
+	}
+	return ResponseOf(res), nil
+}
+
+// ResponseOf is a Result as the API answers it.
+func ResponseOf(res Result) *managerv1.ExplainPlacementResponse {
+	out := &managerv1.ExplainPlacementResponse{NodeId: res.NodeID, Summary: res.Summary()}
+	for _, d := range res.Degradations {
+		out.Degradations = append(out.Degradations, &managerv1.PlacementRefusal{Rule: string(d.Rule), Reason: d.Reason})
+	}
+	if res.Explanation != nil {
+		for _, v := range res.Explanation.Nodes {
+			nv := &managerv1.PlacementNodeVerdict{NodeId: v.NodeID, Chosen: v.Chosen, Tier: int32(v.Tier), Notes: v.Notes}
+			for _, r := range v.Refusals {
+				nv.Refusals = append(nv.Refusals, &managerv1.PlacementRefusal{Rule: string(r.Rule), Reason: r.Reason})
+			}
+			out.Nodes = append(out.Nodes, nv)
+		}
+	}
+	return out
+}
