@@ -252,6 +252,9 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 	}
 	cn.dialed(true)
 	cn.log.Info("worker connected", "address", node.GetAddress(), "instances", len(wh.GetInventory()))
+	if err := confirmStopped(stream, wh.GetInventory()); err != nil {
+		return fmt.Errorf("confirm the inventory's stopped instances: %w", err)
+	}
 	defer func() {
 		cn.downSince = cfg.Clock.Now()
 		cn.c.setLive(cn.nodeID, func(l *Live) { l.Connected = false })
@@ -374,10 +377,29 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		if ended != nil {
 			return ended
 		}
+		if err := confirmStopped(stream, batch); err != nil {
+			return fmt.Errorf("confirm recorded reports: %w", err)
+		}
 		if silent := cfg.Clock.Now().Sub(lastHeard); silent > 3*cfg.HeartbeatInterval {
 			return fmt.Errorf("no heartbeat from the worker for %s", silent.Round(time.Millisecond))
 		}
 	}
+}
+
+// confirmStopped tells the worker which STOPPED reports among reports are
+// now committed (ReportsRecorded): only then does it forget their
+// tombstones. Call it after the reports are recorded.
+func confirmStopped(stream *connect.BidiStreamForClient[managerv1.ControllerMessage, managerv1.WorkerMessage], reports []*managerv1.InstanceReport) error {
+	var done []*managerv1.RecordedReport
+	for _, r := range reports {
+		if r.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+			done = append(done, &managerv1.RecordedReport{JobId: r.GetJobId(), Role: r.GetRole(), FencingToken: r.GetFencingToken()})
+		}
+	}
+	if len(done) == 0 {
+		return nil
+	}
+	return stream.Send(&managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_Recorded{Recorded: &managerv1.ReportsRecorded{Reports: done}}})
 }
 
 // recordReports applies a batch of the worker's instance reports to the

@@ -13,9 +13,10 @@
 // superseded.
 //
 // Every report a worker sends is recorded in the order received, and before
-// the end of the stream that carried it is handled: a worker forgets a
-// stopped instance once it has reported it, so a dropped report could not
-// be recovered.
+// the end of the stream that carried it is handled. Once a batch holding
+// STOPPED reports is committed the worker is told so (ReportsRecorded):
+// only then does it forget those instances' tombstones, so a report lost to
+// a Manager that failed before committing it comes again in the next hello.
 //
 // Liveness: a worker whose stream has been gone longer than LostGrace makes
 // its node lost (its instances stopping with reason nodeStopped); a stream

@@ -113,7 +113,7 @@ func (a *Agent) loadAccessReplica() {
 // version is refused (FAILED_PRECONDITION) and changes nothing; so does
 // anything that does not verify (INVALID_ARGUMENT).
 func (a *Agent) onAccessReplica(sess *session, seq uint64, upd *managerv1.AccessReplicaUpdate) {
-	reply := func(e *cmdError) { sess.enqueue(ackMessage(seq, e), nil) }
+	reply := func(e *cmdError) { sess.enqueue(ackMessage(seq, e)) }
 	if upd.GetPublication() == nil || upd.GetTrustedJwks() == "" {
 		reply(&cmdError{connect.CodeInvalidArgument, "the access replica update carries no publication or no keys"})
 		return

@@ -349,7 +349,7 @@ func (a *Agent) shutdown(srv *http.Server) {
 func (a *Agent) shutdownNode(sess *session, seq uint64, reason string, deregistered bool) {
 	if !a.terminating.CompareAndSwap(false, true) {
 		if sess != nil {
-			sess.enqueue(ackMessage(seq, nil), nil)
+			sess.enqueue(ackMessage(seq, nil))
 		}
 		return
 	}
@@ -377,7 +377,7 @@ func (a *Agent) shutdownNode(sess *session, seq uint64, reason string, deregiste
 		}
 		if sess != nil {
 			sent := make(chan struct{})
-			sess.enqueue(ackMessage(seq, nil), func() { close(sent) })
+			sess.enqueueThen(ackMessage(seq, nil), func() { close(sent) })
 			t := a.clock.NewTimer(terminateFlushTimeout)
 			select {
 			case <-sent:

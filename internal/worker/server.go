@@ -138,7 +138,7 @@ func (h controlHandler) Control(ctx context.Context, stream *connect.BidiStream[
 			return nil
 		case <-sess.wake:
 		case <-hb.C():
-			sess.enqueue(&managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Heartbeat{Heartbeat: &managerv1.Heartbeat{Load: a.load()}}}, nil)
+			sess.enqueue(&managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Heartbeat{Heartbeat: &managerv1.Heartbeat{Load: a.load()}}})
 			hb = a.clock.NewTimer(interval)
 		}
 	}

@@ -30,9 +30,12 @@ type outbound struct {
 	sent func()
 }
 
-// enqueue queues msg; sent (if not nil) runs once msg has been sent. It
-// never blocks. Messages queued on a session that has ended are dropped.
-func (s *session) enqueue(msg *managerv1.WorkerMessage, sent func()) {
+// enqueue queues msg. It never blocks. Messages queued on a session that
+// has ended are dropped.
+func (s *session) enqueue(msg *managerv1.WorkerMessage) { s.enqueueThen(msg, nil) }
+
+// enqueueThen queues msg; sent (if not nil) runs once msg has been sent.
+func (s *session) enqueueThen(msg *managerv1.WorkerMessage, sent func()) {
 	if s.ctx.Err() != nil {
 		return
 	}
@@ -64,7 +67,9 @@ var (
 )
 
 // snapshot is the last report published for an instance. deliver is set
-// for a tombstone: it is called once the report has been sent on a stream.
+// for a tombstone: it is called once the Manager says it has committed the
+// report (ReportsRecorded), not merely once it was sent — a Manager that
+// fails before committing gets it again in the next hello.
 type snapshot struct {
 	key     runtime.Key
 	report  *managerv1.InstanceReport
@@ -112,12 +117,8 @@ func (a *Agent) openSession(ctx context.Context, epoch managerEpoch) (*session, 
 	s := &session{id: a.nextSession, ctx: sctx, cancel: cancel, wake: make(chan struct{}, 1)}
 	a.cur = s
 	var inv []*managerv1.InstanceReport
-	var delivers []func()
 	for _, snap := range a.sortedSnaps() {
 		inv = append(inv, snap.report)
-		if snap.deliver != nil {
-			delivers = append(delivers, snap.deliver)
-		}
 	}
 	id := a.identity()
 	hello := &managerv1.WorkerHello{
@@ -128,11 +129,7 @@ func (a *Agent) openSession(ctx context.Context, epoch managerEpoch) (*session, 
 		WorkerVersion: a.cfg.Version,
 		Inventory:     inv,
 	}
-	s.enqueue(&managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Hello{Hello: hello}}, func() {
-		for _, d := range delivers {
-			d()
-		}
-	})
+	s.enqueue(&managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Hello{Hello: hello}})
 	a.pubMu.Unlock()
 	a.setStreamUp(true)
 	return s, nil
@@ -159,7 +156,27 @@ func (a *Agent) publish(key runtime.Key, r *managerv1.InstanceReport, deliver fu
 	defer a.pubMu.Unlock()
 	a.snaps[key] = &snapshot{key: key, report: r, deliver: deliver}
 	if a.cur != nil {
-		a.cur.enqueue(reportMessage(r), deliver)
+		a.cur.enqueue(reportMessage(r))
+	}
+}
+
+// onRecorded delivers the tombstones whose STOPPED reports the Manager has
+// committed: each instance then forgets its tombstone.
+func (a *Agent) onRecorded(m *managerv1.ReportsRecorded) {
+	var delivers []func()
+	a.pubMu.Lock()
+	for _, r := range m.GetReports() {
+		snap := a.snaps[runtime.Key{JobID: r.GetJobId(), Role: r.GetRole()}]
+		if snap == nil || snap.deliver == nil || snap.report.GetPhase() != managerv1.InstancePhase_INSTANCE_PHASE_STOPPED ||
+			snap.report.GetFencingToken() != r.GetFencingToken() {
+			continue
+		}
+		delivers = append(delivers, snap.deliver)
+		snap.deliver = nil
+	}
+	a.pubMu.Unlock()
+	for _, d := range delivers {
+		d()
 	}
 }
 
@@ -176,7 +193,7 @@ func (a *Agent) sendReport(r *managerv1.InstanceReport) {
 	a.pubMu.Lock()
 	defer a.pubMu.Unlock()
 	if a.cur != nil {
-		a.cur.enqueue(reportMessage(r), nil)
+		a.cur.enqueue(reportMessage(r))
 	}
 }
 

@@ -133,7 +133,7 @@ func (s *supervisor) stopAll(ctx context.Context, reason managerv1.StoppingReaso
 // queued on that stream once the command has been acted on.
 func (a *Agent) onCommand(sess *session, msg *managerv1.ControllerMessage) {
 	seq := msg.GetSeq()
-	reply := func(e *cmdError) { sess.enqueue(ackMessage(seq, e), nil) }
+	reply := func(e *cmdError) { sess.enqueue(ackMessage(seq, e)) }
 	var key runtime.Key
 	switch m := msg.GetMsg().(type) {
 	case *managerv1.ControllerMessage_Start:
@@ -152,6 +152,9 @@ func (a *Agent) onCommand(sess *session, msg *managerv1.ControllerMessage) {
 		return
 	case *managerv1.ControllerMessage_AccessReplica:
 		a.onAccessReplica(sess, seq, m.AccessReplica)
+		return
+	case *managerv1.ControllerMessage_Recorded:
+		a.onRecorded(m.Recorded) // not acknowledged
 		return
 	case *managerv1.ControllerMessage_Hello:
 		reply(&cmdError{connect.CodeInvalidArgument, "hello was already received on this stream"})

@@ -696,6 +696,31 @@ func TestTombstoneOfAFailureWithoutStreamIsInNextHello(t *testing.T) {
 	}
 }
 
+// A tombstone is forgotten only once the Manager says it has committed the
+// STOPPED report: one that was sent to a Manager that never confirmed it
+// is in the next hello.
+func TestTombstoneKeptUntilTheManagerConfirms(t *testing.T) {
+	e := newEnv(t)
+	a := e.run(e.config())
+	c, _ := e.dial(a, noHeartbeats)
+	c.HoldConfirmations()
+	startRunning(t, c, job("quick", svc("main")), "primary", 7)
+	seq := send(t, c, stopMsg("quick", "primary", 7, 0, managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED, ""))
+	expectReport(t, c, phaseStopping)
+	expectReport(t, c, phaseStopped)
+	expectAck(t, c, seq, "")
+	if got := inventoryFind(a.Inventory(), "quick", "primary"); got.GetPhase() != phaseStopped {
+		t.Fatalf("the unconfirmed tombstone was forgotten: inventory %v", a.Inventory())
+	}
+	c.Close()
+
+	_, hello := e.dial(a, noHeartbeats) // confirms
+	if got := inventoryFind(hello.GetInventory(), "quick", "primary"); got.GetPhase() != phaseStopped || got.GetFencingToken() != 7 {
+		t.Fatalf("the next hello lacks the unconfirmed tombstone: %v", hello.GetInventory())
+	}
+	runtimetest.Eventually(t, wait, "the confirmed tombstone is dropped", func() bool { return len(a.Inventory()) == 0 })
+}
+
 func TestTombstoneSurvivesAWorkerRestart(t *testing.T) {
 	e := newEnv(t)
 	a := e.run(e.config())

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,7 +206,18 @@ type Controller struct {
 
 	mu  sync.Mutex
 	seq uint64
+	// sendMu serialises the stream's sends (the test's and the automatic
+	// confirmations of stopped reports).
+	sendMu sync.Mutex
+	// holdConfirmations: a Manager that fails before committing (no
+	// ReportsRecorded is sent).
+	holdConfirmations atomic.Bool
 }
+
+// HoldConfirmations stops the automatic ReportsRecorded: the controller
+// behaves like a Manager that received stopped reports but never committed
+// them.
+func (c *Controller) HoldConfirmations() { c.holdConfirmations.Store(true) }
 
 // Dial opens a Control stream to the worker at addr (host:port) over
 // cleartext HTTP/2, presenting secret as the bearer token. Nothing is sent
@@ -227,6 +239,13 @@ func Dial(ctx context.Context, addr, secret string) *Controller {
 				c.err = err
 				return
 			}
+			// Like the Manager, confirm STOPPED reports as recorded (the
+			// worker forgets a tombstone only then).
+			reports := msg.GetHello().GetInventory()
+			if r := msg.GetReport(); r != nil {
+				reports = append(reports, r)
+			}
+			c.confirmStopped(reports)
 			select {
 			case c.msgs <- msg:
 			case <-ctx.Done():
@@ -236,6 +255,24 @@ func Dial(ctx context.Context, addr, secret string) *Controller {
 		}
 	}()
 	return c
+}
+
+// confirmStopped sends ReportsRecorded for the STOPPED reports among
+// reports (seq 0, unacknowledged), as the Manager does once it has
+// committed them.
+func (c *Controller) confirmStopped(reports []*managerv1.InstanceReport) {
+	var done []*managerv1.RecordedReport
+	for _, r := range reports {
+		if r.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+			done = append(done, &managerv1.RecordedReport{JobId: r.GetJobId(), Role: r.GetRole(), FencingToken: r.GetFencingToken()})
+		}
+	}
+	if len(done) == 0 || c.holdConfirmations.Load() {
+		return
+	}
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	_ = c.stream.Send(&managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_Recorded{Recorded: &managerv1.ReportsRecorded{Reports: done}}})
 }
 
 // Send sends a message; a zero seq is replaced by the next sequence
@@ -248,7 +285,9 @@ func (c *Controller) Send(msg *managerv1.ControllerMessage) (uint64, error) {
 	}
 	seq := msg.GetSeq()
 	c.mu.Unlock()
+	c.sendMu.Lock()
 	err := c.stream.Send(msg)
+	c.sendMu.Unlock()
 	if errors.Is(err, io.EOF) {
 		// The worker ended the stream: its reason comes with the response.
 		if ended, why := c.Ended(10 * time.Second); ended && why != nil {

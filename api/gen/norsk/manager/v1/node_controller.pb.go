@@ -34,6 +34,7 @@ type ControllerMessage struct {
 	//	*ControllerMessage_Terminate
 	//	*ControllerMessage_DiscoveryAccess
 	//	*ControllerMessage_AccessReplica
+	//	*ControllerMessage_Recorded
 	Msg           isControllerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -155,6 +156,15 @@ func (x *ControllerMessage) GetAccessReplica() *AccessReplicaUpdate {
 	return nil
 }
 
+func (x *ControllerMessage) GetRecorded() *ReportsRecorded {
+	if x != nil {
+		if x, ok := x.Msg.(*ControllerMessage_Recorded); ok {
+			return x.Recorded
+		}
+	}
+	return nil
+}
+
 type isControllerMessage_Msg interface {
 	isControllerMessage_Msg()
 }
@@ -191,6 +201,10 @@ type ControllerMessage_AccessReplica struct {
 	AccessReplica *AccessReplicaUpdate `protobuf:"bytes,17,opt,name=access_replica,json=accessReplica,proto3,oneof"`
 }
 
+type ControllerMessage_Recorded struct {
+	Recorded *ReportsRecorded `protobuf:"bytes,18,opt,name=recorded,proto3,oneof"`
+}
+
 func (*ControllerMessage_Hello) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_Start) isControllerMessage_Msg() {}
@@ -206,6 +220,116 @@ func (*ControllerMessage_Terminate) isControllerMessage_Msg() {}
 func (*ControllerMessage_DiscoveryAccess) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_AccessReplica) isControllerMessage_Msg() {}
+
+func (*ControllerMessage_Recorded) isControllerMessage_Msg() {}
+
+// ReportsRecorded tells the worker that the Manager has committed these
+// instances' STOPPED reports: it may now forget their tombstones (until
+// then it keeps them, and reports them again in its next hello). Sent with
+// seq 0 and not acknowledged.
+type ReportsRecorded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reports       []*RecordedReport      `protobuf:"bytes,1,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportsRecorded) Reset() {
+	*x = ReportsRecorded{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportsRecorded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportsRecorded) ProtoMessage() {}
+
+func (x *ReportsRecorded) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportsRecorded.ProtoReflect.Descriptor instead.
+func (*ReportsRecorded) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ReportsRecorded) GetReports() []*RecordedReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+type RecordedReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	FencingToken  uint64                 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordedReport) Reset() {
+	*x = RecordedReport{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordedReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordedReport) ProtoMessage() {}
+
+func (x *RecordedReport) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordedReport.ProtoReflect.Descriptor instead.
+func (*RecordedReport) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RecordedReport) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *RecordedReport) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *RecordedReport) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
 
 // DiscoveryAccess is a node's access to the discovery fleet: every replica
 // address, the leaf token, and a node token minted for this node from the
@@ -224,7 +348,7 @@ type DiscoveryAccess struct {
 
 func (x *DiscoveryAccess) Reset() {
 	*x = DiscoveryAccess{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +360,7 @@ func (x *DiscoveryAccess) String() string {
 func (*DiscoveryAccess) ProtoMessage() {}
 
 func (x *DiscoveryAccess) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +373,7 @@ func (x *DiscoveryAccess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveryAccess.ProtoReflect.Descriptor instead.
 func (*DiscoveryAccess) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{1}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DiscoveryAccess) GetAddresses() []string {
@@ -293,7 +417,7 @@ type AccessReplicaUpdate struct {
 
 func (x *AccessReplicaUpdate) Reset() {
 	*x = AccessReplicaUpdate{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -305,7 +429,7 @@ func (x *AccessReplicaUpdate) String() string {
 func (*AccessReplicaUpdate) ProtoMessage() {}
 
 func (x *AccessReplicaUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -318,7 +442,7 @@ func (x *AccessReplicaUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessReplicaUpdate.ProtoReflect.Descriptor instead.
 func (*AccessReplicaUpdate) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{2}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AccessReplicaUpdate) GetPublication() *AccessReplicaPublication {
@@ -353,7 +477,7 @@ type ControllerHello struct {
 
 func (x *ControllerHello) Reset() {
 	*x = ControllerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +489,7 @@ func (x *ControllerHello) String() string {
 func (*ControllerHello) ProtoMessage() {}
 
 func (x *ControllerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +502,7 @@ func (x *ControllerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerHello.ProtoReflect.Descriptor instead.
 func (*ControllerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{3}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ControllerHello) GetNodeId() string {
@@ -438,7 +562,7 @@ type StartInstance struct {
 
 func (x *StartInstance) Reset() {
 	*x = StartInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +574,7 @@ func (x *StartInstance) String() string {
 func (*StartInstance) ProtoMessage() {}
 
 func (x *StartInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +587,7 @@ func (x *StartInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartInstance.ProtoReflect.Descriptor instead.
 func (*StartInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{4}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StartInstance) GetJob() *Job {
@@ -526,7 +650,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +662,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +675,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{5}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -591,7 +715,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +727,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +740,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{6}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -675,7 +799,7 @@ type UpdateInstance struct {
 
 func (x *UpdateInstance) Reset() {
 	*x = UpdateInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +811,7 @@ func (x *UpdateInstance) String() string {
 func (*UpdateInstance) ProtoMessage() {}
 
 func (x *UpdateInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +824,7 @@ func (x *UpdateInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstance.ProtoReflect.Descriptor instead.
 func (*UpdateInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{7}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateInstance) GetJob() *Job {
@@ -737,7 +861,7 @@ type Terminate struct {
 
 func (x *Terminate) Reset() {
 	*x = Terminate{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +873,7 @@ func (x *Terminate) String() string {
 func (*Terminate) ProtoMessage() {}
 
 func (x *Terminate) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +886,7 @@ func (x *Terminate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Terminate.ProtoReflect.Descriptor instead.
 func (*Terminate) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{8}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Terminate) GetReason() string {
@@ -794,7 +918,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +930,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +943,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{9}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -908,7 +1032,7 @@ type WorkerHello struct {
 
 func (x *WorkerHello) Reset() {
 	*x = WorkerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1044,7 @@ func (x *WorkerHello) String() string {
 func (*WorkerHello) ProtoMessage() {}
 
 func (x *WorkerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1057,7 @@ func (x *WorkerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
 func (*WorkerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{10}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkerHello) GetNodeId() string {
@@ -1000,7 +1124,7 @@ type InstanceReport struct {
 
 func (x *InstanceReport) Reset() {
 	*x = InstanceReport{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1136,7 @@ func (x *InstanceReport) String() string {
 func (*InstanceReport) ProtoMessage() {}
 
 func (x *InstanceReport) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1149,7 @@ func (x *InstanceReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReport.ProtoReflect.Descriptor instead.
 func (*InstanceReport) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{11}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InstanceReport) GetJobId() string {
@@ -1107,7 +1231,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1243,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1256,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{12}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Heartbeat) GetLoad() *NodeLoad {
@@ -1155,7 +1279,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1291,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1304,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{13}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CommandAck) GetSeq() uint64 {
@@ -1208,7 +1332,7 @@ var File_norsk_manager_v1_node_controller_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\n" +
-	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\"\xc1\x04\n" +
+	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\"\x82\x05\n" +
 	"\x11ControllerMessage\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x129\n" +
 	"\x05hello\x18\n" +
@@ -1219,8 +1343,15 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\x06update\x18\x0e \x01(\v2 .norsk.manager.v1.UpdateInstanceH\x00R\x06update\x12;\n" +
 	"\tterminate\x18\x0f \x01(\v2\x1b.norsk.manager.v1.TerminateH\x00R\tterminate\x12N\n" +
 	"\x10discovery_access\x18\x10 \x01(\v2!.norsk.manager.v1.DiscoveryAccessH\x00R\x0fdiscoveryAccess\x12N\n" +
-	"\x0eaccess_replica\x18\x11 \x01(\v2%.norsk.manager.v1.AccessReplicaUpdateH\x00R\raccessReplicaB\x05\n" +
-	"\x03msg\"\x87\x01\n" +
+	"\x0eaccess_replica\x18\x11 \x01(\v2%.norsk.manager.v1.AccessReplicaUpdateH\x00R\raccessReplica\x12?\n" +
+	"\brecorded\x18\x12 \x01(\v2!.norsk.manager.v1.ReportsRecordedH\x00R\brecordedB\x05\n" +
+	"\x03msg\"M\n" +
+	"\x0fReportsRecorded\x12:\n" +
+	"\areports\x18\x01 \x03(\v2 .norsk.manager.v1.RecordedReportR\areports\"`\n" +
+	"\x0eRecordedReport\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\"\x87\x01\n" +
 	"\x0fDiscoveryAccess\x12\x1c\n" +
 	"\taddresses\x18\x01 \x03(\tR\taddresses\x12\x1d\n" +
 	"\n" +
@@ -1321,66 +1452,70 @@ func file_norsk_manager_v1_node_controller_proto_rawDescGZIP() []byte {
 	return file_norsk_manager_v1_node_controller_proto_rawDescData
 }
 
-var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_norsk_manager_v1_node_controller_proto_goTypes = []any{
 	(*ControllerMessage)(nil),        // 0: norsk.manager.v1.ControllerMessage
-	(*DiscoveryAccess)(nil),          // 1: norsk.manager.v1.DiscoveryAccess
-	(*AccessReplicaUpdate)(nil),      // 2: norsk.manager.v1.AccessReplicaUpdate
-	(*ControllerHello)(nil),          // 3: norsk.manager.v1.ControllerHello
-	(*StartInstance)(nil),            // 4: norsk.manager.v1.StartInstance
-	(*StartPreparedInstance)(nil),    // 5: norsk.manager.v1.StartPreparedInstance
-	(*StopInstance)(nil),             // 6: norsk.manager.v1.StopInstance
-	(*UpdateInstance)(nil),           // 7: norsk.manager.v1.UpdateInstance
-	(*Terminate)(nil),                // 8: norsk.manager.v1.Terminate
-	(*WorkerMessage)(nil),            // 9: norsk.manager.v1.WorkerMessage
-	(*WorkerHello)(nil),              // 10: norsk.manager.v1.WorkerHello
-	(*InstanceReport)(nil),           // 11: norsk.manager.v1.InstanceReport
-	(*Heartbeat)(nil),                // 12: norsk.manager.v1.Heartbeat
-	(*CommandAck)(nil),               // 13: norsk.manager.v1.CommandAck
-	nil,                              // 14: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	nil,                              // 15: norsk.manager.v1.InstanceReport.ExitCodesEntry
-	(*AccessReplicaPublication)(nil), // 16: norsk.manager.v1.AccessReplicaPublication
-	(*Job)(nil),                      // 17: norsk.manager.v1.Job
-	(StoppingReason)(0),              // 18: norsk.manager.v1.StoppingReason
-	(*Hardware)(nil),                 // 19: norsk.manager.v1.Hardware
-	(*Capability)(nil),               // 20: norsk.manager.v1.Capability
-	(InstancePhase)(0),               // 21: norsk.manager.v1.InstancePhase
-	(*NodeLoad)(nil),                 // 22: norsk.manager.v1.NodeLoad
-	(*ResolvedPortMappings)(nil),     // 23: norsk.manager.v1.ResolvedPortMappings
+	(*ReportsRecorded)(nil),          // 1: norsk.manager.v1.ReportsRecorded
+	(*RecordedReport)(nil),           // 2: norsk.manager.v1.RecordedReport
+	(*DiscoveryAccess)(nil),          // 3: norsk.manager.v1.DiscoveryAccess
+	(*AccessReplicaUpdate)(nil),      // 4: norsk.manager.v1.AccessReplicaUpdate
+	(*ControllerHello)(nil),          // 5: norsk.manager.v1.ControllerHello
+	(*StartInstance)(nil),            // 6: norsk.manager.v1.StartInstance
+	(*StartPreparedInstance)(nil),    // 7: norsk.manager.v1.StartPreparedInstance
+	(*StopInstance)(nil),             // 8: norsk.manager.v1.StopInstance
+	(*UpdateInstance)(nil),           // 9: norsk.manager.v1.UpdateInstance
+	(*Terminate)(nil),                // 10: norsk.manager.v1.Terminate
+	(*WorkerMessage)(nil),            // 11: norsk.manager.v1.WorkerMessage
+	(*WorkerHello)(nil),              // 12: norsk.manager.v1.WorkerHello
+	(*InstanceReport)(nil),           // 13: norsk.manager.v1.InstanceReport
+	(*Heartbeat)(nil),                // 14: norsk.manager.v1.Heartbeat
+	(*CommandAck)(nil),               // 15: norsk.manager.v1.CommandAck
+	nil,                              // 16: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	nil,                              // 17: norsk.manager.v1.InstanceReport.ExitCodesEntry
+	(*AccessReplicaPublication)(nil), // 18: norsk.manager.v1.AccessReplicaPublication
+	(*Job)(nil),                      // 19: norsk.manager.v1.Job
+	(StoppingReason)(0),              // 20: norsk.manager.v1.StoppingReason
+	(*Hardware)(nil),                 // 21: norsk.manager.v1.Hardware
+	(*Capability)(nil),               // 22: norsk.manager.v1.Capability
+	(InstancePhase)(0),               // 23: norsk.manager.v1.InstancePhase
+	(*NodeLoad)(nil),                 // 24: norsk.manager.v1.NodeLoad
+	(*ResolvedPortMappings)(nil),     // 25: norsk.manager.v1.ResolvedPortMappings
 }
 var file_norsk_manager_v1_node_controller_proto_depIdxs = []int32{
-	3,  // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
-	4,  // 1: norsk.manager.v1.ControllerMessage.start:type_name -> norsk.manager.v1.StartInstance
-	5,  // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
-	6,  // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
-	7,  // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
-	8,  // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
-	1,  // 6: norsk.manager.v1.ControllerMessage.discovery_access:type_name -> norsk.manager.v1.DiscoveryAccess
-	2,  // 7: norsk.manager.v1.ControllerMessage.access_replica:type_name -> norsk.manager.v1.AccessReplicaUpdate
-	16, // 8: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	17, // 9: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
-	18, // 10: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
-	17, // 11: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
-	10, // 12: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
-	11, // 13: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
-	12, // 14: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
-	13, // 15: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
-	19, // 16: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
-	20, // 17: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
-	11, // 18: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
-	21, // 19: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
-	14, // 20: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	18, // 21: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
-	15, // 22: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
-	22, // 23: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
-	23, // 24: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	0,  // 25: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
-	9,  // 26: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
-	26, // [26:27] is the sub-list for method output_type
-	25, // [25:26] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	5,  // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
+	6,  // 1: norsk.manager.v1.ControllerMessage.start:type_name -> norsk.manager.v1.StartInstance
+	7,  // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
+	8,  // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
+	9,  // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
+	10, // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
+	3,  // 6: norsk.manager.v1.ControllerMessage.discovery_access:type_name -> norsk.manager.v1.DiscoveryAccess
+	4,  // 7: norsk.manager.v1.ControllerMessage.access_replica:type_name -> norsk.manager.v1.AccessReplicaUpdate
+	1,  // 8: norsk.manager.v1.ControllerMessage.recorded:type_name -> norsk.manager.v1.ReportsRecorded
+	2,  // 9: norsk.manager.v1.ReportsRecorded.reports:type_name -> norsk.manager.v1.RecordedReport
+	18, // 10: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	19, // 11: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
+	20, // 12: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
+	19, // 13: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
+	12, // 14: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
+	13, // 15: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
+	14, // 16: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
+	15, // 17: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
+	21, // 18: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
+	22, // 19: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
+	13, // 20: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
+	23, // 21: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
+	16, // 22: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	20, // 23: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
+	17, // 24: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
+	24, // 25: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
+	25, // 26: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	0,  // 27: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
+	11, // 28: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
+	28, // [28:29] is the sub-list for method output_type
+	27, // [27:28] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_node_controller_proto_init() }
@@ -1400,8 +1535,9 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 		(*ControllerMessage_Terminate)(nil),
 		(*ControllerMessage_DiscoveryAccess)(nil),
 		(*ControllerMessage_AccessReplica)(nil),
+		(*ControllerMessage_Recorded)(nil),
 	}
-	file_norsk_manager_v1_node_controller_proto_msgTypes[9].OneofWrappers = []any{
+	file_norsk_manager_v1_node_controller_proto_msgTypes[11].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Report)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
@@ -1413,7 +1549,7 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_node_controller_proto_rawDesc), len(file_norsk_manager_v1_node_controller_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
