@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -27,6 +26,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
+	"github.com/norsk-go/norsk-manager/internal/testcluster"
 	"github.com/norsk-go/norsk-manager/internal/testimage"
 	"github.com/norsk-go/norsk-manager/internal/worker"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
@@ -706,12 +706,7 @@ func (d *dockerMembers) startWorker(name string) string {
 		t.Fatalf("the private network's gateway: %v %+v", err, nw.IPAM)
 	}
 	gw := nw.IPAM.Config[0].Gateway
-	ln, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := testcluster.FreePort(t, "0.0.0.0")
 	var urls []string
 	for _, m := range d.members {
 		urls = append(urls, m.url())

@@ -3,6 +3,7 @@ package testcluster
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"sync"
@@ -63,17 +64,40 @@ func (c *Cluster) newMembers() {
 	}
 }
 
-// freeAddr is a loopback address with a port the kernel chose, released for
-// the member to listen on.
+// freeAddr is a loopback address, free now, for a member to listen on
+// later (every member must know the others' addresses before any starts).
+// The port is drawn below the kernel's ephemeral range (32768 and up on
+// Linux): a port the kernel handed out for ":0" and then released is soon
+// handed to another listener or a client socket of the same busy test run,
+// which then holds the member's port when it starts.
 func freeAddr(t interface{ Fatalf(string, ...any) }) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
+	return fmt.Sprintf("127.0.0.1:%d", FreePort(t, "127.0.0.1"))
 }
+
+// FreePort is a TCP port free now on host, drawn below the kernel's
+// ephemeral range (see freeAddr), for a listener that must be known before
+// it is opened.
+func FreePort(t interface{ Fatalf(string, ...any) }, host string) int {
+	var last error
+	for range 200 {
+		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(port)))
+		if err != nil {
+			last = err
+			continue
+		}
+		_ = ln.Close()
+		return port
+	}
+	t.Fatalf("no free port in [%d, %d): %v", freePortLow, freePortHigh, last)
+	return 0
+}
+
+// The range freeAddr draws from: below Linux's ephemeral ports.
+const (
+	freePortLow  = 20000
+	freePortHigh = 32000
+)
 
 // ClusterNodes is the members as config.yaml names them.
 func (c *Cluster) ClusterNodes() []manager.ClusterNode {
