@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
 	"github.com/norsk-go/norsk-manager/internal/testcluster"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
@@ -52,5 +53,37 @@ func TestExplainPlacement(t *testing.T) {
 
 	if _, err := cl.ExplainPlacement(x, "nope", "", ""); !errors.Is(err, norsk.ErrNotFound) {
 		t.Errorf("an unknown job: %v, want ErrNotFound", err)
+	}
+}
+
+// The Manager's pools are ordered tiers: a pool's job goes to its cheapest
+// tier with room, and the explanation shows each node's tier.
+func TestExplainPlacementPoolTiers(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Workers: 2})
+	c.Members[0].Extra = func(cfg *manager.Config) { cfg.Pools = map[string][]string{"live": {"cheap", "premium"}} }
+	c.RestartManager()
+	cl, x := c.Client(), ctx(t)
+	for w, pool := range map[string]string{"worker-1": "premium", "worker-2": "cheap"} {
+		if err := cl.SetClusterNodePool(x, w, pool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.WaitNodeState("worker-1", norsk.NodeStateOnline)
+	c.WaitNodeState("worker-2", norsk.NodeStateOnline)
+	j := progJob(t, "enc", runtimetest.Behaviour{}, nil)
+	j.AutoPlacement = &norsk.AutoPlacement{Requirements: &norsk.JobRequirements{RequiredCapacity: 0.25}}
+	if _, err := cl.CreateJob(x, j); err != nil {
+		t.Fatal(err)
+	}
+	res, err := cl.ExplainPlacement(x, "enc", "", "live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers := map[string]int32{}
+	for _, v := range res.GetNodes() {
+		tiers[v.GetNodeId()] = v.GetTier()
+	}
+	if res.GetNodeId() != "worker-2" || tiers["worker-2"] != 0 || tiers["worker-1"] != 1 {
+		t.Errorf("pool live: placed on %q, tiers %v (%s); want worker-2, the cheap tier", res.GetNodeId(), tiers, res.GetSummary())
 	}
 }

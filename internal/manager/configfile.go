@@ -2,10 +2,12 @@ package manager
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -58,6 +60,10 @@ type FileConfig struct {
 	// 500ms each).
 	RaftHeartbeatTimeout Duration `json:"raftHeartbeatTimeout,omitempty"`
 	RaftElectionTimeout  Duration `json:"raftElectionTimeout,omitempty"`
+	// Pools are placement's pools as ordered tiers, cheapest first: a
+	// pool's jobs go to nodes of its first tier that has room, then the
+	// next (pool → node pool tags).
+	Pools map[string][]string `json:"pools,omitempty"`
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `json:"logLevel,omitempty"`
 	LogFormat string `json:"logFormat,omitempty"`
@@ -110,7 +116,34 @@ func ParseConfigFile(b []byte) (FileConfig, error) {
 	if err := fc.validateCluster(); err != nil {
 		return FileConfig{}, err
 	}
+	if err := validatePools(fc.Pools); err != nil {
+		return FileConfig{}, err
+	}
 	return fc, nil
+}
+
+// validatePools checks pools: named pools, each with at least one tier, no
+// tier empty or named twice in a pool.
+func validatePools(pools map[string][]string) error {
+	for name, tiers := range pools {
+		if strings.TrimSpace(name) == "" {
+			return errors.New("pools: a pool has an empty name")
+		}
+		if len(tiers) == 0 {
+			return fmt.Errorf("pools.%s: give at least one tier (node pool), cheapest first", name)
+		}
+		seen := map[string]bool{}
+		for i, t := range tiers {
+			switch {
+			case strings.TrimSpace(t) == "":
+				return fmt.Errorf("pools.%s[%d]: empty tier", name, i)
+			case seen[t]:
+				return fmt.Errorf("pools.%s[%d]: tier %q is listed twice", name, i, t)
+			}
+			seen[t] = true
+		}
+	}
+	return nil
 }
 
 // validateCluster checks clusterNodes: every member named once, with a
@@ -194,4 +227,7 @@ func (fc FileConfig) Apply(cfg *Config) {
 	cfg.Witness = cfg.Witness || fc.Witness
 	setD(&cfg.RaftHeartbeatTimeout, fc.RaftHeartbeatTimeout)
 	setD(&cfg.RaftElectionTimeout, fc.RaftElectionTimeout)
+	if len(cfg.Pools) == 0 {
+		cfg.Pools = fc.Pools
+	}
 }

@@ -80,3 +80,26 @@ func TestClusterConfigDefaults(t *testing.T) {
 		})
 	}
 }
+
+// pools: ordered tiers per pool, applied to Config; malformed ones are
+// refused naming the key.
+func TestParseConfigFilePools(t *testing.T) {
+	fc, err := ParseConfigFile([]byte("pools:\n  live: [cheap-a, cheap-b, premium]\n  gpu: [l4]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg Config
+	fc.Apply(&cfg)
+	if got := strings.Join(cfg.Pools["live"], ","); got != "cheap-a,cheap-b,premium" || len(cfg.Pools["gpu"]) != 1 {
+		t.Errorf("pools applied: %v", cfg.Pools)
+	}
+	for _, tc := range []struct{ yaml, err string }{
+		{"pools:\n  live: []\n", "pools.live: give at least one tier"},
+		{"pools:\n  live: [a, '']\n", "pools.live[1]: empty tier"},
+		{"pools:\n  live: [a, b, a]\n", `pools.live[2]: tier "a" is listed twice`},
+	} {
+		if _, err := ParseConfigFile([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q: %v, want an error containing %q", tc.yaml, err, tc.err)
+		}
+	}
+}

@@ -42,7 +42,7 @@ func (h *handler) ExplainPlacement(ctx context.Context, req *connect.Request[man
 		}
 		return true
 	})
-	out, err := placement.ExplainJob(placement.Config{}, nodes, live, rec.GetJob(), role, m.GetPool())
+	out, err := placement.ExplainJob(placement.Config{Pools: h.s.cfg.Pools}, nodes, live, rec.GetJob(), role, m.GetPool())
 	if err != nil {
 		return nil, toConnect(apierr.Invalid("jobId", "%v", err))
 	}

@@ -66,6 +66,9 @@ type Config struct {
 	DefaultIdleExpiry time.Duration
 	// SnapshotThreshold: raft log entries between snapshots (default 8192).
 	SnapshotThreshold uint64
+	// Pools are placement's pools as ordered tiers, cheapest first (pool →
+	// node pool tags); a pool not listed is a single tier of its own name.
+	Pools map[string][]string
 	// EventWriteTimeout is how long one event may take to reach a
 	// subscriber before its stream is cut (default 30 s).
 	EventWriteTimeout time.Duration
