@@ -239,15 +239,11 @@ The Manager assigns its seq and time and chains it. The payload is opaque text
 				}
 				payload = string(data)
 			}
-			m, err := g.manager(cmd.Context())
+			e, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.AuditLogEntry, error) {
+				return m.AppendAuditEntry(ctx, source, kind, payload)
+			}, "append audit entry")
 			if err != nil {
 				return err
-			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			e, err := m.AppendAuditEntry(ctx, source, kind, payload)
-			if err != nil {
-				return fmt.Errorf("append audit entry: %w", err)
 			}
 			return g.printer().Print(result{data: e, table: func(w io.Writer) {
 				fmt.Fprintf(w, "Appended audit entry %d at %s (hash %s)\n", e.GetSeq(), auditTime(e.GetTimestampMs()), shortHash(e.GetHash()))

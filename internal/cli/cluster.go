@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -52,15 +53,11 @@ The summary says who is primary, the generation and term, and the quorum:
 voters reachable out of all voters, and the majority needed.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := g.manager(cmd.Context())
+			st, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.ClusterStatus, error) {
+				return m.GetClusterStatus(ctx)
+			}, "cluster status")
 			if err != nil {
 				return err
-			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			st, err := m.GetClusterStatus(ctx)
-			if err != nil {
-				return fmt.Errorf("cluster status: %w", err)
 			}
 			return g.printer().Print(result{data: st, table: func(w io.Writer) { g.clusterStatusTable(w, st) }})
 		},
@@ -157,15 +154,11 @@ takeover-settled, leave-quorum, rejoined, recovery-failed. --since takes a time
 				}
 				q.Since = t
 			}
-			m, err := g.manager(cmd.Context())
+			page, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.ClusterEventsPage, error) {
+				return m.GetClusterEvents(ctx, q)
+			}, "cluster events")
 			if err != nil {
 				return err
-			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			page, err := m.GetClusterEvents(ctx, q)
-			if err != nil {
-				return fmt.Errorf("cluster events: %w", err)
 			}
 			return g.printer().Print(result{data: page, table: func(w io.Writer) { clusterEventsTable(w, page) }})
 		},

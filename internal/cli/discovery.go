@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -210,15 +211,11 @@ secrets are masked in the table unless --show-secrets; -o json prints them in
 full (null when no fleet has been published).`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := g.manager(cmd.Context())
+			f, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.DiscoveryFleet, error) {
+				return m.GetDiscoveryFleet(ctx)
+			}, "discovery get")
 			if err != nil {
 				return err
-			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			f, err := m.GetDiscoveryFleet(ctx)
-			if err != nil {
-				return fmt.Errorf("discovery get: %w", err)
 			}
 			var data any = f
 			if f == nil {
@@ -278,15 +275,11 @@ FAILED_PRECONDITION. Prints the fleet in force after the step.`,
 			} else if next.value != "" || next.file != "" {
 				return usageErrorf("only stage takes a new tier secret")
 			}
-			m, err := g.manager(cmd.Context())
+			f, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.DiscoveryFleet, error) {
+				return m.RotateDiscoveryTierSecret(ctx, step, secret)
+			}, "discovery rotate %s", step)
 			if err != nil {
 				return err
-			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			f, err := m.RotateDiscoveryTierSecret(ctx, step, secret)
-			if err != nil {
-				return fmt.Errorf("discovery rotate %s: %w", step, err)
 			}
 			return g.printer().Print(result{data: f, table: func(w io.Writer) {
 				fmt.Fprintf(w, "Rotation step %s taken.\n", step)
@@ -339,15 +332,11 @@ token was minted for; exits 1 when it is refused.`,
 				return usageErrorf("give the tier secrets with --secret or --secret-file, or use --from-manager")
 			}
 			if fromManager {
-				m, err := g.manager(cmd.Context())
+				f, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.DiscoveryFleet, error) {
+					return m.GetDiscoveryFleet(ctx)
+				}, "discovery verify-token")
 				if err != nil {
 					return err
-				}
-				ctx, cancel := g.call(cmd.Context())
-				defer cancel()
-				f, err := m.GetDiscoveryFleet(ctx)
-				if err != nil {
-					return fmt.Errorf("discovery verify-token: %w", err)
 				}
 				if f == nil {
 					return fmt.Errorf("discovery verify-token: no discovery fleet has been published: %w", norsk.ErrFailedPrecondition)

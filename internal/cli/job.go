@@ -425,15 +425,11 @@ anti-affinity, co-location). Nothing is bound.`,
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := g.manager(cmd.Context())
+			res, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.ExplainPlacementResponse, error) {
+				return m.ExplainPlacement(ctx, args[0], role, pool)
+			}, "explain the placement of %s", args[0])
 			if err != nil {
 				return err
-			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			res, err := m.ExplainPlacement(ctx, args[0], role, pool)
-			if err != nil {
-				return fmt.Errorf("explain the placement of %s: %w", args[0], err)
 			}
 			return g.printer().Print(result{data: res, table: func(w io.Writer) { placementTable(w, args[0], res) }})
 		},

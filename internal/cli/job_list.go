@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -40,15 +41,11 @@ ago (90m, 1h, 2d).`,
 			if err != nil {
 				return err
 			}
-			m, err := g.manager(cmd.Context())
+			jobs, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]*norsk.JobWithHistory, error) {
+				return m.JobSearch(ctx, settings)
+			}, "list jobs")
 			if err != nil {
 				return err
-			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			jobs, err := m.JobSearch(ctx, settings)
-			if err != nil {
-				return fmt.Errorf("list jobs: %w", err)
 			}
 			return g.printer().Print(result{data: messages(jobs), table: func(w io.Writer) { jobsTable(w, jobs) }})
 		},

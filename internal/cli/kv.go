@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -46,15 +47,11 @@ prints the entry with its revision and create revision (the value in base64).
 An absent key exits 1 with "not found".`,
 		Args: exactArgs("NAMESPACE", "KEY"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := g.manager(cmd.Context())
+			e, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.KvEntry, error) {
+				return m.KvGet(ctx, args[0], args[1])
+			}, "kv get %s %s", args[0], args[1])
 			if err != nil {
 				return err
-			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			e, err := m.KvGet(ctx, args[0], args[1])
-			if err != nil {
-				return fmt.Errorf("kv get %s %s: %w", args[0], args[1], err)
 			}
 			if e == nil {
 				return fmt.Errorf("key %q of namespace %q: %w", args[1], args[0], norsk.ErrNotFound)
@@ -170,15 +167,9 @@ func (f *guardFlags) apply(cmd *cobra.Command, w norsk.KvWrite) (norsk.KvWrite, 
 
 // commit sends writes and prints the revision.
 func (g *globals) commit(cmd *cobra.Command, ns, key string, writes []norsk.KvWrite, opts norsk.KvCommitOptions, what string) error {
-	m, err := g.manager(cmd.Context())
+	rev, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (int64, error) { return m.KvCommit(ctx, ns, writes, opts) }, "kv %s", what)
 	if err != nil {
 		return err
-	}
-	ctx, cancel := g.call(cmd.Context())
-	defer cancel()
-	rev, err := m.KvCommit(ctx, ns, writes, opts)
-	if err != nil {
-		return fmt.Errorf("kv %s: %w", what, err)
 	}
 	out := committed{Namespace: ns, Key: key, Writes: len(writes), Revision: strconv.FormatInt(rev, 10)}
 	return g.printer().Print(result{data: out, table: func(w io.Writer) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -183,15 +184,11 @@ func newNodeTagCommand(g *globals) *cobra.Command {
 				}
 				set[k] = v
 			}
-			m, err := g.manager(cmd.Context())
+			n, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.Node, error) {
+				return m.SetNodeTags(ctx, args[0], set)
+			}, "tag node %s", args[0])
 			if err != nil {
 				return err
-			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			n, err := m.SetNodeTags(ctx, args[0], set)
-			if err != nil {
-				return fmt.Errorf("tag node %s: %w", args[0], err)
 			}
 			return g.printer().Print(result{data: n, table: func(w io.Writer) {
 				fmt.Fprintf(w, "Node %s tags: %s\n", n.GetNodeId(), tags(n.GetTags()))

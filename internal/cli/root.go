@@ -367,3 +367,21 @@ func clientVersion() string {
 	}
 	return "dev"
 }
+
+// ask connects to the Manager (once) and makes one call, bounded by
+// --timeout; a failure is wrapped as "<what>: <error>" (what formatted with
+// args).
+func ask[T any](g *globals, cmd *cobra.Command, call func(context.Context, *norsk.Manager) (T, error), what string, args ...any) (T, error) {
+	var zero T
+	m, err := g.manager(cmd.Context())
+	if err != nil {
+		return zero, err
+	}
+	ctx, cancel := g.call(cmd.Context())
+	defer cancel()
+	v, err := call(ctx, m)
+	if err != nil {
+		return zero, fmt.Errorf(what+": %w", append(args, err)...)
+	}
+	return v, nil
+}

@@ -119,15 +119,11 @@ func newSlotListCommand(g *globals) *cobra.Command {
 		Short: "List cluster slots, active or not, with their registration tokens",
 		Args:  exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := g.manager(cmd.Context())
+			slots, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]*norsk.ClusterSlot, error) {
+				return m.ListClusterNodes(ctx)
+			}, "list cluster slots")
 			if err != nil {
 				return err
-			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			slots, err := m.ListClusterNodes(ctx)
-			if err != nil {
-				return fmt.Errorf("list cluster slots: %w", err)
 			}
 			return g.printer().Print(result{data: messages(slots), table: func(w io.Writer) {
 				fmt.Fprintln(w, "ID\tNAME\tPOOL\tSTATE\tACTIVE\tADDRESS\tTOKEN\tUSED\tREGISTERED")

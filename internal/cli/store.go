@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -26,15 +27,9 @@ which version, after taking which pre-upgrade backup) — and its backups, newes
 first.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := g.manager(cmd.Context())
+			info, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.StoreInfo, error) { return m.GetStoreInfo(ctx) }, "store info")
 			if err != nil {
 				return err
-			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			info, err := m.GetStoreInfo(ctx)
-			if err != nil {
-				return fmt.Errorf("store info: %w", err)
 			}
 			return g.printer().Print(result{data: info, table: func(w io.Writer) { g.storeInfoTable(w, info) }})
 		},

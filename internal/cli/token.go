@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"time"
@@ -71,15 +72,9 @@ func newTokenListCommand(g *globals) *cobra.Command {
 		Short: "List API tokens (no secrets)",
 		Args:  exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := g.manager(cmd.Context())
+			toks, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]*norsk.ApiToken, error) { return m.ListTokens(ctx) }, "list tokens")
 			if err != nil {
 				return err
-			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			toks, err := m.ListTokens(ctx)
-			if err != nil {
-				return fmt.Errorf("list tokens: %w", err)
 			}
 			return g.printer().Print(result{data: toks, table: func(w io.Writer) { g.tokenTable(w, toks) }})
 		},
