@@ -41,6 +41,7 @@ var Version = ""
 var rootCommands = []func(*globals) *cobra.Command{
 	newVersionCommand,
 	newJobCommand,
+	newBundleCommand,
 	newNodeCommand,
 	newSlotCommand,
 	newEventsCommand,
@@ -53,6 +54,7 @@ var rootCommands = []func(*globals) *cobra.Command{
 	newDiscoveryCommand,
 	newAccessReplicaCommand,
 	newClusterCommand,
+	newLeaseCommand,
 }
 
 // globals are the settings every command shares (the global flags) and the

@@ -166,7 +166,7 @@ func describe(jh *managerv1.JobWithHistory) string {
 	return strings.Join(parts, "\n             ")
 }
 
-func banner(w io.Writer, url, dir, rt string, workers []string, demo string, ephemeral bool, tokenFile string) {
+func banner(w io.Writer, url, dir, rt string, workers, nodeIDs []string, demo string, ephemeral bool, tokenFile string) {
 	persist := "kept across restarts"
 	if ephemeral {
 		persist = "ephemeral: removed on exit"
@@ -178,14 +178,17 @@ Norsk Manager dev system is up.
   TLS        %s
   token      %s   (the admin API token)
   data       %s   (%s)
-  workers    %s   (runtime: %s)
-`, url, transportNote(url), tokenFile, dir, persist, strings.Join(workers, ", "), rt)
+  workers    %d   (runtime: %s)
+`, url, transportNote(url), tokenFile, dir, persist, len(workers), rt)
+	for i, name := range workers {
+		fmt.Fprintf(w, "             %s   node %s\n", name, nodeIDs[i])
+	}
 	if demo != "" {
 		fmt.Fprintf(w, "  demo job   %s\n", demo)
 	}
-	see, hello := "docker ps    # the containers", "hello"
+	see, hello, bundle := "docker ps    # the containers", "hello", "resilient-docker"
 	if rt != "docker" {
-		see, hello = "ps -ef | grep build/    # the processes", "hello-process"
+		see, hello, bundle = "ps -ef | grep build/    # the processes", "hello-process", "resilient"
 	}
 	fmt.Fprintf(w, `
 Try, in another terminal (from this directory):
@@ -196,8 +199,16 @@ Try, in another terminal (from this directory):
   go run ./cmd/norsk-ctl job history %s
   %s
   go run ./cmd/norsk-ctl events
-
+`, url, tokenFile, hello, hello, nodeIDs[0], hello, see)
+	if len(workers) > 1 {
+		fmt.Fprintf(w, `
+A primary and a backup kept on different nodes:
+  go run ./cmd/norsk-ctl bundle create -f examples/bundles/%s.yaml
+  go run ./cmd/norsk-ctl bundle show resilient
+`, bundle)
+	}
+	fmt.Fprint(w, `
 Ctrl-C stops the Manager and the workers; their instances keep running and
 are adopted by the next 'norsk-manager dev'.
-`, url, tokenFile, hello, hello, workers[0], hello, see)
+`)
 }

@@ -153,7 +153,8 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}()
 	}
-	if err := waitOnline(ctx, api, names); err != nil {
+	nodeIDs, err := waitOnline(ctx, api, names)
+	if err != nil {
 		return err
 	}
 	demo := ""
@@ -161,13 +162,13 @@ func Run(ctx context.Context, o Options) error {
 		o.Logger.Warn("dev: the example programs are not available", "why", err)
 		demo = "(no demo job: " + err.Error() + ")"
 	} else if !o.NoDemo {
-		demo, err = ensureDemo(ctx, api, rt, names[0])
+		demo, err = ensureDemo(ctx, api, rt, nodeIDs[0])
 		if err != nil {
 			o.Logger.Warn("dev: no demo job", "why", err)
 			demo = "(no demo job: " + err.Error() + ")"
 		}
 	}
-	banner(o.Out, srv.URL(), dir, rt, names, demo, o.Ephemeral, filepath.Join(dir, TokenFile))
+	banner(o.Out, srv.URL(), dir, rt, names, nodeIDs, demo, o.Ephemeral, filepath.Join(dir, TokenFile))
 	if o.Ready != nil {
 		o.Ready(srv.URL())
 	}
@@ -265,23 +266,32 @@ func waitGone(ctx context.Context, api managerv1connect.ManagerClient, nodeID st
 	})
 }
 
-func waitOnline(ctx context.Context, api managerv1connect.ManagerClient, names []string) error {
-	return poll(ctx, 60*time.Second, "the workers to come online", func() (bool, error) {
+// waitOnline waits until the node of every worker named is online and
+// returns their node ids, in the order of names.
+func waitOnline(ctx context.Context, api managerv1connect.ManagerClient, names []string) ([]string, error) {
+	ids := make([]string, len(names))
+	err := poll(ctx, 60*time.Second, "the workers to come online", func() (bool, error) {
 		resp, err := api.ListNodes(ctx, connect.NewRequest(&managerv1.ListNodesRequest{}))
 		if err != nil {
 			return false, err
 		}
-		online := map[string]bool{}
+		online := map[string]string{}
 		for _, n := range resp.Msg.GetNodes() {
-			online[n.GetNodeName()] = n.GetState() == managerv1.NodeState_NODE_STATE_ONLINE
+			if n.GetState() == managerv1.NodeState_NODE_STATE_ONLINE {
+				online[n.GetNodeName()] = n.GetNodeId()
+			}
 		}
-		for _, n := range names {
-			if !online[n] {
+		for i, n := range names {
+			if ids[i] = online[n]; ids[i] == "" {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
 }
 
 func poll(ctx context.Context, timeout time.Duration, what string, done func() (bool, error)) error {

@@ -97,6 +97,20 @@ func auditTarget(cmd *storev1.Command) string {
 		return "node/" + c.SetNodeIdleExpiry.GetNodeId()
 	case *storev1.Command_KvCommit:
 		return "kv/" + c.KvCommit.GetNamespace()
+	case *storev1.Command_CreateBundle:
+		return "bundle/" + c.CreateBundle.GetBundle().GetBundleId()
+	case *storev1.Command_UpdateBundle:
+		return "bundle/" + c.UpdateBundle.GetBundle().GetBundleId()
+	case *storev1.Command_DeleteBundle:
+		return "bundle/" + c.DeleteBundle.GetBundleId()
+	case *storev1.Command_SetBundleJobDormant:
+		return fmt.Sprintf("bundle/%s/%s/%d", c.SetBundleJobDormant.GetBundleId(), c.SetBundleJobDormant.GetJobName(), c.SetBundleJobDormant.GetReplicaIndex())
+	case *storev1.Command_SetBundleStopTime:
+		return "bundle/" + c.SetBundleStopTime.GetBundleId()
+	case *storev1.Command_RenewBundleLease:
+		return "bundle/" + c.RenewBundleLease.GetBundleId()
+	case *storev1.Command_SetLeasesPaused:
+		return "leases"
 	case *storev1.Command_AppendAudit, *storev1.Command_PruneAudit:
 		return "audit"
 	case *storev1.Command_PublishDiscovery, *storev1.Command_RotateDiscovery:

@@ -34,6 +34,10 @@ const (
 	// clusterSecretPrefix marks the cluster secret as the members present
 	// it to each other ("ncs_<secret>").
 	clusterSecretPrefix = "ncs_"
+	// internalPrefix marks the credential this process's own AutoManager
+	// calls its member with ("nit_<secret>"; the secret is made at start and
+	// never leaves the process).
+	internalPrefix = "nit_"
 	// roleMember is another member of this cluster (the Members service).
 	roleMember        = "member"
 	authorizationHdr  = "Authorization"
@@ -157,6 +161,8 @@ type authorizer struct {
 	// clusterSecret is the members' shared secret ("" standalone: no
 	// member calls are accepted).
 	clusterSecret string
+	// internalSecret is the in-process AutoManager's credential.
+	internalSecret string
 	// witness: this member serves only witnessServes of the Manager API.
 	witness bool
 
@@ -194,8 +200,13 @@ func newAuthorizer(read func() *state.Read, cfg Config) (*authorizer, error) {
 		return nil, errors.New("authz: the descriptor has no Hello")
 	}
 	return &authorizer{table: t, read: read, clock: cfg.Clock, rate: rate.Limit(cfg.RateLimit), burst: int(2 * cfg.RateLimit),
-		clusterSecret: cfg.ClusterSecret, witness: cfg.Witness, limiters: map[string]*rate.Limiter{}}, nil
+		clusterSecret: cfg.ClusterSecret, internalSecret: randomToken("", 24), witness: cfg.Witness, limiters: map[string]*rate.Limiter{}}, nil
 }
+
+// internalCredential is the bearer credential of this process's own
+// AutoManager: an administrator, not rate-limited, audited as
+// "automanager".
+func (a *authorizer) internalCredential() string { return internalPrefix + a.internalSecret }
 
 // authenticate turns a bearer credential into an identity.
 func (a *authorizer) authenticate(header string) (identity, error) {
@@ -211,6 +222,12 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 		// Members are not rate-limited by caller: forwarded writes are
 		// already limited where they came in.
 		return identity{name: "member", role: roleMember, key: ""}, nil
+	}
+	if secret, ok := strings.CutPrefix(cred, internalPrefix); ok {
+		if subtle.ConstantTimeCompare([]byte(secret), []byte(a.internalSecret)) != 1 {
+			return identity{}, apierr.Unauthenticatedf("not this member's internal credential")
+		}
+		return identity{name: "automanager", role: state.RoleAdmin, key: ""}, nil
 	}
 	r := a.read()
 	switch {

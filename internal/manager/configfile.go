@@ -16,11 +16,14 @@ import (
 // FileConfig is the Manager's config.yaml. Every field is optional; flags
 // given on the command line win over the file.
 type FileConfig struct {
-	NodeName          string   `json:"nodeName,omitempty"`
-	DataDir           string   `json:"dataDir,omitempty"`
-	Listen            string   `json:"listen,omitempty"`
-	AdvertiseURL      string   `json:"advertiseUrl,omitempty"`
-	LostGrace         Duration `json:"lostGrace,omitempty"`
+	NodeName     string   `json:"nodeName,omitempty"`
+	DataDir      string   `json:"dataDir,omitempty"`
+	Listen       string   `json:"listen,omitempty"`
+	AdvertiseURL string   `json:"advertiseUrl,omitempty"`
+	LostGrace    Duration `json:"lostGrace,omitempty"`
+	// LeaseTTL is the lease of lease-protected jobs (default 15s; at
+	// least 3 × heartbeatInterval).
+	LeaseTTL          Duration `json:"leaseTTL,omitempty"`
 	HeartbeatInterval Duration `json:"heartbeatInterval,omitempty"`
 	DefaultIdleExpiry Duration `json:"defaultIdleExpiry,omitempty"`
 	SnapshotThreshold uint64   `json:"snapshotThreshold,omitempty"`
@@ -193,6 +196,7 @@ func (fc FileConfig) Apply(cfg *Config) {
 	set(&cfg.Listen, fc.Listen)
 	set(&cfg.AdvertiseURL, fc.AdvertiseURL)
 	setD(&cfg.LostGrace, fc.LostGrace)
+	setD(&cfg.LeaseTTL, fc.LeaseTTL)
 	setD(&cfg.HeartbeatInterval, fc.HeartbeatInterval)
 	setD(&cfg.DefaultIdleExpiry, fc.DefaultIdleExpiry)
 	if cfg.SnapshotThreshold == 0 {

@@ -427,6 +427,7 @@ func (m *memberState) primaryTerm(ctx context.Context, st *store.Store) {
 		Clock:             s.cfg.Clock,
 		Logger:            s.cfg.Logger,
 		LostGrace:         s.cfg.LostGrace,
+		LeaseTTL:          s.cfg.LeaseTTL,
 		HeartbeatInterval: s.cfg.HeartbeatInterval,
 		ManagerName:       s.cfg.NodeName,
 		ManagerTerm:       st.Term(),
@@ -442,10 +443,14 @@ func (m *memberState) primaryTerm(ctx context.Context, st *store.Store) {
 	s.nodesRef.Store(ctl)
 	defer s.nodesRef.CompareAndSwap(ctl, nil)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		_ = ctl.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.runAutoManager(ctx)
 	}()
 	go func() {
 		defer wg.Done()

@@ -37,12 +37,18 @@ func (h *handler) ExplainPlacement(ctx context.Context, req *connect.Request[man
 	r.Instances(nil, func(in *managerv1.Instance) bool {
 		if in.GetPhase() != managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
 			if j := r.Job(nil, in.GetJobId()); j != nil {
-				live = append(live, placement.JobInstance{Instance: in, Job: j.GetJob()})
+				live = append(live, placement.JobInstance{Instance: in, Job: j.GetJob(), Bundle: r.Bundle(nil, j.GetJob().GetTags()[placement.TagBundleID])})
 			}
 		}
 		return true
 	})
-	out, err := placement.ExplainJob(placement.Config{Pools: h.s.cfg.Pools}, nodes, live, rec.GetJob(), role, m.GetPool())
+	bundle := r.Bundle(nil, rec.GetJob().GetTags()[placement.TagBundleID])
+	if m.GetRole() == "" {
+		if _, replica, _, ok := placement.BundleJobOf(rec.GetJob()); ok {
+			role = jobspec.ReplicaRole(replica)
+		}
+	}
+	out, err := placement.ExplainBundleJob(placement.Config{Pools: h.s.cfg.Pools}, nodes, live, rec.GetJob(), bundle, role, m.GetPool())
 	if err != nil {
 		return nil, toConnect(apierr.Invalid("jobId", "%v", err))
 	}

@@ -36,6 +36,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store"
@@ -44,6 +45,15 @@ import (
 
 // DefaultPort is the Manager API's default port.
 const DefaultPort = 6790
+
+// DefaultLeaseTTL is Config.LeaseTTL's default.
+const DefaultLeaseTTL = 15 * time.Second
+
+// MinLeaseHeartbeats is the least Config.LeaseTTL as a multiple of
+// HeartbeatInterval: a worker stops its lease-protected instances two
+// thirds of the TTL after its last acknowledged heartbeat, so with three
+// intervals one lost heartbeat does not stop them.
+const MinLeaseHeartbeats = 3
 
 // Config configures a Manager member.
 type Config struct {
@@ -56,6 +66,20 @@ type Config struct {
 	// AdvertiseURL is the URL workers and clients reach this member at
 	// (default: http:// + the listen address, https:// with TLS).
 	AdvertiseURL string
+	// DisableAutoManager keeps the AutoManager from running on this member
+	// (tests that place by hand; an AutoManager run out of process).
+	DisableAutoManager bool
+	// RestartCeiling and RestartWindow: an instance that fails this many
+	// times within the window ends its job with MarkJobFailed (defaults 5
+	// and 10 min).
+	RestartCeiling int
+	RestartWindow  time.Duration
+	// LeaseTTL is the lease of lease-protected jobs (default 15 s, or
+	// MinLeaseHeartbeats × HeartbeatInterval if that is longer): a worker
+	// cut off from every member for this long has stopped them, and only
+	// then are they started elsewhere. It must be at least
+	// MinLeaseHeartbeats × HeartbeatInterval.
+	LeaseTTL time.Duration
 	// LostGrace: how long a worker's stream may be gone before its node is
 	// lost (default 30 s).
 	LostGrace time.Duration
@@ -173,6 +197,13 @@ func (c *Config) defaults() error {
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 5 * time.Second
 	}
+	switch minTTL := MinLeaseHeartbeats * c.HeartbeatInterval; {
+	case c.LeaseTTL <= 0:
+		c.LeaseTTL = max(DefaultLeaseTTL, minTTL)
+	case c.LeaseTTL < minTTL:
+		return fmt.Errorf("manager: leaseTTL %s is shorter than %d × heartbeatInterval (%s): a worker would stop its lease-protected jobs after missing a single heartbeat; set leaseTTL to at least %s, or shorten heartbeatInterval",
+			c.LeaseTTL, MinLeaseHeartbeats, c.HeartbeatInterval, minTTL)
+	}
 	if c.DefaultIdleExpiry <= 0 {
 		c.DefaultIdleExpiry = 10 * time.Minute
 	}
@@ -245,6 +276,7 @@ type Server struct {
 	// a follower).
 	nodesRef    atomic.Pointer[nodes.Controller]
 	nodeMetrics *nodes.Metrics
+	amMetrics   *automanager.Metrics
 	member      *memberState
 	members     memberClients
 	metrics     *metrics
@@ -309,6 +341,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	m := newMetrics()
 	s := &Server{cfg: cfg, log: log, metrics: m, ln: ln, lock: lock, tls: tlsSt, accessKeys: accessKeys,
 		nodeMetrics: nodes.NewMetrics(m.reg),
+		amMetrics:   automanager.NewMetrics(m.reg),
 		boot:        &managerv1.BootReport{BootedAt: timestamppb.New(cfg.Clock.Now())},
 	}
 	s.url = cfg.AdvertiseURL

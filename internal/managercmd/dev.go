@@ -24,6 +24,12 @@ func newDevCommand() *cobra.Command {
 engine answers, the process runtime when none does), and — on a fresh store —
 a demo "hello" job started on the first worker.
 
+Each worker is a node of its own (dev-worker-1 … dev-worker-N, in pool dev)
+with its state in <data-dir>/workers/<name> and its own listener; the banner
+prints every worker's node id. --workers 3 is a multi-node playground for
+placement and bundles, e.g. examples/bundles/resilient.yaml: a primary and a
+backup kept on different nodes.
+
 State lives in --data-dir (default ` + devmode.DefaultDataDirHint + `), so stopping and
 starting dev again keeps every job, and the workers adopt the instances that
 kept running. --ephemeral uses a temporary directory and stops everything on
@@ -50,7 +56,7 @@ exit.`,
 	f := c.Flags()
 	f.StringVar(&opts.DataDir, "data-dir", "", "where the store and the workers keep their state")
 	f.BoolVar(&opts.Ephemeral, "ephemeral", false, "use a temporary data directory and stop every instance on exit")
-	f.IntVar(&opts.Workers, "workers", 1, "number of in-process workers")
+	f.IntVar(&opts.Workers, "workers", 1, "number of in-process workers, each its own node (1 to 64)")
 	f.StringVar(&opts.Listen, "listen", "127.0.0.1:6790", "Manager API address")
 	f.StringVar(&opts.Runtime, "runtime", "auto", "worker runtime: auto, docker or process")
 	f.BoolVar(&opts.NoDemo, "no-demo", false, "do not create and start the demo hello job")

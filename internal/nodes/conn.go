@@ -305,6 +305,13 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 			return nil
 		}
 		for _, a := range Plan(insts, jobOf, s.wv) {
+			if !s.heartbeatSeen && holdForLease(a, jobOf) {
+				// A lease-protected instance starts only once the worker has
+				// refreshed its lease on this stream (it sends a heartbeat
+				// right after its hello): a worker whose lease ran out
+				// while it was cut off would otherwise stop it again at once.
+				continue
+			}
 			if p, ok := s.pending[a.key]; ok && p.kind == a.kind && p.token == a.token && cfg.Clock.Now().Sub(p.sentAt) < cfg.ResendAfter {
 				continue
 			}
@@ -380,6 +387,9 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		if err := confirmStopped(stream, batch); err != nil {
 			return fmt.Errorf("confirm recorded reports: %w", err)
 		}
+		if err := cn.grantLease(stream, s); err != nil {
+			return fmt.Errorf("send lease grant: %w", err)
+		}
 		if silent := cfg.Clock.Now().Sub(lastHeard); silent > 3*cfg.HeartbeatInterval {
 			return fmt.Errorf("no heartbeat from the worker for %s", silent.Round(time.Millisecond))
 		}
@@ -400,6 +410,36 @@ func confirmStopped(stream *connect.BidiStreamForClient[managerv1.ControllerMess
 		return nil
 	}
 	return stream.Send(&managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_Recorded{Recorded: &managerv1.ReportsRecorded{Reports: done}}})
+}
+
+// grantLease answers the newest heartbeat taken since the last grant (if
+// it carried its send time) with a LeaseGrant: the worker's leases run
+// from that send time for LeaseTTL, or without end while leases are
+// paused. Only the session's goroutine calls it: it sends on the stream.
+// It is sent after the batch's reports are recorded, so a primary that
+// cannot commit (and is about to lose its role) grants nothing.
+func (cn *conn) grantLease(stream *connect.BidiStreamForClient[managerv1.ControllerMessage, managerv1.WorkerMessage], s *sessionState) error {
+	if s.grantDue == 0 {
+		return nil
+	}
+	sent := s.grantDue
+	s.grantDue = 0
+	paused := cn.c.cfg.Store.State().Snapshot().LeaseState().GetPaused()
+	return stream.Send(&managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_Lease{Lease: &managerv1.LeaseGrant{
+		HeartbeatMonoMs: sent,
+		TtlMs:           cn.c.cfg.LeaseTTL.Milliseconds(),
+		Paused:          paused,
+	}}})
+}
+
+// holdForLease reports whether a is the start of a lease-protected
+// instance, held until the worker's first heartbeat on the stream.
+func holdForLease(a action, jobOf func(id string) *managerv1.Job) bool {
+	if a.kind != actStart && a.kind != actStartPrepared {
+		return false
+	}
+	jobID, _ := splitKey(a.key)
+	return jobOf(jobID).GetLeaseProtected()
 }
 
 // recordReports applies a batch of the worker's instance reports to the
@@ -453,6 +493,11 @@ type sessionState struct {
 	seqKind map[uint64]actionKind
 	disco   discoveryState
 	access  *storev1.AccessReplicaState // the replica last sent
+	// grantDue is the send time (Heartbeat.sent_mono_ms) of the newest
+	// heartbeat not yet answered with a LeaseGrant; 0: none.
+	grantDue uint64
+	// heartbeatSeen: the worker has sent a heartbeat on this stream.
+	heartbeatSeen bool
 }
 
 // received is one item read from the worker's stream: a message, or (as the
@@ -501,9 +546,16 @@ func (s *sessionState) handle(cn *conn, m *managerv1.WorkerMessage, batch []*man
 		delete(s.pending, key)
 		batch = append(batch, r)
 	case *managerv1.WorkerMessage_Heartbeat:
+		s.heartbeatSeen = true
+		if sent := x.Heartbeat.GetSentMonoMs(); sent > s.grantDue {
+			s.grantDue = sent
+		}
 		cn.c.setLive(cn.nodeID, func(l *Live) {
 			l.Load = x.Heartbeat.GetLoad()
 			l.LastSeen = cn.c.cfg.Clock.Now()
+			if x.Heartbeat.GetSentMonoMs() != 0 {
+				l.LeaseRefreshed = l.LastSeen
+			}
 		})
 	case *managerv1.WorkerMessage_Ack:
 		kind := s.seqKind[x.Ack.GetSeq()]

@@ -38,6 +38,10 @@ type Config struct {
 	// ResendAfter is how long an unacknowledged command waits before it is
 	// sent again (default 30 s).
 	ResendAfter time.Duration
+	// LeaseTTL is the lease a heartbeat's LeaseGrant gives the worker's
+	// lease-protected instances, counted from the heartbeat's send time on
+	// the worker's clock (default 15 s).
+	LeaseTTL time.Duration
 	// TerminateTimeout bounds how long a terminating node's worker gets to
 	// confirm its stops before the termination is finished without it
 	// (default 2 min).
@@ -85,6 +89,9 @@ func (c *Config) defaults() {
 	if c.ResendAfter <= 0 {
 		c.ResendAfter = 30 * time.Second
 	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 15 * time.Second
+	}
 	if c.TerminateTimeout <= 0 {
 		c.TerminateTimeout = 2 * time.Minute
 	}
@@ -115,12 +122,19 @@ type Live struct {
 	Connected bool
 	Load      *managerv1.NodeLoad
 	LastSeen  time.Time
+	// LeaseRefreshed is when the worker last refreshed its leases (a
+	// heartbeat carrying its send time); zero = not under this controller.
+	LeaseRefreshed time.Time
 }
 
 // Controller keeps one connection per worker.
 type Controller struct {
 	cfg Config
 	log *slog.Logger
+
+	// started is when the controller began: a lease not refreshed under it
+	// runs from here (a new primary restarts every grace).
+	started time.Time
 
 	mu    sync.Mutex
 	conns map[string]*conn
@@ -133,10 +147,28 @@ type Controller struct {
 func New(cfg Config) *Controller {
 	cfg.defaults()
 	return &Controller{
-		cfg:   cfg,
-		log:   cfg.Logger.With("component", "nodes"),
-		conns: map[string]*conn{},
-		live:  map[string]Live{},
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "nodes"),
+		conns:   map[string]*conn{},
+		live:    map[string]Live{},
+		started: cfg.Clock.Now(),
+	}
+}
+
+// LeaseRefreshes returns, for a node, when its leases were last refreshed
+// under this controller, or when the controller started if never.
+func (c *Controller) LeaseRefreshes() func(nodeID string) time.Time {
+	c.mu.Lock()
+	at := make(map[string]time.Time, len(c.live))
+	for id, l := range c.live {
+		at[id] = l.LeaseRefreshed
+	}
+	c.mu.Unlock()
+	return func(nodeID string) time.Time {
+		if t := at[nodeID]; t.After(c.started) {
+			return t
+		}
+		return c.started
 	}
 }
 

@@ -22,6 +22,15 @@
 // its node lost (its instances stopping with reason nodeStopped); a stream
 // that stays up but carries no heartbeat for three intervals is dropped.
 //
+// Leases: every heartbeat that carries its send time (on the worker's
+// monotonic clock) is answered with a LeaseGrant echoing it, with the lease
+// TTL and whether leases are paused (the store's LeaseState). The worker
+// stops its lease-protected instances when no grant has extended its lease
+// for two thirds of the TTL; the primary counts a node's lease from the last
+// heartbeat it heard (Live.LeaseRefreshed), so its view always ends later
+// than the worker's. A lease-protected instance is started on a worker only
+// once that worker has sent a heartbeat on the current stream.
+//
 // Termination and deregistration: a stopping node whose worker is not
 // connected (or never registered) has nothing to stop, so it is finished
 // without its worker (recorded terminated, or its slot removed).

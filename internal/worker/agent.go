@@ -64,6 +64,12 @@ type Agent struct {
 	heartbeatDefault atomic.Int64 // time.Duration
 	terminating      atomic.Bool
 
+	// The lease of lease-protected instances and its fencing loop
+	// (lease.go); fenceChecks counts the loop's looks (tests).
+	lease       leaseState
+	fenceWake   chan struct{}
+	fenceChecks atomic.Uint64
+
 	disco  discoveryStore     // the discovery access (discovery.go)
 	access accessReplicaStore // the access replica (access_replica.go)
 	tlsw   workerTLS          // mutual TLS with the Manager (tls.go)
@@ -106,6 +112,7 @@ func New(cfg Config) (*Agent, error) {
 		reg:         newRegistrar(cfg.managerURLs, cfg.HTTPClient, apiTLS),
 		ready:       make(chan struct{}),
 		linkChanged: make(chan struct{}, 1),
+		fenceWake:   make(chan struct{}, 1),
 		snaps:       map[runtime.Key]*snapshot{},
 		records:     &recordStore{dir: filepath.Join(cfg.DataDir, instancesDir), log: log},
 	}
@@ -211,6 +218,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	a.runCtx, a.cancelRun = runCtx, cancel
+	a.beginLease()
 	defer a.reg.close()
 
 	if err := os.MkdirAll(a.records.dir, 0o700); err != nil {
@@ -296,6 +304,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		cancel(nil)
 		return fmt.Errorf("worker: adopt instances: %w", err)
 	}
+	a.goOwned(func() { a.runFence(runCtx) })
 
 	srv := a.newServer()
 	a.goOwned(func() {

@@ -25,6 +25,8 @@ const (
 	DefaultHeartbeat = 5 * time.Second
 	// DefaultStopGrace is the grace a stop without one gives services.
 	DefaultStopGrace = 10 * time.Second
+	// DefaultLeaseTTL is the lease TTL before the first LeaseGrant.
+	DefaultLeaseTTL = 15 * time.Second
 )
 
 // Config configures an Agent.
@@ -83,6 +85,11 @@ type Config struct {
 	// ReregisterAfter is how long without a Control stream before the
 	// worker registers again (default 15 s).
 	ReregisterAfter time.Duration
+	// LeaseTTL is the lease of the lease-protected instances until a
+	// Manager member's first LeaseGrant since the agent started (default
+	// 15 s; then each grant says): a worker that hears no grant stops them
+	// two thirds of it after its start, instances it adopted included.
+	LeaseTTL time.Duration
 
 	// managerURLs: ManagerURL split (the first is ManagerURL).
 	managerURLs []string
@@ -152,6 +159,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ReregisterAfter <= 0 {
 		c.ReregisterAfter = DefaultReregisterAfter
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = DefaultLeaseTTL
 	}
 	return c, nil
 }

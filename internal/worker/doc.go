@@ -87,5 +87,19 @@
 // or stops the instance or the node. When an unreadable record's file name
 // matches no runtime key, no orphans are removed at all.
 //
+// # Leases
+//
+// Instances of lease-protected jobs (Job.lease_protected) run only while the
+// worker holds a lease. Every heartbeat carries its send time
+// (Heartbeat.sent_mono_ms, on the agent's clock since it started, plus one);
+// a stream's first heartbeat follows its hello at once. The primary answers
+// each with a LeaseGrant: the lease then runs until that send time plus the
+// grant's TTL. Two thirds of the TTL after the newest granted heartbeat was
+// sent, with no newer grant, every lease-protected instance is stopped
+// (NODE_STOPPED, "lease expired: …") and stays stopped, unless the last
+// grant said leases are paused. Until the first grant the lease runs from
+// the agent's start with Config.LeaseTTL. Other instances are never
+// touched. See lease.go.
+//
 // This package imports nothing of the Manager's side.
 package worker

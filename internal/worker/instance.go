@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -60,6 +61,9 @@ type (
 	// unownedEvent: the runtime holds services of the key whose record
 	// could not be read.
 	unownedEvent struct{ statuses []runtime.ServiceStatus }
+	// fenceEvent: the lease has run out; a lease-protected instance stops
+	// (lease.go).
+	fenceEvent struct{}
 )
 
 // instance is one (job, role) and its actor. The fields below mu are owned
@@ -72,6 +76,8 @@ type instance struct {
 	mu    sync.Mutex
 	queue []event
 	wake  chan struct{}
+	// fenceQueued: a fenceEvent is queued and not yet handled.
+	fenceQueued atomic.Bool
 
 	rec       *record // nil: the worker holds nothing of the key
 	phase     managerv1.InstancePhase
@@ -157,6 +163,7 @@ func (in *instance) run() {
 			return
 		}
 		in.handle(ev)
+		in.sup.setProtected(in.key, in.leaseProtected())
 		if in.rec == nil && in.unowned == nil && in.sup.retire(in) {
 			return
 		}
@@ -203,6 +210,8 @@ func (in *instance) handle(ev event) {
 		in.removeOrphan(ev.statuses)
 	case unownedEvent:
 		in.keepUnowned(ev.statuses)
+	case fenceEvent:
+		in.onFence()
 	}
 }
 

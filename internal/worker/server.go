@@ -92,6 +92,9 @@ func (h controlHandler) Control(ctx context.Context, stream *connect.BidiStream[
 	}
 	defer a.closeSession(sess)
 	a.logger().Info("Control stream up", "manager", hello.GetManagerNodeName(), "peer", stream.Peer().Addr, "stream", sess.id)
+	// A first heartbeat right after the hello: its LeaseGrant renews the
+	// lease (lease.go) without waiting an interval.
+	sess.enqueue(a.heartbeat())
 
 	recvErr := make(chan error, 1)
 	a.streams.Add(1)
@@ -138,10 +141,19 @@ func (h controlHandler) Control(ctx context.Context, stream *connect.BidiStream[
 			return nil
 		case <-sess.wake:
 		case <-hb.C():
-			sess.enqueue(&managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Heartbeat{Heartbeat: &managerv1.Heartbeat{Load: a.load()}}})
+			sess.enqueue(a.heartbeat())
 			hb = a.clock.NewTimer(interval)
 		}
 	}
+}
+
+// heartbeat is a heartbeat stamped with its send time on the lease's clock.
+func (a *Agent) heartbeat() *managerv1.WorkerMessage {
+	sent := a.leaseMono() // before anything else: an early stamp only shortens the lease
+	return &managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Heartbeat{Heartbeat: &managerv1.Heartbeat{
+		Load:       a.load(),
+		SentMonoMs: sent,
+	}}}
 }
 
 // receive reads commands from the stream until it ends.

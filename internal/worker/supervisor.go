@@ -32,6 +32,9 @@ type supervisor struct {
 	// kept after the instance is gone so that a late start of an older
 	// binding is still refused.
 	fence map[runtime.Key]uint64
+	// protected are the instances of lease-protected jobs that have not
+	// stopped (lease.go).
+	protected map[runtime.Key]bool
 }
 
 // noteToken raises the fence of key to token.
@@ -61,6 +64,8 @@ func newSupervisor(a *Agent, ctx context.Context, rt runtime.Runtime) *superviso
 		nodeID:  a.NodeID(),
 		insts:   map[runtime.Key]*instance{},
 		fence:   map[runtime.Key]uint64{},
+
+		protected: map[runtime.Key]bool{},
 	}
 }
 
@@ -155,6 +160,9 @@ func (a *Agent) onCommand(sess *session, msg *managerv1.ControllerMessage) {
 		return
 	case *managerv1.ControllerMessage_Recorded:
 		a.onRecorded(m.Recorded) // not acknowledged
+		return
+	case *managerv1.ControllerMessage_Lease:
+		a.onLeaseGrant(m.Lease) // not acknowledged (lease.go)
 		return
 	case *managerv1.ControllerMessage_Hello:
 		reply(&cmdError{connect.CodeInvalidArgument, "hello was already received on this stream"})

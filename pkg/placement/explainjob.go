@@ -11,17 +11,13 @@ import (
 type JobInstance struct {
 	Instance *managerv1.Instance
 	Job      *managerv1.Job
+	// Bundle is the job's bundle (nil when it has none).
+	Bundle *managerv1.Bundle
 }
 
 // AllocationOf is the allocation a bound instance holds on its node.
 func AllocationOf(ji JobInstance) Allocation {
-	return Allocation{
-		JobID:        ji.Instance.GetJobId(),
-		Role:         ji.Instance.GetRole(),
-		NodeID:       ji.Instance.GetNodeId(),
-		Requirements: RequirementsFromProto(ji.Job.GetAutoPlacement().GetRequirements()),
-		GPU:          -1,
-	}
+	return AllocationForJob(ji.Instance, ji.Job, ji.Bundle)
 }
 
 // ExplainJob places instance role of job against nodes now, explained: the
@@ -29,14 +25,19 @@ func AllocationOf(ji JobInstance) Allocation {
 // live instance but this one's own binding holds its allocation. It is
 // what ExplainPlacement answers (the Manager and the SDK's fake alike).
 func ExplainJob(cfg Config, nodes []*managerv1.Node, live []JobInstance, job *managerv1.Job, role, pool string) (*managerv1.ExplainPlacementResponse, error) {
-	req := Request{
-		JobID:        job.GetJobId(),
-		Role:         role,
-		Pool:         pool,
-		Requirements: RequirementsFromProto(job.GetAutoPlacement().GetRequirements()),
-		Exclude:      map[string]string{},
-		Explain:      true,
+	return ExplainBundleJob(cfg, nodes, live, job, nil, role, pool)
+}
+
+// ExplainBundleJob is ExplainJob for a job of bundle b (nil: none), placed
+// with the bundle's rules (RequestForJob); a non-empty pool overrides the
+// bundle's.
+func ExplainBundleJob(cfg Config, nodes []*managerv1.Node, live []JobInstance, job *managerv1.Job, b *managerv1.Bundle, role, pool string) (*managerv1.ExplainPlacementResponse, error) {
+	req := RequestForJob(job, b, role)
+	if pool != "" {
+		req.Pool = pool
 	}
+	req.Exclude = map[string]string{}
+	req.Explain = true
 	view := make([]Node, 0, len(nodes))
 	for _, n := range nodes {
 		view = append(view, NodeFromProto(n))

@@ -82,6 +82,9 @@ type StartJobOptions struct {
 	MigrationID string
 	// MigrationInitialState is handed, opaque, to the instance's job socket.
 	MigrationInitialState []byte
+	// Placement is the placer's account of the choice (the AutoManager sets
+	// it): kept on the instance and carried by the placement event.
+	Placement *PlacementEvent
 }
 
 // StartJob binds the instance (jobID, role) to the node nodeID and tells the
@@ -106,6 +109,7 @@ func (m *Manager) StartJob(ctx context.Context, jobID, role, nodeID string, opts
 			DeferStart:            opts.DeferStart,
 			MigrationId:           opts.MigrationID,
 			MigrationInitialState: opts.MigrationInitialState,
+			Placement:             opts.Placement,
 		},
 	}))
 	if err != nil {

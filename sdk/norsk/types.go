@@ -161,6 +161,7 @@ type (
 	ExplainPlacementResponse = managerv1.ExplainPlacementResponse
 	PlacementNodeVerdict     = managerv1.PlacementNodeVerdict
 	PlacementRefusal         = managerv1.PlacementRefusal
+	PlacementEvent           = managerv1.PlacementEvent
 )
 
 // From norsk/manager/v1/cluster.proto: the Manager cluster (cluster.go).

@@ -157,6 +157,20 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 		return nil, t.markJobFailed(c.MarkJobFailed)
 	case *storev1.Command_InstanceReports:
 		return t.instanceReports(c.InstanceReports)
+	case *storev1.Command_CreateBundle:
+		return nil, t.createBundle(c.CreateBundle)
+	case *storev1.Command_UpdateBundle:
+		return nil, t.updateBundle(c.UpdateBundle)
+	case *storev1.Command_DeleteBundle:
+		return t.deleteBundle(c.DeleteBundle)
+	case *storev1.Command_SetBundleJobDormant:
+		return nil, t.setBundleJobDormant(c.SetBundleJobDormant)
+	case *storev1.Command_SetBundleStopTime:
+		return nil, t.setBundleStopTime(c.SetBundleStopTime)
+	case *storev1.Command_RenewBundleLease:
+		return nil, t.renewBundleLease(c.RenewBundleLease)
+	case *storev1.Command_SetLeasesPaused:
+		return nil, t.setLeasesPaused(c.SetLeasesPaused)
 	case *storev1.Command_RegisterSlot:
 		return nil, t.registerSlot(c.RegisterSlot)
 	case *storev1.Command_MemberRegister:

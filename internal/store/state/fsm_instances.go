@@ -168,6 +168,12 @@ func (t *tx) bindInstance(c *storev1.BindInstance) (uint64, error) {
 		BoundAt:               t.now,
 		JobHash:               rec.GetJob().GetCurrentHash(),
 	}
+	if pl := opts.GetPlacement(); pl != nil {
+		pl = proto.Clone(pl).(*managerv1.PlacementEvent)
+		pl.JobId, pl.Role, pl.NodeId, pl.FencingToken = in.GetJobId(), in.GetRole(), in.GetNodeId(), t.index
+		in.Placement = pl
+		t.emit(&managerv1.Event{Kind: &managerv1.Event_Placement{Placement: pl}})
+	}
 	if in.RuntimeRole == "" {
 		in.RuntimeRole = c.GetRole()
 	}

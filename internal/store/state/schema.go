@@ -23,6 +23,7 @@ const (
 	tableSingletons = "singletons"
 	tableTokens     = "tokens"
 	tableMembers    = "members"
+	tableBundles    = "bundles"
 )
 
 // singleton is a row of the singletons table: one message per name (the
@@ -39,6 +40,7 @@ const (
 	singletonDiscovery = "discovery"
 	singletonAccess    = "access-replica"
 	singletonCluster   = "cluster"
+	singletonLeases    = "leases"
 )
 
 // KVID is the primary key of a KV entry: namespace and key.
@@ -136,6 +138,14 @@ func schema() *memdb.DBSchema {
 				Indexes: map[string]*memdb.IndexSchema{
 					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
 						return o.(*storev1.MemberRecord).GetName()
+					})},
+				},
+			},
+			tableBundles: {
+				Name: tableBundles,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
+						return o.(*managerv1.Bundle).GetBundleId()
 					})},
 				},
 			},

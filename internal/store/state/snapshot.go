@@ -65,6 +65,16 @@ func (r *Read) WriteTo(w io.Writer) (int64, error) {
 			return 0, err
 		}
 	}
+	for _, b := range r.Bundles(nil) {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Bundle{Bundle: b}}); err != nil {
+			return 0, err
+		}
+	}
+	if raw, err := r.txn.First(tableSingletons, "id", singletonLeases); err == nil && raw != nil {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_LeaseState{LeaseState: raw.(*singleton).Msg.(*storev1.LeaseState)}}); err != nil {
+			return 0, err
+		}
+	}
 	for _, tok := range r.Tokens() {
 		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Token{Token: tok}}); err != nil {
 			return 0, err
@@ -148,6 +158,10 @@ func (s *State) Restore(rd io.Reader) (*storev1.SnapshotHeader, error) {
 			err = txn.Insert(tableMembers, x.Member)
 		case *storev1.SnapshotRecord_ClusterMeta:
 			err = txn.Insert(tableSingletons, &singleton{Key: singletonCluster, Msg: x.ClusterMeta})
+		case *storev1.SnapshotRecord_Bundle:
+			err = txn.Insert(tableBundles, x.Bundle)
+		case *storev1.SnapshotRecord_LeaseState:
+			err = txn.Insert(tableSingletons, &singleton{Key: singletonLeases, Msg: x.LeaseState})
 		case *storev1.SnapshotRecord_Token:
 			err = txn.Insert(tableTokens, x.Token)
 		case *storev1.SnapshotRecord_Discovery:

@@ -30,6 +30,15 @@
 // JoinClusterMember and SetMemberReachable play the other members, and a
 // call with "Norsk-Consistency: linearizable" fails with UNAVAILABLE while
 // the quorum is lost, as a linearizable read does.
+//
+// Bundles and leases (bundles.go) follow the Manager's rules for what the
+// fake holds: a bundle is validated and expanded into its replica jobs
+// (tagged and named as the Manager does, dormant for manual start), start
+// and stop of a bundle job flip its dormant mark, and deletion removes the
+// bundle and its jobs; the fake runs no AutoManager, so nothing is placed by
+// itself, and ExpireBundles plays its sweep of stop times and leases. Lease
+// pauses are kept, and GetLeaseStatus reports the leases of the fake's
+// lease-protected instances.
 package norsktest
 
 import (
@@ -130,6 +139,9 @@ type Server struct {
 	// last call.
 	cluster         *clusterState
 	lastConsistency string
+	// Bundles and leases (bundles.go).
+	bundles map[string]*managerv1.Bundle
+	leases  leaseState
 }
 
 // NewServer starts a fake Manager and stops it when the test ends.
@@ -453,6 +465,13 @@ func (s *Server) CreateJob(_ context.Context, req *connect.Request[managerv1.Cre
 		return nil, errorf(connect.CodeAlreadyExists, "job %q already exists", job.JobId)
 	}
 	i := s.nextIndex()
+	s.addJob(job, i)
+	return connect.NewResponse(&managerv1.JobHash{Hash: int64(i)}), nil
+}
+
+// addJob stores a copy of job, created at index i (its hash). Callers hold
+// mu and have checked that the id is free.
+func (s *Server) addJob(job *managerv1.Job, i uint64) {
 	job = proto.Clone(job).(*managerv1.Job)
 	job.State = managerv1.JobState_JOB_STATE_PRE
 	job.CurrentHash = int64(i)
@@ -461,7 +480,6 @@ func (s *Server) CreateJob(_ context.Context, req *connect.Request[managerv1.Cre
 	s.jobs[job.JobId] = j
 	entry := s.record(j, i, &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Created{Created: &managerv1.JobCreated{}}})
 	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_JobCreated{JobCreated: s.jobEvent(j, entry)}})
-	return connect.NewResponse(&managerv1.JobHash{Hash: int64(i)}), nil
 }
 
 // record prepends entry (stamped with index i) to j's history. Callers hold
@@ -527,9 +545,14 @@ func (s *Server) DeleteJob(_ context.Context, req *connect.Request[managerv1.Del
 			return nil, errorf(connect.CodeFailedPrecondition, "job %q: instance %q is bound to node %q: stop it first", j.Job.JobId, in.Role, in.NodeId)
 		}
 	}
-	delete(s.jobs, j.Job.JobId)
-	s.emit(s.nextIndex(), &managerv1.Event{Kind: &managerv1.Event_JobDeleted{JobDeleted: &managerv1.JobDeleted{JobId: j.Job.JobId}}})
+	s.removeJob(j.Job.JobId, s.nextIndex())
 	return connect.NewResponse(&managerv1.DeleteJobResponse{}), nil
+}
+
+// removeJob forgets the job id at index i. Callers hold mu.
+func (s *Server) removeJob(id string, i uint64) {
+	delete(s.jobs, id)
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_JobDeleted{JobDeleted: &managerv1.JobDeleted{JobId: id}}})
 }
 
 // JobById implements the Manager service.
@@ -701,6 +724,7 @@ func (s *Server) StartJob(_ context.Context, req *connect.Request[managerv1.Star
 		Phase:       managerv1.InstancePhase_INSTANCE_PHASE_PROVISIONED,
 		RuntimeRole: cmp(opts.GetRuntimeRole(), r.Role), MigrationId: opts.GetMigrationId(),
 		BoundAt: timestamppb.New(s.now()), MigrationInitialState: opts.GetMigrationInitialState(),
+		Placement: opts.GetPlacement(),
 	}
 	if opts.GetDeferStart() {
 		in.Desired = managerv1.InstanceDesired_INSTANCE_DESIRED_PREPARED

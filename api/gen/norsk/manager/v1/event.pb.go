@@ -45,6 +45,11 @@ type Event struct {
 	//	*Event_ClusterSlotRegistered
 	//	*Event_ClusterSlotUpdated
 	//	*Event_ClusterSlotDeregistered
+	//	*Event_BundleCreated
+	//	*Event_BundleUpdated
+	//	*Event_BundleDeleted
+	//	*Event_Placement
+	//	*Event_LeaseStatus
 	Kind          isEvent_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -227,6 +232,51 @@ func (x *Event) GetClusterSlotDeregistered() *ClusterSlotEvent {
 	return nil
 }
 
+func (x *Event) GetBundleCreated() *BundleEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_BundleCreated); ok {
+			return x.BundleCreated
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetBundleUpdated() *BundleEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_BundleUpdated); ok {
+			return x.BundleUpdated
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetBundleDeleted() *BundleDeleted {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_BundleDeleted); ok {
+			return x.BundleDeleted
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetPlacement() *PlacementEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_Placement); ok {
+			return x.Placement
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetLeaseStatus() *LeaseStatus {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_LeaseStatus); ok {
+			return x.LeaseStatus
+		}
+	}
+	return nil
+}
+
 type isEvent_Kind interface {
 	isEvent_Kind()
 }
@@ -288,6 +338,28 @@ type Event_ClusterSlotDeregistered struct {
 	ClusterSlotDeregistered *ClusterSlotEvent `protobuf:"bytes,42,opt,name=cluster_slot_deregistered,json=clusterSlotDeregistered,proto3,oneof"`
 }
 
+type Event_BundleCreated struct {
+	BundleCreated *BundleEvent `protobuf:"bytes,50,opt,name=bundle_created,json=bundleCreated,proto3,oneof"`
+}
+
+type Event_BundleUpdated struct {
+	BundleUpdated *BundleEvent `protobuf:"bytes,51,opt,name=bundle_updated,json=bundleUpdated,proto3,oneof"`
+}
+
+type Event_BundleDeleted struct {
+	BundleDeleted *BundleDeleted `protobuf:"bytes,52,opt,name=bundle_deleted,json=bundleDeleted,proto3,oneof"`
+}
+
+type Event_Placement struct {
+	// An instance bound by the AutoManager (first placement or recovery).
+	Placement *PlacementEvent `protobuf:"bytes,53,opt,name=placement,proto3,oneof"`
+}
+
+type Event_LeaseStatus struct {
+	// Leases paused or resumed (leases omitted).
+	LeaseStatus *LeaseStatus `protobuf:"bytes,54,opt,name=lease_status,json=leaseStatus,proto3,oneof"`
+}
+
 func (*Event_JobSnapshot) isEvent_Kind() {}
 
 func (*Event_NodeSnapshot) isEvent_Kind() {}
@@ -315,6 +387,16 @@ func (*Event_ClusterSlotRegistered) isEvent_Kind() {}
 func (*Event_ClusterSlotUpdated) isEvent_Kind() {}
 
 func (*Event_ClusterSlotDeregistered) isEvent_Kind() {}
+
+func (*Event_BundleCreated) isEvent_Kind() {}
+
+func (*Event_BundleUpdated) isEvent_Kind() {}
+
+func (*Event_BundleDeleted) isEvent_Kind() {}
+
+func (*Event_Placement) isEvent_Kind() {}
+
+func (*Event_LeaseStatus) isEvent_Kind() {}
 
 // InitialDataComplete ends the initial snapshot. resync is true when the
 // client asked to resume from an index the Manager no longer holds events
@@ -623,7 +705,7 @@ var File_norsk_manager_v1_event_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x1cnorsk/manager/v1/event.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\"\xec\b\n" +
+	"\x1cnorsk/manager/v1/event.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/placement.proto\x1a\x1bnorsk/manager/v1/node.proto\"\xcc\v\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12E\n" +
@@ -645,7 +727,12 @@ const file_norsk_manager_v1_event_proto_rawDesc = "" +
 	"\x11node_tags_updated\x18\" \x01(\v2\x1b.norsk.manager.v1.NodeEventH\x00R\x0fnodeTagsUpdated\x12\\\n" +
 	"\x17cluster_slot_registered\x18( \x01(\v2\".norsk.manager.v1.ClusterSlotEventH\x00R\x15clusterSlotRegistered\x12V\n" +
 	"\x14cluster_slot_updated\x18) \x01(\v2\".norsk.manager.v1.ClusterSlotEventH\x00R\x12clusterSlotUpdated\x12`\n" +
-	"\x19cluster_slot_deregistered\x18* \x01(\v2\".norsk.manager.v1.ClusterSlotEventH\x00R\x17clusterSlotDeregisteredB\x06\n" +
+	"\x19cluster_slot_deregistered\x18* \x01(\v2\".norsk.manager.v1.ClusterSlotEventH\x00R\x17clusterSlotDeregistered\x12F\n" +
+	"\x0ebundle_created\x182 \x01(\v2\x1d.norsk.manager.v1.BundleEventH\x00R\rbundleCreated\x12F\n" +
+	"\x0ebundle_updated\x183 \x01(\v2\x1d.norsk.manager.v1.BundleEventH\x00R\rbundleUpdated\x12H\n" +
+	"\x0ebundle_deleted\x184 \x01(\v2\x1f.norsk.manager.v1.BundleDeletedH\x00R\rbundleDeleted\x12@\n" +
+	"\tplacement\x185 \x01(\v2 .norsk.manager.v1.PlacementEventH\x00R\tplacement\x12B\n" +
+	"\flease_status\x186 \x01(\v2\x1d.norsk.manager.v1.LeaseStatusH\x00R\vleaseStatusB\x06\n" +
 	"\x04kind\"C\n" +
 	"\x13InitialDataComplete\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
@@ -690,8 +777,12 @@ var file_norsk_manager_v1_event_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
 	(*JobWithHistory)(nil),        // 8: norsk.manager.v1.JobWithHistory
 	(*Node)(nil),                  // 9: norsk.manager.v1.Node
-	(*JobHistoryEntry)(nil),       // 10: norsk.manager.v1.JobHistoryEntry
-	(*ClusterSlot)(nil),           // 11: norsk.manager.v1.ClusterSlot
+	(*BundleEvent)(nil),           // 10: norsk.manager.v1.BundleEvent
+	(*BundleDeleted)(nil),         // 11: norsk.manager.v1.BundleDeleted
+	(*PlacementEvent)(nil),        // 12: norsk.manager.v1.PlacementEvent
+	(*LeaseStatus)(nil),           // 13: norsk.manager.v1.LeaseStatus
+	(*JobHistoryEntry)(nil),       // 14: norsk.manager.v1.JobHistoryEntry
+	(*ClusterSlot)(nil),           // 15: norsk.manager.v1.ClusterSlot
 }
 var file_norsk_manager_v1_event_proto_depIdxs = []int32{
 	7,  // 0: norsk.manager.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
@@ -709,15 +800,20 @@ var file_norsk_manager_v1_event_proto_depIdxs = []int32{
 	5,  // 12: norsk.manager.v1.Event.cluster_slot_registered:type_name -> norsk.manager.v1.ClusterSlotEvent
 	5,  // 13: norsk.manager.v1.Event.cluster_slot_updated:type_name -> norsk.manager.v1.ClusterSlotEvent
 	5,  // 14: norsk.manager.v1.Event.cluster_slot_deregistered:type_name -> norsk.manager.v1.ClusterSlotEvent
-	8,  // 15: norsk.manager.v1.JobEvent.job:type_name -> norsk.manager.v1.JobWithHistory
-	10, // 16: norsk.manager.v1.JobEvent.entry:type_name -> norsk.manager.v1.JobHistoryEntry
-	9,  // 17: norsk.manager.v1.NodeEvent.node:type_name -> norsk.manager.v1.Node
-	11, // 18: norsk.manager.v1.ClusterSlotEvent.slot:type_name -> norsk.manager.v1.ClusterSlot
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	10, // 15: norsk.manager.v1.Event.bundle_created:type_name -> norsk.manager.v1.BundleEvent
+	10, // 16: norsk.manager.v1.Event.bundle_updated:type_name -> norsk.manager.v1.BundleEvent
+	11, // 17: norsk.manager.v1.Event.bundle_deleted:type_name -> norsk.manager.v1.BundleDeleted
+	12, // 18: norsk.manager.v1.Event.placement:type_name -> norsk.manager.v1.PlacementEvent
+	13, // 19: norsk.manager.v1.Event.lease_status:type_name -> norsk.manager.v1.LeaseStatus
+	8,  // 20: norsk.manager.v1.JobEvent.job:type_name -> norsk.manager.v1.JobWithHistory
+	14, // 21: norsk.manager.v1.JobEvent.entry:type_name -> norsk.manager.v1.JobHistoryEntry
+	9,  // 22: norsk.manager.v1.NodeEvent.node:type_name -> norsk.manager.v1.Node
+	15, // 23: norsk.manager.v1.ClusterSlotEvent.slot:type_name -> norsk.manager.v1.ClusterSlot
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_event_proto_init() }
@@ -725,7 +821,10 @@ func file_norsk_manager_v1_event_proto_init() {
 	if File_norsk_manager_v1_event_proto != nil {
 		return
 	}
+	file_norsk_manager_v1_bundle_proto_init()
 	file_norsk_manager_v1_job_proto_init()
+	file_norsk_manager_v1_lease_proto_init()
+	file_norsk_manager_v1_placement_proto_init()
 	file_norsk_manager_v1_node_proto_init()
 	file_norsk_manager_v1_event_proto_msgTypes[0].OneofWrappers = []any{
 		(*Event_JobSnapshot)(nil),
@@ -742,6 +841,11 @@ func file_norsk_manager_v1_event_proto_init() {
 		(*Event_ClusterSlotRegistered)(nil),
 		(*Event_ClusterSlotUpdated)(nil),
 		(*Event_ClusterSlotDeregistered)(nil),
+		(*Event_BundleCreated)(nil),
+		(*Event_BundleUpdated)(nil),
+		(*Event_BundleDeleted)(nil),
+		(*Event_Placement)(nil),
+		(*Event_LeaseStatus)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

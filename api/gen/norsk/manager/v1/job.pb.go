@@ -416,9 +416,13 @@ type Job struct {
 	// When the job is meant to start (informational; the job's own clock).
 	StartDateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=start_date_time,json=startDateTime,proto3" json:"start_date_time,omitempty"`
 	// Named volumes the job's services share (created on the node if absent).
-	Volumes       []string `protobuf:"bytes,10,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Volumes []string `protobuf:"bytes,10,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// A lease-protected job runs only while its node holds a lease: a worker
+	// cut off from every Manager member for longer than the lease TTL stops
+	// it, and it is started elsewhere only once that lease has expired.
+	LeaseProtected bool `protobuf:"varint,11,opt,name=lease_protected,json=leaseProtected,proto3" json:"lease_protected,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -519,6 +523,13 @@ func (x *Job) GetVolumes() []string {
 		return x.Volumes
 	}
 	return nil
+}
+
+func (x *Job) GetLeaseProtected() bool {
+	if x != nil {
+		return x.LeaseProtected
+	}
+	return false
 }
 
 // TerminalState is a durable verdict on a job. A job with one is never
@@ -2160,7 +2171,9 @@ type Instance struct {
 	// The job revision (current_hash) the instance's worker holds.
 	JobHash int64 `protobuf:"varint,15,opt,name=job_hash,json=jobHash,proto3" json:"job_hash,omitempty"`
 	// Restarts of services under their restart policy since the start.
-	Restarts      uint32 `protobuf:"varint,16,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	Restarts uint32 `protobuf:"varint,16,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	// How the AutoManager placed it (empty for a StartJob by hand).
+	Placement     *PlacementEvent `protobuf:"bytes,17,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2307,6 +2320,13 @@ func (x *Instance) GetRestarts() uint32 {
 	return 0
 }
 
+func (x *Instance) GetPlacement() *PlacementEvent {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
 // JobWithHistory is a job, its history (newest first) and its instances.
 type JobWithHistory struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2372,7 +2392,7 @@ var File_norsk_manager_v1_job_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x1anorsk/manager/v1/job.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x04\n" +
+	"\x1anorsk/manager/v1/job.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a norsk/manager/v1/placement.proto\"\xcf\x04\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x123\n" +
@@ -2384,7 +2404,8 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\x0eterminal_state\x18\b \x01(\v2\x1f.norsk.manager.v1.TerminalStateR\rterminalState\x12B\n" +
 	"\x0fstart_date_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rstartDateTime\x12\x18\n" +
 	"\avolumes\x18\n" +
-	" \x03(\tR\avolumes\x1a7\n" +
+	" \x03(\tR\avolumes\x12'\n" +
+	"\x0flease_protected\x18\v \x01(\bR\x0eleaseProtected\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x87\x01\n" +
@@ -2507,7 +2528,7 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x0e\n" +
 	"\fJobCompleted\"%\n" +
 	"\vJobRejected\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xc9\x06\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x89\a\n" +
 	"\bInstance\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
@@ -2526,7 +2547,8 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\bbound_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\aboundAt\x126\n" +
 	"\x17migration_initial_state\x18\x0e \x01(\fR\x15migrationInitialState\x12\x19\n" +
 	"\bjob_hash\x18\x0f \x01(\x03R\ajobHash\x12\x1a\n" +
-	"\brestarts\x18\x10 \x01(\rR\brestarts\x1an\n" +
+	"\brestarts\x18\x10 \x01(\rR\brestarts\x12>\n" +
+	"\tplacement\x18\x11 \x01(\v2 .norsk.manager.v1.PlacementEventR\tplacement\x1an\n" +
 	"\x18ServicePortMappingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12<\n" +
 	"\x05value\x18\x02 \x01(\v2&.norsk.manager.v1.ResolvedPortMappingsR\x05value:\x028\x01\"\xb0\x01\n" +
@@ -2625,6 +2647,7 @@ var file_norsk_manager_v1_job_proto_goTypes = []any{
 	nil,                           // 37: norsk.manager.v1.InstanceStopped.ExitCodesEntry
 	nil,                           // 38: norsk.manager.v1.Instance.ServicePortMappingsEntry
 	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
+	(*PlacementEvent)(nil),        // 40: norsk.manager.v1.PlacementEvent
 }
 var file_norsk_manager_v1_job_proto_depIdxs = []int32{
 	34, // 0: norsk.manager.v1.Job.tags:type_name -> norsk.manager.v1.Job.TagsEntry
@@ -2670,16 +2693,17 @@ var file_norsk_manager_v1_job_proto_depIdxs = []int32{
 	38, // 40: norsk.manager.v1.Instance.service_port_mappings:type_name -> norsk.manager.v1.Instance.ServicePortMappingsEntry
 	4,  // 41: norsk.manager.v1.Instance.stop_reason:type_name -> norsk.manager.v1.StoppingReason
 	39, // 42: norsk.manager.v1.Instance.bound_at:type_name -> google.protobuf.Timestamp
-	7,  // 43: norsk.manager.v1.JobWithHistory.job:type_name -> norsk.manager.v1.Job
-	21, // 44: norsk.manager.v1.JobWithHistory.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	32, // 45: norsk.manager.v1.JobWithHistory.instances:type_name -> norsk.manager.v1.Instance
-	20, // 46: norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	20, // 47: norsk.manager.v1.Instance.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	40, // 43: norsk.manager.v1.Instance.placement:type_name -> norsk.manager.v1.PlacementEvent
+	7,  // 44: norsk.manager.v1.JobWithHistory.job:type_name -> norsk.manager.v1.Job
+	21, // 45: norsk.manager.v1.JobWithHistory.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	32, // 46: norsk.manager.v1.JobWithHistory.instances:type_name -> norsk.manager.v1.Instance
+	20, // 47: norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	20, // 48: norsk.manager.v1.Instance.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_job_proto_init() }
@@ -2687,6 +2711,7 @@ func file_norsk_manager_v1_job_proto_init() {
 	if File_norsk_manager_v1_job_proto != nil {
 		return
 	}
+	file_norsk_manager_v1_placement_proto_init()
 	file_norsk_manager_v1_job_proto_msgTypes[6].OneofWrappers = []any{
 		(*PortMapping_Ephemeral)(nil),
 		(*PortMapping_Range)(nil),

@@ -1224,8 +1224,11 @@ type StartJobOptions struct {
 	DeferStart            bool   `protobuf:"varint,2,opt,name=defer_start,json=deferStart,proto3" json:"defer_start,omitempty"`
 	MigrationId           string `protobuf:"bytes,3,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
 	MigrationInitialState []byte `protobuf:"bytes,4,opt,name=migration_initial_state,json=migrationInitialState,proto3" json:"migration_initial_state,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The placer's account of the choice (the AutoManager sets it); kept on
+	// the instance and carried by the placement event.
+	Placement     *PlacementEvent `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartJobOptions) Reset() {
@@ -1282,6 +1285,13 @@ func (x *StartJobOptions) GetMigrationId() string {
 func (x *StartJobOptions) GetMigrationInitialState() []byte {
 	if x != nil {
 		return x.MigrationInitialState
+	}
+	return nil
+}
+
+func (x *StartJobOptions) GetPlacement() *PlacementEvent {
+	if x != nil {
+		return x.Placement
 	}
 	return nil
 }
@@ -2799,7 +2809,7 @@ var File_norsk_manager_v1_manager_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\n" +
-	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
+	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
 	"\fHelloRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12!\n" +
 	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xd1\x01\n" +
@@ -2873,13 +2883,14 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x0finclude_history\x18\x04 \x01(\bR\x0eincludeHistory\"_\n" +
 	"\x11JobSearchResponse\x124\n" +
 	"\x04jobs\x18\x01 \x03(\v2 .norsk.manager.v1.JobWithHistoryR\x04jobs\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\xb0\x01\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\xf0\x01\n" +
 	"\x0fStartJobOptions\x12!\n" +
 	"\fruntime_role\x18\x01 \x01(\tR\vruntimeRole\x12\x1f\n" +
 	"\vdefer_start\x18\x02 \x01(\bR\n" +
 	"deferStart\x12!\n" +
 	"\fmigration_id\x18\x03 \x01(\tR\vmigrationId\x126\n" +
-	"\x17migration_initial_state\x18\x04 \x01(\fR\x15migrationInitialState\"\x92\x01\n" +
+	"\x17migration_initial_state\x18\x04 \x01(\fR\x15migrationInitialState\x12>\n" +
+	"\tplacement\x18\x05 \x01(\v2 .norsk.manager.v1.PlacementEventR\tplacement\"\x92\x01\n" +
 	"\x0fStartJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
@@ -2969,7 +2980,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\xb8%\n" +
+	"\x10DATE_FIELD_START\x10\x022\x8f/\n" +
 	"\aManager\x12M\n" +
 	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
 	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
@@ -3016,7 +3027,20 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x10GetClusterStatus\x12).norsk.manager.v1.GetClusterStatusRequest\x1a\x1f.norsk.manager.v1.ClusterStatus\"\x05\x8a\xb5\x18\x01\x02\x12p\n" +
 	"\x10GetClusterEvents\x12).norsk.manager.v1.GetClusterEventsRequest\x1a*.norsk.manager.v1.GetClusterEventsResponse\"\x05\x8a\xb5\x18\x01\x02\x12|\n" +
 	"\x14AnnounceControlPlane\x12-.norsk.manager.v1.AnnounceControlPlaneRequest\x1a..norsk.manager.v1.AnnounceControlPlaneResponse\"\x05\x8a\xb5\x18\x01\x05\x12p\n" +
-	"\x10ExplainPlacement\x12).norsk.manager.v1.ExplainPlacementRequest\x1a*.norsk.manager.v1.ExplainPlacementResponse\"\x05\x8a\xb5\x18\x01\x02\x12U\n" +
+	"\x10ExplainPlacement\x12).norsk.manager.v1.ExplainPlacementRequest\x1a*.norsk.manager.v1.ExplainPlacementResponse\"\x05\x8a\xb5\x18\x01\x02\x12d\n" +
+	"\fCreateBundle\x12%.norsk.manager.v1.CreateBundleRequest\x1a&.norsk.manager.v1.CreateBundleResponse\"\x05\x8a\xb5\x18\x01\x03\x12d\n" +
+	"\fUpdateBundle\x12%.norsk.manager.v1.UpdateBundleRequest\x1a&.norsk.manager.v1.UpdateBundleResponse\"\x05\x8a\xb5\x18\x01\x03\x12d\n" +
+	"\fDeleteBundle\x12%.norsk.manager.v1.DeleteBundleRequest\x1a&.norsk.manager.v1.DeleteBundleResponse\"\x05\x8a\xb5\x18\x01\x03\x12Z\n" +
+	"\n" +
+	"BundleById\x12#.norsk.manager.v1.BundleByIdRequest\x1a .norsk.manager.v1.BundleWithJobs\"\x05\x8a\xb5\x18\x01\x02\x12a\n" +
+	"\vListBundles\x12$.norsk.manager.v1.ListBundlesRequest\x1a%.norsk.manager.v1.ListBundlesResponse\"\x05\x8a\xb5\x18\x01\x02\x12j\n" +
+	"\x0eStartBundleJob\x12'.norsk.manager.v1.StartBundleJobRequest\x1a(.norsk.manager.v1.StartBundleJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12g\n" +
+	"\rStopBundleJob\x12&.norsk.manager.v1.StopBundleJobRequest\x1a'.norsk.manager.v1.StopBundleJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12s\n" +
+	"\x11SetBundleStopTime\x12*.norsk.manager.v1.SetBundleStopTimeRequest\x1a+.norsk.manager.v1.SetBundleStopTimeResponse\"\x05\x8a\xb5\x18\x01\x03\x12p\n" +
+	"\x10RenewBundleLease\x12).norsk.manager.v1.RenewBundleLeaseRequest\x1a*.norsk.manager.v1.RenewBundleLeaseResponse\"\x05\x8a\xb5\x18\x01\x03\x12a\n" +
+	"\vPauseLeases\x12$.norsk.manager.v1.PauseLeasesRequest\x1a%.norsk.manager.v1.PauseLeasesResponse\"\x05\x8a\xb5\x18\x01\x04\x12d\n" +
+	"\fResumeLeases\x12%.norsk.manager.v1.ResumeLeasesRequest\x1a&.norsk.manager.v1.ResumeLeasesResponse\"\x05\x8a\xb5\x18\x01\x04\x12_\n" +
+	"\x0eGetLeaseStatus\x12'.norsk.manager.v1.GetLeaseStatusRequest\x1a\x1d.norsk.manager.v1.LeaseStatus\"\x05\x8a\xb5\x18\x01\x02\x12U\n" +
 	"\vEventStream\x12$.norsk.manager.v1.EventStreamRequest\x1a\x17.norsk.manager.v1.Event\"\x05\x8a\xb5\x18\x01\x020\x01BFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
 
 var (
@@ -3086,59 +3110,84 @@ var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(*Job)(nil),                               // 49: norsk.manager.v1.Job
 	(*timestamppb.Timestamp)(nil),             // 50: google.protobuf.Timestamp
 	(*JobWithHistory)(nil),                    // 51: norsk.manager.v1.JobWithHistory
-	(*Hardware)(nil),                          // 52: norsk.manager.v1.Hardware
-	(*Capability)(nil),                        // 53: norsk.manager.v1.Capability
-	(*ClusterSlot)(nil),                       // 54: norsk.manager.v1.ClusterSlot
-	(*Node)(nil),                              // 55: norsk.manager.v1.Node
-	(*AppendAuditEntryRequest)(nil),           // 56: norsk.manager.v1.AppendAuditEntryRequest
-	(*GetAuditLogRequest)(nil),                // 57: norsk.manager.v1.GetAuditLogRequest
-	(*PruneAuditLogRequest)(nil),              // 58: norsk.manager.v1.PruneAuditLogRequest
-	(*KvCommitRequest)(nil),                   // 59: norsk.manager.v1.KvCommitRequest
-	(*KvGetRequest)(nil),                      // 60: norsk.manager.v1.KvGetRequest
-	(*KvListRequest)(nil),                     // 61: norsk.manager.v1.KvListRequest
-	(*GetStoreInfoRequest)(nil),               // 62: norsk.manager.v1.GetStoreInfoRequest
-	(*SnapshotSaveRequest)(nil),               // 63: norsk.manager.v1.SnapshotSaveRequest
-	(*CreateTokenRequest)(nil),                // 64: norsk.manager.v1.CreateTokenRequest
-	(*ListTokensRequest)(nil),                 // 65: norsk.manager.v1.ListTokensRequest
-	(*RevokeTokenRequest)(nil),                // 66: norsk.manager.v1.RevokeTokenRequest
-	(*PublishDiscoveryFleetRequest)(nil),      // 67: norsk.manager.v1.PublishDiscoveryFleetRequest
-	(*GetDiscoveryFleetRequest)(nil),          // 68: norsk.manager.v1.GetDiscoveryFleetRequest
-	(*RotateDiscoveryTierSecretRequest)(nil),  // 69: norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	(*PublishAccessReplicaRequest)(nil),       // 70: norsk.manager.v1.PublishAccessReplicaRequest
-	(*AddClusterMemberRequest)(nil),           // 71: norsk.manager.v1.AddClusterMemberRequest
-	(*RemoveClusterMemberRequest)(nil),        // 72: norsk.manager.v1.RemoveClusterMemberRequest
-	(*ForceStandaloneRequest)(nil),            // 73: norsk.manager.v1.ForceStandaloneRequest
-	(*LeaveQuorumRequest)(nil),                // 74: norsk.manager.v1.LeaveQuorumRequest
-	(*GetClusterStatusRequest)(nil),           // 75: norsk.manager.v1.GetClusterStatusRequest
-	(*GetClusterEventsRequest)(nil),           // 76: norsk.manager.v1.GetClusterEventsRequest
-	(*AnnounceControlPlaneRequest)(nil),       // 77: norsk.manager.v1.AnnounceControlPlaneRequest
-	(*ExplainPlacementRequest)(nil),           // 78: norsk.manager.v1.ExplainPlacementRequest
-	(*EventStreamRequest)(nil),                // 79: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                           // 80: norsk.manager.v1.JobHash
-	(*AppendAuditEntryResponse)(nil),          // 81: norsk.manager.v1.AppendAuditEntryResponse
-	(*GetAuditLogResponse)(nil),               // 82: norsk.manager.v1.GetAuditLogResponse
-	(*PruneAuditLogResponse)(nil),             // 83: norsk.manager.v1.PruneAuditLogResponse
-	(*KvCommitResponse)(nil),                  // 84: norsk.manager.v1.KvCommitResponse
-	(*KvGetResponse)(nil),                     // 85: norsk.manager.v1.KvGetResponse
-	(*KvListResponse)(nil),                    // 86: norsk.manager.v1.KvListResponse
-	(*StoreInfo)(nil),                         // 87: norsk.manager.v1.StoreInfo
-	(*SnapshotChunk)(nil),                     // 88: norsk.manager.v1.SnapshotChunk
-	(*CreateTokenResponse)(nil),               // 89: norsk.manager.v1.CreateTokenResponse
-	(*ListTokensResponse)(nil),                // 90: norsk.manager.v1.ListTokensResponse
-	(*RevokeTokenResponse)(nil),               // 91: norsk.manager.v1.RevokeTokenResponse
-	(*PublishDiscoveryFleetResponse)(nil),     // 92: norsk.manager.v1.PublishDiscoveryFleetResponse
-	(*GetDiscoveryFleetResponse)(nil),         // 93: norsk.manager.v1.GetDiscoveryFleetResponse
-	(*RotateDiscoveryTierSecretResponse)(nil), // 94: norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	(*PublishAccessReplicaResponse)(nil),      // 95: norsk.manager.v1.PublishAccessReplicaResponse
-	(*AddClusterMemberResponse)(nil),          // 96: norsk.manager.v1.AddClusterMemberResponse
-	(*RemoveClusterMemberResponse)(nil),       // 97: norsk.manager.v1.RemoveClusterMemberResponse
-	(*ForceStandaloneResponse)(nil),           // 98: norsk.manager.v1.ForceStandaloneResponse
-	(*LeaveQuorumResponse)(nil),               // 99: norsk.manager.v1.LeaveQuorumResponse
-	(*ClusterStatus)(nil),                     // 100: norsk.manager.v1.ClusterStatus
-	(*GetClusterEventsResponse)(nil),          // 101: norsk.manager.v1.GetClusterEventsResponse
-	(*AnnounceControlPlaneResponse)(nil),      // 102: norsk.manager.v1.AnnounceControlPlaneResponse
-	(*ExplainPlacementResponse)(nil),          // 103: norsk.manager.v1.ExplainPlacementResponse
-	(*Event)(nil),                             // 104: norsk.manager.v1.Event
+	(*PlacementEvent)(nil),                    // 52: norsk.manager.v1.PlacementEvent
+	(*Hardware)(nil),                          // 53: norsk.manager.v1.Hardware
+	(*Capability)(nil),                        // 54: norsk.manager.v1.Capability
+	(*ClusterSlot)(nil),                       // 55: norsk.manager.v1.ClusterSlot
+	(*Node)(nil),                              // 56: norsk.manager.v1.Node
+	(*AppendAuditEntryRequest)(nil),           // 57: norsk.manager.v1.AppendAuditEntryRequest
+	(*GetAuditLogRequest)(nil),                // 58: norsk.manager.v1.GetAuditLogRequest
+	(*PruneAuditLogRequest)(nil),              // 59: norsk.manager.v1.PruneAuditLogRequest
+	(*KvCommitRequest)(nil),                   // 60: norsk.manager.v1.KvCommitRequest
+	(*KvGetRequest)(nil),                      // 61: norsk.manager.v1.KvGetRequest
+	(*KvListRequest)(nil),                     // 62: norsk.manager.v1.KvListRequest
+	(*GetStoreInfoRequest)(nil),               // 63: norsk.manager.v1.GetStoreInfoRequest
+	(*SnapshotSaveRequest)(nil),               // 64: norsk.manager.v1.SnapshotSaveRequest
+	(*CreateTokenRequest)(nil),                // 65: norsk.manager.v1.CreateTokenRequest
+	(*ListTokensRequest)(nil),                 // 66: norsk.manager.v1.ListTokensRequest
+	(*RevokeTokenRequest)(nil),                // 67: norsk.manager.v1.RevokeTokenRequest
+	(*PublishDiscoveryFleetRequest)(nil),      // 68: norsk.manager.v1.PublishDiscoveryFleetRequest
+	(*GetDiscoveryFleetRequest)(nil),          // 69: norsk.manager.v1.GetDiscoveryFleetRequest
+	(*RotateDiscoveryTierSecretRequest)(nil),  // 70: norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	(*PublishAccessReplicaRequest)(nil),       // 71: norsk.manager.v1.PublishAccessReplicaRequest
+	(*AddClusterMemberRequest)(nil),           // 72: norsk.manager.v1.AddClusterMemberRequest
+	(*RemoveClusterMemberRequest)(nil),        // 73: norsk.manager.v1.RemoveClusterMemberRequest
+	(*ForceStandaloneRequest)(nil),            // 74: norsk.manager.v1.ForceStandaloneRequest
+	(*LeaveQuorumRequest)(nil),                // 75: norsk.manager.v1.LeaveQuorumRequest
+	(*GetClusterStatusRequest)(nil),           // 76: norsk.manager.v1.GetClusterStatusRequest
+	(*GetClusterEventsRequest)(nil),           // 77: norsk.manager.v1.GetClusterEventsRequest
+	(*AnnounceControlPlaneRequest)(nil),       // 78: norsk.manager.v1.AnnounceControlPlaneRequest
+	(*ExplainPlacementRequest)(nil),           // 79: norsk.manager.v1.ExplainPlacementRequest
+	(*CreateBundleRequest)(nil),               // 80: norsk.manager.v1.CreateBundleRequest
+	(*UpdateBundleRequest)(nil),               // 81: norsk.manager.v1.UpdateBundleRequest
+	(*DeleteBundleRequest)(nil),               // 82: norsk.manager.v1.DeleteBundleRequest
+	(*BundleByIdRequest)(nil),                 // 83: norsk.manager.v1.BundleByIdRequest
+	(*ListBundlesRequest)(nil),                // 84: norsk.manager.v1.ListBundlesRequest
+	(*StartBundleJobRequest)(nil),             // 85: norsk.manager.v1.StartBundleJobRequest
+	(*StopBundleJobRequest)(nil),              // 86: norsk.manager.v1.StopBundleJobRequest
+	(*SetBundleStopTimeRequest)(nil),          // 87: norsk.manager.v1.SetBundleStopTimeRequest
+	(*RenewBundleLeaseRequest)(nil),           // 88: norsk.manager.v1.RenewBundleLeaseRequest
+	(*PauseLeasesRequest)(nil),                // 89: norsk.manager.v1.PauseLeasesRequest
+	(*ResumeLeasesRequest)(nil),               // 90: norsk.manager.v1.ResumeLeasesRequest
+	(*GetLeaseStatusRequest)(nil),             // 91: norsk.manager.v1.GetLeaseStatusRequest
+	(*EventStreamRequest)(nil),                // 92: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                           // 93: norsk.manager.v1.JobHash
+	(*AppendAuditEntryResponse)(nil),          // 94: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),               // 95: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),             // 96: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),                  // 97: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                     // 98: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                    // 99: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                         // 100: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                     // 101: norsk.manager.v1.SnapshotChunk
+	(*CreateTokenResponse)(nil),               // 102: norsk.manager.v1.CreateTokenResponse
+	(*ListTokensResponse)(nil),                // 103: norsk.manager.v1.ListTokensResponse
+	(*RevokeTokenResponse)(nil),               // 104: norsk.manager.v1.RevokeTokenResponse
+	(*PublishDiscoveryFleetResponse)(nil),     // 105: norsk.manager.v1.PublishDiscoveryFleetResponse
+	(*GetDiscoveryFleetResponse)(nil),         // 106: norsk.manager.v1.GetDiscoveryFleetResponse
+	(*RotateDiscoveryTierSecretResponse)(nil), // 107: norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	(*PublishAccessReplicaResponse)(nil),      // 108: norsk.manager.v1.PublishAccessReplicaResponse
+	(*AddClusterMemberResponse)(nil),          // 109: norsk.manager.v1.AddClusterMemberResponse
+	(*RemoveClusterMemberResponse)(nil),       // 110: norsk.manager.v1.RemoveClusterMemberResponse
+	(*ForceStandaloneResponse)(nil),           // 111: norsk.manager.v1.ForceStandaloneResponse
+	(*LeaveQuorumResponse)(nil),               // 112: norsk.manager.v1.LeaveQuorumResponse
+	(*ClusterStatus)(nil),                     // 113: norsk.manager.v1.ClusterStatus
+	(*GetClusterEventsResponse)(nil),          // 114: norsk.manager.v1.GetClusterEventsResponse
+	(*AnnounceControlPlaneResponse)(nil),      // 115: norsk.manager.v1.AnnounceControlPlaneResponse
+	(*ExplainPlacementResponse)(nil),          // 116: norsk.manager.v1.ExplainPlacementResponse
+	(*CreateBundleResponse)(nil),              // 117: norsk.manager.v1.CreateBundleResponse
+	(*UpdateBundleResponse)(nil),              // 118: norsk.manager.v1.UpdateBundleResponse
+	(*DeleteBundleResponse)(nil),              // 119: norsk.manager.v1.DeleteBundleResponse
+	(*BundleWithJobs)(nil),                    // 120: norsk.manager.v1.BundleWithJobs
+	(*ListBundlesResponse)(nil),               // 121: norsk.manager.v1.ListBundlesResponse
+	(*StartBundleJobResponse)(nil),            // 122: norsk.manager.v1.StartBundleJobResponse
+	(*StopBundleJobResponse)(nil),             // 123: norsk.manager.v1.StopBundleJobResponse
+	(*SetBundleStopTimeResponse)(nil),         // 124: norsk.manager.v1.SetBundleStopTimeResponse
+	(*RenewBundleLeaseResponse)(nil),          // 125: norsk.manager.v1.RenewBundleLeaseResponse
+	(*PauseLeasesResponse)(nil),               // 126: norsk.manager.v1.PauseLeasesResponse
+	(*ResumeLeasesResponse)(nil),              // 127: norsk.manager.v1.ResumeLeasesResponse
+	(*LeaseStatus)(nil),                       // 128: norsk.manager.v1.LeaseStatus
+	(*Event)(nil),                             // 129: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	49,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
@@ -3157,111 +3206,136 @@ var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	13,  // 13: norsk.manager.v1.JobFilter.date:type_name -> norsk.manager.v1.DateFilter
 	14,  // 14: norsk.manager.v1.JobSearchRequest.filters:type_name -> norsk.manager.v1.JobFilter
 	51,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
-	17,  // 16: norsk.manager.v1.StartJobRequest.options:type_name -> norsk.manager.v1.StartJobOptions
-	20,  // 17: norsk.manager.v1.StopJobRequest.options:type_name -> norsk.manager.v1.StopJobOptions
-	52,  // 18: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
-	53,  // 19: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
-	54,  // 20: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
-	55,  // 21: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
-	48,  // 22: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	55,  // 23: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
-	1,   // 24: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
-	3,   // 25: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
-	5,   // 26: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
-	6,   // 27: norsk.manager.v1.Manager.UpdateJob:input_type -> norsk.manager.v1.UpdateJobRequest
-	7,   // 28: norsk.manager.v1.Manager.DeleteJob:input_type -> norsk.manager.v1.DeleteJobRequest
-	9,   // 29: norsk.manager.v1.Manager.JobById:input_type -> norsk.manager.v1.JobByIdRequest
-	15,  // 30: norsk.manager.v1.Manager.JobSearch:input_type -> norsk.manager.v1.JobSearchRequest
-	18,  // 31: norsk.manager.v1.Manager.StartJob:input_type -> norsk.manager.v1.StartJobRequest
-	21,  // 32: norsk.manager.v1.Manager.StopJob:input_type -> norsk.manager.v1.StopJobRequest
-	23,  // 33: norsk.manager.v1.Manager.StartPreparedJob:input_type -> norsk.manager.v1.StartPreparedJobRequest
-	25,  // 34: norsk.manager.v1.Manager.CompleteJob:input_type -> norsk.manager.v1.CompleteJobRequest
-	27,  // 35: norsk.manager.v1.Manager.MarkJobFailed:input_type -> norsk.manager.v1.MarkJobFailedRequest
-	29,  // 36: norsk.manager.v1.Manager.RegisterClusterNode:input_type -> norsk.manager.v1.RegisterClusterNodeRequest
-	31,  // 37: norsk.manager.v1.Manager.ClusterMemberRegister:input_type -> norsk.manager.v1.ClusterMemberRegisterRequest
-	33,  // 38: norsk.manager.v1.Manager.ListClusterNodes:input_type -> norsk.manager.v1.ListClusterNodesRequest
-	35,  // 39: norsk.manager.v1.Manager.DeregisterClusterNode:input_type -> norsk.manager.v1.DeregisterClusterNodeRequest
-	37,  // 40: norsk.manager.v1.Manager.SetClusterNodePool:input_type -> norsk.manager.v1.SetClusterNodePoolRequest
-	39,  // 41: norsk.manager.v1.Manager.ListNodes:input_type -> norsk.manager.v1.ListNodesRequest
-	41,  // 42: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
-	43,  // 43: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
-	45,  // 44: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
-	46,  // 45: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
-	56,  // 46: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
-	57,  // 47: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
-	58,  // 48: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
-	59,  // 49: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
-	60,  // 50: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
-	61,  // 51: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
-	62,  // 52: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
-	63,  // 53: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
-	64,  // 54: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
-	65,  // 55: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
-	66,  // 56: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
-	67,  // 57: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
-	68,  // 58: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
-	69,  // 59: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	70,  // 60: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
-	71,  // 61: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
-	72,  // 62: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
-	73,  // 63: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
-	74,  // 64: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
-	75,  // 65: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
-	76,  // 66: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
-	77,  // 67: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
-	78,  // 68: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
-	79,  // 69: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,   // 70: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,   // 71: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	80,  // 72: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	80,  // 73: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,   // 74: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	51,  // 75: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16,  // 76: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19,  // 77: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22,  // 78: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	24,  // 79: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	26,  // 80: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	28,  // 81: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	30,  // 82: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	32,  // 83: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	34,  // 84: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	36,  // 85: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	38,  // 86: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	40,  // 87: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	42,  // 88: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	44,  // 89: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	47,  // 90: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	47,  // 91: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	81,  // 92: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	82,  // 93: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	83,  // 94: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	84,  // 95: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	85,  // 96: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	86,  // 97: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	87,  // 98: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	88,  // 99: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	89,  // 100: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
-	90,  // 101: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
-	91,  // 102: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
-	92,  // 103: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
-	93,  // 104: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
-	94,  // 105: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	95,  // 106: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
-	96,  // 107: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
-	97,  // 108: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
-	98,  // 109: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
-	99,  // 110: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
-	100, // 111: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
-	101, // 112: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
-	102, // 113: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
-	103, // 114: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
-	104, // 115: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	70,  // [70:116] is the sub-list for method output_type
-	24,  // [24:70] is the sub-list for method input_type
-	24,  // [24:24] is the sub-list for extension type_name
-	24,  // [24:24] is the sub-list for extension extendee
-	0,   // [0:24] is the sub-list for field type_name
+	52,  // 16: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
+	17,  // 17: norsk.manager.v1.StartJobRequest.options:type_name -> norsk.manager.v1.StartJobOptions
+	20,  // 18: norsk.manager.v1.StopJobRequest.options:type_name -> norsk.manager.v1.StopJobOptions
+	53,  // 19: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
+	54,  // 20: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
+	55,  // 21: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
+	56,  // 22: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
+	48,  // 23: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	56,  // 24: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
+	1,   // 25: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
+	3,   // 26: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
+	5,   // 27: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
+	6,   // 28: norsk.manager.v1.Manager.UpdateJob:input_type -> norsk.manager.v1.UpdateJobRequest
+	7,   // 29: norsk.manager.v1.Manager.DeleteJob:input_type -> norsk.manager.v1.DeleteJobRequest
+	9,   // 30: norsk.manager.v1.Manager.JobById:input_type -> norsk.manager.v1.JobByIdRequest
+	15,  // 31: norsk.manager.v1.Manager.JobSearch:input_type -> norsk.manager.v1.JobSearchRequest
+	18,  // 32: norsk.manager.v1.Manager.StartJob:input_type -> norsk.manager.v1.StartJobRequest
+	21,  // 33: norsk.manager.v1.Manager.StopJob:input_type -> norsk.manager.v1.StopJobRequest
+	23,  // 34: norsk.manager.v1.Manager.StartPreparedJob:input_type -> norsk.manager.v1.StartPreparedJobRequest
+	25,  // 35: norsk.manager.v1.Manager.CompleteJob:input_type -> norsk.manager.v1.CompleteJobRequest
+	27,  // 36: norsk.manager.v1.Manager.MarkJobFailed:input_type -> norsk.manager.v1.MarkJobFailedRequest
+	29,  // 37: norsk.manager.v1.Manager.RegisterClusterNode:input_type -> norsk.manager.v1.RegisterClusterNodeRequest
+	31,  // 38: norsk.manager.v1.Manager.ClusterMemberRegister:input_type -> norsk.manager.v1.ClusterMemberRegisterRequest
+	33,  // 39: norsk.manager.v1.Manager.ListClusterNodes:input_type -> norsk.manager.v1.ListClusterNodesRequest
+	35,  // 40: norsk.manager.v1.Manager.DeregisterClusterNode:input_type -> norsk.manager.v1.DeregisterClusterNodeRequest
+	37,  // 41: norsk.manager.v1.Manager.SetClusterNodePool:input_type -> norsk.manager.v1.SetClusterNodePoolRequest
+	39,  // 42: norsk.manager.v1.Manager.ListNodes:input_type -> norsk.manager.v1.ListNodesRequest
+	41,  // 43: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
+	43,  // 44: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
+	45,  // 45: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
+	46,  // 46: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
+	57,  // 47: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
+	58,  // 48: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
+	59,  // 49: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
+	60,  // 50: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
+	61,  // 51: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
+	62,  // 52: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
+	63,  // 53: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
+	64,  // 54: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
+	65,  // 55: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
+	66,  // 56: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
+	67,  // 57: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
+	68,  // 58: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
+	69,  // 59: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
+	70,  // 60: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	71,  // 61: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
+	72,  // 62: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
+	73,  // 63: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
+	74,  // 64: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
+	75,  // 65: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
+	76,  // 66: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
+	77,  // 67: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
+	78,  // 68: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
+	79,  // 69: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
+	80,  // 70: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
+	81,  // 71: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
+	82,  // 72: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
+	83,  // 73: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
+	84,  // 74: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
+	85,  // 75: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
+	86,  // 76: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
+	87,  // 77: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
+	88,  // 78: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
+	89,  // 79: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
+	90,  // 80: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
+	91,  // 81: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
+	92,  // 82: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,   // 83: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,   // 84: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	93,  // 85: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	93,  // 86: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,   // 87: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	51,  // 88: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16,  // 89: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19,  // 90: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22,  // 91: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	24,  // 92: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	26,  // 93: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	28,  // 94: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	30,  // 95: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	32,  // 96: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	34,  // 97: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	36,  // 98: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	38,  // 99: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	40,  // 100: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	42,  // 101: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	44,  // 102: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	47,  // 103: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	47,  // 104: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	94,  // 105: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	95,  // 106: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	96,  // 107: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	97,  // 108: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	98,  // 109: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	99,  // 110: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	100, // 111: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	101, // 112: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	102, // 113: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	103, // 114: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	104, // 115: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	105, // 116: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	106, // 117: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	107, // 118: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	108, // 119: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	109, // 120: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
+	110, // 121: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
+	111, // 122: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
+	112, // 123: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
+	113, // 124: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
+	114, // 125: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
+	115, // 126: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
+	116, // 127: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
+	117, // 128: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
+	118, // 129: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
+	119, // 130: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
+	120, // 131: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
+	121, // 132: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
+	122, // 133: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
+	123, // 134: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
+	124, // 135: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
+	125, // 136: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
+	126, // 137: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
+	127, // 138: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
+	128, // 139: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
+	129, // 140: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	83,  // [83:141] is the sub-list for method output_type
+	25,  // [25:83] is the sub-list for method input_type
+	25,  // [25:25] is the sub-list for extension type_name
+	25,  // [25:25] is the sub-list for extension extendee
+	0,   // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_manager_proto_init() }
@@ -3270,10 +3344,12 @@ func file_norsk_manager_v1_manager_proto_init() {
 		return
 	}
 	file_norsk_manager_v1_audit_proto_init()
+	file_norsk_manager_v1_bundle_proto_init()
 	file_norsk_manager_v1_cluster_proto_init()
 	file_norsk_manager_v1_event_proto_init()
 	file_norsk_manager_v1_job_proto_init()
 	file_norsk_manager_v1_kv_proto_init()
+	file_norsk_manager_v1_lease_proto_init()
 	file_norsk_manager_v1_node_proto_init()
 	file_norsk_manager_v1_placement_proto_init()
 	file_norsk_manager_v1_security_proto_init()

@@ -35,6 +35,7 @@ type ControllerMessage struct {
 	//	*ControllerMessage_DiscoveryAccess
 	//	*ControllerMessage_AccessReplica
 	//	*ControllerMessage_Recorded
+	//	*ControllerMessage_Lease
 	Msg           isControllerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -165,6 +166,15 @@ func (x *ControllerMessage) GetRecorded() *ReportsRecorded {
 	return nil
 }
 
+func (x *ControllerMessage) GetLease() *LeaseGrant {
+	if x != nil {
+		if x, ok := x.Msg.(*ControllerMessage_Lease); ok {
+			return x.Lease
+		}
+	}
+	return nil
+}
+
 type isControllerMessage_Msg interface {
 	isControllerMessage_Msg()
 }
@@ -205,6 +215,10 @@ type ControllerMessage_Recorded struct {
 	Recorded *ReportsRecorded `protobuf:"bytes,18,opt,name=recorded,proto3,oneof"`
 }
 
+type ControllerMessage_Lease struct {
+	Lease *LeaseGrant `protobuf:"bytes,19,opt,name=lease,proto3,oneof"`
+}
+
 func (*ControllerMessage_Hello) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_Start) isControllerMessage_Msg() {}
@@ -223,10 +237,79 @@ func (*ControllerMessage_AccessReplica) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_Recorded) isControllerMessage_Msg() {}
 
+func (*ControllerMessage_Lease) isControllerMessage_Msg() {}
+
 // ReportsRecorded tells the worker that the Manager has committed these
 // instances' STOPPED reports: it may now forget their tombstones (until
 // then it keeps them, and reports them again in its next hello). Sent with
 // seq 0 and not acknowledged.
+// LeaseGrant answers a heartbeat: the worker's leases (on every
+// lease-protected instance it runs) are valid until the heartbeat's own
+// send time plus ttl_ms, measured on the worker's clock. Counting from the
+// send time, not the receipt, keeps the worker's view of its lease shorter
+// than the Manager's.
+type LeaseGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Heartbeat.sent_mono_ms of the heartbeat answered.
+	HeartbeatMonoMs uint64 `protobuf:"varint,1,opt,name=heartbeat_mono_ms,json=heartbeatMonoMs,proto3" json:"heartbeat_mono_ms,omitempty"`
+	TtlMs           int64  `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// Leases are paused: keep lease-protected instances without a refresh.
+	Paused        bool `protobuf:"varint,3,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseGrant) Reset() {
+	*x = LeaseGrant{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseGrant) ProtoMessage() {}
+
+func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
+func (*LeaseGrant) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LeaseGrant) GetHeartbeatMonoMs() uint64 {
+	if x != nil {
+		return x.HeartbeatMonoMs
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
 type ReportsRecorded struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Reports       []*RecordedReport      `protobuf:"bytes,1,rep,name=reports,proto3" json:"reports,omitempty"`
@@ -236,7 +319,7 @@ type ReportsRecorded struct {
 
 func (x *ReportsRecorded) Reset() {
 	*x = ReportsRecorded{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -248,7 +331,7 @@ func (x *ReportsRecorded) String() string {
 func (*ReportsRecorded) ProtoMessage() {}
 
 func (x *ReportsRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -261,7 +344,7 @@ func (x *ReportsRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportsRecorded.ProtoReflect.Descriptor instead.
 func (*ReportsRecorded) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{1}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ReportsRecorded) GetReports() []*RecordedReport {
@@ -282,7 +365,7 @@ type RecordedReport struct {
 
 func (x *RecordedReport) Reset() {
 	*x = RecordedReport{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -294,7 +377,7 @@ func (x *RecordedReport) String() string {
 func (*RecordedReport) ProtoMessage() {}
 
 func (x *RecordedReport) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -307,7 +390,7 @@ func (x *RecordedReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordedReport.ProtoReflect.Descriptor instead.
 func (*RecordedReport) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{2}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RecordedReport) GetJobId() string {
@@ -348,7 +431,7 @@ type DiscoveryAccess struct {
 
 func (x *DiscoveryAccess) Reset() {
 	*x = DiscoveryAccess{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +443,7 @@ func (x *DiscoveryAccess) String() string {
 func (*DiscoveryAccess) ProtoMessage() {}
 
 func (x *DiscoveryAccess) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +456,7 @@ func (x *DiscoveryAccess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveryAccess.ProtoReflect.Descriptor instead.
 func (*DiscoveryAccess) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{3}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DiscoveryAccess) GetAddresses() []string {
@@ -417,7 +500,7 @@ type AccessReplicaUpdate struct {
 
 func (x *AccessReplicaUpdate) Reset() {
 	*x = AccessReplicaUpdate{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +512,7 @@ func (x *AccessReplicaUpdate) String() string {
 func (*AccessReplicaUpdate) ProtoMessage() {}
 
 func (x *AccessReplicaUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +525,7 @@ func (x *AccessReplicaUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessReplicaUpdate.ProtoReflect.Descriptor instead.
 func (*AccessReplicaUpdate) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{4}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AccessReplicaUpdate) GetPublication() *AccessReplicaPublication {
@@ -477,7 +560,7 @@ type ControllerHello struct {
 
 func (x *ControllerHello) Reset() {
 	*x = ControllerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +572,7 @@ func (x *ControllerHello) String() string {
 func (*ControllerHello) ProtoMessage() {}
 
 func (x *ControllerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +585,7 @@ func (x *ControllerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerHello.ProtoReflect.Descriptor instead.
 func (*ControllerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{5}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ControllerHello) GetNodeId() string {
@@ -562,7 +645,7 @@ type StartInstance struct {
 
 func (x *StartInstance) Reset() {
 	*x = StartInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +657,7 @@ func (x *StartInstance) String() string {
 func (*StartInstance) ProtoMessage() {}
 
 func (x *StartInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +670,7 @@ func (x *StartInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartInstance.ProtoReflect.Descriptor instead.
 func (*StartInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{6}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StartInstance) GetJob() *Job {
@@ -650,7 +733,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +745,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +758,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{7}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -715,7 +798,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +810,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +823,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{8}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -799,7 +882,7 @@ type UpdateInstance struct {
 
 func (x *UpdateInstance) Reset() {
 	*x = UpdateInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +894,7 @@ func (x *UpdateInstance) String() string {
 func (*UpdateInstance) ProtoMessage() {}
 
 func (x *UpdateInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +907,7 @@ func (x *UpdateInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstance.ProtoReflect.Descriptor instead.
 func (*UpdateInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{9}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UpdateInstance) GetJob() *Job {
@@ -861,7 +944,7 @@ type Terminate struct {
 
 func (x *Terminate) Reset() {
 	*x = Terminate{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +956,7 @@ func (x *Terminate) String() string {
 func (*Terminate) ProtoMessage() {}
 
 func (x *Terminate) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +969,7 @@ func (x *Terminate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Terminate.ProtoReflect.Descriptor instead.
 func (*Terminate) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{10}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Terminate) GetReason() string {
@@ -918,7 +1001,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1013,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1026,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{11}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -1032,7 +1115,7 @@ type WorkerHello struct {
 
 func (x *WorkerHello) Reset() {
 	*x = WorkerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1127,7 @@ func (x *WorkerHello) String() string {
 func (*WorkerHello) ProtoMessage() {}
 
 func (x *WorkerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1140,7 @@ func (x *WorkerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
 func (*WorkerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{12}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WorkerHello) GetNodeId() string {
@@ -1124,7 +1207,7 @@ type InstanceReport struct {
 
 func (x *InstanceReport) Reset() {
 	*x = InstanceReport{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1219,7 @@ func (x *InstanceReport) String() string {
 func (*InstanceReport) ProtoMessage() {}
 
 func (x *InstanceReport) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1232,7 @@ func (x *InstanceReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReport.ProtoReflect.Descriptor instead.
 func (*InstanceReport) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{13}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InstanceReport) GetJobId() string {
@@ -1223,15 +1306,18 @@ func (x *InstanceReport) GetJobHash() int64 {
 }
 
 type Heartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Load          *NodeLoad              `protobuf:"bytes,1,opt,name=load,proto3" json:"load,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Load  *NodeLoad              `protobuf:"bytes,1,opt,name=load,proto3" json:"load,omitempty"`
+	// The worker's monotonic clock when it sent this, in ms; echoed by the
+	// LeaseGrant that answers it.
+	SentMonoMs    uint64 `protobuf:"varint,2,opt,name=sent_mono_ms,json=sentMonoMs,proto3" json:"sent_mono_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1329,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1342,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{14}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Heartbeat) GetLoad() *NodeLoad {
@@ -1264,6 +1350,13 @@ func (x *Heartbeat) GetLoad() *NodeLoad {
 		return x.Load
 	}
 	return nil
+}
+
+func (x *Heartbeat) GetSentMonoMs() uint64 {
+	if x != nil {
+		return x.SentMonoMs
+	}
+	return 0
 }
 
 type CommandAck struct {
@@ -1279,7 +1372,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1384,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1397,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{15}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CommandAck) GetSeq() uint64 {
@@ -1332,7 +1425,7 @@ var File_norsk_manager_v1_node_controller_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\n" +
-	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\"\x82\x05\n" +
+	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\"\xb8\x05\n" +
 	"\x11ControllerMessage\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x129\n" +
 	"\x05hello\x18\n" +
@@ -1344,8 +1437,14 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\tterminate\x18\x0f \x01(\v2\x1b.norsk.manager.v1.TerminateH\x00R\tterminate\x12N\n" +
 	"\x10discovery_access\x18\x10 \x01(\v2!.norsk.manager.v1.DiscoveryAccessH\x00R\x0fdiscoveryAccess\x12N\n" +
 	"\x0eaccess_replica\x18\x11 \x01(\v2%.norsk.manager.v1.AccessReplicaUpdateH\x00R\raccessReplica\x12?\n" +
-	"\brecorded\x18\x12 \x01(\v2!.norsk.manager.v1.ReportsRecordedH\x00R\brecordedB\x05\n" +
-	"\x03msg\"M\n" +
+	"\brecorded\x18\x12 \x01(\v2!.norsk.manager.v1.ReportsRecordedH\x00R\brecorded\x124\n" +
+	"\x05lease\x18\x13 \x01(\v2\x1c.norsk.manager.v1.LeaseGrantH\x00R\x05leaseB\x05\n" +
+	"\x03msg\"g\n" +
+	"\n" +
+	"LeaseGrant\x12*\n" +
+	"\x11heartbeat_mono_ms\x18\x01 \x01(\x04R\x0fheartbeatMonoMs\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x16\n" +
+	"\x06paused\x18\x03 \x01(\bR\x06paused\"M\n" +
 	"\x0fReportsRecorded\x12:\n" +
 	"\areports\x18\x01 \x03(\v2 .norsk.manager.v1.RecordedReportR\areports\"`\n" +
 	"\x0eRecordedReport\x12\x15\n" +
@@ -1428,9 +1527,11 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2&.norsk.manager.v1.ResolvedPortMappingsR\x05value:\x028\x01\x1a<\n" +
 	"\x0eExitCodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\";\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"]\n" +
 	"\tHeartbeat\x12.\n" +
-	"\x04load\x18\x01 \x01(\v2\x1a.norsk.manager.v1.NodeLoadR\x04load\"S\n" +
+	"\x04load\x18\x01 \x01(\v2\x1a.norsk.manager.v1.NodeLoadR\x04load\x12 \n" +
+	"\fsent_mono_ms\x18\x02 \x01(\x04R\n" +
+	"sentMonoMs\"S\n" +
 	"\n" +
 	"CommandAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
@@ -1452,70 +1553,72 @@ func file_norsk_manager_v1_node_controller_proto_rawDescGZIP() []byte {
 	return file_norsk_manager_v1_node_controller_proto_rawDescData
 }
 
-var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_norsk_manager_v1_node_controller_proto_goTypes = []any{
 	(*ControllerMessage)(nil),        // 0: norsk.manager.v1.ControllerMessage
-	(*ReportsRecorded)(nil),          // 1: norsk.manager.v1.ReportsRecorded
-	(*RecordedReport)(nil),           // 2: norsk.manager.v1.RecordedReport
-	(*DiscoveryAccess)(nil),          // 3: norsk.manager.v1.DiscoveryAccess
-	(*AccessReplicaUpdate)(nil),      // 4: norsk.manager.v1.AccessReplicaUpdate
-	(*ControllerHello)(nil),          // 5: norsk.manager.v1.ControllerHello
-	(*StartInstance)(nil),            // 6: norsk.manager.v1.StartInstance
-	(*StartPreparedInstance)(nil),    // 7: norsk.manager.v1.StartPreparedInstance
-	(*StopInstance)(nil),             // 8: norsk.manager.v1.StopInstance
-	(*UpdateInstance)(nil),           // 9: norsk.manager.v1.UpdateInstance
-	(*Terminate)(nil),                // 10: norsk.manager.v1.Terminate
-	(*WorkerMessage)(nil),            // 11: norsk.manager.v1.WorkerMessage
-	(*WorkerHello)(nil),              // 12: norsk.manager.v1.WorkerHello
-	(*InstanceReport)(nil),           // 13: norsk.manager.v1.InstanceReport
-	(*Heartbeat)(nil),                // 14: norsk.manager.v1.Heartbeat
-	(*CommandAck)(nil),               // 15: norsk.manager.v1.CommandAck
-	nil,                              // 16: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	nil,                              // 17: norsk.manager.v1.InstanceReport.ExitCodesEntry
-	(*AccessReplicaPublication)(nil), // 18: norsk.manager.v1.AccessReplicaPublication
-	(*Job)(nil),                      // 19: norsk.manager.v1.Job
-	(StoppingReason)(0),              // 20: norsk.manager.v1.StoppingReason
-	(*Hardware)(nil),                 // 21: norsk.manager.v1.Hardware
-	(*Capability)(nil),               // 22: norsk.manager.v1.Capability
-	(InstancePhase)(0),               // 23: norsk.manager.v1.InstancePhase
-	(*NodeLoad)(nil),                 // 24: norsk.manager.v1.NodeLoad
-	(*ResolvedPortMappings)(nil),     // 25: norsk.manager.v1.ResolvedPortMappings
+	(*LeaseGrant)(nil),               // 1: norsk.manager.v1.LeaseGrant
+	(*ReportsRecorded)(nil),          // 2: norsk.manager.v1.ReportsRecorded
+	(*RecordedReport)(nil),           // 3: norsk.manager.v1.RecordedReport
+	(*DiscoveryAccess)(nil),          // 4: norsk.manager.v1.DiscoveryAccess
+	(*AccessReplicaUpdate)(nil),      // 5: norsk.manager.v1.AccessReplicaUpdate
+	(*ControllerHello)(nil),          // 6: norsk.manager.v1.ControllerHello
+	(*StartInstance)(nil),            // 7: norsk.manager.v1.StartInstance
+	(*StartPreparedInstance)(nil),    // 8: norsk.manager.v1.StartPreparedInstance
+	(*StopInstance)(nil),             // 9: norsk.manager.v1.StopInstance
+	(*UpdateInstance)(nil),           // 10: norsk.manager.v1.UpdateInstance
+	(*Terminate)(nil),                // 11: norsk.manager.v1.Terminate
+	(*WorkerMessage)(nil),            // 12: norsk.manager.v1.WorkerMessage
+	(*WorkerHello)(nil),              // 13: norsk.manager.v1.WorkerHello
+	(*InstanceReport)(nil),           // 14: norsk.manager.v1.InstanceReport
+	(*Heartbeat)(nil),                // 15: norsk.manager.v1.Heartbeat
+	(*CommandAck)(nil),               // 16: norsk.manager.v1.CommandAck
+	nil,                              // 17: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	nil,                              // 18: norsk.manager.v1.InstanceReport.ExitCodesEntry
+	(*AccessReplicaPublication)(nil), // 19: norsk.manager.v1.AccessReplicaPublication
+	(*Job)(nil),                      // 20: norsk.manager.v1.Job
+	(StoppingReason)(0),              // 21: norsk.manager.v1.StoppingReason
+	(*Hardware)(nil),                 // 22: norsk.manager.v1.Hardware
+	(*Capability)(nil),               // 23: norsk.manager.v1.Capability
+	(InstancePhase)(0),               // 24: norsk.manager.v1.InstancePhase
+	(*NodeLoad)(nil),                 // 25: norsk.manager.v1.NodeLoad
+	(*ResolvedPortMappings)(nil),     // 26: norsk.manager.v1.ResolvedPortMappings
 }
 var file_norsk_manager_v1_node_controller_proto_depIdxs = []int32{
-	5,  // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
-	6,  // 1: norsk.manager.v1.ControllerMessage.start:type_name -> norsk.manager.v1.StartInstance
-	7,  // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
-	8,  // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
-	9,  // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
-	10, // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
-	3,  // 6: norsk.manager.v1.ControllerMessage.discovery_access:type_name -> norsk.manager.v1.DiscoveryAccess
-	4,  // 7: norsk.manager.v1.ControllerMessage.access_replica:type_name -> norsk.manager.v1.AccessReplicaUpdate
-	1,  // 8: norsk.manager.v1.ControllerMessage.recorded:type_name -> norsk.manager.v1.ReportsRecorded
-	2,  // 9: norsk.manager.v1.ReportsRecorded.reports:type_name -> norsk.manager.v1.RecordedReport
-	18, // 10: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	19, // 11: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
-	20, // 12: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
-	19, // 13: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
-	12, // 14: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
-	13, // 15: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
-	14, // 16: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
-	15, // 17: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
-	21, // 18: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
-	22, // 19: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
-	13, // 20: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
-	23, // 21: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
-	16, // 22: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	20, // 23: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
-	17, // 24: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
-	24, // 25: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
-	25, // 26: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	0,  // 27: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
-	11, // 28: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
-	28, // [28:29] is the sub-list for method output_type
-	27, // [27:28] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	6,  // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
+	7,  // 1: norsk.manager.v1.ControllerMessage.start:type_name -> norsk.manager.v1.StartInstance
+	8,  // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
+	9,  // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
+	10, // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
+	11, // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
+	4,  // 6: norsk.manager.v1.ControllerMessage.discovery_access:type_name -> norsk.manager.v1.DiscoveryAccess
+	5,  // 7: norsk.manager.v1.ControllerMessage.access_replica:type_name -> norsk.manager.v1.AccessReplicaUpdate
+	2,  // 8: norsk.manager.v1.ControllerMessage.recorded:type_name -> norsk.manager.v1.ReportsRecorded
+	1,  // 9: norsk.manager.v1.ControllerMessage.lease:type_name -> norsk.manager.v1.LeaseGrant
+	3,  // 10: norsk.manager.v1.ReportsRecorded.reports:type_name -> norsk.manager.v1.RecordedReport
+	19, // 11: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	20, // 12: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
+	21, // 13: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
+	20, // 14: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
+	13, // 15: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
+	14, // 16: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
+	15, // 17: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
+	16, // 18: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
+	22, // 19: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
+	23, // 20: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
+	14, // 21: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
+	24, // 22: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
+	17, // 23: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	21, // 24: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
+	18, // 25: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
+	25, // 26: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
+	26, // 27: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	0,  // 28: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
+	12, // 29: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
+	29, // [29:30] is the sub-list for method output_type
+	28, // [28:29] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_node_controller_proto_init() }
@@ -1536,8 +1639,9 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 		(*ControllerMessage_DiscoveryAccess)(nil),
 		(*ControllerMessage_AccessReplica)(nil),
 		(*ControllerMessage_Recorded)(nil),
+		(*ControllerMessage_Lease)(nil),
 	}
-	file_norsk_manager_v1_node_controller_proto_msgTypes[11].OneofWrappers = []any{
+	file_norsk_manager_v1_node_controller_proto_msgTypes[12].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Report)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
@@ -1549,7 +1653,7 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_node_controller_proto_rawDesc), len(file_norsk_manager_v1_node_controller_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -296,6 +296,138 @@ func (x *ExplainPlacementResponse) GetNodes() []*PlacementNodeVerdict {
 	return nil
 }
 
+// PlacementEvent says the AutoManager bound an instance to a node: its
+// first placement, a recovery after a failure or node loss, or a restart
+// on the same node.
+type PlacementEvent struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	JobId        string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Role         string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	NodeId       string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	FencingToken uint64                 `protobuf:"varint,4,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// first, recovery.
+	Kind string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
+	// One line: where and why (eligible nodes, refusals, tier).
+	Summary string `protobuf:"bytes,6,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Soft rules the chosen node breaks because no eligible node complied.
+	Degradations []*PlacementRefusal `protobuf:"bytes,7,rep,name=degradations,proto3" json:"degradations,omitempty"`
+	// For a recovery: the node it failed on (excluded), why, and the
+	// failures within the restart window against the ceiling.
+	FailedNodeId  string `protobuf:"bytes,8,opt,name=failed_node_id,json=failedNodeId,proto3" json:"failed_node_id,omitempty"`
+	Failure       string `protobuf:"bytes,9,opt,name=failure,proto3" json:"failure,omitempty"`
+	Failures      uint32 `protobuf:"varint,10,opt,name=failures,proto3" json:"failures,omitempty"`
+	Ceiling       uint32 `protobuf:"varint,11,opt,name=ceiling,proto3" json:"ceiling,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementEvent) Reset() {
+	*x = PlacementEvent{}
+	mi := &file_norsk_manager_v1_placement_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementEvent) ProtoMessage() {}
+
+func (x *PlacementEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_placement_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementEvent.ProtoReflect.Descriptor instead.
+func (*PlacementEvent) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_placement_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PlacementEvent) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *PlacementEvent) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *PlacementEvent) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PlacementEvent) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *PlacementEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *PlacementEvent) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *PlacementEvent) GetDegradations() []*PlacementRefusal {
+	if x != nil {
+		return x.Degradations
+	}
+	return nil
+}
+
+func (x *PlacementEvent) GetFailedNodeId() string {
+	if x != nil {
+		return x.FailedNodeId
+	}
+	return ""
+}
+
+func (x *PlacementEvent) GetFailure() string {
+	if x != nil {
+		return x.Failure
+	}
+	return ""
+}
+
+func (x *PlacementEvent) GetFailures() uint32 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *PlacementEvent) GetCeiling() uint32 {
+	if x != nil {
+		return x.Ceiling
+	}
+	return 0
+}
+
 var File_norsk_manager_v1_placement_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_placement_proto_rawDesc = "" +
@@ -318,7 +450,20 @@ const file_norsk_manager_v1_placement_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12F\n" +
 	"\fdegradations\x18\x03 \x03(\v2\".norsk.manager.v1.PlacementRefusalR\fdegradations\x12<\n" +
-	"\x05nodes\x18\x04 \x03(\v2&.norsk.manager.v1.PlacementNodeVerdictR\x05nodesBFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
+	"\x05nodes\x18\x04 \x03(\v2&.norsk.manager.v1.PlacementNodeVerdictR\x05nodes\"\xe5\x02\n" +
+	"\x0ePlacementEvent\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12#\n" +
+	"\rfencing_token\x18\x04 \x01(\x04R\ffencingToken\x12\x12\n" +
+	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x18\n" +
+	"\asummary\x18\x06 \x01(\tR\asummary\x12F\n" +
+	"\fdegradations\x18\a \x03(\v2\".norsk.manager.v1.PlacementRefusalR\fdegradations\x12$\n" +
+	"\x0efailed_node_id\x18\b \x01(\tR\ffailedNodeId\x12\x18\n" +
+	"\afailure\x18\t \x01(\tR\afailure\x12\x1a\n" +
+	"\bfailures\x18\n" +
+	" \x01(\rR\bfailures\x12\x18\n" +
+	"\aceiling\x18\v \x01(\rR\aceilingBFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
 
 var (
 	file_norsk_manager_v1_placement_proto_rawDescOnce sync.Once
@@ -332,22 +477,24 @@ func file_norsk_manager_v1_placement_proto_rawDescGZIP() []byte {
 	return file_norsk_manager_v1_placement_proto_rawDescData
 }
 
-var file_norsk_manager_v1_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_norsk_manager_v1_placement_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_norsk_manager_v1_placement_proto_goTypes = []any{
 	(*ExplainPlacementRequest)(nil),  // 0: norsk.manager.v1.ExplainPlacementRequest
 	(*PlacementRefusal)(nil),         // 1: norsk.manager.v1.PlacementRefusal
 	(*PlacementNodeVerdict)(nil),     // 2: norsk.manager.v1.PlacementNodeVerdict
 	(*ExplainPlacementResponse)(nil), // 3: norsk.manager.v1.ExplainPlacementResponse
+	(*PlacementEvent)(nil),           // 4: norsk.manager.v1.PlacementEvent
 }
 var file_norsk_manager_v1_placement_proto_depIdxs = []int32{
 	1, // 0: norsk.manager.v1.PlacementNodeVerdict.refusals:type_name -> norsk.manager.v1.PlacementRefusal
 	1, // 1: norsk.manager.v1.ExplainPlacementResponse.degradations:type_name -> norsk.manager.v1.PlacementRefusal
 	2, // 2: norsk.manager.v1.ExplainPlacementResponse.nodes:type_name -> norsk.manager.v1.PlacementNodeVerdict
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	1, // 3: norsk.manager.v1.PlacementEvent.degradations:type_name -> norsk.manager.v1.PlacementRefusal
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_placement_proto_init() }
@@ -361,7 +508,7 @@ func file_norsk_manager_v1_placement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_placement_proto_rawDesc), len(file_norsk_manager_v1_placement_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -71,6 +71,14 @@ type Command struct {
 	//	*Command_MemberJoined
 	//	*Command_MemberRetired
 	//	*Command_SetGeneration
+	//	*Command_CreateBundle
+	//	*Command_UpdateBundle
+	//	*Command_DeleteBundle
+	//	*Command_RemoveBundle
+	//	*Command_SetBundleJobDormant
+	//	*Command_SetBundleStopTime
+	//	*Command_RenewBundleLease
+	//	*Command_SetLeasesPaused
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -424,6 +432,78 @@ func (x *Command) GetSetGeneration() *SetGeneration {
 	return nil
 }
 
+func (x *Command) GetCreateBundle() *CreateBundle {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_CreateBundle); ok {
+			return x.CreateBundle
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetUpdateBundle() *UpdateBundle {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_UpdateBundle); ok {
+			return x.UpdateBundle
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDeleteBundle() *DeleteBundle {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_DeleteBundle); ok {
+			return x.DeleteBundle
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRemoveBundle() *RemoveBundle {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RemoveBundle); ok {
+			return x.RemoveBundle
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetBundleJobDormant() *SetBundleJobDormant {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetBundleJobDormant); ok {
+			return x.SetBundleJobDormant
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetBundleStopTime() *SetBundleStopTime {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetBundleStopTime); ok {
+			return x.SetBundleStopTime
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRenewBundleLease() *RenewBundleLease {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RenewBundleLease); ok {
+			return x.RenewBundleLease
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetLeasesPaused() *SetLeasesPaused {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetLeasesPaused); ok {
+			return x.SetLeasesPaused
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -560,6 +640,38 @@ type Command_SetGeneration struct {
 	SetGeneration *SetGeneration `protobuf:"bytes,42,opt,name=set_generation,json=setGeneration,proto3,oneof"`
 }
 
+type Command_CreateBundle struct {
+	CreateBundle *CreateBundle `protobuf:"bytes,43,opt,name=create_bundle,json=createBundle,proto3,oneof"`
+}
+
+type Command_UpdateBundle struct {
+	UpdateBundle *UpdateBundle `protobuf:"bytes,44,opt,name=update_bundle,json=updateBundle,proto3,oneof"`
+}
+
+type Command_DeleteBundle struct {
+	DeleteBundle *DeleteBundle `protobuf:"bytes,45,opt,name=delete_bundle,json=deleteBundle,proto3,oneof"`
+}
+
+type Command_RemoveBundle struct {
+	RemoveBundle *RemoveBundle `protobuf:"bytes,46,opt,name=remove_bundle,json=removeBundle,proto3,oneof"`
+}
+
+type Command_SetBundleJobDormant struct {
+	SetBundleJobDormant *SetBundleJobDormant `protobuf:"bytes,47,opt,name=set_bundle_job_dormant,json=setBundleJobDormant,proto3,oneof"`
+}
+
+type Command_SetBundleStopTime struct {
+	SetBundleStopTime *SetBundleStopTime `protobuf:"bytes,48,opt,name=set_bundle_stop_time,json=setBundleStopTime,proto3,oneof"`
+}
+
+type Command_RenewBundleLease struct {
+	RenewBundleLease *RenewBundleLease `protobuf:"bytes,49,opt,name=renew_bundle_lease,json=renewBundleLease,proto3,oneof"`
+}
+
+type Command_SetLeasesPaused struct {
+	SetLeasesPaused *SetLeasesPaused `protobuf:"bytes,50,opt,name=set_leases_paused,json=setLeasesPaused,proto3,oneof"`
+}
+
 func (*Command_CreateJob) isCommand_Cmd() {}
 
 func (*Command_UpdateJob) isCommand_Cmd() {}
@@ -626,6 +738,536 @@ func (*Command_MemberRetired) isCommand_Cmd() {}
 
 func (*Command_SetGeneration) isCommand_Cmd() {}
 
+func (*Command_CreateBundle) isCommand_Cmd() {}
+
+func (*Command_UpdateBundle) isCommand_Cmd() {}
+
+func (*Command_DeleteBundle) isCommand_Cmd() {}
+
+func (*Command_RemoveBundle) isCommand_Cmd() {}
+
+func (*Command_SetBundleJobDormant) isCommand_Cmd() {}
+
+func (*Command_SetBundleStopTime) isCommand_Cmd() {}
+
+func (*Command_RenewBundleLease) isCommand_Cmd() {}
+
+func (*Command_SetLeasesPaused) isCommand_Cmd() {}
+
+// CreateBundle stores a bundle (its id, created_at and revision stamped by
+// the handler and the FSM) and its expanded replica jobs, in one write.
+type CreateBundle struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bundle        *v1.Bundle             `protobuf:"bytes,1,opt,name=bundle,proto3" json:"bundle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateBundle) Reset() {
+	*x = CreateBundle{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateBundle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateBundle) ProtoMessage() {}
+
+func (x *CreateBundle) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateBundle.ProtoReflect.Descriptor instead.
+func (*CreateBundle) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateBundle) GetBundle() *v1.Bundle {
+	if x != nil {
+		return x.Bundle
+	}
+	return nil
+}
+
+// UpdateBundle replaces a bundle's specification: jobs added are created,
+// jobs removed are stopped and deleted with the bundle's next removal, jobs
+// whose template changed are updated in place (UpdateJob's rolling rules).
+type UpdateBundle struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bundle        *v1.Bundle             `protobuf:"bytes,1,opt,name=bundle,proto3" json:"bundle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateBundle) Reset() {
+	*x = UpdateBundle{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateBundle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateBundle) ProtoMessage() {}
+
+func (x *UpdateBundle) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateBundle.ProtoReflect.Descriptor instead.
+func (*UpdateBundle) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UpdateBundle) GetBundle() *v1.Bundle {
+	if x != nil {
+		return x.Bundle
+	}
+	return nil
+}
+
+// DeleteBundle marks a bundle DELETING and asks every instance of its jobs
+// to stop; RemoveBundle finishes once they have.
+type DeleteBundle struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BundleId      string                 `protobuf:"bytes,1,opt,name=bundle_id,json=bundleId,proto3" json:"bundle_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteBundle) Reset() {
+	*x = DeleteBundle{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteBundle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteBundle) ProtoMessage() {}
+
+func (x *DeleteBundle) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteBundle.ProtoReflect.Descriptor instead.
+func (*DeleteBundle) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DeleteBundle) GetBundleId() string {
+	if x != nil {
+		return x.BundleId
+	}
+	return ""
+}
+
+func (x *DeleteBundle) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RemoveBundle deletes a DELETING bundle and its jobs once none of their
+// instances runs; refused with FAILED_PRECONDITION otherwise.
+type RemoveBundle struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BundleId      string                 `protobuf:"bytes,1,opt,name=bundle_id,json=bundleId,proto3" json:"bundle_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveBundle) Reset() {
+	*x = RemoveBundle{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveBundle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveBundle) ProtoMessage() {}
+
+func (x *RemoveBundle) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveBundle.ProtoReflect.Descriptor instead.
+func (*RemoveBundle) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RemoveBundle) GetBundleId() string {
+	if x != nil {
+		return x.BundleId
+	}
+	return ""
+}
+
+// SetBundleJobDormant marks (StopBundleJob: stops its instances) or clears
+// (StartBundleJob) the dormant tag of one replica job of a bundle.
+type SetBundleJobDormant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BundleId      string                 `protobuf:"bytes,1,opt,name=bundle_id,json=bundleId,proto3" json:"bundle_id,omitempty"`
+	ReplicaIndex  uint32                 `protobuf:"varint,2,opt,name=replica_index,json=replicaIndex,proto3" json:"replica_index,omitempty"`
+	JobName       string                 `protobuf:"bytes,3,opt,name=job_name,json=jobName,proto3" json:"job_name,omitempty"`
+	Dormant       bool                   `protobuf:"varint,4,opt,name=dormant,proto3" json:"dormant,omitempty"`
+	GraceMs       uint32                 `protobuf:"varint,5,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBundleJobDormant) Reset() {
+	*x = SetBundleJobDormant{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBundleJobDormant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBundleJobDormant) ProtoMessage() {}
+
+func (x *SetBundleJobDormant) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBundleJobDormant.ProtoReflect.Descriptor instead.
+func (*SetBundleJobDormant) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SetBundleJobDormant) GetBundleId() string {
+	if x != nil {
+		return x.BundleId
+	}
+	return ""
+}
+
+func (x *SetBundleJobDormant) GetReplicaIndex() uint32 {
+	if x != nil {
+		return x.ReplicaIndex
+	}
+	return 0
+}
+
+func (x *SetBundleJobDormant) GetJobName() string {
+	if x != nil {
+		return x.JobName
+	}
+	return ""
+}
+
+func (x *SetBundleJobDormant) GetDormant() bool {
+	if x != nil {
+		return x.Dormant
+	}
+	return false
+}
+
+func (x *SetBundleJobDormant) GetGraceMs() uint32 {
+	if x != nil {
+		return x.GraceMs
+	}
+	return 0
+}
+
+type SetBundleStopTime struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BundleId      string                 `protobuf:"bytes,1,opt,name=bundle_id,json=bundleId,proto3" json:"bundle_id,omitempty"`
+	StopAt        *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=stop_at,json=stopAt,proto3" json:"stop_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBundleStopTime) Reset() {
+	*x = SetBundleStopTime{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBundleStopTime) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBundleStopTime) ProtoMessage() {}
+
+func (x *SetBundleStopTime) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBundleStopTime.ProtoReflect.Descriptor instead.
+func (*SetBundleStopTime) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SetBundleStopTime) GetBundleId() string {
+	if x != nil {
+		return x.BundleId
+	}
+	return ""
+}
+
+func (x *SetBundleStopTime) GetStopAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StopAt
+	}
+	return nil
+}
+
+type RenewBundleLease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BundleId      string                 `protobuf:"bytes,1,opt,name=bundle_id,json=bundleId,proto3" json:"bundle_id,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewBundleLease) Reset() {
+	*x = RenewBundleLease{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewBundleLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewBundleLease) ProtoMessage() {}
+
+func (x *RenewBundleLease) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewBundleLease.ProtoReflect.Descriptor instead.
+func (*RenewBundleLease) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RenewBundleLease) GetBundleId() string {
+	if x != nil {
+		return x.BundleId
+	}
+	return ""
+}
+
+func (x *RenewBundleLease) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+type SetLeasesPaused struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Paused        bool                   `protobuf:"varint,1,opt,name=paused,proto3" json:"paused,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	By            string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLeasesPaused) Reset() {
+	*x = SetLeasesPaused{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLeasesPaused) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLeasesPaused) ProtoMessage() {}
+
+func (x *SetLeasesPaused) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLeasesPaused.ProtoReflect.Descriptor instead.
+func (*SetLeasesPaused) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SetLeasesPaused) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *SetLeasesPaused) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SetLeasesPaused) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// LeaseState is whether leases are paused, a singleton row.
+type LeaseState struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Paused bool                   `protobuf:"varint,1,opt,name=paused,proto3" json:"paused,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	By     string                 `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	Since  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// Bumped by every pause and resume: a grace that started before the last
+	// resume restarts from it.
+	ChangedIndex  uint64 `protobuf:"varint,5,opt,name=changed_index,json=changedIndex,proto3" json:"changed_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseState) Reset() {
+	*x = LeaseState{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseState) ProtoMessage() {}
+
+func (x *LeaseState) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseState.ProtoReflect.Descriptor instead.
+func (*LeaseState) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LeaseState) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *LeaseState) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *LeaseState) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *LeaseState) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *LeaseState) GetChangedIndex() uint64 {
+	if x != nil {
+		return x.ChangedIndex
+	}
+	return 0
+}
+
 // MemberRecord is a Manager member the cluster expects or has.
 type MemberRecord struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -642,7 +1284,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +1296,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +1309,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{1}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MemberRecord) GetName() string {
@@ -723,7 +1365,7 @@ type ClusterMeta struct {
 
 func (x *ClusterMeta) Reset() {
 	*x = ClusterMeta{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +1377,7 @@ func (x *ClusterMeta) String() string {
 func (*ClusterMeta) ProtoMessage() {}
 
 func (x *ClusterMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +1390,7 @@ func (x *ClusterMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMeta.ProtoReflect.Descriptor instead.
 func (*ClusterMeta) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{2}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClusterMeta) GetGeneration() uint64 {
@@ -769,7 +1411,7 @@ type InitCluster struct {
 
 func (x *InitCluster) Reset() {
 	*x = InitCluster{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +1423,7 @@ func (x *InitCluster) String() string {
 func (*InitCluster) ProtoMessage() {}
 
 func (x *InitCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +1436,7 @@ func (x *InitCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
 func (*InitCluster) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{3}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InitCluster) GetMembers() []*MemberRecord {
@@ -817,7 +1459,7 @@ type ExpectMember struct {
 
 func (x *ExpectMember) Reset() {
 	*x = ExpectMember{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +1471,7 @@ func (x *ExpectMember) String() string {
 func (*ExpectMember) ProtoMessage() {}
 
 func (x *ExpectMember) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +1484,7 @@ func (x *ExpectMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectMember.ProtoReflect.Descriptor instead.
 func (*ExpectMember) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{4}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExpectMember) GetName() string {
@@ -880,7 +1522,7 @@ type MemberJoined struct {
 
 func (x *MemberJoined) Reset() {
 	*x = MemberJoined{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +1534,7 @@ func (x *MemberJoined) String() string {
 func (*MemberJoined) ProtoMessage() {}
 
 func (x *MemberJoined) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1547,7 @@ func (x *MemberJoined) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberJoined.ProtoReflect.Descriptor instead.
 func (*MemberJoined) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{5}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MemberJoined) GetName() string {
@@ -945,7 +1587,7 @@ type MemberRetired struct {
 
 func (x *MemberRetired) Reset() {
 	*x = MemberRetired{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1599,7 @@ func (x *MemberRetired) String() string {
 func (*MemberRetired) ProtoMessage() {}
 
 func (x *MemberRetired) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1612,7 @@ func (x *MemberRetired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRetired.ProtoReflect.Descriptor instead.
 func (*MemberRetired) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{6}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MemberRetired) GetName() string {
@@ -993,7 +1635,7 @@ type SetGeneration struct {
 
 func (x *SetGeneration) Reset() {
 	*x = SetGeneration{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1647,7 @@ func (x *SetGeneration) String() string {
 func (*SetGeneration) ProtoMessage() {}
 
 func (x *SetGeneration) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1660,7 @@ func (x *SetGeneration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGeneration.ProtoReflect.Descriptor instead.
 func (*SetGeneration) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{7}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetGeneration) GetGeneration() uint64 {
@@ -1054,7 +1696,7 @@ type CreateToken struct {
 
 func (x *CreateToken) Reset() {
 	*x = CreateToken{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1708,7 @@ func (x *CreateToken) String() string {
 func (*CreateToken) ProtoMessage() {}
 
 func (x *CreateToken) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1721,7 @@ func (x *CreateToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateToken.ProtoReflect.Descriptor instead.
 func (*CreateToken) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{8}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateToken) GetToken() *v1.ApiToken {
@@ -1105,7 +1747,7 @@ type RevokeToken struct {
 
 func (x *RevokeToken) Reset() {
 	*x = RevokeToken{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1759,7 @@ func (x *RevokeToken) String() string {
 func (*RevokeToken) ProtoMessage() {}
 
 func (x *RevokeToken) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1772,7 @@ func (x *RevokeToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeToken.ProtoReflect.Descriptor instead.
 func (*RevokeToken) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{9}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RevokeToken) GetId() string {
@@ -1151,7 +1793,7 @@ type PublishDiscovery struct {
 
 func (x *PublishDiscovery) Reset() {
 	*x = PublishDiscovery{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1805,7 @@ func (x *PublishDiscovery) String() string {
 func (*PublishDiscovery) ProtoMessage() {}
 
 func (x *PublishDiscovery) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1818,7 @@ func (x *PublishDiscovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishDiscovery.ProtoReflect.Descriptor instead.
 func (*PublishDiscovery) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{10}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PublishDiscovery) GetFleet() *v1.DiscoveryFleet {
@@ -1196,7 +1838,7 @@ type PublishDiscoveryResult struct {
 
 func (x *PublishDiscoveryResult) Reset() {
 	*x = PublishDiscoveryResult{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1850,7 @@ func (x *PublishDiscoveryResult) String() string {
 func (*PublishDiscoveryResult) ProtoMessage() {}
 
 func (x *PublishDiscoveryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1863,7 @@ func (x *PublishDiscoveryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishDiscoveryResult.ProtoReflect.Descriptor instead.
 func (*PublishDiscoveryResult) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{11}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PublishDiscoveryResult) GetFleet() *v1.DiscoveryFleet {
@@ -1250,7 +1892,7 @@ type RotateDiscovery struct {
 
 func (x *RotateDiscovery) Reset() {
 	*x = RotateDiscovery{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1904,7 @@ func (x *RotateDiscovery) String() string {
 func (*RotateDiscovery) ProtoMessage() {}
 
 func (x *RotateDiscovery) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1917,7 @@ func (x *RotateDiscovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateDiscovery.ProtoReflect.Descriptor instead.
 func (*RotateDiscovery) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{12}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RotateDiscovery) GetStep() string {
@@ -1310,7 +1952,7 @@ type PublishAccessReplica struct {
 
 func (x *PublishAccessReplica) Reset() {
 	*x = PublishAccessReplica{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1964,7 @@ func (x *PublishAccessReplica) String() string {
 func (*PublishAccessReplica) ProtoMessage() {}
 
 func (x *PublishAccessReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1977,7 @@ func (x *PublishAccessReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAccessReplica.ProtoReflect.Descriptor instead.
 func (*PublishAccessReplica) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{13}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PublishAccessReplica) GetPublication() *v1.AccessReplicaPublication {
@@ -1378,7 +2020,7 @@ type AuditStamp struct {
 
 func (x *AuditStamp) Reset() {
 	*x = AuditStamp{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +2032,7 @@ func (x *AuditStamp) String() string {
 func (*AuditStamp) ProtoMessage() {}
 
 func (x *AuditStamp) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +2045,7 @@ func (x *AuditStamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditStamp.ProtoReflect.Descriptor instead.
 func (*AuditStamp) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{14}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AuditStamp) GetWho() string {
@@ -1446,7 +2088,7 @@ type AppendAudit struct {
 
 func (x *AppendAudit) Reset() {
 	*x = AppendAudit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +2100,7 @@ func (x *AppendAudit) String() string {
 func (*AppendAudit) ProtoMessage() {}
 
 func (x *AppendAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +2113,7 @@ func (x *AppendAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAudit.ProtoReflect.Descriptor instead.
 func (*AppendAudit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{15}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AppendAudit) GetSource() string {
@@ -1507,7 +2149,7 @@ type PruneAudit struct {
 
 func (x *PruneAudit) Reset() {
 	*x = PruneAudit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +2161,7 @@ func (x *PruneAudit) String() string {
 func (*PruneAudit) ProtoMessage() {}
 
 func (x *PruneAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +2174,7 @@ func (x *PruneAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneAudit.ProtoReflect.Descriptor instead.
 func (*PruneAudit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{16}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PruneAudit) GetBeforeTimestampMs() float64 {
@@ -1552,7 +2194,7 @@ type PruneAuditResult struct {
 
 func (x *PruneAuditResult) Reset() {
 	*x = PruneAuditResult{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +2206,7 @@ func (x *PruneAuditResult) String() string {
 func (*PruneAuditResult) ProtoMessage() {}
 
 func (x *PruneAuditResult) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +2219,7 @@ func (x *PruneAuditResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneAuditResult.ProtoReflect.Descriptor instead.
 func (*PruneAuditResult) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{17}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PruneAuditResult) GetRemoved() int64 {
@@ -1606,7 +2248,7 @@ type KvCommit struct {
 
 func (x *KvCommit) Reset() {
 	*x = KvCommit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +2260,7 @@ func (x *KvCommit) String() string {
 func (*KvCommit) ProtoMessage() {}
 
 func (x *KvCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +2273,7 @@ func (x *KvCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCommit.ProtoReflect.Descriptor instead.
 func (*KvCommit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{18}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KvCommit) GetNamespace() string {
@@ -1667,7 +2309,7 @@ type MigrateSchema struct {
 
 func (x *MigrateSchema) Reset() {
 	*x = MigrateSchema{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +2321,7 @@ func (x *MigrateSchema) String() string {
 func (*MigrateSchema) ProtoMessage() {}
 
 func (x *MigrateSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +2334,7 @@ func (x *MigrateSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateSchema.ProtoReflect.Descriptor instead.
 func (*MigrateSchema) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{19}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MigrateSchema) GetFrom() uint32 {
@@ -1718,7 +2360,7 @@ type CreateJob struct {
 
 func (x *CreateJob) Reset() {
 	*x = CreateJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +2372,7 @@ func (x *CreateJob) String() string {
 func (*CreateJob) ProtoMessage() {}
 
 func (x *CreateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +2385,7 @@ func (x *CreateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJob.ProtoReflect.Descriptor instead.
 func (*CreateJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{20}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateJob) GetJob() *v1.Job {
@@ -1762,7 +2404,7 @@ type UpdateJob struct {
 
 func (x *UpdateJob) Reset() {
 	*x = UpdateJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +2416,7 @@ func (x *UpdateJob) String() string {
 func (*UpdateJob) ProtoMessage() {}
 
 func (x *UpdateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +2429,7 @@ func (x *UpdateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJob.ProtoReflect.Descriptor instead.
 func (*UpdateJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{21}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UpdateJob) GetJob() *v1.Job {
@@ -1806,7 +2448,7 @@ type DeleteJob struct {
 
 func (x *DeleteJob) Reset() {
 	*x = DeleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +2460,7 @@ func (x *DeleteJob) String() string {
 func (*DeleteJob) ProtoMessage() {}
 
 func (x *DeleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +2473,7 @@ func (x *DeleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJob.ProtoReflect.Descriptor instead.
 func (*DeleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{22}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteJob) GetJobId() string {
@@ -1853,7 +2495,7 @@ type BindInstance struct {
 
 func (x *BindInstance) Reset() {
 	*x = BindInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +2507,7 @@ func (x *BindInstance) String() string {
 func (*BindInstance) ProtoMessage() {}
 
 func (x *BindInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2520,7 @@ func (x *BindInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindInstance.ProtoReflect.Descriptor instead.
 func (*BindInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BindInstance) GetJobId() string {
@@ -1922,7 +2564,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2576,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2589,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -1996,7 +2638,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2650,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2663,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{25}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -2054,7 +2696,7 @@ type CompleteJob struct {
 
 func (x *CompleteJob) Reset() {
 	*x = CompleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2708,7 @@ func (x *CompleteJob) String() string {
 func (*CompleteJob) ProtoMessage() {}
 
 func (x *CompleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2721,7 @@ func (x *CompleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJob.ProtoReflect.Descriptor instead.
 func (*CompleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{26}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CompleteJob) GetJobId() string {
@@ -2099,7 +2741,7 @@ type MarkJobFailed struct {
 
 func (x *MarkJobFailed) Reset() {
 	*x = MarkJobFailed{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2753,7 @@ func (x *MarkJobFailed) String() string {
 func (*MarkJobFailed) ProtoMessage() {}
 
 func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2766,7 @@ func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFailed.ProtoReflect.Descriptor instead.
 func (*MarkJobFailed) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{27}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MarkJobFailed) GetJobId() string {
@@ -2153,7 +2795,7 @@ type InstanceReports struct {
 
 func (x *InstanceReports) Reset() {
 	*x = InstanceReports{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2807,7 @@ func (x *InstanceReports) String() string {
 func (*InstanceReports) ProtoMessage() {}
 
 func (x *InstanceReports) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2820,7 @@ func (x *InstanceReports) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReports.ProtoReflect.Descriptor instead.
 func (*InstanceReports) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{28}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *InstanceReports) GetNodeId() string {
@@ -2207,7 +2849,7 @@ type RegisterSlot struct {
 
 func (x *RegisterSlot) Reset() {
 	*x = RegisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2861,7 @@ func (x *RegisterSlot) String() string {
 func (*RegisterSlot) ProtoMessage() {}
 
 func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2874,7 @@ func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSlot.ProtoReflect.Descriptor instead.
 func (*RegisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{29}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RegisterSlot) GetNodeId() string {
@@ -2285,7 +2927,7 @@ type MemberRegister struct {
 
 func (x *MemberRegister) Reset() {
 	*x = MemberRegister{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2939,7 @@ func (x *MemberRegister) String() string {
 func (*MemberRegister) ProtoMessage() {}
 
 func (x *MemberRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2952,7 @@ func (x *MemberRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRegister.ProtoReflect.Descriptor instead.
 func (*MemberRegister) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{30}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MemberRegister) GetToken() string {
@@ -2388,7 +3030,7 @@ type DeregisterSlot struct {
 
 func (x *DeregisterSlot) Reset() {
 	*x = DeregisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +3042,7 @@ func (x *DeregisterSlot) String() string {
 func (*DeregisterSlot) ProtoMessage() {}
 
 func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +3055,7 @@ func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterSlot.ProtoReflect.Descriptor instead.
 func (*DeregisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{31}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeregisterSlot) GetNodeId() string {
@@ -2433,7 +3075,7 @@ type SetSlotPool struct {
 
 func (x *SetSlotPool) Reset() {
 	*x = SetSlotPool{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2445,7 +3087,7 @@ func (x *SetSlotPool) String() string {
 func (*SetSlotPool) ProtoMessage() {}
 
 func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2458,7 +3100,7 @@ func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotPool.ProtoReflect.Descriptor instead.
 func (*SetSlotPool) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{32}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetSlotPool) GetNodeId() string {
@@ -2487,7 +3129,7 @@ type NodeOnline struct {
 
 func (x *NodeOnline) Reset() {
 	*x = NodeOnline{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +3141,7 @@ func (x *NodeOnline) String() string {
 func (*NodeOnline) ProtoMessage() {}
 
 func (x *NodeOnline) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +3154,7 @@ func (x *NodeOnline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOnline.ProtoReflect.Descriptor instead.
 func (*NodeOnline) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NodeOnline) GetNodeId() string {
@@ -2539,7 +3181,7 @@ type NodeLost struct {
 
 func (x *NodeLost) Reset() {
 	*x = NodeLost{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +3193,7 @@ func (x *NodeLost) String() string {
 func (*NodeLost) ProtoMessage() {}
 
 func (x *NodeLost) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +3206,7 @@ func (x *NodeLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLost.ProtoReflect.Descriptor instead.
 func (*NodeLost) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *NodeLost) GetNodeId() string {
@@ -2592,7 +3234,7 @@ type TerminateNode struct {
 
 func (x *TerminateNode) Reset() {
 	*x = TerminateNode{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +3246,7 @@ func (x *TerminateNode) String() string {
 func (*TerminateNode) ProtoMessage() {}
 
 func (x *TerminateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +3259,7 @@ func (x *TerminateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateNode.ProtoReflect.Descriptor instead.
 func (*TerminateNode) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TerminateNode) GetNodeId() string {
@@ -2639,7 +3281,7 @@ type NodeTerminated struct {
 
 func (x *NodeTerminated) Reset() {
 	*x = NodeTerminated{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +3293,7 @@ func (x *NodeTerminated) String() string {
 func (*NodeTerminated) ProtoMessage() {}
 
 func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +3306,7 @@ func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeTerminated.ProtoReflect.Descriptor instead.
 func (*NodeTerminated) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *NodeTerminated) GetNodeId() string {
@@ -2691,7 +3333,7 @@ type SetNodeTags struct {
 
 func (x *SetNodeTags) Reset() {
 	*x = SetNodeTags{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2703,7 +3345,7 @@ func (x *SetNodeTags) String() string {
 func (*SetNodeTags) ProtoMessage() {}
 
 func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2716,7 +3358,7 @@ func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeTags.ProtoReflect.Descriptor instead.
 func (*SetNodeTags) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetNodeTags) GetNodeId() string {
@@ -2743,7 +3385,7 @@ type SetNodeIdleExpiry struct {
 
 func (x *SetNodeIdleExpiry) Reset() {
 	*x = SetNodeIdleExpiry{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +3397,7 @@ func (x *SetNodeIdleExpiry) String() string {
 func (*SetNodeIdleExpiry) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +3410,7 @@ func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetNodeIdleExpiry) GetNodeId() string {
@@ -2801,7 +3443,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +3455,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +3468,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *JobRecord) GetJob() *v1.Job {
@@ -2887,7 +3529,7 @@ type NodeRecord struct {
 
 func (x *NodeRecord) Reset() {
 	*x = NodeRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +3541,7 @@ func (x *NodeRecord) String() string {
 func (*NodeRecord) ProtoMessage() {}
 
 func (x *NodeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +3554,7 @@ func (x *NodeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
 func (*NodeRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NodeRecord) GetNode() *v1.Node {
@@ -2968,7 +3610,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3622,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3635,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SnapshotHeader) GetSchemaVersion() uint32 {
@@ -3023,7 +3665,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +3677,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +3690,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SnapshotTrailer) GetRecords() uint64 {
@@ -3085,6 +3727,8 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_AccessReplica
 	//	*SnapshotRecord_Member
 	//	*SnapshotRecord_ClusterMeta
+	//	*SnapshotRecord_Bundle
+	//	*SnapshotRecord_LeaseState
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3092,7 +3736,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3748,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3761,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -3262,6 +3906,24 @@ func (x *SnapshotRecord) GetClusterMeta() *ClusterMeta {
 	return nil
 }
 
+func (x *SnapshotRecord) GetBundle() *v1.Bundle {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Bundle); ok {
+			return x.Bundle
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetLeaseState() *LeaseState {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_LeaseState); ok {
+			return x.LeaseState
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -3326,6 +3988,14 @@ type SnapshotRecord_ClusterMeta struct {
 	ClusterMeta *ClusterMeta `protobuf:"bytes,15,opt,name=cluster_meta,json=clusterMeta,proto3,oneof"`
 }
 
+type SnapshotRecord_Bundle struct {
+	Bundle *v1.Bundle `protobuf:"bytes,16,opt,name=bundle,proto3,oneof"`
+}
+
+type SnapshotRecord_LeaseState struct {
+	LeaseState *LeaseState `protobuf:"bytes,17,opt,name=lease_state,json=leaseState,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Header) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
@@ -3356,6 +4026,10 @@ func (*SnapshotRecord_Member) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_ClusterMeta) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_Bundle) isSnapshotRecord_Record() {}
+
+func (*SnapshotRecord_LeaseState) isSnapshotRecord_Record() {}
+
 // TokenRecord is an API token: its metadata and the SHA-256 (hex) of its
 // secret.
 type TokenRecord struct {
@@ -3368,7 +4042,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3380,7 +4054,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3393,7 +4067,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TokenRecord) GetToken() *v1.ApiToken {
@@ -3422,7 +4096,7 @@ type AccessReplicaState struct {
 
 func (x *AccessReplicaState) Reset() {
 	*x = AccessReplicaState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3434,7 +4108,7 @@ func (x *AccessReplicaState) String() string {
 func (*AccessReplicaState) ProtoMessage() {}
 
 func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3447,7 +4121,7 @@ func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessReplicaState.ProtoReflect.Descriptor instead.
 func (*AccessReplicaState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AccessReplicaState) GetVersion() uint64 {
@@ -3483,7 +4157,7 @@ type AuditState struct {
 
 func (x *AuditState) Reset() {
 	*x = AuditState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3495,7 +4169,7 @@ func (x *AuditState) String() string {
 func (*AuditState) ProtoMessage() {}
 
 func (x *AuditState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3508,7 +4182,7 @@ func (x *AuditState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditState.ProtoReflect.Descriptor instead.
 func (*AuditState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AuditState) GetNextSeq() int64 {
@@ -3543,7 +4217,7 @@ type KvRecord struct {
 
 func (x *KvRecord) Reset() {
 	*x = KvRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3555,7 +4229,7 @@ func (x *KvRecord) String() string {
 func (*KvRecord) ProtoMessage() {}
 
 func (x *KvRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3568,7 +4242,7 @@ func (x *KvRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvRecord.ProtoReflect.Descriptor instead.
 func (*KvRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *KvRecord) GetNamespace() string {
@@ -3596,7 +4270,7 @@ type KvNamespace struct {
 
 func (x *KvNamespace) Reset() {
 	*x = KvNamespace{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +4282,7 @@ func (x *KvNamespace) String() string {
 func (*KvNamespace) ProtoMessage() {}
 
 func (x *KvNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +4295,7 @@ func (x *KvNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvNamespace.ProtoReflect.Descriptor instead.
 func (*KvNamespace) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *KvNamespace) GetName() string {
@@ -3648,7 +4322,7 @@ type StoreMeta struct {
 
 func (x *StoreMeta) Reset() {
 	*x = StoreMeta{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3660,7 +4334,7 @@ func (x *StoreMeta) String() string {
 func (*StoreMeta) ProtoMessage() {}
 
 func (x *StoreMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3673,7 +4347,7 @@ func (x *StoreMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreMeta.ProtoReflect.Descriptor instead.
 func (*StoreMeta) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StoreMeta) GetSchemaVersion() uint32 {
@@ -3687,7 +4361,7 @@ var File_norsk_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xfa\x12\n" +
+	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xe1\x17\n" +
 	"\aCommand\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x05audit\x18\x02 \x01(\v2\x1a.norsk.store.v1.AuditStampR\x05audit\x12:\n" +
@@ -3729,8 +4403,49 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\rexpect_member\x18' \x01(\v2\x1c.norsk.store.v1.ExpectMemberH\x00R\fexpectMember\x12C\n" +
 	"\rmember_joined\x18( \x01(\v2\x1c.norsk.store.v1.MemberJoinedH\x00R\fmemberJoined\x12F\n" +
 	"\x0emember_retired\x18) \x01(\v2\x1d.norsk.store.v1.MemberRetiredH\x00R\rmemberRetired\x12F\n" +
-	"\x0eset_generation\x18* \x01(\v2\x1d.norsk.store.v1.SetGenerationH\x00R\rsetGenerationB\x05\n" +
-	"\x03cmd\"\xab\x01\n" +
+	"\x0eset_generation\x18* \x01(\v2\x1d.norsk.store.v1.SetGenerationH\x00R\rsetGeneration\x12C\n" +
+	"\rcreate_bundle\x18+ \x01(\v2\x1c.norsk.store.v1.CreateBundleH\x00R\fcreateBundle\x12C\n" +
+	"\rupdate_bundle\x18, \x01(\v2\x1c.norsk.store.v1.UpdateBundleH\x00R\fupdateBundle\x12C\n" +
+	"\rdelete_bundle\x18- \x01(\v2\x1c.norsk.store.v1.DeleteBundleH\x00R\fdeleteBundle\x12C\n" +
+	"\rremove_bundle\x18. \x01(\v2\x1c.norsk.store.v1.RemoveBundleH\x00R\fremoveBundle\x12Z\n" +
+	"\x16set_bundle_job_dormant\x18/ \x01(\v2#.norsk.store.v1.SetBundleJobDormantH\x00R\x13setBundleJobDormant\x12T\n" +
+	"\x14set_bundle_stop_time\x180 \x01(\v2!.norsk.store.v1.SetBundleStopTimeH\x00R\x11setBundleStopTime\x12P\n" +
+	"\x12renew_bundle_lease\x181 \x01(\v2 .norsk.store.v1.RenewBundleLeaseH\x00R\x10renewBundleLease\x12M\n" +
+	"\x11set_leases_paused\x182 \x01(\v2\x1f.norsk.store.v1.SetLeasesPausedH\x00R\x0fsetLeasesPausedB\x05\n" +
+	"\x03cmd\"@\n" +
+	"\fCreateBundle\x120\n" +
+	"\x06bundle\x18\x01 \x01(\v2\x18.norsk.manager.v1.BundleR\x06bundle\"@\n" +
+	"\fUpdateBundle\x120\n" +
+	"\x06bundle\x18\x01 \x01(\v2\x18.norsk.manager.v1.BundleR\x06bundle\"C\n" +
+	"\fDeleteBundle\x12\x1b\n" +
+	"\tbundle_id\x18\x01 \x01(\tR\bbundleId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"+\n" +
+	"\fRemoveBundle\x12\x1b\n" +
+	"\tbundle_id\x18\x01 \x01(\tR\bbundleId\"\xa7\x01\n" +
+	"\x13SetBundleJobDormant\x12\x1b\n" +
+	"\tbundle_id\x18\x01 \x01(\tR\bbundleId\x12#\n" +
+	"\rreplica_index\x18\x02 \x01(\rR\freplicaIndex\x12\x19\n" +
+	"\bjob_name\x18\x03 \x01(\tR\ajobName\x12\x18\n" +
+	"\adormant\x18\x04 \x01(\bR\adormant\x12\x19\n" +
+	"\bgrace_ms\x18\x05 \x01(\rR\agraceMs\"e\n" +
+	"\x11SetBundleStopTime\x12\x1b\n" +
+	"\tbundle_id\x18\x01 \x01(\tR\bbundleId\x123\n" +
+	"\astop_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06stopAt\"j\n" +
+	"\x10RenewBundleLease\x12\x1b\n" +
+	"\tbundle_id\x18\x01 \x01(\tR\bbundleId\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"Q\n" +
+	"\x0fSetLeasesPaused\x12\x16\n" +
+	"\x06paused\x18\x01 \x01(\bR\x06paused\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\"\xa3\x01\n" +
+	"\n" +
+	"LeaseState\x12\x16\n" +
+	"\x06paused\x18\x01 \x01(\bR\x06paused\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12#\n" +
+	"\rchanged_index\x18\x05 \x01(\x04R\fchangedIndex\"\xab\x01\n" +
 	"\fMemberRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x17\n" +
@@ -3898,7 +4613,7 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"C\n" +
 	"\x0fSnapshotTrailer\x12\x18\n" +
 	"\arecords\x18\x01 \x01(\x04R\arecords\x12\x16\n" +
-	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\x97\a\n" +
+	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\x8a\b\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.norsk.store.v1.SnapshotHeaderH\x00R\x06header\x12-\n" +
 	"\x03job\x18\x02 \x01(\v2\x19.norsk.store.v1.JobRecordH\x00R\x03job\x128\n" +
@@ -3918,7 +4633,10 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\tdiscovery\x18\f \x01(\v2 .norsk.manager.v1.DiscoveryFleetH\x00R\tdiscovery\x12K\n" +
 	"\x0eaccess_replica\x18\r \x01(\v2\".norsk.store.v1.AccessReplicaStateH\x00R\raccessReplica\x126\n" +
 	"\x06member\x18\x0e \x01(\v2\x1c.norsk.store.v1.MemberRecordH\x00R\x06member\x12@\n" +
-	"\fcluster_meta\x18\x0f \x01(\v2\x1b.norsk.store.v1.ClusterMetaH\x00R\vclusterMetaB\b\n" +
+	"\fcluster_meta\x18\x0f \x01(\v2\x1b.norsk.store.v1.ClusterMetaH\x00R\vclusterMeta\x122\n" +
+	"\x06bundle\x18\x10 \x01(\v2\x18.norsk.manager.v1.BundleH\x00R\x06bundle\x12=\n" +
+	"\vlease_state\x18\x11 \x01(\v2\x1a.norsk.store.v1.LeaseStateH\x00R\n" +
+	"leaseStateB\b\n" +
 	"\x06record\"`\n" +
 	"\vTokenRecord\x120\n" +
 	"\x05token\x18\x01 \x01(\v2\x1a.norsk.manager.v1.ApiTokenR\x05token\x12\x1f\n" +
@@ -3957,158 +4675,183 @@ func file_norsk_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_norsk_store_v1_store_proto_rawDescData
 }
 
-var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*Command)(nil),                     // 0: norsk.store.v1.Command
-	(*MemberRecord)(nil),                // 1: norsk.store.v1.MemberRecord
-	(*ClusterMeta)(nil),                 // 2: norsk.store.v1.ClusterMeta
-	(*InitCluster)(nil),                 // 3: norsk.store.v1.InitCluster
-	(*ExpectMember)(nil),                // 4: norsk.store.v1.ExpectMember
-	(*MemberJoined)(nil),                // 5: norsk.store.v1.MemberJoined
-	(*MemberRetired)(nil),               // 6: norsk.store.v1.MemberRetired
-	(*SetGeneration)(nil),               // 7: norsk.store.v1.SetGeneration
-	(*CreateToken)(nil),                 // 8: norsk.store.v1.CreateToken
-	(*RevokeToken)(nil),                 // 9: norsk.store.v1.RevokeToken
-	(*PublishDiscovery)(nil),            // 10: norsk.store.v1.PublishDiscovery
-	(*PublishDiscoveryResult)(nil),      // 11: norsk.store.v1.PublishDiscoveryResult
-	(*RotateDiscovery)(nil),             // 12: norsk.store.v1.RotateDiscovery
-	(*PublishAccessReplica)(nil),        // 13: norsk.store.v1.PublishAccessReplica
-	(*AuditStamp)(nil),                  // 14: norsk.store.v1.AuditStamp
-	(*AppendAudit)(nil),                 // 15: norsk.store.v1.AppendAudit
-	(*PruneAudit)(nil),                  // 16: norsk.store.v1.PruneAudit
-	(*PruneAuditResult)(nil),            // 17: norsk.store.v1.PruneAuditResult
-	(*KvCommit)(nil),                    // 18: norsk.store.v1.KvCommit
-	(*MigrateSchema)(nil),               // 19: norsk.store.v1.MigrateSchema
-	(*CreateJob)(nil),                   // 20: norsk.store.v1.CreateJob
-	(*UpdateJob)(nil),                   // 21: norsk.store.v1.UpdateJob
-	(*DeleteJob)(nil),                   // 22: norsk.store.v1.DeleteJob
-	(*BindInstance)(nil),                // 23: norsk.store.v1.BindInstance
-	(*StopInstance)(nil),                // 24: norsk.store.v1.StopInstance
-	(*StartPreparedInstance)(nil),       // 25: norsk.store.v1.StartPreparedInstance
-	(*CompleteJob)(nil),                 // 26: norsk.store.v1.CompleteJob
-	(*MarkJobFailed)(nil),               // 27: norsk.store.v1.MarkJobFailed
-	(*InstanceReports)(nil),             // 28: norsk.store.v1.InstanceReports
-	(*RegisterSlot)(nil),                // 29: norsk.store.v1.RegisterSlot
-	(*MemberRegister)(nil),              // 30: norsk.store.v1.MemberRegister
-	(*DeregisterSlot)(nil),              // 31: norsk.store.v1.DeregisterSlot
-	(*SetSlotPool)(nil),                 // 32: norsk.store.v1.SetSlotPool
-	(*NodeOnline)(nil),                  // 33: norsk.store.v1.NodeOnline
-	(*NodeLost)(nil),                    // 34: norsk.store.v1.NodeLost
-	(*TerminateNode)(nil),               // 35: norsk.store.v1.TerminateNode
-	(*NodeTerminated)(nil),              // 36: norsk.store.v1.NodeTerminated
-	(*SetNodeTags)(nil),                 // 37: norsk.store.v1.SetNodeTags
-	(*SetNodeIdleExpiry)(nil),           // 38: norsk.store.v1.SetNodeIdleExpiry
-	(*JobRecord)(nil),                   // 39: norsk.store.v1.JobRecord
-	(*NodeRecord)(nil),                  // 40: norsk.store.v1.NodeRecord
-	(*SnapshotHeader)(nil),              // 41: norsk.store.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),             // 42: norsk.store.v1.SnapshotTrailer
-	(*SnapshotRecord)(nil),              // 43: norsk.store.v1.SnapshotRecord
-	(*TokenRecord)(nil),                 // 44: norsk.store.v1.TokenRecord
-	(*AccessReplicaState)(nil),          // 45: norsk.store.v1.AccessReplicaState
-	(*AuditState)(nil),                  // 46: norsk.store.v1.AuditState
-	(*KvRecord)(nil),                    // 47: norsk.store.v1.KvRecord
-	(*KvNamespace)(nil),                 // 48: norsk.store.v1.KvNamespace
-	(*StoreMeta)(nil),                   // 49: norsk.store.v1.StoreMeta
-	nil,                                 // 50: norsk.store.v1.SetNodeTags.TagsEntry
-	(*timestamppb.Timestamp)(nil),       // 51: google.protobuf.Timestamp
-	(*v1.ApiToken)(nil),                 // 52: norsk.manager.v1.ApiToken
-	(*v1.DiscoveryFleet)(nil),           // 53: norsk.manager.v1.DiscoveryFleet
-	(*v1.AccessReplicaPublication)(nil), // 54: norsk.manager.v1.AccessReplicaPublication
-	(*v1.KvWrite)(nil),                  // 55: norsk.manager.v1.KvWrite
-	(*v1.KvCommitOptions)(nil),          // 56: norsk.manager.v1.KvCommitOptions
-	(*v1.Job)(nil),                      // 57: norsk.manager.v1.Job
-	(*v1.StartJobOptions)(nil),          // 58: norsk.manager.v1.StartJobOptions
-	(*v1.InstanceReport)(nil),           // 59: norsk.manager.v1.InstanceReport
-	(*v1.Hardware)(nil),                 // 60: norsk.manager.v1.Hardware
-	(*v1.Capability)(nil),               // 61: norsk.manager.v1.Capability
-	(*v1.WorkerHello)(nil),              // 62: norsk.manager.v1.WorkerHello
-	(*v1.JobHistoryEntry)(nil),          // 63: norsk.manager.v1.JobHistoryEntry
-	(*v1.Node)(nil),                     // 64: norsk.manager.v1.Node
-	(*v1.Instance)(nil),                 // 65: norsk.manager.v1.Instance
-	(*v1.AuditLogEntry)(nil),            // 66: norsk.manager.v1.AuditLogEntry
-	(*v1.AuditCheckpoint)(nil),          // 67: norsk.manager.v1.AuditCheckpoint
-	(*v1.KvEntry)(nil),                  // 68: norsk.manager.v1.KvEntry
+	(*CreateBundle)(nil),                // 1: norsk.store.v1.CreateBundle
+	(*UpdateBundle)(nil),                // 2: norsk.store.v1.UpdateBundle
+	(*DeleteBundle)(nil),                // 3: norsk.store.v1.DeleteBundle
+	(*RemoveBundle)(nil),                // 4: norsk.store.v1.RemoveBundle
+	(*SetBundleJobDormant)(nil),         // 5: norsk.store.v1.SetBundleJobDormant
+	(*SetBundleStopTime)(nil),           // 6: norsk.store.v1.SetBundleStopTime
+	(*RenewBundleLease)(nil),            // 7: norsk.store.v1.RenewBundleLease
+	(*SetLeasesPaused)(nil),             // 8: norsk.store.v1.SetLeasesPaused
+	(*LeaseState)(nil),                  // 9: norsk.store.v1.LeaseState
+	(*MemberRecord)(nil),                // 10: norsk.store.v1.MemberRecord
+	(*ClusterMeta)(nil),                 // 11: norsk.store.v1.ClusterMeta
+	(*InitCluster)(nil),                 // 12: norsk.store.v1.InitCluster
+	(*ExpectMember)(nil),                // 13: norsk.store.v1.ExpectMember
+	(*MemberJoined)(nil),                // 14: norsk.store.v1.MemberJoined
+	(*MemberRetired)(nil),               // 15: norsk.store.v1.MemberRetired
+	(*SetGeneration)(nil),               // 16: norsk.store.v1.SetGeneration
+	(*CreateToken)(nil),                 // 17: norsk.store.v1.CreateToken
+	(*RevokeToken)(nil),                 // 18: norsk.store.v1.RevokeToken
+	(*PublishDiscovery)(nil),            // 19: norsk.store.v1.PublishDiscovery
+	(*PublishDiscoveryResult)(nil),      // 20: norsk.store.v1.PublishDiscoveryResult
+	(*RotateDiscovery)(nil),             // 21: norsk.store.v1.RotateDiscovery
+	(*PublishAccessReplica)(nil),        // 22: norsk.store.v1.PublishAccessReplica
+	(*AuditStamp)(nil),                  // 23: norsk.store.v1.AuditStamp
+	(*AppendAudit)(nil),                 // 24: norsk.store.v1.AppendAudit
+	(*PruneAudit)(nil),                  // 25: norsk.store.v1.PruneAudit
+	(*PruneAuditResult)(nil),            // 26: norsk.store.v1.PruneAuditResult
+	(*KvCommit)(nil),                    // 27: norsk.store.v1.KvCommit
+	(*MigrateSchema)(nil),               // 28: norsk.store.v1.MigrateSchema
+	(*CreateJob)(nil),                   // 29: norsk.store.v1.CreateJob
+	(*UpdateJob)(nil),                   // 30: norsk.store.v1.UpdateJob
+	(*DeleteJob)(nil),                   // 31: norsk.store.v1.DeleteJob
+	(*BindInstance)(nil),                // 32: norsk.store.v1.BindInstance
+	(*StopInstance)(nil),                // 33: norsk.store.v1.StopInstance
+	(*StartPreparedInstance)(nil),       // 34: norsk.store.v1.StartPreparedInstance
+	(*CompleteJob)(nil),                 // 35: norsk.store.v1.CompleteJob
+	(*MarkJobFailed)(nil),               // 36: norsk.store.v1.MarkJobFailed
+	(*InstanceReports)(nil),             // 37: norsk.store.v1.InstanceReports
+	(*RegisterSlot)(nil),                // 38: norsk.store.v1.RegisterSlot
+	(*MemberRegister)(nil),              // 39: norsk.store.v1.MemberRegister
+	(*DeregisterSlot)(nil),              // 40: norsk.store.v1.DeregisterSlot
+	(*SetSlotPool)(nil),                 // 41: norsk.store.v1.SetSlotPool
+	(*NodeOnline)(nil),                  // 42: norsk.store.v1.NodeOnline
+	(*NodeLost)(nil),                    // 43: norsk.store.v1.NodeLost
+	(*TerminateNode)(nil),               // 44: norsk.store.v1.TerminateNode
+	(*NodeTerminated)(nil),              // 45: norsk.store.v1.NodeTerminated
+	(*SetNodeTags)(nil),                 // 46: norsk.store.v1.SetNodeTags
+	(*SetNodeIdleExpiry)(nil),           // 47: norsk.store.v1.SetNodeIdleExpiry
+	(*JobRecord)(nil),                   // 48: norsk.store.v1.JobRecord
+	(*NodeRecord)(nil),                  // 49: norsk.store.v1.NodeRecord
+	(*SnapshotHeader)(nil),              // 50: norsk.store.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),             // 51: norsk.store.v1.SnapshotTrailer
+	(*SnapshotRecord)(nil),              // 52: norsk.store.v1.SnapshotRecord
+	(*TokenRecord)(nil),                 // 53: norsk.store.v1.TokenRecord
+	(*AccessReplicaState)(nil),          // 54: norsk.store.v1.AccessReplicaState
+	(*AuditState)(nil),                  // 55: norsk.store.v1.AuditState
+	(*KvRecord)(nil),                    // 56: norsk.store.v1.KvRecord
+	(*KvNamespace)(nil),                 // 57: norsk.store.v1.KvNamespace
+	(*StoreMeta)(nil),                   // 58: norsk.store.v1.StoreMeta
+	nil,                                 // 59: norsk.store.v1.SetNodeTags.TagsEntry
+	(*timestamppb.Timestamp)(nil),       // 60: google.protobuf.Timestamp
+	(*v1.Bundle)(nil),                   // 61: norsk.manager.v1.Bundle
+	(*v1.ApiToken)(nil),                 // 62: norsk.manager.v1.ApiToken
+	(*v1.DiscoveryFleet)(nil),           // 63: norsk.manager.v1.DiscoveryFleet
+	(*v1.AccessReplicaPublication)(nil), // 64: norsk.manager.v1.AccessReplicaPublication
+	(*v1.KvWrite)(nil),                  // 65: norsk.manager.v1.KvWrite
+	(*v1.KvCommitOptions)(nil),          // 66: norsk.manager.v1.KvCommitOptions
+	(*v1.Job)(nil),                      // 67: norsk.manager.v1.Job
+	(*v1.StartJobOptions)(nil),          // 68: norsk.manager.v1.StartJobOptions
+	(*v1.InstanceReport)(nil),           // 69: norsk.manager.v1.InstanceReport
+	(*v1.Hardware)(nil),                 // 70: norsk.manager.v1.Hardware
+	(*v1.Capability)(nil),               // 71: norsk.manager.v1.Capability
+	(*v1.WorkerHello)(nil),              // 72: norsk.manager.v1.WorkerHello
+	(*v1.JobHistoryEntry)(nil),          // 73: norsk.manager.v1.JobHistoryEntry
+	(*v1.Node)(nil),                     // 74: norsk.manager.v1.Node
+	(*v1.Instance)(nil),                 // 75: norsk.manager.v1.Instance
+	(*v1.AuditLogEntry)(nil),            // 76: norsk.manager.v1.AuditLogEntry
+	(*v1.AuditCheckpoint)(nil),          // 77: norsk.manager.v1.AuditCheckpoint
+	(*v1.KvEntry)(nil),                  // 78: norsk.manager.v1.KvEntry
 }
 var file_norsk_store_v1_store_proto_depIdxs = []int32{
-	51, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
-	14, // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
-	20, // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
-	21, // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
-	22, // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
-	23, // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
-	24, // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
-	25, // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
-	26, // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
-	27, // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
-	28, // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
-	29, // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
-	30, // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
-	31, // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
-	32, // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
-	33, // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
-	34, // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
-	35, // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
-	36, // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
-	37, // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
-	38, // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
-	15, // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
-	16, // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
-	18, // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
-	19, // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
-	8,  // 25: norsk.store.v1.Command.create_token:type_name -> norsk.store.v1.CreateToken
-	9,  // 26: norsk.store.v1.Command.revoke_token:type_name -> norsk.store.v1.RevokeToken
-	10, // 27: norsk.store.v1.Command.publish_discovery:type_name -> norsk.store.v1.PublishDiscovery
-	12, // 28: norsk.store.v1.Command.rotate_discovery:type_name -> norsk.store.v1.RotateDiscovery
-	13, // 29: norsk.store.v1.Command.publish_access_replica:type_name -> norsk.store.v1.PublishAccessReplica
-	3,  // 30: norsk.store.v1.Command.init_cluster:type_name -> norsk.store.v1.InitCluster
-	4,  // 31: norsk.store.v1.Command.expect_member:type_name -> norsk.store.v1.ExpectMember
-	5,  // 32: norsk.store.v1.Command.member_joined:type_name -> norsk.store.v1.MemberJoined
-	6,  // 33: norsk.store.v1.Command.member_retired:type_name -> norsk.store.v1.MemberRetired
-	7,  // 34: norsk.store.v1.Command.set_generation:type_name -> norsk.store.v1.SetGeneration
-	1,  // 35: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
-	52, // 36: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
-	53, // 37: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	53, // 38: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	54, // 39: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	55, // 40: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
-	56, // 41: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
-	57, // 42: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
-	57, // 43: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
-	58, // 44: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
-	59, // 45: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
-	60, // 46: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
-	61, // 47: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
-	62, // 48: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
-	50, // 49: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
-	57, // 50: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
-	63, // 51: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	51, // 52: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
-	51, // 53: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
-	64, // 54: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
-	41, // 55: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
-	39, // 56: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
-	65, // 57: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
-	40, // 58: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
-	42, // 59: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
-	66, // 60: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
-	46, // 61: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
-	47, // 62: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
-	48, // 63: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
-	49, // 64: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
-	44, // 65: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
-	53, // 66: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
-	45, // 67: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
-	1,  // 68: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
-	2,  // 69: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
-	52, // 70: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
-	54, // 71: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	67, // 72: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
-	68, // 73: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
-	74, // [74:74] is the sub-list for method output_type
-	74, // [74:74] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	60, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
+	23, // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
+	29, // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
+	30, // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
+	31, // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
+	32, // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
+	33, // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
+	34, // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
+	35, // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
+	36, // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
+	37, // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
+	38, // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
+	39, // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
+	40, // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
+	41, // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
+	42, // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
+	43, // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
+	44, // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
+	45, // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
+	46, // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
+	47, // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
+	24, // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
+	25, // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
+	27, // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
+	28, // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
+	17, // 25: norsk.store.v1.Command.create_token:type_name -> norsk.store.v1.CreateToken
+	18, // 26: norsk.store.v1.Command.revoke_token:type_name -> norsk.store.v1.RevokeToken
+	19, // 27: norsk.store.v1.Command.publish_discovery:type_name -> norsk.store.v1.PublishDiscovery
+	21, // 28: norsk.store.v1.Command.rotate_discovery:type_name -> norsk.store.v1.RotateDiscovery
+	22, // 29: norsk.store.v1.Command.publish_access_replica:type_name -> norsk.store.v1.PublishAccessReplica
+	12, // 30: norsk.store.v1.Command.init_cluster:type_name -> norsk.store.v1.InitCluster
+	13, // 31: norsk.store.v1.Command.expect_member:type_name -> norsk.store.v1.ExpectMember
+	14, // 32: norsk.store.v1.Command.member_joined:type_name -> norsk.store.v1.MemberJoined
+	15, // 33: norsk.store.v1.Command.member_retired:type_name -> norsk.store.v1.MemberRetired
+	16, // 34: norsk.store.v1.Command.set_generation:type_name -> norsk.store.v1.SetGeneration
+	1,  // 35: norsk.store.v1.Command.create_bundle:type_name -> norsk.store.v1.CreateBundle
+	2,  // 36: norsk.store.v1.Command.update_bundle:type_name -> norsk.store.v1.UpdateBundle
+	3,  // 37: norsk.store.v1.Command.delete_bundle:type_name -> norsk.store.v1.DeleteBundle
+	4,  // 38: norsk.store.v1.Command.remove_bundle:type_name -> norsk.store.v1.RemoveBundle
+	5,  // 39: norsk.store.v1.Command.set_bundle_job_dormant:type_name -> norsk.store.v1.SetBundleJobDormant
+	6,  // 40: norsk.store.v1.Command.set_bundle_stop_time:type_name -> norsk.store.v1.SetBundleStopTime
+	7,  // 41: norsk.store.v1.Command.renew_bundle_lease:type_name -> norsk.store.v1.RenewBundleLease
+	8,  // 42: norsk.store.v1.Command.set_leases_paused:type_name -> norsk.store.v1.SetLeasesPaused
+	61, // 43: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	61, // 44: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	60, // 45: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
+	60, // 46: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
+	60, // 47: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
+	10, // 48: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
+	62, // 49: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
+	63, // 50: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	63, // 51: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	64, // 52: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	65, // 53: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
+	66, // 54: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
+	67, // 55: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
+	67, // 56: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
+	68, // 57: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
+	69, // 58: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
+	70, // 59: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
+	71, // 60: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
+	72, // 61: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
+	59, // 62: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
+	67, // 63: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
+	73, // 64: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	60, // 65: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
+	60, // 66: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
+	74, // 67: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
+	50, // 68: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
+	48, // 69: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
+	75, // 70: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
+	49, // 71: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
+	51, // 72: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
+	76, // 73: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
+	55, // 74: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
+	56, // 75: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
+	57, // 76: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
+	58, // 77: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
+	53, // 78: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
+	63, // 79: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
+	54, // 80: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
+	10, // 81: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
+	11, // 82: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
+	61, // 83: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
+	9,  // 84: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
+	62, // 85: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
+	64, // 86: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	77, // 87: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
+	78, // 88: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
+	89, // [89:89] is the sub-list for method output_type
+	89, // [89:89] is the sub-list for method input_type
+	89, // [89:89] is the sub-list for extension type_name
+	89, // [89:89] is the sub-list for extension extendee
+	0,  // [0:89] is the sub-list for field type_name
 }
 
 func init() { file_norsk_store_v1_store_proto_init() }
@@ -4150,8 +4893,16 @@ func file_norsk_store_v1_store_proto_init() {
 		(*Command_MemberJoined)(nil),
 		(*Command_MemberRetired)(nil),
 		(*Command_SetGeneration)(nil),
+		(*Command_CreateBundle)(nil),
+		(*Command_UpdateBundle)(nil),
+		(*Command_DeleteBundle)(nil),
+		(*Command_RemoveBundle)(nil),
+		(*Command_SetBundleJobDormant)(nil),
+		(*Command_SetBundleStopTime)(nil),
+		(*Command_RenewBundleLease)(nil),
+		(*Command_SetLeasesPaused)(nil),
 	}
-	file_norsk_store_v1_store_proto_msgTypes[43].OneofWrappers = []any{
+	file_norsk_store_v1_store_proto_msgTypes[52].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Instance)(nil),
@@ -4167,6 +4918,8 @@ func file_norsk_store_v1_store_proto_init() {
 		(*SnapshotRecord_AccessReplica)(nil),
 		(*SnapshotRecord_Member)(nil),
 		(*SnapshotRecord_ClusterMeta)(nil),
+		(*SnapshotRecord_Bundle)(nil),
+		(*SnapshotRecord_LeaseState)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4174,7 +4927,7 @@ func file_norsk_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_store_v1_store_proto_rawDesc), len(file_norsk_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -142,6 +142,32 @@ const (
 	// ManagerExplainPlacementProcedure is the fully-qualified name of the Manager's ExplainPlacement
 	// RPC.
 	ManagerExplainPlacementProcedure = "/norsk.manager.v1.Manager/ExplainPlacement"
+	// ManagerCreateBundleProcedure is the fully-qualified name of the Manager's CreateBundle RPC.
+	ManagerCreateBundleProcedure = "/norsk.manager.v1.Manager/CreateBundle"
+	// ManagerUpdateBundleProcedure is the fully-qualified name of the Manager's UpdateBundle RPC.
+	ManagerUpdateBundleProcedure = "/norsk.manager.v1.Manager/UpdateBundle"
+	// ManagerDeleteBundleProcedure is the fully-qualified name of the Manager's DeleteBundle RPC.
+	ManagerDeleteBundleProcedure = "/norsk.manager.v1.Manager/DeleteBundle"
+	// ManagerBundleByIdProcedure is the fully-qualified name of the Manager's BundleById RPC.
+	ManagerBundleByIdProcedure = "/norsk.manager.v1.Manager/BundleById"
+	// ManagerListBundlesProcedure is the fully-qualified name of the Manager's ListBundles RPC.
+	ManagerListBundlesProcedure = "/norsk.manager.v1.Manager/ListBundles"
+	// ManagerStartBundleJobProcedure is the fully-qualified name of the Manager's StartBundleJob RPC.
+	ManagerStartBundleJobProcedure = "/norsk.manager.v1.Manager/StartBundleJob"
+	// ManagerStopBundleJobProcedure is the fully-qualified name of the Manager's StopBundleJob RPC.
+	ManagerStopBundleJobProcedure = "/norsk.manager.v1.Manager/StopBundleJob"
+	// ManagerSetBundleStopTimeProcedure is the fully-qualified name of the Manager's SetBundleStopTime
+	// RPC.
+	ManagerSetBundleStopTimeProcedure = "/norsk.manager.v1.Manager/SetBundleStopTime"
+	// ManagerRenewBundleLeaseProcedure is the fully-qualified name of the Manager's RenewBundleLease
+	// RPC.
+	ManagerRenewBundleLeaseProcedure = "/norsk.manager.v1.Manager/RenewBundleLease"
+	// ManagerPauseLeasesProcedure is the fully-qualified name of the Manager's PauseLeases RPC.
+	ManagerPauseLeasesProcedure = "/norsk.manager.v1.Manager/PauseLeases"
+	// ManagerResumeLeasesProcedure is the fully-qualified name of the Manager's ResumeLeases RPC.
+	ManagerResumeLeasesProcedure = "/norsk.manager.v1.Manager/ResumeLeases"
+	// ManagerGetLeaseStatusProcedure is the fully-qualified name of the Manager's GetLeaseStatus RPC.
+	ManagerGetLeaseStatusProcedure = "/norsk.manager.v1.Manager/GetLeaseStatus"
 	// ManagerEventStreamProcedure is the fully-qualified name of the Manager's EventStream RPC.
 	ManagerEventStreamProcedure = "/norsk.manager.v1.Manager/EventStream"
 )
@@ -210,6 +236,21 @@ type ManagerClient interface {
 	AnnounceControlPlane(context.Context, *connect.Request[v1.AnnounceControlPlaneRequest]) (*connect.Response[v1.AnnounceControlPlaneResponse], error)
 	// Placement: where a job's instance would go now, and why not elsewhere.
 	ExplainPlacement(context.Context, *connect.Request[v1.ExplainPlacementRequest]) (*connect.Response[v1.ExplainPlacementResponse], error)
+	// Bundles (AutoManager v1): a bundle expands into replica jobs the
+	// AutoManager places and keeps running.
+	CreateBundle(context.Context, *connect.Request[v1.CreateBundleRequest]) (*connect.Response[v1.CreateBundleResponse], error)
+	UpdateBundle(context.Context, *connect.Request[v1.UpdateBundleRequest]) (*connect.Response[v1.UpdateBundleResponse], error)
+	DeleteBundle(context.Context, *connect.Request[v1.DeleteBundleRequest]) (*connect.Response[v1.DeleteBundleResponse], error)
+	BundleById(context.Context, *connect.Request[v1.BundleByIdRequest]) (*connect.Response[v1.BundleWithJobs], error)
+	ListBundles(context.Context, *connect.Request[v1.ListBundlesRequest]) (*connect.Response[v1.ListBundlesResponse], error)
+	StartBundleJob(context.Context, *connect.Request[v1.StartBundleJobRequest]) (*connect.Response[v1.StartBundleJobResponse], error)
+	StopBundleJob(context.Context, *connect.Request[v1.StopBundleJobRequest]) (*connect.Response[v1.StopBundleJobResponse], error)
+	SetBundleStopTime(context.Context, *connect.Request[v1.SetBundleStopTimeRequest]) (*connect.Response[v1.SetBundleStopTimeResponse], error)
+	RenewBundleLease(context.Context, *connect.Request[v1.RenewBundleLeaseRequest]) (*connect.Response[v1.RenewBundleLeaseResponse], error)
+	// Leases of lease-protected jobs.
+	PauseLeases(context.Context, *connect.Request[v1.PauseLeasesRequest]) (*connect.Response[v1.PauseLeasesResponse], error)
+	ResumeLeases(context.Context, *connect.Request[v1.ResumeLeasesRequest]) (*connect.Response[v1.ResumeLeasesResponse], error)
+	GetLeaseStatus(context.Context, *connect.Request[v1.GetLeaseStatusRequest]) (*connect.Response[v1.LeaseStatus], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -497,6 +538,78 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(managerMethods.ByName("ExplainPlacement")),
 			connect.WithClientOptions(opts...),
 		),
+		createBundle: connect.NewClient[v1.CreateBundleRequest, v1.CreateBundleResponse](
+			httpClient,
+			baseURL+ManagerCreateBundleProcedure,
+			connect.WithSchema(managerMethods.ByName("CreateBundle")),
+			connect.WithClientOptions(opts...),
+		),
+		updateBundle: connect.NewClient[v1.UpdateBundleRequest, v1.UpdateBundleResponse](
+			httpClient,
+			baseURL+ManagerUpdateBundleProcedure,
+			connect.WithSchema(managerMethods.ByName("UpdateBundle")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteBundle: connect.NewClient[v1.DeleteBundleRequest, v1.DeleteBundleResponse](
+			httpClient,
+			baseURL+ManagerDeleteBundleProcedure,
+			connect.WithSchema(managerMethods.ByName("DeleteBundle")),
+			connect.WithClientOptions(opts...),
+		),
+		bundleById: connect.NewClient[v1.BundleByIdRequest, v1.BundleWithJobs](
+			httpClient,
+			baseURL+ManagerBundleByIdProcedure,
+			connect.WithSchema(managerMethods.ByName("BundleById")),
+			connect.WithClientOptions(opts...),
+		),
+		listBundles: connect.NewClient[v1.ListBundlesRequest, v1.ListBundlesResponse](
+			httpClient,
+			baseURL+ManagerListBundlesProcedure,
+			connect.WithSchema(managerMethods.ByName("ListBundles")),
+			connect.WithClientOptions(opts...),
+		),
+		startBundleJob: connect.NewClient[v1.StartBundleJobRequest, v1.StartBundleJobResponse](
+			httpClient,
+			baseURL+ManagerStartBundleJobProcedure,
+			connect.WithSchema(managerMethods.ByName("StartBundleJob")),
+			connect.WithClientOptions(opts...),
+		),
+		stopBundleJob: connect.NewClient[v1.StopBundleJobRequest, v1.StopBundleJobResponse](
+			httpClient,
+			baseURL+ManagerStopBundleJobProcedure,
+			connect.WithSchema(managerMethods.ByName("StopBundleJob")),
+			connect.WithClientOptions(opts...),
+		),
+		setBundleStopTime: connect.NewClient[v1.SetBundleStopTimeRequest, v1.SetBundleStopTimeResponse](
+			httpClient,
+			baseURL+ManagerSetBundleStopTimeProcedure,
+			connect.WithSchema(managerMethods.ByName("SetBundleStopTime")),
+			connect.WithClientOptions(opts...),
+		),
+		renewBundleLease: connect.NewClient[v1.RenewBundleLeaseRequest, v1.RenewBundleLeaseResponse](
+			httpClient,
+			baseURL+ManagerRenewBundleLeaseProcedure,
+			connect.WithSchema(managerMethods.ByName("RenewBundleLease")),
+			connect.WithClientOptions(opts...),
+		),
+		pauseLeases: connect.NewClient[v1.PauseLeasesRequest, v1.PauseLeasesResponse](
+			httpClient,
+			baseURL+ManagerPauseLeasesProcedure,
+			connect.WithSchema(managerMethods.ByName("PauseLeases")),
+			connect.WithClientOptions(opts...),
+		),
+		resumeLeases: connect.NewClient[v1.ResumeLeasesRequest, v1.ResumeLeasesResponse](
+			httpClient,
+			baseURL+ManagerResumeLeasesProcedure,
+			connect.WithSchema(managerMethods.ByName("ResumeLeases")),
+			connect.WithClientOptions(opts...),
+		),
+		getLeaseStatus: connect.NewClient[v1.GetLeaseStatusRequest, v1.LeaseStatus](
+			httpClient,
+			baseURL+ManagerGetLeaseStatusProcedure,
+			connect.WithSchema(managerMethods.ByName("GetLeaseStatus")),
+			connect.WithClientOptions(opts...),
+		),
 		eventStream: connect.NewClient[v1.EventStreamRequest, v1.Event](
 			httpClient,
 			baseURL+ManagerEventStreamProcedure,
@@ -553,6 +666,18 @@ type managerClient struct {
 	getClusterEvents          *connect.Client[v1.GetClusterEventsRequest, v1.GetClusterEventsResponse]
 	announceControlPlane      *connect.Client[v1.AnnounceControlPlaneRequest, v1.AnnounceControlPlaneResponse]
 	explainPlacement          *connect.Client[v1.ExplainPlacementRequest, v1.ExplainPlacementResponse]
+	createBundle              *connect.Client[v1.CreateBundleRequest, v1.CreateBundleResponse]
+	updateBundle              *connect.Client[v1.UpdateBundleRequest, v1.UpdateBundleResponse]
+	deleteBundle              *connect.Client[v1.DeleteBundleRequest, v1.DeleteBundleResponse]
+	bundleById                *connect.Client[v1.BundleByIdRequest, v1.BundleWithJobs]
+	listBundles               *connect.Client[v1.ListBundlesRequest, v1.ListBundlesResponse]
+	startBundleJob            *connect.Client[v1.StartBundleJobRequest, v1.StartBundleJobResponse]
+	stopBundleJob             *connect.Client[v1.StopBundleJobRequest, v1.StopBundleJobResponse]
+	setBundleStopTime         *connect.Client[v1.SetBundleStopTimeRequest, v1.SetBundleStopTimeResponse]
+	renewBundleLease          *connect.Client[v1.RenewBundleLeaseRequest, v1.RenewBundleLeaseResponse]
+	pauseLeases               *connect.Client[v1.PauseLeasesRequest, v1.PauseLeasesResponse]
+	resumeLeases              *connect.Client[v1.ResumeLeasesRequest, v1.ResumeLeasesResponse]
+	getLeaseStatus            *connect.Client[v1.GetLeaseStatusRequest, v1.LeaseStatus]
 	eventStream               *connect.Client[v1.EventStreamRequest, v1.Event]
 }
 
@@ -781,6 +906,66 @@ func (c *managerClient) ExplainPlacement(ctx context.Context, req *connect.Reque
 	return c.explainPlacement.CallUnary(ctx, req)
 }
 
+// CreateBundle calls norsk.manager.v1.Manager.CreateBundle.
+func (c *managerClient) CreateBundle(ctx context.Context, req *connect.Request[v1.CreateBundleRequest]) (*connect.Response[v1.CreateBundleResponse], error) {
+	return c.createBundle.CallUnary(ctx, req)
+}
+
+// UpdateBundle calls norsk.manager.v1.Manager.UpdateBundle.
+func (c *managerClient) UpdateBundle(ctx context.Context, req *connect.Request[v1.UpdateBundleRequest]) (*connect.Response[v1.UpdateBundleResponse], error) {
+	return c.updateBundle.CallUnary(ctx, req)
+}
+
+// DeleteBundle calls norsk.manager.v1.Manager.DeleteBundle.
+func (c *managerClient) DeleteBundle(ctx context.Context, req *connect.Request[v1.DeleteBundleRequest]) (*connect.Response[v1.DeleteBundleResponse], error) {
+	return c.deleteBundle.CallUnary(ctx, req)
+}
+
+// BundleById calls norsk.manager.v1.Manager.BundleById.
+func (c *managerClient) BundleById(ctx context.Context, req *connect.Request[v1.BundleByIdRequest]) (*connect.Response[v1.BundleWithJobs], error) {
+	return c.bundleById.CallUnary(ctx, req)
+}
+
+// ListBundles calls norsk.manager.v1.Manager.ListBundles.
+func (c *managerClient) ListBundles(ctx context.Context, req *connect.Request[v1.ListBundlesRequest]) (*connect.Response[v1.ListBundlesResponse], error) {
+	return c.listBundles.CallUnary(ctx, req)
+}
+
+// StartBundleJob calls norsk.manager.v1.Manager.StartBundleJob.
+func (c *managerClient) StartBundleJob(ctx context.Context, req *connect.Request[v1.StartBundleJobRequest]) (*connect.Response[v1.StartBundleJobResponse], error) {
+	return c.startBundleJob.CallUnary(ctx, req)
+}
+
+// StopBundleJob calls norsk.manager.v1.Manager.StopBundleJob.
+func (c *managerClient) StopBundleJob(ctx context.Context, req *connect.Request[v1.StopBundleJobRequest]) (*connect.Response[v1.StopBundleJobResponse], error) {
+	return c.stopBundleJob.CallUnary(ctx, req)
+}
+
+// SetBundleStopTime calls norsk.manager.v1.Manager.SetBundleStopTime.
+func (c *managerClient) SetBundleStopTime(ctx context.Context, req *connect.Request[v1.SetBundleStopTimeRequest]) (*connect.Response[v1.SetBundleStopTimeResponse], error) {
+	return c.setBundleStopTime.CallUnary(ctx, req)
+}
+
+// RenewBundleLease calls norsk.manager.v1.Manager.RenewBundleLease.
+func (c *managerClient) RenewBundleLease(ctx context.Context, req *connect.Request[v1.RenewBundleLeaseRequest]) (*connect.Response[v1.RenewBundleLeaseResponse], error) {
+	return c.renewBundleLease.CallUnary(ctx, req)
+}
+
+// PauseLeases calls norsk.manager.v1.Manager.PauseLeases.
+func (c *managerClient) PauseLeases(ctx context.Context, req *connect.Request[v1.PauseLeasesRequest]) (*connect.Response[v1.PauseLeasesResponse], error) {
+	return c.pauseLeases.CallUnary(ctx, req)
+}
+
+// ResumeLeases calls norsk.manager.v1.Manager.ResumeLeases.
+func (c *managerClient) ResumeLeases(ctx context.Context, req *connect.Request[v1.ResumeLeasesRequest]) (*connect.Response[v1.ResumeLeasesResponse], error) {
+	return c.resumeLeases.CallUnary(ctx, req)
+}
+
+// GetLeaseStatus calls norsk.manager.v1.Manager.GetLeaseStatus.
+func (c *managerClient) GetLeaseStatus(ctx context.Context, req *connect.Request[v1.GetLeaseStatusRequest]) (*connect.Response[v1.LeaseStatus], error) {
+	return c.getLeaseStatus.CallUnary(ctx, req)
+}
+
 // EventStream calls norsk.manager.v1.Manager.EventStream.
 func (c *managerClient) EventStream(ctx context.Context, req *connect.Request[v1.EventStreamRequest]) (*connect.ServerStreamForClient[v1.Event], error) {
 	return c.eventStream.CallServerStream(ctx, req)
@@ -850,6 +1035,21 @@ type ManagerHandler interface {
 	AnnounceControlPlane(context.Context, *connect.Request[v1.AnnounceControlPlaneRequest]) (*connect.Response[v1.AnnounceControlPlaneResponse], error)
 	// Placement: where a job's instance would go now, and why not elsewhere.
 	ExplainPlacement(context.Context, *connect.Request[v1.ExplainPlacementRequest]) (*connect.Response[v1.ExplainPlacementResponse], error)
+	// Bundles (AutoManager v1): a bundle expands into replica jobs the
+	// AutoManager places and keeps running.
+	CreateBundle(context.Context, *connect.Request[v1.CreateBundleRequest]) (*connect.Response[v1.CreateBundleResponse], error)
+	UpdateBundle(context.Context, *connect.Request[v1.UpdateBundleRequest]) (*connect.Response[v1.UpdateBundleResponse], error)
+	DeleteBundle(context.Context, *connect.Request[v1.DeleteBundleRequest]) (*connect.Response[v1.DeleteBundleResponse], error)
+	BundleById(context.Context, *connect.Request[v1.BundleByIdRequest]) (*connect.Response[v1.BundleWithJobs], error)
+	ListBundles(context.Context, *connect.Request[v1.ListBundlesRequest]) (*connect.Response[v1.ListBundlesResponse], error)
+	StartBundleJob(context.Context, *connect.Request[v1.StartBundleJobRequest]) (*connect.Response[v1.StartBundleJobResponse], error)
+	StopBundleJob(context.Context, *connect.Request[v1.StopBundleJobRequest]) (*connect.Response[v1.StopBundleJobResponse], error)
+	SetBundleStopTime(context.Context, *connect.Request[v1.SetBundleStopTimeRequest]) (*connect.Response[v1.SetBundleStopTimeResponse], error)
+	RenewBundleLease(context.Context, *connect.Request[v1.RenewBundleLeaseRequest]) (*connect.Response[v1.RenewBundleLeaseResponse], error)
+	// Leases of lease-protected jobs.
+	PauseLeases(context.Context, *connect.Request[v1.PauseLeasesRequest]) (*connect.Response[v1.PauseLeasesResponse], error)
+	ResumeLeases(context.Context, *connect.Request[v1.ResumeLeasesRequest]) (*connect.Response[v1.ResumeLeasesResponse], error)
+	GetLeaseStatus(context.Context, *connect.Request[v1.GetLeaseStatusRequest]) (*connect.Response[v1.LeaseStatus], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -1133,6 +1333,78 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(managerMethods.ByName("ExplainPlacement")),
 		connect.WithHandlerOptions(opts...),
 	)
+	managerCreateBundleHandler := connect.NewUnaryHandler(
+		ManagerCreateBundleProcedure,
+		svc.CreateBundle,
+		connect.WithSchema(managerMethods.ByName("CreateBundle")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerUpdateBundleHandler := connect.NewUnaryHandler(
+		ManagerUpdateBundleProcedure,
+		svc.UpdateBundle,
+		connect.WithSchema(managerMethods.ByName("UpdateBundle")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerDeleteBundleHandler := connect.NewUnaryHandler(
+		ManagerDeleteBundleProcedure,
+		svc.DeleteBundle,
+		connect.WithSchema(managerMethods.ByName("DeleteBundle")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerBundleByIdHandler := connect.NewUnaryHandler(
+		ManagerBundleByIdProcedure,
+		svc.BundleById,
+		connect.WithSchema(managerMethods.ByName("BundleById")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerListBundlesHandler := connect.NewUnaryHandler(
+		ManagerListBundlesProcedure,
+		svc.ListBundles,
+		connect.WithSchema(managerMethods.ByName("ListBundles")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerStartBundleJobHandler := connect.NewUnaryHandler(
+		ManagerStartBundleJobProcedure,
+		svc.StartBundleJob,
+		connect.WithSchema(managerMethods.ByName("StartBundleJob")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerStopBundleJobHandler := connect.NewUnaryHandler(
+		ManagerStopBundleJobProcedure,
+		svc.StopBundleJob,
+		connect.WithSchema(managerMethods.ByName("StopBundleJob")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerSetBundleStopTimeHandler := connect.NewUnaryHandler(
+		ManagerSetBundleStopTimeProcedure,
+		svc.SetBundleStopTime,
+		connect.WithSchema(managerMethods.ByName("SetBundleStopTime")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerRenewBundleLeaseHandler := connect.NewUnaryHandler(
+		ManagerRenewBundleLeaseProcedure,
+		svc.RenewBundleLease,
+		connect.WithSchema(managerMethods.ByName("RenewBundleLease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerPauseLeasesHandler := connect.NewUnaryHandler(
+		ManagerPauseLeasesProcedure,
+		svc.PauseLeases,
+		connect.WithSchema(managerMethods.ByName("PauseLeases")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerResumeLeasesHandler := connect.NewUnaryHandler(
+		ManagerResumeLeasesProcedure,
+		svc.ResumeLeases,
+		connect.WithSchema(managerMethods.ByName("ResumeLeases")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerGetLeaseStatusHandler := connect.NewUnaryHandler(
+		ManagerGetLeaseStatusProcedure,
+		svc.GetLeaseStatus,
+		connect.WithSchema(managerMethods.ByName("GetLeaseStatus")),
+		connect.WithHandlerOptions(opts...),
+	)
 	managerEventStreamHandler := connect.NewServerStreamHandler(
 		ManagerEventStreamProcedure,
 		svc.EventStream,
@@ -1231,6 +1503,30 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerAnnounceControlPlaneHandler.ServeHTTP(w, r)
 		case ManagerExplainPlacementProcedure:
 			managerExplainPlacementHandler.ServeHTTP(w, r)
+		case ManagerCreateBundleProcedure:
+			managerCreateBundleHandler.ServeHTTP(w, r)
+		case ManagerUpdateBundleProcedure:
+			managerUpdateBundleHandler.ServeHTTP(w, r)
+		case ManagerDeleteBundleProcedure:
+			managerDeleteBundleHandler.ServeHTTP(w, r)
+		case ManagerBundleByIdProcedure:
+			managerBundleByIdHandler.ServeHTTP(w, r)
+		case ManagerListBundlesProcedure:
+			managerListBundlesHandler.ServeHTTP(w, r)
+		case ManagerStartBundleJobProcedure:
+			managerStartBundleJobHandler.ServeHTTP(w, r)
+		case ManagerStopBundleJobProcedure:
+			managerStopBundleJobHandler.ServeHTTP(w, r)
+		case ManagerSetBundleStopTimeProcedure:
+			managerSetBundleStopTimeHandler.ServeHTTP(w, r)
+		case ManagerRenewBundleLeaseProcedure:
+			managerRenewBundleLeaseHandler.ServeHTTP(w, r)
+		case ManagerPauseLeasesProcedure:
+			managerPauseLeasesHandler.ServeHTTP(w, r)
+		case ManagerResumeLeasesProcedure:
+			managerResumeLeasesHandler.ServeHTTP(w, r)
+		case ManagerGetLeaseStatusProcedure:
+			managerGetLeaseStatusHandler.ServeHTTP(w, r)
 		case ManagerEventStreamProcedure:
 			managerEventStreamHandler.ServeHTTP(w, r)
 		default:
@@ -1420,6 +1716,54 @@ func (UnimplementedManagerHandler) AnnounceControlPlane(context.Context, *connec
 
 func (UnimplementedManagerHandler) ExplainPlacement(context.Context, *connect.Request[v1.ExplainPlacementRequest]) (*connect.Response[v1.ExplainPlacementResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ExplainPlacement is not implemented"))
+}
+
+func (UnimplementedManagerHandler) CreateBundle(context.Context, *connect.Request[v1.CreateBundleRequest]) (*connect.Response[v1.CreateBundleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.CreateBundle is not implemented"))
+}
+
+func (UnimplementedManagerHandler) UpdateBundle(context.Context, *connect.Request[v1.UpdateBundleRequest]) (*connect.Response[v1.UpdateBundleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.UpdateBundle is not implemented"))
+}
+
+func (UnimplementedManagerHandler) DeleteBundle(context.Context, *connect.Request[v1.DeleteBundleRequest]) (*connect.Response[v1.DeleteBundleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.DeleteBundle is not implemented"))
+}
+
+func (UnimplementedManagerHandler) BundleById(context.Context, *connect.Request[v1.BundleByIdRequest]) (*connect.Response[v1.BundleWithJobs], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.BundleById is not implemented"))
+}
+
+func (UnimplementedManagerHandler) ListBundles(context.Context, *connect.Request[v1.ListBundlesRequest]) (*connect.Response[v1.ListBundlesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ListBundles is not implemented"))
+}
+
+func (UnimplementedManagerHandler) StartBundleJob(context.Context, *connect.Request[v1.StartBundleJobRequest]) (*connect.Response[v1.StartBundleJobResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.StartBundleJob is not implemented"))
+}
+
+func (UnimplementedManagerHandler) StopBundleJob(context.Context, *connect.Request[v1.StopBundleJobRequest]) (*connect.Response[v1.StopBundleJobResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.StopBundleJob is not implemented"))
+}
+
+func (UnimplementedManagerHandler) SetBundleStopTime(context.Context, *connect.Request[v1.SetBundleStopTimeRequest]) (*connect.Response[v1.SetBundleStopTimeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.SetBundleStopTime is not implemented"))
+}
+
+func (UnimplementedManagerHandler) RenewBundleLease(context.Context, *connect.Request[v1.RenewBundleLeaseRequest]) (*connect.Response[v1.RenewBundleLeaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.RenewBundleLease is not implemented"))
+}
+
+func (UnimplementedManagerHandler) PauseLeases(context.Context, *connect.Request[v1.PauseLeasesRequest]) (*connect.Response[v1.PauseLeasesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.PauseLeases is not implemented"))
+}
+
+func (UnimplementedManagerHandler) ResumeLeases(context.Context, *connect.Request[v1.ResumeLeasesRequest]) (*connect.Response[v1.ResumeLeasesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ResumeLeases is not implemented"))
+}
+
+func (UnimplementedManagerHandler) GetLeaseStatus(context.Context, *connect.Request[v1.GetLeaseStatusRequest]) (*connect.Response[v1.LeaseStatus], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.GetLeaseStatus is not implemented"))
 }
 
 func (UnimplementedManagerHandler) EventStream(context.Context, *connect.Request[v1.EventStreamRequest], *connect.ServerStream[v1.Event]) error {

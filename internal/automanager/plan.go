@@ -1,0 +1,552 @@
+package automanager
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
+)
+
+// Policy is how the AutoManager recovers.
+type Policy struct {
+	// RestartCeiling is how many failures of an instance within
+	// RestartWindow end its job with MarkJobFailed (default 5).
+	RestartCeiling int
+	// RestartWindow is the window failures are counted in (default 10 min).
+	RestartWindow time.Duration
+	// BackoffBase and BackoffMax bound the wait before re-placing an
+	// instance that failed: BackoffBase × 2^(failures-1), at most
+	// BackoffMax (defaults 1 s and 1 min). An instance whose node was lost
+	// is re-placed at once: the loss is not the job's fault, and it does not
+	// count towards the ceiling.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// Placement is the placement configuration (pools and their tiers).
+	Placement placement.Config
+}
+
+func (p *Policy) defaults() {
+	if p.RestartCeiling <= 0 {
+		p.RestartCeiling = 5
+	}
+	if p.RestartWindow <= 0 {
+		p.RestartWindow = 10 * time.Minute
+	}
+	if p.BackoffBase <= 0 {
+		p.BackoffBase = time.Second
+	}
+	if p.BackoffMax <= 0 {
+		p.BackoffMax = time.Minute
+	}
+}
+
+// View is the Manager's state as the AutoManager decides on it.
+type View struct {
+	Nodes []*managerv1.Node
+	// Jobs with their instances; History may be nil for a job whose history
+	// was not fetched (Plan then asks for it in NeedHistory).
+	Jobs    []*managerv1.JobWithHistory
+	Bundles []*managerv1.Bundle
+	// Leases is nil when not fetched (Plan then sets NeedLeases if it must
+	// know).
+	Leases *managerv1.LeaseStatus
+}
+
+// ActionKind is what an Action does.
+type ActionKind int
+
+const (
+	// ActStart binds JobID/Role to NodeID (StartJob with Placement).
+	ActStart ActionKind = iota + 1
+	// ActMarkFailed ends JobID for good (MarkJobFailed with Reason).
+	ActMarkFailed
+	// ActDeleteBundle starts or finishes BundleID's deletion.
+	ActDeleteBundle
+	// ActUpdateJob rolls a changed bundle template onto Job.
+	ActUpdateJob
+	// ActStop stops JobID/Role on NodeID so that it restarts on its job's
+	// current spec (a rolling restart of a bundle replica).
+	ActStop
+)
+
+// Action is one call Plan wants made.
+type Action struct {
+	Kind      ActionKind
+	JobID     string
+	Role      string
+	NodeID    string
+	Placement *managerv1.PlacementEvent
+	Reason    string
+	BundleID  string
+	Job       *managerv1.Job
+}
+
+// Unplaced is an instance that needs a node and fits none.
+type Unplaced struct {
+	JobID, Role string
+	Summary     string
+}
+
+// Decision is what Plan decided.
+type Decision struct {
+	Actions  []Action
+	Unplaced []Unplaced
+	// NextAt is the earliest time a decision that is waiting (a backoff, a
+	// lease, a stop time) falls due; zero = none.
+	NextAt time.Time
+	// NeedHistory lists jobs whose history Plan needs and the View lacks.
+	NeedHistory []string
+	// NeedLeases: Plan needs the lease status and the View lacks it.
+	NeedLeases bool
+}
+
+func (d *Decision) due(t time.Time) {
+	if d.NextAt.IsZero() || t.Before(d.NextAt) {
+		d.NextAt = t
+	}
+}
+
+const (
+	phaseStopped   = managerv1.InstancePhase_INSTANCE_PHASE_STOPPED
+	desiredStopped = managerv1.InstanceDesired_INSTANCE_DESIRED_STOPPED
+	nodeOnline     = managerv1.NodeState_NODE_STATE_ONLINE
+	nodeStopping   = managerv1.NodeState_NODE_STATE_STOPPING
+	reasonFailed   = managerv1.StoppingReason_STOPPING_REASON_JOB_FAILED
+	reasonUser     = managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED
+)
+
+// slot is one instance the AutoManager keeps placed: a job and the role it
+// runs in.
+type slot struct {
+	job    *managerv1.JobWithHistory
+	bundle *managerv1.Bundle
+	role   string
+	// recovery is the failure being recovered from (nil: first placement
+	// or a restart after a stop).
+	recovery *failure
+	// restart: a bundle job stopped on purpose (a rolling restart, a
+	// StopJob) is started again.
+	restart bool
+}
+
+// failure is the instance's last failure and the count within the window.
+type failure struct {
+	at       time.Time
+	nodeID   string
+	why      string
+	lostNode bool
+	// jobFailures counts the instance's own failures within the window
+	// (each binding once); excluded maps the nodes it failed on, or lost,
+	// within the window to why.
+	jobFailures int
+	excluded    map[string]string
+}
+
+// Plan decides what to do now. It is pure: the same view, policy and time
+// give the same decision.
+func Plan(v View, p Policy, now time.Time) Decision {
+	p.defaults()
+	var d Decision
+	nodes := make(map[string]*managerv1.Node, len(v.Nodes))
+	for _, n := range v.Nodes {
+		nodes[n.GetNodeId()] = n
+	}
+	reachable := func(nodeID string) bool {
+		n := nodes[nodeID]
+		return n != nil && (n.GetState() == nodeOnline || n.GetState() == nodeStopping)
+	}
+	bundles := make(map[string]*managerv1.Bundle, len(v.Bundles))
+	for _, b := range v.Bundles {
+		bundles[b.GetBundleId()] = b
+	}
+	jobs := make(map[string]*managerv1.JobWithHistory, len(v.Jobs))
+	for _, j := range v.Jobs {
+		jobs[j.GetJob().GetJobId()] = j
+	}
+
+	planBundles(&d, v.Bundles, jobs, reachable, now)
+
+	var slots []slot
+	var live []placement.Allocation
+	for _, jh := range v.Jobs {
+		job := jh.GetJob()
+		bundle := bundles[job.GetTags()[placement.TagBundleID]]
+		for _, in := range jh.GetInstances() {
+			if in.GetPhase() != phaseStopped && reachable(in.GetNodeId()) {
+				live = append(live, placement.AllocationForJob(in, job, bundle))
+			}
+		}
+		role, ok := managedRole(job, bundle)
+		if !ok {
+			continue
+		}
+		s, wait := classify(&d, jh, bundle, role, v.Leases, reachable, p, now)
+		if !wait {
+			slots = append(slots, s)
+		}
+	}
+	if len(slots) == 0 {
+		return d
+	}
+	view := make([]placement.Node, 0, len(v.Nodes))
+	offline := map[string]string{}
+	for _, n := range v.Nodes {
+		view = append(view, placement.NodeFromProto(n))
+		if n.GetState() != nodeOnline {
+			offline[n.GetNodeId()] = "the node is " + strings.ToLower(strings.TrimPrefix(n.GetState().String(), "NODE_STATE_"))
+		}
+	}
+	st, err := placement.NewState(p.Placement, view, live)
+	if err != nil {
+		for _, s := range slots {
+			d.Unplaced = append(d.Unplaced, Unplaced{JobID: s.job.GetJob().GetJobId(), Role: s.role, Summary: err.Error()})
+		}
+		return d
+	}
+	// Recoveries first (a live channel is dark), then in bundle order:
+	// replica 0 of every job before replica 1, so anti-affinity and
+	// co-location see the primaries placed.
+	sort.SliceStable(slots, func(i, j int) bool {
+		a, b := slots[i], slots[j]
+		if (a.recovery != nil) != (b.recovery != nil) {
+			return a.recovery != nil
+		}
+		ab, ar, an, _ := placement.BundleJobOf(a.job.GetJob())
+		bb, br, bn, _ := placement.BundleJobOf(b.job.GetJob())
+		if ab != bb {
+			return ab < bb
+		}
+		if ar != br {
+			return ar < br
+		}
+		if an != bn {
+			return an < bn
+		}
+		return a.job.GetJob().GetJobId() < b.job.GetJob().GetJobId()
+	})
+	for _, s := range slots {
+		placeSlot(&d, st, s, offline, p)
+	}
+	return d
+}
+
+// managedRole is the role the AutoManager keeps job placed in, if any: a
+// live bundle's replica job that is not dormant, or a job with
+// autoPlacement of no bundle ("primary"). A terminal job is never placed.
+func managedRole(job *managerv1.Job, bundle *managerv1.Bundle) (string, bool) {
+	if job.GetTerminalState() != nil {
+		return "", false
+	}
+	if _, replica, _, ok := placement.BundleJobOf(job); ok {
+		if bundle == nil || bundle.GetState() != managerv1.BundleState_BUNDLE_STATE_LIVE || job.GetTags()[jobspec.TagDormant] == "true" {
+			return "", false
+		}
+		return jobspec.ReplicaRole(replica), true
+	}
+	if job.GetAutoPlacement() == nil {
+		return "", false
+	}
+	return "primary", true
+}
+
+// classify decides what one managed instance needs: nothing (running, or
+// waiting for something), a first placement, or a recovery. wait is true
+// when it needs no placement now.
+func classify(d *Decision, jh *managerv1.JobWithHistory, bundle *managerv1.Bundle, role string, leases *managerv1.LeaseStatus,
+	reachable func(string) bool, p Policy, now time.Time) (s slot, wait bool) {
+	job := jh.GetJob()
+	s = slot{job: jh, bundle: bundle, role: role}
+	var in *managerv1.Instance
+	for _, x := range jh.GetInstances() {
+		if x.GetRole() == role {
+			in = x
+		}
+	}
+	switch {
+	case in == nil:
+		// Never placed. A job of no bundle is placed only while it has
+		// never run (its state is pre): a user who stopped it meant it.
+		if bundle == nil && job.GetState() != managerv1.JobState_JOB_STATE_PRE {
+			return s, true
+		}
+		return s, false
+	case reachable(in.GetNodeId()) && (in.GetDesired() != desiredStopped || in.GetPhase() != phaseStopped):
+		return s, true // running, starting or stopping where its worker answers
+	case in.GetDesired() == desiredStopped && in.GetStopReason() == reasonUser:
+		// Stopped on purpose: a bundle keeps its jobs running (StopBundleJob
+		// is how to keep one down); any other job stays stopped.
+		s.restart = true
+		return s, bundle == nil
+	}
+	// It failed, or its node was lost (or terminated) under it.
+	if !reachable(in.GetNodeId()) && in.GetPhase() != phaseStopped && job.GetLeaseProtected() {
+		// A lost holder may still run it until its lease runs out.
+		if leases == nil {
+			d.NeedLeases = true
+			return s, true
+		}
+		if leases.GetPaused() {
+			return s, true // nothing whose holder was lost starts until resume
+		}
+		for _, l := range leases.GetLeases() {
+			if l.GetJobId() == job.GetJobId() && l.GetRole() == role && !l.GetExpired() {
+				d.due(l.GetExpiresAt().AsTime())
+				return s, true
+			}
+		}
+	}
+	if jh.GetHistory() == nil {
+		d.NeedHistory = append(d.NeedHistory, job.GetJobId())
+		return s, true
+	}
+	f := failureOf(jh.GetHistory(), role, in, p, now)
+	s.recovery = f
+	if f.jobFailures >= p.RestartCeiling {
+		d.Actions = append(d.Actions, Action{Kind: ActMarkFailed, JobID: job.GetJobId(), Role: role,
+			Reason: fmt.Sprintf("restart ceiling reached: %d failures of %s within %s (last on node %s: %s)",
+				f.jobFailures, role, p.RestartWindow, f.nodeID, f.why)})
+		return s, true
+	}
+	if !f.lostNode && f.jobFailures > 0 {
+		delay := p.BackoffBase << (f.jobFailures - 1)
+		if delay > p.BackoffMax || delay <= 0 {
+			delay = p.BackoffMax
+		}
+		if at := f.at.Add(delay); now.Before(at) {
+			d.due(at)
+			return s, true
+		}
+	}
+	return s, false
+}
+
+// failureOf reads the instance's failures within the window from the job's
+// history (newest first): the last one, the nodes to exclude and the count
+// of its own failures, each binding (fencing token) counted once. cur is
+// the current binding: a loss recorded in its history counts even before
+// any stopping entry names it.
+func failureOf(history []*managerv1.JobHistoryEntry, role string, cur *managerv1.Instance, p Policy, now time.Time) *failure {
+	f := &failure{excluded: map[string]string{}}
+	since := now.Add(-p.RestartWindow)
+	counted := map[uint64]bool{}
+	first := true
+	for _, e := range history {
+		st := e.GetStopping()
+		if st == nil || st.GetInstance().GetRole() != role {
+			continue
+		}
+		at := e.GetTimestamp().AsTime()
+		if at.Before(since) {
+			break
+		}
+		ref := st.GetInstance()
+		switch st.GetReason() {
+		case reasonUser:
+			continue
+		case reasonFailed:
+			if !counted[ref.GetFencingToken()] {
+				counted[ref.GetFencingToken()] = true
+				f.jobFailures++
+			}
+			if _, ok := f.excluded[ref.GetNodeId()]; !ok {
+				f.excluded[ref.GetNodeId()] = fmt.Sprintf("the job failed there at %s", at.UTC().Format(time.RFC3339))
+			}
+		default:
+			if _, ok := f.excluded[ref.GetNodeId()]; !ok {
+				f.excluded[ref.GetNodeId()] = fmt.Sprintf("the node lost the job at %s", at.UTC().Format(time.RFC3339))
+			}
+		}
+		if first {
+			first = false
+			f.at, f.nodeID = at, ref.GetNodeId()
+			f.why = st.GetAdditionalReason()
+			if f.why == "" {
+				f.why = strings.ToLower(strings.TrimPrefix(st.GetReason().String(), "STOPPING_REASON_"))
+			}
+			f.lostNode = st.GetReason() != reasonFailed
+		}
+	}
+	if first && cur != nil {
+		// No stopping entry yet (the node went away under it).
+		f.at, f.nodeID, f.why, f.lostNode = now, cur.GetNodeId(), "its node is gone", true
+		f.excluded[cur.GetNodeId()] = "the job's node is gone"
+	}
+	return f
+}
+
+// placeSlot places one instance on st, committing it so the next slot sees
+// it, and records the start (or that nothing fits).
+func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]string, p Policy) {
+	job := s.job.GetJob()
+	req := placement.RequestForJob(job, s.bundle, s.role)
+	req.Exclude = make(map[string]string, len(offline))
+	for id, why := range offline {
+		req.Exclude[id] = why
+	}
+	kind := "first"
+	if s.restart {
+		kind = "restart"
+	}
+	if s.recovery != nil {
+		kind = "recovery"
+		req.Recovery = true
+		for id, why := range s.recovery.excluded {
+			if _, ok := req.Exclude[id]; !ok {
+				req.Exclude[id] = why
+			}
+		}
+	}
+	res, err := st.Place(req)
+	if err == nil && res.NodeID == "" && s.recovery != nil && len(s.recovery.excluded) > 0 {
+		// Nowhere else: a node the job failed on beats staying dark.
+		req.Exclude = offline
+		res, err = st.Place(req)
+	}
+	if err != nil {
+		d.Unplaced = append(d.Unplaced, Unplaced{JobID: job.GetJobId(), Role: s.role, Summary: err.Error()})
+		return
+	}
+	if res.NodeID == "" {
+		d.Unplaced = append(d.Unplaced, Unplaced{JobID: job.GetJobId(), Role: s.role, Summary: res.Summary()})
+		return
+	}
+	if err := st.Commit(req.Allocation(res)); err != nil {
+		d.Unplaced = append(d.Unplaced, Unplaced{JobID: job.GetJobId(), Role: s.role, Summary: err.Error()})
+		return
+	}
+	ev := &managerv1.PlacementEvent{JobId: job.GetJobId(), Role: s.role, NodeId: res.NodeID, Kind: kind, Summary: res.Summary()}
+	for _, dg := range res.Degradations {
+		ev.Degradations = append(ev.Degradations, &managerv1.PlacementRefusal{Rule: string(dg.Rule), Reason: dg.Reason})
+	}
+	if f := s.recovery; f != nil {
+		ev.FailedNodeId, ev.Failure = f.nodeID, f.why
+		ev.Failures, ev.Ceiling = uint32(f.jobFailures), uint32(p.RestartCeiling)
+	}
+	d.Actions = append(d.Actions, Action{Kind: ActStart, JobID: job.GetJobId(), Role: s.role, NodeID: res.NodeID, Placement: ev})
+}
+
+// planBundles finishes deletions whose instances are all gone, starts the
+// deletion of bundles whose stop time or lease has passed, and rolls
+// changed templates one replica at a time.
+func planBundles(d *Decision, bundles []*managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory, reachable func(string) bool, now time.Time) {
+	for _, b := range bundles {
+		id := b.GetBundleId()
+		switch {
+		case b.GetState() == managerv1.BundleState_BUNDLE_STATE_DELETING:
+			if bundleStopped(b, jobs, reachable) {
+				d.Actions = append(d.Actions, Action{Kind: ActDeleteBundle, BundleID: id, Reason: "every instance has stopped"})
+			}
+			continue
+		case b.GetStopAt() != nil && !now.Before(b.GetStopAt().AsTime()):
+			d.Actions = append(d.Actions, Action{Kind: ActDeleteBundle, BundleID: id, Reason: "its stop time passed"})
+			continue
+		case b.GetLeaseExpiresAt() != nil && !now.Before(b.GetLeaseExpiresAt().AsTime()):
+			d.Actions = append(d.Actions, Action{Kind: ActDeleteBundle, BundleID: id, Reason: "its lease ran out unrenewed"})
+			continue
+		}
+		if b.GetStopAt() != nil {
+			d.due(b.GetStopAt().AsTime())
+		}
+		if b.GetLeaseExpiresAt() != nil {
+			d.due(b.GetLeaseExpiresAt().AsTime())
+		}
+		d.Actions = append(d.Actions, roll(b, jobs)...)
+	}
+}
+
+// bundleStopped reports whether no instance of the bundle's jobs still runs
+// where a worker could be running it.
+func bundleStopped(b *managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory, reachable func(string) bool) bool {
+	for r := 0; r < jobspec.Replicas(b); r++ {
+		for _, spec := range b.GetJobs() {
+			jh := jobs[jobspec.BundleJobID(b.GetBundleId(), spec.GetJobName(), r)]
+			for _, in := range jh.GetInstances() {
+				if in.GetPhase() != phaseStopped && reachable(in.GetNodeId()) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// roll brings a bundle's replica jobs to its current templates with the
+// least disruption. Every job whose template changed is updated at once:
+// an update restarts nothing (decision 0005), the running instance keeps
+// its spec until it restarts. Then, when the bundle has more than one
+// replica, the replicas running an older spec are restarted one at a time,
+// the highest first (backups before the primary), and only while every
+// other replica is running — so a full replica stays on air throughout.
+// A bundle of one replica is never restarted for a change: it takes the new
+// spec at its next restart (or migration).
+func roll(b *managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory) []Action {
+	var updates []Action
+	replicas := jobspec.Replicas(b)
+	// stale[r]: the running instances of replica r on an older spec.
+	stale := make([][]*managerv1.Instance, replicas)
+	settled := make([]bool, replicas)
+	for r := replicas - 1; r >= 0; r-- {
+		settled[r] = true
+		for i, spec := range b.GetJobs() {
+			jh := jobs[jobspec.BundleJobID(b.GetBundleId(), spec.GetJobName(), r)]
+			if jh == nil {
+				settled[r] = false
+				continue
+			}
+			if want := jobspec.ExpandBundleJob(b, i, r); !jobspec.SameTemplate(jh.GetJob(), want) {
+				next := proto.Clone(want).(*managerv1.Job)
+				next.CurrentHash = jh.GetJob().GetCurrentHash()
+				if jh.GetJob().GetTags()[jobspec.TagDormant] == "true" {
+					next.Tags[jobspec.TagDormant] = "true"
+				} else {
+					delete(next.Tags, jobspec.TagDormant)
+				}
+				updates = append(updates, Action{Kind: ActUpdateJob, JobID: next.GetJobId(), BundleID: b.GetBundleId(), Job: next, Reason: "bundle template changed"})
+				settled[r] = false
+				continue
+			}
+			if jh.GetJob().GetTags()[jobspec.TagDormant] == "true" {
+				continue
+			}
+			role := jobspec.ReplicaRole(r)
+			var cur *managerv1.Instance
+			for _, in := range jh.GetInstances() {
+				if in.GetRole() == role {
+					cur = in
+				}
+			}
+			switch {
+			case cur == nil || cur.GetPhase() != managerv1.InstancePhase_INSTANCE_PHASE_RUNNING || cur.GetDesired() == desiredStopped:
+				settled[r] = false
+			case cur.GetJobHash() != jh.GetJob().GetCurrentHash():
+				stale[r] = append(stale[r], cur)
+			}
+		}
+	}
+	if len(updates) > 0 || replicas < 2 {
+		return updates
+	}
+	for r := replicas - 1; r >= 0; r-- {
+		if len(stale[r]) == 0 {
+			continue
+		}
+		for o := 0; o < replicas; o++ {
+			if o != r && (!settled[o] || len(stale[o]) > 0 && o > r) {
+				return nil // another replica is not fully on air (or rolls first)
+			}
+		}
+		var out []Action
+		for _, in := range stale[r] {
+			out = append(out, Action{Kind: ActStop, JobID: in.GetJobId(), Role: in.GetRole(), NodeID: in.GetNodeId(), BundleID: b.GetBundleId(),
+				Reason: "restarting on the bundle's new template"})
+		}
+		return out
+	}
+	return nil
+}

@@ -1,0 +1,344 @@
+package automanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+)
+
+// Config configures an AutoManager.
+type Config struct {
+	API    API
+	Policy Policy
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// Metrics, when set, counts placements and what cannot be placed.
+	Metrics *Metrics
+	// Settle is how long a wake-up waits for more events before deciding,
+	// so a burst of changes is handled in one pass (default 20 ms).
+	Settle time.Duration
+	// Resync bounds the time between passes when nothing wakes it (default
+	// 10 s): a pass that failed is retried no later than this.
+	Resync time.Duration
+	// Parallel is how many calls a pass makes at once (default 16).
+	Parallel int
+}
+
+// AutoManager keeps automatically placed jobs placed. Run drives it; it
+// holds nothing that must survive it.
+type AutoManager struct {
+	cfg Config
+	log *slog.Logger
+	// unplaced remembers what was logged as unplaceable, so a summary is
+	// logged once per change rather than on every pass. Only Run's
+	// goroutine touches it.
+	unplaced map[string]string
+}
+
+// New returns an AutoManager; Run starts it.
+func New(cfg Config) *AutoManager {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Settle <= 0 {
+		cfg.Settle = 20 * time.Millisecond
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 10 * time.Second
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 16
+	}
+	cfg.Policy.defaults()
+	return &AutoManager{cfg: cfg, log: cfg.Logger.With("component", "automanager"), unplaced: map[string]string{}}
+}
+
+// Run makes a pass at once, then one whenever the event stream shows a
+// change (after Settle), when a waiting decision falls due, and at least
+// every Resync, until ctx ends. It returns ctx's error.
+func (a *AutoManager) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wake := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.follow(ctx, wake)
+	}()
+	defer wg.Wait()
+	clk := a.cfg.Clock
+	for {
+		next, err := a.Pass(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			a.log.Warn("pass failed; retrying", "err", err)
+		}
+		wait := a.cfg.Resync
+		if err != nil {
+			wait = time.Second
+		}
+		if !next.IsZero() {
+			if d := next.Sub(clk.Now()); d < wait {
+				wait = max(d, 0)
+			}
+		}
+		t := clk.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C():
+		case <-wake:
+			t.Stop()
+			settle := clk.NewTimer(a.cfg.Settle)
+			select {
+			case <-ctx.Done():
+				settle.Stop()
+				return ctx.Err()
+			case <-settle.C():
+			}
+			select { // the events that arrived while settling are covered
+			case <-wake:
+			default:
+			}
+		}
+	}
+}
+
+// follow signals wake on every event of the stream (placements it makes
+// itself included: they may unblock a co-located job).
+func (a *AutoManager) follow(ctx context.Context, wake chan<- struct{}) {
+	s := a.cfg.API.EventStream(ctx, norsk.EventStreamSettings{SkipSnapshot: true})
+	defer s.Close()
+	for s.Next() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	if err := s.Err(); err != nil && ctx.Err() == nil {
+		a.log.Warn("event stream ended; passes continue on the resync timer", "err", err)
+	}
+}
+
+// Pass reads the Manager's state, decides and acts once. It returns when
+// the next waiting decision falls due (zero: none).
+func (a *AutoManager) Pass(ctx context.Context) (time.Time, error) {
+	start := a.cfg.Clock.Now()
+	v, err := a.read(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	d := Plan(v, a.cfg.Policy, a.cfg.Clock.Now())
+	if len(d.NeedHistory) > 0 || d.NeedLeases {
+		if err := a.fill(ctx, &v, d); err != nil {
+			return time.Time{}, err
+		}
+		d = Plan(v, a.cfg.Policy, a.cfg.Clock.Now())
+	}
+	err = a.act(ctx, d)
+	a.report(d)
+	if m := a.cfg.Metrics; m != nil {
+		m.Passes.Inc()
+		m.PassSeconds.Observe(a.cfg.Clock.Now().Sub(start).Seconds())
+	}
+	return d.NextAt, err
+}
+
+// read fetches the nodes, jobs (without history) and bundles.
+func (a *AutoManager) read(ctx context.Context) (View, error) {
+	var v View
+	var err error
+	if v.Nodes, err = a.cfg.API.ListNodes(ctx); err != nil {
+		return v, fmt.Errorf("list nodes: %w", err)
+	}
+	if v.Jobs, err = a.cfg.API.JobSearch(ctx, norsk.JobSearchSettings{}); err != nil {
+		return v, fmt.Errorf("list jobs: %w", err)
+	}
+	bundles, err := a.cfg.API.ListBundles(ctx)
+	if err != nil {
+		return v, fmt.Errorf("list bundles: %w", err)
+	}
+	for _, b := range bundles {
+		v.Bundles = append(v.Bundles, b.GetBundle())
+	}
+	return v, nil
+}
+
+// fill fetches the histories and the lease status Plan asked for.
+func (a *AutoManager) fill(ctx context.Context, v *View, d Decision) error {
+	if d.NeedLeases {
+		ls, err := a.cfg.API.GetLeaseStatus(ctx)
+		if err != nil {
+			return fmt.Errorf("lease status: %w", err)
+		}
+		v.Leases = ls
+	}
+	need := map[string]bool{}
+	for _, id := range d.NeedHistory {
+		need[id] = true
+	}
+	var mu sync.Mutex
+	var errs []error
+	a.parallel(len(v.Jobs), func(i int) {
+		if !need[v.Jobs[i].GetJob().GetJobId()] {
+			return
+		}
+		jh, err := a.cfg.API.JobById(ctx, v.Jobs[i].GetJob().GetJobId())
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case errors.Is(err, norsk.ErrNotFound):
+			// Deleted since the list: nothing to decide.
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			v.Jobs[i] = jh
+		}
+	})
+	if len(errs) > 0 {
+		return fmt.Errorf("job histories: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// act makes the decision's calls, at most Parallel at once. A call that
+// fails is logged; the next pass decides again from what the store holds.
+func (a *AutoManager) act(ctx context.Context, d Decision) error {
+	var mu sync.Mutex
+	var errs []error
+	a.parallel(len(d.Actions), func(i int) {
+		act := d.Actions[i]
+		if err := a.do(ctx, act); err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func (a *AutoManager) do(ctx context.Context, act Action) error {
+	api := a.cfg.API
+	m := a.cfg.Metrics
+	switch act.Kind {
+	case ActStart:
+		tok, err := api.StartJob(ctx, act.JobID, act.Role, act.NodeID, norsk.StartJobOptions{Placement: act.Placement})
+		if err != nil {
+			return fmt.Errorf("place %s/%s on %s: %w", act.JobID, act.Role, act.NodeID, err)
+		}
+		kind := act.Placement.GetKind()
+		if m != nil {
+			m.Placements.WithLabelValues(kind).Inc()
+		}
+		if kind == "recovery" {
+			a.log.Info("recovered", "job", act.JobID, "role", act.Role, "node", act.NodeID, "token", tok,
+				"failedNode", act.Placement.GetFailedNodeId(), "failure", act.Placement.GetFailure(),
+				"failures", act.Placement.GetFailures(), "ceiling", act.Placement.GetCeiling())
+		} else {
+			a.log.Info("placed", "job", act.JobID, "role", act.Role, "node", act.NodeID, "token", tok, "summary", act.Placement.GetSummary())
+		}
+	case ActMarkFailed:
+		if err := api.MarkJobFailed(ctx, act.JobID, act.Reason); err != nil {
+			return fmt.Errorf("mark %s failed: %w", act.JobID, err)
+		}
+		if m != nil {
+			m.Failed.Inc()
+		}
+		a.log.Warn("job failed for good", "job", act.JobID, "reason", act.Reason)
+	case ActDeleteBundle:
+		if err := api.DeleteBundle(ctx, act.BundleID); err != nil && !errors.Is(err, norsk.ErrNotFound) {
+			return fmt.Errorf("delete bundle %s: %w", act.BundleID, err)
+		}
+		a.log.Info("deleting bundle", "bundle", act.BundleID, "reason", act.Reason)
+	case ActStop:
+		if err := api.StopJob(ctx, act.JobID, act.Role, act.NodeID, norsk.StopJobOptions{}); err != nil {
+			return fmt.Errorf("restart %s/%s: %w", act.JobID, act.Role, err)
+		}
+		a.log.Info("restarting for a new template", "bundle", act.BundleID, "job", act.JobID, "role", act.Role, "node", act.NodeID)
+	case ActUpdateJob:
+		if _, err := api.UpdateJob(ctx, proto.Clone(act.Job).(*managerv1.Job)); err != nil {
+			return fmt.Errorf("roll bundle %s onto %s: %w", act.BundleID, act.JobID, err)
+		}
+		a.log.Info("rolled bundle template", "bundle", act.BundleID, "job", act.JobID)
+	}
+	return nil
+}
+
+// report logs each instance that fits nowhere once per change of its
+// summary, and sets the unplaced gauge.
+func (a *AutoManager) report(d Decision) {
+	now := make(map[string]string, len(d.Unplaced))
+	for _, u := range d.Unplaced {
+		key := u.JobID + "/" + u.Role
+		now[key] = u.Summary
+		if a.unplaced[key] != u.Summary {
+			a.log.Warn("cannot place", "job", u.JobID, "role", u.Role, "summary", u.Summary)
+		}
+	}
+	a.unplaced = now
+	if m := a.cfg.Metrics; m != nil {
+		m.Unplaced.Set(float64(len(now)))
+	}
+}
+
+// parallel runs f(0..n-1), at most Parallel at once.
+func (a *AutoManager) parallel(n int, f func(i int)) {
+	sem := make(chan struct{}, a.cfg.Parallel)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			f(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// Metrics are the AutoManager's Prometheus metrics.
+type Metrics struct {
+	Passes      prometheus.Counter
+	PassSeconds prometheus.Histogram
+	Placements  *prometheus.CounterVec
+	Failed      prometheus.Counter
+	Unplaced    prometheus.Gauge
+}
+
+// NewMetrics registers the metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Passes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "passes_total",
+			Help: "Decision passes made."}),
+		PassSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "norsk", Subsystem: "automanager", Name: "pass_seconds",
+			Help: "Time a pass takes (read, decide, act).", Buckets: prometheus.ExponentialBuckets(0.001, 4, 9)}),
+		Placements: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "placements_total",
+			Help: "Instances bound, by kind (first, recovery)."}, []string{"kind"}),
+		Failed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "jobs_failed_total",
+			Help: "Jobs ended with MarkJobFailed at the restart ceiling."}),
+		Unplaced: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "norsk", Subsystem: "automanager", Name: "unplaced_instances",
+			Help: "Instances that need a node and fit none now."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Passes, m.PassSeconds, m.Placements, m.Failed, m.Unplaced)
+	}
+	return m
+}

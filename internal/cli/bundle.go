@@ -1,0 +1,484 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// newBundleCommand is the bundle group: bundles (AutoManager v1), their
+// replica jobs, stop times and leases.
+func newBundleCommand(g *globals) *cobra.Command {
+	cmd := newGroup("bundle", "Create, inspect and drive bundles: jobs the AutoManager places and keeps running together, with replicas")
+	cmd.Long = `A bundle is a workload of one or more jobs, each a template run once per
+replica: replica 0 is the primary, 1 the backup, n replica-n. The Manager
+expands it into jobs named <bundleId>.<jobName>.<replicaIndex> (tagged
+bundleId, replicaIndex and jobName) and the AutoManager places them, keeping
+replicas apart as the resilience policy asks. A job with startMode manual
+stays dormant until "bundle start-job"; "bundle stop-job" stops a job and
+keeps it down.`
+	cmd.AddCommand(
+		newBundleCreateCommand(g),
+		newBundleUpdateCommand(g),
+		newBundleListCommand(g),
+		newBundleShowCommand(g),
+		newBundleDeleteCommand(g),
+		newBundleStartJobCommand(g),
+		newBundleStopJobCommand(g),
+		newBundleStopTimeCommand(g),
+		newBundleRenewLeaseCommand(g),
+	)
+	return cmd
+}
+
+// readBundleSpec reads and decodes the bundle spec file name ("-" = stdin),
+// by the rules job create applies to a job spec.
+func (g *globals) readBundleSpec(name string) (*norsk.Bundle, error) {
+	if name == "" {
+		return nil, usageErrorf("give the bundle spec with -f FILE (- for stdin)")
+	}
+	data, err := g.readInput(name, "the bundle spec")
+	if err != nil {
+		return nil, err
+	}
+	b, err := norsk.DecodeBundleSpec(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return b, nil
+}
+
+// bundleCreated is what bundle create and bundle update print.
+type bundleCreated struct {
+	BundleID string `json:"bundleId"`
+	Revision string `json:"revision,omitempty"` // a decimal string, as protojson writes uint64
+}
+
+func newBundleCreateCommand(g *globals) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "create -f FILE",
+		Short: "Create a bundle from a YAML or JSON spec; its replica jobs are created with it",
+		Long: `Create the bundle of a spec file, YAML or JSON, with the API's field names
+(bundleId or bundle_id, resiliencePolicy, jobs[].jobName, jobs[].job, …) and
+enum values in full (ANTI_AFFINITY_FORBID) or short (forbid), read as job
+create reads a job spec. Without a bundleId the Manager makes one up. Prints
+the bundle's id (-o json: {"bundleId"}). See examples/bundles/.`,
+		Example: `  norsk-ctl bundle create -f examples/bundles/resilient.yaml
+  cat bundle.json | norsk-ctl bundle create -f -`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := g.readBundleSpec(file)
+			if err != nil {
+				return err
+			}
+			label := strings.TrimSpace("create bundle " + b.GetBundleId())
+			id, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (string, error) {
+				return m.CreateBundle(ctx, b)
+			}, "%s", label)
+			if err != nil {
+				return err
+			}
+			c := bundleCreated{BundleID: id}
+			return g.printer().Print(result{data: c, table: func(w io.Writer) {
+				fmt.Fprintf(w, "Bundle %s created (norsk-ctl bundle show %s).\n", id, id)
+			}})
+		},
+	}
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "the bundle spec (- for stdin)")
+	return cmd
+}
+
+func newBundleUpdateCommand(g *globals) *cobra.Command {
+	var (
+		file     string
+		revision uint64
+	)
+	cmd := &cobra.Command{
+		Use:   "update -f FILE [--revision N]",
+		Short: "Replace a bundle's spec: new jobs are created, removed ones deleted, changed ones rolled a replica at a time",
+		Long: `Replace the spec of the bundle the file names (bundleId is required). With a
+revision (the spec's revision, or --revision N: the revision "bundle show"
+printed) the Manager applies it only if the bundle is still at that revision;
+without one the update overwrites whatever changed since. Replica jobs new to
+the bundle are created, jobs no longer in it are stopped and deleted, and
+jobs whose template changed are rolled by the AutoManager one replica at a
+time. Dormant marks, the stop time and the lease are kept. Prints the new
+revision.`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := g.readBundleSpec(file)
+			if err != nil {
+				return err
+			}
+			if b.GetBundleId() == "" {
+				return fmt.Errorf("%s: the spec has no bundleId", file)
+			}
+			if cmd.Flags().Changed("revision") {
+				b.Revision = revision
+			}
+			rev, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (uint64, error) {
+				return m.UpdateBundle(ctx, b)
+			}, "update bundle %s", b.GetBundleId())
+			if err != nil {
+				return err
+			}
+			c := bundleCreated{BundleID: b.GetBundleId(), Revision: strconv.FormatUint(rev, 10)}
+			return g.printer().Print(result{data: c, table: func(w io.Writer) {
+				fmt.Fprintf(w, "Bundle %s updated: revision %d\n", c.BundleID, rev)
+			}})
+		},
+	}
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "the bundle spec (- for stdin)")
+	cmd.Flags().Uint64Var(&revision, "revision", 0, "the revision the update is based on (overrides the spec's; 0 = overwrite)")
+	return cmd
+}
+
+func newBundleListCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List bundles: state, pool, replicas, jobs and how many replica jobs are placed",
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			list, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]*norsk.BundleWithJobs, error) {
+				return m.ListBundles(ctx)
+			}, "list bundles")
+			if err != nil {
+				return err
+			}
+			return g.printer().Print(result{data: messages(list), table: func(w io.Writer) { bundlesTable(w, list) }})
+		},
+	}
+}
+
+// bundleReplicas is how many replicas a bundle's view shows.
+func bundleReplicas(bw *norsk.BundleWithJobs) int {
+	n := 0
+	for _, j := range bw.GetJobs() {
+		n = max(n, int(j.GetReplicaIndex())+1)
+	}
+	return n
+}
+
+// placed reports whether a replica job has an instance bound to a node that
+// has not stopped.
+func placed(j *norsk.BundleJobStatus) bool {
+	return j.GetNodeId() != "" && j.GetPhase() != norsk.InstancePhaseStopped
+}
+
+// bundlesTable writes one row per bundle.
+func bundlesTable(w io.Writer, list []*norsk.BundleWithJobs) {
+	fmt.Fprintln(w, "BUNDLE\tSTATE\tPOOL\tREPLICAS\tJOBS\tPLACED")
+	for _, bw := range list {
+		b, n := bw.GetBundle(), 0
+		for _, j := range bw.GetJobs() {
+			if placed(j) {
+				n++
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d/%d\n", b.GetBundleId(), enumWord(b.GetState()), dash(b.GetPool()),
+			bundleReplicas(bw), len(b.GetJobs()), n, len(bw.GetJobs()))
+	}
+}
+
+func newBundleShowCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "show ID",
+		Short:             "Show a bundle and, per replica job, its role, node, phase, dormant mark and degradations",
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeBundleIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bw, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.BundleWithJobs, error) {
+				return m.BundleById(ctx, args[0])
+			}, "get bundle %s", args[0])
+			if err != nil {
+				return err
+			}
+			return g.printer().Print(result{data: bw, table: func(w io.Writer) { g.bundleTable(w, bw) }})
+		},
+	}
+}
+
+// bundleTable writes the human view of one bundle.
+func (g *globals) bundleTable(w io.Writer, bw *norsk.BundleWithJobs) {
+	b, now := bw.GetBundle(), g.now()
+	fmt.Fprintf(w, "Bundle:\t%s\n", b.GetBundleId())
+	state := enumWord(b.GetState())
+	if b.GetDeletingReason() != "" {
+		state += ": " + b.GetDeletingReason()
+	}
+	fmt.Fprintf(w, "State:\t%s\n", state)
+	fmt.Fprintf(w, "Pool:\t%s\n", dash(b.GetPool()))
+	fmt.Fprintf(w, "Replicas:\t%d\t%s\n", bundleReplicas(bw), resilience(b.GetResiliencePolicy()))
+	if a := b.GetIntraReplicaPlacement().GetSpreadAttribute(); a != "" {
+		fmt.Fprintf(w, "Spread:\t%s\n", a)
+	}
+	fmt.Fprintf(w, "Stop at:\t%s\n", when(now, b.GetStopAt()))
+	fmt.Fprintf(w, "Lease:\t%s\n", when(now, b.GetLeaseExpiresAt()))
+	fmt.Fprintf(w, "Created:\t%s\n", ago(now, b.GetCreatedAt()))
+	fmt.Fprintf(w, "Revision:\t%d\n", b.GetRevision())
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "JOB ID\tNAME\tREPLICA\tROLE\tNODE\tPHASE\tDORMANT\tDEGRADATIONS")
+	for _, j := range bw.GetJobs() {
+		phase := "-"
+		if j.GetNodeId() != "" {
+			phase = enumWord(j.GetPhase())
+		}
+		if t := j.GetTerminalState(); t != nil {
+			phase = enumWord(t.GetKind())
+			if t.GetReason() != "" {
+				phase += ": " + t.GetReason()
+			}
+		}
+		dormant := "no"
+		if j.GetDormant() {
+			dormant = "yes"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", j.GetJobId(), j.GetJobName(), j.GetReplicaIndex(), j.GetRole(),
+			dash(j.GetNodeId()), phase, dormant, dash(strings.Join(j.GetDegradations(), "; ")))
+	}
+}
+
+// resilience describes a resilience policy: "(backups to pool x; same node:
+// forbid, same az: allow, same cloud: allow)".
+func resilience(p *norsk.ResiliencePolicy) string {
+	if p == nil {
+		return "(no resilience policy: a primary only)"
+	}
+	s := fmt.Sprintf("same node: %s, same az: %s, same cloud: %s", enumWord(p.GetSameNode()), enumWord(p.GetSameAz()), enumWord(p.GetSameCloud()))
+	if p.GetPool() != "" {
+		s = "backups to pool " + p.GetPool() + "; " + s
+	}
+	return "(" + s + ")"
+}
+
+// when is "2025-03-01T13:00:00Z (in 1h)", or "-".
+func when(now time.Time, ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s (%s)", timestamp(ts), ago(now, ts))
+}
+
+func newBundleDeleteCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:               "delete ID",
+		Short:             "Delete a bundle: its jobs are stopped, then removed with it",
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeBundleIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (struct{}, error) {
+				return struct{}{}, m.DeleteBundle(ctx, args[0])
+			}, "delete bundle %s", args[0]); err != nil {
+				return err
+			}
+			return g.printDone("bundle", args[0], "is being deleted: its jobs are stopped, then removed with it")
+		},
+	}
+}
+
+// replicaJobArgs reads ID REPLICA JOBNAME.
+func replicaJobArgs(args []string) (string, uint32, string, error) {
+	r, err := strconv.ParseUint(args[1], 10, 32)
+	if err != nil {
+		return "", 0, "", usageErrorf("REPLICA %q: want a replica index (0 = primary, 1 = backup, n = replica-n)", args[1])
+	}
+	return args[0], uint32(r), args[2], nil
+}
+
+func newBundleStartJobCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "start-job ID REPLICA JOBNAME",
+		Short: "Start a dormant bundle job (start mode manual, or stopped by stop-job): the AutoManager places it",
+		Example: `  norsk-ctl bundle start-job news 0 recorder    # the primary's recorder
+  norsk-ctl bundle start-job news 1 recorder    # the backup's`,
+		Args:              exactArgs("ID", "REPLICA", "JOBNAME"),
+		ValidArgsFunction: g.completeBundleIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, replica, name, err := replicaJobArgs(args)
+			if err != nil {
+				return err
+			}
+			if _, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (struct{}, error) {
+				return struct{}{}, m.StartBundleJob(ctx, id, replica, name)
+			}, "start job %s of replica %d of bundle %s", name, replica, id); err != nil {
+				return err
+			}
+			return g.printDone("bundle", id, fmt.Sprintf("job %s of replica %d started (no longer dormant)", name, replica))
+		},
+	}
+}
+
+func newBundleStopJobCommand(g *globals) *cobra.Command {
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:               "stop-job ID REPLICA JOBNAME [--grace 10s]",
+		Short:             "Stop a bundle job and keep it down (dormant) until start-job",
+		Args:              exactArgs("ID", "REPLICA", "JOBNAME"),
+		ValidArgsFunction: g.completeBundleIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, replica, name, err := replicaJobArgs(args)
+			if err != nil {
+				return err
+			}
+			if grace < 0 {
+				return usageErrorf("--grace must not be negative")
+			}
+			if _, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (struct{}, error) {
+				return struct{}{}, m.StopBundleJob(ctx, id, replica, name, norsk.StopBundleJobOptions{Grace: grace})
+			}, "stop job %s of replica %d of bundle %s", name, replica, id); err != nil {
+				return err
+			}
+			return g.printDone("bundle", id, fmt.Sprintf("job %s of replica %d stopping, and kept down (dormant)", name, replica))
+		},
+	}
+	cmd.Flags().DurationVar(&grace, "grace", 0, "how long services get to exit before they are killed (0 = the worker's default)")
+	return cmd
+}
+
+// bundleTime is what stop-time and renew-lease print.
+type bundleTime struct {
+	BundleID string `json:"bundleId"`
+	// StopAt and LeaseExpiresAt are RFC 3339 times.
+	StopAt         string `json:"stopAt,omitempty"`
+	LeaseExpiresAt string `json:"leaseExpiresAt,omitempty"`
+	// Cleared: stop-time --clear.
+	Cleared bool `json:"cleared,omitempty"`
+}
+
+func newBundleStopTimeCommand(g *globals) *cobra.Command {
+	var (
+		at, in  string
+		clearIt bool
+	)
+	cmd := &cobra.Command{
+		Use:   "stop-time ID (--at RFC3339 | --in DURATION | --clear)",
+		Short: "Set when a bundle is deleted (--at, --in) or clear it (--clear); no job is touched now",
+		Long: `Set the time the bundle is deleted (as by "bundle delete": its jobs are stopped,
+then removed with it): --at a time in RFC 3339, or --in a duration from now
+(90m, 1h, 2d). --clear removes the stop time. Nothing is stopped now; a time
+already past deletes the bundle at once.`,
+		Example: `  norsk-ctl bundle stop-time news --at 2025-06-01T18:00:00Z
+  norsk-ctl bundle stop-time news --in 2h
+  norsk-ctl bundle stop-time news --clear`,
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeBundleIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			given := 0
+			for _, f := range []string{"at", "in", "clear"} {
+				if cmd.Flags().Changed(f) {
+					given++
+				}
+			}
+			if given != 1 {
+				return usageErrorf("give exactly one of --at, --in and --clear")
+			}
+			var stopAt *time.Time
+			switch {
+			case cmd.Flags().Changed("at"):
+				t, err := time.Parse(time.RFC3339Nano, at)
+				if err != nil {
+					return usageErrorf("--at %q: want a time in RFC 3339, e.g. 2025-06-01T18:00:00Z", at)
+				}
+				stopAt = &t
+			case cmd.Flags().Changed("in"):
+				d, err := parseDuration(in)
+				if err != nil {
+					return usageErrorf("--in %q: want a duration such as 90m, 2h or 1d", in)
+				}
+				t := g.now().Add(d)
+				stopAt = &t
+			case !clearIt:
+				return usageErrorf("--clear=false: give --at or --in to set a stop time")
+			}
+			if _, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (struct{}, error) {
+				return struct{}{}, m.SetBundleStopTime(ctx, args[0], stopAt)
+			}, "set the stop time of bundle %s", args[0]); err != nil {
+				return err
+			}
+			out := bundleTime{BundleID: args[0], Cleared: stopAt == nil}
+			var ts *timestamppb.Timestamp
+			if stopAt != nil {
+				ts = timestamppb.New(*stopAt)
+				out.StopAt = timestamp(ts)
+			}
+			return g.printer().Print(result{data: out, table: func(w io.Writer) {
+				if stopAt == nil {
+					fmt.Fprintf(w, "Bundle %s: stop time cleared.\n", args[0])
+					return
+				}
+				fmt.Fprintf(w, "Bundle %s is deleted at %s.\n", args[0], when(g.now(), ts))
+			}})
+		},
+	}
+	cmd.Flags().StringVar(&at, "at", "", "delete the bundle at this time (RFC 3339)")
+	cmd.Flags().StringVar(&in, "in", "", "delete the bundle this long from now (90m, 2h, 1d)")
+	cmd.Flags().BoolVar(&clearIt, "clear", false, "clear the stop time")
+	return cmd
+}
+
+func newBundleRenewLeaseCommand(g *globals) *cobra.Command {
+	var ttl string
+	cmd := &cobra.Command{
+		Use:   "renew-lease ID --ttl DURATION",
+		Short: "Renew a bundle's lease: unless renewed again within the TTL, the bundle is deleted",
+		Long: `Move the bundle's lease to --ttl from now (the Manager's clock; 1s to 7d). A
+bundle whose lease runs out unrenewed is deleted, as by "bundle delete". A
+bundle that was never renewed has no lease. Prints when it now runs out.`,
+		Example:           `  norsk-ctl bundle renew-lease news --ttl 30s`,
+		Args:              exactArgs("ID"),
+		ValidArgsFunction: g.completeBundleIDs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if ttl == "" {
+				return usageErrorf("--ttl is required")
+			}
+			d, err := parseDuration(ttl)
+			if err != nil {
+				return usageErrorf("--ttl %q: want a duration such as 30s, 10m or 1d", ttl)
+			}
+			exp, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (time.Time, error) {
+				return m.RenewBundleLease(ctx, args[0], d)
+			}, "renew the lease of bundle %s", args[0])
+			if err != nil {
+				return err
+			}
+			ts := timestamppb.New(exp)
+			out := bundleTime{BundleID: args[0], LeaseExpiresAt: timestamp(ts)}
+			return g.printer().Print(result{data: out, table: func(w io.Writer) {
+				fmt.Fprintf(w, "Bundle %s: lease renewed; it runs out at %s unless renewed again.\n", args[0], when(g.now(), ts))
+			}})
+		},
+	}
+	cmd.Flags().StringVar(&ttl, "ttl", "", "how long the lease lasts from now (30s, 10m, 1d; 1s to 7d)")
+	return cmd
+}
+
+// completeBundleIDs offers the ids of the Manager's bundles (first argument
+// only).
+func (g *globals) completeBundleIDs(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	m, err := g.manager(cmd.Context())
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := g.call(cmd.Context())
+	defer cancel()
+	list, err := m.ListBundles(ctx)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ids := make([]string, 0, len(list))
+	for _, bw := range list {
+		ids = append(ids, bw.GetBundle().GetBundleId()+"\t"+enumWord(bw.GetBundle().GetState()))
+	}
+	return ids, cobra.ShellCompDirectiveNoFileComp
+}

@@ -1,0 +1,100 @@
+package manager
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/norsk-go/norsk-manager/internal/automanager"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+)
+
+// runAutoManager runs the AutoManager for one primary term: it connects the
+// Go SDK to this member (its own listener, with the process's internal
+// credential) and drives it until ctx ends, reconnecting if the SDK cannot
+// connect yet.
+func (s *Server) runAutoManager(ctx context.Context) {
+	if s.cfg.DisableAutoManager {
+		return
+	}
+	for ctx.Err() == nil {
+		m, err := norsk.Connect(ctx, norsk.Settings{
+			URL:         s.url,
+			Token:       s.authz.internalCredential(),
+			HTTPClient:  s.selfHTTPClient(),
+			ClientLabel: "automanager",
+			Logger:      s.log,
+		})
+		if err != nil {
+			s.log.Warn("automanager: cannot connect to this member; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		am := automanager.New(automanager.Config{
+			API: m,
+			Policy: automanager.Policy{
+				RestartCeiling: s.cfg.RestartCeiling,
+				RestartWindow:  s.cfg.RestartWindow,
+				Placement:      placement.Config{Pools: s.cfg.Pools},
+			},
+			Clock:   s.cfg.Clock,
+			Logger:  s.log,
+			Metrics: s.amMetrics,
+		})
+		s.log.Info("automanager started")
+		_ = am.Run(ctx)
+		_ = m.Close()
+		s.log.Info("automanager stopped")
+		return
+	}
+}
+
+// selfHTTPClient dials this member's own listener whatever the URL's host,
+// over HTTP/2 (cleartext, or TLS accepting only the certificate this
+// listener serves).
+func (s *Server) selfHTTPClient() *http.Client {
+	var p http.Protocols
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	addr := s.ln.Addr().String()
+	tr := &http.Transport{
+		Protocols: &p,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
+		},
+	}
+	if s.tls != nil && s.tls.on && s.tls.server != nil {
+		srv := s.tls.server
+		tr.TLSClientConfig = &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			// The peer is this process's own listener: it is verified by
+			// being the very certificate the listener serves, not by a CA.
+			InsecureSkipVerify: true,
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				if len(cs.PeerCertificates) == 0 {
+					return errors.New("self: no certificate")
+				}
+				var own *tls.Certificate
+				if srv.GetCertificate != nil {
+					own, _ = srv.GetCertificate(&tls.ClientHelloInfo{ServerName: cs.ServerName})
+				} else if len(srv.Certificates) > 0 {
+					own = &srv.Certificates[0]
+				}
+				if own == nil || len(own.Certificate) == 0 || !bytes.Equal(own.Certificate[0], cs.PeerCertificates[0].Raw) {
+					return errors.New("self: the listener answered with a certificate that is not this member's")
+				}
+				return nil
+			},
+		}
+	}
+	return &http.Client{Transport: tr}
+}
