@@ -183,7 +183,7 @@ func TestBundleBadInput(t *testing.T) {
 		edit  func(b *norsk.Bundle)
 		field string
 	}{
-		"duplicate job names": {func(b *norsk.Bundle) { b.Jobs = append(b.Jobs, b.Jobs[0]) }, "bundle.jobs[1].jobName"},
+		"duplicate job names":  {func(b *norsk.Bundle) { b.Jobs = append(b.Jobs, b.Jobs[0]) }, "bundle.jobs[1].jobName"},
 		"unknown separateFrom": {func(b *norsk.Bundle) { b.Jobs[0].SeparateFrom = []string{"nope"} }, "bundle.jobs[0].separateFrom[0]"},
 		"unknown coLocateWith": {func(b *norsk.Bundle) { b.Jobs[0].CoLocateWith = []string{"nope"} }, "bundle.jobs[0].coLocateWith[0]"},
 		"co-locate and separate": {func(b *norsk.Bundle) {

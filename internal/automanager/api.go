@@ -15,6 +15,8 @@ type API interface {
 	JobById(ctx context.Context, jobID string) (*norsk.JobWithHistory, error)
 	UpdateJob(ctx context.Context, job *norsk.Job) (int64, error)
 	StartJob(ctx context.Context, jobID, role, nodeID string, opts norsk.StartJobOptions) (uint64, error)
+	StartJobs(ctx context.Context, starts []norsk.Start) ([]norsk.StartOutcome, error)
+	CreateMockNode(ctx context.Context, n norsk.MockNode) (nodeID, host string, err error)
 	StopJob(ctx context.Context, jobID, role, nodeID string, opts norsk.StopJobOptions) error
 	MarkJobFailed(ctx context.Context, jobID, reason string) error
 	ListBundles(ctx context.Context) ([]*managerv1.BundleWithJobs, error)

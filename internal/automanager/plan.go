@@ -29,6 +29,22 @@ type Policy struct {
 	BackoffMax  time.Duration
 	// Placement is the placement configuration (pools and their tiers).
 	Placement placement.Config
+	// Elastic are the pool tiers a provider creates nodes in: when an
+	// instance fits no node, a node is created in the cheapest elastic tier
+	// of its pool that a new node would take it in.
+	Elastic []ElasticTier
+	// MaxProvisionPerPass bounds the nodes one pass creates (default 8).
+	MaxProvisionPerPass int
+}
+
+// ElasticTier is a pool tier a provider creates nodes in, and the node a
+// creation promises.
+type ElasticTier struct {
+	Tier     string
+	Provider string
+	// VCPUs is the capacity of a new node (its worker reports the real
+	// hardware once online).
+	VCPUs uint32
 }
 
 func (p *Policy) defaults() {
@@ -44,6 +60,9 @@ func (p *Policy) defaults() {
 	if p.BackoffMax <= 0 {
 		p.BackoffMax = time.Minute
 	}
+	if p.MaxProvisionPerPass <= 0 {
+		p.MaxProvisionPerPass = 8
+	}
 }
 
 // View is the Manager's state as the AutoManager decides on it.
@@ -56,6 +75,9 @@ type View struct {
 	// Leases is nil when not fetched (Plan then sets NeedLeases if it must
 	// know).
 	Leases *managerv1.LeaseStatus
+	// ProvisionHold maps an elastic tier to the time before which no node
+	// is created in it (a creation there failed).
+	ProvisionHold map[string]time.Time
 }
 
 // ActionKind is what an Action does.
@@ -73,6 +95,9 @@ const (
 	// ActStop stops JobID/Role on NodeID so that it restarts on its job's
 	// current spec (a rolling restart of a bundle replica).
 	ActStop
+	// ActProvision creates a node in the elastic tier Pool through
+	// Provider, for the instances Reason names.
+	ActProvision
 )
 
 // Action is one call Plan wants made.
@@ -85,6 +110,8 @@ type Action struct {
 	Reason    string
 	BundleID  string
 	Job       *managerv1.Job
+	Provider  string
+	Pool      string
 }
 
 // Unplaced is an instance that needs a node and fits none.
@@ -117,6 +144,7 @@ const (
 	desiredStopped = managerv1.InstanceDesired_INSTANCE_DESIRED_STOPPED
 	nodeOnline     = managerv1.NodeState_NODE_STATE_ONLINE
 	nodeStopping   = managerv1.NodeState_NODE_STATE_STOPPING
+	nodeStarting   = managerv1.NodeState_NODE_STATE_STARTING
 	reasonFailed   = managerv1.StoppingReason_STOPPING_REASON_JOB_FAILED
 	reasonUser     = managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED
 )
@@ -179,7 +207,7 @@ func Plan(v View, p Policy, now time.Time) Decision {
 		bundle := bundles[job.GetTags()[placement.TagBundleID]]
 		for _, in := range jh.GetInstances() {
 			if in.GetPhase() != phaseStopped && reachable(in.GetNodeId()) {
-				live = append(live, placement.AllocationForJob(in, job, bundle))
+				live = append(live, placement.AllocationForJob(p.Placement, in, job, bundle))
 			}
 		}
 		role, ok := managedRole(job, bundle)
@@ -196,9 +224,15 @@ func Plan(v View, p Policy, now time.Time) Decision {
 	}
 	view := make([]placement.Node, 0, len(v.Nodes))
 	offline := map[string]string{}
+	starting := map[string]bool{}
 	for _, n := range v.Nodes {
 		view = append(view, placement.NodeFromProto(n))
-		if n.GetState() != nodeOnline {
+		switch {
+		case n.GetState() == nodeStarting && n.GetElastic():
+			// Its capacity is promised: an instance placed on it waits for
+			// it rather than making another node.
+			starting[n.GetNodeId()] = true
+		case n.GetState() != nodeOnline:
 			offline[n.GetNodeId()] = "the node is " + strings.ToLower(strings.TrimPrefix(n.GetState().String(), "NODE_STATE_"))
 		}
 	}
@@ -230,10 +264,20 @@ func Plan(v View, p Policy, now time.Time) Decision {
 		}
 		return a.job.GetJob().GetJobId() < b.job.GetJob().GetJobId()
 	})
+	var unplaced []slotRequest
 	for _, s := range slots {
-		placeSlot(&d, st, s, offline, p)
+		if req, ok := placeSlot(&d, st, s, offline, starting, p); !ok {
+			unplaced = append(unplaced, slotRequest{s, req})
+		}
 	}
+	provision(&d, unplaced, v.ProvisionHold, p, now)
 	return d
+}
+
+// slotRequest is a slot that fits no node, with its placement request.
+type slotRequest struct {
+	slot
+	req placement.Request
 }
 
 // managedRole is the role the AutoManager keeps job placed in, if any: a
@@ -381,10 +425,12 @@ func failureOf(history []*managerv1.JobHistoryEntry, role string, cur *managerv1
 }
 
 // placeSlot places one instance on st, committing it so the next slot sees
-// it, and records the start (or that nothing fits).
-func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]string, p Policy) {
+// it, and records the start (or that nothing fits: ok is false, with the
+// request made). An instance placed on a node that is still starting
+// waits for it.
+func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]string, starting map[string]bool, p Policy) (req placement.Request, ok bool) {
 	job := s.job.GetJob()
-	req := placement.RequestForJob(job, s.bundle, s.role)
+	req = placement.RequestForJob(p.Placement, job, s.bundle, s.role)
 	req.Exclude = make(map[string]string, len(offline))
 	for id, why := range offline {
 		req.Exclude[id] = why
@@ -402,23 +448,42 @@ func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]stri
 			}
 		}
 	}
+	for id := range starting {
+		req.Exclude[id] = "the node is starting"
+	}
 	res, err := st.Place(req)
 	if err == nil && res.NodeID == "" && s.recovery != nil && len(s.recovery.excluded) > 0 {
 		// Nowhere else: a node the job failed on beats staying dark.
-		req.Exclude = offline
+		for id := range s.recovery.excluded {
+			if _, off := offline[id]; !off {
+				delete(req.Exclude, id)
+			}
+		}
+		res, err = st.Place(req)
+	}
+	if err == nil && res.NodeID == "" && len(starting) > 0 {
+		// A node being created for it (or with room) beats another one.
+		for id := range starting {
+			delete(req.Exclude, id)
+		}
 		res, err = st.Place(req)
 	}
 	if err != nil {
 		d.Unplaced = append(d.Unplaced, Unplaced{JobID: job.GetJobId(), Role: s.role, Summary: err.Error()})
-		return
+		return req, true // an invalid request: a new node would not help
 	}
 	if res.NodeID == "" {
 		d.Unplaced = append(d.Unplaced, Unplaced{JobID: job.GetJobId(), Role: s.role, Summary: res.Summary()})
-		return
+		return req, false
 	}
 	if err := st.Commit(req.Allocation(res)); err != nil {
 		d.Unplaced = append(d.Unplaced, Unplaced{JobID: job.GetJobId(), Role: s.role, Summary: err.Error()})
-		return
+		return req, true
+	}
+	if starting[res.NodeID] {
+		d.Unplaced = append(d.Unplaced, Unplaced{JobID: job.GetJobId(), Role: s.role,
+			Summary: fmt.Sprintf("waiting for node %s, which is starting, to come online", res.NodeID)})
+		return req, true
 	}
 	ev := &managerv1.PlacementEvent{JobId: job.GetJobId(), Role: s.role, NodeId: res.NodeID, Kind: kind, Summary: res.Summary()}
 	for _, dg := range res.Degradations {
@@ -429,6 +494,117 @@ func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]stri
 		ev.Failures, ev.Ceiling = uint32(f.jobFailures), uint32(p.RestartCeiling)
 	}
 	d.Actions = append(d.Actions, Action{Kind: ActStart, JobID: job.GetJobId(), Role: s.role, NodeID: res.NodeID, Placement: ev})
+	return req, true
+}
+
+// provision decides the nodes to create for the instances that fit no
+// node: each goes, in order, to the cheapest elastic tier of its pool that
+// is not on hold and where a new node would take it, sharing the nodes
+// this pass creates with the instances before it. The instances stay
+// unplaced until their node is online (placement then sees it like any
+// other), so a creation that fails or is slow never strands them.
+func provision(d *Decision, unplaced []slotRequest, hold map[string]time.Time, p Policy, now time.Time) {
+	if len(unplaced) == 0 || len(p.Elastic) == 0 {
+		return
+	}
+	type tierPlan struct {
+		et     ElasticTier
+		nodes  []placement.Node
+		allocs []placement.Allocation
+		for_   []string
+	}
+	plans := map[string]*tierPlan{}
+	var order []string
+	made := 0
+	summary := map[string]int{} // index into d.Unplaced
+	for i, u := range d.Unplaced {
+		summary[u.JobID+"/"+u.Role] = i
+	}
+	for _, u := range unplaced {
+		key := u.job.GetJob().GetJobId() + "/" + u.role
+		et, ok := elasticTierFor(u.req.Pool, p, hold, now)
+		if !ok {
+			continue
+		}
+		tp := plans[et.Tier]
+		if tp == nil {
+			tp = &tierPlan{et: et}
+			plans[et.Tier] = tp
+			order = append(order, et.Tier)
+		}
+		req := u.req
+		req.Exclude, req.PinNode, req.Explain = nil, "", false
+		place := func() (placement.Result, bool) {
+			st, err := placement.NewState(p.Placement, tp.nodes, tp.allocs)
+			if err != nil {
+				return placement.Result{}, false
+			}
+			res, err := st.Place(req)
+			return res, err == nil && res.NodeID != ""
+		}
+		res, fits := place()
+		if !fits {
+			if made >= p.MaxProvisionPerPass {
+				continue
+			}
+			tp.nodes = append(tp.nodes, placement.Node{
+				ID: fmt.Sprintf("new %s node %d", et.Tier, len(tp.nodes)+1), Pool: et.Tier, VCPUs: et.VCPUs,
+				Attributes: map[string]string{placement.TagPool: et.Tier},
+			})
+			if res, fits = place(); !fits {
+				tp.nodes = tp.nodes[:len(tp.nodes)-1]
+				if i, ok := summary[key]; ok {
+					d.Unplaced[i].Summary += fmt.Sprintf("; a new node of elastic tier %s (%d vCPUs) would not take it either", et.Tier, et.VCPUs)
+				}
+				continue
+			}
+			made++
+		}
+		tp.allocs = append(tp.allocs, req.Allocation(res))
+		tp.for_ = append(tp.for_, key)
+		if i, ok := summary[key]; ok {
+			d.Unplaced[i].Summary += fmt.Sprintf("; creating a node in elastic tier %s for it", et.Tier)
+		}
+	}
+	for _, tier := range order {
+		tp := plans[tier]
+		for n := range tp.nodes {
+			var whom []string
+			for k, a := range tp.allocs {
+				if a.NodeID == tp.nodes[n].ID {
+					whom = append(whom, tp.for_[k])
+				}
+			}
+			d.Actions = append(d.Actions, Action{Kind: ActProvision, Provider: tp.et.Provider, Pool: tier,
+				Reason: "nothing fits " + strings.Join(whom, ", ")})
+		}
+	}
+}
+
+// elasticTierFor is the cheapest elastic tier of pool not on hold (pool
+// "": any elastic tier).
+func elasticTierFor(pool string, p Policy, hold map[string]time.Time, now time.Time) (ElasticTier, bool) {
+	tiers := p.Placement.Pools[pool]
+	if len(tiers) == 0 && pool != "" {
+		tiers = []string{pool}
+	}
+	usable := func(et ElasticTier) bool { return !now.Before(hold[et.Tier]) }
+	if pool == "" {
+		for _, et := range p.Elastic {
+			if usable(et) {
+				return et, true
+			}
+		}
+		return ElasticTier{}, false
+	}
+	for _, t := range tiers {
+		for _, et := range p.Elastic {
+			if et.Tier == t && usable(et) {
+				return et, true
+			}
+		}
+	}
+	return ElasticTier{}, false
 }
 
 // planBundles finishes deletions whose instances are all gone, starts the

@@ -43,7 +43,18 @@ type AutoManager struct {
 	// logged once per change rather than on every pass. Only Run's
 	// goroutine touches it.
 	unplaced map[string]string
+	// holdMu guards hold: the elastic tiers whose last node creation failed,
+	// and until when no other is tried there.
+	holdMu sync.Mutex
+	hold   map[string]time.Time
 }
+
+// ProvisionHoldAfterFailure is how long a tier whose node creation failed
+// is left alone.
+const ProvisionHoldAfterFailure = 30 * time.Second
+
+// StartBatch is the most starts one StartJobs call of a pass carries.
+const StartBatch = 500
 
 // New returns an AutoManager; Run starts it.
 func New(cfg Config) *AutoManager {
@@ -63,7 +74,7 @@ func New(cfg Config) *AutoManager {
 		cfg.Parallel = 16
 	}
 	cfg.Policy.defaults()
-	return &AutoManager{cfg: cfg, log: cfg.Logger.With("component", "automanager"), unplaced: map[string]string{}}
+	return &AutoManager{cfg: cfg, log: cfg.Logger.With("component", "automanager"), unplaced: map[string]string{}, hold: map[string]time.Time{}}
 }
 
 // Run makes a pass at once, then one whenever the event stream shows a
@@ -178,6 +189,12 @@ func (a *AutoManager) read(ctx context.Context) (View, error) {
 	for _, b := range bundles {
 		v.Bundles = append(v.Bundles, b.GetBundle())
 	}
+	a.holdMu.Lock()
+	v.ProvisionHold = make(map[string]time.Time, len(a.hold))
+	for t, until := range a.hold {
+		v.ProvisionHold[t] = until
+	}
+	a.holdMu.Unlock()
 	return v, nil
 }
 
@@ -218,20 +235,74 @@ func (a *AutoManager) fill(ctx context.Context, v *View, d Decision) error {
 	return nil
 }
 
-// act makes the decision's calls, at most Parallel at once. A call that
-// fails is logged; the next pass decides again from what the store holds.
+// act makes the decision's calls: the starts as StartJobs plans of up to
+// StartBatch each (one store write apiece), the rest at most Parallel at
+// once. A call that fails is logged; the next pass decides again from what
+// the store holds.
 func (a *AutoManager) act(ctx context.Context, d Decision) error {
+	var starts, rest []Action
+	for _, act := range d.Actions {
+		if act.Kind == ActStart {
+			starts = append(starts, act)
+		} else {
+			rest = append(rest, act)
+		}
+	}
+	var batches [][]Action
+	for len(starts) > 0 {
+		n := min(len(starts), StartBatch)
+		batches = append(batches, starts[:n])
+		starts = starts[n:]
+	}
 	var mu sync.Mutex
 	var errs []error
-	a.parallel(len(d.Actions), func(i int) {
-		act := d.Actions[i]
-		if err := a.do(ctx, act); err != nil {
+	note := func(err error) {
+		if err != nil {
 			mu.Lock()
 			errs = append(errs, err)
 			mu.Unlock()
 		}
-	})
+	}
+	a.parallel(len(batches), func(i int) { note(a.start(ctx, batches[i])) })
+	a.parallel(len(rest), func(i int) { note(a.do(ctx, rest[i])) })
 	return errors.Join(errs...)
+}
+
+// start commits one batch of placements with StartJobs.
+func (a *AutoManager) start(ctx context.Context, acts []Action) error {
+	starts := make([]norsk.Start, len(acts))
+	for i, act := range acts {
+		starts[i] = norsk.Start{JobID: act.JobID, Role: act.Role, NodeID: act.NodeID, Options: norsk.StartJobOptions{Placement: act.Placement}}
+	}
+	out, err := a.cfg.API.StartJobs(ctx, starts)
+	if err != nil {
+		return fmt.Errorf("place %d instances: %w", len(acts), err)
+	}
+	var errs []error
+	for i, r := range out {
+		act := acts[i]
+		if r.Err != nil {
+			errs = append(errs, fmt.Errorf("place %s/%s on %s: %w", act.JobID, act.Role, act.NodeID, r.Err))
+			continue
+		}
+		a.placed(act, r.FencingToken)
+	}
+	return errors.Join(errs...)
+}
+
+// placed logs and counts one committed placement.
+func (a *AutoManager) placed(act Action, tok uint64) {
+	kind := act.Placement.GetKind()
+	if m := a.cfg.Metrics; m != nil {
+		m.Placements.WithLabelValues(kind).Inc()
+	}
+	if kind == "recovery" {
+		a.log.Info("recovered", "job", act.JobID, "role", act.Role, "node", act.NodeID, "token", tok,
+			"failedNode", act.Placement.GetFailedNodeId(), "failure", act.Placement.GetFailure(),
+			"failures", act.Placement.GetFailures(), "ceiling", act.Placement.GetCeiling())
+	} else {
+		a.log.Info("placed", "job", act.JobID, "role", act.Role, "node", act.NodeID, "token", tok, "summary", act.Placement.GetSummary())
+	}
 }
 
 func (a *AutoManager) do(ctx context.Context, act Action) error {
@@ -243,17 +314,22 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 		if err != nil {
 			return fmt.Errorf("place %s/%s on %s: %w", act.JobID, act.Role, act.NodeID, err)
 		}
-		kind := act.Placement.GetKind()
+		a.placed(act, tok)
+	case ActProvision:
+		if act.Provider != "mock" {
+			return fmt.Errorf("create a node in %s: provider %q cannot create nodes from the AutoManager", act.Pool, act.Provider)
+		}
+		id, host, err := api.CreateMockNode(ctx, norsk.MockNode{Pool: act.Pool})
+		if err != nil {
+			a.holdMu.Lock()
+			a.hold[act.Pool] = a.cfg.Clock.Now().Add(ProvisionHoldAfterFailure)
+			a.holdMu.Unlock()
+			return fmt.Errorf("create a node in elastic tier %s (%s): %w", act.Pool, act.Reason, err)
+		}
 		if m != nil {
-			m.Placements.WithLabelValues(kind).Inc()
+			m.Provisioned.Inc()
 		}
-		if kind == "recovery" {
-			a.log.Info("recovered", "job", act.JobID, "role", act.Role, "node", act.NodeID, "token", tok,
-				"failedNode", act.Placement.GetFailedNodeId(), "failure", act.Placement.GetFailure(),
-				"failures", act.Placement.GetFailures(), "ceiling", act.Placement.GetCeiling())
-		} else {
-			a.log.Info("placed", "job", act.JobID, "role", act.Role, "node", act.NodeID, "token", tok, "summary", act.Placement.GetSummary())
-		}
+		a.log.Info("creating a node", "node", id, "tier", act.Pool, "provider", act.Provider, "host", host, "why", act.Reason)
 	case ActMarkFailed:
 		if err := api.MarkJobFailed(ctx, act.JobID, act.Reason); err != nil {
 			return fmt.Errorf("mark %s failed: %w", act.JobID, err)
@@ -321,6 +397,7 @@ type Metrics struct {
 	Placements  *prometheus.CounterVec
 	Failed      prometheus.Counter
 	Unplaced    prometheus.Gauge
+	Provisioned prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg.
@@ -336,9 +413,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Jobs ended with MarkJobFailed at the restart ceiling."}),
 		Unplaced: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "norsk", Subsystem: "automanager", Name: "unplaced_instances",
 			Help: "Instances that need a node and fit none now."}),
+		Provisioned: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "nodes_requested_total",
+			Help: "Elastic nodes the AutoManager asked a provider to create because nothing fit."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Passes, m.PassSeconds, m.Placements, m.Failed, m.Unplaced)
+		reg.MustRegister(m.Passes, m.PassSeconds, m.Placements, m.Failed, m.Unplaced, m.Provisioned)
 	}
 	return m
 }

@@ -20,8 +20,57 @@ func newNodeCommand(g *globals) *cobra.Command {
 		newNodeTerminateCommand(g),
 		newNodeTagCommand(g),
 		newNodeIdleExpiryCommand(g),
+		newNodeCreateMockCommand(g),
 	)
 	return cmd
+}
+
+func newNodeCreateMockCommand(g *globals) *cobra.Command {
+	var (
+		n       norsk.MockNode
+		tagArgs []string
+	)
+	c := &cobra.Command{
+		Use:   "create-mock [ID]",
+		Short: "Create an elastic node on a free host of the Manager's mock provider",
+		Long: `Create an elastic node through the Manager's mock provider (providers.mock in
+its config.yaml): a free mock host boots a worker that registers as the new
+node. The node is starting until its worker calls in, then online; the
+empty-node reaper terminates it once it has been idle for its idle expiry.
+Without ID the Manager names the node.`,
+		Example: `  norsk-ctl node create-mock --pool burst
+  norsk-ctl node create-mock edge-1 --tag zone=z1`,
+		Args: optionalArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				n.NodeID = args[0]
+			}
+			for _, kv := range tagArgs {
+				k, v, err := splitKV("--tag", kv)
+				if err != nil {
+					return err
+				}
+				if n.Tags == nil {
+					n.Tags = map[string]string{}
+				}
+				n.Tags[k] = v
+			}
+			type created struct{ id, host string }
+			got, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (created, error) {
+				id, host, err := m.CreateMockNode(ctx, n)
+				return created{id, host}, err
+			}, "create a mock node")
+			if err != nil {
+				return err
+			}
+			return g.printer().Print(result{data: map[string]string{"nodeId": got.id, "host": got.host}, table: func(w io.Writer) {
+				fmt.Fprintf(w, "Node %s is starting on mock host %s\n", got.id, got.host)
+			}})
+		},
+	}
+	c.Flags().StringVar(&n.Pool, "pool", "", "the pool tier the node joins (default: the provider's first pool)")
+	c.Flags().StringArrayVar(&tagArgs, "tag", nil, "a tag the node starts with, KEY=VALUE (repeatable)")
+	return c
 }
 
 func (g *globals) listNodes(cmd *cobra.Command) ([]*norsk.Node, error) {

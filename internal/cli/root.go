@@ -306,6 +306,16 @@ func minArgs(names ...string) cobra.PositionalArgs {
 	}
 }
 
+// optionalArgs takes at most the named (optional) arguments.
+func optionalArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > len(names) {
+			return usageErrorf("%s takes at most %d argument(s) ([%s]), got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
+		}
+		return nil
+	}
+}
+
 // Exit codes of Main.
 const (
 	ExitOK    = 0

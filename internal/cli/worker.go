@@ -100,6 +100,7 @@ is the same command.`,
 			return err
 		},
 	}
+	c.AddCommand(newMockHostCommand(g))
 	f := c.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "", "where the worker keeps its identity and instance records (default "+defaultWorkerDataDir()+")")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:6791", "where the worker serves the NodeController stream the Manager dials")

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,8 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
+	"github.com/norsk-go/norsk-manager/internal/providers/mock"
+	"github.com/norsk-go/norsk-manager/internal/providers/mock/mockhost"
 	"github.com/norsk-go/norsk-manager/internal/runtime/docker"
 	"github.com/norsk-go/norsk-manager/internal/worker"
 )
@@ -52,7 +55,13 @@ type Options struct {
 	NoDemo bool
 	// LostGrace is the Manager's lost grace.
 	LostGrace time.Duration
-	Logger    *slog.Logger
+	// MockHosts starts that many mock hosts and gives the Manager a mock
+	// provider over them (elastic pool "burst"): placement creates a node
+	// on one when nothing fits, and the reaper terminates it after
+	// IdleExpiry (default 10 min) without a job.
+	MockHosts  int
+	IdleExpiry time.Duration
+	Logger     *slog.Logger
 	// Out receives the banner (what runs where, what to try next).
 	Out io.Writer
 	// Ready, if set, is called once everything is up, with the API URL.
@@ -115,13 +124,31 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	hosts, err := startMockHosts(dir, o.MockHosts, rt, o.Logger)
+	defer func() {
+		for _, h := range hosts {
+			_ = h.Close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	var mockCfg *mock.Config
+	if len(hosts) > 0 {
+		mockCfg = &mock.Config{Pools: []string{MockPool}, VCPUs: uint32(goruntime.NumCPU())}
+		for _, h := range hosts {
+			mockCfg.Hosts = append(mockCfg.Hosts, h.URL())
+		}
+	}
 	srv, err := manager.New(ctx, manager.Config{
-		BootstrapToken: token,
-		NodeName:       "dev",
-		DataDir:        filepath.Join(dir, "manager"),
-		Listen:         o.Listen,
-		LostGrace:      o.LostGrace,
-		Logger:         o.Logger,
+		BootstrapToken:    token,
+		NodeName:          "dev",
+		DataDir:           filepath.Join(dir, "manager"),
+		Listen:            o.Listen,
+		LostGrace:         o.LostGrace,
+		Logger:            o.Logger,
+		MockProvider:      mockCfg,
+		DefaultIdleExpiry: o.IdleExpiry,
 		// Dev is one machine: its API and worker streams stay plaintext
 		// (the banner says so; off loopback the Manager warns loudly).
 		TLS: manager.TLSOff,
@@ -169,6 +196,13 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	banner(o.Out, srv.URL(), dir, rt, names, nodeIDs, demo, o.Ephemeral, filepath.Join(dir, TokenFile))
+	if len(hosts) > 0 {
+		fmt.Fprintf(o.Out, `
+%d mock hosts stand by for elastic nodes (pool %s): a bundle that fits no
+worker makes the Manager create one, and the reaper terminates it once idle:
+  go run ./cmd/norsk-ctl node create-mock
+`, len(hosts), MockPool)
+	}
 	if o.Ready != nil {
 		o.Ready(srv.URL())
 	}
@@ -182,6 +216,27 @@ func Run(ctx context.Context, o Options) error {
 		fmt.Fprintln(o.Out, "\nshutting down; instances keep running and are adopted by the next `norsk-manager dev`")
 	}
 	return nil
+}
+
+// MockPool is the pool tier dev's mock provider creates nodes in.
+const MockPool = "burst"
+
+// startMockHosts starts n mock hosts, their state under dir/mock-hosts.
+func startMockHosts(dir string, n int, rt string, log *slog.Logger) ([]*mockhost.Host, error) {
+	var hosts []*mockhost.Host
+	for i := range n {
+		name := fmt.Sprintf("mock-host-%d", i+1)
+		h, err := mockhost.Start(mockhost.Config{
+			DataDir: filepath.Join(dir, "mock-hosts", name),
+			Logger:  log.With("host", name),
+			Worker:  worker.Config{Runtime: rt, Version: buildinfo.Version},
+		})
+		if err != nil {
+			return hosts, fmt.Errorf("mock host %s: %w", name, err)
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, nil
 }
 
 // chooseRuntime picks the worker runtime; "" with a reason when none fits.

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
@@ -56,6 +57,14 @@ func auditStamp(ctx context.Context, cmd *storev1.Command) *storev1.AuditStamp {
 	return &storev1.AuditStamp{Who: ci.who, Method: ci.method, Target: auditTarget(cmd)}
 }
 
+// applyAs applies a command the daemon makes on its own (the empty-node
+// reaper, a provider), stamped with the time and audited as who.
+func (s *Server) applyAs(ctx context.Context, who, method string, cmd *storev1.Command) (state.Result, error) {
+	cmd.Time = timestamppb.New(s.cfg.Clock.Now())
+	cmd.Audit = &storev1.AuditStamp{Who: who, Method: method, Target: auditTarget(cmd)}
+	return s.apply(ctx, cmd)
+}
+
 // auditTarget names what a command acts on.
 func auditTarget(cmd *storev1.Command) string {
 	switch c := cmd.GetCmd().(type) {
@@ -67,6 +76,12 @@ func auditTarget(cmd *storev1.Command) string {
 		return "job/" + c.DeleteJob.GetJobId()
 	case *storev1.Command_BindInstance:
 		return fmt.Sprintf("job/%s/%s@%s", c.BindInstance.GetJobId(), c.BindInstance.GetRole(), c.BindInstance.GetNodeId())
+	case *storev1.Command_BindInstances:
+		binds := c.BindInstances.GetBinds()
+		if len(binds) == 1 {
+			return fmt.Sprintf("job/%s/%s@%s", binds[0].GetJobId(), binds[0].GetRole(), binds[0].GetNodeId())
+		}
+		return fmt.Sprintf("jobs/%d instances", len(binds))
 	case *storev1.Command_StopInstance:
 		return fmt.Sprintf("job/%s/%s@%s", c.StopInstance.GetJobId(), c.StopInstance.GetRole(), c.StopInstance.GetNodeId())
 	case *storev1.Command_StartPrepared:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/norsk-go/norsk-manager/internal/automanager"
+	"github.com/norsk-go/norsk-manager/internal/providers/mock"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -44,7 +45,8 @@ func (s *Server) runAutoManager(ctx context.Context) {
 			Policy: automanager.Policy{
 				RestartCeiling: s.cfg.RestartCeiling,
 				RestartWindow:  s.cfg.RestartWindow,
-				Placement:      placement.Config{Pools: s.cfg.Pools},
+				Placement:      s.placementConfig(),
+				Elastic:        s.elasticTiers(),
 			},
 			Clock:   s.cfg.Clock,
 			Logger:  s.log,
@@ -56,6 +58,23 @@ func (s *Server) runAutoManager(ctx context.Context) {
 		s.log.Info("automanager stopped")
 		return
 	}
+}
+
+// elasticTiers are the tiers the configured providers create nodes in.
+func (s *Server) elasticTiers() []automanager.ElasticTier {
+	if s.mock == nil {
+		return nil
+	}
+	var out []automanager.ElasticTier
+	for _, p := range s.mock.Config().Pools {
+		out = append(out, automanager.ElasticTier{Tier: p, Provider: mock.Name, VCPUs: s.mock.Config().VCPUs})
+	}
+	return out
+}
+
+// placementConfig is placement's configuration from this member's.
+func (s *Server) placementConfig() placement.Config {
+	return placement.Config{Pools: s.cfg.Pools, PoolSpread: s.cfg.PoolSpread}
 }
 
 // selfHTTPClient dials this member's own listener whatever the URL's host,

@@ -22,7 +22,8 @@ const (
 )
 
 // knownPool reports whether a pool names something placement can use: a
-// pool or a tier of the configuration, or the pool tag of a node.
+// pool or a tier of the configuration, a pool a provider creates nodes in,
+// or the pool tag of a node.
 func (h *handler) knownPool(pool string) bool {
 	if pool == "" {
 		return true
@@ -36,6 +37,9 @@ func (h *handler) knownPool(pool string) bool {
 				return true
 			}
 		}
+	}
+	if h.s.mock != nil && h.s.mock.Config().Serves(pool) {
+		return true // a tier its provider creates nodes in
 	}
 	for _, n := range h.read().Nodes(nil) {
 		if n.GetNode().GetTags()[placement.TagPool] == pool {

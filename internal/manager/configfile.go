@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/norsk-go/norsk-manager/internal/providers/mock"
 )
 
 // FileConfig is the Manager's config.yaml. Every field is optional; flags
@@ -67,9 +69,28 @@ type FileConfig struct {
 	// pool's jobs go to nodes of its first tier that has room, then the
 	// next (pool → node pool tags).
 	Pools map[string][]string `json:"pools,omitempty"`
+	// PoolSpread spreads a pool's jobs evenly over a node attribute (pool
+	// → tag key, e.g. "rack").
+	PoolSpread map[string]string `json:"poolSpread,omitempty"`
+	// Providers configures the providers of elastic nodes.
+	Providers *ProvidersFile `json:"providers,omitempty"`
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `json:"logLevel,omitempty"`
 	LogFormat string `json:"logFormat,omitempty"`
+}
+
+// ProvidersFile is config.yaml's providers section.
+type ProvidersFile struct {
+	// Mock is the mock provider: hosts (mock-host URLs), token, pools,
+	// vcpus and startTimeout.
+	Mock *MockProviderFile `json:"mock,omitempty"`
+}
+
+// MockProviderFile is the mock provider's section (mock.Config, with its
+// start timeout written as a duration).
+type MockProviderFile struct {
+	mock.Config
+	StartTimeout Duration `json:"startTimeout,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s", "5m" in the file.
@@ -121,6 +142,16 @@ func ParseConfigFile(b []byte) (FileConfig, error) {
 	}
 	if err := validatePools(fc.Pools); err != nil {
 		return FileConfig{}, err
+	}
+	for pool, attr := range fc.PoolSpread {
+		if pool == "" || attr == "" {
+			return FileConfig{}, fmt.Errorf("poolSpread: %q: %q: name a pool and a node tag to spread over", pool, attr)
+		}
+	}
+	if p := fc.Providers; p != nil && p.Mock != nil {
+		if _, err := p.Mock.config().WithDefaults(); err != nil {
+			return FileConfig{}, err
+		}
 	}
 	return fc, nil
 }
@@ -234,4 +265,18 @@ func (fc FileConfig) Apply(cfg *Config) {
 	if len(cfg.Pools) == 0 {
 		cfg.Pools = fc.Pools
 	}
+	if len(cfg.PoolSpread) == 0 {
+		cfg.PoolSpread = fc.PoolSpread
+	}
+	if cfg.MockProvider == nil && fc.Providers != nil && fc.Providers.Mock != nil {
+		mc := fc.Providers.Mock.config()
+		cfg.MockProvider = &mc
+	}
+}
+
+func (m *MockProviderFile) config() mock.Config {
+	c := m.Config
+	c.Hosts = append([]string(nil), c.Hosts...)
+	c.StartTimeout = m.StartTimeout.Duration
+	return c
 }

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"fmt"
 
 	"connectrpc.com/connect"
 
@@ -9,6 +10,7 @@ import (
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
 
 // MaxGraceMs bounds a stop's grace period (one hour).
@@ -120,42 +122,114 @@ func searchable(rec *storev1.JobRecord) jobspec.Searchable {
 }
 
 // instanceArgs checks the (job, role, node) of an instance call.
-func instanceArgs(jobID, role, nodeID string) error {
-	if err := jobspec.ValidateID("jobId", jobID); err != nil {
+func instanceArgs(jobID, role, nodeID string) error { return instanceArgsAt("", jobID, role, nodeID) }
+
+// instanceArgsAt is instanceArgs with field names prefixed by field.
+func instanceArgsAt(field, jobID, role, nodeID string) error {
+	if err := jobspec.ValidateID(field+"jobId", jobID); err != nil {
 		return err
 	}
-	if err := jobspec.ValidateRole("role", role); err != nil {
+	if err := jobspec.ValidateRole(field+"role", role); err != nil {
 		return err
 	}
-	return jobspec.ValidateID("nodeId", nodeID)
+	return jobspec.ValidateID(field+"nodeId", nodeID)
 }
 
-func (h *handler) StartJob(ctx context.Context, req *connect.Request[managerv1.StartJobRequest]) (*connect.Response[managerv1.StartJobResponse], error) {
-	m := req.Msg
-	if err := instanceArgs(m.GetJobId(), m.GetRole(), m.GetNodeId()); err != nil {
-		return nil, toConnect(err)
+// checkStart validates one start (field prefixes the item's fields) and
+// checks its job and node exist, so an obviously refused start writes
+// nothing.
+func (h *handler) checkStart(r *state.Read, field string, m *managerv1.StartJobRequest) error {
+	if err := instanceArgsAt(field, m.GetJobId(), m.GetRole(), m.GetNodeId()); err != nil {
+		return err
 	}
 	if rr := m.GetOptions().GetRuntimeRole(); rr != "" {
-		if err := jobspec.ValidateRole("options.runtimeRole", rr); err != nil {
-			return nil, toConnect(err)
+		if err := jobspec.ValidateRole(field+"options.runtimeRole", rr); err != nil {
+			return err
 		}
 	}
 	if n := len(m.GetOptions().GetMigrationInitialState()); n > 4<<20 {
-		return nil, toConnect(apierr.Invalid("options.migrationInitialState", "is %d bytes (at most 4 MiB)", n))
+		return apierr.Invalid(field+"options.migrationInitialState", "is %d bytes (at most 4 MiB)", n)
 	}
-	if err := h.requireJob("jobId", m.GetJobId()); err != nil {
+	if r.Job(nil, m.GetJobId()) == nil {
+		return apierr.NotFoundf("no job %q", m.GetJobId())
+	}
+	if r.Node(nil, m.GetNodeId()) == nil {
+		return apierr.NotFoundf("no node %q", m.GetNodeId())
+	}
+	return nil
+}
+
+func bindOf(m *managerv1.StartJobRequest) *storev1.BindInstance {
+	return &storev1.BindInstance{JobId: m.GetJobId(), Role: m.GetRole(), NodeId: m.GetNodeId(), Options: m.GetOptions()}
+}
+
+func (h *handler) StartJob(ctx context.Context, req *connect.Request[managerv1.StartJobRequest]) (*connect.Response[managerv1.StartJobResponse], error) {
+	if err := h.checkStart(h.read(), "", req.Msg); err != nil {
 		return nil, toConnect(err)
 	}
-	if h.read().Node(nil, m.GetNodeId()) == nil {
-		return nil, toConnect(apierr.NotFoundf("no node %q", m.GetNodeId()))
-	}
-	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_BindInstance{BindInstance: &storev1.BindInstance{
-		JobId: m.GetJobId(), Role: m.GetRole(), NodeId: m.GetNodeId(), Options: m.GetOptions(),
-	}}})
+	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_BindInstance{BindInstance: bindOf(req.Msg)}})
 	if err != nil {
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(&managerv1.StartJobResponse{FencingToken: res.Index}), nil
+}
+
+// MaxStartJobs bounds the starts of one StartJobs call.
+const MaxStartJobs = 1000
+
+// StartJobs binds many instances in one write. Malformed input refuses
+// the whole call; a start the store refuses (an unknown job or node, an
+// offline node, a running instance) is answered in its own result and the
+// others still bind.
+func (h *handler) StartJobs(ctx context.Context, req *connect.Request[managerv1.StartJobsRequest]) (*connect.Response[managerv1.StartJobsResponse], error) {
+	starts := req.Msg.GetStarts()
+	switch {
+	case len(starts) == 0:
+		return nil, toConnect(apierr.Invalid("starts", "give at least one start"))
+	case len(starts) > MaxStartJobs:
+		return nil, toConnect(apierr.Invalid("starts", "%d starts (at most %d in one call)", len(starts), MaxStartJobs))
+	}
+	r := h.read()
+	out := make([]*managerv1.StartResult, len(starts))
+	cmd := &storev1.BindInstances{}
+	var which []int
+	seen := make(map[string]int, len(starts))
+	for i, m := range starts {
+		field := fmt.Sprintf("starts[%d].", i)
+		key := m.GetJobId() + "\x00" + m.GetRole()
+		if j, dup := seen[key]; dup {
+			return nil, toConnect(apierr.Invalid(field+"role", "instance %s/%s is also starts[%d]", m.GetJobId(), m.GetRole(), j))
+		}
+		seen[key] = i
+		if err := h.checkStart(r, field, m); err != nil {
+			if apierr.Is(err, apierr.InvalidArgument) {
+				return nil, toConnect(err)
+			}
+			out[i] = resultOf(err)
+			continue
+		}
+		cmd.Binds = append(cmd.Binds, bindOf(m))
+		which = append(which, i)
+	}
+	if len(cmd.Binds) > 0 {
+		res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_BindInstances{BindInstances: cmd}})
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		got, _ := res.Value.(*managerv1.StartJobsResponse)
+		if len(got.GetResults()) != len(which) {
+			return nil, toConnect(apierr.New(apierr.Internal, "StartJobs: the store answered %d results for %d starts", len(got.GetResults()), len(which)))
+		}
+		for k, i := range which {
+			out[i] = got.GetResults()[k]
+		}
+	}
+	return connect.NewResponse(&managerv1.StartJobsResponse{Results: out}), nil
+}
+
+// resultOf is a refused start's result.
+func resultOf(err error) *managerv1.StartResult {
+	return &managerv1.StartResult{ErrorCode: apierr.CodeOf(err).String(), ErrorMessage: err.Error()}
 }
 
 func (h *handler) StopJob(ctx context.Context, req *connect.Request[managerv1.StopJobRequest]) (*connect.Response[managerv1.StopJobResponse], error) {

@@ -443,10 +443,16 @@ func (m *memberState) primaryTerm(ctx context.Context, st *store.Store) {
 	s.nodesRef.Store(ctl)
 	defer s.nodesRef.CompareAndSwap(ctl, nil)
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		_ = ctl.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		if s.mock != nil { // elastic nodes exist only with a provider
+			s.runReaper(ctx)
+		}
 	}()
 	go func() {
 		defer wg.Done()

@@ -48,7 +48,7 @@ func (h *handler) ExplainPlacement(ctx context.Context, req *connect.Request[man
 			role = jobspec.ReplicaRole(replica)
 		}
 	}
-	out, err := placement.ExplainBundleJob(placement.Config{Pools: h.s.cfg.Pools}, nodes, live, rec.GetJob(), bundle, role, m.GetPool())
+	out, err := placement.ExplainBundleJob(h.s.placementConfig(), nodes, live, rec.GetJob(), bundle, role, m.GetPool())
 	if err != nil {
 		return nil, toConnect(apierr.Invalid("jobId", "%v", err))
 	}

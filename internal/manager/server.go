@@ -39,6 +39,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
+	"github.com/norsk-go/norsk-manager/internal/providers/mock"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
@@ -93,6 +94,18 @@ type Config struct {
 	// Pools are placement's pools as ordered tiers, cheapest first (pool →
 	// node pool tags); a pool not listed is a single tier of its own name.
 	Pools map[string][]string
+	// PoolSpread asks for the jobs of a pool to be spread evenly over a
+	// node attribute (pool → tag key, e.g. "rack"), as Nomad's spread
+	// stanza; a bundle's intraReplicaPlacement.spreadAttribute wins.
+	PoolSpread map[string]string
+	// MockProvider, when set, is the mock provider of elastic nodes
+	// (providers.mock in config.yaml): placement creates nodes on its hosts
+	// when nothing fits, and the empty-node reaper terminates them once
+	// idle.
+	MockProvider *mock.Config
+	// ReaperInterval is how often the empty-node reaper and the providers'
+	// start timeouts are checked (default 5 s).
+	ReaperInterval time.Duration
 	// EventWriteTimeout is how long one event may take to reach a
 	// subscriber before its stream is cut (default 30 s).
 	EventWriteTimeout time.Duration
@@ -207,6 +220,16 @@ func (c *Config) defaults() error {
 	if c.DefaultIdleExpiry <= 0 {
 		c.DefaultIdleExpiry = 10 * time.Minute
 	}
+	if c.ReaperInterval <= 0 {
+		c.ReaperInterval = 5 * time.Second
+	}
+	if c.MockProvider != nil {
+		mc, err := c.MockProvider.WithDefaults()
+		if err != nil {
+			return fmt.Errorf("manager: %w", err)
+		}
+		c.MockProvider = &mc
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
@@ -277,17 +300,22 @@ type Server struct {
 	nodesRef    atomic.Pointer[nodes.Controller]
 	nodeMetrics *nodes.Metrics
 	amMetrics   *automanager.Metrics
-	member      *memberState
-	members     memberClients
-	metrics     *metrics
-	ln          net.Listener
-	http        *http.Server
-	url         string
-	lock        *os.File
-	boot        *managerv1.BootReport
-	audit       auditCheck
-	authz       *authorizer
-	tls         *tlsState
+	provMetrics *providerMetrics
+	// mock is the mock provider (nil: none configured); mockMu serialises
+	// the choice of a host.
+	mock    *mock.Provider
+	mockMu  sync.Mutex
+	member  *memberState
+	members memberClients
+	metrics *metrics
+	ln      net.Listener
+	http    *http.Server
+	url     string
+	lock    *os.File
+	boot    *managerv1.BootReport
+	audit   auditCheck
+	authz   *authorizer
+	tls     *tlsState
 	// accessKeys are the access replica's trusted keys (nil: none).
 	accessKeys *accessReplicaKeys
 	// bootstrap is the admin token made at this first start ("" if none).
@@ -342,11 +370,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, metrics: m, ln: ln, lock: lock, tls: tlsSt, accessKeys: accessKeys,
 		nodeMetrics: nodes.NewMetrics(m.reg),
 		amMetrics:   automanager.NewMetrics(m.reg),
+		provMetrics: newProviderMetrics(m.reg),
 		boot:        &managerv1.BootReport{BootedAt: timestamppb.New(cfg.Clock.Now())},
 	}
 	s.url = cfg.AdvertiseURL
 	if s.url == "" {
 		s.url = tlsSt.scheme() + "://" + advertiseAddr(ln.Addr())
+	}
+	if cfg.MockProvider != nil {
+		s.mock = mock.New(*cfg.MockProvider, nil)
 	}
 	s.member = newMemberState(s)
 	fail := func(err error) (*Server, error) {

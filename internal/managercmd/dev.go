@@ -28,7 +28,9 @@ Each worker is a node of its own (dev-worker-1 … dev-worker-N, in pool dev)
 with its state in <data-dir>/workers/<name> and its own listener; the banner
 prints every worker's node id. --workers 3 is a multi-node playground for
 placement and bundles, e.g. examples/bundles/resilient.yaml: a primary and a
-backup kept on different nodes.
+backup kept on different nodes. --mock-hosts 2 adds two mock hosts: when a
+job fits no worker, the Manager creates an elastic node on one (pool burst),
+and the empty-node reaper terminates it after --idle-expiry without a job.
 
 State lives in --data-dir (default ` + devmode.DefaultDataDirHint + `), so stopping and
 starting dev again keeps every job, and the workers adopt the instances that
@@ -44,6 +46,9 @@ exit.`,
 			opts.Out = os.Stdout
 			if opts.Workers < 1 || opts.Workers > 64 {
 				return usageError{fmt.Errorf("--workers %d: want 1 to 64", opts.Workers)}
+			}
+			if opts.MockHosts < 0 || opts.MockHosts > 16 {
+				return usageError{fmt.Errorf("--mock-hosts %d: want 0 to 16", opts.MockHosts)}
 			}
 			if opts.DataDir != "" {
 				if opts.DataDir, err = filepath.Abs(opts.DataDir); err != nil {
@@ -61,6 +66,8 @@ exit.`,
 	f.StringVar(&opts.Runtime, "runtime", "auto", "worker runtime: auto, docker or process")
 	f.BoolVar(&opts.NoDemo, "no-demo", false, "do not create and start the demo hello job")
 	f.DurationVar(&opts.LostGrace, "lost-grace", 30*time.Second, "how long a worker's stream may be gone before its node is lost")
+	f.IntVar(&opts.MockHosts, "mock-hosts", 0, "mock hosts standing by for elastic nodes of pool "+devmode.MockPool+" (0 to 16)")
+	f.DurationVar(&opts.IdleExpiry, "idle-expiry", 10*time.Minute, "how long an elastic node may be idle before the reaper terminates it")
 	logs.register(c)
 	return c
 }

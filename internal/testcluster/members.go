@@ -255,6 +255,7 @@ func (m *Member) config() manager.Config {
 			return nil, err
 		}
 	}
+	c.mockProvider(&cfg)
 	if m.Extra != nil {
 		m.Extra(&cfg)
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/providers/mock/mockhost"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
 	"github.com/norsk-go/norsk-manager/internal/testcluster/faultnet"
 	"github.com/norsk-go/norsk-manager/internal/worker"
@@ -67,6 +68,13 @@ type Options struct {
 	// Manager's CA by its fingerprint, and the workers' streams are mutual
 	// TLS.
 	TLS string
+	// MockHosts starts that many mock hosts (the mock provider's machines,
+	// process runtime) and gives the Manager a mock provider over them,
+	// creating nodes in MockPool (default "burst") with MockVCPUs (default
+	// 2). See mockhosts.go.
+	MockHosts int
+	MockPool  string
+	MockVCPUs uint32
 }
 
 // Cluster is a running in-process system.
@@ -86,6 +94,8 @@ type Cluster struct {
 	// w1 … wK. A single-member cluster (the default) is standalone.
 	Members []*Member
 	Workers []*Worker
+	// Hosts are the mock hosts (Options.MockHosts).
+	Hosts []*mockhost.Host
 }
 
 // Worker is one in-process worker.
@@ -125,6 +135,7 @@ func New(t testing.TB, opts Options) *Cluster {
 	}
 	c := &Cluster{t: t, opts: opts, Dir: t.TempDir(), token: manager.NewToken()}
 	t.Cleanup(c.shutdown)
+	c.startMockHosts()
 	c.newMembers()
 	for _, m := range c.Members {
 		m.startServer()
@@ -303,6 +314,7 @@ func (c *Cluster) shutdown() {
 	for _, w := range c.Workers {
 		_ = w.Stop()
 	}
+	c.stopMockHosts()
 	for _, m := range c.Members {
 		m.Stop()
 	}

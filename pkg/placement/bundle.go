@@ -52,10 +52,20 @@ func antiAffinity(a managerv1.AntiAffinity) AntiAffinity {
 // requirements and, for a job of bundle b (nil when it has none or the
 // bundle is gone), the bundle's pools (the bundle's pool for the primary,
 // the resilience policy's for the other replicas), anti-affinity between
-// replicas, co-location and separation within the replica, and spread. The
+// replicas, co-location and separation within the replica, and spread (the
+// bundle's intraReplicaPlacement.spreadAttribute, else cfg.PoolSpread of
+// its pool). The
 // AutoManager, ExplainPlacement and `norsk-ctl job why` all place through
 // it, so an explanation is the placement that would run.
-func RequestForJob(job *managerv1.Job, b *managerv1.Bundle, role string) Request {
+func RequestForJob(cfg Config, job *managerv1.Job, b *managerv1.Bundle, role string) Request {
+	req := requestForJob(job, b, role)
+	if attr := cfg.PoolSpread[req.Pool]; attr != "" && req.Spread == nil && req.Pool != "" {
+		req.Spread = &Spread{Attribute: attr, Group: "pool:" + req.Pool}
+	}
+	return req
+}
+
+func requestForJob(job *managerv1.Job, b *managerv1.Bundle, role string) Request {
 	req := Request{
 		JobID:        job.GetJobId(),
 		Role:         role,
@@ -91,7 +101,7 @@ func RequestForJob(job *managerv1.Job, b *managerv1.Bundle, role string) Request
 
 // AllocationForJob is what a bound instance of job (of bundle b, or nil)
 // holds on its node: the allocation its request would have committed.
-func AllocationForJob(in *managerv1.Instance, job *managerv1.Job, b *managerv1.Bundle) Allocation {
-	req := RequestForJob(job, b, in.GetRole())
+func AllocationForJob(cfg Config, in *managerv1.Instance, job *managerv1.Job, b *managerv1.Bundle) Allocation {
+	req := RequestForJob(cfg, job, b, in.GetRole())
 	return req.Allocation(Result{NodeID: in.GetNodeId(), GPU: -1})
 }

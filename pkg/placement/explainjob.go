@@ -16,8 +16,8 @@ type JobInstance struct {
 }
 
 // AllocationOf is the allocation a bound instance holds on its node.
-func AllocationOf(ji JobInstance) Allocation {
-	return AllocationForJob(ji.Instance, ji.Job, ji.Bundle)
+func AllocationOf(cfg Config, ji JobInstance) Allocation {
+	return AllocationForJob(cfg, ji.Instance, ji.Job, ji.Bundle)
 }
 
 // ExplainJob places instance role of job against nodes now, explained: the
@@ -32,7 +32,7 @@ func ExplainJob(cfg Config, nodes []*managerv1.Node, live []JobInstance, job *ma
 // with the bundle's rules (RequestForJob); a non-empty pool overrides the
 // bundle's.
 func ExplainBundleJob(cfg Config, nodes []*managerv1.Node, live []JobInstance, job *managerv1.Job, b *managerv1.Bundle, role, pool string) (*managerv1.ExplainPlacementResponse, error) {
-	req := RequestForJob(job, b, role)
+	req := RequestForJob(cfg, job, b, role)
 	if pool != "" {
 		req.Pool = pool
 	}
@@ -50,7 +50,7 @@ func ExplainBundleJob(cfg Config, nodes []*managerv1.Node, live []JobInstance, j
 		if ji.Instance.GetJobId() == job.GetJobId() && ji.Instance.GetRole() == role {
 			continue
 		}
-		allocs = append(allocs, AllocationOf(ji))
+		allocs = append(allocs, AllocationOf(cfg, ji))
 	}
 	res, err := Place(cfg, view, allocs, req)
 	if err != nil {

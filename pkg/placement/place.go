@@ -276,7 +276,7 @@ func (s *State) dynamicCheck(ni int32, p *prepared, out *[]Refusal) rid {
 			continue
 		}
 		total := s.capCount(s.capTotal, ni, c.id)
-		if free := total - s.capCount(s.capUsed, ni, c.id); free < c.count && total >= c.count {
+		if free := s.capCount(s.capFree, ni, c.id); free < c.count && total >= c.count {
 			if out == nil {
 				return ridCapability
 			}
@@ -344,7 +344,7 @@ func (s *State) fits(ni int32, p *prepared) bool {
 	}
 	base := int(ni) * s.ncap
 	for _, c := range nd.caps {
-		if c.consume && (c.id < 0 || s.capTotal[base+int(c.id)]-s.capUsed[base+int(c.id)] < c.count) {
+		if c.consume && (c.id < 0 || s.capFree[base+int(c.id)] < c.count) {
 			return false
 		}
 	}
@@ -472,11 +472,125 @@ func (s *State) rank(ni int32, p *prepared, static rankKey) rankKey {
 // rule with their tier and spare rank, and how many the static rules
 // refused. Node descriptions never change within a State, so entries stay
 // valid; allocations only affect the dynamic rules.
+//
+// It also sets aside the nodes a request of one need (deadNeed) found full:
+// without a Remove, allocations only ever take capacity away, so a node too
+// full for that need stays too full, and later requests of the same need
+// skip it (counting it under the rule that refused it) instead of checking
+// it again. Any Remove on the State (s.removals) or a request of another
+// need brings them back, in node order, so the choice never changes — only
+// the work to reach it.
 type staticEntry struct {
 	nodes   []int32
 	tier    []int32
 	rank    []rankKey // staticRank
 	refused [numRids]int
+
+	deadNeed    string
+	deadEpoch   uint64
+	dead        []deadNode
+	deadRefused [numRids]int
+}
+
+type deadNode struct {
+	ni   int32
+	tier int32
+	rank rankKey
+	rid  rid
+	// commits is the node's commit count when rid was found: a later
+	// commit to it may make another rule the first to refuse it.
+	commits uint32
+}
+
+// needKey is everything of a request the dynamic rules read, when they
+// read nothing of its peers ("" = not trackable: co-location or
+// separation depend on where peers are).
+func needKey(p *prepared) string {
+	if len(p.coLocate) > 0 || len(p.separate) > 0 {
+		return ""
+	}
+	nd := &p.need
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d/%d/%d/%s/%d", nd.demand, nd.cores, nd.gpu, nd.gpuModel, p.ceiling)
+	for _, c := range nd.caps {
+		if c.consume {
+			fmt.Fprintf(&b, "/%d:%d", c.id, c.count)
+		}
+	}
+	return b.String()
+}
+
+// track readies the entry for a request of p's need and reports whether
+// the nodes it finds full may be set aside: nodes set aside for another
+// need, or before a Remove, come back first.
+func (e *staticEntry) track(s *State, p *prepared) bool {
+	key := needKey(p)
+	if len(e.dead) > 0 && (key != e.deadNeed || e.deadEpoch != s.removals) {
+		e.revive()
+	}
+	e.deadNeed, e.deadEpoch = key, s.removals
+	return key != ""
+}
+
+// recheck finds again the refusing rule of set-aside nodes committed to
+// since it was found (they stay full; the first rule to say so may not).
+func (e *staticEntry) recheck(s *State, p *prepared) {
+	for i := range e.dead {
+		d := &e.dead[i]
+		if c := s.nodeCommits[d.ni]; c != d.commits {
+			e.deadRefused[d.rid]--
+			d.rid, d.commits = s.dynamicCheck(d.ni, p, nil), c
+			e.deadRefused[d.rid]++
+		}
+	}
+}
+
+// deadPos is a position in staticEntry.nodes found full, and why.
+type deadPos struct {
+	i   int
+	rid rid
+}
+
+// bury sets aside the nodes at the (ascending) positions dead of e.nodes,
+// once there are enough of them to pay for moving the others (a few
+// full nodes are cheaper to check again than to compact away).
+func (e *staticEntry) bury(s *State, dead []deadPos) {
+	if len(dead) == 0 || len(dead)*32 < len(e.nodes) {
+		return
+	}
+	keep, d := 0, 0
+	for i := range e.nodes {
+		if d < len(dead) && dead[d].i == i {
+			e.dead = append(e.dead, deadNode{ni: e.nodes[i], tier: e.tier[i], rank: e.rank[i], rid: dead[d].rid, commits: s.nodeCommits[e.nodes[i]]})
+			e.deadRefused[dead[d].rid]++
+			d++
+			continue
+		}
+		e.nodes[keep], e.tier[keep], e.rank[keep] = e.nodes[i], e.tier[i], e.rank[i]
+		keep++
+	}
+	e.nodes, e.tier, e.rank = e.nodes[:keep], e.tier[:keep], e.rank[:keep]
+}
+
+// revive brings every set-aside node back, keeping node order.
+func (e *staticEntry) revive() {
+	slices.SortFunc(e.dead, func(a, b deadNode) int { return cmp.Compare(a.ni, b.ni) })
+	n := len(e.nodes) + len(e.dead)
+	nodes, tier, rank := make([]int32, 0, n), make([]int32, 0, n), make([]rankKey, 0, n)
+	i, j := 0, 0
+	for i < len(e.nodes) || j < len(e.dead) {
+		if j >= len(e.dead) || (i < len(e.nodes) && e.nodes[i] < e.dead[j].ni) {
+			nodes, tier, rank = append(nodes, e.nodes[i]), append(tier, e.tier[i]), append(rank, e.rank[i])
+			i++
+			continue
+		}
+		d := e.dead[j]
+		nodes, tier, rank = append(nodes, d.ni), append(tier, d.tier), append(rank, d.rank)
+		j++
+	}
+	e.nodes, e.tier, e.rank = nodes, tier, rank
+	e.dead = e.dead[:0]
+	e.deadRefused = [numRids]int{}
 }
 
 const maxStaticEntries = 1024
@@ -593,10 +707,20 @@ func (s *State) Place(req Request) (Result, error) {
 		}
 	} else {
 		e := s.staticFor(p)
+		track := e.track(s, p)
+		e.recheck(s, p)
 		refused = e.refused
+		for r, n := range e.deadRefused {
+			refused[r] += n
+		}
+		var dead []deadPos
 		for i, ni := range e.nodes {
 			if !s.fits(ni, p) {
-				refused[s.dynamicCheck(ni, p, nil)]++
+				r := s.dynamicCheck(ni, p, nil)
+				refused[r]++
+				if track {
+					dead = append(dead, deadPos{i, r})
+				}
 				continue
 			}
 			res.Eligible++
@@ -604,6 +728,7 @@ func (s *State) Place(req Request) (Result, error) {
 				best, bestKey, bestTier = ni, k, e.tier[i]
 			}
 		}
+		e.bury(s, dead)
 	}
 	for r := ridPin; r < numRids; r++ {
 		if refused[r] > 0 {

@@ -344,3 +344,59 @@ func TestPlacementDeterministic(t *testing.T) {
 		}
 	})
 }
+
+// An indexed State that places, commits and removes allocations over time
+// (so its caches set full nodes aside and bring them back) answers every
+// request exactly as a State built fresh from the same allocations does.
+func TestPlacementIncrementalMatchesFresh(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var nodes []Node
+		for i := range rapid.IntRange(1, 10).Draw(t, "nodes") {
+			nodes = append(nodes, genNode(t, i))
+		}
+		s, err := NewState(propCfg, nodes, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A few request shapes, repeated, so cached entries are reused.
+		var shapes []Request
+		for i := range rapid.IntRange(1, 4).Draw(t, "shapes") {
+			shapes = append(shapes, genRequest(t, i, nodes))
+		}
+		var live []Allocation
+		for step := range rapid.IntRange(1, 60).Draw(t, "steps") {
+			if len(live) > 0 && rapid.IntRange(0, 5).Draw(t, "remove") == 0 {
+				i := rapid.IntRange(0, len(live)-1).Draw(t, "which")
+				if !s.Remove(live[i].JobID, live[i].Role) {
+					t.Fatalf("remove %s/%s: not bound", live[i].JobID, live[i].Role)
+				}
+				live = append(live[:i], live[i+1:]...)
+				continue
+			}
+			req := rapid.SampledFrom(shapes).Draw(t, "shape")
+			req.JobID = fmt.Sprintf("step-%03d", step)
+			got, err := s.Place(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh, err := NewState(propCfg, nodes, live)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := fresh.Place(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("step %d: incremental %+v, fresh %+v", step, got, want)
+			}
+			if got.NodeID != "" {
+				a := req.Allocation(got)
+				if err := s.Commit(a); err != nil {
+					t.Fatal(err)
+				}
+				live = append(live, a)
+			}
+		}
+	})
+}

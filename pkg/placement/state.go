@@ -24,7 +24,7 @@ type State struct {
 	// ni*ncap+c.
 	capIdx            map[string]int32
 	ncap              int
-	capTotal, capUsed []int64
+	capTotal, capFree []int64 // capFree = capTotal - what allocations hold
 
 	allocs   []allocRec
 	byKey    map[allocKey]int32
@@ -36,6 +36,11 @@ type State struct {
 	spreadTables  map[[2]string]*spreadTable
 
 	static map[string]*staticEntry
+	// removals counts Remove calls: nodes a static entry set aside as full
+	// come back after one (staticEntry.track).
+	removals uint64
+	// nodeCommits counts the allocations committed to each node.
+	nodeCommits []uint32
 }
 
 type allocKey struct{ job, role string }
@@ -127,7 +132,6 @@ func NewState(cfg Config, nodes []Node, allocs []Allocation) (*State, error) {
 	}
 	s.ncap = len(s.capIdx)
 	s.capTotal = make([]int64, len(sorted)*s.ncap)
-	s.capUsed = make([]int64, len(sorted)*s.ncap)
 	for i, n := range sorted {
 		if n.ID == "" {
 			return nil, errors.New("placement: a node has no ID")
@@ -147,6 +151,8 @@ func NewState(cfg Config, nodes []Node, allocs []Allocation) (*State, error) {
 		s.nodes[i] = ns
 		s.index[n.ID] = int32(i)
 	}
+	s.capFree = slices.Clone(s.capTotal)
+	s.nodeCommits = make([]uint32, len(sorted))
 	as := slices.Clone(allocs)
 	slices.SortFunc(as, func(a, b Allocation) int {
 		return cmp.Or(cmp.Compare(a.JobID, b.JobID), cmp.Compare(a.Role, b.Role))
@@ -179,11 +185,12 @@ func (s *State) Commit(a Allocation) error {
 	rec := allocRec{a: a, node: ni, need: nd, gpu: -1, alive: true}
 	if ni >= 0 {
 		n, h := &s.nodes[ni], &s.hot[ni]
+		s.nodeCommits[ni]++
 		h.cpuUsed += nd.demand
 		h.coresUsed += nd.cores
 		for _, c := range nd.caps {
 			if c.consume && c.id >= 0 {
-				s.capUsed[int(ni)*s.ncap+int(c.id)] += c.count
+				s.capFree[int(ni)*s.ncap+int(c.id)] -= c.count
 			}
 		}
 		if nd.gpu > 0 && a.GPU >= 0 && a.GPU < len(n.gpuCap) {
@@ -219,6 +226,7 @@ func (s *State) Remove(jobID, role string) bool {
 		return false
 	}
 	delete(s.byKey, k)
+	s.removals++
 	rec := &s.allocs[idx]
 	rec.alive = false
 	if ni := rec.node; ni >= 0 {
@@ -227,7 +235,7 @@ func (s *State) Remove(jobID, role string) bool {
 		h.coresUsed -= rec.need.cores
 		for _, c := range rec.need.caps {
 			if c.consume && c.id >= 0 {
-				s.capUsed[int(ni)*s.ncap+int(c.id)] -= c.count
+				s.capFree[int(ni)*s.ncap+int(c.id)] += c.count
 			}
 		}
 		if rec.gpu >= 0 {
@@ -286,7 +294,7 @@ func (s *State) Usage(nodeID string) (u Usage, ok bool) {
 		u.GPUCapacity = append(u.GPUCapacity, float64(n.gpuCap[i])/1000)
 	}
 	for name, c := range s.capIdx {
-		if v := s.capUsed[int(ni)*s.ncap+int(c)]; v != 0 {
+		if v := s.capTotal[int(ni)*s.ncap+int(c)] - s.capFree[int(ni)*s.ncap+int(c)]; v != 0 {
 			if u.Capabilities == nil {
 				u.Capabilities = map[string]int64{}
 			}

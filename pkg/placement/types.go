@@ -200,6 +200,10 @@ type Config struct {
 	// reach (e.g. bronze 80): the headroom above is left for higher bands.
 	// Bands not listed (and "") may reach 100.
 	BandCeilings map[string]int
+	// PoolSpread spreads the jobs of a pool evenly over a node attribute
+	// (pool → attribute key), for requests that ask for no spread of their
+	// own (RequestForJob applies it; the group is "pool:"+pool).
+	PoolSpread map[string]string
 	// PresenceCapabilities names capabilities that are only required to be
 	// advertised, never consumed (e.g. a worker's job socket).
 	PresenceCapabilities map[string]bool

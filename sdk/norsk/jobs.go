@@ -2,6 +2,8 @@ package norsk
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -100,22 +102,80 @@ func (m *Manager) StartJob(ctx context.Context, jobID, role, nodeID string, opts
 	if err := m.alive(op); err != nil {
 		return 0, err
 	}
-	res, err := m.client.StartJob(ctx, connect.NewRequest(&managerv1.StartJobRequest{
-		JobId:  jobID,
-		Role:   role,
-		NodeId: nodeID,
-		Options: &managerv1.StartJobOptions{
-			RuntimeRole:           opts.RuntimeRole,
-			DeferStart:            opts.DeferStart,
-			MigrationId:           opts.MigrationID,
-			MigrationInitialState: opts.MigrationInitialState,
-			Placement:             opts.Placement,
-		},
-	}))
+	res, err := m.client.StartJob(ctx, connect.NewRequest(Start{JobID: jobID, Role: role, NodeID: nodeID, Options: opts}.request()))
 	if err != nil {
 		return 0, wrapError(op, err)
 	}
 	return res.Msg.GetFencingToken(), nil
+}
+
+// Start is one start of StartJobs: what StartJob takes.
+type Start struct {
+	JobID, Role, NodeID string
+	Options             StartJobOptions
+}
+
+func (s Start) request() *managerv1.StartJobRequest {
+	return &managerv1.StartJobRequest{
+		JobId:  s.JobID,
+		Role:   s.Role,
+		NodeId: s.NodeID,
+		Options: &managerv1.StartJobOptions{
+			RuntimeRole:           s.Options.RuntimeRole,
+			DeferStart:            s.Options.DeferStart,
+			MigrationId:           s.Options.MigrationID,
+			MigrationInitialState: s.Options.MigrationInitialState,
+			Placement:             s.Options.Placement,
+		},
+	}
+}
+
+// StartOutcome is one start's result: its fencing token, or Err (an *Error
+// matching the sentinels as StartJob's would: ErrNotFound,
+// ErrFailedPrecondition, ...).
+type StartOutcome struct {
+	FencingToken uint64
+	Err          error
+}
+
+// MaxStartJobs is the most starts one StartJobs call takes.
+const MaxStartJobs = 1000
+
+// StartJobs binds many instances in one store write — a placement plan —
+// each exactly as StartJob would, succeeding or failing on its own. It
+// returns one outcome per start, in order; the error is for the call as a
+// whole: ErrInvalidArgument (no starts, more than MaxStartJobs, an
+// instance twice, a malformed item), ErrUnavailable.
+func (m *Manager) StartJobs(ctx context.Context, starts []Start) ([]StartOutcome, error) {
+	const op = "StartJobs"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	req := &managerv1.StartJobsRequest{Starts: make([]*managerv1.StartJobRequest, len(starts))}
+	for i, s := range starts {
+		req.Starts[i] = s.request()
+	}
+	res, err := m.client.StartJobs(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	got := res.Msg.GetResults()
+	if len(got) != len(starts) {
+		return nil, &Error{Op: op, Code: connect.CodeInternal, Message: fmt.Sprintf("the Manager answered %d results for %d starts", len(got), len(starts))}
+	}
+	out := make([]StartOutcome, len(got))
+	for i, r := range got {
+		if r.GetErrorCode() == "" {
+			out[i].FencingToken = r.GetFencingToken()
+			continue
+		}
+		var code connect.Code
+		if code.UnmarshalText([]byte(strings.ToLower(r.GetErrorCode()))) != nil {
+			code = connect.CodeUnknown
+		}
+		out[i].Err = &Error{Op: op, Code: code, Message: r.GetErrorMessage()}
+	}
+	return out, nil
 }
 
 // StopJobOptions are the optional parts of StopJob.

@@ -110,6 +110,35 @@ func (m *Manager) TerminateNode(ctx context.Context, nodeID string) error {
 	return wrapError(op, err)
 }
 
+// MockNode asks CreateMockNode for a node.
+type MockNode struct {
+	// NodeID names the node ("" = the Manager names it).
+	NodeID string
+	// Pool is the pool tier it joins ("" = the provider's first pool).
+	Pool string
+	Tags map[string]string
+}
+
+// CreateMockNode provisions an elastic node from the Manager's mock
+// provider: a free mock host boots a worker that registers as the node
+// (as createAwsNode launches an instance). It returns the node's id and
+// host once the host has been told; the node is STARTING until its worker
+// calls in, then ONLINE. Errors: ErrFailedPrecondition (no mock provider
+// configured), ErrInvalidArgument (a pool the provider does not serve),
+// ErrResourceExhausted (every host in use), ErrUnavailable (the host did
+// not answer; the node is recorded terminated).
+func (m *Manager) CreateMockNode(ctx context.Context, n MockNode) (nodeID, host string, err error) {
+	const op = "CreateMockNode"
+	if err := m.alive(op); err != nil {
+		return "", "", err
+	}
+	res, err := m.client.CreateMockNode(ctx, connect.NewRequest(&managerv1.CreateMockNodeRequest{NodeId: n.NodeID, Pool: n.Pool, Tags: n.Tags}))
+	if err != nil {
+		return "", "", wrapError(op, err)
+	}
+	return res.Msg.GetNodeId(), res.Msg.GetHost(), nil
+}
+
 // SetNodeTags merges tags onto the node nodeID (a key given replaces its
 // value; keys not given are untouched) and returns the node as it now is. The
 // daemon persists the edit, re-applies it when it rediscovers the node, and

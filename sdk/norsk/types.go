@@ -247,6 +247,7 @@ const (
 	NodeStateLost        = managerv1.NodeState_NODE_STATE_LOST
 	NodeStateStopping    = managerv1.NodeState_NODE_STATE_STOPPING
 	NodeStateTerminated  = managerv1.NodeState_NODE_STATE_TERMINATED
+	NodeStateStarting    = managerv1.NodeState_NODE_STATE_STARTING
 )
 
 // Architecture values.

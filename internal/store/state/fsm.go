@@ -147,6 +147,8 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 		return nil, t.deleteJob(c.DeleteJob)
 	case *storev1.Command_BindInstance:
 		return t.bindInstance(c.BindInstance)
+	case *storev1.Command_BindInstances:
+		return t.bindInstances(c.BindInstances), nil
 	case *storev1.Command_StopInstance:
 		return nil, t.stopInstance(c.StopInstance)
 	case *storev1.Command_StartPrepared:

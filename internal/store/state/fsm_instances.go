@@ -1,6 +1,7 @@
 package state
 
 import (
+	"fmt"
 	"google.golang.org/protobuf/proto"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -192,6 +193,32 @@ func (t *tx) bindInstance(c *storev1.BindInstance) (uint64, error) {
 	}
 	t.putJob(t.withHistory(rec, e), e)
 	return t.index, nil
+}
+
+// bindInstances applies each bind as bindInstance would, on its own: a
+// refused bind changes nothing (bindInstance checks everything before it
+// writes) and the others still apply. It answers with a
+// *managerv1.StartJobsResponse: one result per bind, its fencing token (the
+// command's index) or the refusal's code and message.
+func (t *tx) bindInstances(c *storev1.BindInstances) *managerv1.StartJobsResponse {
+	out := &managerv1.StartJobsResponse{Results: make([]*managerv1.StartResult, len(c.GetBinds()))}
+	seen := make(map[string]bool, len(c.GetBinds()))
+	for i, b := range c.GetBinds() {
+		r := &managerv1.StartResult{}
+		out.Results[i] = r
+		var err error
+		if key := InstanceID(b.GetJobId(), b.GetRole()); seen[key] {
+			err = apierr.Invalid(fmt.Sprintf("starts[%d]", i), "instance %s/%s is started twice in one call", b.GetJobId(), b.GetRole())
+		} else {
+			seen[key] = true
+			r.FencingToken, err = t.bindInstance(b)
+		}
+		if err != nil {
+			r.FencingToken = 0
+			r.ErrorCode, r.ErrorMessage = apierr.CodeOf(err).String(), err.Error()
+		}
+	}
+	return out
 }
 
 // instanceOn returns the instance (job, role) bound to node.

@@ -103,6 +103,9 @@ func (t *tx) registerSlot(c *storev1.RegisterSlot) error {
 		// slots share one.
 		return apierr.AlreadyExistsf("that registration token belongs to another slot")
 	}
+	if err := jobspec.ValidateTags("tags", c.GetTags()); err != nil {
+		return err
+	}
 	n := &managerv1.Node{
 		NodeId:       c.GetNodeId(),
 		NodeName:     c.GetNodeName(),
@@ -110,10 +113,21 @@ func (t *tx) registerSlot(c *storev1.RegisterSlot) error {
 		Tags:         map[string]string{},
 		RegisteredAt: t.now,
 	}
+	for k, v := range c.GetTags() {
+		n.Tags[k] = v
+	}
 	if c.GetPool() != "" {
 		n.Tags["pool"] = c.GetPool()
 	}
-	t.setState(n, managerv1.NodeState_NODE_STATE_REGISTERED, "registered; waiting for its worker")
+	if p := c.GetProvider(); p != "" && p != ProviderCluster {
+		if _, spare := n.Tags[SpareTag]; spare {
+			return apierr.Invalid("tags", "the %q tag of an elastic node belongs to the AutoManager's reconciler", SpareTag)
+		}
+		n.Provider, n.ProviderInstance, n.Elastic, n.Hardware = p, c.GetProviderInstance(), true, c.GetHardware()
+		t.setState(n, managerv1.NodeState_NODE_STATE_STARTING, "created by provider "+p+"; waiting for its worker")
+	} else {
+		t.setState(n, managerv1.NodeState_NODE_STATE_REGISTERED, "registered; waiting for its worker")
+	}
 	rec := &storev1.NodeRecord{Node: n, Token: c.GetToken(), ModifyIndex: t.index}
 	t.insert(tableNodes, rec)
 	t.slotEvent("registered", rec)
@@ -163,6 +177,9 @@ func (t *tx) memberRegister(c *storev1.MemberRegister) (any, error) {
 	n.Runtime = c.GetRuntime()
 	n.WorkerVersion = c.GetWorkerVersion()
 	n.Tls = c.GetTls()
+	if n.GetState() == managerv1.NodeState_NODE_STATE_TERMINATED && n.GetElastic() {
+		return nil, apierr.FailedPreconditionf("elastic node %q was terminated; its provider creates a new node instead", n.GetNodeId())
+	}
 	if n.GetState() == managerv1.NodeState_NODE_STATE_TERMINATED {
 		// A worker started again on a terminated server: it may be dialled.
 		t.setState(n, managerv1.NodeState_NODE_STATE_REGISTERED, "worker registered again after termination")
@@ -207,15 +224,35 @@ func (t *tx) terminateNode(c *storev1.TerminateNode) error {
 		rec.GetNode().GetState() == managerv1.NodeState_NODE_STATE_STOPPING:
 		return nil // idempotent
 	}
+	live := t.liveInstances(c.GetNodeId())
+	if c.GetOnlyIfIdle() && len(live) > 0 {
+		return apierr.FailedPreconditionf("node %q is not idle: it holds %d instance(s) (e.g. %s/%s)",
+			c.GetNodeId(), len(live), live[0].GetJobId(), live[0].GetRole())
+	}
+	why := c.GetReason()
+	if why == "" {
+		why = "terminate requested"
+	}
 	nrec, n := t.withNode(rec)
-	t.setState(n, managerv1.NodeState_NODE_STATE_STOPPING, "terminate requested")
+	if n.GetState() == managerv1.NodeState_NODE_STATE_STARTING {
+		// Its worker never called in: there is nothing to stop.
+		t.setState(n, managerv1.NodeState_NODE_STATE_TERMINATED, why)
+		t.insert(tableNodes, nrec)
+		t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: t.nodeEvent(nrec, why)}})
+		return nil
+	}
+	t.setState(n, managerv1.NodeState_NODE_STATE_STOPPING, why)
 	t.insert(tableNodes, nrec)
-	for _, in := range t.liveInstances(n.GetNodeId()) {
+	stopWhy := "node terminated"
+	if c.GetReason() != "" {
+		stopWhy += ": " + c.GetReason()
+	}
+	for _, in := range live {
 		if in.GetDesired() != desiredStopped {
-			t.requestStop(in, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED, "node terminated", 0, "")
+			t.requestStop(in, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED, stopWhy, 0, "")
 		}
 	}
-	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeStopping{NodeStopping: t.nodeEvent(nrec, "terminate requested")}})
+	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeStopping{NodeStopping: t.nodeEvent(nrec, why)}})
 	return nil
 }
 
@@ -357,7 +394,7 @@ func (t *tx) nodeOnline(c *storev1.NodeOnline) (any, error) {
 	}
 	wasOnline := n.GetState() == nodeOnline
 	switch n.GetState() {
-	case managerv1.NodeState_NODE_STATE_REGISTERED, managerv1.NodeState_NODE_STATE_LOST:
+	case managerv1.NodeState_NODE_STATE_REGISTERED, managerv1.NodeState_NODE_STATE_LOST, managerv1.NodeState_NODE_STATE_STARTING:
 		t.setState(n, nodeOnline, "worker connected")
 	}
 	t.insert(tableNodes, nrec)

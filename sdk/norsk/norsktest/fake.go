@@ -118,7 +118,11 @@ type Server struct {
 	lastAuth    string
 	outcome     StartOutcome
 	nextID      int
-	nextPort    uint32
+	// mockHosts, mockVCPUs and mockPools are the fake mock provider (SetMockHosts).
+	mockHosts int
+	mockVCPUs uint32
+	mockPools []string
+	nextPort  uint32
 
 	// The audit log (audit_kv.go): retained entries oldest first.
 	audit        []*managerv1.AuditLogEntry

@@ -1409,6 +1409,159 @@ func (x *StartJobResponse) GetFencingToken() uint64 {
 	return 0
 }
 
+type StartJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 1000 starts; no (job_id, role) twice.
+	Starts        []*StartJobRequest `protobuf:"bytes,1,rep,name=starts,proto3" json:"starts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartJobsRequest) Reset() {
+	*x = StartJobsRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartJobsRequest) ProtoMessage() {}
+
+func (x *StartJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartJobsRequest.ProtoReflect.Descriptor instead.
+func (*StartJobsRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StartJobsRequest) GetStarts() []*StartJobRequest {
+	if x != nil {
+		return x.Starts
+	}
+	return nil
+}
+
+// StartResult is one start of a StartJobs call: its fencing token, or why
+// it was refused (the gRPC code name, e.g. "FAILED_PRECONDITION", and the
+// message StartJob would have answered).
+type StartResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FencingToken  uint64                 `protobuf:"varint,1,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	ErrorCode     string                 `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string                 `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartResult) Reset() {
+	*x = StartResult{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartResult) ProtoMessage() {}
+
+func (x *StartResult) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartResult.ProtoReflect.Descriptor instead.
+func (*StartResult) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *StartResult) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *StartResult) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *StartResult) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+type StartJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per start, in request order.
+	Results       []*StartResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartJobsResponse) Reset() {
+	*x = StartJobsResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartJobsResponse) ProtoMessage() {}
+
+func (x *StartJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartJobsResponse.ProtoReflect.Descriptor instead.
+func (*StartJobsResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *StartJobsResponse) GetResults() []*StartResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type StopJobOptions struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	MigrationId string                 `protobuf:"bytes,1,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
@@ -1420,7 +1573,7 @@ type StopJobOptions struct {
 
 func (x *StopJobOptions) Reset() {
 	*x = StopJobOptions{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[19]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1585,7 @@ func (x *StopJobOptions) String() string {
 func (*StopJobOptions) ProtoMessage() {}
 
 func (x *StopJobOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[19]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1598,7 @@ func (x *StopJobOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobOptions.ProtoReflect.Descriptor instead.
 func (*StopJobOptions) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{19}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StopJobOptions) GetMigrationId() string {
@@ -1474,7 +1627,7 @@ type StopJobRequest struct {
 
 func (x *StopJobRequest) Reset() {
 	*x = StopJobRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[20]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1639,7 @@ func (x *StopJobRequest) String() string {
 func (*StopJobRequest) ProtoMessage() {}
 
 func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[20]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1652,7 @@ func (x *StopJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobRequest.ProtoReflect.Descriptor instead.
 func (*StopJobRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{20}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StopJobRequest) GetJobId() string {
@@ -1538,7 +1691,7 @@ type StopJobResponse struct {
 
 func (x *StopJobResponse) Reset() {
 	*x = StopJobResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[21]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1703,7 @@ func (x *StopJobResponse) String() string {
 func (*StopJobResponse) ProtoMessage() {}
 
 func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[21]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1716,7 @@ func (x *StopJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopJobResponse.ProtoReflect.Descriptor instead.
 func (*StopJobResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{21}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{24}
 }
 
 type StartPreparedJobRequest struct {
@@ -1577,7 +1730,7 @@ type StartPreparedJobRequest struct {
 
 func (x *StartPreparedJobRequest) Reset() {
 	*x = StartPreparedJobRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[22]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1742,7 @@ func (x *StartPreparedJobRequest) String() string {
 func (*StartPreparedJobRequest) ProtoMessage() {}
 
 func (x *StartPreparedJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[22]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1755,7 @@ func (x *StartPreparedJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedJobRequest.ProtoReflect.Descriptor instead.
 func (*StartPreparedJobRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{22}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StartPreparedJobRequest) GetJobId() string {
@@ -1634,7 +1787,7 @@ type StartPreparedJobResponse struct {
 
 func (x *StartPreparedJobResponse) Reset() {
 	*x = StartPreparedJobResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[23]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1799,7 @@ func (x *StartPreparedJobResponse) String() string {
 func (*StartPreparedJobResponse) ProtoMessage() {}
 
 func (x *StartPreparedJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[23]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1812,7 @@ func (x *StartPreparedJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedJobResponse.ProtoReflect.Descriptor instead.
 func (*StartPreparedJobResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{23}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{26}
 }
 
 type CompleteJobRequest struct {
@@ -1671,7 +1824,7 @@ type CompleteJobRequest struct {
 
 func (x *CompleteJobRequest) Reset() {
 	*x = CompleteJobRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[24]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1836,7 @@ func (x *CompleteJobRequest) String() string {
 func (*CompleteJobRequest) ProtoMessage() {}
 
 func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[24]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1849,7 @@ func (x *CompleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobRequest.ProtoReflect.Descriptor instead.
 func (*CompleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{24}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CompleteJobRequest) GetJobId() string {
@@ -1714,7 +1867,7 @@ type CompleteJobResponse struct {
 
 func (x *CompleteJobResponse) Reset() {
 	*x = CompleteJobResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[25]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1879,7 @@ func (x *CompleteJobResponse) String() string {
 func (*CompleteJobResponse) ProtoMessage() {}
 
 func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[25]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1892,7 @@ func (x *CompleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJobResponse.ProtoReflect.Descriptor instead.
 func (*CompleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{25}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{28}
 }
 
 type MarkJobFailedRequest struct {
@@ -1752,7 +1905,7 @@ type MarkJobFailedRequest struct {
 
 func (x *MarkJobFailedRequest) Reset() {
 	*x = MarkJobFailedRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[26]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1917,7 @@ func (x *MarkJobFailedRequest) String() string {
 func (*MarkJobFailedRequest) ProtoMessage() {}
 
 func (x *MarkJobFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[26]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1930,7 @@ func (x *MarkJobFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFailedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFailedRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{26}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MarkJobFailedRequest) GetJobId() string {
@@ -1802,7 +1955,7 @@ type MarkJobFailedResponse struct {
 
 func (x *MarkJobFailedResponse) Reset() {
 	*x = MarkJobFailedResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[27]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1967,7 @@ func (x *MarkJobFailedResponse) String() string {
 func (*MarkJobFailedResponse) ProtoMessage() {}
 
 func (x *MarkJobFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[27]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1980,7 @@ func (x *MarkJobFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFailedResponse.ProtoReflect.Descriptor instead.
 func (*MarkJobFailedResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{27}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{30}
 }
 
 type RegisterClusterNodeRequest struct {
@@ -1840,7 +1993,7 @@ type RegisterClusterNodeRequest struct {
 
 func (x *RegisterClusterNodeRequest) Reset() {
 	*x = RegisterClusterNodeRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[28]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +2005,7 @@ func (x *RegisterClusterNodeRequest) String() string {
 func (*RegisterClusterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterClusterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[28]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2018,7 @@ func (x *RegisterClusterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterClusterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterClusterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{28}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RegisterClusterNodeRequest) GetNodeName() string {
@@ -1892,7 +2045,7 @@ type RegisterClusterNodeResponse struct {
 
 func (x *RegisterClusterNodeResponse) Reset() {
 	*x = RegisterClusterNodeResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[29]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2057,7 @@ func (x *RegisterClusterNodeResponse) String() string {
 func (*RegisterClusterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterClusterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[29]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2070,7 @@ func (x *RegisterClusterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterClusterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterClusterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{29}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegisterClusterNodeResponse) GetNodeId() string {
@@ -1963,7 +2116,7 @@ type ClusterMemberRegisterRequest struct {
 
 func (x *ClusterMemberRegisterRequest) Reset() {
 	*x = ClusterMemberRegisterRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[30]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2128,7 @@ func (x *ClusterMemberRegisterRequest) String() string {
 func (*ClusterMemberRegisterRequest) ProtoMessage() {}
 
 func (x *ClusterMemberRegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[30]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2141,7 @@ func (x *ClusterMemberRegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMemberRegisterRequest.ProtoReflect.Descriptor instead.
 func (*ClusterMemberRegisterRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{30}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClusterMemberRegisterRequest) GetToken() string {
@@ -2073,7 +2226,7 @@ type ClusterMemberRegisterResponse struct {
 
 func (x *ClusterMemberRegisterResponse) Reset() {
 	*x = ClusterMemberRegisterResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[31]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2238,7 @@ func (x *ClusterMemberRegisterResponse) String() string {
 func (*ClusterMemberRegisterResponse) ProtoMessage() {}
 
 func (x *ClusterMemberRegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[31]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2251,7 @@ func (x *ClusterMemberRegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMemberRegisterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterMemberRegisterResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{31}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClusterMemberRegisterResponse) GetNodeId() string {
@@ -2151,7 +2304,7 @@ type ListClusterNodesRequest struct {
 
 func (x *ListClusterNodesRequest) Reset() {
 	*x = ListClusterNodesRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[32]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2316,7 @@ func (x *ListClusterNodesRequest) String() string {
 func (*ListClusterNodesRequest) ProtoMessage() {}
 
 func (x *ListClusterNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[32]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2329,7 @@ func (x *ListClusterNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClusterNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListClusterNodesRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{32}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{35}
 }
 
 type ListClusterNodesResponse struct {
@@ -2188,7 +2341,7 @@ type ListClusterNodesResponse struct {
 
 func (x *ListClusterNodesResponse) Reset() {
 	*x = ListClusterNodesResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[33]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2353,7 @@ func (x *ListClusterNodesResponse) String() string {
 func (*ListClusterNodesResponse) ProtoMessage() {}
 
 func (x *ListClusterNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[33]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2366,7 @@ func (x *ListClusterNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClusterNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListClusterNodesResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{33}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListClusterNodesResponse) GetSlots() []*ClusterSlot {
@@ -2232,7 +2385,7 @@ type DeregisterClusterNodeRequest struct {
 
 func (x *DeregisterClusterNodeRequest) Reset() {
 	*x = DeregisterClusterNodeRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[34]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2397,7 @@ func (x *DeregisterClusterNodeRequest) String() string {
 func (*DeregisterClusterNodeRequest) ProtoMessage() {}
 
 func (x *DeregisterClusterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[34]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2410,7 @@ func (x *DeregisterClusterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterClusterNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeregisterClusterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{34}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeregisterClusterNodeRequest) GetNodeId() string {
@@ -2275,7 +2428,7 @@ type DeregisterClusterNodeResponse struct {
 
 func (x *DeregisterClusterNodeResponse) Reset() {
 	*x = DeregisterClusterNodeResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[35]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2440,7 @@ func (x *DeregisterClusterNodeResponse) String() string {
 func (*DeregisterClusterNodeResponse) ProtoMessage() {}
 
 func (x *DeregisterClusterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[35]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2453,7 @@ func (x *DeregisterClusterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterClusterNodeResponse.ProtoReflect.Descriptor instead.
 func (*DeregisterClusterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{35}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{38}
 }
 
 type SetClusterNodePoolRequest struct {
@@ -2314,7 +2467,7 @@ type SetClusterNodePoolRequest struct {
 
 func (x *SetClusterNodePoolRequest) Reset() {
 	*x = SetClusterNodePoolRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[36]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2479,7 @@ func (x *SetClusterNodePoolRequest) String() string {
 func (*SetClusterNodePoolRequest) ProtoMessage() {}
 
 func (x *SetClusterNodePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[36]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2492,7 @@ func (x *SetClusterNodePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterNodePoolRequest.ProtoReflect.Descriptor instead.
 func (*SetClusterNodePoolRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{36}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetClusterNodePoolRequest) GetNodeId() string {
@@ -2364,7 +2517,7 @@ type SetClusterNodePoolResponse struct {
 
 func (x *SetClusterNodePoolResponse) Reset() {
 	*x = SetClusterNodePoolResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[37]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2529,7 @@ func (x *SetClusterNodePoolResponse) String() string {
 func (*SetClusterNodePoolResponse) ProtoMessage() {}
 
 func (x *SetClusterNodePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[37]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2542,7 @@ func (x *SetClusterNodePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterNodePoolResponse.ProtoReflect.Descriptor instead.
 func (*SetClusterNodePoolResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{37}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{40}
 }
 
 type ListNodesRequest struct {
@@ -2400,7 +2553,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[38]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +2565,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[38]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +2578,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{38}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{41}
 }
 
 type ListNodesResponse struct {
@@ -2437,7 +2590,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[39]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2602,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[39]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2615,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{39}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -2481,7 +2634,7 @@ type TerminateNodeRequest struct {
 
 func (x *TerminateNodeRequest) Reset() {
 	*x = TerminateNodeRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[40]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2646,7 @@ func (x *TerminateNodeRequest) String() string {
 func (*TerminateNodeRequest) ProtoMessage() {}
 
 func (x *TerminateNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[40]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2659,7 @@ func (x *TerminateNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateNodeRequest.ProtoReflect.Descriptor instead.
 func (*TerminateNodeRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{40}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TerminateNodeRequest) GetNodeId() string {
@@ -2524,7 +2677,7 @@ type TerminateNodeResponse struct {
 
 func (x *TerminateNodeResponse) Reset() {
 	*x = TerminateNodeResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[41]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2689,7 @@ func (x *TerminateNodeResponse) String() string {
 func (*TerminateNodeResponse) ProtoMessage() {}
 
 func (x *TerminateNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[41]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2702,7 @@ func (x *TerminateNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateNodeResponse.ProtoReflect.Descriptor instead.
 func (*TerminateNodeResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{41}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{44}
 }
 
 type SetNodeTagsRequest struct {
@@ -2562,7 +2715,7 @@ type SetNodeTagsRequest struct {
 
 func (x *SetNodeTagsRequest) Reset() {
 	*x = SetNodeTagsRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[42]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2574,7 +2727,7 @@ func (x *SetNodeTagsRequest) String() string {
 func (*SetNodeTagsRequest) ProtoMessage() {}
 
 func (x *SetNodeTagsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[42]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2587,7 +2740,7 @@ func (x *SetNodeTagsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeTagsRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeTagsRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{42}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetNodeTagsRequest) GetNodeId() string {
@@ -2613,7 +2766,7 @@ type SetNodeTagsResponse struct {
 
 func (x *SetNodeTagsResponse) Reset() {
 	*x = SetNodeTagsResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[43]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2778,7 @@ func (x *SetNodeTagsResponse) String() string {
 func (*SetNodeTagsResponse) ProtoMessage() {}
 
 func (x *SetNodeTagsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[43]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2791,7 @@ func (x *SetNodeTagsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeTagsResponse.ProtoReflect.Descriptor instead.
 func (*SetNodeTagsResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{43}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetNodeTagsResponse) GetNode() *Node {
@@ -2646,6 +2799,123 @@ func (x *SetNodeTagsResponse) GetNode() *Node {
 		return x.Node
 	}
 	return nil
+}
+
+type CreateMockNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node's id; "" = the Manager names it (mock-<random>).
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The pool (tier) the node joins: one the mock provider serves; "" = the
+	// provider's first pool.
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Tags the node starts with (pool is set from pool).
+	Tags          map[string]string `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateMockNodeRequest) Reset() {
+	*x = CreateMockNodeRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateMockNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateMockNodeRequest) ProtoMessage() {}
+
+func (x *CreateMockNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateMockNodeRequest.ProtoReflect.Descriptor instead.
+func (*CreateMockNodeRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *CreateMockNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CreateMockNodeRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *CreateMockNodeRequest) GetTags() map[string]string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type CreateMockNodeResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The mock host that boots the node's worker.
+	Host          string `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateMockNodeResponse) Reset() {
+	*x = CreateMockNodeResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateMockNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateMockNodeResponse) ProtoMessage() {}
+
+func (x *CreateMockNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateMockNodeResponse.ProtoReflect.Descriptor instead.
+func (*CreateMockNodeResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *CreateMockNodeResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CreateMockNodeResponse) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
 }
 
 type GetNodeIdleExpiryRequest struct {
@@ -2657,7 +2927,7 @@ type GetNodeIdleExpiryRequest struct {
 
 func (x *GetNodeIdleExpiryRequest) Reset() {
 	*x = GetNodeIdleExpiryRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[44]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2939,7 @@ func (x *GetNodeIdleExpiryRequest) String() string {
 func (*GetNodeIdleExpiryRequest) ProtoMessage() {}
 
 func (x *GetNodeIdleExpiryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[44]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2952,7 @@ func (x *GetNodeIdleExpiryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeIdleExpiryRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeIdleExpiryRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{44}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetNodeIdleExpiryRequest) GetNodeId() string {
@@ -2703,7 +2973,7 @@ type SetNodeIdleExpiryRequest struct {
 
 func (x *SetNodeIdleExpiryRequest) Reset() {
 	*x = SetNodeIdleExpiryRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[45]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +2985,7 @@ func (x *SetNodeIdleExpiryRequest) String() string {
 func (*SetNodeIdleExpiryRequest) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[45]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +2998,7 @@ func (x *SetNodeIdleExpiryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiryRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiryRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{45}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetNodeIdleExpiryRequest) GetNodeId() string {
@@ -2756,7 +3026,7 @@ type NodeIdleExpiry struct {
 
 func (x *NodeIdleExpiry) Reset() {
 	*x = NodeIdleExpiry{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[46]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +3038,7 @@ func (x *NodeIdleExpiry) String() string {
 func (*NodeIdleExpiry) ProtoMessage() {}
 
 func (x *NodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[46]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +3051,7 @@ func (x *NodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*NodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{46}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *NodeIdleExpiry) GetNodeId() string {
@@ -2897,7 +3167,16 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12;\n" +
 	"\aoptions\x18\x04 \x01(\v2!.norsk.manager.v1.StartJobOptionsR\aoptions\"7\n" +
 	"\x10StartJobResponse\x12#\n" +
-	"\rfencing_token\x18\x01 \x01(\x04R\ffencingToken\"N\n" +
+	"\rfencing_token\x18\x01 \x01(\x04R\ffencingToken\"M\n" +
+	"\x10StartJobsRequest\x129\n" +
+	"\x06starts\x18\x01 \x03(\v2!.norsk.manager.v1.StartJobRequestR\x06starts\"v\n" +
+	"\vStartResult\x12#\n" +
+	"\rfencing_token\x18\x01 \x01(\x04R\ffencingToken\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\tR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"L\n" +
+	"\x11StartJobsResponse\x127\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.norsk.manager.v1.StartResultR\aresults\"N\n" +
 	"\x0eStopJobOptions\x12!\n" +
 	"\fmigration_id\x18\x01 \x01(\tR\vmigrationId\x12\x19\n" +
 	"\bgrace_ms\x18\x02 \x01(\rR\agraceMs\"\x90\x01\n" +
@@ -2967,7 +3246,17 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"A\n" +
 	"\x13SetNodeTagsResponse\x12*\n" +
-	"\x04node\x18\x01 \x01(\v2\x16.norsk.manager.v1.NodeR\x04node\"3\n" +
+	"\x04node\x18\x01 \x01(\v2\x16.norsk.manager.v1.NodeR\x04node\"\xc4\x01\n" +
+	"\x15CreateMockNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12E\n" +
+	"\x04tags\x18\x03 \x03(\v21.norsk.manager.v1.CreateMockNodeRequest.TagsEntryR\x04tags\x1a7\n" +
+	"\tTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"E\n" +
+	"\x16CreateMockNodeResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\"3\n" +
 	"\x18GetNodeIdleExpiryRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"Y\n" +
 	"\x18SetNodeIdleExpiryRequest\x12\x17\n" +
@@ -2980,7 +3269,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\x8f/\n" +
+	"\x10DATE_FIELD_START\x10\x022\xd80\n" +
 	"\aManager\x12M\n" +
 	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
 	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
@@ -2989,7 +3278,8 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tDeleteJob\x12\".norsk.manager.v1.DeleteJobRequest\x1a#.norsk.manager.v1.DeleteJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12T\n" +
 	"\aJobById\x12 .norsk.manager.v1.JobByIdRequest\x1a .norsk.manager.v1.JobWithHistory\"\x05\x8a\xb5\x18\x01\x02\x12[\n" +
 	"\tJobSearch\x12\".norsk.manager.v1.JobSearchRequest\x1a#.norsk.manager.v1.JobSearchResponse\"\x05\x8a\xb5\x18\x01\x02\x12X\n" +
-	"\bStartJob\x12!.norsk.manager.v1.StartJobRequest\x1a\".norsk.manager.v1.StartJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12U\n" +
+	"\bStartJob\x12!.norsk.manager.v1.StartJobRequest\x1a\".norsk.manager.v1.StartJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12[\n" +
+	"\tStartJobs\x12\".norsk.manager.v1.StartJobsRequest\x1a#.norsk.manager.v1.StartJobsResponse\"\x05\x8a\xb5\x18\x01\x03\x12U\n" +
 	"\aStopJob\x12 .norsk.manager.v1.StopJobRequest\x1a!.norsk.manager.v1.StopJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12p\n" +
 	"\x10StartPreparedJob\x12).norsk.manager.v1.StartPreparedJobRequest\x1a*.norsk.manager.v1.StartPreparedJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12a\n" +
 	"\vCompleteJob\x12$.norsk.manager.v1.CompleteJobRequest\x1a%.norsk.manager.v1.CompleteJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12g\n" +
@@ -3003,7 +3293,8 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\rTerminateNode\x12&.norsk.manager.v1.TerminateNodeRequest\x1a'.norsk.manager.v1.TerminateNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12a\n" +
 	"\vSetNodeTags\x12$.norsk.manager.v1.SetNodeTagsRequest\x1a%.norsk.manager.v1.SetNodeTagsResponse\"\x05\x8a\xb5\x18\x01\x03\x12h\n" +
 	"\x11GetNodeIdleExpiry\x12*.norsk.manager.v1.GetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\"\x05\x8a\xb5\x18\x01\x02\x12h\n" +
-	"\x11SetNodeIdleExpiry\x12*.norsk.manager.v1.SetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\"\x05\x8a\xb5\x18\x01\x03\x12q\n" +
+	"\x11SetNodeIdleExpiry\x12*.norsk.manager.v1.SetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\"\x05\x8a\xb5\x18\x01\x03\x12j\n" +
+	"\x0eCreateMockNode\x12'.norsk.manager.v1.CreateMockNodeRequest\x1a(.norsk.manager.v1.CreateMockNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12q\n" +
 	"\x10AppendAuditEntry\x12).norsk.manager.v1.AppendAuditEntryRequest\x1a*.norsk.manager.v1.AppendAuditEntryResponse\"\x06\x8a\xb5\x18\x02\x03\x05\x12a\n" +
 	"\vGetAuditLog\x12$.norsk.manager.v1.GetAuditLogRequest\x1a%.norsk.manager.v1.GetAuditLogResponse\"\x05\x8a\xb5\x18\x01\x02\x12g\n" +
 	"\rPruneAuditLog\x12&.norsk.manager.v1.PruneAuditLogRequest\x1a'.norsk.manager.v1.PruneAuditLogResponse\"\x05\x8a\xb5\x18\x01\x04\x12Y\n" +
@@ -3056,7 +3347,7 @@ func file_norsk_manager_v1_manager_proto_rawDescGZIP() []byte {
 }
 
 var file_norsk_manager_v1_manager_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_norsk_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_norsk_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(DateField)(0),                            // 0: norsk.manager.v1.DateField
 	(*HelloRequest)(nil),                      // 1: norsk.manager.v1.HelloRequest
@@ -3078,264 +3369,277 @@ var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(*StartJobOptions)(nil),                   // 17: norsk.manager.v1.StartJobOptions
 	(*StartJobRequest)(nil),                   // 18: norsk.manager.v1.StartJobRequest
 	(*StartJobResponse)(nil),                  // 19: norsk.manager.v1.StartJobResponse
-	(*StopJobOptions)(nil),                    // 20: norsk.manager.v1.StopJobOptions
-	(*StopJobRequest)(nil),                    // 21: norsk.manager.v1.StopJobRequest
-	(*StopJobResponse)(nil),                   // 22: norsk.manager.v1.StopJobResponse
-	(*StartPreparedJobRequest)(nil),           // 23: norsk.manager.v1.StartPreparedJobRequest
-	(*StartPreparedJobResponse)(nil),          // 24: norsk.manager.v1.StartPreparedJobResponse
-	(*CompleteJobRequest)(nil),                // 25: norsk.manager.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),               // 26: norsk.manager.v1.CompleteJobResponse
-	(*MarkJobFailedRequest)(nil),              // 27: norsk.manager.v1.MarkJobFailedRequest
-	(*MarkJobFailedResponse)(nil),             // 28: norsk.manager.v1.MarkJobFailedResponse
-	(*RegisterClusterNodeRequest)(nil),        // 29: norsk.manager.v1.RegisterClusterNodeRequest
-	(*RegisterClusterNodeResponse)(nil),       // 30: norsk.manager.v1.RegisterClusterNodeResponse
-	(*ClusterMemberRegisterRequest)(nil),      // 31: norsk.manager.v1.ClusterMemberRegisterRequest
-	(*ClusterMemberRegisterResponse)(nil),     // 32: norsk.manager.v1.ClusterMemberRegisterResponse
-	(*ListClusterNodesRequest)(nil),           // 33: norsk.manager.v1.ListClusterNodesRequest
-	(*ListClusterNodesResponse)(nil),          // 34: norsk.manager.v1.ListClusterNodesResponse
-	(*DeregisterClusterNodeRequest)(nil),      // 35: norsk.manager.v1.DeregisterClusterNodeRequest
-	(*DeregisterClusterNodeResponse)(nil),     // 36: norsk.manager.v1.DeregisterClusterNodeResponse
-	(*SetClusterNodePoolRequest)(nil),         // 37: norsk.manager.v1.SetClusterNodePoolRequest
-	(*SetClusterNodePoolResponse)(nil),        // 38: norsk.manager.v1.SetClusterNodePoolResponse
-	(*ListNodesRequest)(nil),                  // 39: norsk.manager.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),                 // 40: norsk.manager.v1.ListNodesResponse
-	(*TerminateNodeRequest)(nil),              // 41: norsk.manager.v1.TerminateNodeRequest
-	(*TerminateNodeResponse)(nil),             // 42: norsk.manager.v1.TerminateNodeResponse
-	(*SetNodeTagsRequest)(nil),                // 43: norsk.manager.v1.SetNodeTagsRequest
-	(*SetNodeTagsResponse)(nil),               // 44: norsk.manager.v1.SetNodeTagsResponse
-	(*GetNodeIdleExpiryRequest)(nil),          // 45: norsk.manager.v1.GetNodeIdleExpiryRequest
-	(*SetNodeIdleExpiryRequest)(nil),          // 46: norsk.manager.v1.SetNodeIdleExpiryRequest
-	(*NodeIdleExpiry)(nil),                    // 47: norsk.manager.v1.NodeIdleExpiry
-	nil,                                       // 48: norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	(*Job)(nil),                               // 49: norsk.manager.v1.Job
-	(*timestamppb.Timestamp)(nil),             // 50: google.protobuf.Timestamp
-	(*JobWithHistory)(nil),                    // 51: norsk.manager.v1.JobWithHistory
-	(*PlacementEvent)(nil),                    // 52: norsk.manager.v1.PlacementEvent
-	(*Hardware)(nil),                          // 53: norsk.manager.v1.Hardware
-	(*Capability)(nil),                        // 54: norsk.manager.v1.Capability
-	(*ClusterSlot)(nil),                       // 55: norsk.manager.v1.ClusterSlot
-	(*Node)(nil),                              // 56: norsk.manager.v1.Node
-	(*AppendAuditEntryRequest)(nil),           // 57: norsk.manager.v1.AppendAuditEntryRequest
-	(*GetAuditLogRequest)(nil),                // 58: norsk.manager.v1.GetAuditLogRequest
-	(*PruneAuditLogRequest)(nil),              // 59: norsk.manager.v1.PruneAuditLogRequest
-	(*KvCommitRequest)(nil),                   // 60: norsk.manager.v1.KvCommitRequest
-	(*KvGetRequest)(nil),                      // 61: norsk.manager.v1.KvGetRequest
-	(*KvListRequest)(nil),                     // 62: norsk.manager.v1.KvListRequest
-	(*GetStoreInfoRequest)(nil),               // 63: norsk.manager.v1.GetStoreInfoRequest
-	(*SnapshotSaveRequest)(nil),               // 64: norsk.manager.v1.SnapshotSaveRequest
-	(*CreateTokenRequest)(nil),                // 65: norsk.manager.v1.CreateTokenRequest
-	(*ListTokensRequest)(nil),                 // 66: norsk.manager.v1.ListTokensRequest
-	(*RevokeTokenRequest)(nil),                // 67: norsk.manager.v1.RevokeTokenRequest
-	(*PublishDiscoveryFleetRequest)(nil),      // 68: norsk.manager.v1.PublishDiscoveryFleetRequest
-	(*GetDiscoveryFleetRequest)(nil),          // 69: norsk.manager.v1.GetDiscoveryFleetRequest
-	(*RotateDiscoveryTierSecretRequest)(nil),  // 70: norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	(*PublishAccessReplicaRequest)(nil),       // 71: norsk.manager.v1.PublishAccessReplicaRequest
-	(*AddClusterMemberRequest)(nil),           // 72: norsk.manager.v1.AddClusterMemberRequest
-	(*RemoveClusterMemberRequest)(nil),        // 73: norsk.manager.v1.RemoveClusterMemberRequest
-	(*ForceStandaloneRequest)(nil),            // 74: norsk.manager.v1.ForceStandaloneRequest
-	(*LeaveQuorumRequest)(nil),                // 75: norsk.manager.v1.LeaveQuorumRequest
-	(*GetClusterStatusRequest)(nil),           // 76: norsk.manager.v1.GetClusterStatusRequest
-	(*GetClusterEventsRequest)(nil),           // 77: norsk.manager.v1.GetClusterEventsRequest
-	(*AnnounceControlPlaneRequest)(nil),       // 78: norsk.manager.v1.AnnounceControlPlaneRequest
-	(*ExplainPlacementRequest)(nil),           // 79: norsk.manager.v1.ExplainPlacementRequest
-	(*CreateBundleRequest)(nil),               // 80: norsk.manager.v1.CreateBundleRequest
-	(*UpdateBundleRequest)(nil),               // 81: norsk.manager.v1.UpdateBundleRequest
-	(*DeleteBundleRequest)(nil),               // 82: norsk.manager.v1.DeleteBundleRequest
-	(*BundleByIdRequest)(nil),                 // 83: norsk.manager.v1.BundleByIdRequest
-	(*ListBundlesRequest)(nil),                // 84: norsk.manager.v1.ListBundlesRequest
-	(*StartBundleJobRequest)(nil),             // 85: norsk.manager.v1.StartBundleJobRequest
-	(*StopBundleJobRequest)(nil),              // 86: norsk.manager.v1.StopBundleJobRequest
-	(*SetBundleStopTimeRequest)(nil),          // 87: norsk.manager.v1.SetBundleStopTimeRequest
-	(*RenewBundleLeaseRequest)(nil),           // 88: norsk.manager.v1.RenewBundleLeaseRequest
-	(*PauseLeasesRequest)(nil),                // 89: norsk.manager.v1.PauseLeasesRequest
-	(*ResumeLeasesRequest)(nil),               // 90: norsk.manager.v1.ResumeLeasesRequest
-	(*GetLeaseStatusRequest)(nil),             // 91: norsk.manager.v1.GetLeaseStatusRequest
-	(*EventStreamRequest)(nil),                // 92: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                           // 93: norsk.manager.v1.JobHash
-	(*AppendAuditEntryResponse)(nil),          // 94: norsk.manager.v1.AppendAuditEntryResponse
-	(*GetAuditLogResponse)(nil),               // 95: norsk.manager.v1.GetAuditLogResponse
-	(*PruneAuditLogResponse)(nil),             // 96: norsk.manager.v1.PruneAuditLogResponse
-	(*KvCommitResponse)(nil),                  // 97: norsk.manager.v1.KvCommitResponse
-	(*KvGetResponse)(nil),                     // 98: norsk.manager.v1.KvGetResponse
-	(*KvListResponse)(nil),                    // 99: norsk.manager.v1.KvListResponse
-	(*StoreInfo)(nil),                         // 100: norsk.manager.v1.StoreInfo
-	(*SnapshotChunk)(nil),                     // 101: norsk.manager.v1.SnapshotChunk
-	(*CreateTokenResponse)(nil),               // 102: norsk.manager.v1.CreateTokenResponse
-	(*ListTokensResponse)(nil),                // 103: norsk.manager.v1.ListTokensResponse
-	(*RevokeTokenResponse)(nil),               // 104: norsk.manager.v1.RevokeTokenResponse
-	(*PublishDiscoveryFleetResponse)(nil),     // 105: norsk.manager.v1.PublishDiscoveryFleetResponse
-	(*GetDiscoveryFleetResponse)(nil),         // 106: norsk.manager.v1.GetDiscoveryFleetResponse
-	(*RotateDiscoveryTierSecretResponse)(nil), // 107: norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	(*PublishAccessReplicaResponse)(nil),      // 108: norsk.manager.v1.PublishAccessReplicaResponse
-	(*AddClusterMemberResponse)(nil),          // 109: norsk.manager.v1.AddClusterMemberResponse
-	(*RemoveClusterMemberResponse)(nil),       // 110: norsk.manager.v1.RemoveClusterMemberResponse
-	(*ForceStandaloneResponse)(nil),           // 111: norsk.manager.v1.ForceStandaloneResponse
-	(*LeaveQuorumResponse)(nil),               // 112: norsk.manager.v1.LeaveQuorumResponse
-	(*ClusterStatus)(nil),                     // 113: norsk.manager.v1.ClusterStatus
-	(*GetClusterEventsResponse)(nil),          // 114: norsk.manager.v1.GetClusterEventsResponse
-	(*AnnounceControlPlaneResponse)(nil),      // 115: norsk.manager.v1.AnnounceControlPlaneResponse
-	(*ExplainPlacementResponse)(nil),          // 116: norsk.manager.v1.ExplainPlacementResponse
-	(*CreateBundleResponse)(nil),              // 117: norsk.manager.v1.CreateBundleResponse
-	(*UpdateBundleResponse)(nil),              // 118: norsk.manager.v1.UpdateBundleResponse
-	(*DeleteBundleResponse)(nil),              // 119: norsk.manager.v1.DeleteBundleResponse
-	(*BundleWithJobs)(nil),                    // 120: norsk.manager.v1.BundleWithJobs
-	(*ListBundlesResponse)(nil),               // 121: norsk.manager.v1.ListBundlesResponse
-	(*StartBundleJobResponse)(nil),            // 122: norsk.manager.v1.StartBundleJobResponse
-	(*StopBundleJobResponse)(nil),             // 123: norsk.manager.v1.StopBundleJobResponse
-	(*SetBundleStopTimeResponse)(nil),         // 124: norsk.manager.v1.SetBundleStopTimeResponse
-	(*RenewBundleLeaseResponse)(nil),          // 125: norsk.manager.v1.RenewBundleLeaseResponse
-	(*PauseLeasesResponse)(nil),               // 126: norsk.manager.v1.PauseLeasesResponse
-	(*ResumeLeasesResponse)(nil),              // 127: norsk.manager.v1.ResumeLeasesResponse
-	(*LeaseStatus)(nil),                       // 128: norsk.manager.v1.LeaseStatus
-	(*Event)(nil),                             // 129: norsk.manager.v1.Event
+	(*StartJobsRequest)(nil),                  // 20: norsk.manager.v1.StartJobsRequest
+	(*StartResult)(nil),                       // 21: norsk.manager.v1.StartResult
+	(*StartJobsResponse)(nil),                 // 22: norsk.manager.v1.StartJobsResponse
+	(*StopJobOptions)(nil),                    // 23: norsk.manager.v1.StopJobOptions
+	(*StopJobRequest)(nil),                    // 24: norsk.manager.v1.StopJobRequest
+	(*StopJobResponse)(nil),                   // 25: norsk.manager.v1.StopJobResponse
+	(*StartPreparedJobRequest)(nil),           // 26: norsk.manager.v1.StartPreparedJobRequest
+	(*StartPreparedJobResponse)(nil),          // 27: norsk.manager.v1.StartPreparedJobResponse
+	(*CompleteJobRequest)(nil),                // 28: norsk.manager.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),               // 29: norsk.manager.v1.CompleteJobResponse
+	(*MarkJobFailedRequest)(nil),              // 30: norsk.manager.v1.MarkJobFailedRequest
+	(*MarkJobFailedResponse)(nil),             // 31: norsk.manager.v1.MarkJobFailedResponse
+	(*RegisterClusterNodeRequest)(nil),        // 32: norsk.manager.v1.RegisterClusterNodeRequest
+	(*RegisterClusterNodeResponse)(nil),       // 33: norsk.manager.v1.RegisterClusterNodeResponse
+	(*ClusterMemberRegisterRequest)(nil),      // 34: norsk.manager.v1.ClusterMemberRegisterRequest
+	(*ClusterMemberRegisterResponse)(nil),     // 35: norsk.manager.v1.ClusterMemberRegisterResponse
+	(*ListClusterNodesRequest)(nil),           // 36: norsk.manager.v1.ListClusterNodesRequest
+	(*ListClusterNodesResponse)(nil),          // 37: norsk.manager.v1.ListClusterNodesResponse
+	(*DeregisterClusterNodeRequest)(nil),      // 38: norsk.manager.v1.DeregisterClusterNodeRequest
+	(*DeregisterClusterNodeResponse)(nil),     // 39: norsk.manager.v1.DeregisterClusterNodeResponse
+	(*SetClusterNodePoolRequest)(nil),         // 40: norsk.manager.v1.SetClusterNodePoolRequest
+	(*SetClusterNodePoolResponse)(nil),        // 41: norsk.manager.v1.SetClusterNodePoolResponse
+	(*ListNodesRequest)(nil),                  // 42: norsk.manager.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),                 // 43: norsk.manager.v1.ListNodesResponse
+	(*TerminateNodeRequest)(nil),              // 44: norsk.manager.v1.TerminateNodeRequest
+	(*TerminateNodeResponse)(nil),             // 45: norsk.manager.v1.TerminateNodeResponse
+	(*SetNodeTagsRequest)(nil),                // 46: norsk.manager.v1.SetNodeTagsRequest
+	(*SetNodeTagsResponse)(nil),               // 47: norsk.manager.v1.SetNodeTagsResponse
+	(*CreateMockNodeRequest)(nil),             // 48: norsk.manager.v1.CreateMockNodeRequest
+	(*CreateMockNodeResponse)(nil),            // 49: norsk.manager.v1.CreateMockNodeResponse
+	(*GetNodeIdleExpiryRequest)(nil),          // 50: norsk.manager.v1.GetNodeIdleExpiryRequest
+	(*SetNodeIdleExpiryRequest)(nil),          // 51: norsk.manager.v1.SetNodeIdleExpiryRequest
+	(*NodeIdleExpiry)(nil),                    // 52: norsk.manager.v1.NodeIdleExpiry
+	nil,                                       // 53: norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	nil,                                       // 54: norsk.manager.v1.CreateMockNodeRequest.TagsEntry
+	(*Job)(nil),                               // 55: norsk.manager.v1.Job
+	(*timestamppb.Timestamp)(nil),             // 56: google.protobuf.Timestamp
+	(*JobWithHistory)(nil),                    // 57: norsk.manager.v1.JobWithHistory
+	(*PlacementEvent)(nil),                    // 58: norsk.manager.v1.PlacementEvent
+	(*Hardware)(nil),                          // 59: norsk.manager.v1.Hardware
+	(*Capability)(nil),                        // 60: norsk.manager.v1.Capability
+	(*ClusterSlot)(nil),                       // 61: norsk.manager.v1.ClusterSlot
+	(*Node)(nil),                              // 62: norsk.manager.v1.Node
+	(*AppendAuditEntryRequest)(nil),           // 63: norsk.manager.v1.AppendAuditEntryRequest
+	(*GetAuditLogRequest)(nil),                // 64: norsk.manager.v1.GetAuditLogRequest
+	(*PruneAuditLogRequest)(nil),              // 65: norsk.manager.v1.PruneAuditLogRequest
+	(*KvCommitRequest)(nil),                   // 66: norsk.manager.v1.KvCommitRequest
+	(*KvGetRequest)(nil),                      // 67: norsk.manager.v1.KvGetRequest
+	(*KvListRequest)(nil),                     // 68: norsk.manager.v1.KvListRequest
+	(*GetStoreInfoRequest)(nil),               // 69: norsk.manager.v1.GetStoreInfoRequest
+	(*SnapshotSaveRequest)(nil),               // 70: norsk.manager.v1.SnapshotSaveRequest
+	(*CreateTokenRequest)(nil),                // 71: norsk.manager.v1.CreateTokenRequest
+	(*ListTokensRequest)(nil),                 // 72: norsk.manager.v1.ListTokensRequest
+	(*RevokeTokenRequest)(nil),                // 73: norsk.manager.v1.RevokeTokenRequest
+	(*PublishDiscoveryFleetRequest)(nil),      // 74: norsk.manager.v1.PublishDiscoveryFleetRequest
+	(*GetDiscoveryFleetRequest)(nil),          // 75: norsk.manager.v1.GetDiscoveryFleetRequest
+	(*RotateDiscoveryTierSecretRequest)(nil),  // 76: norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	(*PublishAccessReplicaRequest)(nil),       // 77: norsk.manager.v1.PublishAccessReplicaRequest
+	(*AddClusterMemberRequest)(nil),           // 78: norsk.manager.v1.AddClusterMemberRequest
+	(*RemoveClusterMemberRequest)(nil),        // 79: norsk.manager.v1.RemoveClusterMemberRequest
+	(*ForceStandaloneRequest)(nil),            // 80: norsk.manager.v1.ForceStandaloneRequest
+	(*LeaveQuorumRequest)(nil),                // 81: norsk.manager.v1.LeaveQuorumRequest
+	(*GetClusterStatusRequest)(nil),           // 82: norsk.manager.v1.GetClusterStatusRequest
+	(*GetClusterEventsRequest)(nil),           // 83: norsk.manager.v1.GetClusterEventsRequest
+	(*AnnounceControlPlaneRequest)(nil),       // 84: norsk.manager.v1.AnnounceControlPlaneRequest
+	(*ExplainPlacementRequest)(nil),           // 85: norsk.manager.v1.ExplainPlacementRequest
+	(*CreateBundleRequest)(nil),               // 86: norsk.manager.v1.CreateBundleRequest
+	(*UpdateBundleRequest)(nil),               // 87: norsk.manager.v1.UpdateBundleRequest
+	(*DeleteBundleRequest)(nil),               // 88: norsk.manager.v1.DeleteBundleRequest
+	(*BundleByIdRequest)(nil),                 // 89: norsk.manager.v1.BundleByIdRequest
+	(*ListBundlesRequest)(nil),                // 90: norsk.manager.v1.ListBundlesRequest
+	(*StartBundleJobRequest)(nil),             // 91: norsk.manager.v1.StartBundleJobRequest
+	(*StopBundleJobRequest)(nil),              // 92: norsk.manager.v1.StopBundleJobRequest
+	(*SetBundleStopTimeRequest)(nil),          // 93: norsk.manager.v1.SetBundleStopTimeRequest
+	(*RenewBundleLeaseRequest)(nil),           // 94: norsk.manager.v1.RenewBundleLeaseRequest
+	(*PauseLeasesRequest)(nil),                // 95: norsk.manager.v1.PauseLeasesRequest
+	(*ResumeLeasesRequest)(nil),               // 96: norsk.manager.v1.ResumeLeasesRequest
+	(*GetLeaseStatusRequest)(nil),             // 97: norsk.manager.v1.GetLeaseStatusRequest
+	(*EventStreamRequest)(nil),                // 98: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                           // 99: norsk.manager.v1.JobHash
+	(*AppendAuditEntryResponse)(nil),          // 100: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),               // 101: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),             // 102: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),                  // 103: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                     // 104: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                    // 105: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                         // 106: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                     // 107: norsk.manager.v1.SnapshotChunk
+	(*CreateTokenResponse)(nil),               // 108: norsk.manager.v1.CreateTokenResponse
+	(*ListTokensResponse)(nil),                // 109: norsk.manager.v1.ListTokensResponse
+	(*RevokeTokenResponse)(nil),               // 110: norsk.manager.v1.RevokeTokenResponse
+	(*PublishDiscoveryFleetResponse)(nil),     // 111: norsk.manager.v1.PublishDiscoveryFleetResponse
+	(*GetDiscoveryFleetResponse)(nil),         // 112: norsk.manager.v1.GetDiscoveryFleetResponse
+	(*RotateDiscoveryTierSecretResponse)(nil), // 113: norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	(*PublishAccessReplicaResponse)(nil),      // 114: norsk.manager.v1.PublishAccessReplicaResponse
+	(*AddClusterMemberResponse)(nil),          // 115: norsk.manager.v1.AddClusterMemberResponse
+	(*RemoveClusterMemberResponse)(nil),       // 116: norsk.manager.v1.RemoveClusterMemberResponse
+	(*ForceStandaloneResponse)(nil),           // 117: norsk.manager.v1.ForceStandaloneResponse
+	(*LeaveQuorumResponse)(nil),               // 118: norsk.manager.v1.LeaveQuorumResponse
+	(*ClusterStatus)(nil),                     // 119: norsk.manager.v1.ClusterStatus
+	(*GetClusterEventsResponse)(nil),          // 120: norsk.manager.v1.GetClusterEventsResponse
+	(*AnnounceControlPlaneResponse)(nil),      // 121: norsk.manager.v1.AnnounceControlPlaneResponse
+	(*ExplainPlacementResponse)(nil),          // 122: norsk.manager.v1.ExplainPlacementResponse
+	(*CreateBundleResponse)(nil),              // 123: norsk.manager.v1.CreateBundleResponse
+	(*UpdateBundleResponse)(nil),              // 124: norsk.manager.v1.UpdateBundleResponse
+	(*DeleteBundleResponse)(nil),              // 125: norsk.manager.v1.DeleteBundleResponse
+	(*BundleWithJobs)(nil),                    // 126: norsk.manager.v1.BundleWithJobs
+	(*ListBundlesResponse)(nil),               // 127: norsk.manager.v1.ListBundlesResponse
+	(*StartBundleJobResponse)(nil),            // 128: norsk.manager.v1.StartBundleJobResponse
+	(*StopBundleJobResponse)(nil),             // 129: norsk.manager.v1.StopBundleJobResponse
+	(*SetBundleStopTimeResponse)(nil),         // 130: norsk.manager.v1.SetBundleStopTimeResponse
+	(*RenewBundleLeaseResponse)(nil),          // 131: norsk.manager.v1.RenewBundleLeaseResponse
+	(*PauseLeasesResponse)(nil),               // 132: norsk.manager.v1.PauseLeasesResponse
+	(*ResumeLeasesResponse)(nil),              // 133: norsk.manager.v1.ResumeLeasesResponse
+	(*LeaseStatus)(nil),                       // 134: norsk.manager.v1.LeaseStatus
+	(*Event)(nil),                             // 135: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
-	49,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
-	49,  // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
-	50,  // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
-	50,  // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
+	55,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
+	55,  // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
+	56,  // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
+	56,  // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
 	0,   // 4: norsk.manager.v1.DateFilter.field:type_name -> norsk.manager.v1.DateField
-	50,  // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
-	50,  // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
-	50,  // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
-	50,  // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
-	50,  // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
+	56,  // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
+	56,  // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
+	56,  // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
+	56,  // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
+	56,  // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
 	12,  // 10: norsk.manager.v1.DateFilter.within:type_name -> norsk.manager.v1.DateWithin
 	10,  // 11: norsk.manager.v1.JobFilter.tag:type_name -> norsk.manager.v1.TagFilter
 	11,  // 12: norsk.manager.v1.JobFilter.id:type_name -> norsk.manager.v1.IdFilter
 	13,  // 13: norsk.manager.v1.JobFilter.date:type_name -> norsk.manager.v1.DateFilter
 	14,  // 14: norsk.manager.v1.JobSearchRequest.filters:type_name -> norsk.manager.v1.JobFilter
-	51,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
-	52,  // 16: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
+	57,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
+	58,  // 16: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
 	17,  // 17: norsk.manager.v1.StartJobRequest.options:type_name -> norsk.manager.v1.StartJobOptions
-	20,  // 18: norsk.manager.v1.StopJobRequest.options:type_name -> norsk.manager.v1.StopJobOptions
-	53,  // 19: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
-	54,  // 20: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
-	55,  // 21: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
-	56,  // 22: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
-	48,  // 23: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	56,  // 24: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
-	1,   // 25: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
-	3,   // 26: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
-	5,   // 27: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
-	6,   // 28: norsk.manager.v1.Manager.UpdateJob:input_type -> norsk.manager.v1.UpdateJobRequest
-	7,   // 29: norsk.manager.v1.Manager.DeleteJob:input_type -> norsk.manager.v1.DeleteJobRequest
-	9,   // 30: norsk.manager.v1.Manager.JobById:input_type -> norsk.manager.v1.JobByIdRequest
-	15,  // 31: norsk.manager.v1.Manager.JobSearch:input_type -> norsk.manager.v1.JobSearchRequest
-	18,  // 32: norsk.manager.v1.Manager.StartJob:input_type -> norsk.manager.v1.StartJobRequest
-	21,  // 33: norsk.manager.v1.Manager.StopJob:input_type -> norsk.manager.v1.StopJobRequest
-	23,  // 34: norsk.manager.v1.Manager.StartPreparedJob:input_type -> norsk.manager.v1.StartPreparedJobRequest
-	25,  // 35: norsk.manager.v1.Manager.CompleteJob:input_type -> norsk.manager.v1.CompleteJobRequest
-	27,  // 36: norsk.manager.v1.Manager.MarkJobFailed:input_type -> norsk.manager.v1.MarkJobFailedRequest
-	29,  // 37: norsk.manager.v1.Manager.RegisterClusterNode:input_type -> norsk.manager.v1.RegisterClusterNodeRequest
-	31,  // 38: norsk.manager.v1.Manager.ClusterMemberRegister:input_type -> norsk.manager.v1.ClusterMemberRegisterRequest
-	33,  // 39: norsk.manager.v1.Manager.ListClusterNodes:input_type -> norsk.manager.v1.ListClusterNodesRequest
-	35,  // 40: norsk.manager.v1.Manager.DeregisterClusterNode:input_type -> norsk.manager.v1.DeregisterClusterNodeRequest
-	37,  // 41: norsk.manager.v1.Manager.SetClusterNodePool:input_type -> norsk.manager.v1.SetClusterNodePoolRequest
-	39,  // 42: norsk.manager.v1.Manager.ListNodes:input_type -> norsk.manager.v1.ListNodesRequest
-	41,  // 43: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
-	43,  // 44: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
-	45,  // 45: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
-	46,  // 46: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
-	57,  // 47: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
-	58,  // 48: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
-	59,  // 49: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
-	60,  // 50: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
-	61,  // 51: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
-	62,  // 52: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
-	63,  // 53: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
-	64,  // 54: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
-	65,  // 55: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
-	66,  // 56: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
-	67,  // 57: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
-	68,  // 58: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
-	69,  // 59: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
-	70,  // 60: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	71,  // 61: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
-	72,  // 62: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
-	73,  // 63: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
-	74,  // 64: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
-	75,  // 65: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
-	76,  // 66: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
-	77,  // 67: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
-	78,  // 68: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
-	79,  // 69: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
-	80,  // 70: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
-	81,  // 71: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
-	82,  // 72: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
-	83,  // 73: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
-	84,  // 74: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
-	85,  // 75: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
-	86,  // 76: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
-	87,  // 77: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
-	88,  // 78: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
-	89,  // 79: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
-	90,  // 80: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
-	91,  // 81: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
-	92,  // 82: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,   // 83: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,   // 84: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	93,  // 85: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	93,  // 86: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,   // 87: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	51,  // 88: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16,  // 89: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19,  // 90: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22,  // 91: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	24,  // 92: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	26,  // 93: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	28,  // 94: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	30,  // 95: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	32,  // 96: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	34,  // 97: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	36,  // 98: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	38,  // 99: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	40,  // 100: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	42,  // 101: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	44,  // 102: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	47,  // 103: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	47,  // 104: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	94,  // 105: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	95,  // 106: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	96,  // 107: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	97,  // 108: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	98,  // 109: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	99,  // 110: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	100, // 111: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	101, // 112: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	102, // 113: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
-	103, // 114: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
-	104, // 115: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
-	105, // 116: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
-	106, // 117: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
-	107, // 118: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	108, // 119: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
-	109, // 120: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
-	110, // 121: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
-	111, // 122: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
-	112, // 123: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
-	113, // 124: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
-	114, // 125: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
-	115, // 126: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
-	116, // 127: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
-	117, // 128: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
-	118, // 129: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
-	119, // 130: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
-	120, // 131: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
-	121, // 132: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
-	122, // 133: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
-	123, // 134: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
-	124, // 135: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
-	125, // 136: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
-	126, // 137: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
-	127, // 138: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
-	128, // 139: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
-	129, // 140: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	83,  // [83:141] is the sub-list for method output_type
-	25,  // [25:83] is the sub-list for method input_type
-	25,  // [25:25] is the sub-list for extension type_name
-	25,  // [25:25] is the sub-list for extension extendee
-	0,   // [0:25] is the sub-list for field type_name
+	18,  // 18: norsk.manager.v1.StartJobsRequest.starts:type_name -> norsk.manager.v1.StartJobRequest
+	21,  // 19: norsk.manager.v1.StartJobsResponse.results:type_name -> norsk.manager.v1.StartResult
+	23,  // 20: norsk.manager.v1.StopJobRequest.options:type_name -> norsk.manager.v1.StopJobOptions
+	59,  // 21: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
+	60,  // 22: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
+	61,  // 23: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
+	62,  // 24: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
+	53,  // 25: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	62,  // 26: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
+	54,  // 27: norsk.manager.v1.CreateMockNodeRequest.tags:type_name -> norsk.manager.v1.CreateMockNodeRequest.TagsEntry
+	1,   // 28: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
+	3,   // 29: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
+	5,   // 30: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
+	6,   // 31: norsk.manager.v1.Manager.UpdateJob:input_type -> norsk.manager.v1.UpdateJobRequest
+	7,   // 32: norsk.manager.v1.Manager.DeleteJob:input_type -> norsk.manager.v1.DeleteJobRequest
+	9,   // 33: norsk.manager.v1.Manager.JobById:input_type -> norsk.manager.v1.JobByIdRequest
+	15,  // 34: norsk.manager.v1.Manager.JobSearch:input_type -> norsk.manager.v1.JobSearchRequest
+	18,  // 35: norsk.manager.v1.Manager.StartJob:input_type -> norsk.manager.v1.StartJobRequest
+	20,  // 36: norsk.manager.v1.Manager.StartJobs:input_type -> norsk.manager.v1.StartJobsRequest
+	24,  // 37: norsk.manager.v1.Manager.StopJob:input_type -> norsk.manager.v1.StopJobRequest
+	26,  // 38: norsk.manager.v1.Manager.StartPreparedJob:input_type -> norsk.manager.v1.StartPreparedJobRequest
+	28,  // 39: norsk.manager.v1.Manager.CompleteJob:input_type -> norsk.manager.v1.CompleteJobRequest
+	30,  // 40: norsk.manager.v1.Manager.MarkJobFailed:input_type -> norsk.manager.v1.MarkJobFailedRequest
+	32,  // 41: norsk.manager.v1.Manager.RegisterClusterNode:input_type -> norsk.manager.v1.RegisterClusterNodeRequest
+	34,  // 42: norsk.manager.v1.Manager.ClusterMemberRegister:input_type -> norsk.manager.v1.ClusterMemberRegisterRequest
+	36,  // 43: norsk.manager.v1.Manager.ListClusterNodes:input_type -> norsk.manager.v1.ListClusterNodesRequest
+	38,  // 44: norsk.manager.v1.Manager.DeregisterClusterNode:input_type -> norsk.manager.v1.DeregisterClusterNodeRequest
+	40,  // 45: norsk.manager.v1.Manager.SetClusterNodePool:input_type -> norsk.manager.v1.SetClusterNodePoolRequest
+	42,  // 46: norsk.manager.v1.Manager.ListNodes:input_type -> norsk.manager.v1.ListNodesRequest
+	44,  // 47: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
+	46,  // 48: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
+	50,  // 49: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
+	51,  // 50: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
+	48,  // 51: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
+	63,  // 52: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
+	64,  // 53: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
+	65,  // 54: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
+	66,  // 55: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
+	67,  // 56: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
+	68,  // 57: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
+	69,  // 58: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
+	70,  // 59: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
+	71,  // 60: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
+	72,  // 61: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
+	73,  // 62: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
+	74,  // 63: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
+	75,  // 64: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
+	76,  // 65: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	77,  // 66: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
+	78,  // 67: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
+	79,  // 68: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
+	80,  // 69: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
+	81,  // 70: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
+	82,  // 71: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
+	83,  // 72: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
+	84,  // 73: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
+	85,  // 74: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
+	86,  // 75: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
+	87,  // 76: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
+	88,  // 77: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
+	89,  // 78: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
+	90,  // 79: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
+	91,  // 80: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
+	92,  // 81: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
+	93,  // 82: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
+	94,  // 83: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
+	95,  // 84: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
+	96,  // 85: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
+	97,  // 86: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
+	98,  // 87: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,   // 88: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,   // 89: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	99,  // 90: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	99,  // 91: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,   // 92: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	57,  // 93: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16,  // 94: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19,  // 95: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22,  // 96: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
+	25,  // 97: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	27,  // 98: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	29,  // 99: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	31,  // 100: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	33,  // 101: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	35,  // 102: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	37,  // 103: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	39,  // 104: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	41,  // 105: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	43,  // 106: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	45,  // 107: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	47,  // 108: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	52,  // 109: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	52,  // 110: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	49,  // 111: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
+	100, // 112: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	101, // 113: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	102, // 114: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	103, // 115: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	104, // 116: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	105, // 117: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	106, // 118: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	107, // 119: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	108, // 120: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	109, // 121: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	110, // 122: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	111, // 123: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	112, // 124: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	113, // 125: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	114, // 126: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	115, // 127: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
+	116, // 128: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
+	117, // 129: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
+	118, // 130: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
+	119, // 131: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
+	120, // 132: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
+	121, // 133: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
+	122, // 134: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
+	123, // 135: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
+	124, // 136: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
+	125, // 137: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
+	126, // 138: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
+	127, // 139: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
+	128, // 140: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
+	129, // 141: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
+	130, // 142: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
+	131, // 143: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
+	132, // 144: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
+	133, // 145: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
+	134, // 146: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
+	135, // 147: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	88,  // [88:148] is the sub-list for method output_type
+	28,  // [28:88] is the sub-list for method input_type
+	28,  // [28:28] is the sub-list for extension type_name
+	28,  // [28:28] is the sub-list for extension extendee
+	0,   // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_manager_proto_init() }
@@ -3384,7 +3688,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_manager_proto_rawDesc), len(file_norsk_manager_v1_manager_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   48,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

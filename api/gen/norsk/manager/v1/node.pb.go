@@ -35,6 +35,9 @@ const (
 	NodeState_NODE_STATE_LOST       NodeState = 3
 	NodeState_NODE_STATE_STOPPING   NodeState = 4
 	NodeState_NODE_STATE_TERMINATED NodeState = 5
+	// An elastic node its provider is creating: its worker has not called
+	// in yet.
+	NodeState_NODE_STATE_STARTING NodeState = 6
 )
 
 // Enum value maps for NodeState.
@@ -46,6 +49,7 @@ var (
 		3: "NODE_STATE_LOST",
 		4: "NODE_STATE_STOPPING",
 		5: "NODE_STATE_TERMINATED",
+		6: "NODE_STATE_STARTING",
 	}
 	NodeState_value = map[string]int32{
 		"NODE_STATE_UNSPECIFIED": 0,
@@ -54,6 +58,7 @@ var (
 		"NODE_STATE_LOST":        3,
 		"NODE_STATE_STOPPING":    4,
 		"NODE_STATE_TERMINATED":  5,
+		"NODE_STATE_STARTING":    6,
 	}
 )
 
@@ -416,7 +421,13 @@ type Node struct {
 	// certificate the Manager's cluster CA signed at registration: the
 	// Manager dials it over mutual TLS (https). False: cleartext HTTP/2
 	// (loopback and development).
-	Tls           bool `protobuf:"varint,19,opt,name=tls,proto3" json:"tls,omitempty"`
+	Tls bool `protobuf:"varint,19,opt,name=tls,proto3" json:"tls,omitempty"`
+	// The provider's own name for the machine (the mock provider: its host's
+	// URL); "" for registered local servers.
+	ProviderInstance string `protobuf:"bytes,20,opt,name=provider_instance,json=providerInstance,proto3" json:"provider_instance,omitempty"`
+	// True for a node its provider creates and terminates on demand (every
+	// provider but "cluster"): the empty-node reaper terminates it once idle.
+	Elastic       bool `protobuf:"varint,21,opt,name=elastic,proto3" json:"elastic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -580,6 +591,20 @@ func (x *Node) GetStateReason() string {
 func (x *Node) GetTls() bool {
 	if x != nil {
 		return x.Tls
+	}
+	return false
+}
+
+func (x *Node) GetProviderInstance() string {
+	if x != nil {
+		return x.ProviderInstance
+	}
+	return ""
+}
+
+func (x *Node) GetElastic() bool {
+	if x != nil {
+		return x.Elastic
 	}
 	return false
 }
@@ -780,7 +805,7 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\x11memory_used_bytes\x18\x02 \x01(\x04R\x0fmemoryUsedBytes\x12\x1c\n" +
 	"\tinstances\x18\x03 \x01(\rR\tinstances\x12;\n" +
 	"\vmeasured_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"measuredAt\"\xf0\x06\n" +
+	"measuredAt\"\xb7\a\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x1a\n" +
@@ -802,7 +827,9 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\tlast_seen\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12?\n" +
 	"\tinstances\x18\x11 \x03(\v2!.norsk.manager.v1.InstanceSummaryR\tinstances\x12!\n" +
 	"\fstate_reason\x18\x12 \x01(\tR\vstateReason\x12\x10\n" +
-	"\x03tls\x18\x13 \x01(\bR\x03tls\x1a7\n" +
+	"\x03tls\x18\x13 \x01(\bR\x03tls\x12+\n" +
+	"\x11provider_instance\x18\x14 \x01(\tR\x10providerInstance\x12\x18\n" +
+	"\aelastic\x18\x15 \x01(\bR\aelastic\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +
@@ -820,14 +847,15 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\x06active\x18\x06 \x01(\bR\x06active\x12\x18\n" +
 	"\aaddress\x18\a \x01(\tR\aaddress\x121\n" +
 	"\x05state\x18\b \x01(\x0e2\x1b.norsk.manager.v1.NodeStateR\x05state\x12?\n" +
-	"\rregistered_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt*\xa2\x01\n" +
+	"\rregistered_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt*\xbb\x01\n" +
 	"\tNodeState\x12\x1a\n" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15NODE_STATE_REGISTERED\x10\x01\x12\x15\n" +
 	"\x11NODE_STATE_ONLINE\x10\x02\x12\x13\n" +
 	"\x0fNODE_STATE_LOST\x10\x03\x12\x17\n" +
 	"\x13NODE_STATE_STOPPING\x10\x04\x12\x19\n" +
-	"\x15NODE_STATE_TERMINATED\x10\x05*`\n" +
+	"\x15NODE_STATE_TERMINATED\x10\x05\x12\x17\n" +
+	"\x13NODE_STATE_STARTING\x10\x06*`\n" +
 	"\fArchitecture\x12\x1c\n" +
 	"\x18ARCHITECTURE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ARCHITECTURE_X86_64\x10\x01\x12\x19\n" +

@@ -79,6 +79,7 @@ type Command struct {
 	//	*Command_SetBundleStopTime
 	//	*Command_RenewBundleLease
 	//	*Command_SetLeasesPaused
+	//	*Command_BindInstances
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -504,6 +505,15 @@ func (x *Command) GetSetLeasesPaused() *SetLeasesPaused {
 	return nil
 }
 
+func (x *Command) GetBindInstances() *BindInstances {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_BindInstances); ok {
+			return x.BindInstances
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -672,6 +682,10 @@ type Command_SetLeasesPaused struct {
 	SetLeasesPaused *SetLeasesPaused `protobuf:"bytes,50,opt,name=set_leases_paused,json=setLeasesPaused,proto3,oneof"`
 }
 
+type Command_BindInstances struct {
+	BindInstances *BindInstances `protobuf:"bytes,51,opt,name=bind_instances,json=bindInstances,proto3,oneof"`
+}
+
 func (*Command_CreateJob) isCommand_Cmd() {}
 
 func (*Command_UpdateJob) isCommand_Cmd() {}
@@ -753,6 +767,8 @@ func (*Command_SetBundleStopTime) isCommand_Cmd() {}
 func (*Command_RenewBundleLease) isCommand_Cmd() {}
 
 func (*Command_SetLeasesPaused) isCommand_Cmd() {}
+
+func (*Command_BindInstances) isCommand_Cmd() {}
 
 // CreateBundle stores a bundle (its id, created_at and revision stamped by
 // the handler and the FSM) and its expanded replica jobs, in one write.
@@ -2551,6 +2567,53 @@ func (x *BindInstance) GetOptions() *v1.StartJobOptions {
 	return nil
 }
 
+// BindInstances binds many instances in one write (StartJobs): each is
+// applied as BindInstance would be, refused or not on its own; all share
+// the command's index as their fencing token.
+type BindInstances struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Binds         []*BindInstance        `protobuf:"bytes,1,rep,name=binds,proto3" json:"binds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BindInstances) Reset() {
+	*x = BindInstances{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BindInstances) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BindInstances) ProtoMessage() {}
+
+func (x *BindInstances) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BindInstances.ProtoReflect.Descriptor instead.
+func (*BindInstances) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *BindInstances) GetBinds() []*BindInstance {
+	if x != nil {
+		return x.Binds
+	}
+	return nil
+}
+
 type StopInstance struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -2564,7 +2627,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +2639,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +2652,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -2638,7 +2701,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2713,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +2726,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -2696,7 +2759,7 @@ type CompleteJob struct {
 
 func (x *CompleteJob) Reset() {
 	*x = CompleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2708,7 +2771,7 @@ func (x *CompleteJob) String() string {
 func (*CompleteJob) ProtoMessage() {}
 
 func (x *CompleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2721,7 +2784,7 @@ func (x *CompleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJob.ProtoReflect.Descriptor instead.
 func (*CompleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CompleteJob) GetJobId() string {
@@ -2741,7 +2804,7 @@ type MarkJobFailed struct {
 
 func (x *MarkJobFailed) Reset() {
 	*x = MarkJobFailed{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +2816,7 @@ func (x *MarkJobFailed) String() string {
 func (*MarkJobFailed) ProtoMessage() {}
 
 func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +2829,7 @@ func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFailed.ProtoReflect.Descriptor instead.
 func (*MarkJobFailed) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MarkJobFailed) GetJobId() string {
@@ -2795,7 +2858,7 @@ type InstanceReports struct {
 
 func (x *InstanceReports) Reset() {
 	*x = InstanceReports{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +2870,7 @@ func (x *InstanceReports) String() string {
 func (*InstanceReports) ProtoMessage() {}
 
 func (x *InstanceReports) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +2883,7 @@ func (x *InstanceReports) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReports.ProtoReflect.Descriptor instead.
 func (*InstanceReports) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *InstanceReports) GetNodeId() string {
@@ -2838,18 +2901,25 @@ func (x *InstanceReports) GetReports() []*v1.InstanceReport {
 }
 
 type RegisterSlot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	NodeName      string                 `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
-	Pool          string                 `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
-	Token         string                 `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeName string                 `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	Pool     string                 `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	Token    string                 `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	// An elastic node being created by a provider ("" = a cluster slot): it
+	// starts in STARTING with the provider's instance name, the hardware the
+	// provider promises (replaced by the worker's own report) and tags.
+	Provider         string            `protobuf:"bytes,5,opt,name=provider,proto3" json:"provider,omitempty"`
+	ProviderInstance string            `protobuf:"bytes,6,opt,name=provider_instance,json=providerInstance,proto3" json:"provider_instance,omitempty"`
+	Hardware         *v1.Hardware      `protobuf:"bytes,7,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	Tags             map[string]string `protobuf:"bytes,8,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RegisterSlot) Reset() {
 	*x = RegisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +2931,7 @@ func (x *RegisterSlot) String() string {
 func (*RegisterSlot) ProtoMessage() {}
 
 func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +2944,7 @@ func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSlot.ProtoReflect.Descriptor instead.
 func (*RegisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RegisterSlot) GetNodeId() string {
@@ -2905,6 +2975,34 @@ func (x *RegisterSlot) GetToken() string {
 	return ""
 }
 
+func (x *RegisterSlot) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *RegisterSlot) GetProviderInstance() string {
+	if x != nil {
+		return x.ProviderInstance
+	}
+	return ""
+}
+
+func (x *RegisterSlot) GetHardware() *v1.Hardware {
+	if x != nil {
+		return x.Hardware
+	}
+	return nil
+}
+
+func (x *RegisterSlot) GetTags() map[string]string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
 // MemberRegister records a worker calling in: by its one-shot token (first
 // time; node_secret is the new secret the handler minted) or by its secret.
 type MemberRegister struct {
@@ -2927,7 +3025,7 @@ type MemberRegister struct {
 
 func (x *MemberRegister) Reset() {
 	*x = MemberRegister{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3037,7 @@ func (x *MemberRegister) String() string {
 func (*MemberRegister) ProtoMessage() {}
 
 func (x *MemberRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3050,7 @@ func (x *MemberRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRegister.ProtoReflect.Descriptor instead.
 func (*MemberRegister) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MemberRegister) GetToken() string {
@@ -3030,7 +3128,7 @@ type DeregisterSlot struct {
 
 func (x *DeregisterSlot) Reset() {
 	*x = DeregisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3140,7 @@ func (x *DeregisterSlot) String() string {
 func (*DeregisterSlot) ProtoMessage() {}
 
 func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3153,7 @@ func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterSlot.ProtoReflect.Descriptor instead.
 func (*DeregisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeregisterSlot) GetNodeId() string {
@@ -3075,7 +3173,7 @@ type SetSlotPool struct {
 
 func (x *SetSlotPool) Reset() {
 	*x = SetSlotPool{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3185,7 @@ func (x *SetSlotPool) String() string {
 func (*SetSlotPool) ProtoMessage() {}
 
 func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3198,7 @@ func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotPool.ProtoReflect.Descriptor instead.
 func (*SetSlotPool) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetSlotPool) GetNodeId() string {
@@ -3129,7 +3227,7 @@ type NodeOnline struct {
 
 func (x *NodeOnline) Reset() {
 	*x = NodeOnline{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3141,7 +3239,7 @@ func (x *NodeOnline) String() string {
 func (*NodeOnline) ProtoMessage() {}
 
 func (x *NodeOnline) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3154,7 +3252,7 @@ func (x *NodeOnline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOnline.ProtoReflect.Descriptor instead.
 func (*NodeOnline) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *NodeOnline) GetNodeId() string {
@@ -3181,7 +3279,7 @@ type NodeLost struct {
 
 func (x *NodeLost) Reset() {
 	*x = NodeLost{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3291,7 @@ func (x *NodeLost) String() string {
 func (*NodeLost) ProtoMessage() {}
 
 func (x *NodeLost) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3304,7 @@ func (x *NodeLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLost.ProtoReflect.Descriptor instead.
 func (*NodeLost) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *NodeLost) GetNodeId() string {
@@ -3226,15 +3324,21 @@ func (x *NodeLost) GetReason() string {
 // TerminateNode begins stopping a node: every instance on it is stopped
 // (reason nodeTerminated) and the node is stopping.
 type TerminateNode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// only_if_idle refuses (FAILED_PRECONDITION) when the node holds an
+	// instance that has not stopped: the empty-node reaper's terminate can
+	// never race a placement.
+	OnlyIfIdle bool `protobuf:"varint,2,opt,name=only_if_idle,json=onlyIfIdle,proto3" json:"only_if_idle,omitempty"`
+	// Why, when not the operator's request ("idle for 10m0s").
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TerminateNode) Reset() {
 	*x = TerminateNode{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3350,7 @@ func (x *TerminateNode) String() string {
 func (*TerminateNode) ProtoMessage() {}
 
 func (x *TerminateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,12 +3363,26 @@ func (x *TerminateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateNode.ProtoReflect.Descriptor instead.
 func (*TerminateNode) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TerminateNode) GetNodeId() string {
 	if x != nil {
 		return x.NodeId
+	}
+	return ""
+}
+
+func (x *TerminateNode) GetOnlyIfIdle() bool {
+	if x != nil {
+		return x.OnlyIfIdle
+	}
+	return false
+}
+
+func (x *TerminateNode) GetReason() string {
+	if x != nil {
+		return x.Reason
 	}
 	return ""
 }
@@ -3281,7 +3399,7 @@ type NodeTerminated struct {
 
 func (x *NodeTerminated) Reset() {
 	*x = NodeTerminated{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3293,7 +3411,7 @@ func (x *NodeTerminated) String() string {
 func (*NodeTerminated) ProtoMessage() {}
 
 func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3306,7 +3424,7 @@ func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeTerminated.ProtoReflect.Descriptor instead.
 func (*NodeTerminated) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *NodeTerminated) GetNodeId() string {
@@ -3333,7 +3451,7 @@ type SetNodeTags struct {
 
 func (x *SetNodeTags) Reset() {
 	*x = SetNodeTags{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3345,7 +3463,7 @@ func (x *SetNodeTags) String() string {
 func (*SetNodeTags) ProtoMessage() {}
 
 func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3358,7 +3476,7 @@ func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeTags.ProtoReflect.Descriptor instead.
 func (*SetNodeTags) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetNodeTags) GetNodeId() string {
@@ -3385,7 +3503,7 @@ type SetNodeIdleExpiry struct {
 
 func (x *SetNodeIdleExpiry) Reset() {
 	*x = SetNodeIdleExpiry{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3397,7 +3515,7 @@ func (x *SetNodeIdleExpiry) String() string {
 func (*SetNodeIdleExpiry) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3410,7 +3528,7 @@ func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetNodeIdleExpiry) GetNodeId() string {
@@ -3443,7 +3561,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3455,7 +3573,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3468,7 +3586,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *JobRecord) GetJob() *v1.Job {
@@ -3529,7 +3647,7 @@ type NodeRecord struct {
 
 func (x *NodeRecord) Reset() {
 	*x = NodeRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3541,7 +3659,7 @@ func (x *NodeRecord) String() string {
 func (*NodeRecord) ProtoMessage() {}
 
 func (x *NodeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3554,7 +3672,7 @@ func (x *NodeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
 func (*NodeRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NodeRecord) GetNode() *v1.Node {
@@ -3610,7 +3728,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3740,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3753,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SnapshotHeader) GetSchemaVersion() uint32 {
@@ -3665,7 +3783,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3677,7 +3795,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3690,7 +3808,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SnapshotTrailer) GetRecords() uint64 {
@@ -3736,7 +3854,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3748,7 +3866,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3761,7 +3879,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -4042,7 +4160,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4054,7 +4172,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4067,7 +4185,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TokenRecord) GetToken() *v1.ApiToken {
@@ -4096,7 +4214,7 @@ type AccessReplicaState struct {
 
 func (x *AccessReplicaState) Reset() {
 	*x = AccessReplicaState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4108,7 +4226,7 @@ func (x *AccessReplicaState) String() string {
 func (*AccessReplicaState) ProtoMessage() {}
 
 func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4121,7 +4239,7 @@ func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessReplicaState.ProtoReflect.Descriptor instead.
 func (*AccessReplicaState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AccessReplicaState) GetVersion() uint64 {
@@ -4157,7 +4275,7 @@ type AuditState struct {
 
 func (x *AuditState) Reset() {
 	*x = AuditState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4169,7 +4287,7 @@ func (x *AuditState) String() string {
 func (*AuditState) ProtoMessage() {}
 
 func (x *AuditState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4182,7 +4300,7 @@ func (x *AuditState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditState.ProtoReflect.Descriptor instead.
 func (*AuditState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AuditState) GetNextSeq() int64 {
@@ -4217,7 +4335,7 @@ type KvRecord struct {
 
 func (x *KvRecord) Reset() {
 	*x = KvRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4229,7 +4347,7 @@ func (x *KvRecord) String() string {
 func (*KvRecord) ProtoMessage() {}
 
 func (x *KvRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4242,7 +4360,7 @@ func (x *KvRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvRecord.ProtoReflect.Descriptor instead.
 func (*KvRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *KvRecord) GetNamespace() string {
@@ -4270,7 +4388,7 @@ type KvNamespace struct {
 
 func (x *KvNamespace) Reset() {
 	*x = KvNamespace{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4282,7 +4400,7 @@ func (x *KvNamespace) String() string {
 func (*KvNamespace) ProtoMessage() {}
 
 func (x *KvNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4295,7 +4413,7 @@ func (x *KvNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvNamespace.ProtoReflect.Descriptor instead.
 func (*KvNamespace) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *KvNamespace) GetName() string {
@@ -4322,7 +4440,7 @@ type StoreMeta struct {
 
 func (x *StoreMeta) Reset() {
 	*x = StoreMeta{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4334,7 +4452,7 @@ func (x *StoreMeta) String() string {
 func (*StoreMeta) ProtoMessage() {}
 
 func (x *StoreMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4347,7 +4465,7 @@ func (x *StoreMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreMeta.ProtoReflect.Descriptor instead.
 func (*StoreMeta) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *StoreMeta) GetSchemaVersion() uint32 {
@@ -4361,7 +4479,7 @@ var File_norsk_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xe1\x17\n" +
+	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xa9\x18\n" +
 	"\aCommand\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x05audit\x18\x02 \x01(\v2\x1a.norsk.store.v1.AuditStampR\x05audit\x12:\n" +
@@ -4411,7 +4529,8 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x16set_bundle_job_dormant\x18/ \x01(\v2#.norsk.store.v1.SetBundleJobDormantH\x00R\x13setBundleJobDormant\x12T\n" +
 	"\x14set_bundle_stop_time\x180 \x01(\v2!.norsk.store.v1.SetBundleStopTimeH\x00R\x11setBundleStopTime\x12P\n" +
 	"\x12renew_bundle_lease\x181 \x01(\v2 .norsk.store.v1.RenewBundleLeaseH\x00R\x10renewBundleLease\x12M\n" +
-	"\x11set_leases_paused\x182 \x01(\v2\x1f.norsk.store.v1.SetLeasesPausedH\x00R\x0fsetLeasesPausedB\x05\n" +
+	"\x11set_leases_paused\x182 \x01(\v2\x1f.norsk.store.v1.SetLeasesPausedH\x00R\x0fsetLeasesPaused\x12F\n" +
+	"\x0ebind_instances\x183 \x01(\v2\x1d.norsk.store.v1.BindInstancesH\x00R\rbindInstancesB\x05\n" +
 	"\x03cmd\"@\n" +
 	"\fCreateBundle\x120\n" +
 	"\x06bundle\x18\x01 \x01(\v2\x18.norsk.manager.v1.BundleR\x06bundle\"@\n" +
@@ -4528,7 +4647,9 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12;\n" +
-	"\aoptions\x18\x04 \x01(\v2!.norsk.manager.v1.StartJobOptionsR\aoptions\"\x90\x01\n" +
+	"\aoptions\x18\x04 \x01(\v2!.norsk.manager.v1.StartJobOptionsR\aoptions\"C\n" +
+	"\rBindInstances\x122\n" +
+	"\x05binds\x18\x01 \x03(\v2\x1c.norsk.store.v1.BindInstanceR\x05binds\"\x90\x01\n" +
 	"\fStopInstance\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
@@ -4546,12 +4667,19 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"f\n" +
 	"\x0fInstanceReports\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12:\n" +
-	"\areports\x18\x02 \x03(\v2 .norsk.manager.v1.InstanceReportR\areports\"n\n" +
+	"\areports\x18\x02 \x03(\v2 .norsk.manager.v1.InstanceReportR\areports\"\xe4\x02\n" +
 	"\fRegisterSlot\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x12\n" +
 	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x14\n" +
-	"\x05token\x18\x04 \x01(\tR\x05token\"\xcc\x02\n" +
+	"\x05token\x18\x04 \x01(\tR\x05token\x12\x1a\n" +
+	"\bprovider\x18\x05 \x01(\tR\bprovider\x12+\n" +
+	"\x11provider_instance\x18\x06 \x01(\tR\x10providerInstance\x126\n" +
+	"\bhardware\x18\a \x01(\v2\x1a.norsk.manager.v1.HardwareR\bhardware\x12:\n" +
+	"\x04tags\x18\b \x03(\v2&.norsk.store.v1.RegisterSlot.TagsEntryR\x04tags\x1a7\n" +
+	"\tTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcc\x02\n" +
 	"\x0eMemberRegister\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1f\n" +
 	"\vnode_secret\x18\x02 \x01(\tR\n" +
@@ -4574,9 +4702,12 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x05hello\x18\x02 \x01(\v2\x1d.norsk.manager.v1.WorkerHelloR\x05hello\";\n" +
 	"\bNodeLost\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"(\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"b\n" +
 	"\rTerminateNode\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"A\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
+	"\fonly_if_idle\x18\x02 \x01(\bR\n" +
+	"onlyIfIdle\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"A\n" +
 	"\x0eNodeTerminated\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x9a\x01\n" +
@@ -4675,7 +4806,7 @@ func file_norsk_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_norsk_store_v1_store_proto_rawDescData
 }
 
-var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*Command)(nil),                     // 0: norsk.store.v1.Command
 	(*CreateBundle)(nil),                // 1: norsk.store.v1.CreateBundle
@@ -4710,75 +4841,77 @@ var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*UpdateJob)(nil),                   // 30: norsk.store.v1.UpdateJob
 	(*DeleteJob)(nil),                   // 31: norsk.store.v1.DeleteJob
 	(*BindInstance)(nil),                // 32: norsk.store.v1.BindInstance
-	(*StopInstance)(nil),                // 33: norsk.store.v1.StopInstance
-	(*StartPreparedInstance)(nil),       // 34: norsk.store.v1.StartPreparedInstance
-	(*CompleteJob)(nil),                 // 35: norsk.store.v1.CompleteJob
-	(*MarkJobFailed)(nil),               // 36: norsk.store.v1.MarkJobFailed
-	(*InstanceReports)(nil),             // 37: norsk.store.v1.InstanceReports
-	(*RegisterSlot)(nil),                // 38: norsk.store.v1.RegisterSlot
-	(*MemberRegister)(nil),              // 39: norsk.store.v1.MemberRegister
-	(*DeregisterSlot)(nil),              // 40: norsk.store.v1.DeregisterSlot
-	(*SetSlotPool)(nil),                 // 41: norsk.store.v1.SetSlotPool
-	(*NodeOnline)(nil),                  // 42: norsk.store.v1.NodeOnline
-	(*NodeLost)(nil),                    // 43: norsk.store.v1.NodeLost
-	(*TerminateNode)(nil),               // 44: norsk.store.v1.TerminateNode
-	(*NodeTerminated)(nil),              // 45: norsk.store.v1.NodeTerminated
-	(*SetNodeTags)(nil),                 // 46: norsk.store.v1.SetNodeTags
-	(*SetNodeIdleExpiry)(nil),           // 47: norsk.store.v1.SetNodeIdleExpiry
-	(*JobRecord)(nil),                   // 48: norsk.store.v1.JobRecord
-	(*NodeRecord)(nil),                  // 49: norsk.store.v1.NodeRecord
-	(*SnapshotHeader)(nil),              // 50: norsk.store.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),             // 51: norsk.store.v1.SnapshotTrailer
-	(*SnapshotRecord)(nil),              // 52: norsk.store.v1.SnapshotRecord
-	(*TokenRecord)(nil),                 // 53: norsk.store.v1.TokenRecord
-	(*AccessReplicaState)(nil),          // 54: norsk.store.v1.AccessReplicaState
-	(*AuditState)(nil),                  // 55: norsk.store.v1.AuditState
-	(*KvRecord)(nil),                    // 56: norsk.store.v1.KvRecord
-	(*KvNamespace)(nil),                 // 57: norsk.store.v1.KvNamespace
-	(*StoreMeta)(nil),                   // 58: norsk.store.v1.StoreMeta
-	nil,                                 // 59: norsk.store.v1.SetNodeTags.TagsEntry
-	(*timestamppb.Timestamp)(nil),       // 60: google.protobuf.Timestamp
-	(*v1.Bundle)(nil),                   // 61: norsk.manager.v1.Bundle
-	(*v1.ApiToken)(nil),                 // 62: norsk.manager.v1.ApiToken
-	(*v1.DiscoveryFleet)(nil),           // 63: norsk.manager.v1.DiscoveryFleet
-	(*v1.AccessReplicaPublication)(nil), // 64: norsk.manager.v1.AccessReplicaPublication
-	(*v1.KvWrite)(nil),                  // 65: norsk.manager.v1.KvWrite
-	(*v1.KvCommitOptions)(nil),          // 66: norsk.manager.v1.KvCommitOptions
-	(*v1.Job)(nil),                      // 67: norsk.manager.v1.Job
-	(*v1.StartJobOptions)(nil),          // 68: norsk.manager.v1.StartJobOptions
-	(*v1.InstanceReport)(nil),           // 69: norsk.manager.v1.InstanceReport
-	(*v1.Hardware)(nil),                 // 70: norsk.manager.v1.Hardware
-	(*v1.Capability)(nil),               // 71: norsk.manager.v1.Capability
-	(*v1.WorkerHello)(nil),              // 72: norsk.manager.v1.WorkerHello
-	(*v1.JobHistoryEntry)(nil),          // 73: norsk.manager.v1.JobHistoryEntry
-	(*v1.Node)(nil),                     // 74: norsk.manager.v1.Node
-	(*v1.Instance)(nil),                 // 75: norsk.manager.v1.Instance
-	(*v1.AuditLogEntry)(nil),            // 76: norsk.manager.v1.AuditLogEntry
-	(*v1.AuditCheckpoint)(nil),          // 77: norsk.manager.v1.AuditCheckpoint
-	(*v1.KvEntry)(nil),                  // 78: norsk.manager.v1.KvEntry
+	(*BindInstances)(nil),               // 33: norsk.store.v1.BindInstances
+	(*StopInstance)(nil),                // 34: norsk.store.v1.StopInstance
+	(*StartPreparedInstance)(nil),       // 35: norsk.store.v1.StartPreparedInstance
+	(*CompleteJob)(nil),                 // 36: norsk.store.v1.CompleteJob
+	(*MarkJobFailed)(nil),               // 37: norsk.store.v1.MarkJobFailed
+	(*InstanceReports)(nil),             // 38: norsk.store.v1.InstanceReports
+	(*RegisterSlot)(nil),                // 39: norsk.store.v1.RegisterSlot
+	(*MemberRegister)(nil),              // 40: norsk.store.v1.MemberRegister
+	(*DeregisterSlot)(nil),              // 41: norsk.store.v1.DeregisterSlot
+	(*SetSlotPool)(nil),                 // 42: norsk.store.v1.SetSlotPool
+	(*NodeOnline)(nil),                  // 43: norsk.store.v1.NodeOnline
+	(*NodeLost)(nil),                    // 44: norsk.store.v1.NodeLost
+	(*TerminateNode)(nil),               // 45: norsk.store.v1.TerminateNode
+	(*NodeTerminated)(nil),              // 46: norsk.store.v1.NodeTerminated
+	(*SetNodeTags)(nil),                 // 47: norsk.store.v1.SetNodeTags
+	(*SetNodeIdleExpiry)(nil),           // 48: norsk.store.v1.SetNodeIdleExpiry
+	(*JobRecord)(nil),                   // 49: norsk.store.v1.JobRecord
+	(*NodeRecord)(nil),                  // 50: norsk.store.v1.NodeRecord
+	(*SnapshotHeader)(nil),              // 51: norsk.store.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),             // 52: norsk.store.v1.SnapshotTrailer
+	(*SnapshotRecord)(nil),              // 53: norsk.store.v1.SnapshotRecord
+	(*TokenRecord)(nil),                 // 54: norsk.store.v1.TokenRecord
+	(*AccessReplicaState)(nil),          // 55: norsk.store.v1.AccessReplicaState
+	(*AuditState)(nil),                  // 56: norsk.store.v1.AuditState
+	(*KvRecord)(nil),                    // 57: norsk.store.v1.KvRecord
+	(*KvNamespace)(nil),                 // 58: norsk.store.v1.KvNamespace
+	(*StoreMeta)(nil),                   // 59: norsk.store.v1.StoreMeta
+	nil,                                 // 60: norsk.store.v1.RegisterSlot.TagsEntry
+	nil,                                 // 61: norsk.store.v1.SetNodeTags.TagsEntry
+	(*timestamppb.Timestamp)(nil),       // 62: google.protobuf.Timestamp
+	(*v1.Bundle)(nil),                   // 63: norsk.manager.v1.Bundle
+	(*v1.ApiToken)(nil),                 // 64: norsk.manager.v1.ApiToken
+	(*v1.DiscoveryFleet)(nil),           // 65: norsk.manager.v1.DiscoveryFleet
+	(*v1.AccessReplicaPublication)(nil), // 66: norsk.manager.v1.AccessReplicaPublication
+	(*v1.KvWrite)(nil),                  // 67: norsk.manager.v1.KvWrite
+	(*v1.KvCommitOptions)(nil),          // 68: norsk.manager.v1.KvCommitOptions
+	(*v1.Job)(nil),                      // 69: norsk.manager.v1.Job
+	(*v1.StartJobOptions)(nil),          // 70: norsk.manager.v1.StartJobOptions
+	(*v1.InstanceReport)(nil),           // 71: norsk.manager.v1.InstanceReport
+	(*v1.Hardware)(nil),                 // 72: norsk.manager.v1.Hardware
+	(*v1.Capability)(nil),               // 73: norsk.manager.v1.Capability
+	(*v1.WorkerHello)(nil),              // 74: norsk.manager.v1.WorkerHello
+	(*v1.JobHistoryEntry)(nil),          // 75: norsk.manager.v1.JobHistoryEntry
+	(*v1.Node)(nil),                     // 76: norsk.manager.v1.Node
+	(*v1.Instance)(nil),                 // 77: norsk.manager.v1.Instance
+	(*v1.AuditLogEntry)(nil),            // 78: norsk.manager.v1.AuditLogEntry
+	(*v1.AuditCheckpoint)(nil),          // 79: norsk.manager.v1.AuditCheckpoint
+	(*v1.KvEntry)(nil),                  // 80: norsk.manager.v1.KvEntry
 }
 var file_norsk_store_v1_store_proto_depIdxs = []int32{
-	60, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
+	62, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
 	23, // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
 	29, // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
 	30, // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
 	31, // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
 	32, // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
-	33, // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
-	34, // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
-	35, // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
-	36, // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
-	37, // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
-	38, // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
-	39, // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
-	40, // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
-	41, // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
-	42, // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
-	43, // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
-	44, // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
-	45, // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
-	46, // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
-	47, // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
+	34, // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
+	35, // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
+	36, // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
+	37, // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
+	38, // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
+	39, // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
+	40, // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
+	41, // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
+	42, // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
+	43, // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
+	44, // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
+	45, // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
+	46, // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
+	47, // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
+	48, // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
 	24, // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
 	25, // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
 	27, // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
@@ -4801,57 +4934,61 @@ var file_norsk_store_v1_store_proto_depIdxs = []int32{
 	6,  // 40: norsk.store.v1.Command.set_bundle_stop_time:type_name -> norsk.store.v1.SetBundleStopTime
 	7,  // 41: norsk.store.v1.Command.renew_bundle_lease:type_name -> norsk.store.v1.RenewBundleLease
 	8,  // 42: norsk.store.v1.Command.set_leases_paused:type_name -> norsk.store.v1.SetLeasesPaused
-	61, // 43: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
-	61, // 44: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
-	60, // 45: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
-	60, // 46: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
-	60, // 47: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
-	10, // 48: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
-	62, // 49: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
-	63, // 50: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	63, // 51: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	64, // 52: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	65, // 53: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
-	66, // 54: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
-	67, // 55: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
-	67, // 56: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
-	68, // 57: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
-	69, // 58: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
-	70, // 59: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
-	71, // 60: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
-	72, // 61: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
-	59, // 62: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
-	67, // 63: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
-	73, // 64: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	60, // 65: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
-	60, // 66: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
-	74, // 67: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
-	50, // 68: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
-	48, // 69: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
-	75, // 70: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
-	49, // 71: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
-	51, // 72: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
-	76, // 73: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
-	55, // 74: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
-	56, // 75: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
-	57, // 76: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
-	58, // 77: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
-	53, // 78: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
-	63, // 79: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
-	54, // 80: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
-	10, // 81: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
-	11, // 82: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
-	61, // 83: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
-	9,  // 84: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
-	62, // 85: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
-	64, // 86: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	77, // 87: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
-	78, // 88: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
-	89, // [89:89] is the sub-list for method output_type
-	89, // [89:89] is the sub-list for method input_type
-	89, // [89:89] is the sub-list for extension type_name
-	89, // [89:89] is the sub-list for extension extendee
-	0,  // [0:89] is the sub-list for field type_name
+	33, // 43: norsk.store.v1.Command.bind_instances:type_name -> norsk.store.v1.BindInstances
+	63, // 44: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	63, // 45: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	62, // 46: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
+	62, // 47: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
+	62, // 48: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
+	10, // 49: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
+	64, // 50: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
+	65, // 51: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	65, // 52: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	66, // 53: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	67, // 54: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
+	68, // 55: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
+	69, // 56: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
+	69, // 57: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
+	70, // 58: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
+	32, // 59: norsk.store.v1.BindInstances.binds:type_name -> norsk.store.v1.BindInstance
+	71, // 60: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
+	72, // 61: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
+	60, // 62: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
+	72, // 63: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
+	73, // 64: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
+	74, // 65: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
+	61, // 66: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
+	69, // 67: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
+	75, // 68: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	62, // 69: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
+	62, // 70: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
+	76, // 71: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
+	51, // 72: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
+	49, // 73: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
+	77, // 74: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
+	50, // 75: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
+	52, // 76: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
+	78, // 77: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
+	56, // 78: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
+	57, // 79: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
+	58, // 80: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
+	59, // 81: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
+	54, // 82: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
+	65, // 83: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
+	55, // 84: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
+	10, // 85: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
+	11, // 86: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
+	63, // 87: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
+	9,  // 88: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
+	64, // 89: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
+	66, // 90: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	79, // 91: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
+	80, // 92: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
+	93, // [93:93] is the sub-list for method output_type
+	93, // [93:93] is the sub-list for method input_type
+	93, // [93:93] is the sub-list for extension type_name
+	93, // [93:93] is the sub-list for extension extendee
+	0,  // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_norsk_store_v1_store_proto_init() }
@@ -4901,8 +5038,9 @@ func file_norsk_store_v1_store_proto_init() {
 		(*Command_SetBundleStopTime)(nil),
 		(*Command_RenewBundleLease)(nil),
 		(*Command_SetLeasesPaused)(nil),
+		(*Command_BindInstances)(nil),
 	}
-	file_norsk_store_v1_store_proto_msgTypes[52].OneofWrappers = []any{
+	file_norsk_store_v1_store_proto_msgTypes[53].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Instance)(nil),
@@ -4927,7 +5065,7 @@ func file_norsk_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_store_v1_store_proto_rawDesc), len(file_norsk_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   60,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -49,6 +49,8 @@ const (
 	ManagerJobSearchProcedure = "/norsk.manager.v1.Manager/JobSearch"
 	// ManagerStartJobProcedure is the fully-qualified name of the Manager's StartJob RPC.
 	ManagerStartJobProcedure = "/norsk.manager.v1.Manager/StartJob"
+	// ManagerStartJobsProcedure is the fully-qualified name of the Manager's StartJobs RPC.
+	ManagerStartJobsProcedure = "/norsk.manager.v1.Manager/StartJobs"
 	// ManagerStopJobProcedure is the fully-qualified name of the Manager's StopJob RPC.
 	ManagerStopJobProcedure = "/norsk.manager.v1.Manager/StopJob"
 	// ManagerStartPreparedJobProcedure is the fully-qualified name of the Manager's StartPreparedJob
@@ -85,6 +87,8 @@ const (
 	// ManagerSetNodeIdleExpiryProcedure is the fully-qualified name of the Manager's SetNodeIdleExpiry
 	// RPC.
 	ManagerSetNodeIdleExpiryProcedure = "/norsk.manager.v1.Manager/SetNodeIdleExpiry"
+	// ManagerCreateMockNodeProcedure is the fully-qualified name of the Manager's CreateMockNode RPC.
+	ManagerCreateMockNodeProcedure = "/norsk.manager.v1.Manager/CreateMockNode"
 	// ManagerAppendAuditEntryProcedure is the fully-qualified name of the Manager's AppendAuditEntry
 	// RPC.
 	ManagerAppendAuditEntryProcedure = "/norsk.manager.v1.Manager/AppendAuditEntry"
@@ -186,6 +190,12 @@ type ManagerClient interface {
 	JobById(context.Context, *connect.Request[v1.JobByIdRequest]) (*connect.Response[v1.JobWithHistory], error)
 	JobSearch(context.Context, *connect.Request[v1.JobSearchRequest]) (*connect.Response[v1.JobSearchResponse], error)
 	StartJob(context.Context, *connect.Request[v1.StartJobRequest]) (*connect.Response[v1.StartJobResponse], error)
+	// StartJobs binds many instances in one store write (a placement plan:
+	// the AutoManager commits a pass's placements with it). Each start
+	// succeeds or fails on its own, exactly as StartJob would; the call fails
+	// as a whole only for malformed input (INVALID_ARGUMENT naming the item)
+	// or when the write cannot be made.
+	StartJobs(context.Context, *connect.Request[v1.StartJobsRequest]) (*connect.Response[v1.StartJobsResponse], error)
 	StopJob(context.Context, *connect.Request[v1.StopJobRequest]) (*connect.Response[v1.StopJobResponse], error)
 	StartPreparedJob(context.Context, *connect.Request[v1.StartPreparedJobRequest]) (*connect.Response[v1.StartPreparedJobResponse], error)
 	CompleteJob(context.Context, *connect.Request[v1.CompleteJobRequest]) (*connect.Response[v1.CompleteJobResponse], error)
@@ -202,6 +212,15 @@ type ManagerClient interface {
 	SetNodeTags(context.Context, *connect.Request[v1.SetNodeTagsRequest]) (*connect.Response[v1.SetNodeTagsResponse], error)
 	GetNodeIdleExpiry(context.Context, *connect.Request[v1.GetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error)
 	SetNodeIdleExpiry(context.Context, *connect.Request[v1.SetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error)
+	// CreateMockNode provisions an elastic node from the mock provider: one
+	// of its configured hosts boots a worker that registers as the new node
+	// (the way createAwsNode launches an instance). Answers once the host has
+	// been told; the node comes online when its worker calls in.
+	// FAILED_PRECONDITION: no mock provider is configured. INVALID_ARGUMENT:
+	// the pool is not one the provider serves. RESOURCE_EXHAUSTED: every host
+	// is in use. UNAVAILABLE: the chosen host did not answer (the node is
+	// recorded terminated, CREATE_FAILED).
+	CreateMockNode(context.Context, *connect.Request[v1.CreateMockNodeRequest]) (*connect.Response[v1.CreateMockNodeResponse], error)
 	// The audit log: durable, hash-chained; every mutating call appends an
 	// entry in the same commit as its change.
 	AppendAuditEntry(context.Context, *connect.Request[v1.AppendAuditEntryRequest]) (*connect.Response[v1.AppendAuditEntryResponse], error)
@@ -316,6 +335,12 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(managerMethods.ByName("StartJob")),
 			connect.WithClientOptions(opts...),
 		),
+		startJobs: connect.NewClient[v1.StartJobsRequest, v1.StartJobsResponse](
+			httpClient,
+			baseURL+ManagerStartJobsProcedure,
+			connect.WithSchema(managerMethods.ByName("StartJobs")),
+			connect.WithClientOptions(opts...),
+		),
 		stopJob: connect.NewClient[v1.StopJobRequest, v1.StopJobResponse](
 			httpClient,
 			baseURL+ManagerStopJobProcedure,
@@ -398,6 +423,12 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			httpClient,
 			baseURL+ManagerSetNodeIdleExpiryProcedure,
 			connect.WithSchema(managerMethods.ByName("SetNodeIdleExpiry")),
+			connect.WithClientOptions(opts...),
+		),
+		createMockNode: connect.NewClient[v1.CreateMockNodeRequest, v1.CreateMockNodeResponse](
+			httpClient,
+			baseURL+ManagerCreateMockNodeProcedure,
+			connect.WithSchema(managerMethods.ByName("CreateMockNode")),
 			connect.WithClientOptions(opts...),
 		),
 		appendAuditEntry: connect.NewClient[v1.AppendAuditEntryRequest, v1.AppendAuditEntryResponse](
@@ -629,6 +660,7 @@ type managerClient struct {
 	jobById                   *connect.Client[v1.JobByIdRequest, v1.JobWithHistory]
 	jobSearch                 *connect.Client[v1.JobSearchRequest, v1.JobSearchResponse]
 	startJob                  *connect.Client[v1.StartJobRequest, v1.StartJobResponse]
+	startJobs                 *connect.Client[v1.StartJobsRequest, v1.StartJobsResponse]
 	stopJob                   *connect.Client[v1.StopJobRequest, v1.StopJobResponse]
 	startPreparedJob          *connect.Client[v1.StartPreparedJobRequest, v1.StartPreparedJobResponse]
 	completeJob               *connect.Client[v1.CompleteJobRequest, v1.CompleteJobResponse]
@@ -643,6 +675,7 @@ type managerClient struct {
 	setNodeTags               *connect.Client[v1.SetNodeTagsRequest, v1.SetNodeTagsResponse]
 	getNodeIdleExpiry         *connect.Client[v1.GetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
 	setNodeIdleExpiry         *connect.Client[v1.SetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
+	createMockNode            *connect.Client[v1.CreateMockNodeRequest, v1.CreateMockNodeResponse]
 	appendAuditEntry          *connect.Client[v1.AppendAuditEntryRequest, v1.AppendAuditEntryResponse]
 	getAuditLog               *connect.Client[v1.GetAuditLogRequest, v1.GetAuditLogResponse]
 	pruneAuditLog             *connect.Client[v1.PruneAuditLogRequest, v1.PruneAuditLogResponse]
@@ -721,6 +754,11 @@ func (c *managerClient) StartJob(ctx context.Context, req *connect.Request[v1.St
 	return c.startJob.CallUnary(ctx, req)
 }
 
+// StartJobs calls norsk.manager.v1.Manager.StartJobs.
+func (c *managerClient) StartJobs(ctx context.Context, req *connect.Request[v1.StartJobsRequest]) (*connect.Response[v1.StartJobsResponse], error) {
+	return c.startJobs.CallUnary(ctx, req)
+}
+
 // StopJob calls norsk.manager.v1.Manager.StopJob.
 func (c *managerClient) StopJob(ctx context.Context, req *connect.Request[v1.StopJobRequest]) (*connect.Response[v1.StopJobResponse], error) {
 	return c.stopJob.CallUnary(ctx, req)
@@ -789,6 +827,11 @@ func (c *managerClient) GetNodeIdleExpiry(ctx context.Context, req *connect.Requ
 // SetNodeIdleExpiry calls norsk.manager.v1.Manager.SetNodeIdleExpiry.
 func (c *managerClient) SetNodeIdleExpiry(ctx context.Context, req *connect.Request[v1.SetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error) {
 	return c.setNodeIdleExpiry.CallUnary(ctx, req)
+}
+
+// CreateMockNode calls norsk.manager.v1.Manager.CreateMockNode.
+func (c *managerClient) CreateMockNode(ctx context.Context, req *connect.Request[v1.CreateMockNodeRequest]) (*connect.Response[v1.CreateMockNodeResponse], error) {
+	return c.createMockNode.CallUnary(ctx, req)
 }
 
 // AppendAuditEntry calls norsk.manager.v1.Manager.AppendAuditEntry.
@@ -985,6 +1028,12 @@ type ManagerHandler interface {
 	JobById(context.Context, *connect.Request[v1.JobByIdRequest]) (*connect.Response[v1.JobWithHistory], error)
 	JobSearch(context.Context, *connect.Request[v1.JobSearchRequest]) (*connect.Response[v1.JobSearchResponse], error)
 	StartJob(context.Context, *connect.Request[v1.StartJobRequest]) (*connect.Response[v1.StartJobResponse], error)
+	// StartJobs binds many instances in one store write (a placement plan:
+	// the AutoManager commits a pass's placements with it). Each start
+	// succeeds or fails on its own, exactly as StartJob would; the call fails
+	// as a whole only for malformed input (INVALID_ARGUMENT naming the item)
+	// or when the write cannot be made.
+	StartJobs(context.Context, *connect.Request[v1.StartJobsRequest]) (*connect.Response[v1.StartJobsResponse], error)
 	StopJob(context.Context, *connect.Request[v1.StopJobRequest]) (*connect.Response[v1.StopJobResponse], error)
 	StartPreparedJob(context.Context, *connect.Request[v1.StartPreparedJobRequest]) (*connect.Response[v1.StartPreparedJobResponse], error)
 	CompleteJob(context.Context, *connect.Request[v1.CompleteJobRequest]) (*connect.Response[v1.CompleteJobResponse], error)
@@ -1001,6 +1050,15 @@ type ManagerHandler interface {
 	SetNodeTags(context.Context, *connect.Request[v1.SetNodeTagsRequest]) (*connect.Response[v1.SetNodeTagsResponse], error)
 	GetNodeIdleExpiry(context.Context, *connect.Request[v1.GetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error)
 	SetNodeIdleExpiry(context.Context, *connect.Request[v1.SetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error)
+	// CreateMockNode provisions an elastic node from the mock provider: one
+	// of its configured hosts boots a worker that registers as the new node
+	// (the way createAwsNode launches an instance). Answers once the host has
+	// been told; the node comes online when its worker calls in.
+	// FAILED_PRECONDITION: no mock provider is configured. INVALID_ARGUMENT:
+	// the pool is not one the provider serves. RESOURCE_EXHAUSTED: every host
+	// is in use. UNAVAILABLE: the chosen host did not answer (the node is
+	// recorded terminated, CREATE_FAILED).
+	CreateMockNode(context.Context, *connect.Request[v1.CreateMockNodeRequest]) (*connect.Response[v1.CreateMockNodeResponse], error)
 	// The audit log: durable, hash-chained; every mutating call appends an
 	// entry in the same commit as its change.
 	AppendAuditEntry(context.Context, *connect.Request[v1.AppendAuditEntryRequest]) (*connect.Response[v1.AppendAuditEntryResponse], error)
@@ -1111,6 +1169,12 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(managerMethods.ByName("StartJob")),
 		connect.WithHandlerOptions(opts...),
 	)
+	managerStartJobsHandler := connect.NewUnaryHandler(
+		ManagerStartJobsProcedure,
+		svc.StartJobs,
+		connect.WithSchema(managerMethods.ByName("StartJobs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	managerStopJobHandler := connect.NewUnaryHandler(
 		ManagerStopJobProcedure,
 		svc.StopJob,
@@ -1193,6 +1257,12 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		ManagerSetNodeIdleExpiryProcedure,
 		svc.SetNodeIdleExpiry,
 		connect.WithSchema(managerMethods.ByName("SetNodeIdleExpiry")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerCreateMockNodeHandler := connect.NewUnaryHandler(
+		ManagerCreateMockNodeProcedure,
+		svc.CreateMockNode,
+		connect.WithSchema(managerMethods.ByName("CreateMockNode")),
 		connect.WithHandlerOptions(opts...),
 	)
 	managerAppendAuditEntryHandler := connect.NewUnaryHandler(
@@ -1429,6 +1499,8 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerJobSearchHandler.ServeHTTP(w, r)
 		case ManagerStartJobProcedure:
 			managerStartJobHandler.ServeHTTP(w, r)
+		case ManagerStartJobsProcedure:
+			managerStartJobsHandler.ServeHTTP(w, r)
 		case ManagerStopJobProcedure:
 			managerStopJobHandler.ServeHTTP(w, r)
 		case ManagerStartPreparedJobProcedure:
@@ -1457,6 +1529,8 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerGetNodeIdleExpiryHandler.ServeHTTP(w, r)
 		case ManagerSetNodeIdleExpiryProcedure:
 			managerSetNodeIdleExpiryHandler.ServeHTTP(w, r)
+		case ManagerCreateMockNodeProcedure:
+			managerCreateMockNodeHandler.ServeHTTP(w, r)
 		case ManagerAppendAuditEntryProcedure:
 			managerAppendAuditEntryHandler.ServeHTTP(w, r)
 		case ManagerGetAuditLogProcedure:
@@ -1570,6 +1644,10 @@ func (UnimplementedManagerHandler) StartJob(context.Context, *connect.Request[v1
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.StartJob is not implemented"))
 }
 
+func (UnimplementedManagerHandler) StartJobs(context.Context, *connect.Request[v1.StartJobsRequest]) (*connect.Response[v1.StartJobsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.StartJobs is not implemented"))
+}
+
 func (UnimplementedManagerHandler) StopJob(context.Context, *connect.Request[v1.StopJobRequest]) (*connect.Response[v1.StopJobResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.StopJob is not implemented"))
 }
@@ -1624,6 +1702,10 @@ func (UnimplementedManagerHandler) GetNodeIdleExpiry(context.Context, *connect.R
 
 func (UnimplementedManagerHandler) SetNodeIdleExpiry(context.Context, *connect.Request[v1.SetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.SetNodeIdleExpiry is not implemented"))
+}
+
+func (UnimplementedManagerHandler) CreateMockNode(context.Context, *connect.Request[v1.CreateMockNodeRequest]) (*connect.Response[v1.CreateMockNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.CreateMockNode is not implemented"))
 }
 
 func (UnimplementedManagerHandler) AppendAuditEntry(context.Context, *connect.Request[v1.AppendAuditEntryRequest]) (*connect.Response[v1.AppendAuditEntryResponse], error) {
