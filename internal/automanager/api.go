@@ -23,6 +23,16 @@ type API interface {
 	DeleteBundle(ctx context.Context, bundleID string) error
 	GetLeaseStatus(ctx context.Context) (*managerv1.LeaseStatus, error)
 	EventStream(ctx context.Context, s norsk.EventStreamSettings) *norsk.EventStream
+
+	// Migration (seed 004's saga runs through these).
+	StartPreparedJob(ctx context.Context, jobID, role, nodeID string) error
+	NotifyMigrationGetState(ctx context.Context, source *managerv1.JobKey, migrationID string) error
+	NotifyMigrationCutoverReady(ctx context.Context, source *managerv1.JobKey, migrationID string, payload []byte) error
+	NotifyMigrationCutoverApply(ctx context.Context, target *managerv1.JobKey, migrationID string, payload []byte) error
+	AbortMigration(ctx context.Context, jobID, sourceRole, targetRole, reason, migrationID string) error
+	RecordMigration(ctx context.Context, st *managerv1.MigrationState, expectedRevision uint64, create bool) (uint64, error)
+	ListMigrations(ctx context.Context, jobID string) ([]*managerv1.MigrationState, error)
+	GetMigration(ctx context.Context, migrationID string) (*managerv1.MigrationState, error)
 }
 
 var _ API = (*norsk.Manager)(nil)

@@ -35,6 +35,8 @@ type Policy struct {
 	Elastic []ElasticTier
 	// MaxProvisionPerPass bounds the nodes one pass creates (default 8).
 	MaxProvisionPerPass int
+	// Migration bounds each phase of a migration.
+	Migration MigrationDeadlines
 }
 
 // ElasticTier is a pool tier a provider creates nodes in, and the node a
@@ -78,6 +80,9 @@ type View struct {
 	// ProvisionHold maps an elastic tier to the time before which no node
 	// is created in it (a creation there failed).
 	ProvisionHold map[string]time.Time
+	// Migrating are the jobs with a migration in flight: the saga, not
+	// placement, decides for them until it ends.
+	Migrating map[string]bool
 }
 
 // ActionKind is what an Action does.
@@ -112,6 +117,9 @@ type Action struct {
 	Job       *managerv1.Job
 	Provider  string
 	Pool      string
+	// RuntimeRole is the slot a start under a migration target's key is
+	// told ("" = its role).
+	RuntimeRole string
 }
 
 // Unplaced is an instance that needs a node and fits none.
@@ -155,6 +163,9 @@ type slot struct {
 	job    *managerv1.JobWithHistory
 	bundle *managerv1.Bundle
 	role   string
+	// key is the instance key the placement binds: the slot (role), or the
+	// migration target key its live instance holds.
+	key string
 	// recovery is the failure being recovered from (nil: first placement
 	// or a restart after a stop).
 	recovery *failure
@@ -198,7 +209,7 @@ func Plan(v View, p Policy, now time.Time) Decision {
 		jobs[j.GetJob().GetJobId()] = j
 	}
 
-	planBundles(&d, v.Bundles, jobs, reachable, now)
+	planBundles(&d, v.Bundles, jobs, v.Migrating, reachable, now)
 
 	var slots []slot
 	var live []placement.Allocation
@@ -211,8 +222,8 @@ func Plan(v View, p Policy, now time.Time) Decision {
 			}
 		}
 		role, ok := managedRole(job, bundle)
-		if !ok {
-			continue
+		if !ok || v.Migrating[job.GetJobId()] {
+			continue // a migration in flight decides for its job
 		}
 		s, wait := classify(&d, jh, bundle, role, v.Leases, reachable, p, now)
 		if !wait {
@@ -306,11 +317,14 @@ func classify(d *Decision, jh *managerv1.JobWithHistory, bundle *managerv1.Bundl
 	reachable func(string) bool, p Policy, now time.Time) (s slot, wait bool) {
 	job := jh.GetJob()
 	s = slot{job: jh, bundle: bundle, role: role}
-	var in *managerv1.Instance
-	for _, x := range jh.GetInstances() {
-		if x.GetRole() == role {
-			in = x
-		}
+	// The slot's instance: under its own key, or a migration's target key
+	// (primary@…) once a migration completed into it.
+	in := currentInstance(jh, role)
+	s.key = role
+	if in != nil && in.GetPhase() != phaseStopped {
+		// Re-placed under the key it holds, so the new binding's fencing
+		// token supersedes the copy a returning node may still run.
+		s.key = in.GetRole()
 	}
 	switch {
 	case in == nil:
@@ -322,6 +336,11 @@ func classify(d *Decision, jh *managerv1.JobWithHistory, bundle *managerv1.Bundl
 		return s, false
 	case reachable(in.GetNodeId()) && (in.GetDesired() != desiredStopped || in.GetPhase() != phaseStopped):
 		return s, true // running, starting or stopping where its worker answers
+	case in.GetDesired() == desiredStopped && in.GetStopReason() == reasonUser && in.GetMigrationId() != "":
+		// Stopped by a migration that ended without its job running (it
+		// failed forward): the job is placed again.
+		s.restart = true
+		return s, false
 	case in.GetDesired() == desiredStopped && in.GetStopReason() == reasonUser:
 		// Stopped on purpose: a bundle keeps its jobs running (StopBundleJob
 		// is how to keep one down); any other job stays stopped.
@@ -339,7 +358,7 @@ func classify(d *Decision, jh *managerv1.JobWithHistory, bundle *managerv1.Bundl
 			return s, true // nothing whose holder was lost starts until resume
 		}
 		for _, l := range leases.GetLeases() {
-			if l.GetJobId() == job.GetJobId() && l.GetRole() == role && !l.GetExpired() {
+			if l.GetJobId() == job.GetJobId() && l.GetRole() == in.GetRole() && !l.GetExpired() {
 				d.due(l.GetExpiresAt().AsTime())
 				return s, true
 			}
@@ -382,7 +401,7 @@ func failureOf(history []*managerv1.JobHistoryEntry, role string, cur *managerv1
 	first := true
 	for _, e := range history {
 		st := e.GetStopping()
-		if st == nil || st.GetInstance().GetRole() != role {
+		if st == nil || SlotOf(st.GetInstance().GetRole()) != role {
 			continue
 		}
 		at := e.GetTimestamp().AsTime()
@@ -430,7 +449,7 @@ func failureOf(history []*managerv1.JobHistoryEntry, role string, cur *managerv1
 // waits for it.
 func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]string, starting map[string]bool, p Policy) (req placement.Request, ok bool) {
 	job := s.job.GetJob()
-	req = placement.RequestForJob(p.Placement, job, s.bundle, s.role)
+	req = placement.RequestForJob(p.Placement, job, s.bundle, s.key)
 	req.Exclude = make(map[string]string, len(offline))
 	for id, why := range offline {
 		req.Exclude[id] = why
@@ -485,7 +504,7 @@ func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]stri
 			Summary: fmt.Sprintf("waiting for node %s, which is starting, to come online", res.NodeID)})
 		return req, true
 	}
-	ev := &managerv1.PlacementEvent{JobId: job.GetJobId(), Role: s.role, NodeId: res.NodeID, Kind: kind, Summary: res.Summary()}
+	ev := &managerv1.PlacementEvent{JobId: job.GetJobId(), Role: s.key, NodeId: res.NodeID, Kind: kind, Summary: res.Summary()}
 	for _, dg := range res.Degradations {
 		ev.Degradations = append(ev.Degradations, &managerv1.PlacementRefusal{Rule: string(dg.Rule), Reason: dg.Reason})
 	}
@@ -493,7 +512,11 @@ func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]stri
 		ev.FailedNodeId, ev.Failure = f.nodeID, f.why
 		ev.Failures, ev.Ceiling = uint32(f.jobFailures), uint32(p.RestartCeiling)
 	}
-	d.Actions = append(d.Actions, Action{Kind: ActStart, JobID: job.GetJobId(), Role: s.role, NodeID: res.NodeID, Placement: ev})
+	act := Action{Kind: ActStart, JobID: job.GetJobId(), Role: s.key, NodeID: res.NodeID, Placement: ev}
+	if s.key != s.role {
+		act.RuntimeRole = s.role
+	}
+	d.Actions = append(d.Actions, act)
 	return req, true
 }
 
@@ -610,7 +633,7 @@ func elasticTierFor(pool string, p Policy, hold map[string]time.Time, now time.T
 // planBundles finishes deletions whose instances are all gone, starts the
 // deletion of bundles whose stop time or lease has passed, and rolls
 // changed templates one replica at a time.
-func planBundles(d *Decision, bundles []*managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory, reachable func(string) bool, now time.Time) {
+func planBundles(d *Decision, bundles []*managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory, migrating map[string]bool, reachable func(string) bool, now time.Time) {
 	for _, b := range bundles {
 		id := b.GetBundleId()
 		switch {
@@ -632,7 +655,7 @@ func planBundles(d *Decision, bundles []*managerv1.Bundle, jobs map[string]*mana
 		if b.GetLeaseExpiresAt() != nil {
 			d.due(b.GetLeaseExpiresAt().AsTime())
 		}
-		d.Actions = append(d.Actions, roll(b, jobs)...)
+		d.Actions = append(d.Actions, roll(b, jobs, migrating)...)
 	}
 }
 
@@ -661,7 +684,7 @@ func bundleStopped(b *managerv1.Bundle, jobs map[string]*managerv1.JobWithHistor
 // other replica is running — so a full replica stays on air throughout.
 // A bundle of one replica is never restarted for a change: it takes the new
 // spec at its next restart (or migration).
-func roll(b *managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory) []Action {
+func roll(b *managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory, migrating map[string]bool) []Action {
 	var updates []Action
 	replicas := jobspec.Replicas(b)
 	// stale[r]: the running instances of replica r on an older spec.
@@ -690,14 +713,10 @@ func roll(b *managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory) []Acti
 			if jh.GetJob().GetTags()[jobspec.TagDormant] == "true" {
 				continue
 			}
-			role := jobspec.ReplicaRole(r)
-			var cur *managerv1.Instance
-			for _, in := range jh.GetInstances() {
-				if in.GetRole() == role {
-					cur = in
-				}
-			}
+			cur := currentInstance(jh, jobspec.ReplicaRole(r))
 			switch {
+			case migrating[jh.GetJob().GetJobId()]:
+				settled[r] = false // a migration moves it; roll after
 			case cur == nil || cur.GetPhase() != managerv1.InstancePhase_INSTANCE_PHASE_RUNNING || cur.GetDesired() == desiredStopped:
 				settled[r] = false
 			case cur.GetJobHash() != jh.GetJob().GetCurrentHash():

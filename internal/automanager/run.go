@@ -47,6 +47,8 @@ type AutoManager struct {
 	// and until when no other is tried there.
 	holdMu sync.Mutex
 	hold   map[string]time.Time
+	// saga runs the migrations.
+	saga *Saga
 }
 
 // ProvisionHoldAfterFailure is how long a tier whose node creation failed
@@ -74,7 +76,9 @@ func New(cfg Config) *AutoManager {
 		cfg.Parallel = 16
 	}
 	cfg.Policy.defaults()
-	return &AutoManager{cfg: cfg, log: cfg.Logger.With("component", "automanager"), unplaced: map[string]string{}, hold: map[string]time.Time{}}
+	a := &AutoManager{cfg: cfg, log: cfg.Logger.With("component", "automanager"), unplaced: map[string]string{}, hold: map[string]time.Time{}}
+	a.saga = newSaga(cfg.API, cfg.Clock, cfg.Logger, cfg.Policy, cfg.Metrics)
+	return a
 }
 
 // Run makes a pass at once, then one whenever the event stream shows a
@@ -85,12 +89,34 @@ func (a *AutoManager) Run(ctx context.Context) error {
 	defer cancel()
 	wake := make(chan struct{}, 1)
 	var wg sync.WaitGroup
-	wg.Add(1)
+	defer wg.Wait()
+	// The migrations in flight are taken over first; the event stream is
+	// resumed from the oldest of their records so no handshake is missed.
+	var resume uint64
+	for {
+		var err error
+		if resume, err = a.saga.rebuild(ctx); err == nil {
+			break
+		}
+		a.log.Warn("cannot read the migrations in flight; retrying", "err", err)
+		t := a.cfg.Clock.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C():
+		}
+	}
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		a.follow(ctx, wake)
+		a.saga.run(ctx)
 	}()
-	defer wg.Wait()
+	_ = a.saga.do(ctx, a.saga.reconcile)
+	go func() {
+		defer wg.Done()
+		a.follow(ctx, wake, resume)
+	}()
 	clk := a.cfg.Clock
 	for {
 		next, err := a.Pass(ctx)
@@ -133,11 +159,17 @@ func (a *AutoManager) Run(ctx context.Context) error {
 }
 
 // follow signals wake on every event of the stream (placements it makes
-// itself included: they may unblock a co-located job).
-func (a *AutoManager) follow(ctx context.Context, wake chan<- struct{}) {
-	s := a.cfg.API.EventStream(ctx, norsk.EventStreamSettings{SkipSnapshot: true})
+// itself included: they may unblock a co-located job) and hands each to
+// the saga. It resumes after index resume (0: live events only); once the
+// stream is open the saga reconciles what it took over.
+func (a *AutoManager) follow(ctx context.Context, wake chan<- struct{}, resume uint64) {
+	s := a.cfg.API.EventStream(ctx, norsk.EventStreamSettings{AfterIndex: resume, SkipSnapshot: resume == 0})
 	defer s.Close()
 	for s.Next() {
+		ev := s.Event()
+		if ev.GetInitialDataComplete() == nil && ev.GetJobSnapshot() == nil && ev.GetNodeSnapshot() == nil {
+			_ = a.saga.do(ctx, func(ctx context.Context) { a.saga.onEvent(ctx, ev) })
+		}
 		select {
 		case wake <- struct{}{}:
 		default:
@@ -172,22 +204,44 @@ func (a *AutoManager) Pass(ctx context.Context) (time.Time, error) {
 	return d.NextAt, err
 }
 
-// read fetches the nodes, jobs (without history) and bundles.
-func (a *AutoManager) read(ctx context.Context) (View, error) {
+// readView fetches the nodes, jobs (without history), bundles and the jobs
+// with a migration in flight.
+func readView(ctx context.Context, api API) (View, error) {
 	var v View
 	var err error
-	if v.Nodes, err = a.cfg.API.ListNodes(ctx); err != nil {
+	if v.Nodes, err = api.ListNodes(ctx); err != nil {
 		return v, fmt.Errorf("list nodes: %w", err)
 	}
-	if v.Jobs, err = a.cfg.API.JobSearch(ctx, norsk.JobSearchSettings{}); err != nil {
+	if v.Jobs, err = api.JobSearch(ctx, norsk.JobSearchSettings{}); err != nil {
 		return v, fmt.Errorf("list jobs: %w", err)
 	}
-	bundles, err := a.cfg.API.ListBundles(ctx)
+	bundles, err := api.ListBundles(ctx)
 	if err != nil {
 		return v, fmt.Errorf("list bundles: %w", err)
 	}
 	for _, b := range bundles {
 		v.Bundles = append(v.Bundles, b.GetBundle())
+	}
+	migs, err := api.ListMigrations(ctx, "")
+	if err != nil {
+		return v, fmt.Errorf("list migrations: %w", err)
+	}
+	for _, m := range migs {
+		if !terminal(m.GetPhase()) {
+			if v.Migrating == nil {
+				v.Migrating = map[string]bool{}
+			}
+			v.Migrating[m.GetSourceJobId()] = true
+		}
+	}
+	return v, nil
+}
+
+// read fetches the View a pass decides on.
+func (a *AutoManager) read(ctx context.Context) (View, error) {
+	v, err := readView(ctx, a.cfg.API)
+	if err != nil {
+		return v, err
 	}
 	a.holdMu.Lock()
 	v.ProvisionHold = make(map[string]time.Time, len(a.hold))
@@ -272,7 +326,7 @@ func (a *AutoManager) act(ctx context.Context, d Decision) error {
 func (a *AutoManager) start(ctx context.Context, acts []Action) error {
 	starts := make([]norsk.Start, len(acts))
 	for i, act := range acts {
-		starts[i] = norsk.Start{JobID: act.JobID, Role: act.Role, NodeID: act.NodeID, Options: norsk.StartJobOptions{Placement: act.Placement}}
+		starts[i] = norsk.Start{JobID: act.JobID, Role: act.Role, NodeID: act.NodeID, Options: norsk.StartJobOptions{Placement: act.Placement, RuntimeRole: act.RuntimeRole}}
 	}
 	out, err := a.cfg.API.StartJobs(ctx, starts)
 	if err != nil {
@@ -310,7 +364,7 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 	m := a.cfg.Metrics
 	switch act.Kind {
 	case ActStart:
-		tok, err := api.StartJob(ctx, act.JobID, act.Role, act.NodeID, norsk.StartJobOptions{Placement: act.Placement})
+		tok, err := api.StartJob(ctx, act.JobID, act.Role, act.NodeID, norsk.StartJobOptions{Placement: act.Placement, RuntimeRole: act.RuntimeRole})
 		if err != nil {
 			return fmt.Errorf("place %s/%s on %s: %w", act.JobID, act.Role, act.NodeID, err)
 		}
@@ -390,6 +444,16 @@ func (a *AutoManager) parallel(n int, f func(i int)) {
 	wg.Wait()
 }
 
+// MigrateJob starts a migration (see Saga.MigrateJob).
+func (a *AutoManager) MigrateJob(ctx context.Context, jobID string, opts MigrateOptions) (*managerv1.MigrationState, error) {
+	return a.saga.MigrateJob(ctx, jobID, opts)
+}
+
+// CancelMigration aborts an in-flight migration (see Saga.CancelMigration).
+func (a *AutoManager) CancelMigration(ctx context.Context, migrationID, reason string) error {
+	return a.saga.CancelMigration(ctx, migrationID, reason)
+}
+
 // Metrics are the AutoManager's Prometheus metrics.
 type Metrics struct {
 	Passes      prometheus.Counter
@@ -398,6 +462,10 @@ type Metrics struct {
 	Failed      prometheus.Counter
 	Unplaced    prometheus.Gauge
 	Provisioned prometheus.Counter
+
+	MigrationsStarted       *prometheus.CounterVec
+	MigrationsEnded         *prometheus.CounterVec
+	MigrationDispatchFailed prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg.
@@ -416,8 +484,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Provisioned: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "nodes_requested_total",
 			Help: "Elastic nodes the AutoManager asked a provider to create because nothing fit."}),
 	}
+	m.MigrationsStarted = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "migrations_started_total",
+		Help: "Migrations started, by strategy."}, []string{"strategy"})
+	m.MigrationsEnded = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "migrations_ended_total",
+		Help: "Migrations ended, by outcome (done, aborted)."}, []string{"outcome"})
+	m.MigrationDispatchFailed = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "migration_dispatch_failures_total",
+		Help: "Migration targets whose start was refused."})
 	if reg != nil {
-		reg.MustRegister(m.Passes, m.PassSeconds, m.Placements, m.Failed, m.Unplaced, m.Provisioned)
+		reg.MustRegister(m.Passes, m.PassSeconds, m.Placements, m.Failed, m.Unplaced, m.Provisioned,
+			m.MigrationsStarted, m.MigrationsEnded, m.MigrationDispatchFailed)
 	}
 	return m
 }

@@ -82,6 +82,12 @@ func auditTarget(cmd *storev1.Command) string {
 			return fmt.Sprintf("job/%s/%s@%s", binds[0].GetJobId(), binds[0].GetRole(), binds[0].GetNodeId())
 		}
 		return fmt.Sprintf("jobs/%d instances", len(binds))
+	case *storev1.Command_PutMigration:
+		return "migration/" + c.PutMigration.GetMigration().GetMigrationId()
+	case *storev1.Command_ForgetMigrations:
+		return "migrations"
+	case *storev1.Command_SetNodeDraining:
+		return "node/" + c.SetNodeDraining.GetNodeId()
 	case *storev1.Command_StopInstance:
 		return fmt.Sprintf("job/%s/%s@%s", c.StopInstance.GetJobId(), c.StopInstance.GetRole(), c.StopInstance.GetNodeId())
 	case *storev1.Command_StartPrepared:

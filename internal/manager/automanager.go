@@ -47,13 +47,16 @@ func (s *Server) runAutoManager(ctx context.Context) {
 				RestartWindow:  s.cfg.RestartWindow,
 				Placement:      s.placementConfig(),
 				Elastic:        s.elasticTiers(),
+				Migration:      s.cfg.MigrationDeadlines,
 			},
 			Clock:   s.cfg.Clock,
 			Logger:  s.log,
 			Metrics: s.amMetrics,
 		})
+		unregister := s.migrator.set(am)
 		s.log.Info("automanager started")
 		_ = am.Run(ctx)
+		unregister()
 		_ = m.Close()
 		s.log.Info("automanager stopped")
 		return

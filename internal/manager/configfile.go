@@ -74,6 +74,8 @@ type FileConfig struct {
 	PoolSpread map[string]string `json:"poolSpread,omitempty"`
 	// Providers configures the providers of elastic nodes.
 	Providers *ProvidersFile `json:"providers,omitempty"`
+	// Migration bounds each phase of a migration.
+	Migration *MigrationFile `json:"migration,omitempty"`
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `json:"logLevel,omitempty"`
 	LogFormat string `json:"logFormat,omitempty"`
@@ -91,6 +93,17 @@ type ProvidersFile struct {
 type MockProviderFile struct {
 	mock.Config
 	StartTimeout Duration `json:"startTimeout,omitempty"`
+}
+
+// MigrationFile is config.yaml's migration section: each phase's deadline.
+type MigrationFile struct {
+	ProposeDeadline        Duration `json:"proposeDeadline,omitempty"`
+	LaunchingDeadline      Duration `json:"launchingDeadline,omitempty"`
+	TargetReadyDeadline    Duration `json:"awaitingTargetReadyDeadline,omitempty"`
+	SourceStopDeadline     Duration `json:"awaitingSourceStopDeadline,omitempty"`
+	ApplyingDeadline       Duration `json:"applyingDeadline,omitempty"`
+	StoppingSourceDeadline Duration `json:"stoppingSourceDeadline,omitempty"`
+	StartingTargetDeadline Duration `json:"startingTargetDeadline,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s", "5m" in the file.
@@ -267,6 +280,16 @@ func (fc FileConfig) Apply(cfg *Config) {
 	}
 	if len(cfg.PoolSpread) == 0 {
 		cfg.PoolSpread = fc.PoolSpread
+	}
+	if m := fc.Migration; m != nil {
+		d := &cfg.MigrationDeadlines
+		setD(&d.Propose, m.ProposeDeadline)
+		setD(&d.Launching, m.LaunchingDeadline)
+		setD(&d.TargetReady, m.TargetReadyDeadline)
+		setD(&d.SourceStop, m.SourceStopDeadline)
+		setD(&d.Applying, m.ApplyingDeadline)
+		setD(&d.StoppingSource, m.StoppingSourceDeadline)
+		setD(&d.StartingTarget, m.StartingTargetDeadline)
 	}
 	if cfg.MockProvider == nil && fc.Providers != nil && fc.Providers.Mock != nil {
 		mc := fc.Providers.Mock.config()

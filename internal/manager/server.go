@@ -106,6 +106,11 @@ type Config struct {
 	// ReaperInterval is how often the empty-node reaper and the providers'
 	// start timeouts are checked (default 5 s).
 	ReaperInterval time.Duration
+	// MigrationDeadlines bound each phase of a migration (zero fields: the
+	// seed's defaults — propose 30 s, launching 2 min, target ready 2 min,
+	// source stop 30 s, applying 10 s, stopping source 30 s, starting
+	// target 1 min).
+	MigrationDeadlines automanager.MigrationDeadlines
 	// EventWriteTimeout is how long one event may take to reach a
 	// subscriber before its stream is cut (default 30 s).
 	EventWriteTimeout time.Duration
@@ -301,6 +306,8 @@ type Server struct {
 	nodeMetrics *nodes.Metrics
 	amMetrics   *automanager.Metrics
 	provMetrics *providerMetrics
+	// migrator is the running AutoManager's migration surface (nil: none).
+	migrator migratorRef
 	// mock is the mock provider (nil: none configured); mockMu serialises
 	// the choice of a host.
 	mock    *mock.Provider

@@ -31,10 +31,13 @@ type conn struct {
 	// tlsClient dials the worker over mutual TLS (tls.go); made on first
 	// use, closed when run returns.
 	tlsClient *http.Client
+	// out carries commands API handlers ask this connection to send
+	// (SendMigration); the session sends them in order.
+	out chan outbound
 }
 
 func newConn(c *Controller, nodeID string) *conn {
-	return &conn{c: c, nodeID: nodeID, log: c.log.With("node", nodeID), downSince: c.cfg.Clock.Now()}
+	return &conn{c: c, nodeID: nodeID, log: c.log.With("node", nodeID), downSince: c.cfg.Clock.Now(), out: make(chan outbound, 64)}
 }
 
 // pend is a command sent and not yet reflected in a report.
@@ -255,7 +258,14 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 	if err := confirmStopped(stream, wh.GetInventory()); err != nil {
 		return fmt.Errorf("confirm the inventory's stopped instances: %w", err)
 	}
+	s := &sessionState{
+		wv:      map[string]held{},
+		pending: map[string]pend{},
+		seqKind: map[uint64]actionKind{},
+	}
 	defer func() {
+		s.failWaiters(cn.nodeID, err)
+		cn.failQueued()
 		cn.downSince = cfg.Clock.Now()
 		cn.c.setLive(cn.nodeID, func(l *Live) { l.Connected = false })
 		if m := cfg.Metrics; m != nil {
@@ -264,11 +274,6 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		cn.log.Info("worker disconnected", "err", err)
 	}()
 
-	s := &sessionState{
-		wv:      map[string]held{},
-		pending: map[string]pend{},
-		seqKind: map[uint64]actionKind{},
-	}
 	for _, r := range wh.GetInventory() {
 		s.wv[state.InstanceID(r.GetJobId(), r.GetRole())] = held{token: r.GetFencingToken(), phase: r.GetPhase(), jobHash: r.GetJobHash()}
 	}
@@ -366,6 +371,12 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 			return ctx.Err()
 		case <-changed:
 		case <-tick.C():
+		case o := <-cn.out:
+			if err := s.sendOutbound(cn, stream.Send, o); err != nil {
+				wcancel()
+				tick.Stop()
+				return err
+			}
 		case r := <-in:
 			// Take it and what else has arrived, to batch the reports.
 			var heard bool
@@ -379,6 +390,11 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		// The reports are recorded before the stream's end is handled: a
 		// worker forgets a stopped instance once it has reported it.
 		if err := cn.recordReports(ctx, batch); err != nil {
+			return err
+		}
+		migs := s.migrations
+		s.migrations = nil
+		if err := cn.recordMigrationReports(ctx, migs); err != nil {
 			return err
 		}
 		if ended != nil {
@@ -498,6 +514,11 @@ type sessionState struct {
 	grantDue uint64
 	// heartbeatSeen: the worker has sent a heartbeat on this stream.
 	heartbeatSeen bool
+	// waiters are the migration commands sent and not yet acknowledged, by
+	// seq; migrations are the handshake reports received and not yet
+	// recorded.
+	waiters    map[uint64]chan error
+	migrations []*managerv1.MigrationReport
 }
 
 // received is one item read from the worker's stream: a message, or (as the
@@ -557,7 +578,12 @@ func (s *sessionState) handle(cn *conn, m *managerv1.WorkerMessage, batch []*man
 				l.LeaseRefreshed = l.LastSeen
 			}
 		})
+	case *managerv1.WorkerMessage_Migration:
+		s.migrations = append(s.migrations, x.Migration)
 	case *managerv1.WorkerMessage_Ack:
+		if s.answer(x.Ack) {
+			break
+		}
 		kind := s.seqKind[x.Ack.GetSeq()]
 		delete(s.seqKind, x.Ack.GetSeq())
 		if x.Ack.GetError() != "" {

@@ -149,6 +149,15 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 		return t.bindInstance(c.BindInstance)
 	case *storev1.Command_BindInstances:
 		return t.bindInstances(c.BindInstances), nil
+	case *storev1.Command_PutMigration:
+		return t.putMigration(c.PutMigration)
+	case *storev1.Command_ForgetMigrations:
+		return t.forgetMigrations(c.ForgetMigrations)
+	case *storev1.Command_MigrationReports:
+		t.migrationReports(c.MigrationReports)
+		return nil, nil
+	case *storev1.Command_SetNodeDraining:
+		return nil, t.setNodeDraining(c.SetNodeDraining)
 	case *storev1.Command_StopInstance:
 		return nil, t.stopInstance(c.StopInstance)
 	case *storev1.Command_StartPrepared:

@@ -84,7 +84,9 @@ func (t *tx) requestStop(in *managerv1.Instance, reason managerv1.StoppingReason
 	}
 	n.Phase = phaseStopping
 	t.putInstance(n)
-	t.record(n.GetJobId(), t.stoppingEntry(n, reason, why))
+	e := t.stoppingEntry(n, reason, why)
+	e.GetStopping().MigrationId = migrationID
+	t.record(n.GetJobId(), e)
 }
 
 // markStopped records an instance as stopped without its worker's word (its

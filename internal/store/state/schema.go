@@ -24,6 +24,7 @@ const (
 	tableTokens     = "tokens"
 	tableMembers    = "members"
 	tableBundles    = "bundles"
+	tableMigrations = "migrations"
 )
 
 // singleton is a row of the singletons table: one message per name (the
@@ -146,6 +147,17 @@ func schema() *memdb.DBSchema {
 				Indexes: map[string]*memdb.IndexSchema{
 					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
 						return o.(*managerv1.Bundle).GetBundleId()
+					})},
+				},
+			},
+			tableMigrations: {
+				Name: tableMigrations,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
+						return o.(*managerv1.MigrationState).GetMigrationId()
+					})},
+					"job": {Name: "job", AllowMissing: true, Indexer: strIndex(func(o any) string {
+						return o.(*managerv1.MigrationState).GetSourceJobId()
 					})},
 				},
 			},

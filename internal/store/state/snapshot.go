@@ -70,6 +70,11 @@ func (r *Read) WriteTo(w io.Writer) (int64, error) {
 			return 0, err
 		}
 	}
+	for _, m := range r.Migrations(nil, "") {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Migration{Migration: m}}); err != nil {
+			return 0, err
+		}
+	}
 	if raw, err := r.txn.First(tableSingletons, "id", singletonLeases); err == nil && raw != nil {
 		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_LeaseState{LeaseState: raw.(*singleton).Msg.(*storev1.LeaseState)}}); err != nil {
 			return 0, err
@@ -160,6 +165,8 @@ func (s *State) Restore(rd io.Reader) (*storev1.SnapshotHeader, error) {
 			err = txn.Insert(tableSingletons, &singleton{Key: singletonCluster, Msg: x.ClusterMeta})
 		case *storev1.SnapshotRecord_Bundle:
 			err = txn.Insert(tableBundles, x.Bundle)
+		case *storev1.SnapshotRecord_Migration:
+			err = txn.Insert(tableMigrations, x.Migration)
 		case *storev1.SnapshotRecord_LeaseState:
 			err = txn.Insert(tableSingletons, &singleton{Key: singletonLeases, Msg: x.LeaseState})
 		case *storev1.SnapshotRecord_Token:

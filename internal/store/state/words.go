@@ -32,3 +32,14 @@ func terminalWord(ts *managerv1.TerminalState) string {
 	}
 	return "finished"
 }
+
+// MigrationPhaseName is a phase as seed 004 names it ("stoppingSource").
+func MigrationPhaseName(p managerv1.MigrationPhase) string {
+	w := strings.Split(strings.ToLower(strings.TrimPrefix(p.String(), "MIGRATION_PHASE_")), "_")
+	for i := 1; i < len(w); i++ {
+		if w[i] != "" {
+			w[i] = strings.ToUpper(w[i][:1]) + w[i][1:]
+		}
+	}
+	return strings.Join(w, "")
+}

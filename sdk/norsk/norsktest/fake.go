@@ -118,6 +118,9 @@ type Server struct {
 	lastAuth    string
 	outcome     StartOutcome
 	nextID      int
+	// migrations are the migration records; migCalls the relays made.
+	migrations map[string]*managerv1.MigrationState
+	migCalls   []MigrationCall
 	// mockHosts, mockVCPUs and mockPools are the fake mock provider (SetMockHosts).
 	mockHosts int
 	mockVCPUs uint32

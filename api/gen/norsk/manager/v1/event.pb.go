@@ -50,6 +50,14 @@ type Event struct {
 	//	*Event_BundleDeleted
 	//	*Event_Placement
 	//	*Event_LeaseStatus
+	//	*Event_MigrationState
+	//	*Event_MigrationInitialStateDelivered
+	//	*Event_MigrationTargetReady
+	//	*Event_MigrationSourceStoppedOutput
+	//	*Event_MigrationTargetApplied
+	//	*Event_MigrationAborted
+	//	*Event_MigrationUpdated
+	//	*Event_MigrationForgotten
 	Kind          isEvent_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -277,6 +285,78 @@ func (x *Event) GetLeaseStatus() *LeaseStatus {
 	return nil
 }
 
+func (x *Event) GetMigrationState() *MigrationEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_MigrationState); ok {
+			return x.MigrationState
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetMigrationInitialStateDelivered() *MigrationEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_MigrationInitialStateDelivered); ok {
+			return x.MigrationInitialStateDelivered
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetMigrationTargetReady() *MigrationEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_MigrationTargetReady); ok {
+			return x.MigrationTargetReady
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetMigrationSourceStoppedOutput() *MigrationEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_MigrationSourceStoppedOutput); ok {
+			return x.MigrationSourceStoppedOutput
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetMigrationTargetApplied() *MigrationEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_MigrationTargetApplied); ok {
+			return x.MigrationTargetApplied
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetMigrationAborted() *MigrationEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_MigrationAborted); ok {
+			return x.MigrationAborted
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetMigrationUpdated() *MigrationState {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_MigrationUpdated); ok {
+			return x.MigrationUpdated
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetMigrationForgotten() *MigrationForgotten {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_MigrationForgotten); ok {
+			return x.MigrationForgotten
+		}
+	}
+	return nil
+}
+
 type isEvent_Kind interface {
 	isEvent_Kind()
 }
@@ -360,6 +440,40 @@ type Event_LeaseStatus struct {
 	LeaseStatus *LeaseStatus `protobuf:"bytes,54,opt,name=lease_status,json=leaseStatus,proto3,oneof"`
 }
 
+type Event_MigrationState struct {
+	// The migration handshake, as the instances' workers reported it.
+	MigrationState *MigrationEvent `protobuf:"bytes,60,opt,name=migration_state,json=migrationState,proto3,oneof"`
+}
+
+type Event_MigrationInitialStateDelivered struct {
+	MigrationInitialStateDelivered *MigrationEvent `protobuf:"bytes,61,opt,name=migration_initial_state_delivered,json=migrationInitialStateDelivered,proto3,oneof"`
+}
+
+type Event_MigrationTargetReady struct {
+	MigrationTargetReady *MigrationEvent `protobuf:"bytes,62,opt,name=migration_target_ready,json=migrationTargetReady,proto3,oneof"`
+}
+
+type Event_MigrationSourceStoppedOutput struct {
+	MigrationSourceStoppedOutput *MigrationEvent `protobuf:"bytes,63,opt,name=migration_source_stopped_output,json=migrationSourceStoppedOutput,proto3,oneof"`
+}
+
+type Event_MigrationTargetApplied struct {
+	MigrationTargetApplied *MigrationEvent `protobuf:"bytes,64,opt,name=migration_target_applied,json=migrationTargetApplied,proto3,oneof"`
+}
+
+type Event_MigrationAborted struct {
+	MigrationAborted *MigrationEvent `protobuf:"bytes,65,opt,name=migration_aborted,json=migrationAborted,proto3,oneof"`
+}
+
+type Event_MigrationUpdated struct {
+	// A migration's record changed (a phase, a placement): the whole record.
+	MigrationUpdated *MigrationState `protobuf:"bytes,66,opt,name=migration_updated,json=migrationUpdated,proto3,oneof"`
+}
+
+type Event_MigrationForgotten struct {
+	MigrationForgotten *MigrationForgotten `protobuf:"bytes,67,opt,name=migration_forgotten,json=migrationForgotten,proto3,oneof"`
+}
+
 func (*Event_JobSnapshot) isEvent_Kind() {}
 
 func (*Event_NodeSnapshot) isEvent_Kind() {}
@@ -397,6 +511,22 @@ func (*Event_BundleDeleted) isEvent_Kind() {}
 func (*Event_Placement) isEvent_Kind() {}
 
 func (*Event_LeaseStatus) isEvent_Kind() {}
+
+func (*Event_MigrationState) isEvent_Kind() {}
+
+func (*Event_MigrationInitialStateDelivered) isEvent_Kind() {}
+
+func (*Event_MigrationTargetReady) isEvent_Kind() {}
+
+func (*Event_MigrationSourceStoppedOutput) isEvent_Kind() {}
+
+func (*Event_MigrationTargetApplied) isEvent_Kind() {}
+
+func (*Event_MigrationAborted) isEvent_Kind() {}
+
+func (*Event_MigrationUpdated) isEvent_Kind() {}
+
+func (*Event_MigrationForgotten) isEvent_Kind() {}
 
 // InitialDataComplete ends the initial snapshot. resync is true when the
 // client asked to resume from an index the Manager no longer holds events
@@ -705,7 +835,7 @@ var File_norsk_manager_v1_event_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x1cnorsk/manager/v1/event.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/placement.proto\x1a\x1bnorsk/manager/v1/node.proto\"\xcc\v\n" +
+	"\x1cnorsk/manager/v1/event.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a norsk/manager/v1/placement.proto\x1a\x1bnorsk/manager/v1/node.proto\"\xa6\x11\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12E\n" +
@@ -732,7 +862,15 @@ const file_norsk_manager_v1_event_proto_rawDesc = "" +
 	"\x0ebundle_updated\x183 \x01(\v2\x1d.norsk.manager.v1.BundleEventH\x00R\rbundleUpdated\x12H\n" +
 	"\x0ebundle_deleted\x184 \x01(\v2\x1f.norsk.manager.v1.BundleDeletedH\x00R\rbundleDeleted\x12@\n" +
 	"\tplacement\x185 \x01(\v2 .norsk.manager.v1.PlacementEventH\x00R\tplacement\x12B\n" +
-	"\flease_status\x186 \x01(\v2\x1d.norsk.manager.v1.LeaseStatusH\x00R\vleaseStatusB\x06\n" +
+	"\flease_status\x186 \x01(\v2\x1d.norsk.manager.v1.LeaseStatusH\x00R\vleaseStatus\x12K\n" +
+	"\x0fmigration_state\x18< \x01(\v2 .norsk.manager.v1.MigrationEventH\x00R\x0emigrationState\x12m\n" +
+	"!migration_initial_state_delivered\x18= \x01(\v2 .norsk.manager.v1.MigrationEventH\x00R\x1emigrationInitialStateDelivered\x12X\n" +
+	"\x16migration_target_ready\x18> \x01(\v2 .norsk.manager.v1.MigrationEventH\x00R\x14migrationTargetReady\x12i\n" +
+	"\x1fmigration_source_stopped_output\x18? \x01(\v2 .norsk.manager.v1.MigrationEventH\x00R\x1cmigrationSourceStoppedOutput\x12\\\n" +
+	"\x18migration_target_applied\x18@ \x01(\v2 .norsk.manager.v1.MigrationEventH\x00R\x16migrationTargetApplied\x12O\n" +
+	"\x11migration_aborted\x18A \x01(\v2 .norsk.manager.v1.MigrationEventH\x00R\x10migrationAborted\x12O\n" +
+	"\x11migration_updated\x18B \x01(\v2 .norsk.manager.v1.MigrationStateH\x00R\x10migrationUpdated\x12W\n" +
+	"\x13migration_forgotten\x18C \x01(\v2$.norsk.manager.v1.MigrationForgottenH\x00R\x12migrationForgottenB\x06\n" +
 	"\x04kind\"C\n" +
 	"\x13InitialDataComplete\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
@@ -781,8 +919,11 @@ var file_norsk_manager_v1_event_proto_goTypes = []any{
 	(*BundleDeleted)(nil),         // 11: norsk.manager.v1.BundleDeleted
 	(*PlacementEvent)(nil),        // 12: norsk.manager.v1.PlacementEvent
 	(*LeaseStatus)(nil),           // 13: norsk.manager.v1.LeaseStatus
-	(*JobHistoryEntry)(nil),       // 14: norsk.manager.v1.JobHistoryEntry
-	(*ClusterSlot)(nil),           // 15: norsk.manager.v1.ClusterSlot
+	(*MigrationEvent)(nil),        // 14: norsk.manager.v1.MigrationEvent
+	(*MigrationState)(nil),        // 15: norsk.manager.v1.MigrationState
+	(*MigrationForgotten)(nil),    // 16: norsk.manager.v1.MigrationForgotten
+	(*JobHistoryEntry)(nil),       // 17: norsk.manager.v1.JobHistoryEntry
+	(*ClusterSlot)(nil),           // 18: norsk.manager.v1.ClusterSlot
 }
 var file_norsk_manager_v1_event_proto_depIdxs = []int32{
 	7,  // 0: norsk.manager.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
@@ -805,15 +946,23 @@ var file_norsk_manager_v1_event_proto_depIdxs = []int32{
 	11, // 17: norsk.manager.v1.Event.bundle_deleted:type_name -> norsk.manager.v1.BundleDeleted
 	12, // 18: norsk.manager.v1.Event.placement:type_name -> norsk.manager.v1.PlacementEvent
 	13, // 19: norsk.manager.v1.Event.lease_status:type_name -> norsk.manager.v1.LeaseStatus
-	8,  // 20: norsk.manager.v1.JobEvent.job:type_name -> norsk.manager.v1.JobWithHistory
-	14, // 21: norsk.manager.v1.JobEvent.entry:type_name -> norsk.manager.v1.JobHistoryEntry
-	9,  // 22: norsk.manager.v1.NodeEvent.node:type_name -> norsk.manager.v1.Node
-	15, // 23: norsk.manager.v1.ClusterSlotEvent.slot:type_name -> norsk.manager.v1.ClusterSlot
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	14, // 20: norsk.manager.v1.Event.migration_state:type_name -> norsk.manager.v1.MigrationEvent
+	14, // 21: norsk.manager.v1.Event.migration_initial_state_delivered:type_name -> norsk.manager.v1.MigrationEvent
+	14, // 22: norsk.manager.v1.Event.migration_target_ready:type_name -> norsk.manager.v1.MigrationEvent
+	14, // 23: norsk.manager.v1.Event.migration_source_stopped_output:type_name -> norsk.manager.v1.MigrationEvent
+	14, // 24: norsk.manager.v1.Event.migration_target_applied:type_name -> norsk.manager.v1.MigrationEvent
+	14, // 25: norsk.manager.v1.Event.migration_aborted:type_name -> norsk.manager.v1.MigrationEvent
+	15, // 26: norsk.manager.v1.Event.migration_updated:type_name -> norsk.manager.v1.MigrationState
+	16, // 27: norsk.manager.v1.Event.migration_forgotten:type_name -> norsk.manager.v1.MigrationForgotten
+	8,  // 28: norsk.manager.v1.JobEvent.job:type_name -> norsk.manager.v1.JobWithHistory
+	17, // 29: norsk.manager.v1.JobEvent.entry:type_name -> norsk.manager.v1.JobHistoryEntry
+	9,  // 30: norsk.manager.v1.NodeEvent.node:type_name -> norsk.manager.v1.Node
+	18, // 31: norsk.manager.v1.ClusterSlotEvent.slot:type_name -> norsk.manager.v1.ClusterSlot
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_event_proto_init() }
@@ -824,6 +973,7 @@ func file_norsk_manager_v1_event_proto_init() {
 	file_norsk_manager_v1_bundle_proto_init()
 	file_norsk_manager_v1_job_proto_init()
 	file_norsk_manager_v1_lease_proto_init()
+	file_norsk_manager_v1_migration_proto_init()
 	file_norsk_manager_v1_placement_proto_init()
 	file_norsk_manager_v1_node_proto_init()
 	file_norsk_manager_v1_event_proto_msgTypes[0].OneofWrappers = []any{
@@ -846,6 +996,14 @@ func file_norsk_manager_v1_event_proto_init() {
 		(*Event_BundleDeleted)(nil),
 		(*Event_Placement)(nil),
 		(*Event_LeaseStatus)(nil),
+		(*Event_MigrationState)(nil),
+		(*Event_MigrationInitialStateDelivered)(nil),
+		(*Event_MigrationTargetReady)(nil),
+		(*Event_MigrationSourceStoppedOutput)(nil),
+		(*Event_MigrationTargetApplied)(nil),
+		(*Event_MigrationAborted)(nil),
+		(*Event_MigrationUpdated)(nil),
+		(*Event_MigrationForgotten)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -1961,8 +1961,10 @@ type InstanceStopping struct {
 	Instance         *InstanceRef           `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
 	Reason           StoppingReason         `protobuf:"varint,2,opt,name=reason,proto3,enum=norsk.manager.v1.StoppingReason" json:"reason,omitempty"`
 	AdditionalReason string                 `protobuf:"bytes,3,opt,name=additional_reason,json=additionalReason,proto3" json:"additional_reason,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The migration whose point of no return stopped it ("" = none).
+	MigrationId   string `protobuf:"bytes,4,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InstanceStopping) Reset() {
@@ -2012,6 +2014,13 @@ func (x *InstanceStopping) GetReason() StoppingReason {
 func (x *InstanceStopping) GetAdditionalReason() string {
 	if x != nil {
 		return x.AdditionalReason
+	}
+	return ""
+}
+
+func (x *InstanceStopping) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
 	}
 	return ""
 }
@@ -2514,11 +2523,12 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\aadopted\x18\x03 \x01(\bR\aadopted\x1an\n" +
 	"\x18ServicePortMappingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12<\n" +
-	"\x05value\x18\x02 \x01(\v2&.norsk.manager.v1.ResolvedPortMappingsR\x05value:\x028\x01\"\xb4\x01\n" +
+	"\x05value\x18\x02 \x01(\v2&.norsk.manager.v1.ResolvedPortMappingsR\x05value:\x028\x01\"\xd7\x01\n" +
 	"\x10InstanceStopping\x129\n" +
 	"\binstance\x18\x01 \x01(\v2\x1d.norsk.manager.v1.InstanceRefR\binstance\x128\n" +
 	"\x06reason\x18\x02 \x01(\x0e2 .norsk.manager.v1.StoppingReasonR\x06reason\x12+\n" +
-	"\x11additional_reason\x18\x03 \x01(\tR\x10additionalReason\"\xdb\x01\n" +
+	"\x11additional_reason\x18\x03 \x01(\tR\x10additionalReason\x12!\n" +
+	"\fmigration_id\x18\x04 \x01(\tR\vmigrationId\"\xdb\x01\n" +
 	"\x0fInstanceStopped\x129\n" +
 	"\binstance\x18\x01 \x01(\v2\x1d.norsk.manager.v1.InstanceRefR\binstance\x12O\n" +
 	"\n" +

@@ -3075,11 +3075,1025 @@ func (x *NodeIdleExpiry) GetEffectiveIdleExpiryMs() int64 {
 	return 0
 }
 
+type NotifyMigrationGetStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SourceJobKey  *JobKey                `protobuf:"bytes,1,opt,name=source_job_key,json=sourceJobKey,proto3" json:"source_job_key,omitempty"`
+	MigrationId   string                 `protobuf:"bytes,2,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyMigrationGetStateRequest) Reset() {
+	*x = NotifyMigrationGetStateRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyMigrationGetStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyMigrationGetStateRequest) ProtoMessage() {}
+
+func (x *NotifyMigrationGetStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyMigrationGetStateRequest.ProtoReflect.Descriptor instead.
+func (*NotifyMigrationGetStateRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *NotifyMigrationGetStateRequest) GetSourceJobKey() *JobKey {
+	if x != nil {
+		return x.SourceJobKey
+	}
+	return nil
+}
+
+func (x *NotifyMigrationGetStateRequest) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
+	}
+	return ""
+}
+
+type NotifyMigrationCutoverReadyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SourceJobKey  *JobKey                `protobuf:"bytes,1,opt,name=source_job_key,json=sourceJobKey,proto3" json:"source_job_key,omitempty"`
+	MigrationId   string                 `protobuf:"bytes,2,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyMigrationCutoverReadyRequest) Reset() {
+	*x = NotifyMigrationCutoverReadyRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyMigrationCutoverReadyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyMigrationCutoverReadyRequest) ProtoMessage() {}
+
+func (x *NotifyMigrationCutoverReadyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyMigrationCutoverReadyRequest.ProtoReflect.Descriptor instead.
+func (*NotifyMigrationCutoverReadyRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *NotifyMigrationCutoverReadyRequest) GetSourceJobKey() *JobKey {
+	if x != nil {
+		return x.SourceJobKey
+	}
+	return nil
+}
+
+func (x *NotifyMigrationCutoverReadyRequest) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
+	}
+	return ""
+}
+
+func (x *NotifyMigrationCutoverReadyRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+type NotifyMigrationCutoverApplyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TargetJobKey  *JobKey                `protobuf:"bytes,1,opt,name=target_job_key,json=targetJobKey,proto3" json:"target_job_key,omitempty"`
+	MigrationId   string                 `protobuf:"bytes,2,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyMigrationCutoverApplyRequest) Reset() {
+	*x = NotifyMigrationCutoverApplyRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyMigrationCutoverApplyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyMigrationCutoverApplyRequest) ProtoMessage() {}
+
+func (x *NotifyMigrationCutoverApplyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyMigrationCutoverApplyRequest.ProtoReflect.Descriptor instead.
+func (*NotifyMigrationCutoverApplyRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *NotifyMigrationCutoverApplyRequest) GetTargetJobKey() *JobKey {
+	if x != nil {
+		return x.TargetJobKey
+	}
+	return nil
+}
+
+func (x *NotifyMigrationCutoverApplyRequest) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
+	}
+	return ""
+}
+
+func (x *NotifyMigrationCutoverApplyRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+type NotifyMigrationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node whose worker was told.
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyMigrationResponse) Reset() {
+	*x = NotifyMigrationResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyMigrationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyMigrationResponse) ProtoMessage() {}
+
+func (x *NotifyMigrationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyMigrationResponse.ProtoReflect.Descriptor instead.
+func (*NotifyMigrationResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *NotifyMigrationResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type AbortMigrationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	SourceRole    string                 `protobuf:"bytes,2,opt,name=source_role,json=sourceRole,proto3" json:"source_role,omitempty"`
+	TargetRole    string                 `protobuf:"bytes,3,opt,name=target_role,json=targetRole,proto3" json:"target_role,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	MigrationId   string                 `protobuf:"bytes,5,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortMigrationRequest) Reset() {
+	*x = AbortMigrationRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortMigrationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortMigrationRequest) ProtoMessage() {}
+
+func (x *AbortMigrationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortMigrationRequest.ProtoReflect.Descriptor instead.
+func (*AbortMigrationRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *AbortMigrationRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *AbortMigrationRequest) GetSourceRole() string {
+	if x != nil {
+		return x.SourceRole
+	}
+	return ""
+}
+
+func (x *AbortMigrationRequest) GetTargetRole() string {
+	if x != nil {
+		return x.TargetRole
+	}
+	return ""
+}
+
+func (x *AbortMigrationRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AbortMigrationRequest) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
+	}
+	return ""
+}
+
+type AbortMigrationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The wire form: the nodes whose workers were told.
+	NodeIds       []string `protobuf:"bytes,1,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortMigrationResponse) Reset() {
+	*x = AbortMigrationResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortMigrationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortMigrationResponse) ProtoMessage() {}
+
+func (x *AbortMigrationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortMigrationResponse.ProtoReflect.Descriptor instead.
+func (*AbortMigrationResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *AbortMigrationResponse) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+type MigrateJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// A hard pin: that node or nowhere (its requirements still checked).
+	TargetNodeId string            `protobuf:"bytes,2,opt,name=target_node_id,json=targetNodeId,proto3" json:"target_node_id,omitempty"`
+	Strategy     MigrationStrategy `protobuf:"varint,3,opt,name=strategy,proto3,enum=norsk.manager.v1.MigrationStrategy" json:"strategy,omitempty"`
+	// The source instance key (default: the job's current one).
+	SourceRole string `protobuf:"bytes,4,opt,name=source_role,json=sourceRole,proto3" json:"source_role,omitempty"`
+	// Let the target onto an exclusively reserved hot spare.
+	OverrideReservation bool `protobuf:"varint,5,opt,name=override_reservation,json=overrideReservation,proto3" json:"override_reservation,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *MigrateJobRequest) Reset() {
+	*x = MigrateJobRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrateJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrateJobRequest) ProtoMessage() {}
+
+func (x *MigrateJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrateJobRequest.ProtoReflect.Descriptor instead.
+func (*MigrateJobRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *MigrateJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *MigrateJobRequest) GetTargetNodeId() string {
+	if x != nil {
+		return x.TargetNodeId
+	}
+	return ""
+}
+
+func (x *MigrateJobRequest) GetStrategy() MigrationStrategy {
+	if x != nil {
+		return x.Strategy
+	}
+	return MigrationStrategy_MIGRATION_STRATEGY_UNSPECIFIED
+}
+
+func (x *MigrateJobRequest) GetSourceRole() string {
+	if x != nil {
+		return x.SourceRole
+	}
+	return ""
+}
+
+func (x *MigrateJobRequest) GetOverrideReservation() bool {
+	if x != nil {
+		return x.OverrideReservation
+	}
+	return false
+}
+
+type MigrateJobResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MigrationId   string                 `protobuf:"bytes,1,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	Migration     *MigrationState        `protobuf:"bytes,2,opt,name=migration,proto3" json:"migration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrateJobResponse) Reset() {
+	*x = MigrateJobResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrateJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrateJobResponse) ProtoMessage() {}
+
+func (x *MigrateJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrateJobResponse.ProtoReflect.Descriptor instead.
+func (*MigrateJobResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *MigrateJobResponse) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
+	}
+	return ""
+}
+
+func (x *MigrateJobResponse) GetMigration() *MigrationState {
+	if x != nil {
+		return x.Migration
+	}
+	return nil
+}
+
+type ListMigrationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this job's ("" = all).
+	JobId         string `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMigrationsRequest) Reset() {
+	*x = ListMigrationsRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMigrationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMigrationsRequest) ProtoMessage() {}
+
+func (x *ListMigrationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMigrationsRequest.ProtoReflect.Descriptor instead.
+func (*ListMigrationsRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ListMigrationsRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+type ListMigrationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Migrations    []*MigrationState      `protobuf:"bytes,1,rep,name=migrations,proto3" json:"migrations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMigrationsResponse) Reset() {
+	*x = ListMigrationsResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMigrationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMigrationsResponse) ProtoMessage() {}
+
+func (x *ListMigrationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMigrationsResponse.ProtoReflect.Descriptor instead.
+func (*ListMigrationsResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ListMigrationsResponse) GetMigrations() []*MigrationState {
+	if x != nil {
+		return x.Migrations
+	}
+	return nil
+}
+
+type GetMigrationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MigrationId   string                 `protobuf:"bytes,1,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMigrationRequest) Reset() {
+	*x = GetMigrationRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMigrationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMigrationRequest) ProtoMessage() {}
+
+func (x *GetMigrationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMigrationRequest.ProtoReflect.Descriptor instead.
+func (*GetMigrationRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *GetMigrationRequest) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
+	}
+	return ""
+}
+
+type MigrationForJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationForJobRequest) Reset() {
+	*x = MigrationForJobRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationForJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationForJobRequest) ProtoMessage() {}
+
+func (x *MigrationForJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationForJobRequest.ProtoReflect.Descriptor instead.
+func (*MigrationForJobRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *MigrationForJobRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+type ForgetMigrationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MigrationId   string                 `protobuf:"bytes,1,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetMigrationRequest) Reset() {
+	*x = ForgetMigrationRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetMigrationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetMigrationRequest) ProtoMessage() {}
+
+func (x *ForgetMigrationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetMigrationRequest.ProtoReflect.Descriptor instead.
+func (*ForgetMigrationRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ForgetMigrationRequest) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
+	}
+	return ""
+}
+
+type ForgetMigrationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Forgotten     bool                   `protobuf:"varint,1,opt,name=forgotten,proto3" json:"forgotten,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetMigrationResponse) Reset() {
+	*x = ForgetMigrationResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetMigrationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetMigrationResponse) ProtoMessage() {}
+
+func (x *ForgetMigrationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetMigrationResponse.ProtoReflect.Descriptor instead.
+func (*ForgetMigrationResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ForgetMigrationResponse) GetForgotten() bool {
+	if x != nil {
+		return x.Forgotten
+	}
+	return false
+}
+
+type ForgetTerminalMigrationsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetTerminalMigrationsRequest) Reset() {
+	*x = ForgetTerminalMigrationsRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetTerminalMigrationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetTerminalMigrationsRequest) ProtoMessage() {}
+
+func (x *ForgetTerminalMigrationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetTerminalMigrationsRequest.ProtoReflect.Descriptor instead.
+func (*ForgetTerminalMigrationsRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{66}
+}
+
+type ForgetTerminalMigrationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MigrationIds  []string               `protobuf:"bytes,1,rep,name=migration_ids,json=migrationIds,proto3" json:"migration_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetTerminalMigrationsResponse) Reset() {
+	*x = ForgetTerminalMigrationsResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetTerminalMigrationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetTerminalMigrationsResponse) ProtoMessage() {}
+
+func (x *ForgetTerminalMigrationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetTerminalMigrationsResponse.ProtoReflect.Descriptor instead.
+func (*ForgetTerminalMigrationsResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ForgetTerminalMigrationsResponse) GetMigrationIds() []string {
+	if x != nil {
+		return x.MigrationIds
+	}
+	return nil
+}
+
+type RecordMigrationRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Migration        *MigrationState        `protobuf:"bytes,1,opt,name=migration,proto3" json:"migration,omitempty"`
+	ExpectedRevision uint64                 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	Create           bool                   `protobuf:"varint,3,opt,name=create,proto3" json:"create,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RecordMigrationRequest) Reset() {
+	*x = RecordMigrationRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordMigrationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordMigrationRequest) ProtoMessage() {}
+
+func (x *RecordMigrationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordMigrationRequest.ProtoReflect.Descriptor instead.
+func (*RecordMigrationRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *RecordMigrationRequest) GetMigration() *MigrationState {
+	if x != nil {
+		return x.Migration
+	}
+	return nil
+}
+
+func (x *RecordMigrationRequest) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *RecordMigrationRequest) GetCreate() bool {
+	if x != nil {
+		return x.Create
+	}
+	return false
+}
+
+type RecordMigrationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordMigrationResponse) Reset() {
+	*x = RecordMigrationResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordMigrationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordMigrationResponse) ProtoMessage() {}
+
+func (x *RecordMigrationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordMigrationResponse.ProtoReflect.Descriptor instead.
+func (*RecordMigrationResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *RecordMigrationResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type SetNodeDrainingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Draining      bool                   `protobuf:"varint,2,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeDrainingRequest) Reset() {
+	*x = SetNodeDrainingRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeDrainingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeDrainingRequest) ProtoMessage() {}
+
+func (x *SetNodeDrainingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeDrainingRequest.ProtoReflect.Descriptor instead.
+func (*SetNodeDrainingRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *SetNodeDrainingRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetNodeDrainingRequest) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+type SetNodeDrainingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeDrainingResponse) Reset() {
+	*x = SetNodeDrainingResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeDrainingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeDrainingResponse) ProtoMessage() {}
+
+func (x *SetNodeDrainingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeDrainingResponse.ProtoReflect.Descriptor instead.
+func (*SetNodeDrainingResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *SetNodeDrainingResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
 var File_norsk_manager_v1_manager_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\n" +
-	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
+	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
 	"\fHelloRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12!\n" +
 	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xd1\x01\n" +
@@ -3265,11 +4279,72 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x0eNodeIdleExpiry\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12$\n" +
 	"\x0eidle_expiry_ms\x18\x02 \x01(\x03R\fidleExpiryMs\x127\n" +
-	"\x18effective_idle_expiry_ms\x18\x03 \x01(\x03R\x15effectiveIdleExpiryMs*Q\n" +
+	"\x18effective_idle_expiry_ms\x18\x03 \x01(\x03R\x15effectiveIdleExpiryMs\"\x83\x01\n" +
+	"\x1eNotifyMigrationGetStateRequest\x12>\n" +
+	"\x0esource_job_key\x18\x01 \x01(\v2\x18.norsk.manager.v1.JobKeyR\fsourceJobKey\x12!\n" +
+	"\fmigration_id\x18\x02 \x01(\tR\vmigrationId\"\xa1\x01\n" +
+	"\"NotifyMigrationCutoverReadyRequest\x12>\n" +
+	"\x0esource_job_key\x18\x01 \x01(\v2\x18.norsk.manager.v1.JobKeyR\fsourceJobKey\x12!\n" +
+	"\fmigration_id\x18\x02 \x01(\tR\vmigrationId\x12\x18\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\"\xa1\x01\n" +
+	"\"NotifyMigrationCutoverApplyRequest\x12>\n" +
+	"\x0etarget_job_key\x18\x01 \x01(\v2\x18.norsk.manager.v1.JobKeyR\ftargetJobKey\x12!\n" +
+	"\fmigration_id\x18\x02 \x01(\tR\vmigrationId\x12\x18\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\"2\n" +
+	"\x17NotifyMigrationResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xab\x01\n" +
+	"\x15AbortMigrationRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1f\n" +
+	"\vsource_role\x18\x02 \x01(\tR\n" +
+	"sourceRole\x12\x1f\n" +
+	"\vtarget_role\x18\x03 \x01(\tR\n" +
+	"targetRole\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12!\n" +
+	"\fmigration_id\x18\x05 \x01(\tR\vmigrationId\"3\n" +
+	"\x16AbortMigrationResponse\x12\x19\n" +
+	"\bnode_ids\x18\x01 \x03(\tR\anodeIds\"\xe5\x01\n" +
+	"\x11MigrateJobRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12$\n" +
+	"\x0etarget_node_id\x18\x02 \x01(\tR\ftargetNodeId\x12?\n" +
+	"\bstrategy\x18\x03 \x01(\x0e2#.norsk.manager.v1.MigrationStrategyR\bstrategy\x12\x1f\n" +
+	"\vsource_role\x18\x04 \x01(\tR\n" +
+	"sourceRole\x121\n" +
+	"\x14override_reservation\x18\x05 \x01(\bR\x13overrideReservation\"w\n" +
+	"\x12MigrateJobResponse\x12!\n" +
+	"\fmigration_id\x18\x01 \x01(\tR\vmigrationId\x12>\n" +
+	"\tmigration\x18\x02 \x01(\v2 .norsk.manager.v1.MigrationStateR\tmigration\".\n" +
+	"\x15ListMigrationsRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"Z\n" +
+	"\x16ListMigrationsResponse\x12@\n" +
+	"\n" +
+	"migrations\x18\x01 \x03(\v2 .norsk.manager.v1.MigrationStateR\n" +
+	"migrations\"8\n" +
+	"\x13GetMigrationRequest\x12!\n" +
+	"\fmigration_id\x18\x01 \x01(\tR\vmigrationId\"/\n" +
+	"\x16MigrationForJobRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\";\n" +
+	"\x16ForgetMigrationRequest\x12!\n" +
+	"\fmigration_id\x18\x01 \x01(\tR\vmigrationId\"7\n" +
+	"\x17ForgetMigrationResponse\x12\x1c\n" +
+	"\tforgotten\x18\x01 \x01(\bR\tforgotten\"!\n" +
+	"\x1fForgetTerminalMigrationsRequest\"G\n" +
+	" ForgetTerminalMigrationsResponse\x12#\n" +
+	"\rmigration_ids\x18\x01 \x03(\tR\fmigrationIds\"\x9d\x01\n" +
+	"\x16RecordMigrationRequest\x12>\n" +
+	"\tmigration\x18\x01 \x01(\v2 .norsk.manager.v1.MigrationStateR\tmigration\x12+\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x16\n" +
+	"\x06create\x18\x03 \x01(\bR\x06create\"5\n" +
+	"\x17RecordMigrationResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\"M\n" +
+	"\x16SetNodeDrainingRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
+	"\bdraining\x18\x02 \x01(\bR\bdraining\"E\n" +
+	"\x17SetNodeDrainingResponse\x12*\n" +
+	"\x04node\x18\x01 \x01(\v2\x16.norsk.manager.v1.NodeR\x04node*Q\n" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\xd80\n" +
+	"\x10DATE_FIELD_START\x10\x022\xbd;\n" +
 	"\aManager\x12M\n" +
 	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
 	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
@@ -3331,7 +4406,20 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x10RenewBundleLease\x12).norsk.manager.v1.RenewBundleLeaseRequest\x1a*.norsk.manager.v1.RenewBundleLeaseResponse\"\x05\x8a\xb5\x18\x01\x03\x12a\n" +
 	"\vPauseLeases\x12$.norsk.manager.v1.PauseLeasesRequest\x1a%.norsk.manager.v1.PauseLeasesResponse\"\x05\x8a\xb5\x18\x01\x04\x12d\n" +
 	"\fResumeLeases\x12%.norsk.manager.v1.ResumeLeasesRequest\x1a&.norsk.manager.v1.ResumeLeasesResponse\"\x05\x8a\xb5\x18\x01\x04\x12_\n" +
-	"\x0eGetLeaseStatus\x12'.norsk.manager.v1.GetLeaseStatusRequest\x1a\x1d.norsk.manager.v1.LeaseStatus\"\x05\x8a\xb5\x18\x01\x02\x12U\n" +
+	"\x0eGetLeaseStatus\x12'.norsk.manager.v1.GetLeaseStatusRequest\x1a\x1d.norsk.manager.v1.LeaseStatus\"\x05\x8a\xb5\x18\x01\x02\x12}\n" +
+	"\x17NotifyMigrationGetState\x120.norsk.manager.v1.NotifyMigrationGetStateRequest\x1a).norsk.manager.v1.NotifyMigrationResponse\"\x05\x8a\xb5\x18\x01\x03\x12\x85\x01\n" +
+	"\x1bNotifyMigrationCutoverReady\x124.norsk.manager.v1.NotifyMigrationCutoverReadyRequest\x1a).norsk.manager.v1.NotifyMigrationResponse\"\x05\x8a\xb5\x18\x01\x03\x12\x85\x01\n" +
+	"\x1bNotifyMigrationCutoverApply\x124.norsk.manager.v1.NotifyMigrationCutoverApplyRequest\x1a).norsk.manager.v1.NotifyMigrationResponse\"\x05\x8a\xb5\x18\x01\x03\x12j\n" +
+	"\x0eAbortMigration\x12'.norsk.manager.v1.AbortMigrationRequest\x1a(.norsk.manager.v1.AbortMigrationResponse\"\x05\x8a\xb5\x18\x01\x03\x12^\n" +
+	"\n" +
+	"MigrateJob\x12#.norsk.manager.v1.MigrateJobRequest\x1a$.norsk.manager.v1.MigrateJobResponse\"\x05\x8a\xb5\x18\x01\x03\x12j\n" +
+	"\x0eListMigrations\x12'.norsk.manager.v1.ListMigrationsRequest\x1a(.norsk.manager.v1.ListMigrationsResponse\"\x05\x8a\xb5\x18\x01\x02\x12^\n" +
+	"\fGetMigration\x12%.norsk.manager.v1.GetMigrationRequest\x1a .norsk.manager.v1.MigrationState\"\x05\x8a\xb5\x18\x01\x02\x12d\n" +
+	"\x0fMigrationForJob\x12(.norsk.manager.v1.MigrationForJobRequest\x1a .norsk.manager.v1.MigrationState\"\x05\x8a\xb5\x18\x01\x02\x12m\n" +
+	"\x0fForgetMigration\x12(.norsk.manager.v1.ForgetMigrationRequest\x1a).norsk.manager.v1.ForgetMigrationResponse\"\x05\x8a\xb5\x18\x01\x03\x12\x88\x01\n" +
+	"\x18ForgetTerminalMigrations\x121.norsk.manager.v1.ForgetTerminalMigrationsRequest\x1a2.norsk.manager.v1.ForgetTerminalMigrationsResponse\"\x05\x8a\xb5\x18\x01\x03\x12m\n" +
+	"\x0fRecordMigration\x12(.norsk.manager.v1.RecordMigrationRequest\x1a).norsk.manager.v1.RecordMigrationResponse\"\x05\x8a\xb5\x18\x01\x03\x12m\n" +
+	"\x0fSetNodeDraining\x12(.norsk.manager.v1.SetNodeDrainingRequest\x1a).norsk.manager.v1.SetNodeDrainingResponse\"\x05\x8a\xb5\x18\x01\x03\x12U\n" +
 	"\vEventStream\x12$.norsk.manager.v1.EventStreamRequest\x1a\x17.norsk.manager.v1.Event\"\x05\x8a\xb5\x18\x01\x020\x01BFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
 
 var (
@@ -3347,299 +4435,354 @@ func file_norsk_manager_v1_manager_proto_rawDescGZIP() []byte {
 }
 
 var file_norsk_manager_v1_manager_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_norsk_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_norsk_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_norsk_manager_v1_manager_proto_goTypes = []any{
-	(DateField)(0),                            // 0: norsk.manager.v1.DateField
-	(*HelloRequest)(nil),                      // 1: norsk.manager.v1.HelloRequest
-	(*DaemonHello)(nil),                       // 2: norsk.manager.v1.DaemonHello
-	(*VersionRequest)(nil),                    // 3: norsk.manager.v1.VersionRequest
-	(*VersionInfo)(nil),                       // 4: norsk.manager.v1.VersionInfo
-	(*CreateJobRequest)(nil),                  // 5: norsk.manager.v1.CreateJobRequest
-	(*UpdateJobRequest)(nil),                  // 6: norsk.manager.v1.UpdateJobRequest
-	(*DeleteJobRequest)(nil),                  // 7: norsk.manager.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),                 // 8: norsk.manager.v1.DeleteJobResponse
-	(*JobByIdRequest)(nil),                    // 9: norsk.manager.v1.JobByIdRequest
-	(*TagFilter)(nil),                         // 10: norsk.manager.v1.TagFilter
-	(*IdFilter)(nil),                          // 11: norsk.manager.v1.IdFilter
-	(*DateWithin)(nil),                        // 12: norsk.manager.v1.DateWithin
-	(*DateFilter)(nil),                        // 13: norsk.manager.v1.DateFilter
-	(*JobFilter)(nil),                         // 14: norsk.manager.v1.JobFilter
-	(*JobSearchRequest)(nil),                  // 15: norsk.manager.v1.JobSearchRequest
-	(*JobSearchResponse)(nil),                 // 16: norsk.manager.v1.JobSearchResponse
-	(*StartJobOptions)(nil),                   // 17: norsk.manager.v1.StartJobOptions
-	(*StartJobRequest)(nil),                   // 18: norsk.manager.v1.StartJobRequest
-	(*StartJobResponse)(nil),                  // 19: norsk.manager.v1.StartJobResponse
-	(*StartJobsRequest)(nil),                  // 20: norsk.manager.v1.StartJobsRequest
-	(*StartResult)(nil),                       // 21: norsk.manager.v1.StartResult
-	(*StartJobsResponse)(nil),                 // 22: norsk.manager.v1.StartJobsResponse
-	(*StopJobOptions)(nil),                    // 23: norsk.manager.v1.StopJobOptions
-	(*StopJobRequest)(nil),                    // 24: norsk.manager.v1.StopJobRequest
-	(*StopJobResponse)(nil),                   // 25: norsk.manager.v1.StopJobResponse
-	(*StartPreparedJobRequest)(nil),           // 26: norsk.manager.v1.StartPreparedJobRequest
-	(*StartPreparedJobResponse)(nil),          // 27: norsk.manager.v1.StartPreparedJobResponse
-	(*CompleteJobRequest)(nil),                // 28: norsk.manager.v1.CompleteJobRequest
-	(*CompleteJobResponse)(nil),               // 29: norsk.manager.v1.CompleteJobResponse
-	(*MarkJobFailedRequest)(nil),              // 30: norsk.manager.v1.MarkJobFailedRequest
-	(*MarkJobFailedResponse)(nil),             // 31: norsk.manager.v1.MarkJobFailedResponse
-	(*RegisterClusterNodeRequest)(nil),        // 32: norsk.manager.v1.RegisterClusterNodeRequest
-	(*RegisterClusterNodeResponse)(nil),       // 33: norsk.manager.v1.RegisterClusterNodeResponse
-	(*ClusterMemberRegisterRequest)(nil),      // 34: norsk.manager.v1.ClusterMemberRegisterRequest
-	(*ClusterMemberRegisterResponse)(nil),     // 35: norsk.manager.v1.ClusterMemberRegisterResponse
-	(*ListClusterNodesRequest)(nil),           // 36: norsk.manager.v1.ListClusterNodesRequest
-	(*ListClusterNodesResponse)(nil),          // 37: norsk.manager.v1.ListClusterNodesResponse
-	(*DeregisterClusterNodeRequest)(nil),      // 38: norsk.manager.v1.DeregisterClusterNodeRequest
-	(*DeregisterClusterNodeResponse)(nil),     // 39: norsk.manager.v1.DeregisterClusterNodeResponse
-	(*SetClusterNodePoolRequest)(nil),         // 40: norsk.manager.v1.SetClusterNodePoolRequest
-	(*SetClusterNodePoolResponse)(nil),        // 41: norsk.manager.v1.SetClusterNodePoolResponse
-	(*ListNodesRequest)(nil),                  // 42: norsk.manager.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),                 // 43: norsk.manager.v1.ListNodesResponse
-	(*TerminateNodeRequest)(nil),              // 44: norsk.manager.v1.TerminateNodeRequest
-	(*TerminateNodeResponse)(nil),             // 45: norsk.manager.v1.TerminateNodeResponse
-	(*SetNodeTagsRequest)(nil),                // 46: norsk.manager.v1.SetNodeTagsRequest
-	(*SetNodeTagsResponse)(nil),               // 47: norsk.manager.v1.SetNodeTagsResponse
-	(*CreateMockNodeRequest)(nil),             // 48: norsk.manager.v1.CreateMockNodeRequest
-	(*CreateMockNodeResponse)(nil),            // 49: norsk.manager.v1.CreateMockNodeResponse
-	(*GetNodeIdleExpiryRequest)(nil),          // 50: norsk.manager.v1.GetNodeIdleExpiryRequest
-	(*SetNodeIdleExpiryRequest)(nil),          // 51: norsk.manager.v1.SetNodeIdleExpiryRequest
-	(*NodeIdleExpiry)(nil),                    // 52: norsk.manager.v1.NodeIdleExpiry
-	nil,                                       // 53: norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	nil,                                       // 54: norsk.manager.v1.CreateMockNodeRequest.TagsEntry
-	(*Job)(nil),                               // 55: norsk.manager.v1.Job
-	(*timestamppb.Timestamp)(nil),             // 56: google.protobuf.Timestamp
-	(*JobWithHistory)(nil),                    // 57: norsk.manager.v1.JobWithHistory
-	(*PlacementEvent)(nil),                    // 58: norsk.manager.v1.PlacementEvent
-	(*Hardware)(nil),                          // 59: norsk.manager.v1.Hardware
-	(*Capability)(nil),                        // 60: norsk.manager.v1.Capability
-	(*ClusterSlot)(nil),                       // 61: norsk.manager.v1.ClusterSlot
-	(*Node)(nil),                              // 62: norsk.manager.v1.Node
-	(*AppendAuditEntryRequest)(nil),           // 63: norsk.manager.v1.AppendAuditEntryRequest
-	(*GetAuditLogRequest)(nil),                // 64: norsk.manager.v1.GetAuditLogRequest
-	(*PruneAuditLogRequest)(nil),              // 65: norsk.manager.v1.PruneAuditLogRequest
-	(*KvCommitRequest)(nil),                   // 66: norsk.manager.v1.KvCommitRequest
-	(*KvGetRequest)(nil),                      // 67: norsk.manager.v1.KvGetRequest
-	(*KvListRequest)(nil),                     // 68: norsk.manager.v1.KvListRequest
-	(*GetStoreInfoRequest)(nil),               // 69: norsk.manager.v1.GetStoreInfoRequest
-	(*SnapshotSaveRequest)(nil),               // 70: norsk.manager.v1.SnapshotSaveRequest
-	(*CreateTokenRequest)(nil),                // 71: norsk.manager.v1.CreateTokenRequest
-	(*ListTokensRequest)(nil),                 // 72: norsk.manager.v1.ListTokensRequest
-	(*RevokeTokenRequest)(nil),                // 73: norsk.manager.v1.RevokeTokenRequest
-	(*PublishDiscoveryFleetRequest)(nil),      // 74: norsk.manager.v1.PublishDiscoveryFleetRequest
-	(*GetDiscoveryFleetRequest)(nil),          // 75: norsk.manager.v1.GetDiscoveryFleetRequest
-	(*RotateDiscoveryTierSecretRequest)(nil),  // 76: norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	(*PublishAccessReplicaRequest)(nil),       // 77: norsk.manager.v1.PublishAccessReplicaRequest
-	(*AddClusterMemberRequest)(nil),           // 78: norsk.manager.v1.AddClusterMemberRequest
-	(*RemoveClusterMemberRequest)(nil),        // 79: norsk.manager.v1.RemoveClusterMemberRequest
-	(*ForceStandaloneRequest)(nil),            // 80: norsk.manager.v1.ForceStandaloneRequest
-	(*LeaveQuorumRequest)(nil),                // 81: norsk.manager.v1.LeaveQuorumRequest
-	(*GetClusterStatusRequest)(nil),           // 82: norsk.manager.v1.GetClusterStatusRequest
-	(*GetClusterEventsRequest)(nil),           // 83: norsk.manager.v1.GetClusterEventsRequest
-	(*AnnounceControlPlaneRequest)(nil),       // 84: norsk.manager.v1.AnnounceControlPlaneRequest
-	(*ExplainPlacementRequest)(nil),           // 85: norsk.manager.v1.ExplainPlacementRequest
-	(*CreateBundleRequest)(nil),               // 86: norsk.manager.v1.CreateBundleRequest
-	(*UpdateBundleRequest)(nil),               // 87: norsk.manager.v1.UpdateBundleRequest
-	(*DeleteBundleRequest)(nil),               // 88: norsk.manager.v1.DeleteBundleRequest
-	(*BundleByIdRequest)(nil),                 // 89: norsk.manager.v1.BundleByIdRequest
-	(*ListBundlesRequest)(nil),                // 90: norsk.manager.v1.ListBundlesRequest
-	(*StartBundleJobRequest)(nil),             // 91: norsk.manager.v1.StartBundleJobRequest
-	(*StopBundleJobRequest)(nil),              // 92: norsk.manager.v1.StopBundleJobRequest
-	(*SetBundleStopTimeRequest)(nil),          // 93: norsk.manager.v1.SetBundleStopTimeRequest
-	(*RenewBundleLeaseRequest)(nil),           // 94: norsk.manager.v1.RenewBundleLeaseRequest
-	(*PauseLeasesRequest)(nil),                // 95: norsk.manager.v1.PauseLeasesRequest
-	(*ResumeLeasesRequest)(nil),               // 96: norsk.manager.v1.ResumeLeasesRequest
-	(*GetLeaseStatusRequest)(nil),             // 97: norsk.manager.v1.GetLeaseStatusRequest
-	(*EventStreamRequest)(nil),                // 98: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                           // 99: norsk.manager.v1.JobHash
-	(*AppendAuditEntryResponse)(nil),          // 100: norsk.manager.v1.AppendAuditEntryResponse
-	(*GetAuditLogResponse)(nil),               // 101: norsk.manager.v1.GetAuditLogResponse
-	(*PruneAuditLogResponse)(nil),             // 102: norsk.manager.v1.PruneAuditLogResponse
-	(*KvCommitResponse)(nil),                  // 103: norsk.manager.v1.KvCommitResponse
-	(*KvGetResponse)(nil),                     // 104: norsk.manager.v1.KvGetResponse
-	(*KvListResponse)(nil),                    // 105: norsk.manager.v1.KvListResponse
-	(*StoreInfo)(nil),                         // 106: norsk.manager.v1.StoreInfo
-	(*SnapshotChunk)(nil),                     // 107: norsk.manager.v1.SnapshotChunk
-	(*CreateTokenResponse)(nil),               // 108: norsk.manager.v1.CreateTokenResponse
-	(*ListTokensResponse)(nil),                // 109: norsk.manager.v1.ListTokensResponse
-	(*RevokeTokenResponse)(nil),               // 110: norsk.manager.v1.RevokeTokenResponse
-	(*PublishDiscoveryFleetResponse)(nil),     // 111: norsk.manager.v1.PublishDiscoveryFleetResponse
-	(*GetDiscoveryFleetResponse)(nil),         // 112: norsk.manager.v1.GetDiscoveryFleetResponse
-	(*RotateDiscoveryTierSecretResponse)(nil), // 113: norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	(*PublishAccessReplicaResponse)(nil),      // 114: norsk.manager.v1.PublishAccessReplicaResponse
-	(*AddClusterMemberResponse)(nil),          // 115: norsk.manager.v1.AddClusterMemberResponse
-	(*RemoveClusterMemberResponse)(nil),       // 116: norsk.manager.v1.RemoveClusterMemberResponse
-	(*ForceStandaloneResponse)(nil),           // 117: norsk.manager.v1.ForceStandaloneResponse
-	(*LeaveQuorumResponse)(nil),               // 118: norsk.manager.v1.LeaveQuorumResponse
-	(*ClusterStatus)(nil),                     // 119: norsk.manager.v1.ClusterStatus
-	(*GetClusterEventsResponse)(nil),          // 120: norsk.manager.v1.GetClusterEventsResponse
-	(*AnnounceControlPlaneResponse)(nil),      // 121: norsk.manager.v1.AnnounceControlPlaneResponse
-	(*ExplainPlacementResponse)(nil),          // 122: norsk.manager.v1.ExplainPlacementResponse
-	(*CreateBundleResponse)(nil),              // 123: norsk.manager.v1.CreateBundleResponse
-	(*UpdateBundleResponse)(nil),              // 124: norsk.manager.v1.UpdateBundleResponse
-	(*DeleteBundleResponse)(nil),              // 125: norsk.manager.v1.DeleteBundleResponse
-	(*BundleWithJobs)(nil),                    // 126: norsk.manager.v1.BundleWithJobs
-	(*ListBundlesResponse)(nil),               // 127: norsk.manager.v1.ListBundlesResponse
-	(*StartBundleJobResponse)(nil),            // 128: norsk.manager.v1.StartBundleJobResponse
-	(*StopBundleJobResponse)(nil),             // 129: norsk.manager.v1.StopBundleJobResponse
-	(*SetBundleStopTimeResponse)(nil),         // 130: norsk.manager.v1.SetBundleStopTimeResponse
-	(*RenewBundleLeaseResponse)(nil),          // 131: norsk.manager.v1.RenewBundleLeaseResponse
-	(*PauseLeasesResponse)(nil),               // 132: norsk.manager.v1.PauseLeasesResponse
-	(*ResumeLeasesResponse)(nil),              // 133: norsk.manager.v1.ResumeLeasesResponse
-	(*LeaseStatus)(nil),                       // 134: norsk.manager.v1.LeaseStatus
-	(*Event)(nil),                             // 135: norsk.manager.v1.Event
+	(DateField)(0),                             // 0: norsk.manager.v1.DateField
+	(*HelloRequest)(nil),                       // 1: norsk.manager.v1.HelloRequest
+	(*DaemonHello)(nil),                        // 2: norsk.manager.v1.DaemonHello
+	(*VersionRequest)(nil),                     // 3: norsk.manager.v1.VersionRequest
+	(*VersionInfo)(nil),                        // 4: norsk.manager.v1.VersionInfo
+	(*CreateJobRequest)(nil),                   // 5: norsk.manager.v1.CreateJobRequest
+	(*UpdateJobRequest)(nil),                   // 6: norsk.manager.v1.UpdateJobRequest
+	(*DeleteJobRequest)(nil),                   // 7: norsk.manager.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),                  // 8: norsk.manager.v1.DeleteJobResponse
+	(*JobByIdRequest)(nil),                     // 9: norsk.manager.v1.JobByIdRequest
+	(*TagFilter)(nil),                          // 10: norsk.manager.v1.TagFilter
+	(*IdFilter)(nil),                           // 11: norsk.manager.v1.IdFilter
+	(*DateWithin)(nil),                         // 12: norsk.manager.v1.DateWithin
+	(*DateFilter)(nil),                         // 13: norsk.manager.v1.DateFilter
+	(*JobFilter)(nil),                          // 14: norsk.manager.v1.JobFilter
+	(*JobSearchRequest)(nil),                   // 15: norsk.manager.v1.JobSearchRequest
+	(*JobSearchResponse)(nil),                  // 16: norsk.manager.v1.JobSearchResponse
+	(*StartJobOptions)(nil),                    // 17: norsk.manager.v1.StartJobOptions
+	(*StartJobRequest)(nil),                    // 18: norsk.manager.v1.StartJobRequest
+	(*StartJobResponse)(nil),                   // 19: norsk.manager.v1.StartJobResponse
+	(*StartJobsRequest)(nil),                   // 20: norsk.manager.v1.StartJobsRequest
+	(*StartResult)(nil),                        // 21: norsk.manager.v1.StartResult
+	(*StartJobsResponse)(nil),                  // 22: norsk.manager.v1.StartJobsResponse
+	(*StopJobOptions)(nil),                     // 23: norsk.manager.v1.StopJobOptions
+	(*StopJobRequest)(nil),                     // 24: norsk.manager.v1.StopJobRequest
+	(*StopJobResponse)(nil),                    // 25: norsk.manager.v1.StopJobResponse
+	(*StartPreparedJobRequest)(nil),            // 26: norsk.manager.v1.StartPreparedJobRequest
+	(*StartPreparedJobResponse)(nil),           // 27: norsk.manager.v1.StartPreparedJobResponse
+	(*CompleteJobRequest)(nil),                 // 28: norsk.manager.v1.CompleteJobRequest
+	(*CompleteJobResponse)(nil),                // 29: norsk.manager.v1.CompleteJobResponse
+	(*MarkJobFailedRequest)(nil),               // 30: norsk.manager.v1.MarkJobFailedRequest
+	(*MarkJobFailedResponse)(nil),              // 31: norsk.manager.v1.MarkJobFailedResponse
+	(*RegisterClusterNodeRequest)(nil),         // 32: norsk.manager.v1.RegisterClusterNodeRequest
+	(*RegisterClusterNodeResponse)(nil),        // 33: norsk.manager.v1.RegisterClusterNodeResponse
+	(*ClusterMemberRegisterRequest)(nil),       // 34: norsk.manager.v1.ClusterMemberRegisterRequest
+	(*ClusterMemberRegisterResponse)(nil),      // 35: norsk.manager.v1.ClusterMemberRegisterResponse
+	(*ListClusterNodesRequest)(nil),            // 36: norsk.manager.v1.ListClusterNodesRequest
+	(*ListClusterNodesResponse)(nil),           // 37: norsk.manager.v1.ListClusterNodesResponse
+	(*DeregisterClusterNodeRequest)(nil),       // 38: norsk.manager.v1.DeregisterClusterNodeRequest
+	(*DeregisterClusterNodeResponse)(nil),      // 39: norsk.manager.v1.DeregisterClusterNodeResponse
+	(*SetClusterNodePoolRequest)(nil),          // 40: norsk.manager.v1.SetClusterNodePoolRequest
+	(*SetClusterNodePoolResponse)(nil),         // 41: norsk.manager.v1.SetClusterNodePoolResponse
+	(*ListNodesRequest)(nil),                   // 42: norsk.manager.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),                  // 43: norsk.manager.v1.ListNodesResponse
+	(*TerminateNodeRequest)(nil),               // 44: norsk.manager.v1.TerminateNodeRequest
+	(*TerminateNodeResponse)(nil),              // 45: norsk.manager.v1.TerminateNodeResponse
+	(*SetNodeTagsRequest)(nil),                 // 46: norsk.manager.v1.SetNodeTagsRequest
+	(*SetNodeTagsResponse)(nil),                // 47: norsk.manager.v1.SetNodeTagsResponse
+	(*CreateMockNodeRequest)(nil),              // 48: norsk.manager.v1.CreateMockNodeRequest
+	(*CreateMockNodeResponse)(nil),             // 49: norsk.manager.v1.CreateMockNodeResponse
+	(*GetNodeIdleExpiryRequest)(nil),           // 50: norsk.manager.v1.GetNodeIdleExpiryRequest
+	(*SetNodeIdleExpiryRequest)(nil),           // 51: norsk.manager.v1.SetNodeIdleExpiryRequest
+	(*NodeIdleExpiry)(nil),                     // 52: norsk.manager.v1.NodeIdleExpiry
+	(*NotifyMigrationGetStateRequest)(nil),     // 53: norsk.manager.v1.NotifyMigrationGetStateRequest
+	(*NotifyMigrationCutoverReadyRequest)(nil), // 54: norsk.manager.v1.NotifyMigrationCutoverReadyRequest
+	(*NotifyMigrationCutoverApplyRequest)(nil), // 55: norsk.manager.v1.NotifyMigrationCutoverApplyRequest
+	(*NotifyMigrationResponse)(nil),            // 56: norsk.manager.v1.NotifyMigrationResponse
+	(*AbortMigrationRequest)(nil),              // 57: norsk.manager.v1.AbortMigrationRequest
+	(*AbortMigrationResponse)(nil),             // 58: norsk.manager.v1.AbortMigrationResponse
+	(*MigrateJobRequest)(nil),                  // 59: norsk.manager.v1.MigrateJobRequest
+	(*MigrateJobResponse)(nil),                 // 60: norsk.manager.v1.MigrateJobResponse
+	(*ListMigrationsRequest)(nil),              // 61: norsk.manager.v1.ListMigrationsRequest
+	(*ListMigrationsResponse)(nil),             // 62: norsk.manager.v1.ListMigrationsResponse
+	(*GetMigrationRequest)(nil),                // 63: norsk.manager.v1.GetMigrationRequest
+	(*MigrationForJobRequest)(nil),             // 64: norsk.manager.v1.MigrationForJobRequest
+	(*ForgetMigrationRequest)(nil),             // 65: norsk.manager.v1.ForgetMigrationRequest
+	(*ForgetMigrationResponse)(nil),            // 66: norsk.manager.v1.ForgetMigrationResponse
+	(*ForgetTerminalMigrationsRequest)(nil),    // 67: norsk.manager.v1.ForgetTerminalMigrationsRequest
+	(*ForgetTerminalMigrationsResponse)(nil),   // 68: norsk.manager.v1.ForgetTerminalMigrationsResponse
+	(*RecordMigrationRequest)(nil),             // 69: norsk.manager.v1.RecordMigrationRequest
+	(*RecordMigrationResponse)(nil),            // 70: norsk.manager.v1.RecordMigrationResponse
+	(*SetNodeDrainingRequest)(nil),             // 71: norsk.manager.v1.SetNodeDrainingRequest
+	(*SetNodeDrainingResponse)(nil),            // 72: norsk.manager.v1.SetNodeDrainingResponse
+	nil,                                        // 73: norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	nil,                                        // 74: norsk.manager.v1.CreateMockNodeRequest.TagsEntry
+	(*Job)(nil),                                // 75: norsk.manager.v1.Job
+	(*timestamppb.Timestamp)(nil),              // 76: google.protobuf.Timestamp
+	(*JobWithHistory)(nil),                     // 77: norsk.manager.v1.JobWithHistory
+	(*PlacementEvent)(nil),                     // 78: norsk.manager.v1.PlacementEvent
+	(*Hardware)(nil),                           // 79: norsk.manager.v1.Hardware
+	(*Capability)(nil),                         // 80: norsk.manager.v1.Capability
+	(*ClusterSlot)(nil),                        // 81: norsk.manager.v1.ClusterSlot
+	(*Node)(nil),                               // 82: norsk.manager.v1.Node
+	(*JobKey)(nil),                             // 83: norsk.manager.v1.JobKey
+	(MigrationStrategy)(0),                     // 84: norsk.manager.v1.MigrationStrategy
+	(*MigrationState)(nil),                     // 85: norsk.manager.v1.MigrationState
+	(*AppendAuditEntryRequest)(nil),            // 86: norsk.manager.v1.AppendAuditEntryRequest
+	(*GetAuditLogRequest)(nil),                 // 87: norsk.manager.v1.GetAuditLogRequest
+	(*PruneAuditLogRequest)(nil),               // 88: norsk.manager.v1.PruneAuditLogRequest
+	(*KvCommitRequest)(nil),                    // 89: norsk.manager.v1.KvCommitRequest
+	(*KvGetRequest)(nil),                       // 90: norsk.manager.v1.KvGetRequest
+	(*KvListRequest)(nil),                      // 91: norsk.manager.v1.KvListRequest
+	(*GetStoreInfoRequest)(nil),                // 92: norsk.manager.v1.GetStoreInfoRequest
+	(*SnapshotSaveRequest)(nil),                // 93: norsk.manager.v1.SnapshotSaveRequest
+	(*CreateTokenRequest)(nil),                 // 94: norsk.manager.v1.CreateTokenRequest
+	(*ListTokensRequest)(nil),                  // 95: norsk.manager.v1.ListTokensRequest
+	(*RevokeTokenRequest)(nil),                 // 96: norsk.manager.v1.RevokeTokenRequest
+	(*PublishDiscoveryFleetRequest)(nil),       // 97: norsk.manager.v1.PublishDiscoveryFleetRequest
+	(*GetDiscoveryFleetRequest)(nil),           // 98: norsk.manager.v1.GetDiscoveryFleetRequest
+	(*RotateDiscoveryTierSecretRequest)(nil),   // 99: norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	(*PublishAccessReplicaRequest)(nil),        // 100: norsk.manager.v1.PublishAccessReplicaRequest
+	(*AddClusterMemberRequest)(nil),            // 101: norsk.manager.v1.AddClusterMemberRequest
+	(*RemoveClusterMemberRequest)(nil),         // 102: norsk.manager.v1.RemoveClusterMemberRequest
+	(*ForceStandaloneRequest)(nil),             // 103: norsk.manager.v1.ForceStandaloneRequest
+	(*LeaveQuorumRequest)(nil),                 // 104: norsk.manager.v1.LeaveQuorumRequest
+	(*GetClusterStatusRequest)(nil),            // 105: norsk.manager.v1.GetClusterStatusRequest
+	(*GetClusterEventsRequest)(nil),            // 106: norsk.manager.v1.GetClusterEventsRequest
+	(*AnnounceControlPlaneRequest)(nil),        // 107: norsk.manager.v1.AnnounceControlPlaneRequest
+	(*ExplainPlacementRequest)(nil),            // 108: norsk.manager.v1.ExplainPlacementRequest
+	(*CreateBundleRequest)(nil),                // 109: norsk.manager.v1.CreateBundleRequest
+	(*UpdateBundleRequest)(nil),                // 110: norsk.manager.v1.UpdateBundleRequest
+	(*DeleteBundleRequest)(nil),                // 111: norsk.manager.v1.DeleteBundleRequest
+	(*BundleByIdRequest)(nil),                  // 112: norsk.manager.v1.BundleByIdRequest
+	(*ListBundlesRequest)(nil),                 // 113: norsk.manager.v1.ListBundlesRequest
+	(*StartBundleJobRequest)(nil),              // 114: norsk.manager.v1.StartBundleJobRequest
+	(*StopBundleJobRequest)(nil),               // 115: norsk.manager.v1.StopBundleJobRequest
+	(*SetBundleStopTimeRequest)(nil),           // 116: norsk.manager.v1.SetBundleStopTimeRequest
+	(*RenewBundleLeaseRequest)(nil),            // 117: norsk.manager.v1.RenewBundleLeaseRequest
+	(*PauseLeasesRequest)(nil),                 // 118: norsk.manager.v1.PauseLeasesRequest
+	(*ResumeLeasesRequest)(nil),                // 119: norsk.manager.v1.ResumeLeasesRequest
+	(*GetLeaseStatusRequest)(nil),              // 120: norsk.manager.v1.GetLeaseStatusRequest
+	(*EventStreamRequest)(nil),                 // 121: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                            // 122: norsk.manager.v1.JobHash
+	(*AppendAuditEntryResponse)(nil),           // 123: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),                // 124: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),              // 125: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),                   // 126: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                      // 127: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                     // 128: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                          // 129: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                      // 130: norsk.manager.v1.SnapshotChunk
+	(*CreateTokenResponse)(nil),                // 131: norsk.manager.v1.CreateTokenResponse
+	(*ListTokensResponse)(nil),                 // 132: norsk.manager.v1.ListTokensResponse
+	(*RevokeTokenResponse)(nil),                // 133: norsk.manager.v1.RevokeTokenResponse
+	(*PublishDiscoveryFleetResponse)(nil),      // 134: norsk.manager.v1.PublishDiscoveryFleetResponse
+	(*GetDiscoveryFleetResponse)(nil),          // 135: norsk.manager.v1.GetDiscoveryFleetResponse
+	(*RotateDiscoveryTierSecretResponse)(nil),  // 136: norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	(*PublishAccessReplicaResponse)(nil),       // 137: norsk.manager.v1.PublishAccessReplicaResponse
+	(*AddClusterMemberResponse)(nil),           // 138: norsk.manager.v1.AddClusterMemberResponse
+	(*RemoveClusterMemberResponse)(nil),        // 139: norsk.manager.v1.RemoveClusterMemberResponse
+	(*ForceStandaloneResponse)(nil),            // 140: norsk.manager.v1.ForceStandaloneResponse
+	(*LeaveQuorumResponse)(nil),                // 141: norsk.manager.v1.LeaveQuorumResponse
+	(*ClusterStatus)(nil),                      // 142: norsk.manager.v1.ClusterStatus
+	(*GetClusterEventsResponse)(nil),           // 143: norsk.manager.v1.GetClusterEventsResponse
+	(*AnnounceControlPlaneResponse)(nil),       // 144: norsk.manager.v1.AnnounceControlPlaneResponse
+	(*ExplainPlacementResponse)(nil),           // 145: norsk.manager.v1.ExplainPlacementResponse
+	(*CreateBundleResponse)(nil),               // 146: norsk.manager.v1.CreateBundleResponse
+	(*UpdateBundleResponse)(nil),               // 147: norsk.manager.v1.UpdateBundleResponse
+	(*DeleteBundleResponse)(nil),               // 148: norsk.manager.v1.DeleteBundleResponse
+	(*BundleWithJobs)(nil),                     // 149: norsk.manager.v1.BundleWithJobs
+	(*ListBundlesResponse)(nil),                // 150: norsk.manager.v1.ListBundlesResponse
+	(*StartBundleJobResponse)(nil),             // 151: norsk.manager.v1.StartBundleJobResponse
+	(*StopBundleJobResponse)(nil),              // 152: norsk.manager.v1.StopBundleJobResponse
+	(*SetBundleStopTimeResponse)(nil),          // 153: norsk.manager.v1.SetBundleStopTimeResponse
+	(*RenewBundleLeaseResponse)(nil),           // 154: norsk.manager.v1.RenewBundleLeaseResponse
+	(*PauseLeasesResponse)(nil),                // 155: norsk.manager.v1.PauseLeasesResponse
+	(*ResumeLeasesResponse)(nil),               // 156: norsk.manager.v1.ResumeLeasesResponse
+	(*LeaseStatus)(nil),                        // 157: norsk.manager.v1.LeaseStatus
+	(*Event)(nil),                              // 158: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
-	55,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
-	55,  // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
-	56,  // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
-	56,  // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
+	75,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
+	75,  // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
+	76,  // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
+	76,  // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
 	0,   // 4: norsk.manager.v1.DateFilter.field:type_name -> norsk.manager.v1.DateField
-	56,  // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
-	56,  // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
-	56,  // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
-	56,  // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
-	56,  // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
+	76,  // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
+	76,  // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
+	76,  // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
+	76,  // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
+	76,  // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
 	12,  // 10: norsk.manager.v1.DateFilter.within:type_name -> norsk.manager.v1.DateWithin
 	10,  // 11: norsk.manager.v1.JobFilter.tag:type_name -> norsk.manager.v1.TagFilter
 	11,  // 12: norsk.manager.v1.JobFilter.id:type_name -> norsk.manager.v1.IdFilter
 	13,  // 13: norsk.manager.v1.JobFilter.date:type_name -> norsk.manager.v1.DateFilter
 	14,  // 14: norsk.manager.v1.JobSearchRequest.filters:type_name -> norsk.manager.v1.JobFilter
-	57,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
-	58,  // 16: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
+	77,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
+	78,  // 16: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
 	17,  // 17: norsk.manager.v1.StartJobRequest.options:type_name -> norsk.manager.v1.StartJobOptions
 	18,  // 18: norsk.manager.v1.StartJobsRequest.starts:type_name -> norsk.manager.v1.StartJobRequest
 	21,  // 19: norsk.manager.v1.StartJobsResponse.results:type_name -> norsk.manager.v1.StartResult
 	23,  // 20: norsk.manager.v1.StopJobRequest.options:type_name -> norsk.manager.v1.StopJobOptions
-	59,  // 21: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
-	60,  // 22: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
-	61,  // 23: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
-	62,  // 24: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
-	53,  // 25: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	62,  // 26: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
-	54,  // 27: norsk.manager.v1.CreateMockNodeRequest.tags:type_name -> norsk.manager.v1.CreateMockNodeRequest.TagsEntry
-	1,   // 28: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
-	3,   // 29: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
-	5,   // 30: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
-	6,   // 31: norsk.manager.v1.Manager.UpdateJob:input_type -> norsk.manager.v1.UpdateJobRequest
-	7,   // 32: norsk.manager.v1.Manager.DeleteJob:input_type -> norsk.manager.v1.DeleteJobRequest
-	9,   // 33: norsk.manager.v1.Manager.JobById:input_type -> norsk.manager.v1.JobByIdRequest
-	15,  // 34: norsk.manager.v1.Manager.JobSearch:input_type -> norsk.manager.v1.JobSearchRequest
-	18,  // 35: norsk.manager.v1.Manager.StartJob:input_type -> norsk.manager.v1.StartJobRequest
-	20,  // 36: norsk.manager.v1.Manager.StartJobs:input_type -> norsk.manager.v1.StartJobsRequest
-	24,  // 37: norsk.manager.v1.Manager.StopJob:input_type -> norsk.manager.v1.StopJobRequest
-	26,  // 38: norsk.manager.v1.Manager.StartPreparedJob:input_type -> norsk.manager.v1.StartPreparedJobRequest
-	28,  // 39: norsk.manager.v1.Manager.CompleteJob:input_type -> norsk.manager.v1.CompleteJobRequest
-	30,  // 40: norsk.manager.v1.Manager.MarkJobFailed:input_type -> norsk.manager.v1.MarkJobFailedRequest
-	32,  // 41: norsk.manager.v1.Manager.RegisterClusterNode:input_type -> norsk.manager.v1.RegisterClusterNodeRequest
-	34,  // 42: norsk.manager.v1.Manager.ClusterMemberRegister:input_type -> norsk.manager.v1.ClusterMemberRegisterRequest
-	36,  // 43: norsk.manager.v1.Manager.ListClusterNodes:input_type -> norsk.manager.v1.ListClusterNodesRequest
-	38,  // 44: norsk.manager.v1.Manager.DeregisterClusterNode:input_type -> norsk.manager.v1.DeregisterClusterNodeRequest
-	40,  // 45: norsk.manager.v1.Manager.SetClusterNodePool:input_type -> norsk.manager.v1.SetClusterNodePoolRequest
-	42,  // 46: norsk.manager.v1.Manager.ListNodes:input_type -> norsk.manager.v1.ListNodesRequest
-	44,  // 47: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
-	46,  // 48: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
-	50,  // 49: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
-	51,  // 50: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
-	48,  // 51: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
-	63,  // 52: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
-	64,  // 53: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
-	65,  // 54: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
-	66,  // 55: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
-	67,  // 56: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
-	68,  // 57: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
-	69,  // 58: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
-	70,  // 59: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
-	71,  // 60: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
-	72,  // 61: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
-	73,  // 62: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
-	74,  // 63: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
-	75,  // 64: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
-	76,  // 65: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	77,  // 66: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
-	78,  // 67: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
-	79,  // 68: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
-	80,  // 69: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
-	81,  // 70: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
-	82,  // 71: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
-	83,  // 72: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
-	84,  // 73: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
-	85,  // 74: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
-	86,  // 75: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
-	87,  // 76: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
-	88,  // 77: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
-	89,  // 78: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
-	90,  // 79: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
-	91,  // 80: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
-	92,  // 81: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
-	93,  // 82: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
-	94,  // 83: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
-	95,  // 84: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
-	96,  // 85: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
-	97,  // 86: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
-	98,  // 87: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,   // 88: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,   // 89: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	99,  // 90: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	99,  // 91: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,   // 92: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	57,  // 93: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16,  // 94: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19,  // 95: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22,  // 96: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
-	25,  // 97: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	27,  // 98: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	29,  // 99: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	31,  // 100: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	33,  // 101: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	35,  // 102: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	37,  // 103: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	39,  // 104: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	41,  // 105: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	43,  // 106: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	45,  // 107: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	47,  // 108: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	52,  // 109: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	52,  // 110: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	49,  // 111: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
-	100, // 112: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	101, // 113: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	102, // 114: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	103, // 115: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	104, // 116: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	105, // 117: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	106, // 118: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	107, // 119: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	108, // 120: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
-	109, // 121: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
-	110, // 122: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
-	111, // 123: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
-	112, // 124: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
-	113, // 125: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	114, // 126: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
-	115, // 127: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
-	116, // 128: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
-	117, // 129: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
-	118, // 130: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
-	119, // 131: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
-	120, // 132: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
-	121, // 133: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
-	122, // 134: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
-	123, // 135: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
-	124, // 136: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
-	125, // 137: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
-	126, // 138: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
-	127, // 139: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
-	128, // 140: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
-	129, // 141: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
-	130, // 142: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
-	131, // 143: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
-	132, // 144: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
-	133, // 145: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
-	134, // 146: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
-	135, // 147: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	88,  // [88:148] is the sub-list for method output_type
-	28,  // [28:88] is the sub-list for method input_type
-	28,  // [28:28] is the sub-list for extension type_name
-	28,  // [28:28] is the sub-list for extension extendee
-	0,   // [0:28] is the sub-list for field type_name
+	79,  // 21: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
+	80,  // 22: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
+	81,  // 23: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
+	82,  // 24: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
+	73,  // 25: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	82,  // 26: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
+	74,  // 27: norsk.manager.v1.CreateMockNodeRequest.tags:type_name -> norsk.manager.v1.CreateMockNodeRequest.TagsEntry
+	83,  // 28: norsk.manager.v1.NotifyMigrationGetStateRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
+	83,  // 29: norsk.manager.v1.NotifyMigrationCutoverReadyRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
+	83,  // 30: norsk.manager.v1.NotifyMigrationCutoverApplyRequest.target_job_key:type_name -> norsk.manager.v1.JobKey
+	84,  // 31: norsk.manager.v1.MigrateJobRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
+	85,  // 32: norsk.manager.v1.MigrateJobResponse.migration:type_name -> norsk.manager.v1.MigrationState
+	85,  // 33: norsk.manager.v1.ListMigrationsResponse.migrations:type_name -> norsk.manager.v1.MigrationState
+	85,  // 34: norsk.manager.v1.RecordMigrationRequest.migration:type_name -> norsk.manager.v1.MigrationState
+	82,  // 35: norsk.manager.v1.SetNodeDrainingResponse.node:type_name -> norsk.manager.v1.Node
+	1,   // 36: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
+	3,   // 37: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
+	5,   // 38: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
+	6,   // 39: norsk.manager.v1.Manager.UpdateJob:input_type -> norsk.manager.v1.UpdateJobRequest
+	7,   // 40: norsk.manager.v1.Manager.DeleteJob:input_type -> norsk.manager.v1.DeleteJobRequest
+	9,   // 41: norsk.manager.v1.Manager.JobById:input_type -> norsk.manager.v1.JobByIdRequest
+	15,  // 42: norsk.manager.v1.Manager.JobSearch:input_type -> norsk.manager.v1.JobSearchRequest
+	18,  // 43: norsk.manager.v1.Manager.StartJob:input_type -> norsk.manager.v1.StartJobRequest
+	20,  // 44: norsk.manager.v1.Manager.StartJobs:input_type -> norsk.manager.v1.StartJobsRequest
+	24,  // 45: norsk.manager.v1.Manager.StopJob:input_type -> norsk.manager.v1.StopJobRequest
+	26,  // 46: norsk.manager.v1.Manager.StartPreparedJob:input_type -> norsk.manager.v1.StartPreparedJobRequest
+	28,  // 47: norsk.manager.v1.Manager.CompleteJob:input_type -> norsk.manager.v1.CompleteJobRequest
+	30,  // 48: norsk.manager.v1.Manager.MarkJobFailed:input_type -> norsk.manager.v1.MarkJobFailedRequest
+	32,  // 49: norsk.manager.v1.Manager.RegisterClusterNode:input_type -> norsk.manager.v1.RegisterClusterNodeRequest
+	34,  // 50: norsk.manager.v1.Manager.ClusterMemberRegister:input_type -> norsk.manager.v1.ClusterMemberRegisterRequest
+	36,  // 51: norsk.manager.v1.Manager.ListClusterNodes:input_type -> norsk.manager.v1.ListClusterNodesRequest
+	38,  // 52: norsk.manager.v1.Manager.DeregisterClusterNode:input_type -> norsk.manager.v1.DeregisterClusterNodeRequest
+	40,  // 53: norsk.manager.v1.Manager.SetClusterNodePool:input_type -> norsk.manager.v1.SetClusterNodePoolRequest
+	42,  // 54: norsk.manager.v1.Manager.ListNodes:input_type -> norsk.manager.v1.ListNodesRequest
+	44,  // 55: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
+	46,  // 56: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
+	50,  // 57: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
+	51,  // 58: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
+	48,  // 59: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
+	86,  // 60: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
+	87,  // 61: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
+	88,  // 62: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
+	89,  // 63: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
+	90,  // 64: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
+	91,  // 65: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
+	92,  // 66: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
+	93,  // 67: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
+	94,  // 68: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
+	95,  // 69: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
+	96,  // 70: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
+	97,  // 71: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
+	98,  // 72: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
+	99,  // 73: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	100, // 74: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
+	101, // 75: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
+	102, // 76: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
+	103, // 77: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
+	104, // 78: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
+	105, // 79: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
+	106, // 80: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
+	107, // 81: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
+	108, // 82: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
+	109, // 83: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
+	110, // 84: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
+	111, // 85: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
+	112, // 86: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
+	113, // 87: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
+	114, // 88: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
+	115, // 89: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
+	116, // 90: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
+	117, // 91: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
+	118, // 92: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
+	119, // 93: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
+	120, // 94: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
+	53,  // 95: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
+	54,  // 96: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
+	55,  // 97: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
+	57,  // 98: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
+	59,  // 99: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
+	61,  // 100: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
+	63,  // 101: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
+	64,  // 102: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
+	65,  // 103: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
+	67,  // 104: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
+	69,  // 105: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
+	71,  // 106: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
+	121, // 107: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,   // 108: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,   // 109: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	122, // 110: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	122, // 111: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,   // 112: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	77,  // 113: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16,  // 114: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19,  // 115: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22,  // 116: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
+	25,  // 117: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	27,  // 118: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	29,  // 119: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	31,  // 120: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	33,  // 121: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	35,  // 122: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	37,  // 123: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	39,  // 124: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	41,  // 125: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	43,  // 126: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	45,  // 127: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	47,  // 128: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	52,  // 129: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	52,  // 130: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	49,  // 131: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
+	123, // 132: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	124, // 133: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	125, // 134: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	126, // 135: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	127, // 136: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	128, // 137: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	129, // 138: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	130, // 139: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	131, // 140: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	132, // 141: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	133, // 142: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	134, // 143: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	135, // 144: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	136, // 145: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	137, // 146: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	138, // 147: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
+	139, // 148: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
+	140, // 149: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
+	141, // 150: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
+	142, // 151: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
+	143, // 152: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
+	144, // 153: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
+	145, // 154: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
+	146, // 155: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
+	147, // 156: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
+	148, // 157: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
+	149, // 158: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
+	150, // 159: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
+	151, // 160: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
+	152, // 161: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
+	153, // 162: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
+	154, // 163: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
+	155, // 164: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
+	156, // 165: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
+	157, // 166: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
+	56,  // 167: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	56,  // 168: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	56,  // 169: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 170: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
+	60,  // 171: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
+	62,  // 172: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
+	85,  // 173: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
+	85,  // 174: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
+	66,  // 175: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
+	68,  // 176: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
+	70,  // 177: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
+	72,  // 178: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
+	158, // 179: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	108, // [108:180] is the sub-list for method output_type
+	36,  // [36:108] is the sub-list for method input_type
+	36,  // [36:36] is the sub-list for extension type_name
+	36,  // [36:36] is the sub-list for extension extendee
+	0,   // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_manager_proto_init() }
@@ -3654,6 +4797,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 	file_norsk_manager_v1_job_proto_init()
 	file_norsk_manager_v1_kv_proto_init()
 	file_norsk_manager_v1_lease_proto_init()
+	file_norsk_manager_v1_migration_proto_init()
 	file_norsk_manager_v1_node_proto_init()
 	file_norsk_manager_v1_placement_proto_init()
 	file_norsk_manager_v1_security_proto_init()
@@ -3688,7 +4832,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_manager_proto_rawDesc), len(file_norsk_manager_v1_manager_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   54,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

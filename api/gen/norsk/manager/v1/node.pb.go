@@ -427,7 +427,10 @@ type Node struct {
 	ProviderInstance string `protobuf:"bytes,20,opt,name=provider_instance,json=providerInstance,proto3" json:"provider_instance,omitempty"`
 	// True for a node its provider creates and terminates on demand (every
 	// provider but "cluster"): the empty-node reaper terminates it once idle.
-	Elastic       bool `protobuf:"varint,21,opt,name=elastic,proto3" json:"elastic,omitempty"`
+	Elastic bool `protobuf:"varint,21,opt,name=elastic,proto3" json:"elastic,omitempty"`
+	// True while the node is drained (SetNodeDraining): placement puts no new
+	// instance on it; what runs there keeps running until moved.
+	Draining      bool `protobuf:"varint,22,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -605,6 +608,13 @@ func (x *Node) GetProviderInstance() string {
 func (x *Node) GetElastic() bool {
 	if x != nil {
 		return x.Elastic
+	}
+	return false
+}
+
+func (x *Node) GetDraining() bool {
+	if x != nil {
+		return x.Draining
 	}
 	return false
 }
@@ -805,7 +815,7 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\x11memory_used_bytes\x18\x02 \x01(\x04R\x0fmemoryUsedBytes\x12\x1c\n" +
 	"\tinstances\x18\x03 \x01(\rR\tinstances\x12;\n" +
 	"\vmeasured_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"measuredAt\"\xb7\a\n" +
+	"measuredAt\"\xd3\a\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x1a\n" +
@@ -829,7 +839,8 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\fstate_reason\x18\x12 \x01(\tR\vstateReason\x12\x10\n" +
 	"\x03tls\x18\x13 \x01(\bR\x03tls\x12+\n" +
 	"\x11provider_instance\x18\x14 \x01(\tR\x10providerInstance\x12\x18\n" +
-	"\aelastic\x18\x15 \x01(\bR\aelastic\x1a7\n" +
+	"\aelastic\x18\x15 \x01(\bR\aelastic\x12\x1a\n" +
+	"\bdraining\x18\x16 \x01(\bR\bdraining\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +

@@ -21,6 +21,74 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// MigrationReportKind says which handshake message a MigrationReport is.
+type MigrationReportKind int32
+
+const (
+	MigrationReportKind_MIGRATION_REPORT_KIND_UNSPECIFIED MigrationReportKind = 0
+	// The source's answer to get-state (payload, or refused).
+	MigrationReportKind_MIGRATION_REPORT_KIND_STATE MigrationReportKind = 1
+	// The worker handed the target its initial state.
+	MigrationReportKind_MIGRATION_REPORT_KIND_INITIAL_STATE_DELIVERED MigrationReportKind = 2
+	// The target is ready (payload: where it can start).
+	MigrationReportKind_MIGRATION_REPORT_KIND_TARGET_READY MigrationReportKind = 3
+	// The source stopped output (payload: where).
+	MigrationReportKind_MIGRATION_REPORT_KIND_SOURCE_STOPPED_OUTPUT MigrationReportKind = 4
+	// The target applied and began output (payload: the apply summary).
+	MigrationReportKind_MIGRATION_REPORT_KIND_TARGET_APPLIED MigrationReportKind = 5
+	// The job (or its worker) gave the migration up (reason).
+	MigrationReportKind_MIGRATION_REPORT_KIND_ABORTED MigrationReportKind = 6
+)
+
+// Enum value maps for MigrationReportKind.
+var (
+	MigrationReportKind_name = map[int32]string{
+		0: "MIGRATION_REPORT_KIND_UNSPECIFIED",
+		1: "MIGRATION_REPORT_KIND_STATE",
+		2: "MIGRATION_REPORT_KIND_INITIAL_STATE_DELIVERED",
+		3: "MIGRATION_REPORT_KIND_TARGET_READY",
+		4: "MIGRATION_REPORT_KIND_SOURCE_STOPPED_OUTPUT",
+		5: "MIGRATION_REPORT_KIND_TARGET_APPLIED",
+		6: "MIGRATION_REPORT_KIND_ABORTED",
+	}
+	MigrationReportKind_value = map[string]int32{
+		"MIGRATION_REPORT_KIND_UNSPECIFIED":             0,
+		"MIGRATION_REPORT_KIND_STATE":                   1,
+		"MIGRATION_REPORT_KIND_INITIAL_STATE_DELIVERED": 2,
+		"MIGRATION_REPORT_KIND_TARGET_READY":            3,
+		"MIGRATION_REPORT_KIND_SOURCE_STOPPED_OUTPUT":   4,
+		"MIGRATION_REPORT_KIND_TARGET_APPLIED":          5,
+		"MIGRATION_REPORT_KIND_ABORTED":                 6,
+	}
+)
+
+func (x MigrationReportKind) Enum() *MigrationReportKind {
+	p := new(MigrationReportKind)
+	*p = x
+	return p
+}
+
+func (x MigrationReportKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MigrationReportKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_norsk_manager_v1_node_controller_proto_enumTypes[0].Descriptor()
+}
+
+func (MigrationReportKind) Type() protoreflect.EnumType {
+	return &file_norsk_manager_v1_node_controller_proto_enumTypes[0]
+}
+
+func (x MigrationReportKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MigrationReportKind.Descriptor instead.
+func (MigrationReportKind) EnumDescriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{0}
+}
+
 type ControllerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -36,6 +104,10 @@ type ControllerMessage struct {
 	//	*ControllerMessage_AccessReplica
 	//	*ControllerMessage_Recorded
 	//	*ControllerMessage_Lease
+	//	*ControllerMessage_MigrationGetState
+	//	*ControllerMessage_MigrationCutoverReady
+	//	*ControllerMessage_MigrationCutoverApply
+	//	*ControllerMessage_MigrationAbort
 	Msg           isControllerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -175,6 +247,42 @@ func (x *ControllerMessage) GetLease() *LeaseGrant {
 	return nil
 }
 
+func (x *ControllerMessage) GetMigrationGetState() *MigrationGetState {
+	if x != nil {
+		if x, ok := x.Msg.(*ControllerMessage_MigrationGetState); ok {
+			return x.MigrationGetState
+		}
+	}
+	return nil
+}
+
+func (x *ControllerMessage) GetMigrationCutoverReady() *MigrationCutoverReady {
+	if x != nil {
+		if x, ok := x.Msg.(*ControllerMessage_MigrationCutoverReady); ok {
+			return x.MigrationCutoverReady
+		}
+	}
+	return nil
+}
+
+func (x *ControllerMessage) GetMigrationCutoverApply() *MigrationCutoverApply {
+	if x != nil {
+		if x, ok := x.Msg.(*ControllerMessage_MigrationCutoverApply); ok {
+			return x.MigrationCutoverApply
+		}
+	}
+	return nil
+}
+
+func (x *ControllerMessage) GetMigrationAbort() *MigrationAbort {
+	if x != nil {
+		if x, ok := x.Msg.(*ControllerMessage_MigrationAbort); ok {
+			return x.MigrationAbort
+		}
+	}
+	return nil
+}
+
 type isControllerMessage_Msg interface {
 	isControllerMessage_Msg()
 }
@@ -219,6 +327,27 @@ type ControllerMessage_Lease struct {
 	Lease *LeaseGrant `protobuf:"bytes,19,opt,name=lease,proto3,oneof"`
 }
 
+type ControllerMessage_MigrationGetState struct {
+	// The migration handshake, relayed to the instance's job socket
+	// (handover). Acknowledged once the job has been told, or refused:
+	// FAILED_PRECONDITION when the instance has no job socket session or is
+	// locked by another migration, NOT_FOUND when the worker does not hold
+	// it under that token.
+	MigrationGetState *MigrationGetState `protobuf:"bytes,20,opt,name=migration_get_state,json=migrationGetState,proto3,oneof"`
+}
+
+type ControllerMessage_MigrationCutoverReady struct {
+	MigrationCutoverReady *MigrationCutoverReady `protobuf:"bytes,21,opt,name=migration_cutover_ready,json=migrationCutoverReady,proto3,oneof"`
+}
+
+type ControllerMessage_MigrationCutoverApply struct {
+	MigrationCutoverApply *MigrationCutoverApply `protobuf:"bytes,22,opt,name=migration_cutover_apply,json=migrationCutoverApply,proto3,oneof"`
+}
+
+type ControllerMessage_MigrationAbort struct {
+	MigrationAbort *MigrationAbort `protobuf:"bytes,23,opt,name=migration_abort,json=migrationAbort,proto3,oneof"`
+}
+
 func (*ControllerMessage_Hello) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_Start) isControllerMessage_Msg() {}
@@ -238,6 +367,413 @@ func (*ControllerMessage_AccessReplica) isControllerMessage_Msg() {}
 func (*ControllerMessage_Recorded) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_Lease) isControllerMessage_Msg() {}
+
+func (*ControllerMessage_MigrationGetState) isControllerMessage_Msg() {}
+
+func (*ControllerMessage_MigrationCutoverReady) isControllerMessage_Msg() {}
+
+func (*ControllerMessage_MigrationCutoverApply) isControllerMessage_Msg() {}
+
+func (*ControllerMessage_MigrationAbort) isControllerMessage_Msg() {}
+
+// MigrationGetState (the propose): ask the source instance for the state it
+// would hand over; it answers with a MigrationReport of kind STATE.
+type MigrationGetState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	FencingToken  uint64                 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	MigrationId   string                 `protobuf:"bytes,4,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationGetState) Reset() {
+	*x = MigrationGetState{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationGetState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationGetState) ProtoMessage() {}
+
+func (x *MigrationGetState) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationGetState.ProtoReflect.Descriptor instead.
+func (*MigrationGetState) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MigrationGetState) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *MigrationGetState) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *MigrationGetState) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *MigrationGetState) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
+	}
+	return ""
+}
+
+// MigrationCutoverReady tells the source the target is ready at payload:
+// stop output at or after it (answered by SOURCE_STOPPED_OUTPUT).
+type MigrationCutoverReady struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	FencingToken  uint64                 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	MigrationId   string                 `protobuf:"bytes,4,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationCutoverReady) Reset() {
+	*x = MigrationCutoverReady{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationCutoverReady) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationCutoverReady) ProtoMessage() {}
+
+func (x *MigrationCutoverReady) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationCutoverReady.ProtoReflect.Descriptor instead.
+func (*MigrationCutoverReady) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MigrationCutoverReady) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *MigrationCutoverReady) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *MigrationCutoverReady) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *MigrationCutoverReady) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
+	}
+	return ""
+}
+
+func (x *MigrationCutoverReady) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+// MigrationCutoverApply tells the target the source stopped output at
+// payload: begin output from there (answered by TARGET_APPLIED).
+type MigrationCutoverApply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	FencingToken  uint64                 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	MigrationId   string                 `protobuf:"bytes,4,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationCutoverApply) Reset() {
+	*x = MigrationCutoverApply{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationCutoverApply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationCutoverApply) ProtoMessage() {}
+
+func (x *MigrationCutoverApply) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationCutoverApply.ProtoReflect.Descriptor instead.
+func (*MigrationCutoverApply) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *MigrationCutoverApply) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *MigrationCutoverApply) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *MigrationCutoverApply) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *MigrationCutoverApply) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
+	}
+	return ""
+}
+
+func (x *MigrationCutoverApply) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+// MigrationAbort ends the migration on this instance: a source resumes
+// output and is unlocked, a target drops what it was handed. Idempotent; an
+// abort for another migration than the instance's is ignored (and
+// acknowledged).
+type MigrationAbort struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	MigrationId   string                 `protobuf:"bytes,3,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationAbort) Reset() {
+	*x = MigrationAbort{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationAbort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationAbort) ProtoMessage() {}
+
+func (x *MigrationAbort) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationAbort.ProtoReflect.Descriptor instead.
+func (*MigrationAbort) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MigrationAbort) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *MigrationAbort) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *MigrationAbort) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
+	}
+	return ""
+}
+
+func (x *MigrationAbort) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// MigrationReport is a handshake message from an instance's job socket.
+type MigrationReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	FencingToken  uint64                 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	MigrationId   string                 `protobuf:"bytes,4,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	Kind          MigrationReportKind    `protobuf:"varint,5,opt,name=kind,proto3,enum=norsk.manager.v1.MigrationReportKind" json:"kind,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
+	Refused       string                 `protobuf:"bytes,7,opt,name=refused,proto3" json:"refused,omitempty"`
+	Reason        string                 `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationReport) Reset() {
+	*x = MigrationReport{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationReport) ProtoMessage() {}
+
+func (x *MigrationReport) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationReport.ProtoReflect.Descriptor instead.
+func (*MigrationReport) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *MigrationReport) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *MigrationReport) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *MigrationReport) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *MigrationReport) GetMigrationId() string {
+	if x != nil {
+		return x.MigrationId
+	}
+	return ""
+}
+
+func (x *MigrationReport) GetKind() MigrationReportKind {
+	if x != nil {
+		return x.Kind
+	}
+	return MigrationReportKind_MIGRATION_REPORT_KIND_UNSPECIFIED
+}
+
+func (x *MigrationReport) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *MigrationReport) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+func (x *MigrationReport) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
 
 // ReportsRecorded tells the worker that the Manager has committed these
 // instances' STOPPED reports: it may now forget their tombstones (until
@@ -261,7 +797,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -273,7 +809,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -286,7 +822,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{1}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LeaseGrant) GetHeartbeatMonoMs() uint64 {
@@ -319,7 +855,7 @@ type ReportsRecorded struct {
 
 func (x *ReportsRecorded) Reset() {
 	*x = ReportsRecorded{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +867,7 @@ func (x *ReportsRecorded) String() string {
 func (*ReportsRecorded) ProtoMessage() {}
 
 func (x *ReportsRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +880,7 @@ func (x *ReportsRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportsRecorded.ProtoReflect.Descriptor instead.
 func (*ReportsRecorded) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{2}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReportsRecorded) GetReports() []*RecordedReport {
@@ -365,7 +901,7 @@ type RecordedReport struct {
 
 func (x *RecordedReport) Reset() {
 	*x = RecordedReport{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -377,7 +913,7 @@ func (x *RecordedReport) String() string {
 func (*RecordedReport) ProtoMessage() {}
 
 func (x *RecordedReport) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -390,7 +926,7 @@ func (x *RecordedReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordedReport.ProtoReflect.Descriptor instead.
 func (*RecordedReport) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{3}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RecordedReport) GetJobId() string {
@@ -431,7 +967,7 @@ type DiscoveryAccess struct {
 
 func (x *DiscoveryAccess) Reset() {
 	*x = DiscoveryAccess{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +979,7 @@ func (x *DiscoveryAccess) String() string {
 func (*DiscoveryAccess) ProtoMessage() {}
 
 func (x *DiscoveryAccess) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +992,7 @@ func (x *DiscoveryAccess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveryAccess.ProtoReflect.Descriptor instead.
 func (*DiscoveryAccess) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{4}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DiscoveryAccess) GetAddresses() []string {
@@ -500,7 +1036,7 @@ type AccessReplicaUpdate struct {
 
 func (x *AccessReplicaUpdate) Reset() {
 	*x = AccessReplicaUpdate{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +1048,7 @@ func (x *AccessReplicaUpdate) String() string {
 func (*AccessReplicaUpdate) ProtoMessage() {}
 
 func (x *AccessReplicaUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +1061,7 @@ func (x *AccessReplicaUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessReplicaUpdate.ProtoReflect.Descriptor instead.
 func (*AccessReplicaUpdate) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{5}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AccessReplicaUpdate) GetPublication() *AccessReplicaPublication {
@@ -560,7 +1096,7 @@ type ControllerHello struct {
 
 func (x *ControllerHello) Reset() {
 	*x = ControllerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +1108,7 @@ func (x *ControllerHello) String() string {
 func (*ControllerHello) ProtoMessage() {}
 
 func (x *ControllerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +1121,7 @@ func (x *ControllerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerHello.ProtoReflect.Descriptor instead.
 func (*ControllerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{6}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ControllerHello) GetNodeId() string {
@@ -645,7 +1181,7 @@ type StartInstance struct {
 
 func (x *StartInstance) Reset() {
 	*x = StartInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +1193,7 @@ func (x *StartInstance) String() string {
 func (*StartInstance) ProtoMessage() {}
 
 func (x *StartInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +1206,7 @@ func (x *StartInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartInstance.ProtoReflect.Descriptor instead.
 func (*StartInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{7}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StartInstance) GetJob() *Job {
@@ -733,7 +1269,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +1281,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +1294,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{8}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -798,7 +1334,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +1346,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +1359,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{9}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -882,7 +1418,7 @@ type UpdateInstance struct {
 
 func (x *UpdateInstance) Reset() {
 	*x = UpdateInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1430,7 @@ func (x *UpdateInstance) String() string {
 func (*UpdateInstance) ProtoMessage() {}
 
 func (x *UpdateInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1443,7 @@ func (x *UpdateInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstance.ProtoReflect.Descriptor instead.
 func (*UpdateInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{10}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UpdateInstance) GetJob() *Job {
@@ -944,7 +1480,7 @@ type Terminate struct {
 
 func (x *Terminate) Reset() {
 	*x = Terminate{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1492,7 @@ func (x *Terminate) String() string {
 func (*Terminate) ProtoMessage() {}
 
 func (x *Terminate) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1505,7 @@ func (x *Terminate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Terminate.ProtoReflect.Descriptor instead.
 func (*Terminate) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{11}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Terminate) GetReason() string {
@@ -994,6 +1530,7 @@ type WorkerMessage struct {
 	//	*WorkerMessage_Report
 	//	*WorkerMessage_Heartbeat
 	//	*WorkerMessage_Ack
+	//	*WorkerMessage_Migration
 	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1001,7 +1538,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1550,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1563,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{12}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -1072,6 +1609,15 @@ func (x *WorkerMessage) GetAck() *CommandAck {
 	return nil
 }
 
+func (x *WorkerMessage) GetMigration() *MigrationReport {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_Migration); ok {
+			return x.Migration
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Msg interface {
 	isWorkerMessage_Msg()
 }
@@ -1092,6 +1638,10 @@ type WorkerMessage_Ack struct {
 	Ack *CommandAck `protobuf:"bytes,13,opt,name=ack,proto3,oneof"`
 }
 
+type WorkerMessage_Migration struct {
+	Migration *MigrationReport `protobuf:"bytes,14,opt,name=migration,proto3,oneof"`
+}
+
 func (*WorkerMessage_Hello) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Report) isWorkerMessage_Msg() {}
@@ -1099,6 +1649,8 @@ func (*WorkerMessage_Report) isWorkerMessage_Msg() {}
 func (*WorkerMessage_Heartbeat) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Ack) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_Migration) isWorkerMessage_Msg() {}
 
 type WorkerHello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1115,7 +1667,7 @@ type WorkerHello struct {
 
 func (x *WorkerHello) Reset() {
 	*x = WorkerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1679,7 @@ func (x *WorkerHello) String() string {
 func (*WorkerHello) ProtoMessage() {}
 
 func (x *WorkerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1692,7 @@ func (x *WorkerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
 func (*WorkerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{13}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WorkerHello) GetNodeId() string {
@@ -1207,7 +1759,7 @@ type InstanceReport struct {
 
 func (x *InstanceReport) Reset() {
 	*x = InstanceReport{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1771,7 @@ func (x *InstanceReport) String() string {
 func (*InstanceReport) ProtoMessage() {}
 
 func (x *InstanceReport) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1784,7 @@ func (x *InstanceReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReport.ProtoReflect.Descriptor instead.
 func (*InstanceReport) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{14}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InstanceReport) GetJobId() string {
@@ -1317,7 +1869,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1881,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1894,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{15}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Heartbeat) GetLoad() *NodeLoad {
@@ -1372,7 +1924,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1936,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1949,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{16}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CommandAck) GetSeq() uint64 {
@@ -1425,7 +1977,7 @@ var File_norsk_manager_v1_node_controller_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\n" +
-	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\"\xb8\x05\n" +
+	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\"\xa2\b\n" +
 	"\x11ControllerMessage\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x129\n" +
 	"\x05hello\x18\n" +
@@ -1438,8 +1990,43 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\x10discovery_access\x18\x10 \x01(\v2!.norsk.manager.v1.DiscoveryAccessH\x00R\x0fdiscoveryAccess\x12N\n" +
 	"\x0eaccess_replica\x18\x11 \x01(\v2%.norsk.manager.v1.AccessReplicaUpdateH\x00R\raccessReplica\x12?\n" +
 	"\brecorded\x18\x12 \x01(\v2!.norsk.manager.v1.ReportsRecordedH\x00R\brecorded\x124\n" +
-	"\x05lease\x18\x13 \x01(\v2\x1c.norsk.manager.v1.LeaseGrantH\x00R\x05leaseB\x05\n" +
-	"\x03msg\"g\n" +
+	"\x05lease\x18\x13 \x01(\v2\x1c.norsk.manager.v1.LeaseGrantH\x00R\x05lease\x12U\n" +
+	"\x13migration_get_state\x18\x14 \x01(\v2#.norsk.manager.v1.MigrationGetStateH\x00R\x11migrationGetState\x12a\n" +
+	"\x17migration_cutover_ready\x18\x15 \x01(\v2'.norsk.manager.v1.MigrationCutoverReadyH\x00R\x15migrationCutoverReady\x12a\n" +
+	"\x17migration_cutover_apply\x18\x16 \x01(\v2'.norsk.manager.v1.MigrationCutoverApplyH\x00R\x15migrationCutoverApply\x12K\n" +
+	"\x0fmigration_abort\x18\x17 \x01(\v2 .norsk.manager.v1.MigrationAbortH\x00R\x0emigrationAbortB\x05\n" +
+	"\x03msg\"\x86\x01\n" +
+	"\x11MigrationGetState\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\x12!\n" +
+	"\fmigration_id\x18\x04 \x01(\tR\vmigrationId\"\xa4\x01\n" +
+	"\x15MigrationCutoverReady\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\x12!\n" +
+	"\fmigration_id\x18\x04 \x01(\tR\vmigrationId\x12\x18\n" +
+	"\apayload\x18\x05 \x01(\fR\apayload\"\xa4\x01\n" +
+	"\x15MigrationCutoverApply\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\x12!\n" +
+	"\fmigration_id\x18\x04 \x01(\tR\vmigrationId\x12\x18\n" +
+	"\apayload\x18\x05 \x01(\fR\apayload\"v\n" +
+	"\x0eMigrationAbort\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12!\n" +
+	"\fmigration_id\x18\x03 \x01(\tR\vmigrationId\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x8b\x02\n" +
+	"\x0fMigrationReport\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\x12!\n" +
+	"\fmigration_id\x18\x04 \x01(\tR\vmigrationId\x129\n" +
+	"\x04kind\x18\x05 \x01(\x0e2%.norsk.manager.v1.MigrationReportKindR\x04kind\x12\x18\n" +
+	"\apayload\x18\x06 \x01(\fR\apayload\x12\x18\n" +
+	"\arefused\x18\a \x01(\tR\arefused\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"g\n" +
 	"\n" +
 	"LeaseGrant\x12*\n" +
 	"\x11heartbeat_mono_ms\x18\x01 \x01(\x04R\x0fheartbeatMonoMs\x12\x15\n" +
@@ -1494,13 +2081,14 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\"G\n" +
 	"\tTerminate\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\"\n" +
-	"\fderegistered\x18\x02 \x01(\bR\fderegistered\"\xf8\x01\n" +
+	"\fderegistered\x18\x02 \x01(\bR\fderegistered\"\xbb\x02\n" +
 	"\rWorkerMessage\x125\n" +
 	"\x05hello\x18\n" +
 	" \x01(\v2\x1d.norsk.manager.v1.WorkerHelloH\x00R\x05hello\x12:\n" +
 	"\x06report\x18\v \x01(\v2 .norsk.manager.v1.InstanceReportH\x00R\x06report\x12;\n" +
 	"\theartbeat\x18\f \x01(\v2\x1b.norsk.manager.v1.HeartbeatH\x00R\theartbeat\x120\n" +
-	"\x03ack\x18\r \x01(\v2\x1c.norsk.manager.v1.CommandAckH\x00R\x03ackB\x05\n" +
+	"\x03ack\x18\r \x01(\v2\x1c.norsk.manager.v1.CommandAckH\x00R\x03ack\x12A\n" +
+	"\tmigration\x18\x0e \x01(\v2!.norsk.manager.v1.MigrationReportH\x00R\tmigrationB\x05\n" +
 	"\x03msg\"\xa1\x02\n" +
 	"\vWorkerHello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x126\n" +
@@ -1537,7 +2125,15 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x03 \x01(\tR\terrorCode2e\n" +
+	"error_code\x18\x03 \x01(\tR\terrorCode*\xb6\x02\n" +
+	"\x13MigrationReportKind\x12%\n" +
+	"!MIGRATION_REPORT_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bMIGRATION_REPORT_KIND_STATE\x10\x01\x121\n" +
+	"-MIGRATION_REPORT_KIND_INITIAL_STATE_DELIVERED\x10\x02\x12&\n" +
+	"\"MIGRATION_REPORT_KIND_TARGET_READY\x10\x03\x12/\n" +
+	"+MIGRATION_REPORT_KIND_SOURCE_STOPPED_OUTPUT\x10\x04\x12(\n" +
+	"$MIGRATION_REPORT_KIND_TARGET_APPLIED\x10\x05\x12!\n" +
+	"\x1dMIGRATION_REPORT_KIND_ABORTED\x10\x062e\n" +
 	"\x0eNodeController\x12S\n" +
 	"\aControl\x12#.norsk.manager.v1.ControllerMessage\x1a\x1f.norsk.manager.v1.WorkerMessage(\x010\x01BFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
 
@@ -1553,72 +2149,85 @@ func file_norsk_manager_v1_node_controller_proto_rawDescGZIP() []byte {
 	return file_norsk_manager_v1_node_controller_proto_rawDescData
 }
 
-var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_norsk_manager_v1_node_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_norsk_manager_v1_node_controller_proto_goTypes = []any{
-	(*ControllerMessage)(nil),        // 0: norsk.manager.v1.ControllerMessage
-	(*LeaseGrant)(nil),               // 1: norsk.manager.v1.LeaseGrant
-	(*ReportsRecorded)(nil),          // 2: norsk.manager.v1.ReportsRecorded
-	(*RecordedReport)(nil),           // 3: norsk.manager.v1.RecordedReport
-	(*DiscoveryAccess)(nil),          // 4: norsk.manager.v1.DiscoveryAccess
-	(*AccessReplicaUpdate)(nil),      // 5: norsk.manager.v1.AccessReplicaUpdate
-	(*ControllerHello)(nil),          // 6: norsk.manager.v1.ControllerHello
-	(*StartInstance)(nil),            // 7: norsk.manager.v1.StartInstance
-	(*StartPreparedInstance)(nil),    // 8: norsk.manager.v1.StartPreparedInstance
-	(*StopInstance)(nil),             // 9: norsk.manager.v1.StopInstance
-	(*UpdateInstance)(nil),           // 10: norsk.manager.v1.UpdateInstance
-	(*Terminate)(nil),                // 11: norsk.manager.v1.Terminate
-	(*WorkerMessage)(nil),            // 12: norsk.manager.v1.WorkerMessage
-	(*WorkerHello)(nil),              // 13: norsk.manager.v1.WorkerHello
-	(*InstanceReport)(nil),           // 14: norsk.manager.v1.InstanceReport
-	(*Heartbeat)(nil),                // 15: norsk.manager.v1.Heartbeat
-	(*CommandAck)(nil),               // 16: norsk.manager.v1.CommandAck
-	nil,                              // 17: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	nil,                              // 18: norsk.manager.v1.InstanceReport.ExitCodesEntry
-	(*AccessReplicaPublication)(nil), // 19: norsk.manager.v1.AccessReplicaPublication
-	(*Job)(nil),                      // 20: norsk.manager.v1.Job
-	(StoppingReason)(0),              // 21: norsk.manager.v1.StoppingReason
-	(*Hardware)(nil),                 // 22: norsk.manager.v1.Hardware
-	(*Capability)(nil),               // 23: norsk.manager.v1.Capability
-	(InstancePhase)(0),               // 24: norsk.manager.v1.InstancePhase
-	(*NodeLoad)(nil),                 // 25: norsk.manager.v1.NodeLoad
-	(*ResolvedPortMappings)(nil),     // 26: norsk.manager.v1.ResolvedPortMappings
+	(MigrationReportKind)(0),         // 0: norsk.manager.v1.MigrationReportKind
+	(*ControllerMessage)(nil),        // 1: norsk.manager.v1.ControllerMessage
+	(*MigrationGetState)(nil),        // 2: norsk.manager.v1.MigrationGetState
+	(*MigrationCutoverReady)(nil),    // 3: norsk.manager.v1.MigrationCutoverReady
+	(*MigrationCutoverApply)(nil),    // 4: norsk.manager.v1.MigrationCutoverApply
+	(*MigrationAbort)(nil),           // 5: norsk.manager.v1.MigrationAbort
+	(*MigrationReport)(nil),          // 6: norsk.manager.v1.MigrationReport
+	(*LeaseGrant)(nil),               // 7: norsk.manager.v1.LeaseGrant
+	(*ReportsRecorded)(nil),          // 8: norsk.manager.v1.ReportsRecorded
+	(*RecordedReport)(nil),           // 9: norsk.manager.v1.RecordedReport
+	(*DiscoveryAccess)(nil),          // 10: norsk.manager.v1.DiscoveryAccess
+	(*AccessReplicaUpdate)(nil),      // 11: norsk.manager.v1.AccessReplicaUpdate
+	(*ControllerHello)(nil),          // 12: norsk.manager.v1.ControllerHello
+	(*StartInstance)(nil),            // 13: norsk.manager.v1.StartInstance
+	(*StartPreparedInstance)(nil),    // 14: norsk.manager.v1.StartPreparedInstance
+	(*StopInstance)(nil),             // 15: norsk.manager.v1.StopInstance
+	(*UpdateInstance)(nil),           // 16: norsk.manager.v1.UpdateInstance
+	(*Terminate)(nil),                // 17: norsk.manager.v1.Terminate
+	(*WorkerMessage)(nil),            // 18: norsk.manager.v1.WorkerMessage
+	(*WorkerHello)(nil),              // 19: norsk.manager.v1.WorkerHello
+	(*InstanceReport)(nil),           // 20: norsk.manager.v1.InstanceReport
+	(*Heartbeat)(nil),                // 21: norsk.manager.v1.Heartbeat
+	(*CommandAck)(nil),               // 22: norsk.manager.v1.CommandAck
+	nil,                              // 23: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	nil,                              // 24: norsk.manager.v1.InstanceReport.ExitCodesEntry
+	(*AccessReplicaPublication)(nil), // 25: norsk.manager.v1.AccessReplicaPublication
+	(*Job)(nil),                      // 26: norsk.manager.v1.Job
+	(StoppingReason)(0),              // 27: norsk.manager.v1.StoppingReason
+	(*Hardware)(nil),                 // 28: norsk.manager.v1.Hardware
+	(*Capability)(nil),               // 29: norsk.manager.v1.Capability
+	(InstancePhase)(0),               // 30: norsk.manager.v1.InstancePhase
+	(*NodeLoad)(nil),                 // 31: norsk.manager.v1.NodeLoad
+	(*ResolvedPortMappings)(nil),     // 32: norsk.manager.v1.ResolvedPortMappings
 }
 var file_norsk_manager_v1_node_controller_proto_depIdxs = []int32{
-	6,  // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
-	7,  // 1: norsk.manager.v1.ControllerMessage.start:type_name -> norsk.manager.v1.StartInstance
-	8,  // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
-	9,  // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
-	10, // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
-	11, // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
-	4,  // 6: norsk.manager.v1.ControllerMessage.discovery_access:type_name -> norsk.manager.v1.DiscoveryAccess
-	5,  // 7: norsk.manager.v1.ControllerMessage.access_replica:type_name -> norsk.manager.v1.AccessReplicaUpdate
-	2,  // 8: norsk.manager.v1.ControllerMessage.recorded:type_name -> norsk.manager.v1.ReportsRecorded
-	1,  // 9: norsk.manager.v1.ControllerMessage.lease:type_name -> norsk.manager.v1.LeaseGrant
-	3,  // 10: norsk.manager.v1.ReportsRecorded.reports:type_name -> norsk.manager.v1.RecordedReport
-	19, // 11: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	20, // 12: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
-	21, // 13: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
-	20, // 14: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
-	13, // 15: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
-	14, // 16: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
-	15, // 17: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
-	16, // 18: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
-	22, // 19: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
-	23, // 20: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
-	14, // 21: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
-	24, // 22: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
-	17, // 23: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	21, // 24: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
-	18, // 25: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
-	25, // 26: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
-	26, // 27: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	0,  // 28: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
-	12, // 29: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
-	29, // [29:30] is the sub-list for method output_type
-	28, // [28:29] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	12, // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
+	13, // 1: norsk.manager.v1.ControllerMessage.start:type_name -> norsk.manager.v1.StartInstance
+	14, // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
+	15, // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
+	16, // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
+	17, // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
+	10, // 6: norsk.manager.v1.ControllerMessage.discovery_access:type_name -> norsk.manager.v1.DiscoveryAccess
+	11, // 7: norsk.manager.v1.ControllerMessage.access_replica:type_name -> norsk.manager.v1.AccessReplicaUpdate
+	8,  // 8: norsk.manager.v1.ControllerMessage.recorded:type_name -> norsk.manager.v1.ReportsRecorded
+	7,  // 9: norsk.manager.v1.ControllerMessage.lease:type_name -> norsk.manager.v1.LeaseGrant
+	2,  // 10: norsk.manager.v1.ControllerMessage.migration_get_state:type_name -> norsk.manager.v1.MigrationGetState
+	3,  // 11: norsk.manager.v1.ControllerMessage.migration_cutover_ready:type_name -> norsk.manager.v1.MigrationCutoverReady
+	4,  // 12: norsk.manager.v1.ControllerMessage.migration_cutover_apply:type_name -> norsk.manager.v1.MigrationCutoverApply
+	5,  // 13: norsk.manager.v1.ControllerMessage.migration_abort:type_name -> norsk.manager.v1.MigrationAbort
+	0,  // 14: norsk.manager.v1.MigrationReport.kind:type_name -> norsk.manager.v1.MigrationReportKind
+	9,  // 15: norsk.manager.v1.ReportsRecorded.reports:type_name -> norsk.manager.v1.RecordedReport
+	25, // 16: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	26, // 17: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
+	27, // 18: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
+	26, // 19: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
+	19, // 20: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
+	20, // 21: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
+	21, // 22: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
+	22, // 23: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
+	6,  // 24: norsk.manager.v1.WorkerMessage.migration:type_name -> norsk.manager.v1.MigrationReport
+	28, // 25: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
+	29, // 26: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
+	20, // 27: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
+	30, // 28: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
+	23, // 29: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	27, // 30: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
+	24, // 31: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
+	31, // 32: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
+	32, // 33: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	1,  // 34: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
+	18, // 35: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
+	35, // [35:36] is the sub-list for method output_type
+	34, // [34:35] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_node_controller_proto_init() }
@@ -1640,25 +2249,31 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 		(*ControllerMessage_AccessReplica)(nil),
 		(*ControllerMessage_Recorded)(nil),
 		(*ControllerMessage_Lease)(nil),
+		(*ControllerMessage_MigrationGetState)(nil),
+		(*ControllerMessage_MigrationCutoverReady)(nil),
+		(*ControllerMessage_MigrationCutoverApply)(nil),
+		(*ControllerMessage_MigrationAbort)(nil),
 	}
-	file_norsk_manager_v1_node_controller_proto_msgTypes[12].OneofWrappers = []any{
+	file_norsk_manager_v1_node_controller_proto_msgTypes[17].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Report)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
 		(*WorkerMessage_Ack)(nil),
+		(*WorkerMessage_Migration)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_node_controller_proto_rawDesc), len(file_norsk_manager_v1_node_controller_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   19,
+			NumEnums:      1,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_norsk_manager_v1_node_controller_proto_goTypes,
 		DependencyIndexes: file_norsk_manager_v1_node_controller_proto_depIdxs,
+		EnumInfos:         file_norsk_manager_v1_node_controller_proto_enumTypes,
 		MessageInfos:      file_norsk_manager_v1_node_controller_proto_msgTypes,
 	}.Build()
 	File_norsk_manager_v1_node_controller_proto = out.File

@@ -80,6 +80,10 @@ type Command struct {
 	//	*Command_RenewBundleLease
 	//	*Command_SetLeasesPaused
 	//	*Command_BindInstances
+	//	*Command_MigrationReports
+	//	*Command_PutMigration
+	//	*Command_ForgetMigrations
+	//	*Command_SetNodeDraining
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -514,6 +518,42 @@ func (x *Command) GetBindInstances() *BindInstances {
 	return nil
 }
 
+func (x *Command) GetMigrationReports() *MigrationReports {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_MigrationReports); ok {
+			return x.MigrationReports
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPutMigration() *PutMigration {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PutMigration); ok {
+			return x.PutMigration
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetForgetMigrations() *ForgetMigrations {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_ForgetMigrations); ok {
+			return x.ForgetMigrations
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetNodeDraining() *SetNodeDraining {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetNodeDraining); ok {
+			return x.SetNodeDraining
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -686,6 +726,22 @@ type Command_BindInstances struct {
 	BindInstances *BindInstances `protobuf:"bytes,51,opt,name=bind_instances,json=bindInstances,proto3,oneof"`
 }
 
+type Command_MigrationReports struct {
+	MigrationReports *MigrationReports `protobuf:"bytes,52,opt,name=migration_reports,json=migrationReports,proto3,oneof"`
+}
+
+type Command_PutMigration struct {
+	PutMigration *PutMigration `protobuf:"bytes,53,opt,name=put_migration,json=putMigration,proto3,oneof"`
+}
+
+type Command_ForgetMigrations struct {
+	ForgetMigrations *ForgetMigrations `protobuf:"bytes,54,opt,name=forget_migrations,json=forgetMigrations,proto3,oneof"`
+}
+
+type Command_SetNodeDraining struct {
+	SetNodeDraining *SetNodeDraining `protobuf:"bytes,55,opt,name=set_node_draining,json=setNodeDraining,proto3,oneof"`
+}
+
 func (*Command_CreateJob) isCommand_Cmd() {}
 
 func (*Command_UpdateJob) isCommand_Cmd() {}
@@ -769,6 +825,14 @@ func (*Command_RenewBundleLease) isCommand_Cmd() {}
 func (*Command_SetLeasesPaused) isCommand_Cmd() {}
 
 func (*Command_BindInstances) isCommand_Cmd() {}
+
+func (*Command_MigrationReports) isCommand_Cmd() {}
+
+func (*Command_PutMigration) isCommand_Cmd() {}
+
+func (*Command_ForgetMigrations) isCommand_Cmd() {}
+
+func (*Command_SetNodeDraining) isCommand_Cmd() {}
 
 // CreateBundle stores a bundle (its id, created_at and revision stamped by
 // the handler and the FSM) and its expanded replica jobs, in one write.
@@ -2614,6 +2678,230 @@ func (x *BindInstances) GetBinds() []*BindInstance {
 	return nil
 }
 
+// MigrationReports are handshake messages instances' job sockets sent
+// (through their worker): each becomes its migration event, if it is from
+// the instance's current binding.
+type MigrationReports struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Reports       []*v1.MigrationReport  `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MigrationReports) Reset() {
+	*x = MigrationReports{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationReports) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationReports) ProtoMessage() {}
+
+func (x *MigrationReports) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationReports.ProtoReflect.Descriptor instead.
+func (*MigrationReports) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *MigrationReports) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *MigrationReports) GetReports() []*v1.MigrationReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+// PutMigration writes a migration record (the AutoManager's saga state).
+// With expected_revision set the record must still be at it (0 = must not
+// exist yet when create is set).
+type PutMigration struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Migration        *v1.MigrationState     `protobuf:"bytes,1,opt,name=migration,proto3" json:"migration,omitempty"`
+	ExpectedRevision uint64                 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	Create           bool                   `protobuf:"varint,3,opt,name=create,proto3" json:"create,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PutMigration) Reset() {
+	*x = PutMigration{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutMigration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutMigration) ProtoMessage() {}
+
+func (x *PutMigration) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutMigration.ProtoReflect.Descriptor instead.
+func (*PutMigration) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *PutMigration) GetMigration() *v1.MigrationState {
+	if x != nil {
+		return x.Migration
+	}
+	return nil
+}
+
+func (x *PutMigration) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *PutMigration) GetCreate() bool {
+	if x != nil {
+		return x.Create
+	}
+	return false
+}
+
+// ForgetMigrations deletes terminal migration records: the ones named, or
+// (all_terminal) every done or aborted one.
+type ForgetMigrations struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MigrationIds  []string               `protobuf:"bytes,1,rep,name=migration_ids,json=migrationIds,proto3" json:"migration_ids,omitempty"`
+	AllTerminal   bool                   `protobuf:"varint,2,opt,name=all_terminal,json=allTerminal,proto3" json:"all_terminal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetMigrations) Reset() {
+	*x = ForgetMigrations{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetMigrations) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetMigrations) ProtoMessage() {}
+
+func (x *ForgetMigrations) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetMigrations.ProtoReflect.Descriptor instead.
+func (*ForgetMigrations) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ForgetMigrations) GetMigrationIds() []string {
+	if x != nil {
+		return x.MigrationIds
+	}
+	return nil
+}
+
+func (x *ForgetMigrations) GetAllTerminal() bool {
+	if x != nil {
+		return x.AllTerminal
+	}
+	return false
+}
+
+type SetNodeDraining struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Draining      bool                   `protobuf:"varint,2,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeDraining) Reset() {
+	*x = SetNodeDraining{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeDraining) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeDraining) ProtoMessage() {}
+
+func (x *SetNodeDraining) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeDraining.ProtoReflect.Descriptor instead.
+func (*SetNodeDraining) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SetNodeDraining) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetNodeDraining) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 type StopInstance struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -2627,7 +2915,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2927,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2940,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -2701,7 +2989,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +3001,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +3014,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -2759,7 +3047,7 @@ type CompleteJob struct {
 
 func (x *CompleteJob) Reset() {
 	*x = CompleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +3059,7 @@ func (x *CompleteJob) String() string {
 func (*CompleteJob) ProtoMessage() {}
 
 func (x *CompleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +3072,7 @@ func (x *CompleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJob.ProtoReflect.Descriptor instead.
 func (*CompleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CompleteJob) GetJobId() string {
@@ -2804,7 +3092,7 @@ type MarkJobFailed struct {
 
 func (x *MarkJobFailed) Reset() {
 	*x = MarkJobFailed{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +3104,7 @@ func (x *MarkJobFailed) String() string {
 func (*MarkJobFailed) ProtoMessage() {}
 
 func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +3117,7 @@ func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFailed.ProtoReflect.Descriptor instead.
 func (*MarkJobFailed) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MarkJobFailed) GetJobId() string {
@@ -2858,7 +3146,7 @@ type InstanceReports struct {
 
 func (x *InstanceReports) Reset() {
 	*x = InstanceReports{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +3158,7 @@ func (x *InstanceReports) String() string {
 func (*InstanceReports) ProtoMessage() {}
 
 func (x *InstanceReports) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +3171,7 @@ func (x *InstanceReports) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReports.ProtoReflect.Descriptor instead.
 func (*InstanceReports) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *InstanceReports) GetNodeId() string {
@@ -2919,7 +3207,7 @@ type RegisterSlot struct {
 
 func (x *RegisterSlot) Reset() {
 	*x = RegisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3219,7 @@ func (x *RegisterSlot) String() string {
 func (*RegisterSlot) ProtoMessage() {}
 
 func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3232,7 @@ func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSlot.ProtoReflect.Descriptor instead.
 func (*RegisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RegisterSlot) GetNodeId() string {
@@ -3025,7 +3313,7 @@ type MemberRegister struct {
 
 func (x *MemberRegister) Reset() {
 	*x = MemberRegister{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3037,7 +3325,7 @@ func (x *MemberRegister) String() string {
 func (*MemberRegister) ProtoMessage() {}
 
 func (x *MemberRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3050,7 +3338,7 @@ func (x *MemberRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRegister.ProtoReflect.Descriptor instead.
 func (*MemberRegister) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MemberRegister) GetToken() string {
@@ -3128,7 +3416,7 @@ type DeregisterSlot struct {
 
 func (x *DeregisterSlot) Reset() {
 	*x = DeregisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3140,7 +3428,7 @@ func (x *DeregisterSlot) String() string {
 func (*DeregisterSlot) ProtoMessage() {}
 
 func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3153,7 +3441,7 @@ func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterSlot.ProtoReflect.Descriptor instead.
 func (*DeregisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeregisterSlot) GetNodeId() string {
@@ -3173,7 +3461,7 @@ type SetSlotPool struct {
 
 func (x *SetSlotPool) Reset() {
 	*x = SetSlotPool{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +3473,7 @@ func (x *SetSlotPool) String() string {
 func (*SetSlotPool) ProtoMessage() {}
 
 func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +3486,7 @@ func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotPool.ProtoReflect.Descriptor instead.
 func (*SetSlotPool) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetSlotPool) GetNodeId() string {
@@ -3227,7 +3515,7 @@ type NodeOnline struct {
 
 func (x *NodeOnline) Reset() {
 	*x = NodeOnline{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3527,7 @@ func (x *NodeOnline) String() string {
 func (*NodeOnline) ProtoMessage() {}
 
 func (x *NodeOnline) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3540,7 @@ func (x *NodeOnline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOnline.ProtoReflect.Descriptor instead.
 func (*NodeOnline) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NodeOnline) GetNodeId() string {
@@ -3279,7 +3567,7 @@ type NodeLost struct {
 
 func (x *NodeLost) Reset() {
 	*x = NodeLost{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3579,7 @@ func (x *NodeLost) String() string {
 func (*NodeLost) ProtoMessage() {}
 
 func (x *NodeLost) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3592,7 @@ func (x *NodeLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLost.ProtoReflect.Descriptor instead.
 func (*NodeLost) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeLost) GetNodeId() string {
@@ -3338,7 +3626,7 @@ type TerminateNode struct {
 
 func (x *TerminateNode) Reset() {
 	*x = TerminateNode{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3350,7 +3638,7 @@ func (x *TerminateNode) String() string {
 func (*TerminateNode) ProtoMessage() {}
 
 func (x *TerminateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3363,7 +3651,7 @@ func (x *TerminateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateNode.ProtoReflect.Descriptor instead.
 func (*TerminateNode) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TerminateNode) GetNodeId() string {
@@ -3399,7 +3687,7 @@ type NodeTerminated struct {
 
 func (x *NodeTerminated) Reset() {
 	*x = NodeTerminated{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3699,7 @@ func (x *NodeTerminated) String() string {
 func (*NodeTerminated) ProtoMessage() {}
 
 func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3712,7 @@ func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeTerminated.ProtoReflect.Descriptor instead.
 func (*NodeTerminated) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NodeTerminated) GetNodeId() string {
@@ -3451,7 +3739,7 @@ type SetNodeTags struct {
 
 func (x *SetNodeTags) Reset() {
 	*x = SetNodeTags{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3751,7 @@ func (x *SetNodeTags) String() string {
 func (*SetNodeTags) ProtoMessage() {}
 
 func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3764,7 @@ func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeTags.ProtoReflect.Descriptor instead.
 func (*SetNodeTags) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetNodeTags) GetNodeId() string {
@@ -3503,7 +3791,7 @@ type SetNodeIdleExpiry struct {
 
 func (x *SetNodeIdleExpiry) Reset() {
 	*x = SetNodeIdleExpiry{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +3803,7 @@ func (x *SetNodeIdleExpiry) String() string {
 func (*SetNodeIdleExpiry) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +3816,7 @@ func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetNodeIdleExpiry) GetNodeId() string {
@@ -3561,7 +3849,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3573,7 +3861,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3586,7 +3874,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *JobRecord) GetJob() *v1.Job {
@@ -3647,7 +3935,7 @@ type NodeRecord struct {
 
 func (x *NodeRecord) Reset() {
 	*x = NodeRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3659,7 +3947,7 @@ func (x *NodeRecord) String() string {
 func (*NodeRecord) ProtoMessage() {}
 
 func (x *NodeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3672,7 +3960,7 @@ func (x *NodeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
 func (*NodeRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *NodeRecord) GetNode() *v1.Node {
@@ -3728,7 +4016,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +4028,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +4041,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SnapshotHeader) GetSchemaVersion() uint32 {
@@ -3783,7 +4071,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +4083,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +4096,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SnapshotTrailer) GetRecords() uint64 {
@@ -3847,6 +4135,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_ClusterMeta
 	//	*SnapshotRecord_Bundle
 	//	*SnapshotRecord_LeaseState
+	//	*SnapshotRecord_Migration
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3854,7 +4143,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3866,7 +4155,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3879,7 +4168,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -4042,6 +4331,15 @@ func (x *SnapshotRecord) GetLeaseState() *LeaseState {
 	return nil
 }
 
+func (x *SnapshotRecord) GetMigration() *v1.MigrationState {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_Migration); ok {
+			return x.Migration
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -4114,6 +4412,10 @@ type SnapshotRecord_LeaseState struct {
 	LeaseState *LeaseState `protobuf:"bytes,17,opt,name=lease_state,json=leaseState,proto3,oneof"`
 }
 
+type SnapshotRecord_Migration struct {
+	Migration *v1.MigrationState `protobuf:"bytes,18,opt,name=migration,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Header) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
@@ -4148,6 +4450,8 @@ func (*SnapshotRecord_Bundle) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_LeaseState) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_Migration) isSnapshotRecord_Record() {}
+
 // TokenRecord is an API token: its metadata and the SHA-256 (hex) of its
 // secret.
 type TokenRecord struct {
@@ -4160,7 +4464,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4172,7 +4476,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4185,7 +4489,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TokenRecord) GetToken() *v1.ApiToken {
@@ -4214,7 +4518,7 @@ type AccessReplicaState struct {
 
 func (x *AccessReplicaState) Reset() {
 	*x = AccessReplicaState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4226,7 +4530,7 @@ func (x *AccessReplicaState) String() string {
 func (*AccessReplicaState) ProtoMessage() {}
 
 func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4239,7 +4543,7 @@ func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessReplicaState.ProtoReflect.Descriptor instead.
 func (*AccessReplicaState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AccessReplicaState) GetVersion() uint64 {
@@ -4275,7 +4579,7 @@ type AuditState struct {
 
 func (x *AuditState) Reset() {
 	*x = AuditState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4287,7 +4591,7 @@ func (x *AuditState) String() string {
 func (*AuditState) ProtoMessage() {}
 
 func (x *AuditState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4300,7 +4604,7 @@ func (x *AuditState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditState.ProtoReflect.Descriptor instead.
 func (*AuditState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AuditState) GetNextSeq() int64 {
@@ -4335,7 +4639,7 @@ type KvRecord struct {
 
 func (x *KvRecord) Reset() {
 	*x = KvRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4347,7 +4651,7 @@ func (x *KvRecord) String() string {
 func (*KvRecord) ProtoMessage() {}
 
 func (x *KvRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4360,7 +4664,7 @@ func (x *KvRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvRecord.ProtoReflect.Descriptor instead.
 func (*KvRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *KvRecord) GetNamespace() string {
@@ -4388,7 +4692,7 @@ type KvNamespace struct {
 
 func (x *KvNamespace) Reset() {
 	*x = KvNamespace{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4400,7 +4704,7 @@ func (x *KvNamespace) String() string {
 func (*KvNamespace) ProtoMessage() {}
 
 func (x *KvNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4413,7 +4717,7 @@ func (x *KvNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvNamespace.ProtoReflect.Descriptor instead.
 func (*KvNamespace) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KvNamespace) GetName() string {
@@ -4440,7 +4744,7 @@ type StoreMeta struct {
 
 func (x *StoreMeta) Reset() {
 	*x = StoreMeta{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4452,7 +4756,7 @@ func (x *StoreMeta) String() string {
 func (*StoreMeta) ProtoMessage() {}
 
 func (x *StoreMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4465,7 +4769,7 @@ func (x *StoreMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreMeta.ProtoReflect.Descriptor instead.
 func (*StoreMeta) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{59}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *StoreMeta) GetSchemaVersion() uint32 {
@@ -4479,7 +4783,7 @@ var File_norsk_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xa9\x18\n" +
+	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a norsk/manager/v1/migration.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xdf\x1a\n" +
 	"\aCommand\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x05audit\x18\x02 \x01(\v2\x1a.norsk.store.v1.AuditStampR\x05audit\x12:\n" +
@@ -4530,7 +4834,11 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x14set_bundle_stop_time\x180 \x01(\v2!.norsk.store.v1.SetBundleStopTimeH\x00R\x11setBundleStopTime\x12P\n" +
 	"\x12renew_bundle_lease\x181 \x01(\v2 .norsk.store.v1.RenewBundleLeaseH\x00R\x10renewBundleLease\x12M\n" +
 	"\x11set_leases_paused\x182 \x01(\v2\x1f.norsk.store.v1.SetLeasesPausedH\x00R\x0fsetLeasesPaused\x12F\n" +
-	"\x0ebind_instances\x183 \x01(\v2\x1d.norsk.store.v1.BindInstancesH\x00R\rbindInstancesB\x05\n" +
+	"\x0ebind_instances\x183 \x01(\v2\x1d.norsk.store.v1.BindInstancesH\x00R\rbindInstances\x12O\n" +
+	"\x11migration_reports\x184 \x01(\v2 .norsk.store.v1.MigrationReportsH\x00R\x10migrationReports\x12C\n" +
+	"\rput_migration\x185 \x01(\v2\x1c.norsk.store.v1.PutMigrationH\x00R\fputMigration\x12O\n" +
+	"\x11forget_migrations\x186 \x01(\v2 .norsk.store.v1.ForgetMigrationsH\x00R\x10forgetMigrations\x12M\n" +
+	"\x11set_node_draining\x187 \x01(\v2\x1f.norsk.store.v1.SetNodeDrainingH\x00R\x0fsetNodeDrainingB\x05\n" +
 	"\x03cmd\"@\n" +
 	"\fCreateBundle\x120\n" +
 	"\x06bundle\x18\x01 \x01(\v2\x18.norsk.manager.v1.BundleR\x06bundle\"@\n" +
@@ -4649,7 +4957,20 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12;\n" +
 	"\aoptions\x18\x04 \x01(\v2!.norsk.manager.v1.StartJobOptionsR\aoptions\"C\n" +
 	"\rBindInstances\x122\n" +
-	"\x05binds\x18\x01 \x03(\v2\x1c.norsk.store.v1.BindInstanceR\x05binds\"\x90\x01\n" +
+	"\x05binds\x18\x01 \x03(\v2\x1c.norsk.store.v1.BindInstanceR\x05binds\"h\n" +
+	"\x10MigrationReports\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12;\n" +
+	"\areports\x18\x02 \x03(\v2!.norsk.manager.v1.MigrationReportR\areports\"\x93\x01\n" +
+	"\fPutMigration\x12>\n" +
+	"\tmigration\x18\x01 \x01(\v2 .norsk.manager.v1.MigrationStateR\tmigration\x12+\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\x12\x16\n" +
+	"\x06create\x18\x03 \x01(\bR\x06create\"Z\n" +
+	"\x10ForgetMigrations\x12#\n" +
+	"\rmigration_ids\x18\x01 \x03(\tR\fmigrationIds\x12!\n" +
+	"\fall_terminal\x18\x02 \x01(\bR\vallTerminal\"F\n" +
+	"\x0fSetNodeDraining\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
+	"\bdraining\x18\x02 \x01(\bR\bdraining\"\x90\x01\n" +
 	"\fStopInstance\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
@@ -4744,7 +5065,7 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"C\n" +
 	"\x0fSnapshotTrailer\x12\x18\n" +
 	"\arecords\x18\x01 \x01(\x04R\arecords\x12\x16\n" +
-	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\x8a\b\n" +
+	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\xcc\b\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.norsk.store.v1.SnapshotHeaderH\x00R\x06header\x12-\n" +
 	"\x03job\x18\x02 \x01(\v2\x19.norsk.store.v1.JobRecordH\x00R\x03job\x128\n" +
@@ -4767,7 +5088,8 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\fcluster_meta\x18\x0f \x01(\v2\x1b.norsk.store.v1.ClusterMetaH\x00R\vclusterMeta\x122\n" +
 	"\x06bundle\x18\x10 \x01(\v2\x18.norsk.manager.v1.BundleH\x00R\x06bundle\x12=\n" +
 	"\vlease_state\x18\x11 \x01(\v2\x1a.norsk.store.v1.LeaseStateH\x00R\n" +
-	"leaseStateB\b\n" +
+	"leaseState\x12@\n" +
+	"\tmigration\x18\x12 \x01(\v2 .norsk.manager.v1.MigrationStateH\x00R\tmigrationB\b\n" +
 	"\x06record\"`\n" +
 	"\vTokenRecord\x120\n" +
 	"\x05token\x18\x01 \x01(\v2\x1a.norsk.manager.v1.ApiTokenR\x05token\x12\x1f\n" +
@@ -4806,7 +5128,7 @@ func file_norsk_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_norsk_store_v1_store_proto_rawDescData
 }
 
-var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*Command)(nil),                     // 0: norsk.store.v1.Command
 	(*CreateBundle)(nil),                // 1: norsk.store.v1.CreateBundle
@@ -4842,153 +5164,166 @@ var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*DeleteJob)(nil),                   // 31: norsk.store.v1.DeleteJob
 	(*BindInstance)(nil),                // 32: norsk.store.v1.BindInstance
 	(*BindInstances)(nil),               // 33: norsk.store.v1.BindInstances
-	(*StopInstance)(nil),                // 34: norsk.store.v1.StopInstance
-	(*StartPreparedInstance)(nil),       // 35: norsk.store.v1.StartPreparedInstance
-	(*CompleteJob)(nil),                 // 36: norsk.store.v1.CompleteJob
-	(*MarkJobFailed)(nil),               // 37: norsk.store.v1.MarkJobFailed
-	(*InstanceReports)(nil),             // 38: norsk.store.v1.InstanceReports
-	(*RegisterSlot)(nil),                // 39: norsk.store.v1.RegisterSlot
-	(*MemberRegister)(nil),              // 40: norsk.store.v1.MemberRegister
-	(*DeregisterSlot)(nil),              // 41: norsk.store.v1.DeregisterSlot
-	(*SetSlotPool)(nil),                 // 42: norsk.store.v1.SetSlotPool
-	(*NodeOnline)(nil),                  // 43: norsk.store.v1.NodeOnline
-	(*NodeLost)(nil),                    // 44: norsk.store.v1.NodeLost
-	(*TerminateNode)(nil),               // 45: norsk.store.v1.TerminateNode
-	(*NodeTerminated)(nil),              // 46: norsk.store.v1.NodeTerminated
-	(*SetNodeTags)(nil),                 // 47: norsk.store.v1.SetNodeTags
-	(*SetNodeIdleExpiry)(nil),           // 48: norsk.store.v1.SetNodeIdleExpiry
-	(*JobRecord)(nil),                   // 49: norsk.store.v1.JobRecord
-	(*NodeRecord)(nil),                  // 50: norsk.store.v1.NodeRecord
-	(*SnapshotHeader)(nil),              // 51: norsk.store.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),             // 52: norsk.store.v1.SnapshotTrailer
-	(*SnapshotRecord)(nil),              // 53: norsk.store.v1.SnapshotRecord
-	(*TokenRecord)(nil),                 // 54: norsk.store.v1.TokenRecord
-	(*AccessReplicaState)(nil),          // 55: norsk.store.v1.AccessReplicaState
-	(*AuditState)(nil),                  // 56: norsk.store.v1.AuditState
-	(*KvRecord)(nil),                    // 57: norsk.store.v1.KvRecord
-	(*KvNamespace)(nil),                 // 58: norsk.store.v1.KvNamespace
-	(*StoreMeta)(nil),                   // 59: norsk.store.v1.StoreMeta
-	nil,                                 // 60: norsk.store.v1.RegisterSlot.TagsEntry
-	nil,                                 // 61: norsk.store.v1.SetNodeTags.TagsEntry
-	(*timestamppb.Timestamp)(nil),       // 62: google.protobuf.Timestamp
-	(*v1.Bundle)(nil),                   // 63: norsk.manager.v1.Bundle
-	(*v1.ApiToken)(nil),                 // 64: norsk.manager.v1.ApiToken
-	(*v1.DiscoveryFleet)(nil),           // 65: norsk.manager.v1.DiscoveryFleet
-	(*v1.AccessReplicaPublication)(nil), // 66: norsk.manager.v1.AccessReplicaPublication
-	(*v1.KvWrite)(nil),                  // 67: norsk.manager.v1.KvWrite
-	(*v1.KvCommitOptions)(nil),          // 68: norsk.manager.v1.KvCommitOptions
-	(*v1.Job)(nil),                      // 69: norsk.manager.v1.Job
-	(*v1.StartJobOptions)(nil),          // 70: norsk.manager.v1.StartJobOptions
-	(*v1.InstanceReport)(nil),           // 71: norsk.manager.v1.InstanceReport
-	(*v1.Hardware)(nil),                 // 72: norsk.manager.v1.Hardware
-	(*v1.Capability)(nil),               // 73: norsk.manager.v1.Capability
-	(*v1.WorkerHello)(nil),              // 74: norsk.manager.v1.WorkerHello
-	(*v1.JobHistoryEntry)(nil),          // 75: norsk.manager.v1.JobHistoryEntry
-	(*v1.Node)(nil),                     // 76: norsk.manager.v1.Node
-	(*v1.Instance)(nil),                 // 77: norsk.manager.v1.Instance
-	(*v1.AuditLogEntry)(nil),            // 78: norsk.manager.v1.AuditLogEntry
-	(*v1.AuditCheckpoint)(nil),          // 79: norsk.manager.v1.AuditCheckpoint
-	(*v1.KvEntry)(nil),                  // 80: norsk.manager.v1.KvEntry
+	(*MigrationReports)(nil),            // 34: norsk.store.v1.MigrationReports
+	(*PutMigration)(nil),                // 35: norsk.store.v1.PutMigration
+	(*ForgetMigrations)(nil),            // 36: norsk.store.v1.ForgetMigrations
+	(*SetNodeDraining)(nil),             // 37: norsk.store.v1.SetNodeDraining
+	(*StopInstance)(nil),                // 38: norsk.store.v1.StopInstance
+	(*StartPreparedInstance)(nil),       // 39: norsk.store.v1.StartPreparedInstance
+	(*CompleteJob)(nil),                 // 40: norsk.store.v1.CompleteJob
+	(*MarkJobFailed)(nil),               // 41: norsk.store.v1.MarkJobFailed
+	(*InstanceReports)(nil),             // 42: norsk.store.v1.InstanceReports
+	(*RegisterSlot)(nil),                // 43: norsk.store.v1.RegisterSlot
+	(*MemberRegister)(nil),              // 44: norsk.store.v1.MemberRegister
+	(*DeregisterSlot)(nil),              // 45: norsk.store.v1.DeregisterSlot
+	(*SetSlotPool)(nil),                 // 46: norsk.store.v1.SetSlotPool
+	(*NodeOnline)(nil),                  // 47: norsk.store.v1.NodeOnline
+	(*NodeLost)(nil),                    // 48: norsk.store.v1.NodeLost
+	(*TerminateNode)(nil),               // 49: norsk.store.v1.TerminateNode
+	(*NodeTerminated)(nil),              // 50: norsk.store.v1.NodeTerminated
+	(*SetNodeTags)(nil),                 // 51: norsk.store.v1.SetNodeTags
+	(*SetNodeIdleExpiry)(nil),           // 52: norsk.store.v1.SetNodeIdleExpiry
+	(*JobRecord)(nil),                   // 53: norsk.store.v1.JobRecord
+	(*NodeRecord)(nil),                  // 54: norsk.store.v1.NodeRecord
+	(*SnapshotHeader)(nil),              // 55: norsk.store.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),             // 56: norsk.store.v1.SnapshotTrailer
+	(*SnapshotRecord)(nil),              // 57: norsk.store.v1.SnapshotRecord
+	(*TokenRecord)(nil),                 // 58: norsk.store.v1.TokenRecord
+	(*AccessReplicaState)(nil),          // 59: norsk.store.v1.AccessReplicaState
+	(*AuditState)(nil),                  // 60: norsk.store.v1.AuditState
+	(*KvRecord)(nil),                    // 61: norsk.store.v1.KvRecord
+	(*KvNamespace)(nil),                 // 62: norsk.store.v1.KvNamespace
+	(*StoreMeta)(nil),                   // 63: norsk.store.v1.StoreMeta
+	nil,                                 // 64: norsk.store.v1.RegisterSlot.TagsEntry
+	nil,                                 // 65: norsk.store.v1.SetNodeTags.TagsEntry
+	(*timestamppb.Timestamp)(nil),       // 66: google.protobuf.Timestamp
+	(*v1.Bundle)(nil),                   // 67: norsk.manager.v1.Bundle
+	(*v1.ApiToken)(nil),                 // 68: norsk.manager.v1.ApiToken
+	(*v1.DiscoveryFleet)(nil),           // 69: norsk.manager.v1.DiscoveryFleet
+	(*v1.AccessReplicaPublication)(nil), // 70: norsk.manager.v1.AccessReplicaPublication
+	(*v1.KvWrite)(nil),                  // 71: norsk.manager.v1.KvWrite
+	(*v1.KvCommitOptions)(nil),          // 72: norsk.manager.v1.KvCommitOptions
+	(*v1.Job)(nil),                      // 73: norsk.manager.v1.Job
+	(*v1.StartJobOptions)(nil),          // 74: norsk.manager.v1.StartJobOptions
+	(*v1.MigrationReport)(nil),          // 75: norsk.manager.v1.MigrationReport
+	(*v1.MigrationState)(nil),           // 76: norsk.manager.v1.MigrationState
+	(*v1.InstanceReport)(nil),           // 77: norsk.manager.v1.InstanceReport
+	(*v1.Hardware)(nil),                 // 78: norsk.manager.v1.Hardware
+	(*v1.Capability)(nil),               // 79: norsk.manager.v1.Capability
+	(*v1.WorkerHello)(nil),              // 80: norsk.manager.v1.WorkerHello
+	(*v1.JobHistoryEntry)(nil),          // 81: norsk.manager.v1.JobHistoryEntry
+	(*v1.Node)(nil),                     // 82: norsk.manager.v1.Node
+	(*v1.Instance)(nil),                 // 83: norsk.manager.v1.Instance
+	(*v1.AuditLogEntry)(nil),            // 84: norsk.manager.v1.AuditLogEntry
+	(*v1.AuditCheckpoint)(nil),          // 85: norsk.manager.v1.AuditCheckpoint
+	(*v1.KvEntry)(nil),                  // 86: norsk.manager.v1.KvEntry
 }
 var file_norsk_store_v1_store_proto_depIdxs = []int32{
-	62, // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
-	23, // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
-	29, // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
-	30, // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
-	31, // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
-	32, // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
-	34, // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
-	35, // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
-	36, // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
-	37, // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
-	38, // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
-	39, // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
-	40, // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
-	41, // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
-	42, // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
-	43, // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
-	44, // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
-	45, // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
-	46, // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
-	47, // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
-	48, // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
-	24, // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
-	25, // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
-	27, // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
-	28, // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
-	17, // 25: norsk.store.v1.Command.create_token:type_name -> norsk.store.v1.CreateToken
-	18, // 26: norsk.store.v1.Command.revoke_token:type_name -> norsk.store.v1.RevokeToken
-	19, // 27: norsk.store.v1.Command.publish_discovery:type_name -> norsk.store.v1.PublishDiscovery
-	21, // 28: norsk.store.v1.Command.rotate_discovery:type_name -> norsk.store.v1.RotateDiscovery
-	22, // 29: norsk.store.v1.Command.publish_access_replica:type_name -> norsk.store.v1.PublishAccessReplica
-	12, // 30: norsk.store.v1.Command.init_cluster:type_name -> norsk.store.v1.InitCluster
-	13, // 31: norsk.store.v1.Command.expect_member:type_name -> norsk.store.v1.ExpectMember
-	14, // 32: norsk.store.v1.Command.member_joined:type_name -> norsk.store.v1.MemberJoined
-	15, // 33: norsk.store.v1.Command.member_retired:type_name -> norsk.store.v1.MemberRetired
-	16, // 34: norsk.store.v1.Command.set_generation:type_name -> norsk.store.v1.SetGeneration
-	1,  // 35: norsk.store.v1.Command.create_bundle:type_name -> norsk.store.v1.CreateBundle
-	2,  // 36: norsk.store.v1.Command.update_bundle:type_name -> norsk.store.v1.UpdateBundle
-	3,  // 37: norsk.store.v1.Command.delete_bundle:type_name -> norsk.store.v1.DeleteBundle
-	4,  // 38: norsk.store.v1.Command.remove_bundle:type_name -> norsk.store.v1.RemoveBundle
-	5,  // 39: norsk.store.v1.Command.set_bundle_job_dormant:type_name -> norsk.store.v1.SetBundleJobDormant
-	6,  // 40: norsk.store.v1.Command.set_bundle_stop_time:type_name -> norsk.store.v1.SetBundleStopTime
-	7,  // 41: norsk.store.v1.Command.renew_bundle_lease:type_name -> norsk.store.v1.RenewBundleLease
-	8,  // 42: norsk.store.v1.Command.set_leases_paused:type_name -> norsk.store.v1.SetLeasesPaused
-	33, // 43: norsk.store.v1.Command.bind_instances:type_name -> norsk.store.v1.BindInstances
-	63, // 44: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
-	63, // 45: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
-	62, // 46: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
-	62, // 47: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
-	62, // 48: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
-	10, // 49: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
-	64, // 50: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
-	65, // 51: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	65, // 52: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	66, // 53: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	67, // 54: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
-	68, // 55: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
-	69, // 56: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
-	69, // 57: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
-	70, // 58: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
-	32, // 59: norsk.store.v1.BindInstances.binds:type_name -> norsk.store.v1.BindInstance
-	71, // 60: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
-	72, // 61: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
-	60, // 62: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
-	72, // 63: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
-	73, // 64: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
-	74, // 65: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
-	61, // 66: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
-	69, // 67: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
-	75, // 68: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	62, // 69: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
-	62, // 70: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
-	76, // 71: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
-	51, // 72: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
-	49, // 73: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
-	77, // 74: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
-	50, // 75: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
-	52, // 76: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
-	78, // 77: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
-	56, // 78: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
-	57, // 79: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
-	58, // 80: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
-	59, // 81: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
-	54, // 82: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
-	65, // 83: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
-	55, // 84: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
-	10, // 85: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
-	11, // 86: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
-	63, // 87: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
-	9,  // 88: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
-	64, // 89: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
-	66, // 90: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	79, // 91: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
-	80, // 92: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
-	93, // [93:93] is the sub-list for method output_type
-	93, // [93:93] is the sub-list for method input_type
-	93, // [93:93] is the sub-list for extension type_name
-	93, // [93:93] is the sub-list for extension extendee
-	0,  // [0:93] is the sub-list for field type_name
+	66,  // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
+	23,  // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
+	29,  // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
+	30,  // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
+	31,  // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
+	32,  // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
+	38,  // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
+	39,  // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
+	40,  // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
+	41,  // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
+	42,  // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
+	43,  // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
+	44,  // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
+	45,  // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
+	46,  // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
+	47,  // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
+	48,  // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
+	49,  // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
+	50,  // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
+	51,  // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
+	52,  // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
+	24,  // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
+	25,  // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
+	27,  // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
+	28,  // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
+	17,  // 25: norsk.store.v1.Command.create_token:type_name -> norsk.store.v1.CreateToken
+	18,  // 26: norsk.store.v1.Command.revoke_token:type_name -> norsk.store.v1.RevokeToken
+	19,  // 27: norsk.store.v1.Command.publish_discovery:type_name -> norsk.store.v1.PublishDiscovery
+	21,  // 28: norsk.store.v1.Command.rotate_discovery:type_name -> norsk.store.v1.RotateDiscovery
+	22,  // 29: norsk.store.v1.Command.publish_access_replica:type_name -> norsk.store.v1.PublishAccessReplica
+	12,  // 30: norsk.store.v1.Command.init_cluster:type_name -> norsk.store.v1.InitCluster
+	13,  // 31: norsk.store.v1.Command.expect_member:type_name -> norsk.store.v1.ExpectMember
+	14,  // 32: norsk.store.v1.Command.member_joined:type_name -> norsk.store.v1.MemberJoined
+	15,  // 33: norsk.store.v1.Command.member_retired:type_name -> norsk.store.v1.MemberRetired
+	16,  // 34: norsk.store.v1.Command.set_generation:type_name -> norsk.store.v1.SetGeneration
+	1,   // 35: norsk.store.v1.Command.create_bundle:type_name -> norsk.store.v1.CreateBundle
+	2,   // 36: norsk.store.v1.Command.update_bundle:type_name -> norsk.store.v1.UpdateBundle
+	3,   // 37: norsk.store.v1.Command.delete_bundle:type_name -> norsk.store.v1.DeleteBundle
+	4,   // 38: norsk.store.v1.Command.remove_bundle:type_name -> norsk.store.v1.RemoveBundle
+	5,   // 39: norsk.store.v1.Command.set_bundle_job_dormant:type_name -> norsk.store.v1.SetBundleJobDormant
+	6,   // 40: norsk.store.v1.Command.set_bundle_stop_time:type_name -> norsk.store.v1.SetBundleStopTime
+	7,   // 41: norsk.store.v1.Command.renew_bundle_lease:type_name -> norsk.store.v1.RenewBundleLease
+	8,   // 42: norsk.store.v1.Command.set_leases_paused:type_name -> norsk.store.v1.SetLeasesPaused
+	33,  // 43: norsk.store.v1.Command.bind_instances:type_name -> norsk.store.v1.BindInstances
+	34,  // 44: norsk.store.v1.Command.migration_reports:type_name -> norsk.store.v1.MigrationReports
+	35,  // 45: norsk.store.v1.Command.put_migration:type_name -> norsk.store.v1.PutMigration
+	36,  // 46: norsk.store.v1.Command.forget_migrations:type_name -> norsk.store.v1.ForgetMigrations
+	37,  // 47: norsk.store.v1.Command.set_node_draining:type_name -> norsk.store.v1.SetNodeDraining
+	67,  // 48: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	67,  // 49: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	66,  // 50: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
+	66,  // 51: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
+	66,  // 52: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
+	10,  // 53: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
+	68,  // 54: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
+	69,  // 55: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	69,  // 56: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	70,  // 57: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	71,  // 58: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
+	72,  // 59: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
+	73,  // 60: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
+	73,  // 61: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
+	74,  // 62: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
+	32,  // 63: norsk.store.v1.BindInstances.binds:type_name -> norsk.store.v1.BindInstance
+	75,  // 64: norsk.store.v1.MigrationReports.reports:type_name -> norsk.manager.v1.MigrationReport
+	76,  // 65: norsk.store.v1.PutMigration.migration:type_name -> norsk.manager.v1.MigrationState
+	77,  // 66: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
+	78,  // 67: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
+	64,  // 68: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
+	78,  // 69: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
+	79,  // 70: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
+	80,  // 71: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
+	65,  // 72: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
+	73,  // 73: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
+	81,  // 74: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	66,  // 75: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
+	66,  // 76: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
+	82,  // 77: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
+	55,  // 78: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
+	53,  // 79: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
+	83,  // 80: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
+	54,  // 81: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
+	56,  // 82: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
+	84,  // 83: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
+	60,  // 84: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
+	61,  // 85: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
+	62,  // 86: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
+	63,  // 87: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
+	58,  // 88: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
+	69,  // 89: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
+	59,  // 90: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
+	10,  // 91: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
+	11,  // 92: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
+	67,  // 93: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
+	9,   // 94: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
+	76,  // 95: norsk.store.v1.SnapshotRecord.migration:type_name -> norsk.manager.v1.MigrationState
+	68,  // 96: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
+	70,  // 97: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	85,  // 98: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
+	86,  // 99: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
+	100, // [100:100] is the sub-list for method output_type
+	100, // [100:100] is the sub-list for method input_type
+	100, // [100:100] is the sub-list for extension type_name
+	100, // [100:100] is the sub-list for extension extendee
+	0,   // [0:100] is the sub-list for field type_name
 }
 
 func init() { file_norsk_store_v1_store_proto_init() }
@@ -5039,8 +5374,12 @@ func file_norsk_store_v1_store_proto_init() {
 		(*Command_RenewBundleLease)(nil),
 		(*Command_SetLeasesPaused)(nil),
 		(*Command_BindInstances)(nil),
+		(*Command_MigrationReports)(nil),
+		(*Command_PutMigration)(nil),
+		(*Command_ForgetMigrations)(nil),
+		(*Command_SetNodeDraining)(nil),
 	}
-	file_norsk_store_v1_store_proto_msgTypes[53].OneofWrappers = []any{
+	file_norsk_store_v1_store_proto_msgTypes[57].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Instance)(nil),
@@ -5058,6 +5397,7 @@ func file_norsk_store_v1_store_proto_init() {
 		(*SnapshotRecord_ClusterMeta)(nil),
 		(*SnapshotRecord_Bundle)(nil),
 		(*SnapshotRecord_LeaseState)(nil),
+		(*SnapshotRecord_Migration)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5065,7 +5405,7 @@ func file_norsk_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_store_v1_store_proto_rawDesc), len(file_norsk_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   62,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -172,6 +172,34 @@ const (
 	ManagerResumeLeasesProcedure = "/norsk.manager.v1.Manager/ResumeLeases"
 	// ManagerGetLeaseStatusProcedure is the fully-qualified name of the Manager's GetLeaseStatus RPC.
 	ManagerGetLeaseStatusProcedure = "/norsk.manager.v1.Manager/GetLeaseStatus"
+	// ManagerNotifyMigrationGetStateProcedure is the fully-qualified name of the Manager's
+	// NotifyMigrationGetState RPC.
+	ManagerNotifyMigrationGetStateProcedure = "/norsk.manager.v1.Manager/NotifyMigrationGetState"
+	// ManagerNotifyMigrationCutoverReadyProcedure is the fully-qualified name of the Manager's
+	// NotifyMigrationCutoverReady RPC.
+	ManagerNotifyMigrationCutoverReadyProcedure = "/norsk.manager.v1.Manager/NotifyMigrationCutoverReady"
+	// ManagerNotifyMigrationCutoverApplyProcedure is the fully-qualified name of the Manager's
+	// NotifyMigrationCutoverApply RPC.
+	ManagerNotifyMigrationCutoverApplyProcedure = "/norsk.manager.v1.Manager/NotifyMigrationCutoverApply"
+	// ManagerAbortMigrationProcedure is the fully-qualified name of the Manager's AbortMigration RPC.
+	ManagerAbortMigrationProcedure = "/norsk.manager.v1.Manager/AbortMigration"
+	// ManagerMigrateJobProcedure is the fully-qualified name of the Manager's MigrateJob RPC.
+	ManagerMigrateJobProcedure = "/norsk.manager.v1.Manager/MigrateJob"
+	// ManagerListMigrationsProcedure is the fully-qualified name of the Manager's ListMigrations RPC.
+	ManagerListMigrationsProcedure = "/norsk.manager.v1.Manager/ListMigrations"
+	// ManagerGetMigrationProcedure is the fully-qualified name of the Manager's GetMigration RPC.
+	ManagerGetMigrationProcedure = "/norsk.manager.v1.Manager/GetMigration"
+	// ManagerMigrationForJobProcedure is the fully-qualified name of the Manager's MigrationForJob RPC.
+	ManagerMigrationForJobProcedure = "/norsk.manager.v1.Manager/MigrationForJob"
+	// ManagerForgetMigrationProcedure is the fully-qualified name of the Manager's ForgetMigration RPC.
+	ManagerForgetMigrationProcedure = "/norsk.manager.v1.Manager/ForgetMigration"
+	// ManagerForgetTerminalMigrationsProcedure is the fully-qualified name of the Manager's
+	// ForgetTerminalMigrations RPC.
+	ManagerForgetTerminalMigrationsProcedure = "/norsk.manager.v1.Manager/ForgetTerminalMigrations"
+	// ManagerRecordMigrationProcedure is the fully-qualified name of the Manager's RecordMigration RPC.
+	ManagerRecordMigrationProcedure = "/norsk.manager.v1.Manager/RecordMigration"
+	// ManagerSetNodeDrainingProcedure is the fully-qualified name of the Manager's SetNodeDraining RPC.
+	ManagerSetNodeDrainingProcedure = "/norsk.manager.v1.Manager/SetNodeDraining"
 	// ManagerEventStreamProcedure is the fully-qualified name of the Manager's EventStream RPC.
 	ManagerEventStreamProcedure = "/norsk.manager.v1.Manager/EventStream"
 )
@@ -270,6 +298,60 @@ type ManagerClient interface {
 	PauseLeases(context.Context, *connect.Request[v1.PauseLeasesRequest]) (*connect.Response[v1.PauseLeasesResponse], error)
 	ResumeLeases(context.Context, *connect.Request[v1.ResumeLeasesRequest]) (*connect.Response[v1.ResumeLeasesResponse], error)
 	GetLeaseStatus(context.Context, *connect.Request[v1.GetLeaseStatusRequest]) (*connect.Response[v1.LeaseStatus], error)
+	// Migration (seed 000's Manager side). The Manager relays each handshake
+	// message to the worker holding the instance (the primary holds every
+	// worker's stream; a follower asks it) and answers once the worker has
+	// told the job, or with why it could not: NOT_FOUND (no such instance),
+	// FAILED_PRECONDITION (the instance has no job socket session, or is
+	// locked by another migration), UNAVAILABLE (its worker is not connected).
+	// The job's answers come back on the event stream as migration events.
+	NotifyMigrationGetState(context.Context, *connect.Request[v1.NotifyMigrationGetStateRequest]) (*connect.Response[v1.NotifyMigrationResponse], error)
+	NotifyMigrationCutoverReady(context.Context, *connect.Request[v1.NotifyMigrationCutoverReadyRequest]) (*connect.Response[v1.NotifyMigrationResponse], error)
+	NotifyMigrationCutoverApply(context.Context, *connect.Request[v1.NotifyMigrationCutoverApplyRequest]) (*connect.Response[v1.NotifyMigrationResponse], error)
+	// AbortMigration has the seed's two forms. With source_role and
+	// target_role (and job_id): the Manager's, dispatching MigrationAbort to
+	// both instances' workers (best effort; it fails only when neither could
+	// be told). With only migration_id (and reason): the AutoManager's clean
+	// rollback of an in-flight migration — abort on the wire, the target
+	// stopped, the source untouched — refused past the point of no return
+	// (FAILED_PRECONDITION); a migration already ended changes nothing.
+	AbortMigration(context.Context, *connect.Request[v1.AbortMigrationRequest]) (*connect.Response[v1.AbortMigrationResponse], error)
+	// The AutoManager's migration surface (seed 004), served by the primary's
+	// AutoManager (a follower asks the primary).
+	//
+	// MigrateJob moves a running, AutoManager-placed job to another node and
+	// answers once the target is placed and its start dispatched (phase
+	// launching); the rest follows on the event stream (migrationUpdated).
+	// INVALID_ARGUMENT: a malformed request. NOT_FOUND: no such job.
+	// FAILED_PRECONDITION: the job is not placed by the AutoManager, is not
+	// running, is already migrating, or the target is the node it runs on.
+	// ABORTED: the migration was started and rolled back (the source refused
+	// the handover, nothing fits — for a named target, why that node was
+	// rejected —, the dispatch failed); its record says why.
+	// UNAVAILABLE: no AutoManager runs.
+	MigrateJob(context.Context, *connect.Request[v1.MigrateJobRequest]) (*connect.Response[v1.MigrateJobResponse], error)
+	// Every migration the store holds (in flight, done, aborted), newest first.
+	ListMigrations(context.Context, *connect.Request[v1.ListMigrationsRequest]) (*connect.Response[v1.ListMigrationsResponse], error)
+	// One migration. NOT_FOUND: unknown (or forgotten).
+	GetMigration(context.Context, *connect.Request[v1.GetMigrationRequest]) (*connect.Response[v1.MigrationState], error)
+	// The job's in-flight migration. NOT_FOUND: none.
+	MigrationForJob(context.Context, *connect.Request[v1.MigrationForJobRequest]) (*connect.Response[v1.MigrationState], error)
+	// ForgetMigration deletes a terminal migration's record; forgotten = false
+	// for an id not known. FAILED_PRECONDITION: the migration is in flight
+	// (abort it first; past the point of no return, wait).
+	ForgetMigration(context.Context, *connect.Request[v1.ForgetMigrationRequest]) (*connect.Response[v1.ForgetMigrationResponse], error)
+	// ForgetTerminalMigrations deletes every done or aborted record and
+	// answers their ids.
+	ForgetTerminalMigrations(context.Context, *connect.Request[v1.ForgetTerminalMigrationsRequest]) (*connect.Response[v1.ForgetTerminalMigrationsResponse], error)
+	// RecordMigration is the AutoManager's write-back of its saga state (not
+	// an operator's call): the record is created (create, no record of that id
+	// may exist) or replaced if still at expected_revision. Answers the
+	// record's new revision. FAILED_PRECONDITION: the revision moved (another
+	// AutoManager wrote it) or the record exists / is gone.
+	RecordMigration(context.Context, *connect.Request[v1.RecordMigrationRequest]) (*connect.Response[v1.RecordMigrationResponse], error)
+	// SetNodeDraining marks a node drained (placement puts nothing new on it)
+	// or not. `norsk-ctl node drain` sets it, then migrates every job away.
+	SetNodeDraining(context.Context, *connect.Request[v1.SetNodeDrainingRequest]) (*connect.Response[v1.SetNodeDrainingResponse], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -641,6 +723,78 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(managerMethods.ByName("GetLeaseStatus")),
 			connect.WithClientOptions(opts...),
 		),
+		notifyMigrationGetState: connect.NewClient[v1.NotifyMigrationGetStateRequest, v1.NotifyMigrationResponse](
+			httpClient,
+			baseURL+ManagerNotifyMigrationGetStateProcedure,
+			connect.WithSchema(managerMethods.ByName("NotifyMigrationGetState")),
+			connect.WithClientOptions(opts...),
+		),
+		notifyMigrationCutoverReady: connect.NewClient[v1.NotifyMigrationCutoverReadyRequest, v1.NotifyMigrationResponse](
+			httpClient,
+			baseURL+ManagerNotifyMigrationCutoverReadyProcedure,
+			connect.WithSchema(managerMethods.ByName("NotifyMigrationCutoverReady")),
+			connect.WithClientOptions(opts...),
+		),
+		notifyMigrationCutoverApply: connect.NewClient[v1.NotifyMigrationCutoverApplyRequest, v1.NotifyMigrationResponse](
+			httpClient,
+			baseURL+ManagerNotifyMigrationCutoverApplyProcedure,
+			connect.WithSchema(managerMethods.ByName("NotifyMigrationCutoverApply")),
+			connect.WithClientOptions(opts...),
+		),
+		abortMigration: connect.NewClient[v1.AbortMigrationRequest, v1.AbortMigrationResponse](
+			httpClient,
+			baseURL+ManagerAbortMigrationProcedure,
+			connect.WithSchema(managerMethods.ByName("AbortMigration")),
+			connect.WithClientOptions(opts...),
+		),
+		migrateJob: connect.NewClient[v1.MigrateJobRequest, v1.MigrateJobResponse](
+			httpClient,
+			baseURL+ManagerMigrateJobProcedure,
+			connect.WithSchema(managerMethods.ByName("MigrateJob")),
+			connect.WithClientOptions(opts...),
+		),
+		listMigrations: connect.NewClient[v1.ListMigrationsRequest, v1.ListMigrationsResponse](
+			httpClient,
+			baseURL+ManagerListMigrationsProcedure,
+			connect.WithSchema(managerMethods.ByName("ListMigrations")),
+			connect.WithClientOptions(opts...),
+		),
+		getMigration: connect.NewClient[v1.GetMigrationRequest, v1.MigrationState](
+			httpClient,
+			baseURL+ManagerGetMigrationProcedure,
+			connect.WithSchema(managerMethods.ByName("GetMigration")),
+			connect.WithClientOptions(opts...),
+		),
+		migrationForJob: connect.NewClient[v1.MigrationForJobRequest, v1.MigrationState](
+			httpClient,
+			baseURL+ManagerMigrationForJobProcedure,
+			connect.WithSchema(managerMethods.ByName("MigrationForJob")),
+			connect.WithClientOptions(opts...),
+		),
+		forgetMigration: connect.NewClient[v1.ForgetMigrationRequest, v1.ForgetMigrationResponse](
+			httpClient,
+			baseURL+ManagerForgetMigrationProcedure,
+			connect.WithSchema(managerMethods.ByName("ForgetMigration")),
+			connect.WithClientOptions(opts...),
+		),
+		forgetTerminalMigrations: connect.NewClient[v1.ForgetTerminalMigrationsRequest, v1.ForgetTerminalMigrationsResponse](
+			httpClient,
+			baseURL+ManagerForgetTerminalMigrationsProcedure,
+			connect.WithSchema(managerMethods.ByName("ForgetTerminalMigrations")),
+			connect.WithClientOptions(opts...),
+		),
+		recordMigration: connect.NewClient[v1.RecordMigrationRequest, v1.RecordMigrationResponse](
+			httpClient,
+			baseURL+ManagerRecordMigrationProcedure,
+			connect.WithSchema(managerMethods.ByName("RecordMigration")),
+			connect.WithClientOptions(opts...),
+		),
+		setNodeDraining: connect.NewClient[v1.SetNodeDrainingRequest, v1.SetNodeDrainingResponse](
+			httpClient,
+			baseURL+ManagerSetNodeDrainingProcedure,
+			connect.WithSchema(managerMethods.ByName("SetNodeDraining")),
+			connect.WithClientOptions(opts...),
+		),
 		eventStream: connect.NewClient[v1.EventStreamRequest, v1.Event](
 			httpClient,
 			baseURL+ManagerEventStreamProcedure,
@@ -652,66 +806,78 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 
 // managerClient implements ManagerClient.
 type managerClient struct {
-	hello                     *connect.Client[v1.HelloRequest, v1.DaemonHello]
-	version                   *connect.Client[v1.VersionRequest, v1.VersionInfo]
-	createJob                 *connect.Client[v1.CreateJobRequest, v1.JobHash]
-	updateJob                 *connect.Client[v1.UpdateJobRequest, v1.JobHash]
-	deleteJob                 *connect.Client[v1.DeleteJobRequest, v1.DeleteJobResponse]
-	jobById                   *connect.Client[v1.JobByIdRequest, v1.JobWithHistory]
-	jobSearch                 *connect.Client[v1.JobSearchRequest, v1.JobSearchResponse]
-	startJob                  *connect.Client[v1.StartJobRequest, v1.StartJobResponse]
-	startJobs                 *connect.Client[v1.StartJobsRequest, v1.StartJobsResponse]
-	stopJob                   *connect.Client[v1.StopJobRequest, v1.StopJobResponse]
-	startPreparedJob          *connect.Client[v1.StartPreparedJobRequest, v1.StartPreparedJobResponse]
-	completeJob               *connect.Client[v1.CompleteJobRequest, v1.CompleteJobResponse]
-	markJobFailed             *connect.Client[v1.MarkJobFailedRequest, v1.MarkJobFailedResponse]
-	registerClusterNode       *connect.Client[v1.RegisterClusterNodeRequest, v1.RegisterClusterNodeResponse]
-	clusterMemberRegister     *connect.Client[v1.ClusterMemberRegisterRequest, v1.ClusterMemberRegisterResponse]
-	listClusterNodes          *connect.Client[v1.ListClusterNodesRequest, v1.ListClusterNodesResponse]
-	deregisterClusterNode     *connect.Client[v1.DeregisterClusterNodeRequest, v1.DeregisterClusterNodeResponse]
-	setClusterNodePool        *connect.Client[v1.SetClusterNodePoolRequest, v1.SetClusterNodePoolResponse]
-	listNodes                 *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
-	terminateNode             *connect.Client[v1.TerminateNodeRequest, v1.TerminateNodeResponse]
-	setNodeTags               *connect.Client[v1.SetNodeTagsRequest, v1.SetNodeTagsResponse]
-	getNodeIdleExpiry         *connect.Client[v1.GetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
-	setNodeIdleExpiry         *connect.Client[v1.SetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
-	createMockNode            *connect.Client[v1.CreateMockNodeRequest, v1.CreateMockNodeResponse]
-	appendAuditEntry          *connect.Client[v1.AppendAuditEntryRequest, v1.AppendAuditEntryResponse]
-	getAuditLog               *connect.Client[v1.GetAuditLogRequest, v1.GetAuditLogResponse]
-	pruneAuditLog             *connect.Client[v1.PruneAuditLogRequest, v1.PruneAuditLogResponse]
-	kvCommit                  *connect.Client[v1.KvCommitRequest, v1.KvCommitResponse]
-	kvGet                     *connect.Client[v1.KvGetRequest, v1.KvGetResponse]
-	kvList                    *connect.Client[v1.KvListRequest, v1.KvListResponse]
-	getStoreInfo              *connect.Client[v1.GetStoreInfoRequest, v1.StoreInfo]
-	snapshotSave              *connect.Client[v1.SnapshotSaveRequest, v1.SnapshotChunk]
-	createToken               *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
-	listTokens                *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
-	revokeToken               *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
-	publishDiscoveryFleet     *connect.Client[v1.PublishDiscoveryFleetRequest, v1.PublishDiscoveryFleetResponse]
-	getDiscoveryFleet         *connect.Client[v1.GetDiscoveryFleetRequest, v1.GetDiscoveryFleetResponse]
-	rotateDiscoveryTierSecret *connect.Client[v1.RotateDiscoveryTierSecretRequest, v1.RotateDiscoveryTierSecretResponse]
-	publishAccessReplica      *connect.Client[v1.PublishAccessReplicaRequest, v1.PublishAccessReplicaResponse]
-	addClusterMember          *connect.Client[v1.AddClusterMemberRequest, v1.AddClusterMemberResponse]
-	removeClusterMember       *connect.Client[v1.RemoveClusterMemberRequest, v1.RemoveClusterMemberResponse]
-	forceStandalone           *connect.Client[v1.ForceStandaloneRequest, v1.ForceStandaloneResponse]
-	leaveQuorum               *connect.Client[v1.LeaveQuorumRequest, v1.LeaveQuorumResponse]
-	getClusterStatus          *connect.Client[v1.GetClusterStatusRequest, v1.ClusterStatus]
-	getClusterEvents          *connect.Client[v1.GetClusterEventsRequest, v1.GetClusterEventsResponse]
-	announceControlPlane      *connect.Client[v1.AnnounceControlPlaneRequest, v1.AnnounceControlPlaneResponse]
-	explainPlacement          *connect.Client[v1.ExplainPlacementRequest, v1.ExplainPlacementResponse]
-	createBundle              *connect.Client[v1.CreateBundleRequest, v1.CreateBundleResponse]
-	updateBundle              *connect.Client[v1.UpdateBundleRequest, v1.UpdateBundleResponse]
-	deleteBundle              *connect.Client[v1.DeleteBundleRequest, v1.DeleteBundleResponse]
-	bundleById                *connect.Client[v1.BundleByIdRequest, v1.BundleWithJobs]
-	listBundles               *connect.Client[v1.ListBundlesRequest, v1.ListBundlesResponse]
-	startBundleJob            *connect.Client[v1.StartBundleJobRequest, v1.StartBundleJobResponse]
-	stopBundleJob             *connect.Client[v1.StopBundleJobRequest, v1.StopBundleJobResponse]
-	setBundleStopTime         *connect.Client[v1.SetBundleStopTimeRequest, v1.SetBundleStopTimeResponse]
-	renewBundleLease          *connect.Client[v1.RenewBundleLeaseRequest, v1.RenewBundleLeaseResponse]
-	pauseLeases               *connect.Client[v1.PauseLeasesRequest, v1.PauseLeasesResponse]
-	resumeLeases              *connect.Client[v1.ResumeLeasesRequest, v1.ResumeLeasesResponse]
-	getLeaseStatus            *connect.Client[v1.GetLeaseStatusRequest, v1.LeaseStatus]
-	eventStream               *connect.Client[v1.EventStreamRequest, v1.Event]
+	hello                       *connect.Client[v1.HelloRequest, v1.DaemonHello]
+	version                     *connect.Client[v1.VersionRequest, v1.VersionInfo]
+	createJob                   *connect.Client[v1.CreateJobRequest, v1.JobHash]
+	updateJob                   *connect.Client[v1.UpdateJobRequest, v1.JobHash]
+	deleteJob                   *connect.Client[v1.DeleteJobRequest, v1.DeleteJobResponse]
+	jobById                     *connect.Client[v1.JobByIdRequest, v1.JobWithHistory]
+	jobSearch                   *connect.Client[v1.JobSearchRequest, v1.JobSearchResponse]
+	startJob                    *connect.Client[v1.StartJobRequest, v1.StartJobResponse]
+	startJobs                   *connect.Client[v1.StartJobsRequest, v1.StartJobsResponse]
+	stopJob                     *connect.Client[v1.StopJobRequest, v1.StopJobResponse]
+	startPreparedJob            *connect.Client[v1.StartPreparedJobRequest, v1.StartPreparedJobResponse]
+	completeJob                 *connect.Client[v1.CompleteJobRequest, v1.CompleteJobResponse]
+	markJobFailed               *connect.Client[v1.MarkJobFailedRequest, v1.MarkJobFailedResponse]
+	registerClusterNode         *connect.Client[v1.RegisterClusterNodeRequest, v1.RegisterClusterNodeResponse]
+	clusterMemberRegister       *connect.Client[v1.ClusterMemberRegisterRequest, v1.ClusterMemberRegisterResponse]
+	listClusterNodes            *connect.Client[v1.ListClusterNodesRequest, v1.ListClusterNodesResponse]
+	deregisterClusterNode       *connect.Client[v1.DeregisterClusterNodeRequest, v1.DeregisterClusterNodeResponse]
+	setClusterNodePool          *connect.Client[v1.SetClusterNodePoolRequest, v1.SetClusterNodePoolResponse]
+	listNodes                   *connect.Client[v1.ListNodesRequest, v1.ListNodesResponse]
+	terminateNode               *connect.Client[v1.TerminateNodeRequest, v1.TerminateNodeResponse]
+	setNodeTags                 *connect.Client[v1.SetNodeTagsRequest, v1.SetNodeTagsResponse]
+	getNodeIdleExpiry           *connect.Client[v1.GetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
+	setNodeIdleExpiry           *connect.Client[v1.SetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
+	createMockNode              *connect.Client[v1.CreateMockNodeRequest, v1.CreateMockNodeResponse]
+	appendAuditEntry            *connect.Client[v1.AppendAuditEntryRequest, v1.AppendAuditEntryResponse]
+	getAuditLog                 *connect.Client[v1.GetAuditLogRequest, v1.GetAuditLogResponse]
+	pruneAuditLog               *connect.Client[v1.PruneAuditLogRequest, v1.PruneAuditLogResponse]
+	kvCommit                    *connect.Client[v1.KvCommitRequest, v1.KvCommitResponse]
+	kvGet                       *connect.Client[v1.KvGetRequest, v1.KvGetResponse]
+	kvList                      *connect.Client[v1.KvListRequest, v1.KvListResponse]
+	getStoreInfo                *connect.Client[v1.GetStoreInfoRequest, v1.StoreInfo]
+	snapshotSave                *connect.Client[v1.SnapshotSaveRequest, v1.SnapshotChunk]
+	createToken                 *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
+	listTokens                  *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
+	revokeToken                 *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
+	publishDiscoveryFleet       *connect.Client[v1.PublishDiscoveryFleetRequest, v1.PublishDiscoveryFleetResponse]
+	getDiscoveryFleet           *connect.Client[v1.GetDiscoveryFleetRequest, v1.GetDiscoveryFleetResponse]
+	rotateDiscoveryTierSecret   *connect.Client[v1.RotateDiscoveryTierSecretRequest, v1.RotateDiscoveryTierSecretResponse]
+	publishAccessReplica        *connect.Client[v1.PublishAccessReplicaRequest, v1.PublishAccessReplicaResponse]
+	addClusterMember            *connect.Client[v1.AddClusterMemberRequest, v1.AddClusterMemberResponse]
+	removeClusterMember         *connect.Client[v1.RemoveClusterMemberRequest, v1.RemoveClusterMemberResponse]
+	forceStandalone             *connect.Client[v1.ForceStandaloneRequest, v1.ForceStandaloneResponse]
+	leaveQuorum                 *connect.Client[v1.LeaveQuorumRequest, v1.LeaveQuorumResponse]
+	getClusterStatus            *connect.Client[v1.GetClusterStatusRequest, v1.ClusterStatus]
+	getClusterEvents            *connect.Client[v1.GetClusterEventsRequest, v1.GetClusterEventsResponse]
+	announceControlPlane        *connect.Client[v1.AnnounceControlPlaneRequest, v1.AnnounceControlPlaneResponse]
+	explainPlacement            *connect.Client[v1.ExplainPlacementRequest, v1.ExplainPlacementResponse]
+	createBundle                *connect.Client[v1.CreateBundleRequest, v1.CreateBundleResponse]
+	updateBundle                *connect.Client[v1.UpdateBundleRequest, v1.UpdateBundleResponse]
+	deleteBundle                *connect.Client[v1.DeleteBundleRequest, v1.DeleteBundleResponse]
+	bundleById                  *connect.Client[v1.BundleByIdRequest, v1.BundleWithJobs]
+	listBundles                 *connect.Client[v1.ListBundlesRequest, v1.ListBundlesResponse]
+	startBundleJob              *connect.Client[v1.StartBundleJobRequest, v1.StartBundleJobResponse]
+	stopBundleJob               *connect.Client[v1.StopBundleJobRequest, v1.StopBundleJobResponse]
+	setBundleStopTime           *connect.Client[v1.SetBundleStopTimeRequest, v1.SetBundleStopTimeResponse]
+	renewBundleLease            *connect.Client[v1.RenewBundleLeaseRequest, v1.RenewBundleLeaseResponse]
+	pauseLeases                 *connect.Client[v1.PauseLeasesRequest, v1.PauseLeasesResponse]
+	resumeLeases                *connect.Client[v1.ResumeLeasesRequest, v1.ResumeLeasesResponse]
+	getLeaseStatus              *connect.Client[v1.GetLeaseStatusRequest, v1.LeaseStatus]
+	notifyMigrationGetState     *connect.Client[v1.NotifyMigrationGetStateRequest, v1.NotifyMigrationResponse]
+	notifyMigrationCutoverReady *connect.Client[v1.NotifyMigrationCutoverReadyRequest, v1.NotifyMigrationResponse]
+	notifyMigrationCutoverApply *connect.Client[v1.NotifyMigrationCutoverApplyRequest, v1.NotifyMigrationResponse]
+	abortMigration              *connect.Client[v1.AbortMigrationRequest, v1.AbortMigrationResponse]
+	migrateJob                  *connect.Client[v1.MigrateJobRequest, v1.MigrateJobResponse]
+	listMigrations              *connect.Client[v1.ListMigrationsRequest, v1.ListMigrationsResponse]
+	getMigration                *connect.Client[v1.GetMigrationRequest, v1.MigrationState]
+	migrationForJob             *connect.Client[v1.MigrationForJobRequest, v1.MigrationState]
+	forgetMigration             *connect.Client[v1.ForgetMigrationRequest, v1.ForgetMigrationResponse]
+	forgetTerminalMigrations    *connect.Client[v1.ForgetTerminalMigrationsRequest, v1.ForgetTerminalMigrationsResponse]
+	recordMigration             *connect.Client[v1.RecordMigrationRequest, v1.RecordMigrationResponse]
+	setNodeDraining             *connect.Client[v1.SetNodeDrainingRequest, v1.SetNodeDrainingResponse]
+	eventStream                 *connect.Client[v1.EventStreamRequest, v1.Event]
 }
 
 // Hello calls norsk.manager.v1.Manager.Hello.
@@ -1009,6 +1175,66 @@ func (c *managerClient) GetLeaseStatus(ctx context.Context, req *connect.Request
 	return c.getLeaseStatus.CallUnary(ctx, req)
 }
 
+// NotifyMigrationGetState calls norsk.manager.v1.Manager.NotifyMigrationGetState.
+func (c *managerClient) NotifyMigrationGetState(ctx context.Context, req *connect.Request[v1.NotifyMigrationGetStateRequest]) (*connect.Response[v1.NotifyMigrationResponse], error) {
+	return c.notifyMigrationGetState.CallUnary(ctx, req)
+}
+
+// NotifyMigrationCutoverReady calls norsk.manager.v1.Manager.NotifyMigrationCutoverReady.
+func (c *managerClient) NotifyMigrationCutoverReady(ctx context.Context, req *connect.Request[v1.NotifyMigrationCutoverReadyRequest]) (*connect.Response[v1.NotifyMigrationResponse], error) {
+	return c.notifyMigrationCutoverReady.CallUnary(ctx, req)
+}
+
+// NotifyMigrationCutoverApply calls norsk.manager.v1.Manager.NotifyMigrationCutoverApply.
+func (c *managerClient) NotifyMigrationCutoverApply(ctx context.Context, req *connect.Request[v1.NotifyMigrationCutoverApplyRequest]) (*connect.Response[v1.NotifyMigrationResponse], error) {
+	return c.notifyMigrationCutoverApply.CallUnary(ctx, req)
+}
+
+// AbortMigration calls norsk.manager.v1.Manager.AbortMigration.
+func (c *managerClient) AbortMigration(ctx context.Context, req *connect.Request[v1.AbortMigrationRequest]) (*connect.Response[v1.AbortMigrationResponse], error) {
+	return c.abortMigration.CallUnary(ctx, req)
+}
+
+// MigrateJob calls norsk.manager.v1.Manager.MigrateJob.
+func (c *managerClient) MigrateJob(ctx context.Context, req *connect.Request[v1.MigrateJobRequest]) (*connect.Response[v1.MigrateJobResponse], error) {
+	return c.migrateJob.CallUnary(ctx, req)
+}
+
+// ListMigrations calls norsk.manager.v1.Manager.ListMigrations.
+func (c *managerClient) ListMigrations(ctx context.Context, req *connect.Request[v1.ListMigrationsRequest]) (*connect.Response[v1.ListMigrationsResponse], error) {
+	return c.listMigrations.CallUnary(ctx, req)
+}
+
+// GetMigration calls norsk.manager.v1.Manager.GetMigration.
+func (c *managerClient) GetMigration(ctx context.Context, req *connect.Request[v1.GetMigrationRequest]) (*connect.Response[v1.MigrationState], error) {
+	return c.getMigration.CallUnary(ctx, req)
+}
+
+// MigrationForJob calls norsk.manager.v1.Manager.MigrationForJob.
+func (c *managerClient) MigrationForJob(ctx context.Context, req *connect.Request[v1.MigrationForJobRequest]) (*connect.Response[v1.MigrationState], error) {
+	return c.migrationForJob.CallUnary(ctx, req)
+}
+
+// ForgetMigration calls norsk.manager.v1.Manager.ForgetMigration.
+func (c *managerClient) ForgetMigration(ctx context.Context, req *connect.Request[v1.ForgetMigrationRequest]) (*connect.Response[v1.ForgetMigrationResponse], error) {
+	return c.forgetMigration.CallUnary(ctx, req)
+}
+
+// ForgetTerminalMigrations calls norsk.manager.v1.Manager.ForgetTerminalMigrations.
+func (c *managerClient) ForgetTerminalMigrations(ctx context.Context, req *connect.Request[v1.ForgetTerminalMigrationsRequest]) (*connect.Response[v1.ForgetTerminalMigrationsResponse], error) {
+	return c.forgetTerminalMigrations.CallUnary(ctx, req)
+}
+
+// RecordMigration calls norsk.manager.v1.Manager.RecordMigration.
+func (c *managerClient) RecordMigration(ctx context.Context, req *connect.Request[v1.RecordMigrationRequest]) (*connect.Response[v1.RecordMigrationResponse], error) {
+	return c.recordMigration.CallUnary(ctx, req)
+}
+
+// SetNodeDraining calls norsk.manager.v1.Manager.SetNodeDraining.
+func (c *managerClient) SetNodeDraining(ctx context.Context, req *connect.Request[v1.SetNodeDrainingRequest]) (*connect.Response[v1.SetNodeDrainingResponse], error) {
+	return c.setNodeDraining.CallUnary(ctx, req)
+}
+
 // EventStream calls norsk.manager.v1.Manager.EventStream.
 func (c *managerClient) EventStream(ctx context.Context, req *connect.Request[v1.EventStreamRequest]) (*connect.ServerStreamForClient[v1.Event], error) {
 	return c.eventStream.CallServerStream(ctx, req)
@@ -1108,6 +1334,60 @@ type ManagerHandler interface {
 	PauseLeases(context.Context, *connect.Request[v1.PauseLeasesRequest]) (*connect.Response[v1.PauseLeasesResponse], error)
 	ResumeLeases(context.Context, *connect.Request[v1.ResumeLeasesRequest]) (*connect.Response[v1.ResumeLeasesResponse], error)
 	GetLeaseStatus(context.Context, *connect.Request[v1.GetLeaseStatusRequest]) (*connect.Response[v1.LeaseStatus], error)
+	// Migration (seed 000's Manager side). The Manager relays each handshake
+	// message to the worker holding the instance (the primary holds every
+	// worker's stream; a follower asks it) and answers once the worker has
+	// told the job, or with why it could not: NOT_FOUND (no such instance),
+	// FAILED_PRECONDITION (the instance has no job socket session, or is
+	// locked by another migration), UNAVAILABLE (its worker is not connected).
+	// The job's answers come back on the event stream as migration events.
+	NotifyMigrationGetState(context.Context, *connect.Request[v1.NotifyMigrationGetStateRequest]) (*connect.Response[v1.NotifyMigrationResponse], error)
+	NotifyMigrationCutoverReady(context.Context, *connect.Request[v1.NotifyMigrationCutoverReadyRequest]) (*connect.Response[v1.NotifyMigrationResponse], error)
+	NotifyMigrationCutoverApply(context.Context, *connect.Request[v1.NotifyMigrationCutoverApplyRequest]) (*connect.Response[v1.NotifyMigrationResponse], error)
+	// AbortMigration has the seed's two forms. With source_role and
+	// target_role (and job_id): the Manager's, dispatching MigrationAbort to
+	// both instances' workers (best effort; it fails only when neither could
+	// be told). With only migration_id (and reason): the AutoManager's clean
+	// rollback of an in-flight migration — abort on the wire, the target
+	// stopped, the source untouched — refused past the point of no return
+	// (FAILED_PRECONDITION); a migration already ended changes nothing.
+	AbortMigration(context.Context, *connect.Request[v1.AbortMigrationRequest]) (*connect.Response[v1.AbortMigrationResponse], error)
+	// The AutoManager's migration surface (seed 004), served by the primary's
+	// AutoManager (a follower asks the primary).
+	//
+	// MigrateJob moves a running, AutoManager-placed job to another node and
+	// answers once the target is placed and its start dispatched (phase
+	// launching); the rest follows on the event stream (migrationUpdated).
+	// INVALID_ARGUMENT: a malformed request. NOT_FOUND: no such job.
+	// FAILED_PRECONDITION: the job is not placed by the AutoManager, is not
+	// running, is already migrating, or the target is the node it runs on.
+	// ABORTED: the migration was started and rolled back (the source refused
+	// the handover, nothing fits — for a named target, why that node was
+	// rejected —, the dispatch failed); its record says why.
+	// UNAVAILABLE: no AutoManager runs.
+	MigrateJob(context.Context, *connect.Request[v1.MigrateJobRequest]) (*connect.Response[v1.MigrateJobResponse], error)
+	// Every migration the store holds (in flight, done, aborted), newest first.
+	ListMigrations(context.Context, *connect.Request[v1.ListMigrationsRequest]) (*connect.Response[v1.ListMigrationsResponse], error)
+	// One migration. NOT_FOUND: unknown (or forgotten).
+	GetMigration(context.Context, *connect.Request[v1.GetMigrationRequest]) (*connect.Response[v1.MigrationState], error)
+	// The job's in-flight migration. NOT_FOUND: none.
+	MigrationForJob(context.Context, *connect.Request[v1.MigrationForJobRequest]) (*connect.Response[v1.MigrationState], error)
+	// ForgetMigration deletes a terminal migration's record; forgotten = false
+	// for an id not known. FAILED_PRECONDITION: the migration is in flight
+	// (abort it first; past the point of no return, wait).
+	ForgetMigration(context.Context, *connect.Request[v1.ForgetMigrationRequest]) (*connect.Response[v1.ForgetMigrationResponse], error)
+	// ForgetTerminalMigrations deletes every done or aborted record and
+	// answers their ids.
+	ForgetTerminalMigrations(context.Context, *connect.Request[v1.ForgetTerminalMigrationsRequest]) (*connect.Response[v1.ForgetTerminalMigrationsResponse], error)
+	// RecordMigration is the AutoManager's write-back of its saga state (not
+	// an operator's call): the record is created (create, no record of that id
+	// may exist) or replaced if still at expected_revision. Answers the
+	// record's new revision. FAILED_PRECONDITION: the revision moved (another
+	// AutoManager wrote it) or the record exists / is gone.
+	RecordMigration(context.Context, *connect.Request[v1.RecordMigrationRequest]) (*connect.Response[v1.RecordMigrationResponse], error)
+	// SetNodeDraining marks a node drained (placement puts nothing new on it)
+	// or not. `norsk-ctl node drain` sets it, then migrates every job away.
+	SetNodeDraining(context.Context, *connect.Request[v1.SetNodeDrainingRequest]) (*connect.Response[v1.SetNodeDrainingResponse], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -1475,6 +1755,78 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(managerMethods.ByName("GetLeaseStatus")),
 		connect.WithHandlerOptions(opts...),
 	)
+	managerNotifyMigrationGetStateHandler := connect.NewUnaryHandler(
+		ManagerNotifyMigrationGetStateProcedure,
+		svc.NotifyMigrationGetState,
+		connect.WithSchema(managerMethods.ByName("NotifyMigrationGetState")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerNotifyMigrationCutoverReadyHandler := connect.NewUnaryHandler(
+		ManagerNotifyMigrationCutoverReadyProcedure,
+		svc.NotifyMigrationCutoverReady,
+		connect.WithSchema(managerMethods.ByName("NotifyMigrationCutoverReady")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerNotifyMigrationCutoverApplyHandler := connect.NewUnaryHandler(
+		ManagerNotifyMigrationCutoverApplyProcedure,
+		svc.NotifyMigrationCutoverApply,
+		connect.WithSchema(managerMethods.ByName("NotifyMigrationCutoverApply")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerAbortMigrationHandler := connect.NewUnaryHandler(
+		ManagerAbortMigrationProcedure,
+		svc.AbortMigration,
+		connect.WithSchema(managerMethods.ByName("AbortMigration")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerMigrateJobHandler := connect.NewUnaryHandler(
+		ManagerMigrateJobProcedure,
+		svc.MigrateJob,
+		connect.WithSchema(managerMethods.ByName("MigrateJob")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerListMigrationsHandler := connect.NewUnaryHandler(
+		ManagerListMigrationsProcedure,
+		svc.ListMigrations,
+		connect.WithSchema(managerMethods.ByName("ListMigrations")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerGetMigrationHandler := connect.NewUnaryHandler(
+		ManagerGetMigrationProcedure,
+		svc.GetMigration,
+		connect.WithSchema(managerMethods.ByName("GetMigration")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerMigrationForJobHandler := connect.NewUnaryHandler(
+		ManagerMigrationForJobProcedure,
+		svc.MigrationForJob,
+		connect.WithSchema(managerMethods.ByName("MigrationForJob")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerForgetMigrationHandler := connect.NewUnaryHandler(
+		ManagerForgetMigrationProcedure,
+		svc.ForgetMigration,
+		connect.WithSchema(managerMethods.ByName("ForgetMigration")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerForgetTerminalMigrationsHandler := connect.NewUnaryHandler(
+		ManagerForgetTerminalMigrationsProcedure,
+		svc.ForgetTerminalMigrations,
+		connect.WithSchema(managerMethods.ByName("ForgetTerminalMigrations")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerRecordMigrationHandler := connect.NewUnaryHandler(
+		ManagerRecordMigrationProcedure,
+		svc.RecordMigration,
+		connect.WithSchema(managerMethods.ByName("RecordMigration")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerSetNodeDrainingHandler := connect.NewUnaryHandler(
+		ManagerSetNodeDrainingProcedure,
+		svc.SetNodeDraining,
+		connect.WithSchema(managerMethods.ByName("SetNodeDraining")),
+		connect.WithHandlerOptions(opts...),
+	)
 	managerEventStreamHandler := connect.NewServerStreamHandler(
 		ManagerEventStreamProcedure,
 		svc.EventStream,
@@ -1601,6 +1953,30 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerResumeLeasesHandler.ServeHTTP(w, r)
 		case ManagerGetLeaseStatusProcedure:
 			managerGetLeaseStatusHandler.ServeHTTP(w, r)
+		case ManagerNotifyMigrationGetStateProcedure:
+			managerNotifyMigrationGetStateHandler.ServeHTTP(w, r)
+		case ManagerNotifyMigrationCutoverReadyProcedure:
+			managerNotifyMigrationCutoverReadyHandler.ServeHTTP(w, r)
+		case ManagerNotifyMigrationCutoverApplyProcedure:
+			managerNotifyMigrationCutoverApplyHandler.ServeHTTP(w, r)
+		case ManagerAbortMigrationProcedure:
+			managerAbortMigrationHandler.ServeHTTP(w, r)
+		case ManagerMigrateJobProcedure:
+			managerMigrateJobHandler.ServeHTTP(w, r)
+		case ManagerListMigrationsProcedure:
+			managerListMigrationsHandler.ServeHTTP(w, r)
+		case ManagerGetMigrationProcedure:
+			managerGetMigrationHandler.ServeHTTP(w, r)
+		case ManagerMigrationForJobProcedure:
+			managerMigrationForJobHandler.ServeHTTP(w, r)
+		case ManagerForgetMigrationProcedure:
+			managerForgetMigrationHandler.ServeHTTP(w, r)
+		case ManagerForgetTerminalMigrationsProcedure:
+			managerForgetTerminalMigrationsHandler.ServeHTTP(w, r)
+		case ManagerRecordMigrationProcedure:
+			managerRecordMigrationHandler.ServeHTTP(w, r)
+		case ManagerSetNodeDrainingProcedure:
+			managerSetNodeDrainingHandler.ServeHTTP(w, r)
 		case ManagerEventStreamProcedure:
 			managerEventStreamHandler.ServeHTTP(w, r)
 		default:
@@ -1846,6 +2222,54 @@ func (UnimplementedManagerHandler) ResumeLeases(context.Context, *connect.Reques
 
 func (UnimplementedManagerHandler) GetLeaseStatus(context.Context, *connect.Request[v1.GetLeaseStatusRequest]) (*connect.Response[v1.LeaseStatus], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.GetLeaseStatus is not implemented"))
+}
+
+func (UnimplementedManagerHandler) NotifyMigrationGetState(context.Context, *connect.Request[v1.NotifyMigrationGetStateRequest]) (*connect.Response[v1.NotifyMigrationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.NotifyMigrationGetState is not implemented"))
+}
+
+func (UnimplementedManagerHandler) NotifyMigrationCutoverReady(context.Context, *connect.Request[v1.NotifyMigrationCutoverReadyRequest]) (*connect.Response[v1.NotifyMigrationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.NotifyMigrationCutoverReady is not implemented"))
+}
+
+func (UnimplementedManagerHandler) NotifyMigrationCutoverApply(context.Context, *connect.Request[v1.NotifyMigrationCutoverApplyRequest]) (*connect.Response[v1.NotifyMigrationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.NotifyMigrationCutoverApply is not implemented"))
+}
+
+func (UnimplementedManagerHandler) AbortMigration(context.Context, *connect.Request[v1.AbortMigrationRequest]) (*connect.Response[v1.AbortMigrationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.AbortMigration is not implemented"))
+}
+
+func (UnimplementedManagerHandler) MigrateJob(context.Context, *connect.Request[v1.MigrateJobRequest]) (*connect.Response[v1.MigrateJobResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.MigrateJob is not implemented"))
+}
+
+func (UnimplementedManagerHandler) ListMigrations(context.Context, *connect.Request[v1.ListMigrationsRequest]) (*connect.Response[v1.ListMigrationsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ListMigrations is not implemented"))
+}
+
+func (UnimplementedManagerHandler) GetMigration(context.Context, *connect.Request[v1.GetMigrationRequest]) (*connect.Response[v1.MigrationState], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.GetMigration is not implemented"))
+}
+
+func (UnimplementedManagerHandler) MigrationForJob(context.Context, *connect.Request[v1.MigrationForJobRequest]) (*connect.Response[v1.MigrationState], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.MigrationForJob is not implemented"))
+}
+
+func (UnimplementedManagerHandler) ForgetMigration(context.Context, *connect.Request[v1.ForgetMigrationRequest]) (*connect.Response[v1.ForgetMigrationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ForgetMigration is not implemented"))
+}
+
+func (UnimplementedManagerHandler) ForgetTerminalMigrations(context.Context, *connect.Request[v1.ForgetTerminalMigrationsRequest]) (*connect.Response[v1.ForgetTerminalMigrationsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ForgetTerminalMigrations is not implemented"))
+}
+
+func (UnimplementedManagerHandler) RecordMigration(context.Context, *connect.Request[v1.RecordMigrationRequest]) (*connect.Response[v1.RecordMigrationResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.RecordMigration is not implemented"))
+}
+
+func (UnimplementedManagerHandler) SetNodeDraining(context.Context, *connect.Request[v1.SetNodeDrainingRequest]) (*connect.Response[v1.SetNodeDrainingResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.SetNodeDraining is not implemented"))
 }
 
 func (UnimplementedManagerHandler) EventStream(context.Context, *connect.Request[v1.EventStreamRequest], *connect.ServerStream[v1.Event]) error {

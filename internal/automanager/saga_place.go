@@ -1,0 +1,160 @@
+package automanager
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
+)
+
+// placeTarget chooses the migration target's node with the placement every
+// job takes: the job's requirements, pools, resilience against its other
+// replicas, hot spares — with the source's node excluded (and the nodes
+// that are not online, or are draining), a named target pinned, and, for
+// a handover, the job socket required. It answers the node and the
+// placement's summary, or "" and why nothing fits.
+func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, why string) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	v, err := readView(cctx, s.api)
+	if err != nil {
+		return "", "", "cannot read the cluster: " + err.Error()
+	}
+	st := m.st
+	var jh *managerv1.JobWithHistory
+	for _, j := range v.Jobs {
+		if j.GetJob().GetJobId() == st.GetSourceJobId() {
+			jh = j
+		}
+	}
+	if jh == nil {
+		return "", "", "the job is gone"
+	}
+	var bundle *managerv1.Bundle
+	for _, b := range v.Bundles {
+		if b.GetBundleId() == jh.GetJob().GetTags()[placement.TagBundleID] {
+			bundle = b
+		}
+	}
+	cfg := s.policy.Placement
+	cfg.PresenceCapabilities = map[string]bool{JobSocketCapability: true}
+	for k, v := range s.policy.Placement.PresenceCapabilities {
+		cfg.PresenceCapabilities[k] = v
+	}
+	req := placement.RequestForJob(cfg, jh.GetJob(), bundle, st.GetTargetRole())
+	req.PinNode = st.GetRequestedTargetNodeId()
+	req.OverrideReservation = st.GetOverrideReservation()
+	req.Explain = req.PinNode != ""
+	req.Exclude = map[string]string{st.GetSourceNodeId(): "the job's current node (the migration's source)"}
+	if st.GetStrategy() == stratHandover {
+		req.Requirements.Capabilities = append(append([]placement.Capability(nil), req.Requirements.Capabilities...),
+			placement.Capability{Name: JobSocketCapability, Count: 1})
+	}
+	nodes, exclude, known := placementNodes(v.Nodes)
+	for id, why := range exclude {
+		if _, ok := req.Exclude[id]; !ok {
+			req.Exclude[id] = why
+		}
+	}
+	if req.PinNode != "" && !known[req.PinNode] {
+		return "", "", fmt.Sprintf("%s%s", ReasonNoCapacity, pinnedWhy(req.PinNode, "no such node"))
+	}
+	ps, err := placement.NewState(cfg, nodes, liveAllocations(cfg, v, reachableOf(v.Nodes)))
+	if err != nil {
+		return "", "", err.Error()
+	}
+	res, err := ps.Place(req)
+	if err != nil {
+		return "", "", err.Error()
+	}
+	if res.NodeID != "" {
+		return res.NodeID, res.Summary(), ""
+	}
+	why = res.Summary()
+	if st.GetStrategy() == stratHandover && !anyOtherAdvertises(v.Nodes, JobSocketCapability, st.GetSourceNodeId()) {
+		why = fmt.Sprintf("no other node advertises %s, which the handover strategy needs (the worker's job socket: start it with --job-socket); %s", JobSocketCapability, why)
+	}
+	if req.PinNode != "" && res.Explanation != nil {
+		for _, nv := range res.Explanation.Nodes {
+			if nv.NodeID != req.PinNode {
+				continue
+			}
+			var rs []string
+			for _, r := range nv.Refusals {
+				rs = append(rs, string(r.Rule)+": "+r.Reason)
+			}
+			why += pinnedWhy(req.PinNode, strings.Join(rs, "; "))
+		}
+	}
+	return "", "", why
+}
+
+// ReasonNoCapacity is placement's reason when no node fits.
+const ReasonNoCapacity = placement.ReasonNoCapacity
+
+// placementNodes converts the nodes, with the ones placement must skip
+// (not online, or draining) and why, and the known ids.
+func placementNodes(nodes []*managerv1.Node) ([]placement.Node, map[string]string, map[string]bool) {
+	view := make([]placement.Node, 0, len(nodes))
+	exclude := map[string]string{}
+	known := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		view = append(view, placement.NodeFromProto(n))
+		known[n.GetNodeId()] = true
+		switch {
+		case n.GetState() != nodeOnline:
+			exclude[n.GetNodeId()] = "the node is " + strings.ToLower(strings.TrimPrefix(n.GetState().String(), "NODE_STATE_"))
+		case n.GetDraining():
+			exclude[n.GetNodeId()] = "the node is draining"
+		}
+	}
+	return view, exclude, known
+}
+
+// reachableOf says whether a node's worker may still run what it holds.
+func reachableOf(nodes []*managerv1.Node) func(string) bool {
+	byID := make(map[string]*managerv1.Node, len(nodes))
+	for _, n := range nodes {
+		byID[n.GetNodeId()] = n
+	}
+	return func(id string) bool {
+		n := byID[id]
+		return n != nil && (n.GetState() == nodeOnline || n.GetState() == nodeStopping)
+	}
+}
+
+// liveAllocations are what every instance that has not stopped, where a
+// worker may run it, holds on its node.
+func liveAllocations(cfg placement.Config, v View, reachable func(string) bool) []placement.Allocation {
+	bundles := make(map[string]*managerv1.Bundle, len(v.Bundles))
+	for _, b := range v.Bundles {
+		bundles[b.GetBundleId()] = b
+	}
+	var live []placement.Allocation
+	for _, jh := range v.Jobs {
+		job := jh.GetJob()
+		bundle := bundles[job.GetTags()[placement.TagBundleID]]
+		for _, in := range jh.GetInstances() {
+			if in.GetPhase() != phaseStopped && reachable(in.GetNodeId()) {
+				live = append(live, placement.AllocationForJob(cfg, in, job, bundle))
+			}
+		}
+	}
+	return live
+}
+
+func anyOtherAdvertises(nodes []*managerv1.Node, capability, except string) bool {
+	for _, n := range nodes {
+		if n.GetNodeId() == except || n.GetState() != nodeOnline {
+			continue
+		}
+		for _, c := range n.GetCapabilities() {
+			if c.GetName() == capability && c.GetCount() > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,361 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/automanager"
+	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
+)
+
+// Migrator is the AutoManager's migration surface the Manager serves
+// (MigrateJob and the saga form of AbortMigration). The primary's running
+// AutoManager registers itself; a member with none answers UNAVAILABLE.
+type Migrator interface {
+	MigrateJob(ctx context.Context, jobID string, opts automanager.MigrateOptions) (*managerv1.MigrationState, error)
+	CancelMigration(ctx context.Context, migrationID, reason string) error
+}
+
+// migratorRef holds the running AutoManager's Migrator.
+type migratorRef struct{ p atomic.Pointer[Migrator] }
+
+func (r *migratorRef) get() Migrator {
+	if p := r.p.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (r *migratorRef) set(m Migrator) (clear func()) {
+	p := &m
+	r.p.Store(p)
+	return func() { r.p.CompareAndSwap(p, nil) }
+}
+
+func validateKey(field string, k *managerv1.JobKey) error {
+	if k == nil {
+		return apierr.Invalid(field, "is required")
+	}
+	if err := jobspec.ValidateID(field+".jobId", k.GetJobId()); err != nil {
+		return err
+	}
+	return jobspec.ValidateRole(field+".role", k.GetRole())
+}
+
+func validateMigrationID(id string) error {
+	switch {
+	case id == "":
+		return apierr.Invalid("migrationId", "is required")
+	case len(id) > 64:
+		return apierr.Invalid("migrationId", "is %d characters (at most 64)", len(id))
+	}
+	return nil
+}
+
+// relay sends a migration command to the worker holding the instance key,
+// on the primary (a follower asks it through ask).
+func (h *handler) relay(ctx context.Context, key *managerv1.JobKey, build func(in *managerv1.Instance) *managerv1.ControllerMessage) (string, error) {
+	in := h.read().Instance(nil, key.GetJobId(), key.GetRole())
+	if in == nil || in.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+		return "", apierr.NotFoundf("job %s has no live instance %s", key.GetJobId(), key.GetRole())
+	}
+	ctl := h.s.controller()
+	if ctl == nil {
+		return "", apierr.Unavailablef("this member is not driving the workers (no primary term running); retry")
+	}
+	if err := ctl.SendMigration(ctx, in.GetNodeId(), build(in)); err != nil {
+		return in.GetNodeId(), fmt.Errorf("instance %s/%s on node %s: %w", key.GetJobId(), key.GetRole(), in.GetNodeId(), err)
+	}
+	return in.GetNodeId(), nil
+}
+
+func (h *handler) NotifyMigrationGetState(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationGetStateRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+	m := req.Msg
+	if err := validateKey("sourceJobKey", m.GetSourceJobKey()); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := validateMigrationID(m.GetMigrationId()); err != nil {
+		return nil, toConnect(err)
+	}
+	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+		return c.NotifyMigrationGetState(ctx, withAuth(req, connect.NewRequest(m)))
+	}); ok {
+		return out, err
+	}
+	node, err := h.relay(ctx, m.GetSourceJobKey(), func(in *managerv1.Instance) *managerv1.ControllerMessage {
+		return &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_MigrationGetState{MigrationGetState: &managerv1.MigrationGetState{
+			JobId: in.GetJobId(), Role: in.GetRole(), FencingToken: in.GetFencingToken(), MigrationId: m.GetMigrationId(),
+		}}}
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.NotifyMigrationResponse{NodeId: node}), nil
+}
+
+func (h *handler) NotifyMigrationCutoverReady(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationCutoverReadyRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+	m := req.Msg
+	if err := validateKey("sourceJobKey", m.GetSourceJobKey()); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := validateMigrationID(m.GetMigrationId()); err != nil {
+		return nil, toConnect(err)
+	}
+	if len(m.GetPayload()) > state.MaxMigrationPayload {
+		return nil, toConnect(apierr.Invalid("payload", "is %d bytes (at most %d)", len(m.GetPayload()), state.MaxMigrationPayload))
+	}
+	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+		return c.NotifyMigrationCutoverReady(ctx, withAuth(req, connect.NewRequest(m)))
+	}); ok {
+		return out, err
+	}
+	node, err := h.relay(ctx, m.GetSourceJobKey(), func(in *managerv1.Instance) *managerv1.ControllerMessage {
+		return &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_MigrationCutoverReady{MigrationCutoverReady: &managerv1.MigrationCutoverReady{
+			JobId: in.GetJobId(), Role: in.GetRole(), FencingToken: in.GetFencingToken(), MigrationId: m.GetMigrationId(), Payload: m.GetPayload(),
+		}}}
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.NotifyMigrationResponse{NodeId: node}), nil
+}
+
+func (h *handler) NotifyMigrationCutoverApply(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationCutoverApplyRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+	m := req.Msg
+	if err := validateKey("targetJobKey", m.GetTargetJobKey()); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := validateMigrationID(m.GetMigrationId()); err != nil {
+		return nil, toConnect(err)
+	}
+	if len(m.GetPayload()) > state.MaxMigrationPayload {
+		return nil, toConnect(apierr.Invalid("payload", "is %d bytes (at most %d)", len(m.GetPayload()), state.MaxMigrationPayload))
+	}
+	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+		return c.NotifyMigrationCutoverApply(ctx, withAuth(req, connect.NewRequest(m)))
+	}); ok {
+		return out, err
+	}
+	node, err := h.relay(ctx, m.GetTargetJobKey(), func(in *managerv1.Instance) *managerv1.ControllerMessage {
+		return &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_MigrationCutoverApply{MigrationCutoverApply: &managerv1.MigrationCutoverApply{
+			JobId: in.GetJobId(), Role: in.GetRole(), FencingToken: in.GetFencingToken(), MigrationId: m.GetMigrationId(), Payload: m.GetPayload(),
+		}}}
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.NotifyMigrationResponse{NodeId: node}), nil
+}
+
+// AbortMigration serves both of the seed's forms: the wire dispatch to a
+// job's source and target instances, and (with only a migration id) the
+// AutoManager's rollback of an in-flight migration.
+func (h *handler) AbortMigration(ctx context.Context, req *connect.Request[managerv1.AbortMigrationRequest]) (*connect.Response[managerv1.AbortMigrationResponse], error) {
+	m := req.Msg
+	if err := validateMigrationID(m.GetMigrationId()); err != nil {
+		return nil, toConnect(err)
+	}
+	if len(m.GetReason()) > 1024 {
+		return nil, toConnect(apierr.Invalid("reason", "is %d bytes (at most 1024)", len(m.GetReason())))
+	}
+	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.AbortMigrationResponse], error) {
+		return c.AbortMigration(ctx, withAuth(req, connect.NewRequest(m)))
+	}); ok {
+		return out, err
+	}
+	if m.GetSourceRole() == "" && m.GetTargetRole() == "" {
+		if m.GetJobId() != "" {
+			return nil, toConnect(apierr.Invalid("sourceRole", "the wire form names the source and target roles; give only migrationId to roll a migration back"))
+		}
+		mg := h.s.migrator.get()
+		if mg == nil {
+			return nil, toConnect(apierr.Unavailablef("no AutoManager runs on this member; it runs on the primary once its term has begun"))
+		}
+		if err := mg.CancelMigration(ctx, m.GetMigrationId(), m.GetReason()); err != nil {
+			return nil, toConnect(err)
+		}
+		return connect.NewResponse(&managerv1.AbortMigrationResponse{}), nil
+	}
+	if err := jobspec.ValidateID("jobId", m.GetJobId()); err != nil {
+		return nil, toConnect(err)
+	}
+	out := &managerv1.AbortMigrationResponse{}
+	var errs []error
+	found := 0
+	for i, role := range []string{m.GetSourceRole(), m.GetTargetRole()} {
+		if role == "" {
+			continue
+		}
+		field := []string{"sourceRole", "targetRole"}[i]
+		if err := jobspec.ValidateRole(field, role); err != nil {
+			return nil, toConnect(err)
+		}
+		node, err := h.relay(ctx, &managerv1.JobKey{JobId: m.GetJobId(), Role: role}, func(in *managerv1.Instance) *managerv1.ControllerMessage {
+			return &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_MigrationAbort{MigrationAbort: &managerv1.MigrationAbort{
+				JobId: in.GetJobId(), Role: in.GetRole(), MigrationId: m.GetMigrationId(), Reason: m.GetReason(),
+			}}}
+		})
+		switch {
+		case err == nil:
+			found++
+			out.NodeIds = append(out.NodeIds, node)
+		case apierr.Is(err, apierr.NotFound):
+		default:
+			found++
+			errs = append(errs, err)
+		}
+	}
+	switch {
+	case found == 0:
+		return nil, toConnect(apierr.NotFoundf("job %s has no live instance %s or %s", m.GetJobId(), m.GetSourceRole(), m.GetTargetRole()))
+	case len(out.GetNodeIds()) == 0:
+		return nil, toConnect(errors.Join(errs...))
+	}
+	for _, err := range errs {
+		h.s.log.Warn("abort migration: one side could not be told", "migration", m.GetMigrationId(), "err", err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h *handler) MigrateJob(ctx context.Context, req *connect.Request[managerv1.MigrateJobRequest]) (*connect.Response[managerv1.MigrateJobResponse], error) {
+	m := req.Msg
+	if err := jobspec.ValidateID("jobId", m.GetJobId()); err != nil {
+		return nil, toConnect(err)
+	}
+	if m.GetTargetNodeId() != "" {
+		if err := jobspec.ValidateID("targetNodeId", m.GetTargetNodeId()); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	if m.GetSourceRole() != "" {
+		if err := jobspec.ValidateRole("sourceRole", m.GetSourceRole()); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	if _, ok := managerv1.MigrationStrategy_name[int32(m.GetStrategy())]; !ok {
+		return nil, toConnect(apierr.Invalid("strategy", "%d is not a strategy (stopThenStart, overlap, handover)", m.GetStrategy()))
+	}
+	if h.read().Job(nil, m.GetJobId()) == nil {
+		return nil, toConnect(apierr.NotFoundf("no job %q", m.GetJobId()))
+	}
+	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.MigrateJobResponse], error) {
+		return c.MigrateJob(ctx, withAuth(req, connect.NewRequest(m)))
+	}); ok {
+		return out, err
+	}
+	mg := h.s.migrator.get()
+	if mg == nil {
+		return nil, toConnect(apierr.Unavailablef("no AutoManager runs on this member; it runs on the primary once its term has begun"))
+	}
+	who := ""
+	if ci, ok := ctx.Value(callInfoKey{}).(callInfo); ok {
+		who = ci.who
+	}
+	st, err := mg.MigrateJob(ctx, m.GetJobId(), automanager.MigrateOptions{
+		TargetNodeID: m.GetTargetNodeId(), Strategy: m.GetStrategy(), SourceRole: m.GetSourceRole(),
+		OverrideReservation: m.GetOverrideReservation(), RequestedBy: who,
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.MigrateJobResponse{MigrationId: st.GetMigrationId(), Migration: st}), nil
+}
+
+func (h *handler) ListMigrations(ctx context.Context, req *connect.Request[managerv1.ListMigrationsRequest]) (*connect.Response[managerv1.ListMigrationsResponse], error) {
+	if id := req.Msg.GetJobId(); id != "" {
+		if err := jobspec.ValidateID("jobId", id); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	return connect.NewResponse(&managerv1.ListMigrationsResponse{Migrations: h.read().Migrations(nil, req.Msg.GetJobId())}), nil
+}
+
+func (h *handler) GetMigration(ctx context.Context, req *connect.Request[managerv1.GetMigrationRequest]) (*connect.Response[managerv1.MigrationState], error) {
+	if err := validateMigrationID(req.Msg.GetMigrationId()); err != nil {
+		return nil, toConnect(err)
+	}
+	m := h.read().Migration(nil, req.Msg.GetMigrationId())
+	if m == nil {
+		return nil, toConnect(apierr.NotFoundf("no migration %q (never started, or forgotten)", req.Msg.GetMigrationId()))
+	}
+	return connect.NewResponse(m), nil
+}
+
+func (h *handler) MigrationForJob(ctx context.Context, req *connect.Request[managerv1.MigrationForJobRequest]) (*connect.Response[managerv1.MigrationState], error) {
+	if err := h.requireJob("jobId", req.Msg.GetJobId()); err != nil {
+		return nil, toConnect(err)
+	}
+	m := h.read().MigrationInFlight(nil, req.Msg.GetJobId())
+	if m == nil {
+		return nil, toConnect(apierr.NotFoundf("job %s has no migration in flight", req.Msg.GetJobId()))
+	}
+	return connect.NewResponse(m), nil
+}
+
+func (h *handler) ForgetMigration(ctx context.Context, req *connect.Request[managerv1.ForgetMigrationRequest]) (*connect.Response[managerv1.ForgetMigrationResponse], error) {
+	id := req.Msg.GetMigrationId()
+	if err := validateMigrationID(id); err != nil {
+		return nil, toConnect(err)
+	}
+	if h.read().Migration(nil, id) == nil {
+		return connect.NewResponse(&managerv1.ForgetMigrationResponse{}), nil
+	}
+	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_ForgetMigrations{ForgetMigrations: &storev1.ForgetMigrations{MigrationIds: []string{id}}}})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out, _ := res.Value.(*managerv1.ForgetTerminalMigrationsResponse)
+	return connect.NewResponse(&managerv1.ForgetMigrationResponse{Forgotten: len(out.GetMigrationIds()) > 0}), nil
+}
+
+func (h *handler) ForgetTerminalMigrations(ctx context.Context, req *connect.Request[managerv1.ForgetTerminalMigrationsRequest]) (*connect.Response[managerv1.ForgetTerminalMigrationsResponse], error) {
+	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_ForgetMigrations{ForgetMigrations: &storev1.ForgetMigrations{AllTerminal: true}}})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out, _ := res.Value.(*managerv1.ForgetTerminalMigrationsResponse)
+	if out == nil {
+		out = &managerv1.ForgetTerminalMigrationsResponse{}
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h *handler) RecordMigration(ctx context.Context, req *connect.Request[managerv1.RecordMigrationRequest]) (*connect.Response[managerv1.RecordMigrationResponse], error) {
+	m := req.Msg
+	if m.GetMigration() == nil {
+		return nil, toConnect(apierr.Invalid("migration", "is required"))
+	}
+	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PutMigration{PutMigration: &storev1.PutMigration{
+		Migration: m.GetMigration(), ExpectedRevision: m.GetExpectedRevision(), Create: m.GetCreate(),
+	}}})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.RecordMigrationResponse{Revision: res.Index}), nil
+}
+
+func (h *handler) SetNodeDraining(ctx context.Context, req *connect.Request[managerv1.SetNodeDrainingRequest]) (*connect.Response[managerv1.SetNodeDrainingResponse], error) {
+	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
+		return nil, toConnect(err)
+	}
+	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetNodeDraining{SetNodeDraining: &storev1.SetNodeDraining{
+		NodeId: req.Msg.GetNodeId(), Draining: req.Msg.GetDraining(),
+	}}}); err != nil {
+		return nil, toConnect(err)
+	}
+	r := h.read()
+	rec := r.Node(nil, req.Msg.GetNodeId())
+	if rec == nil {
+		return nil, toConnect(apierr.NotFoundf("node %q was removed meanwhile", req.Msg.GetNodeId()))
+	}
+	return connect.NewResponse(&managerv1.SetNodeDrainingResponse{Node: h.nodeView(r, rec)}), nil
+}
