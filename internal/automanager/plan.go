@@ -245,6 +245,8 @@ func Plan(v View, p Policy, now time.Time) Decision {
 			starting[n.GetNodeId()] = true
 		case n.GetState() != nodeOnline:
 			offline[n.GetNodeId()] = "the node is " + strings.ToLower(strings.TrimPrefix(n.GetState().String(), "NODE_STATE_"))
+		case n.GetDraining():
+			offline[n.GetNodeId()] = "the node is draining"
 		}
 	}
 	st, err := placement.NewState(p.Placement, view, live)

@@ -65,6 +65,7 @@ func (s *Saga) dispatch(ctx context.Context, m *migration) bool {
 		DeferStart:            st.GetStrategy() == stratStopThenStart,
 		MigrationID:           st.GetMigrationId(),
 		MigrationInitialState: st.GetInitialState(),
+		MigrationHandover:     st.GetStrategy() == stratHandover,
 		Placement: &managerv1.PlacementEvent{JobId: st.GetSourceJobId(), Role: st.GetTargetRole(), NodeId: st.GetTargetNodeId(),
 			Kind: "migration", Summary: st.GetPlacementSummary(), FailedNodeId: st.GetSourceNodeId()},
 	})

@@ -207,6 +207,11 @@ var rules = []rule{
 		from:      []string{"internal/cli"},
 		forbidden: anyOf(managerSide...),
 	},
+	{
+		name: "the AutoManager imports nothing of the Manager's side (it works through the SDK's interface)",
+		from: []string{"internal/automanager"}, mustExist: []string{"internal/automanager"},
+		forbidden: anyOf(managerSide...),
+	},
 }
 
 // violation is one forbidden dependency and the import chain to it.

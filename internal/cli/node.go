@@ -21,6 +21,7 @@ func newNodeCommand(g *globals) *cobra.Command {
 		newNodeTagCommand(g),
 		newNodeIdleExpiryCommand(g),
 		newNodeCreateMockCommand(g),
+		newNodeDrainCommand(g),
 	)
 	return cmd
 }

@@ -42,6 +42,8 @@ var rootCommands = []func(*globals) *cobra.Command{
 	newVersionCommand,
 	newJobCommand,
 	newBundleCommand,
+	newMigrateCommand,
+	newMigrationCommand,
 	newNodeCommand,
 	newSlotCommand,
 	newEventsCommand,

@@ -140,6 +140,7 @@ func start(in *managerv1.Instance, job *managerv1.Job, deferStart bool) action {
 			DeferStart:            deferStart,
 			MigrationId:           in.GetMigrationId(),
 			MigrationInitialState: in.GetMigrationInitialState(),
+			MigrationHandover:     in.GetMigrationHandover(),
 		}}}}
 }
 

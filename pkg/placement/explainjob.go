@@ -43,6 +43,8 @@ func ExplainBundleJob(cfg Config, nodes []*managerv1.Node, live []JobInstance, j
 		view = append(view, NodeFromProto(n))
 		if st := n.GetState(); st != managerv1.NodeState_NODE_STATE_ONLINE {
 			req.Exclude[n.GetNodeId()] = "the node is " + strings.ToLower(strings.TrimPrefix(st.String(), "NODE_STATE_"))
+		} else if n.GetDraining() {
+			req.Exclude[n.GetNodeId()] = "the node is draining"
 		}
 	}
 	var allocs []Allocation

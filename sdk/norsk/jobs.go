@@ -84,6 +84,9 @@ type StartJobOptions struct {
 	MigrationID string
 	// MigrationInitialState is handed, opaque, to the instance's job socket.
 	MigrationInitialState []byte
+	// MigrationHandover marks a handover's target: its job socket is handed
+	// MigrationInitialState (possibly empty) and it waits for apply-from.
+	MigrationHandover bool
 	// Placement is the placer's account of the choice (the AutoManager sets
 	// it): kept on the instance and carried by the placement event.
 	Placement *PlacementEvent
@@ -125,6 +128,7 @@ func (s Start) request() *managerv1.StartJobRequest {
 			DeferStart:            s.Options.DeferStart,
 			MigrationId:           s.Options.MigrationID,
 			MigrationInitialState: s.Options.MigrationInitialState,
+			MigrationHandover:     s.Options.MigrationHandover,
 			Placement:             s.Options.Placement,
 		},
 	}

@@ -168,6 +168,7 @@ func (t *tx) bindInstance(c *storev1.BindInstance) (uint64, error) {
 		RuntimeRole:           opts.GetRuntimeRole(),
 		MigrationId:           opts.GetMigrationId(),
 		MigrationInitialState: opts.GetMigrationInitialState(),
+		MigrationHandover:     opts.GetMigrationHandover(),
 		BoundAt:               t.now,
 		JobHash:               rec.GetJob().GetCurrentHash(),
 	}

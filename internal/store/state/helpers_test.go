@@ -425,6 +425,16 @@ func eventKind(e *managerv1.Event) string {
 		return "slotUpdated"
 	case *managerv1.Event_ClusterSlotDeregistered:
 		return "slotDeregistered"
+	case *managerv1.Event_MigrationUpdated:
+		return "migrationUpdated"
+	case *managerv1.Event_MigrationState:
+		return "migrationState"
+	case *managerv1.Event_MigrationTargetReady:
+		return "migrationTargetReady"
+	case *managerv1.Event_MigrationTargetApplied:
+		return "migrationTargetApplied"
+	case *managerv1.Event_MigrationForgotten:
+		return "migrationForgotten"
 	}
 	return "?"
 }

@@ -730,7 +730,7 @@ func (s *Server) StartJob(_ context.Context, req *connect.Request[managerv1.Star
 		Desired:     managerv1.InstanceDesired_INSTANCE_DESIRED_RUNNING,
 		Phase:       managerv1.InstancePhase_INSTANCE_PHASE_PROVISIONED,
 		RuntimeRole: cmp(opts.GetRuntimeRole(), r.Role), MigrationId: opts.GetMigrationId(),
-		BoundAt: timestamppb.New(s.now()), MigrationInitialState: opts.GetMigrationInitialState(),
+		BoundAt: timestamppb.New(s.now()), MigrationInitialState: opts.GetMigrationInitialState(), MigrationHandover: opts.GetMigrationHandover(),
 		Placement: opts.GetPlacement(),
 	}
 	if opts.GetDeferStart() {

@@ -2182,9 +2182,11 @@ type Instance struct {
 	// Restarts of services under their restart policy since the start.
 	Restarts uint32 `protobuf:"varint,16,opt,name=restarts,proto3" json:"restarts,omitempty"`
 	// How the AutoManager placed it (empty for a StartJob by hand).
-	Placement     *PlacementEvent `protobuf:"bytes,17,opt,name=placement,proto3" json:"placement,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Placement *PlacementEvent `protobuf:"bytes,17,opt,name=placement,proto3" json:"placement,omitempty"`
+	// A handover's target: its job socket is handed migration_initial_state.
+	MigrationHandover bool `protobuf:"varint,18,opt,name=migration_handover,json=migrationHandover,proto3" json:"migration_handover,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Instance) Reset() {
@@ -2334,6 +2336,13 @@ func (x *Instance) GetPlacement() *PlacementEvent {
 		return x.Placement
 	}
 	return nil
+}
+
+func (x *Instance) GetMigrationHandover() bool {
+	if x != nil {
+		return x.MigrationHandover
+	}
+	return false
 }
 
 // JobWithHistory is a job, its history (newest first) and its instances.
@@ -2538,7 +2547,7 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x0e\n" +
 	"\fJobCompleted\"%\n" +
 	"\vJobRejected\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x89\a\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xb8\a\n" +
 	"\bInstance\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
@@ -2558,7 +2567,8 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\x17migration_initial_state\x18\x0e \x01(\fR\x15migrationInitialState\x12\x19\n" +
 	"\bjob_hash\x18\x0f \x01(\x03R\ajobHash\x12\x1a\n" +
 	"\brestarts\x18\x10 \x01(\rR\brestarts\x12>\n" +
-	"\tplacement\x18\x11 \x01(\v2 .norsk.manager.v1.PlacementEventR\tplacement\x1an\n" +
+	"\tplacement\x18\x11 \x01(\v2 .norsk.manager.v1.PlacementEventR\tplacement\x12-\n" +
+	"\x12migration_handover\x18\x12 \x01(\bR\x11migrationHandover\x1an\n" +
 	"\x18ServicePortMappingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12<\n" +
 	"\x05value\x18\x02 \x01(\v2&.norsk.manager.v1.ResolvedPortMappingsR\x05value:\x028\x01\"\xb0\x01\n" +

@@ -377,8 +377,12 @@ type JobSocketHelloAck struct {
 	Role        string `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
 	RuntimeRole string `protobuf:"bytes,4,opt,name=runtime_role,json=runtimeRole,proto3" json:"runtime_role,omitempty"`
 	NodeId      string `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	// Set when this instance is a migration target: initial_state follows.
-	MigrationId   string `protobuf:"bytes,6,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	// Set when this instance is a migration target.
+	MigrationId string `protobuf:"bytes,6,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	// A handover's target: initial_state follows, and the job must not start
+	// output until apply_from. (A target of another strategy is told its
+	// migration id only: it starts as it would anyway.)
+	Handover      bool `protobuf:"varint,7,opt,name=handover,proto3" json:"handover,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -453,6 +457,13 @@ func (x *JobSocketHelloAck) GetMigrationId() string {
 		return x.MigrationId
 	}
 	return ""
+}
+
+func (x *JobSocketHelloAck) GetHandover() bool {
+	if x != nil {
+		return x.Handover
+	}
+	return false
 }
 
 type JobSocketInitialState struct {
@@ -1000,14 +1011,15 @@ const file_norsk_manager_v1_job_socket_proto_rawDesc = "" +
 	"\x03msg\"D\n" +
 	"\x0eJobSocketHello\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\tR\bprotocol\x12\x16\n" +
-	"\x06client\x18\x02 \x01(\tR\x06client\"\xb9\x01\n" +
+	"\x06client\x18\x02 \x01(\tR\x06client\"\xd5\x01\n" +
 	"\x11JobSocketHelloAck\x12\x1a\n" +
 	"\bprotocol\x18\x01 \x01(\tR\bprotocol\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12!\n" +
 	"\fruntime_role\x18\x04 \x01(\tR\vruntimeRole\x12\x17\n" +
 	"\anode_id\x18\x05 \x01(\tR\x06nodeId\x12!\n" +
-	"\fmigration_id\x18\x06 \x01(\tR\vmigrationId\"T\n" +
+	"\fmigration_id\x18\x06 \x01(\tR\vmigrationId\x12\x1a\n" +
+	"\bhandover\x18\a \x01(\bR\bhandover\"T\n" +
 	"\x15JobSocketInitialState\x12!\n" +
 	"\fmigration_id\x18\x01 \x01(\tR\vmigrationId\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\"6\n" +

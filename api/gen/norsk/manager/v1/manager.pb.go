@@ -1226,9 +1226,12 @@ type StartJobOptions struct {
 	MigrationInitialState []byte `protobuf:"bytes,4,opt,name=migration_initial_state,json=migrationInitialState,proto3" json:"migration_initial_state,omitempty"`
 	// The placer's account of the choice (the AutoManager sets it); kept on
 	// the instance and carried by the placement event.
-	Placement     *PlacementEvent `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Placement *PlacementEvent `protobuf:"bytes,5,opt,name=placement,proto3" json:"placement,omitempty"`
+	// The instance is a handover's target: its job socket is handed
+	// migration_initial_state (possibly empty) right after its hello.
+	MigrationHandover bool `protobuf:"varint,6,opt,name=migration_handover,json=migrationHandover,proto3" json:"migration_handover,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StartJobOptions) Reset() {
@@ -1294,6 +1297,13 @@ func (x *StartJobOptions) GetPlacement() *PlacementEvent {
 		return x.Placement
 	}
 	return nil
+}
+
+func (x *StartJobOptions) GetMigrationHandover() bool {
+	if x != nil {
+		return x.MigrationHandover
+	}
+	return false
 }
 
 type StartJobRequest struct {
@@ -4167,14 +4177,15 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x0finclude_history\x18\x04 \x01(\bR\x0eincludeHistory\"_\n" +
 	"\x11JobSearchResponse\x124\n" +
 	"\x04jobs\x18\x01 \x03(\v2 .norsk.manager.v1.JobWithHistoryR\x04jobs\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\"\xf0\x01\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"\x9f\x02\n" +
 	"\x0fStartJobOptions\x12!\n" +
 	"\fruntime_role\x18\x01 \x01(\tR\vruntimeRole\x12\x1f\n" +
 	"\vdefer_start\x18\x02 \x01(\bR\n" +
 	"deferStart\x12!\n" +
 	"\fmigration_id\x18\x03 \x01(\tR\vmigrationId\x126\n" +
 	"\x17migration_initial_state\x18\x04 \x01(\fR\x15migrationInitialState\x12>\n" +
-	"\tplacement\x18\x05 \x01(\v2 .norsk.manager.v1.PlacementEventR\tplacement\"\x92\x01\n" +
+	"\tplacement\x18\x05 \x01(\v2 .norsk.manager.v1.PlacementEventR\tplacement\x12-\n" +
+	"\x12migration_handover\x18\x06 \x01(\bR\x11migrationHandover\"\x92\x01\n" +
 	"\x0fStartJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +

@@ -1175,8 +1175,11 @@ type StartInstance struct {
 	DeferStart            bool                   `protobuf:"varint,5,opt,name=defer_start,json=deferStart,proto3" json:"defer_start,omitempty"`
 	MigrationId           string                 `protobuf:"bytes,6,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
 	MigrationInitialState []byte                 `protobuf:"bytes,7,opt,name=migration_initial_state,json=migrationInitialState,proto3" json:"migration_initial_state,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// A handover's target: the worker hands its job socket
+	// migration_initial_state (possibly empty) right after the hello.
+	MigrationHandover bool `protobuf:"varint,8,opt,name=migration_handover,json=migrationHandover,proto3" json:"migration_handover,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StartInstance) Reset() {
@@ -1256,6 +1259,13 @@ func (x *StartInstance) GetMigrationInitialState() []byte {
 		return x.MigrationInitialState
 	}
 	return nil
+}
+
+func (x *StartInstance) GetMigrationHandover() bool {
+	if x != nil {
+		return x.MigrationHandover
+	}
+	return false
 }
 
 type StartPreparedInstance struct {
@@ -2054,7 +2064,7 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\x12!\n" +
 	"\fmanager_urls\x18\x04 \x03(\tR\vmanagerUrls\x12!\n" +
 	"\fmanager_term\x18\x05 \x01(\x04R\vmanagerTerm\x12-\n" +
-	"\x12manager_generation\x18\x06 \x01(\x04R\x11managerGeneration\"\x90\x02\n" +
+	"\x12manager_generation\x18\x06 \x01(\x04R\x11managerGeneration\"\xbf\x02\n" +
 	"\rStartInstance\x12'\n" +
 	"\x03job\x18\x01 \x01(\v2\x15.norsk.manager.v1.JobR\x03job\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12!\n" +
@@ -2063,7 +2073,8 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\vdefer_start\x18\x05 \x01(\bR\n" +
 	"deferStart\x12!\n" +
 	"\fmigration_id\x18\x06 \x01(\tR\vmigrationId\x126\n" +
-	"\x17migration_initial_state\x18\a \x01(\fR\x15migrationInitialState\"g\n" +
+	"\x17migration_initial_state\x18\a \x01(\fR\x15migrationInitialState\x12-\n" +
+	"\x12migration_handover\x18\b \x01(\bR\x11migrationHandover\"g\n" +
 	"\x15StartPreparedInstance\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
