@@ -11,12 +11,13 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
 )
 
 // JobSocketCapability is the capability a worker started with --job-socket
 // advertises (pkg/jobsocket.Capability): a handover's target must have it.
-const JobSocketCapability = "jobSocket"
+const JobSocketCapability = jobsocket.Capability
 
 // Migration phase-deadline defaults (seed 004): target launch and workflow
 // init typically complete well under two minutes, a source stops quickly,

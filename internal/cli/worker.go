@@ -13,6 +13,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/worker"
+	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
 
 // defaultWorkerDataDir is where a worker keeps its identity and instance
@@ -50,6 +51,9 @@ Instances keep running when the worker stops and are adopted when it starts
 again. With an https Manager, --tls-ca or --tls-ca-hash (as 'norsk-ctl slot
 register' prints it) verifies the Manager, and the worker serves its stream
 with mutual TLS using a certificate the Manager signs at every registration.
+With --job-socket every instance gets a job socket (NORSK_JOB_SOCKET) over
+which a handover migration talks to the job (docs/job-socket.md), and the
+worker advertises the capability jobSocket that handovers are placed by.
 The seed's form 'norsk-ctl --mode=worker --token=… --manager-url=…'
 is the same command.`,
 		Args: cobra.NoArgs,
@@ -108,6 +112,8 @@ is the same command.`,
 	f.StringVar(&cfg.Runtime, "runtime", "", "container runtime: docker or process (default: docker when an engine answers)")
 	f.StringArrayVar(&caps, "capability", nil, "a capability this node offers, name=count (repeatable)")
 	f.StringArrayVar(&gpus, "gpu", nil, "a GPU this node has, model=capacity (repeatable)")
+	f.BoolVar(&cfg.JobSocket, "job-socket", false, "serve every instance a job socket (NORSK_JOB_SOCKET) for handover migrations, and advertise the "+jobsocket.Capability+" capability")
+	f.StringVar(&cfg.JobSocketDir, "job-socket-dir", "", "directory of the job sockets, one sub-directory per instance (default: a short per-worker directory under $TMPDIR; see docs/job-socket.md)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return c
 }

@@ -53,6 +53,19 @@ type InstanceSpec struct {
 	// Env is added to every service's environment, after the service's own
 	// env (so the worker's NORSK_* variables win).
 	Env map[string]string
+	// Mounts are host directories the worker makes visible in every
+	// service (the job socket's). The docker runtime bind-mounts them; the
+	// process runtime ignores them, as a host process sees the host's
+	// files at their own paths.
+	Mounts []Mount
+}
+
+// Mount is a host directory bind-mounted into a container.
+type Mount struct {
+	// Source is the absolute host path, Target the absolute path inside
+	// the container.
+	Source, Target string
+	ReadOnly       bool
 }
 
 // ServiceStatus is what a runtime knows of one service.

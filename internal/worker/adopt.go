@@ -180,6 +180,8 @@ func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
 		return
 	}
 
+	// The socket again, at the same path: the job redials it.
+	in.openJobSocket()
 	missing := false
 	for _, svc := range rec.job().GetServices() {
 		if _, ok := mine[svc.GetName()]; !ok {

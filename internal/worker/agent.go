@@ -23,6 +23,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/runtime"
 	"github.com/norsk-go/norsk-manager/internal/runtime/docker"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
+	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
 
 // dockerProbeTimeout bounds the check whether a Docker engine answers.
@@ -70,6 +71,10 @@ type Agent struct {
 	fenceWake   chan struct{}
 	fenceChecks atomic.Uint64
 
+	// js serves the job sockets (jobsocket.go); nil unless
+	// Config.JobSocket. Set by Run before the instances' actors start.
+	js *jobSockets
+
 	disco  discoveryStore     // the discovery access (discovery.go)
 	access accessReplicaStore // the access replica (access_replica.go)
 	tlsw   workerTLS          // mutual TLS with the Manager (tls.go)
@@ -84,6 +89,9 @@ type Agent struct {
 	snaps       map[runtime.Key]*snapshot
 	cur         *session
 	nextSession uint64
+	// migPending are handshake reports kept for the next stream
+	// (migration_report.go).
+	migPending []*managerv1.WorkerMessage
 	// epoch is the newest Manager primary that opened a stream.
 	epoch         managerEpoch
 	streamsClosed bool
@@ -95,11 +103,15 @@ type Agent struct {
 // New checks cfg and returns an Agent. It does nothing else: Run does the
 // work.
 func New(cfg Config) (*Agent, error) {
+	given := len(cfg.Capabilities)
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "worker")
+	if !cfg.JobSocket && len(cfg.Capabilities) < given {
+		log.Warn("not advertising the " + jobsocket.Capability + " capability: it is this worker's only with --job-socket")
+	}
 	apiTLS, err := managerTLSConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -291,6 +303,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.loadDiscovery()
 	a.loadAccessReplica()
 
+	if a.cfg.JobSocket {
+		if a.js, err = newJobSockets(a, a.cfg.JobSocketDir); err != nil {
+			return err
+		}
+		defer a.js.closeAll() // shutdown closes them first; this covers the early returns
+		log.Info("serving job sockets", "dir", a.js.base)
+	}
 	rt, ownRT, err := a.openRuntime(runCtx, id.NodeID)
 	if err != nil {
 		return err
@@ -348,6 +367,9 @@ func (a *Agent) shutdown(srv *http.Server) {
 	_ = srv.Close() // ends every connection: blocked receivers return
 	a.streams.Wait()
 	a.sup.close()
+	if a.js != nil {
+		a.js.closeAll()
+	}
 	a.wg.Wait()
 }
 

@@ -65,6 +65,7 @@ func (in *instance) start(cmd *managerv1.StartInstance) *cmdError {
 	if _, err := startOrder(rec.job()); err != nil {
 		return in.failStart(err)
 	}
+	in.openJobSocket() // before the services exist: a job dials it at once
 	if err := in.prepare(); err != nil {
 		return in.failStart(err)
 	}

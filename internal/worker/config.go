@@ -85,6 +85,18 @@ type Config struct {
 	// ReregisterAfter is how long without a Control stream before the
 	// worker registers again (default 15 s).
 	ReregisterAfter time.Duration
+	// JobSocket serves every instance a job socket (job_socket.proto,
+	// docs/job-socket.md) and advertises the capability jobsocket.Capability
+	// (count 1) at registration and in the hello. Off, the worker serves
+	// none and never advertises it (a Capabilities entry of that name is
+	// dropped), and refuses the migration handshake's commands.
+	JobSocket bool
+	// JobSocketDir is the directory the job sockets are made in, one
+	// sub-directory per instance (default: os.TempDir()/norsk-js-<12 hex
+	// digits of a hash of DataDir's absolute path>, short enough for a Unix
+	// socket path and the same across restarts of the worker). It is
+	// created 0700 and must not be shared by two workers.
+	JobSocketDir string
 	// LeaseTTL is the lease of the lease-protected instances until a
 	// Manager member's first LeaseGrant since the agent started (default
 	// 15 s; then each grant says): a worker that hears no grant stops them
@@ -163,5 +175,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LeaseTTL <= 0 {
 		c.LeaseTTL = DefaultLeaseTTL
 	}
+	c.Capabilities = withJobSocketCapability(c.Capabilities, c.JobSocket)
 	return c, nil
 }

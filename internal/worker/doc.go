@@ -101,5 +101,20 @@
 // the agent's start with Config.LeaseTTL. Other instances are never
 // touched. See lease.go.
 //
+// # Job sockets
+//
+// With Config.JobSocket the worker advertises the capability
+// jobsocket.Capability ("jobSocket", count 1) and serves every instance it
+// runs a job socket: a Unix socket (gRPC over cleartext HTTP/2, the
+// JobSocket service) made before the instance's services are, named to the
+// services in NORSK_JOB_SOCKET (for containers, the socket's directory is
+// mounted read-only at /run/norsk), re-made at the same path when a new
+// worker adopts the instance, and removed when the instance stops. Over it
+// the worker relays the handover migration's handshake between the
+// Manager's migration_* commands and the job, and reports the job's answers
+// as MigrationReports; see jobsocket.go (paths, lifetime), migration.go
+// (commands, locking, aborts), migration_report.go (reports while no
+// stream is up) and docs/job-socket.md.
+//
 // This package imports nothing of the Manager's side.
 package worker

@@ -80,6 +80,7 @@ type env struct {
 	nodeID  string
 	token   string
 	dataDir string
+	jsDir   string // the job socket directory of jsConfig
 }
 
 func newEnv(t *testing.T) *env {

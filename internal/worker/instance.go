@@ -212,6 +212,8 @@ func (in *instance) handle(ev event) {
 		in.keepUnowned(ev.statuses)
 	case fenceEvent:
 		in.onFence()
+	case handoverAppliedEvent:
+		in.onHandoverApplied(ev)
 	}
 }
 
@@ -277,6 +279,7 @@ func (in *instance) forget() {
 	in.rec = nil
 	in.phase = managerv1.InstancePhase_INSTANCE_PHASE_UNSPECIFIED
 	in.endRun()
+	in.closeJobSocket()
 	in.sup.a.unpublish(in.key)
 }
 
@@ -301,6 +304,7 @@ func (in *instance) prepare() error {
 	if m := rec.start.GetMigrationId(); m != "" {
 		env[runtime.EnvMigrationID] = m
 	}
+	mounts := in.jobSocketSpec(env)
 	return in.sup.rt.Prepare(in.ctx(), runtime.InstanceSpec{
 		Key:         in.key,
 		NodeID:      in.sup.nodeID,
@@ -308,6 +312,7 @@ func (in *instance) prepare() error {
 		RuntimeRole: rec.runtimeRole(),
 		Job:         rec.job(),
 		Env:         env,
+		Mounts:      mounts,
 	})
 }
 
@@ -414,6 +419,7 @@ func (in *instance) shutdown(reason managerv1.StoppingReason, addl string, grace
 	in.phase = managerv1.InstancePhase_INSTANCE_PHASE_STOPPED
 	in.svcs = map[string]*service{}
 	in.ports = map[string]*managerv1.ResolvedPortMappings{}
+	in.closeJobSocket()
 	if !tombstone {
 		in.sup.a.sendReport(in.report())
 		return

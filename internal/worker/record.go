@@ -66,7 +66,11 @@ type record struct {
 	Reason           string           `json:"reason,omitempty"`
 	AdditionalReason string           `json:"additionalReason,omitempty"`
 	ExitCodes        map[string]int32 `json:"exitCodes,omitempty"`
-	UpdatedAt        time.Time        `json:"updatedAt"`
+	// HandoverApplied: the instance was started as the target of a
+	// migration (Start.migration_id) and its job has applied the handover;
+	// it is no longer told it is a target (jobsocket.go).
+	HandoverApplied bool      `json:"handoverApplied,omitempty"`
+	UpdatedAt       time.Time `json:"updatedAt"`
 
 	start *managerv1.StartInstance
 }

@@ -130,18 +130,21 @@ func (a *Agent) openSession(ctx context.Context, epoch managerEpoch) (*session, 
 		Inventory:     inv,
 	}
 	s.enqueue(&managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Hello{Hello: hello}})
+	a.flushMigrationReportsLocked(s)
 	a.pubMu.Unlock()
 	a.setStreamUp(true)
 	return s, nil
 }
 
-// closeSession ends a stream's session.
+// closeSession ends a stream's session. The handshake reports it had not
+// sent go to the next stream (migration_report.go).
 func (a *Agent) closeSession(s *session) {
 	a.pubMu.Lock()
 	wasCurrent := a.cur == s
 	if wasCurrent {
 		a.cur = nil
 	}
+	a.rescueMigrationReportsLocked(s)
 	a.pubMu.Unlock()
 	s.cancel(nil)
 	if wasCurrent {

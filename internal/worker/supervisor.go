@@ -164,6 +164,10 @@ func (a *Agent) onCommand(sess *session, msg *managerv1.ControllerMessage) {
 	case *managerv1.ControllerMessage_Lease:
 		a.onLeaseGrant(m.Lease) // not acknowledged (lease.go)
 		return
+	case *managerv1.ControllerMessage_MigrationGetState, *managerv1.ControllerMessage_MigrationCutoverReady,
+		*managerv1.ControllerMessage_MigrationCutoverApply, *managerv1.ControllerMessage_MigrationAbort:
+		a.onMigrationCommand(sess, msg) // relayed to the job socket (migration.go)
+		return
 	case *managerv1.ControllerMessage_Hello:
 		reply(&cmdError{connect.CodeInvalidArgument, "hello was already received on this stream"})
 		return

@@ -164,6 +164,13 @@ func planService(nodeID string, spec runtime.InstanceSpec, svc *managerv1.Servic
 		}
 	}
 
+	for _, m := range spec.Mounts {
+		if !strings.HasPrefix(m.Source, "/") || !strings.HasPrefix(m.Target, "/") {
+			return invalid("worker mount %s -> %s: both paths must be absolute", m.Source, m.Target)
+		}
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+
 	cpus := make([]string, 0, len(svc.GetCpuSet()))
 	for _, c := range svc.GetCpuSet() {
 		cpus = append(cpus, strconv.FormatUint(uint64(c), 10))
