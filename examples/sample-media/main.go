@@ -33,10 +33,60 @@
 //	NORSK_JOB_ID, NORSK_ROLE, NORSK_RUNTIME_ROLE, NORSK_NODE_ID
 //	              set by the worker; logged, and the node and runtime role
 //	              are the payload (see below).
+//	NORSK_JOB_SOCKET
+//	              set by a worker started with --job-socket: the job
+//	              socket, over which the job takes part in handover
+//	              migrations (below). Unset, the job behaves as above.
+//	NORSK_MIGRATION_ID, NORSK_MIGRATION_HANDOVER
+//	              set by the worker on a migration target; the second is "1"
+//	              on a handover's target, which (with a job socket) sends
+//	              nothing until it is applied. A target of another strategy
+//	              starts as usual.
+//	CUTOVER_LEAD  how far in the future a handover source cuts its output
+//	              (a duration, "400ms", or milliseconds); default 400ms.
+//	              It must exceed the time the Manager takes to relay the
+//	              cut to the target, or the target starts late.
 //
 // Every frame's payload is the text "node=<NORSK_NODE_ID> role=<NORSK_RUNTIME_ROLE>
 // pid=<pid>" (truncated to frames.MaxPayloadLen), so a receiver can tell
 // which instance sent which frames.
+//
+// # Handover
+//
+// With NORSK_JOB_SOCKET set the job attaches to its job socket
+// (docs/job-socket.md) and hands its stream over without a lost or repeated
+// frame. Its state is its output position: the next sequence number, the
+// time that frame is due on its frame clock (wall clock, unix nanoseconds)
+// and the frame rate, as JSON:
+//
+//	{"nextSeq": 1250, "nextDueUnixNano": 1767225600040000000, "frameRate": 25}
+//
+// As a source: get_state is answered with its current position. On
+// stop_output_at it picks the cut, the first frame not yet sent that is due
+// CUTOVER_LEAD or more from now, and answers stopped_output at once with
+// the cut's position (nextSeq is the first frame it will NOT send); it
+// sends every frame before the cut, on time, and then nothing, running on
+// until the worker stops it. On abort it resumes from the cut (or goes on,
+// if the cut was not reached): no sequence number skipped or repeated.
+//
+// As a handover's target (NORSK_MIGRATION_HANDOVER=1; hello_ack says
+// handover): it sends nothing. On initial_state (the source's position) it answers ready
+// with {"frameRate": r, "node": "<NORSK_NODE_ID>"}. On apply_from (the
+// source's stopped_output) it starts at exactly the source's nextSeq, frame
+// n due at the source's nextDueUnixNano + (n-nextSeq)/frameRate (the
+// source's clock, continued), and answers applied once that first frame has
+// gone out:
+//
+//	{"applied": ["frames"], "failed": [], "skewMs": 0.4}
+//
+// skewMs is how late the first frame went out against its due time. When
+// the cut reaches the target after it was due, the target starts at once
+// and catches up (re-basing its clock when more than a second behind); when
+// it does not manage to send the first frame within 2 s of its due time the
+// summary lists {"id": "frames", "reason": …} in failed. An aborted target
+// stays silent until it is stopped. Both instances must have the same wall
+// clock (NTP) for the cut to be seamless: the sink then sees the source's
+// last frame and the target's first one frame interval apart.
 package main
 
 import (
@@ -56,6 +106,7 @@ import (
 	"time"
 
 	"github.com/norsk-go/norsk-manager/examples/sample-media/frames"
+	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
 
 const (
@@ -67,6 +118,11 @@ const (
 	progressInterval = 10 * time.Second
 	// errorLogInterval limits how often UDP send errors are logged.
 	errorLogInterval = 10 * time.Second
+	// defaultCutoverLead is CUTOVER_LEAD's default: how far in the future
+	// a handover source cuts, so that the Manager's relay of the cut
+	// reaches the target before it is due.
+	defaultCutoverLead = 400 * time.Millisecond
+	maxCutoverLead     = time.Minute
 )
 
 func main() {
@@ -93,6 +149,21 @@ type config struct {
 	StreamID   string
 
 	JobID, Role, RuntimeRole, NodeID string
+
+	// JobSocket is NORSK_JOB_SOCKET ("" = no handover); MigrationID is
+	// NORSK_MIGRATION_ID (set on a migration target) and Handover
+	// NORSK_MIGRATION_HANDOVER=1 (a handover's target); CutoverLead is how
+	// far ahead a source puts its cut.
+	JobSocket   string
+	MigrationID string
+	Handover    bool
+	CutoverLead time.Duration
+}
+
+// handoverTarget reports whether the job starts as a handover's target:
+// silent until it is applied.
+func (c config) handoverTarget() bool {
+	return c.JobSocket != "" && c.MigrationID != "" && c.Handover
 }
 
 // loadConfig reads and checks the environment through getenv.
@@ -105,6 +176,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Role:        getenv("NORSK_ROLE"),
 		RuntimeRole: getenv("NORSK_RUNTIME_ROLE"),
 		NodeID:      getenv("NORSK_NODE_ID"),
+		JobSocket:   getenv(jobsocket.EnvSocket),
+		MigrationID: getenv("NORSK_MIGRATION_ID"),
+		Handover:    getenv(jobsocket.EnvHandover) == "1",
+		CutoverLead: defaultCutoverLead,
 	}
 	if cfg.Sink == "" {
 		return cfg, errors.New("SINK is not set (udp://host:port, file:///path, - or stdout)")
@@ -115,6 +190,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 			return cfg, fmt.Errorf("FRAME_RATE %q: want a number of frames per second in (0, %d]", v, maxFrameRate)
 		}
 		cfg.FrameRate = r
+	}
+	if v := strings.TrimSpace(getenv("CUTOVER_LEAD")); v != "" {
+		d, err := parseLead(v)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.CutoverLead = d
 	}
 	var err error
 	if cfg.StartSeq, err = parseUint(getenv, "START_SEQ"); err != nil {
@@ -145,6 +227,23 @@ func parseUint(getenv func(string) string, name string) (uint64, error) {
 		return 0, fmt.Errorf("%s %q: want an unsigned integer", name, v)
 	}
 	return n, nil
+}
+
+// parseLead reads CUTOVER_LEAD: a Go duration ("400ms") or whole
+// milliseconds ("400"), at most maxCutoverLead.
+func parseLead(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		ms, merr := strconv.ParseUint(v, 10, 32)
+		if merr != nil {
+			return 0, fmt.Errorf("CUTOVER_LEAD %q: want a duration (400ms) or milliseconds (400)", v)
+		}
+		d = time.Duration(ms) * time.Millisecond
+	}
+	if d < 0 || d > maxCutoverLead {
+		return 0, fmt.Errorf("CUTOVER_LEAD %q: want 0 to %s", v, maxCutoverLead)
+	}
+	return d, nil
 }
 
 // openSink opens the sink named by spec. A lossy sink (UDP) has write errors
@@ -193,7 +292,9 @@ func payload(cfg config) []byte {
 
 // run sends frames to cfg.Sink until ctx ends or cfg.FrameCount frames are
 // sent, and returns nil; it returns an error when the sink cannot be opened
-// or a non-lossy sink fails. stdout is the "-" sink.
+// or a non-lossy sink fails. stdout is the "-" sink. With cfg.JobSocket set
+// it also serves the handover on the job socket (a handover's target sends
+// nothing until it is applied).
 func run(ctx context.Context, cfg config, stdout io.Writer, log *slog.Logger) (err error) {
 	log = log.With("job", cfg.JobID, "role", cfg.Role, "runtime_role", cfg.RuntimeRole, "stream", cfg.StreamID)
 	w, closeSink, lossy, err := openSink(cfg.Sink, stdout)
@@ -205,10 +306,26 @@ func run(ctx context.Context, cfg config, stdout io.Writer, log *slog.Logger) (e
 			err = fmt.Errorf("closing sink: %w", cerr)
 		}
 	}()
-
-	frameDue := func(n uint64) time.Duration {
-		return time.Duration(math.Round(float64(n) * float64(time.Second) / cfg.FrameRate))
+	out := newOutput(cfg.FrameRate, cfg.StartSeq, time.Now(), cfg.handoverTarget())
+	if cfg.JobSocket != "" {
+		h := newHandover(out, cfg, log)
+		hctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.serve(hctx, cfg.JobSocket)
+		}()
+		defer func() {
+			stop()
+			<-done
+		}()
 	}
+	return stream(ctx, cfg, out, w, lossy, log)
+}
+
+// stream is the send loop: it sends each frame out lets through, when it is
+// due, until ctx ends or cfg.FrameCount frames are sent.
+func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy bool, log *slog.Logger) (err error) {
 	var (
 		body       = payload(cfg)
 		buf        = make([]byte, 0, frames.MaxRecordLen)
@@ -219,12 +336,14 @@ func run(ctx context.Context, cfg config, stdout io.Writer, log *slog.Logger) (e
 		start      = time.Now()
 	)
 	log.Info("sample-media started", "node", cfg.NodeID, "sink", cfg.Sink, "frame_rate", cfg.FrameRate,
-		"start_seq", cfg.StartSeq, "frame_count", cfg.FrameCount, "pid", os.Getpid())
+		"start_seq", cfg.StartSeq, "frame_count", cfg.FrameCount, "pid", os.Getpid(),
+		"job_socket", cfg.JobSocket, "migration_id", cfg.MigrationID, "holding", out.isHolding())
 	defer func() {
+		next := out.nextSeq()
 		attrs := []any{"cause", stopCause, "frames_sent", sent, "send_errors", sendErrors,
-			"next_seq", cfg.StartSeq + sent, "elapsed", time.Since(start).Round(time.Millisecond)}
+			"next_seq", next, "elapsed", time.Since(start).Round(time.Millisecond)}
 		if sent > 0 {
-			attrs = append([]any{"last_seq", cfg.StartSeq + sent - 1}, attrs...)
+			attrs = append([]any{"last_seq", next - 1}, attrs...)
 		}
 		if err != nil {
 			attrs = append(attrs, "err", err)
@@ -234,62 +353,66 @@ func run(ctx context.Context, cfg config, stdout io.Writer, log *slog.Logger) (e
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	defer timer.Stop()
 	progress := time.NewTicker(progressInterval)
 	defer progress.Stop()
 
-	for n := uint64(0); cfg.FrameCount == 0 || n < cfg.FrameCount; n++ {
-		// Wait until frame n is due, or stop.
-		for wait := true; wait; {
-			late := time.Since(start.Add(frameDue(n)))
+	for cfg.FrameCount == 0 || sent < cfg.FrameCount {
+		var due <-chan time.Time
+		if seq, at, ok := out.nextFrame(); ok {
+			late := time.Since(at)
 			if late >= 0 {
 				if late > behindLimit {
-					log.Warn("behind schedule; re-basing the frame clock", "late", late.Round(time.Millisecond), "seq", cfg.StartSeq+n)
-					start = time.Now().Add(-frameDue(n))
+					log.Warn("behind schedule; re-basing the frame clock", "late", late.Round(time.Millisecond), "seq", seq)
+					out.rebase(seq, time.Now())
 				}
-				select {
-				case <-ctx.Done():
+				if ctx.Err() != nil {
 					stopCause = context.Cause(ctx).Error()
 					return nil
-				default:
 				}
-				break
+				if !out.claim(seq) {
+					continue // the gate moved meanwhile
+				}
+				now := time.Now()
+				buf, err = frames.Append(buf[:0], frames.Frame{
+					Seq:          seq,
+					SentUnixNano: now.UnixNano(),
+					StreamID:     cfg.StreamID,
+					Payload:      body,
+				})
+				if err != nil {
+					return err // cannot happen: loadConfig and payload keep the limits
+				}
+				_, werr := w.Write(buf)
+				out.sent(seq, now)
+				sent++
+				if werr != nil {
+					if !lossy {
+						stopCause = "sink failed"
+						return fmt.Errorf("writing frame %d: %w", seq, werr)
+					}
+					sendErrors++
+					if time.Since(lastErrLog) >= errorLogInterval {
+						log.Warn("send failed; the stream goes on", "seq", seq, "err", werr, "send_errors", sendErrors)
+						lastErrLog = time.Now()
+					}
+				}
+				continue
 			}
 			timer.Reset(-late)
-			select {
-			case <-ctx.Done():
-				stopCause = context.Cause(ctx).Error()
-				return nil
-			case <-progress.C:
-				log.Info("progress", "frames_sent", sent, "next_seq", cfg.StartSeq+sent, "send_errors", sendErrors)
-				timer.Stop()
-			case <-timer.C:
-				wait = false
-			}
+			due = timer.C
 		}
-
-		seq := cfg.StartSeq + n
-		buf, err = frames.Append(buf[:0], frames.Frame{
-			Seq:          seq,
-			SentUnixNano: time.Now().UnixNano(),
-			StreamID:     cfg.StreamID,
-			Payload:      body,
-		})
-		if err != nil {
-			return err // cannot happen: loadConfig and payload keep the limits
+		// Wait until the frame is due, the gate moves, or the end.
+		select {
+		case <-ctx.Done():
+			stopCause = context.Cause(ctx).Error()
+			return nil
+		case <-progress.C:
+			log.Info("progress", "frames_sent", sent, "next_seq", out.nextSeq(), "send_errors", sendErrors, "holding", out.isHolding())
+		case <-out.wake:
+		case <-due:
 		}
-		_, werr := w.Write(buf)
-		sent++
-		if werr != nil {
-			if !lossy {
-				stopCause = "sink failed"
-				return fmt.Errorf("writing frame %d: %w", seq, werr)
-			}
-			sendErrors++
-			if time.Since(lastErrLog) >= errorLogInterval {
-				log.Warn("send failed; the stream goes on", "seq", seq, "err", werr, "send_errors", sendErrors)
-				lastErrLog = time.Now()
-			}
-		}
+		timer.Stop()
 	}
 	return nil
 }

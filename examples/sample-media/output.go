@@ -1,0 +1,211 @@
+package main
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// output is the stream's frame clock and its gate: which sequence number is
+// next, when each frame is due, and whether it may be sent. The send loop
+// (run) asks it for the next frame and claims it before writing it; the job
+// socket's handler (handover.go) moves the clock and the gate. Safe for
+// concurrent use.
+//
+// The clock: frame baseSeq is due at baseTime, frame n at
+// baseTime + (n-baseSeq)/rate. Re-basing (after falling behind, on resume)
+// moves the base to the next frame and now; it never changes a sequence
+// number.
+type output struct {
+	mu       sync.Mutex
+	rate     float64
+	baseSeq  uint64
+	baseTime time.Time
+	// next is the first sequence number not sent nor being sent.
+	next uint64
+	// holding: a migration target before its apply sends nothing.
+	holding bool
+	// cut: a source told to stop sends no frame at or after cut.NextSeq.
+	cut    *position
+	cutMig string
+	// first: after an apply, the first frame's send time is awaited.
+	firstSeq  uint64
+	firstDone chan struct{} // closed once firstSeq went out; nil when none is awaited
+	firstAt   time.Time
+	// wake tells the send loop the gate or the clock changed.
+	wake chan struct{}
+}
+
+func newOutput(rate float64, startSeq uint64, start time.Time, holding bool) *output {
+	return &output{rate: rate, baseSeq: startSeq, baseTime: start, next: startSeq, holding: holding, wake: make(chan struct{}, 1)}
+}
+
+// dueLocked is when frame seq is due; o.mu held.
+func (o *output) dueLocked(seq uint64) time.Time {
+	frames := float64(seq - o.baseSeq)
+	if seq < o.baseSeq {
+		frames = -float64(o.baseSeq - seq)
+	}
+	return o.baseTime.Add(time.Duration(math.Round(frames * float64(time.Second) / o.rate)))
+}
+
+// permittedLocked reports whether frame seq may be sent; o.mu held.
+func (o *output) permittedLocked(seq uint64) bool {
+	return !o.holding && (o.cut == nil || seq < o.cut.NextSeq)
+}
+
+func (o *output) signal() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// nextFrame returns the next frame and when it is due; ok is false while
+// nothing may be sent (a target before its apply, a source at its cut).
+func (o *output) nextFrame() (seq uint64, due time.Time, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.permittedLocked(o.next) {
+		return 0, time.Time{}, false
+	}
+	return o.next, o.dueLocked(o.next), true
+}
+
+// claim takes frame seq for sending; false when the gate or the clock
+// changed since nextFrame (the caller asks again).
+func (o *output) claim(seq uint64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.next != seq || !o.permittedLocked(seq) {
+		return false
+	}
+	o.next++
+	return true
+}
+
+// sent records that frame seq went out at t.
+func (o *output) sent(seq uint64, t time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.firstDone != nil && seq == o.firstSeq {
+		o.firstAt = t
+		close(o.firstDone)
+		o.firstDone = nil
+	}
+}
+
+// rebase makes frame seq due at t.
+func (o *output) rebase(seq uint64, t time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.baseSeq, o.baseTime = seq, t
+}
+
+// position is where the stream is now: its next frame and when that is due.
+func (o *output) position() position {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return position{NextSeq: o.next, NextDueUnixNano: o.dueLocked(o.next).UnixNano(), FrameRate: o.rate}
+}
+
+// nextSeq is the first sequence number not sent.
+func (o *output) nextSeq() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.next
+}
+
+// isHolding reports whether the stream waits for an apply.
+func (o *output) isHolding() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.holding
+}
+
+// cutAt sets the cut of migration id: the first frame not yet sent that is
+// due at or after now+lead. Frames before it are still sent, on time;
+// none from it on. A second cut of the same migration returns the first.
+func (o *output) cutAt(id string, lead time.Duration, now time.Time) position {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.cut != nil && o.cutMig == id {
+		return *o.cut
+	}
+	t := now.Add(lead)
+	n := o.next
+	if d := t.Sub(o.baseTime); d > 0 {
+		if k := o.baseSeq + uint64(math.Ceil(d.Seconds()*o.rate)); k > n {
+			n = k
+		}
+	}
+	for o.dueLocked(n).Before(t) { // rounding
+		n++
+	}
+	for n > o.next && !o.dueLocked(n-1).Before(t) {
+		n--
+	}
+	o.cut = &position{NextSeq: n, NextDueUnixNano: o.dueLocked(n).UnixNano(), FrameRate: o.rate}
+	o.cutMig = id
+	o.signal()
+	return *o.cut
+}
+
+// resume lifts the cut of migration id; false when there is none. Output
+// goes on from the first frame not sent; if that one is already late, the
+// clock is re-based on now so that the stream resumes at its rate.
+func (o *output) resume(id string, now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.cut == nil || o.cutMig != id {
+		return false
+	}
+	o.cut, o.cutMig = nil, ""
+	if o.dueLocked(o.next).Before(now) {
+		o.baseSeq, o.baseTime = o.next, now
+	}
+	o.signal()
+	return true
+}
+
+// apply starts a holding stream at p: frame p.NextSeq first, due at
+// p.NextDueUnixNano, at p.FrameRate (when given). It returns a channel
+// closed once that frame went out (see firstSent), and false when the stream
+// was not holding.
+func (o *output) apply(p position) (<-chan struct{}, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.holding {
+		return nil, false
+	}
+	if p.FrameRate > 0 {
+		o.rate = p.FrameRate
+	}
+	o.next, o.baseSeq, o.baseTime = p.NextSeq, p.NextSeq, time.Unix(0, p.NextDueUnixNano)
+	o.holding = false
+	o.firstSeq, o.firstDone = p.NextSeq, make(chan struct{})
+	done := o.firstDone
+	o.signal()
+	return done, true
+}
+
+// firstSent is when the apply's first frame went out.
+func (o *output) firstSent() time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.firstAt
+}
+
+// release starts a holding stream on its own clock from now: the job was
+// started as a migration target but is not one (any more).
+func (o *output) release(now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.holding {
+		return false
+	}
+	o.holding = false
+	o.baseSeq, o.baseTime = o.next, now
+	o.signal()
+	return true
+}
