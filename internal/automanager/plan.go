@@ -473,14 +473,20 @@ func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]stri
 		req.Exclude[id] = "the node is starting"
 	}
 	res, err := st.Place(req)
-	if err == nil && res.NodeID == "" && s.recovery != nil && len(s.recovery.excluded) > 0 {
-		// Nowhere else: a node the job failed on beats staying dark.
-		for id := range s.recovery.excluded {
-			if _, off := offline[id]; !off {
-				delete(req.Exclude, id)
+	if err == nil && s.recovery != nil && len(s.recovery.excluded) > 0 && (res.NodeID == "" || len(res.Degradations) > 0) {
+		// Nowhere else — or only where the bundle's resilience breaks: a
+		// node the job failed on beats staying dark, and beats putting the
+		// primary beside its backup.
+		alt := req
+		alt.Exclude = make(map[string]string, len(req.Exclude))
+		for id, why := range req.Exclude {
+			if _, failed := s.recovery.excluded[id]; !failed || offline[id] != "" {
+				alt.Exclude[id] = why
 			}
 		}
-		res, err = st.Place(req)
+		if r2, err2 := st.Place(alt); err2 == nil && r2.NodeID != "" && (res.NodeID == "" || len(r2.Degradations) < len(res.Degradations)) {
+			res, req = r2, alt
+		}
 	}
 	if err == nil && res.NodeID == "" && len(starting) > 0 {
 		// A node being created for it (or with room) beats another one.

@@ -314,3 +314,25 @@ func TestTemplateChangeRollsOneReplicaAtATime(t *testing.T) {
 		t.Fatalf("a one-replica bundle was restarted: %+v", d.Actions)
 	}
 }
+
+// A node the primary was lost on is avoided by its recovery — but not at
+// the price of the bundle's resilience: when every other node breaks
+// sameNode FORBID (the backup is there), the node it was lost on wins.
+func TestRecoveryPrefersResilienceOverAvoidingTheFailedNode(t *testing.T) {
+	b := bundle("news", true)
+	jobs := jobsOf(b)
+	old := running(jobs[0], "primary", "a", 5)
+	failed(jobs[0], old, managerv1.StoppingReason_STOPPING_REASON_NODE_STOPPED, t0.Add(-time.Minute))
+	p := running(jobs[0], "primary", "c", 7)
+	failed(jobs[0], p, managerv1.StoppingReason_STOPPING_REASON_NODE_STOPPED, t0)
+	running(jobs[1], "backup", "b", 6)
+	// a came back (after losing the primary a minute ago); c is lost now.
+	v := View{Nodes: []*managerv1.Node{node("a"), node("b"), lost(node("c"))}, Bundles: []*managerv1.Bundle{b}, Jobs: jobs}
+	d := Plan(v, Policy{}, t0)
+	if got := starts(d); got["news.channel.0/primary"] != "a" {
+		t.Fatalf("starts = %v, want a (b holds the backup; a only lost the job earlier)", got)
+	}
+	if dg := d.Actions[0].Placement.GetDegradations(); len(dg) != 0 {
+		t.Errorf("degradations %v, want none", dg)
+	}
+}

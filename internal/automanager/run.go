@@ -189,7 +189,13 @@ func (a *AutoManager) Pass(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	d := Plan(v, a.cfg.Policy, a.cfg.Clock.Now())
-	if len(d.NeedHistory) > 0 || d.NeedLeases {
+	// Plan asks for what it lacks one step at a time (the lease status, then
+	// the histories of what the leases let through): fill and plan again
+	// until it needs nothing more.
+	for round := 0; len(d.NeedHistory) > 0 || d.NeedLeases; round++ {
+		if round == 3 {
+			return time.Time{}, fmt.Errorf("plan still needs %d histories (leases: %v) after %d rounds", len(d.NeedHistory), d.NeedLeases, round)
+		}
 		if err := a.fill(ctx, &v, d); err != nil {
 			return time.Time{}, err
 		}

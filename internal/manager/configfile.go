@@ -23,6 +23,8 @@ type FileConfig struct {
 	Listen       string   `json:"listen,omitempty"`
 	AdvertiseURL string   `json:"advertiseUrl,omitempty"`
 	LostGrace    Duration `json:"lostGrace,omitempty"`
+	// TakeoverGrace is the grace of nodes a new primary has not reached yet.
+	TakeoverGrace Duration `json:"takeoverGrace,omitempty"`
 	// LeaseTTL is the lease of lease-protected jobs (default 15s; at
 	// least 3 × heartbeatInterval).
 	LeaseTTL          Duration `json:"leaseTTL,omitempty"`
@@ -240,6 +242,7 @@ func (fc FileConfig) Apply(cfg *Config) {
 	set(&cfg.Listen, fc.Listen)
 	set(&cfg.AdvertiseURL, fc.AdvertiseURL)
 	setD(&cfg.LostGrace, fc.LostGrace)
+	setD(&cfg.TakeoverGrace, fc.TakeoverGrace)
 	setD(&cfg.LeaseTTL, fc.LeaseTTL)
 	setD(&cfg.HeartbeatInterval, fc.HeartbeatInterval)
 	setD(&cfg.DefaultIdleExpiry, fc.DefaultIdleExpiry)

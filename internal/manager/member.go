@@ -427,6 +427,7 @@ func (m *memberState) primaryTerm(ctx context.Context, st *store.Store) {
 		Clock:             s.cfg.Clock,
 		Logger:            s.cfg.Logger,
 		LostGrace:         s.cfg.LostGrace,
+		TakeoverGrace:     s.cfg.TakeoverGrace,
 		LeaseTTL:          s.cfg.LeaseTTL,
 		HeartbeatInterval: s.cfg.HeartbeatInterval,
 		ManagerName:       s.cfg.NodeName,

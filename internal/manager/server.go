@@ -47,6 +47,13 @@ import (
 // DefaultPort is the Manager API's default port.
 const DefaultPort = 6790
 
+// Defaults of node liveness (decision 0024).
+const (
+	DefaultLostGrace         = 2 * time.Second
+	DefaultTakeoverGrace     = 30 * time.Second
+	DefaultHeartbeatInterval = time.Second
+)
+
 // DefaultLeaseTTL is Config.LeaseTTL's default.
 const DefaultLeaseTTL = 15 * time.Second
 
@@ -82,9 +89,15 @@ type Config struct {
 	// MinLeaseHeartbeats × HeartbeatInterval.
 	LeaseTTL time.Duration
 	// LostGrace: how long a worker's stream may be gone before its node is
-	// lost (default 30 s).
+	// lost and the AutoManager moves its jobs (default 2 s: a killed
+	// worker's node is recovered in about 2 s; decision 0024).
 	LostGrace time.Duration
-	// HeartbeatInterval workers are told to use (default 5 s).
+	// TakeoverGrace is the grace of a node a new primary has not yet had a
+	// stream with (default 30 s): a failover does not declare the fleet lost
+	// while it reconnects.
+	TakeoverGrace time.Duration
+	// HeartbeatInterval workers are told to use (default 1 s); a stream
+	// silent for three intervals is dropped.
 	HeartbeatInterval time.Duration
 	// DefaultIdleExpiry is the daemon-wide idle expiry of empty elastic
 	// nodes (default 10 min).
@@ -210,10 +223,13 @@ func (c *Config) defaults() error {
 		c.Listen = fmt.Sprintf("127.0.0.1:%d", DefaultPort)
 	}
 	if c.LostGrace <= 0 {
-		c.LostGrace = 30 * time.Second
+		c.LostGrace = DefaultLostGrace
+	}
+	if c.TakeoverGrace <= 0 {
+		c.TakeoverGrace = DefaultTakeoverGrace
 	}
 	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = 5 * time.Second
+		c.HeartbeatInterval = DefaultHeartbeatInterval
 	}
 	switch minTTL := MinLeaseHeartbeats * c.HeartbeatInterval; {
 	case c.LeaseTTL <= 0:

@@ -34,6 +34,17 @@ type conn struct {
 	// out carries commands API handlers ask this connection to send
 	// (SendMigration); the session sends them in order.
 	out chan outbound
+	// streamed: a session with the worker was opened under this
+	// controller (until then the takeover grace applies).
+	streamed bool
+}
+
+// grace is how long the node's stream may be gone before it is lost.
+func (cn *conn) grace() time.Duration {
+	if !cn.streamed {
+		return cn.c.cfg.TakeoverGrace
+	}
+	return cn.c.cfg.LostGrace
 }
 
 func newConn(c *Controller, nodeID string) *conn {
@@ -112,7 +123,7 @@ func (cn *conn) wait(ctx context.Context, d time.Duration) error {
 	if rec == nil {
 		return nil
 	}
-	lostAt := cn.downSince.Add(cn.c.cfg.LostGrace)
+	lostAt := cn.downSince.Add(cn.grace())
 	online := rec.GetNode().GetState() == managerv1.NodeState_NODE_STATE_ONLINE
 	if online && !clk.Now().Before(lostAt) {
 		if cn.declareLost(ctx) == nil {
@@ -145,7 +156,7 @@ func (cn *conn) wait(ctx context.Context, d time.Duration) error {
 // declareLost records the node lost (its stream gone for longer than the
 // grace). A failure is logged and returned; the caller retries later.
 func (cn *conn) declareLost(ctx context.Context) error {
-	reason := fmt.Sprintf("no stream from its worker for %s", cn.c.cfg.LostGrace)
+	reason := fmt.Sprintf("no stream from its worker for %s", cn.grace())
 	if _, err := cn.c.apply(ctx, &storev1.Command{Cmd: &storev1.Command_NodeLost{NodeLost: &storev1.NodeLost{NodeId: cn.nodeID, Reason: reason}}}); err != nil {
 		err = fmt.Errorf("record node %s lost: %w", cn.nodeID, err)
 		cn.log.Warn("cannot record node lost", "err", err)
@@ -221,8 +232,14 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		}
 	}()
 
-	// The worker answers with its hello and inventory.
-	helloTimer := cfg.Clock.NewTimer(10 * time.Second)
+	// The worker answers with its hello and inventory — within 10 s, or
+	// by the time its node would be lost, so a dead connection re-dialled
+	// cannot hold a lost node's verdict back.
+	helloWait := 10 * time.Second
+	if node.GetState() == managerv1.NodeState_NODE_STATE_ONLINE {
+		helloWait = min(helloWait, max(cn.downSince.Add(cn.grace()).Sub(cfg.Clock.Now()), 250*time.Millisecond))
+	}
+	helloTimer := cfg.Clock.NewTimer(helloWait)
 	var wh *managerv1.WorkerHello
 	select {
 	case r := <-in:
@@ -239,7 +256,7 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		}
 	case <-helloTimer.C():
 		cn.dialed(false)
-		return errors.New("worker sent no hello within 10s")
+		return fmt.Errorf("worker sent no hello within %s", helloWait)
 	case <-ctx.Done():
 		helloTimer.Stop()
 		return ctx.Err()
@@ -254,6 +271,7 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		return fmt.Errorf("record node online: %w", err)
 	}
 	cn.dialed(true)
+	cn.streamed = true
 	cn.log.Info("worker connected", "address", node.GetAddress(), "instances", len(wh.GetInventory()))
 	if err := confirmStopped(stream, wh.GetInventory()); err != nil {
 		return fmt.Errorf("confirm the inventory's stopped instances: %w", err)

@@ -40,7 +40,7 @@ func TestNodeLostRetryBacksOff(t *testing.T) {
 
 	st := &failLostStore{memStore: newMemStore()}
 	setupNode(t, st.memStore, addr)
-	runController(t, Config{Store: st, HeartbeatInterval: time.Hour, LostGrace: 50 * time.Millisecond})
+	runController(t, Config{Store: st, HeartbeatInterval: time.Hour, LostGrace: 50 * time.Millisecond, TakeoverGrace: 50 * time.Millisecond})
 	eventually(t, 5*time.Second, "a first attempt to record the node lost", func() bool { return st.lostAttempts.Load() > 0 })
 	time.Sleep(1500 * time.Millisecond)
 	// 250 ms doubling up to 10 s: about 4 attempts in 1.5 s.

@@ -30,8 +30,13 @@ type Config struct {
 	Clock  clock.Clock
 	Logger *slog.Logger
 	// LostGrace is how long a worker's stream may be gone before its node
-	// is lost (default 30 s).
+	// is lost (default 2 s).
 	LostGrace time.Duration
+	// TakeoverGrace is the grace of a node this controller has not yet
+	// had a stream with (a new primary's first round of dials, default
+	// 30 s, never less than LostGrace): a failover must not declare the
+	// fleet lost while it reconnects.
+	TakeoverGrace time.Duration
 	// HeartbeatInterval is what workers are told (default 5 s); a stream
 	// with no heartbeat for three intervals is dropped.
 	HeartbeatInterval time.Duration
@@ -81,8 +86,12 @@ func (c *Config) defaults() {
 		c.Logger = slog.Default()
 	}
 	if c.LostGrace <= 0 {
-		c.LostGrace = 30 * time.Second
+		c.LostGrace = 2 * time.Second
 	}
+	if c.TakeoverGrace <= 0 {
+		c.TakeoverGrace = 30 * time.Second
+	}
+	c.TakeoverGrace = max(c.TakeoverGrace, c.LostGrace)
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 5 * time.Second
 	}

@@ -256,6 +256,9 @@ func (m *Member) config() manager.Config {
 		}
 	}
 	c.mockProvider(&cfg)
+	if c.opts.ManagerConfig != nil {
+		c.opts.ManagerConfig(&cfg)
+	}
 	if m.Extra != nil {
 		m.Extra(&cfg)
 	}

@@ -68,6 +68,14 @@ type Options struct {
 	// Manager's CA by its fingerprint, and the workers' streams are mutual
 	// TLS.
 	TLS string
+	// WorkerLinks routes each worker's traffic with the Manager members
+	// through a Link (Worker.Link) a test can cut and heal (workernet.go).
+	WorkerLinks bool
+	// ManagerConfig, if set, adjusts every member's configuration before
+	// each start (before Member.Extra). Setting LostGrace or
+	// HeartbeatInterval to zero there gives manager.Config's own defaults
+	// instead of the cluster's quick ones.
+	ManagerConfig func(*manager.Config)
 	// MockHosts starts that many mock hosts (the mock provider's machines,
 	// process runtime) and gives the Manager a mock provider over them,
 	// creating nodes in MockPool (default "burst") with MockVCPUs (default
@@ -75,6 +83,9 @@ type Options struct {
 	MockHosts int
 	MockPool  string
 	MockVCPUs uint32
+	// JobSocket starts the workers with their job sockets (--job-socket):
+	// each advertises the jobSocket capability a handover needs.
+	JobSocket bool
 }
 
 // Cluster is a running in-process system.
@@ -96,6 +107,9 @@ type Cluster struct {
 	Workers []*Worker
 	// Hosts are the mock hosts (Options.MockHosts).
 	Hosts []*mockhost.Host
+
+	// closeOnce makes Close and the test's cleanup shut down once.
+	closeOnce sync.Once
 }
 
 // Worker is one in-process worker.
@@ -109,6 +123,9 @@ type Worker struct {
 	agent  *worker.Agent
 	cancel context.CancelFunc
 	done   chan error
+	// link is the worker's cuttable path to the Manager (nil unless
+	// Options.WorkerLinks).
+	link *Link
 }
 
 // New starts a cluster and waits until every worker is online.
@@ -134,7 +151,7 @@ func New(t testing.TB, opts Options) *Cluster {
 		}
 	}
 	c := &Cluster{t: t, opts: opts, Dir: t.TempDir(), token: manager.NewToken()}
-	t.Cleanup(c.shutdown)
+	t.Cleanup(c.Close)
 	c.startMockHosts()
 	c.newMembers()
 	for _, m := range c.Members {
@@ -232,12 +249,13 @@ func (c *Cluster) workerManagerURLs() string {
 // Start starts the worker's agent (again) on its data directory.
 func (w *Worker) Start() {
 	w.c.t.Helper()
-	a, err := worker.New(worker.Config{
+	a, err := w.newAgent(worker.Config{
 		ManagerURL:      w.c.workerManagerURLs(),
 		TLSCAHash:       w.c.Manager().CAFingerprint(),
 		Token:           w.token,
 		DataDir:         w.Dir,
 		Runtime:         w.c.opts.Runtime,
+		JobSocket:       w.c.opts.JobSocket,
 		Logger:          w.c.opts.Logger.With("process", w.Name),
 		ReregisterAfter: 500 * time.Millisecond,
 		RegisterRetry:   500 * time.Millisecond,
@@ -308,6 +326,7 @@ func (w *Worker) Done() <-chan error {
 }
 
 func (c *Cluster) shutdown() {
+	c.healLinks()
 	if !c.opts.KeepInstances && c.anyClient() != nil {
 		c.removeInstances()
 	}
@@ -318,6 +337,7 @@ func (c *Cluster) shutdown() {
 	for _, m := range c.Members {
 		m.Stop()
 	}
+	c.closeLinks()
 	if !c.opts.KeepInstances && c.opts.Runtime == "process" {
 		killLeftovers(c.Dir)
 	}
