@@ -61,7 +61,15 @@ type Options struct {
 	// IdleExpiry (default 10 min) without a job.
 	MockHosts  int
 	IdleExpiry time.Duration
-	Logger     *slog.Logger
+	// WorkerExec, when set, runs each worker as a process of its own: this
+	// executable with the hidden "dev-worker" command (norsk-manager sets
+	// its own path), so that killing one (kill -9 <pid>) loses a node as a
+	// crash would. A killed worker is started again after RebootDelay
+	// (default: the lost grace and ten seconds more), as a rebooted node
+	// would be. Empty: the workers run inside this process (tests).
+	WorkerExec  string
+	RebootDelay time.Duration
+	Logger      *slog.Logger
 	// Out receives the banner (what runs where, what to try next).
 	Out io.Writer
 	// Ready, if set, is called once everything is up, with the API URL.
@@ -166,9 +174,31 @@ func Run(ctx context.Context, o Options) error {
 		wg.Wait()
 	}()
 	names := make([]string, o.Workers)
+	procs := make([]*workerProc, o.Workers)
 	for i := range o.Workers {
 		names[i] = fmt.Sprintf("dev-worker-%d", i+1)
-		a, err := startWorker(ctx, api, srv.URL(), filepath.Join(dir, "workers", names[i]), names[i], rt, o.Logger)
+		wdir := filepath.Join(dir, "workers", names[i])
+		token, err := workerToken(ctx, api, wdir, names[i])
+		if err != nil {
+			return err
+		}
+		if o.WorkerExec != "" {
+			procs[i] = &workerProc{exec: o.WorkerExec, name: names[i], dir: wdir, url: srv.URL(), runtime: rt, token: token,
+				reboot: o.RebootDelay, log: o.Logger}
+			if procs[i].reboot <= 0 {
+				procs[i].reboot = max(o.LostGrace, manager.DefaultLostGrace) + 10*time.Second
+			}
+			if err := procs[i].start(); err != nil {
+				return err
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				procs[i].supervise(wctx)
+			}()
+			continue
+		}
+		a, err := worker.New(workerConfig(srv.URL(), wdir, token, rt, o.Logger))
 		if err != nil {
 			return err
 		}
@@ -196,6 +226,18 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	banner(o.Out, srv.URL(), dir, rt, names, nodeIDs, demo, o.Ephemeral, filepath.Join(dir, TokenFile))
+	if o.WorkerExec != "" && len(procs) > 1 {
+		var pids []string
+		for _, p := range procs {
+			pids = append(pids, fmt.Sprintf("%s pid %d", p.name, p.pid()))
+		}
+		fmt.Fprintf(o.Out, `
+Each worker is a process of its own (%s). Lose a node as a crash
+would — kill -9 <pid> — and watch its jobs move (norsk-ctl events); the
+worker is started again %s later, as a rebooted node would be, and stops
+the copies that were moved away.
+`, strings.Join(pids, ", "), procs[0].reboot)
+	}
 	if len(hosts) > 0 {
 		fmt.Fprintf(o.Out, `
 %d mock hosts stand by for elastic nodes (pool %s): a bundle that fits no
@@ -260,39 +302,42 @@ func chooseRuntime(ctx context.Context, want string) (string, string) {
 	return "", fmt.Sprintf("--runtime %q: want auto, docker or process", want)
 }
 
-// startWorker makes (or finds) the worker's slot and starts its agent.
-func startWorker(ctx context.Context, api managerv1connect.ManagerClient, url, dir, name, rt string, log *slog.Logger) (*worker.Agent, error) {
-	token := ""
-	if !worker.HasIdentity(dir) {
-		slots, err := api.ListClusterNodes(ctx, connect.NewRequest(&managerv1.ListClusterNodesRequest{}))
-		if err != nil {
-			return nil, err
+// workerToken makes (or finds) the worker's slot and returns the one-shot
+// token its first registration needs ("" when dir holds its identity).
+func workerToken(ctx context.Context, api managerv1connect.ManagerClient, dir, name string) (string, error) {
+	if worker.HasIdentity(dir) {
+		return "", nil
+	}
+	slots, err := api.ListClusterNodes(ctx, connect.NewRequest(&managerv1.ListClusterNodesRequest{}))
+	if err != nil {
+		return "", err
+	}
+	for _, s := range slots.Msg.GetSlots() {
+		if s.GetNodeName() != name {
+			continue
 		}
-		for _, s := range slots.Msg.GetSlots() {
-			if s.GetNodeName() != name {
-				continue
-			}
-			if !s.GetTokenUsed() {
-				token = s.GetToken()
-				break
-			}
-			// The worker's state was lost: retire the old slot.
-			if _, err := api.DeregisterClusterNode(ctx, connect.NewRequest(&managerv1.DeregisterClusterNodeRequest{NodeId: s.GetNodeId()})); err != nil {
-				return nil, fmt.Errorf("retire slot %s: %w", name, err)
-			}
-			if err := waitGone(ctx, api, s.GetNodeId()); err != nil {
-				return nil, err
-			}
+		if !s.GetTokenUsed() {
+			return s.GetToken(), nil
 		}
-		if token == "" {
-			resp, err := api.RegisterClusterNode(ctx, connect.NewRequest(&managerv1.RegisterClusterNodeRequest{NodeName: name, Pool: "dev"}))
-			if err != nil {
-				return nil, fmt.Errorf("register slot %s: %w", name, err)
-			}
-			token = resp.Msg.GetToken()
+		// The worker's state was lost: retire the old slot.
+		if _, err := api.DeregisterClusterNode(ctx, connect.NewRequest(&managerv1.DeregisterClusterNodeRequest{NodeId: s.GetNodeId()})); err != nil {
+			return "", fmt.Errorf("retire slot %s: %w", name, err)
+		}
+		if err := waitGone(ctx, api, s.GetNodeId()); err != nil {
+			return "", err
 		}
 	}
-	return worker.New(worker.Config{
+	resp, err := api.RegisterClusterNode(ctx, connect.NewRequest(&managerv1.RegisterClusterNodeRequest{NodeName: name, Pool: "dev"}))
+	if err != nil {
+		return "", fmt.Errorf("register slot %s: %w", name, err)
+	}
+	return resp.Msg.GetToken(), nil
+}
+
+// workerConfig is a dev worker's configuration: the job socket on, so its
+// jobs can be handed over.
+func workerConfig(url, dir, token, rt string, log *slog.Logger) worker.Config {
+	return worker.Config{
 		ManagerURL: url,
 		Token:      token,
 		DataDir:    dir,
@@ -300,10 +345,17 @@ func startWorker(ctx context.Context, api managerv1connect.ManagerClient, url, d
 		Runtime:    rt,
 		Version:    buildinfo.Version,
 		Logger:     log,
+		JobSocket:  true,
 		Capabilities: []*managerv1.Capability{
 			{Name: "dev", Count: 1},
 		},
-	})
+	}
+}
+
+// WorkerConfig is the configuration of the worker the hidden dev-worker
+// command runs (a dev worker in a process of its own).
+func WorkerConfig(url, dir, token, rt string, log *slog.Logger) worker.Config {
+	return workerConfig(url, dir, token, rt, log)
 }
 
 func waitGone(ctx context.Context, api managerv1connect.ManagerClient, nodeID string) error {

@@ -9,20 +9,24 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/norsk-go/norsk-manager/internal/devmode"
+	"github.com/norsk-go/norsk-manager/internal/manager"
 )
 
 func newDevCommand() *cobra.Command {
 	var (
-		opts devmode.Options
-		logs logFlags
+		opts      devmode.Options
+		logs      logFlags
+		inProcess bool
 	)
 	c := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a complete single-machine system: a Manager, workers and a demo job",
 		Long: `Run a complete system on this machine: one Manager member with its store in
---data-dir, --workers in-process workers (the docker runtime when a Docker
-engine answers, the process runtime when none does), and — on a fresh store —
-a demo "hello" job started on the first worker.
+--data-dir, --workers workers, each a process of its own (the docker runtime
+when a Docker engine answers, the process runtime when none does), and — on
+a fresh store — a demo "hello" job started on the first worker. Killing a
+worker's process (kill -9) loses its node, as a crash would: its jobs move,
+and dev starts the worker again a little later, as a rebooted node.
 
 Each worker is a node of its own (dev-worker-1 … dev-worker-N, in pool dev)
 with its state in <data-dir>/workers/<name> and its own listener; the banner
@@ -55,6 +59,11 @@ exit.`,
 					return err
 				}
 			}
+			if !inProcess {
+				if exe, err := os.Executable(); err == nil {
+					opts.WorkerExec = exe
+				}
+			}
 			return devmode.Run(cmd.Context(), opts)
 		},
 	}
@@ -65,7 +74,8 @@ exit.`,
 	f.StringVar(&opts.Listen, "listen", "127.0.0.1:6790", "Manager API address")
 	f.StringVar(&opts.Runtime, "runtime", "auto", "worker runtime: auto, docker or process")
 	f.BoolVar(&opts.NoDemo, "no-demo", false, "do not create and start the demo hello job")
-	f.DurationVar(&opts.LostGrace, "lost-grace", 30*time.Second, "how long a worker's stream may be gone before its node is lost")
+	f.DurationVar(&opts.LostGrace, "lost-grace", manager.DefaultLostGrace, "how long a worker's stream may be gone before its node is lost (its jobs then move)")
+	f.BoolVar(&inProcess, "in-process-workers", false, "run the workers inside this process instead of one process each")
 	f.IntVar(&opts.MockHosts, "mock-hosts", 0, "mock hosts standing by for elastic nodes of pool "+devmode.MockPool+" (0 to 16)")
 	f.DurationVar(&opts.IdleExpiry, "idle-expiry", 10*time.Minute, "how long an elastic node may be idle before the reaper terminates it")
 	logs.register(c)
