@@ -241,3 +241,12 @@ func TestExampleBundles(t *testing.T) {
 	out := f.ok("job", "why", "unplaceable.channel.0")
 	matches(t, "job why", out, `cannot be placed now`, `(?m)^dev-worker-1\s+refused\s+capacity: `, `(?m)^dev-worker-2\s+refused\s+capacity: `)
 }
+
+// The sample media bundle parses and validates, one replica of the sample
+// job (what the README migrates).
+func TestExampleSampleMediaBundle(t *testing.T) {
+	b := readExampleBundle(t, "sample-media.yaml")
+	if b.GetResiliencePolicy() != nil || len(b.GetJobs()) != 1 || b.GetJobs()[0].GetJob().GetServices()[0].GetCommand()[0] != "./build/sample-media" {
+		t.Fatalf("sample-media.yaml = %v", b)
+	}
+}
