@@ -187,6 +187,19 @@ func TestMigrateRefusals(t *testing.T) {
 			}
 		})
 	}
+	// The Manager's relays say why they cannot reach a job.
+	if err := cl.NotifyMigrationGetState(x, &norsk.JobKey{JobId: "live.channel.0", Role: "backup"}, "m-1"); !errors.Is(err, norsk.ErrNotFound) {
+		t.Errorf("get-state of a missing instance: %v, want NOT_FOUND", err)
+	}
+	if err := cl.NotifyMigrationGetState(x, &norsk.JobKey{JobId: "live.channel.0", Role: "primary"}, "m-1"); !errors.Is(err, norsk.ErrFailedPrecondition) || !strings.Contains(err.Error(), "job socket") {
+		t.Errorf("get-state on a worker without job sockets: %v, want FAILED_PRECONDITION about the job socket", err)
+	}
+	if err := cl.NotifyMigrationCutoverApply(x, &norsk.JobKey{JobId: "live.channel.0"}, "m-1", nil); !errors.Is(err, norsk.ErrInvalidArgument) {
+		t.Errorf("a key without a role: %v, want INVALID_ARGUMENT", err)
+	}
+	if err := cl.CancelMigration(x, "no-such-migration", "why"); !errors.Is(err, norsk.ErrNotFound) {
+		t.Errorf("abort of an unknown migration: %v, want NOT_FOUND", err)
+	}
 	// Nothing is left in flight or half-started.
 	if _, err := cl.MigrationForJob(x, "live.channel.0"); !errors.Is(err, norsk.ErrNotFound) {
 		t.Errorf("a migration is left in flight: %v", err)
@@ -254,5 +267,49 @@ func TestDrainMovesEveryJob(t *testing.T) {
 	}
 	if in := running(c, "late.channel.0", "primary"); in.GetNodeId() == node {
 		t.Errorf("a new job was placed on the draining node")
+	}
+}
+
+// A migration in flight survives the Manager's restart (its AutoManager
+// starts again and takes the migration over from the store): held in
+// applying by a long cutover lead, the handover completes after the
+// restart, and the stream still has every frame once.
+func TestMigrationSurvivesManagerRestart(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Workers: 2, JobSocket: true})
+	cl, x := c.Client(), ctx(t)
+	sink := testcluster.NewFrameSink(t)
+	b := mediaBundle("live", sink.URL(), sampleMedia(t))
+	b.Jobs[0].Job.Services[0].Env["CUTOVER_LEAD"] = "4s"
+	if _, err := cl.CreateBundle(x, b); err != nil {
+		t.Fatal(err)
+	}
+	src := running(c, "live.channel.0", "primary")
+	if err := sink.WaitFrom(x, src.GetNodeId(), 10); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cl.MigrateJob(x, "live.channel.0", norsk.MigrateOptions{Strategy: norsk.StrategyHandover})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.GetMigrationId()
+	c.Eventually("the migration applying (the source's cut 4 s ahead)", func() bool {
+		st, err := cl.GetMigration(x, id)
+		return err == nil && st.GetPhase() == norsk.PhaseApplying
+	})
+	c.RestartManager()
+	cl = c.Client()
+	st = followMigration(t, cl, id)
+	if st.GetPhase() != norsk.PhaseDone {
+		t.Fatalf("after the restart the migration ended %s: %s", st.GetPhase(), st.GetAbortReason())
+	}
+	if err := sink.WaitFrom(x, st.GetTargetNodeId(), 10); err != nil {
+		t.Fatal(err)
+	}
+	cut, err := sink.CutoverFrom(src.GetNodeId(), st.GetTargetNodeId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cut.Missing != 0 || cut.Duplicates != 0 || cut.FirstFromTarget.Seq != cut.LastFromSource.Seq+1 {
+		t.Fatalf("across the restart the stream lost %d and duplicated %d frames (%s)", cut.Missing, cut.Duplicates, cut.Report)
 	}
 }

@@ -103,3 +103,47 @@ func TestParseConfigFilePools(t *testing.T) {
 		}
 	}
 }
+
+// The provider, migration, spread and liveness sections of config.yaml.
+func TestParseConfigFileAutoManager(t *testing.T) {
+	fc, err := ParseConfigFile([]byte(`
+lostGrace: 5s
+takeoverGrace: 1m
+poolSpread: {live: rack}
+providers:
+  mock:
+    hosts: [http://10.0.0.21:7101, http://10.0.0.22:7101]
+    token: s3cret
+    pools: [burst]
+    vcpus: 8
+    startTimeout: 90s
+migration:
+  proposeDeadline: 10s
+  applyingDeadline: 3s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg Config
+	fc.Apply(&cfg)
+	m := cfg.MockProvider
+	if m == nil || len(m.Hosts) != 2 || m.Token != "s3cret" || m.Pools[0] != "burst" || m.VCPUs != 8 || m.StartTimeout.String() != "1m30s" {
+		t.Fatalf("mock provider = %+v", m)
+	}
+	if cfg.PoolSpread["live"] != "rack" || cfg.LostGrace.String() != "5s" || cfg.TakeoverGrace.String() != "1m0s" {
+		t.Errorf("spread %v, grace %s, takeover %s", cfg.PoolSpread, cfg.LostGrace, cfg.TakeoverGrace)
+	}
+	if d := cfg.MigrationDeadlines; d.Propose.String() != "10s" || d.Applying.String() != "3s" || d.Launching != 0 {
+		t.Errorf("migration deadlines = %+v", d)
+	}
+	for _, bad := range []struct{ yaml, err string }{
+		{"providers: {mock: {hosts: []}}", "give at least one mock host"},
+		{"providers: {mock: {hosts: [nope]}}", "is not http(s)://host:port"},
+		{"poolSpread: {live: ''}", "poolSpread"},
+		{"migration: {proposeDeadlin: 1s}", "proposeDeadlin"},
+	} {
+		if _, err := ParseConfigFile([]byte(bad.yaml)); err == nil || !strings.Contains(err.Error(), bad.err) {
+			t.Errorf("%s: err = %v, want %q", bad.yaml, err, bad.err)
+		}
+	}
+}

@@ -78,82 +78,61 @@ func (h *handler) relay(ctx context.Context, key *managerv1.JobKey, build func(i
 	return in.GetNodeId(), nil
 }
 
-func (h *handler) NotifyMigrationGetState(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationGetStateRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-	m := req.Msg
-	if err := validateKey("sourceJobKey", m.GetSourceJobKey()); err != nil {
+// notify serves one relay RPC: it checks the key, the migration id and the
+// payload, asks the primary from a follower, and sends build's command to
+// the worker holding the instance.
+func notify[Req any](ctx context.Context, h *handler, req *connect.Request[Req], field string, key *managerv1.JobKey, id string, payload []byte,
+	forward func(managerv1connect.ManagerClient, context.Context, *connect.Request[Req]) (*connect.Response[managerv1.NotifyMigrationResponse], error),
+	build func(in *managerv1.Instance) *managerv1.ControllerMessage) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+	if err := validateKey(field, key); err != nil {
 		return nil, toConnect(err)
 	}
-	if err := validateMigrationID(m.GetMigrationId()); err != nil {
+	if err := validateMigrationID(id); err != nil {
 		return nil, toConnect(err)
+	}
+	if len(payload) > state.MaxMigrationPayload {
+		return nil, toConnect(apierr.Invalid("payload", "is %d bytes (at most %d)", len(payload), state.MaxMigrationPayload))
 	}
 	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-		return c.NotifyMigrationGetState(ctx, withAuth(req, connect.NewRequest(m)))
+		return forward(c, ctx, withAuth(req, connect.NewRequest(req.Msg)))
 	}); ok {
 		return out, err
 	}
-	node, err := h.relay(ctx, m.GetSourceJobKey(), func(in *managerv1.Instance) *managerv1.ControllerMessage {
-		return &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_MigrationGetState{MigrationGetState: &managerv1.MigrationGetState{
-			JobId: in.GetJobId(), Role: in.GetRole(), FencingToken: in.GetFencingToken(), MigrationId: m.GetMigrationId(),
-		}}}
-	})
+	node, err := h.relay(ctx, key, build)
 	if err != nil {
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(&managerv1.NotifyMigrationResponse{NodeId: node}), nil
+}
+
+func (h *handler) NotifyMigrationGetState(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationGetStateRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+	m := req.Msg
+	return notify(ctx, h, req, "sourceJobKey", m.GetSourceJobKey(), m.GetMigrationId(), nil, managerv1connect.ManagerClient.NotifyMigrationGetState,
+		func(in *managerv1.Instance) *managerv1.ControllerMessage {
+			return &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_MigrationGetState{MigrationGetState: &managerv1.MigrationGetState{
+				JobId: in.GetJobId(), Role: in.GetRole(), FencingToken: in.GetFencingToken(), MigrationId: m.GetMigrationId(),
+			}}}
+		})
 }
 
 func (h *handler) NotifyMigrationCutoverReady(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationCutoverReadyRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
 	m := req.Msg
-	if err := validateKey("sourceJobKey", m.GetSourceJobKey()); err != nil {
-		return nil, toConnect(err)
-	}
-	if err := validateMigrationID(m.GetMigrationId()); err != nil {
-		return nil, toConnect(err)
-	}
-	if len(m.GetPayload()) > state.MaxMigrationPayload {
-		return nil, toConnect(apierr.Invalid("payload", "is %d bytes (at most %d)", len(m.GetPayload()), state.MaxMigrationPayload))
-	}
-	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-		return c.NotifyMigrationCutoverReady(ctx, withAuth(req, connect.NewRequest(m)))
-	}); ok {
-		return out, err
-	}
-	node, err := h.relay(ctx, m.GetSourceJobKey(), func(in *managerv1.Instance) *managerv1.ControllerMessage {
-		return &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_MigrationCutoverReady{MigrationCutoverReady: &managerv1.MigrationCutoverReady{
-			JobId: in.GetJobId(), Role: in.GetRole(), FencingToken: in.GetFencingToken(), MigrationId: m.GetMigrationId(), Payload: m.GetPayload(),
-		}}}
-	})
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&managerv1.NotifyMigrationResponse{NodeId: node}), nil
+	return notify(ctx, h, req, "sourceJobKey", m.GetSourceJobKey(), m.GetMigrationId(), m.GetPayload(), managerv1connect.ManagerClient.NotifyMigrationCutoverReady,
+		func(in *managerv1.Instance) *managerv1.ControllerMessage {
+			return &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_MigrationCutoverReady{MigrationCutoverReady: &managerv1.MigrationCutoverReady{
+				JobId: in.GetJobId(), Role: in.GetRole(), FencingToken: in.GetFencingToken(), MigrationId: m.GetMigrationId(), Payload: m.GetPayload(),
+			}}}
+		})
 }
 
 func (h *handler) NotifyMigrationCutoverApply(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationCutoverApplyRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
 	m := req.Msg
-	if err := validateKey("targetJobKey", m.GetTargetJobKey()); err != nil {
-		return nil, toConnect(err)
-	}
-	if err := validateMigrationID(m.GetMigrationId()); err != nil {
-		return nil, toConnect(err)
-	}
-	if len(m.GetPayload()) > state.MaxMigrationPayload {
-		return nil, toConnect(apierr.Invalid("payload", "is %d bytes (at most %d)", len(m.GetPayload()), state.MaxMigrationPayload))
-	}
-	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-		return c.NotifyMigrationCutoverApply(ctx, withAuth(req, connect.NewRequest(m)))
-	}); ok {
-		return out, err
-	}
-	node, err := h.relay(ctx, m.GetTargetJobKey(), func(in *managerv1.Instance) *managerv1.ControllerMessage {
-		return &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_MigrationCutoverApply{MigrationCutoverApply: &managerv1.MigrationCutoverApply{
-			JobId: in.GetJobId(), Role: in.GetRole(), FencingToken: in.GetFencingToken(), MigrationId: m.GetMigrationId(), Payload: m.GetPayload(),
-		}}}
-	})
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&managerv1.NotifyMigrationResponse{NodeId: node}), nil
+	return notify(ctx, h, req, "targetJobKey", m.GetTargetJobKey(), m.GetMigrationId(), m.GetPayload(), managerv1connect.ManagerClient.NotifyMigrationCutoverApply,
+		func(in *managerv1.Instance) *managerv1.ControllerMessage {
+			return &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_MigrationCutoverApply{MigrationCutoverApply: &managerv1.MigrationCutoverApply{
+				JobId: in.GetJobId(), Role: in.GetRole(), FencingToken: in.GetFencingToken(), MigrationId: m.GetMigrationId(), Payload: m.GetPayload(),
+			}}}
+		})
 }
 
 // AbortMigration serves both of the seed's forms: the wire dispatch to a
