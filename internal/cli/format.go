@@ -304,8 +304,51 @@ func eventSubject(ev *norsk.Event) string {
 		return slotSubject(k.ClusterSlotUpdated.GetSlot())
 	case *norsk.Event_ClusterSlotDeregistered:
 		return slotSubject(k.ClusterSlotDeregistered.GetSlot())
+	case *norsk.Event_BundleCreated:
+		return "bundle " + k.BundleCreated.GetBundle().GetBundleId() + " " + k.BundleCreated.GetReason()
+	case *norsk.Event_BundleUpdated:
+		return "bundle " + k.BundleUpdated.GetBundle().GetBundleId() + " " + k.BundleUpdated.GetReason()
+	case *norsk.Event_BundleDeleted:
+		return "bundle " + k.BundleDeleted.GetBundleId() + " " + k.BundleDeleted.GetReason()
+	case *norsk.Event_Placement:
+		p := k.Placement
+		return fmt.Sprintf("job %s %s on %s (%s: %s)", p.GetJobId(), p.GetRole(), p.GetNodeId(), p.GetKind(), p.GetSummary())
+	case *norsk.Event_MigrationUpdated:
+		m := k.MigrationUpdated
+		return fmt.Sprintf("migration %s of %s %s (%s → %s)", m.GetMigrationId(), m.GetSourceJobId(), seedName(m.GetPhase()), m.GetSourceNodeId(), cmp.Or(m.GetTargetNodeId(), "?"))
+	case *norsk.Event_MigrationForgotten:
+		return fmt.Sprintf("%d migration(s) forgotten", len(k.MigrationForgotten.GetMigrationIds()))
+	}
+	if m := migrationEventOf(ev); m != nil {
+		s := fmt.Sprintf("migration %s: job %s %s on %s", m.GetMigrationId(), m.GetJobKey().GetJobId(), m.GetJobKey().GetRole(), m.GetNodeId())
+		if m.GetRefused() != "" {
+			s += " refused: " + m.GetRefused()
+		}
+		if m.GetReason() != "" {
+			s += ": " + m.GetReason()
+		}
+		return s
 	}
 	return "-"
+}
+
+// migrationEventOf is a handshake event's body (nil for other events).
+func migrationEventOf(ev *norsk.Event) *norsk.MigrationEvent {
+	switch k := ev.GetKind().(type) {
+	case *norsk.Event_MigrationState:
+		return k.MigrationState
+	case *norsk.Event_MigrationInitialStateDelivered:
+		return k.MigrationInitialStateDelivered
+	case *norsk.Event_MigrationTargetReady:
+		return k.MigrationTargetReady
+	case *norsk.Event_MigrationSourceStoppedOutput:
+		return k.MigrationSourceStoppedOutput
+	case *norsk.Event_MigrationTargetApplied:
+		return k.MigrationTargetApplied
+	case *norsk.Event_MigrationAborted:
+		return k.MigrationAborted
+	}
+	return nil
 }
 
 func jobSubject(e *norsk.JobEvent) string {

@@ -490,6 +490,8 @@ type staticEntry struct {
 	deadEpoch   uint64
 	dead        []deadNode
 	deadRefused [numRids]int
+
+	shadow
 }
 
 type deadNode struct {
@@ -526,7 +528,7 @@ func needKey(p *prepared) string {
 func (e *staticEntry) track(s *State, p *prepared) bool {
 	key := needKey(p)
 	if len(e.dead) > 0 && (key != e.deadNeed || e.deadEpoch != s.removals) {
-		e.revive()
+		e.revive(s)
 	}
 	e.deadNeed, e.deadEpoch = key, s.removals
 	return key != ""
@@ -560,20 +562,29 @@ func (e *staticEntry) bury(s *State, dead []deadPos) {
 	}
 	keep, d := 0, 0
 	for i := range e.nodes {
+		ni := e.nodes[i]
 		if d < len(dead) && dead[d].i == i {
-			e.dead = append(e.dead, deadNode{ni: e.nodes[i], tier: e.tier[i], rank: e.rank[i], rid: dead[d].rid, commits: s.nodeCommits[e.nodes[i]]})
+			e.dead = append(e.dead, deadNode{ni: ni, tier: e.tier[i], rank: e.rank[i], rid: dead[d].rid, commits: s.nodeCommits[ni]})
 			e.deadRefused[dead[d].rid]++
+			e.posOf[ni] = -1
 			d++
 			continue
 		}
-		e.nodes[keep], e.tier[keep], e.rank[keep] = e.nodes[i], e.tier[i], e.rank[i]
+		e.nodes[keep], e.tier[keep], e.rank[keep], e.cpuFree[keep] = ni, e.tier[i], e.rank[i], e.cpuFree[i]
+		for k := range e.capFree {
+			e.capFree[k][keep] = e.capFree[k][i]
+		}
+		e.posOf[ni] = int32(keep)
 		keep++
 	}
-	e.nodes, e.tier, e.rank = e.nodes[:keep], e.tier[:keep], e.rank[:keep]
+	e.nodes, e.tier, e.rank, e.cpuFree = e.nodes[:keep], e.tier[:keep], e.rank[:keep], e.cpuFree[:keep]
+	for k := range e.capFree {
+		e.capFree[k] = e.capFree[k][:keep]
+	}
 }
 
 // revive brings every set-aside node back, keeping node order.
-func (e *staticEntry) revive() {
+func (e *staticEntry) revive(s *State) {
 	slices.SortFunc(e.dead, func(a, b deadNode) int { return cmp.Compare(a.ni, b.ni) })
 	n := len(e.nodes) + len(e.dead)
 	nodes, tier, rank := make([]int32, 0, n), make([]int32, 0, n), make([]rankKey, 0, n)
@@ -591,6 +602,7 @@ func (e *staticEntry) revive() {
 	e.nodes, e.tier, e.rank = nodes, tier, rank
 	e.dead = e.dead[:0]
 	e.deadRefused = [numRids]int{}
+	e.refill(s)
 }
 
 const maxStaticEntries = 1024
@@ -614,6 +626,7 @@ func (s *State) staticFor(p *prepared) *staticEntry {
 	if len(s.static) >= maxStaticEntries {
 		clear(s.static)
 	}
+	s.initShadow(e, p)
 	s.static[key] = e
 	return e
 }
@@ -714,8 +727,9 @@ func (s *State) Place(req Request) (Result, error) {
 			refused[r] += n
 		}
 		var dead []deadPos
+		demand, slow := p.need.demand, slowFit(p)
 		for i, ni := range e.nodes {
-			if !s.fits(ni, p) {
+			if !e.fitsAt(s, i, ni, p, slow) {
 				r := s.dynamicCheck(ni, p, nil)
 				refused[r]++
 				if track {
@@ -724,7 +738,13 @@ func (s *State) Place(req Request) (Result, error) {
 				continue
 			}
 			res.Eligible++
-			if k := s.rank(ni, p, e.rank[i]); best < 0 || k < bestKey {
+			k := e.rank[i]
+			if p.antiAffinity || p.spread != nil {
+				k = s.rank(ni, p, k)
+			} else {
+				k |= rankKey(min(max(e.cpuFree[i]-demand, 0), maxRemaining))
+			}
+			if best < 0 || k < bestKey {
 				best, bestKey, bestTier = ni, k, e.tier[i]
 			}
 		}

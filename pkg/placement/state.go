@@ -197,6 +197,7 @@ func (s *State) Commit(a Allocation) error {
 			rec.gpu = int32(a.GPU)
 			n.gpuUsed[rec.gpu] += nd.gpu
 		}
+		s.account(ni, &nd, -1)
 	}
 	idx := int32(len(s.allocs))
 	s.allocs = append(s.allocs, rec)
@@ -241,6 +242,7 @@ func (s *State) Remove(jobID, role string) bool {
 		if rec.gpu >= 0 {
 			n.gpuUsed[rec.gpu] -= rec.need.gpu
 		}
+		s.account(ni, &rec.need, +1)
 		if g := rec.a.SpreadGroup; g != "" {
 			for _, t := range s.spreadByGroup[g] {
 				if v := t.attr.val[ni]; v >= 0 {

@@ -18,6 +18,19 @@ type (
 	MigrationApplySummary = managerv1.MigrationApplySummary
 )
 
+// The event stream's migration events (and the placement event).
+type (
+	Event_Placement                      = managerv1.Event_Placement
+	Event_MigrationUpdated               = managerv1.Event_MigrationUpdated
+	Event_MigrationForgotten             = managerv1.Event_MigrationForgotten
+	Event_MigrationState                 = managerv1.Event_MigrationState
+	Event_MigrationInitialStateDelivered = managerv1.Event_MigrationInitialStateDelivered
+	Event_MigrationTargetReady           = managerv1.Event_MigrationTargetReady
+	Event_MigrationSourceStoppedOutput   = managerv1.Event_MigrationSourceStoppedOutput
+	Event_MigrationTargetApplied         = managerv1.Event_MigrationTargetApplied
+	Event_MigrationAborted               = managerv1.Event_MigrationAborted
+)
+
 // Migration strategies.
 const (
 	StrategyStopThenStart = managerv1.MigrationStrategy_MIGRATION_STRATEGY_STOP_THEN_START
