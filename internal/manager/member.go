@@ -364,11 +364,29 @@ func (m *memberState) leadership(ctx context.Context, st *store.Store) {
 	}
 	defer stop()
 	leading := false
+	var termOf uint64 // the raft term the running primary term is for
 	check := time.NewTicker(250 * time.Millisecond)
 	defer check.Stop()
 	for {
 		now := st.IsLeader()
+		if now && leading {
+			// Leadership lost and won back between two looks (a new raft
+			// term), or a term that ended by itself while this member still
+			// leads (a witness whose hand-over raced an election): start a
+			// fresh primary term rather than lead with none.
+			ended := false
+			select {
+			case <-termDone:
+				ended = true
+			default:
+			}
+			if ended || st.Term() != termOf {
+				stop()
+				leading = false
+			}
+		}
 		if now && !leading {
+			termOf = st.Term()
 			tctx, cancel := context.WithCancel(ctx)
 			termCancel, termDone = cancel, make(chan struct{})
 			go func(done chan struct{}) {
