@@ -13,6 +13,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/jobspec"
 	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // JobSocketCapability is the capability a worker started with --job-socket
@@ -118,28 +119,11 @@ const (
 
 func terminal(p managerv1.MigrationPhase) bool { return p == phDone || p == phAborted }
 
-// PhaseName is a phase as seed 004 names it ("stoppingSource").
-func PhaseName(p managerv1.MigrationPhase) string {
-	return camel(strings.TrimPrefix(p.String(), "MIGRATION_PHASE_"))
-}
+// PhaseName is a phase as seed 004 names it (norsk.PhaseName).
+func PhaseName(p managerv1.MigrationPhase) string { return norsk.PhaseName(p) }
 
-// StrategyName is a strategy as seed 004 names it ("stopThenStart").
-func StrategyName(s managerv1.MigrationStrategy) string {
-	if s == managerv1.MigrationStrategy_MIGRATION_STRATEGY_UNSPECIFIED {
-		s = stratStopThenStart
-	}
-	return camel(strings.TrimPrefix(s.String(), "MIGRATION_STRATEGY_"))
-}
-
-func camel(upperSnake string) string {
-	w := strings.Split(strings.ToLower(upperSnake), "_")
-	for i := 1; i < len(w); i++ {
-		if w[i] != "" {
-			w[i] = strings.ToUpper(w[i][:1]) + w[i][1:]
-		}
-	}
-	return strings.Join(w, "")
-}
+// StrategyName is a strategy as seed 004 names it (norsk.StrategyName).
+func StrategyName(s managerv1.MigrationStrategy) string { return norsk.StrategyName(s) }
 
 // TargetRole is the instance key a migration target wears: the source's
 // slot and the first eight hex of the migration id ("primary@3f9c1e2a").
@@ -152,15 +136,6 @@ func TargetRole(slot, migrationID string) string {
 		id = id[:8]
 	}
 	return slot + "@" + id
-}
-
-// SlotOf is the slot an instance key belongs to ("primary@3f9c1e2a" →
-// "primary").
-func SlotOf(role string) string {
-	if i := strings.IndexByte(role, '@'); i >= 0 {
-		return role[:i]
-	}
-	return role
 }
 
 // newMigrationID is a random (version 4) UUID.
@@ -228,27 +203,10 @@ func slotForJob(job *managerv1.Job) (string, bool) {
 	return "", false
 }
 
-// currentInstance is the slot's current instance of the job: among the
-// instances whose key is the slot or one of its migration targets, the one
-// not stopped with the highest fencing token, else the stopped one with
-// the highest (nil: none).
+// currentInstance is the slot's current instance of the job
+// (jobspec.SlotInstance).
 func currentInstance(jh *managerv1.JobWithHistory, slot string) *managerv1.Instance {
-	var live, any *managerv1.Instance
-	for _, in := range jh.GetInstances() {
-		if SlotOf(in.GetRole()) != slot {
-			continue
-		}
-		if any == nil || in.GetFencingToken() > any.GetFencingToken() {
-			any = in
-		}
-		if in.GetPhase() != phaseStopped && (live == nil || in.GetFencingToken() > live.GetFencingToken()) {
-			live = in
-		}
-	}
-	if live != nil {
-		return live
-	}
-	return any
+	return jobspec.SlotInstance(jh.GetInstances(), slot)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

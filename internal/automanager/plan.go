@@ -192,14 +192,7 @@ type failure struct {
 func Plan(v View, p Policy, now time.Time) Decision {
 	p.defaults()
 	var d Decision
-	nodes := make(map[string]*managerv1.Node, len(v.Nodes))
-	for _, n := range v.Nodes {
-		nodes[n.GetNodeId()] = n
-	}
-	reachable := func(nodeID string) bool {
-		n := nodes[nodeID]
-		return n != nil && (n.GetState() == nodeOnline || n.GetState() == nodeStopping)
-	}
+	reachable := reachableOf(v.Nodes)
 	bundles := make(map[string]*managerv1.Bundle, len(v.Bundles))
 	for _, b := range v.Bundles {
 		bundles[b.GetBundleId()] = b
@@ -212,15 +205,9 @@ func Plan(v View, p Policy, now time.Time) Decision {
 	planBundles(&d, v.Bundles, jobs, v.Migrating, reachable, now)
 
 	var slots []slot
-	var live []placement.Allocation
 	for _, jh := range v.Jobs {
 		job := jh.GetJob()
 		bundle := bundles[job.GetTags()[placement.TagBundleID]]
-		for _, in := range jh.GetInstances() {
-			if in.GetPhase() != phaseStopped && reachable(in.GetNodeId()) {
-				live = append(live, placement.AllocationForJob(p.Placement, in, job, bundle))
-			}
-		}
 		role, ok := managedRole(job, bundle)
 		if !ok || v.Migrating[job.GetJobId()] {
 			continue // a migration in flight decides for its job
@@ -233,23 +220,17 @@ func Plan(v View, p Policy, now time.Time) Decision {
 	if len(slots) == 0 {
 		return d
 	}
-	view := make([]placement.Node, 0, len(v.Nodes))
-	offline := map[string]string{}
+	view, offline, _ := placementNodes(v.Nodes)
 	starting := map[string]bool{}
 	for _, n := range v.Nodes {
-		view = append(view, placement.NodeFromProto(n))
-		switch {
-		case n.GetState() == nodeStarting && n.GetElastic():
+		if n.GetState() == nodeStarting && n.GetElastic() {
 			// Its capacity is promised: an instance placed on it waits for
 			// it rather than making another node.
 			starting[n.GetNodeId()] = true
-		case n.GetState() != nodeOnline:
-			offline[n.GetNodeId()] = "the node is " + strings.ToLower(strings.TrimPrefix(n.GetState().String(), "NODE_STATE_"))
-		case n.GetDraining():
-			offline[n.GetNodeId()] = "the node is draining"
+			delete(offline, n.GetNodeId())
 		}
 	}
-	st, err := placement.NewState(p.Placement, view, live)
+	st, err := placement.NewState(p.Placement, view, liveAllocations(p.Placement, v, reachable))
 	if err != nil {
 		for _, s := range slots {
 			d.Unplaced = append(d.Unplaced, Unplaced{JobID: s.job.GetJob().GetJobId(), Role: s.role, Summary: err.Error()})
@@ -403,7 +384,7 @@ func failureOf(history []*managerv1.JobHistoryEntry, role string, cur *managerv1
 	first := true
 	for _, e := range history {
 		st := e.GetStopping()
-		if st == nil || SlotOf(st.GetInstance().GetRole()) != role {
+		if st == nil || jobspec.SlotOf(st.GetInstance().GetRole()) != role {
 			continue
 		}
 		at := e.GetTimestamp().AsTime()

@@ -167,7 +167,7 @@ func (a *AutoManager) follow(ctx context.Context, wake chan<- struct{}, resume u
 	defer s.Close()
 	for s.Next() {
 		ev := s.Event()
-		if ev.GetInitialDataComplete() == nil && ev.GetJobSnapshot() == nil && ev.GetNodeSnapshot() == nil {
+		if a.saga.wants(ev) {
 			_ = a.saga.do(ctx, func(ctx context.Context) { a.saga.onEvent(ctx, ev) })
 		}
 		select {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -37,6 +38,37 @@ type Saga struct {
 	// Owned by run's goroutine.
 	migs  map[string]*migration
 	byJob map[string]string // job id → its in-flight migration
+	// inFlight is len(byJob), for the event stream's reader: with no
+	// migration in flight a job's history is none of the saga's business.
+	inFlight atomic.Int32
+}
+
+// claim records id as job's migration in flight.
+func (s *Saga) claim(job, id string) {
+	s.byJob[job] = id
+	s.inFlight.Store(int32(len(s.byJob)))
+}
+
+// release ends job's claim by migration id (if it holds it).
+func (s *Saga) release(job, id string) {
+	if s.byJob[job] == id {
+		delete(s.byJob, job)
+		s.inFlight.Store(int32(len(s.byJob)))
+	}
+}
+
+// wants reports whether ev may concern the saga; the stream's reader skips
+// the others rather than queue them.
+func (s *Saga) wants(ev *managerv1.Event) bool {
+	switch ev.GetKind().(type) {
+	case *managerv1.Event_JobUpdated, *managerv1.Event_JobDeleted:
+		return s.inFlight.Load() > 0
+	case *managerv1.Event_MigrationState, *managerv1.Event_MigrationInitialStateDelivered, *managerv1.Event_MigrationTargetReady,
+		*managerv1.Event_MigrationSourceStoppedOutput, *managerv1.Event_MigrationTargetApplied, *managerv1.Event_MigrationAborted,
+		*managerv1.Event_MigrationForgotten:
+		return true
+	}
+	return false
 }
 
 // migration is one migration the saga runs.
@@ -109,20 +141,6 @@ func (s *Saga) run(ctx context.Context) {
 func (s *Saga) do(ctx context.Context, f func(context.Context)) error {
 	select {
 	case s.q <- f:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// sync waits until everything queued before it has been handled (tests).
-func (s *Saga) sync(ctx context.Context) error {
-	done := make(chan struct{})
-	if err := s.do(ctx, func(context.Context) { close(done) }); err != nil {
-		return err
-	}
-	select {
-	case <-done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -306,7 +324,8 @@ func (s *Saga) begin(ctx context.Context, jobID string, opts MigrateOptions, res
 		fail(err)
 		return
 	}
-	s.migs[id], s.byJob[jobID] = m, id
+	s.migs[id] = m
+	s.claim(jobID, id)
 	s.arm(m)
 	if s.metrics != nil {
 		s.metrics.MigrationsStarted.WithLabelValues(StrategyName(strategy)).Inc()
@@ -351,9 +370,7 @@ func (s *Saga) save(ctx context.Context, m *migration, create bool) error {
 // drop forgets a migration this saga no longer runs.
 func (s *Saga) drop(m *migration) {
 	id := m.st.GetMigrationId()
-	if s.byJob[m.st.GetSourceJobId()] == id {
-		delete(s.byJob, m.st.GetSourceJobId())
-	}
+	s.release(m.st.GetSourceJobId(), id)
 	delete(s.migs, id)
 }
 

@@ -328,7 +328,8 @@ func (s *Saga) rebuild(ctx context.Context) (uint64, error) {
 			continue
 		}
 		m := &migration{st: clone(st)}
-		s.migs[st.GetMigrationId()], s.byJob[st.GetSourceJobId()] = m, st.GetMigrationId()
+		s.migs[st.GetMigrationId()] = m
+		s.claim(st.GetSourceJobId(), st.GetMigrationId())
 		s.arm(m)
 		if resume == 0 || st.GetRevision() < resume {
 			resume = st.GetRevision()

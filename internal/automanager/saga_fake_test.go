@@ -203,3 +203,17 @@ var _ API = (*fakeAPI)(nil)
 func proto_clone(jh *managerv1.JobWithHistory) *managerv1.JobWithHistory {
 	return proto.Clone(jh).(*managerv1.JobWithHistory)
 }
+
+// sync waits until everything queued before it has been handled (tests).
+func (s *Saga) sync(ctx context.Context) error {
+	done := make(chan struct{})
+	if err := s.do(ctx, func(context.Context) { close(done) }); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -59,7 +59,7 @@ func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, wh
 		}
 	}
 	if req.PinNode != "" && !known[req.PinNode] {
-		return "", "", fmt.Sprintf("%s%s", ReasonNoCapacity, pinnedWhy(req.PinNode, "no such node"))
+		return "", "", placement.ReasonNoCapacity + pinnedWhy(req.PinNode, "no such node")
 	}
 	ps, err := placement.NewState(cfg, nodes, liveAllocations(cfg, v, reachableOf(v.Nodes)))
 	if err != nil {
@@ -90,9 +90,6 @@ func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, wh
 	}
 	return "", "", why
 }
-
-// ReasonNoCapacity is placement's reason when no node fits.
-const ReasonNoCapacity = placement.ReasonNoCapacity
 
 // placementNodes converts the nodes, with the ones placement must skip
 // (not online, or draining) and why, and the known ids.

@@ -90,9 +90,7 @@ func (s *Saga) dispatch(ctx context.Context, m *migration) bool {
 // parked MigrateJob, and frees the job for another migration.
 func (s *Saga) markAborted(ctx context.Context, m *migration, reason string) {
 	m.st.AbortReason = reason
-	if s.byJob[m.st.GetSourceJobId()] == m.st.GetMigrationId() {
-		delete(s.byJob, m.st.GetSourceJobId())
-	}
+	s.release(m.st.GetSourceJobId(), m.st.GetMigrationId())
 	s.advance(ctx, m, phAborted)
 	if m.waiter != nil {
 		m.waiter <- migrateResult{st: clone(m.st), err: apierr.New(apierr.Aborted, "migrateJob: migration %s aborted: %s", m.st.GetMigrationId(), reason)}
@@ -208,9 +206,7 @@ func (s *Saga) complete(ctx context.Context, m *migration) {
 	if terminal(m.st.GetPhase()) {
 		return
 	}
-	if s.byJob[m.st.GetSourceJobId()] == m.st.GetMigrationId() {
-		delete(s.byJob, m.st.GetSourceJobId())
-	}
+	s.release(m.st.GetSourceJobId(), m.st.GetMigrationId())
 	s.advance(ctx, m, phDone)
 	if s.metrics != nil {
 		s.metrics.MigrationsEnded.WithLabelValues("done").Inc()

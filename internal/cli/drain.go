@@ -116,7 +116,7 @@ could not be moved (or is not placed by the AutoManager, so cannot be) or
 					mu.Unlock()
 				}
 			}
-			line("Draining %s: %d job(s) to move (%s), %d skipped", node, len(todo), seedName(s), len(outcomes))
+			line("Draining %s: %d job(s) to move (%s), %d skipped", node, len(todo), norsk.StrategyName(s), len(outcomes))
 			for _, o := range outcomes {
 				line("  %-32s skipped: %s", o.JobID, o.Reason)
 			}
@@ -150,11 +150,11 @@ could not be moved (or is not placed by the AutoManager, so cannot be) or
 						return
 					}
 					o.MigrationID, o.To = st.GetMigrationId(), st.GetTargetNodeId()
-					line("  %-32s %s → %s (%s)", w.jobID, node, st.GetTargetNodeId(), seedName(st.GetPhase()))
+					line("  %-32s %s → %s (%s)", w.jobID, node, st.GetTargetNodeId(), norsk.PhaseName(st.GetPhase()))
 					st, err = g.followMigration(ctx, m, st, deadline, nil)
 					switch {
 					case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-						o.Result, o.Reason = "inFlight", fmt.Sprintf("still %s when the drain's deadline passed", seedName(st.GetPhase()))
+						o.Result, o.Reason = "inFlight", fmt.Sprintf("still %s when the drain's deadline passed", norsk.PhaseName(st.GetPhase()))
 					case err != nil:
 						o.Result, o.Reason = "failed", err.Error()
 					case st.GetPhase() == norsk.PhaseDone:

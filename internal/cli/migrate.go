@@ -9,22 +9,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
-
-// seedName is an enum value as seed 004 names it: "stopping-source" →
-// "stoppingSource".
-func seedName(e protoreflect.Enum) string {
-	w := strings.Split(enumWord(e), "-")
-	for i := 1; i < len(w); i++ {
-		if w[i] != "" {
-			w[i] = strings.ToUpper(w[i][:1]) + w[i][1:]
-		}
-	}
-	return strings.Join(w, "")
-}
 
 // parseStrategy reads --strategy.
 func parseStrategy(s string) (norsk.MigrationStrategy, error) {
@@ -142,7 +129,7 @@ func printPhaseLine(w io.Writer, st *norsk.MigrationState, i int) {
 	case norsk.PhaseAborted:
 		detail = st.GetAbortReason()
 	}
-	fmt.Fprintf(w, "%s  +%-8s %-22s %s\n", e.GetAt().AsTime().Local().Format("15:04:05.000"), fmtDur(since), seedName(e.GetPhase()), detail)
+	fmt.Fprintf(w, "%s  +%-8s %-22s %s\n", e.GetAt().AsTime().Local().Format("15:04:05.000"), fmtDur(since), norsk.PhaseName(e.GetPhase()), detail)
 }
 
 func fmtDur(d time.Duration) string {
@@ -186,7 +173,7 @@ func (g *globals) followMigration(ctx context.Context, m *norsk.Manager, st *nor
 	err := s.Err()
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, norsk.ErrDeadlineExceeded):
-		return st, fmt.Errorf("migration %s still in flight after %s (phase %s); follow it with 'norsk-ctl migration show %s'", st.GetMigrationId(), timeout, seedName(st.GetPhase()), st.GetMigrationId())
+		return st, fmt.Errorf("migration %s still in flight after %s (phase %s); follow it with 'norsk-ctl migration show %s'", st.GetMigrationId(), timeout, norsk.PhaseName(st.GetPhase()), st.GetMigrationId())
 	case err != nil:
 		return st, fmt.Errorf("following migration %s: %w", st.GetMigrationId(), err)
 	}
@@ -199,11 +186,11 @@ func migrationSummary(w io.Writer, st *norsk.MigrationState) {
 	switch st.GetPhase() {
 	case norsk.PhaseDone:
 		fmt.Fprintf(w, "Migration %s done in %s: %s moved from %s to %s (%s, now %s)\n", st.GetMigrationId(), fmtDur(took),
-			st.GetSourceJobId(), st.GetSourceNodeId(), st.GetTargetNodeId(), seedName(st.GetStrategy()), st.GetTargetRole())
+			st.GetSourceJobId(), st.GetSourceNodeId(), st.GetTargetNodeId(), norsk.StrategyName(st.GetStrategy()), st.GetTargetRole())
 	case norsk.PhaseAborted:
 		fmt.Fprintf(w, "Migration %s aborted after %s: %s\n", st.GetMigrationId(), fmtDur(took), st.GetAbortReason())
 	default:
-		fmt.Fprintf(w, "Migration %s is %s\n", st.GetMigrationId(), seedName(st.GetPhase()))
+		fmt.Fprintf(w, "Migration %s is %s\n", st.GetMigrationId(), norsk.PhaseName(st.GetPhase()))
 	}
 	if sum := st.GetApplySummary(); sum != nil {
 		fmt.Fprintf(w, "  applied: %s; skew %.0f ms\n", strings.Join(sum.GetApplied(), ", "), sum.GetSkewMs())
@@ -217,8 +204,8 @@ func migrationSummary(w io.Writer, st *norsk.MigrationState) {
 func migrationTable(w io.Writer, now time.Time, st *norsk.MigrationState) {
 	fmt.Fprintf(w, "Migration\t%s\n", st.GetMigrationId())
 	fmt.Fprintf(w, "Job\t%s\n", st.GetSourceJobId())
-	fmt.Fprintf(w, "Strategy\t%s\n", seedName(st.GetStrategy()))
-	fmt.Fprintf(w, "Phase\t%s\n", seedName(st.GetPhase()))
+	fmt.Fprintf(w, "Strategy\t%s\n", norsk.StrategyName(st.GetStrategy()))
+	fmt.Fprintf(w, "Phase\t%s\n", norsk.PhaseName(st.GetPhase()))
 	fmt.Fprintf(w, "Source\t%s on %s\n", st.GetSourceRole(), st.GetSourceNodeId())
 	target := st.GetTargetNodeId()
 	if target == "" {
@@ -236,7 +223,7 @@ func migrationTable(w io.Writer, now time.Time, st *norsk.MigrationState) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "PHASE\tAT\tAFTER")
 	for _, e := range st.GetPhaseHistory() {
-		fmt.Fprintf(w, "%s\t%s\t+%s\n", seedName(e.GetPhase()), e.GetAt().AsTime().Local().Format("15:04:05.000"), fmtDur(e.GetAt().AsTime().Sub(st.GetStartedAt().AsTime())))
+		fmt.Fprintf(w, "%s\t%s\t+%s\n", norsk.PhaseName(e.GetPhase()), e.GetAt().AsTime().Local().Format("15:04:05.000"), fmtDur(e.GetAt().AsTime().Sub(st.GetStartedAt().AsTime())))
 	}
 }
 
@@ -266,8 +253,8 @@ func newMigrationCommand(g *globals) *cobra.Command {
 					if reason == "" {
 						reason = "-"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.GetMigrationId(), st.GetSourceJobId(), seedName(st.GetStrategy()),
-						seedName(st.GetPhase()), st.GetSourceNodeId(), to, ago(g.now(), st.GetStartedAt()), reason)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.GetMigrationId(), st.GetSourceJobId(), norsk.StrategyName(st.GetStrategy()),
+						norsk.PhaseName(st.GetPhase()), st.GetSourceNodeId(), to, ago(g.now(), st.GetStartedAt()), reason)
 				}
 			}})
 		},

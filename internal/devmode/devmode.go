@@ -198,7 +198,7 @@ func Run(ctx context.Context, o Options) error {
 			}()
 			continue
 		}
-		a, err := worker.New(workerConfig(srv.URL(), wdir, token, rt, o.Logger))
+		a, err := worker.New(WorkerConfig(srv.URL(), wdir, token, rt, o.Logger))
 		if err != nil {
 			return err
 		}
@@ -334,9 +334,10 @@ func workerToken(ctx context.Context, api managerv1connect.ManagerClient, dir, n
 	return resp.Msg.GetToken(), nil
 }
 
-// workerConfig is a dev worker's configuration: the job socket on, so its
+// WorkerConfig is a dev worker's configuration (in this process, or in its
+// own run by the hidden dev-worker command): the job socket on, so its
 // jobs can be handed over.
-func workerConfig(url, dir, token, rt string, log *slog.Logger) worker.Config {
+func WorkerConfig(url, dir, token, rt string, log *slog.Logger) worker.Config {
 	return worker.Config{
 		ManagerURL: url,
 		Token:      token,
@@ -350,12 +351,6 @@ func workerConfig(url, dir, token, rt string, log *slog.Logger) worker.Config {
 			{Name: "dev", Count: 1},
 		},
 	}
-}
-
-// WorkerConfig is the configuration of the worker the hidden dev-worker
-// command runs (a dev worker in a process of its own).
-func WorkerConfig(url, dir, token, rt string, log *slog.Logger) worker.Config {
-	return workerConfig(url, dir, token, rt, log)
 }
 
 func waitGone(ctx context.Context, api managerv1connect.ManagerClient, nodeID string) error {

@@ -2,6 +2,7 @@ package norsk
 
 import (
 	"context"
+	"strings"
 
 	"connectrpc.com/connect"
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -52,6 +53,31 @@ const (
 	PhaseDone                 = managerv1.MigrationPhase_MIGRATION_PHASE_DONE
 	PhaseAborted              = managerv1.MigrationPhase_MIGRATION_PHASE_ABORTED
 )
+
+// PhaseName is a migration phase as seed 004 names it ("stoppingSource").
+func PhaseName(p MigrationPhase) string {
+	return camel(strings.TrimPrefix(p.String(), "MIGRATION_PHASE_"))
+}
+
+// StrategyName is a strategy as seed 004 names it ("stopThenStart"; the
+// unset strategy is the default, stopThenStart).
+func StrategyName(s MigrationStrategy) string {
+	if s == managerv1.MigrationStrategy_MIGRATION_STRATEGY_UNSPECIFIED {
+		s = StrategyStopThenStart
+	}
+	return camel(strings.TrimPrefix(s.String(), "MIGRATION_STRATEGY_"))
+}
+
+// camel turns UPPER_SNAKE into lowerCamel.
+func camel(upperSnake string) string {
+	w := strings.Split(strings.ToLower(upperSnake), "_")
+	for i := 1; i < len(w); i++ {
+		if w[i] != "" {
+			w[i] = strings.ToUpper(w[i][:1]) + w[i][1:]
+		}
+	}
+	return strings.Join(w, "")
+}
 
 // NotifyMigrationGetState is the propose: ask the source instance what it
 // would hand over. The answer comes on the event stream as migrationState

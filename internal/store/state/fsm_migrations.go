@@ -46,7 +46,7 @@ func (t *tx) putMigration(c *storev1.PutMigration) (uint64, error) {
 		return 0, apierr.FailedPreconditionf("migration %s is not recorded (forgotten?)", m.GetMigrationId())
 	case ex != nil && c.GetExpectedRevision() != 0 && ex.GetRevision() != c.GetExpectedRevision():
 		return 0, apierr.FailedPreconditionf("migration %s is at revision %d, not %d: another writer moved it", m.GetMigrationId(), ex.GetRevision(), c.GetExpectedRevision())
-	case ex != nil && MigrationTerminal(ex.GetPhase()) && !proto.Equal(ex, m) && ex.GetPhase() != m.GetPhase():
+	case ex != nil && MigrationTerminal(ex.GetPhase()) && ex.GetPhase() != m.GetPhase():
 		return 0, apierr.FailedPreconditionf("migration %s is %s: it cannot move to %s", m.GetMigrationId(), MigrationPhaseName(ex.GetPhase()), MigrationPhaseName(m.GetPhase()))
 	case ex != nil && ex.GetSourceJobId() != m.GetSourceJobId():
 		return 0, apierr.Invalid("migration.sourceJobId", "migration %s is of job %s", m.GetMigrationId(), ex.GetSourceJobId())

@@ -1,8 +1,6 @@
 package state
 
 import (
-	"strings"
-
 	"github.com/hashicorp/go-memdb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -40,7 +38,7 @@ func (r *Read) BundleView(b *managerv1.Bundle) *managerv1.BundleWithJobs {
 				st.Dormant = rec.GetJob().GetTags()[jobspec.TagDormant] == "true"
 				st.TerminalState = rec.GetJob().GetTerminalState()
 			}
-			if in := r.slotInstance(id, st.Role); in != nil {
+			if in := jobspec.SlotInstance(r.InstancesOfJob(nil, id), st.Role); in != nil {
 				st.NodeId = in.GetNodeId()
 				st.Phase = in.GetPhase()
 				for _, d := range in.GetPlacement().GetDegradations() {
@@ -59,27 +57,4 @@ func (r *Read) LeaseState() *storev1.LeaseState {
 		return raw.(*singleton).Msg.(*storev1.LeaseState)
 	}
 	return &storev1.LeaseState{}
-}
-
-// slotInstance is the job's current instance of slot role: under the slot's
-// own key or a migration target's (role@…), the live one with the highest
-// fencing token, else the newest stopped one.
-func (r *Read) slotInstance(jobID, role string) *managerv1.Instance {
-	var live, any *managerv1.Instance
-	for _, in := range r.InstancesOfJob(nil, jobID) {
-		k := in.GetRole()
-		if k != role && !strings.HasPrefix(k, role+"@") {
-			continue
-		}
-		if any == nil || in.GetFencingToken() > any.GetFencingToken() {
-			any = in
-		}
-		if in.GetPhase() != managerv1.InstancePhase_INSTANCE_PHASE_STOPPED && (live == nil || in.GetFencingToken() > live.GetFencingToken()) {
-			live = in
-		}
-	}
-	if live != nil {
-		return live
-	}
-	return any
 }
