@@ -551,6 +551,9 @@ func (m *memberState) bootWork(ctx context.Context, st *store.Store) error {
 		if s.cfg.BootstrapToken == "" {
 			// The token itself is never logged: the binary shows it once.
 			s.log.Warn("made the bootstrap admin token; it is shown once on the console, and the store keeps only its hash")
+			if s.cfg.OnBootstrapToken != nil {
+				s.cfg.OnBootstrapToken(tok)
+			}
 		}
 	}
 	m.verifyOnce(st)

@@ -139,8 +139,15 @@ type Config struct {
 	BackupRetain   int
 	// BootstrapToken is the admin token a store with no tokens is given at
 	// its first start ("nmt_<id>.<secret>"); empty: a new one is made and
-	// logged once (Server.BootstrapToken returns it).
+	// handed to OnBootstrapToken once (Server.BootstrapToken returns it too).
 	BootstrapToken string
+	// OnBootstrapToken, if set, is called once with the admin token this
+	// member made for a store that had none, after the token is committed:
+	// by the primary that made it, from its boot work (in a cluster, that may
+	// be after New has returned, or never on a member that does not become
+	// primary first). The binary prints it on its console; the store keeps
+	// only its hash. It is not called for a preset BootstrapToken.
+	OnBootstrapToken func(token string)
 	// RateLimit is the calls per second each caller may make (burst: twice
 	// as many); default 1000.
 	RateLimit float64

@@ -2,6 +2,7 @@ package managercmd
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -54,16 +55,18 @@ connections to every registered worker. Settings come from flags, then from
 				cfg.ClusterSecret = os.Getenv("NORSK_CLUSTER_SECRET")
 			}
 			cfg.Logger = log
+			console := cmd.ErrOrStderr()
+			// In a new cluster the member that becomes primary first makes
+			// the token, possibly long after New has returned: it is shown
+			// when it is made, once, on the console only (the store keeps
+			// its hash).
+			cfg.OnBootstrapToken = func(tok string) { printBootstrapToken(console, tok, cfg.DataDir) }
 			s, err := manager.New(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
-			if tok := s.BootstrapToken(); tok != "" {
-				// Shown once, on the console only: the store keeps its hash.
-				fmt.Fprintf(os.Stderr, "\nThis is a new store. Its bootstrap admin token, shown only now:\n\n  %s\n\nKeep it safe (export NORSK_TOKEN=…); make other tokens with 'norsk-ctl token create'.\nIf it is lost: stop the Manager and run 'norsk-manager token bootstrap --data-dir %s'.\n\n", tok, cfg.DataDir)
-			}
-			fmt.Fprintf(os.Stderr, "norsk-manager %s serving the API at %s (data in %s)\n", s.NodeName(), s.URL(), cfg.DataDir)
-			printTLS(os.Stderr, s)
+			fmt.Fprintf(console, "norsk-manager %s serving the API at %s (data in %s)\n", s.NodeName(), s.URL(), cfg.DataDir)
+			printTLS(console, s)
 			<-cmd.Context().Done()
 			return s.Close()
 		},
@@ -90,4 +93,9 @@ connections to every registered worker. Settings come from flags, then from
 	f.BoolVar(&cfg.Witness, "witness", false, "run as a witness: vote, hold no job state, serve no API")
 	logs.register(c)
 	return c
+}
+
+// printBootstrapToken shows a new store's bootstrap admin token once.
+func printBootstrapToken(w io.Writer, tok, dataDir string) {
+	fmt.Fprintf(w, "\nThis is a new store. Its bootstrap admin token, shown only now:\n\n  %s\n\nKeep it safe (export NORSK_TOKEN=…); make other tokens with 'norsk-ctl token create'.\nIf it is lost: stop the Manager and run 'norsk-manager token bootstrap --data-dir %s'.\n\n", tok, dataDir)
 }
