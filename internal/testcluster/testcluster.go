@@ -128,7 +128,8 @@ type Worker struct {
 	link *Link
 }
 
-// New starts a cluster and waits until every worker is online.
+// New starts a cluster and waits until every worker is online and its
+// stream is up.
 func New(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.Runtime == "" {
@@ -179,7 +180,7 @@ func New(t testing.TB, opts Options) *Cluster {
 		w.Start()
 	}
 	for _, w := range c.Workers {
-		c.WaitNodeState(w.Name, norsk.NodeStateOnline)
+		c.WaitNodeConnected(w.Name)
 	}
 	return c
 }

@@ -42,6 +42,20 @@ func (c *Cluster) Node(name string) *norsk.Node {
 	return nil
 }
 
+// WaitNodeConnected waits until the node is online and the primary holds
+// its worker's stream. The store records a node online during the hello,
+// a moment before the stream counts as connected, so a test that needs the
+// stream waits for both.
+func (c *Cluster) WaitNodeConnected(name string) *norsk.Node {
+	c.t.Helper()
+	var n *norsk.Node
+	c.Eventually("node "+name+" to be online and connected", func() bool {
+		n = c.Node(name)
+		return n != nil && n.GetState() == norsk.NodeStateOnline && n.GetConnected()
+	})
+	return n
+}
+
 // WaitNodeState waits until the node is in state.
 func (c *Cluster) WaitNodeState(name string, state norsk.NodeState) *norsk.Node {
 	c.t.Helper()
