@@ -343,18 +343,19 @@ func TestDeregisterClusterNode(t *testing.T) {
 	if in.GetStopReason() != norsk.StoppingReasonNodeTerminated {
 		t.Errorf("stop reason = %v, want nodeTerminated", in.GetStopReason())
 	}
-	select {
-	case err := <-c.Worker("worker-1").Done():
-		if !errors.Is(err, worker.ErrDeregistered) {
-			t.Fatalf("worker ended with %v, want ErrDeregistered", err)
-		}
-	case <-time.After(30 * time.Second):
+	err, ok := c.Worker("worker-1").Exited(30 * time.Second)
+	if !ok {
 		t.Fatal("worker still running 30s after deregistration")
 	}
-	slots, err := cl.ListClusterNodes(x)
-	if err != nil || len(slots) != 0 {
-		t.Fatalf("slots after deregistration = %v, %v", slots, err)
+	if !errors.Is(err, worker.ErrDeregistered) {
+		t.Fatalf("worker ended with %v, want ErrDeregistered", err)
 	}
+	// The slot goes once the Manager has recorded the worker's end, which
+	// may come after the worker has heard of it.
+	c.Eventually("the slot to be gone", func() bool {
+		slots, err := cl.ListClusterNodes(x)
+		return err == nil && len(slots) == 0
+	})
 	if pidOf(t, c, "worker-1", "j", "primary") != 0 {
 		t.Fatal("the deregistered node's process still runs")
 	}
@@ -379,13 +380,12 @@ func TestTerminateNode(t *testing.T) {
 	if in.GetStopReason() != norsk.StoppingReasonNodeTerminated {
 		t.Errorf("stop reason = %v", in.GetStopReason())
 	}
-	select {
-	case err := <-c.Worker("worker-1").Done():
-		if !errors.Is(err, worker.ErrTerminated) {
-			t.Fatalf("worker ended with %v, want ErrTerminated", err)
-		}
-	case <-time.After(30 * time.Second):
+	err, ok := c.Worker("worker-1").Exited(30 * time.Second)
+	if !ok {
 		t.Fatal("worker still running 30s after termination")
+	}
+	if !errors.Is(err, worker.ErrTerminated) {
+		t.Fatalf("worker ended with %v, want ErrTerminated", err)
 	}
 }
 

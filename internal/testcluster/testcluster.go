@@ -122,7 +122,7 @@ type Worker struct {
 	mu     sync.Mutex
 	agent  *worker.Agent
 	cancel context.CancelFunc
-	done   chan error
+	run    *agentRun
 	// link is the worker's cuttable path to the Manager (nil unless
 	// Options.WorkerLinks).
 	link *Link
@@ -265,38 +265,49 @@ func (w *Worker) Start() {
 		w.c.t.Fatalf("start %s: %v", w.Name, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	run := &agentRun{done: make(chan struct{})}
+	go func() {
+		run.err = a.Run(ctx)
+		close(run.done)
+	}()
 	select {
 	case <-a.Ready():
-	case err := <-done:
+	case <-run.done:
 		cancel()
-		w.c.t.Fatalf("%s stopped at start: %v", w.Name, err)
+		w.c.t.Fatalf("%s stopped at start: %v", w.Name, run.err)
 	case <-time.After(30 * time.Second):
 		cancel()
 		w.c.t.Fatalf("%s not ready after 30s", w.Name)
 	}
 	w.mu.Lock()
-	w.agent, w.cancel, w.done = a, cancel, done
+	w.agent, w.cancel, w.run = a, cancel, run
 	w.mu.Unlock()
+}
+
+// agentRun is one run of a worker's agent: done is closed when Run has
+// returned, and err is then what it returned. Any number of goroutines may
+// wait on done.
+type agentRun struct {
+	done chan struct{}
+	err  error
 }
 
 // Stop stops the worker's agent; its instances keep running.
 func (w *Worker) Stop() error {
 	w.mu.Lock()
-	cancel, done := w.cancel, w.done
-	w.agent, w.cancel, w.done = nil, nil, nil
+	cancel, run := w.cancel, w.run
+	w.agent, w.cancel, w.run = nil, nil, nil
 	w.mu.Unlock()
 	if cancel == nil {
 		return nil
 	}
 	cancel()
 	select {
-	case err := <-done:
-		if errors.Is(err, context.Canceled) {
+	case <-run.done:
+		if errors.Is(run.err, context.Canceled) {
 			return nil
 		}
-		return err
+		return run.err
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("%s did not stop within 30s", w.Name)
 	}
@@ -318,12 +329,22 @@ func (w *Worker) Agent() *worker.Agent {
 	return w.agent
 }
 
-// Done returns the channel the agent's Run result arrives on (nil when
-// stopped).
-func (w *Worker) Done() <-chan error {
+// Exited waits up to timeout for the running agent to end by itself and
+// returns what its Run returned; ok is false if it is still running (or
+// was stopped). Waiting does not consume the result: Stop still sees it.
+func (w *Worker) Exited(timeout time.Duration) (err error, ok bool) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.done
+	run := w.run
+	w.mu.Unlock()
+	if run == nil {
+		return nil, false
+	}
+	select {
+	case <-run.done:
+		return run.err, true
+	case <-time.After(timeout):
+		return nil, false
+	}
 }
 
 func (c *Cluster) shutdown() {
