@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -132,7 +133,7 @@ func (s *Server) removeMember(ctx context.Context, st *store.Store, node string)
 		return apierr.FailedPreconditionf("%s is the last full member: add another before removing it", node)
 	}
 	if node == s.cfg.NodeName {
-		if err := s.handOff(st, "this primary is being removed"); err != nil {
+		if err := s.handOff(ctx, st, "this primary is being removed"); err != nil {
 			return apierr.Unavailablef("could not hand the primary role over before removing this member: %v", err)
 		}
 		return errHandedOver
@@ -613,7 +614,17 @@ func (s *Server) fullVoters(conf []raft.Server, except string) []raft.Server {
 // handOff hands the primary role to another full member, trying each in
 // turn (raft bounds each attempt by an election timeout). It records why in
 // the cluster events (unless why is empty). Primary only.
-func (s *Server) handOff(st *store.Store, why string) error {
+//
+// Only a member that answers now and has applied the log up to (nearly)
+// this primary's commit index is asked, the most caught-up first. That is
+// not politeness: hashicorp/raft (v1.8) wedges a primary asked twice to
+// hand over to a member its replication cannot reach — the second attempt
+// blocks forever on the stuck replication's one-slot channel, and the
+// "transfer in progress" flag it holds then refuses every write and every
+// later hand-over (TestClusterPartitionedPrimaryIsReplaced: a witness led
+// for good while the old primary was cut off). A member whose log keeps up
+// is one whose replication drains that channel.
+func (s *Server) handOff(ctx context.Context, st *store.Store, why string) error {
 	conf, err := st.Configuration()
 	if err != nil {
 		return err
@@ -624,6 +635,10 @@ func (s *Server) handOff(st *store.Store, why string) error {
 	}
 	if why != "" {
 		s.member.events.record("handing-over", why+"; handing the primary role to another full member", st.Term(), st.State().Snapshot().Generation())
+	}
+	targets, err = s.caughtUpTargets(ctx, st, targets)
+	if err != nil {
+		return err
 	}
 	var last error
 	for _, sv := range targets {
@@ -636,6 +651,44 @@ func (s *Server) handOff(st *store.Store, why string) error {
 		}
 	}
 	return last
+}
+
+// handOffSlack is how many entries behind this primary's commit index a
+// member may have applied and still be handed the primary role.
+const handOffSlack = 64
+
+// caughtUpTargets keeps the members of targets that answer their status
+// call now with the log applied to within handOffSlack of this member's
+// commit index, the most caught-up first.
+func (s *Server) caughtUpTargets(ctx context.Context, st *store.Store, targets []raft.Server) ([]raft.Server, error) {
+	applied := map[string]uint64{}
+	var why []string
+	for _, p := range s.peerStatuses(ctx) {
+		if p.err != nil {
+			why = append(why, p.name+": "+p.err.Error())
+			continue
+		}
+		applied[p.name] = p.status.GetAppliedIndex()
+	}
+	commit := st.CommitIndex()
+	var out []raft.Server
+	for _, sv := range targets {
+		a, ok := applied[string(sv.ID)]
+		switch {
+		case !ok:
+		case a+handOffSlack < commit:
+			why = append(why, fmt.Sprintf("%s: applied %d of %d", sv.ID, a, commit))
+		default:
+			out = append(out, sv)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no full member is reachable and caught up (%s)", strings.Join(why, "; "))
+	}
+	slices.SortStableFunc(out, func(a, b raft.Server) int {
+		return cmp.Compare(applied[string(b.ID)], applied[string(a.ID)])
+	})
+	return out, nil
 }
 
 // isWitness reports whether member name is a witness (by the membership,

@@ -492,7 +492,7 @@ func (m *memberState) handOver(ctx context.Context, st *store.Store) {
 	s.log.Info("this witness was elected; handing the primary role to a full member")
 	why := "a witness was elected"
 	for ctx.Err() == nil && st.IsLeader() {
-		if s.handOff(st, why) == nil {
+		if s.handOff(ctx, st, why) == nil {
 			return
 		}
 		why = "" // recorded once

@@ -560,7 +560,7 @@ func (s *Server) Close() error {
 		// cluster changes primary in milliseconds instead of waiting out
 		// an election timeout once this member has gone.
 		if st := s.st(); s.cfg.clustered() && st != nil && st.IsLeader() {
-			if err := s.handOff(st, "this member is stopping"); err != nil {
+			if err := s.handOff(ctx, st, "this member is stopping"); err != nil {
 				s.log.Warn("stopping without handing the primary role over", "err", err)
 			}
 		}
