@@ -264,8 +264,31 @@ func Plan(v View, p Policy, now time.Time) Decision {
 			unplaced = append(unplaced, slotRequest{s, req})
 		}
 	}
-	provision(&d, unplaced, v.ProvisionHold, p, now)
+	provision(&d, unplaced, v.ProvisionHold, tierRuntimes(v.Nodes), p, now)
 	return d
+}
+
+// tierRuntimes maps each pool tier to the runtime its elastic nodes'
+// workers report, when they agree: a node a provider creates there is
+// taken to run the same, so a spec no such node's runtime runs does not
+// make node after node (none said, or they differ: unknown, "").
+func tierRuntimes(nodes []*managerv1.Node) map[string]string {
+	out := map[string]string{}
+	mixed := map[string]bool{}
+	for _, n := range nodes {
+		if !n.GetElastic() || n.GetRuntime() == "" || n.GetState() == managerv1.NodeState_NODE_STATE_TERMINATED {
+			continue
+		}
+		tier := n.GetTags()[placement.TagPool]
+		if rt, ok := out[tier]; ok && rt != n.GetRuntime() {
+			mixed[tier] = true
+		}
+		out[tier] = n.GetRuntime()
+	}
+	for tier := range mixed {
+		delete(out, tier)
+	}
+	return out
 }
 
 // slotRequest is a slot that fits no node, with its placement request.
@@ -510,12 +533,12 @@ func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]stri
 }
 
 // provision decides the nodes to create for the instances that fit no
-// node: each goes, in order, to the cheapest elastic tier of its pool that
+// node (a new node runs what the tier's nodes run, runtimes): each goes, in order, to the cheapest elastic tier of its pool that
 // is not on hold and where a new node would take it, sharing the nodes
 // this pass creates with the instances before it. The instances stay
 // unplaced until their node is online (placement then sees it like any
 // other), so a creation that fails or is slow never strands them.
-func provision(d *Decision, unplaced []slotRequest, hold map[string]time.Time, p Policy, now time.Time) {
+func provision(d *Decision, unplaced []slotRequest, hold map[string]time.Time, runtimes map[string]string, p Policy, now time.Time) {
 	if len(unplaced) == 0 || len(p.Elastic) == 0 {
 		return
 	}
@@ -561,7 +584,7 @@ func provision(d *Decision, unplaced []slotRequest, hold map[string]time.Time, p
 			}
 			tp.nodes = append(tp.nodes, placement.Node{
 				ID: fmt.Sprintf("new %s node %d", et.Tier, len(tp.nodes)+1), Pool: et.Tier, VCPUs: et.VCPUs,
-				Attributes: map[string]string{placement.TagPool: et.Tier},
+				Attributes: map[string]string{placement.TagPool: et.Tier}, Runtime: runtimes[et.Tier],
 			})
 			if res, fits = place(); !fits {
 				tp.nodes = tp.nodes[:len(tp.nodes)-1]
