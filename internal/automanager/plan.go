@@ -37,6 +37,8 @@ type Policy struct {
 	MaxProvisionPerPass int
 	// Migration bounds each phase of a migration.
 	Migration MigrationDeadlines
+	// Repair bounds the repairs of degraded anti-affinity (repair.go).
+	Repair RepairPolicy
 }
 
 // ElasticTier is a pool tier a provider creates nodes in, and the node a
@@ -65,6 +67,7 @@ func (p *Policy) defaults() {
 	if p.MaxProvisionPerPass <= 0 {
 		p.MaxProvisionPerPass = 8
 	}
+	p.Repair.defaults()
 }
 
 // View is the Manager's state as the AutoManager decides on it.
@@ -83,6 +86,9 @@ type View struct {
 	// Migrating are the jobs with a migration in flight: the saga, not
 	// placement, decides for them until it ends.
 	Migrating map[string]bool
+	// Migrations are the store's migration records, ended ones included:
+	// the repairs among them are what the repair limits count.
+	Migrations []*managerv1.MigrationState
 }
 
 // ActionKind is what an Action does.
@@ -103,6 +109,10 @@ const (
 	// ActProvision creates a node in the elastic tier Pool through
 	// Provider, for the instances Reason names.
 	ActProvision
+	// ActRepair migrates JobID's instance Role (a replica of BundleID that
+	// is not the primary) to NodeID with the overlap strategy, to restore
+	// the anti-affinity Reason names (repair.go).
+	ActRepair
 )
 
 // Action is one call Plan wants made.
@@ -139,6 +149,9 @@ type Decision struct {
 	NeedHistory []string
 	// NeedLeases: Plan needs the lease status and the View lacks it.
 	NeedLeases bool
+	// Degraded counts the running instances whose node breaks a FORBID
+	// anti-affinity rule of their bundle.
+	Degraded int
 }
 
 func (d *Decision) due(t time.Time) {
@@ -217,7 +230,7 @@ func Plan(v View, p Policy, now time.Time) Decision {
 			slots = append(slots, s)
 		}
 	}
-	if len(slots) == 0 {
+	if len(slots) == 0 && !mayBreak(v.Bundles, jobs, v.Nodes) {
 		return d
 	}
 	view, offline, _ := placementNodes(v.Nodes)
@@ -265,6 +278,16 @@ func Plan(v View, p Policy, now time.Time) Decision {
 		}
 	}
 	provision(&d, unplaced, v.ProvisionHold, tierRuntimes(v.Nodes), p, now)
+	// Repairs last: what is dark is placed first, and a repair takes only
+	// the room left.
+	exclude := make(map[string]string, len(offline)+len(starting))
+	for id, why := range offline {
+		exclude[id] = why
+	}
+	for id := range starting {
+		exclude[id] = "the node is starting"
+	}
+	planRepairs(&d, st, v, jobs, reachable, exclude, p, now)
 	return d
 }
 

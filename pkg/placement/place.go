@@ -882,3 +882,40 @@ func gpuFree(n *nodeState) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// Breaches lists the FORBID anti-affinity rules req breaks on node nodeID
+// against the other replicas of its bundle as the State holds them, as if
+// it were placed there (its own allocations do not count): what a bound
+// replica's node breaks now, for the AutoManager's repairs. Only the
+// bundle's rules are read; whether the node has room is not asked. The
+// error is for an unknown node or invalid requirements.
+func (s *State) Breaches(req Request, nodeID string) ([]Degradation, error) {
+	ni, ok := s.index[nodeID]
+	if !ok {
+		return nil, fmt.Errorf("placement: no node %q", nodeID)
+	}
+	p, err := s.prepare(&req)
+	if err != nil {
+		return nil, err
+	}
+	return s.breaches(ni, p), nil
+}
+
+// Severity ranks a set of broken FORBID rules as placement ranks nodes:
+// sameNode 4, sameAz 2, sameCloud 1, summed once per rule; lower is better
+// and 0 is compliant. A node of lower severity is preferred to any node of
+// higher, whatever else differs.
+func Severity(ds []Degradation) int {
+	v := 0
+	for _, d := range ds {
+		switch d.Rule {
+		case RuleSameNode:
+			v |= 4
+		case RuleSameAz:
+			v |= 2
+		case RuleSameCloud:
+			v |= 1
+		}
+	}
+	return v
+}

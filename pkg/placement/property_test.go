@@ -274,6 +274,21 @@ func TestPlacementProperties(t *testing.T) {
 			if (len(res.Degradations) > 0) == forbidCompliant(chosen, byID, r, placed, 3) {
 				t.Fatalf("degradations %v disagree with compliance of %s", res.Degradations, chosen.ID)
 			}
+			// Breaches agrees with the placement: the chosen node breaks what
+			// its degradations say, and no eligible node has a lower severity.
+			got, err := fresh.Breaches(r, chosen.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if Severity(got) != Severity(res.Degradations) || len(got) != len(res.Degradations) {
+				t.Fatalf("Breaches(%s) = %v, the placement degraded %v", chosen.ID, got, res.Degradations)
+			}
+			for _, n := range eligible {
+				ds, _ := fresh.Breaches(r, n.ID)
+				if Severity(ds) < Severity(res.Degradations) {
+					t.Fatalf("eligible %s breaks %v, less than the chosen %s's %v", n.ID, ds, chosen.ID, res.Degradations)
+				}
+			}
 			// Co-location and separation within the replica, either side naming.
 			for _, a := range placed {
 				if r.BundleID == "" || a.BundleID != r.BundleID || a.ReplicaIndex != r.ReplicaIndex || a.JobID == r.JobID {
