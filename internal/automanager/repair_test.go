@@ -195,7 +195,7 @@ func TestRepairRateLimits(t *testing.T) {
 	}
 	t.Run("every degraded bundle within the limit", func(t *testing.T) {
 		d := Plan(twoDegraded(), Policy{}, t0)
-		if rs := repairs(d); len(rs) != 2 || rs[0].NodeID == rs[1].NodeID && rs[0].NodeID == "" {
+		if rs := repairs(d); len(rs) != 2 || rs[0].BundleID != "b1" || rs[1].BundleID != "b2" {
 			t.Fatalf("repairs %+v, want one per bundle", rs)
 		}
 	})
