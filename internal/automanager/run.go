@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -425,7 +426,14 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 		if m != nil {
 			m.RepairsStarted.Inc()
 		}
-		if err != nil {
+		switch {
+		case apierr.CodeOf(err) == apierr.Aborted:
+			// Started and rolled back (the target no longer fits or
+			// improves things): the record keeps why, and the bundle's
+			// interval keeps it from being retried at once.
+			a.log.Warn("a repair was rolled back", "bundle", act.BundleID, "job", act.JobID, "to", act.NodeID, "err", err)
+			return nil
+		case err != nil:
 			return fmt.Errorf("repair bundle %s: migrate %s/%s to %s: %w", act.BundleID, act.JobID, act.Role, act.NodeID, err)
 		}
 		a.log.Info("repairing a degraded anti-affinity", "bundle", act.BundleID, "job", act.JobID, "role", act.Role,
