@@ -97,6 +97,11 @@ type MigrateOptions struct {
 	OverrideReservation bool
 	// RequestedBy is recorded on the migration.
 	RequestedBy string
+	// Repair marks the AutoManager's repair of a degraded anti-affinity
+	// (recorded, counted against the repair limits, and its target's
+	// placement told kind "repair"); Reason says why it was started.
+	Repair bool
+	Reason string
 }
 
 const (

@@ -37,6 +37,8 @@ type Policy struct {
 	MaxProvisionPerPass int
 	// Migration bounds each phase of a migration.
 	Migration MigrationDeadlines
+	// Repair bounds the repairs of degraded anti-affinity (repair.go).
+	Repair RepairPolicy
 }
 
 // ElasticTier is a pool tier a provider creates nodes in, and the node a
@@ -65,6 +67,7 @@ func (p *Policy) defaults() {
 	if p.MaxProvisionPerPass <= 0 {
 		p.MaxProvisionPerPass = 8
 	}
+	p.Repair.defaults()
 }
 
 // View is the Manager's state as the AutoManager decides on it.
@@ -83,6 +86,9 @@ type View struct {
 	// Migrating are the jobs with a migration in flight: the saga, not
 	// placement, decides for them until it ends.
 	Migrating map[string]bool
+	// Migrations are the store's migration records, ended ones included:
+	// the repairs among them are what the repair limits count.
+	Migrations []*managerv1.MigrationState
 }
 
 // ActionKind is what an Action does.
@@ -103,6 +109,10 @@ const (
 	// ActProvision creates a node in the elastic tier Pool through
 	// Provider, for the instances Reason names.
 	ActProvision
+	// ActRepair migrates JobID's instance Role (a replica of BundleID that
+	// is not the primary) to NodeID with the overlap strategy, to restore
+	// the anti-affinity Reason names (repair.go).
+	ActRepair
 )
 
 // Action is one call Plan wants made.
@@ -139,6 +149,9 @@ type Decision struct {
 	NeedHistory []string
 	// NeedLeases: Plan needs the lease status and the View lacks it.
 	NeedLeases bool
+	// Degraded counts the running instances whose node breaks a FORBID
+	// anti-affinity rule of their bundle.
+	Degraded int
 }
 
 func (d *Decision) due(t time.Time) {
@@ -217,7 +230,7 @@ func Plan(v View, p Policy, now time.Time) Decision {
 			slots = append(slots, s)
 		}
 	}
-	if len(slots) == 0 {
+	if len(slots) == 0 && !mayBreak(v.Bundles, jobs, v.Nodes) {
 		return d
 	}
 	view, offline, _ := placementNodes(v.Nodes)
@@ -264,8 +277,41 @@ func Plan(v View, p Policy, now time.Time) Decision {
 			unplaced = append(unplaced, slotRequest{s, req})
 		}
 	}
-	provision(&d, unplaced, v.ProvisionHold, p, now)
+	provision(&d, unplaced, v.ProvisionHold, tierRuntimes(v.Nodes), p, now)
+	// Repairs last: what is dark is placed first, and a repair takes only
+	// the room left.
+	exclude := make(map[string]string, len(offline)+len(starting))
+	for id, why := range offline {
+		exclude[id] = why
+	}
+	for id := range starting {
+		exclude[id] = "the node is starting"
+	}
+	planRepairs(&d, st, v, jobs, reachable, exclude, p, now)
 	return d
+}
+
+// tierRuntimes maps each pool tier to the runtime its elastic nodes'
+// workers report, when they agree: a node a provider creates there is
+// taken to run the same, so a spec no such node's runtime runs does not
+// make node after node (none said, or they differ: unknown, "").
+func tierRuntimes(nodes []*managerv1.Node) map[string]string {
+	out := map[string]string{}
+	mixed := map[string]bool{}
+	for _, n := range nodes {
+		if !n.GetElastic() || n.GetRuntime() == "" || n.GetState() == managerv1.NodeState_NODE_STATE_TERMINATED {
+			continue
+		}
+		tier := n.GetTags()[placement.TagPool]
+		if rt, ok := out[tier]; ok && rt != n.GetRuntime() {
+			mixed[tier] = true
+		}
+		out[tier] = n.GetRuntime()
+	}
+	for tier := range mixed {
+		delete(out, tier)
+	}
+	return out
 }
 
 // slotRequest is a slot that fits no node, with its placement request.
@@ -510,12 +556,12 @@ func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]stri
 }
 
 // provision decides the nodes to create for the instances that fit no
-// node: each goes, in order, to the cheapest elastic tier of its pool that
+// node (a new node runs what the tier's nodes run, runtimes): each goes, in order, to the cheapest elastic tier of its pool that
 // is not on hold and where a new node would take it, sharing the nodes
 // this pass creates with the instances before it. The instances stay
 // unplaced until their node is online (placement then sees it like any
 // other), so a creation that fails or is slow never strands them.
-func provision(d *Decision, unplaced []slotRequest, hold map[string]time.Time, p Policy, now time.Time) {
+func provision(d *Decision, unplaced []slotRequest, hold map[string]time.Time, runtimes map[string]string, p Policy, now time.Time) {
 	if len(unplaced) == 0 || len(p.Elastic) == 0 {
 		return
 	}
@@ -561,7 +607,7 @@ func provision(d *Decision, unplaced []slotRequest, hold map[string]time.Time, p
 			}
 			tp.nodes = append(tp.nodes, placement.Node{
 				ID: fmt.Sprintf("new %s node %d", et.Tier, len(tp.nodes)+1), Pool: et.Tier, VCPUs: et.VCPUs,
-				Attributes: map[string]string{placement.TagPool: et.Tier},
+				Attributes: map[string]string{placement.TagPool: et.Tier}, Runtime: runtimes[et.Tier],
 			})
 			if res, fits = place(); !fits {
 				tp.nodes = tp.nodes[:len(tp.nodes)-1]

@@ -34,6 +34,24 @@ func starting(id, pool string, vcpus uint32) *managerv1.Node {
 	return n
 }
 
+// onlineElastic is an online node a provider made in pool, its worker
+// running runtime rt (2 vCPUs: 1 unit).
+func onlineElastic(id, pool, rt string) *managerv1.Node {
+	n := node(id, "pool", pool)
+	n.Elastic, n.Provider, n.Runtime = true, "mock", rt
+	n.Hardware.Vcpus = 2
+	return n
+}
+
+// imageOnly gives the bundle's jobs one service with an image and no
+// command (a Docker-only spec).
+func imageOnly(b *managerv1.Bundle) *managerv1.Bundle {
+	for _, j := range b.GetJobs() {
+		j.Job.Services = []*managerv1.Service{{Name: "main", Image: "enc:1"}}
+	}
+	return b
+}
+
 func TestProvision(t *testing.T) {
 	elastic := Policy{
 		Placement: placement.Config{Pools: map[string][]string{"live": {"cheap", "burst"}}},
@@ -68,6 +86,12 @@ func TestProvision(t *testing.T) {
 			bundles: []*managerv1.Bundle{bigBundle("x", "cheap", 1)}, want: 0},
 		{name: "no provider", policy: Policy{}, nodes: []*managerv1.Node{full()},
 			bundles: []*managerv1.Bundle{bigBundle("x", "", 1)}, want: 0},
+		// Issue 12 item 11: the tier's nodes run processes; an image-only
+		// job is not given node after node it cannot run on.
+		{name: "the tier's runtime cannot run it", policy: elastic, nodes: []*managerv1.Node{full(), onlineElastic("m1", "burst", "process")},
+			bundles: []*managerv1.Bundle{imageOnly(bigBundle("x", "live", 1))}, want: 0, summary: "would not take it either"},
+		{name: "the tier's runtime runs it", policy: elastic, nodes: []*managerv1.Node{full(), onlineElastic("m1", "burst", "docker")},
+			bundles: []*managerv1.Bundle{imageOnly(bigBundle("x", "live", 1.5))}, want: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := View{Nodes: tc.nodes, Bundles: tc.bundles, ProvisionHold: tc.hold}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -232,6 +233,7 @@ func readView(ctx context.Context, api API) (View, error) {
 	if err != nil {
 		return v, fmt.Errorf("list migrations: %w", err)
 	}
+	v.Migrations = migs
 	for _, m := range migs {
 		if !terminal(m.GetPhase()) {
 			if v.Migrating == nil {
@@ -413,6 +415,29 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 			return fmt.Errorf("roll bundle %s onto %s: %w", act.BundleID, act.JobID, err)
 		}
 		a.log.Info("rolled bundle template", "bundle", act.BundleID, "job", act.JobID)
+	case ActRepair:
+		// Make-before-break: the overlap strategy runs the new copy before
+		// the old one stops; the target is pinned to the node this pass
+		// found, and the saga refuses it if it no longer improves things.
+		st, err := a.saga.MigrateJob(ctx, act.JobID, MigrateOptions{
+			TargetNodeID: act.NodeID, Strategy: stratOverlap, SourceRole: act.Role,
+			RequestedBy: repairRequester, Repair: true, Reason: act.Reason,
+		})
+		if m != nil {
+			m.RepairsStarted.Inc()
+		}
+		switch {
+		case apierr.CodeOf(err) == apierr.Aborted:
+			// Started and rolled back (the target no longer fits or
+			// improves things): the record keeps why, and the bundle's
+			// interval keeps it from being retried at once.
+			a.log.Warn("a repair was rolled back", "bundle", act.BundleID, "job", act.JobID, "to", act.NodeID, "err", err)
+			return nil
+		case err != nil:
+			return fmt.Errorf("repair bundle %s: migrate %s/%s to %s: %w", act.BundleID, act.JobID, act.Role, act.NodeID, err)
+		}
+		a.log.Info("repairing a degraded anti-affinity", "bundle", act.BundleID, "job", act.JobID, "role", act.Role,
+			"to", act.NodeID, "migration", st.GetMigrationId(), "why", act.Reason)
 	}
 	return nil
 }
@@ -431,6 +456,7 @@ func (a *AutoManager) report(d Decision) {
 	a.unplaced = now
 	if m := a.cfg.Metrics; m != nil {
 		m.Unplaced.Set(float64(len(now)))
+		m.Degraded.Set(float64(d.Degraded))
 	}
 }
 
@@ -472,6 +498,9 @@ type Metrics struct {
 	MigrationsStarted       *prometheus.CounterVec
 	MigrationsEnded         *prometheus.CounterVec
 	MigrationDispatchFailed prometheus.Counter
+
+	Degraded       prometheus.Gauge
+	RepairsStarted prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg.
@@ -496,9 +525,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Migrations ended, by outcome (done, aborted)."}, []string{"outcome"})
 	m.MigrationDispatchFailed = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "migration_dispatch_failures_total",
 		Help: "Migration targets whose start was refused."})
+	m.Degraded = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "norsk", Subsystem: "automanager", Name: "degraded_instances",
+		Help: "Running bundle instances whose node breaks a FORBID anti-affinity rule of their bundle."})
+	m.RepairsStarted = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "repairs_started_total",
+		Help: "Migrations started to repair a degraded anti-affinity (their outcomes count in migrations_ended_total)."})
 	if reg != nil {
 		reg.MustRegister(m.Passes, m.PassSeconds, m.Placements, m.Failed, m.Unplaced, m.Provisioned,
-			m.MigrationsStarted, m.MigrationsEnded, m.MigrationDispatchFailed)
+			m.MigrationsStarted, m.MigrationsEnded, m.MigrationDispatchFailed, m.Degraded, m.RepairsStarted)
 	}
 	return m
 }

@@ -81,6 +81,9 @@ type migration struct {
 	waiter chan<- migrateResult
 	// job is the job as MigrateJob read it (for placement).
 	opts MigrateOptions
+	// degradations are the soft rules the target's node breaks, as its
+	// placement found them (told to the target's start).
+	degradations []*managerv1.PlacementRefusal
 }
 
 type migrateResult struct {
@@ -316,7 +319,7 @@ func (s *Saga) begin(ctx context.Context, jobID string, opts MigrateOptions, res
 		Strategy: strategy, TargetRole: TargetRole(slot, id), StartedAt: now, Phase: first,
 		PhaseHistory: []*managerv1.MigrationPhaseEntry{{Phase: first, At: now}},
 		RuntimeRole:  slot, RequestedTargetNodeId: opts.TargetNodeID, OverrideReservation: opts.OverrideReservation,
-		RequestedBy: opts.RequestedBy,
+		RequestedBy: opts.RequestedBy, Repair: opts.Repair, Reason: opts.Reason,
 	}
 	m := &migration{st: st, waiter: res, opts: opts}
 	if err := s.save(ctx, m, true); err != nil {

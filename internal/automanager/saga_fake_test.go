@@ -21,8 +21,10 @@ type fakeAPI struct {
 	jobs  map[string]*managerv1.JobWithHistory
 	nodes []*managerv1.Node
 	migs  map[string]*managerv1.MigrationState
-	calls []string
-	fail  map[string]error
+	// bundles are what ListBundles answers.
+	bundles []*managerv1.Bundle
+	calls   []string
+	fail    map[string]error
 }
 
 func newFakeAPI() *fakeAPI {
@@ -119,7 +121,13 @@ func (f *fakeAPI) StartPreparedJob(ctx context.Context, jobID, role, nodeID stri
 
 func (f *fakeAPI) MarkJobFailed(ctx context.Context, jobID, reason string) error { return nil }
 func (f *fakeAPI) ListBundles(ctx context.Context) ([]*managerv1.BundleWithJobs, error) {
-	return nil, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*managerv1.BundleWithJobs
+	for _, b := range f.bundles {
+		out = append(out, &managerv1.BundleWithJobs{Bundle: proto.Clone(b).(*managerv1.Bundle)})
+	}
+	return out, nil
 }
 func (f *fakeAPI) DeleteBundle(ctx context.Context, bundleID string) error { return nil }
 func (f *fakeAPI) GetLeaseStatus(ctx context.Context) (*managerv1.LeaseStatus, error) {

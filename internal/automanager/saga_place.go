@@ -13,14 +13,16 @@ import (
 // job takes: the job's requirements, pools, resilience against its other
 // replicas, hot spares — with the source's node excluded (and the nodes
 // that are not online, or are draining), a named target pinned, and, for
-// a handover, the job socket required. It answers the node and the
-// placement's summary, or "" and why nothing fits.
-func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, why string) {
+// a handover, the job socket required. It answers the node, the
+// placement's summary and the soft rules the node breaks, or "" and why
+// nothing fits. A repair's target must break less than the source's node
+// does (placement.Severity), or there is nothing to repair it with.
+func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, why string, degr []*managerv1.PlacementRefusal) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	v, err := readView(cctx, s.api)
 	if err != nil {
-		return "", "", "cannot read the cluster: " + err.Error()
+		return "", "", "cannot read the cluster: " + err.Error(), nil
 	}
 	st := m.st
 	var jh *managerv1.JobWithHistory
@@ -30,7 +32,7 @@ func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, wh
 		}
 	}
 	if jh == nil {
-		return "", "", "the job is gone"
+		return "", "", "the job is gone", nil
 	}
 	var bundle *managerv1.Bundle
 	for _, b := range v.Bundles {
@@ -59,18 +61,29 @@ func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, wh
 		}
 	}
 	if req.PinNode != "" && !known[req.PinNode] {
-		return "", "", placement.ReasonNoCapacity + pinnedWhy(req.PinNode, "no such node")
+		return "", "", placement.ReasonNoCapacity + pinnedWhy(req.PinNode, "no such node"), nil
 	}
 	ps, err := placement.NewState(cfg, nodes, liveAllocations(cfg, v, reachableOf(v.Nodes)))
 	if err != nil {
-		return "", "", err.Error()
+		return "", "", err.Error(), nil
 	}
 	res, err := ps.Place(req)
 	if err != nil {
-		return "", "", err.Error()
+		return "", "", err.Error(), nil
 	}
 	if res.NodeID != "" {
-		return res.NodeID, res.Summary(), ""
+		for _, dg := range res.Degradations {
+			degr = append(degr, &managerv1.PlacementRefusal{Rule: string(dg.Rule), Reason: dg.Reason})
+		}
+		if st.GetRepair() {
+			// The source's node is known to the state (it holds the
+			// source): what it breaks now, against what the target would.
+			if cur, err := ps.Breaches(req, st.GetSourceNodeId()); err == nil && placement.Severity(res.Degradations) >= placement.Severity(cur) {
+				return "", "", fmt.Sprintf("node %s would not improve on the anti-affinity of %s (it breaks %s, %s breaks %s): nothing to repair with",
+					res.NodeID, st.GetSourceNodeId(), ruleList(res.Degradations), st.GetSourceNodeId(), ruleList(cur)), nil
+			}
+		}
+		return res.NodeID, res.Summary(), "", degr
 	}
 	why = res.Summary()
 	if st.GetStrategy() == stratHandover && !anyOtherAdvertises(v.Nodes, JobSocketCapability, st.GetSourceNodeId()) {
@@ -88,7 +101,7 @@ func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, wh
 			why += pinnedWhy(req.PinNode, strings.Join(rs, "; "))
 		}
 	}
-	return "", "", why
+	return "", "", why, nil
 }
 
 // placementNodes converts the nodes, with the ones placement must skip
@@ -154,4 +167,16 @@ func anyOtherAdvertises(nodes []*managerv1.Node, capability, except string) bool
 		}
 	}
 	return false
+}
+
+// ruleList names the rules of ds ("nothing" for none).
+func ruleList(ds []placement.Degradation) string {
+	if len(ds) == 0 {
+		return "nothing"
+	}
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = string(d.Rule)
+	}
+	return strings.Join(out, ", ")
 }

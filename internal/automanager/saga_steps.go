@@ -37,12 +37,13 @@ func targetIsRunning(st *managerv1.MigrationState) bool {
 // reason — and, for a pinned target, why that node was rejected.
 func (s *Saga) place(ctx context.Context, m *migration) {
 	s.advance(ctx, m, phPlacing)
-	node, summary, why := s.placeTarget(ctx, m)
+	node, summary, why, degr := s.placeTarget(ctx, m)
 	if node == "" {
 		s.performAbort(ctx, m, "placement failed: "+why, touchedWire(m.st))
 		return
 	}
 	m.st.TargetNodeId, m.st.PlacementSummary = node, summary
+	m.degradations = degr
 	if !s.dispatch(ctx, m) {
 		return
 	}
@@ -59,6 +60,10 @@ func (s *Saga) place(ctx context.Context, m *migration) {
 // lost.
 func (s *Saga) dispatch(ctx context.Context, m *migration) bool {
 	st := m.st
+	kind, summary := "migration", st.GetPlacementSummary()
+	if st.GetRepair() {
+		kind, summary = "repair", "repair of "+st.GetReason()+"; "+summary
+	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	_, err := s.api.StartJob(cctx, st.GetSourceJobId(), st.GetTargetRole(), st.GetTargetNodeId(), norsk.StartJobOptions{
 		RuntimeRole:           st.GetRuntimeRole(),
@@ -67,7 +72,7 @@ func (s *Saga) dispatch(ctx context.Context, m *migration) bool {
 		MigrationInitialState: st.GetInitialState(),
 		MigrationHandover:     st.GetStrategy() == stratHandover,
 		Placement: &managerv1.PlacementEvent{JobId: st.GetSourceJobId(), Role: st.GetTargetRole(), NodeId: st.GetTargetNodeId(),
-			Kind: "migration", Summary: st.GetPlacementSummary(), FailedNodeId: st.GetSourceNodeId()},
+			Kind: kind, Summary: summary, FailedNodeId: st.GetSourceNodeId(), Degradations: m.degradations},
 	})
 	cancel()
 	if err != nil {

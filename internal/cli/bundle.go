@@ -59,6 +59,30 @@ func (g *globals) readBundleSpec(name string) (*norsk.Bundle, error) {
 type bundleCreated struct {
 	BundleID string `json:"bundleId"`
 	Revision string `json:"revision,omitempty"` // a decimal string, as protojson writes uint64
+	// Notes say why a job of the bundle cannot run anywhere now (no node's
+	// runtime runs its services): the bundle is stored all the same.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// bundleNotes reads the new bundle back and lists its jobs that no node's
+// runtime can run, each with the reason the bundle's view gives. Best
+// effort: a bundle that cannot be read back has no notes.
+func (g *globals) bundleNotes(cmd *cobra.Command, id string) []string {
+	bw, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.BundleWithJobs, error) {
+		return m.BundleById(ctx, id)
+	}, "read bundle %s", id)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, j := range bw.GetJobs() {
+		for _, d := range j.GetDegradations() {
+			if strings.HasPrefix(d, "runtime: ") {
+				out = append(out, fmt.Sprintf("job %s runs nowhere for now: %s", j.GetJobId(), strings.TrimPrefix(d, "runtime: ")))
+			}
+		}
+	}
+	return out
 }
 
 func newBundleCreateCommand(g *globals) *cobra.Command {
@@ -86,9 +110,12 @@ the bundle's id (-o json: {"bundleId"}). See examples/bundles/.`,
 			if err != nil {
 				return err
 			}
-			c := bundleCreated{BundleID: id}
+			c := bundleCreated{BundleID: id, Notes: g.bundleNotes(cmd, id)}
 			return g.printer().Print(result{data: c, table: func(w io.Writer) {
 				fmt.Fprintf(w, "Bundle %s created (norsk-ctl bundle show %s).\n", id, id)
+				for _, n := range c.Notes {
+					fmt.Fprintf(w, "Note: %s\n", n)
+				}
 			}})
 		},
 	}

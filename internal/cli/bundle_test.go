@@ -250,3 +250,22 @@ func TestExampleSampleMediaBundle(t *testing.T) {
 		t.Fatalf("sample-media.yaml = %v", b)
 	}
 }
+
+// bundle create of a spec no node's runtime can run is accepted and says
+// why its jobs run nowhere (issue 12 item 11).
+func TestBundleCreateExplainsRuntime(t *testing.T) {
+	f := newFixture(t)
+	f.srv.AddNode(&managerv1.Node{NodeId: "node-1", Runtime: "process", Hardware: &managerv1.Hardware{Vcpus: 4}})
+	spec := writeFile(t, "img.yaml", "bundleId: img\njobs: [{jobName: channel, job: {services: [{name: web, image: nginx}]}}]\n")
+	out := f.ok("bundle", "create", "-f", spec)
+	want := "Bundle img created (norsk-ctl bundle show img).\n" +
+		`Note: job img.channel.0 runs nowhere for now: no node's runtime can run the job: runtime process cannot run image-only services (process runs commands): "web" has an image and no command` + "\n"
+	if out != want {
+		t.Errorf("bundle create printed %q, want %q", out, want)
+	}
+	code, out, errOut := f.run("", "bundle", "create", "-f", writeFile(t, "img2.yaml", "bundleId: img2\njobs: [{jobName: channel, job: {services: [{name: web, image: nginx}]}}]\n"), "-o", "json")
+	var c bundleCreated
+	if code != 0 || json.Unmarshal([]byte(out), &c) != nil || len(c.Notes) != 1 || !strings.Contains(c.Notes[0], "runtime process cannot run") {
+		t.Errorf("-o json: %d %q %q", code, out, errOut)
+	}
+}

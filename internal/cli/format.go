@@ -315,7 +315,11 @@ func eventSubject(ev *norsk.Event) string {
 		return fmt.Sprintf("job %s %s on %s (%s: %s)", p.GetJobId(), p.GetRole(), p.GetNodeId(), p.GetKind(), p.GetSummary())
 	case *norsk.Event_MigrationUpdated:
 		m := k.MigrationUpdated
-		return fmt.Sprintf("migration %s of %s %s (%s → %s)", m.GetMigrationId(), m.GetSourceJobId(), norsk.PhaseName(m.GetPhase()), m.GetSourceNodeId(), cmp.Or(m.GetTargetNodeId(), "?"))
+		s := fmt.Sprintf("migration %s of %s %s (%s → %s)", m.GetMigrationId(), m.GetSourceJobId(), norsk.PhaseName(m.GetPhase()), m.GetSourceNodeId(), cmp.Or(m.GetTargetNodeId(), "?"))
+		if m.GetRepair() {
+			s += " repair of " + m.GetReason()
+		}
+		return s
 	case *norsk.Event_MigrationForgotten:
 		return fmt.Sprintf("%d migration(s) forgotten", len(k.MigrationForgotten.GetMigrationIds()))
 	}

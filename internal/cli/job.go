@@ -420,7 +420,7 @@ func newJobWhyCommand(g *globals) *cobra.Command {
 		Long: `Evaluate the job's autoPlacement requirements against every node and the
 instances already bound, as automatic placement does, and print the node it
 would go to and, for every other node, the rules that refuse it (capacity,
-cores, GPU, capabilities, pool, exclusions such as a node that is not online,
+cores, GPU, capabilities, pool, the node's runtime, exclusions such as a node that is not online,
 anti-affinity, co-location). Nothing is bound.`,
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,

@@ -220,6 +220,11 @@ func migrationTable(w io.Writer, now time.Time, st *norsk.MigrationState) {
 	if st.GetRequestedBy() != "" {
 		fmt.Fprintf(w, "Requested by\t%s\n", st.GetRequestedBy())
 	}
+	if st.GetRepair() {
+		fmt.Fprintf(w, "Repair\t%s\n", st.GetReason())
+	} else if st.GetReason() != "" {
+		fmt.Fprintf(w, "Reason\t%s\n", st.GetReason())
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "PHASE\tAT\tAFTER")
 	for _, e := range st.GetPhaseHistory() {

@@ -48,6 +48,7 @@ func (s *Server) runAutoManager(ctx context.Context) {
 				Placement:      s.placementConfig(),
 				Elastic:        s.elasticTiers(),
 				Migration:      s.cfg.MigrationDeadlines,
+				Repair:         s.cfg.Repair,
 			},
 			Clock:   s.cfg.Clock,
 			Logger:  s.log,

@@ -78,6 +78,8 @@ type FileConfig struct {
 	Providers *ProvidersFile `json:"providers,omitempty"`
 	// Migration bounds each phase of a migration.
 	Migration *MigrationFile `json:"migration,omitempty"`
+	// Repair bounds the AutoManager's repairs of degraded anti-affinity.
+	Repair *RepairFile `json:"repair,omitempty"`
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `json:"logLevel,omitempty"`
 	LogFormat string `json:"logFormat,omitempty"`
@@ -106,6 +108,19 @@ type MigrationFile struct {
 	ApplyingDeadline       Duration `json:"applyingDeadline,omitempty"`
 	StoppingSourceDeadline Duration `json:"stoppingSourceDeadline,omitempty"`
 	StartingTargetDeadline Duration `json:"startingTargetDeadline,omitempty"`
+}
+
+// RepairFile is config.yaml's repair section: how the AutoManager moves a
+// backup that shares a failure domain with another replica once a node
+// that complies has room (automanager.RepairPolicy).
+type RepairFile struct {
+	// Disabled turns repairs off.
+	Disabled bool `json:"disabled,omitempty"`
+	// MaxInFlight is the most repairs under way at once (default 2).
+	MaxInFlight int `json:"maxInFlight,omitempty"`
+	// Interval is the least time between two repairs of one bundle
+	// (default 1m).
+	Interval Duration `json:"interval,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s", "5m" in the file.
@@ -166,6 +181,14 @@ func ParseConfigFile(b []byte) (FileConfig, error) {
 	if p := fc.Providers; p != nil && p.Mock != nil {
 		if _, err := p.Mock.config().WithDefaults(); err != nil {
 			return FileConfig{}, err
+		}
+	}
+	if r := fc.Repair; r != nil {
+		switch {
+		case r.MaxInFlight < 0 || r.MaxInFlight > 1000:
+			return FileConfig{}, fmt.Errorf("repair.maxInFlight: %d: give 1 to 1000 (0 = the default, 2)", r.MaxInFlight)
+		case r.Interval.Duration < 0 || r.Interval.Duration > 24*time.Hour:
+			return FileConfig{}, fmt.Errorf("repair.interval: %s: give 0 (the default, 1m) to 24h", r.Interval.Duration)
 		}
 	}
 	return fc, nil
@@ -293,6 +316,13 @@ func (fc FileConfig) Apply(cfg *Config) {
 		setD(&d.Applying, m.ApplyingDeadline)
 		setD(&d.StoppingSource, m.StoppingSourceDeadline)
 		setD(&d.StartingTarget, m.StartingTargetDeadline)
+	}
+	if r := fc.Repair; r != nil {
+		cfg.Repair.Disabled = cfg.Repair.Disabled || r.Disabled
+		if cfg.Repair.MaxInFlight == 0 {
+			cfg.Repair.MaxInFlight = r.MaxInFlight
+		}
+		setD(&cfg.Repair.Interval, r.Interval)
 	}
 	if cfg.MockProvider == nil && fc.Providers != nil && fc.Providers.Mock != nil {
 		mc := fc.Providers.Mock.config()

@@ -120,6 +120,9 @@ providers:
 migration:
   proposeDeadline: 10s
   applyingDeadline: 3s
+repair:
+  maxInFlight: 4
+  interval: 5m
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -136,11 +139,17 @@ migration:
 	if d := cfg.MigrationDeadlines; d.Propose.String() != "10s" || d.Applying.String() != "3s" || d.Launching != 0 {
 		t.Errorf("migration deadlines = %+v", d)
 	}
+	if r := cfg.Repair; r.Disabled || r.MaxInFlight != 4 || r.Interval.String() != "5m0s" {
+		t.Errorf("repair = %+v", r)
+	}
 	for _, bad := range []struct{ yaml, err string }{
 		{"providers: {mock: {hosts: []}}", "give at least one mock host"},
 		{"providers: {mock: {hosts: [nope]}}", "is not http(s)://host:port"},
 		{"poolSpread: {live: ''}", "poolSpread"},
 		{"migration: {proposeDeadlin: 1s}", "proposeDeadlin"},
+		{"repair: {maxInFlight: -1}", "repair.maxInFlight"},
+		{"repair: {interval: 48h}", "repair.interval"},
+		{"repair: {intervl: 1m}", "intervl"},
 	} {
 		if _, err := ParseConfigFile([]byte(bad.yaml)); err == nil || !strings.Contains(err.Error(), bad.err) {
 			t.Errorf("%s: err = %v, want %q", bad.yaml, err, bad.err)

@@ -124,6 +124,9 @@ type Config struct {
 	// source stop 30 s, applying 10 s, stopping source 30 s, starting
 	// target 1 min).
 	MigrationDeadlines automanager.MigrationDeadlines
+	// Repair bounds the AutoManager's repairs of degraded anti-affinity
+	// (zero fields: at most 2 at once, a bundle's repairs 1 min apart).
+	Repair automanager.RepairPolicy
 	// EventWriteTimeout is how long one event may take to reach a
 	// subscriber before its stream is cut (default 30 s).
 	EventWriteTimeout time.Duration

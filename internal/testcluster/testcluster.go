@@ -11,6 +11,7 @@
 package testcluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,6 +127,9 @@ type Worker struct {
 	// link is the worker's cuttable path to the Manager (nil unless
 	// Options.WorkerLinks).
 	link *Link
+	// runtime, when set, is this worker's runtime instead of the
+	// cluster's (AddWorker).
+	runtime string
 }
 
 // New starts a cluster and waits until every worker is online and its
@@ -255,7 +259,7 @@ func (w *Worker) Start() {
 		TLSCAHash:       w.c.Manager().CAFingerprint(),
 		Token:           w.token,
 		DataDir:         w.Dir,
-		Runtime:         w.c.opts.Runtime,
+		Runtime:         cmp.Or(w.runtime, w.c.opts.Runtime),
 		JobSocket:       w.c.opts.JobSocket,
 		Logger:          w.c.opts.Logger.With("process", w.Name),
 		ReregisterAfter: 500 * time.Millisecond,

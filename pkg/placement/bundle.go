@@ -49,7 +49,7 @@ func antiAffinity(a managerv1.AntiAffinity) AntiAffinity {
 }
 
 // RequestForJob is the placement request of instance role of job: its
-// requirements and, for a job of bundle b (nil when it has none or the
+// requirements, its services (for the runtime rule) and, for a job of bundle b (nil when it has none or the
 // bundle is gone), the bundle's pools (the bundle's pool for the primary,
 // the resilience policy's for the other replicas), anti-affinity between
 // replicas, co-location and separation within the replica, and spread (the
@@ -71,6 +71,7 @@ func requestForJob(job *managerv1.Job, b *managerv1.Bundle, role string) Request
 		Role:         role,
 		Template:     job.GetTags()[TagTemplate],
 		Requirements: RequirementsFromProto(job.GetAutoPlacement().GetRequirements()),
+		Services:     ServicesFromProto(job.GetServices()),
 	}
 	bundleID, replica, name, ok := BundleJobOf(job)
 	if !ok || b == nil || b.GetBundleId() != bundleID {

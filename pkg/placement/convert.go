@@ -21,7 +21,7 @@ const (
 // NodeFromProto is the placement view of an API node: Pool from the "pool"
 // tag, Zone from "zone", Cloud from "cloud" (else the node's provider),
 // Attributes = all tags, VCPUs, GPUs and capabilities from the worker's
-// report, and the hot-spare spec from spare=true with warmFor / reservedFor
+// report, the worker's runtime, and the hot-spare spec from spare=true with warmFor / reservedFor
 // (comma-separated template names) and exclusive=true. It does not judge the
 // node's state: the caller excludes nodes that are not online
 // (Request.Exclude) or leaves them out.
@@ -34,6 +34,7 @@ func NodeFromProto(n *managerv1.Node) Node {
 		Cloud:      tags[TagCloud],
 		Attributes: make(map[string]string, len(tags)),
 		VCPUs:      n.GetHardware().GetVcpus(),
+		Runtime:    n.GetRuntime(),
 	}
 	if out.Cloud == "" {
 		out.Cloud = n.GetProvider()

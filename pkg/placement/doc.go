@@ -31,6 +31,11 @@
 //     (Config.Pools, cheapest first; an unlisted pool is its own single
 //     tier; Request.Pool "" = every node as one tier).
 //   - selector: Request.NodeSelector attributes must be equal.
+//   - runtime: the node's runtime must run every one of Request.Services:
+//     docker runs services with an image (a command overrides its
+//     entrypoint), process runs services with a command (an image is
+//     ignored); a node that does not say its runtime runs anything
+//     (RuntimeRuns).
 //   - spare: an exclusive hot spare takes only the templates it is reserved
 //     for, unless Request.OverrideReservation.
 //   - capability: each required capability with its count, free after the

@@ -17,6 +17,7 @@ const (
 	RuleExclusion    Rule = "exclusion"
 	RulePool         Rule = "pool"
 	RuleSelector     Rule = "selector"
+	RuleRuntime      Rule = "runtime"
 	RuleSpare        Rule = "spare"
 	RuleCapability   Rule = "capability"
 	RuleGPU          Rule = "gpu"
@@ -31,7 +32,7 @@ const (
 )
 
 // ruleOrder gives each hard rule its position, for summaries.
-var ruleOrder = []Rule{RulePin, RuleExclusion, RulePool, RuleSelector, RuleSpare, RuleCapability, RuleGPU,
+var ruleOrder = []Rule{RulePin, RuleExclusion, RulePool, RuleSelector, RuleRuntime, RuleSpare, RuleCapability, RuleGPU,
 	RuleCores, RuleCapacity, RulePriorityBand, RuleCoLocateWith, RuleSeparateFrom}
 
 // ReasonNoCapacity is Result.Reason when no node passes every hard rule.

@@ -17,6 +17,7 @@ const (
 	ridExclusion
 	ridPool
 	ridSelector
+	ridRuntime
 	ridSpare
 	ridCapability
 	ridGPU
@@ -101,6 +102,7 @@ type prepared struct {
 	tiers    map[string]int
 	tierList []string
 	selector []string // sorted keys of NodeSelector
+	runtime  runtimeNeed
 	spread   *spreadTable
 
 	forbidNode, forbidAz, forbidCloud bool
@@ -135,6 +137,7 @@ func (s *State) prepare(req *Request) (*prepared, error) {
 		p.selector = append(p.selector, k)
 	}
 	slices.Sort(p.selector)
+	p.runtime = runtimeNeedOf(req.Services)
 	if req.Spread != nil && req.Spread.Attribute != "" {
 		p.spread = s.spreadTable(req.spreadGroup(), req.Spread.Attribute)
 	}
@@ -226,6 +229,12 @@ func (s *State) staticCheck(ni int32, p *prepared, out *[]Refusal) rid {
 				fail(ridSelector, fmt.Sprintf("attribute %s=%q, want %q", k, have, want))
 			}
 		}
+	}
+	if p.runtime.refuses(n.Runtime) {
+		if out == nil {
+			return ridRuntime
+		}
+		fail(ridRuntime, p.runtime.why(n.Runtime))
 	}
 	if n.Spare.Enabled && n.Spare.Exclusive && !req.OverrideReservation && !slices.Contains(n.Spare.ReservedFor, req.Template) {
 		if out == nil {
@@ -641,6 +650,8 @@ func staticKey(p *prepared) string {
 	w(r.Template)
 	b.WriteString(strconv.FormatBool(r.Recovery))
 	b.WriteString(strconv.FormatBool(r.OverrideReservation))
+	b.WriteString(strconv.FormatBool(len(p.runtime.noImage) > 0))
+	b.WriteString(strconv.FormatBool(len(p.runtime.noCommand) > 0))
 	for _, k := range p.selector {
 		w(k)
 		w(r.NodeSelector[k])
@@ -673,7 +684,7 @@ func staticKey(p *prepared) string {
 // order nodes or allocations were given in, nor on Request.Explain.
 //
 // A node is eligible when it passes every hard rule (pin, exclusion, pool,
-// selector, spare, capability, GPU, cores, capacity, priority band,
+// selector, runtime, spare, capability, GPU, cores, capacity, priority band,
 // co-location, separation). Among eligible nodes the best rankKey wins:
 // fewest broken FORBID rules (sameNode before sameAz before sameCloud),
 // then for recovery hot spares first, then the cheapest tier, then
@@ -870,4 +881,41 @@ func gpuFree(n *nodeState) string {
 		parts[i] = fmt.Sprintf("%q %s free", n.GPUs[i].Model, units(max(n.gpuCap[i]-n.gpuUsed[i], 0)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// Breaches lists the FORBID anti-affinity rules req breaks on node nodeID
+// against the other replicas of its bundle as the State holds them, as if
+// it were placed there (its own allocations do not count): what a bound
+// replica's node breaks now, for the AutoManager's repairs. Only the
+// bundle's rules are read; whether the node has room is not asked. The
+// error is for an unknown node or invalid requirements.
+func (s *State) Breaches(req Request, nodeID string) ([]Degradation, error) {
+	ni, ok := s.index[nodeID]
+	if !ok {
+		return nil, fmt.Errorf("placement: no node %q", nodeID)
+	}
+	p, err := s.prepare(&req)
+	if err != nil {
+		return nil, err
+	}
+	return s.breaches(ni, p), nil
+}
+
+// Severity ranks a set of broken FORBID rules as placement ranks nodes:
+// sameNode 4, sameAz 2, sameCloud 1, summed once per rule; lower is better
+// and 0 is compliant. A node of lower severity is preferred to any node of
+// higher, whatever else differs.
+func Severity(ds []Degradation) int {
+	v := 0
+	for _, d := range ds {
+		switch d.Rule {
+		case RuleSameNode:
+			v |= 4
+		case RuleSameAz:
+			v |= 2
+		case RuleSameCloud:
+			v |= 1
+		}
+	}
+	return v
 }

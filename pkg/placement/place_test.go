@@ -31,6 +31,15 @@ func gpu(model string, c float64) nodeOpt {
 func capab(name string, c uint32) nodeOpt {
 	return func(n *Node) { n.Capabilities = append(n.Capabilities, Capability{Name: name, Count: c}) }
 }
+func runtimeOf(rt string) nodeOpt { return func(n *Node) { n.Runtime = rt } }
+
+// Services a runtime sees: with only a command, only an image, or both.
+var (
+	cmdOnly   = []Service{{Name: "enc", Command: true}}
+	imageOnly = []Service{{Name: "enc", Image: true}}
+	both      = []Service{{Name: "enc", Image: true, Command: true}}
+)
+
 func spare(exclusive bool, reservedFor, warmFor []string) nodeOpt {
 	return func(n *Node) {
 		n.Spare = Spare{Enabled: true, Exclusive: exclusive, ReservedFor: reservedFor, WarmFor: warmFor}
@@ -223,6 +232,24 @@ func TestPlaceRules(t *testing.T) {
 		{name: "spread/missing attribute last", nodes: []Node{mkNode("n1", 8, attr("rack", "r1")), mkNode("n0", 8)},
 			allocs: []Allocation{{JobID: "x", NodeID: "n1", SpreadGroup: "g", Requirements: Requirements{Capacity: 1}}},
 			req:    with(req("j", 1), func(r *Request) { r.Spread = &Spread{Attribute: "rack", Group: "g"} }), want: "n1"},
+		// Issue 12 item 11: a command-only spec went to Docker nodes and an
+		// image-only one to process nodes, failing there to the ceiling.
+		{name: "runtime/command-only refuses docker", nodes: []Node{mkNode("d", 8, runtimeOf("docker")), mkNode("p", 2, runtimeOf("process"))},
+			req: with(req("j", 0.5), func(r *Request) { r.Services = cmdOnly }), want: "p",
+			refuse: map[string]string{"d": `runtime: runtime docker cannot run command-only services (docker runs images): "enc" has a command and no image`}},
+		{name: "runtime/image-only refuses process", nodes: []Node{mkNode("d", 2, runtimeOf("docker")), mkNode("p", 8, runtimeOf("process"))},
+			req: with(req("j", 0.5), func(r *Request) { r.Services = imageOnly }), want: "d",
+			refuse: map[string]string{"p": `runtime: runtime process cannot run image-only services (process runs commands): "enc" has an image and no command`}},
+		{name: "runtime/image and command run on either", nodes: []Node{mkNode("d", 2, runtimeOf("docker")), mkNode("p", 8, runtimeOf("process"))},
+			req: with(req("j", 0.5), func(r *Request) { r.Services = both }), want: "d"},
+		{name: "runtime/a node that does not say runs anything", nodes: []Node{mkNode("old", 4), mkNode("p", 4, runtimeOf("process"))},
+			req: with(req("j", 0.5), func(r *Request) { r.Services = imageOnly }), want: "old",
+			refuse: map[string]string{"p": "runtime: runtime process cannot run image-only"}},
+		{name: "runtime/no node's runtime runs it", nodes: []Node{mkNode("p1", 4, runtimeOf("process")), mkNode("p2", 4, runtimeOf("process"))},
+			req: with(req("j", 0.5), func(r *Request) {
+				r.Services = []Service{{Name: "a", Image: true}, {Name: "b", Command: true}, {Name: "c"}}
+			}), want: "",
+			refuse: map[string]string{"p1": `runtime: runtime process cannot run image-only services (process runs commands): "a" has an image and no command, "c" has neither an image nor a command`}},
 		{name: "nothing fits", nodes: []Node{mkNode("n1", 2), mkNode("n2", 2)}, req: req("j", 5), want: "",
 			refuse: map[string]string{"n1": "capacity", "n2": "capacity"}},
 	}

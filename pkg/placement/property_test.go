@@ -24,6 +24,7 @@ func genNode(t *rapid.T, i int) Node {
 		Zone:       rapid.SampledFrom([]string{"", "z1", "z2", "z3"}).Draw(t, "zone"),
 		Cloud:      rapid.SampledFrom([]string{"", "c1", "c2"}).Draw(t, "cloud"),
 		Attributes: map[string]string{},
+		Runtime:    rapid.SampledFrom([]string{"", "docker", "process"}).Draw(t, "runtime"),
 	}
 	if r := rapid.IntRange(-1, 2).Draw(t, "rack"); r >= 0 {
 		n.Attributes["rack"] = fmt.Sprintf("r%d", r)
@@ -77,6 +78,10 @@ func genRequest(t *rapid.T, i int, nodes []Node) Request {
 	}
 	if rapid.Bool().Draw(t, "spread") {
 		r.Spread = &Spread{Attribute: "rack"}
+	}
+	for k := rapid.IntRange(0, 2).Draw(t, "services"); k > 0; k-- {
+		r.Services = append(r.Services, Service{Name: fmt.Sprintf("s%d", k),
+			Image: rapid.IntRange(0, 3).Draw(t, "image") > 0, Command: rapid.IntRange(0, 3).Draw(t, "command") > 0})
 	}
 	for _, n := range nodes {
 		if rapid.IntRange(0, 5).Draw(t, "exclude") == 0 {
@@ -269,6 +274,21 @@ func TestPlacementProperties(t *testing.T) {
 			if (len(res.Degradations) > 0) == forbidCompliant(chosen, byID, r, placed, 3) {
 				t.Fatalf("degradations %v disagree with compliance of %s", res.Degradations, chosen.ID)
 			}
+			// Breaches agrees with the placement: the chosen node breaks what
+			// its degradations say, and no eligible node has a lower severity.
+			got, err := fresh.Breaches(r, chosen.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if Severity(got) != Severity(res.Degradations) || len(got) != len(res.Degradations) {
+				t.Fatalf("Breaches(%s) = %v, the placement degraded %v", chosen.ID, got, res.Degradations)
+			}
+			for _, n := range eligible {
+				ds, _ := fresh.Breaches(r, n.ID)
+				if Severity(ds) < Severity(res.Degradations) {
+					t.Fatalf("eligible %s breaks %v, less than the chosen %s's %v", n.ID, ds, chosen.ID, res.Degradations)
+				}
+			}
 			// Co-location and separation within the replica, either side naming.
 			for _, a := range placed {
 				if r.BundleID == "" || a.BundleID != r.BundleID || a.ReplicaIndex != r.ReplicaIndex || a.JobID == r.JobID {
@@ -287,6 +307,9 @@ func TestPlacementProperties(t *testing.T) {
 			if _, ex := r.Exclude[chosen.ID]; ex {
 				t.Fatalf("excluded node %s chosen", chosen.ID)
 			}
+			if !runsAll(chosen.Runtime, r.Services) {
+				t.Fatalf("node %s (runtime %q) chosen for services %+v it cannot run", chosen.ID, chosen.Runtime, r.Services)
+			}
 			if r.Pool != "" {
 				tiers := propCfg.Pools[r.Pool]
 				if len(tiers) == 0 {
@@ -303,6 +326,68 @@ func TestPlacementProperties(t *testing.T) {
 			}
 			placed = append(placed, a)
 			checkCapacity(t, inc, nodes, placed)
+		}
+	})
+}
+
+// runsAll is the runtime oracle, written apart from the package: docker
+// needs an image, process needs a command, any other runtime (or none
+// said) runs anything.
+func runsAll(runtime string, svcs []Service) bool {
+	for _, s := range svcs {
+		if (runtime == "docker" && !s.Image) || (runtime == "process" && !s.Command) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestPlacementNeverOnAWrongRuntime (issue 12 item 11): whatever the
+// nodes, their load and the request, no placement — incremental, fresh or
+// explained, first placement or recovery, pinned or not — lands on a node
+// whose runtime cannot run the request's services, and when every node is
+// of such a runtime nothing is placed and the runtime rule says so for each.
+func TestPlacementNeverOnAWrongRuntime(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var nodes []Node
+		for i := range rapid.IntRange(1, 8).Draw(t, "nodes") {
+			nodes = append(nodes, genNode(t, i))
+		}
+		byID := map[string]Node{}
+		for _, n := range nodes {
+			byID[n.ID] = n
+		}
+		s, err := NewState(propCfg, nodes, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range rapid.IntRange(1, 25).Draw(t, "requests") {
+			r := genRequest(t, i, nodes)
+			if rapid.IntRange(0, 4).Draw(t, "pin") == 0 {
+				r.PinNode = rapid.SampledFrom(nodes).Draw(t, "pinned").ID
+			}
+			r.Explain = rapid.Bool().Draw(t, "explain")
+			res, err := s.Place(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.NodeID != "" && !runsAll(byID[res.NodeID].Runtime, r.Services) {
+				t.Fatalf("placed on %s (runtime %q), which cannot run %+v", res.NodeID, byID[res.NodeID].Runtime, r.Services)
+			}
+			if r.Explain {
+				for _, v := range res.Explanation.Nodes {
+					refused := slices.ContainsFunc(v.Refusals, func(rf Refusal) bool { return rf.Rule == RuleRuntime })
+					if refused == runsAll(byID[v.NodeID].Runtime, r.Services) {
+						t.Fatalf("node %s (runtime %q), services %+v: runtime refusal %v", v.NodeID, byID[v.NodeID].Runtime, r.Services, refused)
+					}
+				}
+			}
+			if res.NodeID != "" {
+				r.Explain = false
+				if err := s.Commit(r.Allocation(res)); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 	})
 }

@@ -87,6 +87,10 @@ type Node struct {
 	GPUs         []GPU
 	Capabilities []Capability
 	Spare        Spare
+	// Runtime is the worker's container runtime (RuntimeDocker,
+	// RuntimeProcess); "" = the worker did not say, and the node is taken
+	// to run anything (see RuntimeRuns).
+	Runtime string
 }
 
 // Requirements are what a job needs of a node (the API's JobRequirements).
@@ -131,6 +135,10 @@ type Request struct {
 	// every node, as one tier.
 	Pool         string
 	Requirements Requirements
+	// Services are the job's services as the runtime rule sees them: a
+	// node whose runtime cannot run one of them is refused (RuntimeRuns).
+	// None = anything runs it.
+	Services []Service
 
 	// BundleID, ReplicaIndex and JobName place the job within its bundle:
 	// anti-affinity applies between replicas, co-location and separation

@@ -1,11 +1,14 @@
 package state
 
 import (
+	"fmt"
+
 	"github.com/hashicorp/go-memdb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
 )
 
 // Bundle returns the bundle with the given id, or nil. Callers must not
@@ -27,22 +30,42 @@ func (r *Read) Bundles(ws memdb.WatchSet) []*managerv1.Bundle {
 	return out
 }
 
-// BundleView is a bundle with each of its replica jobs and where it runs.
+// BundleView is a bundle with each of its replica jobs and where it runs:
+// the soft rules its node breaks (from its placement), the repair under
+// way when the AutoManager is moving it to a node that complies, and, for
+// a job running nowhere that no node's runtime can run, why.
 func (r *Read) BundleView(b *managerv1.Bundle) *managerv1.BundleWithJobs {
 	out := &managerv1.BundleWithJobs{Bundle: b}
+	var nodes []*managerv1.Node // read once, when a job runs nowhere
 	for rep := 0; rep < jobspec.Replicas(b); rep++ {
 		for _, spec := range b.GetJobs() {
 			id := jobspec.BundleJobID(b.GetBundleId(), spec.GetJobName(), rep)
 			st := &managerv1.BundleJobStatus{JobId: id, JobName: spec.GetJobName(), ReplicaIndex: uint32(rep), Role: jobspec.ReplicaRole(rep)}
-			if rec := r.Job(nil, id); rec != nil {
+			rec := r.Job(nil, id)
+			if rec != nil {
 				st.Dormant = rec.GetJob().GetTags()[jobspec.TagDormant] == "true"
 				st.TerminalState = rec.GetJob().GetTerminalState()
 			}
-			if in := jobspec.SlotInstance(r.InstancesOfJob(nil, id), st.Role); in != nil {
+			in := jobspec.SlotInstance(r.InstancesOfJob(nil, id), st.Role)
+			if in != nil {
 				st.NodeId = in.GetNodeId()
 				st.Phase = in.GetPhase()
 				for _, d := range in.GetPlacement().GetDegradations() {
 					st.Degradations = append(st.Degradations, d.GetRule()+": "+d.GetReason())
+				}
+			}
+			if m := r.MigrationInFlight(nil, id); m != nil && m.GetRepair() {
+				st.Degradations = append(st.Degradations, fmt.Sprintf("repair: %s (migration %s to %s, %s)",
+					m.GetReason(), m.GetMigrationId(), m.GetTargetNodeId(), MigrationPhaseName(m.GetPhase())))
+			}
+			if rec != nil && st.TerminalState == nil && !st.Dormant && (in == nil || in.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED) {
+				if nodes == nil {
+					for _, n := range r.Nodes(nil) {
+						nodes = append(nodes, n.GetNode())
+					}
+				}
+				if why := placement.RuntimeMismatch(nodes, rec.GetJob()); why != "" {
+					st.Degradations = append(st.Degradations, string(placement.RuleRuntime)+": "+why)
 				}
 			}
 			out.Jobs = append(out.Jobs, st)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
 )
 
 // The fake's bundles (AutoManager v1) and leases.
@@ -468,11 +470,27 @@ func (s *Server) bundleView(b *managerv1.Bundle) *managerv1.BundleWithJobs {
 				if ts := j.GetJob().GetTerminalState(); ts != nil {
 					st.TerminalState = proto.Clone(ts).(*managerv1.TerminalState)
 				}
-				if in := instance(j, st.Role); in != nil {
+				in := instance(j, st.Role)
+				if in != nil {
 					st.NodeId = in.GetNodeId()
 					st.Phase = in.GetPhase()
 					for _, d := range in.GetPlacement().GetDegradations() {
 						st.Degradations = append(st.Degradations, d.GetRule()+": "+d.GetReason())
+					}
+				}
+				for _, m := range s.migrationsOf(id) {
+					if m.GetRepair() && !migrationTerminal(m.GetPhase()) {
+						st.Degradations = append(st.Degradations, fmt.Sprintf("repair: %s (migration %s to %s, %s)",
+							m.GetReason(), m.GetMigrationId(), m.GetTargetNodeId(), phaseWord(m.GetPhase())))
+					}
+				}
+				if st.TerminalState == nil && !st.Dormant && (in == nil || in.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED) {
+					nodes := make([]*managerv1.Node, 0, len(s.nodes))
+					for _, n := range s.nodes {
+						nodes = append(nodes, n)
+					}
+					if why := placement.RuntimeMismatch(nodes, j.GetJob()); why != "" {
+						st.Degradations = append(st.Degradations, string(placement.RuleRuntime)+": "+why)
 					}
 				}
 			}
@@ -807,4 +825,16 @@ func (s *Server) GetLeaseStatus(context.Context, *connect.Request[managerv1.GetL
 		}
 	}
 	return connect.NewResponse(out), nil
+}
+
+// phaseWord is a migration phase as seed 004 names it (launching,
+// stoppingSource, ...).
+func phaseWord(p managerv1.MigrationPhase) string {
+	w := strings.Split(strings.ToLower(strings.TrimPrefix(p.String(), "MIGRATION_PHASE_")), "_")
+	for i := 1; i < len(w); i++ {
+		if w[i] != "" {
+			w[i] = strings.ToUpper(w[i][:1]) + w[i][1:]
+		}
+	}
+	return strings.Join(w, "")
 }

@@ -79,3 +79,25 @@ func TestFakeLeases(t *testing.T) {
 		t.Errorf("leases after the stop = %v", st.Msg.GetLeases())
 	}
 }
+
+// The fake's bundle view says, as the Manager's does, why a job runs
+// nowhere when no node's runtime can run it (issue 12 item 11).
+func TestFakeBundleViewRuntime(t *testing.T) {
+	srv := norsktest.NewServer(t)
+	srv.AddNode(&managerv1.Node{NodeId: "node-1", Runtime: "docker"})
+	c := managerv1connect.NewManagerClient(http.DefaultClient, srv.URL)
+	ctx := t.Context()
+	b := &managerv1.Bundle{BundleId: "cmd", Jobs: []*managerv1.BundleJobSpec{{
+		JobName: "channel", Job: &managerv1.Job{Services: []*managerv1.Service{{Name: "main", Command: []string{"./hello"}}}},
+	}}}
+	if _, err := c.CreateBundle(ctx, connect.NewRequest(&managerv1.CreateBundleRequest{Bundle: b})); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.BundleById(ctx, connect.NewRequest(&managerv1.BundleByIdRequest{BundleId: "cmd"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := v.Msg.GetJobs()[0].GetDegradations(); len(d) != 1 || d[0] != `runtime: no node's runtime can run the job: runtime docker cannot run command-only services (docker runs images): "main" has a command and no image` {
+		t.Errorf("degradations = %q", d)
+	}
+}

@@ -789,7 +789,10 @@ type BundleJobStatus struct {
 	Phase   InstancePhase `protobuf:"varint,7,opt,name=phase,proto3,enum=norsk.manager.v1.InstancePhase" json:"phase,omitempty"`
 	// Set when the job was failed for good (restart ceiling, MarkJobFailed).
 	TerminalState *TerminalState `protobuf:"bytes,8,opt,name=terminal_state,json=terminalState,proto3" json:"terminal_state,omitempty"`
-	// Soft placement rules the current node breaks.
+	// Soft placement rules the current node breaks ("rule: reason"), and
+	// what is done about them: "repair: …" while the AutoManager moves the
+	// replica to a node that complies. For a job that runs nowhere because
+	// no node's runtime can run its services, "runtime: …" says so.
 	Degradations  []string `protobuf:"bytes,9,rep,name=degradations,proto3" json:"degradations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -601,9 +601,13 @@ type Service struct {
 	// letter or digit.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// A container image reference (docker runtime). The process runtime ignores it.
+	// Placement puts a job with a service that has no image only on nodes
+	// whose runtime is not docker.
 	Image string `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
 	// Overrides the image's entrypoint (docker); the executable and its first
-	// arguments (process runtime, where it is required).
+	// arguments (process runtime, where it is required). Placement puts a job
+	// with a service that has no command only on nodes whose runtime is not
+	// process. A service with both runs on either.
 	Command []string `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
 	// Arguments after the command (or after the image's entrypoint).
 	Args         []string          `protobuf:"bytes,4,rep,name=args,proto3" json:"args,omitempty"`

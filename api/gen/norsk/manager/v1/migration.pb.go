@@ -428,8 +428,18 @@ type MigrationState struct {
 	// compares it.
 	Revision uint64 `protobuf:"varint,21,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Who asked (the API caller's token name).
-	RequestedBy   string                 `protobuf:"bytes,22,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	RequestedBy string                 `protobuf:"bytes,22,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// True for a migration the AutoManager started to repair a degraded
+	// anti-affinity: a backup (never a primary) moved, overlap strategy, off
+	// the node or zone it shares with another replica once a node that
+	// complies has room. Repairs are rate-limited (at most a few at once, a
+	// minimum interval per bundle).
+	Repair bool `protobuf:"varint,24,opt,name=repair,proto3" json:"repair,omitempty"`
+	// Why the migration was started, in one line ("" = an operator's
+	// request). A repair names the rule it restores and the replica it
+	// moves away from.
+	Reason        string `protobuf:"bytes,25,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -625,6 +635,20 @@ func (x *MigrationState) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *MigrationState) GetRepair() bool {
+	if x != nil {
+		return x.Repair
+	}
+	return false
+}
+
+func (x *MigrationState) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // MigrationEvent is a handshake message of a migration's instance, as its
 // worker reported it (the seed's Migration*Event).
 type MigrationEvent struct {
@@ -775,7 +799,7 @@ const file_norsk_manager_v1_migration_proto_rawDesc = "" +
 	"\askew_ms\x18\x03 \x01(\x01R\x06skewMs\"?\n" +
 	"\x15MigrationApplyFailure\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xb5\b\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xe5\b\n" +
 	"\x0eMigrationState\x12!\n" +
 	"\fmigration_id\x18\x01 \x01(\tR\vmigrationId\x12\"\n" +
 	"\rsource_job_id\x18\x02 \x01(\tR\vsourceJobId\x12\x1f\n" +
@@ -804,7 +828,9 @@ const file_norsk_manager_v1_migration_proto_rawDesc = "" +
 	"\brevision\x18\x15 \x01(\x04R\brevision\x12!\n" +
 	"\frequested_by\x18\x16 \x01(\tR\vrequestedBy\x129\n" +
 	"\n" +
-	"updated_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xcb\x01\n" +
+	"updated_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x16\n" +
+	"\x06repair\x18\x18 \x01(\bR\x06repair\x12\x16\n" +
+	"\x06reason\x18\x19 \x01(\tR\x06reason\"\xcb\x01\n" +
 	"\x0eMigrationEvent\x121\n" +
 	"\ajob_key\x18\x01 \x01(\v2\x18.norsk.manager.v1.JobKeyR\x06jobKey\x12!\n" +
 	"\fmigration_id\x18\x02 \x01(\tR\vmigrationId\x12\x18\n" +

@@ -403,7 +403,10 @@ type Node struct {
 	Address      string        `protobuf:"bytes,6,opt,name=address,proto3" json:"address,omitempty"`
 	Hardware     *Hardware     `protobuf:"bytes,7,opt,name=hardware,proto3" json:"hardware,omitempty"`
 	Capabilities []*Capability `protobuf:"bytes,8,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
-	// The worker's container runtime ("docker" or "process").
+	// The worker's container runtime ("docker" or "process"). Placement
+	// refuses a node whose runtime cannot run a job's services: docker runs
+	// services with an image, process services with a command. "" (a
+	// worker that does not say) is taken to run anything.
 	Runtime       string                 `protobuf:"bytes,9,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	WorkerVersion string                 `protobuf:"bytes,10,opt,name=worker_version,json=workerVersion,proto3" json:"worker_version,omitempty"`
 	RegisteredAt  *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`

@@ -90,7 +90,7 @@ func (x *ExplainPlacementRequest) GetPool() string {
 // degradation, a soft rule the chosen node breaks), with a sentence.
 type PlacementRefusal struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// pin, exclusion, pool, selector, spare, capability, gpu, cores,
+	// pin, exclusion, pool, selector, runtime, spare, capability, gpu, cores,
 	// capacity, priorityBand, coLocateWith, separateFrom,
 	// antiAffinity.sameNode, antiAffinity.sameAz, antiAffinity.sameCloud.
 	Rule          string `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
@@ -305,7 +305,8 @@ type PlacementEvent struct {
 	Role         string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
 	NodeId       string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	FencingToken uint64                 `protobuf:"varint,4,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
-	// first, recovery.
+	// first, recovery, restart, migration, or repair (a migration that
+	// restores a degraded anti-affinity).
 	Kind string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
 	// One line: where and why (eligible nodes, refusals, tier).
 	Summary string `protobuf:"bytes,6,opt,name=summary,proto3" json:"summary,omitempty"`
