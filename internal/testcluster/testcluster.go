@@ -203,6 +203,16 @@ func (c *Cluster) Client() *norsk.Manager {
 	return c.Members[0].Client()
 }
 
+// ClusterID is the cluster id the first member's store holds (its workers
+// label what they create with it); "" while the member is stopped.
+func (c *Cluster) ClusterID() string {
+	srv := c.Manager()
+	if srv == nil || srv.Store() == nil {
+		return ""
+	}
+	return srv.Store().State().Snapshot().ClusterID()
+}
+
 // Token is the cluster's admin API token.
 func (c *Cluster) Token() string { return c.token }
 

@@ -491,7 +491,7 @@ func TestRestartNeverFailsAtOnce(t *testing.T) {
 		t.Fatalf("STOPPED exit codes: %v", r.GetExitCodes())
 	}
 	// The other service was stopped and everything removed.
-	rt, err := process.New(process.Config{NodeID: e.nodeID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
+	rt, err := process.New(process.Config{NodeID: e.nodeID, ClusterID: e.mgr.ClusterID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +502,7 @@ func TestRestartNeverFailsAtOnce(t *testing.T) {
 
 func TestDependsOnOrder(t *testing.T) {
 	e := newEnv(t)
-	inner, err := process.New(process.Config{NodeID: e.nodeID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
+	inner, err := process.New(process.Config{NodeID: e.nodeID, ClusterID: e.mgr.ClusterID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -749,7 +749,7 @@ func TestTombstoneSurvivesAWorkerRestart(t *testing.T) {
 
 func TestOrphanedServicesAreRemoved(t *testing.T) {
 	e := newEnv(t)
-	rt, err := process.New(process.Config{NodeID: e.nodeID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
+	rt, err := process.New(process.Config{NodeID: e.nodeID, ClusterID: e.mgr.ClusterID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
