@@ -50,10 +50,10 @@ type Options struct {
 	// KeepInstances leaves instances running when the test ends.
 	KeepInstances bool
 	// WorkerPrefix names the workers <prefix>-1 … <prefix>-N (default
-	// "worker"). Clusters that share one Docker engine need distinct
-	// prefixes: the docker runtime labels containers with the node name, and
-	// a starting worker removes the containers of its node name that it has
-	// no record of — another cluster's worker-1 included.
+	// "worker"). Clusters that share one Docker engine may use the same
+	// names: a worker touches only containers labelled with its own
+	// cluster's id (decision 0027); distinct prefixes keep a test's cleanup
+	// by node name to its own containers.
 	WorkerPrefix string
 	// AccessReplicaKeysFile is the Manager's trusted JWKS for access
 	// replicas (manager.Config.AccessReplicaKeysFile).
