@@ -9,6 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
@@ -106,6 +112,59 @@ func TestSecondProcessOfANodeIsRefused(t *testing.T) {
 		n := nodeNamed(t, cl, x, first.Name)
 		return n.GetAddress() == clone.AdvertiseAddr() && n.GetState() == norsk.NodeStateOnline && clone.Connected()
 	})
+}
+
+// The same through a follower: only the primary knows which streams are
+// live, so a follower passes the registration on and relays the refusal,
+// with the header the worker acts on.
+func TestSecondProcessOfANodeIsRefusedThroughAFollower(t *testing.T) {
+	c := testcluster.New(t, testcluster.Options{Members: 3, Workers: 1, LostGrace: 30 * time.Second})
+	cl, x := c.Client(), ctx(t)
+	first := c.Worker("worker-1")
+	c.WaitNodeState(first.Name, norsk.NodeStateOnline)
+	addr := first.Agent().AdvertiseAddr()
+	primary := c.Primary()
+	follower := others(c, primary)[0]
+
+	cloneDir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(first.Dir, "identity.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cloneDir, "identity.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	clone, stopClone := runWorkerWith(t, workerConfigAt(c, follower.URL(), cloneDir, "clone"))
+	defer stopClone()
+	consistently(t, 3*time.Second, "the node staying with its first worker", func() bool {
+		n := nodeNamed(t, cl, x, first.Name)
+		return n.GetAddress() == addr && n.GetState() == norsk.NodeStateOnline && !clone.Connected()
+	})
+
+	// The follower's answer is the primary's refusal, header included.
+	id, err := worker.LoadIdentity(cloneDir)
+	if err != nil || id == nil {
+		t.Fatalf("identity: %v", err)
+	}
+	raw := managerv1connect.NewManagerClient(nodes.H2CClient(), follower.URL(), connect.WithGRPC())
+	req := connect.NewRequest(&managerv1.ClusterMemberRegisterRequest{NodeSecret: id.NodeSecret, Address: "127.0.0.1:1", WorkerIncarnation: "another"})
+	req.Header().Set("Authorization", "Bearer "+id.NodeSecret)
+	_, err = raw.ClusterMemberRegister(x, req)
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeAlreadyExists || ce.Meta().Get(apierr.RefusalHeader) != apierr.RefusalNodeHeldByLiveWorker {
+		t.Fatalf("registration of another process through a follower: %v (meta %v), want ALREADY_EXISTS with %s: %s",
+			err, metaOf(ce), apierr.RefusalHeader, apierr.RefusalNodeHeldByLiveWorker)
+	}
+	if n := nodeNamed(t, cl, x, first.Name); n.GetAddress() != addr {
+		t.Fatalf("the refused registration changed the node's address to %s", n.GetAddress())
+	}
+}
+
+func metaOf(ce *connect.Error) any {
+	if ce == nil {
+		return nil
+	}
+	return ce.Meta()
 }
 
 // bundleBase is what each instance of the started bundles ran as: its node,
@@ -236,7 +295,14 @@ func secondWorker(t *testing.T, c *testcluster.Cluster, dir, name string) {
 // runWorker runs a worker over dir against the cluster until stop.
 func runWorker(t *testing.T, c *testcluster.Cluster, dir, name string) (*worker.Agent, func()) {
 	t.Helper()
-	a, err := worker.New(workerConfig(c, dir, name))
+	return runWorkerWith(t, workerConfig(c, dir, name))
+}
+
+// runWorkerWith runs a worker of cfg until stop.
+func runWorkerWith(t *testing.T, cfg worker.Config) (*worker.Agent, func()) {
+	t.Helper()
+	name := filepath.Base(cfg.DataDir)
+	a, err := worker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,12 +332,17 @@ func runWorker(t *testing.T, c *testcluster.Cluster, dir, name string) (*worker.
 // workerConfig is a process-runtime worker of the cluster over dir, as
 // testcluster starts its own.
 func workerConfig(c *testcluster.Cluster, dir, name string) worker.Config {
+	return workerConfigAt(c, c.URL(), dir, name)
+}
+
+// workerConfigAt is workerConfig registering with the member at url.
+func workerConfigAt(c *testcluster.Cluster, url, dir, name string) worker.Config {
 	log := slog.New(slog.DiscardHandler)
 	if os.Getenv("NORSK_TEST_LOG") == "1" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("process", name)
 	}
 	return worker.Config{
-		ManagerURL:      c.URL(),
+		ManagerURL:      url,
 		TLSCAHash:       c.Manager().CAFingerprint(),
 		DataDir:         dir,
 		Runtime:         "process",

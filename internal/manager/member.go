@@ -524,6 +524,7 @@ func (m *memberState) bootWork(ctx context.Context, st *store.Store) error {
 		}); err != nil {
 			return fmt.Errorf("record the cluster's members: %w", err)
 		}
+		s.log.Info("initialised the store", "cluster_id", st.State().Snapshot().ClusterID())
 	} else if r.ClusterID() == "" {
 		// A store initialised before cluster ids gets one, once (the FSM
 		// keeps the first recorded).
