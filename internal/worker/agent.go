@@ -229,7 +229,8 @@ func (a *Agent) goOwned(fn func()) {
 // Run runs the worker until ctx ends (it returns nil; instances keep
 // running) or the Manager terminates or deregisters the node (it returns
 // ErrTerminated or ErrDeregistered once every instance has stopped). Other
-// errors are returned when the worker cannot start: a refused registration
+// errors are returned when the worker cannot start: another worker holds
+// DataDir (*DataDirInUseError, naming its pid), a refused registration
 // token (ErrTokenRefused), an unusable DataDir, listen address or runtime.
 // Every goroutine the agent started has ended when Run returns.
 func (a *Agent) Run(ctx context.Context) error {

@@ -772,6 +772,13 @@ func TestOrphanedServicesAreRemoved(t *testing.T) {
 	if inv := a.Inventory(); len(inv) != 0 {
 		t.Fatalf("inventory: %v", inv)
 	}
+	// Nothing asked for it: the job's history is told (issue 12, item 2).
+	c, _ := e.dial(a, noHeartbeats)
+	if n, err := c.AwaitNotice(wait, "removed-orphan", "orphan"); err != nil {
+		t.Fatal(err)
+	} else if n.GetFencingToken() != 1 || !strings.Contains(n.GetMessage(), "main") {
+		t.Errorf("notice = %v", n)
+	}
 }
 
 func TestWrongBearerIsUnauthenticated(t *testing.T) {
