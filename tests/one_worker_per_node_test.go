@@ -386,4 +386,3 @@ func nodeNamed(t *testing.T, cl *norsk.Manager, x context.Context, name string) 
 	t.Fatalf("no node %s in %v", name, nodes)
 	return nil
 }
-
