@@ -732,7 +732,7 @@ func (d *dockerMembers) startWorker(name string) string {
 		stop()
 		<-done
 		// The instances outlive the worker by design: stop them.
-		rt, err := process.New(process.Config{NodeID: name, Dir: filepath.Join(dir, "process"), Logger: slog.New(slog.DiscardHandler)})
+		rt, err := process.New(process.Config{NodeID: name, ClusterID: worker.ClusterIDOf(dir), Dir: filepath.Join(dir, "process"), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return
 		}

@@ -39,17 +39,28 @@ type dockerCluster struct {
 
 // newDockerCluster builds the test program image (skipping the test when no
 // Docker engine answers) and starts a cluster of docker-runtime workers.
-// The workers get a name no other cluster on the engine uses, so that
-// clusters sharing the engine never adopt or remove each other's
-// containers. Every container labelled with one of its workers' names is
-// removed when the test ends, after the cluster has stopped, whatever the
-// test's outcome.
+// The workers get a name no other cluster on the engine uses (a worker
+// touches only its own cluster's containers anyway), so that every
+// container labelled with one of its workers' names can be removed when the
+// test ends, after the cluster has stopped, whatever the test's outcome.
 func newDockerCluster(t *testing.T, opts testcluster.Options) *dockerCluster {
 	t.Helper()
-	cli := testimage.EnsureImage(t, testProgImage, runtimetest.TestProgPackage)
+	return newDockerClusterNamed(t, opts, dockerPrefix())
+}
+
+// dockerPrefix is a worker name prefix no other cluster on the engine uses.
+func dockerPrefix() string {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
-	prefix := "dk" + hex.EncodeToString(b[:])
+	return "dk" + hex.EncodeToString(b[:])
+}
+
+// newDockerClusterNamed is newDockerCluster with the workers named
+// prefix-1 … prefix-N: clusters given the same prefix have nodes of the same
+// names on the engine.
+func newDockerClusterNamed(t *testing.T, opts testcluster.Options, prefix string) *dockerCluster {
+	t.Helper()
+	cli := testimage.EnsureImage(t, testProgImage, runtimetest.TestProgPackage)
 	if opts.Workers == 0 {
 		opts.Workers = 1
 	}

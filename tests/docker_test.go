@@ -44,7 +44,7 @@ func TestDockerJobRunsWithPortAndStops(t *testing.T) {
 	}
 
 	info := d.onlyContainer(t, d.worker, id)
-	if want := "/" + docker.ContainerName(d.worker, runtime.Key{JobID: id, Role: "primary"}, "main"); info.Name != want {
+	if want := "/" + docker.ContainerName(d.ClusterID(), d.worker, runtime.Key{JobID: id, Role: "primary"}, "main"); info.Name != want {
 		t.Errorf("container name = %q, want %q", info.Name, want)
 	}
 	wantLabels := map[string]string{
@@ -53,6 +53,10 @@ func TestDockerJobRunsWithPortAndStops(t *testing.T) {
 		runtime.LabelRole:    "primary",
 		runtime.LabelService: "main",
 		runtime.LabelToken:   strconv.FormatUint(token, 10),
+		runtime.LabelCluster: d.ClusterID(),
+	}
+	if d.ClusterID() == "" {
+		t.Error("the Manager's store has no cluster id")
 	}
 	for k, v := range wantLabels {
 		if got := info.Config.Labels[k]; got != v {

@@ -11,6 +11,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
 	"github.com/norsk-go/norsk-manager/internal/testcluster"
+	workerpkg "github.com/norsk-go/norsk-manager/internal/worker"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -59,6 +60,8 @@ func historyKinds(jh *norsk.JobWithHistory) []string {
 			out = append(out, "completed")
 		case e.GetRejected() != nil:
 			out = append(out, "rejected")
+		case e.GetNotice() != nil:
+			out = append(out, "notice")
 		}
 	}
 	return out
@@ -93,15 +96,15 @@ func pidOf(t testing.TB, c *testcluster.Cluster, worker, jobID, role string) int
 
 // pidIn is the pid of the running main process of an instance on the
 // process-runtime worker node whose data directory is dir (0 if none).
-func pidIn(t testing.TB, worker, dir, jobID, role string) int {
+func pidIn(t testing.TB, node, dir, jobID, role string) int {
 	t.Helper()
-	rt, err := process.New(process.Config{NodeID: worker, Dir: filepath.Join(dir, "process"), Logger: slog.New(slog.DiscardHandler)})
+	rt, err := process.New(process.Config{NodeID: node, ClusterID: workerpkg.ClusterIDOf(dir), Dir: filepath.Join(dir, "process"), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		t.Fatalf("process runtime of %s: %v", worker, err)
+		t.Fatalf("process runtime of %s: %v", node, err)
 	}
 	services, err := rt.List(context.Background())
 	if err != nil {
-		t.Fatalf("list %s: %v", worker, err)
+		t.Fatalf("list %s: %v", node, err)
 	}
 	for _, s := range services {
 		if s.Key.JobID == jobID && s.Key.Role == role && s.Running {

@@ -20,6 +20,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 	"github.com/norsk-go/norsk-manager/internal/testcluster"
+	workerpkg "github.com/norsk-go/norsk-manager/internal/worker"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -417,7 +418,7 @@ func (s samples) leaseAfter(t time.Time, node string, token uint64) *norsk.Lease
 func startCopySampler(t *testing.T, cl *norsk.Manager, jobID, role string, a, b *testcluster.Worker) *copySampler {
 	t.Helper()
 	rt := func(w *testcluster.Worker) *process.Runtime {
-		r, err := process.New(process.Config{NodeID: w.Name, Dir: filepath.Join(w.Dir, "process"), Logger: slog.New(slog.DiscardHandler)})
+		r, err := process.New(process.Config{NodeID: w.Name, ClusterID: workerpkg.ClusterIDOf(w.Dir), Dir: filepath.Join(w.Dir, "process"), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatalf("process runtime of %s: %v", w.Name, err)
 		}

@@ -134,8 +134,11 @@ func Is(err error, code Code) bool {
 
 // RefusalHeader is the response metadata key that names, for a program to
 // act on, why a credential was refused (the message is for people and may
-// change): RefusalNodeSecretUnknown tells a worker its slot is gone.
+// change): RefusalNodeSecretUnknown tells a worker its slot is gone;
+// RefusalNodeHeldByLiveWorker that another process of its node holds the
+// node's live stream (one worker process per node identity).
 const (
-	RefusalHeader            = "Norsk-Refusal"
-	RefusalNodeSecretUnknown = "node-secret-unknown"
+	RefusalHeader               = "Norsk-Refusal"
+	RefusalNodeSecretUnknown    = "node-secret-unknown"
+	RefusalNodeHeldByLiveWorker = "node-held-by-live-worker"
 )

@@ -194,6 +194,8 @@ func historyInstance(e *norsk.JobHistoryEntry) *norsk.InstanceRef {
 		return e.GetStopping().GetInstance()
 	case e.GetStopped() != nil:
 		return e.GetStopped().GetInstance()
+	case e.GetNotice() != nil:
+		return e.GetNotice().GetInstance()
 	}
 	return nil
 }
@@ -234,6 +236,8 @@ func historyDetails(e *norsk.JobHistoryEntry) string {
 		}
 	case e.GetRejected() != nil:
 		parts = append(parts, e.GetRejected().GetReason())
+	case e.GetNotice() != nil:
+		parts = append(parts, e.GetNotice().GetKind()+": "+e.GetNotice().GetMessage())
 	}
 	if ref := historyInstance(e); ref != nil && ref.GetFencingToken() != 0 {
 		parts = append(parts, fmt.Sprintf("token %d", ref.GetFencingToken()))

@@ -188,7 +188,7 @@ func Run(ctx context.Context, o Options) error {
 			if procs[i].reboot <= 0 {
 				procs[i].reboot = max(o.LostGrace, manager.DefaultLostGrace) + 10*time.Second
 			}
-			if err := procs[i].start(); err != nil {
+			if err := procs[i].begin(); err != nil {
 				return err
 			}
 			wg.Add(1)
@@ -202,9 +202,23 @@ func Run(ctx context.Context, o Options) error {
 		if err != nil {
 			return err
 		}
+		// A worker an earlier dev left running over the directory is kept
+		// until it exits; only then does this one start (never a second
+		// worker over a live one).
+		pid, held, err := worker.LockHolder(wdir)
+		if err != nil {
+			return err
+		}
+		if held {
+			o.Logger.Warn("dev: a worker from an earlier run still runs over this worker's data directory; keeping it, not starting a second",
+				"worker", names[i], "pid", pid, "dir", wdir)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if held && !keepAdopted(wctx, wdir, pid, names[i], o.Logger) {
+				return
+			}
 			if err := a.Run(wctx); err != nil && !errors.Is(err, context.Canceled) {
 				o.Logger.Error("dev: worker stopped", "worker", names[i], "err", err)
 			}

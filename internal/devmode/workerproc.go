@@ -9,11 +9,15 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/norsk-go/norsk-manager/internal/worker"
 )
 
 // workerProc is a dev worker running as a process of its own (the hidden
 // `norsk-manager dev-worker` command), so that an operator can lose a node
-// by killing it.
+// by killing it. A worker an earlier dev left running over the same data
+// directory (dev was killed, its workers were not) is kept instead: dev
+// never starts a second worker over a live one (decision 0027).
 type workerProc struct {
 	exec, name, dir, url, runtime string
 	// token is the first registration's; the worker keeps its identity in
@@ -24,15 +28,41 @@ type workerProc struct {
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
+	// adopted: the worker is one an earlier dev started, found live by its
+	// data directory's lock; adoptedPID is the pid its lock file names (0
+	// when unknown).
+	adopted    bool
+	adoptedPID int
 }
 
 func (p *workerProc) pid() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.adopted {
+		return p.adoptedPID
+	}
 	if p.cmd == nil || p.cmd.Process == nil {
 		return 0
 	}
 	return p.cmd.Process.Pid
+}
+
+// begin keeps the live worker that holds the data directory, if there is
+// one, and starts the worker's process otherwise.
+func (p *workerProc) begin() error {
+	pid, held, err := worker.LockHolder(p.dir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.name, err)
+	}
+	p.mu.Lock()
+	p.adopted, p.adoptedPID = held, pid
+	p.mu.Unlock()
+	if held {
+		p.log.Warn("dev: a worker from an earlier run still runs over this worker's data directory; keeping it, not starting a second",
+			"worker", p.name, "pid", pid, "dir", p.dir)
+		return nil
+	}
+	return p.start()
 }
 
 // start starts the worker's process.
@@ -53,39 +83,99 @@ func (p *workerProc) start() error {
 	return nil
 }
 
-// supervise waits for the worker; one that dies while dev runs is started
-// again after the reboot delay. When ctx ends the worker is stopped
-// (SIGTERM, then SIGKILL after 10 s): its instances keep running, as they
-// do when a worker stops.
+// supervise waits for the worker (its own process, or the one it kept);
+// one that dies while dev runs is started again after the reboot delay.
+// When ctx ends the worker is stopped (SIGTERM, then SIGKILL after 10 s):
+// its instances keep running, as they do when a worker stops.
 func (p *workerProc) supervise(ctx context.Context) {
 	for {
 		p.mu.Lock()
-		cmd := p.cmd
+		cmd, adopted, adoptedPID := p.cmd, p.adopted, p.adoptedPID
 		p.mu.Unlock()
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		select {
-		case <-ctx.Done():
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
+		if adopted {
+			if !keepAdopted(ctx, p.dir, adoptedPID, p.name, p.log) {
+				return
 			}
-			return
-		case err := <-exited:
-			p.log.Warn("dev: a worker process exited; it is started again like a rebooted node", "worker", p.name, "err", err, "in", p.reboot)
+			p.log.Warn("dev: the worker kept from an earlier run exited; it is started again like a rebooted node", "worker", p.name, "pid", adoptedPID, "in", p.reboot)
+		} else {
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			select {
+			case <-ctx.Done():
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-exited:
+				case <-time.After(10 * time.Second):
+					_ = cmd.Process.Kill()
+					<-exited
+				}
+				return
+			case err := <-exited:
+				p.log.Warn("dev: a worker process exited; it is started again like a rebooted node", "worker", p.name, "err", err, "in", p.reboot)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(p.reboot):
 		}
-		if err := p.start(); err != nil {
+		if err := p.begin(); err != nil {
 			p.log.Error("dev: cannot start the worker again", "worker", p.name, "err", err)
 			return
 		}
 		p.log.Info("dev: worker started again", "worker", p.name, "pid", p.pid())
 	}
+}
+
+// lockPoll is how often dev looks whether a worker it kept still holds its
+// data directory.
+const lockPoll = 250 * time.Millisecond
+
+// keepAdopted supervises a worker an earlier dev left running over dir (it
+// is not dev's child, so its data directory's lock tells when it is gone):
+// it returns true once the worker has exited, and false when ctx ends
+// first — then the worker is stopped like dev's own (SIGTERM, then SIGKILL
+// after 10 s), unless its pid is not known (or is this process's).
+func keepAdopted(ctx context.Context, dir string, pid int, name string, log *slog.Logger) bool {
+	held := func() bool {
+		_, h, err := worker.LockHolder(dir)
+		if err != nil {
+			log.Warn("dev: cannot look at a kept worker's data directory lock", "worker", name, "err", err)
+			return true
+		}
+		return h
+	}
+	t := time.NewTicker(lockPoll)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-t.C:
+			if !held() {
+				return true
+			}
+		case <-ctx.Done():
+		}
+	}
+	if pid <= 0 || pid == os.Getpid() {
+		log.Warn("dev: leaving a worker kept from an earlier run running: its pid is not known", "worker", name, "dir", dir)
+		return false
+	}
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	_ = proc.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(10 * time.Second)
+	for held() {
+		if time.Now().After(deadline) {
+			_ = proc.Signal(syscall.SIGKILL)
+			deadline = time.Now().Add(5 * time.Second)
+			for held() && time.Now().Before(deadline) {
+				time.Sleep(lockPoll)
+			}
+			break
+		}
+		time.Sleep(lockPoll)
+	}
+	return false
 }

@@ -177,6 +177,20 @@ const askPrimaryTimeout = 2 * time.Second
 // the caller (UNAUTHENTICATED, PERMISSION_DENIED, RESOURCE_EXHAUSTED) is
 // the answer.
 func askPrimary[T any](ctx context.Context, s *Server, h http.Header, call func(context.Context, managerv1connect.ManagerClient) (*connect.Response[T], error)) (out *connect.Response[T], ok bool, err error) {
+	return askPrimaryFor(ctx, s, h, call, func(err error) bool {
+		switch connect.CodeOf(err) {
+		case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeResourceExhausted:
+			return true
+		}
+		return false
+	})
+}
+
+// askPrimaryFor is askPrimary where answers says which errors from the
+// primary are its answer (the others make the caller answer from this
+// member's copy).
+func askPrimaryFor[T any](ctx context.Context, s *Server, h http.Header, call func(context.Context, managerv1connect.ManagerClient) (*connect.Response[T], error),
+	answers func(error) bool) (out *connect.Response[T], ok bool, err error) {
 	st := s.st()
 	if !s.cfg.clustered() || st == nil || st.IsLeader() || h.Get(askedHeader) != "" {
 		return nil, false, nil
@@ -189,8 +203,7 @@ func askPrimary[T any](ctx context.Context, s *Server, h http.Header, call func(
 	cctx, cancel := context.WithTimeout(ctx, askPrimaryTimeout)
 	defer cancel()
 	out, err = call(cctx, s.managerClient(url))
-	switch connect.CodeOf(err) {
-	case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeResourceExhausted:
+	if err != nil && answers(err) {
 		return nil, true, err
 	}
 	if err != nil {

@@ -33,6 +33,10 @@ func (h *handler) apply(ctx context.Context, cmd *storev1.Command) (state.Result
 
 func (h *handler) read() *state.Read { return h.s.st().State().Snapshot() }
 
+// NewClusterID makes a cluster id: 32 random hex digits. The boot code
+// stamps it into the InitCluster command that bootstraps a store.
+func NewClusterID() string { return randomToken("", 16) }
+
 // randomToken returns n random bytes, hex encoded, with a prefix naming
 // what it is (so a leaked one is recognisable).
 func randomToken(prefix string, n int) string {

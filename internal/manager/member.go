@@ -520,10 +520,22 @@ func (m *memberState) bootWork(ctx context.Context, st *store.Store) error {
 		}
 		if _, err := st.Apply(ctx, &storev1.Command{
 			Time: timestamppb.New(s.cfg.Clock.Now()),
-			Cmd:  &storev1.Command_InitCluster{InitCluster: &storev1.InitCluster{Members: members}},
+			Cmd:  &storev1.Command_InitCluster{InitCluster: &storev1.InitCluster{Members: members, ClusterId: NewClusterID()}},
 		}); err != nil {
 			return fmt.Errorf("record the cluster's members: %w", err)
 		}
+		s.log.Info("initialised the store", "cluster_id", st.State().Snapshot().ClusterID())
+	} else if r.ClusterID() == "" {
+		// A store initialised before cluster ids gets one, once (the FSM
+		// keeps the first recorded).
+		id := NewClusterID()
+		if _, err := st.Apply(ctx, &storev1.Command{
+			Time: timestamppb.New(s.cfg.Clock.Now()),
+			Cmd:  &storev1.Command_InitCluster{InitCluster: &storev1.InitCluster{ClusterId: id}},
+		}); err != nil {
+			return fmt.Errorf("record the cluster id: %w", err)
+		}
+		s.log.Info("this store had no cluster id; recorded one", "cluster_id", st.State().Snapshot().ClusterID())
 	}
 	// Keep this member's own addresses current in the membership.
 	if me := st.State().Snapshot().Member(s.cfg.NodeName); me != nil && me.GetStatus() != state.MemberRetired &&

@@ -2,12 +2,15 @@ package manager
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strconv"
 
 	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/jobspec"
@@ -59,6 +62,20 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 	if err := validateDialAddress("address", m.GetAddress()); err != nil {
 		return nil, toConnect(err)
 	}
+	if err := validateIncarnation("workerIncarnation", m.GetWorkerIncarnation()); err != nil {
+		return nil, toConnect(err)
+	}
+	if m.GetToken() == "" {
+		// Only the primary holds the workers' streams, so only it knows
+		// whether another process of the node holds one: a follower passes
+		// a registration by node secret on, and the primary's answer (its
+		// refusal included) is the answer.
+		if out, ok, err := askPrimaryFor(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.ClusterMemberRegisterResponse], error) {
+			return c.ClusterMemberRegister(ctx, withAuth(req, connect.NewRequest(m)))
+		}, connect.IsWireError); ok {
+			return out, relayRefusal(err)
+		}
+	}
 	cmd := &storev1.MemberRegister{
 		Address:       m.GetAddress(),
 		Hardware:      m.GetHardware(),
@@ -89,6 +106,9 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 			return nil, toConnect(apierr.FailedPreconditionf("node %q was terminated; start its worker again to bring it back", rec.GetNode().GetNodeId()))
 		}
 		cmd.NodeSecret = m.GetNodeSecret()
+		if err := h.oneWorkerPerNode(rec.GetNode().GetNodeId(), m.GetWorkerIncarnation()); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, toConnect(apierr.Unauthenticatedf("present a registration token (first registration) or the node secret"))
 	}
@@ -112,7 +132,72 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 		HeartbeatIntervalMs: uint32(h.s.cfg.HeartbeatInterval.Milliseconds()),
 		CertificateDer:      certDER,
 		CaCertificatesDer:   caDER,
+		ClusterId:           h.read().ClusterID(),
 	}), nil
+}
+
+// maxIncarnation bounds a worker incarnation's length.
+const maxIncarnation = 64
+
+// validateIncarnation accepts "" (a worker older than incarnations) or up to
+// 64 characters of [A-Za-z0-9_-].
+func validateIncarnation(field, v string) error {
+	if len(v) > maxIncarnation {
+		return apierr.Invalid(field, "%d characters; at most %d", len(v), maxIncarnation)
+	}
+	for _, c := range v {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return apierr.Invalid(field, "only A-Z, a-z, 0-9, '-' and '_' are allowed")
+		}
+	}
+	return nil
+}
+
+// oneWorkerPerNode refuses the registration of a worker process while the
+// node controller holds a live stream with another process of the same
+// node (decision 0027): two processes with one node identity would
+// otherwise take the node from each other in turns, each reporting its own
+// inventory, and every instance only one of them holds would be recorded
+// stopped and started again. The refused process is never dialled; it
+// keeps asking, and takes the node over once the holder's stream is gone.
+// Without a controller (a follower, or between primary terms) nothing is
+// held.
+func (h *handler) oneWorkerPerNode(nodeID, incarnation string) error {
+	ctl := h.s.controller()
+	if ctl == nil {
+		return nil
+	}
+	held, addr, ok := ctl.Holder(nodeID)
+	if !ok || held == incarnation {
+		return nil
+	}
+	h.s.log.Warn("refused a registration: another worker process holds the node's live stream",
+		"node", nodeID, "holder_incarnation", held, "holder_address", addr, "incarnation", incarnation)
+	return refusalHeld(fmt.Sprintf("node %q already has a live worker process (incarnation %q at %s); a second process with the same node identity is refused while it lives",
+		nodeID, held, addr))
+}
+
+// refusalHeld is the ALREADY_EXISTS refusal of a second worker process,
+// with the refusal header the worker acts on.
+func refusalHeld(msg string) error {
+	ce := connect.NewError(connect.CodeAlreadyExists, errors.New(msg))
+	ce.Meta().Set(apierr.RefusalHeader, apierr.RefusalNodeHeldByLiveWorker)
+	return ce
+}
+
+// relayRefusal passes the primary's refusal of a registration on as this
+// member's own: the code, the message and the refusal header the worker
+// acts on (and nothing else of the primary's response metadata).
+func relayRefusal(err error) error {
+	var ce *connect.Error
+	if err == nil || !errors.As(err, &ce) {
+		return err
+	}
+	out := connect.NewError(ce.Code(), errors.New(ce.Message()))
+	if v := ce.Meta().Get(apierr.RefusalHeader); v != "" {
+		out.Meta().Set(apierr.RefusalHeader, v)
+	}
+	return out
 }
 
 func (h *handler) ListClusterNodes(ctx context.Context, req *connect.Request[managerv1.ListClusterNodesRequest]) (*connect.Response[managerv1.ListClusterNodesResponse], error) {

@@ -208,6 +208,7 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		ManagerUrls:         cfg.ManagerURLs(),
 		ManagerTerm:         cfg.ManagerTerm,
 		ManagerGeneration:   cfg.ManagerGeneration,
+		ClusterId:           cn.c.clusterID(),
 	}}}
 	if err := stream.Send(hello); err != nil {
 		cn.dialed(false)
@@ -270,9 +271,10 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		cn.dialed(false)
 		return fmt.Errorf("record node online: %w", err)
 	}
+	cn.c.setLive(cn.nodeID, func(l *Live) { l.Incarnation, l.Address = wh.GetWorkerIncarnation(), node.GetAddress() })
 	cn.dialed(true)
 	cn.streamed = true
-	cn.log.Info("worker connected", "address", node.GetAddress(), "instances", len(wh.GetInventory()))
+	cn.log.Info("worker connected", "address", node.GetAddress(), "incarnation", wh.GetWorkerIncarnation(), "instances", len(wh.GetInventory()))
 	if err := confirmStopped(stream, wh.GetInventory()); err != nil {
 		return fmt.Errorf("confirm the inventory's stopped instances: %w", err)
 	}
@@ -285,7 +287,7 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		s.failWaiters(cn.nodeID, err)
 		cn.failQueued()
 		cn.downSince = cfg.Clock.Now()
-		cn.c.setLive(cn.nodeID, func(l *Live) { l.Connected = false })
+		cn.c.setLive(cn.nodeID, func(l *Live) { l.Connected, l.Incarnation, l.Address = false, "", "" })
 		if m := cfg.Metrics; m != nil {
 			m.Connected.Dec()
 		}
@@ -306,7 +308,7 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		if cur == nil || cur.GetNode().GetAddress() != node.GetAddress() || cur.GetNodeSecret() != rec.GetNodeSecret() || cur.GetNode().GetTls() != node.GetTls() {
 			// Reports already received are still the truth of what ran.
 			batch, _, _ := s.drain(cn, in, nil, cap(in))
-			if err := cn.recordReports(ctx, batch); err != nil {
+			if err := cn.recordReports(ctx, batch, s.takeNotices()); err != nil {
 				cn.log.Warn("cannot record the reports received before the session ended", "err", err)
 			}
 			return errSessionEnded
@@ -407,7 +409,7 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		tick.Stop()
 		// The reports are recorded before the stream's end is handled: a
 		// worker forgets a stopped instance once it has reported it.
-		if err := cn.recordReports(ctx, batch); err != nil {
+		if err := cn.recordReports(ctx, batch, s.takeNotices()); err != nil {
 			return err
 		}
 		migs := s.migrations
@@ -476,17 +478,22 @@ func holdForLease(a action, jobOf func(id string) *managerv1.Job) bool {
 	return jobOf(jobID).GetLeaseProtected()
 }
 
-// recordReports applies a batch of the worker's instance reports to the
-// store (nothing for an empty batch).
-func (cn *conn) recordReports(ctx context.Context, batch []*managerv1.InstanceReport) error {
-	if len(batch) == 0 {
+// recordReports applies a batch of the worker's instance reports, and the
+// notices it sent with them (written to the jobs' histories), to the store
+// (nothing when both are empty).
+func (cn *conn) recordReports(ctx context.Context, batch []*managerv1.InstanceReport, notices []*managerv1.WorkerNotice) error {
+	if len(batch) == 0 && len(notices) == 0 {
 		return nil
 	}
 	if m := cn.c.cfg.Metrics; m != nil {
 		m.Reports.Add(float64(len(batch)))
 	}
-	if _, err := cn.c.apply(ctx, &storev1.Command{Cmd: &storev1.Command_InstanceReports{InstanceReports: &storev1.InstanceReports{NodeId: cn.nodeID, Reports: batch}}}); err != nil {
-		return fmt.Errorf("record %d report(s) of node %s: %w", len(batch), cn.nodeID, err)
+	for _, n := range notices {
+		cn.log.Warn("worker notice", "instance", n.GetJobId()+"/"+n.GetRole(), "token", n.GetFencingToken(), "kind", n.GetKind(), "message", n.GetMessage())
+	}
+	cmd := &storev1.InstanceReports{NodeId: cn.nodeID, Reports: batch, Notices: notices}
+	if _, err := cn.c.apply(ctx, &storev1.Command{Cmd: &storev1.Command_InstanceReports{InstanceReports: cmd}}); err != nil {
+		return fmt.Errorf("record %d report(s) and %d notice(s) of node %s: %w", len(batch), len(notices), cn.nodeID, err)
 	}
 	return nil
 }
@@ -503,7 +510,7 @@ func (cn *conn) awaitAck(ctx context.Context, seq uint64, in <-chan received) {
 				return
 			}
 			if rep := r.msg.GetReport(); rep != nil {
-				if err := cn.recordReports(ctx, []*managerv1.InstanceReport{rep}); err != nil {
+				if err := cn.recordReports(ctx, []*managerv1.InstanceReport{rep}, nil); err != nil {
 					cn.log.Warn("cannot record a report received while terminating", "err", err)
 				}
 			}
@@ -537,6 +544,19 @@ type sessionState struct {
 	// recorded.
 	waiters    map[uint64]chan error
 	migrations []*managerv1.MigrationReport
+	// notices are the worker's notices received and not yet recorded
+	// (at most maxNotices; the rest are logged only).
+	notices []*managerv1.WorkerNotice
+}
+
+// maxNotices bounds the notices one batch records.
+const maxNotices = 256
+
+// takeNotices returns the notices not yet recorded and forgets them.
+func (s *sessionState) takeNotices() []*managerv1.WorkerNotice {
+	n := s.notices
+	s.notices = nil
+	return n
 }
 
 // received is one item read from the worker's stream: a message, or (as the
@@ -598,6 +618,13 @@ func (s *sessionState) handle(cn *conn, m *managerv1.WorkerMessage, batch []*man
 		})
 	case *managerv1.WorkerMessage_Migration:
 		s.migrations = append(s.migrations, x.Migration)
+	case *managerv1.WorkerMessage_Notice:
+		if len(s.notices) < maxNotices {
+			s.notices = append(s.notices, x.Notice)
+		} else {
+			cn.log.Warn("worker notice (not recorded: too many at once)", "instance", x.Notice.GetJobId()+"/"+x.Notice.GetRole(),
+				"kind", x.Notice.GetKind(), "message", x.Notice.GetMessage())
+		}
 	case *managerv1.WorkerMessage_Ack:
 		if s.answer(x.Ack) {
 			break

@@ -70,6 +70,10 @@ type Config struct {
 	// every node the controller wants a stream with has one: a new primary's
 	// takeover has settled.
 	OnAllConnected func()
+	// ClusterID is the store's cluster id, told to workers in the hello
+	// (they label what they create with it). Empty: read from the store at
+	// each session.
+	ClusterID string
 	// Metrics, if set, observes connection events.
 	Metrics *Metrics
 	// AccessReplicaJWKS is the JWKS (JSON) of the access replica's trusted
@@ -134,6 +138,11 @@ type Live struct {
 	// LeaseRefreshed is when the worker last refreshed its leases (a
 	// heartbeat carrying its send time); zero = not under this controller.
 	LeaseRefreshed time.Time
+	// Incarnation and Address are the worker process the live stream is
+	// with (WorkerHello.worker_incarnation, the address dialled); set while
+	// Connected.
+	Incarnation string
+	Address     string
 }
 
 // Controller keeps one connection per worker.
@@ -179,6 +188,19 @@ func (c *Controller) LeaseRefreshes() func(nodeID string) time.Time {
 		}
 		return c.started
 	}
+}
+
+// Holder returns the worker process that holds the node's live stream,
+// if one does: a registration of another incarnation of the node is
+// refused while it lives (one worker process per node identity).
+func (c *Controller) Holder(nodeID string) (incarnation, address string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.live[nodeID]
+	if !ok || !l.Connected {
+		return "", "", false
+	}
+	return l.Incarnation, l.Address, true
 }
 
 // Live returns what the controller knows of a node now.
@@ -286,4 +308,12 @@ func wantConn(rec *storev1.NodeRecord) bool {
 func (c *Controller) apply(ctx context.Context, cmd *storev1.Command) (state.Result, error) {
 	cmd.Time = timestamppb.New(c.cfg.Clock.Now())
 	return c.cfg.Store.Apply(ctx, cmd)
+}
+
+// clusterID is the cluster id the hello tells workers.
+func (c *Controller) clusterID() string {
+	if c.cfg.ClusterID != "" {
+		return c.cfg.ClusterID
+	}
+	return c.cfg.Store.State().Snapshot().ClusterID()
 }

@@ -23,7 +23,9 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -72,6 +74,10 @@ type Mount struct {
 type ServiceStatus struct {
 	Key     Key
 	Service string
+	// ClusterID is the cluster label the service carries: the runtime's
+	// cluster id, or "" for a service made before cluster ids (or before
+	// its worker learned its cluster's).
+	ClusterID string
 	// Token and RuntimeRole as given to Prepare (recovered from labels or
 	// state files after a worker restart).
 	Token       uint64
@@ -142,11 +148,64 @@ type Runtime interface {
 	// unknown service is ErrNotFound.
 	Logs(ctx context.Context, key Key, service string, tail int) (string, error)
 
-	// List returns every service the runtime holds for this node.
+	// List returns every service the runtime holds for this node: those
+	// labelled with its cluster id and those labelled with none.
 	List(ctx context.Context) ([]ServiceStatus, error)
+
+	// SetClusterID tells the runtime the cluster it runs services for (the
+	// Manager's store's cluster id). Prepare labels everything it creates
+	// with it (LabelCluster), and every method sees and acts on only the
+	// node's services that carry it or carry no cluster label at all (made
+	// before cluster ids, or before the worker learned its cluster's):
+	// another cluster's services on the same engine or directory, under the
+	// same node name, are never listed, stopped or removed. "" leaves the
+	// cluster as it is (a runtime that knows none sees only unlabelled
+	// services); once set, another id is refused — a runtime belongs to one
+	// cluster.
+	SetClusterID(id string) error
 
 	// Close releases the runtime's resources. Services keep running.
 	Close() error
+}
+
+// ClusterID is a runtime's cluster id, settable once from "" (see
+// Runtime.SetClusterID); the zero value knows none. Safe for concurrent
+// use.
+type ClusterID struct {
+	mu sync.Mutex
+	id string
+}
+
+// Get returns the cluster id ("" while none is known).
+func (c *ClusterID) Get() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.id
+}
+
+// Set sets the cluster id once: "" and the same id change nothing, another
+// id than the one set is an error.
+func (c *ClusterID) Set(id string) error {
+	if id == "" {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.id {
+	case "":
+		c.id = id
+		return nil
+	case id:
+		return nil
+	}
+	return fmt.Errorf("runtime belongs to cluster %s; refusing cluster %s", c.id, id)
+}
+
+// Owns reports whether a service labelled with cluster (its LabelCluster,
+// "" when absent) is one a runtime of cluster c may see and act on: one of
+// c's, or one that carries no cluster label.
+func (c *ClusterID) Owns(cluster string) bool {
+	return cluster == "" || cluster == c.Get()
 }
 
 // Errors a runtime returns, matched with errors.Is.
@@ -171,6 +230,9 @@ const (
 	LabelService     = "norsk.manager/service"
 	LabelToken       = "norsk.manager/token"
 	LabelRuntimeRole = "norsk.manager/runtime-role"
+	// LabelCluster is the cluster id of the Manager whose worker made the
+	// service (absent on services made before cluster ids).
+	LabelCluster = "norsk.manager/cluster"
 
 	EnvJobID       = "NORSK_JOB_ID"
 	EnvRole        = "NORSK_ROLE"

@@ -51,10 +51,10 @@ type Options struct {
 	// KeepInstances leaves instances running when the test ends.
 	KeepInstances bool
 	// WorkerPrefix names the workers <prefix>-1 … <prefix>-N (default
-	// "worker"). Clusters that share one Docker engine need distinct
-	// prefixes: the docker runtime labels containers with the node name, and
-	// a starting worker removes the containers of its node name that it has
-	// no record of — another cluster's worker-1 included.
+	// "worker"). Clusters that share one Docker engine may use the same
+	// names: a worker touches only containers labelled with its own
+	// cluster's id (decision 0027); distinct prefixes keep a test's cleanup
+	// by node name to its own containers.
 	WorkerPrefix string
 	// AccessReplicaKeysFile is the Manager's trusted JWKS for access
 	// replicas (manager.Config.AccessReplicaKeysFile).
@@ -206,6 +206,16 @@ func (c *Cluster) Client() *norsk.Manager {
 		return c.anyClient()
 	}
 	return c.Members[0].Client()
+}
+
+// ClusterID is the cluster id the first member's store holds (its workers
+// label what they create with it); "" while the member is stopped.
+func (c *Cluster) ClusterID() string {
+	srv := c.Manager()
+	if srv == nil || srv.Store() == nil {
+		return ""
+	}
+	return srv.Store().State().Snapshot().ClusterID()
 }
 
 // Token is the cluster's admin API token.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/norsk-go/norsk-manager/internal/runtime"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
+	"github.com/norsk-go/norsk-manager/internal/worker"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -116,7 +117,7 @@ func killLeftovers(dir string) {
 	defer cancel()
 	matches, _ := filepath.Glob(filepath.Join(dir, "workers", "*"))
 	for _, wdir := range matches {
-		rt, err := process.New(process.Config{NodeID: filepath.Base(wdir), Dir: filepath.Join(wdir, "process"), Logger: slog.New(slog.DiscardHandler)})
+		rt, err := process.New(process.Config{NodeID: filepath.Base(wdir), ClusterID: worker.ClusterIDOf(wdir), Dir: filepath.Join(wdir, "process"), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			continue
 		}

@@ -463,7 +463,7 @@ func (w *Worker) Kill() error {
 func (w *Worker) PIDs() []int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rt, err := process.New(process.Config{NodeID: w.Name, Dir: filepath.Join(w.Dir, "process"), Logger: slog.New(slog.DiscardHandler)})
+	rt, err := process.New(process.Config{NodeID: w.Name, ClusterID: worker.ClusterIDOf(w.Dir), Dir: filepath.Join(w.Dir, "process"), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -73,6 +75,16 @@ func (s *supervisor) adopt(ctx context.Context, recs map[runtime.Key]*record, un
 	}
 	for key, sts := range byKey {
 		if !unread[s.records.path(key)] {
+			if unlabelled(sts) {
+				// Made before cluster ids, and no record names them: they
+				// may be another Manager's (a node of the same name on the
+				// same engine). Left running, untouched, and said so.
+				s.a.notify(key, maxToken(sts), noticeKeptUnlabelled, fmt.Sprintf(
+					"left running, untouched, services %s (token %d) that carry no cluster id and that no instance record of this worker names: "+
+						"they were made before cluster ids, by this node or by another Manager's node of the same name; stop them by hand if they are no one's",
+					serviceNames(sts), maxToken(sts)))
+				continue
+			}
 			s.instanceLocked(key).enqueue(orphanEvent{statuses: sts})
 			continue
 		}
@@ -86,6 +98,38 @@ func (s *supervisor) adopt(ctx context.Context, recs map[runtime.Key]*record, un
 		s.instanceLocked(key).enqueue(unownedEvent{statuses: sts})
 	}
 	return nil
+}
+
+// unlabelled reports whether any of sts carries no cluster id (was made
+// before cluster ids, or before the worker learned its cluster's).
+func unlabelled(sts []runtime.ServiceStatus) bool {
+	for _, st := range sts {
+		if st.ClusterID == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// maxToken is the newest fencing token among sts.
+func maxToken(sts []runtime.ServiceStatus) uint64 {
+	var t uint64
+	for _, st := range sts {
+		t = max(t, st.Token)
+	}
+	return t
+}
+
+// serviceNames lists the services of sts, sorted and without repeats.
+func serviceNames(sts []runtime.ServiceStatus) string {
+	var names []string
+	for _, st := range sts {
+		if !slices.Contains(names, st.Service) {
+			names = append(names, st.Service)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 // initialReport is what an adopted instance is reported as until its actor
@@ -153,6 +197,7 @@ func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
 		}
 		mine[st.Service] = st
 	}
+	why := "missing"
 	if stale {
 		in.log.Warn("the runtime holds services of another binding; recreating the instance", "token", rec.token())
 		if err := in.sup.rt.Remove(ctx, in.key); err != nil {
@@ -162,6 +207,7 @@ func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
 			in.log.Error("cannot remove services of another binding", "err", err)
 		}
 		mine = map[string]runtime.ServiceStatus{}
+		why = "of another binding (removed)"
 	}
 
 	if rec.Desired == desiredStopped {
@@ -182,18 +228,24 @@ func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
 
 	// The socket again, at the same path: the job redials it.
 	in.openJobSocket()
-	missing := false
+	var missing []string
 	for _, svc := range rec.job().GetServices() {
 		if _, ok := mine[svc.GetName()]; !ok {
-			missing = true
+			missing = append(missing, svc.GetName())
 		}
 	}
-	if missing {
+	if len(missing) > 0 {
 		if err := in.prepare(); err != nil {
 			in.failAdopt(fmt.Errorf("prepare: %w", err))
 			return
 		}
+		// Nothing asked for this: services the record names went away
+		// while no worker watched (removed by hand, or by someone else).
+		in.sup.a.notify(in.key, rec.token(), noticeRecreatedMissing, fmt.Sprintf(
+			"services %s were %s when the worker took the instance over (its record says %s); created again",
+			strings.Join(missing, ", "), why, rec.Desired))
 	}
+	in.noteUnlabelled(rec, mine)
 	if rec.Desired == desiredPrepared {
 		in.phase = managerv1.InstancePhase_INSTANCE_PHASE_PREPARED
 		in.publish()
@@ -280,6 +332,32 @@ func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
 	in.log.Info("instance adopted", "token", rec.token(), "adopted_services", adopted, "restarted_services", restarted,
 		"restarts_pending", pending)
 	in.publish()
+}
+
+// noteUnlabelled tells the Manager, once per binding, that the instance
+// runs on services made before cluster ids: they carry no cluster id, and
+// Docker cannot add a label to a container, so they stay so until the
+// instance is next created.
+func (in *instance) noteUnlabelled(rec *record, mine map[string]runtime.ServiceStatus) {
+	if rec.UnlabelledNoted {
+		return
+	}
+	var old []runtime.ServiceStatus
+	for _, st := range mine {
+		if st.ClusterID == "" {
+			old = append(old, st)
+		}
+	}
+	if len(old) == 0 {
+		return
+	}
+	in.sup.a.notify(in.key, rec.token(), noticeAdoptedUnlabelled, fmt.Sprintf(
+		"adopted services %s made before cluster ids: they carry no cluster id (a container cannot be re-labelled) and keep running as they are until the instance is next created",
+		serviceNames(old)))
+	rec.UnlabelledNoted = true
+	if err := in.save(rec); err != nil {
+		in.log.Error("cannot record that the unlabelled services were noted", "err", err)
+	}
 }
 
 // adoptRunning takes over a service that runs: it is waited on again, not

@@ -65,6 +65,13 @@ type Agent struct {
 	heartbeatDefault atomic.Int64 // time.Duration
 	terminating      atomic.Bool
 
+	// incarnation tells this worker process apart from another with the
+	// same node identity (WorkerHello.worker_incarnation): made at New.
+	incarnation string
+	// rt is the runtime, set by Run before the supervisor starts; the
+	// cluster id is given to it once known (cluster.go).
+	rt runtime.Runtime
+
 	// The lease of lease-protected instances and its fencing loop
 	// (lease.go); fenceChecks counts the loop's looks (tests).
 	lease       leaseState
@@ -90,8 +97,9 @@ type Agent struct {
 	cur         *session
 	nextSession uint64
 	// migPending are handshake reports kept for the next stream
-	// (migration_report.go).
-	migPending []*managerv1.WorkerMessage
+	// (migration_report.go); noticesPending likewise notices (cluster.go).
+	migPending     []*managerv1.WorkerMessage
+	noticesPending []*managerv1.WorkerMessage
 	// epoch is the newest Manager primary that opened a stream.
 	epoch         managerEpoch
 	streamsClosed bool
@@ -127,6 +135,7 @@ func New(cfg Config) (*Agent, error) {
 		fenceWake:   make(chan struct{}, 1),
 		snaps:       map[runtime.Key]*snapshot{},
 		records:     &recordStore{dir: filepath.Join(cfg.DataDir, instancesDir), log: log},
+		incarnation: newIncarnation(),
 	}
 	a.heartbeatDefault.Store(int64(DefaultHeartbeat))
 	a.link.downSince = cfg.Clock.Now()
@@ -220,7 +229,8 @@ func (a *Agent) goOwned(fn func()) {
 // Run runs the worker until ctx ends (it returns nil; instances keep
 // running) or the Manager terminates or deregisters the node (it returns
 // ErrTerminated or ErrDeregistered once every instance has stopped). Other
-// errors are returned when the worker cannot start: a refused registration
+// errors are returned when the worker cannot start: another worker holds
+// DataDir (*DataDirInUseError, naming its pid), a refused registration
 // token (ErrTokenRefused), an unusable DataDir, listen address or runtime.
 // Every goroutine the agent started has ended when Run returns.
 func (a *Agent) Run(ctx context.Context) error {
@@ -230,6 +240,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	a.runCtx, a.cancelRun = runCtx, cancel
+	// One worker per data directory: a second one over it would adopt the
+	// same instances and take the node from this one in turns.
+	lock, err := lockDataDir(a.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.release() // last: after every goroutine has ended
 	a.beginLease()
 	defer a.reg.close()
 
@@ -279,7 +296,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if resp.GetNodeId() == "" || resp.GetNodeSecret() == "" {
 			return errors.New("worker: the Manager's registration answer has no node id or secret")
 		}
-		id = &Identity{NodeID: resp.GetNodeId(), NodeSecret: resp.GetNodeSecret(), ManagerURL: a.cfg.ManagerURL}
+		id = &Identity{NodeID: resp.GetNodeId(), NodeSecret: resp.GetNodeSecret(), ManagerURL: a.cfg.ManagerURL, ClusterID: resp.GetClusterId()}
 		if err := saveIdentity(a.cfg.DataDir, id); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
@@ -317,6 +334,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if ownRT {
 		defer rt.Close()
 	}
+	if err := rt.SetClusterID(id.ClusterID); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if id.ClusterID == "" {
+		log.Warn("this worker does not know its cluster id yet (its Manager has not told it since it was upgraded): until it does, it touches only services without one")
+	}
+	a.rt = rt
 	a.sup = newSupervisor(a, runCtx, rt)
 	defer a.wg.Wait()
 	if err := a.sup.adopt(runCtx, recs, unreadable); err != nil {
@@ -334,7 +358,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	a.goOwned(func() { a.runLink(runCtx, !registered) })
 	a.goOwned(func() { a.renewTLS(runCtx) })
-	log.Info("worker running", "listen", a.Addr(), "advertise", a.advertise, "runtime", rt.Name())
+	log.Info("worker running", "listen", a.Addr(), "advertise", a.advertise, "runtime", rt.Name(),
+		"cluster_id", id.ClusterID, "incarnation", a.incarnation, "pid", os.Getpid())
 	close(a.ready)
 
 	<-runCtx.Done()

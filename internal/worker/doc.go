@@ -16,8 +16,17 @@
 //
 // # Registration
 //
-// DataDir/identity.json holds {nodeId, nodeSecret, managerUrl} (0600, written
-// atomically). Without it the Agent registers (ClusterMemberRegister) with
+// Run first takes DataDir/worker.lock (an exclusive flock holding the pid):
+// a second worker over the directory fails with *DataDirInUseError naming
+// that pid; LockHolder tells whether one runs. DataDir/identity.json holds
+// {nodeId, nodeSecret, managerUrl, clusterId} (0600, written atomically).
+// Each Agent has an incarnation (Incarnation), sent at registration and in
+// its hello: while the Manager holds a live stream with another process of
+// the node, it refuses this one's registration (ALREADY_EXISTS,
+// node-held-by-live-worker), which keeps asking, instances untouched, and
+// takes the node over once the other is gone. The cluster id the Manager
+// gives (registration answer, hello) is kept and given to the runtime; a
+// Manager of another cluster is refused (see cluster.go, decision 0027). Without it the Agent registers (ClusterMemberRegister) with
 // Config.Token; a refusal (an UNAUTHENTICATED gRPC status) is fatal:
 // ErrTokenRefused. With it the Agent registers with the node secret. The
 // slot counts as deregistered (every instance is stopped, the identity
@@ -76,11 +85,16 @@
 //
 // # Adoption
 //
-// When Run starts it reads the records and the runtime's List: running
-// services are adopted (waited on again, never restarted); services that
-// exited while the worker was down get their restart policy applied at once;
-// an instance whose stop was in progress is stopped; runtime services no
-// record names belong to nobody and are stopped and removed. A record that
+// When Run starts it reads the records and the runtime's List (its
+// cluster's services and those without a cluster id): running services are
+// adopted (waited on again, never restarted); services that exited while
+// the worker was down get their restart policy applied at once; an instance
+// whose stop was in progress is stopped; runtime services of its cluster
+// that no record names belong to nobody and are stopped and removed;
+// services without a cluster id that no record names are left running,
+// untouched (they may be another Manager's). Each of these, and services a
+// record names found missing (re-created) or adopted without a cluster id,
+// is sent to the Manager as a WorkerNotice for the job's history. A record that
 // cannot be read (damaged, or written by a newer worker) never costs a live
 // channel: the services of its key are left running untouched, and are not
 // reported, until the Manager starts (re-adopting them under the same token)

@@ -93,7 +93,7 @@ func newEnv(t *testing.T) *env {
 
 // removeEverything removes whatever the node's process runtime still holds.
 func (e *env) removeEverything() {
-	rt, err := process.New(process.Config{NodeID: e.nodeID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
+	rt, err := process.New(process.Config{NodeID: e.nodeID, ClusterID: e.mgr.ClusterID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
 	if err != nil {
 		e.t.Errorf("cleanup: %v", err)
 		return

@@ -22,6 +22,11 @@ type Identity struct {
 	// named them: after a restart the worker registers with any of them,
 	// not only the one it was configured with.
 	ManagerURLs []string `json:"managerUrls,omitempty"`
+	// ClusterID is the Manager's store's cluster id, as its registration
+	// answer or hello said: everything the worker creates is labelled with
+	// it, and it touches nothing labelled with another (decision 0027).
+	// Empty until a Manager that has one says so.
+	ClusterID string `json:"clusterId,omitempty"`
 }
 
 // LoadIdentity reads DataDir's identity; (nil, nil) when there is none.
@@ -111,4 +116,16 @@ func syncDir(dir string) error {
 func HasIdentity(dataDir string) bool {
 	id, err := LoadIdentity(dataDir)
 	return err == nil && id != nil
+}
+
+// ClusterIDOf is the cluster id dataDir's identity holds ("" when it holds
+// none, or no identity): what a tool that opens the node's runtime over
+// the same directory or engine (to list or clean up what the worker left)
+// gives it, since a runtime touches only its own cluster's services.
+func ClusterIDOf(dataDir string) string {
+	id, err := LoadIdentity(dataDir)
+	if err != nil || id == nil {
+		return ""
+	}
+	return id.ClusterID
 }

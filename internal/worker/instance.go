@@ -456,6 +456,8 @@ func (in *instance) removeOrphan(sts []runtime.ServiceStatus) {
 	}
 	in.log.Warn("stopping and removing services that no instance record names", "services", len(sts))
 	in.removeServices(sts, DefaultStopGrace)
+	in.sup.a.notify(in.key, maxToken(sts), noticeRemovedOrphan, fmt.Sprintf(
+		"stopped and removed services %s (token %d) of this cluster that no instance record of this worker named", serviceNames(sts), maxToken(sts)))
 }
 
 // keepUnowned keeps the services of a key whose record could not be read:

@@ -60,12 +60,15 @@ func (a *Agent) rescueMigrationReportsLocked(s *session) {
 	s.queue = nil
 	s.mu.Unlock()
 	for _, o := range left {
-		if o.msg.GetMigration() == nil {
+		if o.msg.GetMigration() == nil && o.msg.GetNotice() == nil {
 			continue
 		}
-		if a.cur != nil && a.cur != s && a.cur.ctx.Err() == nil {
+		switch {
+		case a.cur != nil && a.cur != s && a.cur.ctx.Err() == nil:
 			a.cur.enqueue(o.msg)
-		} else {
+		case o.msg.GetNotice() != nil:
+			a.keepNoticeLocked(o.msg) // notices likewise (cluster.go)
+		default:
 			a.keepMigrationReportLocked(o.msg)
 		}
 	}

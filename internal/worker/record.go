@@ -69,7 +69,11 @@ type record struct {
 	// HandoverApplied: the instance was started as the target of a
 	// migration (Start.migration_id) and its job has applied the handover;
 	// it is no longer told it is a target (jobsocket.go).
-	HandoverApplied bool      `json:"handoverApplied,omitempty"`
+	HandoverApplied bool `json:"handoverApplied,omitempty"`
+	// UnlabelledNoted: the Manager was told (a notice in the job's
+	// history) that the instance runs on services made before cluster ids,
+	// under this record's token; not told again.
+	UnlabelledNoted bool      `json:"unlabelledNoted,omitempty"`
 	UpdatedAt       time.Time `json:"updatedAt"`
 
 	start *managerv1.StartInstance

@@ -49,6 +49,16 @@ func (e *errRefused) secretUnknown() bool {
 	return errors.As(e.err, &ce) && ce.Meta().Get(apierr.RefusalHeader) == apierr.RefusalNodeSecretUnknown
 }
 
+// errNodeHeld is the Manager's ALREADY_EXISTS answer, in its own words
+// (apierr.RefusalNodeHeldByLiveWorker), that another worker process holds
+// the node's live stream: this process is a second one with the same node
+// identity. It is never dialled while the other lives; it keeps asking,
+// slowly, and takes the node over only once the other's stream is gone.
+type errNodeHeld struct{ err error }
+
+func (e *errNodeHeld) Error() string { return "registration refused: " + e.err.Error() }
+func (e *errNodeHeld) Unwrap() error { return e.err }
+
 // errNodeTerminated is a FAILED_PRECONDITION answer to a reconnecting
 // worker's registration: its node was terminated while it was away.
 type errNodeTerminated struct{ err error }
@@ -175,6 +185,11 @@ func (r *registrar) register(ctx context.Context, req *managerv1.ClusterMemberRe
 				if req.GetReconnect() {
 					return nil, &errNodeTerminated{err}
 				}
+			case connect.CodeAlreadyExists:
+				var ce *connect.Error
+				if errors.As(err, &ce) && ce.Meta().Get(apierr.RefusalHeader) == apierr.RefusalNodeHeldByLiveWorker {
+					return nil, &errNodeHeld{err}
+				}
 			}
 		}
 		return nil, err
@@ -226,18 +241,41 @@ func (b *backoff) reset() { b.n = 0 }
 // retrying and its instances keep running.
 func (a *Agent) registerUntil(ctx context.Context, req *managerv1.ClusterMemberRegisterRequest) (*managerv1.ClusterMemberRegisterResponse, error) {
 	bo := backoff{min: min(firstRetry, a.cfg.RegisterRetry), max: a.cfg.RegisterRetry}
-	var refusals int
+	var refusals, held int
 	var firstRefusal time.Time
 	for {
 		resp, err := a.reg.register(ctx, req)
+		if err == nil {
+			if cerr := a.learnCluster(resp.GetClusterId()); cerr != nil {
+				var other *errOtherCluster
+				if !errors.As(cerr, &other) {
+					a.logger().Error("cannot keep the cluster id the Manager gave", "err", cerr)
+				} else {
+					err = cerr // never follow another cluster's Manager: ask again (and again)
+				}
+			}
+		}
 		if err == nil {
 			a.onRegistered(resp) // the TLS certificate, if any (tls.go)
 			return resp, nil
 		}
 		var refused *errRefused
 		var terminated *errNodeTerminated
+		var nodeHeld *errNodeHeld
+		var other *errOtherCluster
 		msg := "registration failed; retrying"
 		switch {
+		case errors.As(err, &other):
+			a.logger().Error("the Manager is another cluster's; not following it", "err", err)
+			msg = "the Manager is another cluster's; asking again later"
+		case errors.As(err, &nodeHeld):
+			held++
+			if held == 1 {
+				a.logger().Error("another worker process with this node's identity holds the node's stream: "+
+					"this one is not the node's while that one lives (is a second worker running with a copy of this identity?); "+
+					"asking again, slowly, and taking over only once that one is gone", "err", err)
+			}
+			msg = "another worker process still holds this node; asking again"
 		case errors.As(err, &terminated):
 			return nil, err
 		case errors.As(err, &refused) && req.GetToken() != "":
@@ -282,13 +320,14 @@ func (a *Agent) sleep(ctx context.Context, d time.Duration) bool {
 // registerRequest is the registration request with the worker's facts.
 func (a *Agent) registerRequest(token, secret string) *managerv1.ClusterMemberRegisterRequest {
 	return &managerv1.ClusterMemberRegisterRequest{
-		Token:         token,
-		NodeSecret:    secret,
-		Address:       a.advertise,
-		Hardware:      a.hardware(),
-		Capabilities:  a.cfg.Capabilities,
-		Runtime:       a.runtimeName,
-		WorkerVersion: a.cfg.Version,
-		CsrDer:        a.csrDER(),
+		Token:             token,
+		NodeSecret:        secret,
+		Address:           a.advertise,
+		Hardware:          a.hardware(),
+		Capabilities:      a.cfg.Capabilities,
+		Runtime:           a.runtimeName,
+		WorkerVersion:     a.cfg.Version,
+		CsrDer:            a.csrDER(),
+		WorkerIncarnation: a.incarnation,
 	}
 }

@@ -72,6 +72,10 @@ func (h controlHandler) Control(ctx context.Context, stream *connect.BidiStream[
 	if n := hello.GetNodeId(); n != "" && n != a.NodeID() {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("hello names node "+n+", this is node "+a.NodeID()))
 	}
+	if err := a.learnCluster(hello.GetClusterId()); err != nil {
+		a.logger().Error("refused a Control stream", "manager", hello.GetManagerNodeName(), "err", err)
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	}
 	if len(hello.GetManagerUrls()) > 0 {
 		a.rememberManagers(a.reg.setURLs(hello.GetManagerUrls()))
 	}

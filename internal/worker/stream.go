@@ -122,15 +122,17 @@ func (a *Agent) openSession(ctx context.Context, epoch managerEpoch) (*session, 
 	}
 	id := a.identity()
 	hello := &managerv1.WorkerHello{
-		NodeId:        id.NodeID,
-		Hardware:      a.hardware(),
-		Capabilities:  a.cfg.Capabilities,
-		Runtime:       a.runtimeName,
-		WorkerVersion: a.cfg.Version,
-		Inventory:     inv,
+		NodeId:            id.NodeID,
+		Hardware:          a.hardware(),
+		Capabilities:      a.cfg.Capabilities,
+		Runtime:           a.runtimeName,
+		WorkerVersion:     a.cfg.Version,
+		Inventory:         inv,
+		WorkerIncarnation: a.incarnation,
 	}
 	s.enqueue(&managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Hello{Hello: hello}})
 	a.flushMigrationReportsLocked(s)
+	a.flushNoticesLocked(s)
 	a.pubMu.Unlock()
 	a.setStreamUp(true)
 	return s, nil

@@ -491,7 +491,7 @@ func TestRestartNeverFailsAtOnce(t *testing.T) {
 		t.Fatalf("STOPPED exit codes: %v", r.GetExitCodes())
 	}
 	// The other service was stopped and everything removed.
-	rt, err := process.New(process.Config{NodeID: e.nodeID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
+	rt, err := process.New(process.Config{NodeID: e.nodeID, ClusterID: e.mgr.ClusterID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +502,7 @@ func TestRestartNeverFailsAtOnce(t *testing.T) {
 
 func TestDependsOnOrder(t *testing.T) {
 	e := newEnv(t)
-	inner, err := process.New(process.Config{NodeID: e.nodeID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
+	inner, err := process.New(process.Config{NodeID: e.nodeID, ClusterID: e.mgr.ClusterID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -749,7 +749,7 @@ func TestTombstoneSurvivesAWorkerRestart(t *testing.T) {
 
 func TestOrphanedServicesAreRemoved(t *testing.T) {
 	e := newEnv(t)
-	rt, err := process.New(process.Config{NodeID: e.nodeID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
+	rt, err := process.New(process.Config{NodeID: e.nodeID, ClusterID: e.mgr.ClusterID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -771,6 +771,13 @@ func TestOrphanedServicesAreRemoved(t *testing.T) {
 	})
 	if inv := a.Inventory(); len(inv) != 0 {
 		t.Fatalf("inventory: %v", inv)
+	}
+	// Nothing asked for it: the job's history is told (issue 12, item 2).
+	c, _ := e.dial(a, noHeartbeats)
+	if n, err := c.AwaitNotice(wait, "removed-orphan", "orphan"); err != nil {
+		t.Fatal(err)
+	} else if n.GetFencingToken() != 1 || !strings.Contains(n.GetMessage(), "main") {
+		t.Errorf("notice = %v", n)
 	}
 }
 

@@ -38,6 +38,7 @@ type (
 	JobHistoryEntry_Stopped     = managerv1.JobHistoryEntry_Stopped
 	JobHistoryEntry_Completed   = managerv1.JobHistoryEntry_Completed
 	JobHistoryEntry_Rejected    = managerv1.JobHistoryEntry_Rejected
+	JobHistoryEntry_Notice      = managerv1.JobHistoryEntry_Notice
 	JobCreated                  = managerv1.JobCreated
 	JobUpdated                  = managerv1.JobUpdated
 	InstanceRef                 = managerv1.InstanceRef
@@ -48,6 +49,7 @@ type (
 	InstanceStopped             = managerv1.InstanceStopped
 	JobCompleted                = managerv1.JobCompleted
 	JobRejected                 = managerv1.JobRejected
+	InstanceNotice              = managerv1.InstanceNotice
 	Instance                    = managerv1.Instance
 	JobWithHistory              = managerv1.JobWithHistory
 	JobState                    = managerv1.JobState

@@ -25,14 +25,25 @@ import (
 const maxNameLen = 100
 
 // ContainerName is the deterministic name of a service's container:
-// norsk-<node>-<job>-<role>-<service>, sanitised to Docker's name alphabet
-// [a-zA-Z0-9_.-] ('@' and every other character become '_'). When
-// sanitising changed the name, or it is longer than 100 characters, it is
-// cut and ends in "-" plus 8 hex digits of a hash of the unsanitised name,
-// so that distinct services keep distinct names.
-func ContainerName(nodeID string, key runtime.Key, service string) string {
-	return dockerName("norsk-" + nodeID + "-" + key.JobID + "-" + key.Role + "-" + service)
+// norsk-<cluster>-<node>-<job>-<role>-<service>, where <cluster> is the
+// first 12 characters of clusterID (without a cluster id, the name
+// containers had before cluster ids: norsk-<node>-<job>-<role>-<service>),
+// sanitised to Docker's name alphabet [a-zA-Z0-9_.-] ('@' and every other
+// character become '_'). When sanitising changed the name, or it is longer
+// than 100 characters, it is cut and ends in "-" plus 8 hex digits of a hash
+// of the unsanitised name, so that distinct services keep distinct names.
+// Two clusters with a node of the same name on one engine never share a
+// name.
+func ContainerName(clusterID, nodeID string, key runtime.Key, service string) string {
+	prefix := "norsk-"
+	if clusterID != "" {
+		prefix += clusterID[:min(len(clusterID), clusterNameLen)] + "-"
+	}
+	return dockerName(prefix + nodeID + "-" + key.JobID + "-" + key.Role + "-" + service)
 }
+
+// clusterNameLen is how much of the cluster id a container name carries.
+const clusterNameLen = 12
 
 // VolumeName is the name of a job-scoped named volume on the engine:
 // norsk-<job>-<name>, sanitised like ContainerName.
@@ -73,7 +84,7 @@ type createPlan struct {
 
 // planService maps one service of spec to a container's configuration. It
 // does no I/O; errors wrap runtime.ErrInvalidSpec.
-func planService(nodeID string, spec runtime.InstanceSpec, svc *managerv1.Service) (createPlan, error) {
+func planService(nodeID, clusterID string, spec runtime.InstanceSpec, svc *managerv1.Service) (createPlan, error) {
 	invalid := func(format string, args ...any) (createPlan, error) {
 		return createPlan{}, fmt.Errorf("service %q: %s: %w", svc.GetName(), fmt.Sprintf(format, args...), runtime.ErrInvalidSpec)
 	}
@@ -190,6 +201,9 @@ func planService(nodeID string, spec runtime.InstanceSpec, svc *managerv1.Servic
 			runtime.LabelRuntimeRole: spec.RuntimeRole,
 		},
 	}
+	if clusterID != "" {
+		cfg.Labels[runtime.LabelCluster] = clusterID
+	}
 	if len(svc.GetCommand()) > 0 {
 		cfg.Entrypoint = append([]string(nil), svc.GetCommand()...)
 	}
@@ -204,7 +218,7 @@ func planService(nodeID string, spec runtime.InstanceSpec, svc *managerv1.Servic
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		Resources:     container.Resources{CpusetCpus: strings.Join(cpus, ",")},
 	}
-	return createPlan{name: ContainerName(nodeID, spec.Key, svc.GetName()), config: cfg, host: host, volumes: volumes}, nil
+	return createPlan{name: ContainerName(clusterID, nodeID, spec.Key, svc.GetName()), config: cfg, host: host, volumes: volumes}, nil
 }
 
 // Prepare creates a container per service of spec, starting none. See
@@ -218,6 +232,7 @@ func (r *Runtime) Prepare(ctx context.Context, spec runtime.InstanceSpec) error 
 		return fmt.Errorf("prepare %s: spec is for node %s, this runtime runs node %s: %w", key, spec.NodeID, r.nodeID, runtime.ErrInvalidSpec)
 	}
 
+	cluster := r.cluster.Get()
 	plans := make([]createPlan, 0, len(spec.Job.GetServices()))
 	names := map[string]bool{}
 	for _, svc := range spec.Job.GetServices() {
@@ -225,7 +240,7 @@ func (r *Runtime) Prepare(ctx context.Context, spec runtime.InstanceSpec) error 
 			return fmt.Errorf("prepare %s: service %q appears twice: %w", key, svc.GetName(), runtime.ErrInvalidSpec)
 		}
 		names[svc.GetName()] = true
-		p, err := planService(r.nodeID, spec, svc)
+		p, err := planService(r.nodeID, cluster, spec, svc)
 		if err != nil {
 			return fmt.Errorf("prepare %s: %w", key, err)
 		}
@@ -302,10 +317,11 @@ func (r *Runtime) ensureVolume(ctx context.Context, jobID, name string) error {
 	} else if !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("inspect volume %s: %w", name, err)
 	}
-	_, err := r.cli.VolumeCreate(ctx, volume.CreateOptions{
-		Name:   name,
-		Labels: map[string]string{runtime.LabelNode: r.nodeID, runtime.LabelJob: jobID},
-	})
+	labels := map[string]string{runtime.LabelNode: r.nodeID, runtime.LabelJob: jobID}
+	if c := r.cluster.Get(); c != "" {
+		labels[runtime.LabelCluster] = c
+	}
+	_, err := r.cli.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: labels})
 	if err != nil {
 		return fmt.Errorf("create volume %s: %w", name, err)
 	}
@@ -313,9 +329,10 @@ func (r *Runtime) ensureVolume(ctx context.Context, jobID, name string) error {
 	return nil
 }
 
-// RemoveJobVolumes removes the named volumes this node created for a job.
-// Remove keeps them because they belong to the job; call this when the job
-// is gone from the node. It fails while a container still uses one.
+// RemoveJobVolumes removes the named volumes this node created for a job
+// (in its cluster, or before cluster ids). Remove keeps them because they
+// belong to the job; call this when the job is gone from the node. It fails
+// while a container still uses one.
 func (r *Runtime) RemoveJobVolumes(ctx context.Context, jobID string) error {
 	vs, err := r.cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(
 		filters.Arg("label", runtime.LabelNode+"="+r.nodeID),
@@ -325,6 +342,9 @@ func (r *Runtime) RemoveJobVolumes(ctx context.Context, jobID string) error {
 		return fmt.Errorf("remove volumes of job %s: %w", jobID, err)
 	}
 	for _, v := range vs.Volumes {
+		if !r.mine(v.Labels) {
+			continue // another cluster's
+		}
 		if err := r.cli.VolumeRemove(ctx, v.Name, false); err != nil && !cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("remove volumes of job %s: %s: %w", jobID, v.Name, err)
 		}

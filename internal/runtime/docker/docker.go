@@ -7,8 +7,10 @@
 //     that is not present on the engine fails Prepare with an error wrapping
 //     runtime.ErrImageNotFound, and nothing is created.
 //   - Prepare creates one container per service, not started, named
-//     norsk-<node>-<job>-<role>-<service> (sanitised for Docker, with a short
-//     hash suffix when sanitising changed the name or it is long) and labelled
+//     norsk-<cluster>-<node>-<job>-<role>-<service> (<cluster> is the first
+//     12 characters of the cluster id; norsk-<node>-<job>-<role>-<service>
+//     while the runtime knows none; sanitised for Docker, with a short hash
+//     suffix when sanitising changed the name or it is long) and labelled
 //     with the runtime.Label* labels. The containers have no Docker restart
 //     policy: the worker's supervisor restarts services itself.
 //   - The service's command becomes the container's entrypoint, its args the
@@ -26,7 +28,12 @@
 //     node adopts the containers an earlier worker process created.
 //
 // Several workers may share one engine: each only sees the containers
-// labelled with its own node id.
+// labelled with its own node id and its own cluster id, or with its node id
+// and no cluster id (made before cluster ids; their names are the old ones).
+// Another cluster's containers of the same node name are never listed,
+// stopped or removed. Named volumes are labelled with the cluster too, but
+// their names do not carry it: two clusters on one engine with a job of the
+// same id share its named volumes.
 package docker
 
 import (
@@ -57,6 +64,9 @@ type Config struct {
 	// NodeID is the node this runtime runs services for (required). It
 	// labels every container, so that several nodes can share one engine.
 	NodeID string
+	// ClusterID is the cluster the node belongs to ("" while the worker
+	// knows none; see runtime.Runtime.SetClusterID).
+	ClusterID string
 	// Client is the engine client to use. When nil, New makes one from the
 	// environment (DOCKER_HOST, …) with API version negotiation, and Close
 	// closes it; a given client is left open.
@@ -72,6 +82,7 @@ type Config struct {
 // Runtime runs services as Docker containers. It is safe for concurrent use.
 type Runtime struct {
 	nodeID     string
+	cluster    runtime.ClusterID
 	cli        *client.Client
 	ownsClient bool
 	log        *slog.Logger
@@ -96,6 +107,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.log = slog.Default()
 	}
 	r.log = r.log.With("runtime", "docker", "node", cfg.NodeID)
+	if err := r.cluster.Set(cfg.ClusterID); err != nil {
+		return nil, fmt.Errorf("docker runtime: %w", err)
+	}
 	if r.advertise == "" {
 		r.advertise = "127.0.0.1"
 	}
@@ -121,6 +135,20 @@ func (r *Runtime) Name() string { return "docker" }
 // Client returns the engine client the runtime uses.
 func (r *Runtime) Client() *client.Client { return r.cli }
 
+// SetClusterID sets the runtime's cluster id once (runtime.Runtime).
+func (r *Runtime) SetClusterID(id string) error {
+	if err := r.cluster.Set(id); err != nil {
+		return fmt.Errorf("docker runtime: %w", err)
+	}
+	return nil
+}
+
+// mine reports whether a container's (or volume's) labels make it one this
+// runtime sees: its node's, of its cluster or of none.
+func (r *Runtime) mine(labels map[string]string) bool {
+	return labels[runtime.LabelNode] == r.nodeID && r.cluster.Owns(labels[runtime.LabelCluster])
+}
+
 // Close closes the engine client when New made it. Containers keep running.
 func (r *Runtime) Close() error {
 	if r.ownsClient {
@@ -129,8 +157,9 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
-// List returns every container labelled with this runtime's node, in every
-// state, ordered by job, role and service.
+// List returns every container labelled with this runtime's node and its
+// cluster (or no cluster), in every state, ordered by job, role and
+// service.
 func (r *Runtime) List(ctx context.Context) ([]runtime.ServiceStatus, error) {
 	cs, err := r.cli.ContainerList(ctx, container.ListOptions{
 		All:     true,
@@ -141,6 +170,9 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.ServiceStatus, error) {
 	}
 	out := make([]runtime.ServiceStatus, 0, len(cs))
 	for _, c := range cs {
+		if !r.mine(c.Labels) {
+			continue // another cluster's
+		}
 		info, err := r.cli.ContainerInspect(ctx, c.ID)
 		if cerrdefs.IsNotFound(err) {
 			continue // removed since the listing
@@ -172,6 +204,7 @@ func (r *Runtime) status(c container.InspectResponse) runtime.ServiceStatus {
 	st := runtime.ServiceStatus{
 		Key:         runtime.Key{JobID: labels[runtime.LabelJob], Role: labels[runtime.LabelRole]},
 		Service:     labels[runtime.LabelService],
+		ClusterID:   labels[runtime.LabelCluster],
 		Token:       parseToken(labels[runtime.LabelToken]),
 		RuntimeRole: labels[runtime.LabelRuntimeRole],
 		Created:     true,
@@ -288,22 +321,30 @@ func (r *Runtime) instanceContainers(ctx context.Context, key runtime.Key) ([]co
 		return nil, fmt.Errorf("list containers of %s: %w", key, err)
 	}
 	// The engine matches label values exactly, but be strict anyway: a
-	// container belongs to the key only if every identity label matches.
+	// container belongs to the key only if every identity label matches,
+	// and to this runtime only if it is of its cluster (or of none).
 	out := cs[:0]
 	for _, c := range cs {
-		if c.Labels[runtime.LabelNode] == r.nodeID && c.Labels[runtime.LabelJob] == key.JobID && c.Labels[runtime.LabelRole] == key.Role {
+		if r.mine(c.Labels) && c.Labels[runtime.LabelJob] == key.JobID && c.Labels[runtime.LabelRole] == key.Role {
 			out = append(out, c)
 		}
 	}
 	return out, nil
 }
 
-// inspectService finds a service's container by its deterministic name and
-// checks that it is the service's (names are sanitised, so two services could
-// in principle share one). A missing container is runtime.ErrNotFound.
+// inspectService finds a service's container by its deterministic name —
+// its cluster's, else the name it had before cluster ids — and checks that
+// it is the service's (names are sanitised, so two services could in
+// principle share one) and this runtime's. A missing container is
+// runtime.ErrNotFound.
 func (r *Runtime) inspectService(ctx context.Context, key runtime.Key, service string) (container.InspectResponse, error) {
-	name := ContainerName(r.nodeID, key, service)
+	cluster := r.cluster.Get()
+	name := ContainerName(cluster, r.nodeID, key, service)
 	c, err := r.cli.ContainerInspect(ctx, name)
+	if cerrdefs.IsNotFound(err) && cluster != "" {
+		name = ContainerName("", r.nodeID, key, service)
+		c, err = r.cli.ContainerInspect(ctx, name)
+	}
 	if cerrdefs.IsNotFound(err) {
 		return c, fmt.Errorf("service %s/%s on node %s: %w", key, service, r.nodeID, runtime.ErrNotFound)
 	}
@@ -319,7 +360,7 @@ func (r *Runtime) inspectService(ctx context.Context, key runtime.Key, service s
 
 func (r *Runtime) owns(c container.InspectResponse, key runtime.Key, service string) bool {
 	l := labelsOf(c)
-	return l[runtime.LabelNode] == r.nodeID && l[runtime.LabelJob] == key.JobID &&
+	return r.mine(l) && l[runtime.LabelJob] == key.JobID &&
 		l[runtime.LabelRole] == key.Role && l[runtime.LabelService] == service
 }
 

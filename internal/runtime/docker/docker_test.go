@@ -85,19 +85,23 @@ func TestContainerName(t *testing.T) {
 	long := strings.Repeat("x", 120)
 	tests := []struct {
 		name    string
+		cluster string
 		node    string
 		key     runtime.Key
 		service string
 		want    string // "" when only the shape is checked
 	}{
-		{"plain", "node1", runtime.Key{JobID: "job.1", Role: "primary"}, "enc", "norsk-node1-job.1-primary-enc"},
-		{"at sign", "worker@host", runtime.Key{JobID: "j", Role: "backup"}, "svc", ""},
-		{"long", "n", runtime.Key{JobID: long, Role: "primary"}, "svc", ""},
+		{"plain", "", "node1", runtime.Key{JobID: "job.1", Role: "primary"}, "enc", "norsk-node1-job.1-primary-enc"},
+		{"at sign", "", "worker@host", runtime.Key{JobID: "j", Role: "backup"}, "svc", ""},
+		{"long", "", "n", runtime.Key{JobID: long, Role: "primary"}, "svc", ""},
+		{"cluster", "0123456789abcdef0123456789abcdef", "node1", runtime.Key{JobID: "job.1", Role: "primary"}, "enc", "norsk-0123456789ab-node1-job.1-primary-enc"},
+		{"other cluster", "fedcba9876543210fedcba9876543210", "node1", runtime.Key{JobID: "job.1", Role: "primary"}, "enc", "norsk-fedcba987654-node1-job.1-primary-enc"},
+		{"long in cluster", "0123456789abcdef0123456789abcdef", "n", runtime.Key{JobID: long, Role: "primary"}, "svc", ""},
 	}
 	seen := map[string]bool{}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := ContainerName(tc.node, tc.key, tc.service)
+			got := ContainerName(tc.cluster, tc.node, tc.key, tc.service)
 			if tc.want != "" && got != tc.want {
 				t.Errorf("ContainerName = %q, want %q", got, tc.want)
 			}
@@ -113,15 +117,15 @@ func TestContainerName(t *testing.T) {
 				t.Errorf("ContainerName = %q twice", got)
 			}
 			seen[got] = true
-			if again := ContainerName(tc.node, tc.key, tc.service); again != got {
+			if again := ContainerName(tc.cluster, tc.node, tc.key, tc.service); again != got {
 				t.Errorf("ContainerName is not deterministic: %q then %q", got, again)
 			}
 		})
 	}
-	if a, b := ContainerName("w@h", runtime.Key{JobID: "j", Role: "r"}, "s"), ContainerName("w_h", runtime.Key{JobID: "j", Role: "r"}, "s"); a == b {
+	if a, b := ContainerName("", "w@h", runtime.Key{JobID: "j", Role: "r"}, "s"), ContainerName("", "w_h", runtime.Key{JobID: "j", Role: "r"}, "s"); a == b {
 		t.Errorf("nodes w@h and w_h share the container name %q", a)
 	}
-	if got := ContainerName("worker@host", runtime.Key{JobID: "j", Role: "backup"}, "svc"); !strings.HasPrefix(got, "norsk-worker_host-j-backup-svc-") {
+	if got := ContainerName("", "worker@host", runtime.Key{JobID: "j", Role: "backup"}, "svc"); !strings.HasPrefix(got, "norsk-worker_host-j-backup-svc-") {
 		t.Errorf("ContainerName = %q, want '@' as '_' and a hash suffix", got)
 	}
 }
@@ -168,11 +172,11 @@ func TestPlanService(t *testing.T) {
 		Job: &managerv1.Job{JobId: "job1", Services: []*managerv1.Service{svc}, Volumes: []string{"shared", "cache"}},
 		Env: map[string]string{"SHARED": "instance", runtime.EnvService: "spoofed"},
 	}
-	p, err := planService("n1", spec, svc)
+	p, err := planService("n1", "c1234567", spec, svc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.name != "norsk-n1-job1-primary-enc" {
+	if p.name != "norsk-c1234567-n1-job1-primary-enc" {
 		t.Errorf("name = %q", p.name)
 	}
 	c, h := p.config, p.host
@@ -185,6 +189,7 @@ func TestPlanService(t *testing.T) {
 	wantLabels := map[string]string{
 		runtime.LabelNode: "n1", runtime.LabelJob: "job1", runtime.LabelRole: "primary",
 		runtime.LabelService: "enc", runtime.LabelToken: "17", runtime.LabelRuntimeRole: "backup",
+		runtime.LabelCluster: "c1234567",
 	}
 	for k, v := range wantLabels {
 		if c.Labels[k] != v {
@@ -225,7 +230,7 @@ func TestPlanService(t *testing.T) {
 
 	// No command or args: the image's own entrypoint and command.
 	bare := &managerv1.Service{Name: "bare", Image: "img"}
-	p, err = planService("n1", spec, bare)
+	p, err = planService("n1", "", spec, bare)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +270,7 @@ func TestVolumesAndEnv(t *testing.T) {
 	if err := rt.Prepare(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	c, err := rt.cli.ContainerInspect(ctx, ContainerName(rt.nodeID, spec.Key, "svc"))
+	c, err := rt.cli.ContainerInspect(ctx, ContainerName(rt.cluster.Get(), rt.nodeID, spec.Key, "svc"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -275,6 +275,12 @@ func (r *Runtime) Remove(ctx context.Context, key runtime.Key) error {
 	if err != nil {
 		return fmt.Errorf("remove %s: %w", key, err)
 	}
+	if f := r.foreign(states); f != nil {
+		// Not this runtime's: absent, as far as it is concerned.
+		r.log.Warn("not removing an instance directory of another node or cluster", "instance", key.String(),
+			"dir", r.instanceDir(key), "node", f.NodeID, "cluster", f.ClusterID)
+		return nil
+	}
 	for _, st := range states {
 		if err := r.kill(ctx, key, st); err != nil {
 			return fmt.Errorf("remove %s: service %s: %w", key, st.Service, err)
@@ -312,6 +318,9 @@ func (r *Runtime) loadService(key runtime.Key, service string) (*serviceState, e
 	}
 	if st.JobID != key.JobID || st.Role != key.Role || st.Service != service {
 		return nil, fmt.Errorf("service %s/%s: state file names %s/%s/%s: %w", key, service, st.JobID, st.Role, st.Service, runtime.ErrNotFound)
+	}
+	if !r.mine(st) {
+		return nil, fmt.Errorf("service %s/%s: state file is of node %s in cluster %q, not this runtime's: %w", key, service, st.NodeID, st.ClusterID, runtime.ErrNotFound)
 	}
 	return st, nil
 }

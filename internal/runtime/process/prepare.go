@@ -58,6 +58,10 @@ func (r *Runtime) Prepare(ctx context.Context, spec runtime.InstanceSpec) error 
 	if err != nil {
 		return fmt.Errorf("prepare %s: %w", key, err)
 	}
+	if f := r.foreign(existing); f != nil {
+		return fmt.Errorf("prepare %s: its directory %s holds service %s of node %s in cluster %q, not this runtime's; it is left alone",
+			key, r.instanceDir(key), f.Service, f.NodeID, f.ClusterID)
+	}
 	current := map[string]bool{}
 	var stale []*serviceState
 	for _, st := range existing {
@@ -248,6 +252,7 @@ func (r *Runtime) newState(spec runtime.InstanceSpec, svc *managerv1.Service, in
 	}
 	return &serviceState{
 		NodeID:      r.nodeID,
+		ClusterID:   r.cluster.Get(),
 		JobID:       spec.Key.JobID,
 		Role:        spec.Key.Role,
 		Service:     svc.GetName(),

@@ -44,8 +44,12 @@
 // # State and adoption
 //
 // Prepare writes a directory per instance under <Dir>/instances, with a JSON
-// state file per service (the spec, token, runtime role, allocated ports,
-// the argv and environment, and once started the pid and start time). Every
+// state file per service (the node and cluster ids, the spec, token, runtime
+// role, allocated ports, the argv and environment, and once started the pid
+// and start time). The runtime sees and acts on only the state files of its
+// node that carry its cluster id or none (written before cluster ids): an
+// instance directory of another cluster is never listed, started, stopped
+// or removed, and Prepare of its key is refused. Every
 // write is atomic (temp file, fsync, rename, fsync of the directory) and made
 // under an flock of the instance's lock file, so that two runtimes over the
 // same directory (a worker and its successor) never tear a file.
@@ -91,6 +95,10 @@ type Config struct {
 	// NodeID is the node this runtime runs services for (required). It is
 	// recorded in every state file; List shows only this node's services.
 	NodeID string
+	// ClusterID is the cluster the node belongs to, recorded in every state
+	// file ("" while the worker knows none; see
+	// runtime.Runtime.SetClusterID).
+	ClusterID string
 	// Dir is the state directory (required): instance directories, logs
 	// and job volumes live under it. It belongs to one node; a worker's
 	// successor must be given the same directory to adopt its services.
@@ -112,6 +120,7 @@ type Config struct {
 type Runtime struct {
 	commandDir string
 	nodeID     string
+	cluster    runtime.ClusterID
 	dir        string
 	log        *slog.Logger
 	advertise  string
@@ -172,14 +181,32 @@ func New(cfg Config) (*Runtime, error) {
 	if cmdDir, err = filepath.Abs(cmdDir); err != nil {
 		return nil, fmt.Errorf("process runtime: command directory: %w", err)
 	}
-	return &Runtime{
+	r := &Runtime{
 		commandDir: cmdDir,
 		nodeID:     cfg.NodeID,
 		dir:        dir,
 		log:        log.With("runtime", "process", "node", cfg.NodeID),
 		advertise:  adv,
 		children:   map[string]*child{},
-	}, nil
+	}
+	if err := r.cluster.Set(cfg.ClusterID); err != nil {
+		return nil, fmt.Errorf("process runtime: %w", err)
+	}
+	return r, nil
+}
+
+// SetClusterID sets the runtime's cluster id once (runtime.Runtime).
+func (r *Runtime) SetClusterID(id string) error {
+	if err := r.cluster.Set(id); err != nil {
+		return fmt.Errorf("process runtime: %w", err)
+	}
+	return nil
+}
+
+// mine reports whether a state file is one this runtime sees: its node's,
+// of its cluster or of none.
+func (r *Runtime) mine(st *serviceState) bool {
+	return st.NodeID == r.nodeID && r.cluster.Owns(st.ClusterID)
 }
 
 // Name returns "process".
@@ -194,7 +221,7 @@ func (r *Runtime) Dir() string { return r.dir }
 func (r *Runtime) Close() error { return nil }
 
 // List reads every state file under the directory and returns this node's
-// services, ordered by job, role and service.
+// services of its cluster (or of none), ordered by job, role and service.
 func (r *Runtime) List(ctx context.Context) ([]runtime.ServiceStatus, error) {
 	states, err := r.allStates()
 	if err != nil {
@@ -202,7 +229,7 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.ServiceStatus, error) {
 	}
 	out := make([]runtime.ServiceStatus, 0, len(states))
 	for _, st := range states {
-		if st.NodeID != r.nodeID {
+		if !r.mine(st) {
 			continue
 		}
 		out = append(out, r.status(st))
@@ -225,6 +252,7 @@ func (r *Runtime) status(st *serviceState) runtime.ServiceStatus {
 	s := runtime.ServiceStatus{
 		Key:         runtime.Key{JobID: st.JobID, Role: st.Role},
 		Service:     st.Service,
+		ClusterID:   st.ClusterID,
 		Token:       st.Token,
 		RuntimeRole: st.RuntimeRole,
 		Created:     true,

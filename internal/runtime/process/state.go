@@ -23,8 +23,11 @@ const stateVersion = 1
 // serviceState is the JSON state file of one service: <service>.json in the
 // instance directory.
 type serviceState struct {
-	Version     int    `json:"version"`
-	NodeID      string `json:"node_id"`
+	Version int    `json:"version"`
+	NodeID  string `json:"node_id"`
+	// ClusterID is the cluster of the worker that prepared the service
+	// ("" when made before cluster ids).
+	ClusterID   string `json:"cluster_id,omitempty"`
 	JobID       string `json:"job_id"`
 	Role        string `json:"role"`
 	Service     string `json:"service"`
@@ -233,6 +236,17 @@ func (r *Runtime) instanceStates(key runtime.Key) ([]*serviceState, error) {
 		}
 	}
 	return out, nil
+}
+
+// foreign returns the first of states this runtime does not own (another
+// node's or another cluster's), or nil.
+func (r *Runtime) foreign(states []*serviceState) *serviceState {
+	for _, st := range states {
+		if !r.mine(st) {
+			return st
+		}
+	}
+	return nil
 }
 
 // allStates reads every state file under the directory, of every node.

@@ -11,8 +11,11 @@
 // SIGTERM once grace has passed; a new runtime over the same node (a
 // restarted worker) lists and adopts a running service and Wait works on it;
 // fencing tokens replace an older instance and refuse an older binding;
-// Remove cleans up; and the runtime's refusals (missing image, invalid spec,
-// unknown service) wrap the runtime package's errors.
+// Remove cleans up; two clusters with a node of the same name over one
+// engine (or directory) never see or touch each other's services, and a
+// service made before cluster ids is seen, and adopted, by the node's
+// runtime whatever its cluster; and the runtime's refusals (missing image,
+// invalid spec, unknown service) wrap the runtime package's errors.
 //
 // Every subtest uses its own node id and job id, so runtimes sharing one
 // engine do not see each other's services, and removes everything it made.
@@ -315,6 +318,7 @@ func Run(t *testing.T, h Harness) {
 		{"FencingTokens", testFencing},
 		{"RemoveCleansUp", testRemove},
 		{"NodesAreIsolated", testIsolation},
+		{"ClustersAreIsolated", testClusters},
 		{"Refusals", testRefusals},
 	}
 	for _, tc := range tests {
@@ -632,6 +636,115 @@ func testIsolation(t *testing.T, h Harness) {
 	}
 	if got := servicesOf(t, ctx, rtA, spec.Key); len(got) != 1 {
 		t.Errorf("node A after node B's Remove: %+v, want its service", got)
+	}
+}
+
+// Cluster ids of testClusters.
+const (
+	clusterA = "aaaaaaaa0000000000000000000000a1"
+	clusterB = "bbbbbbbb0000000000000000000000b2"
+)
+
+// testClusters: two runtimes of one node name, in two clusters, over the
+// same engine or directory (two Managers' workers on one host): neither
+// lists, starts, stops or removes the other's services; a runtime that
+// knows no cluster yet sees neither; a service made without a cluster id
+// (before cluster ids) is seen by every cluster's runtime of the node, which
+// can adopt it (Wait, Stop); and a runtime refuses a second cluster id.
+func testClusters(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	ctx := ctxFor(t)
+	inCluster := func(id string) runtime.Runtime {
+		rt := e.runtime()
+		if err := rt.SetClusterID(id); err != nil {
+			t.Fatalf("SetClusterID(%q): %v", id, err)
+		}
+		return rt
+	}
+	rtA, rtB, rtNone := inCluster(clusterA), inCluster(clusterB), e.runtime()
+
+	specA := e.spec("a", 1, e.service("svc", Behaviour{}))
+	specB := e.spec("b", 1, e.service("svc", Behaviour{}))
+	specOld := e.spec("old", 1, e.service("svc", Behaviour{}))
+	e.removeOnCleanup(rtA, specA.Key)
+	e.removeOnCleanup(rtB, specB.Key)
+	e.removeOnCleanup(rtNone, specOld.Key)
+	for _, x := range []struct {
+		rt   runtime.Runtime
+		spec runtime.InstanceSpec
+	}{{rtA, specA}, {rtB, specB}, {rtNone, specOld}} {
+		if err := x.rt.Prepare(ctx, x.spec); err != nil {
+			t.Fatalf("Prepare %s: %v", x.spec.Key, err)
+		}
+		if _, err := x.rt.StartService(ctx, x.spec.Key, "svc"); err != nil {
+			t.Fatalf("StartService %s: %v", x.spec.Key, err)
+		}
+	}
+
+	keysOf := func(rt runtime.Runtime) map[runtime.Key]string {
+		all, err := rt.List(ctx)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		out := map[runtime.Key]string{}
+		for _, s := range all {
+			if s.Key.JobID == e.jobID {
+				out[s.Key] = s.ClusterID
+			}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name string
+		rt   runtime.Runtime
+		want map[runtime.Key]string
+	}{
+		{"cluster A", rtA, map[runtime.Key]string{specA.Key: clusterA, specOld.Key: ""}},
+		{"cluster B", rtB, map[runtime.Key]string{specB.Key: clusterB, specOld.Key: ""}},
+		{"no cluster", rtNone, map[runtime.Key]string{specOld.Key: ""}},
+	} {
+		if got := keysOf(c.rt); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s lists %v, want %v (key → cluster label)", c.name, got, c.want)
+		}
+	}
+
+	// B acts on A's key as on an absent one.
+	if _, err := rtB.StartService(ctx, specA.Key, "svc"); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("cluster B starts cluster A's service: %v, want ErrNotFound", err)
+	}
+	if err := rtB.StopService(ctx, specA.Key, "svc", time.Second); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("cluster B stops cluster A's service: %v, want ErrNotFound", err)
+	}
+	if err := rtB.Remove(ctx, specA.Key); err != nil {
+		t.Errorf("cluster B's Remove of cluster A's key: %v", err)
+	}
+	if err := rtNone.Remove(ctx, specA.Key); err != nil {
+		t.Errorf("Remove of cluster A's key by a runtime of no cluster: %v", err)
+	}
+	if st, ok := find(t, ctx, rtA, specA.Key, "svc"); !ok || !st.Running {
+		t.Errorf("cluster A's service after the others' Remove: %+v (listed %v), want it running", st, ok)
+	}
+
+	// The service made before cluster ids is adopted by A: waited on and
+	// stopped.
+	waited := waitAsync(ctx, rtA, specOld.Key, "svc")
+	if err := rtA.StopService(ctx, specOld.Key, "svc", time.Second); err != nil {
+		t.Errorf("cluster A stops the service made without a cluster id: %v", err)
+	}
+	select {
+	case r := <-waited:
+		if r.err != nil {
+			t.Errorf("cluster A's Wait on the service made without a cluster id: %v", r.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("cluster A's Wait on the stopped service did not return")
+	}
+
+	if err := rtA.SetClusterID(clusterA); err != nil {
+		t.Errorf("SetClusterID with the same id: %v", err)
+	}
+	if err := rtA.SetClusterID(clusterB); err == nil {
+		t.Error("a runtime of cluster A took cluster B's id")
 	}
 }
 

@@ -36,11 +36,26 @@ func (r *Read) Member(name string) *storev1.MemberRecord {
 
 // Generation is the membership's generation (0 before the cluster was
 // initialised).
-func (r *Read) Generation() uint64 {
+func (r *Read) Generation() uint64 { return r.clusterMeta().GetGeneration() }
+
+// ClusterID is the store's cluster identity ("" before the cluster was
+// initialised, or on a store initialised before cluster ids until the
+// primary's boot work records one).
+func (r *Read) ClusterID() string { return r.clusterMeta().GetClusterId() }
+
+// clusterMeta is the cluster singleton (nil when there is none).
+func (r *Read) clusterMeta() *storev1.ClusterMeta {
 	if raw, err := r.txn.First(tableSingletons, "id", singletonCluster); err == nil && raw != nil {
-		return raw.(*singleton).Msg.(*storev1.ClusterMeta).GetGeneration()
+		return raw.(*singleton).Msg.(*storev1.ClusterMeta)
 	}
-	return 0
+	return nil
+}
+
+// putClusterMeta writes the cluster singleton with a new generation,
+// keeping the cluster id.
+func (t *tx) putClusterMeta(generation uint64) {
+	m := &storev1.ClusterMeta{Generation: generation, ClusterId: t.read().ClusterID()}
+	t.insert(tableSingletons, &singleton{Key: singletonCluster, Msg: m})
 }
 
 // ExpectedMembers lists the names of members that are expected or joined.
@@ -56,11 +71,23 @@ func (r *Read) ExpectedMembers() []string {
 
 func (t *tx) putMember(m *storev1.MemberRecord) { t.insert(tableMembers, m) }
 
-// initCluster records the members a cluster formed with; a cluster already
-// initialised is left as it is.
+// initCluster records the members a cluster formed with and its cluster
+// id. A cluster already initialised is left as it is, except that one
+// initialised before cluster ids gets the command's cluster id, once.
 func (t *tx) initCluster(c *storev1.InitCluster) error {
+	if err := validateClusterID(c.GetClusterId()); err != nil {
+		return err
+	}
 	r := t.read()
 	if len(r.Members()) > 0 || r.Generation() > 0 {
+		if r.ClusterID() == "" && c.GetClusterId() != "" {
+			m := &storev1.ClusterMeta{Generation: 1}
+			if cur := r.clusterMeta(); cur != nil {
+				m = proto.Clone(cur).(*storev1.ClusterMeta)
+			}
+			m.ClusterId = c.GetClusterId()
+			t.insert(tableSingletons, &singleton{Key: singletonCluster, Msg: m})
+		}
 		return nil
 	}
 	for i, m := range c.GetMembers() {
@@ -73,7 +100,24 @@ func (t *tx) initCluster(c *storev1.InitCluster) error {
 		}
 		t.putMember(n)
 	}
-	t.insert(tableSingletons, &singleton{Key: singletonCluster, Msg: &storev1.ClusterMeta{Generation: 1}})
+	t.insert(tableSingletons, &singleton{Key: singletonCluster, Msg: &storev1.ClusterMeta{Generation: 1, ClusterId: c.GetClusterId()}})
+	return nil
+}
+
+// validateClusterID accepts "" (a proposer that made none) or 8 to 64
+// characters of [a-z0-9-].
+func validateClusterID(id string) error {
+	if id == "" {
+		return nil
+	}
+	if len(id) < 8 || len(id) > 64 {
+		return apierr.Invalid("clusterId", "%d characters; want 8 to 64", len(id))
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return apierr.Invalid("clusterId", "only a-z, 0-9 and '-' are allowed")
+		}
+	}
 	return nil
 }
 
@@ -94,7 +138,7 @@ func (t *tx) expectMember(c *storev1.ExpectMember) (*managerv1.AddClusterMemberR
 		return nil, apierr.FailedPreconditionf("member %q is already expected as a %s", c.GetName(), witnessWord(cur.GetWitness()))
 	}
 	if t.read().Generation() == 0 {
-		t.insert(tableSingletons, &singleton{Key: singletonCluster, Msg: &storev1.ClusterMeta{Generation: 1}})
+		t.putClusterMeta(1)
 	}
 	return &managerv1.AddClusterMemberResponse{Members: t.read().ExpectedMembers()}, nil
 }
@@ -134,7 +178,7 @@ func (t *tx) setGeneration(c *storev1.SetGeneration) error {
 	if cur := t.read().Generation(); c.GetGeneration() <= cur {
 		return apierr.FailedPreconditionf("generation %d is not after the current %d", c.GetGeneration(), cur)
 	}
-	t.insert(tableSingletons, &singleton{Key: singletonCluster, Msg: &storev1.ClusterMeta{Generation: c.GetGeneration()}})
+	t.putClusterMeta(c.GetGeneration())
 	return nil
 }
 

@@ -2,6 +2,8 @@ package state
 
 import (
 	"fmt"
+	"unicode/utf8"
+
 	"google.golang.org/protobuf/proto"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -279,7 +281,39 @@ func (t *tx) instanceReports(c *storev1.InstanceReports) (any, error) {
 			stale++
 		}
 	}
+	for _, n := range c.GetNotices() {
+		t.recordNotice(c.GetNodeId(), n)
+	}
 	return stale, nil
+}
+
+// Bounds of a worker notice's kind and message as recorded.
+const (
+	maxNoticeKind    = 64
+	maxNoticeMessage = 1024
+)
+
+// recordNotice writes what a worker did without being asked to the history
+// of the job it names (nothing when the job does not exist).
+func (t *tx) recordNotice(nodeID string, n *managerv1.WorkerNotice) {
+	e := t.entry()
+	e.Event = &managerv1.JobHistoryEntry_Notice{Notice: &managerv1.InstanceNotice{
+		Instance: &managerv1.InstanceRef{Role: n.GetRole(), NodeId: nodeID, FencingToken: n.GetFencingToken()},
+		Kind:     truncateUTF8(n.GetKind(), maxNoticeKind),
+		Message:  truncateUTF8(n.GetMessage(), maxNoticeMessage),
+	}}
+	t.record(n.GetJobId(), e)
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // applyReport applies one worker report; it reports false when the report is

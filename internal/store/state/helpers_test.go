@@ -372,6 +372,8 @@ func entryKind(e *managerv1.JobHistoryEntry) string {
 		return "completed"
 	case *managerv1.JobHistoryEntry_Rejected:
 		return "rejected"
+	case *managerv1.JobHistoryEntry_Notice:
+		return "notice"
 	}
 	return "?"
 }

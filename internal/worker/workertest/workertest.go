@@ -37,6 +37,10 @@ type Manager struct {
 	URL string
 	// HeartbeatIntervalMs is returned in registration answers (0: none).
 	HeartbeatIntervalMs uint32
+	// ClusterID is returned in registration answers (a Manager older than
+	// cluster ids returns none): NewManager makes one; set it before the
+	// first registration to change it.
+	ClusterID string
 
 	srv *httptest.Server
 
@@ -46,6 +50,10 @@ type Manager struct {
 	regs        []Registration
 	refused     int
 	unavailable bool
+	// held: node id → the incarnation whose live stream the Manager holds
+	// (HoldNode).
+	held    map[string]string
+	held409 int
 }
 
 // Node is a worker slot as the fake Manager knows it.
@@ -69,7 +77,7 @@ type Registration struct {
 // NewManager starts a fake Manager, closed when the test ends.
 func NewManager(t testing.TB) *Manager {
 	t.Helper()
-	m := &Manager{tokens: map[string]string{}, nodes: map[string]*Node{}}
+	m := &Manager{tokens: map[string]string{}, nodes: map[string]*Node{}, ClusterID: randomHex(16), held: map[string]string{}}
 	mux := http.NewServeMux()
 	mux.Handle(managerv1connect.ManagerClusterMemberRegisterProcedure,
 		connect.NewUnaryHandler(managerv1connect.ManagerClusterMemberRegisterProcedure, managerHandler{m: m}.ClusterMemberRegister))
@@ -117,6 +125,30 @@ func (m *Manager) Reinstate(nodeID string) {
 	if n := m.nodes[nodeID]; n != nil {
 		n.Deregistered = false
 	}
+}
+
+// HoldNode makes the Manager behave as if it held a live stream with the
+// worker process incarnation of node: registrations of the node by another
+// incarnation are refused (ALREADY_EXISTS, node-held-by-live-worker) until
+// ReleaseNode.
+func (m *Manager) HoldNode(nodeID, incarnation string) {
+	m.mu.Lock()
+	m.held[nodeID] = incarnation
+	m.mu.Unlock()
+}
+
+// ReleaseNode ends HoldNode.
+func (m *Manager) ReleaseNode(nodeID string) {
+	m.mu.Lock()
+	delete(m.held, nodeID)
+	m.mu.Unlock()
+}
+
+// RefusedHeld is how many registrations HoldNode refused.
+func (m *Manager) RefusedHeld() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.held409
 }
 
 // SetUnavailable makes registrations fail with UNAVAILABLE while on.
@@ -184,11 +216,17 @@ func (h managerHandler) ClusterMemberRegister(_ context.Context, req *connect.Re
 	default:
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a registration needs a token or a node secret"))
 	}
+	if inc, ok := m.held[n.ID]; ok && !withToken && inc != msg.GetWorkerIncarnation() {
+		m.held409++
+		ce := connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("node %q already has a live worker process (incarnation %q)", n.ID, inc))
+		ce.Meta().Set(apierr.RefusalHeader, apierr.RefusalNodeHeldByLiveWorker)
+		return nil, ce
+	}
 	n.Address = msg.GetAddress()
 	n.Registrations++
 	n.Last = proto.Clone(msg).(*managerv1.ClusterMemberRegisterRequest)
 	m.regs = append(m.regs, Registration{NodeID: n.ID, WithToken: withToken, Request: n.Last})
-	resp := &managerv1.ClusterMemberRegisterResponse{NodeId: n.ID, NodeName: n.ID, HeartbeatIntervalMs: m.HeartbeatIntervalMs}
+	resp := &managerv1.ClusterMemberRegisterResponse{NodeId: n.ID, NodeName: n.ID, HeartbeatIntervalMs: m.HeartbeatIntervalMs, ClusterId: m.ClusterID}
 	if withToken {
 		resp.NodeSecret = n.Secret
 	}
@@ -196,7 +234,12 @@ func (h managerHandler) ClusterMemberRegister(_ context.Context, req *connect.Re
 }
 
 // Controller is the Manager's side of one Control stream to a worker.
+// Notices (WorkerNotice) are kept apart from the other messages, as the
+// Manager records them apart: Notices and AwaitNotice read them.
 type Controller struct {
+	// ClusterID, if set before Hello, is the hello's cluster id.
+	ClusterID string
+
 	stream *connect.BidiStreamForClient[managerv1.ControllerMessage, managerv1.WorkerMessage]
 	cancel context.CancelFunc
 	tr     *http.Transport
@@ -204,8 +247,10 @@ type Controller struct {
 	done   chan struct{}
 	err    error // why the stream ended; set before done is closed
 
-	mu  sync.Mutex
-	seq uint64
+	mu      sync.Mutex
+	seq     uint64
+	notices []*managerv1.WorkerNotice
+	noticed chan struct{} // signalled at each notice
 	// sendMu serialises the stream's sends (the test's and the automatic
 	// confirmations of stopped reports).
 	sendMu sync.Mutex
@@ -230,7 +275,8 @@ func Dial(ctx context.Context, addr, secret string) *Controller {
 	ctx, cancel := context.WithCancel(ctx)
 	stream := client.Control(ctx)
 	stream.RequestHeader().Set("Authorization", "Bearer "+secret)
-	c := &Controller{stream: stream, cancel: cancel, tr: tr, msgs: make(chan *managerv1.WorkerMessage, 1024), done: make(chan struct{})}
+	c := &Controller{stream: stream, cancel: cancel, tr: tr, msgs: make(chan *managerv1.WorkerMessage, 1024), done: make(chan struct{}),
+		noticed: make(chan struct{}, 1)}
 	go func() {
 		defer close(c.done)
 		for {
@@ -246,6 +292,16 @@ func Dial(ctx context.Context, addr, secret string) *Controller {
 				reports = append(reports, r)
 			}
 			c.confirmStopped(reports)
+			if n := msg.GetNotice(); n != nil {
+				c.mu.Lock()
+				c.notices = append(c.notices, n)
+				c.mu.Unlock()
+				select {
+				case c.noticed <- struct{}{}:
+				default:
+				}
+				continue
+			}
 			select {
 			case c.msgs <- msg:
 			case <-ctx.Done():
@@ -300,7 +356,7 @@ func (c *Controller) Send(msg *managerv1.ControllerMessage) (uint64, error) {
 // Hello sends the Manager's hello and returns the worker's.
 func (c *Controller) Hello(nodeID string, heartbeatMs uint32, timeout time.Duration) (*managerv1.WorkerHello, error) {
 	if _, err := c.Send(&managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_Hello{Hello: &managerv1.ControllerHello{
-		NodeId: nodeID, ManagerNodeName: "fake-manager", HeartbeatIntervalMs: heartbeatMs,
+		NodeId: nodeID, ManagerNodeName: "fake-manager", HeartbeatIntervalMs: heartbeatMs, ClusterId: c.ClusterID,
 	}}}); err != nil {
 		return nil, fmt.Errorf("send hello: %w", err)
 	}
@@ -311,7 +367,41 @@ func (c *Controller) Hello(nodeID string, heartbeatMs uint32, timeout time.Durat
 	return m.GetHello(), nil
 }
 
-// Next returns the next message from the worker.
+// Notices returns the notices the worker has sent on this stream, oldest
+// first.
+func (c *Controller) Notices() []*managerv1.WorkerNotice {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*managerv1.WorkerNotice(nil), c.notices...)
+}
+
+// AwaitNotice waits until the worker has sent a notice of kind for job (any
+// job when ""), and returns it.
+func (c *Controller) AwaitNotice(timeout time.Duration, kind, jobID string) (*managerv1.WorkerNotice, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		for _, n := range c.Notices() {
+			if n.GetKind() == kind && (jobID == "" || n.GetJobId() == jobID) {
+				return n, nil
+			}
+		}
+		select {
+		case <-c.noticed:
+		case <-c.done:
+			for _, n := range c.Notices() {
+				if n.GetKind() == kind && (jobID == "" || n.GetJobId() == jobID) {
+					return n, nil
+				}
+			}
+			return nil, fmt.Errorf("stream ended without a %s notice: %w", kind, c.err)
+		case <-t.C:
+			return nil, fmt.Errorf("no %s notice from the worker within %s (got %v)", kind, timeout, c.Notices())
+		}
+	}
+}
+
+// Next returns the next message from the worker (notices aside).
 func (c *Controller) Next(timeout time.Duration) (*managerv1.WorkerMessage, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()

@@ -231,15 +231,20 @@ func (h *Host) removeInstances(nodeID, dir string) {
 	defer cancel()
 	var rt runtime.Runtime
 	var err error
+	// The worker's cluster: its runtime touches only what carries it.
+	var cluster string
+	if id, idErr := worker.LoadIdentity(dir); idErr == nil && id != nil {
+		cluster = id.ClusterID
+	}
 	if h.cfg.Worker.RuntimeImpl != nil {
 		rt = h.cfg.Worker.RuntimeImpl
 	} else if _, statErr := os.Stat(filepath.Join(dir, "process")); statErr == nil {
-		rt, err = process.New(process.Config{NodeID: nodeID, Dir: filepath.Join(dir, "process"), Logger: h.log, CommandDir: h.cfg.Worker.CommandDir})
+		rt, err = process.New(process.Config{NodeID: nodeID, ClusterID: cluster, Dir: filepath.Join(dir, "process"), Logger: h.log, CommandDir: h.cfg.Worker.CommandDir})
 		if err == nil {
 			defer rt.Close()
 		}
 	} else {
-		rt, err = docker.New(ctx, docker.Config{NodeID: nodeID, Logger: h.log})
+		rt, err = docker.New(ctx, docker.Config{NodeID: nodeID, ClusterID: cluster, Logger: h.log})
 		if err == nil {
 			defer rt.Close()
 		}

@@ -1440,6 +1440,7 @@ type JobHistoryEntry struct {
 	//	*JobHistoryEntry_Stopped
 	//	*JobHistoryEntry_Completed
 	//	*JobHistoryEntry_Rejected
+	//	*JobHistoryEntry_Notice
 	Event         isJobHistoryEntry_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1577,6 +1578,15 @@ func (x *JobHistoryEntry) GetRejected() *JobRejected {
 	return nil
 }
 
+func (x *JobHistoryEntry) GetNotice() *InstanceNotice {
+	if x != nil {
+		if x, ok := x.Event.(*JobHistoryEntry_Notice); ok {
+			return x.Notice
+		}
+	}
+	return nil
+}
+
 type isJobHistoryEntry_Event interface {
 	isJobHistoryEntry_Event()
 }
@@ -1617,6 +1627,10 @@ type JobHistoryEntry_Rejected struct {
 	Rejected *JobRejected `protobuf:"bytes,18,opt,name=rejected,proto3,oneof"`
 }
 
+type JobHistoryEntry_Notice struct {
+	Notice *InstanceNotice `protobuf:"bytes,19,opt,name=notice,proto3,oneof"`
+}
+
 func (*JobHistoryEntry_Created) isJobHistoryEntry_Event() {}
 
 func (*JobHistoryEntry_Updated) isJobHistoryEntry_Event() {}
@@ -1635,6 +1649,80 @@ func (*JobHistoryEntry_Completed) isJobHistoryEntry_Event() {}
 
 func (*JobHistoryEntry_Rejected) isJobHistoryEntry_Event() {}
 
+func (*JobHistoryEntry_Notice) isJobHistoryEntry_Event() {}
+
+// InstanceNotice is what a worker did to (or left alone of) the services of
+// one of the job's instances without being asked, so that nothing happens
+// to a job without a trace in its history.
+type InstanceNotice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node and the token the services carry (0 when not known).
+	Instance *InstanceRef `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
+	// "adopted-unlabelled": services made before cluster ids were adopted
+	// (they carry no cluster id, and Docker cannot add a label);
+	// "kept-unlabelled": services without a cluster id that no record named
+	// were left running, untouched (they may be another Manager's);
+	// "removed-orphan": services of this cluster that no record named were
+	// stopped and removed; "recreated-missing": services the record named
+	// were missing when the worker took the instance over, and were created
+	// and started again.
+	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstanceNotice) Reset() {
+	*x = InstanceNotice{}
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstanceNotice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstanceNotice) ProtoMessage() {}
+
+func (x *InstanceNotice) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstanceNotice.ProtoReflect.Descriptor instead.
+func (*InstanceNotice) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *InstanceNotice) GetInstance() *InstanceRef {
+	if x != nil {
+		return x.Instance
+	}
+	return nil
+}
+
+func (x *InstanceNotice) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *InstanceNotice) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type JobCreated struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1643,7 +1731,7 @@ type JobCreated struct {
 
 func (x *JobCreated) Reset() {
 	*x = JobCreated{}
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[15]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1743,7 @@ func (x *JobCreated) String() string {
 func (*JobCreated) ProtoMessage() {}
 
 func (x *JobCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[15]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1756,7 @@ func (x *JobCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCreated.ProtoReflect.Descriptor instead.
 func (*JobCreated) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 type JobUpdated struct {
@@ -1681,7 +1769,7 @@ type JobUpdated struct {
 
 func (x *JobUpdated) Reset() {
 	*x = JobUpdated{}
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[16]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1781,7 @@ func (x *JobUpdated) String() string {
 func (*JobUpdated) ProtoMessage() {}
 
 func (x *JobUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[16]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1794,7 @@ func (x *JobUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobUpdated.ProtoReflect.Descriptor instead.
 func (*JobUpdated) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobUpdated) GetPreviousHash() int64 {
@@ -1736,7 +1824,7 @@ type InstanceRef struct {
 
 func (x *InstanceRef) Reset() {
 	*x = InstanceRef{}
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[17]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1836,7 @@ func (x *InstanceRef) String() string {
 func (*InstanceRef) ProtoMessage() {}
 
 func (x *InstanceRef) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[17]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1849,7 @@ func (x *InstanceRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceRef.ProtoReflect.Descriptor instead.
 func (*InstanceRef) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InstanceRef) GetRole() string {
@@ -1798,7 +1886,7 @@ type InstanceProvisioned struct {
 
 func (x *InstanceProvisioned) Reset() {
 	*x = InstanceProvisioned{}
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[18]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1898,7 @@ func (x *InstanceProvisioned) String() string {
 func (*InstanceProvisioned) ProtoMessage() {}
 
 func (x *InstanceProvisioned) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[18]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1911,7 @@ func (x *InstanceProvisioned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceProvisioned.ProtoReflect.Descriptor instead.
 func (*InstanceProvisioned) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InstanceProvisioned) GetInstance() *InstanceRef {
@@ -1863,7 +1951,7 @@ type InstancePrepared struct {
 
 func (x *InstancePrepared) Reset() {
 	*x = InstancePrepared{}
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[19]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +1963,7 @@ func (x *InstancePrepared) String() string {
 func (*InstancePrepared) ProtoMessage() {}
 
 func (x *InstancePrepared) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[19]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,7 +1976,7 @@ func (x *InstancePrepared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstancePrepared.ProtoReflect.Descriptor instead.
 func (*InstancePrepared) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InstancePrepared) GetInstance() *InstanceRef {
@@ -1911,7 +1999,7 @@ type InstanceRunning struct {
 
 func (x *InstanceRunning) Reset() {
 	*x = InstanceRunning{}
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[20]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2011,7 @@ func (x *InstanceRunning) String() string {
 func (*InstanceRunning) ProtoMessage() {}
 
 func (x *InstanceRunning) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[20]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2024,7 @@ func (x *InstanceRunning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceRunning.ProtoReflect.Descriptor instead.
 func (*InstanceRunning) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InstanceRunning) GetInstance() *InstanceRef {
@@ -1973,7 +2061,7 @@ type InstanceStopping struct {
 
 func (x *InstanceStopping) Reset() {
 	*x = InstanceStopping{}
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[21]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2073,7 @@ func (x *InstanceStopping) String() string {
 func (*InstanceStopping) ProtoMessage() {}
 
 func (x *InstanceStopping) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[21]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2086,7 @@ func (x *InstanceStopping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceStopping.ProtoReflect.Descriptor instead.
 func (*InstanceStopping) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InstanceStopping) GetInstance() *InstanceRef {
@@ -2040,7 +2128,7 @@ type InstanceStopped struct {
 
 func (x *InstanceStopped) Reset() {
 	*x = InstanceStopped{}
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[22]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2140,7 @@ func (x *InstanceStopped) String() string {
 func (*InstanceStopped) ProtoMessage() {}
 
 func (x *InstanceStopped) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[22]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2153,7 @@ func (x *InstanceStopped) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceStopped.ProtoReflect.Descriptor instead.
 func (*InstanceStopped) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InstanceStopped) GetInstance() *InstanceRef {
@@ -2090,7 +2178,7 @@ type JobCompleted struct {
 
 func (x *JobCompleted) Reset() {
 	*x = JobCompleted{}
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[23]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2190,7 @@ func (x *JobCompleted) String() string {
 func (*JobCompleted) ProtoMessage() {}
 
 func (x *JobCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[23]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2203,7 @@ func (x *JobCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCompleted.ProtoReflect.Descriptor instead.
 func (*JobCompleted) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 type JobRejected struct {
@@ -2127,7 +2215,7 @@ type JobRejected struct {
 
 func (x *JobRejected) Reset() {
 	*x = JobRejected{}
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[24]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2227,7 @@ func (x *JobRejected) String() string {
 func (*JobRejected) ProtoMessage() {}
 
 func (x *JobRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[24]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2240,7 @@ func (x *JobRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRejected.ProtoReflect.Descriptor instead.
 func (*JobRejected) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *JobRejected) GetReason() string {
@@ -2195,7 +2283,7 @@ type Instance struct {
 
 func (x *Instance) Reset() {
 	*x = Instance{}
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[25]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2295,7 @@ func (x *Instance) String() string {
 func (*Instance) ProtoMessage() {}
 
 func (x *Instance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[25]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2308,7 @@ func (x *Instance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Instance.ProtoReflect.Descriptor instead.
 func (*Instance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Instance) GetJobId() string {
@@ -2361,7 +2449,7 @@ type JobWithHistory struct {
 
 func (x *JobWithHistory) Reset() {
 	*x = JobWithHistory{}
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[26]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2461,7 @@ func (x *JobWithHistory) String() string {
 func (*JobWithHistory) ProtoMessage() {}
 
 func (x *JobWithHistory) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_job_proto_msgTypes[26]
+	mi := &file_norsk_manager_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2474,7 @@ func (x *JobWithHistory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobWithHistory.ProtoReflect.Descriptor instead.
 func (*JobWithHistory) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *JobWithHistory) GetJob() *Job {
@@ -2497,7 +2585,7 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\tpublished\x18\x03 \x01(\rR\tpublished\x126\n" +
 	"\bprotocol\x18\x04 \x01(\x0e2\x1a.norsk.manager.v1.ProtocolR\bprotocol\"Y\n" +
 	"\x14ResolvedPortMappings\x12A\n" +
-	"\bmappings\x18\x01 \x03(\v2%.norsk.manager.v1.ResolvedPortMappingR\bmappings\"\xa8\x05\n" +
+	"\bmappings\x18\x01 \x03(\v2%.norsk.manager.v1.ResolvedPortMappingR\bmappings\"\xe4\x05\n" +
 	"\x0fJobHistoryEntry\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x128\n" +
@@ -2510,8 +2598,13 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\bstopping\x18\x0f \x01(\v2\".norsk.manager.v1.InstanceStoppingH\x00R\bstopping\x12=\n" +
 	"\astopped\x18\x10 \x01(\v2!.norsk.manager.v1.InstanceStoppedH\x00R\astopped\x12>\n" +
 	"\tcompleted\x18\x11 \x01(\v2\x1e.norsk.manager.v1.JobCompletedH\x00R\tcompleted\x12;\n" +
-	"\brejected\x18\x12 \x01(\v2\x1d.norsk.manager.v1.JobRejectedH\x00R\brejectedB\a\n" +
-	"\x05event\"\f\n" +
+	"\brejected\x18\x12 \x01(\v2\x1d.norsk.manager.v1.JobRejectedH\x00R\brejected\x12:\n" +
+	"\x06notice\x18\x13 \x01(\v2 .norsk.manager.v1.InstanceNoticeH\x00R\x06noticeB\a\n" +
+	"\x05event\"y\n" +
+	"\x0eInstanceNotice\x129\n" +
+	"\binstance\x18\x01 \x01(\v2\x1d.norsk.manager.v1.InstanceRefR\binstance\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\f\n" +
 	"\n" +
 	"JobCreated\"E\n" +
 	"\n" +
@@ -2629,7 +2722,7 @@ func file_norsk_manager_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_norsk_manager_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_norsk_manager_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_norsk_manager_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_norsk_manager_v1_job_proto_goTypes = []any{
 	(JobState)(0),                 // 0: norsk.manager.v1.JobState
 	(TerminalKind)(0),             // 1: norsk.manager.v1.TerminalKind
@@ -2653,36 +2746,37 @@ var file_norsk_manager_v1_job_proto_goTypes = []any{
 	(*ResolvedPortMapping)(nil),   // 19: norsk.manager.v1.ResolvedPortMapping
 	(*ResolvedPortMappings)(nil),  // 20: norsk.manager.v1.ResolvedPortMappings
 	(*JobHistoryEntry)(nil),       // 21: norsk.manager.v1.JobHistoryEntry
-	(*JobCreated)(nil),            // 22: norsk.manager.v1.JobCreated
-	(*JobUpdated)(nil),            // 23: norsk.manager.v1.JobUpdated
-	(*InstanceRef)(nil),           // 24: norsk.manager.v1.InstanceRef
-	(*InstanceProvisioned)(nil),   // 25: norsk.manager.v1.InstanceProvisioned
-	(*InstancePrepared)(nil),      // 26: norsk.manager.v1.InstancePrepared
-	(*InstanceRunning)(nil),       // 27: norsk.manager.v1.InstanceRunning
-	(*InstanceStopping)(nil),      // 28: norsk.manager.v1.InstanceStopping
-	(*InstanceStopped)(nil),       // 29: norsk.manager.v1.InstanceStopped
-	(*JobCompleted)(nil),          // 30: norsk.manager.v1.JobCompleted
-	(*JobRejected)(nil),           // 31: norsk.manager.v1.JobRejected
-	(*Instance)(nil),              // 32: norsk.manager.v1.Instance
-	(*JobWithHistory)(nil),        // 33: norsk.manager.v1.JobWithHistory
-	nil,                           // 34: norsk.manager.v1.Job.TagsEntry
-	nil,                           // 35: norsk.manager.v1.Service.EnvEntry
-	nil,                           // 36: norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry
-	nil,                           // 37: norsk.manager.v1.InstanceStopped.ExitCodesEntry
-	nil,                           // 38: norsk.manager.v1.Instance.ServicePortMappingsEntry
-	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
-	(*PlacementEvent)(nil),        // 40: norsk.manager.v1.PlacementEvent
+	(*InstanceNotice)(nil),        // 22: norsk.manager.v1.InstanceNotice
+	(*JobCreated)(nil),            // 23: norsk.manager.v1.JobCreated
+	(*JobUpdated)(nil),            // 24: norsk.manager.v1.JobUpdated
+	(*InstanceRef)(nil),           // 25: norsk.manager.v1.InstanceRef
+	(*InstanceProvisioned)(nil),   // 26: norsk.manager.v1.InstanceProvisioned
+	(*InstancePrepared)(nil),      // 27: norsk.manager.v1.InstancePrepared
+	(*InstanceRunning)(nil),       // 28: norsk.manager.v1.InstanceRunning
+	(*InstanceStopping)(nil),      // 29: norsk.manager.v1.InstanceStopping
+	(*InstanceStopped)(nil),       // 30: norsk.manager.v1.InstanceStopped
+	(*JobCompleted)(nil),          // 31: norsk.manager.v1.JobCompleted
+	(*JobRejected)(nil),           // 32: norsk.manager.v1.JobRejected
+	(*Instance)(nil),              // 33: norsk.manager.v1.Instance
+	(*JobWithHistory)(nil),        // 34: norsk.manager.v1.JobWithHistory
+	nil,                           // 35: norsk.manager.v1.Job.TagsEntry
+	nil,                           // 36: norsk.manager.v1.Service.EnvEntry
+	nil,                           // 37: norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry
+	nil,                           // 38: norsk.manager.v1.InstanceStopped.ExitCodesEntry
+	nil,                           // 39: norsk.manager.v1.Instance.ServicePortMappingsEntry
+	(*timestamppb.Timestamp)(nil), // 40: google.protobuf.Timestamp
+	(*PlacementEvent)(nil),        // 41: norsk.manager.v1.PlacementEvent
 }
 var file_norsk_manager_v1_job_proto_depIdxs = []int32{
-	34, // 0: norsk.manager.v1.Job.tags:type_name -> norsk.manager.v1.Job.TagsEntry
+	35, // 0: norsk.manager.v1.Job.tags:type_name -> norsk.manager.v1.Job.TagsEntry
 	0,  // 1: norsk.manager.v1.Job.state:type_name -> norsk.manager.v1.JobState
 	9,  // 2: norsk.manager.v1.Job.services:type_name -> norsk.manager.v1.Service
 	15, // 3: norsk.manager.v1.Job.auto_placement:type_name -> norsk.manager.v1.AutoPlacement
 	8,  // 4: norsk.manager.v1.Job.terminal_state:type_name -> norsk.manager.v1.TerminalState
-	39, // 5: norsk.manager.v1.Job.start_date_time:type_name -> google.protobuf.Timestamp
+	40, // 5: norsk.manager.v1.Job.start_date_time:type_name -> google.protobuf.Timestamp
 	1,  // 6: norsk.manager.v1.TerminalState.kind:type_name -> norsk.manager.v1.TerminalKind
-	39, // 7: norsk.manager.v1.TerminalState.at:type_name -> google.protobuf.Timestamp
-	35, // 8: norsk.manager.v1.Service.env:type_name -> norsk.manager.v1.Service.EnvEntry
+	40, // 7: norsk.manager.v1.TerminalState.at:type_name -> google.protobuf.Timestamp
+	36, // 8: norsk.manager.v1.Service.env:type_name -> norsk.manager.v1.Service.EnvEntry
 	13, // 9: norsk.manager.v1.Service.ports:type_name -> norsk.manager.v1.PortMapping
 	14, // 10: norsk.manager.v1.Service.volume_mounts:type_name -> norsk.manager.v1.VolumeMount
 	10, // 11: norsk.manager.v1.Service.restart:type_name -> norsk.manager.v1.RestartPolicy
@@ -2694,40 +2788,42 @@ var file_norsk_manager_v1_job_proto_depIdxs = []int32{
 	16, // 17: norsk.manager.v1.JobRequirements.required_capabilities:type_name -> norsk.manager.v1.CapabilityRequirement
 	3,  // 18: norsk.manager.v1.ResolvedPortMapping.protocol:type_name -> norsk.manager.v1.Protocol
 	19, // 19: norsk.manager.v1.ResolvedPortMappings.mappings:type_name -> norsk.manager.v1.ResolvedPortMapping
-	39, // 20: norsk.manager.v1.JobHistoryEntry.timestamp:type_name -> google.protobuf.Timestamp
-	22, // 21: norsk.manager.v1.JobHistoryEntry.created:type_name -> norsk.manager.v1.JobCreated
-	23, // 22: norsk.manager.v1.JobHistoryEntry.updated:type_name -> norsk.manager.v1.JobUpdated
-	25, // 23: norsk.manager.v1.JobHistoryEntry.provisioned:type_name -> norsk.manager.v1.InstanceProvisioned
-	26, // 24: norsk.manager.v1.JobHistoryEntry.prepared:type_name -> norsk.manager.v1.InstancePrepared
-	27, // 25: norsk.manager.v1.JobHistoryEntry.running:type_name -> norsk.manager.v1.InstanceRunning
-	28, // 26: norsk.manager.v1.JobHistoryEntry.stopping:type_name -> norsk.manager.v1.InstanceStopping
-	29, // 27: norsk.manager.v1.JobHistoryEntry.stopped:type_name -> norsk.manager.v1.InstanceStopped
-	30, // 28: norsk.manager.v1.JobHistoryEntry.completed:type_name -> norsk.manager.v1.JobCompleted
-	31, // 29: norsk.manager.v1.JobHistoryEntry.rejected:type_name -> norsk.manager.v1.JobRejected
-	24, // 30: norsk.manager.v1.InstanceProvisioned.instance:type_name -> norsk.manager.v1.InstanceRef
-	24, // 31: norsk.manager.v1.InstancePrepared.instance:type_name -> norsk.manager.v1.InstanceRef
-	24, // 32: norsk.manager.v1.InstanceRunning.instance:type_name -> norsk.manager.v1.InstanceRef
-	36, // 33: norsk.manager.v1.InstanceRunning.service_port_mappings:type_name -> norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry
-	24, // 34: norsk.manager.v1.InstanceStopping.instance:type_name -> norsk.manager.v1.InstanceRef
-	4,  // 35: norsk.manager.v1.InstanceStopping.reason:type_name -> norsk.manager.v1.StoppingReason
-	24, // 36: norsk.manager.v1.InstanceStopped.instance:type_name -> norsk.manager.v1.InstanceRef
-	37, // 37: norsk.manager.v1.InstanceStopped.exit_codes:type_name -> norsk.manager.v1.InstanceStopped.ExitCodesEntry
-	5,  // 38: norsk.manager.v1.Instance.desired:type_name -> norsk.manager.v1.InstanceDesired
-	6,  // 39: norsk.manager.v1.Instance.phase:type_name -> norsk.manager.v1.InstancePhase
-	38, // 40: norsk.manager.v1.Instance.service_port_mappings:type_name -> norsk.manager.v1.Instance.ServicePortMappingsEntry
-	4,  // 41: norsk.manager.v1.Instance.stop_reason:type_name -> norsk.manager.v1.StoppingReason
-	39, // 42: norsk.manager.v1.Instance.bound_at:type_name -> google.protobuf.Timestamp
-	40, // 43: norsk.manager.v1.Instance.placement:type_name -> norsk.manager.v1.PlacementEvent
-	7,  // 44: norsk.manager.v1.JobWithHistory.job:type_name -> norsk.manager.v1.Job
-	21, // 45: norsk.manager.v1.JobWithHistory.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	32, // 46: norsk.manager.v1.JobWithHistory.instances:type_name -> norsk.manager.v1.Instance
-	20, // 47: norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	20, // 48: norsk.manager.v1.Instance.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	49, // [49:49] is the sub-list for method output_type
-	49, // [49:49] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	40, // 20: norsk.manager.v1.JobHistoryEntry.timestamp:type_name -> google.protobuf.Timestamp
+	23, // 21: norsk.manager.v1.JobHistoryEntry.created:type_name -> norsk.manager.v1.JobCreated
+	24, // 22: norsk.manager.v1.JobHistoryEntry.updated:type_name -> norsk.manager.v1.JobUpdated
+	26, // 23: norsk.manager.v1.JobHistoryEntry.provisioned:type_name -> norsk.manager.v1.InstanceProvisioned
+	27, // 24: norsk.manager.v1.JobHistoryEntry.prepared:type_name -> norsk.manager.v1.InstancePrepared
+	28, // 25: norsk.manager.v1.JobHistoryEntry.running:type_name -> norsk.manager.v1.InstanceRunning
+	29, // 26: norsk.manager.v1.JobHistoryEntry.stopping:type_name -> norsk.manager.v1.InstanceStopping
+	30, // 27: norsk.manager.v1.JobHistoryEntry.stopped:type_name -> norsk.manager.v1.InstanceStopped
+	31, // 28: norsk.manager.v1.JobHistoryEntry.completed:type_name -> norsk.manager.v1.JobCompleted
+	32, // 29: norsk.manager.v1.JobHistoryEntry.rejected:type_name -> norsk.manager.v1.JobRejected
+	22, // 30: norsk.manager.v1.JobHistoryEntry.notice:type_name -> norsk.manager.v1.InstanceNotice
+	25, // 31: norsk.manager.v1.InstanceNotice.instance:type_name -> norsk.manager.v1.InstanceRef
+	25, // 32: norsk.manager.v1.InstanceProvisioned.instance:type_name -> norsk.manager.v1.InstanceRef
+	25, // 33: norsk.manager.v1.InstancePrepared.instance:type_name -> norsk.manager.v1.InstanceRef
+	25, // 34: norsk.manager.v1.InstanceRunning.instance:type_name -> norsk.manager.v1.InstanceRef
+	37, // 35: norsk.manager.v1.InstanceRunning.service_port_mappings:type_name -> norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry
+	25, // 36: norsk.manager.v1.InstanceStopping.instance:type_name -> norsk.manager.v1.InstanceRef
+	4,  // 37: norsk.manager.v1.InstanceStopping.reason:type_name -> norsk.manager.v1.StoppingReason
+	25, // 38: norsk.manager.v1.InstanceStopped.instance:type_name -> norsk.manager.v1.InstanceRef
+	38, // 39: norsk.manager.v1.InstanceStopped.exit_codes:type_name -> norsk.manager.v1.InstanceStopped.ExitCodesEntry
+	5,  // 40: norsk.manager.v1.Instance.desired:type_name -> norsk.manager.v1.InstanceDesired
+	6,  // 41: norsk.manager.v1.Instance.phase:type_name -> norsk.manager.v1.InstancePhase
+	39, // 42: norsk.manager.v1.Instance.service_port_mappings:type_name -> norsk.manager.v1.Instance.ServicePortMappingsEntry
+	4,  // 43: norsk.manager.v1.Instance.stop_reason:type_name -> norsk.manager.v1.StoppingReason
+	40, // 44: norsk.manager.v1.Instance.bound_at:type_name -> google.protobuf.Timestamp
+	41, // 45: norsk.manager.v1.Instance.placement:type_name -> norsk.manager.v1.PlacementEvent
+	7,  // 46: norsk.manager.v1.JobWithHistory.job:type_name -> norsk.manager.v1.Job
+	21, // 47: norsk.manager.v1.JobWithHistory.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	33, // 48: norsk.manager.v1.JobWithHistory.instances:type_name -> norsk.manager.v1.Instance
+	20, // 49: norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	20, // 50: norsk.manager.v1.Instance.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	51, // [51:51] is the sub-list for method output_type
+	51, // [51:51] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_job_proto_init() }
@@ -2752,6 +2848,7 @@ func file_norsk_manager_v1_job_proto_init() {
 		(*JobHistoryEntry_Stopped)(nil),
 		(*JobHistoryEntry_Completed)(nil),
 		(*JobHistoryEntry_Rejected)(nil),
+		(*JobHistoryEntry_Notice)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2759,7 +2856,7 @@ func file_norsk_manager_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_job_proto_rawDesc), len(file_norsk_manager_v1_job_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -2119,9 +2119,15 @@ type ClusterMemberRegisterRequest struct {
 	// NodeController stream with. When the Manager runs TLS it signs it with
 	// its cluster CA: the worker then serves TLS with that certificate and
 	// accepts only the Manager's client certificate (mutual TLS).
-	CsrDer        []byte `protobuf:"bytes,9,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CsrDer []byte `protobuf:"bytes,9,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
+	// The worker process's incarnation (WorkerHello.worker_incarnation).
+	// While the Manager holds a live stream with another incarnation of the
+	// node, a registration with the node secret is refused with
+	// ALREADY_EXISTS (the Norsk-Refusal header says node-held-by-live-worker):
+	// one worker process per node identity.
+	WorkerIncarnation string `protobuf:"bytes,10,opt,name=worker_incarnation,json=workerIncarnation,proto3" json:"worker_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ClusterMemberRegisterRequest) Reset() {
@@ -2217,6 +2223,13 @@ func (x *ClusterMemberRegisterRequest) GetCsrDer() []byte {
 	return nil
 }
 
+func (x *ClusterMemberRegisterRequest) GetWorkerIncarnation() string {
+	if x != nil {
+		return x.WorkerIncarnation
+	}
+	return ""
+}
+
 type ClusterMemberRegisterResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2230,8 +2243,10 @@ type ClusterMemberRegisterResponse struct {
 	// (DER), when the Manager runs TLS and the request carried a CSR.
 	CertificateDer    []byte   `protobuf:"bytes,5,opt,name=certificate_der,json=certificateDer,proto3" json:"certificate_der,omitempty"`
 	CaCertificatesDer [][]byte `protobuf:"bytes,6,rep,name=ca_certificates_der,json=caCertificatesDer,proto3" json:"ca_certificates_der,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The store's cluster id (ControllerHello.cluster_id).
+	ClusterId     string `protobuf:"bytes,7,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterMemberRegisterResponse) Reset() {
@@ -2304,6 +2319,13 @@ func (x *ClusterMemberRegisterResponse) GetCaCertificatesDer() [][]byte {
 		return x.CaCertificatesDer
 	}
 	return nil
+}
+
+func (x *ClusterMemberRegisterResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type ListClusterNodesRequest struct {
@@ -4228,7 +4250,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\"L\n" +
 	"\x1bRegisterClusterNodeResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\"\xe1\x02\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"\x90\x03\n" +
 	"\x1cClusterMemberRegisterRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1f\n" +
 	"\vnode_secret\x18\x02 \x01(\tR\n" +
@@ -4239,7 +4261,9 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\aruntime\x18\x06 \x01(\tR\aruntime\x12%\n" +
 	"\x0eworker_version\x18\a \x01(\tR\rworkerVersion\x12\x1c\n" +
 	"\treconnect\x18\b \x01(\bR\treconnect\x12\x17\n" +
-	"\acsr_der\x18\t \x01(\fR\x06csrDer\"\x83\x02\n" +
+	"\acsr_der\x18\t \x01(\fR\x06csrDer\x12-\n" +
+	"\x12worker_incarnation\x18\n" +
+	" \x01(\tR\x11workerIncarnation\"\xa2\x02\n" +
 	"\x1dClusterMemberRegisterResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1f\n" +
 	"\vnode_secret\x18\x02 \x01(\tR\n" +
@@ -4247,7 +4271,9 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tnode_name\x18\x03 \x01(\tR\bnodeName\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x04 \x01(\rR\x13heartbeatIntervalMs\x12'\n" +
 	"\x0fcertificate_der\x18\x05 \x01(\fR\x0ecertificateDer\x12.\n" +
-	"\x13ca_certificates_der\x18\x06 \x03(\fR\x11caCertificatesDer\"\x19\n" +
+	"\x13ca_certificates_der\x18\x06 \x03(\fR\x11caCertificatesDer\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\a \x01(\tR\tclusterId\"\x19\n" +
 	"\x17ListClusterNodesRequest\"O\n" +
 	"\x18ListClusterNodesResponse\x123\n" +
 	"\x05slots\x18\x01 \x03(\v2\x1d.norsk.manager.v1.ClusterSlotR\x05slots\"7\n" +

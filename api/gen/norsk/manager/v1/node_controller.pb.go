@@ -1090,8 +1090,12 @@ type ControllerHello struct {
 	// take the stream back from the new one).
 	ManagerTerm       uint64 `protobuf:"varint,5,opt,name=manager_term,json=managerTerm,proto3" json:"manager_term,omitempty"`
 	ManagerGeneration uint64 `protobuf:"varint,6,opt,name=manager_generation,json=managerGeneration,proto3" json:"manager_generation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The store's cluster id (empty from a Manager older than cluster ids).
+	// The worker remembers it and labels everything it creates with it; a
+	// worker that already belongs to another cluster refuses the stream.
+	ClusterId     string `protobuf:"bytes,7,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ControllerHello) Reset() {
@@ -1164,6 +1168,13 @@ func (x *ControllerHello) GetManagerGeneration() uint64 {
 		return x.ManagerGeneration
 	}
 	return 0
+}
+
+func (x *ControllerHello) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type StartInstance struct {
@@ -1541,6 +1552,7 @@ type WorkerMessage struct {
 	//	*WorkerMessage_Heartbeat
 	//	*WorkerMessage_Ack
 	//	*WorkerMessage_Migration
+	//	*WorkerMessage_Notice
 	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1628,6 +1640,15 @@ func (x *WorkerMessage) GetMigration() *MigrationReport {
 	return nil
 }
 
+func (x *WorkerMessage) GetNotice() *WorkerNotice {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_Notice); ok {
+			return x.Notice
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Msg interface {
 	isWorkerMessage_Msg()
 }
@@ -1652,6 +1673,10 @@ type WorkerMessage_Migration struct {
 	Migration *MigrationReport `protobuf:"bytes,14,opt,name=migration,proto3,oneof"`
 }
 
+type WorkerMessage_Notice struct {
+	Notice *WorkerNotice `protobuf:"bytes,15,opt,name=notice,proto3,oneof"`
+}
+
 func (*WorkerMessage_Hello) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Report) isWorkerMessage_Msg() {}
@@ -1662,6 +1687,89 @@ func (*WorkerMessage_Ack) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Migration) isWorkerMessage_Msg() {}
 
+func (*WorkerMessage_Notice) isWorkerMessage_Msg() {}
+
+// WorkerNotice says what the worker did, or left alone, that no command
+// asked for: kept until a stream is up, sent once, written to the job's
+// history (InstanceNotice) when the job exists. Not acknowledged.
+type WorkerNotice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	JobId string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Role  string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// The token the services carry (0 when unknown).
+	FencingToken uint64 `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// See InstanceNotice.kind.
+	Kind          string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerNotice) Reset() {
+	*x = WorkerNotice{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerNotice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerNotice) ProtoMessage() {}
+
+func (x *WorkerNotice) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerNotice.ProtoReflect.Descriptor instead.
+func (*WorkerNotice) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WorkerNotice) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *WorkerNotice) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *WorkerNotice) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *WorkerNotice) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *WorkerNotice) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type WorkerHello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -1670,14 +1778,19 @@ type WorkerHello struct {
 	Runtime       string                 `protobuf:"bytes,4,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	WorkerVersion string                 `protobuf:"bytes,5,opt,name=worker_version,json=workerVersion,proto3" json:"worker_version,omitempty"`
 	// Every instance the worker holds, whatever its phase.
-	Inventory     []*InstanceReport `protobuf:"bytes,6,rep,name=inventory,proto3" json:"inventory,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Inventory []*InstanceReport `protobuf:"bytes,6,rep,name=inventory,proto3" json:"inventory,omitempty"`
+	// Made at random when the worker process starts: two processes with one
+	// node identity have different ones. The Manager accepts one live
+	// session per node identity (ClusterMemberRegisterRequest's field of
+	// that name).
+	WorkerIncarnation string `protobuf:"bytes,7,opt,name=worker_incarnation,json=workerIncarnation,proto3" json:"worker_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WorkerHello) Reset() {
 	*x = WorkerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1802,7 @@ func (x *WorkerHello) String() string {
 func (*WorkerHello) ProtoMessage() {}
 
 func (x *WorkerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1815,7 @@ func (x *WorkerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
 func (*WorkerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{18}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkerHello) GetNodeId() string {
@@ -1747,6 +1860,13 @@ func (x *WorkerHello) GetInventory() []*InstanceReport {
 	return nil
 }
 
+func (x *WorkerHello) GetWorkerIncarnation() string {
+	if x != nil {
+		return x.WorkerIncarnation
+	}
+	return ""
+}
+
 // InstanceReport is an instance's phase as the worker sees it.
 type InstanceReport struct {
 	state               protoimpl.MessageState           `protogen:"open.v1"`
@@ -1769,7 +1889,7 @@ type InstanceReport struct {
 
 func (x *InstanceReport) Reset() {
 	*x = InstanceReport{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1901,7 @@ func (x *InstanceReport) String() string {
 func (*InstanceReport) ProtoMessage() {}
 
 func (x *InstanceReport) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1914,7 @@ func (x *InstanceReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReport.ProtoReflect.Descriptor instead.
 func (*InstanceReport) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{19}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InstanceReport) GetJobId() string {
@@ -1879,7 +1999,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2011,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2024,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{20}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Heartbeat) GetLoad() *NodeLoad {
@@ -1934,7 +2054,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2066,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2079,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{21}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CommandAck) GetSeq() uint64 {
@@ -2057,14 +2177,16 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\aaddress\x18\x04 \x01(\tR\aaddress\"\x86\x01\n" +
 	"\x13AccessReplicaUpdate\x12L\n" +
 	"\vpublication\x18\x01 \x01(\v2*.norsk.manager.v1.AccessReplicaPublicationR\vpublication\x12!\n" +
-	"\ftrusted_jwks\x18\x02 \x01(\tR\vtrustedJwks\"\xff\x01\n" +
+	"\ftrusted_jwks\x18\x02 \x01(\tR\vtrustedJwks\"\x9e\x02\n" +
 	"\x0fControllerHello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
 	"\x11manager_node_name\x18\x02 \x01(\tR\x0fmanagerNodeName\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x03 \x01(\rR\x13heartbeatIntervalMs\x12!\n" +
 	"\fmanager_urls\x18\x04 \x03(\tR\vmanagerUrls\x12!\n" +
 	"\fmanager_term\x18\x05 \x01(\x04R\vmanagerTerm\x12-\n" +
-	"\x12manager_generation\x18\x06 \x01(\x04R\x11managerGeneration\"\xbf\x02\n" +
+	"\x12manager_generation\x18\x06 \x01(\x04R\x11managerGeneration\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\a \x01(\tR\tclusterId\"\xbf\x02\n" +
 	"\rStartInstance\x12'\n" +
 	"\x03job\x18\x01 \x01(\v2\x15.norsk.manager.v1.JobR\x03job\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12!\n" +
@@ -2092,22 +2214,30 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\"G\n" +
 	"\tTerminate\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\"\n" +
-	"\fderegistered\x18\x02 \x01(\bR\fderegistered\"\xbb\x02\n" +
+	"\fderegistered\x18\x02 \x01(\bR\fderegistered\"\xf5\x02\n" +
 	"\rWorkerMessage\x125\n" +
 	"\x05hello\x18\n" +
 	" \x01(\v2\x1d.norsk.manager.v1.WorkerHelloH\x00R\x05hello\x12:\n" +
 	"\x06report\x18\v \x01(\v2 .norsk.manager.v1.InstanceReportH\x00R\x06report\x12;\n" +
 	"\theartbeat\x18\f \x01(\v2\x1b.norsk.manager.v1.HeartbeatH\x00R\theartbeat\x120\n" +
 	"\x03ack\x18\r \x01(\v2\x1c.norsk.manager.v1.CommandAckH\x00R\x03ack\x12A\n" +
-	"\tmigration\x18\x0e \x01(\v2!.norsk.manager.v1.MigrationReportH\x00R\tmigrationB\x05\n" +
-	"\x03msg\"\xa1\x02\n" +
+	"\tmigration\x18\x0e \x01(\v2!.norsk.manager.v1.MigrationReportH\x00R\tmigration\x128\n" +
+	"\x06notice\x18\x0f \x01(\v2\x1e.norsk.manager.v1.WorkerNoticeH\x00R\x06noticeB\x05\n" +
+	"\x03msg\"\x8c\x01\n" +
+	"\fWorkerNotice\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\xd0\x02\n" +
 	"\vWorkerHello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x126\n" +
 	"\bhardware\x18\x02 \x01(\v2\x1a.norsk.manager.v1.HardwareR\bhardware\x12@\n" +
 	"\fcapabilities\x18\x03 \x03(\v2\x1c.norsk.manager.v1.CapabilityR\fcapabilities\x12\x18\n" +
 	"\aruntime\x18\x04 \x01(\tR\aruntime\x12%\n" +
 	"\x0eworker_version\x18\x05 \x01(\tR\rworkerVersion\x12>\n" +
-	"\tinventory\x18\x06 \x03(\v2 .norsk.manager.v1.InstanceReportR\tinventory\"\xa2\x05\n" +
+	"\tinventory\x18\x06 \x03(\v2 .norsk.manager.v1.InstanceReportR\tinventory\x12-\n" +
+	"\x12worker_incarnation\x18\a \x01(\tR\x11workerIncarnation\"\xa2\x05\n" +
 	"\x0eInstanceReport\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
@@ -2161,7 +2291,7 @@ func file_norsk_manager_v1_node_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_norsk_manager_v1_node_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_norsk_manager_v1_node_controller_proto_goTypes = []any{
 	(MigrationReportKind)(0),         // 0: norsk.manager.v1.MigrationReportKind
 	(*ControllerMessage)(nil),        // 1: norsk.manager.v1.ControllerMessage
@@ -2182,20 +2312,21 @@ var file_norsk_manager_v1_node_controller_proto_goTypes = []any{
 	(*UpdateInstance)(nil),           // 16: norsk.manager.v1.UpdateInstance
 	(*Terminate)(nil),                // 17: norsk.manager.v1.Terminate
 	(*WorkerMessage)(nil),            // 18: norsk.manager.v1.WorkerMessage
-	(*WorkerHello)(nil),              // 19: norsk.manager.v1.WorkerHello
-	(*InstanceReport)(nil),           // 20: norsk.manager.v1.InstanceReport
-	(*Heartbeat)(nil),                // 21: norsk.manager.v1.Heartbeat
-	(*CommandAck)(nil),               // 22: norsk.manager.v1.CommandAck
-	nil,                              // 23: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	nil,                              // 24: norsk.manager.v1.InstanceReport.ExitCodesEntry
-	(*AccessReplicaPublication)(nil), // 25: norsk.manager.v1.AccessReplicaPublication
-	(*Job)(nil),                      // 26: norsk.manager.v1.Job
-	(StoppingReason)(0),              // 27: norsk.manager.v1.StoppingReason
-	(*Hardware)(nil),                 // 28: norsk.manager.v1.Hardware
-	(*Capability)(nil),               // 29: norsk.manager.v1.Capability
-	(InstancePhase)(0),               // 30: norsk.manager.v1.InstancePhase
-	(*NodeLoad)(nil),                 // 31: norsk.manager.v1.NodeLoad
-	(*ResolvedPortMappings)(nil),     // 32: norsk.manager.v1.ResolvedPortMappings
+	(*WorkerNotice)(nil),             // 19: norsk.manager.v1.WorkerNotice
+	(*WorkerHello)(nil),              // 20: norsk.manager.v1.WorkerHello
+	(*InstanceReport)(nil),           // 21: norsk.manager.v1.InstanceReport
+	(*Heartbeat)(nil),                // 22: norsk.manager.v1.Heartbeat
+	(*CommandAck)(nil),               // 23: norsk.manager.v1.CommandAck
+	nil,                              // 24: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	nil,                              // 25: norsk.manager.v1.InstanceReport.ExitCodesEntry
+	(*AccessReplicaPublication)(nil), // 26: norsk.manager.v1.AccessReplicaPublication
+	(*Job)(nil),                      // 27: norsk.manager.v1.Job
+	(StoppingReason)(0),              // 28: norsk.manager.v1.StoppingReason
+	(*Hardware)(nil),                 // 29: norsk.manager.v1.Hardware
+	(*Capability)(nil),               // 30: norsk.manager.v1.Capability
+	(InstancePhase)(0),               // 31: norsk.manager.v1.InstancePhase
+	(*NodeLoad)(nil),                 // 32: norsk.manager.v1.NodeLoad
+	(*ResolvedPortMappings)(nil),     // 33: norsk.manager.v1.ResolvedPortMappings
 }
 var file_norsk_manager_v1_node_controller_proto_depIdxs = []int32{
 	12, // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
@@ -2214,31 +2345,32 @@ var file_norsk_manager_v1_node_controller_proto_depIdxs = []int32{
 	5,  // 13: norsk.manager.v1.ControllerMessage.migration_abort:type_name -> norsk.manager.v1.MigrationAbort
 	0,  // 14: norsk.manager.v1.MigrationReport.kind:type_name -> norsk.manager.v1.MigrationReportKind
 	9,  // 15: norsk.manager.v1.ReportsRecorded.reports:type_name -> norsk.manager.v1.RecordedReport
-	25, // 16: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	26, // 17: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
-	27, // 18: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
-	26, // 19: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
-	19, // 20: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
-	20, // 21: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
-	21, // 22: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
-	22, // 23: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
+	26, // 16: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	27, // 17: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
+	28, // 18: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
+	27, // 19: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
+	20, // 20: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
+	21, // 21: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
+	22, // 22: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
+	23, // 23: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
 	6,  // 24: norsk.manager.v1.WorkerMessage.migration:type_name -> norsk.manager.v1.MigrationReport
-	28, // 25: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
-	29, // 26: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
-	20, // 27: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
-	30, // 28: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
-	23, // 29: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	27, // 30: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
-	24, // 31: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
-	31, // 32: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
-	32, // 33: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	1,  // 34: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
-	18, // 35: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
-	35, // [35:36] is the sub-list for method output_type
-	34, // [34:35] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	19, // 25: norsk.manager.v1.WorkerMessage.notice:type_name -> norsk.manager.v1.WorkerNotice
+	29, // 26: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
+	30, // 27: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
+	21, // 28: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
+	31, // 29: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
+	24, // 30: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	28, // 31: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
+	25, // 32: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
+	32, // 33: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
+	33, // 34: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	1,  // 35: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
+	18, // 36: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
+	36, // [36:37] is the sub-list for method output_type
+	35, // [35:36] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_node_controller_proto_init() }
@@ -2271,6 +2403,7 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 		(*WorkerMessage_Heartbeat)(nil),
 		(*WorkerMessage_Ack)(nil),
 		(*WorkerMessage_Migration)(nil),
+		(*WorkerMessage_Notice)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2278,7 +2411,7 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_node_controller_proto_rawDesc), len(file_norsk_manager_v1_node_controller_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1437,8 +1437,13 @@ func (x *MemberRecord) GetAddedBy() string {
 // ClusterMeta is the membership's generation: 1 for a cluster as it was
 // formed, one more at every forced recovery.
 type ClusterMeta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Generation    uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Generation uint64                 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The store's cluster identity: made (at random, by the boot code that
+	// proposes InitCluster) when the store is bootstrapped, and never changed.
+	// Workers label everything they create with it and touch nothing that
+	// carries another (decision 0027).
+	ClusterId     string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1480,11 +1485,22 @@ func (x *ClusterMeta) GetGeneration() uint64 {
 	return 0
 }
 
+func (x *ClusterMeta) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
 // InitCluster records the members a cluster was formed with (its first
-// primary proposes it), at generation 1.
+// primary proposes it), at generation 1, and the cluster id the proposer
+// made. On a store initialised before cluster ids existed (no cluster_id
+// recorded) it records only the cluster id; otherwise an initialised store
+// is left as it is.
 type InitCluster struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Members       []*MemberRecord        `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	ClusterId     string                 `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1524,6 +1540,13 @@ func (x *InitCluster) GetMembers() []*MemberRecord {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *InitCluster) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 // ExpectMember records that the cluster expects a member that is not yet in
@@ -3137,9 +3160,13 @@ func (x *MarkJobFailed) GetReason() string {
 // InstanceReports are phase reports a worker sent, applied only where the
 // fencing token is the instance's current one.
 type InstanceReports struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Reports       []*v1.InstanceReport   `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	NodeId  string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Reports []*v1.InstanceReport   `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	// What the worker did to services that nothing asked it to (adopting
+	// services made before cluster ids, removing ones no record named, …):
+	// written to the history of the job each names, when the job exists.
+	Notices       []*v1.WorkerNotice `protobuf:"bytes,3,rep,name=notices,proto3" json:"notices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3184,6 +3211,13 @@ func (x *InstanceReports) GetNodeId() string {
 func (x *InstanceReports) GetReports() []*v1.InstanceReport {
 	if x != nil {
 		return x.Reports
+	}
+	return nil
+}
+
+func (x *InstanceReports) GetNotices() []*v1.WorkerNotice {
+	if x != nil {
+		return x.Notices
 	}
 	return nil
 }
@@ -4879,13 +4913,17 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\x12\x18\n" +
 	"\awitness\x18\x04 \x01(\bR\awitness\x12\x16\n" +
 	"\x06status\x18\x05 \x01(\tR\x06status\x12\x19\n" +
-	"\badded_by\x18\x06 \x01(\tR\aaddedBy\"-\n" +
+	"\badded_by\x18\x06 \x01(\tR\aaddedBy\"L\n" +
 	"\vClusterMeta\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
-	"generation\"E\n" +
+	"generation\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\"d\n" +
 	"\vInitCluster\x126\n" +
-	"\amembers\x18\x01 \x03(\v2\x1c.norsk.store.v1.MemberRecordR\amembers\"L\n" +
+	"\amembers\x18\x01 \x03(\v2\x1c.norsk.store.v1.MemberRecordR\amembers\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\"L\n" +
 	"\fExpectMember\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\awitness\x18\x02 \x01(\bR\awitness\x12\x0e\n" +
@@ -4985,10 +5023,11 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\">\n" +
 	"\rMarkJobFailed\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"f\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa0\x01\n" +
 	"\x0fInstanceReports\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12:\n" +
-	"\areports\x18\x02 \x03(\v2 .norsk.manager.v1.InstanceReportR\areports\"\xe4\x02\n" +
+	"\areports\x18\x02 \x03(\v2 .norsk.manager.v1.InstanceReportR\areports\x128\n" +
+	"\anotices\x18\x03 \x03(\v2\x1e.norsk.manager.v1.WorkerNoticeR\anotices\"\xe4\x02\n" +
 	"\fRegisterSlot\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x12\n" +
@@ -5208,15 +5247,16 @@ var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*v1.MigrationReport)(nil),          // 75: norsk.manager.v1.MigrationReport
 	(*v1.MigrationState)(nil),           // 76: norsk.manager.v1.MigrationState
 	(*v1.InstanceReport)(nil),           // 77: norsk.manager.v1.InstanceReport
-	(*v1.Hardware)(nil),                 // 78: norsk.manager.v1.Hardware
-	(*v1.Capability)(nil),               // 79: norsk.manager.v1.Capability
-	(*v1.WorkerHello)(nil),              // 80: norsk.manager.v1.WorkerHello
-	(*v1.JobHistoryEntry)(nil),          // 81: norsk.manager.v1.JobHistoryEntry
-	(*v1.Node)(nil),                     // 82: norsk.manager.v1.Node
-	(*v1.Instance)(nil),                 // 83: norsk.manager.v1.Instance
-	(*v1.AuditLogEntry)(nil),            // 84: norsk.manager.v1.AuditLogEntry
-	(*v1.AuditCheckpoint)(nil),          // 85: norsk.manager.v1.AuditCheckpoint
-	(*v1.KvEntry)(nil),                  // 86: norsk.manager.v1.KvEntry
+	(*v1.WorkerNotice)(nil),             // 78: norsk.manager.v1.WorkerNotice
+	(*v1.Hardware)(nil),                 // 79: norsk.manager.v1.Hardware
+	(*v1.Capability)(nil),               // 80: norsk.manager.v1.Capability
+	(*v1.WorkerHello)(nil),              // 81: norsk.manager.v1.WorkerHello
+	(*v1.JobHistoryEntry)(nil),          // 82: norsk.manager.v1.JobHistoryEntry
+	(*v1.Node)(nil),                     // 83: norsk.manager.v1.Node
+	(*v1.Instance)(nil),                 // 84: norsk.manager.v1.Instance
+	(*v1.AuditLogEntry)(nil),            // 85: norsk.manager.v1.AuditLogEntry
+	(*v1.AuditCheckpoint)(nil),          // 86: norsk.manager.v1.AuditCheckpoint
+	(*v1.KvEntry)(nil),                  // 87: norsk.manager.v1.KvEntry
 }
 var file_norsk_store_v1_store_proto_depIdxs = []int32{
 	66,  // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
@@ -5286,44 +5326,45 @@ var file_norsk_store_v1_store_proto_depIdxs = []int32{
 	75,  // 64: norsk.store.v1.MigrationReports.reports:type_name -> norsk.manager.v1.MigrationReport
 	76,  // 65: norsk.store.v1.PutMigration.migration:type_name -> norsk.manager.v1.MigrationState
 	77,  // 66: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
-	78,  // 67: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
-	64,  // 68: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
-	78,  // 69: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
-	79,  // 70: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
-	80,  // 71: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
-	65,  // 72: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
-	73,  // 73: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
-	81,  // 74: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	66,  // 75: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
-	66,  // 76: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
-	82,  // 77: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
-	55,  // 78: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
-	53,  // 79: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
-	83,  // 80: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
-	54,  // 81: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
-	56,  // 82: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
-	84,  // 83: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
-	60,  // 84: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
-	61,  // 85: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
-	62,  // 86: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
-	63,  // 87: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
-	58,  // 88: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
-	69,  // 89: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
-	59,  // 90: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
-	10,  // 91: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
-	11,  // 92: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
-	67,  // 93: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
-	9,   // 94: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
-	76,  // 95: norsk.store.v1.SnapshotRecord.migration:type_name -> norsk.manager.v1.MigrationState
-	68,  // 96: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
-	70,  // 97: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	85,  // 98: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
-	86,  // 99: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
-	100, // [100:100] is the sub-list for method output_type
-	100, // [100:100] is the sub-list for method input_type
-	100, // [100:100] is the sub-list for extension type_name
-	100, // [100:100] is the sub-list for extension extendee
-	0,   // [0:100] is the sub-list for field type_name
+	78,  // 67: norsk.store.v1.InstanceReports.notices:type_name -> norsk.manager.v1.WorkerNotice
+	79,  // 68: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
+	64,  // 69: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
+	79,  // 70: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
+	80,  // 71: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
+	81,  // 72: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
+	65,  // 73: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
+	73,  // 74: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
+	82,  // 75: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	66,  // 76: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
+	66,  // 77: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
+	83,  // 78: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
+	55,  // 79: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
+	53,  // 80: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
+	84,  // 81: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
+	54,  // 82: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
+	56,  // 83: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
+	85,  // 84: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
+	60,  // 85: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
+	61,  // 86: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
+	62,  // 87: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
+	63,  // 88: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
+	58,  // 89: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
+	69,  // 90: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
+	59,  // 91: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
+	10,  // 92: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
+	11,  // 93: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
+	67,  // 94: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
+	9,   // 95: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
+	76,  // 96: norsk.store.v1.SnapshotRecord.migration:type_name -> norsk.manager.v1.MigrationState
+	68,  // 97: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
+	70,  // 98: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	86,  // 99: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
+	87,  // 100: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
+	101, // [101:101] is the sub-list for method output_type
+	101, // [101:101] is the sub-list for method input_type
+	101, // [101:101] is the sub-list for extension type_name
+	101, // [101:101] is the sub-list for extension extendee
+	0,   // [0:101] is the sub-list for field type_name
 }
 
 func init() { file_norsk_store_v1_store_proto_init() }
