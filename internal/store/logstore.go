@@ -3,7 +3,11 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -173,6 +177,9 @@ func (d *diskLog) reopenLocked() error {
 			return diskFullError(d.dir, d.mount, free, d.need, d.segment)
 		}
 	}
+	if f.full {
+		d.dropEmptyTail()
+	}
 	nw, err := d.open()
 	if err != nil {
 		d.log.Warn("the raft log does not re-open yet", "dir", d.dir, "err", err)
@@ -210,6 +217,35 @@ func (d *diskLog) reopenLocked() error {
 	d.log.Info("the raft log is re-opened and takes writes again", "dir", d.dir, "last_index", f.last,
 		"wedged_for", now.Sub(f.at).Round(time.Millisecond).String())
 	return nil
+}
+
+// dropEmptyTail removes the newest segment file when nothing was ever
+// committed to it (its header, written with the first commit, is still
+// zeros): the remains of a segment whose preallocation met a full disk. The
+// re-open then creates it again, preallocated, instead of appending to a
+// file that has no space reserved.
+func (d *diskLog) dropEmptyTail() {
+	segs, err := filepath.Glob(filepath.Join(d.dir, "*.wal"))
+	if err != nil || len(segs) == 0 {
+		return
+	}
+	slices.Sort(segs) // raft-wal names them by base index, then id
+	tail := segs[len(segs)-1]
+	f, err := os.Open(tail)
+	if err != nil {
+		return
+	}
+	hdr := make([]byte, 32)
+	n, _ := io.ReadFull(f, hdr)
+	_ = f.Close()
+	for _, b := range hdr[:n] {
+		if b != 0 {
+			return
+		}
+	}
+	if err := os.Remove(tail); err == nil {
+		d.log.Info("removed a raft-log segment that was never written (its preallocation failed); the re-open creates it again", "file", tail)
+	}
 }
 
 // DeleteRange deletes entries min..max (a prefix or a suffix of the log).
