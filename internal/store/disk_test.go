@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
 	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/types"
 
 	"github.com/norsk-go/norsk-manager/internal/apierr"
@@ -371,5 +373,98 @@ func TestFullDiskOnASmallFilesystem(t *testing.T) {
 				t.Error("the last acknowledged commit is lost")
 			}
 		})
+	}
+}
+
+// flakyMeta is raft-wal's meta database with a switch that makes its
+// writes fail, as on a full disk.
+type flakyMeta struct {
+	*metadb.BoltMetaDB
+	fail atomic.Bool
+}
+
+func (m *flakyMeta) CommitState(s types.PersistentState) error {
+	if m.fail.Load() {
+		return &os.PathError{Op: "write", Path: "wal-meta.db", Err: syscall.ENOSPC}
+	}
+	return m.BoltMetaDB.CommitState(s)
+}
+
+// TestLogFinishesACutShortRotation: when raft-wal seals its tail segment
+// but cannot record the seal in its meta database (a full disk, or the
+// process dying between the two writes), raft-wal refuses every append
+// with "segment is sealed" — after a re-open, and after a restart. The log
+// wrapper finishes the rotation (records the seal the file holds) before
+// it re-opens, and the log takes appends again, keeping every entry.
+func TestLogFinishesACutShortRotation(t *testing.T) {
+	dir := t.TempDir()
+	m := &flakyMeta{BoltMetaDB: &metadb.BoltMetaDB{}}
+	defer m.Close()
+	open := func() (walBackend, error) {
+		return wal.Open(dir, wal.WithMetaStore(m), wal.WithSegmentSize(16<<10), wal.WithLogger(hclogger(quiet, "raft-wal")))
+	}
+	w, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now atomic.Int64
+	d := &diskLog{dir: dir, mount: dir, segment: 16 << 10, need: 1, log: quiet, cur: w, open: open,
+		repair: func() (bool, error) { return sealRotation(dir, m, quiet) },
+		free:   func() (uint64, error) { return 1 << 40, nil },
+		now:    func() time.Time { return time.Unix(0, now.Load()) },
+	}
+	next := uint64(1)
+	store := func() error {
+		l := &raft.Log{Index: next, Term: 1, Type: raft.LogCommand, Data: make([]byte, 1000)}
+		if err := d.StoreLogs([]*raft.Log{l}); err != nil {
+			return err
+		}
+		next++
+		return nil
+	}
+	for range 5 {
+		if err := store(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.fail.Store(true)
+	for i := 0; i < 40 && err == nil; i++ {
+		err = store()
+	}
+	if err == nil {
+		t.Fatal("40 appends of 1000 bytes did not fill a 16 KiB segment")
+	}
+	m.fail.Store(false)
+	now.Add(int64(time.Second))
+	if err := store(); err != nil {
+		t.Fatalf("regression: the log stays wedged after its segment rotation was cut short: %v", err)
+	}
+	for range 20 {
+		if err := store(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w, err = open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if first, _ := w.FirstIndex(); first != 1 {
+		t.Errorf("first index after a restart %d, want 1", first)
+	}
+	if last, _ := w.LastIndex(); last != next-1 {
+		t.Errorf("last index after a restart %d, want %d", last, next-1)
+	}
+	var l raft.Log
+	for i := uint64(1); i < next; i++ {
+		if err := w.GetLog(i, &l); err != nil || l.Index != i {
+			t.Fatalf("entry %d after a restart: %v (%d)", i, err, l.Index)
+		}
+	}
+	if err := w.StoreLogs([]*raft.Log{{Index: next, Term: 1, Type: raft.LogCommand, Data: []byte("x")}}); err != nil {
+		t.Errorf("an append after a restart: %v", err)
 	}
 }

@@ -49,7 +49,8 @@ const reopenEvery = 200 * time.Millisecond
 // (its 64 MiB preallocation meets a full disk) leaves the tail sealed
 // (every later append is refused with "segment is sealed"). Only opening
 // the WAL again recovers it: that reads the files back, drops whatever was
-// not committed, and creates a missing tail segment. raft, meanwhile,
+// not committed, and creates a missing tail segment (a rotation whose meta
+// write failed is finished first: sealRotation). raft, meanwhile,
 // answers each refused append by stepping down (a leader) or by refusing
 // its leader's entries (a follower), and retries; diskLog re-opens the WAL
 // at the first retry that finds enough free space, and says why a write
@@ -65,9 +66,12 @@ type diskLog struct {
 	// created); need the free space a re-open after a full disk waits for.
 	segment, need uint64
 	open          func() (walBackend, error)
-	free          func() (uint64, error)
-	now           func() time.Time
-	log           *slog.Logger
+	// repair, if set, finishes a segment rotation raft-wal left half done
+	// (sealRotation) before a re-open after "segment is sealed".
+	repair func() (bool, error)
+	free   func() (uint64, error)
+	now    func() time.Time
+	log    *slog.Logger
 	// hook, if set, sees each batch of entries before it is stored (tests
 	// alter entries with it).
 	hook func([]*raft.Log)
@@ -179,6 +183,11 @@ func (d *diskLog) reopenLocked() error {
 	}
 	if f.full {
 		d.dropEmptyTail()
+	}
+	if errors.Is(f.err, wal.ErrSealed) && d.repair != nil {
+		if _, err := d.repair(); err != nil {
+			d.log.Warn("the raft log's last segment rotation cannot be finished yet", "dir", d.dir, "err", err)
+		}
 	}
 	nw, err := d.open()
 	if err != nil {

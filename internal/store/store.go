@@ -246,7 +246,8 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("store: open raft log in %s: %w", walDir, unreadable(err))
 	}
 	logs := &diskLog{dir: walDir, mount: mountPoint(walDir), segment: uint64(segmentSize), need: uint64(segmentSize) + diskReserve,
-		open: openWAL, free: func() (uint64, error) { return free(walDir) }, now: time.Now, log: logger, hook: cfg.logHook, cur: w}
+		open: openWAL, free: func() (uint64, error) { return free(walDir) }, now: time.Now, log: logger, hook: cfg.logHook, cur: w,
+		repair: func() (bool, error) { return sealRotation(walDir, meta, logger) }}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(snapDir, 3, hclogger(cfg.Logger, "raft-snapshots"))
 	if err != nil {
 		_ = logs.Close()
