@@ -88,6 +88,19 @@ func TestFullDiskIsReportedAndHealsByItself(t *testing.T) {
 		t.Errorf("healthz on the full disk: %d %v", code, body)
 	}
 
+	// A restart on the full disk: the member boots and serves reads; writes
+	// are still refused, saying why.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, c = stStart(t, stConfig(mnt, nil))
+	if got, err := c.KvGet(ctx, connect.NewRequest(&managerv1.KvGetRequest{Namespace: "ns", Key: "before"})); err != nil || string(got.Msg.GetEntry().GetValue()) != "v" {
+		t.Errorf("a read after a restart on the full disk: %v %v", got, err)
+	}
+	if err := put("while-full"); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("a write after a restart on the full disk: %v, want RESOURCE_EXHAUSTED", err)
+	}
+
 	// Space comes back: the member takes writes again by itself.
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)

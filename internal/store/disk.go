@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/norsk-go/norsk-manager/internal/apierr"
 )
@@ -23,6 +25,31 @@ func diskSpace(dir string) (uint64, error) {
 		return 0, fmt.Errorf("statfs %s: %w", dir, err)
 	}
 	return uint64(st.Bavail) * uint64(st.Bsize), nil
+}
+
+// cachedSpace answers diskSpace from a reading at most maxAge old: Apply
+// asks at every write, and a statfs costs a few microseconds.
+type cachedSpace struct {
+	maxAge time.Duration
+	mu     sync.Mutex
+	at     time.Time
+	dir    string
+	free   uint64
+}
+
+func (c *cachedSpace) get(dir string) (uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if c.dir == dir && now.Sub(c.at) < c.maxAge {
+		return c.free, nil
+	}
+	free, err := diskSpace(dir)
+	if err != nil {
+		return 0, err
+	}
+	c.dir, c.at, c.free = dir, now, free
+	return free, nil
 }
 
 // mountPoint is the directory where the filesystem holding dir is mounted

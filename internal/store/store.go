@@ -227,7 +227,7 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	free := cfg.freeSpace
 	if free == nil {
-		free = diskSpace
+		free = (&cachedSpace{maxAge: 25 * time.Millisecond}).get
 	}
 	vfs := cfg.walVFS
 	if vfs == nil {
