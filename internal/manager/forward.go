@@ -51,6 +51,11 @@ func (s *Server) apply(ctx context.Context, cmd *storev1.Command) (state.Result,
 	if !s.cfg.clustered() || st.IsLeader() {
 		return s.applyAsPrimary(ctx, st, cmd)
 	}
+	// A follower applies the write too before it answers: one whose own
+	// store cannot (a full disk, a damaged log) says so now.
+	if err := st.WriteError(); err != nil {
+		return state.Result{}, err
+	}
 	data, err := proto.Marshal(cmd)
 	if err != nil {
 		return state.Result{}, fmt.Errorf("encode command: %w", err)

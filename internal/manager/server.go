@@ -406,6 +406,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		provMetrics: newProviderMetrics(m.reg),
 		boot:        &managerv1.BootReport{BootedAt: timestamppb.New(cfg.Clock.Now())},
 	}
+	registerStoreMetrics(m.reg, s.st)
 	s.url = cfg.AdvertiseURL
 	if s.url == "" {
 		s.url = tlsSt.scheme() + "://" + advertiseAddr(ln.Addr())
@@ -546,6 +547,12 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusServiceUnavailable
 	} else {
 		st["primaryMember"] = leader
+	}
+	// A member that cannot take writes because of its own store says why.
+	if status, detail := storeHealth(s.st()); status != "" {
+		st["status"] = status
+		st["store"] = detail
+		code = http.StatusServiceUnavailable
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)

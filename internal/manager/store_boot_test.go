@@ -103,6 +103,18 @@ var stCorruptions = []struct {
 			b[i] ^= 0xFF
 		})
 	}},
+	{"a committed value altered, still decoding", func(t *testing.T, raftDir string) {
+		// Issue 12 item 4: 16 bytes of job bravo's description are
+		// overwritten. The command still decodes (it is valid UTF-8), so
+		// only its checksum tells.
+		stPatchSegment(t, raftDir, func(b []byte) {
+			i := bytes.Index(b, []byte(strings.Repeat("d", 200)))
+			if i < 0 {
+				t.Fatal("bravo's description not found in the segment")
+			}
+			copy(b[i+100:], "XXXXXXXXXXXXXXXX")
+		})
+	}},
 	{"a log entry's encoding damaged", func(t *testing.T, raftDir string) {
 		// The entry's data length (raft-wal's codec: index, term, type,
 		// len(data), data) is made far longer than the entry. The data is

@@ -100,6 +100,8 @@ func (s *Store) WaitApplied(ctx context.Context, index uint64) error {
 			return apierr.New(apierr.DeadlineExceeded, "this member had not applied index %d in time", index)
 		case <-s.closedCh:
 			return apierr.Unavailablef("the store closed")
+		case <-s.fsm.haltedCh:
+			return apierr.New(apierr.DataLoss, "%v", s.fsm.Halted())
 		case <-applied:
 		case <-time.After(5 * time.Millisecond):
 			// Raft's own index moves on entries the state never sees
@@ -115,7 +117,7 @@ func (s *Store) WaitApplied(ctx context.Context, index uint64) error {
 func (s *Store) lastCommandAtOrBefore(index, floor uint64) uint64 {
 	for i := index; i > floor; i-- {
 		var l raft.Log
-		if err := s.wal.GetLog(i, &l); err != nil {
+		if err := s.log.GetLog(i, &l); err != nil {
 			return floor
 		}
 		if l.Type == raft.LogCommand {
@@ -199,6 +201,9 @@ func RecoverStandalone(cfg Config) (uint64, error) {
 	f := &fsm{st: state.New(cfg.Limits), broker: events.New(16), logger: logger}
 	conf := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: addr, Suffrage: raft.Voter}}}
 	if err := raft.RecoverCluster(rc, f, w, w, snaps, trans, conf); err != nil {
+		if h := f.Halted(); h != nil {
+			return 0, fmt.Errorf("recover the cluster as %s alone: %v: %w", cfg.MemberID, h, ErrUnreadable)
+		}
 		return 0, fmt.Errorf("recover the cluster as %s alone: %w", cfg.MemberID, err)
 	}
 	return f.st.Snapshot().Index(), nil
@@ -270,10 +275,21 @@ func (s *Store) watchLeader() {
 	go func() {
 		defer close(s.watchDone)
 		defer s.raft.DeregisterObserver(o)
+		halted := s.fsm.haltedCh
 		for {
 			select {
 			case <-s.closedCh:
 				return
+			case <-halted:
+				// A member whose log is damaged takes no further part:
+				// it neither votes nor leads nor acknowledges entries it
+				// would not apply. Its peers carry on without it.
+				halted = nil
+				s.logger.Error("STORE HALTED: shutting raft down on this member; restart it to rejoin with a fresh copy or restore a backup",
+					"err", s.fsm.Halted())
+				if err := s.raft.Shutdown().Error(); err != nil {
+					s.logger.Warn("raft shutdown after the halt", "err", err)
+				}
 			case <-obs:
 				s.leaderMu.Lock()
 				close(s.leaderCh)

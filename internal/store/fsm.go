@@ -29,6 +29,12 @@ type fsm struct {
 	// corruptAt is the index of the first log entry that did not decode (0
 	// if none): Open refuses a store whose log replays one.
 	corruptAt atomic.Uint64
+	// halted is set at the first entry that fails its checksum: from then
+	// on nothing is applied (the state stays the consistent prefix before
+	// it) and no snapshot is taken. haltedCh is closed then.
+	halted   atomic.Pointer[haltError]
+	haltedCh chan struct{}
+	haltOnce sync.Once
 
 	// applied is closed (and replaced) whenever the state's index moves:
 	// WaitApplied waits on it instead of polling.
@@ -58,11 +64,59 @@ func (f *fsm) notifyApplied() {
 
 var _ raft.FSM = (*fsm)(nil)
 
+// haltError says why and where a member stopped applying its log.
+type haltError struct {
+	index uint64
+	err   error
+}
+
+func (h *haltError) Error() string {
+	return fmt.Sprintf("this member stopped applying its raft log at entry %d: %v; its copy of the store is damaged "+
+		"(restart it: a cluster member rejoins with a fresh copy, a standalone one restores its newest backup)", h.index, h.err)
+}
+
+func (h *haltError) Unwrap() error { return h.err }
+
+// Halted is the reason this FSM stopped applying (nil while it applies).
+func (f *fsm) Halted() error {
+	if h := f.halted.Load(); h != nil {
+		return h
+	}
+	return nil
+}
+
+// halt stops applying at entry index, once, and says so loudly.
+func (f *fsm) halt(index uint64, err error) *haltError {
+	h := &haltError{index: index, err: err}
+	if !f.halted.CompareAndSwap(nil, h) {
+		return f.halted.Load()
+	}
+	f.logger.Error("STORE HALTED: a raft log entry fails its checksum; this member applies nothing more and must be restarted "+
+		"(its copy of the store is damaged and would diverge from the other members)", "index", index, "err", err)
+	f.haltOnce.Do(func() {
+		if f.haltedCh != nil {
+			close(f.haltedCh)
+		}
+	})
+	return h
+}
+
 func (f *fsm) Apply(l *raft.Log) any {
 	defer f.notifyApplied()
+	if h := f.halted.Load(); h != nil {
+		// A member that met a damaged entry applies nothing after it: its
+		// state stays the prefix every member agrees on.
+		return state.Result{Index: l.Index, Err: apierr.New(apierr.DataLoss, "%v", h)}
+	}
 	if l.Type != raft.LogCommand {
 		f.st.ApplyNoop(l.Index)
 		return nil
+	}
+	if _, err := verifyChecksum(l); err != nil {
+		// Not the command every member applies: applying it, or skipping
+		// it, would make this member's state differ from the others'.
+		h := f.halt(l.Index, err)
+		return state.Result{Index: l.Index, Err: apierr.New(apierr.DataLoss, "%v", h)}
 	}
 	cmd := &storev1.Command{}
 	if err := proto.Unmarshal(l.Data, cmd); err != nil {
@@ -82,6 +136,11 @@ func (f *fsm) Apply(l *raft.Log) any {
 }
 
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	if h := f.halted.Load(); h != nil {
+		// raft would label the snapshot with its own applied index, past
+		// the entries this state never applied.
+		return nil, fmt.Errorf("no snapshot of a halted store: %w", h)
+	}
 	return &fsmSnapshot{read: f.st.Snapshot()}, nil
 }
 

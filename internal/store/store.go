@@ -17,7 +17,10 @@ import (
 
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
+	"github.com/hashicorp/raft-wal/types"
 	"google.golang.org/protobuf/proto"
 
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
@@ -75,6 +78,22 @@ type Config struct {
 	// each: a LAN cluster fails over in about a second).
 	HeartbeatTimeout time.Duration
 	ElectionTimeout  time.Duration
+
+	// SegmentSize is the size of one raft-log segment file, allocated in
+	// full when the segment starts (default 64 MiB, raft-wal's).
+	SegmentSize int
+	// MinFreeBytes is the free space the disk holding the store must keep
+	// for the store to take writes: below it Apply refuses with
+	// RESOURCE_EXHAUSTED naming the disk, before anything is proposed
+	// (default: one segment and 16 MiB; negative: no check).
+	MinFreeBytes int64
+
+	// Faults for tests: the file system under the raft log, the free space
+	// the store sees, and a look at each batch of entries before it is
+	// stored.
+	walVFS    types.VFS
+	freeSpace func(dir string) (uint64, error)
+	logHook   func([]*raft.Log)
 }
 
 // Store is one member of the replicated store.
@@ -82,10 +101,12 @@ type Store struct {
 	cfg    Config
 	raft   *raft.Raft
 	fsm    *fsm
-	wal    *wal.WAL
+	log    *diskLog
 	meta   *metadb.BoltMetaDB
 	trans  raft.Transport
 	logger *slog.Logger
+	// minFree is the free space Apply requires of the disk (0: no check).
+	minFree uint64
 
 	notify <-chan bool
 	addr   raft.ServerAddress
@@ -193,27 +214,56 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 	}
+	segmentSize := cfg.SegmentSize
+	if segmentSize <= 0 {
+		segmentSize = wal.DefaultSegmentSize
+	}
+	var minFree uint64
+	switch {
+	case cfg.MinFreeBytes == 0:
+		minFree = uint64(segmentSize) + diskReserve
+	case cfg.MinFreeBytes > 0:
+		minFree = uint64(cfg.MinFreeBytes)
+	}
+	free := cfg.freeSpace
+	if free == nil {
+		free = (&cachedSpace{maxAge: 25 * time.Millisecond}).get
+	}
+	vfs := cfg.walVFS
+	if vfs == nil {
+		vfs = walfs.New()
+	}
 	// raft-wal's Close leaves its meta database open (and locked), so the
-	// store owns it and closes it itself.
+	// store owns it and closes it itself; a re-opened WAL shares it.
 	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(walDir, wal.WithLogger(hclogger(cfg.Logger, "raft-wal")), wal.WithMetaStore(meta))
+	openWAL := func() (walBackend, error) {
+		return wal.Open(walDir, wal.WithLogger(hclogger(cfg.Logger, "raft-wal")), wal.WithMetaStore(meta),
+			wal.WithSegmentSize(segmentSize), wal.WithSegmentFiler(segment.NewFiler(walDir, vfs)))
+	}
+	w, err := openWAL()
 	if err != nil {
 		_ = meta.Close()
 		return nil, fmt.Errorf("store: open raft log in %s: %w", walDir, unreadable(err))
 	}
+	logs := &diskLog{dir: walDir, mount: mountPoint(walDir), segment: uint64(segmentSize), need: uint64(segmentSize) + diskReserve,
+		open: openWAL, free: func() (uint64, error) { return free(walDir) }, now: time.Now, log: logger, hook: cfg.logHook, cur: w,
+		repair: func() (bool, error) { return sealRotation(walDir, meta, logger) }}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(snapDir, 3, hclogger(cfg.Logger, "raft-snapshots"))
 	if err != nil {
-		_ = w.Close()
+		_ = logs.Close()
 		_ = meta.Close()
 		return nil, fmt.Errorf("store: open snapshots in %s: %w", snapDir, unreadable(err))
 	}
-	f := &fsm{st: state.New(cfg.Limits), broker: cfg.Broker, logger: logger, onApply: cfg.OnApply}
+	f := &fsm{st: state.New(cfg.Limits), broker: cfg.Broker, logger: logger, onApply: cfg.OnApply, haltedCh: make(chan struct{})}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.MemberID)
 	rc.Logger = hclogger(cfg.Logger, "raft")
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
+	// The store restores the newest snapshot that verifies itself
+	// (restoreSnapshots); raft only takes its index.
+	rc.NoSnapshotRestoreOnStart = true
 	// A single member elects itself quickly; the cluster issue tunes these
 	// for multi-member use.
 	rc.HeartbeatTimeout = 500 * time.Millisecond
@@ -238,7 +288,7 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	trans, addr, err := newTransport(cfg, func() uint64 { return f.st.Snapshot().Generation() })
 	if err != nil {
-		_ = w.Close()
+		_ = logs.Close()
 		_ = meta.Close()
 		return nil, err
 	}
@@ -246,11 +296,11 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 		if c, ok := trans.(raft.WithClose); ok {
 			_ = c.Close()
 		}
-		_ = w.Close()
+		_ = logs.Close()
 		_ = meta.Close()
 	}
 
-	has, err := raft.HasExistingState(w, w, snaps)
+	has, err := raft.HasExistingState(logs, logs, snaps)
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("store: inspect %s: %w", cfg.Dir, unreadable(err))
@@ -260,13 +310,23 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 		if len(servers) == 0 {
 			servers = []raft.Server{{ID: rc.LocalID, Address: addr, Suffrage: raft.Voter}}
 		}
-		if err := raft.BootstrapCluster(rc, w, w, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, logs, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
 			closeAll()
 			return nil, fmt.Errorf("store: bootstrap: %w", err)
 		}
 		logger.Info("bootstrapped a new store", "dir", cfg.Dir, "member", cfg.MemberID, "voters", len(servers))
 	}
-	r, err := newRaft(rc, f, w, snaps, trans)
+	// Verify what raft will start from: the newest snapshot that verifies,
+	// and every entry after it (decision 0026).
+	base, err := restoreSnapshots(snapDir, snaps, logs, f, logger)
+	if err == nil {
+		err = checkLog(logs, base)
+	}
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("store: %s: %w", cfg.Dir, unreadable(err))
+	}
+	r, err := newRaft(rc, f, logs, snaps, trans)
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("store: start raft: %w", unreadable(err))
@@ -283,8 +343,8 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 		closeAll()
 		return nil, fmt.Errorf("store: the raft store in %s has no configuration naming member %q as a voter (its log is damaged, or it belongs to another member or was removed from its cluster): %w", cfg.Dir, cfg.MemberID, ErrUnreadable)
 	}
-	s := &Store{cfg: cfg, raft: r, fsm: f, wal: w, meta: meta, trans: trans, logger: logger, closedCh: make(chan struct{}), notify: notify, addr: addr,
-		leaderCh: make(chan struct{}), watchDone: make(chan struct{})}
+	s := &Store{cfg: cfg, raft: r, fsm: f, log: logs, meta: meta, trans: trans, logger: logger, minFree: minFree,
+		closedCh: make(chan struct{}), notify: notify, addr: addr, leaderCh: make(chan struct{}), watchDone: make(chan struct{})}
 	s.watchLeader()
 	if !standalone(conf, rc.LocalID) {
 		// A cluster member: its peers decide who leads, and when.
@@ -313,19 +373,23 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("store: the raft log entry at index %d does not decode: the log is damaged: %w", idx, ErrUnreadable)
 	}
+	if h := f.Halted(); h != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("store: %v: %w", h, ErrUnreadable)
+	}
 	logger.Info("store ready", "index", f.st.Snapshot().Index(), "last_log_index", r.LastIndex())
 	return s, nil
 }
 
 // newRaft is raft.NewRaft, with a panic (raft panics on a log entry it
 // cannot read) turned into an error: the store is unreadable.
-func newRaft(rc *raft.Config, f raft.FSM, w *wal.WAL, snaps raft.SnapshotStore, trans raft.Transport) (r *raft.Raft, err error) {
+func newRaft(rc *raft.Config, f raft.FSM, logs *diskLog, snaps raft.SnapshotStore, trans raft.Transport) (r *raft.Raft, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r, err = nil, fmt.Errorf("the raft store is unreadable: %v", p)
 		}
 	}()
-	return raft.NewRaft(rc, f, w, w, snaps, trans)
+	return raft.NewRaft(rc, f, logs, logs, snaps, trans)
 }
 
 // newTransport is raft's transport: in memory for a standalone member, TCP
@@ -382,6 +446,9 @@ func (s *Store) waitLeader(ctx context.Context) error {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for s.raft.State() != raft.Leader {
+		if h := s.fsm.Halted(); h != nil {
+			return fmt.Errorf("store: %v: %w", h, ErrUnreadable)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("store: waiting to lead: %w", ctx.Err())
@@ -408,12 +475,17 @@ func (s *Store) Apply(ctx context.Context, cmd *storev1.Command) (state.Result, 
 			return state.Result{}, apierr.New(apierr.DeadlineExceeded, "deadline passed before the write was proposed")
 		}
 	}
+	if err := s.WriteError(); err != nil {
+		return state.Result{}, err
+	}
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
 		return state.Result{}, apierr.Unavailablef("the store is closed")
 	}
-	f := s.raft.Apply(data, timeout)
+	// The proposer stamps the command's checksum; every member verifies it
+	// before applying the entry.
+	f := s.raft.ApplyLog(raft.Log{Data: data, Extensions: stampChecksum(data)}, timeout)
 	s.mu.RUnlock()
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
@@ -425,7 +497,13 @@ func (s *Store) Apply(ctx context.Context, cmd *storev1.Command) (state.Result, 
 		return state.Result{}, apierr.Unavailablef("the store closed before the write was acknowledged; it may still have been applied")
 	}
 	if err != nil {
+		var de *apierr.Error
 		switch {
+		case s.fsm.Halted() != nil:
+			return state.Result{}, apierr.New(apierr.DataLoss, "%v", s.fsm.Halted())
+		case errors.As(err, &de):
+			// The log's own refusal (a full disk): nothing was written.
+			return state.Result{}, err
 		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 			errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 			return state.Result{}, apierr.Unavailablef("this Manager cannot commit writes: %v", err)
@@ -439,6 +517,46 @@ func (s *Store) Apply(ctx context.Context, cmd *storev1.Command) (state.Result, 
 		return state.Result{}, fmt.Errorf("apply: unexpected FSM response %T", f.Response())
 	}
 	return res, res.Err
+}
+
+// WriteError is why this member cannot take writes because of its own
+// store, or nil: DATA_LOSS once it has stopped applying a damaged log
+// (Halted), RESOURCE_EXHAUSTED naming the disk while it has less free
+// space than the store keeps (Config.MinFreeBytes) or its raft log waits to
+// be re-opened after a full disk. Apply checks it before proposing.
+func (s *Store) WriteError() error {
+	if h := s.fsm.Halted(); h != nil {
+		return apierr.New(apierr.DataLoss, "%v", h)
+	}
+	if err := s.log.status(); err != nil {
+		return err
+	}
+	if s.minFree > 0 {
+		if free, err := s.log.free(); err == nil && free < s.minFree {
+			return diskFullError(s.log.dir, s.log.mount, free, s.minFree, s.log.segment)
+		}
+	}
+	return nil
+}
+
+// Halted is non-nil once this member has stopped applying its raft log
+// because an entry failed its checksum (its copy is damaged): it says
+// which entry. The member then takes no part in its cluster (raft is shut
+// down) until it is restarted, when Open refuses the damaged store
+// (ErrUnreadable).
+func (s *Store) Halted() error { return s.fsm.Halted() }
+
+// Disk describes the disk holding the store and whether it lets the store
+// take writes.
+func (s *Store) Disk() DiskStatus {
+	d := DiskStatus{Dir: s.log.dir, Mount: s.log.mount, Need: s.minFree}
+	d.Free, _ = s.log.free()
+	if err := s.log.status(); err != nil {
+		d.Err = err
+	} else if s.minFree > 0 && d.Free < s.minFree {
+		d.Err = diskFullError(s.log.dir, s.log.mount, d.Free, s.minFree, s.log.segment)
+	}
+	return d
 }
 
 // State returns the state tables for reading.
@@ -476,7 +594,7 @@ func (s *Store) Close() error {
 	err := s.raft.Shutdown().Error()
 	<-s.watchDone
 	s.fsm.broker.Close()
-	if cerr := s.wal.Close(); err == nil {
+	if cerr := s.log.Close(); err == nil {
 		err = cerr
 	}
 	if cerr := s.meta.Close(); err == nil {
