@@ -78,4 +78,3 @@ replica. Its state lives in the Manager's KV store (namespace norsk-mgr).`,
 	}
 	return c
 }
-
