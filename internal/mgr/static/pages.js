@@ -134,7 +134,8 @@ async function job(id) {
   const instRows = insts.map((i) => h("tr", { "data-role": i.role }, h("td", {}, i.role), h("td", {}, i.nodeId), h("td", {}, pill(phase(i.phase))), h("td", {}, ports(i)), h("td", {}, i.fencingToken),
     h("td", {}, can("operator") && phase(i.phase) !== "stopped" ? h("button", { class: "danger", "data-action": "stop", onclick: () => act("stop " + id, "/api/jobs/" + encodeURIComponent(id) + "/stop", { role: i.role, node: i.nodeId }) }, "Stop") : null)));
   const timeline = h("ol", { class: "timeline", id: "timeline" }, (jh.history || []).map((e) => {
-    const [kind, body] = Object.entries(e).find(([k]) => k !== "timestamp") || ["?", {}];
+    const kinds = ["created", "updated", "provisioned", "prepared", "running", "stopping", "stopped", "completed", "rejected"];
+    const [kind, body] = Object.entries(e).find(([k]) => kinds.includes(k)) || ["?", {}];
     const ts = e.timestamp || (body && body.timestamp);
     const what = [kind, body && body.role, body && body.nodeId && "on " + body.nodeId, body && body.reason && "(" + short(body.reason, "STOPPING_REASON_") + ")", body && body.additionalReason].filter(Boolean).join(" ");
     return h("li", { class: kind }, h("strong", {}, what), " ", h("span", { class: "muted" }, when(ts)));
