@@ -32,7 +32,8 @@ type leaseState struct {
 	doc      *leaseDoc
 	revision int64
 	isActive bool
-	// unreachableSince: since when the holder's member could not be asked.
+	// unreachableSince: since when the holder could not be judged (its
+	// member unreachable, or no announcement there).
 	unreachableSince time.Time
 	lastErr          string
 }
@@ -93,7 +94,12 @@ func (s *Server) runAnnounce(ctx context.Context) {
 func (s *Server) controlOnce(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, max(3*s.cfg.Interval, 5*time.Second))
 	defer cancel()
+	before, _, _ := s.lease.snapshot()
 	active, err := s.checkLease(cctx)
+	after, _, _ := s.lease.snapshot()
+	if before != nil && after != nil && before.Member != after.Member {
+		s.hub.publish(change{Kind: "control"}) // another holder: the pages say so
+	}
 	s.lease.mu.Lock()
 	was := s.lease.isActive
 	s.lease.isActive = active
@@ -176,29 +182,37 @@ func (s *Server) holderStale(ctx context.Context, doc *leaseDoc) (bool, string, 
 		if mb.GetName() != doc.Member {
 			continue
 		}
-		if !mb.GetReachable() {
-			s.lease.mu.Lock()
-			defer s.lease.mu.Unlock()
-			if s.lease.unreachableSince.IsZero() {
-				s.lease.unreachableSince = time.Now()
-			}
-			if time.Since(s.lease.unreachableSince) > 3*s.cfg.Interval {
-				return true, "the active norsk-mgr's member " + doc.Member + " cannot be reached", nil
-			}
-			return false, "", nil
+		switch {
+		case !mb.GetReachable():
+			return s.suspect("the active norsk-mgr's member " + doc.Member + " cannot be reached")
+		case mb.GetControlPlaneUrl() == "":
+			// Not announced yet (it has just started) or the member
+			// restarted: stale only if it stays so for three intervals.
+			return s.suspect("member " + doc.Member + " has had no norsk-mgr announced for three intervals")
+		case mb.GetControlPlaneStale():
+			return true, "the active norsk-mgr (" + doc.Member + ", " + mb.GetControlPlaneUrl() + ") is stale", nil
 		}
 		s.lease.mu.Lock()
 		s.lease.unreachableSince = time.Time{}
 		s.lease.mu.Unlock()
-		switch {
-		case mb.GetControlPlaneUrl() == "":
-			return true, "member " + doc.Member + " has no norsk-mgr announced", nil
-		case mb.GetControlPlaneStale():
-			return true, "the active norsk-mgr (" + doc.Member + ", " + mb.GetControlPlaneUrl() + ") is stale", nil
-		}
 		return false, "", nil
 	}
 	return true, "the active norsk-mgr's member " + doc.Member + " is no longer in the cluster", nil
+}
+
+// suspect counts a holder that cannot be judged (its member unreachable,
+// or no announcement there): stale once that has lasted three intervals.
+func (s *Server) suspect(why string) (bool, string, error) {
+	s.lease.mu.Lock()
+	defer s.lease.mu.Unlock()
+	if s.lease.unreachableSince.IsZero() {
+		s.lease.unreachableSince = time.Now()
+	}
+	if time.Since(s.lease.unreachableSince) > 3*s.cfg.Interval {
+		s.lease.unreachableSince = time.Time{}
+		return true, why, nil
+	}
+	return false, "", nil
 }
 
 // takeLease writes the lease for this norsk-mgr, conditional on the

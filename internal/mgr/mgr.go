@@ -243,6 +243,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			s.log.Error("discovery replica server stopped", "err", err)
 		}
 	})
+	// Announce before the first lease check, so that a standby never finds
+	// the new holder's member without an announcement.
+	if err := m.AnnounceControlPlane(ctx, s.url, cfg.Interval); err != nil {
+		s.log.Warn("cannot announce to the member", "err", err)
+	}
 	s.goRun(func() { s.view.follow(rctx, m, s.log) })
 	s.goRun(func() { s.runControl(rctx) })
 	s.goRun(func() { s.runReplica(rctx) })

@@ -201,7 +201,7 @@ async function cluster() {
   return h("section", {}, h("h1", {}, "Cluster members"),
     h("p", {}, "Primary ", h("strong", {}, st.primary || "none"), ", generation " + (st.generation || 0) + ", quorum " + (st.votersReachable || 0) + "/" + (st.voters || 0) + " ", st.quorumHealthy ? pill("healthy", "ok") : pill("unhealthy", "bad")),
     table(["Member", "Role", "Reachable", "Generation", "Applied index", "norsk-mgr", ""], rows, { id: "members" }),
-    h("p", { id: "self" }, "This console is served by the norsk-mgr of ", h("strong", {}, self.member), ", ", self.active ? pill("active", "ok active") : pill("standby"), res.lease ? " — the lease is held by " + res.lease.member + " since " + when(res.lease.since) + (res.lease.takeover ? " (" + res.lease.takeover + ")" : "") : "",
+    h("p", { id: "self", "data-holder": res.lease ? res.lease.member : "" }, "This console is served by the norsk-mgr of ", h("strong", {}, self.member), ", ", self.active ? pill("active", "ok active") : pill("standby"), res.lease ? " — the lease is held by " + res.lease.member + " since " + when(res.lease.since) + (res.lease.takeover ? " (" + res.lease.takeover + ")" : "") : "",
       h("div", { class: "muted" }, "role-store replica: " + (self.published.replica || "—") + "; discovery fleet: " + (self.published.fleet || "—"))),
     h("h2", {}, "Cluster events of " + ((res.events || {}).member || "this member")), table(["At", "Kind", "Detail"], evs));
 }
