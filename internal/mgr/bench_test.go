@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/norsk-go/norsk-manager/internal/testcluster"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -48,6 +50,24 @@ func BenchmarkPagesWith10kJobs(b *testing.B) {
 		j, _ := out["jobs"].(map[string]any)
 		return j != nil && j["jobs"] == float64(n)
 	})
+	// In a browser: a full load of the page (the application, the session,
+	// the page's data, drawn), when Chromium is here.
+	if findChromium() != "" {
+		ctx := newBrowserTab(b)
+		signIn(b, ctx, s.URL(), "admin", adminPassword)
+		for _, p := range []struct{ route, sel string }{
+			{"", `main[data-page="overview"] #job-count`}, {"jobs", `main[data-page="jobs"] #jobs-table`},
+			{"nodes", `main[data-page="nodes"] #nodes-table`}, {"job/job-05000", `main[data-page="job"] #instances`},
+		} {
+			b.Run("browser/#/"+p.route, func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					i++
+					run(b, ctx, "load #/"+p.route, chromedp.Navigate(fmt.Sprintf("%s/?load=%d#/%s", s.URL(), i, p.route)), chromedp.WaitVisible(chromedp.CSS(p.sel)))
+				}
+			})
+		}
+	}
 	for _, page := range []string{"/", "/api/overview", "/api/jobs", "/api/jobs?tag=channel=7", "/api/nodes", "/api/migrations", "/api/jobs/job-05000"} {
 		b.Run(page, func(b *testing.B) {
 			for b.Loop() {

@@ -23,7 +23,7 @@ import (
 
 // chromium finds Debian's chromium (or another Chrome); the browser tests
 // skip with a message without one.
-func chromium(t *testing.T) string {
+func chromium(t testing.TB) string {
 	t.Helper()
 	if p := findChromium(); p != "" {
 		return p
@@ -76,7 +76,7 @@ func TestMain(m *testing.M) {
 }
 
 // newBrowserTab returns a new tab of the shared Chromium.
-func newBrowserTab(t *testing.T) context.Context {
+func newBrowserTab(t testing.TB) context.Context {
 	exe := chromium(t)
 	startBrowser(exe)
 	if shared.err != nil {
@@ -109,9 +109,8 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	}
 }
 
-func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+func run(t testing.TB, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	defer func(start time.Time) { t.Logf("%s: %v", what, time.Since(start).Round(time.Millisecond)) }(time.Now())
 	tctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	if err := chromedp.Do(tctx, actions...); err != nil {
@@ -120,7 +119,7 @@ func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Act
 	}
 }
 
-func signIn(t *testing.T, ctx context.Context, url, user, pw string) {
+func signIn(t testing.TB, ctx context.Context, url, user, pw string) {
 	run(t, ctx, "sign in as "+user,
 		chromedp.Navigate(url+"/#/"),
 		chromedp.WaitVisible(chromedp.CSS("#login-user")),

@@ -217,15 +217,22 @@ async function leases() {
     table(["Job", "Role", "Node", "Refreshed", "Expires"], rows));
 }
 
+// lastVerify is the last client-side verification of the chain (kept across
+// the page's live refreshes).
+let lastVerify = null;
+
 async function audit(_, params) {
   const qs = new URLSearchParams();
   if (params.before) qs.set("before", params.before);
   const page = await api("/api/audit?" + qs);
+  const shown = (v) => [v.ok ? pill("chain verified", "ok") : pill("chain broken", "bad"), " " + v.checked + " entries (" + v.firstSeq + "–" + v.lastSeq + ") at " + v.at.toLocaleTimeString() + (v.broken ? ": " + v.broken : "")];
   const verify = h("div", { id: "verify" }, h("button", { "data-action": "verify", onclick: async () => {
     verify.replaceChildren("verifying…");
-    const v = await api("/api/audit/verify");
-    verify.replaceChildren(v.ok ? pill("chain verified", "ok") : pill("chain broken", "bad"), " " + v.checked + " entries (" + v.firstSeq + "–" + v.lastSeq + ")" + (v.broken ? ": " + v.broken : ""));
-  } }, "Verify the chain now"));
+    try {
+      lastVerify = { ...(await api("/api/audit/verify")), at: new Date() };
+      document.getElementById("verify").replaceChildren(...shown(lastVerify));
+    } catch (e) { document.getElementById("verify").replaceChildren(h("span", { class: "error" }, e.message)); }
+  } }, "Verify the chain now"), lastVerify ? [" ", shown(lastVerify)] : null);
   const rows = (page.entries || []).map((e) => h("tr", {}, h("td", {}, e.seq), h("td", {}, when(e.timestampMs)), h("td", {}, e.source), h("td", {}, e.kind), h("td", {}, e.caller || e.by || ""), h("td", { class: "kv" }, e.payload || "")));
   return h("section", {}, h("h1", {}, "Audit log"),
     h("p", {}, "At its last boot the Manager ", page.chainVerifiedAtBoot ? pill("verified the chain", "ok") : pill("could not verify the chain", "bad"), " ", page.verificationDetail || ""), verify,
