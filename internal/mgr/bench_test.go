@@ -61,10 +61,18 @@ func BenchmarkPagesWith10kJobs(b *testing.B) {
 		} {
 			b.Run("browser/#/"+p.route, func(b *testing.B) {
 				i := 0
+				var shown float64
 				for b.Loop() {
 					i++
 					run(b, ctx, "load #/"+p.route, chromedp.Navigate(fmt.Sprintf("%s/?load=%d#/%s", s.URL(), i, p.route)), chromedp.WaitVisible(chromedp.CSS(p.sel)))
+					// From the navigation's start to the page drawn with its data.
+					ms, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`performance.getEntriesByName("norsk-page-shown")[0].startTime`))
+					if err != nil {
+						b.Fatal(err)
+					}
+					shown += ms
 				}
+				b.ReportMetric(shown/float64(i), "ms-to-shown/op")
 			})
 		}
 	}

@@ -2,9 +2,12 @@ package mgr
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"html"
 	"io"
 	"io/fs"
 	"net"
@@ -52,12 +55,25 @@ func (s *Server) consoleHandler() http.Handler {
 	mux := http.NewServeMux()
 	sub, _ := fs.Sub(staticFS, "static")
 	files := http.FileServerFS(sub)
-	mux.Handle("GET /static/", http.StripPrefix("/static/", files))
+	// The application's files are immutable under /static/<version>/ (a
+	// hash of their content), so a browser fetches them once.
+	prefix := "/static/" + staticVersion + "/"
+	mux.Handle("GET "+prefix, http.StripPrefix(prefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+		files.ServeHTTP(w, r)
+	})))
+	index, _ := fs.ReadFile(sub, "index.html")
+	indexHTML := strings.ReplaceAll(string(index), "/static/", prefix)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		b, _ := fs.ReadFile(sub, "index.html")
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		_, _ = w.Write(b)
+		page := indexHTML
+		// A signed-in user's session rides in the page: one round trip less.
+		if p, ok := s.authenticate(r); ok {
+			b, _ := json.Marshal(s.sessionInfo(p))
+			page = strings.Replace(page, "</head>", `<meta name="norsk-session" content="`+html.EscapeString(string(b))+`">`+"\n</head>", 1)
+		}
+		_, _ = io.WriteString(w, page)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("POST /api/login", s.handleLogin)
@@ -304,14 +320,33 @@ func (s *Server) handleLogout(w http.ResponseWriter, r *http.Request, p *princip
 }
 
 func (s *Server) handleSession(w http.ResponseWriter, r *http.Request, p *principal) {
+	writeJSON(w, http.StatusOK, s.sessionInfo(p))
+}
+
+// sessionInfo is what the application knows of its session.
+func (s *Server) sessionInfo(p *principal) map[string]any {
 	doc, active, _ := s.lease.snapshot()
 	activeMember := ""
 	if doc != nil {
 		activeMember = doc.Member
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"user": p.user.Name, "role": p.user.Role, "csrf": s.sessions.csrf(p.sess),
-		"member": s.member, "active": active, "activeMember": activeMember})
+	return map[string]any{"user": p.user.Name, "role": p.user.Role, "csrf": s.sessions.csrf(p.sess),
+		"member": s.member, "active": active, "activeMember": activeMember}
 }
+
+// staticVersion names the application's files' content.
+var staticVersion = func() string {
+	h := sha256.New()
+	_ = fs.WalkDir(staticFS, "static", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			b, _ := staticFS.ReadFile(path)
+			h.Write([]byte(path))
+			h.Write(b)
+		}
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}()
 
 // handleEvents streams changes to the browser as server-sent events: one
 // "change" event per change of the view, "resync" when the page should

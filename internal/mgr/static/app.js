@@ -98,6 +98,8 @@ export async function render() {
     const focused = document.activeElement && document.activeElement.id;
     main.replaceChildren(view);
     main.dataset.page = r.name;
+    // When the page first showed, for measurements (performance entries).
+    if (!performance.getEntriesByName("norsk-page-shown").length) performance.mark("norsk-page-shown", { detail: r.name });
     if (focused) { const el = document.getElementById(focused); if (el) el.focus(); }
   } catch (e) {
     if (seq !== renderSeq) return;
@@ -164,7 +166,14 @@ function loginForm() {
 }
 
 async function start() {
-  try { state.session = await api("/api/session"); } catch { state.session = null; }
+  // The page carries the session when it was served to a signed-in user.
+  const meta = document.querySelector('meta[name="norsk-session"]');
+  if (meta && !state.session && !start.done) {
+    state.session = JSON.parse(meta.content);
+  } else {
+    try { state.session = await api("/api/session"); } catch { state.session = null; }
+  }
+  start.done = true;
   if (state.session) { whoami(); live(); }
   render();
 }

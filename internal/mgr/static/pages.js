@@ -113,9 +113,9 @@ async function jobs(_, params) {
 }
 
 async function job(id) {
-  const res = await api("/api/jobs/" + encodeURIComponent(id));
+  const [res, nodeList] = await Promise.all([api("/api/jobs/" + encodeURIComponent(id)), api("/api/nodes")]);
   const jh = res.job, j = jh.job;
-  const nodes = (await api("/api/nodes")).nodes.map((n) => n.node);
+  const nodes = nodeList.nodes.map((n) => n.node);
   const actions = [];
   const insts = jh.instances || [];
   if (can("operator")) {
