@@ -28,7 +28,11 @@ func (s *Server) apiOverview(w http.ResponseWriter, r *http.Request, p *principa
 		return
 	}
 	counts := s.view.counts()
-	nodes := s.view.Nodes()
+	nodes, err := s.m.ListNodes(ctx)
+	if err != nil {
+		sdkError(w, err)
+		return
+	}
 	byState := map[string]int{}
 	var alerts []alert
 	for _, n := range nodes {
@@ -276,7 +280,15 @@ func (s *Server) actForgetMigration(w http.ResponseWriter, r *http.Request, p *p
 }
 
 func (s *Server) apiNodes(w http.ResponseWriter, r *http.Request, p *principal) {
-	nodes := s.view.Nodes()
+	// The Manager's own list: connection and load are live there, not
+	// events.
+	lctx, lcancel := ctxTimeout(r)
+	defer lcancel()
+	nodes, err := s.m.ListNodes(lctx)
+	if err != nil {
+		sdkError(w, err)
+		return
+	}
 	counts := s.view.counts()
 	type nodeOut struct {
 		Node       json.RawMessage `json:"node"`

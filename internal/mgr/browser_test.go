@@ -137,7 +137,9 @@ func signIn(t testing.TB, ctx context.Context, url, user, pw string) {
 func TestConsoleInBrowser(t *testing.T) {
 	ctx := newBrowserTab(t)
 	key, jwks := mgr.TestSigningKey(t)
-	c := testcluster.New(t, testcluster.Options{Workers: 2, JobSocket: true, AccessReplicaKeysFile: jwks})
+	// A calmer heartbeat than the default 100 ms: a loaded machine (or -race)
+	// must not drop a worker's stream in the middle of the handover.
+	c := testcluster.New(t, testcluster.Options{Workers: 2, JobSocket: true, AccessReplicaKeysFile: jwks, HeartbeatInterval: 500 * time.Millisecond})
 	s := start(t, c, c.Members[0], key, 200*time.Millisecond)
 	x := testcluster.Context(t)
 	cl := c.Client()
@@ -148,7 +150,6 @@ func TestConsoleInBrowser(t *testing.T) {
 	sink := testcluster.NewFrameSink(t)
 
 	signIn(t, ctx, s.URL(), "admin", adminPassword)
-	screenshot(t, ctx, "overview")
 
 	// The cookie: HttpOnly, Secure (accepted on http://127.0.0.1), Strict.
 	res, err := chromedp.Run(ctx, func(ctx context.Context, t *chromedp.Target) (network.GetCookiesResult, error) {
@@ -236,6 +237,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	if n, _ := cl.ListNodes(x); !slicesAny(n, func(n *norsk.Node) bool { return n.GetNodeId() == "worker-2" && n.GetDraining() }) {
 		t.Error("worker-2 is not draining in the Manager")
 	}
+
+	run(t, ctx, "overview", chromedp.Navigate(s.URL()+"/#/"), chromedp.WaitVisible(chromedp.CSS(`main[data-page="overview"] #job-count`)))
+	screenshot(t, ctx, "overview")
 
 	// The audit log shows the sign-in and the actions, and verifies.
 	run(t, ctx, "audit log",

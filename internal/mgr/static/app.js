@@ -12,6 +12,8 @@ export function h(tag, attrs, ...kids) {
     if (v === undefined || v === null || v === false) continue;
     if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else if (k === "class") el.className = v;
+    // Through the CSSOM: the Content-Security-Policy refuses style attributes.
+    else if (k === "style") el.style.cssText = v;
     else el.setAttribute(k, v === true ? "" : String(v));
   }
   for (const k of kids.flat(Infinity)) {

@@ -168,6 +168,10 @@ async function migrations() {
     res.migrations.length ? table(["Job", "Strategy", "Move", "Phase", "Started", ""], res.migrations.map(migrationRow), { id: "migrations-table" }) : h("p", { class: "muted" }, "No migrations."));
 }
 
+// drainStart is the most instances seen on each draining node: a drain's
+// progress is how many of them have left.
+const drainStart = {};
+
 async function nodes() {
   const res = await api("/api/nodes");
   const drains = res.nodes.filter((n) => n.node.draining);
@@ -186,7 +190,13 @@ async function nodes() {
       h("td", {}, can("operator") ? [h("button", { "data-action": x.draining ? "undrain" : "drain", onclick: () => act((x.draining ? "undrain " : "drain ") + x.nodeId, "/api/nodes/" + x.nodeId + "/drain", { draining: !x.draining }) }, x.draining ? "Undrain" : "Drain"), tagForm] : null));
   };
   return h("section", {}, h("h1", {}, "Nodes"),
-    drains.length ? [h("h2", {}, "Drains"), h("ul", { id: "drains" }, drains.map((n) => h("li", { "data-node": n.node.nodeId }, n.node.nodeId + ": " + (n.node.instances || []).length + " instance(s) left", h("div", { class: "bar" }, h("span", { style: "width:" + ((n.node.instances || []).length ? 30 : 100) + "%" })))))] : null,
+    drains.length ? [h("h2", {}, "Drains"), h("ul", { id: "drains" }, drains.map((n) => {
+      const left = (n.node.instances || []).length;
+      const first = (drainStart[n.node.nodeId] = Math.max(drainStart[n.node.nodeId] || 0, left));
+      const done = first ? Math.round((100 * (first - left)) / first) : 100;
+      return h("li", { "data-node": n.node.nodeId }, n.node.nodeId + ": " + left + " of " + first + " instance(s) left" + (left ? "" : " — drained"),
+        h("div", { class: "bar", role: "progressbar", "aria-valuenow": done, "aria-valuemin": 0, "aria-valuemax": 100 }, h("span", { style: "width:" + done + "%" })));
+    }))] : null,
     table(["Node", "State", "Capacity / load", "Jobs", "Tags", "Idle expiry", ""], res.nodes.map(row), { id: "nodes-table" }));
 }
 
