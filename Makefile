@@ -56,6 +56,7 @@ fuzz:
 	$(GO) test ./internal/store/state -run '^$$' -fuzz FuzzApply -fuzztime 30s
 	$(GO) test ./internal/store -run '^$$' -fuzz FuzzVerifyChecksum -fuzztime 30s
 	$(GO) test ./pkg/discovery -run '^$$' -fuzz FuzzParseNodeToken -fuzztime 30s
+	$(GO) test ./internal/mgr -run '^$$' -fuzz FuzzSessionDecode -fuzztime 30s
 
 clean:
 	rm -rf bin build

@@ -208,6 +208,11 @@ var rules = []rule{
 		forbidden: anyOf(managerSide...),
 	},
 	{
+		name: "norsk-mgr talks to its Manager member only through the SDK: it imports nothing under internal/ but its own",
+		from: []string{"internal/mgr", "cmd/norsk-mgr"}, mustExist: []string{"internal/mgr", "cmd/norsk-mgr"},
+		forbidden: internalExcept("internal/mgr", "internal/buildinfo"),
+	},
+	{
 		name: "the AutoManager imports nothing of the Manager's side (it works through the SDK's interface)",
 		from: []string{"internal/automanager"}, mustExist: []string{"internal/automanager"},
 		forbidden: anyOf(managerSide...),

@@ -40,6 +40,7 @@ var Version = ""
 // file and append it here (e.g. newWorkerCommand).
 var rootCommands = []func(*globals) *cobra.Command{
 	newVersionCommand,
+	newMgrCommand,
 	newJobCommand,
 	newBundleCommand,
 	newMigrateCommand,

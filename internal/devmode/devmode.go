@@ -23,11 +23,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	jose "github.com/go-jose/go-jose/v4"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
 	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/mgr"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock/mockhost"
@@ -74,6 +76,14 @@ type Options struct {
 	Out io.Writer
 	// Ready, if set, is called once everything is up, with the API URL.
 	Ready func(url string)
+	// ConsoleListen is the address of dev's norsk-mgr, the operator
+	// console (default 127.0.0.1:6795; ":0" picks a port). NoConsole runs
+	// none.
+	ConsoleListen string
+	NoConsole     bool
+	// ConsoleReady, if set, is called with the console's URL and the dev
+	// admin's password once the console is up.
+	ConsoleReady func(url, password string)
 }
 
 // DefaultDataDir is $XDG_DATA_HOME/norsk-manager/dev (or the
@@ -141,6 +151,14 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	var signingKey *jose.JSONWebKey
+	accessKeys := ""
+	if !o.NoConsole {
+		if signingKey, err = consoleKeys(dir); err != nil {
+			return fmt.Errorf("console keys: %w", err)
+		}
+		accessKeys = filepath.Join(dir, AccessReplicaKeysFile)
+	}
 	var mockCfg *mock.Config
 	if len(hosts) > 0 {
 		mockCfg = &mock.Config{Pools: []string{MockPool}, VCPUs: uint32(goruntime.NumCPU())}
@@ -157,6 +175,8 @@ func Run(ctx context.Context, o Options) error {
 		Logger:            o.Logger,
 		MockProvider:      mockCfg,
 		DefaultIdleExpiry: o.IdleExpiry,
+		// norsk-mgr's role-store replica is signed with dev's key.
+		AccessReplicaKeysFile: accessKeys,
 		// Dev is one machine: its API and worker streams stay plaintext
 		// (the banner says so; off loopback the Manager warns loudly).
 		TLS: manager.TLSOff,
@@ -240,6 +260,24 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	banner(o.Out, srv.URL(), dir, rt, names, nodeIDs, demo, o.Ephemeral, filepath.Join(dir, TokenFile))
+	if !o.NoConsole {
+		listen := o.ConsoleListen
+		if listen == "" {
+			listen = mgr.DefaultListen
+		}
+		console, pw, err := startConsole(ctx, dir, srv.URL(), token, listen, signingKey, o.Logger)
+		if err != nil {
+			return fmt.Errorf("the console (norsk-mgr): %w", err)
+		}
+		defer console.Close()
+		fmt.Fprintf(o.Out, `
+The operator console (norsk-mgr) is at %s
+  sign in as %s with password %s (kept in %s)
+`, console.URL(), ConsoleAdmin, pw, filepath.Join(dir, AdminPasswordFile))
+		if o.ConsoleReady != nil {
+			o.ConsoleReady(console.URL(), pw)
+		}
+	}
 	if o.WorkerExec != "" && len(procs) > 1 {
 		var pids []string
 		for _, p := range procs {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,6 +62,7 @@ func TestDevMultipleWorkers(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	out := &syncBuffer{}
 	ready := make(chan string, 1)
+	console := make(chan [2]string, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Options{
@@ -73,6 +75,9 @@ func TestDevMultipleWorkers(t *testing.T) {
 			Logger:    logger,
 			Out:       out,
 			Ready:     func(url string) { ready <- url },
+			// The console on a port of its own choosing.
+			ConsoleListen: "127.0.0.1:0",
+			ConsoleReady:  func(url, pw string) { console <- [2]string{url, pw} },
 		})
 	}()
 	stop := func() {
@@ -96,6 +101,20 @@ func TestDevMultipleWorkers(t *testing.T) {
 		t.Fatalf("dev was not ready after 90s:\n%s", out.String())
 	}
 	defer stop()
+
+	// The printed console signs in the dev admin.
+	cons := <-console
+	if !strings.Contains(out.String(), cons[0]) || !strings.Contains(out.String(), cons[1]) {
+		t.Errorf("the banner does not print the console URL and the admin's password:\n%s", out.String())
+	}
+	lr, err := http.Post(cons[0]+"/api/login", "application/json", strings.NewReader(`{"user":"admin","password":"`+cons[1]+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lr.Body.Close()
+	if lr.StatusCode != http.StatusOK {
+		t.Errorf("console sign-in of the dev admin: %s", lr.Status)
+	}
 
 	token, err := os.ReadFile(filepath.Join(dir, TokenFile))
 	if err != nil {

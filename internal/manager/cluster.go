@@ -305,6 +305,7 @@ func (h *handler) AnnounceControlPlane(ctx context.Context, req *connect.Request
 	m.mu.Lock()
 	m.announce = announcement{url: raw, interval: time.Duration(req.Msg.GetIntervalMs()) * time.Millisecond, at: h.s.cfg.Clock.Now()}
 	m.mu.Unlock()
+	h.s.pokeControlPlanes()
 	return connect.NewResponse(&managerv1.AnnounceControlPlaneResponse{}), nil
 }
 

@@ -455,6 +455,7 @@ func (m *memberState) primaryTerm(ctx context.Context, st *store.Store) {
 		Metrics:           s.nodeMetrics,
 		WorkerTLS:         s.tls.workerTLS(),
 		AccessReplicaJWKS: s.accessKeys.jwks(),
+		ControlPlanes:     &s.controlPlanes,
 		OnAllConnected: func() {
 			m.events.record("takeover-settled", "every worker's stream is up under this primary", st.Term(), st.State().Snapshot().Generation())
 		},
@@ -462,10 +463,14 @@ func (m *memberState) primaryTerm(ctx context.Context, st *store.Store) {
 	s.nodesRef.Store(ctl)
 	defer s.nodesRef.CompareAndSwap(ctl, nil)
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() {
 		defer wg.Done()
 		_ = ctl.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.runControlPlanes(ctx)
 	}()
 	go func() {
 		defer wg.Done()

@@ -351,6 +351,10 @@ type Server struct {
 	tls     *tlsState
 	// accessKeys are the access replica's trusted keys (nil: none).
 	accessKeys *accessReplicaKeys
+	// controlPlanes is the cluster's list of norsk-mgr URLs the primary
+	// tells its workers (control_planes.go); planesPoke asks for a refresh.
+	controlPlanes nodes.ControlPlaneList
+	planesPoke    chan struct{}
 	// bootstrap is the admin token made at this first start ("" if none).
 	mu        sync.Mutex
 	bootstrap string
@@ -405,6 +409,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		amMetrics:   automanager.NewMetrics(m.reg),
 		provMetrics: newProviderMetrics(m.reg),
 		boot:        &managerv1.BootReport{BootedAt: timestamppb.New(cfg.Clock.Now())},
+		planesPoke:  make(chan struct{}, 1),
 	}
 	registerStoreMetrics(m.reg, s.st)
 	s.url = cfg.AdvertiseURL

@@ -78,6 +78,8 @@ exit.`,
 	f.BoolVar(&inProcess, "in-process-workers", false, "run the workers inside this process instead of one process each")
 	f.IntVar(&opts.MockHosts, "mock-hosts", 0, "mock hosts standing by for elastic nodes of pool "+devmode.MockPool+" (0 to 16)")
 	f.DurationVar(&opts.IdleExpiry, "idle-expiry", 10*time.Minute, "how long an elastic node may be idle before the reaper terminates it")
+	f.StringVar(&opts.ConsoleListen, "console-listen", "127.0.0.1:6795", "the operator console's address (norsk-mgr beside the Manager)")
+	f.BoolVar(&opts.NoConsole, "no-console", false, "run no console (norsk-mgr)")
 	logs.register(c)
 	return c
 }

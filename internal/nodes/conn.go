@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -201,11 +202,14 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 	stream := client.Control(sctx)
 	stream.RequestHeader().Set("Authorization", "Bearer "+rec.GetNodeSecret())
 	defer func() { _ = stream.CloseRequest() }()
+	controlPlanes, _ := cfg.ControlPlanes.Get()
+	controlPlanes = slices.Clone(controlPlanes)
 	hello := &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_Hello{Hello: &managerv1.ControllerHello{
 		NodeId:              cn.nodeID,
 		ManagerNodeName:     cfg.ManagerName,
 		HeartbeatIntervalMs: uint32(cfg.HeartbeatInterval / time.Millisecond),
 		ManagerUrls:         cfg.ManagerURLs(),
+		ControlPlaneUrls:    controlPlanes,
 		ManagerTerm:         cfg.ManagerTerm,
 		ManagerGeneration:   cfg.ManagerGeneration,
 		ClusterId:           cn.c.clusterID(),
@@ -282,6 +286,8 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		wv:      map[string]held{},
 		pending: map[string]pend{},
 		seqKind: map[uint64]actionKind{},
+		// The hello told the list.
+		controlPlanes: controlPlanes,
 	}
 	defer func() {
 		s.failWaiters(cn.nodeID, err)
@@ -320,6 +326,10 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		}
 		// The access replica likewise (access_replica.go).
 		if err := cn.syncAccessReplica(stream, s, r, ws); err != nil {
+			return err
+		}
+		// And the cluster's norsk-mgr URLs (control_planes.go).
+		if err := cn.syncControlPlanes(stream, s, ws); err != nil {
 			return err
 		}
 		insts := r.InstancesOnNode(ws, cn.nodeID)
@@ -534,6 +544,8 @@ type sessionState struct {
 	seqKind map[uint64]actionKind
 	disco   discoveryState
 	access  *storev1.AccessReplicaState // the replica last sent
+	// controlPlanes is the list of norsk-mgr URLs last told the worker.
+	controlPlanes []string
 	// grantDue is the send time (Heartbeat.sent_mono_ms) of the newest
 	// heartbeat not yet answered with a LeaseGrant; 0: none.
 	grantDue uint64

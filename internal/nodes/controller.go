@@ -80,6 +80,10 @@ type Config struct {
 	// keys, sent to workers with the stored replica; "" sends no replica
 	// (access_replica.go).
 	AccessReplicaJWKS string
+	// ControlPlanes is the cluster's list of norsk-mgr URLs, told to every
+	// worker in its hello and again whenever it changes
+	// (control_planes.go). Nil: an empty list.
+	ControlPlanes *ControlPlaneList
 }
 
 func (c *Config) defaults() {

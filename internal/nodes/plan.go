@@ -36,6 +36,8 @@ func (k actionKind) String() string {
 		return "discovery-access"
 	case actAccessReplica:
 		return "access-replica"
+	case actControlPlanes:
+		return "control-planes"
 	}
 	return "?"
 }

@@ -83,6 +83,7 @@ type Agent struct {
 	js *jobSockets
 
 	disco  discoveryStore     // the discovery access (discovery.go)
+	planes controlPlanes      // the cluster's norsk-mgr URLs (control_planes.go)
 	access accessReplicaStore // the access replica (access_replica.go)
 	tlsw   workerTLS          // mutual TLS with the Manager (tls.go)
 

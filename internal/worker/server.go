@@ -95,6 +95,8 @@ func (h controlHandler) Control(ctx context.Context, stream *connect.BidiStream[
 		return connect.NewError(connect.CodeUnavailable, errors.New("the worker is shutting down"))
 	}
 	defer a.closeSession(sess)
+	// The hello carries the whole list of norsk-mgr URLs (control_planes.go).
+	a.setControlPlanes(hello.GetControlPlaneUrls())
 	a.logger().Info("Control stream up", "manager", hello.GetManagerNodeName(), "peer", stream.Peer().Addr, "stream", sess.id)
 	// A first heartbeat right after the hello: its LeaseGrant renews the
 	// lease (lease.go) without waiting an interval.

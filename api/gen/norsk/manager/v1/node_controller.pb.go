@@ -108,6 +108,7 @@ type ControllerMessage struct {
 	//	*ControllerMessage_MigrationCutoverReady
 	//	*ControllerMessage_MigrationCutoverApply
 	//	*ControllerMessage_MigrationAbort
+	//	*ControllerMessage_ControlPlanes
 	Msg           isControllerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -283,6 +284,15 @@ func (x *ControllerMessage) GetMigrationAbort() *MigrationAbort {
 	return nil
 }
 
+func (x *ControllerMessage) GetControlPlanes() *ControlPlanes {
+	if x != nil {
+		if x, ok := x.Msg.(*ControllerMessage_ControlPlanes); ok {
+			return x.ControlPlanes
+		}
+	}
+	return nil
+}
+
 type isControllerMessage_Msg interface {
 	isControllerMessage_Msg()
 }
@@ -348,6 +358,12 @@ type ControllerMessage_MigrationAbort struct {
 	MigrationAbort *MigrationAbort `protobuf:"bytes,23,opt,name=migration_abort,json=migrationAbort,proto3,oneof"`
 }
 
+type ControllerMessage_ControlPlanes struct {
+	// The cluster's norsk-mgr URLs changed since the hello (or the last
+	// ControlPlanes): the whole list, acknowledged.
+	ControlPlanes *ControlPlanes `protobuf:"bytes,24,opt,name=control_planes,json=controlPlanes,proto3,oneof"`
+}
+
 func (*ControllerMessage_Hello) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_Start) isControllerMessage_Msg() {}
@@ -375,6 +391,8 @@ func (*ControllerMessage_MigrationCutoverReady) isControllerMessage_Msg() {}
 func (*ControllerMessage_MigrationCutoverApply) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_MigrationAbort) isControllerMessage_Msg() {}
+
+func (*ControllerMessage_ControlPlanes) isControllerMessage_Msg() {}
 
 // MigrationGetState (the propose): ask the source instance for the state it
 // would hand over; it answers with a MigrationReport of kind STATE.
@@ -1093,9 +1111,13 @@ type ControllerHello struct {
 	// The store's cluster id (empty from a Manager older than cluster ids).
 	// The worker remembers it and labels everything it creates with it; a
 	// worker that already belongs to another cluster refuses the stream.
-	ClusterId     string `protobuf:"bytes,7,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ClusterId string `protobuf:"bytes,7,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// Every announced, fresh norsk-mgr URL of the cluster (one per member
+	// whose norsk-mgr announces itself, AnnounceControlPlane), sorted by
+	// member name; a change later comes as ControlPlanes.
+	ControlPlaneUrls []string `protobuf:"bytes,8,rep,name=control_plane_urls,json=controlPlaneUrls,proto3" json:"control_plane_urls,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ControllerHello) Reset() {
@@ -1177,6 +1199,59 @@ func (x *ControllerHello) GetClusterId() string {
 	return ""
 }
 
+func (x *ControllerHello) GetControlPlaneUrls() []string {
+	if x != nil {
+		return x.ControlPlaneUrls
+	}
+	return nil
+}
+
+// ControlPlanes is the cluster's whole list of norsk-mgr URLs, as in
+// ControllerHello.control_plane_urls: sent whenever it changes.
+type ControlPlanes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Urls          []string               `protobuf:"bytes,1,rep,name=urls,proto3" json:"urls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlPlanes) Reset() {
+	*x = ControlPlanes{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlPlanes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlPlanes) ProtoMessage() {}
+
+func (x *ControlPlanes) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlPlanes.ProtoReflect.Descriptor instead.
+func (*ControlPlanes) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ControlPlanes) GetUrls() []string {
+	if x != nil {
+		return x.Urls
+	}
+	return nil
+}
+
 type StartInstance struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	Job                   *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -1195,7 +1270,7 @@ type StartInstance struct {
 
 func (x *StartInstance) Reset() {
 	*x = StartInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1282,7 @@ func (x *StartInstance) String() string {
 func (*StartInstance) ProtoMessage() {}
 
 func (x *StartInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1295,7 @@ func (x *StartInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartInstance.ProtoReflect.Descriptor instead.
 func (*StartInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{12}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StartInstance) GetJob() *Job {
@@ -1290,7 +1365,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1377,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1390,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{13}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -1355,7 +1430,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1442,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1455,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{14}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -1439,7 +1514,7 @@ type UpdateInstance struct {
 
 func (x *UpdateInstance) Reset() {
 	*x = UpdateInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1526,7 @@ func (x *UpdateInstance) String() string {
 func (*UpdateInstance) ProtoMessage() {}
 
 func (x *UpdateInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1539,7 @@ func (x *UpdateInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstance.ProtoReflect.Descriptor instead.
 func (*UpdateInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{15}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UpdateInstance) GetJob() *Job {
@@ -1501,7 +1576,7 @@ type Terminate struct {
 
 func (x *Terminate) Reset() {
 	*x = Terminate{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1588,7 @@ func (x *Terminate) String() string {
 func (*Terminate) ProtoMessage() {}
 
 func (x *Terminate) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1601,7 @@ func (x *Terminate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Terminate.ProtoReflect.Descriptor instead.
 func (*Terminate) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{16}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Terminate) GetReason() string {
@@ -1560,7 +1635,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[17]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1647,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[17]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1660,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{17}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -1707,7 +1782,7 @@ type WorkerNotice struct {
 
 func (x *WorkerNotice) Reset() {
 	*x = WorkerNotice{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1794,7 @@ func (x *WorkerNotice) String() string {
 func (*WorkerNotice) ProtoMessage() {}
 
 func (x *WorkerNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1807,7 @@ func (x *WorkerNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerNotice.ProtoReflect.Descriptor instead.
 func (*WorkerNotice) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{18}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkerNotice) GetJobId() string {
@@ -1790,7 +1865,7 @@ type WorkerHello struct {
 
 func (x *WorkerHello) Reset() {
 	*x = WorkerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +1877,7 @@ func (x *WorkerHello) String() string {
 func (*WorkerHello) ProtoMessage() {}
 
 func (x *WorkerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +1890,7 @@ func (x *WorkerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
 func (*WorkerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{19}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WorkerHello) GetNodeId() string {
@@ -1889,7 +1964,7 @@ type InstanceReport struct {
 
 func (x *InstanceReport) Reset() {
 	*x = InstanceReport{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +1976,7 @@ func (x *InstanceReport) String() string {
 func (*InstanceReport) ProtoMessage() {}
 
 func (x *InstanceReport) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +1989,7 @@ func (x *InstanceReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReport.ProtoReflect.Descriptor instead.
 func (*InstanceReport) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{20}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InstanceReport) GetJobId() string {
@@ -1999,7 +2074,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2086,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2099,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{21}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Heartbeat) GetLoad() *NodeLoad {
@@ -2054,7 +2129,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[22]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2141,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[22]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2154,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{22}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommandAck) GetSeq() uint64 {
@@ -2107,7 +2182,7 @@ var File_norsk_manager_v1_node_controller_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\n" +
-	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\"\xa2\b\n" +
+	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\"\xec\b\n" +
 	"\x11ControllerMessage\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x129\n" +
 	"\x05hello\x18\n" +
@@ -2124,7 +2199,8 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\x13migration_get_state\x18\x14 \x01(\v2#.norsk.manager.v1.MigrationGetStateH\x00R\x11migrationGetState\x12a\n" +
 	"\x17migration_cutover_ready\x18\x15 \x01(\v2'.norsk.manager.v1.MigrationCutoverReadyH\x00R\x15migrationCutoverReady\x12a\n" +
 	"\x17migration_cutover_apply\x18\x16 \x01(\v2'.norsk.manager.v1.MigrationCutoverApplyH\x00R\x15migrationCutoverApply\x12K\n" +
-	"\x0fmigration_abort\x18\x17 \x01(\v2 .norsk.manager.v1.MigrationAbortH\x00R\x0emigrationAbortB\x05\n" +
+	"\x0fmigration_abort\x18\x17 \x01(\v2 .norsk.manager.v1.MigrationAbortH\x00R\x0emigrationAbort\x12H\n" +
+	"\x0econtrol_planes\x18\x18 \x01(\v2\x1f.norsk.manager.v1.ControlPlanesH\x00R\rcontrolPlanesB\x05\n" +
 	"\x03msg\"\x86\x01\n" +
 	"\x11MigrationGetState\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
@@ -2177,7 +2253,7 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\aaddress\x18\x04 \x01(\tR\aaddress\"\x86\x01\n" +
 	"\x13AccessReplicaUpdate\x12L\n" +
 	"\vpublication\x18\x01 \x01(\v2*.norsk.manager.v1.AccessReplicaPublicationR\vpublication\x12!\n" +
-	"\ftrusted_jwks\x18\x02 \x01(\tR\vtrustedJwks\"\x9e\x02\n" +
+	"\ftrusted_jwks\x18\x02 \x01(\tR\vtrustedJwks\"\xcc\x02\n" +
 	"\x0fControllerHello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
 	"\x11manager_node_name\x18\x02 \x01(\tR\x0fmanagerNodeName\x122\n" +
@@ -2186,7 +2262,10 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\fmanager_term\x18\x05 \x01(\x04R\vmanagerTerm\x12-\n" +
 	"\x12manager_generation\x18\x06 \x01(\x04R\x11managerGeneration\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\a \x01(\tR\tclusterId\"\xbf\x02\n" +
+	"cluster_id\x18\a \x01(\tR\tclusterId\x12,\n" +
+	"\x12control_plane_urls\x18\b \x03(\tR\x10controlPlaneUrls\"#\n" +
+	"\rControlPlanes\x12\x12\n" +
+	"\x04urls\x18\x01 \x03(\tR\x04urls\"\xbf\x02\n" +
 	"\rStartInstance\x12'\n" +
 	"\x03job\x18\x01 \x01(\v2\x15.norsk.manager.v1.JobR\x03job\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12!\n" +
@@ -2291,7 +2370,7 @@ func file_norsk_manager_v1_node_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_norsk_manager_v1_node_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_norsk_manager_v1_node_controller_proto_goTypes = []any{
 	(MigrationReportKind)(0),         // 0: norsk.manager.v1.MigrationReportKind
 	(*ControllerMessage)(nil),        // 1: norsk.manager.v1.ControllerMessage
@@ -2306,35 +2385,36 @@ var file_norsk_manager_v1_node_controller_proto_goTypes = []any{
 	(*DiscoveryAccess)(nil),          // 10: norsk.manager.v1.DiscoveryAccess
 	(*AccessReplicaUpdate)(nil),      // 11: norsk.manager.v1.AccessReplicaUpdate
 	(*ControllerHello)(nil),          // 12: norsk.manager.v1.ControllerHello
-	(*StartInstance)(nil),            // 13: norsk.manager.v1.StartInstance
-	(*StartPreparedInstance)(nil),    // 14: norsk.manager.v1.StartPreparedInstance
-	(*StopInstance)(nil),             // 15: norsk.manager.v1.StopInstance
-	(*UpdateInstance)(nil),           // 16: norsk.manager.v1.UpdateInstance
-	(*Terminate)(nil),                // 17: norsk.manager.v1.Terminate
-	(*WorkerMessage)(nil),            // 18: norsk.manager.v1.WorkerMessage
-	(*WorkerNotice)(nil),             // 19: norsk.manager.v1.WorkerNotice
-	(*WorkerHello)(nil),              // 20: norsk.manager.v1.WorkerHello
-	(*InstanceReport)(nil),           // 21: norsk.manager.v1.InstanceReport
-	(*Heartbeat)(nil),                // 22: norsk.manager.v1.Heartbeat
-	(*CommandAck)(nil),               // 23: norsk.manager.v1.CommandAck
-	nil,                              // 24: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	nil,                              // 25: norsk.manager.v1.InstanceReport.ExitCodesEntry
-	(*AccessReplicaPublication)(nil), // 26: norsk.manager.v1.AccessReplicaPublication
-	(*Job)(nil),                      // 27: norsk.manager.v1.Job
-	(StoppingReason)(0),              // 28: norsk.manager.v1.StoppingReason
-	(*Hardware)(nil),                 // 29: norsk.manager.v1.Hardware
-	(*Capability)(nil),               // 30: norsk.manager.v1.Capability
-	(InstancePhase)(0),               // 31: norsk.manager.v1.InstancePhase
-	(*NodeLoad)(nil),                 // 32: norsk.manager.v1.NodeLoad
-	(*ResolvedPortMappings)(nil),     // 33: norsk.manager.v1.ResolvedPortMappings
+	(*ControlPlanes)(nil),            // 13: norsk.manager.v1.ControlPlanes
+	(*StartInstance)(nil),            // 14: norsk.manager.v1.StartInstance
+	(*StartPreparedInstance)(nil),    // 15: norsk.manager.v1.StartPreparedInstance
+	(*StopInstance)(nil),             // 16: norsk.manager.v1.StopInstance
+	(*UpdateInstance)(nil),           // 17: norsk.manager.v1.UpdateInstance
+	(*Terminate)(nil),                // 18: norsk.manager.v1.Terminate
+	(*WorkerMessage)(nil),            // 19: norsk.manager.v1.WorkerMessage
+	(*WorkerNotice)(nil),             // 20: norsk.manager.v1.WorkerNotice
+	(*WorkerHello)(nil),              // 21: norsk.manager.v1.WorkerHello
+	(*InstanceReport)(nil),           // 22: norsk.manager.v1.InstanceReport
+	(*Heartbeat)(nil),                // 23: norsk.manager.v1.Heartbeat
+	(*CommandAck)(nil),               // 24: norsk.manager.v1.CommandAck
+	nil,                              // 25: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	nil,                              // 26: norsk.manager.v1.InstanceReport.ExitCodesEntry
+	(*AccessReplicaPublication)(nil), // 27: norsk.manager.v1.AccessReplicaPublication
+	(*Job)(nil),                      // 28: norsk.manager.v1.Job
+	(StoppingReason)(0),              // 29: norsk.manager.v1.StoppingReason
+	(*Hardware)(nil),                 // 30: norsk.manager.v1.Hardware
+	(*Capability)(nil),               // 31: norsk.manager.v1.Capability
+	(InstancePhase)(0),               // 32: norsk.manager.v1.InstancePhase
+	(*NodeLoad)(nil),                 // 33: norsk.manager.v1.NodeLoad
+	(*ResolvedPortMappings)(nil),     // 34: norsk.manager.v1.ResolvedPortMappings
 }
 var file_norsk_manager_v1_node_controller_proto_depIdxs = []int32{
 	12, // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
-	13, // 1: norsk.manager.v1.ControllerMessage.start:type_name -> norsk.manager.v1.StartInstance
-	14, // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
-	15, // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
-	16, // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
-	17, // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
+	14, // 1: norsk.manager.v1.ControllerMessage.start:type_name -> norsk.manager.v1.StartInstance
+	15, // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
+	16, // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
+	17, // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
+	18, // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
 	10, // 6: norsk.manager.v1.ControllerMessage.discovery_access:type_name -> norsk.manager.v1.DiscoveryAccess
 	11, // 7: norsk.manager.v1.ControllerMessage.access_replica:type_name -> norsk.manager.v1.AccessReplicaUpdate
 	8,  // 8: norsk.manager.v1.ControllerMessage.recorded:type_name -> norsk.manager.v1.ReportsRecorded
@@ -2343,34 +2423,35 @@ var file_norsk_manager_v1_node_controller_proto_depIdxs = []int32{
 	3,  // 11: norsk.manager.v1.ControllerMessage.migration_cutover_ready:type_name -> norsk.manager.v1.MigrationCutoverReady
 	4,  // 12: norsk.manager.v1.ControllerMessage.migration_cutover_apply:type_name -> norsk.manager.v1.MigrationCutoverApply
 	5,  // 13: norsk.manager.v1.ControllerMessage.migration_abort:type_name -> norsk.manager.v1.MigrationAbort
-	0,  // 14: norsk.manager.v1.MigrationReport.kind:type_name -> norsk.manager.v1.MigrationReportKind
-	9,  // 15: norsk.manager.v1.ReportsRecorded.reports:type_name -> norsk.manager.v1.RecordedReport
-	26, // 16: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	27, // 17: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
-	28, // 18: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
-	27, // 19: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
-	20, // 20: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
-	21, // 21: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
-	22, // 22: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
-	23, // 23: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
-	6,  // 24: norsk.manager.v1.WorkerMessage.migration:type_name -> norsk.manager.v1.MigrationReport
-	19, // 25: norsk.manager.v1.WorkerMessage.notice:type_name -> norsk.manager.v1.WorkerNotice
-	29, // 26: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
-	30, // 27: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
-	21, // 28: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
-	31, // 29: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
-	24, // 30: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	28, // 31: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
-	25, // 32: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
-	32, // 33: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
-	33, // 34: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	1,  // 35: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
-	18, // 36: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
-	36, // [36:37] is the sub-list for method output_type
-	35, // [35:36] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	13, // 14: norsk.manager.v1.ControllerMessage.control_planes:type_name -> norsk.manager.v1.ControlPlanes
+	0,  // 15: norsk.manager.v1.MigrationReport.kind:type_name -> norsk.manager.v1.MigrationReportKind
+	9,  // 16: norsk.manager.v1.ReportsRecorded.reports:type_name -> norsk.manager.v1.RecordedReport
+	27, // 17: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	28, // 18: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
+	29, // 19: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
+	28, // 20: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
+	21, // 21: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
+	22, // 22: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
+	23, // 23: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
+	24, // 24: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
+	6,  // 25: norsk.manager.v1.WorkerMessage.migration:type_name -> norsk.manager.v1.MigrationReport
+	20, // 26: norsk.manager.v1.WorkerMessage.notice:type_name -> norsk.manager.v1.WorkerNotice
+	30, // 27: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
+	31, // 28: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
+	22, // 29: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
+	32, // 30: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
+	25, // 31: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	29, // 32: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
+	26, // 33: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
+	33, // 34: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
+	34, // 35: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	1,  // 36: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
+	19, // 37: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
+	37, // [37:38] is the sub-list for method output_type
+	36, // [36:37] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_node_controller_proto_init() }
@@ -2396,8 +2477,9 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 		(*ControllerMessage_MigrationCutoverReady)(nil),
 		(*ControllerMessage_MigrationCutoverApply)(nil),
 		(*ControllerMessage_MigrationAbort)(nil),
+		(*ControllerMessage_ControlPlanes)(nil),
 	}
-	file_norsk_manager_v1_node_controller_proto_msgTypes[17].OneofWrappers = []any{
+	file_norsk_manager_v1_node_controller_proto_msgTypes[18].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Report)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
@@ -2411,7 +2493,7 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_node_controller_proto_rawDesc), len(file_norsk_manager_v1_node_controller_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
