@@ -76,6 +76,10 @@ type migration struct {
 	st *managerv1.MigrationState
 	// deadline is when the current phase times out (zero: none).
 	deadline time.Time
+	// resendAt is when a cutover message that found its worker
+	// unreachable is to be told again (zero: none); the phase deadline
+	// still bounds how long that goes on.
+	resendAt time.Time
 	// waiter is MigrateJob's caller, parked until the target is placed
 	// and dispatched or the migration aborts.
 	waiter chan<- migrateResult
@@ -153,8 +157,13 @@ func (s *Saga) do(ctx context.Context, f func(context.Context)) error {
 func (s *Saga) nextDeadline() time.Time {
 	var next time.Time
 	for _, m := range s.migs {
-		if !m.deadline.IsZero() && !terminal(m.st.GetPhase()) && (next.IsZero() || m.deadline.Before(next)) {
-			next = m.deadline
+		if terminal(m.st.GetPhase()) {
+			continue
+		}
+		for _, t := range []time.Time{m.deadline, m.resendAt} {
+			if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+				next = t
+			}
 		}
 	}
 	return next
@@ -166,6 +175,14 @@ func (s *Saga) nextDeadline() time.Time {
 // startingTarget fails forward.
 func (s *Saga) fireDue(ctx context.Context) {
 	now := s.clk.Now()
+	for _, id := range sortedKeys(s.migs) {
+		if m := s.migs[id]; m != nil && !m.resendAt.IsZero() && !now.Before(m.resendAt) {
+			m.resendAt = time.Time{}
+			if !terminal(m.st.GetPhase()) && (m.deadline.IsZero() || now.Before(m.deadline)) {
+				s.resendCutover(ctx, m)
+			}
+		}
+	}
 	for _, id := range sortedKeys(s.migs) {
 		m := s.migs[id]
 		if m == nil || m.deadline.IsZero() || now.Before(m.deadline) || terminal(m.st.GetPhase()) {

@@ -2,9 +2,12 @@ package automanager
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // onEvent is the saga's intake from the event stream: the job history of
@@ -232,7 +235,7 @@ func (s *Saga) onTargetReady(ctx context.Context, ev *managerv1.MigrationEvent) 
 	err := s.api.NotifyMigrationCutoverReady(cctx, &managerv1.JobKey{JobId: st.GetSourceJobId(), Role: st.GetSourceRole()}, st.GetMigrationId(), ev.GetPayload())
 	cancel()
 	if err != nil {
-		s.performAbort(ctx, m, "notifyMigrationCutoverReady failed: "+errorText(err), true)
+		s.cutoverCallFailed(ctx, m, "notifyMigrationCutoverReady", err)
 	}
 }
 
@@ -256,7 +259,7 @@ func (s *Saga) onSourceStoppedOutput(ctx context.Context, ev *managerv1.Migratio
 	if err != nil {
 		// Still before the point of no return: the abort to the source
 		// means "resume output".
-		s.performAbort(ctx, m, "notifyMigrationCutoverApply failed: "+errorText(err), true)
+		s.cutoverCallFailed(ctx, m, "notifyMigrationCutoverApply", err)
 	}
 }
 
@@ -389,8 +392,60 @@ func (s *Saga) reconcile(ctx context.Context) {
 				s.handleSourceLost(ctx, m, "source stopped while no AutoManager watched")
 			}
 		}
+		s.resendCutover(ctx, m)
 	}
 }
+
+// resendCutover, on taking a migration over, tells its source or target
+// again what the previous AutoManager last told it in the cutover: that
+// message, or the worker's answer to it, may have been lost with the
+// previous primary (it failed its notify while stopping, or the answer
+// reached a Manager that then stopped). Workers answer a repeat by
+// repeating their report, never by acting twice.
+func (s *Saga) resendCutover(ctx context.Context, m *migration) {
+	st := m.st
+	var err error
+	var what string
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	switch st.GetPhase() {
+	case phAwaitingSourceStop:
+		what = "notifyMigrationCutoverReady"
+		err = s.api.NotifyMigrationCutoverReady(cctx, &managerv1.JobKey{JobId: st.GetSourceJobId(), Role: st.GetSourceRole()}, st.GetMigrationId(), st.GetTargetPayload())
+	case phApplying:
+		what = "notifyMigrationCutoverApply"
+		err = s.api.NotifyMigrationCutoverApply(cctx, &managerv1.JobKey{JobId: st.GetSourceJobId(), Role: st.GetTargetRole()}, st.GetMigrationId(), st.GetSourcePayload())
+	default:
+		return
+	}
+	s.log.Info("migration taken over mid-cutover: told again", "migration", st.GetMigrationId(), "phase", PhaseName(st.GetPhase()), "call", what, "err", err)
+	if err != nil {
+		s.cutoverCallFailed(ctx, m, what, err)
+	}
+}
+
+// cutoverCallFailed handles a cutover notify that failed: before the
+// point of no return the migration aborts (the source resumes output) —
+// unless this AutoManager is stopping, when the failure says nothing about
+// the migration and the next primary's AutoManager takes it over, or the
+// worker was not reachable (UNAVAILABLE: its stream is down a moment, as
+// after a Manager restart), when the message is told again shortly, for as
+// long as the phase's deadline allows.
+func (s *Saga) cutoverCallFailed(ctx context.Context, m *migration, what string, err error) {
+	switch {
+	case ctx.Err() != nil:
+		s.log.Info("cutover call failed while this AutoManager stops; the next one takes the migration over", "migration", m.st.GetMigrationId(), "call", what, "err", err)
+	case errors.Is(err, norsk.ErrUnavailable):
+		m.resendAt = s.clk.Now().Add(cutoverResendInterval)
+		s.log.Info("cutover call found its worker unreachable; telling it again shortly", "migration", m.st.GetMigrationId(), "call", what, "err", err, "in", cutoverResendInterval)
+	default:
+		s.performAbort(ctx, m, what+" failed: "+errorText(err), true)
+	}
+}
+
+// cutoverResendInterval is how long after an unreachable worker a cutover
+// message is told again.
+const cutoverResendInterval = 250 * time.Millisecond
 
 // synth is a history entry standing for an instance's current phase.
 func synth(kind string, in *managerv1.Instance) *managerv1.JobHistoryEntry {

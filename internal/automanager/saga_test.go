@@ -3,6 +3,7 @@ package automanager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 const (
@@ -567,5 +569,128 @@ func TestSagaRebuild(t *testing.T) {
 	}
 	if st := h.api.stored(r.st.GetMigrationId()); st.GetPhase() != phStoppingSource {
 		t.Fatalf("after takeover: %s", PhaseName(st.GetPhase()))
+	}
+}
+
+// A migration taken over mid-cutover is told again where it stood: the
+// previous AutoManager's notify, or the worker's answer to it, may have
+// been lost with the previous primary (TestMigrationSurvivesManagerRestart
+// aborted on the applying deadline). A notify that fails while the
+// AutoManager stops aborts nothing: the next one takes the migration over.
+func TestSagaTakeoverMidCutoverTellsAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		phase managerv1.MigrationPhase
+		want  string
+	}{
+		{"awaitingSourceStop", phAwaitingSourceStop, "CutoverReady primary ready"},
+		{"applying", phApplying, "CutoverApply %s at-42"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newSagaHarness(t, Policy{})
+			ch := h.migrate(MigrateOptions{Strategy: stratHandover})
+			h.sync()
+			id := h.wantPhase(phProposing).GetMigrationId()
+			h.event(&managerv1.Event{Kind: &managerv1.Event_MigrationState{MigrationState: mev("primary", id, `{}`)}})
+			r := result(t, ch)
+			tr := r.st.GetTargetRole()
+			h.history("running", tr, "c", 0, "")
+			h.event(&managerv1.Event{Kind: &managerv1.Event_MigrationTargetReady{MigrationTargetReady: mev(tr, id, "ready")}})
+			h.wantPhase(phAwaitingSourceStop)
+			if tc.phase == phApplying {
+				h.event(&managerv1.Event{Kind: &managerv1.Event_MigrationSourceStoppedOutput{MigrationSourceStoppedOutput: mev("primary", id, "at-42")}})
+				h.wantPhase(phApplying)
+			}
+			want := tc.want
+			if strings.Contains(want, "%s") {
+				want = fmt.Sprintf(want, tr)
+			}
+			calls := func() (n int) {
+				for _, c := range h.api.callLog() {
+					if strings.HasPrefix(c, want) {
+						n++
+					}
+				}
+				return n
+			}
+			if calls() != 1 {
+				t.Fatalf("before the takeover: %d × %q in %v", calls(), want, h.api.callLog())
+			}
+
+			s2 := newSaga(h.api, h.clk, slog.New(slog.DiscardHandler), Policy{}, nil)
+			if _, err := s2.rebuild(h.ctx); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(h.ctx)
+			defer cancel()
+			go s2.run(ctx)
+			h.api.instance("ch.channel.0", "primary", "a", phRunning)
+			h.api.instance("ch.channel.0", tr, "c", phRunning)
+			if err := s2.do(ctx, s2.reconcile); err != nil {
+				t.Fatal(err)
+			}
+			if err := s2.sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if calls() != 2 {
+				t.Fatalf("after the takeover: %d × %q in %v", calls(), want, h.api.callLog())
+			}
+			if st := h.api.stored(id); st.GetPhase() != tc.phase {
+				t.Fatalf("after the takeover: %s", PhaseName(st.GetPhase()))
+			}
+		})
+	}
+}
+
+// A cutover notify that fails because the AutoManager itself is stopping
+// (its Manager closing) aborts nothing.
+func TestSagaCutoverCallFailingWhileStoppingAbortsNothing(t *testing.T) {
+	h := newSagaHarness(t, Policy{})
+	ch := h.migrate(MigrateOptions{Strategy: stratHandover})
+	h.sync()
+	id := h.wantPhase(phProposing).GetMigrationId()
+	h.event(&managerv1.Event{Kind: &managerv1.Event_MigrationState{MigrationState: mev("primary", id, `{}`)}})
+	result(t, ch)
+	stopped, cancel := context.WithCancel(h.ctx)
+	cancel()
+	if err := h.s.do(h.ctx, func(context.Context) {
+		h.s.cutoverCallFailed(stopped, h.s.migs[id], "notifyMigrationCutoverApply", errors.New("connection refused"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.sync()
+	if st := h.api.stored(id); terminal(st.GetPhase()) {
+		t.Fatalf("aborted while stopping: %s %s", PhaseName(st.GetPhase()), st.GetAbortReason())
+	}
+	if h.called("AbortMigration") {
+		t.Fatalf("the workers were told to abort: %v", h.api.callLog())
+	}
+}
+
+// A cutover message whose worker is unreachable for a moment (its stream
+// down, as after a Manager restart) is told again, not given up on.
+func TestSagaCutoverToAnUnreachableWorkerIsToldAgain(t *testing.T) {
+	h := newSagaHarness(t, Policy{})
+	ch := h.migrate(MigrateOptions{Strategy: stratHandover})
+	h.sync()
+	id := h.wantPhase(phProposing).GetMigrationId()
+	h.event(&managerv1.Event{Kind: &managerv1.Event_MigrationState{MigrationState: mev("primary", id, `{}`)}})
+	tr := result(t, ch).st.GetTargetRole()
+	h.history("running", tr, "c", 0, "")
+	h.event(&managerv1.Event{Kind: &managerv1.Event_MigrationTargetReady{MigrationTargetReady: mev(tr, id, "ready")}})
+	h.api.setFail("CutoverApply", fmt.Errorf("node c: %w", norsk.ErrUnavailable))
+	h.event(&managerv1.Event{Kind: &managerv1.Event_MigrationSourceStoppedOutput{MigrationSourceStoppedOutput: mev("primary", id, "at-42")}})
+	h.wantPhase(phApplying)
+	h.api.setFail("CutoverApply", nil)
+	h.advance(cutoverResendInterval)
+	h.sync()
+	n := 0
+	for _, c := range h.api.callLog() {
+		if strings.HasPrefix(c, "CutoverApply "+tr+" at-42") {
+			n++
+		}
+	}
+	if n != 2 || h.phase() != phApplying {
+		t.Fatalf("apply told %d times, phase %s: %v", n, PhaseName(h.phase()), h.api.callLog())
 	}
 }

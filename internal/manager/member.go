@@ -96,6 +96,44 @@ type memberState struct {
 	primaryReady atomic.Bool
 	// knownGen is the newest generation seen (generationFile).
 	knownGen atomic.Uint64
+	// terms ends every primary term, now and to come: Close cancels it
+	// before it stops serving, so the AutoManager and the node controller
+	// stop while the API still answers, instead of meeting a closed API
+	// and acting on the refusals (a migration aborted because its notify
+	// found the listener gone).
+	terms     context.Context
+	stopTerms context.CancelFunc
+	// termsRunning counts the primary terms under way (endTerms waits).
+	termsRunning sync.WaitGroup
+}
+
+// startTerm counts a primary term about to start, unless terms have been
+// ended (Close).
+func (m *memberState) startTerm() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.terms.Err() != nil {
+		return false
+	}
+	m.termsRunning.Add(1)
+	return true
+}
+
+// endTerms ends the primary term under way, if any, and every later one,
+// and waits (within ctx) until the term's work has stopped.
+func (m *memberState) endTerms(ctx context.Context) {
+	m.mu.Lock()
+	m.stopTerms()
+	m.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		m.termsRunning.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // announcement is a norsk-mgr's AnnounceControlPlane, answered locally.
@@ -112,6 +150,7 @@ func newMemberState(s *Server) *memberState {
 		termReady: make(chan struct{}),
 		events:    openClusterEvents(s.cfg.DataDir, s.cfg.Clock, s.log),
 	}
+	m.terms, m.stopTerms = context.WithCancel(context.Background())
 	m.loadGeneration()
 	return m
 }
@@ -385,11 +424,14 @@ func (m *memberState) leadership(ctx context.Context, st *store.Store) {
 				leading = false
 			}
 		}
-		if now && !leading {
+		if now && !leading && m.startTerm() {
 			termOf = st.Term()
 			tctx, cancel := context.WithCancel(ctx)
-			termCancel, termDone = cancel, make(chan struct{})
+			stopFollowing := context.AfterFunc(m.terms, cancel)
+			termCancel = func() { stopFollowing(); cancel() }
+			termDone = make(chan struct{})
 			go func(done chan struct{}) {
+				defer m.termsRunning.Done()
 				defer close(done)
 				m.primaryTerm(tctx, st)
 			}(termDone)

@@ -579,6 +579,9 @@ func (s *Server) Close() error {
 				s.log.Warn("stopping without handing the primary role over", "err", err)
 			}
 		}
+		// The primary's work (AutoManager, node controller, backups) stops
+		// while the API still answers it.
+		s.member.endTerms(ctx)
 		// Event streams end when the store's broker closes; stop them first
 		// so Shutdown does not wait for them.
 		s.st().Broker().Close()

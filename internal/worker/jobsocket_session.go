@@ -63,6 +63,9 @@ type jobSocket struct {
 	// appliedID the target migration it applied.
 	mig       handover
 	appliedID string
+	// appliedSummary is the job's applied payload for appliedID, repeated
+	// to a repeated cutover-apply.
+	appliedSummary []byte
 	// pendingAbort is an abort the job could not be told (it was not
 	// attached): it follows the next hello_ack.
 	pendingAbort *managerv1.JobSocketAbortMigration

@@ -153,9 +153,19 @@ func TestJobSocketSourceHandshake(t *testing.T) {
 	if m := j.next(); m.GetStopOutputAt().GetMigrationId() != migA || string(m.GetStopOutputAt().GetPayload()) != "ready-at" {
 		t.Fatalf("job got %v", m)
 	}
+	// Told again before the job answered (a new primary took the migration
+	// over): acknowledged, and the job is not told twice.
+	seq = send(t, c, cutoverReadyMsg("cam", "primary", 9, migA, []byte("ready-at")))
+	expectAck(t, c, seq, "")
 	j.send(jobStopped(migA, []byte("stopped-at")))
 	if r := expectMigration(t, c, kindStopped, "cam", "primary", 9, migA); string(r.GetPayload()) != "stopped-at" {
 		t.Fatalf("stopped report: %v", r)
+	}
+	// Told again after it answered: the worker repeats the answer.
+	seq = send(t, c, cutoverReadyMsg("cam", "primary", 9, migA, []byte("ready-at")))
+	expectAck(t, c, seq, "")
+	if r := expectMigration(t, c, kindStopped, "cam", "primary", 9, migA); string(r.GetPayload()) != "stopped-at" {
+		t.Fatalf("repeated stopped report: %v", r)
 	}
 
 	// An abort of another migration is acknowledged and ignored; the abort
@@ -265,8 +275,13 @@ func TestJobSocketTargetHandshake(t *testing.T) {
 	if ack.GetMigrationId() != "" || ack.GetHandover() {
 		t.Fatalf("hello_ack after applied: %v", ack)
 	}
-	seq = send(t, c, cutoverApplyMsg("cam", role, 12, migA, nil)) // a resend
+	// A resend (a new primary's AutoManager took the migration over): the
+	// job is not told again, the worker repeats its answer.
+	seq = send(t, c, cutoverApplyMsg("cam", role, 12, migA, nil))
 	expectAck(t, c, seq, "")
+	if r := expectMigration(t, c, kindApplied, "cam", role, 12, migA); !bytes.Equal(r.GetPayload(), summary) {
+		t.Fatalf("repeated applied report: %v", r)
+	}
 	seq = send(t, c, getStateMsg("cam", role, 12, migB))
 	expectAck(t, c, seq, "")
 	if m := j.next(); m.GetGetState().GetMigrationId() != migB {

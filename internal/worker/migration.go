@@ -97,6 +97,14 @@ type handover struct {
 	id    string
 	side  side
 	stage stage
+	// toldOn is the job stream the latest cutover message (stop_output_at,
+	// apply_from) went to: the same message again (a new primary's
+	// AutoManager repeats it after a takeover) is not pushed to that
+	// stream twice — the job answers once.
+	toldOn *attachment
+	// stoppedAt is a source's stopped_output payload, repeated to a
+	// repeated cutover-ready.
+	stoppedAt []byte
 }
 
 // holds reports whether the migration keeps the instance from taking part
@@ -272,13 +280,25 @@ func (m *jobSockets) cutoverReady(key runtime.Key, token uint64, id string, payl
 		reply(refuse(connect.CodeFailedPrecondition, "instance %s is not the source of migration %s (it was not asked for its state, or the migration was aborted)", key, id))
 		return
 	}
-	if s.att == nil {
+	switch {
+	case s.mig.stage == stageStoppedOutput:
+		// A repeat after the job has answered: the answer again, not the
+		// question (the job stopped output once, at one point).
+		s.log.Info("migration: cutover-ready again; repeating where the source stopped", "migration_id", id)
+		reply(nil)
+		stoppedAt := s.mig.stoppedAt
+		s.reportLocked(managerv1.MigrationReportKind_MIGRATION_REPORT_KIND_SOURCE_STOPPED_OUTPUT, id, func(r *managerv1.MigrationReport) {
+			r.Payload = stoppedAt
+		})
+		return
+	case s.att == nil:
 		reply(s.noSession())
 		return
+	case s.mig.stage == stageCutoverReady && s.mig.toldOn == s.att:
+		reply(nil) // told on this stream already: its answer is coming
+		return
 	}
-	if s.mig.stage != stageStoppedOutput {
-		s.mig.stage = stageCutoverReady
-	}
+	s.mig.stage, s.mig.toldOn = stageCutoverReady, s.att
 	s.log.Info("migration: telling the source to stop output", "migration_id", id)
 	s.att.push(&managerv1.JobSocketToJob{Msg: &managerv1.JobSocketToJob_StopOutputAt{StopOutputAt: &managerv1.JobSocketStopOutputAt{
 		MigrationId: id, Payload: payload,
@@ -299,7 +319,13 @@ func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payl
 		reply(refuse(connect.CodeNotFound, "instance %s has stopped", key))
 		return
 	case s.appliedID == id:
-		reply(nil) // applied already: nothing more to tell the job
+		// Applied already: nothing more to tell the job, but its answer
+		// again (the first may have gone to a Manager that stopped).
+		reply(nil)
+		summary := s.appliedSummary
+		s.reportLocked(managerv1.MigrationReportKind_MIGRATION_REPORT_KIND_TARGET_APPLIED, id, func(r *managerv1.MigrationReport) {
+			r.Payload = summary
+		})
 		return
 	case s.mig.side != sideTarget || s.mig.id != id:
 		if e := s.lockedFor(id); e != nil {
@@ -314,8 +340,11 @@ func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payl
 	case s.att == nil:
 		reply(s.noSession())
 		return
+	case s.mig.stage == stageApplying && s.mig.toldOn == s.att:
+		reply(nil) // told on this stream already: its answer is coming
+		return
 	}
-	s.mig.stage = stageApplying
+	s.mig.stage, s.mig.toldOn = stageApplying, s.att
 	s.log.Info("migration: telling the target to start output", "migration_id", id)
 	s.att.push(&managerv1.JobSocketToJob{Msg: &managerv1.JobSocketToJob_ApplyFrom{ApplyFrom: &managerv1.JobSocketApplyFrom{
 		MigrationId: id, Payload: payload,
@@ -480,7 +509,7 @@ func (s *jobSocket) fromJob(att *attachment, msg *managerv1.JobSocketFromJob) {
 		if !s.current(sideSource, id, "stopped_output") {
 			break
 		}
-		s.mig.stage = stageStoppedOutput
+		s.mig.stage, s.mig.stoppedAt = stageStoppedOutput, m.StoppedOutput.GetPayload()
 		s.log.Info("migration: the source stopped output", "migration_id", id)
 		s.reportLocked(managerv1.MigrationReportKind_MIGRATION_REPORT_KIND_SOURCE_STOPPED_OUTPUT, id, func(r *managerv1.MigrationReport) {
 			r.Payload = m.StoppedOutput.GetPayload()
@@ -499,7 +528,7 @@ func (s *jobSocket) fromJob(att *attachment, msg *managerv1.JobSocketFromJob) {
 			r.Payload = m.Applied.GetPayload()
 		})
 		// The job runs as itself from here on: it may be migrated again.
-		s.mig, s.appliedID = handover{}, id
+		s.mig, s.appliedID, s.appliedSummary = handover{}, id, m.Applied.GetPayload()
 		s.info.migrationID, s.info.handover, s.info.initialState = "", false, nil
 		applied = id
 	case *managerv1.JobSocketFromJob_Abort:
