@@ -61,9 +61,12 @@ var rolePermissions = map[string][]managerv1.Permission{
 
 // identity is who a call comes from.
 type identity struct {
-	// name is what the audit log records ("token:ops-alice", "node:encoder-7").
+	// name is what the audit log records ("token:ops-alice/1f2e…",
+	// "node:encoder-7").
 	name string
-	role string
+	// tokenID is the API token's id ("" for other credentials).
+	tokenID string
+	role    string
 	// key is the rate limiter's key (the token id or the node).
 	key string
 	// recheck, if set, says whether the credential is still good now (a
@@ -252,7 +255,7 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 		if exp := tok.GetExpiresAt(); exp != nil && !a.clock.Now().Before(exp.AsTime()) {
 			return identity{}, apierr.Unauthenticatedf("API token %s (%s) expired at %s", tok.GetId(), tok.GetName(), exp.AsTime().UTC().Format(time.RFC3339))
 		}
-		return identity{name: "token:" + tok.GetName() + "/" + tok.GetId(), role: tok.GetRole(), key: "t:" + tok.GetId(),
+		return identity{name: "token:" + tok.GetName() + "/" + tok.GetId(), tokenID: tok.GetId(), role: tok.GetRole(), key: "t:" + tok.GetId(),
 			recheck: func() error { _, err := a.authenticate(header); return err }}, nil
 	case strings.HasPrefix(cred, regTokenPrefix):
 		rec := r.NodeByToken(cred)
