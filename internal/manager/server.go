@@ -422,15 +422,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 	mux := http.NewServeMux()
 	h := &handler{s: s}
-	interceptors := connect.WithInterceptors(s.authz.interceptor(), m.interceptor(), auditInterceptor(), s.consistencyInterceptor())
+	// The interceptors check the decoded request's field bounds
+	// (bounds.go) before the handler runs; the JSON codec refuses unknown
+	// fields and enum names (jsoncodec.go).
+	interceptors := connect.WithInterceptors(s.authz.interceptor(), m.interceptor(), boundsInterceptor(), auditInterceptor(), s.consistencyInterceptor())
 	// Compress only messages worth it: connect gzips every message a client
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.
-	path, api := managerv1connect.NewManagerHandler(h, interceptors,
-		connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCompressMinBytes(1024))
+	apiOpts := append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024)}, strictJSONCodecs()...)
+	path, api := managerv1connect.NewManagerHandler(h, append(apiOpts, connect.WithReadMaxBytes(cfg.MaxRequestBytes))...)
 	mux.Handle(path, withResponseController(api))
-	mpath, members := managerv1connect.NewMembersHandler(&membersHandler{s: s}, interceptors,
-		connect.WithReadMaxBytes(cfg.MaxRequestBytes+(1<<20)), connect.WithCompressMinBytes(1024))
+	mpath, members := managerv1connect.NewMembersHandler(&membersHandler{s: s}, append(apiOpts, connect.WithReadMaxBytes(cfg.MaxRequestBytes+(1<<20)))...)
 	mux.Handle(mpath, members)
 	checker := grpchealth.NewStaticChecker(managerv1connect.ManagerName)
 	mux.Handle(grpchealth.NewHandler(checker))
