@@ -249,3 +249,20 @@ func TestStreamsOutliveTheBodyDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestGateSource: requests are counted per IPv4 address and per IPv6 /64
+// (one host commonly holds a whole /64).
+func TestGateSource(t *testing.T) {
+	for _, tc := range []struct{ remote, want string }{
+		{"10.0.0.7:51234", "10.0.0.7/32"},
+		{"[2001:db8:1:2:aaaa::1]:443", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:2:bbbb::9]:443", "2001:db8:1:2::/64"},
+		{"[::ffff:10.0.0.7]:1", "10.0.0.7/32"},
+		{"[fe80::1%eth0]:1", "fe80::/64"},
+		{"garbage", "invalid Prefix"},
+	} {
+		if got := source(&http.Request{RemoteAddr: tc.remote}).String(); got != tc.want {
+			t.Errorf("source(%s) = %s, want %s", tc.remote, got, tc.want)
+		}
+	}
+}

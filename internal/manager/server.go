@@ -448,10 +448,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// Compress only messages worth it: connect gzips every message a client
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.
-	apiOpts := append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024)}, strictJSONCodecs()...)
-	path, api := managerv1connect.NewManagerHandler(h, append(apiOpts, connect.WithReadMaxBytes(cfg.MaxRequestBytes))...)
+	apiOpts := func(maxBytes int) []connect.HandlerOption {
+		return append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxBytes)}, strictJSONCodecs()...)
+	}
+	path, api := managerv1connect.NewManagerHandler(h, apiOpts(cfg.MaxRequestBytes)...)
 	mux.Handle(path, gt.api(api))
-	mpath, members := managerv1connect.NewMembersHandler(&membersHandler{s: s}, append(apiOpts, connect.WithReadMaxBytes(cfg.MaxRequestBytes+(1<<20)))...)
+	mpath, members := managerv1connect.NewMembersHandler(&membersHandler{s: s}, apiOpts(cfg.MaxRequestBytes+(1<<20))...)
 	mux.Handle(mpath, gt.api(members))
 	public := func(path string, h http.Handler) { mux.Handle(path, gt.public(h)) }
 	publicOpts := connect.WithReadMaxBytes(maxPublicRequestBytes)
