@@ -16,11 +16,13 @@
 package apibounds
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
@@ -136,6 +138,8 @@ type Table struct {
 	Fields map[protoreflect.FullName]Rule
 	// Names rules every field of a name ("job_id") that Fields does not.
 	Names map[protoreflect.Name]Rule
+
+	cache sync.Map // protoreflect.MessageDescriptor → []Rule
 }
 
 // rule is the rule of field f, defaults filled in.
@@ -185,29 +189,102 @@ func fill(r, def Rule) Rule {
 // RuleOf is the rule the table applies to field f (defaults filled in).
 func (t *Table) RuleOf(f protoreflect.FieldDescriptor) Rule { return t.rule(f) }
 
+// rules are the rules of a message's fields, by field index, remembered
+// per message (a table does not change once in use).
+func (t *Table) rules(md protoreflect.MessageDescriptor) []Rule {
+	if rs, ok := t.cache.Load(md); ok {
+		return rs.([]Rule)
+	}
+	fields := md.Fields()
+	rs := make([]Rule, fields.Len())
+	for i := range rs {
+		rs[i] = t.rule(fields.Get(i))
+	}
+	t.cache.Store(md, rs)
+	return rs
+}
+
 // Check walks m and returns the first field out of bounds (fields in
-// schema order, map entries in key order), or nil.
+// schema order, map entries in key order), or nil. A first walk visits the
+// fields set in any order; only when it finds one out of bounds does a
+// second, in order, name the first.
 func (t *Table) Check(m proto.Message) error {
 	if m == nil {
 		return nil
 	}
 	c := checker{t: t}
-	return c.message(m.ProtoReflect(), "")
-}
-
-type checker struct{ t *Table }
-
-func join(path, name string) string {
-	if path == "" {
-		return name
+	if c.message(m.ProtoReflect()) == nil {
+		return nil
 	}
-	return path + "." + name
+	c = checker{t: t, ordered: true}
+	return c.message(m.ProtoReflect())
 }
 
-func (c *checker) message(m protoreflect.Message, path string) error {
+// seg is one step of the path to the value being checked: a field, a list
+// index or a map key.
+type seg struct {
+	field string
+	index int
+	key   string
+	kind  byte // 'f', 'i', 'k'
+}
+
+// checker walks one message; the path is built only for a refusal.
+type checker struct {
+	t    *Table
+	path []seg
+	// ordered: fields in schema order and map entries in key order (else
+	// as they come).
+	ordered bool
+}
+
+func (c *checker) push(s seg) { c.path = append(c.path, s) }
+func (c *checker) pop()       { c.path = c.path[:len(c.path)-1] }
+
+// at is the JSON path of the value being checked.
+func (c *checker) at() string {
+	var b strings.Builder
+	for _, s := range c.path {
+		switch s.kind {
+		case 'f':
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.field)
+		case 'i':
+			b.WriteByte('[')
+			b.WriteString(strconv.Itoa(s.index))
+			b.WriteByte(']')
+		case 'k':
+			b.WriteString(keyPath(s.key))
+		}
+	}
+	return b.String()
+}
+
+func (c *checker) invalid(format string, args ...any) error {
+	return apierr.Invalid(c.at(), format, args...)
+}
+
+func (c *checker) message(m protoreflect.Message) error {
 	md := m.Descriptor()
 	if md.FullName() == "google.protobuf.Timestamp" {
-		return timestamp(m, path)
+		return c.timestamp(m)
+	}
+	rules := c.t.rules(md)
+	if !c.ordered {
+		var err error
+		m.Range(func(f protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			if f.IsExtension() {
+				return true
+			}
+			c.push(seg{kind: 'f', field: f.JSONName()})
+			if err = c.field(f, &rules[f.Index()], v); err == nil {
+				c.pop()
+			}
+			return err == nil
+		})
+		return err
 	}
 	fields := md.Fields()
 	for i := 0; i < fields.Len(); i++ {
@@ -215,36 +292,47 @@ func (c *checker) message(m protoreflect.Message, path string) error {
 		if !m.Has(f) {
 			continue
 		}
-		p := join(path, f.JSONName())
-		r := c.t.rule(f)
-		v := m.Get(f)
-		switch {
-		case f.IsMap():
-			if err := c.mapField(f, r, v.Map(), p); err != nil {
-				return err
-			}
-		case f.IsList():
-			l := v.List()
-			if l.Len() > r.MaxItems {
-				return apierr.Invalid(p, "has %d entries (at most %d)", l.Len(), r.MaxItems)
-			}
-			for j := 0; j < l.Len(); j++ {
-				if err := c.value(f, r, l.Get(j), fmt.Sprintf("%s[%d]", p, j)); err != nil {
-					return err
-				}
-			}
-		default:
-			if err := c.value(f, r, v, p); err != nil {
-				return err
-			}
+		c.push(seg{kind: 'f', field: f.JSONName()})
+		if err := c.field(f, &rules[i], m.Get(f)); err != nil {
+			return err
 		}
+		c.pop()
 	}
 	return nil
 }
 
-func (c *checker) mapField(f protoreflect.FieldDescriptor, r Rule, m protoreflect.Map, path string) error {
+func (c *checker) field(f protoreflect.FieldDescriptor, r *Rule, v protoreflect.Value) error {
+	switch {
+	case f.IsMap():
+		return c.mapField(f, r, v.Map())
+	case f.IsList():
+		l := v.List()
+		if l.Len() > r.MaxItems {
+			return c.invalid("has %d entries (at most %d)", l.Len(), r.MaxItems)
+		}
+		for j := 0; j < l.Len(); j++ {
+			c.push(seg{kind: 'i', index: j})
+			if err := c.value(f, r, l.Get(j)); err != nil {
+				return err
+			}
+			c.pop()
+		}
+		return nil
+	}
+	return c.value(f, r, v)
+}
+
+func (c *checker) mapField(f protoreflect.FieldDescriptor, r *Rule, m protoreflect.Map) error {
 	if m.Len() > r.MaxItems {
-		return apierr.Invalid(path, "has %d entries (at most %d)", m.Len(), r.MaxItems)
+		return c.invalid("has %d entries (at most %d)", m.Len(), r.MaxItems)
+	}
+	if !c.ordered {
+		var err error
+		m.Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
+			err = c.entryProblem(f, r, k, v)
+			return err == nil
+		})
+		return err
 	}
 	type entry struct {
 		k protoreflect.MapKey
@@ -259,16 +347,32 @@ func (c *checker) mapField(f protoreflect.FieldDescriptor, r Rule, m protoreflec
 	for _, e := range entries {
 		if f.MapKey().Kind() == protoreflect.StringKind {
 			if problem := stringProblem(*r.Key, e.s); problem != "" {
-				return apierr.Invalid(path, "key %s %s", apierr.Quote(e.s), problem)
+				return c.invalid("key %s %s", apierr.Quote(e.s), problem)
 			}
 		}
-		vp := path + keyPath(e.s)
-		if err := c.value(f.MapValue(), *r.Value, m.Get(e.k), vp); err != nil {
+		c.push(seg{kind: 'k', key: e.s})
+		if err := c.value(f.MapValue(), r.Value, m.Get(e.k)); err != nil {
 			return err
 		}
+		c.pop()
 	}
 	return nil
 }
+
+// entryProblem checks one map entry (unordered), its path left as it was.
+func (c *checker) entryProblem(f protoreflect.FieldDescriptor, r *Rule, k protoreflect.MapKey, v protoreflect.Value) error {
+	if f.MapKey().Kind() == protoreflect.StringKind && stringProblem(*r.Key, k.String()) != "" {
+		return errBad
+	}
+	depth := len(c.path)
+	c.push(seg{kind: 'k', key: k.String()})
+	err := c.value(f.MapValue(), r.Value, v)
+	c.path = c.path[:depth]
+	return err
+}
+
+// errBad marks a map entry out of bounds before it is named.
+var errBad = errors.New("out of bounds")
 
 // keyPath is a map entry's path after its map: ".key" for a plain key,
 // else ["key"] (quoted, cut short).
@@ -288,43 +392,43 @@ func keyPath(k string) string {
 
 // value checks one value of field f (a singular field, a list element or a
 // map value).
-func (c *checker) value(f protoreflect.FieldDescriptor, r Rule, v protoreflect.Value, path string) error {
+func (c *checker) value(f protoreflect.FieldDescriptor, r *Rule, v protoreflect.Value) error {
 	switch f.Kind() {
 	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return c.message(v.Message(), path)
+		return c.message(v.Message())
 	case protoreflect.StringKind:
-		if problem := stringProblem(r, v.String()); problem != "" {
-			return apierr.Invalid(path, "%s", problem)
+		if problem := stringProblem(*r, v.String()); problem != "" {
+			return c.invalid("%s", problem)
 		}
 	case protoreflect.BytesKind:
 		b := v.Bytes()
 		switch {
 		case len(b) > r.MaxLen:
-			return apierr.Invalid(path, "is %d bytes (at most %d)", len(b), r.MaxLen)
+			return c.invalid("is %d bytes (at most %d)", len(b), r.MaxLen)
 		case len(b) > 0 && len(b) < r.MinLen:
-			return apierr.Invalid(path, "is %d bytes (at least %d)", len(b), r.MinLen)
+			return c.invalid("is %d bytes (at least %d)", len(b), r.MinLen)
 		}
 	case protoreflect.EnumKind:
 		n := v.Enum()
 		if f.Enum().Values().ByNumber(n) == nil {
-			return apierr.Invalid(path, "%d is not a %s value (known: %s)", n, f.Enum().Name(), enumNames(f.Enum()))
+			return c.invalid("%d is not a %s value (known: %s)", n, f.Enum().Name(), enumNames(f.Enum()))
 		}
 	case protoreflect.DoubleKind, protoreflect.FloatKind:
 		x := v.Float()
 		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return apierr.Invalid(path, "%v is not a finite number", x)
+			return c.invalid("%v is not a finite number", x)
 		}
 		if r.Range != nil && (x < r.Range.Min || x > r.Range.Max) {
-			return apierr.Invalid(path, "%v is out of range (%s to %s)", x, num(r.Range.Min), num(r.Range.Max))
+			return c.invalid("%v is out of range (%s to %s)", x, num(r.Range.Min), num(r.Range.Max))
 		}
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
 		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
 		if x := v.Int(); r.Range != nil && (float64(x) < r.Range.Min || float64(x) > r.Range.Max) {
-			return apierr.Invalid(path, "%d is out of range (%s to %s)", x, num(r.Range.Min), num(r.Range.Max))
+			return c.invalid("%d is out of range (%s to %s)", x, num(r.Range.Min), num(r.Range.Max))
 		}
 	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
 		if x := v.Uint(); r.Range != nil && (float64(x) < r.Range.Min || float64(x) > r.Range.Max) {
-			return apierr.Invalid(path, "%d is out of range (%s to %s)", x, num(r.Range.Min), num(r.Range.Max))
+			return c.invalid("%d is out of range (%s to %s)", x, num(r.Range.Min), num(r.Range.Max))
 		}
 	}
 	return nil
@@ -386,15 +490,15 @@ const (
 	maxTimestampSeconds = 253402300799
 )
 
-func timestamp(m protoreflect.Message, path string) error {
+func (c *checker) timestamp(m protoreflect.Message) error {
 	fs := m.Descriptor().Fields()
 	secs := m.Get(fs.ByName("seconds")).Int()
 	nanos := m.Get(fs.ByName("nanos")).Int()
 	switch {
 	case secs < minTimestampSeconds || secs > maxTimestampSeconds:
-		return apierr.Invalid(path, "%d s is not a time from year 1 to 9999", secs)
+		return c.invalid("%d s is not a time from year 1 to 9999", secs)
 	case nanos < 0 || nanos >= 1e9:
-		return apierr.Invalid(path, "nanos %d is out of range (0 to 999999999)", nanos)
+		return c.invalid("nanos %d is out of range (0 to 999999999)", nanos)
 	}
 	return nil
 }

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/apibounds"
 )
 
@@ -172,4 +174,28 @@ func TestBoundsDocumented(t *testing.T) {
 		}
 		t.Errorf("docs/api.md's field bounds differ from requestBounds; run UPDATE_DOCS=1 go test ./internal/manager -run TestBoundsDocumented. Want:\n%s", want)
 	}
+}
+
+// BenchmarkRequestBounds: the bounds walk of a large request (a bundle of
+// 64 jobs of 4 services each, with environments, tags and ports).
+func BenchmarkRequestBounds(b *testing.B) {
+	bundle := &managerv1.Bundle{BundleId: "b", Pool: "live"}
+	for i := 0; i < 64; i++ {
+		job := &managerv1.Job{JobId: fmt.Sprintf("j%d", i), Description: "an encoder", Tags: map[string]string{"team": "news", "tier": "gold"}}
+		for k := 0; k < 4; k++ {
+			job.Services = append(job.Services, &managerv1.Service{Name: fmt.Sprintf("s%d", k), Image: "registry.local/encoder:1.2.3",
+				Args: []string{"--bitrate", "6000k", "--preset", "fast"}, Env: map[string]string{"A": "1", "B": "2", "PATH": "/usr/bin:/bin"},
+				Ports: []*managerv1.PortMapping{{ContainerPort: 5000, Protocol: managerv1.Protocol_PROTOCOL_UDP}}, WorkingDir: "/srv/encoder"})
+		}
+		bundle.Jobs = append(bundle.Jobs, &managerv1.BundleJobSpec{JobName: fmt.Sprintf("j%d", i), Job: job,
+			Requirements: &managerv1.JobRequirements{RequiredCapacity: 2, PriorityBand: "gold"}})
+	}
+	req := &managerv1.CreateBundleRequest{Bundle: bundle}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := requestBounds.Check(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(proto.Size(req)), "request-bytes")
 }
