@@ -150,6 +150,13 @@ func (g *gate) hold(src netip.Prefix) (func(), error) {
 	}, nil
 }
 
+// waitingTotal is how many requests wait unauthenticated.
+func (g *gate) waitingTotal() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.total
+}
+
 func (g *gate) gauge() {
 	if g.metrics != nil {
 		g.metrics.unauthWaiting.Set(float64(g.total))

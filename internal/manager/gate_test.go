@@ -194,17 +194,18 @@ func TestUnauthenticatedWaitIsBoundedPerSource(t *testing.T) {
 		slow = append(slow, startRaw(t, s.Addr(), health, "", "application/json", 64, 64, 500*time.Millisecond))
 	}
 	// Once the four hold their places (their handlers wait for their
-	// bodies), a fifth request — its body sent whole — is refused: send
-	// such requests until one is.
-	for i := 0; ; i++ {
-		extra := startRaw(t, s.Addr(), health, "", "application/json", 64, 64, 0)
-		extra.waitClosed(t, "a request over the bound")
-		if strings.Contains(extra.statusLine(), " 429 ") {
-			break
+	// bodies), a fifth request — its body sent whole — is refused.
+	for s.gate.waitingTotal() < 4 {
+		select {
+		case <-slow[0].closed:
+			t.Fatalf("a slow request was answered %q before the four held their places", slow[0].statusLine())
+		case <-time.After(10 * time.Millisecond):
 		}
-		if i == 100 {
-			t.Fatalf("a fifth request from one source answered %q, want 429 (resource exhausted)", extra.statusLine())
-		}
+	}
+	extra := startRaw(t, s.Addr(), health, "", "application/json", 64, 64, 0)
+	extra.waitClosed(t, "a request over the bound")
+	if !strings.Contains(extra.statusLine(), " 429 ") {
+		t.Fatalf("a fifth request from one source answered %q, want 429 (resource exhausted)", extra.statusLine())
 	}
 	if _, err := c.Hello(context.Background(), connect.NewRequest(&managerv1.HelloRequest{ProtocolVersion: "1.0"})); err != nil {
 		t.Errorf("an authenticated call from the same source: %v", err)

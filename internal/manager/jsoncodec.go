@@ -154,9 +154,8 @@ func (d *jsonDiag) message(md protoreflect.MessageDescriptor, path string) error
 			f = fields.ByTextName(key)
 		}
 		if f == nil {
-			if strings.HasPrefix(key, "[") {
-				return errJSONShape // an extension: protojson's to explain
-			}
+			// (The API's messages have no extensions: "[name]" is
+			// unknown too.)
 			return apierr.Invalid(unknownFieldPath(path, key), "unknown field: %s has no field %s", md.Name(), apierr.Quote(key))
 		}
 		p := jsonPathJoin(path, f.JSONName())

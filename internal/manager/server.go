@@ -356,6 +356,7 @@ type Server struct {
 	boot    *managerv1.BootReport
 	audit   auditCheck
 	authz   *authorizer
+	gate    *gate
 	tls     *tlsState
 	// accessKeys are the access replica's trusted keys (nil: none).
 	accessKeys *accessReplicaKeys
@@ -444,6 +445,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// is read (gate.go); the interceptors then check the decoded request's
 	// field bounds (bounds.go) before the handler runs.
 	gt := newGate(s.authz, cfg, m)
+	s.gate = gt
 	interceptors := connect.WithInterceptors(s.authz.interceptor(), m.interceptor(), boundsInterceptor(), auditInterceptor(), s.consistencyInterceptor())
 	// Compress only messages worth it: connect gzips every message a client
 	// accepts gzip for, and resetting a gzip writer costs far more than
