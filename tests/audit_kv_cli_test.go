@@ -130,10 +130,22 @@ func TestAuditKvCLI(t *testing.T) {
 		}
 	}
 	out = n.ok("audit", "log")
-	if !regexp.MustCompile(`(?m)^\d+\s+\S+Z\s+api\s+KvCommit\s+who="?token:bootstrap/[0-9a-f]+ from 127\.0\.0\.1:\d+"? method=KvCommit target=kv/app outcome=ok index=` + r2 + `$`).MatchString(out) {
-		t.Errorf("audit log table lacks the commit at index %s:\n%s", r2, out)
+	if !regexp.MustCompile(`(?m)^\d+\s+\S+Z\s+api\s+token:bootstrap/[0-9a-f]+\s+KvCommit\s+who="?token:bootstrap/[0-9a-f]+ from 127\.0\.0\.1:\d+"? method=KvCommit target=kv/app outcome=ok index=` + r2 + `$`).MatchString(out) {
+		t.Errorf("audit log table lacks the commit at index %s (with its caller):\n%s", r2, out)
 	}
+	// A tool's own entry goes under external/ with its caller (issue 12,
+	// item 3): "--source api" cannot pass for the Manager's record.
 	n.ok("audit", "append", "--source", "test", "--kind", "note", "--payload", "checked the KV store")
+	n.ok("audit", "append", "--source", "api", "--kind", "RevokeToken", "--payload", "forged")
+	out = n.ok("audit", "log", "--limit", "2")
+	for _, re := range []string{
+		`(?m)^\d+\s+\S+Z\s+external/api\s+token:bootstrap/[0-9a-f]+\s+RevokeToken\s+forged$`,
+		`(?m)^\d+\s+\S+Z\s+external/test\s+token:bootstrap/[0-9a-f]+\s+note\s+checked the KV store$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("audit log lacks %s:\n%s", re, out)
+		}
+	}
 
 	// The whole chain verifies here, and did at boot.
 	out = n.ok("audit", "verify")

@@ -66,18 +66,23 @@ func TestDiscoveryRefusals(t *testing.T) {
 	}
 
 	good := func() *norsk.DiscoveryFleet {
-		return &norsk.DiscoveryFleet{Addresses: []string{"replica-1:7400", "10.0.0.2:7400", "[::1]:7400"}, LeafToken: "leaf-1", TierSecret: "tier-1"}
+		return &norsk.DiscoveryFleet{Addresses: []string{"replica-1:7400", "10.0.0.2:7400", "[::1]:7400"}, LeafToken: "leaf-1", TierSecret: "tier-1-secret-0123456789abcdef0123456789"}
 	}
 	for name, mut := range map[string]func(*norsk.DiscoveryFleet) *norsk.DiscoveryFleet{
 		"no fleet":                 func(*norsk.DiscoveryFleet) *norsk.DiscoveryFleet { return nil },
 		"empty tier secret":        func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.TierSecret = ""; return f },
 		"tier secret = leaf token": func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.TierSecret = f.LeafToken; return f },
-		"no address":               func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.Addresses = nil; return f },
-		"address without port":     func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.Addresses[1] = "replica-2"; return f },
-		"port 0":                   func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.Addresses[1] = "replica-2:0"; return f },
-		"port too big":             func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.Addresses[1] = "replica-2:70000"; return f },
-		"no host":                  func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.Addresses[1] = ":7400"; return f },
-		"bad v6":                   func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.Addresses[1] = "[::1:7400"; return f },
+		"one-byte tier secret":     func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.TierSecret = "x"; return f },
+		"NUL in the tier secret": func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet {
+			f.TierSecret = "tier-1-secret-0123456789abcdef\x00123456789"
+			return f
+		},
+		"no address":           func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.Addresses = nil; return f },
+		"address without port": func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.Addresses[1] = "replica-2"; return f },
+		"port 0":               func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.Addresses[1] = "replica-2:0"; return f },
+		"port too big":         func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.Addresses[1] = "replica-2:70000"; return f },
+		"no host":              func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.Addresses[1] = ":7400"; return f },
+		"bad v6":               func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet { f.Addresses[1] = "[::1:7400"; return f },
 		"a URL": func(f *norsk.DiscoveryFleet) *norsk.DiscoveryFleet {
 			f.Addresses[1] = "http://replica-2:7400"
 			return f
@@ -90,7 +95,7 @@ func TestDiscoveryRefusals(t *testing.T) {
 	} {
 		_, _, err := m.PublishDiscoveryFleet(cx, mut(good()))
 		wantCode(t, "publish with "+name, err, norsk.ErrInvalidArgument)
-		if err != nil && strings.Contains(err.Error(), "tier-1") {
+		if err != nil && strings.Contains(err.Error(), "tier-1-secret-0123456789abcdef0123456789") {
 			t.Errorf("publish with %s: the error quotes the tier secret: %v", name, err)
 		}
 	}
@@ -100,21 +105,21 @@ func TestDiscoveryRefusals(t *testing.T) {
 
 	// The first publish is in force.
 	f, kept, err := m.PublishDiscoveryFleet(cx, good())
-	if err != nil || kept || f.GetTierSecret() != "tier-1" || f.GetLeafToken() != "leaf-1" || len(f.GetAddresses()) != 3 {
+	if err != nil || kept || f.GetTierSecret() != "tier-1-secret-0123456789abcdef0123456789" || f.GetLeafToken() != "leaf-1" || len(f.GetAddresses()) != 3 {
 		t.Fatalf("first publish: %v kept=%v %v", f, kept, err)
 	}
 	// Different secrets: kept, and the reply carries the ones in force; the
 	// addresses are the new publish's.
-	f, kept, err = m.PublishDiscoveryFleet(cx, &norsk.DiscoveryFleet{Addresses: []string{"replica-9:7400"}, LeafToken: "leaf-2", TierSecret: "tier-2"})
-	if err != nil || !kept || f.GetTierSecret() != "tier-1" || f.GetLeafToken() != "leaf-1" || len(f.GetAddresses()) != 1 || f.GetAddresses()[0] != "replica-9:7400" {
+	f, kept, err = m.PublishDiscoveryFleet(cx, &norsk.DiscoveryFleet{Addresses: []string{"replica-9:7400"}, LeafToken: "leaf-2", TierSecret: "tier-2-secret-0123456789abcdef0123456789"})
+	if err != nil || !kept || f.GetTierSecret() != "tier-1-secret-0123456789abcdef0123456789" || f.GetLeafToken() != "leaf-1" || len(f.GetAddresses()) != 1 || f.GetAddresses()[0] != "replica-9:7400" {
 		t.Fatalf("second publish: %v kept=%v %v", f, kept, err)
 	}
 	got, err := m.GetDiscoveryFleet(cx)
-	if err != nil || got.GetTierSecret() != "tier-1" || got.GetAddresses()[0] != "replica-9:7400" || got.GetRotationPhase() != "" || got.GetTierSecretAlt() != "" {
+	if err != nil || got.GetTierSecret() != "tier-1-secret-0123456789abcdef0123456789" || got.GetAddresses()[0] != "replica-9:7400" || got.GetRotationPhase() != "" || got.GetTierSecretAlt() != "" {
 		t.Fatalf("get after the second publish: %v, %v", got, err)
 	}
 	// Only a different leaf token also counts as kept.
-	if _, kept, err = m.PublishDiscoveryFleet(cx, &norsk.DiscoveryFleet{Addresses: []string{"replica-9:7400"}, LeafToken: "leaf-x", TierSecret: "tier-1"}); err != nil || !kept {
+	if _, kept, err = m.PublishDiscoveryFleet(cx, &norsk.DiscoveryFleet{Addresses: []string{"replica-9:7400"}, LeafToken: "leaf-x", TierSecret: "tier-1-secret-0123456789abcdef0123456789"}); err != nil || !kept {
 		t.Fatalf("publish with another leaf token: kept=%v %v", kept, err)
 	}
 	// The same secrets: nothing kept.
@@ -131,14 +136,14 @@ func TestDiscoveryRefusals(t *testing.T) {
 		{norsk.RotationFinish, "", norsk.ErrFailedPrecondition},
 		{"rollback", "", norsk.ErrInvalidArgument},
 		{"", "", norsk.ErrInvalidArgument},
-		{norsk.RotationStage, "tier-1", norsk.ErrInvalidArgument}, // the secret in force
-		{norsk.RotationStage, "leaf-1", norsk.ErrInvalidArgument}, // the leaf token
+		{norsk.RotationStage, "tier-1-secret-0123456789abcdef0123456789", norsk.ErrInvalidArgument}, // the secret in force
+		{norsk.RotationStage, "leaf-1", norsk.ErrInvalidArgument},                                   // the leaf token
 	} {
 		_, err := m.RotateDiscoveryTierSecret(cx, tc.step, tc.secret)
 		wantCode(t, fmt.Sprintf("rotate %q with no rotation under way", tc.step), err, tc.want)
 	}
 	staged, err := m.RotateDiscoveryTierSecret(cx, norsk.RotationStage, "")
-	if err != nil || staged.GetRotationPhase() != "stage" || staged.GetTierSecret() != "tier-1" || len(staged.GetTierSecretAlt()) < 32 {
+	if err != nil || staged.GetRotationPhase() != "stage" || staged.GetTierSecret() != "tier-1-secret-0123456789abcdef0123456789" || len(staged.GetTierSecretAlt()) < 32 {
 		t.Fatalf("stage with a generated secret: %v, %v", staged, err)
 	}
 	newSecret := staged.GetTierSecretAlt()
@@ -154,7 +159,7 @@ func TestDiscoveryRefusals(t *testing.T) {
 		wantCode(t, fmt.Sprintf("rotate %q at stage", tc.step), err, tc.want)
 	}
 	flipped, err := m.RotateDiscoveryTierSecret(cx, norsk.RotationFlip, "")
-	if err != nil || flipped.GetRotationPhase() != "flip" || flipped.GetTierSecret() != newSecret || flipped.GetTierSecretAlt() != "tier-1" {
+	if err != nil || flipped.GetRotationPhase() != "flip" || flipped.GetTierSecret() != newSecret || flipped.GetTierSecretAlt() != "tier-1-secret-0123456789abcdef0123456789" {
 		t.Fatalf("flip: %v, %v", flipped, err)
 	}
 	for _, step := range []string{norsk.RotationStage, norsk.RotationFlip} {
@@ -174,12 +179,12 @@ func TestDiscoveryRefusals(t *testing.T) {
 		t.Fatalf("publish after the rotation: %v kept=%v %v", f, kept, err)
 	}
 	// A stage with a secret of the caller's.
-	if f, err := m.RotateDiscoveryTierSecret(cx, norsk.RotationStage, "tier-3"); err != nil || f.GetTierSecretAlt() != "tier-3" {
+	if f, err := m.RotateDiscoveryTierSecret(cx, norsk.RotationStage, "tier-3-secret-0123456789abcdef0123456789"); err != nil || f.GetTierSecretAlt() != "tier-3-secret-0123456789abcdef0123456789" {
 		t.Fatalf("stage with a given secret: %v, %v", f, err)
 	}
 	// The fleet survives a Manager restart, rotation under way included.
 	c.RestartManager()
-	if f, err := c.Client().GetDiscoveryFleet(ctx(t)); err != nil || f.GetTierSecret() != newSecret || f.GetTierSecretAlt() != "tier-3" || f.GetRotationPhase() != "stage" {
+	if f, err := c.Client().GetDiscoveryFleet(ctx(t)); err != nil || f.GetTierSecret() != newSecret || f.GetTierSecretAlt() != "tier-3-secret-0123456789abcdef0123456789" || f.GetRotationPhase() != "stage" {
 		t.Fatalf("after a restart: %v, %v", f, err)
 	}
 }
@@ -236,7 +241,7 @@ func TestDiscoveryAccessReachesNodes(t *testing.T) {
 			t.Fatalf("%s has an access before any fleet: %v", w.Name, acc)
 		}
 	}
-	const tier1, leaf = "tier-secret-one-0123456789", "leaf-token-abcdef"
+	const tier1, leaf = "tier-secret-one-0123456789abcdef0123456789", "leaf-token-abcdef"
 	addrs := []string{"replica-1:7400", "replica-2:7400"}
 	if _, _, err := m.PublishDiscoveryFleet(cx, &norsk.DiscoveryFleet{Addresses: addrs, LeafToken: leaf, TierSecret: tier1}); err != nil {
 		t.Fatal(err)
@@ -402,7 +407,7 @@ func (r *replica) verify(token string) (phase string, err error) {
 func TestDiscoveryRotationUnderLoad(t *testing.T) {
 	c := testcluster.New(t, testcluster.Options{Workers: 2})
 	m, cx := c.Client(), ctx(t)
-	const tier1 = "rotation-tier-secret-1"
+	const tier1 = "rotation-tier-secret-1-0123456789abcdef"
 	addrs := []string{"replica-1:7400", "replica-2:7400", "replica-3:7400"}
 	if _, _, err := m.PublishDiscoveryFleet(cx, &norsk.DiscoveryFleet{Addresses: addrs, LeafToken: "leaf", TierSecret: tier1}); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ package apierr
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"unicode/utf8"
 )
 
 // Code is the kind of a domain error. The names follow the gRPC codes they
@@ -116,6 +118,24 @@ func Unauthenticatedf(format string, args ...any) *Error {
 
 // Unavailablef makes an Unavailable error.
 func Unavailablef(format string, args ...any) *Error { return New(Unavailable, format, args...) }
+
+// MaxQuoted is the most bytes of a caller's value that Quote keeps.
+const MaxQuoted = 64
+
+// Quote renders a caller's value for an error message: Go-quoted (control
+// characters escaped) and, when longer than MaxQuoted bytes, cut at a rune
+// boundary, marked with "…" and followed by its full length, so a refusal
+// never echoes a huge or hostile value back whole.
+func Quote(s string) string {
+	if len(s) <= MaxQuoted {
+		return strconv.Quote(s)
+	}
+	cut := MaxQuoted
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
+}
 
 // CodeOf returns the code of the first *Error in err's chain, Internal if none.
 func CodeOf(err error) Code {

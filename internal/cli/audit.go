@@ -25,7 +25,10 @@ func newAuditCommand(g *globals) *cobra.Command {
 covers the previous entry's hash, so altering or removing an entry breaks the
 chain from there on. Every call that changes the Manager's state leaves an
 entry (source "api", the method as its kind, and who / method / target as its
-payload); other tools add their own with "audit append".`
+payload); other tools add their own with "audit append", stored under source
+"external/<their source>". The Manager records the caller of each entry it
+writes for a call (the CALLER column; "-" on entries older than callers
+being recorded, and on the daemon's own) and hashes it into the chain.`
 	cmd.AddCommand(
 		newAuditLogCommand(g),
 		newAuditAppendCommand(g),
@@ -46,8 +49,9 @@ func newAuditLogCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "log [--limit N] [--source S] [--kind K] [--since WHEN] [--until WHEN] [--all]",
 		Short: "Show the audit log, newest first",
-		Long: `Show audit entries, newest first: seq, time, source, kind and the payload
-(shortened; -o json prints the entries in full, with their hashes).
+		Long: `Show audit entries, newest first: seq, time, source, the caller the
+Manager authenticated, kind and the payload (shortened; -o json prints the
+entries in full, with their hashes).
 
 --since and --until take a time (RFC 3339, or a day such as 2025-03-01) or a
 duration before now (90m, 1h, 2d); both are inclusive. --limit is the page
@@ -130,9 +134,9 @@ func auditTable(w io.Writer, page *norsk.AuditLogPage) {
 	if len(page.GetEntries()) == 0 {
 		fmt.Fprintln(w, "No audit entries match.")
 	} else {
-		fmt.Fprintln(w, "SEQ\tTIME\tSOURCE\tKIND\tPAYLOAD")
+		fmt.Fprintln(w, "SEQ\tTIME\tSOURCE\tCALLER\tKIND\tPAYLOAD")
 		for _, e := range page.GetEntries() {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", e.GetSeq(), auditTime(e.GetTimestampMs()), e.GetSource(), e.GetKind(), truncate(payloadSummary(e.GetPayload()), 120))
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", e.GetSeq(), auditTime(e.GetTimestampMs()), e.GetSource(), auditCaller(e), e.GetKind(), truncate(payloadSummary(e.GetPayload()), 120))
 		}
 	}
 	fmt.Fprintln(w)
@@ -145,6 +149,16 @@ func auditTable(w io.Writer, page *norsk.AuditLogPage) {
 	if next := page.GetNextBeforeSeq(); next != 0 {
 		fmt.Fprintf(w, "More: --before-seq %d\n", next)
 	}
+}
+
+// auditCaller is the caller the Manager recorded for an entry, or "-"
+// (an entry written before callers were recorded, or the daemon's own): only
+// the hashed caller field, never a name a payload claims.
+func auditCaller(e *norsk.AuditLogEntry) string {
+	if c := e.GetCaller(); c != "" {
+		return truncate(strings.Join(strings.Fields(c), " "), 60)
+	}
+	return "-"
 }
 
 // retained describes the retained part of the chain.
@@ -220,8 +234,10 @@ func newAuditAppendCommand(g *globals) *cobra.Command {
 		Use:   "append --source S --kind K [--payload TEXT | --payload-file FILE|-]",
 		Short: "Append an entry of your own to the audit log",
 		Long: `Append an entry to the audit log, for actions that pass through no other call.
-The Manager assigns its seq and time and chains it. The payload is opaque text
-(JSON by convention), at most 64 KiB, hashed exactly as given.`,
+The Manager stores it under source "external/<--source>" (the sources "api"
+and "manager" are its own), records your token as its caller, assigns its seq
+and time and chains it. The payload is opaque text (JSON by convention), at
+most 64 KiB, hashed exactly as given.`,
 		Example: `  norsk-ctl audit append --source deploy --kind release --payload '{"version":"1.4.2"}'
   norsk-ctl audit append --source ops --kind note --payload-file - < note.txt`,
 		Args: exactArgs(),
@@ -251,7 +267,7 @@ The Manager assigns its seq and time and chains it. The payload is opaque text
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&source, "source", "", "who or what the entry comes from (required)")
+	f.StringVar(&source, "source", "", `what the entry comes from (required; stored as "external/<source>")`)
 	f.StringVar(&kind, "kind", "", "what kind of entry it is (required)")
 	f.StringVar(&payload, "payload", "", "the entry's text")
 	f.StringVar(&payloadFile, "payload-file", "", "read the entry's text from FILE (- for stdin)")

@@ -14,6 +14,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -80,6 +81,28 @@ func TestPayloadSummary(t *testing.T) {
 	}
 }
 
+// TestAuditTableShowsCaller (issue 12, item 3): the CALLER column is the
+// caller the Manager recorded and hashed, never a name a payload claims.
+func TestAuditTableShowsCaller(t *testing.T) {
+	var b bytes.Buffer
+	auditTable(&b, &norsk.AuditLogPage{ChainVerifiedAtBoot: true, Entries: []*managerv1.AuditLogEntry{
+		{Seq: 3, Source: "external/norsk-mgr", Kind: "failover", Payload: `{"who":"manager"}`, Caller: "token:ops-alice/1f2e", CallerTokenId: "1f2e", HashVersion: 2},
+		{Seq: 2, Source: "api", Kind: "KvCommit", Payload: `{"who":"token:bootstrap/9a from 127.0.0.1:5"}`, Caller: "token:bootstrap/9a", HashVersion: 2},
+		{Seq: 1, Source: "api", Kind: "RevokeToken", Payload: `{"who":"token:admin/77"}`},
+	}})
+	out := b.String()
+	for _, re := range []string{
+		`(?m)^SEQ\s+TIME\s+SOURCE\s+CALLER\s+KIND\s+PAYLOAD$`,
+		`(?m)^3\s+-\s+external/norsk-mgr\s+token:ops-alice/1f2e\s+failover\s+who=manager$`,
+		`(?m)^2\s+-\s+api\s+token:bootstrap/9a\s+KvCommit\s+`,
+		`(?m)^1\s+-\s+api\s+-\s+RevokeToken\s+who=token:admin/77$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("audit table lacks %s:\n%s", re, out)
+		}
+	}
+}
+
 func TestAuditCommands(t *testing.T) {
 	f := newFixture(t)
 	out := f.ok("audit", "append", "--source", "deploy", "--kind", "release", "--payload", `{"version":"1.4.2"}`)
@@ -96,10 +119,10 @@ func TestAuditCommands(t *testing.T) {
 
 	out = f.ok("audit", "log")
 	for _, re := range []string{
-		`(?m)^SEQ\s+TIME\s+SOURCE\s+KIND\s+PAYLOAD$`,
-		`(?m)^3\s+2025-03-01T11:57:00.000Z\s+api\s+KvCommit\s+who=peer:127.0.0.1:\d+ method=KvCommit target=kv/app outcome=ok index=\d+$`,
-		`(?m)^2\s+\S+\s+ops\s+note\s+a note from stdin$`,
-		`(?m)^1\s+\S+\s+deploy\s+release\s+version=1.4.2$`,
+		`(?m)^SEQ\s+TIME\s+SOURCE\s+CALLER\s+KIND\s+PAYLOAD$`,
+		`(?m)^3\s+2025-03-01T11:57:00.000Z\s+api\s+-\s+KvCommit\s+who=peer:127.0.0.1:\d+ method=KvCommit target=kv/app outcome=ok index=\d+$`,
+		`(?m)^2\s+\S+\s+ops\s+-\s+note\s+a note from stdin$`,
+		`(?m)^1\s+\S+\s+deploy\s+-\s+release\s+version=1.4.2$`,
 		`(?m)^Chain: verified by the Manager at boot$`,
 		`(?m)^Retained: seq 1–3, never pruned$`,
 	} {

@@ -322,7 +322,7 @@ func newMigrationCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if !ok {
+			if !ok { // a Manager from before unknown ids were NOT_FOUND
 				return g.printDone("migration", args[0], "was not known")
 			}
 			return g.printDone("migration", args[0], "forgotten")

@@ -40,7 +40,7 @@ func ValidateBundleName(field, name string) error {
 	case len(name) > MaxBundleIDLen:
 		return apierr.Invalid(field, "is %d characters long (at most %d)", len(name), MaxBundleIDLen)
 	case !bundleNameRE.MatchString(name):
-		return apierr.Invalid(field, "%q: use lower-case letters, digits and '-', starting with a letter or digit", name)
+		return apierr.Invalid(field, "%s: use lower-case letters, digits and '-', starting with a letter or digit", apierr.Quote(name))
 	}
 	return nil
 }
@@ -104,7 +104,7 @@ func ValidateBundle(b *managerv1.Bundle) error {
 		}
 	}
 	if a := b.GetIntraReplicaPlacement().GetSpreadAttribute(); a != "" && (len(a) > MaxTagKeyLen || !tagKeyRE.MatchString(a)) {
-		return apierr.Invalid("bundle.intraReplicaPlacement.spreadAttribute", "%q is not a tag name", a)
+		return apierr.Invalid("bundle.intraReplicaPlacement.spreadAttribute", "%s is not a tag name", apierr.Quote(a))
 	}
 	jobs := b.GetJobs()
 	switch {
@@ -120,7 +120,7 @@ func ValidateBundle(b *managerv1.Bundle) error {
 			return err
 		}
 		if prev, dup := index[j.GetJobName()]; dup {
-			return apierr.Invalid(f+".jobName", "%q is also the name of jobs[%d]; job names are unique within a bundle", j.GetJobName(), prev)
+			return apierr.Invalid(f+".jobName", "%s is also the name of jobs[%d]; job names are unique within a bundle", apierr.Quote(j.GetJobName()), prev)
 		}
 		index[j.GetJobName()] = i
 	}
@@ -143,7 +143,7 @@ func ValidateBundle(b *managerv1.Bundle) error {
 		switch j.GetStartMode() {
 		case "", "auto", "manual":
 		default:
-			return apierr.Invalid(f+".startMode", "%q: use auto or manual", j.GetStartMode())
+			return apierr.Invalid(f+".startMode", "%s: use auto or manual", apierr.Quote(j.GetStartMode()))
 		}
 		if err := validateRequirements(f+".requirements", j.GetRequirements()); err != nil {
 			return err
@@ -156,7 +156,7 @@ func ValidateBundle(b *managerv1.Bundle) error {
 			o, ok := index[other]
 			switch {
 			case !ok:
-				return apierr.Invalid(ff, "%q names no job of the bundle", other)
+				return apierr.Invalid(ff, "%s names no job of the bundle", apierr.Quote(other))
 			case o == i:
 				return apierr.Invalid(ff, "a job cannot name itself")
 			}
@@ -167,7 +167,7 @@ func ValidateBundle(b *managerv1.Bundle) error {
 			o, ok := index[other]
 			switch {
 			case !ok:
-				return apierr.Invalid(ff, "%q names no job of the bundle", other)
+				return apierr.Invalid(ff, "%s names no job of the bundle", apierr.Quote(other))
 			case o == i:
 				return apierr.Invalid(ff, "a job cannot name itself")
 			}

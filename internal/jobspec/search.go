@@ -54,7 +54,7 @@ func CompileFilters(filters []*managerv1.JobFilter) (Matcher, error) {
 func compileRegexp(field, expr string) (*regexp.Regexp, error) {
 	re, err := regexp.Compile(`^(?:` + expr + `)$`)
 	if err != nil {
-		return nil, apierr.Invalid(field, "invalid regular expression %q: %v", expr, err)
+		return nil, apierr.Invalid(field, "invalid regular expression %s: %v", apierr.Quote(expr), err)
 	}
 	return re, nil
 }

@@ -55,7 +55,7 @@ func ValidateID(field, id string) error {
 	case len(id) > MaxJobIDLen:
 		return apierr.Invalid(field, "is %d characters long (at most %d)", len(id), MaxJobIDLen)
 	case !idRE.MatchString(id):
-		return apierr.Invalid(field, "%q: use letters, digits, '.', '_' and '-', starting with a letter or digit", id)
+		return apierr.Invalid(field, "%s: use letters, digits, '.', '_' and '-', starting with a letter or digit", apierr.Quote(id))
 	}
 	return nil
 }
@@ -68,7 +68,7 @@ func ValidateRole(field, role string) error {
 	case len(role) > MaxRoleLen:
 		return apierr.Invalid(field, "is %d characters long (at most %d)", len(role), MaxRoleLen)
 	case !roleRE.MatchString(role):
-		return apierr.Invalid(field, "%q: use letters, digits, '.', '_', '@' and '-', starting with a letter or digit", role)
+		return apierr.Invalid(field, "%s: use letters, digits, '.', '_', '@' and '-', starting with a letter or digit", apierr.Quote(role))
 	}
 	return nil
 }
@@ -82,7 +82,7 @@ func ValidateTags(field string, tags map[string]string) error {
 		v := tags[k]
 		switch {
 		case len(k) > MaxTagKeyLen || !tagKeyRE.MatchString(k):
-			return apierr.Invalid(field, "tag name %q: use 1-%d letters, digits, '.', '_', '/' and '-'", k, MaxTagKeyLen)
+			return apierr.Invalid(field, "tag name %s: use 1-%d letters, digits, '.', '_', '/' and '-'", apierr.Quote(k), MaxTagKeyLen)
 		case len(v) > MaxTagValueLen:
 			return apierr.Invalid(field+"."+k, "value is %d bytes (at most %d)", len(v), MaxTagValueLen)
 		case !printable(v):
@@ -95,7 +95,7 @@ func ValidateTags(field string, tags map[string]string) error {
 // ValidatePool checks a pool name (a tag value; "" = no pool).
 func ValidatePool(field, pool string) error {
 	if len(pool) > MaxTagValueLen || !printable(pool) {
-		return apierr.Invalid(field, "%q: use at most %d printable characters", pool, MaxTagValueLen)
+		return apierr.Invalid(field, "%s: use at most %d printable characters", apierr.Quote(pool), MaxTagValueLen)
 	}
 	return nil
 }
@@ -141,10 +141,10 @@ func ValidateJob(job *managerv1.Job) error {
 	for i, v := range job.GetVolumes() {
 		f := fmt.Sprintf("job.volumes[%d]", i)
 		if len(v) > 63 || !volumeNameRE.MatchString(v) {
-			return apierr.Invalid(f, "%q: use 1-63 lower-case letters, digits, '.', '_' and '-'", v)
+			return apierr.Invalid(f, "%s: use 1-63 lower-case letters, digits, '.', '_' and '-'", apierr.Quote(v))
 		}
 		if volumes[v] {
-			return apierr.Invalid(f, "duplicate volume %q", v)
+			return apierr.Invalid(f, "duplicate volume %s", apierr.Quote(v))
 		}
 		volumes[v] = true
 	}
@@ -166,10 +166,10 @@ func ValidateJob(job *managerv1.Job) error {
 		case name == "":
 			return apierr.Invalid(f+".name", "must not be empty")
 		case len(name) > MaxServiceNameLen || !serviceNameRE.MatchString(name):
-			return apierr.Invalid(f+".name", "%q: use 1-%d lower-case letters, digits and '-', starting with a letter or digit", name, MaxServiceNameLen)
+			return apierr.Invalid(f+".name", "%s: use 1-%d lower-case letters, digits and '-', starting with a letter or digit", apierr.Quote(name), MaxServiceNameLen)
 		}
 		if j, dup := index[name]; dup {
-			return apierr.Invalid(f+".name", "duplicate service name %q (also job.services[%d])", name, j)
+			return apierr.Invalid(f+".name", "duplicate service name %s (also job.services[%d])", apierr.Quote(name), j)
 		}
 		index[name] = i
 		if err := validateService(f, s, volumes); err != nil {
@@ -180,10 +180,10 @@ func ValidateJob(job *managerv1.Job) error {
 		for j, d := range s.GetDependsOn() {
 			f := fmt.Sprintf("job.services[%d].dependsOn[%d]", i, j)
 			if d == s.GetName() {
-				return apierr.Invalid(f, "service %q depends on itself", d)
+				return apierr.Invalid(f, "service %s depends on itself", apierr.Quote(d))
 			}
 			if _, ok := index[d]; !ok {
-				return apierr.Invalid(f, "no service named %q in this job", d)
+				return apierr.Invalid(f, "no service named %s in this job", apierr.Quote(d))
 			}
 		}
 	}
@@ -203,7 +203,7 @@ func validateService(f string, s *managerv1.Service, volumes map[string]bool) er
 		return apierr.Invalid(f, "needs an image (docker runtime) or a command (process runtime)")
 	}
 	if strings.ContainsAny(s.GetImage(), " \t\n\x00") {
-		return apierr.Invalid(f+".image", "%q is not an image reference", s.GetImage())
+		return apierr.Invalid(f+".image", "%s is not an image reference", apierr.Quote(s.GetImage()))
 	}
 	if len(s.GetCommand())+len(s.GetArgs()) > MaxArgs {
 		return apierr.Invalid(f+".args", "too many arguments (at most %d)", MaxArgs)
@@ -223,7 +223,7 @@ func validateService(f string, s *managerv1.Service, volumes map[string]bool) er
 	}
 	for _, k := range sortedKeys(s.GetEnv()) {
 		if !envNameRE.MatchString(k) {
-			return apierr.Invalid(f+".env", "%q is not a valid environment variable name", k)
+			return apierr.Invalid(f+".env", "%s is not a valid environment variable name", apierr.Quote(k))
 		}
 		if v := s.GetEnv()[k]; len(v) > MaxEnvValueLen || strings.ContainsRune(v, 0) {
 			return apierr.Invalid(f+".env."+k, "value must be at most %d bytes with no NUL", MaxEnvValueLen)
@@ -265,7 +265,7 @@ func validateService(f string, s *managerv1.Service, volumes map[string]bool) er
 			}
 		}
 		if a := p.GetHostAddress(); a != "" && net.ParseIP(a) == nil {
-			return apierr.Invalid(pf+".hostAddress", "%q is not an IP address", a)
+			return apierr.Invalid(pf+".hostAddress", "%s is not an IP address", apierr.Quote(a))
 		}
 	}
 	mounts := map[string]int{}
@@ -280,17 +280,17 @@ func validateService(f string, s *managerv1.Service, volumes map[string]bool) er
 			return apierr.Invalid(mf+".source", "must not be empty")
 		case strings.HasPrefix(src, "/"):
 			if path.Clean(src) != src {
-				return apierr.Invalid(mf+".source", "%q is not a clean absolute path", src)
+				return apierr.Invalid(mf+".source", "%s is not a clean absolute path", apierr.Quote(src))
 			}
 		case !volumes[src]:
-			return apierr.Invalid(mf+".source", "%q is neither an absolute host path nor one of the job's volumes", src)
+			return apierr.Invalid(mf+".source", "%s is neither an absolute host path nor one of the job's volumes", apierr.Quote(src))
 		}
 		cp := m.GetContainerPath()
 		if !strings.HasPrefix(cp, "/") || path.Clean(cp) != cp {
-			return apierr.Invalid(mf+".containerPath", "%q must be a clean absolute path", cp)
+			return apierr.Invalid(mf+".containerPath", "%s must be a clean absolute path", apierr.Quote(cp))
 		}
 		if j, dup := mounts[cp]; dup {
-			return apierr.Invalid(mf+".containerPath", "%q is also mounted by volumeMounts[%d]", cp, j)
+			return apierr.Invalid(mf+".containerPath", "%s is also mounted by volumeMounts[%d]", apierr.Quote(cp), j)
 		}
 		mounts[cp] = i
 	}

@@ -373,3 +373,55 @@ func TestValidateTags(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckLimits (issue 12, item 6): what a job hands the operating
+// system is bounded in total — a service's command and arguments, its
+// environment — beyond the per-field bounds.
+func TestCheckLimits(t *testing.T) {
+	job := func(s *managerv1.Service) *managerv1.Job {
+		s.Name = "main"
+		return &managerv1.Job{JobId: "j", Services: []*managerv1.Service{{Name: "first", Image: "x"}, s}}
+	}
+	many := func(n, size int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = strings.Repeat("a", size)
+		}
+		return out
+	}
+	env := func(n, size int) map[string]string {
+		out := map[string]string{}
+		for i := 0; i < n; i++ {
+			out[fmt.Sprintf("V%d", i)] = strings.Repeat("v", size)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		job   *managerv1.Job
+		field string
+	}{
+		{"small", job(&managerv1.Service{Command: []string{"/bin/x"}, Args: []string{"-v"}, Env: map[string]string{"A": "1"}}), ""},
+		{"at the command limit", job(&managerv1.Service{Command: many(2, 64<<10-1), Args: many(2, 64<<10-1)}), ""},
+		{"7 MB of arguments", job(&managerv1.Service{Command: []string{"/bin/x"}, Args: many(60, 120<<10)}), "job.services[1].command"},
+		{"one byte over", job(&managerv1.Service{Command: many(2, 64<<10-1), Args: many(2, 64<<10)}), "job.services[1].command"},
+		{"environment", job(&managerv1.Service{Image: "x", Env: env(40, 32<<10)}), "job.services[1].env"},
+	} {
+		err := jobspec.CheckLimits("job", tc.job)
+		if tc.field == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		var ae *apierr.Error
+		if !errors.As(err, &ae) || ae.Field != tc.field || len(err.Error()) > 200 {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT naming %s", tc.name, err, tc.field)
+		}
+	}
+	b := &managerv1.Bundle{Jobs: []*managerv1.BundleJobSpec{{}, {Job: job(&managerv1.Service{Args: many(60, 120<<10)})}}}
+	var ae *apierr.Error
+	if err := jobspec.CheckBundleLimits(b); !errors.As(err, &ae) || ae.Field != "bundle.jobs[1].job.services[1].command" {
+		t.Errorf("CheckBundleLimits = %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -18,8 +19,13 @@ import (
 // in the call's context, and apply stamps it into the command so the FSM
 // records the call in the audit log in the same commit as its change.
 type callInfo struct {
-	who    string
-	method string
+	// who is the caller and its address, for the payload of the call's
+	// entry; caller and tokenID are the authenticated identity alone, which
+	// the entry records in its own (hashed) fields.
+	who     string
+	caller  string
+	tokenID string
+	method  string
 }
 
 type callInfoKey struct{}
@@ -29,6 +35,9 @@ func auditInterceptor() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			ci := callInfo{who: callerIdentity(ctx, req), method: methodName(req.Spec().Procedure)}
+			if id, ok := callerOf(ctx); ok {
+				ci.caller, ci.tokenID = id.name, id.tokenID
+			}
 			return next(context.WithValue(ctx, callInfoKey{}, ci), req)
 		}
 	}
@@ -54,7 +63,7 @@ func auditStamp(ctx context.Context, cmd *storev1.Command) *storev1.AuditStamp {
 	if !ok {
 		return nil
 	}
-	return &storev1.AuditStamp{Who: ci.who, Method: ci.method, Target: auditTarget(cmd)}
+	return &storev1.AuditStamp{Who: ci.who, Method: ci.method, Target: auditTarget(cmd), Caller: ci.caller, CallerTokenId: ci.tokenID}
 }
 
 // applyAs applies a command the daemon makes on its own (the empty-node
@@ -142,13 +151,45 @@ func auditTarget(cmd *storev1.Command) string {
 	return ""
 }
 
+// MaxAuditSubSourceLen bounds the sub-source a caller gives
+// AppendAuditEntry: with the external prefix it is at most the stored
+// source's limit.
+const MaxAuditSubSourceLen = state.MaxAuditSourceLen - len(state.AuditSourceExternal)
+
+// externalAuditSource is the source an AppendAuditEntry is stored under:
+// the caller's sub-source under the Manager's external source (given with
+// the prefix already, it is not repeated). A caller cannot choose "api",
+// "manager" or any source the Manager writes itself.
+func externalAuditSource(sub string) (string, error) {
+	sub = strings.TrimPrefix(sub, state.AuditSourceExternal)
+	switch {
+	case sub == "":
+		return "", apierr.Invalid("source", "must name a sub-source (stored as %q + it)", state.AuditSourceExternal)
+	case len(sub) > MaxAuditSubSourceLen:
+		return "", apierr.Invalid("source", "is %d bytes (at most %d)", len(sub), MaxAuditSubSourceLen)
+	}
+	return state.AuditSourceExternal + sub, nil
+}
+
+// AppendAuditEntry stores a caller's entry under the external source with
+// the caller recorded beside it, so it can never pass for one the Manager
+// wrote.
 func (h *handler) AppendAuditEntry(ctx context.Context, req *connect.Request[managerv1.AppendAuditEntryRequest]) (*connect.Response[managerv1.AppendAuditEntryResponse], error) {
 	m := req.Msg
-	if err := state.ValidateAuditAppend(m.GetSource(), m.GetKind(), m.GetPayload()); err != nil {
+	source, err := externalAuditSource(m.GetSource())
+	if err != nil {
 		return nil, toConnect(err)
 	}
+	if err := state.ValidateAuditAppend(source, m.GetKind(), m.GetPayload()); err != nil {
+		return nil, toConnect(err)
+	}
+	if ci, ok := ctx.Value(callInfoKey{}).(callInfo); !ok || ci.caller == "" {
+		// Every API call is authenticated; an entry without its caller
+		// would be indistinguishable from an old one.
+		return nil, toConnect(apierr.New(apierr.Internal, "AppendAuditEntry outside an authenticated call"))
+	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_AppendAudit{AppendAudit: &storev1.AppendAudit{
-		Source: m.GetSource(), Kind: m.GetKind(), Payload: m.GetPayload(),
+		Source: source, Kind: m.GetKind(), Payload: m.GetPayload(),
 	}}})
 	if err != nil {
 		return nil, toConnect(err)

@@ -61,9 +61,12 @@ var rolePermissions = map[string][]managerv1.Permission{
 
 // identity is who a call comes from.
 type identity struct {
-	// name is what the audit log records ("token:ops-alice", "node:encoder-7").
+	// name is what the audit log records ("token:ops-alice/1f2e…",
+	// "node:encoder-7").
 	name string
-	role string
+	// tokenID is the API token's id ("" for other credentials).
+	tokenID string
+	role    string
 	// key is the rate limiter's key (the token id or the node).
 	key string
 	// recheck, if set, says whether the credential is still good now (a
@@ -252,7 +255,7 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 		if exp := tok.GetExpiresAt(); exp != nil && !a.clock.Now().Before(exp.AsTime()) {
 			return identity{}, apierr.Unauthenticatedf("API token %s (%s) expired at %s", tok.GetId(), tok.GetName(), exp.AsTime().UTC().Format(time.RFC3339))
 		}
-		return identity{name: "token:" + tok.GetName() + "/" + tok.GetId(), role: tok.GetRole(), key: "t:" + tok.GetId(),
+		return identity{name: "token:" + tok.GetName() + "/" + tok.GetId(), tokenID: tok.GetId(), role: tok.GetRole(), key: "t:" + tok.GetId(),
 			recheck: func() error { _, err := a.authenticate(header); return err }}, nil
 	case strings.HasPrefix(cred, regTokenPrefix):
 		rec := r.NodeByToken(cred)
@@ -279,6 +282,15 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 // authorize authenticates a call of procedure and checks its permission and
 // rate. The returned context carries the identity.
 func (a *authorizer) authorize(ctx context.Context, procedure, header string) (context.Context, error) {
+	return a.authorizeHolding(ctx, procedure, header, nil)
+}
+
+// authorizeHolding is authorize; hold, if set, is called before a call with
+// a credential this member does not know waits to catch up (the only wait
+// before a call is authenticated): it bounds how many may wait, refusing
+// with the error it returns, and the call releases what it holds once done
+// waiting.
+func (a *authorizer) authorizeHolding(ctx context.Context, procedure, header string, hold func() (release func(), err error)) (context.Context, error) {
 	perms, ok := a.table[procedure]
 	if !ok {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s is not in the authorisation table", procedure))
@@ -289,6 +301,14 @@ func (a *authorizer) authorize(ctx context.Context, procedure, header string) (c
 		// been made a moment ago: refuse it only once caught up with
 		// everything committed (a member that cannot catch up cannot
 		// tell).
+		release := func() {}
+		if hold != nil {
+			r, herr := hold()
+			if herr != nil {
+				return nil, toConnect(herr)
+			}
+			release = r
+		}
 		cctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 		if cerr := a.catchUp(cctx); cerr == nil {
 			id, err = a.authenticate(header)
@@ -296,6 +316,7 @@ func (a *authorizer) authorize(ctx context.Context, procedure, header string) (c
 			err = apierr.Unavailablef("this member cannot check the credential: it is not caught up with the primary (%v); retry, or call another member", cerr)
 		}
 		cancel()
+		release()
 	}
 	if err != nil {
 		ce := toConnect(err).(*connect.Error)
@@ -345,8 +366,15 @@ func (a *authorizer) interceptor() connect.Interceptor { return authInterceptor{
 
 type authInterceptor struct{ a *authorizer }
 
+// The API's calls arrive authorised by the gate (gate.go), from their
+// headers, before their bodies were read: the interceptor authorises only
+// a call that did not pass it.
+
 func (i authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if _, ok := callerOf(ctx); ok {
+			return next(ctx, req)
+		}
 		ctx, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header().Get(authorizationHdr))
 		if err != nil {
 			return nil, err
@@ -361,6 +389,9 @@ func (i authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) c
 
 func (i authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if _, ok := callerOf(ctx); ok {
+			return next(ctx, conn)
+		}
 		ctx, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader().Get(authorizationHdr))
 		if err != nil {
 			return err

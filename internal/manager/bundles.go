@@ -55,11 +55,14 @@ func (h *handler) checkBundle(b *managerv1.Bundle) error {
 	if err := jobspec.ValidateBundle(b); err != nil {
 		return err
 	}
+	if err := jobspec.CheckBundleLimits(b); err != nil {
+		return err
+	}
 	if !h.knownPool(b.GetPool()) {
-		return apierr.Invalid("bundle.pool", "%q is neither a pool of the Manager's configuration nor the pool of any node", b.GetPool())
+		return apierr.Invalid("bundle.pool", "%s is neither a pool of the Manager's configuration nor the pool of any node", apierr.Quote(b.GetPool()))
 	}
 	if p := b.GetResiliencePolicy(); p != nil && !h.knownPool(p.GetPool()) {
-		return apierr.Invalid("bundle.resiliencePolicy.pool", "%q is neither a pool of the Manager's configuration nor the pool of any node", p.GetPool())
+		return apierr.Invalid("bundle.resiliencePolicy.pool", "%s is neither a pool of the Manager's configuration nor the pool of any node", apierr.Quote(p.GetPool()))
 	}
 	return nil
 }
@@ -88,7 +91,7 @@ func (h *handler) UpdateBundle(ctx context.Context, req *connect.Request[manager
 		return nil, toConnect(err)
 	}
 	if h.read().Bundle(nil, b.GetBundleId()) == nil {
-		return nil, toConnect(apierr.NotFoundf("no bundle %q", b.GetBundleId()))
+		return nil, toConnect(apierr.NotFoundf("no bundle %s", apierr.Quote(b.GetBundleId())))
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_UpdateBundle{UpdateBundle: &storev1.UpdateBundle{Bundle: b}}})
 	if err != nil {
@@ -103,7 +106,7 @@ func (h *handler) requireBundle(id string) error {
 		return err
 	}
 	if h.read().Bundle(nil, id) == nil {
-		return apierr.NotFoundf("no bundle %q", id)
+		return apierr.NotFoundf("no bundle %s", apierr.Quote(id))
 	}
 	return nil
 }

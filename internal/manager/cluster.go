@@ -126,7 +126,7 @@ func (s *Server) removeMember(ctx context.Context, st *store.Store, node string)
 	}
 	inConf := slices.ContainsFunc(conf, func(sv raft.Server) bool { return string(sv.ID) == node })
 	if (rec == nil || rec.GetStatus() == state.MemberRetired) && !inConf {
-		return apierr.NotFoundf("no member %q in this cluster (members: %s)", node, strings.Join(r.ExpectedMembers(), ", "))
+		return apierr.NotFoundf("no member %s in this cluster (members: %s)", apierr.Quote(node), strings.Join(r.ExpectedMembers(), ", "))
 	}
 	// Another full member must remain to lead.
 	if len(s.fullVoters(conf, node)) == 0 {
@@ -299,7 +299,7 @@ func (h *handler) AnnounceControlPlane(ctx context.Context, req *connect.Request
 	raw := req.Msg.GetUrl()
 	u, err := url.Parse(raw)
 	if raw == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, toConnect(apierr.Invalid("url", "%q is not an http(s) URL", raw))
+		return nil, toConnect(apierr.Invalid("url", "%s is not an http(s) URL", apierr.Quote(raw)))
 	}
 	m := h.s.member
 	m.mu.Lock()

@@ -32,9 +32,16 @@ type FileConfig struct {
 	DefaultIdleExpiry Duration `json:"defaultIdleExpiry,omitempty"`
 	SnapshotThreshold uint64   `json:"snapshotThreshold,omitempty"`
 	EventBuffer       int      `json:"eventBuffer,omitempty"`
-	BackupDir         string   `json:"backupDir,omitempty"`
-	BackupInterval    Duration `json:"backupInterval,omitempty"`
-	BackupRetain      int      `json:"backupRetain,omitempty"`
+	// RequestBodyTimeout and ReadHeaderTimeout bound how long a request's
+	// body and headers may take to arrive (defaults 30s and 10s);
+	// MaxUnauthenticatedPerSource bounds the requests one address may have
+	// waiting unauthenticated (default 16).
+	RequestBodyTimeout          Duration `json:"requestBodyTimeout,omitempty"`
+	ReadHeaderTimeout           Duration `json:"readHeaderTimeout,omitempty"`
+	MaxUnauthenticatedPerSource int      `json:"maxUnauthenticatedPerSource,omitempty"`
+	BackupDir                   string   `json:"backupDir,omitempty"`
+	BackupInterval              Duration `json:"backupInterval,omitempty"`
+	BackupRetain                int      `json:"backupRetain,omitempty"`
 	// AccessReplicaKeys is the JWKS file of the access replica's trusted
 	// keys (--access-replica-keys).
 	AccessReplicaKeys string `json:"accessReplicaKeys,omitempty"`
@@ -274,6 +281,11 @@ func (fc FileConfig) Apply(cfg *Config) {
 	}
 	if cfg.EventBuffer == 0 {
 		cfg.EventBuffer = fc.EventBuffer
+	}
+	setD(&cfg.RequestBodyTimeout, fc.RequestBodyTimeout)
+	setD(&cfg.ReadHeaderTimeout, fc.ReadHeaderTimeout)
+	if cfg.MaxUnauthenticatedPerSource == 0 {
+		cfg.MaxUnauthenticatedPerSource = fc.MaxUnauthenticatedPerSource
 	}
 	set(&cfg.BackupDir, fc.BackupDir)
 	set(&cfg.TLS, fc.TLS)

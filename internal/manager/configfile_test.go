@@ -3,6 +3,7 @@ package manager
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseConfigFileCluster(t *testing.T) {
@@ -154,5 +155,18 @@ repair:
 		if _, err := ParseConfigFile([]byte(bad.yaml)); err == nil || !strings.Contains(err.Error(), bad.err) {
 			t.Errorf("%s: err = %v, want %q", bad.yaml, err, bad.err)
 		}
+	}
+}
+
+// The request bounds of config.yaml (issue 12, item 8).
+func TestParseConfigFileRequestBounds(t *testing.T) {
+	fc, err := ParseConfigFile([]byte("requestBodyTimeout: 5s\nreadHeaderTimeout: 2s\nmaxUnauthenticatedPerSource: 4\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg Config
+	fc.Apply(&cfg)
+	if cfg.RequestBodyTimeout != 5*time.Second || cfg.ReadHeaderTimeout != 2*time.Second || cfg.MaxUnauthenticatedPerSource != 4 {
+		t.Errorf("applied: %v %v %d", cfg.RequestBodyTimeout, cfg.ReadHeaderTimeout, cfg.MaxUnauthenticatedPerSource)
 	}
 }

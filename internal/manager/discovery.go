@@ -16,10 +16,21 @@ import (
 // logged, put in an event or in an audit entry: the audit log records the
 // call and its target ("discovery") only.
 
+// MinTierSecretLen is the shortest tier secret the Manager takes: node
+// tokens are HMACs under it, so it needs the entropy of an HMAC key.
+const MinTierSecretLen = 32
+
 func (h *handler) PublishDiscoveryFleet(ctx context.Context, req *connect.Request[managerv1.PublishDiscoveryFleetRequest]) (*connect.Response[managerv1.PublishDiscoveryFleetResponse], error) {
 	f := req.Msg.GetFleet()
 	if err := state.ValidateDiscoveryFleet(f); err != nil {
 		return nil, toConnect(err)
+	}
+	// A shorter secret is refused unless it is the one already in force
+	// (published before this bound: the fleet keeps it, and its publisher
+	// republishes what it adopted). The FSM does not re-check the length,
+	// so a log holding a short one replays as committed.
+	if n := len(f.GetTierSecret()); n < MinTierSecretLen && f.GetTierSecret() != h.read().DiscoveryFleet().GetTierSecret() {
+		return nil, toConnect(apierr.Invalid("fleet.tierSecret", "is %d bytes (at least %d: node tokens are HMACs under it)", n, MinTierSecretLen))
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PublishDiscovery{PublishDiscovery: &storev1.PublishDiscovery{
 		Fleet: &managerv1.DiscoveryFleet{
@@ -61,7 +72,7 @@ func (h *handler) RotateDiscoveryTierSecret(ctx context.Context, req *connect.Re
 			return nil, toConnect(apierr.Invalid("newTierSecret", "only stage takes a new tier secret (this step is %s)", step))
 		}
 	default:
-		return nil, toConnect(apierr.Invalid("step", "%q is not a rotation step (want stage, flip or finish)", step))
+		return nil, toConnect(apierr.Invalid("step", "%s is not a rotation step (want stage, flip or finish)", apierr.Quote(step)))
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RotateDiscovery{RotateDiscovery: &storev1.RotateDiscovery{
 		Step: step, NewTierSecret: secret,

@@ -20,17 +20,10 @@ import (
 // all); Config.EventWriteTimeout overrides it.
 const DefaultEventWriteTimeout = 30 * time.Second
 
+// rcKey holds a request's ResponseController in its context: the gate
+// (gate.go) puts it there, since connect does not expose the
+// ResponseWriter, so a stream can set write deadlines.
 type rcKey struct{}
-
-// withResponseController makes the ResponseController of a request
-// available to its handler (connect does not expose the ResponseWriter), so
-// a stream can set write deadlines.
-func withResponseController(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := context.WithValue(r.Context(), rcKey{}, http.NewResponseController(w))
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
 
 func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv1.EventStreamRequest], stream *connect.ServerStream[managerv1.Event]) error {
 	rc, _ := ctx.Value(rcKey{}).(*http.ResponseController)

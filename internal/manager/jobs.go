@@ -21,8 +21,11 @@ func (h *handler) CreateJob(ctx context.Context, req *connect.Request[managerv1.
 	if err := jobspec.ValidateJob(job); err != nil {
 		return nil, toConnect(err)
 	}
+	if err := jobspec.CheckLimits("job", job); err != nil {
+		return nil, toConnect(err)
+	}
 	if h.read().Job(nil, job.GetJobId()) != nil {
-		return nil, toConnect(apierr.AlreadyExistsf("job %q already exists", job.GetJobId()))
+		return nil, toConnect(apierr.AlreadyExistsf("job %s already exists", apierr.Quote(job.GetJobId())))
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_CreateJob{CreateJob: &storev1.CreateJob{Job: job}}})
 	if err != nil {
@@ -36,9 +39,12 @@ func (h *handler) UpdateJob(ctx context.Context, req *connect.Request[managerv1.
 	if err := jobspec.ValidateJob(job); err != nil {
 		return nil, toConnect(err)
 	}
+	if err := jobspec.CheckLimits("job", job); err != nil {
+		return nil, toConnect(err)
+	}
 	cur := h.read().Job(nil, job.GetJobId())
 	if cur == nil {
-		return nil, toConnect(apierr.NotFoundf("no job %q", job.GetJobId()))
+		return nil, toConnect(apierr.NotFoundf("no job %s", apierr.Quote(job.GetJobId())))
 	}
 	if cur.GetJob().GetCurrentHash() != job.GetCurrentHash() {
 		return nil, toConnect(apierr.FailedPreconditionf("job %q has changed: the update is against hash %d, the job is at hash %d; read it again and retry",
@@ -57,7 +63,7 @@ func (h *handler) requireJob(field, id string) error {
 		return err
 	}
 	if h.read().Job(nil, id) == nil {
-		return apierr.NotFoundf("no job %q", id)
+		return apierr.NotFoundf("no job %s", apierr.Quote(id))
 	}
 	return nil
 }
@@ -79,7 +85,7 @@ func (h *handler) JobById(ctx context.Context, req *connect.Request[managerv1.Jo
 	r := h.read()
 	rec := r.Job(nil, req.Msg.GetJobId())
 	if rec == nil {
-		return nil, toConnect(apierr.NotFoundf("no job %q", req.Msg.GetJobId()))
+		return nil, toConnect(apierr.NotFoundf("no job %s", apierr.Quote(req.Msg.GetJobId())))
 	}
 	return connect.NewResponse(r.JobView(rec, true)), nil
 }
@@ -151,10 +157,10 @@ func (h *handler) checkStart(r *state.Read, field string, m *managerv1.StartJobR
 		return apierr.Invalid(field+"options.migrationInitialState", "is %d bytes (at most 4 MiB)", n)
 	}
 	if r.Job(nil, m.GetJobId()) == nil {
-		return apierr.NotFoundf("no job %q", m.GetJobId())
+		return apierr.NotFoundf("no job %s", apierr.Quote(m.GetJobId()))
 	}
 	if r.Node(nil, m.GetNodeId()) == nil {
-		return apierr.NotFoundf("no node %q", m.GetNodeId())
+		return apierr.NotFoundf("no node %s", apierr.Quote(m.GetNodeId()))
 	}
 	return nil
 }

@@ -24,6 +24,11 @@ type metrics struct {
 	eventsSent       prometheus.Counter
 	eventSubscribers prometheus.Gauge
 	storeIndex       prometheus.Gauge
+	// gateRefused counts the calls the gate turned away before reading
+	// their bodies, by code; unauthWaiting is how many requests wait
+	// unauthenticated (gate.go).
+	gateRefused   *prometheus.CounterVec
+	unauthWaiting prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -49,8 +54,14 @@ func newMetrics() *metrics {
 		storeIndex: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "norsk_manager_store_applied_index", Help: "The store's last applied raft index.",
 		}),
+		gateRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "norsk_manager_api_refused_unread_total", Help: "API requests refused from their headers, before their bodies were read (unauthenticated, not permitted, over a rate or a bound), by code.",
+		}, []string{"code"}),
+		unauthWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "norsk_manager_api_unauthenticated_waiting", Help: "Requests waiting unauthenticated (a credential being checked after catching up, a public health or reflection call).",
+		}),
 	}
-	reg.MustRegister(m.rpcs, m.rpcSeconds, m.applies, m.eventsSent, m.eventSubscribers, m.storeIndex,
+	reg.MustRegister(m.rpcs, m.rpcSeconds, m.applies, m.eventsSent, m.eventSubscribers, m.storeIndex, m.gateRefused, m.unauthWaiting,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

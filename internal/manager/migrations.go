@@ -224,7 +224,7 @@ func (h *handler) MigrateJob(ctx context.Context, req *connect.Request[managerv1
 		return nil, toConnect(apierr.Invalid("strategy", "%d is not a strategy (stopThenStart, overlap, handover)", m.GetStrategy()))
 	}
 	if h.read().Job(nil, m.GetJobId()) == nil {
-		return nil, toConnect(apierr.NotFoundf("no job %q", m.GetJobId()))
+		return nil, toConnect(apierr.NotFoundf("no job %s", apierr.Quote(m.GetJobId())))
 	}
 	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.MigrateJobResponse], error) {
 		return c.MigrateJob(ctx, withAuth(req, connect.NewRequest(m)))
@@ -264,7 +264,7 @@ func (h *handler) GetMigration(ctx context.Context, req *connect.Request[manager
 	}
 	m := h.read().Migration(nil, req.Msg.GetMigrationId())
 	if m == nil {
-		return nil, toConnect(apierr.NotFoundf("no migration %q (never started, or forgotten)", req.Msg.GetMigrationId()))
+		return nil, toConnect(apierr.NotFoundf("no migration %s (never started, or forgotten)", apierr.Quote(req.Msg.GetMigrationId())))
 	}
 	return connect.NewResponse(m), nil
 }
@@ -286,14 +286,18 @@ func (h *handler) ForgetMigration(ctx context.Context, req *connect.Request[mana
 		return nil, toConnect(err)
 	}
 	if h.read().Migration(nil, id) == nil {
-		return connect.NewResponse(&managerv1.ForgetMigrationResponse{}), nil
+		return nil, toConnect(apierr.NotFoundf("no migration %s", apierr.Quote(id)))
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_ForgetMigrations{ForgetMigrations: &storev1.ForgetMigrations{MigrationIds: []string{id}}}})
 	if err != nil {
 		return nil, toConnect(err)
 	}
 	out, _ := res.Value.(*managerv1.ForgetTerminalMigrationsResponse)
-	return connect.NewResponse(&managerv1.ForgetMigrationResponse{Forgotten: len(out.GetMigrationIds()) > 0}), nil
+	if len(out.GetMigrationIds()) == 0 {
+		// Forgotten meanwhile by another call.
+		return nil, toConnect(apierr.NotFoundf("no migration %s", apierr.Quote(id)))
+	}
+	return connect.NewResponse(&managerv1.ForgetMigrationResponse{Forgotten: true}), nil
 }
 
 func (h *handler) ForgetTerminalMigrations(ctx context.Context, req *connect.Request[managerv1.ForgetTerminalMigrationsRequest]) (*connect.Response[managerv1.ForgetTerminalMigrationsResponse], error) {
@@ -334,7 +338,7 @@ func (h *handler) SetNodeDraining(ctx context.Context, req *connect.Request[mana
 	r := h.read()
 	rec := r.Node(nil, req.Msg.GetNodeId())
 	if rec == nil {
-		return nil, toConnect(apierr.NotFoundf("node %q was removed meanwhile", req.Msg.GetNodeId()))
+		return nil, toConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(req.Msg.GetNodeId())))
 	}
 	return connect.NewResponse(&managerv1.SetNodeDrainingResponse{Node: h.nodeView(r, rec)}), nil
 }

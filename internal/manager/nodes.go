@@ -75,7 +75,7 @@ func (h *handler) SetNodeTags(ctx context.Context, req *connect.Request[managerv
 	r := h.read()
 	rec := r.Node(nil, req.Msg.GetNodeId())
 	if rec == nil {
-		return nil, toConnect(apierr.NotFoundf("node %q was removed meanwhile", req.Msg.GetNodeId()))
+		return nil, toConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(req.Msg.GetNodeId())))
 	}
 	return connect.NewResponse(&managerv1.SetNodeTagsResponse{Node: h.nodeView(r, rec)}), nil
 }
@@ -114,7 +114,7 @@ func (h *handler) SetNodeIdleExpiry(ctx context.Context, req *connect.Request[ma
 	}
 	rec := h.read().Node(nil, req.Msg.GetNodeId())
 	if rec == nil {
-		return nil, toConnect(apierr.NotFoundf("node %q was removed meanwhile", req.Msg.GetNodeId()))
+		return nil, toConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(req.Msg.GetNodeId())))
 	}
 	return connect.NewResponse(h.idleExpiry(rec)), nil
 }

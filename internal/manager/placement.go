@@ -27,7 +27,7 @@ func (h *handler) ExplainPlacement(ctx context.Context, req *connect.Request[man
 	r := h.read()
 	rec := r.Job(nil, m.GetJobId())
 	if rec == nil {
-		return nil, toConnect(apierr.NotFoundf("no job %q", m.GetJobId()))
+		return nil, toConnect(apierr.NotFoundf("no job %s", apierr.Quote(m.GetJobId())))
 	}
 	var nodes []*managerv1.Node
 	for _, n := range r.Nodes(nil) {

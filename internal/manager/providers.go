@@ -66,13 +66,13 @@ func (h *handler) CreateMockNode(ctx context.Context, req *connect.Request[manag
 		pool = p.Config().Pools[0]
 	}
 	if !p.Config().Serves(pool) {
-		return nil, toConnect(apierr.Invalid("pool", "the mock provider does not create nodes in pool %q (it serves %s)", pool, strings.Join(p.Config().Pools, ", ")))
+		return nil, toConnect(apierr.Invalid("pool", "the mock provider does not create nodes in pool %s (it serves %s)", apierr.Quote(pool), strings.Join(p.Config().Pools, ", ")))
 	}
 	if err := jobspec.ValidateTags("tags", m.GetTags()); err != nil {
 		return nil, toConnect(err)
 	}
 	if _, spare := m.GetTags()[state.SpareTag]; spare {
-		return nil, toConnect(apierr.Invalid("tags", "the %q tag of an elastic node belongs to the AutoManager's reconciler", state.SpareTag))
+		return nil, toConnect(apierr.Invalid("tags", "the %s tag of an elastic node belongs to the AutoManager's reconciler", apierr.Quote(state.SpareTag)))
 	}
 	nodeID := m.GetNodeId()
 	if nodeID == "" {
@@ -81,7 +81,7 @@ func (h *handler) CreateMockNode(ctx context.Context, req *connect.Request[manag
 		return nil, toConnect(err)
 	}
 	if h.read().Node(nil, nodeID) != nil || h.read().NodeByName(nil, nodeID) != nil {
-		return nil, toConnect(apierr.AlreadyExistsf("node %q already exists", nodeID))
+		return nil, toConnect(apierr.AlreadyExistsf("node %s already exists", apierr.Quote(nodeID)))
 	}
 	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.CreateMockNodeResponse], error) {
 		msg := &managerv1.CreateMockNodeRequest{NodeId: nodeID, Pool: pool, Tags: m.GetTags()}
@@ -173,7 +173,9 @@ func (s *Server) reap(ctx context.Context, now time.Time, idleSince map[string]t
 		seen[id] = true
 		expiry := s.cfg.DefaultIdleExpiry
 		if ms := n.GetIdleExpiryMs(); ms > 0 {
-			expiry = time.Duration(ms) * time.Millisecond
+			// Clamped: an override stored before SetNodeIdleExpiry was
+			// bounded must not overflow into a negative expiry.
+			expiry = time.Duration(min(ms, MaxIdleExpiry.Milliseconds())) * time.Millisecond
 		}
 		since := n.GetStateSince().AsTime()
 		switch n.GetState() {

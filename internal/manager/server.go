@@ -156,6 +156,15 @@ type Config struct {
 	RateLimit float64
 	// MaxRequestBytes bounds a request message (default 8 MiB).
 	MaxRequestBytes int
+	// RequestBodyTimeout is how long a request's body may take to arrive
+	// after its headers (default 30 s; negative: no bound). A stream's
+	// response is not bounded by it. ReadHeaderTimeout bounds the headers
+	// (default 10 s).
+	RequestBodyTimeout time.Duration
+	ReadHeaderTimeout  time.Duration
+	// MaxUnauthenticatedPerSource bounds the requests one source address
+	// may have waiting unauthenticated (default 16; gate.go).
+	MaxUnauthenticatedPerSource int
 	// TLS is "auto" (default: TLS unless the API listens on loopback),
 	// "on" or "off" (cleartext; a loud warning on a non-loopback address).
 	// With TLS the Manager signs each registering worker's key with the
@@ -282,6 +291,15 @@ func (c *Config) defaults() error {
 	if c.MaxRequestBytes <= 0 {
 		c.MaxRequestBytes = 8 << 20
 	}
+	if c.RequestBodyTimeout == 0 {
+		c.RequestBodyTimeout = DefaultRequestBodyTimeout
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if c.MaxUnauthenticatedPerSource <= 0 {
+		c.MaxUnauthenticatedPerSource = DefaultMaxUnauthenticatedPerSource
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -348,6 +366,7 @@ type Server struct {
 	boot    *managerv1.BootReport
 	audit   auditCheck
 	authz   *authorizer
+	gate    *gate
 	tls     *tlsState
 	// accessKeys are the access replica's trusted keys (nil: none).
 	accessKeys *accessReplicaKeys
@@ -438,23 +457,31 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 	mux := http.NewServeMux()
 	h := &handler{s: s}
-	interceptors := connect.WithInterceptors(s.authz.interceptor(), m.interceptor(), auditInterceptor(), s.consistencyInterceptor())
+	// The gate authenticates each call from its headers before its body
+	// is read (gate.go); the interceptors then check the decoded request's
+	// field bounds (bounds.go) before the handler runs.
+	gt := newGate(s.authz, cfg, m)
+	s.gate = gt
+	interceptors := connect.WithInterceptors(s.authz.interceptor(), m.interceptor(), boundsInterceptor(), auditInterceptor(), s.consistencyInterceptor())
 	// Compress only messages worth it: connect gzips every message a client
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.
-	path, api := managerv1connect.NewManagerHandler(h, interceptors,
-		connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCompressMinBytes(1024))
-	mux.Handle(path, withResponseController(api))
-	mpath, members := managerv1connect.NewMembersHandler(&membersHandler{s: s}, interceptors,
-		connect.WithReadMaxBytes(cfg.MaxRequestBytes+(1<<20)), connect.WithCompressMinBytes(1024))
-	mux.Handle(mpath, members)
+	apiOpts := func(maxBytes int) []connect.HandlerOption {
+		return append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxBytes)}, strictJSONCodecs()...)
+	}
+	path, api := managerv1connect.NewManagerHandler(h, apiOpts(cfg.MaxRequestBytes)...)
+	mux.Handle(path, gt.api(api))
+	mpath, members := managerv1connect.NewMembersHandler(&membersHandler{s: s}, apiOpts(cfg.MaxRequestBytes+(1<<20))...)
+	mux.Handle(mpath, gt.api(members))
+	public := func(path string, h http.Handler) { mux.Handle(path, gt.public(h)) }
+	publicOpts := connect.WithReadMaxBytes(maxPublicRequestBytes)
 	checker := grpchealth.NewStaticChecker(managerv1connect.ManagerName)
-	mux.Handle(grpchealth.NewHandler(checker))
+	public(grpchealth.NewHandler(checker, publicOpts))
 	reflector := grpcreflect.NewStaticReflector(managerv1connect.ManagerName)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
+	public(grpcreflect.NewHandlerV1(reflector, publicOpts))
+	public(grpcreflect.NewHandlerV1Alpha(reflector, publicOpts))
+	public("GET /healthz", http.HandlerFunc(s.healthz))
+	public("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
 
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
@@ -463,9 +490,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.http = &http.Server{
 		Handler:           mux,
 		Protocols:         &protocols,
-		ReadHeaderTimeout: 10 * time.Second,
-		HTTP2:             &http.HTTP2Config{PingTimeout: 15 * time.Second, SendPingTimeout: 30 * time.Second},
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		// An idle keep-alive connection is closed (a stream in progress is
+		// not idle).
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: maxHeaderBytes,
+		HTTP2:          &http.HTTP2Config{PingTimeout: 15 * time.Second, SendPingTimeout: 30 * time.Second},
+		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel

@@ -26,7 +26,7 @@ func (h *handler) RegisterClusterNode(ctx context.Context, req *connect.Request[
 		return nil, toConnect(err)
 	}
 	if ex := h.read().NodeByName(nil, name); ex != nil {
-		return nil, toConnect(apierr.AlreadyExistsf("a node named %q is already registered (node id %q)", name, ex.GetNode().GetNodeId()))
+		return nil, toConnect(apierr.AlreadyExistsf("a node named %s is already registered (node id %s)", apierr.Quote(name), apierr.Quote(ex.GetNode().GetNodeId())))
 	}
 	token := randomToken("nrt_", 24)
 	// A slot's node id is its name: operators read and type it.
@@ -42,17 +42,17 @@ func (h *handler) RegisterClusterNode(ctx context.Context, req *connect.Request[
 func validateDialAddress(field, addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return apierr.Invalid(field, "%q is not host:port", addr)
+		return apierr.Invalid(field, "%s is not host:port", apierr.Quote(addr))
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil || p < 1 || p > 65535 {
-		return apierr.Invalid(field, "%q: port must be 1-65535", addr)
+		return apierr.Invalid(field, "%s: port must be 1-65535", apierr.Quote(addr))
 	}
 	if host == "" {
-		return apierr.Invalid(field, "%q: the Manager needs a host to dial", addr)
+		return apierr.Invalid(field, "%s: the Manager needs a host to dial", apierr.Quote(addr))
 	}
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-		return apierr.Invalid(field, "%q: %s is not an address the Manager can dial", addr, host)
+		return apierr.Invalid(field, "%s: %s is not an address the Manager can dial", apierr.Quote(addr), host)
 	}
 	return nil
 }
@@ -93,7 +93,7 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 			return nil, toConnect(apierr.Unauthenticatedf("registration token is not known (never issued, or its slot was deregistered)"))
 		}
 		if rec.GetTokenUsed() {
-			return nil, toConnect(apierr.Unauthenticatedf("the registration token of node %q has already been used; a registered worker presents its node secret", rec.GetNode().GetNodeId()))
+			return nil, toConnect(apierr.Unauthenticatedf("the registration token of node %s has already been used; a registered worker presents its node secret", apierr.Quote(rec.GetNode().GetNodeId())))
 		}
 		cmd.Token = m.GetToken()
 		cmd.NodeSecret = randomToken("nns_", 32)
@@ -103,7 +103,7 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 			return nil, toConnect(apierr.Unauthenticatedf("node secret is not known (its slot may have been deregistered)"))
 		}
 		if m.GetReconnect() && rec.GetNode().GetState() == managerv1.NodeState_NODE_STATE_TERMINATED {
-			return nil, toConnect(apierr.FailedPreconditionf("node %q was terminated; start its worker again to bring it back", rec.GetNode().GetNodeId()))
+			return nil, toConnect(apierr.FailedPreconditionf("node %s was terminated; start its worker again to bring it back", apierr.Quote(rec.GetNode().GetNodeId())))
 		}
 		cmd.NodeSecret = m.GetNodeSecret()
 		if err := h.oneWorkerPerNode(rec.GetNode().GetNodeId(), m.GetWorkerIncarnation()); err != nil {
@@ -222,7 +222,7 @@ func (h *handler) requireNode(id string) (*storev1.NodeRecord, error) {
 	}
 	rec := h.read().Node(nil, id)
 	if rec == nil {
-		return nil, apierr.NotFoundf("no node %q", id)
+		return nil, apierr.NotFoundf("no node %s", apierr.Quote(id))
 	}
 	return rec, nil
 }

@@ -10,8 +10,11 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/auditchain"
 )
@@ -225,7 +228,8 @@ func TestStoreEveryMutatingRPCIsAudited(t *testing.T) {
 	}
 	log := stAuditLog(t, c)
 	if len(log.GetEntries()) != before+1 || log.GetEntries()[0].GetSeq() != ap.Msg.GetEntry().GetSeq() ||
-		log.GetEntries()[0].GetSource() != "ops" || log.GetEntries()[0].GetKind() != "maintenance" {
+		log.GetEntries()[0].GetSource() != "external/ops" || log.GetEntries()[0].GetKind() != "maintenance" ||
+		!strings.HasPrefix(log.GetEntries()[0].GetCaller(), "token:bootstrap/") {
 		t.Errorf("AppendAuditEntry: %d entries (were %d), newest %v", len(log.GetEntries()), before, log.GetEntries()[0])
 	}
 	if _, err := c.AppendAuditEntry(ctx, connect.NewRequest(&managerv1.AppendAuditEntryRequest{Kind: "x"})); stCode(err) != connect.CodeInvalidArgument {
@@ -252,5 +256,71 @@ func TestStoreEveryMutatingRPCIsAudited(t *testing.T) {
 	slices.Reverse(entries)
 	if err := auditchain.Verify(log.GetCheckpoint(), entries); err != nil {
 		t.Errorf("client-side verification: %v", err)
+	}
+}
+
+// TestAuditAppendCannotForgeTheManagersEntries (issue 12, item 3): an
+// operator's and a publisher's AppendAuditEntry, trying each source the
+// Manager writes itself with kinds of real entries, is stored under
+// "external/<source>" with its caller (token name and id) recorded and
+// hashed; no entry of a real source appears, a filter on a real source
+// does not find it, and the chain verifies client-side.
+func TestAuditAppendCannotForgeTheManagersEntries(t *testing.T) {
+	s, admin := stStart(t, stConfig(t.TempDir(), clock.NewFake(stT0)))
+	ctx := stCtx(t)
+	for _, role := range []string{state.RoleOperator, state.RolePublisher} {
+		tr, err := admin.CreateToken(ctx, connect.NewRequest(&managerv1.CreateTokenRequest{Name: "forger-" + role, Role: role}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokenID := tr.Msg.GetToken().GetId()
+		c := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), manager.WithBearer(tr.Msg.GetSecret()))
+		for _, forged := range []struct{ source, kind, payload string }{
+			{state.AuditSourceAPI, "RevokeToken", `{"who":"token:bootstrap/abc from 127.0.0.1:1","method":"RevokeToken","target":"token/x","outcome":"ok","index":7}`},
+			{state.AuditSourceManager, state.AuditKindPruned, `{"removed":0}`},
+			{state.AuditSourceManager, "BootstrapToken", `{}`},
+			{state.AuditSourceExternal + "api", "note", `{}`},
+		} {
+			res, err := c.AppendAuditEntry(ctx, connect.NewRequest(&managerv1.AppendAuditEntryRequest{Source: forged.source, Kind: forged.kind, Payload: forged.payload}))
+			if err != nil {
+				t.Fatalf("%s appending as %q: %v", role, forged.source, err)
+			}
+			e := res.Msg.GetEntry()
+			want := state.AuditSourceExternal + strings.TrimPrefix(forged.source, state.AuditSourceExternal)
+			if e.GetSource() != want || e.GetCaller() != "token:forger-"+role+"/"+tokenID || e.GetCallerTokenId() != tokenID ||
+				e.GetHashVersion() != auditchain.VersionCaller || e.GetHash() != auditchain.EntryHash(e) {
+				t.Errorf("%s appending as %q stored %v; want source %q and its caller", role, forged.source, e, want)
+			}
+		}
+		for _, bad := range []string{"", state.AuditSourceExternal, strings.Repeat("s", manager.MaxAuditSubSourceLen+1)} {
+			if _, err := c.AppendAuditEntry(ctx, connect.NewRequest(&managerv1.AppendAuditEntryRequest{Source: bad, Kind: "k"})); stCode(err) != connect.CodeInvalidArgument {
+				t.Errorf("%s appending with source %.20q: %v, want INVALID_ARGUMENT", role, bad, err)
+			}
+		}
+	}
+	log := stAuditLog(t, admin)
+	for _, e := range log.GetEntries() {
+		if (e.GetSource() == state.AuditSourceAPI || e.GetSource() == state.AuditSourceManager) && strings.HasPrefix(e.GetCaller(), "token:forger-") {
+			t.Errorf("a forger's entry passes for the Manager's: %v", e)
+		}
+		if e.GetSource() == state.AuditSourceAPI && e.GetKind() == "RevokeToken" {
+			t.Errorf("an api RevokeToken entry exists though no token was revoked: %v", e)
+		}
+	}
+	for _, src := range []string{state.AuditSourceAPI, state.AuditSourceManager} {
+		res, err := admin.GetAuditLog(ctx, connect.NewRequest(&managerv1.GetAuditLogRequest{Source: src}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range res.Msg.GetEntries() {
+			if strings.HasPrefix(e.GetCaller(), "token:forger-") {
+				t.Errorf("GetAuditLog{source: %s} returns a forger's entry %v", src, e)
+			}
+		}
+	}
+	entries := slices.Clone(log.GetEntries())
+	slices.Reverse(entries)
+	if err := auditchain.Verify(log.GetCheckpoint(), entries); err != nil {
+		t.Fatalf("the chain does not verify: %v", err)
 	}
 }

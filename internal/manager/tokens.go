@@ -94,7 +94,7 @@ func (h *handler) ListTokens(ctx context.Context, req *connect.Request[managerv1
 func (h *handler) RevokeToken(ctx context.Context, req *connect.Request[managerv1.RevokeTokenRequest]) (*connect.Response[managerv1.RevokeTokenResponse], error) {
 	id := req.Msg.GetId()
 	if h.read().Token(id) == nil {
-		return nil, toConnect(apierr.NotFoundf("no token %q", id))
+		return nil, toConnect(apierr.NotFoundf("no token %s", apierr.Quote(id)))
 	}
 	if caller, ok := callerOf(ctx); ok && caller.key == "t:"+id {
 		return nil, toConnect(apierr.FailedPreconditionf("token %s is the one making this call; revoke it with another admin token", id))

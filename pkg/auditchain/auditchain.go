@@ -10,6 +10,15 @@
 //
 // where lp(s) is be64(len(s)) ‖ s. The first entry of a chain has prevHash
 // "" (or, after a prune, the checkpoint's hash). Seqs increase by one.
+//
+// That is hash format 1 (stored as hash_version 0). An entry that records
+// its caller (hash_version 2) hashes the caller fields too:
+//
+//	"norsk-audit-v2\x00" ‖ lp(prevHash) ‖ be64(seq) ‖ be64(float64bits(timestampMs)) ‖ lp(source) ‖ lp(kind) ‖ lp(payload) ‖ lp(caller) ‖ lp(callerTokenId)
+//
+// A format-1 entry must carry no caller (its hash would not cover it), so a
+// caller can be neither added to nor removed from an entry without breaking
+// the chain. Entries of both formats chain alike.
 package auditchain
 
 import (
@@ -22,10 +31,34 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 )
 
-const domain = "norsk-audit-v1\x00"
+// Hash formats (an entry's hash_version).
+const (
+	// VersionNoCaller is the format of entries without a caller (format 1,
+	// stored as hash_version 0: every entry written before callers were
+	// recorded).
+	VersionNoCaller = 0
+	// VersionCaller hashes the caller fields too.
+	VersionCaller = 2
+)
 
-// Hash computes an entry's hash from the previous hash and its fields.
+const (
+	domainV1 = "norsk-audit-v1\x00"
+	domainV2 = "norsk-audit-v2\x00"
+)
+
+// Hash computes a format-1 entry's hash (an entry without a caller) from
+// the previous hash and its fields.
 func Hash(prevHash string, seq int64, timestampMs float64, source, kind, payload string) string {
+	return hash(domainV1, prevHash, seq, timestampMs, source, kind, payload)
+}
+
+// HashWithCaller computes a format-2 entry's hash: its fields and the
+// caller that wrote it.
+func HashWithCaller(prevHash string, seq int64, timestampMs float64, source, kind, payload, caller, callerTokenID string) string {
+	return hash(domainV2, prevHash, seq, timestampMs, source, kind, payload, caller, callerTokenID)
+}
+
+func hash(domain, prevHash string, seq int64, timestampMs float64, source string, rest ...string) string {
 	h := sha256.New()
 	var b [8]byte
 	lp := func(s string) {
@@ -40,14 +73,35 @@ func Hash(prevHash string, seq int64, timestampMs float64, source, kind, payload
 	binary.BigEndian.PutUint64(b[:], math.Float64bits(timestampMs))
 	h.Write(b[:])
 	lp(source)
-	lp(kind)
-	lp(payload)
+	for _, s := range rest {
+		lp(s)
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// EntryHash is Hash of an entry's own fields (its prev_hash included).
+// EntryHash is the hash of an entry's own fields (its prev_hash included)
+// in the format its hash_version names; "" for a format it does not know.
 func EntryHash(e *managerv1.AuditLogEntry) string {
-	return Hash(e.GetPrevHash(), e.GetSeq(), e.GetTimestampMs(), e.GetSource(), e.GetKind(), e.GetPayload())
+	switch e.GetHashVersion() {
+	case VersionNoCaller:
+		return Hash(e.GetPrevHash(), e.GetSeq(), e.GetTimestampMs(), e.GetSource(), e.GetKind(), e.GetPayload())
+	case VersionCaller:
+		return HashWithCaller(e.GetPrevHash(), e.GetSeq(), e.GetTimestampMs(), e.GetSource(), e.GetKind(), e.GetPayload(), e.GetCaller(), e.GetCallerTokenId())
+	}
+	return ""
+}
+
+// check says what is wrong with one entry's own hash ("" if nothing).
+func check(e *managerv1.AuditLogEntry) string {
+	switch v := e.GetHashVersion(); {
+	case v != VersionNoCaller && v != VersionCaller:
+		return fmt.Sprintf("hash format %d is unknown to this verifier (upgrade it)", v)
+	case v != VersionCaller && (e.GetCaller() != "" || e.GetCallerTokenId() != ""):
+		return fmt.Sprintf("it names a caller its hash format (%d) does not cover (a caller was added)", v)
+	case EntryHash(e) != e.GetHash():
+		return fmt.Sprintf("its hash %s does not match its contents (it was altered)", short(e.GetHash()))
+	}
+	return ""
 }
 
 // BrokenError names the first entry at which a chain does not verify.
@@ -74,8 +128,9 @@ func Verify(checkpoint *managerv1.AuditCheckpoint, oldestFirst []*managerv1.Audi
 			return &BrokenError{Seq: e.GetSeq(), Reason: fmt.Sprintf("seq follows %d (an entry is missing or out of place)", prevSeq)}
 		case e.GetPrevHash() != prevHash:
 			return &BrokenError{Seq: e.GetSeq(), Reason: fmt.Sprintf("prevHash %s does not link to the previous hash %s", short(e.GetPrevHash()), short(prevHash))}
-		case EntryHash(e) != e.GetHash():
-			return &BrokenError{Seq: e.GetSeq(), Reason: fmt.Sprintf("its hash %s does not match its contents (it was altered)", short(e.GetHash()))}
+		}
+		if reason := check(e); reason != "" {
+			return &BrokenError{Seq: e.GetSeq(), Reason: reason}
 		}
 		prevHash, prevSeq = e.GetHash(), e.GetSeq()
 	}

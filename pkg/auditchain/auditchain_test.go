@@ -22,6 +22,71 @@ func TestHashIsStable(t *testing.T) {
 	}
 }
 
+// TestHashWithCallerIsStable pins format 2 the same way.
+func TestHashWithCallerIsStable(t *testing.T) {
+	got := auditchain.HashWithCaller("", 1, 1767323045000, "external/norsk-mgr", "failover", `{"from":"a"}`, "token:ops-alice/1f2e", "1f2e")
+	// Python: sha256(b"norsk-audit-v2\x00" + lp("") + be64(1) + be64(bits) +
+	// lp(source) + lp(kind) + lp(payload) + lp(caller) + lp(callerTokenId)).
+	const want = "589769862ebee04a18c25aa65034f6d04996fe1b047a90e02898cdc30aea4e10"
+	if got != want {
+		t.Errorf("HashWithCaller = %s, want %s: the chain format changed", got, want)
+	}
+	if v1 := auditchain.Hash("", 1, 1767323045000, "external/norsk-mgr", "failover", `{"from":"a"}`); v1 == got {
+		t.Error("formats 1 and 2 hash alike")
+	}
+}
+
+// TestVerifyCallerFormats: a chain mixing entries written before callers
+// were recorded (format 1) and after (format 2) verifies; adding a caller
+// to an old entry, removing one from a new entry, changing the caller or
+// the format, or an unknown format breaks it at that entry.
+func TestVerifyCallerFormats(t *testing.T) {
+	mixed := func() []*managerv1.AuditLogEntry {
+		var out []*managerv1.AuditLogEntry
+		prev := ""
+		for seq := int64(1); seq <= 4; seq++ {
+			e := &managerv1.AuditLogEntry{Seq: seq, TimestampMs: float64(1000 * seq), Source: "api", Kind: "k", Payload: "p", PrevHash: prev}
+			if seq > 2 {
+				e.Source, e.Caller, e.CallerTokenId, e.HashVersion = "external/x", "token:ops/abc", "abc", auditchain.VersionCaller
+			}
+			e.Hash = auditchain.EntryHash(e)
+			out = append(out, e)
+			prev = e.GetHash()
+		}
+		return out
+	}
+	if err := auditchain.Verify(nil, mixed()); err != nil {
+		t.Fatalf("a chain of both formats: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(c []*managerv1.AuditLogEntry)
+		broken int64
+		reason string
+	}{
+		{"caller added to an old entry", func(c []*managerv1.AuditLogEntry) { c[1].Caller = "token:ops/abc" }, 2, "a caller was added"},
+		{"token id added to an old entry", func(c []*managerv1.AuditLogEntry) { c[0].CallerTokenId = "abc" }, 1, "a caller was added"},
+		{"caller changed", func(c []*managerv1.AuditLogEntry) { c[2].Caller = "automanager" }, 3, "altered"},
+		{"token id changed", func(c []*managerv1.AuditLogEntry) { c[3].CallerTokenId = "def" }, 4, "altered"},
+		{"caller removed (format 1 claimed)", func(c []*managerv1.AuditLogEntry) {
+			c[2].Caller, c[2].CallerTokenId, c[2].HashVersion = "", "", auditchain.VersionNoCaller
+		}, 3, "altered"},
+		{"format 2 claimed for an old entry", func(c []*managerv1.AuditLogEntry) { c[0].HashVersion = auditchain.VersionCaller }, 1, "altered"},
+		{"unknown format", func(c []*managerv1.AuditLogEntry) { c[3].HashVersion = 7 }, 4, "format 7 is unknown"},
+		{"source changed", func(c []*managerv1.AuditLogEntry) { c[2].Source = "api" }, 3, "altered"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mixed()
+			tc.change(c)
+			err := auditchain.Verify(nil, c)
+			var be *auditchain.BrokenError
+			if !errors.As(err, &be) || be.Seq != tc.broken || !strings.Contains(be.Reason, tc.reason) {
+				t.Fatalf("Verify = %v, want broken at %d (%s)", err, tc.broken, tc.reason)
+			}
+		})
+	}
+}
+
 // TestHashSeparatesFields: fields are length-prefixed, so moving bytes
 // from one field to the next changes the hash, and every field counts.
 func TestHashSeparatesFields(t *testing.T) {

@@ -23,11 +23,15 @@ const (
 
 // AppendAuditEntry appends a caller-supplied entry to the Manager's durable,
 // hash-chained audit log — for actions of the caller's own that pass through
-// no other call. source and kind must be non-empty (at most 128 bytes each);
-// payload is opaque text (at most 64 KiB; JSON by convention) and is hashed
-// as given. The Manager assigns the seq and time and chains the entry; the
-// entry as stored is returned. Errors: ErrInvalidArgument (an empty or
-// oversized field), ErrUnavailable (no primary).
+// no other call. source is the caller's sub-source: the Manager stores the
+// entry under "external/<source>" (at most 119 bytes; "external/" given is
+// not repeated) and records the caller's identity (token name and id) in
+// the entry, so it never passes for one the Manager wrote. kind must be
+// non-empty (at most 128 bytes); payload is opaque text (at most 64 KiB;
+// JSON by convention) and is hashed as given. The Manager assigns the seq
+// and time and chains the entry; the entry as stored is returned. Errors:
+// ErrInvalidArgument (an empty or oversized field), ErrUnavailable (no
+// primary).
 func (m *Manager) AppendAuditEntry(ctx context.Context, source, kind, payload string) (*AuditLogEntry, error) {
 	const op = "AppendAuditEntry"
 	if err := m.alive(op); err != nil {

@@ -226,9 +226,9 @@ func (m *Manager) MigrationForJob(ctx context.Context, jobID string) (*Migration
 	return res.Msg, nil
 }
 
-// ForgetMigration deletes a terminal migration's record; false for an id
-// that is not known. Errors: ErrFailedPrecondition (still in flight: abort
-// it first).
+// ForgetMigration deletes a terminal migration's record (true once
+// deleted). Errors: ErrNotFound (no migration of that id),
+// ErrFailedPrecondition (still in flight: abort it first).
 func (m *Manager) ForgetMigration(ctx context.Context, migrationID string) (bool, error) {
 	const op = "ForgetMigration"
 	if err := m.alive(op); err != nil {

@@ -254,6 +254,53 @@ func TestAppendAudit(t *testing.T) {
 	}
 }
 
+// withCaller stamps cmd as an authenticated API call does since callers
+// are recorded.
+func withCaller(cmd *storev1.Command, method, target string) *storev1.Command {
+	withStamp(cmd, method, target)
+	cmd.Audit.Caller, cmd.Audit.CallerTokenId = "token:ops-alice/1f2e", "1f2e"
+	return cmd
+}
+
+// TestAuditCallerRecorded (issue 12, item 3): a command that names its
+// caller writes its entry in hash format 2 with the caller, and an
+// AppendAudit that names a caller must carry a source under "external/" —
+// the Manager's own sources ("api", "manager") are refused — while an old
+// command (no caller) replays exactly as it was written. The chain of both
+// formats verifies.
+func TestAuditCallerRecorded(t *testing.T) {
+	f := newFixture(t)
+	old := f.must(withStamp(cAppendAudit("api", "RevokeToken", `{"id":"x"}`), "AppendAuditEntry", "audit")).Value.(*managerv1.AuditLogEntry)
+	if old.GetSource() != "api" || old.GetCaller() != "" || old.GetHashVersion() != auditchain.VersionNoCaller ||
+		old.GetHash() != auditchain.Hash(old.GetPrevHash(), old.GetSeq(), old.GetTimestampMs(), "api", "RevokeToken", `{"id":"x"}`) {
+		t.Errorf("a replayed old append = %v, want it as format 1 with its source unchanged", old)
+	}
+	for _, forged := range []string{state.AuditSourceAPI, state.AuditSourceManager, "external", "external/", "externalx/y", "Api", ""} {
+		err := f.refused(withCaller(cAppendAudit(forged, "RevokeToken", `{"id":"x"}`), "AppendAuditEntry", "audit"), apierr.InvalidArgument)
+		var ae *apierr.Error
+		if !errors.As(err, &ae) || ae.Field != "source" {
+			t.Errorf("append from a caller with source %q: %v, want INVALID_ARGUMENT naming source", forged, err)
+		}
+	}
+	e := f.must(withCaller(cAppendAudit("external/norsk-mgr", "failover", `{"to":"b"}`), "AppendAuditEntry", "audit")).Value.(*managerv1.AuditLogEntry)
+	if e.GetSource() != "external/norsk-mgr" || e.GetCaller() != "token:ops-alice/1f2e" || e.GetCallerTokenId() != "1f2e" || e.GetHashVersion() != auditchain.VersionCaller ||
+		e.GetHash() != auditchain.HashWithCaller(e.GetPrevHash(), e.GetSeq(), e.GetTimestampMs(), e.GetSource(), e.GetKind(), e.GetPayload(), "token:ops-alice/1f2e", "1f2e") {
+		t.Errorf("a caller's append = %v", e)
+	}
+	f.must(withCaller(cKV("ns", nil, kvPut("k", "v", nil)), "KvCommit", "kv/ns"))
+	chain := f.chain()
+	call := chain[len(chain)-1]
+	if call.GetSource() != state.AuditSourceAPI || call.GetKind() != "KvCommit" || call.GetCaller() != "token:ops-alice/1f2e" || call.GetHashVersion() != auditchain.VersionCaller {
+		t.Errorf("a call's entry = %v, want source api with its caller", call)
+	}
+	f.must(withCaller(cPruneAudit(1), "PruneAuditLog", "audit"))
+	chain = f.chain()
+	if m := chain[len(chain)-1]; m.GetKind() != state.AuditKindPruned || m.GetCaller() != "token:ops-alice/1f2e" {
+		t.Errorf("prune marker = %v, want it to name who pruned", m)
+	}
+	checkLinked(t, f.read())
+}
+
 // --- pruning ---
 
 // prunedMarker is the payload of an audit-pruned entry.

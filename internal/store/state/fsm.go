@@ -203,7 +203,7 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 	case *storev1.Command_SetNodeIdleExpiry:
 		return nil, t.setNodeIdleExpiry(c.SetNodeIdleExpiry)
 	case *storev1.Command_AppendAudit:
-		return t.appendAuditCmd(c.AppendAudit)
+		return t.appendAuditCmd(c.AppendAudit, cmd.GetAudit())
 	case *storev1.Command_PruneAudit:
 		return t.pruneAudit(c.PruneAudit, cmd.GetAudit())
 	case *storev1.Command_KvCommit:

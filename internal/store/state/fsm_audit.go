@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/hashicorp/go-memdb"
 	"google.golang.org/protobuf/proto"
@@ -21,6 +22,10 @@ const (
 	AuditKindPruned    = "audit-pruned"
 	AuditKindCreated   = "store-created"
 	AuditKindMigrated  = "store-migrated"
+	// AuditSourceExternal is the source under which every AppendAuditEntry
+	// is stored ("external/<the caller's sub-source>"): a caller cannot
+	// write an entry of the Manager's own sources.
+	AuditSourceExternal = "external/"
 )
 
 // Limits of a caller's own audit entry.
@@ -143,8 +148,16 @@ func (r *Read) VerifyAuditChain() error {
 	return nil
 }
 
-// appendAudit chains a new entry at the command's time.
+// appendAudit chains a new entry, without a caller, at the command's time.
 func (t *tx) appendAudit(source, kind, payload string) *managerv1.AuditLogEntry {
+	return t.appendAuditBy(nil, source, kind, payload)
+}
+
+// appendAuditBy chains a new entry at the command's time. A stamp that
+// names a caller records it in the entry (hash format 2); without one the
+// entry is format 1, as every entry written before callers were recorded
+// (so a replayed log hashes its old entries as it always did).
+func (t *tx) appendAuditBy(stamp *storev1.AuditStamp, source, kind, payload string) *managerv1.AuditLogEntry {
 	st := proto.Clone(t.read().auditState()).(*storev1.AuditState)
 	if st.GetNextSeq() == 0 {
 		st.NextSeq = 1
@@ -157,6 +170,9 @@ func (t *tx) appendAudit(source, kind, payload string) *managerv1.AuditLogEntry 
 		Kind:        kind,
 		Payload:     payload,
 		PrevHash:    st.GetLastHash(),
+	}
+	if stamp.GetCaller() != "" {
+		e.Caller, e.CallerTokenId, e.HashVersion = stamp.GetCaller(), stamp.GetCallerTokenId(), auditchain.VersionCaller
 	}
 	e.Hash = auditchain.EntryHash(e)
 	t.insert(tableAudit, e)
@@ -184,14 +200,20 @@ func (t *tx) auditCall(stamp *storev1.AuditStamp) {
 	if source == "" {
 		source = AuditSourceAPI
 	}
-	t.appendAudit(source, stamp.GetMethod(), string(b))
+	t.appendAuditBy(stamp, source, stamp.GetMethod(), string(b))
 }
 
-func (t *tx) appendAuditCmd(c *storev1.AppendAudit) (*managerv1.AuditLogEntry, error) {
+// appendAuditCmd appends a caller's own entry. A command that names its
+// caller (every one since callers are recorded) must carry a source under
+// AuditSourceExternal; older commands replay as they were written.
+func (t *tx) appendAuditCmd(c *storev1.AppendAudit, stamp *storev1.AuditStamp) (*managerv1.AuditLogEntry, error) {
 	if err := ValidateAuditAppend(c.GetSource(), c.GetKind(), c.GetPayload()); err != nil {
 		return nil, err
 	}
-	return t.appendAudit(c.GetSource(), c.GetKind(), c.GetPayload()), nil
+	if stamp.GetCaller() != "" && (!strings.HasPrefix(c.GetSource(), AuditSourceExternal) || len(c.GetSource()) == len(AuditSourceExternal)) {
+		return nil, apierr.Invalid("source", "%s is not under %q: a caller's entry is stored under the Manager's external source", apierr.Quote(c.GetSource()), AuditSourceExternal)
+	}
+	return t.appendAuditBy(stamp, c.GetSource(), c.GetKind(), c.GetPayload()), nil
 }
 
 type prunedPayload struct {
@@ -232,6 +254,6 @@ func (t *tx) pruneAudit(c *storev1.PruneAudit, stamp *storev1.AuditStamp) (*stor
 	}
 	res.CheckpointSeq = st.GetCheckpoint().GetSeq()
 	b, _ := json.Marshal(prunedPayload{Who: stamp.GetWho(), Removed: removed, CheckpointSeq: res.GetCheckpointSeq(), BeforeTimestampMs: before})
-	t.appendAudit(AuditSourceManager, AuditKindPruned, string(b))
+	t.appendAuditBy(stamp, AuditSourceManager, AuditKindPruned, string(b))
 	return res, nil
 }

@@ -165,7 +165,7 @@ func (s *Server) ForgetMigration(_ context.Context, req *connect.Request[manager
 	defer s.mu.Unlock()
 	m, ok := s.migrations[req.Msg.GetMigrationId()]
 	if !ok {
-		return connect.NewResponse(&managerv1.ForgetMigrationResponse{}), nil
+		return nil, errorf(connect.CodeNotFound, "no migration %s", req.Msg.GetMigrationId())
 	}
 	if !migrationTerminal(m.GetPhase()) {
 		return nil, errorf(connect.CodeFailedPrecondition, "migration %s is still in flight: abort it first", m.GetMigrationId())

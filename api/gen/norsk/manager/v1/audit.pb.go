@@ -29,13 +29,25 @@ type AuditLogEntry struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Seq         int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	TimestampMs float64                `protobuf:"fixed64,2,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
-	Source      string                 `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
-	Kind        string                 `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	// "api" (the Manager's record of an API call), "manager" (the daemon's
+	// own actions) or "external/<sub-source>" (an AppendAuditEntry: the
+	// caller chose only the sub-source).
+	Source string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	Kind   string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Opaque, pre-serialised text (JSON for the daemon's own entries), so the
 	// hash is stable.
-	Payload       string `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
-	PrevHash      string `protobuf:"bytes,6,opt,name=prev_hash,json=prevHash,proto3" json:"prev_hash,omitempty"`
-	Hash          string `protobuf:"bytes,7,opt,name=hash,proto3" json:"hash,omitempty"`
+	Payload  string `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
+	PrevHash string `protobuf:"bytes,6,opt,name=prev_hash,json=prevHash,proto3" json:"prev_hash,omitempty"`
+	Hash     string `protobuf:"bytes,7,opt,name=hash,proto3" json:"hash,omitempty"`
+	// Who made the call that wrote the entry, as the Manager authenticated
+	// it ("token:ops-alice/1f2e…", "automanager", "node:encoder-7"), and the
+	// id of the API token it presented ("" for other credentials). Empty on
+	// entries written before callers were recorded and on the daemon's own.
+	Caller        string `protobuf:"bytes,8,opt,name=caller,proto3" json:"caller,omitempty"`
+	CallerTokenId string `protobuf:"bytes,9,opt,name=caller_token_id,json=callerTokenId,proto3" json:"caller_token_id,omitempty"`
+	// The hash's format: 0 (entries without a caller; the caller fields are
+	// not hashed and must be empty) or 2 (the caller fields are hashed too).
+	HashVersion   uint32 `protobuf:"varint,10,opt,name=hash_version,json=hashVersion,proto3" json:"hash_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -119,6 +131,27 @@ func (x *AuditLogEntry) GetHash() string {
 	return ""
 }
 
+func (x *AuditLogEntry) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *AuditLogEntry) GetCallerTokenId() string {
+	if x != nil {
+		return x.CallerTokenId
+	}
+	return ""
+}
+
+func (x *AuditLogEntry) GetHashVersion() uint32 {
+	if x != nil {
+		return x.HashVersion
+	}
+	return 0
+}
+
 // AuditCheckpoint is where the retained chain starts after a prune: the seq
 // and hash of the last entry removed. The first retained entry's prev_hash
 // is this hash.
@@ -183,10 +216,13 @@ func (x *AuditCheckpoint) GetTimestampMs() float64 {
 }
 
 type AppendAuditEntryRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	Payload       string                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sub-source: the entry is stored with source "external/<source>"
+	// ("external/" given here is not repeated), and the Manager records the
+	// caller beside it. Sources "api" and "manager" are the Manager's own.
+	Source        string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Payload       string `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -576,7 +612,7 @@ var File_norsk_manager_v1_audit_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_audit_proto_rawDesc = "" +
 	"\n" +
-	"\x1cnorsk/manager/v1/audit.proto\x12\x10norsk.manager.v1\"\xbb\x01\n" +
+	"\x1cnorsk/manager/v1/audit.proto\x12\x10norsk.manager.v1\"\x9e\x02\n" +
 	"\rAuditLogEntry\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12!\n" +
 	"\ftimestamp_ms\x18\x02 \x01(\x01R\vtimestampMs\x12\x16\n" +
@@ -584,7 +620,11 @@ const file_norsk_manager_v1_audit_proto_rawDesc = "" +
 	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x18\n" +
 	"\apayload\x18\x05 \x01(\tR\apayload\x12\x1b\n" +
 	"\tprev_hash\x18\x06 \x01(\tR\bprevHash\x12\x12\n" +
-	"\x04hash\x18\a \x01(\tR\x04hash\"Z\n" +
+	"\x04hash\x18\a \x01(\tR\x04hash\x12\x16\n" +
+	"\x06caller\x18\b \x01(\tR\x06caller\x12&\n" +
+	"\x0fcaller_token_id\x18\t \x01(\tR\rcallerTokenId\x12!\n" +
+	"\fhash_version\x18\n" +
+	" \x01(\rR\vhashVersion\"Z\n" +
 	"\x0fAuditCheckpoint\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12!\n" +

@@ -2116,7 +2116,13 @@ type AuditStamp struct {
 	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
 	// The entry's source: "api" (the default, for API calls) or "manager"
 	// (the daemon's own actions, such as making the bootstrap token).
-	Source        string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	// The authenticated caller of an API call ("token:<name>/<id>",
+	// "automanager", "node:<id>", …) and its API token's id, if any. A
+	// command that carries a caller writes its audit entry (its own, or the
+	// AppendAudit entry) in hash format 2, with the caller hashed.
+	Caller        string `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
+	CallerTokenId string `protobuf:"bytes,6,opt,name=caller_token_id,json=callerTokenId,proto3" json:"caller_token_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2179,7 +2185,23 @@ func (x *AuditStamp) GetSource() string {
 	return ""
 }
 
-// AppendAudit is a caller's own audit entry (AppendAuditEntry).
+func (x *AuditStamp) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *AuditStamp) GetCallerTokenId() string {
+	if x != nil {
+		return x.CallerTokenId
+	}
+	return ""
+}
+
+// AppendAudit is a caller's own audit entry (AppendAuditEntry). With a
+// caller in the command's stamp, source is "external/<sub-source>" (the
+// handler prefixes it; the FSM refuses any other).
 type AppendAudit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
@@ -4959,13 +4981,15 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\vpublication\x18\x01 \x01(\v2*.norsk.manager.v1.AccessReplicaPublicationR\vpublication\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1d\n" +
 	"\n" +
-	"roles_json\x18\x03 \x01(\fR\trolesJson\"f\n" +
+	"roles_json\x18\x03 \x01(\fR\trolesJson\"\xa6\x01\n" +
 	"\n" +
 	"AuditStamp\x12\x10\n" +
 	"\x03who\x18\x01 \x01(\tR\x03who\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\tR\x06target\x12\x16\n" +
-	"\x06source\x18\x04 \x01(\tR\x06source\"S\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x12\x16\n" +
+	"\x06caller\x18\x05 \x01(\tR\x06caller\x12&\n" +
+	"\x0fcaller_token_id\x18\x06 \x01(\tR\rcallerTokenId\"S\n" +
 	"\vAppendAudit\x12\x16\n" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
