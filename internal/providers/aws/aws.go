@@ -223,6 +223,15 @@ func (p *Provider) client(region string) (*ec2.Client, error) {
 				o.Backoff = fullJitter{base: p.cfg.RetryBaseDelay.Duration, max: p.cfg.RetryMaxBackoff.Duration}
 				// Throttled retries must not run the retry quota dry.
 				o.RateLimiter = ratelimit.None
+				// A capacity refusal (HTTP 500) is not retried: the next
+				// instance type or zone is tried instead.
+				o.Retryables = append([]retry.IsErrorRetryable{retry.IsErrorRetryableFunc(func(err error) awssdk.Ternary {
+					var ae smithy.APIError
+					if errors.As(err, &ae) && slices.Contains(capacityCodes, ae.ErrorCode()) {
+						return awssdk.FalseTernary
+					}
+					return awssdk.UnknownTernary
+				})}, o.Retryables...)
 			})
 		}),
 	}
