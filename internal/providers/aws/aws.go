@@ -62,7 +62,7 @@ type Config struct {
 	// RetryMaxAttempts is the SDK retryer's attempts per call (default 8);
 	// RetryBaseDelay and RetryMaxBackoff bound its jittered exponential
 	// backoff (defaults 500 ms and 20 s).
-	RetryMaxAttempts int            `json:"retryMaxAttempts,omitempty"`
+	RetryMaxAttempts int                `json:"retryMaxAttempts,omitempty"`
 	RetryBaseDelay   providers.Duration `json:"retryBaseDelay,omitempty"`
 	RetryMaxBackoff  providers.Duration `json:"retryMaxBackoff,omitempty"`
 }

@@ -62,7 +62,7 @@ func endpoint(t *testing.T, cfg aws.Config, secret string) (*ec2sim.Server, *aws
 func writeCreds(t *testing.T, secret string) string {
 	t.Helper()
 	path := t.TempDir() + "/creds"
-	if err := os.WriteFile(path, []byte( "[sim]\naws_access_key_id = "+ec2sim.DefaultAccessKeyID+"\naws_secret_access_key = "+secret+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("[sim]\naws_access_key_id = "+ec2sim.DefaultAccessKeyID+"\naws_secret_access_key = "+secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
