@@ -345,11 +345,11 @@ func freeformTags(cluster, node string, user map[string]string) map[string]strin
 
 func instanceOf(region string, i core.Instance) providers.Instance {
 	out := providers.Instance{
-		ID:     common.PointerString(i.Id),
+		ID:     str(i.Id),
 		Region: region,
-		Zone:   common.PointerString(i.AvailabilityDomain),
-		Type:   common.PointerString(i.Shape),
-		Image:  common.PointerString(i.ImageId),
+		Zone:   str(i.AvailabilityDomain),
+		Type:   str(i.Shape),
+		Image:  str(i.ImageId),
 		State:  stateOf(i.LifecycleState),
 		Tags:   map[string]string{},
 	}
@@ -483,7 +483,7 @@ func (p *Provider) InstanceTypes(ctx context.Context, region string) ([]provider
 	byName := map[string]*providers.InstanceType{}
 	var locations []string
 	for _, ad := range ads.Items {
-		name := common.PointerString(ad.Name)
+		name := str(ad.Name)
 		locations = append(locations, name)
 		var page *string
 		for {
@@ -492,7 +492,7 @@ func (p *Provider) InstanceTypes(ctx context.Context, region string) ([]provider
 				return nil, nil, mapError("ListShapes", err)
 			}
 			for _, s := range res.Items {
-				shape := common.PointerString(s.Shape)
+				shape := str(s.Shape)
 				it := byName[shape]
 				if it == nil {
 					it = shapeType(s)
@@ -519,9 +519,9 @@ func (p *Provider) InstanceTypes(ctx context.Context, region string) ([]provider
 // shapeType is a shape's facts: an OCPU is two vCPUs, but one on Arm
 // (Ampere) shapes.
 func shapeType(s core.Shape) *providers.InstanceType {
-	it := &providers.InstanceType{Name: common.PointerString(s.Shape)}
+	it := &providers.InstanceType{Name: str(s.Shape)}
 	arch := "x86_64"
-	desc := strings.ToLower(common.PointerString(s.ProcessorDescription))
+	desc := strings.ToLower(str(s.ProcessorDescription))
 	if strings.Contains(desc, "ampere") || strings.Contains(desc, "arm") || strings.Contains(strings.ToLower(it.Name), ".a1.") {
 		arch = "arm64"
 	}
@@ -561,4 +561,11 @@ func mapError(op string, err error) error {
 		ce.Kind = providers.ErrInvalid
 	}
 	return ce
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
