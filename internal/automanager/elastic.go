@@ -98,16 +98,19 @@ func rejectionsText(rej []Rejection) string {
 
 // ExplainElastic is what placement would create for an instance no node
 // takes (req): the node of the cheapest type of the pool's cheapest
-// elastic tier that takes it, and why cheaper types would not; nil when
-// no elastic tier serves the pool.
+// elastic tier that takes it, and why cheaper types would not; when no
+// tier's node would take it, why not (no instance type); nil when no
+// elastic tier serves the pool.
 func ExplainElastic(p Policy, req placement.Request) *managerv1.ElasticChoice {
 	p.defaults()
+	var last *managerv1.ElasticChoice // a tier that would not take it
 	for _, et := range elasticTiersFor(req.Pool, p) {
 		out := &managerv1.ElasticChoice{Provider: et.Provider, Tier: et.Tier}
 		if len(et.Types) == 0 {
 			out.Vcpus = et.VCPUs
 			if _, _, ok := chooseType(p.Placement, ElasticTier{Tier: et.Tier, Provider: et.Provider, Types: []ElasticType{{Name: et.Provider, VCPUs: et.VCPUs}}}, req); !ok {
 				out.Summary = fmt.Sprintf("a new node of elastic tier %s (%d vCPUs) would not take it either", et.Tier, et.VCPUs)
+				last = out
 				continue
 			}
 			out.Summary = fmt.Sprintf("a node would be created in elastic tier %s (%s, %d vCPUs)", et.Tier, et.Provider, et.VCPUs)
@@ -119,6 +122,7 @@ func ExplainElastic(p Policy, req placement.Request) *managerv1.ElasticChoice {
 		}
 		if !ok {
 			out.Summary = fmt.Sprintf("no instance type of elastic tier %s would take it: %s", et.Tier, rejectionsText(rej))
+			last = out
 			continue
 		}
 		out.Region, out.InstanceType, out.Vcpus = t.Region, t.Name, t.VCPUs
@@ -128,7 +132,7 @@ func ExplainElastic(p Policy, req placement.Request) *managerv1.ElasticChoice {
 		}
 		return out
 	}
-	return nil
+	return last
 }
 
 // elasticTiersFor are the elastic tiers of pool, cheapest first (pool "":

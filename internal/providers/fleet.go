@@ -324,7 +324,12 @@ func (f *Fleet) CheckCloud(ctx context.Context, req CloudRequest) (CloudRequest,
 			}
 		} else {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			all, err := sgp.WorkerSecurityGroups(cctx, req.Region)
+			var all []SecurityGroup
+			err := f.cfg.Throttle.retry(cctx, f.cfg.Clock, func() error {
+				var err error
+				all, err = sgp.WorkerSecurityGroups(cctx, req.Region)
+				return err
+			})
 			cancel()
 			if err != nil {
 				return req, nil, apierr.Unavailablef("list the worker security groups of %s: %v", req.Region, err)

@@ -154,7 +154,8 @@ type Server struct {
 	throttle   int
 	noCapacity map[string]int // "type" or "type@zone" → refusals left (-1: always)
 	holds      map[string]chan struct{}
-	unsigned   bool
+	before     map[string]bool
+	noBoot     bool
 	wg         sync.WaitGroup
 }
 
@@ -182,7 +183,7 @@ func Start(opts Options) (*Server, error) {
 		opts.Logger = slog.Default()
 	}
 	s := &Server{opts: opts, log: opts.Logger.With("component", "ec2sim"), instances: map[string]*instance{}, tokens: map[string]string{},
-		calls: map[string]int{}, noCapacity: map[string]int{}, holds: map[string]chan struct{}{}}
+		calls: map[string]int{}, noCapacity: map[string]int{}, holds: map[string]chan struct{}{}, before: map[string]bool{}}
 	if err := s.load(); err != nil {
 		return nil, err
 	}
@@ -273,6 +274,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, reqID, http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded.")
 		return
 	}
+	if s.holdsBefore(action) {
+		s.hold(r.Context(), action)
+		if r.Context().Err() != nil {
+			return // the caller gave up before the call was made
+		}
+	}
 	var out any
 	var aerr *apiError
 	switch action {
@@ -303,7 +310,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, reqID, aerr.status, aerr.code, aerr.msg)
 		return
 	}
-	s.hold(r.Context(), action)
+	if !s.holdsBefore(action) {
+		s.hold(r.Context(), action)
+	}
 	setRequestID(out, reqID)
 	b, err := xml.Marshal(out)
 	if err != nil {
@@ -395,12 +404,14 @@ func (s *Server) Capacity() {
 	s.noCapacity = map[string]int{}
 }
 
-// Hold makes the answers of action wait, once processed, until release is
-// called or the caller gives up (a create whose answer never arrives).
-func (s *Server) Hold(action string) (release func()) {
+// Hold makes calls of action wait until release is called or the caller
+// gives up: after they are processed (a launch whose answer never
+// arrives), or with before, before (a call that never reached the cloud).
+func (s *Server) Hold(action string, before bool) (release func()) {
 	ch := make(chan struct{})
 	s.mu.Lock()
 	s.holds[action] = ch
+	s.before[action] = before
 	s.mu.Unlock()
 	var once sync.Once
 	return func() {
@@ -413,6 +424,20 @@ func (s *Server) Hold(action string) (release func()) {
 			close(ch)
 		})
 	}
+}
+
+func (s *Server) holdsBefore(action string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holds[action] != nil && s.before[action]
+}
+
+// DontBoot makes new instances boot nothing (a broken image): they run,
+// and their worker never registers.
+func (s *Server) DontBoot(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noBoot = on
 }
 
 func (s *Server) hold(ctx context.Context, action string) {
@@ -572,7 +597,10 @@ func (s *Server) rebootAll() {
 // boot starts an instance's machine and marks it running.
 func (s *Server) boot(in *instance) {
 	var m cloudsim.Machine
-	if s.opts.Runner != nil && len(in.UserData) > 0 {
+	s.mu.Lock()
+	noBoot := s.noBoot
+	s.mu.Unlock()
+	if s.opts.Runner != nil && len(in.UserData) > 0 && !noBoot {
 		var err error
 		m, err = s.opts.Runner.Boot(in.ID, in.UserData)
 		if err != nil {

@@ -176,7 +176,7 @@ func (t *tx) memberRegister(c *storev1.MemberRegister) (any, error) {
 		nrec.NodeSecret = c.GetNodeSecret()
 	}
 	n.Address = c.GetAddress()
-	n.Hardware = c.GetHardware()
+	n.Hardware = cloudHardware(n, c.GetHardware())
 	n.Capabilities = c.GetCapabilities()
 	n.Runtime = c.GetRuntime()
 	n.WorkerVersion = c.GetWorkerVersion()
@@ -273,7 +273,13 @@ func (t *tx) nodeTerminated(c *storev1.NodeTerminated) error {
 		t.markStopped(in, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED, why)
 	}
 	nrec, n := t.withNode(rec)
-	t.setState(n, managerv1.NodeState_NODE_STATE_TERMINATED, c.GetReason())
+	final := c.GetReason()
+	if was := rec.GetNode(); was.GetState() == managerv1.NodeState_NODE_STATE_STOPPING && was.GetStateReason() != "" && was.GetStateReason() != "terminate requested" {
+		// Keep why the node was terminated (the reaper's, a provider's),
+		// with how its termination finished.
+		final = was.GetStateReason() + " (" + c.GetReason() + ")"
+	}
+	t.setState(n, managerv1.NodeState_NODE_STATE_TERMINATED, final)
 	if rec.GetDeregistering() {
 		t.delete(tableNodes, rec)
 		t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: n, Reason: c.GetReason()}}})
@@ -387,7 +393,7 @@ func (t *tx) nodeOnline(c *storev1.NodeOnline) (any, error) {
 	hello := c.GetHello()
 	nrec, n := t.withNode(rec)
 	if hw := hello.GetHardware(); hw != nil {
-		n.Hardware = hw
+		n.Hardware = cloudHardware(n, hw)
 	}
 	n.Capabilities = hello.GetCapabilities()
 	if hello.GetRuntime() != "" {
@@ -483,4 +489,20 @@ func (t *tx) setNodeInstance(c *storev1.SetNodeInstance) error {
 	}
 	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeTagsUpdated{NodeTagsUpdated: t.nodeEvent(nrec, why)}})
 	return nil
+}
+
+// cloudHardware is the hardware a worker reports, except that a cloud
+// node's vCPUs and memory stay its instance type's (recorded at its
+// creation): the instance-type cache is authoritative for capacity.
+func cloudHardware(n *managerv1.Node, reported *managerv1.Hardware) *managerv1.Hardware {
+	promised := n.GetHardware()
+	if n.GetCloud().GetInstanceType() == "" || promised.GetVcpus() == 0 || reported == nil {
+		return reported
+	}
+	hw := proto.Clone(reported).(*managerv1.Hardware)
+	hw.Vcpus = promised.GetVcpus()
+	if promised.GetMemoryBytes() > 0 {
+		hw.MemoryBytes = promised.GetMemoryBytes()
+	}
+	return hw
 }
