@@ -221,7 +221,11 @@ func TestCloudCreateInterruptedByManagerKill(t *testing.T) {
 			<-done
 			release()
 			c.StartManager()
-			n := c.WaitNodeState("edge-1", norsk.NodeStateOnline)
+			var n *norsk.Node
+			c.Eventually("edge-1 online on its recorded instance", func() bool {
+				n = c.Node("edge-1")
+				return n != nil && n.GetState() == norsk.NodeStateOnline && n.GetProviderInstance() != ""
+			})
 			var mine []string
 			for _, in := range c.Clouds.EC2.Instances() {
 				if in.Tags[providers.TagNode] == "edge-1" {

@@ -117,9 +117,9 @@ func (c *Cluster) startClouds() {
 	}
 	cl.aws.RetryBaseDelay.Duration, cl.aws.RetryMaxBackoff.Duration = time.Millisecond, 10*time.Millisecond
 	cl.oci = oci.Config{
-		ConfigFile: ociConf,
-		Regions:    map[string]oci.RegionConfig{OCIRegion: {Endpoint: o.URL(OCIRegion), Subnet: "ocid1.subnet.oc1.eu-frankfurt-1.aaaatest"}},
-		Pools:      map[string]oci.PoolConfig{OCIPool: {Regions: []string{OCIRegion}, Shapes: []string{"VM.Standard2.1", "VM.Standard2.2"}}},
+		ConfigFile:       ociConf,
+		Regions:          map[string]oci.RegionConfig{OCIRegion: {Endpoint: o.URL(OCIRegion), Subnet: "ocid1.subnet.oc1.eu-frankfurt-1.aaaatest"}},
+		Pools:            map[string]oci.PoolConfig{OCIPool: {Regions: []string{OCIRegion}, Shapes: []string{"VM.Standard2.1", "VM.Standard2.2"}}},
 		RetryMaxAttempts: 4,
 	}
 	cl.oci.RetryBaseDelay.Duration, cl.oci.RetryMaxBackoff.Duration = time.Millisecond, 10*time.Millisecond
