@@ -444,3 +444,43 @@ func TestCloudPoolScalesOutAndIn(t *testing.T) {
 	}
 	c.Eventually("no instance left running on the endpoint", func() bool { return len(c.Clouds.EC2.Running()) == 0 })
 }
+
+// norsk-ctl's cloud commands against a Manager with the local clouds:
+// node create-aws / create-oci follow the node until it is online;
+// instance-types, security-groups and reload-config answer.
+func TestCloudCLI(t *testing.T) {
+	t.Parallel()
+	c := cloudCluster(t, nil)
+	n := ctl{t: t, url: c.URL(), token: c.Token()}
+	out := n.ok("node", "create-aws", "cli-aws", "--region", testcluster.AWSRegion, "--type", "c6i.large", "--pool", testcluster.AWSPool, "--security-group", "srt")
+	for _, want := range []string{"Node cli-aws: aws instance i-", "c6i.large", "starting", "Node cli-aws is online (2 vCPUs)."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("create-aws output lacks %q:\n%s", want, out)
+		}
+	}
+	ad := c.Clouds.OCI.AvailabilityDomains(testcluster.OCIRegion)[2]
+	out = n.ok("node", "create-oci", "cli-oci", "--availability-domain", ad, "--shape", "VM.Standard2.1", "-o", "json")
+	if !strings.Contains(out, `"nodeId": "cli-oci"`) || !strings.Contains(out, `"NODE_STATE_ONLINE"`) {
+		t.Errorf("create-oci -o json:\n%s", out)
+	}
+	if code, _, errOut := n.run("", "node", "create-aws", "--region", "us-east-1", "--type", "c6i.large"); code == 0 || !strings.Contains(errOut, "FAILED_PRECONDITION") {
+		t.Errorf("create-aws in a region not run: exit %d, %s", code, errOut)
+	}
+	out = n.ok("instance-types", "c6i.xlarge", "--region", testcluster.AWSRegion)
+	if !strings.Contains(out, "c6i.xlarge") || !strings.Contains(out, "Offered in eu-west-1: true") {
+		t.Errorf("instance-types c6i.xlarge:\n%s", out)
+	}
+	if out := n.ok("instance-types", "--provider", "oci"); !strings.Contains(out, "cannot enumerate") {
+		t.Errorf("instance-types --provider oci:\n%s", out)
+	}
+	if out := n.ok("instance-types", "nope.type"); !strings.Contains(out, "unknown") {
+		t.Errorf("instance-types nope.type:\n%s", out)
+	}
+	out = n.ok("security-groups", "--region", testcluster.AWSRegion)
+	if !strings.Contains(out, testcluster.BaseGroup) || !strings.Contains(out, "(base)") || !strings.Contains(out, "udp/5000-5100 from 0.0.0.0/0") {
+		t.Errorf("security-groups:\n%s", out)
+	}
+	if out := n.ok("reload-config"); !strings.Contains(out, "no change") {
+		t.Errorf("reload-config:\n%s", out)
+	}
+}

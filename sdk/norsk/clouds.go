@@ -19,6 +19,7 @@ type (
 	ReloadExternalConfigResponse = managerv1.ReloadExternalConfigResponse
 	ElasticChoice                = managerv1.ElasticChoice
 	ElasticRejection             = managerv1.ElasticRejection
+	ListInstanceTypesResponse    = managerv1.ListInstanceTypesResponse
 )
 
 // AwsNode asks CreateAwsNode for an EC2 node.
