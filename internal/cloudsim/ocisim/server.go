@@ -599,7 +599,7 @@ func (s *Server) list(region string, r *http.Request, hdr http.Header) (any, *oc
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var sel []instance
+	sel := []instance{} // OCI answers an empty list as [], never null
 	for _, id := range s.order {
 		in := s.instances[id]
 		if in.Region != region {
@@ -727,7 +727,7 @@ func (s *Server) shapes(region string, r *http.Request) (any, *ociError) {
 	if ad := q.Get("availabilityDomain"); ad != "" && !contains(s.opts.Regions[region].AvailabilityDomains, ad) {
 		return nil, invalid(fmt.Sprintf("availabilityDomain %q is not a domain of %s", ad, region))
 	}
-	var out []shapeJSON
+	out := []shapeJSON{}
 	for _, sh := range s.opts.Shapes {
 		if !s.offered(region, sh.Name) {
 			continue
@@ -754,7 +754,7 @@ func (s *Server) domains(region string, r *http.Request) (any, *ociError) {
 		ID            string `json:"id"`
 		CompartmentID string `json:"compartmentId"`
 	}
-	var out []ad
+	out := []ad{}
 	for i, name := range s.opts.Regions[region].AvailabilityDomains {
 		out = append(out, ad{Name: name, ID: fmt.Sprintf("ocid1.availabilitydomain.oc1..ad%d%s", i+1, strings.ReplaceAll(region, "-", "")), CompartmentID: s.opts.Tenancy})
 	}

@@ -93,6 +93,9 @@ func TestLaunchListTagTerminate(t *testing.T) {
 	t.Parallel()
 	sim, p := endpoint(t, false)
 	x := ctx(t)
+	if list, err := p.List(x, "test-cluster"); err != nil || len(list) != 0 {
+		t.Fatalf("List of none = %v, %v", list, err)
+	}
 	inst, err := p.Launch(x, spec(sim, "n1"))
 	if err != nil {
 		t.Fatal(err)
