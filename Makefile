@@ -55,6 +55,8 @@ fuzz:
 	$(GO) test ./internal/jobspec -run '^$$' -fuzz FuzzValidateJob -fuzztime 30s
 	$(GO) test ./internal/store/state -run '^$$' -fuzz FuzzApply -fuzztime 30s
 	$(GO) test ./pkg/discovery -run '^$$' -fuzz FuzzParseNodeToken -fuzztime 30s
+	$(GO) test ./internal/providers -run '^$$' -fuzz FuzzParseOverrides -fuzztime 30s
+	$(GO) test ./internal/providers -run '^$$' -fuzz FuzzDecodeUserData -fuzztime 30s
 
 clean:
 	rm -rf bin build
