@@ -549,6 +549,10 @@ func provision(d *Decision, unplaced []slotRequest, hold map[string]time.Time, p
 		if !ok {
 			continue
 		}
+		if et.VCPUs == 0 && len(et.Types) == 0 {
+			note(key, fmt.Sprintf("no instance type of elastic tier %s is known yet (the instance-type cache is loading, or offers none of its types)", et.Tier))
+			continue
+		}
 		tp := plans[et.Tier]
 		if tp == nil {
 			tp = &tierPlan{et: et}
