@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -272,7 +273,10 @@ func (f *Fleet) setTags(ctx context.Context, p Provider, n *managerv1.Node, tags
 //   - for a Tracker, a live node whose instance is gone (terminated, or
 //     missing from the list ListGrace after its launch) is marked
 //     terminated with the reason;
-//   - node tags missing from the instance are pushed.
+//   - for a Tracker, node tags missing from the instance are pushed.
+//
+// Absence from the list counts only in a region the provider still runs
+// (an overrides file that drops a region does not end its nodes).
 //
 // A failed listing concludes nothing.
 func (f *Fleet) reconcile(ctx context.Context, pt *providerTerm) {
@@ -296,6 +300,10 @@ func (f *Fleet) reconcile(ctx context.Context, pt *providerTerm) {
 	nodes := map[string]NodeView{}
 	for _, v := range f.cfg.Backend.Nodes() {
 		nodes[v.Node.GetNodeId()] = v
+	}
+	tracks := false
+	if tr, ok := p.(Tracker); ok {
+		tracks = tr.TracksInstances()
 	}
 	live := map[string]Instance{} // node → its live instance
 	for _, inst := range list {
@@ -322,7 +330,7 @@ func (f *Fleet) reconcile(ctx context.Context, pt *providerTerm) {
 			f.leak(ctx, p, inst, "its node runs on "+n.GetProviderInstance())
 		default:
 			live[inst.NodeID] = inst
-			if missing := missingTags(userTags(n.GetTags()), inst.Tags); len(missing) > 0 && n.GetProviderInstance() != "" {
+			if missing := missingTags(userTags(n.GetTags()), inst.Tags); tracks && len(missing) > 0 && n.GetProviderInstance() != "" {
 				if err := f.setTags(ctx, p, n, missing); err != nil {
 					f.log.Warn("reconciliation: could not push tags", "node", n.GetNodeId(), "err", err)
 				}
@@ -334,10 +342,6 @@ func (f *Fleet) reconcile(ctx context.Context, pt *providerTerm) {
 		if inst.Gone() && inst.NodeID != "" {
 			gone[inst.NodeID] = inst
 		}
-	}
-	_, tracks := p.(Tracker)
-	if tr, ok := p.(Tracker); ok {
-		tracks = tr.TracksInstances()
 	}
 	for id, v := range nodes {
 		n := v.Node
@@ -361,6 +365,9 @@ func (f *Fleet) reconcile(ctx context.Context, pt *providerTerm) {
 		launched := n.GetRegisteredAt().AsTime()
 		if !ended && now.Sub(launched) < f.cfg.ListGrace {
 			continue // not listed yet: clouds list eventually consistently
+		}
+		if cat, ok := p.(Catalog); ok && !ended && !slices.Contains(cat.Regions(), n.GetCloud().GetRegion()) {
+			continue // a region no longer run is not listed: absence says nothing
 		}
 		why := fmt.Sprintf("its instance %s is gone", n.GetProviderInstance())
 		if ended {

@@ -239,7 +239,7 @@ func TestCreateRecordsTheLaunchFirst(t *testing.T) {
 // left the node is terminated with the cloud's message.
 func TestCreateCapacityFallbackAndFailure(t *testing.T) {
 	t.Parallel()
-	f, be, cloud, _ := newFleet(t)
+	f, be, cloud, clk := newFleet(t)
 	cloud.noCap["small"] = true
 	got, err := create(t, f, CloudRequest{NodeID: "n1", InstanceType: "small", Fallbacks: []string{"big"}})
 	if err != nil {
@@ -257,9 +257,25 @@ func TestCreateCapacityFallbackAndFailure(t *testing.T) {
 	if n := be.node("n2"); n.GetState() != managerv1.NodeState_NODE_STATE_TERMINATED || n.GetStateReason() != "create failed: InsufficientInstanceCapacity: no small" {
 		t.Errorf("failed node %v", n)
 	}
-	cloud.throttled = 2 // within the fleet's 3 attempts
-	if _, err := create(t, f, CloudRequest{NodeID: "n3", InstanceType: "big"}); err != nil {
-		t.Errorf("throttled twice: %v", err)
+	cloud.throttled = 2 // within the fleet's 3 attempts; each backoff waits on the clock
+	done := make(chan error, 1)
+	go func() {
+		_, err := create(t, f, CloudRequest{NodeID: "n3", InstanceType: "big"})
+		done <- err
+	}()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("throttled twice: %v", err)
+			}
+			if len(cloud.launches) != 6 { // n1: small refused, big; n2: small refused; n3: twice throttled, then launched
+				t.Errorf("%d launches, want 6", len(cloud.launches))
+			}
+			return
+		case <-clk.TimerCreated():
+			clk.Advance(time.Second)
+		}
 	}
 }
 
