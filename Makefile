@@ -2,7 +2,8 @@
 GO ?= go
 PKGS_RACE = ./internal/events/... ./internal/store/... ./internal/nodes/... \
             ./internal/worker/... ./internal/manager/... ./internal/runtime/... \
-            ./sdk/... ./internal/cli/... ./internal/automanager/... ./internal/providers/... \
+            ./sdk/... ./internal/cli/... ./internal/automanager/... ./internal/providers \
+            ./internal/providers/mock/... \
             ./pkg/jobsocket/...
 
 .PHONY: all build test test-fast test-race vet dev images proto bench fuzz clean

@@ -12,6 +12,11 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
 	"github.com/norsk-go/norsk-manager/internal/testcluster"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
+
+	// The cloud providers testcluster's Clouds option points at its
+	// endpoints.
+	_ "github.com/norsk-go/norsk-manager/internal/providers/aws"
+	_ "github.com/norsk-go/norsk-manager/internal/providers/oci"
 )
 
 // These scenarios drive the aws and oci providers through their SDKs

@@ -24,8 +24,11 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/cloudsim/ocisim"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/providers"
-	"github.com/norsk-go/norsk-manager/internal/providers/aws"
-	"github.com/norsk-go/norsk-manager/internal/providers/oci"
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
+
+	// The cloud providers dev points at its local clouds.
+	_ "github.com/norsk-go/norsk-manager/internal/providers/aws"
+	_ "github.com/norsk-go/norsk-manager/internal/providers/oci"
 	"github.com/norsk-go/norsk-manager/internal/worker"
 )
 
@@ -167,15 +170,15 @@ func (lc *localClouds) configure(cfg *manager.Config) error {
 	if err != nil {
 		return err
 	}
-	cfg.AWS = &aws.Config{
+	cfg.AWS = &cloudconf.AWS{
 		Profile: "norsk-dev", SharedConfigFiles: []string{conf}, SharedCredentialsFiles: []string{creds},
-		Regions: map[string]aws.RegionConfig{AWSRegion: {Subnet: devSubnet, BaseSecurityGroups: []string{devBaseSG}}},
-		Pools:   map[string]aws.PoolConfig{CloudPool: {Regions: []string{AWSRegion}, InstanceTypes: cloudPoolTypes}},
+		Regions: map[string]cloudconf.AWSRegion{AWSRegion: {Subnet: devSubnet, BaseSecurityGroups: []string{devBaseSG}}},
+		Pools:   map[string]cloudconf.AWSPool{CloudPool: {Regions: []string{AWSRegion}, InstanceTypes: cloudPoolTypes}},
 	}
-	cfg.OCI = &oci.Config{
+	cfg.OCI = &cloudconf.OCI{
 		ConfigFile: ociConf,
-		Regions:    map[string]oci.RegionConfig{OCIRegion: {Endpoint: lc.oci.URL(OCIRegion), Subnet: "ocid1.subnet.oc1.eu-frankfurt-1.aaaaaaaanorskdev"}},
-		Pools:      map[string]oci.PoolConfig{OCIPool: {Regions: []string{OCIRegion}, Shapes: []string{"VM.Standard2.1", "VM.Standard2.2", "VM.Standard2.4"}}},
+		Regions:    map[string]cloudconf.OCIRegion{OCIRegion: {Endpoint: lc.oci.URL(OCIRegion), Subnet: "ocid1.subnet.oc1.eu-frankfurt-1.aaaaaaaanorskdev"}},
+		Pools:      map[string]cloudconf.OCIPool{OCIPool: {Regions: []string{OCIRegion}, Shapes: []string{"VM.Standard2.1", "VM.Standard2.2", "VM.Standard2.4"}}},
 	}
 	cfg.ClusterID, cfg.OverridesFile = id, ofile
 	// A dev machine's "cloud" answers at once: reconcile often, and give a

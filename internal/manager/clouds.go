@@ -19,8 +19,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/providers"
-	"github.com/norsk-go/norsk-manager/internal/providers/aws"
-	"github.com/norsk-go/norsk-manager/internal/providers/oci"
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
 
@@ -32,14 +31,14 @@ import (
 func (c *Config) buildClouds(log *slog.Logger) ([]providers.Provider, error) {
 	var out []providers.Provider
 	if c.AWS != nil {
-		p, err := aws.New(*c.AWS, log)
+		p, err := providers.BuildCloud(cloudconf.AWSName, c.AWS, log)
 		if err != nil {
 			return nil, fmt.Errorf("manager: %w", err)
 		}
 		out = append(out, p)
 	}
 	if c.OCI != nil {
-		p, err := oci.New(*c.OCI, log)
+		p, err := providers.BuildCloud(cloudconf.OCIName, c.OCI, log)
 		if err != nil {
 			return nil, fmt.Errorf("manager: %w", err)
 		}
@@ -61,9 +60,9 @@ func (s *Server) cloudTiers() []automanager.ElasticTier {
 	if a := s.cfg.AWS; a != nil {
 		for _, tier := range sortedKeysOf(a.Pools) {
 			pc := a.Pools[tier]
-			et := automanager.ElasticTier{Tier: tier, Provider: aws.Name}
+			et := automanager.ElasticTier{Tier: tier, Provider: cloudconf.AWSName}
 			for _, region := range pc.Regions {
-				if !o.RunsRegion(aws.Name, region) {
+				if !o.RunsRegion(cloudconf.AWSName, region) {
 					continue
 				}
 				zones := pc.Zones
@@ -72,7 +71,7 @@ func (s *Server) cloudTiers() []automanager.ElasticTier {
 				}
 				var offered []providers.InstanceType
 				for _, name := range pc.InstanceTypes {
-					if it, ok, err := types.Type(aws.Name, region, name); err == nil && ok && len(it.Regions) > 0 {
+					if it, ok, err := types.Type(cloudconf.AWSName, region, name); err == nil && ok && len(it.Regions) > 0 {
 						offered = append(offered, it)
 					}
 				}
@@ -86,18 +85,18 @@ func (s *Server) cloudTiers() []automanager.ElasticTier {
 	if c := s.cfg.OCI; c != nil {
 		for _, tier := range sortedKeysOf(c.Pools) {
 			pc := c.Pools[tier]
-			et := automanager.ElasticTier{Tier: tier, Provider: oci.Name}
+			et := automanager.ElasticTier{Tier: tier, Provider: cloudconf.OCIName}
 			for _, region := range pc.Regions {
-				if !o.RunsRegion(oci.Name, region) {
+				if !o.RunsRegion(cloudconf.OCIName, region) {
 					continue
 				}
 				ads := pc.AvailabilityDomains
 				if len(ads) == 0 {
-					ads, _ = types.Locations(oci.Name, region)
+					ads, _ = types.Locations(cloudconf.OCIName, region)
 				}
 				var offered []providers.InstanceType
 				for _, name := range pc.Shapes {
-					if it, ok, err := types.Type(oci.Name, region, name); err == nil && ok {
+					if it, ok, err := types.Type(cloudconf.OCIName, region, name); err == nil && ok {
 						offered = append(offered, it)
 					}
 				}
@@ -158,7 +157,7 @@ func sortedKeysOf[V any](m map[string]V) []string {
 
 func (h *handler) CreateAwsNode(ctx context.Context, req *connect.Request[managerv1.CreateAwsNodeRequest]) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
 	m := req.Msg
-	cr := providers.CloudRequest{Provider: aws.Name, NodeID: m.GetNodeId(), Pool: m.GetPool(), Tags: m.GetTags(), Region: m.GetRegion(),
+	cr := providers.CloudRequest{Provider: cloudconf.AWSName, NodeID: m.GetNodeId(), Pool: m.GetPool(), Tags: m.GetTags(), Region: m.GetRegion(),
 		Zone: m.GetAvailabilityZone(), InstanceType: m.GetInstanceType(), Fallbacks: m.GetFallbackInstanceTypes(), Subnet: m.GetSubnet(),
 		SecurityGroupLabels: m.GetSecurityGroupLabels(), WorkerVersion: m.GetWorkerVersion()}
 	return h.createCloud(ctx, req.Header(), cr, func(ctx context.Context, c managerv1connect.ManagerClient, nodeID string) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
@@ -176,7 +175,7 @@ func (h *handler) CreateOciNode(ctx context.Context, req *connect.Request[manage
 	if m.GetOcpus() < 0 || m.GetMemoryGbs() < 0 {
 		return nil, toConnect(apierr.Invalid("ocpus", "ocpus and memoryGbs must not be negative"))
 	}
-	cr := providers.CloudRequest{Provider: oci.Name, NodeID: m.GetNodeId(), Pool: m.GetPool(), Tags: m.GetTags(), Region: m.GetRegion(),
+	cr := providers.CloudRequest{Provider: cloudconf.OCIName, NodeID: m.GetNodeId(), Pool: m.GetPool(), Tags: m.GetTags(), Region: m.GetRegion(),
 		Zone: m.GetAvailabilityDomain(), InstanceType: m.GetShape(), Fallbacks: m.GetFallbackShapes(), Subnet: m.GetSubnet(),
 		WorkerVersion: m.GetWorkerVersion(), OCPUs: m.GetOcpus(), MemoryGBs: m.GetMemoryGbs()}
 	return h.createCloud(ctx, req.Header(), cr, func(ctx context.Context, c managerv1connect.ManagerClient, nodeID string) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
@@ -227,7 +226,7 @@ func typesErr(err error) error {
 
 func providerOr(p string) string {
 	if p == "" {
-		return aws.Name // the seed's default
+		return cloudconf.AWSName // the seed's default
 	}
 	return p
 }
@@ -275,12 +274,12 @@ func (h *handler) ListWorkerSecurityGroups(ctx context.Context, req *connect.Req
 		return nil, toConnect(apierr.Invalid("region", "is required"))
 	}
 	reg := h.s.fleet.Registry()
-	p, ok := reg.Provider(aws.Name)
+	p, ok := reg.Provider(cloudconf.AWSName)
 	if !ok {
 		return nil, toConnect(apierr.FailedPreconditionf("this Manager runs no aws provider (worker security groups are EC2's)"))
 	}
-	if !reg.Overrides().RunsRegion(aws.Name, region) {
-		return nil, toConnect(apierr.FailedPreconditionf("this Manager runs no aws region %q (the overrides file names %s)", region, strings.Join(reg.Overrides().Regions(aws.Name), ", ")))
+	if !reg.Overrides().RunsRegion(cloudconf.AWSName, region) {
+		return nil, toConnect(apierr.FailedPreconditionf("this Manager runs no aws region %q (the overrides file names %s)", region, strings.Join(reg.Overrides().Regions(cloudconf.AWSName), ", ")))
 	}
 	groups, err := p.(providers.SecurityGroups).WorkerSecurityGroups(ctx, region)
 	if err != nil {

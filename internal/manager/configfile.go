@@ -13,9 +13,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/norsk-go/norsk-manager/internal/providers/aws"
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
-	"github.com/norsk-go/norsk-manager/internal/providers/oci"
 )
 
 // FileConfig is the Manager's config.yaml. Every field is optional; flags
@@ -92,8 +91,8 @@ type ProvidersFile struct {
 	// vcpus and startTimeout.
 	Mock *MockProviderFile `json:"mock,omitempty"`
 	// AWS and OCI are the cloud providers (see docs/operations.md).
-	AWS *aws.Config `json:"aws,omitempty"`
-	OCI *oci.Config `json:"oci,omitempty"`
+	AWS *cloudconf.AWS `json:"aws,omitempty"`
+	OCI *cloudconf.OCI `json:"oci,omitempty"`
 	// ClusterID tags every cloud instance; required with a cloud
 	// provider, the same on every member.
 	ClusterID string `json:"clusterId,omitempty"`

@@ -40,9 +40,8 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/providers"
-	"github.com/norsk-go/norsk-manager/internal/providers/aws"
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
-	"github.com/norsk-go/norsk-manager/internal/providers/oci"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
@@ -125,8 +124,8 @@ type Config struct {
 	// AWS and OCI, when set, are the cloud providers (providers.aws and
 	// providers.oci in config.yaml): CreateAwsNode / CreateOciNode launch
 	// instances booting the worker, and pools may create nodes there.
-	AWS *aws.Config
-	OCI *oci.Config
+	AWS *cloudconf.AWS
+	OCI *cloudconf.OCI
 	// Providers are more providers, already built (tests).
 	Providers []providers.Provider
 	// ClusterID tags every cloud instance (norsk:cluster): reconciliation

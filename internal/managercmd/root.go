@@ -18,6 +18,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
+
+	// The cloud providers config.yaml may name (providers.aws, providers.oci).
+	_ "github.com/norsk-go/norsk-manager/internal/providers/aws"
+	_ "github.com/norsk-go/norsk-manager/internal/providers/oci"
 )
 
 // Execute runs the command line and returns the process exit code.

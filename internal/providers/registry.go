@@ -220,3 +220,36 @@ func (r *Registry) Run(ctx context.Context) {
 		}
 	}
 }
+
+// CloudFactory builds a cloud provider from its configuration (the
+// provider package's Config, by pointer).
+type CloudFactory func(cfg any, log *slog.Logger) (Provider, error)
+
+var (
+	factoriesMu sync.Mutex
+	factories   = map[string]CloudFactory{}
+)
+
+// RegisterCloud makes a cloud provider available to BuildCloud; the
+// provider packages (internal/providers/aws, …/oci) call it from init, so
+// a binary has the clouds whose packages it links. Registering a name twice
+// panics.
+func RegisterCloud(name string, f CloudFactory) {
+	factoriesMu.Lock()
+	defer factoriesMu.Unlock()
+	if _, dup := factories[name]; dup {
+		panic("providers: cloud " + name + " registered twice")
+	}
+	factories[name] = f
+}
+
+// BuildCloud builds the cloud provider name from cfg.
+func BuildCloud(name string, cfg any, log *slog.Logger) (Provider, error) {
+	factoriesMu.Lock()
+	f, ok := factories[name]
+	factoriesMu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("providers.%s: this binary has no %s provider (it links internal/providers/%s)", name, name, name)
+	}
+	return f(cfg, log)
+}

@@ -15,8 +15,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/cloudsim/ocisim"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/providers"
-	"github.com/norsk-go/norsk-manager/internal/providers/aws"
-	"github.com/norsk-go/norsk-manager/internal/providers/oci"
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/worker"
 )
 
@@ -43,7 +42,9 @@ var AWSPoolTypes = []string{"c6i.large", "c6i.xlarge", "c6i.2xlarge"}
 // an OCI endpoint whose instances boot in-process workers (the process
 // runtime), and the Manager's aws and oci providers pointed at them
 // through their SDKs' own settings (a profile with endpoint_url; an OCI
-// config file and endpoint override).
+// config file and endpoint override). The test binary must link the
+// providers (import _ internal/providers/aws and …/oci): testcluster does
+// not, so that the tests that do not use them do not build the SDKs.
 type Clouds struct {
 	EC2 *ec2sim.Server
 	OCI *ocisim.Server
@@ -52,8 +53,8 @@ type Clouds struct {
 	// ClusterID tags the cluster's instances.
 	ClusterID string
 
-	aws aws.Config
-	oci oci.Config
+	aws cloudconf.AWS
+	oci cloudconf.OCI
 }
 
 var (
@@ -108,18 +109,18 @@ func (c *Cluster) startClouds() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl.aws = aws.Config{
+	cl.aws = cloudconf.AWS{
 		Profile: "cloudsim", SharedConfigFiles: []string{conf}, SharedCredentialsFiles: []string{creds},
-		Regions: map[string]aws.RegionConfig{AWSRegion: {Subnet: "subnet-0a1b2c3d4e5f60718", BaseSecurityGroups: []string{BaseGroup}}},
-		Pools:   map[string]aws.PoolConfig{AWSPool: {Regions: []string{AWSRegion}, InstanceTypes: AWSPoolTypes}},
+		Regions: map[string]cloudconf.AWSRegion{AWSRegion: {Subnet: "subnet-0a1b2c3d4e5f60718", BaseSecurityGroups: []string{BaseGroup}}},
+		Pools:   map[string]cloudconf.AWSPool{AWSPool: {Regions: []string{AWSRegion}, InstanceTypes: AWSPoolTypes}},
 		// Quick retries: a test throttles on purpose.
 		RetryMaxAttempts: 4,
 	}
 	cl.aws.RetryBaseDelay.Duration, cl.aws.RetryMaxBackoff.Duration = time.Millisecond, 10*time.Millisecond
-	cl.oci = oci.Config{
+	cl.oci = cloudconf.OCI{
 		ConfigFile:       ociConf,
-		Regions:          map[string]oci.RegionConfig{OCIRegion: {Endpoint: o.URL(OCIRegion), Subnet: "ocid1.subnet.oc1.eu-frankfurt-1.aaaatest"}},
-		Pools:            map[string]oci.PoolConfig{OCIPool: {Regions: []string{OCIRegion}, Shapes: []string{"VM.Standard2.1", "VM.Standard2.2"}}},
+		Regions:          map[string]cloudconf.OCIRegion{OCIRegion: {Endpoint: o.URL(OCIRegion), Subnet: "ocid1.subnet.oc1.eu-frankfurt-1.aaaatest"}},
+		Pools:            map[string]cloudconf.OCIPool{OCIPool: {Regions: []string{OCIRegion}, Shapes: []string{"VM.Standard2.1", "VM.Standard2.2"}}},
 		RetryMaxAttempts: 4,
 	}
 	cl.oci.RetryBaseDelay.Duration, cl.oci.RetryMaxBackoff.Duration = time.Millisecond, 10*time.Millisecond

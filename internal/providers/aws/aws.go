@@ -40,90 +40,27 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/norsk-go/norsk-manager/internal/providers"
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 )
 
 // Name is the provider's name on its nodes.
-const Name = "aws"
+const Name = cloudconf.AWSName
 
-// Config is config.yaml's providers.aws.
-type Config struct {
-	// Profile is the shared-config profile the SDK loads ("" = the default
-	// chain); a region's own profile wins.
-	Profile string `json:"profile,omitempty"`
-	// SharedConfigFiles and SharedCredentialsFiles replace the SDK's
-	// default files (~/.aws/config, ~/.aws/credentials) when given.
-	SharedConfigFiles      []string `json:"sharedConfigFiles,omitempty"`
-	SharedCredentialsFiles []string `json:"sharedCredentialsFiles,omitempty"`
-	// Regions are per-region settings; a region the overrides file names
-	// and this does not runs with the defaults.
-	Regions map[string]RegionConfig `json:"regions,omitempty"`
-	// Pools are elastic pool tiers created on EC2 when nothing fits.
-	Pools map[string]PoolConfig `json:"pools,omitempty"`
-	// RetryMaxAttempts is the SDK retryer's attempts per call (default 8);
-	// RetryBaseDelay and RetryMaxBackoff bound its jittered exponential
-	// backoff (defaults 500 ms and 20 s).
-	RetryMaxAttempts int                `json:"retryMaxAttempts,omitempty"`
-	RetryBaseDelay   providers.Duration `json:"retryBaseDelay,omitempty"`
-	RetryMaxBackoff  providers.Duration `json:"retryMaxBackoff,omitempty"`
-}
+// Config is the provider's configuration (config.yaml providers.aws).
+type (
+	Config       = cloudconf.AWS
+	RegionConfig = cloudconf.AWSRegion
+	PoolConfig   = cloudconf.AWSPool
+)
 
-// RegionConfig is one region's settings.
-type RegionConfig struct {
-	// Profile is the shared-config profile for this region.
-	Profile string `json:"profile,omitempty"`
-	// Subnet is the default subnet of the region's workers ("" = the
-	// default VPC's).
-	Subnet string `json:"subnet,omitempty"`
-	// BaseSecurityGroups are attached to every worker (never selectable).
-	BaseSecurityGroups []string `json:"baseSecurityGroups,omitempty"`
-	// KeyName is an EC2 key pair for the instances ("" = none).
-	KeyName string `json:"keyName,omitempty"`
-	// IAMInstanceProfile names the instances' instance profile.
-	IAMInstanceProfile string `json:"iamInstanceProfile,omitempty"`
-}
-
-// PoolConfig is an elastic pool tier on EC2.
-type PoolConfig struct {
-	// Regions to create nodes in, in order of preference.
-	Regions []string `json:"regions"`
-	// InstanceTypes, cheapest first: placement picks the first a new node
-	// of which takes the work; a capacity refusal tries the next.
-	InstanceTypes []string `json:"instanceTypes"`
-	// Zones to try, in order, on a capacity refusal ("" = the subnet's).
-	Zones []string `json:"zones,omitempty"`
-	// SecurityGroups are worker security-group labels to attach.
-	SecurityGroups []string `json:"securityGroups,omitempty"`
-	// Subnet overrides the region's default.
-	Subnet string `json:"subnet,omitempty"`
-}
-
-// Validate checks the configuration.
-func (c Config) Validate() error {
-	for r, rc := range c.Regions {
-		if r == "" {
-			return errors.New("providers.aws.regions: a region has an empty name")
+func init() {
+	providers.RegisterCloud(Name, func(cfg any, log *slog.Logger) (providers.Provider, error) {
+		c, ok := cfg.(*Config)
+		if !ok || c == nil {
+			return nil, fmt.Errorf("aws: configuration %T", cfg)
 		}
-		for i, g := range rc.BaseSecurityGroups {
-			if !strings.HasPrefix(g, "sg-") {
-				return fmt.Errorf("providers.aws.regions.%s.baseSecurityGroups[%d]: %q is not a security group id (sg-…)", r, i, g)
-			}
-		}
-	}
-	for name, p := range c.Pools {
-		where := "providers.aws.pools." + name
-		switch {
-		case name == "":
-			return errors.New("providers.aws.pools: a pool has an empty name")
-		case len(p.Regions) == 0:
-			return fmt.Errorf("%s.regions: name at least one region", where)
-		case len(p.InstanceTypes) == 0:
-			return fmt.Errorf("%s.instanceTypes: name at least one instance type, cheapest first", where)
-		}
-	}
-	if c.RetryMaxAttempts < 0 {
-		return errors.New("providers.aws.retryMaxAttempts: must not be negative")
-	}
-	return nil
+		return New(*c, log)
+	})
 }
 
 // Provider is the aws provider. It is safe for concurrent use.

@@ -38,10 +38,11 @@ import (
 	"github.com/oracle/oci-go-sdk/v65/identity"
 
 	"github.com/norsk-go/norsk-manager/internal/providers"
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 )
 
 // Name is the provider's name on its nodes.
-const Name = "oci"
+const Name = cloudconf.OCIName
 
 // Freeform tag keys of the cluster and node (OCI tag keys take no colon).
 const (
@@ -49,71 +50,21 @@ const (
 	tagNode    = "norsk-node"
 )
 
-// Config is config.yaml's providers.oci.
-type Config struct {
-	// ConfigFile is the OCI config file (default ~/.oci/config) and
-	// Profile its profile (default DEFAULT).
-	ConfigFile string `json:"configFile,omitempty"`
-	Profile    string `json:"profile,omitempty"`
-	// CompartmentID is the compartment the instances live in (default: the
-	// profile's tenancy).
-	CompartmentID string `json:"compartmentId,omitempty"`
-	// Regions are per-region settings.
-	Regions map[string]RegionConfig `json:"regions,omitempty"`
-	// Pools are elastic pool tiers created on OCI when nothing fits.
-	Pools map[string]PoolConfig `json:"pools,omitempty"`
-	// RetryMaxAttempts, RetryBaseDelay and RetryMaxBackoff bound the
-	// retries of throttled (429) and failed (5xx) calls (defaults 8,
-	// 500 ms, 20 s).
-	RetryMaxAttempts int                `json:"retryMaxAttempts,omitempty"`
-	RetryBaseDelay   providers.Duration `json:"retryBaseDelay,omitempty"`
-	RetryMaxBackoff  providers.Duration `json:"retryMaxBackoff,omitempty"`
-}
+// Config is the provider's configuration (config.yaml providers.oci).
+type (
+	Config       = cloudconf.OCI
+	RegionConfig = cloudconf.OCIRegion
+	PoolConfig   = cloudconf.OCIPool
+)
 
-// RegionConfig is one region's settings.
-type RegionConfig struct {
-	// Subnet is the default subnet OCID of the region's workers.
-	Subnet string `json:"subnet,omitempty"`
-	// Endpoint overrides the core (compute) API endpoint and
-	// IdentityEndpoint the identity one (default: Endpoint's).
-	Endpoint         string `json:"endpoint,omitempty"`
-	IdentityEndpoint string `json:"identityEndpoint,omitempty"`
-}
-
-// PoolConfig is an elastic pool tier on OCI.
-type PoolConfig struct {
-	Regions []string `json:"regions"`
-	// AvailabilityDomains to use, in order ("" = the region's).
-	AvailabilityDomains []string `json:"availabilityDomains,omitempty"`
-	// Shapes, cheapest first.
-	Shapes []string `json:"shapes"`
-	Subnet string   `json:"subnet,omitempty"`
-	// OCPUs and MemoryGBs size flexible shapes.
-	OCPUs     float32 `json:"ocpus,omitempty"`
-	MemoryGBs float32 `json:"memoryGbs,omitempty"`
-}
-
-// Validate checks the configuration.
-func (c Config) Validate() error {
-	for name, p := range c.Pools {
-		where := "providers.oci.pools." + name
-		switch {
-		case name == "":
-			return errors.New("providers.oci.pools: a pool has an empty name")
-		case len(p.Regions) == 0:
-			return fmt.Errorf("%s.regions: name at least one region", where)
-		case len(p.Shapes) == 0:
-			return fmt.Errorf("%s.shapes: name at least one shape, cheapest first", where)
+func init() {
+	providers.RegisterCloud(Name, func(cfg any, log *slog.Logger) (providers.Provider, error) {
+		c, ok := cfg.(*Config)
+		if !ok || c == nil {
+			return nil, fmt.Errorf("oci: configuration %T", cfg)
 		}
-	}
-	for r, rc := range c.Regions {
-		for _, ep := range []string{rc.Endpoint, rc.IdentityEndpoint} {
-			if ep != "" && !strings.HasPrefix(ep, "http://") && !strings.HasPrefix(ep, "https://") {
-				return fmt.Errorf("providers.oci.regions.%s: endpoint %q is not an http(s) URL", r, ep)
-			}
-		}
-	}
-	return nil
+		return New(*c, log)
+	})
 }
 
 // Provider is the oci provider. It is safe for concurrent use.
