@@ -2,7 +2,8 @@
 GO ?= go
 PKGS_RACE = ./internal/events/... ./internal/store/... ./internal/nodes/... \
             ./internal/worker/... ./internal/manager/... ./internal/runtime/... \
-            ./sdk/... ./internal/cli/... ./internal/automanager/... ./internal/providers/... \
+            ./sdk/... ./internal/cli/... ./internal/automanager/... ./internal/providers \
+            ./internal/providers/mock/... \
             ./pkg/jobsocket/...
 
 .PHONY: all build test test-fast test-race vet dev images proto bench fuzz clean
@@ -57,6 +58,8 @@ fuzz:
 	$(GO) test ./internal/store -run '^$$' -fuzz FuzzVerifyChecksum -fuzztime 30s
 	$(GO) test ./pkg/discovery -run '^$$' -fuzz FuzzParseNodeToken -fuzztime 30s
 	$(GO) test ./internal/mgr -run '^$$' -fuzz FuzzSessionDecode -fuzztime 30s
+	$(GO) test ./internal/providers -run '^$$' -fuzz FuzzParseOverrides -fuzztime 30s
+	$(GO) test ./internal/providers -run '^$$' -fuzz FuzzDecodeUserData -fuzztime 30s
 
 clean:
 	rm -rf bin build

@@ -17,6 +17,8 @@ type API interface {
 	StartJob(ctx context.Context, jobID, role, nodeID string, opts norsk.StartJobOptions) (uint64, error)
 	StartJobs(ctx context.Context, starts []norsk.Start) ([]norsk.StartOutcome, error)
 	CreateMockNode(ctx context.Context, n norsk.MockNode) (nodeID, host string, err error)
+	CreateAwsNode(ctx context.Context, n norsk.AwsNode) (*norsk.CloudNode, error)
+	CreateOciNode(ctx context.Context, n norsk.OciNode) (*norsk.CloudNode, error)
 	StopJob(ctx context.Context, jobID, role, nodeID string, opts norsk.StopJobOptions) error
 	MarkJobFailed(ctx context.Context, jobID, reason string) error
 	ListBundles(ctx context.Context) ([]*managerv1.BundleWithJobs, error)

@@ -47,8 +47,11 @@ type ElasticTier struct {
 	Tier     string
 	Provider string
 	// VCPUs is the capacity of a new node (its worker reports the real
-	// hardware once online).
+	// hardware once online), for a tier of one size (mock).
 	VCPUs uint32
+	// Types are the instance types a cloud tier creates, cheapest first:
+	// a new node is of the cheapest type that takes the instance.
+	Types []ElasticType
 }
 
 func (p *Policy) defaults() {
@@ -127,6 +130,8 @@ type Action struct {
 	Job       *managerv1.Job
 	Provider  string
 	Pool      string
+	// Type is the instance type an ActProvision of a cloud tier creates.
+	Type *ElasticType
 	// RuntimeRole is the slot a start under a migration target's key is
 	// told ("" = its role).
 	RuntimeRole string
@@ -568,6 +573,7 @@ func provision(d *Decision, unplaced []slotRequest, hold map[string]time.Time, r
 	type tierPlan struct {
 		et     ElasticTier
 		nodes  []placement.Node
+		types  []*ElasticType // per node: its instance type (cloud tiers)
 		allocs []placement.Allocation
 		for_   []string
 	}
@@ -578,10 +584,19 @@ func provision(d *Decision, unplaced []slotRequest, hold map[string]time.Time, r
 	for i, u := range d.Unplaced {
 		summary[u.JobID+"/"+u.Role] = i
 	}
+	note := func(key, s string) {
+		if i, ok := summary[key]; ok {
+			d.Unplaced[i].Summary += "; " + s
+		}
+	}
 	for _, u := range unplaced {
 		key := u.job.GetJob().GetJobId() + "/" + u.role
 		et, ok := elasticTierFor(u.req.Pool, p, hold, now)
 		if !ok {
+			continue
+		}
+		if et.VCPUs == 0 && len(et.Types) == 0 {
+			note(key, fmt.Sprintf("no instance type of elastic tier %s is known yet (the instance-type cache is loading, or offers none of its types)", et.Tier))
 			continue
 		}
 		tp := plans[et.Tier]
@@ -605,24 +620,39 @@ func provision(d *Decision, unplaced []slotRequest, hold map[string]time.Time, r
 			if made >= p.MaxProvisionPerPass {
 				continue
 			}
+			id := fmt.Sprintf("new %s node %d", et.Tier, len(tp.nodes)+1)
+			var typ *ElasticType
+			vcpus := et.VCPUs
+			why := fmt.Sprintf("creating a node in elastic tier %s for it", et.Tier)
+			if len(et.Types) > 0 {
+				t, rej, ok := chooseType(p.Placement, et, req)
+				if !ok {
+					note(key, fmt.Sprintf("no instance type of elastic tier %s would take it: %s", et.Tier, rejectionsText(rej)))
+					continue
+				}
+				typ, vcpus = &t, t.VCPUs
+				why = fmt.Sprintf("creating a %s node in elastic tier %s for it", t.describe(), et.Tier)
+				if len(rej) > 0 {
+					why += " (" + rejectionsText(rej) + ")"
+				}
+			}
 			tp.nodes = append(tp.nodes, placement.Node{
-				ID: fmt.Sprintf("new %s node %d", et.Tier, len(tp.nodes)+1), Pool: et.Tier, VCPUs: et.VCPUs,
+				ID: id, Pool: et.Tier, VCPUs: vcpus,
 				Attributes: map[string]string{placement.TagPool: et.Tier}, Runtime: runtimes[et.Tier],
 			})
+			tp.types = append(tp.types, typ)
 			if res, fits = place(); !fits {
-				tp.nodes = tp.nodes[:len(tp.nodes)-1]
-				if i, ok := summary[key]; ok {
-					d.Unplaced[i].Summary += fmt.Sprintf("; a new node of elastic tier %s (%d vCPUs) would not take it either", et.Tier, et.VCPUs)
-				}
+				tp.nodes, tp.types = tp.nodes[:len(tp.nodes)-1], tp.types[:len(tp.types)-1]
+				note(key, fmt.Sprintf("a new node of elastic tier %s (%d vCPUs) would not take it either", et.Tier, vcpus))
 				continue
 			}
 			made++
+			note(key, why)
+		} else {
+			note(key, fmt.Sprintf("creating a node in elastic tier %s for it", et.Tier))
 		}
 		tp.allocs = append(tp.allocs, req.Allocation(res))
 		tp.for_ = append(tp.for_, key)
-		if i, ok := summary[key]; ok {
-			d.Unplaced[i].Summary += fmt.Sprintf("; creating a node in elastic tier %s for it", et.Tier)
-		}
 	}
 	for _, tier := range order {
 		tp := plans[tier]
@@ -633,7 +663,7 @@ func provision(d *Decision, unplaced []slotRequest, hold map[string]time.Time, r
 					whom = append(whom, tp.for_[k])
 				}
 			}
-			d.Actions = append(d.Actions, Action{Kind: ActProvision, Provider: tp.et.Provider, Pool: tier,
+			d.Actions = append(d.Actions, Action{Kind: ActProvision, Provider: tp.et.Provider, Pool: tier, Type: tp.types[n],
 				Reason: "nothing fits " + strings.Join(whom, ", ")})
 		}
 	}

@@ -1,6 +1,9 @@
 package automanager
 
 import (
+	"fmt"
+
+	"pgregory.net/rapid"
 	"strings"
 	"testing"
 	"time"
@@ -133,4 +136,77 @@ func TestProvisionPrefersOnlineNodes(t *testing.T) {
 	if got := starts(d); got["x.channel.0/primary"] != "z" {
 		t.Fatalf("starts = %v, unplaced %v: want the online node z", got, d.Unplaced)
 	}
+}
+
+// A cloud tier creates a node of its cheapest instance type that takes the
+// instance, and the summary says why the cheaper ones would not do.
+func TestProvisionCheapestTypeThatFits(t *testing.T) {
+	cloud := Policy{Elastic: []ElasticTier{{Tier: "burst", Provider: "aws", Types: []ElasticType{
+		{Name: "c6i.large", VCPUs: 2, Region: "eu-west-1", Fallbacks: []string{"c6i.xlarge", "c6i.2xlarge"}},
+		{Name: "c6i.xlarge", VCPUs: 4, Region: "eu-west-1", Fallbacks: []string{"c6i.2xlarge"}},
+		{Name: "c6i.2xlarge", VCPUs: 8, Region: "eu-west-1"},
+	}}}}
+	for _, tc := range []struct {
+		capacity float64
+		want     string
+		summary  string
+	}{
+		{0.5, "c6i.large", "creating a c6i.large (2 vCPUs, eu-west-1) node in elastic tier burst"},
+		{1.5, "c6i.xlarge", "c6i.large (2 vCPUs, eu-west-1) would not take it (capacity:"},
+		{3, "c6i.2xlarge", "c6i.xlarge (4 vCPUs, eu-west-1) would not take it"},
+		{5, "", "no instance type of elastic tier burst would take it"},
+	} {
+		b := bigBundle("x", "burst", tc.capacity)
+		d := Plan(View{Bundles: []*managerv1.Bundle{b}, Jobs: jobsOf(b)}, cloud, t0)
+		ps := provisions(d)
+		switch {
+		case tc.want == "" && len(ps) != 0:
+			t.Errorf("capacity %g: created %v, want none", tc.capacity, ps)
+		case tc.want != "" && (len(ps) != 1 || ps[0].Type == nil || ps[0].Type.Name != tc.want || ps[0].Provider != "aws"):
+			t.Errorf("capacity %g: provisions %+v, want one %s", tc.capacity, ps, tc.want)
+		}
+		if len(d.Unplaced) != 1 || !strings.Contains(d.Unplaced[0].Summary, tc.summary) {
+			t.Errorf("capacity %g: unplaced %v, want a summary saying %q", tc.capacity, d.Unplaced, tc.summary)
+		}
+		e := ExplainElastic(cloud, placement.Request{JobID: "x", Role: "primary", Pool: "burst", Requirements: placement.Requirements{Capacity: tc.capacity}})
+		if e == nil || e.GetInstanceType() != tc.want {
+			t.Errorf("capacity %g: explained %v, want %q", tc.capacity, e, tc.want)
+		}
+	}
+}
+
+// Property: the type chosen is the first of the tier's list a new node of
+// which holds the instance's capacity, and every cheaper one is rejected
+// with a reason.
+func TestChooseTypeProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		vcpus := rapid.SliceOfN(rapid.Uint32Range(1, 64), 1, 6).Draw(t, "vcpus")
+		capacity := float64(rapid.IntRange(1, 80).Draw(t, "halfUnits")) / 4
+		et := ElasticTier{Tier: "t", Provider: "aws"}
+		for i, v := range vcpus {
+			et.Types = append(et.Types, ElasticType{Name: fmt.Sprintf("type-%d", i), VCPUs: v})
+		}
+		got, rej, ok := chooseType(placement.Config{}, et, placement.Request{JobID: "j", Role: "primary", Requirements: placement.Requirements{Capacity: capacity}})
+		want := -1
+		for i, v := range vcpus {
+			if float64(v)*0.5 >= capacity {
+				want = i
+				break
+			}
+		}
+		if want < 0 {
+			if ok || len(rej) != len(vcpus) {
+				t.Fatalf("capacity %g over %v: chose %v (%v), rejections %d", capacity, vcpus, got, ok, len(rej))
+			}
+			return
+		}
+		if !ok || got.Name != fmt.Sprintf("type-%d", want) || len(rej) != want {
+			t.Fatalf("capacity %g over %v: chose %v (%v) after %d rejections, want type-%d", capacity, vcpus, got.Name, ok, len(rej), want)
+		}
+		for _, r := range rej {
+			if r.Reason == "" {
+				t.Fatalf("a rejection without a reason: %+v", r)
+			}
+		}
+	})
 }

@@ -33,6 +33,11 @@ type Config struct {
 	Resync time.Duration
 	// Parallel is how many calls a pass makes at once (default 16).
 	Parallel int
+	// Elastic, when set, gives each pass the elastic tiers in place of
+	// Policy.Elastic (a cloud tier's types come from the instance-type
+	// cache, which warms after the AutoManager starts and changes with
+	// the overrides file).
+	Elastic func() []ElasticTier
 }
 
 // AutoManager keeps automatically placed jobs placed. Run drives it; it
@@ -189,7 +194,7 @@ func (a *AutoManager) Pass(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	d := Plan(v, a.cfg.Policy, a.cfg.Clock.Now())
+	d := Plan(v, a.policy(), a.cfg.Clock.Now())
 	// Plan asks for what it lacks one step at a time (the lease status, then
 	// the histories of what the leases let through): fill and plan again
 	// until it needs nothing more.
@@ -200,7 +205,7 @@ func (a *AutoManager) Pass(ctx context.Context) (time.Time, error) {
 		if err := a.fill(ctx, &v, d); err != nil {
 			return time.Time{}, err
 		}
-		d = Plan(v, a.cfg.Policy, a.cfg.Clock.Now())
+		d = Plan(v, a.policy(), a.cfg.Clock.Now())
 	}
 	err = a.act(ctx, d)
 	a.report(d)
@@ -378,10 +383,7 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 		}
 		a.placed(act, tok)
 	case ActProvision:
-		if act.Provider != "mock" {
-			return fmt.Errorf("create a node in %s: provider %q cannot create nodes from the AutoManager", act.Pool, act.Provider)
-		}
-		id, host, err := api.CreateMockNode(ctx, norsk.MockNode{Pool: act.Pool})
+		id, where, err := a.provision(ctx, act)
 		if err != nil {
 			a.holdMu.Lock()
 			a.hold[act.Pool] = a.cfg.Clock.Now().Add(ProvisionHoldAfterFailure)
@@ -391,7 +393,7 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 		if m != nil {
 			m.Provisioned.Inc()
 		}
-		a.log.Info("creating a node", "node", id, "tier", act.Pool, "provider", act.Provider, "host", host, "why", act.Reason)
+		a.log.Info("creating a node", "node", id, "tier", act.Pool, "provider", act.Provider, "on", where, "why", act.Reason)
 	case ActMarkFailed:
 		if err := api.MarkJobFailed(ctx, act.JobID, act.Reason); err != nil {
 			return fmt.Errorf("mark %s failed: %w", act.JobID, err)
@@ -534,4 +536,43 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.MigrationsStarted, m.MigrationsEnded, m.MigrationDispatchFailed, m.Degraded, m.RepairsStarted)
 	}
 	return m
+}
+
+// policy is the policy of a pass: Policy with the elastic tiers of now.
+func (a *AutoManager) policy() Policy {
+	p := a.cfg.Policy
+	if a.cfg.Elastic != nil {
+		p.Elastic = a.cfg.Elastic()
+	}
+	return p
+}
+
+// provision creates the node an ActProvision asks for, through the
+// provider's own call (the seed's createAwsNode, createOciNode; the mock
+// provider's createMockNode). It returns the node and where it runs.
+func (a *AutoManager) provision(ctx context.Context, act Action) (string, string, error) {
+	api := a.cfg.API
+	switch {
+	case act.Provider == "mock":
+		return api.CreateMockNode(ctx, norsk.MockNode{Pool: act.Pool})
+	case act.Type == nil:
+		return "", "", fmt.Errorf("provider %q: no instance type chosen", act.Provider)
+	case act.Provider == "aws":
+		t := act.Type
+		n, err := api.CreateAwsNode(ctx, norsk.AwsNode{Pool: act.Pool, Region: t.Region, InstanceType: t.Name, AvailabilityZone: t.Zone,
+			SecurityGroupLabels: t.SecurityGroups, Subnet: t.Subnet, FallbackInstanceTypes: t.Fallbacks})
+		if err != nil {
+			return "", "", err
+		}
+		return n.GetNodeId(), n.GetInstanceId() + " (" + n.GetInstanceType() + ")", nil
+	case act.Provider == "oci":
+		t := act.Type
+		n, err := api.CreateOciNode(ctx, norsk.OciNode{Pool: act.Pool, Region: t.Region, Shape: t.Name, AvailabilityDomain: t.Zone,
+			Subnet: t.Subnet, FallbackShapes: t.Fallbacks, OCPUs: t.OCPUs, MemoryGBs: t.MemoryGBs})
+		if err != nil {
+			return "", "", err
+		}
+		return n.GetNodeId(), n.GetInstanceId() + " (" + n.GetInstanceType() + ")", nil
+	}
+	return "", "", fmt.Errorf("provider %q cannot create nodes from the AutoManager", act.Provider)
 }

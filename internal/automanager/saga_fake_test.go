@@ -139,6 +139,12 @@ func (f *fakeAPI) EventStream(ctx context.Context, s norsk.EventStreamSettings) 
 func (f *fakeAPI) CreateMockNode(ctx context.Context, n norsk.MockNode) (string, string, error) {
 	return "", "", fmt.Errorf("not used")
 }
+func (f *fakeAPI) CreateAwsNode(ctx context.Context, n norsk.AwsNode) (*norsk.CloudNode, error) {
+	return nil, fmt.Errorf("not used")
+}
+func (f *fakeAPI) CreateOciNode(ctx context.Context, n norsk.OciNode) (*norsk.CloudNode, error) {
+	return nil, fmt.Errorf("not used")
+}
 
 func (f *fakeAPI) NotifyMigrationGetState(ctx context.Context, source *managerv1.JobKey, id string) error {
 	return f.call("GetState", " ", source.GetRole())

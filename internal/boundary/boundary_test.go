@@ -217,6 +217,17 @@ var rules = []rule{
 		from: []string{"internal/automanager"}, mustExist: []string{"internal/automanager"},
 		forbidden: anyOf(managerSide...),
 	},
+	{
+		name:      "the Manager and the CLI link no cloud SDK (only the binaries and the provider packages do: decision 0029)",
+		from:      []string{"internal/manager", "internal/cli", "internal/testcluster", "internal/providers/cloudconf", "internal/providers/mock"},
+		mustExist: []string{"internal/manager", "internal/providers/cloudconf"},
+		forbidden: func(ip, rel string) (bool, string) {
+			if under(rel, "internal/providers/aws") || under(rel, "internal/providers/oci") {
+				return true, rel
+			}
+			return external("github.com/aws/aws-sdk-go-v2", "github.com/oracle/oci-go-sdk")(ip, rel)
+		},
+	},
 }
 
 // violation is one forbidden dependency and the import chain to it.

@@ -134,6 +134,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"events", "--after", "3", "--no-snapshot"}, "--no-snapshot applies only"},
 		{[]string{"-o", "xml", "node", "list"}, `invalid output format "xml"`},
 		{[]string{"--timeout", "0s", "node", "list"}, "--timeout must be positive"},
+		{[]string{"node", "create-aws", "--region", "eu-west-1"}, "give --region and --type"},
+		{[]string{"node", "create-aws", "--type", "c6i.large"}, "give --region and --type"},
+		{[]string{"node", "create-aws", "a", "b", "--region", "r", "--type", "t"}, "got 2"},
+		{[]string{"node", "create-aws", "--region", "r", "--type", "t", "--tag", "novalue"}, "want KEY=VALUE"},
+		{[]string{"node", "create-oci", "--shape", "VM.Standard2.1"}, "give --availability-domain and --shape"},
+		{[]string{"security-groups"}, "give --region"},
+		{[]string{"reload-config", "x"}, "got 1"},
+		{[]string{"instance-types", "a", "b"}, "got 2"},
 	} {
 		code, _, errOut := f.run("", tc.args...)
 		if code != ExitUsage || !strings.Contains(errOut, tc.msg) || !strings.Contains(errOut, "--help' for usage") {

@@ -21,6 +21,8 @@ func newNodeCommand(g *globals) *cobra.Command {
 		newNodeTagCommand(g),
 		newNodeIdleExpiryCommand(g),
 		newNodeCreateMockCommand(g),
+		newNodeCreateAwsCommand(g),
+		newNodeCreateOciCommand(g),
 		newNodeDrainCommand(g),
 	)
 	return cmd

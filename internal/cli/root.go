@@ -58,6 +58,9 @@ var rootCommands = []func(*globals) *cobra.Command{
 	newAccessReplicaCommand,
 	newClusterCommand,
 	newLeaseCommand,
+	newInstanceTypesCommand,
+	newSecurityGroupsCommand,
+	newReloadConfigCommand,
 }
 
 // globals are the settings every command shares (the global flags) and the

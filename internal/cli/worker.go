@@ -12,8 +12,10 @@ import (
 	"github.com/spf13/cobra"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/worker"
 	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // defaultWorkerDataDir is where a worker keeps its identity and instance
@@ -34,6 +36,7 @@ func newWorkerCommand(g *globals) *cobra.Command {
 		caps     []string
 		gpus     []string
 		logLevel string
+		userData string
 	)
 	c := &cobra.Command{
 		Use:   "worker",
@@ -80,6 +83,12 @@ is the same command.`,
 			cfg.ManagerURL = g.managerURL
 			cfg.TLSCAFile, cfg.TLSCAHash = g.tlsTrust()
 			cfg.Token = g.token
+			if userData != "" {
+				urlSet := cmd.Flags().Changed("manager-url") || os.Getenv(norsk.EnvManagerURL) != ""
+				if err := applyUserData(&cfg, userData, cmd.Flags().Changed("listen"), urlSet); err != nil {
+					return err
+				}
+			}
 			cfg.Version = clientVersion()
 			cfg.Logger = slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: level}))
 			if cfg.DataDir == "" {
@@ -115,7 +124,40 @@ is the same command.`,
 	f.BoolVar(&cfg.JobSocket, "job-socket", false, "serve every instance a job socket (NORSK_JOB_SOCKET) for handover migrations, and advertise the "+jobsocket.Capability+" capability")
 	f.StringVar(&cfg.JobSocketDir, "job-socket-dir", "", "directory of the job sockets, one sub-directory per instance (default: a short per-worker directory under $TMPDIR; see docs/job-socket.md)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&userData, "user-data", "", "boot from a cloud instance's user data (the file cloud-init keeps, /var/lib/cloud/instance/user-data.txt): the Manager's URLs, the one-shot token and the CA pin the Manager wrote there")
 	return c
+}
+
+// applyUserData takes the Manager's URLs, the registration token and the
+// CA pin from a cloud instance's user data (providers.UserData). Flags
+// given explicitly keep their values; a worker that already has its
+// identity ignores the token. Without --listen the worker listens on every
+// address (the Manager dials the instance's private address).
+func applyUserData(cfg *worker.Config, path string, listenSet, urlSet bool) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--user-data: %w", err)
+	}
+	ud, err := providers.DecodeUserData(b)
+	if err != nil {
+		return fmt.Errorf("--user-data %s: %w", path, err)
+	}
+	if !urlSet {
+		cfg.ManagerURL = strings.Join(ud.ManagerURLs, ",")
+	}
+	if cfg.Token == "" {
+		cfg.Token = ud.Token
+	}
+	if cfg.TLSCAHash == "" && cfg.TLSCAFile == "" {
+		cfg.TLSCAHash = ud.CAHash
+	}
+	if !listenSet {
+		cfg.Listen = ud.Listen
+		if cfg.Listen == "" {
+			cfg.Listen = "0.0.0.0:6791"
+		}
+	}
+	return nil
 }
 
 // nameCount parses "name=count" (count defaults to 1).

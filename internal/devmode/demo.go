@@ -194,12 +194,15 @@ Norsk Manager dev system is up.
 Try, in another terminal (from this directory):
   export NORSK_MANAGER_URL=%s NORSK_TOKEN=$(cat %s)
   go run ./cmd/norsk-ctl job list
-  go run ./cmd/norsk-ctl job create -f examples/jobs/%s.yaml
+`, url, tokenFile)
+	if len(nodeIDs) > 0 {
+		fmt.Fprintf(w, `  go run ./cmd/norsk-ctl job create -f examples/jobs/%s.yaml
   go run ./cmd/norsk-ctl job start %s --node %s --wait
   go run ./cmd/norsk-ctl job history %s
   %s
-  go run ./cmd/norsk-ctl events
-`, url, tokenFile, hello, hello, nodeIDs[0], hello, see)
+`, hello, hello, nodeIDs[0], hello, see)
+	}
+	fmt.Fprint(w, "  go run ./cmd/norsk-ctl events\n")
 	if len(workers) > 1 {
 		fmt.Fprintf(w, `
 A primary and a backup kept on different nodes:

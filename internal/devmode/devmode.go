@@ -63,6 +63,13 @@ type Options struct {
 	// IdleExpiry (default 10 min) without a job.
 	MockHosts  int
 	IdleExpiry time.Duration
+	// Clouds is "local" to start a local EC2 and a local OCI endpoint
+	// (internal/cloudsim) and give the Manager aws and oci providers
+	// pointed at them through their SDKs, with elastic pool CloudPool on
+	// EC2 ("" = none). Their instances boot the worker as Docker containers
+	// with the docker runtime, else as processes (WorkerExec
+	// cloud-instance), else in this process.
+	Clouds string
 	// WorkerExec, when set, runs each worker as a process of its own: this
 	// executable with the hidden "dev-worker" command (norsk-manager sets
 	// its own path), so that killing one (kill -9 <pid>) loses a node as a
@@ -110,8 +117,16 @@ func Run(ctx context.Context, o Options) error {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
-	if o.Workers <= 0 {
-		o.Workers = 1
+	switch o.Clouds {
+	case "", CloudsLocal:
+	default:
+		return fmt.Errorf("--clouds %q: want %q (the local EC2 and OCI endpoints)", o.Clouds, CloudsLocal)
+	}
+	if o.Clouds != "" && o.MockHosts > 0 {
+		return fmt.Errorf("--clouds %s and --mock-hosts both create nodes in pool %s: use one", o.Clouds, MockPool)
+	}
+	if o.Workers < 0 || (o.Workers == 0 && o.Clouds == "" && o.MockHosts == 0) {
+		o.Workers = 1 // a system with no node and no way to make one runs nothing
 	}
 	dir := o.DataDir
 	switch {
@@ -166,7 +181,7 @@ func Run(ctx context.Context, o Options) error {
 			mockCfg.Hosts = append(mockCfg.Hosts, h.URL())
 		}
 	}
-	srv, err := manager.New(ctx, manager.Config{
+	mcfg := manager.Config{
 		BootstrapToken:    token,
 		NodeName:          "dev",
 		DataDir:           filepath.Join(dir, "manager"),
@@ -180,7 +195,16 @@ func Run(ctx context.Context, o Options) error {
 		// Dev is one machine: its API and worker streams stay plaintext
 		// (the banner says so; off loopback the Manager warns loudly).
 		TLS: manager.TLSOff,
-	})
+	}
+	var clouds *localClouds
+	if o.Clouds == CloudsLocal {
+		if clouds, err = startClouds(ctx, dir, rt, o.WorkerExec, o.Logger, &mcfg); err != nil {
+			return fmt.Errorf("dev --clouds local: %w", err)
+		}
+		// Stopped after the Manager: a cloud's instances outlive its API.
+		defer clouds.close()
+	}
+	srv, err := manager.New(ctx, mcfg)
 	if err != nil {
 		return err
 	}
@@ -252,6 +276,8 @@ func Run(ctx context.Context, o Options) error {
 	if err := ensureExamples(ctx, rt, o.Logger); err != nil {
 		o.Logger.Warn("dev: the example programs are not available", "why", err)
 		demo = "(no demo job: " + err.Error() + ")"
+	} else if len(nodeIDs) == 0 {
+		demo = "(no demo job: no worker; elastic nodes run what you create)"
 	} else if !o.NoDemo {
 		demo, err = ensureDemo(ctx, api, rt, nodeIDs[0])
 		if err != nil {
@@ -296,6 +322,9 @@ the copies that were moved away.
 worker makes the Manager create one, and the reaper terminates it once idle:
   go run ./cmd/norsk-ctl node create-mock
 `, len(hosts), MockPool)
+	}
+	if clouds != nil {
+		clouds.banner(o.Out, rt)
 	}
 	if o.Ready != nil {
 		o.Ready(srv.URL())

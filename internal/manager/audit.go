@@ -123,6 +123,8 @@ func auditTarget(cmd *storev1.Command) string {
 		return "node/" + c.TerminateNode.GetNodeId()
 	case *storev1.Command_SetNodeTags:
 		return "node/" + c.SetNodeTags.GetNodeId()
+	case *storev1.Command_SetNodeInstance:
+		return "node/" + c.SetNodeInstance.GetNodeId()
 	case *storev1.Command_SetNodeIdleExpiry:
 		return "node/" + c.SetNodeIdleExpiry.GetNodeId()
 	case *storev1.Command_KvCommit:

@@ -50,6 +50,7 @@ func (s *Server) runAutoManager(ctx context.Context) {
 				Migration:      s.cfg.MigrationDeadlines,
 				Repair:         s.cfg.Repair,
 			},
+			Elastic: s.elasticTiers,
 			Clock:   s.cfg.Clock,
 			Logger:  s.log,
 			Metrics: s.amMetrics,
@@ -66,14 +67,13 @@ func (s *Server) runAutoManager(ctx context.Context) {
 
 // elasticTiers are the tiers the configured providers create nodes in.
 func (s *Server) elasticTiers() []automanager.ElasticTier {
-	if s.mock == nil {
-		return nil
-	}
 	var out []automanager.ElasticTier
-	for _, p := range s.mock.Config().Pools {
-		out = append(out, automanager.ElasticTier{Tier: p, Provider: mock.Name, VCPUs: s.mock.Config().VCPUs})
+	if mp := s.mockProvider(); mp != nil {
+		for _, p := range mp.Config().Pools {
+			out = append(out, automanager.ElasticTier{Tier: p, Provider: mock.Name, VCPUs: mp.Config().VCPUs})
+		}
 	}
-	return out
+	return append(out, s.cloudTiers()...)
 }
 
 // placementConfig is placement's configuration from this member's.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/norsk-go/norsk-manager/internal/apibounds"
 	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/accessreplica"
 )
@@ -17,7 +18,7 @@ import (
 // Bounds of the API's numbers that have no other home.
 const (
 	// MaxIdleExpiry is the longest idle expiry SetNodeIdleExpiry takes.
-	MaxIdleExpiry = 365 * 24 * time.Hour
+	MaxIdleExpiry = providers.MaxIdleExpiry
 	// MaxTokenTTL is the longest API token lifetime CreateToken takes.
 	MaxTokenTTL = 100 * 365 * 24 * time.Hour
 	// MaxAnnounceInterval is the longest announcement interval.

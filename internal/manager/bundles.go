@@ -38,8 +38,10 @@ func (h *handler) knownPool(pool string) bool {
 			}
 		}
 	}
-	if h.s.mock != nil && h.s.mock.Config().Serves(pool) {
-		return true // a tier its provider creates nodes in
+	for _, et := range h.s.elasticTiers() {
+		if et.Tier == pool {
+			return true // a tier a provider creates nodes in
+		}
 	}
 	for _, n := range h.read().Nodes(nil) {
 		if n.GetNode().GetTags()[placement.TagPool] == pool {

@@ -7,11 +7,13 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
 )
 
@@ -97,7 +99,46 @@ type ProvidersFile struct {
 	// Mock is the mock provider: hosts (mock-host URLs), token, pools,
 	// vcpus and startTimeout.
 	Mock *MockProviderFile `json:"mock,omitempty"`
+	// AWS and OCI are the cloud providers (see docs/operations.md).
+	AWS *cloudconf.AWS `json:"aws,omitempty"`
+	OCI *cloudconf.OCI `json:"oci,omitempty"`
+	// ClusterID tags every cloud instance (default: the store's own
+	// cluster id, made when the store was bootstrapped); when set, the same
+	// on every member.
+	ClusterID string `json:"clusterId,omitempty"`
+	// OverridesFile is the overrides file (regions, worker images).
+	OverridesFile string `json:"overridesFile,omitempty"`
+	// StartTimeout is how long a cloud node may take to come online
+	// (default 10m); ReconcileInterval how often instances are reconciled
+	// (default 1m); ListGrace how long a new instance may be missing from
+	// its cloud's listing (default 2m); InstanceTypeRefresh how often the
+	// instance-type cache reloads (default 1h).
+	StartTimeout        Duration `json:"startTimeout,omitempty"`
+	ReconcileInterval   Duration `json:"reconcileInterval,omitempty"`
+	ListGrace           Duration `json:"listGrace,omitempty"`
+	InstanceTypeRefresh Duration `json:"instanceTypeRefresh,omitempty"`
 }
+
+// validate checks the cloud providers' sections and the overrides file
+// (so that a bad one stops the Manager at start, as a bad config does).
+func (p *ProvidersFile) validate() error {
+	if p.AWS != nil {
+		if err := p.AWS.Validate(); err != nil {
+			return err
+		}
+	}
+	if p.OCI != nil {
+		if err := p.OCI.Validate(); err != nil {
+			return err
+		}
+	}
+	if p.ClusterID != "" && !clusterIDRE.MatchString(p.ClusterID) {
+		return fmt.Errorf("providers.clusterId: %q: use 1 to 63 letters, digits, '-' and '_'", p.ClusterID)
+	}
+	return nil
+}
+
+var clusterIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
 
 // MockProviderFile is the mock provider's section (mock.Config, with its
 // start timeout written as a duration).
@@ -196,6 +237,11 @@ func ParseConfigFile(b []byte) (FileConfig, error) {
 			return FileConfig{}, fmt.Errorf("repair.maxInFlight: %d: give 1 to 1000 (0 = the default, 2)", r.MaxInFlight)
 		case r.Interval.Duration < 0 || r.Interval.Duration > 24*time.Hour:
 			return FileConfig{}, fmt.Errorf("repair.interval: %s: give 0 (the default, 1m) to 24h", r.Interval.Duration)
+		}
+	}
+	if p := fc.Providers; p != nil {
+		if err := p.validate(); err != nil {
+			return FileConfig{}, err
 		}
 	}
 	return fc, nil
@@ -339,6 +385,20 @@ func (fc FileConfig) Apply(cfg *Config) {
 	if cfg.MockProvider == nil && fc.Providers != nil && fc.Providers.Mock != nil {
 		mc := fc.Providers.Mock.config()
 		cfg.MockProvider = &mc
+	}
+	if p := fc.Providers; p != nil {
+		if cfg.AWS == nil {
+			cfg.AWS = p.AWS
+		}
+		if cfg.OCI == nil {
+			cfg.OCI = p.OCI
+		}
+		set(&cfg.ClusterID, p.ClusterID)
+		set(&cfg.OverridesFile, p.OverridesFile)
+		setD(&cfg.CloudStartTimeout, p.StartTimeout)
+		setD(&cfg.ReconcileInterval, p.ReconcileInterval)
+		setD(&cfg.ListGrace, p.ListGrace)
+		setD(&cfg.InstanceTypeRefresh, p.InstanceTypeRefresh)
 	}
 }
 

@@ -170,3 +170,49 @@ func TestParseConfigFileRequestBounds(t *testing.T) {
 		t.Errorf("applied: %v %v %d", cfg.RequestBodyTimeout, cfg.ReadHeaderTimeout, cfg.MaxUnauthenticatedPerSource)
 	}
 }
+
+func TestParseConfigFileClouds(t *testing.T) {
+	const good = `
+providers:
+  clusterId: prod-eu-1
+  overridesFile: /etc/norsk/overrides.yaml
+  startTimeout: 8m
+  reconcileInterval: 30s
+  aws:
+    profile: norsk
+    regions:
+      eu-west-1: {subnet: subnet-0a1b2c3d, baseSecurityGroups: [sg-0base]}
+    pools:
+      burst: {regions: [eu-west-1], instanceTypes: [c6i.large, c6i.xlarge], securityGroups: [srt]}
+  oci:
+    configFile: /etc/norsk/oci/config
+    compartmentId: ocid1.compartment.oc1..aaaa
+    regions:
+      eu-frankfurt-1: {subnet: ocid1.subnet.oc1.eu-frankfurt-1.aaaa}
+    pools:
+      oci-burst: {regions: [eu-frankfurt-1], shapes: [VM.Standard.E4.Flex], ocpus: 2}
+`
+	fc, err := ParseConfigFile([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg Config
+	fc.Apply(&cfg)
+	if cfg.ClusterID != "prod-eu-1" || cfg.OverridesFile != "/etc/norsk/overrides.yaml" || cfg.CloudStartTimeout.String() != "8m0s" ||
+		cfg.ReconcileInterval.String() != "30s" || cfg.AWS.Pools["burst"].InstanceTypes[1] != "c6i.xlarge" ||
+		cfg.AWS.Regions["eu-west-1"].BaseSecurityGroups[0] != "sg-0base" || cfg.OCI.Pools["oci-burst"].OCPUs != 2 {
+		t.Errorf("applied config: %+v (aws %+v, oci %+v)", cfg, cfg.AWS, cfg.OCI)
+	}
+	for _, tc := range []struct{ name, yaml, err string }{
+		{"bad cluster id", "providers:\n  clusterId: 'a b'\n  aws: {}\n", "providers.clusterId"},
+		{"pool without types", "providers:\n  clusterId: c\n  aws:\n    pools:\n      p: {regions: [eu-west-1]}\n", "instanceTypes"},
+		{"pool without regions", "providers:\n  clusterId: c\n  oci:\n    pools:\n      p: {shapes: [x]}\n", "regions"},
+		{"bad base group", "providers:\n  clusterId: c\n  aws:\n    regions:\n      eu-west-1: {baseSecurityGroups: [default]}\n", "not a security group id"},
+		{"bad endpoint", "providers:\n  clusterId: c\n  oci:\n    regions:\n      r: {endpoint: 'localhost:1'}\n", "not an http(s) URL"},
+		{"misspelt key", "providers:\n  clusterId: c\n  aws: {region: x}\n", "region"},
+	} {
+		if _, err := ParseConfigFile([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.err)
+		}
+	}
+}

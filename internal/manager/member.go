@@ -516,9 +516,7 @@ func (m *memberState) primaryTerm(ctx context.Context, st *store.Store) {
 	}()
 	go func() {
 		defer wg.Done()
-		if s.mock != nil { // elastic nodes exist only with a provider
-			s.runReaper(ctx)
-		}
+		s.fleet.Run(ctx) // returns at once without a provider
 	}()
 	go func() {
 		defer wg.Done()

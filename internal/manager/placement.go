@@ -7,6 +7,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/jobspec"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
 )
@@ -51,6 +52,15 @@ func (h *handler) ExplainPlacement(ctx context.Context, req *connect.Request[man
 	out, err := placement.ExplainBundleJob(h.s.placementConfig(), nodes, live, rec.GetJob(), bundle, role, m.GetPool())
 	if err != nil {
 		return nil, toConnect(apierr.Invalid("jobId", "%v", err))
+	}
+	if out.GetNodeId() == "" {
+		// No node takes it: say what an elastic tier of its pool would
+		// create, and why cheaper instance types would not do.
+		req := placement.RequestForJob(h.s.placementConfig(), rec.GetJob(), bundle, role)
+		if m.GetPool() != "" {
+			req.Pool = m.GetPool()
+		}
+		out.Elastic = automanager.ExplainElastic(automanager.Policy{Placement: h.s.placementConfig(), Elastic: h.s.elasticTiers()}, req)
 	}
 	return connect.NewResponse(out), nil
 }

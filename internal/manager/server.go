@@ -39,6 +39,8 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
+	"github.com/norsk-go/norsk-manager/internal/providers"
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
@@ -119,6 +121,39 @@ type Config struct {
 	// ReaperInterval is how often the empty-node reaper and the providers'
 	// start timeouts are checked (default 5 s).
 	ReaperInterval time.Duration
+	// AWS and OCI, when set, are the cloud providers (providers.aws and
+	// providers.oci in config.yaml): CreateAwsNode / CreateOciNode launch
+	// instances booting the worker, and pools may create nodes there.
+	AWS *cloudconf.AWS
+	OCI *cloudconf.OCI
+	// Providers are more providers, already built (tests).
+	Providers []providers.Provider
+	// ClusterID tags every cloud instance (norsk:cluster): reconciliation
+	// only ever touches instances carrying it. Default: the store's own
+	// cluster id (made when the store was bootstrapped, the same on every
+	// member); when set, the same on every member, unique among clusters
+	// sharing an account.
+	ClusterID string
+	// OverridesFile is the overrides file: the regions the cloud providers
+	// run and each region's worker images (ReloadExternalConfig re-reads
+	// it).
+	OverridesFile string
+	// CloudStartTimeout is how long a cloud node may take to come online
+	// before it is terminated (default 10 min).
+	CloudStartTimeout time.Duration
+	// ReconcileInterval is how often each provider's instances are listed
+	// and reconciled with the node records (default 1 min).
+	ReconcileInterval time.Duration
+	// ListGrace is how long after its launch a node's instance may be
+	// missing from its cloud's listing before the node is marked terminated
+	// (default 2 min).
+	ListGrace time.Duration
+	// InstanceTypeRefresh is how often the instance-type cache is reloaded
+	// (default 1 h).
+	InstanceTypeRefresh time.Duration
+	// ProviderBackoff bounds the Manager's retries of throttled cloud
+	// calls, beyond the SDKs' own.
+	ProviderBackoff providers.Backoff
 	// MigrationDeadlines bound each phase of a migration (zero fields: the
 	// seed's defaults — propose 30 s, launching 2 min, target ready 2 min,
 	// source stop 30 s, applying 10 s, stopping source 30 s, starting
@@ -349,13 +384,12 @@ type Server struct {
 	nodesRef    atomic.Pointer[nodes.Controller]
 	nodeMetrics *nodes.Metrics
 	amMetrics   *automanager.Metrics
-	provMetrics *providerMetrics
+	provMetrics *providers.Metrics
 	// migrator is the running AutoManager's migration surface (nil: none).
 	migrator migratorRef
-	// mock is the mock provider (nil: none configured); mockMu serialises
-	// the choice of a host.
-	mock    *mock.Provider
-	mockMu  sync.Mutex
+	// fleet is the providers' side: node creation, and during a primary
+	// term the reaper and reconciliation (providers.go).
+	fleet   *providers.Fleet
 	member  *memberState
 	members memberClients
 	metrics *metrics
@@ -426,7 +460,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, metrics: m, ln: ln, lock: lock, tls: tlsSt, accessKeys: accessKeys,
 		nodeMetrics: nodes.NewMetrics(m.reg),
 		amMetrics:   automanager.NewMetrics(m.reg),
-		provMetrics: newProviderMetrics(m.reg),
+		provMetrics: providers.NewMetrics(m.reg),
 		boot:        &managerv1.BootReport{BootedAt: timestamppb.New(cfg.Clock.Now())},
 		planesPoke:  make(chan struct{}, 1),
 	}
@@ -435,8 +469,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.url == "" {
 		s.url = tlsSt.scheme() + "://" + advertiseAddr(ln.Addr())
 	}
-	if cfg.MockProvider != nil {
-		s.mock = mock.New(*cfg.MockProvider, nil)
+	if err := s.newFleet(); err != nil {
+		_ = ln.Close()
+		_ = lock.Close()
+		return nil, err
 	}
 	s.member = newMemberState(s)
 	fail := func(err error) (*Server, error) {
@@ -500,7 +536,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.wg.Add(2)
+	s.wg.Add(3)
+	go func() {
+		defer s.wg.Done()
+		s.fleet.Registry().Run(runCtx) // the instance-type cache, on every member
+	}()
 	go func() {
 		defer s.wg.Done()
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

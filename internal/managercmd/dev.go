@@ -35,6 +35,12 @@ placement and bundles, e.g. examples/bundles/resilient.yaml: a primary and a
 backup kept on different nodes. --mock-hosts 2 adds two mock hosts: when a
 job fits no worker, the Manager creates an elastic node on one (pool burst),
 and the empty-node reaper terminates it after --idle-expiry without a job.
+--clouds local starts a local EC2 endpoint and a local OCI endpoint (test
+equipment speaking the clouds' own protocols) and gives the Manager its aws
+and oci providers, pointed at them through the SDKs' own settings: 'norsk-ctl
+node create-aws' launches an "instance" that boots a worker from its user
+data, and a bundle in pool burst that fits no node makes the AutoManager
+create one (--workers 0: nothing but elastic nodes).
 
 State lives in --data-dir (default ` + devmode.DefaultDataDirHint + `), so stopping and
 starting dev again keeps every job, and the workers adopt the instances that
@@ -48,8 +54,8 @@ exit.`,
 			}
 			opts.Logger = log
 			opts.Out = os.Stdout
-			if opts.Workers < 1 || opts.Workers > 64 {
-				return usageError{fmt.Errorf("--workers %d: want 1 to 64", opts.Workers)}
+			if opts.Workers < 0 || opts.Workers > 64 || (opts.Workers == 0 && opts.Clouds == "" && opts.MockHosts == 0) {
+				return usageError{fmt.Errorf("--workers %d: want 1 to 64 (0 with --clouds local or --mock-hosts: elastic nodes only)", opts.Workers)}
 			}
 			if opts.MockHosts < 0 || opts.MockHosts > 16 {
 				return usageError{fmt.Errorf("--mock-hosts %d: want 0 to 16", opts.MockHosts)}
@@ -80,6 +86,7 @@ exit.`,
 	f.DurationVar(&opts.IdleExpiry, "idle-expiry", 10*time.Minute, "how long an elastic node may be idle before the reaper terminates it")
 	f.StringVar(&opts.ConsoleListen, "console-listen", "127.0.0.1:6795", "the operator console's address (norsk-mgr beside the Manager)")
 	f.BoolVar(&opts.NoConsole, "no-console", false, "run no console (norsk-mgr)")
+	f.StringVar(&opts.Clouds, "clouds", "", `"local": start a local EC2 and a local OCI endpoint and give the Manager aws and oci providers pointed at them (pool `+devmode.CloudPool+` on EC2)`)
 	logs.register(c)
 	return c
 }

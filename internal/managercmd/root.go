@@ -18,6 +18,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
+
+	// The cloud providers config.yaml may name (providers.aws, providers.oci).
+	_ "github.com/norsk-go/norsk-manager/internal/providers/aws"
+	_ "github.com/norsk-go/norsk-manager/internal/providers/oci"
 )
 
 // Execute runs the command line and returns the process exit code.
@@ -47,7 +51,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCommand(), newDevCommand(), newDevWorkerCommand(), newSnapshotCommand(), newTokenCommand(), newTLSCommand())
+	root.AddCommand(newRunCommand(), newDevCommand(), newDevWorkerCommand(), newCloudInstanceCommand(), newSnapshotCommand(), newTokenCommand(), newTLSCommand())
 	return root
 }
 

@@ -256,6 +256,7 @@ func (m *Member) config() manager.Config {
 		}
 	}
 	c.mockProvider(&cfg)
+	c.cloudProviders(&cfg)
 	if c.opts.ManagerConfig != nil {
 		c.opts.ManagerConfig(&cfg)
 	}

@@ -87,6 +87,10 @@ type Options struct {
 	// JobSocket starts the workers with their job sockets (--job-socket):
 	// each advertises the jobSocket capability a handover needs.
 	JobSocket bool
+	// Clouds starts an EC2 and an OCI endpoint (internal/cloudsim) and
+	// gives the Manager aws and oci providers pointed at them through their
+	// SDKs, with pools AWSPool and OCIPool. See clouds.go.
+	Clouds bool
 }
 
 // Cluster is a running in-process system.
@@ -108,6 +112,8 @@ type Cluster struct {
 	Workers []*Worker
 	// Hosts are the mock hosts (Options.MockHosts).
 	Hosts []*mockhost.Host
+	// Clouds are the cloud endpoints (Options.Clouds; nil without).
+	Clouds *Clouds
 
 	// closeOnce makes Close and the test's cleanup shut down once.
 	closeOnce sync.Once
@@ -158,6 +164,7 @@ func New(t testing.TB, opts Options) *Cluster {
 	c := &Cluster{t: t, opts: opts, Dir: t.TempDir(), token: manager.NewToken()}
 	t.Cleanup(c.Close)
 	c.startMockHosts()
+	c.startClouds()
 	c.newMembers()
 	for _, m := range c.Members {
 		m.startServer()
@@ -373,6 +380,7 @@ func (c *Cluster) shutdown() {
 	for _, m := range c.Members {
 		m.Stop()
 	}
+	c.stopClouds()
 	c.closeLinks()
 	if !c.opts.KeepInstances && c.opts.Runtime == "process" {
 		killLeftovers(c.Dir)

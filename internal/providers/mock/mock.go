@@ -25,6 +25,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/providers"
 )
 
 // Name is the provider's name on its nodes (Node.provider).
@@ -220,3 +221,62 @@ func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.St
 func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
 }
+
+// The provider seam (package providers).
+var (
+	_ providers.Provider       = (*Provider)(nil)
+	_ providers.Reserver       = (*Provider)(nil)
+	_ providers.StartTimeouter = (*Provider)(nil)
+)
+
+// Name is "mock".
+func (p *Provider) Name() string { return Name }
+
+// StartTimeout is how long a node may take to come online.
+func (p *Provider) StartTimeout() time.Duration { return p.cfg.StartTimeout }
+
+// Reserve picks a free host (see Pick).
+func (p *Provider) Reserve(ctx context.Context, inUse map[string]bool) (string, error) {
+	return p.Pick(ctx, inUse)
+}
+
+// Launch boots the reserved host's worker from the spec's user data. A
+// host already running the node answers as if it had just booted it.
+func (p *Provider) Launch(ctx context.Context, spec providers.LaunchSpec) (providers.Instance, error) {
+	ud, err := providers.DecodeUserData(spec.UserData)
+	if err != nil {
+		return providers.Instance{}, err
+	}
+	if err := p.Boot(ctx, spec.Reserved, spec.NodeID, strings.Join(ud.ManagerURLs, ","), ud.Token, ud.CAHash); err != nil {
+		return providers.Instance{}, err
+	}
+	return providers.Instance{ID: spec.Reserved, NodeID: spec.NodeID, State: providers.StateRunning}, nil
+}
+
+// Terminate releases the host of ref.NodeID if it still runs that node's
+// worker (a terminated node's worker usually ends by itself).
+func (p *Provider) Terminate(ctx context.Context, ref providers.Ref) error {
+	runs, err := p.Runs(ctx, ref.ID, ref.NodeID)
+	if err != nil || !runs {
+		return err
+	}
+	return p.Release(ctx, ref.ID, ref.NodeID)
+}
+
+// List is every host that runs a node's worker.
+func (p *Provider) List(ctx context.Context, _ string) ([]providers.Instance, error) {
+	var out []providers.Instance
+	for _, h := range p.cfg.Hosts {
+		st, err := p.clients[h].Status(ctx, connect.NewRequest(&managerv1.MockHostStatusRequest{}))
+		if err != nil {
+			return nil, fmt.Errorf("mock host %s: %w", h, err)
+		}
+		if st.Msg.GetBusy() {
+			out = append(out, providers.Instance{ID: h, NodeID: st.Msg.GetNodeId(), State: providers.StateRunning})
+		}
+	}
+	return out, nil
+}
+
+// SetTags does nothing: mock hosts hold no tags.
+func (p *Provider) SetTags(context.Context, providers.Ref, map[string]string) error { return nil }

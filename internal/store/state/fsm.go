@@ -200,6 +200,8 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 		return nil, t.nodeTerminated(c.NodeTerminated)
 	case *storev1.Command_SetNodeTags:
 		return nil, t.setNodeTags(c.SetNodeTags)
+	case *storev1.Command_SetNodeInstance:
+		return nil, t.setNodeInstance(c.SetNodeInstance)
 	case *storev1.Command_SetNodeIdleExpiry:
 		return nil, t.setNodeIdleExpiry(c.SetNodeIdleExpiry)
 	case *storev1.Command_AppendAudit:

@@ -108,3 +108,52 @@ func TestBindInstances(t *testing.T) {
 		t.Error("a refused bind left an instance")
 	}
 }
+
+func cCloud(id string) *storev1.Command {
+	return &storev1.Command{Cmd: &storev1.Command_RegisterSlot{RegisterSlot: &storev1.RegisterSlot{
+		NodeId: id, NodeName: id, Pool: "burst", Token: "tok-" + id, Provider: "aws",
+		Hardware: &managerv1.Hardware{Vcpus: 4, MemoryBytes: 8 << 30},
+		Cloud:    &managerv1.CloudInstance{Region: "eu-west-1", InstanceType: "c6i.xlarge", ClientToken: "norsk-abc", FallbackInstanceTypes: []string{"c6i.2xlarge"}},
+	}}}
+}
+
+func cInstance(id, instance string, cloud *managerv1.CloudInstance) *storev1.Command {
+	return &storev1.Command{Cmd: &storev1.Command_SetNodeInstance{SetNodeInstance: &storev1.SetNodeInstance{NodeId: id, ProviderInstance: instance, Cloud: cloud}}}
+}
+
+// A cloud node records its launch, then (SetNodeInstance) its next
+// attempt or its instance — once; its capacity stays its type's whatever
+// its worker reports; a terminated node keeps why.
+func TestCloudNodeInstance(t *testing.T) {
+	f := newFixture(t)
+	f.must(cCloud("a1"))
+	if n := f.node("a1").GetNode(); n.GetCloud().GetClientToken() != "norsk-abc" || n.GetProviderInstance() != "" || n.GetState() != managerv1.NodeState_NODE_STATE_STARTING {
+		t.Fatalf("node = %v", n)
+	}
+	f.refused(cInstance("a1", "", nil), apierr.InvalidArgument, "next launch")
+	res := f.must(cInstance("a1", "", &managerv1.CloudInstance{Region: "eu-west-1", InstanceType: "c6i.2xlarge", Attempt: 1, ClientToken: "norsk-def"}))
+	if got := eventKinds(res.Events); got != "nodeTagsUpdated" {
+		t.Errorf("events = %s", got)
+	}
+	f.must(cInstance("a1", "i-1", &managerv1.CloudInstance{Region: "eu-west-1", Zone: "eu-west-1a", InstanceType: "c6i.2xlarge", Attempt: 1}))
+	if n := f.node("a1").GetNode(); n.GetProviderInstance() != "i-1" || n.GetCloud().GetZone() != "eu-west-1a" {
+		t.Fatalf("node = %v", n)
+	}
+	f.refused(cInstance("a1", "i-2", nil), apierr.FailedPrecondition, "already runs on instance i-1")
+	f.must(cInstance("a1", "i-1", nil)) // the same again: idempotent
+	f.must(cMember("tok-a1", "sec-a1", "a1.local:7000"))
+	f.must(cOnline("a1"))
+	if hw := f.node("a1").GetNode().GetHardware(); hw.GetVcpus() != 4 || hw.GetMemoryBytes() != 8<<30 {
+		t.Errorf("hardware = %v; want the instance type's vCPUs and memory", hw)
+	}
+	f.must(&storev1.Command{Cmd: &storev1.Command_TerminateNode{TerminateNode: &storev1.TerminateNode{NodeId: "a1", Reason: "its instance i-1 is gone"}}})
+	f.must(cTerminated("a1", "its worker is not connected"))
+	if n := f.node("a1").GetNode(); n.GetState() != nodeTerminated || n.GetStateReason() != "its instance i-1 is gone (its worker is not connected)" {
+		t.Errorf("terminated node %v %q: want why it was terminated kept", n.GetState(), n.GetStateReason())
+	}
+	// A cluster slot runs on no cloud instance.
+	c := cRegister("s1", "s1", "", "tok-s1")
+	c.GetRegisterSlot().Cloud = &managerv1.CloudInstance{Region: "x"}
+	f.refused(c, apierr.InvalidArgument, "cluster slot")
+	f.refused(cInstance("s0", "i-9", nil), apierr.NotFound, "s0")
+}

@@ -2,6 +2,7 @@ package state
 
 import (
 	"sort"
+	"strconv"
 
 	"google.golang.org/protobuf/proto"
 
@@ -123,9 +124,12 @@ func (t *tx) registerSlot(c *storev1.RegisterSlot) error {
 		if _, spare := n.Tags[SpareTag]; spare {
 			return apierr.Invalid("tags", "the %q tag of an elastic node belongs to the AutoManager's reconciler", SpareTag)
 		}
-		n.Provider, n.ProviderInstance, n.Elastic, n.Hardware = p, c.GetProviderInstance(), true, c.GetHardware()
+		n.Provider, n.ProviderInstance, n.Elastic, n.Hardware, n.Cloud = p, c.GetProviderInstance(), true, c.GetHardware(), c.GetCloud()
 		t.setState(n, managerv1.NodeState_NODE_STATE_STARTING, "created by provider "+p+"; waiting for its worker")
 	} else {
+		if c.GetCloud() != nil {
+			return apierr.Invalid("cloud", "a cluster slot runs on no cloud instance")
+		}
 		t.setState(n, managerv1.NodeState_NODE_STATE_REGISTERED, "registered; waiting for its worker")
 	}
 	rec := &storev1.NodeRecord{Node: n, Token: c.GetToken(), ModifyIndex: t.index}
@@ -172,7 +176,7 @@ func (t *tx) memberRegister(c *storev1.MemberRegister) (any, error) {
 		nrec.NodeSecret = c.GetNodeSecret()
 	}
 	n.Address = c.GetAddress()
-	n.Hardware = c.GetHardware()
+	n.Hardware = cloudHardware(n, c.GetHardware())
 	n.Capabilities = c.GetCapabilities()
 	n.Runtime = c.GetRuntime()
 	n.WorkerVersion = c.GetWorkerVersion()
@@ -269,7 +273,13 @@ func (t *tx) nodeTerminated(c *storev1.NodeTerminated) error {
 		t.markStopped(in, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED, why)
 	}
 	nrec, n := t.withNode(rec)
-	t.setState(n, managerv1.NodeState_NODE_STATE_TERMINATED, c.GetReason())
+	final := c.GetReason()
+	if was := rec.GetNode(); was.GetState() == managerv1.NodeState_NODE_STATE_STOPPING && was.GetStateReason() != "" && was.GetStateReason() != "terminate requested" {
+		// Keep why the node was terminated (the reaper's, a provider's),
+		// with how its termination finished.
+		final = was.GetStateReason() + " (" + c.GetReason() + ")"
+	}
+	t.setState(n, managerv1.NodeState_NODE_STATE_TERMINATED, final)
 	if rec.GetDeregistering() {
 		t.delete(tableNodes, rec)
 		t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: n, Reason: c.GetReason()}}})
@@ -383,7 +393,7 @@ func (t *tx) nodeOnline(c *storev1.NodeOnline) (any, error) {
 	hello := c.GetHello()
 	nrec, n := t.withNode(rec)
 	if hw := hello.GetHardware(); hw != nil {
-		n.Hardware = hw
+		n.Hardware = cloudHardware(n, hw)
 	}
 	n.Capabilities = hello.GetCapabilities()
 	if hello.GetRuntime() != "" {
@@ -444,4 +454,55 @@ func (t *tx) nodeLost(c *storev1.NodeLost) error {
 	}
 	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeLost{NodeLost: t.nodeEvent(nrec, c.GetReason())}})
 	return nil
+}
+
+// setNodeInstance records the instance a provider launched for an elastic
+// node, or (no provider_instance) its next launch attempt. A node keeps
+// the first instance recorded: a second is refused (the provider's
+// reconciliation terminates it). A terminated node still takes its
+// instance, so the provider can end it.
+func (t *tx) setNodeInstance(c *storev1.SetNodeInstance) error {
+	rec, err := t.node(c.GetNodeId())
+	if err != nil {
+		return err
+	}
+	cur := rec.GetNode()
+	switch {
+	case !cur.GetElastic():
+		return apierr.FailedPreconditionf("node %q is not an elastic node", c.GetNodeId())
+	case cur.GetProviderInstance() != "" && c.GetProviderInstance() != cur.GetProviderInstance():
+		return apierr.FailedPreconditionf("node %q already runs on instance %s", c.GetNodeId(), cur.GetProviderInstance())
+	case c.GetProviderInstance() == "" && c.GetCloud() == nil:
+		return apierr.Invalid("providerInstance", "give the instance or the next launch")
+	}
+	nrec, n := t.withNode(rec)
+	if c.GetProviderInstance() != "" {
+		n.ProviderInstance = c.GetProviderInstance()
+	}
+	if c.GetCloud() != nil {
+		n.Cloud = c.GetCloud()
+	}
+	t.insert(tableNodes, nrec)
+	why := "instance " + n.GetProviderInstance() + " recorded"
+	if c.GetProviderInstance() == "" {
+		why = "launching " + n.GetCloud().GetInstanceType() + " (attempt " + strconv.Itoa(int(n.GetCloud().GetAttempt())) + ")"
+	}
+	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeTagsUpdated{NodeTagsUpdated: t.nodeEvent(nrec, why)}})
+	return nil
+}
+
+// cloudHardware is the hardware a worker reports, except that a cloud
+// node's vCPUs and memory stay its instance type's (recorded at its
+// creation): the instance-type cache is authoritative for capacity.
+func cloudHardware(n *managerv1.Node, reported *managerv1.Hardware) *managerv1.Hardware {
+	promised := n.GetHardware()
+	if n.GetCloud().GetInstanceType() == "" || promised.GetVcpus() == 0 || reported == nil {
+		return reported
+	}
+	hw := proto.Clone(reported).(*managerv1.Hardware)
+	hw.Vcpus = promised.GetVcpus()
+	if promised.GetMemoryBytes() > 0 {
+		hw.MemoryBytes = promised.GetMemoryBytes()
+	}
+	return hw
 }

@@ -4125,7 +4125,7 @@ var File_norsk_manager_v1_manager_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\n" +
-	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
+	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
 	"\fHelloRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12!\n" +
 	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xd1\x01\n" +
@@ -4381,7 +4381,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\xbd;\n" +
+	"\x10DATE_FIELD_START\x10\x022\x8fA\n" +
 	"\aManager\x12M\n" +
 	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
 	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
@@ -4406,7 +4406,13 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\vSetNodeTags\x12$.norsk.manager.v1.SetNodeTagsRequest\x1a%.norsk.manager.v1.SetNodeTagsResponse\"\x05\x8a\xb5\x18\x01\x03\x12h\n" +
 	"\x11GetNodeIdleExpiry\x12*.norsk.manager.v1.GetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\"\x05\x8a\xb5\x18\x01\x02\x12h\n" +
 	"\x11SetNodeIdleExpiry\x12*.norsk.manager.v1.SetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\"\x05\x8a\xb5\x18\x01\x03\x12j\n" +
-	"\x0eCreateMockNode\x12'.norsk.manager.v1.CreateMockNodeRequest\x1a(.norsk.manager.v1.CreateMockNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12q\n" +
+	"\x0eCreateMockNode\x12'.norsk.manager.v1.CreateMockNodeRequest\x1a(.norsk.manager.v1.CreateMockNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12i\n" +
+	"\rCreateAwsNode\x12&.norsk.manager.v1.CreateAwsNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12i\n" +
+	"\rCreateOciNode\x12&.norsk.manager.v1.CreateOciNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12|\n" +
+	"\x14DescribeInstanceType\x12-.norsk.manager.v1.DescribeInstanceTypeRequest\x1a..norsk.manager.v1.DescribeInstanceTypeResponse\"\x05\x8a\xb5\x18\x01\x02\x12s\n" +
+	"\x11ListInstanceTypes\x12*.norsk.manager.v1.ListInstanceTypesRequest\x1a+.norsk.manager.v1.ListInstanceTypesResponse\"\x05\x8a\xb5\x18\x01\x02\x12\x88\x01\n" +
+	"\x18ListWorkerSecurityGroups\x121.norsk.manager.v1.ListWorkerSecurityGroupsRequest\x1a2.norsk.manager.v1.ListWorkerSecurityGroupsResponse\"\x05\x8a\xb5\x18\x01\x02\x12|\n" +
+	"\x14ReloadExternalConfig\x12-.norsk.manager.v1.ReloadExternalConfigRequest\x1a..norsk.manager.v1.ReloadExternalConfigResponse\"\x05\x8a\xb5\x18\x01\x04\x12q\n" +
 	"\x10AppendAuditEntry\x12).norsk.manager.v1.AppendAuditEntryRequest\x1a*.norsk.manager.v1.AppendAuditEntryResponse\"\x06\x8a\xb5\x18\x02\x03\x05\x12a\n" +
 	"\vGetAuditLog\x12$.norsk.manager.v1.GetAuditLogRequest\x1a%.norsk.manager.v1.GetAuditLogResponse\"\x05\x8a\xb5\x18\x01\x02\x12g\n" +
 	"\rPruneAuditLog\x12&.norsk.manager.v1.PruneAuditLogRequest\x1a'.norsk.manager.v1.PruneAuditLogResponse\"\x05\x8a\xb5\x18\x01\x04\x12Y\n" +
@@ -4560,79 +4566,90 @@ var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(*JobKey)(nil),                             // 83: norsk.manager.v1.JobKey
 	(MigrationStrategy)(0),                     // 84: norsk.manager.v1.MigrationStrategy
 	(*MigrationState)(nil),                     // 85: norsk.manager.v1.MigrationState
-	(*AppendAuditEntryRequest)(nil),            // 86: norsk.manager.v1.AppendAuditEntryRequest
-	(*GetAuditLogRequest)(nil),                 // 87: norsk.manager.v1.GetAuditLogRequest
-	(*PruneAuditLogRequest)(nil),               // 88: norsk.manager.v1.PruneAuditLogRequest
-	(*KvCommitRequest)(nil),                    // 89: norsk.manager.v1.KvCommitRequest
-	(*KvGetRequest)(nil),                       // 90: norsk.manager.v1.KvGetRequest
-	(*KvListRequest)(nil),                      // 91: norsk.manager.v1.KvListRequest
-	(*GetStoreInfoRequest)(nil),                // 92: norsk.manager.v1.GetStoreInfoRequest
-	(*SnapshotSaveRequest)(nil),                // 93: norsk.manager.v1.SnapshotSaveRequest
-	(*CreateTokenRequest)(nil),                 // 94: norsk.manager.v1.CreateTokenRequest
-	(*ListTokensRequest)(nil),                  // 95: norsk.manager.v1.ListTokensRequest
-	(*RevokeTokenRequest)(nil),                 // 96: norsk.manager.v1.RevokeTokenRequest
-	(*PublishDiscoveryFleetRequest)(nil),       // 97: norsk.manager.v1.PublishDiscoveryFleetRequest
-	(*GetDiscoveryFleetRequest)(nil),           // 98: norsk.manager.v1.GetDiscoveryFleetRequest
-	(*RotateDiscoveryTierSecretRequest)(nil),   // 99: norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	(*PublishAccessReplicaRequest)(nil),        // 100: norsk.manager.v1.PublishAccessReplicaRequest
-	(*AddClusterMemberRequest)(nil),            // 101: norsk.manager.v1.AddClusterMemberRequest
-	(*RemoveClusterMemberRequest)(nil),         // 102: norsk.manager.v1.RemoveClusterMemberRequest
-	(*ForceStandaloneRequest)(nil),             // 103: norsk.manager.v1.ForceStandaloneRequest
-	(*LeaveQuorumRequest)(nil),                 // 104: norsk.manager.v1.LeaveQuorumRequest
-	(*GetClusterStatusRequest)(nil),            // 105: norsk.manager.v1.GetClusterStatusRequest
-	(*GetClusterEventsRequest)(nil),            // 106: norsk.manager.v1.GetClusterEventsRequest
-	(*AnnounceControlPlaneRequest)(nil),        // 107: norsk.manager.v1.AnnounceControlPlaneRequest
-	(*ExplainPlacementRequest)(nil),            // 108: norsk.manager.v1.ExplainPlacementRequest
-	(*CreateBundleRequest)(nil),                // 109: norsk.manager.v1.CreateBundleRequest
-	(*UpdateBundleRequest)(nil),                // 110: norsk.manager.v1.UpdateBundleRequest
-	(*DeleteBundleRequest)(nil),                // 111: norsk.manager.v1.DeleteBundleRequest
-	(*BundleByIdRequest)(nil),                  // 112: norsk.manager.v1.BundleByIdRequest
-	(*ListBundlesRequest)(nil),                 // 113: norsk.manager.v1.ListBundlesRequest
-	(*StartBundleJobRequest)(nil),              // 114: norsk.manager.v1.StartBundleJobRequest
-	(*StopBundleJobRequest)(nil),               // 115: norsk.manager.v1.StopBundleJobRequest
-	(*SetBundleStopTimeRequest)(nil),           // 116: norsk.manager.v1.SetBundleStopTimeRequest
-	(*RenewBundleLeaseRequest)(nil),            // 117: norsk.manager.v1.RenewBundleLeaseRequest
-	(*PauseLeasesRequest)(nil),                 // 118: norsk.manager.v1.PauseLeasesRequest
-	(*ResumeLeasesRequest)(nil),                // 119: norsk.manager.v1.ResumeLeasesRequest
-	(*GetLeaseStatusRequest)(nil),              // 120: norsk.manager.v1.GetLeaseStatusRequest
-	(*EventStreamRequest)(nil),                 // 121: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                            // 122: norsk.manager.v1.JobHash
-	(*AppendAuditEntryResponse)(nil),           // 123: norsk.manager.v1.AppendAuditEntryResponse
-	(*GetAuditLogResponse)(nil),                // 124: norsk.manager.v1.GetAuditLogResponse
-	(*PruneAuditLogResponse)(nil),              // 125: norsk.manager.v1.PruneAuditLogResponse
-	(*KvCommitResponse)(nil),                   // 126: norsk.manager.v1.KvCommitResponse
-	(*KvGetResponse)(nil),                      // 127: norsk.manager.v1.KvGetResponse
-	(*KvListResponse)(nil),                     // 128: norsk.manager.v1.KvListResponse
-	(*StoreInfo)(nil),                          // 129: norsk.manager.v1.StoreInfo
-	(*SnapshotChunk)(nil),                      // 130: norsk.manager.v1.SnapshotChunk
-	(*CreateTokenResponse)(nil),                // 131: norsk.manager.v1.CreateTokenResponse
-	(*ListTokensResponse)(nil),                 // 132: norsk.manager.v1.ListTokensResponse
-	(*RevokeTokenResponse)(nil),                // 133: norsk.manager.v1.RevokeTokenResponse
-	(*PublishDiscoveryFleetResponse)(nil),      // 134: norsk.manager.v1.PublishDiscoveryFleetResponse
-	(*GetDiscoveryFleetResponse)(nil),          // 135: norsk.manager.v1.GetDiscoveryFleetResponse
-	(*RotateDiscoveryTierSecretResponse)(nil),  // 136: norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	(*PublishAccessReplicaResponse)(nil),       // 137: norsk.manager.v1.PublishAccessReplicaResponse
-	(*AddClusterMemberResponse)(nil),           // 138: norsk.manager.v1.AddClusterMemberResponse
-	(*RemoveClusterMemberResponse)(nil),        // 139: norsk.manager.v1.RemoveClusterMemberResponse
-	(*ForceStandaloneResponse)(nil),            // 140: norsk.manager.v1.ForceStandaloneResponse
-	(*LeaveQuorumResponse)(nil),                // 141: norsk.manager.v1.LeaveQuorumResponse
-	(*ClusterStatus)(nil),                      // 142: norsk.manager.v1.ClusterStatus
-	(*GetClusterEventsResponse)(nil),           // 143: norsk.manager.v1.GetClusterEventsResponse
-	(*AnnounceControlPlaneResponse)(nil),       // 144: norsk.manager.v1.AnnounceControlPlaneResponse
-	(*ExplainPlacementResponse)(nil),           // 145: norsk.manager.v1.ExplainPlacementResponse
-	(*CreateBundleResponse)(nil),               // 146: norsk.manager.v1.CreateBundleResponse
-	(*UpdateBundleResponse)(nil),               // 147: norsk.manager.v1.UpdateBundleResponse
-	(*DeleteBundleResponse)(nil),               // 148: norsk.manager.v1.DeleteBundleResponse
-	(*BundleWithJobs)(nil),                     // 149: norsk.manager.v1.BundleWithJobs
-	(*ListBundlesResponse)(nil),                // 150: norsk.manager.v1.ListBundlesResponse
-	(*StartBundleJobResponse)(nil),             // 151: norsk.manager.v1.StartBundleJobResponse
-	(*StopBundleJobResponse)(nil),              // 152: norsk.manager.v1.StopBundleJobResponse
-	(*SetBundleStopTimeResponse)(nil),          // 153: norsk.manager.v1.SetBundleStopTimeResponse
-	(*RenewBundleLeaseResponse)(nil),           // 154: norsk.manager.v1.RenewBundleLeaseResponse
-	(*PauseLeasesResponse)(nil),                // 155: norsk.manager.v1.PauseLeasesResponse
-	(*ResumeLeasesResponse)(nil),               // 156: norsk.manager.v1.ResumeLeasesResponse
-	(*LeaseStatus)(nil),                        // 157: norsk.manager.v1.LeaseStatus
-	(*Event)(nil),                              // 158: norsk.manager.v1.Event
+	(*CreateAwsNodeRequest)(nil),               // 86: norsk.manager.v1.CreateAwsNodeRequest
+	(*CreateOciNodeRequest)(nil),               // 87: norsk.manager.v1.CreateOciNodeRequest
+	(*DescribeInstanceTypeRequest)(nil),        // 88: norsk.manager.v1.DescribeInstanceTypeRequest
+	(*ListInstanceTypesRequest)(nil),           // 89: norsk.manager.v1.ListInstanceTypesRequest
+	(*ListWorkerSecurityGroupsRequest)(nil),    // 90: norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	(*ReloadExternalConfigRequest)(nil),        // 91: norsk.manager.v1.ReloadExternalConfigRequest
+	(*AppendAuditEntryRequest)(nil),            // 92: norsk.manager.v1.AppendAuditEntryRequest
+	(*GetAuditLogRequest)(nil),                 // 93: norsk.manager.v1.GetAuditLogRequest
+	(*PruneAuditLogRequest)(nil),               // 94: norsk.manager.v1.PruneAuditLogRequest
+	(*KvCommitRequest)(nil),                    // 95: norsk.manager.v1.KvCommitRequest
+	(*KvGetRequest)(nil),                       // 96: norsk.manager.v1.KvGetRequest
+	(*KvListRequest)(nil),                      // 97: norsk.manager.v1.KvListRequest
+	(*GetStoreInfoRequest)(nil),                // 98: norsk.manager.v1.GetStoreInfoRequest
+	(*SnapshotSaveRequest)(nil),                // 99: norsk.manager.v1.SnapshotSaveRequest
+	(*CreateTokenRequest)(nil),                 // 100: norsk.manager.v1.CreateTokenRequest
+	(*ListTokensRequest)(nil),                  // 101: norsk.manager.v1.ListTokensRequest
+	(*RevokeTokenRequest)(nil),                 // 102: norsk.manager.v1.RevokeTokenRequest
+	(*PublishDiscoveryFleetRequest)(nil),       // 103: norsk.manager.v1.PublishDiscoveryFleetRequest
+	(*GetDiscoveryFleetRequest)(nil),           // 104: norsk.manager.v1.GetDiscoveryFleetRequest
+	(*RotateDiscoveryTierSecretRequest)(nil),   // 105: norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	(*PublishAccessReplicaRequest)(nil),        // 106: norsk.manager.v1.PublishAccessReplicaRequest
+	(*AddClusterMemberRequest)(nil),            // 107: norsk.manager.v1.AddClusterMemberRequest
+	(*RemoveClusterMemberRequest)(nil),         // 108: norsk.manager.v1.RemoveClusterMemberRequest
+	(*ForceStandaloneRequest)(nil),             // 109: norsk.manager.v1.ForceStandaloneRequest
+	(*LeaveQuorumRequest)(nil),                 // 110: norsk.manager.v1.LeaveQuorumRequest
+	(*GetClusterStatusRequest)(nil),            // 111: norsk.manager.v1.GetClusterStatusRequest
+	(*GetClusterEventsRequest)(nil),            // 112: norsk.manager.v1.GetClusterEventsRequest
+	(*AnnounceControlPlaneRequest)(nil),        // 113: norsk.manager.v1.AnnounceControlPlaneRequest
+	(*ExplainPlacementRequest)(nil),            // 114: norsk.manager.v1.ExplainPlacementRequest
+	(*CreateBundleRequest)(nil),                // 115: norsk.manager.v1.CreateBundleRequest
+	(*UpdateBundleRequest)(nil),                // 116: norsk.manager.v1.UpdateBundleRequest
+	(*DeleteBundleRequest)(nil),                // 117: norsk.manager.v1.DeleteBundleRequest
+	(*BundleByIdRequest)(nil),                  // 118: norsk.manager.v1.BundleByIdRequest
+	(*ListBundlesRequest)(nil),                 // 119: norsk.manager.v1.ListBundlesRequest
+	(*StartBundleJobRequest)(nil),              // 120: norsk.manager.v1.StartBundleJobRequest
+	(*StopBundleJobRequest)(nil),               // 121: norsk.manager.v1.StopBundleJobRequest
+	(*SetBundleStopTimeRequest)(nil),           // 122: norsk.manager.v1.SetBundleStopTimeRequest
+	(*RenewBundleLeaseRequest)(nil),            // 123: norsk.manager.v1.RenewBundleLeaseRequest
+	(*PauseLeasesRequest)(nil),                 // 124: norsk.manager.v1.PauseLeasesRequest
+	(*ResumeLeasesRequest)(nil),                // 125: norsk.manager.v1.ResumeLeasesRequest
+	(*GetLeaseStatusRequest)(nil),              // 126: norsk.manager.v1.GetLeaseStatusRequest
+	(*EventStreamRequest)(nil),                 // 127: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                            // 128: norsk.manager.v1.JobHash
+	(*CreateCloudNodeResponse)(nil),            // 129: norsk.manager.v1.CreateCloudNodeResponse
+	(*DescribeInstanceTypeResponse)(nil),       // 130: norsk.manager.v1.DescribeInstanceTypeResponse
+	(*ListInstanceTypesResponse)(nil),          // 131: norsk.manager.v1.ListInstanceTypesResponse
+	(*ListWorkerSecurityGroupsResponse)(nil),   // 132: norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	(*ReloadExternalConfigResponse)(nil),       // 133: norsk.manager.v1.ReloadExternalConfigResponse
+	(*AppendAuditEntryResponse)(nil),           // 134: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),                // 135: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),              // 136: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),                   // 137: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                      // 138: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                     // 139: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                          // 140: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                      // 141: norsk.manager.v1.SnapshotChunk
+	(*CreateTokenResponse)(nil),                // 142: norsk.manager.v1.CreateTokenResponse
+	(*ListTokensResponse)(nil),                 // 143: norsk.manager.v1.ListTokensResponse
+	(*RevokeTokenResponse)(nil),                // 144: norsk.manager.v1.RevokeTokenResponse
+	(*PublishDiscoveryFleetResponse)(nil),      // 145: norsk.manager.v1.PublishDiscoveryFleetResponse
+	(*GetDiscoveryFleetResponse)(nil),          // 146: norsk.manager.v1.GetDiscoveryFleetResponse
+	(*RotateDiscoveryTierSecretResponse)(nil),  // 147: norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	(*PublishAccessReplicaResponse)(nil),       // 148: norsk.manager.v1.PublishAccessReplicaResponse
+	(*AddClusterMemberResponse)(nil),           // 149: norsk.manager.v1.AddClusterMemberResponse
+	(*RemoveClusterMemberResponse)(nil),        // 150: norsk.manager.v1.RemoveClusterMemberResponse
+	(*ForceStandaloneResponse)(nil),            // 151: norsk.manager.v1.ForceStandaloneResponse
+	(*LeaveQuorumResponse)(nil),                // 152: norsk.manager.v1.LeaveQuorumResponse
+	(*ClusterStatus)(nil),                      // 153: norsk.manager.v1.ClusterStatus
+	(*GetClusterEventsResponse)(nil),           // 154: norsk.manager.v1.GetClusterEventsResponse
+	(*AnnounceControlPlaneResponse)(nil),       // 155: norsk.manager.v1.AnnounceControlPlaneResponse
+	(*ExplainPlacementResponse)(nil),           // 156: norsk.manager.v1.ExplainPlacementResponse
+	(*CreateBundleResponse)(nil),               // 157: norsk.manager.v1.CreateBundleResponse
+	(*UpdateBundleResponse)(nil),               // 158: norsk.manager.v1.UpdateBundleResponse
+	(*DeleteBundleResponse)(nil),               // 159: norsk.manager.v1.DeleteBundleResponse
+	(*BundleWithJobs)(nil),                     // 160: norsk.manager.v1.BundleWithJobs
+	(*ListBundlesResponse)(nil),                // 161: norsk.manager.v1.ListBundlesResponse
+	(*StartBundleJobResponse)(nil),             // 162: norsk.manager.v1.StartBundleJobResponse
+	(*StopBundleJobResponse)(nil),              // 163: norsk.manager.v1.StopBundleJobResponse
+	(*SetBundleStopTimeResponse)(nil),          // 164: norsk.manager.v1.SetBundleStopTimeResponse
+	(*RenewBundleLeaseResponse)(nil),           // 165: norsk.manager.v1.RenewBundleLeaseResponse
+	(*PauseLeasesResponse)(nil),                // 166: norsk.manager.v1.PauseLeasesResponse
+	(*ResumeLeasesResponse)(nil),               // 167: norsk.manager.v1.ResumeLeasesResponse
+	(*LeaseStatus)(nil),                        // 168: norsk.manager.v1.LeaseStatus
+	(*Event)(nil),                              // 169: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	75,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
@@ -4695,128 +4712,140 @@ var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	50,  // 57: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
 	51,  // 58: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
 	48,  // 59: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
-	86,  // 60: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
-	87,  // 61: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
-	88,  // 62: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
-	89,  // 63: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
-	90,  // 64: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
-	91,  // 65: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
-	92,  // 66: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
-	93,  // 67: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
-	94,  // 68: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
-	95,  // 69: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
-	96,  // 70: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
-	97,  // 71: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
-	98,  // 72: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
-	99,  // 73: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	100, // 74: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
-	101, // 75: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
-	102, // 76: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
-	103, // 77: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
-	104, // 78: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
-	105, // 79: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
-	106, // 80: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
-	107, // 81: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
-	108, // 82: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
-	109, // 83: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
-	110, // 84: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
-	111, // 85: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
-	112, // 86: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
-	113, // 87: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
-	114, // 88: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
-	115, // 89: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
-	116, // 90: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
-	117, // 91: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
-	118, // 92: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
-	119, // 93: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
-	120, // 94: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
-	53,  // 95: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
-	54,  // 96: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
-	55,  // 97: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
-	57,  // 98: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
-	59,  // 99: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
-	61,  // 100: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
-	63,  // 101: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
-	64,  // 102: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
-	65,  // 103: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
-	67,  // 104: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
-	69,  // 105: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
-	71,  // 106: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
-	121, // 107: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,   // 108: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,   // 109: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	122, // 110: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	122, // 111: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,   // 112: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	77,  // 113: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16,  // 114: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19,  // 115: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22,  // 116: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
-	25,  // 117: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	27,  // 118: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	29,  // 119: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	31,  // 120: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	33,  // 121: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	35,  // 122: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	37,  // 123: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	39,  // 124: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	41,  // 125: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	43,  // 126: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	45,  // 127: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	47,  // 128: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	52,  // 129: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	52,  // 130: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	49,  // 131: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
-	123, // 132: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	124, // 133: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	125, // 134: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	126, // 135: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	127, // 136: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	128, // 137: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	129, // 138: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	130, // 139: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	131, // 140: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
-	132, // 141: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
-	133, // 142: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
-	134, // 143: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
-	135, // 144: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
-	136, // 145: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	137, // 146: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
-	138, // 147: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
-	139, // 148: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
-	140, // 149: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
-	141, // 150: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
-	142, // 151: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
-	143, // 152: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
-	144, // 153: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
-	145, // 154: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
-	146, // 155: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
-	147, // 156: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
-	148, // 157: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
-	149, // 158: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
-	150, // 159: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
-	151, // 160: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
-	152, // 161: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
-	153, // 162: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
-	154, // 163: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
-	155, // 164: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
-	156, // 165: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
-	157, // 166: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
-	56,  // 167: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	56,  // 168: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	56,  // 169: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	58,  // 170: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
-	60,  // 171: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
-	62,  // 172: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
-	85,  // 173: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
-	85,  // 174: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
-	66,  // 175: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
-	68,  // 176: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
-	70,  // 177: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
-	72,  // 178: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
-	158, // 179: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	108, // [108:180] is the sub-list for method output_type
-	36,  // [36:108] is the sub-list for method input_type
+	86,  // 60: norsk.manager.v1.Manager.CreateAwsNode:input_type -> norsk.manager.v1.CreateAwsNodeRequest
+	87,  // 61: norsk.manager.v1.Manager.CreateOciNode:input_type -> norsk.manager.v1.CreateOciNodeRequest
+	88,  // 62: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
+	89,  // 63: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
+	90,  // 64: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	91,  // 65: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
+	92,  // 66: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
+	93,  // 67: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
+	94,  // 68: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
+	95,  // 69: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
+	96,  // 70: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
+	97,  // 71: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
+	98,  // 72: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
+	99,  // 73: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
+	100, // 74: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
+	101, // 75: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
+	102, // 76: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
+	103, // 77: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
+	104, // 78: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
+	105, // 79: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	106, // 80: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
+	107, // 81: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
+	108, // 82: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
+	109, // 83: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
+	110, // 84: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
+	111, // 85: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
+	112, // 86: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
+	113, // 87: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
+	114, // 88: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
+	115, // 89: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
+	116, // 90: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
+	117, // 91: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
+	118, // 92: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
+	119, // 93: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
+	120, // 94: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
+	121, // 95: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
+	122, // 96: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
+	123, // 97: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
+	124, // 98: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
+	125, // 99: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
+	126, // 100: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
+	53,  // 101: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
+	54,  // 102: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
+	55,  // 103: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
+	57,  // 104: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
+	59,  // 105: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
+	61,  // 106: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
+	63,  // 107: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
+	64,  // 108: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
+	65,  // 109: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
+	67,  // 110: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
+	69,  // 111: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
+	71,  // 112: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
+	127, // 113: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,   // 114: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,   // 115: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	128, // 116: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	128, // 117: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,   // 118: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	77,  // 119: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16,  // 120: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19,  // 121: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22,  // 122: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
+	25,  // 123: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	27,  // 124: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	29,  // 125: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	31,  // 126: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	33,  // 127: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	35,  // 128: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	37,  // 129: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	39,  // 130: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	41,  // 131: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	43,  // 132: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	45,  // 133: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	47,  // 134: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	52,  // 135: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	52,  // 136: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	49,  // 137: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
+	129, // 138: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	129, // 139: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	130, // 140: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
+	131, // 141: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
+	132, // 142: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	133, // 143: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
+	134, // 144: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	135, // 145: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	136, // 146: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	137, // 147: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	138, // 148: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	139, // 149: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	140, // 150: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	141, // 151: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	142, // 152: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	143, // 153: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	144, // 154: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	145, // 155: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	146, // 156: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	147, // 157: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	148, // 158: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	149, // 159: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
+	150, // 160: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
+	151, // 161: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
+	152, // 162: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
+	153, // 163: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
+	154, // 164: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
+	155, // 165: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
+	156, // 166: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
+	157, // 167: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
+	158, // 168: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
+	159, // 169: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
+	160, // 170: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
+	161, // 171: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
+	162, // 172: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
+	163, // 173: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
+	164, // 174: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
+	165, // 175: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
+	166, // 176: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
+	167, // 177: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
+	168, // 178: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
+	56,  // 179: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	56,  // 180: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	56,  // 181: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 182: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
+	60,  // 183: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
+	62,  // 184: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
+	85,  // 185: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
+	85,  // 186: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
+	66,  // 187: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
+	68,  // 188: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
+	70,  // 189: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
+	72,  // 190: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
+	169, // 191: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	114, // [114:192] is the sub-list for method output_type
+	36,  // [36:114] is the sub-list for method input_type
 	36,  // [36:36] is the sub-list for extension type_name
 	36,  // [36:36] is the sub-list for extension extendee
 	0,   // [0:36] is the sub-list for field type_name
@@ -4829,6 +4858,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 	}
 	file_norsk_manager_v1_audit_proto_init()
 	file_norsk_manager_v1_bundle_proto_init()
+	file_norsk_manager_v1_cloud_proto_init()
 	file_norsk_manager_v1_cluster_proto_init()
 	file_norsk_manager_v1_event_proto_init()
 	file_norsk_manager_v1_job_proto_init()

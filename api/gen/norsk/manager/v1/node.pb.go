@@ -433,7 +433,9 @@ type Node struct {
 	Elastic bool `protobuf:"varint,21,opt,name=elastic,proto3" json:"elastic,omitempty"`
 	// True while the node is drained (SetNodeDraining): placement puts no new
 	// instance on it; what runs there keeps running until moved.
-	Draining      bool `protobuf:"varint,22,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,22,opt,name=draining,proto3" json:"draining,omitempty"`
+	// For a node of a cloud provider (aws, oci): the instance it runs on.
+	Cloud         *CloudInstance `protobuf:"bytes,23,opt,name=cloud,proto3" json:"cloud,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -622,6 +624,13 @@ func (x *Node) GetDraining() bool {
 	return false
 }
 
+func (x *Node) GetCloud() *CloudInstance {
+	if x != nil {
+		return x.Cloud
+	}
+	return nil
+}
+
 type InstanceSummary struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -798,7 +807,7 @@ var File_norsk_manager_v1_node_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x1bnorsk/manager/v1/node.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n" +
+	"\x1bnorsk/manager/v1/node.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/cloud.proto\"7\n" +
 	"\x03Gpu\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x02R\bcapacity\"6\n" +
@@ -818,7 +827,7 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\x11memory_used_bytes\x18\x02 \x01(\x04R\x0fmemoryUsedBytes\x12\x1c\n" +
 	"\tinstances\x18\x03 \x01(\rR\tinstances\x12;\n" +
 	"\vmeasured_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"measuredAt\"\xd3\a\n" +
+	"measuredAt\"\x8a\b\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x1a\n" +
@@ -843,7 +852,8 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\x03tls\x18\x13 \x01(\bR\x03tls\x12+\n" +
 	"\x11provider_instance\x18\x14 \x01(\tR\x10providerInstance\x12\x18\n" +
 	"\aelastic\x18\x15 \x01(\bR\aelastic\x12\x1a\n" +
-	"\bdraining\x18\x16 \x01(\bR\bdraining\x1a7\n" +
+	"\bdraining\x18\x16 \x01(\bR\bdraining\x125\n" +
+	"\x05cloud\x18\x17 \x01(\v2\x1f.norsk.manager.v1.CloudInstanceR\x05cloud\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +
@@ -901,6 +911,7 @@ var file_norsk_manager_v1_node_proto_goTypes = []any{
 	(*ClusterSlot)(nil),           // 8: norsk.manager.v1.ClusterSlot
 	nil,                           // 9: norsk.manager.v1.Node.TagsEntry
 	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*CloudInstance)(nil),         // 11: norsk.manager.v1.CloudInstance
 }
 var file_norsk_manager_v1_node_proto_depIdxs = []int32{
 	2,  // 0: norsk.manager.v1.Hardware.gpus:type_name -> norsk.manager.v1.Gpu
@@ -915,13 +926,14 @@ var file_norsk_manager_v1_node_proto_depIdxs = []int32{
 	5,  // 9: norsk.manager.v1.Node.load:type_name -> norsk.manager.v1.NodeLoad
 	10, // 10: norsk.manager.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
 	7,  // 11: norsk.manager.v1.Node.instances:type_name -> norsk.manager.v1.InstanceSummary
-	0,  // 12: norsk.manager.v1.ClusterSlot.state:type_name -> norsk.manager.v1.NodeState
-	10, // 13: norsk.manager.v1.ClusterSlot.registered_at:type_name -> google.protobuf.Timestamp
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	11, // 12: norsk.manager.v1.Node.cloud:type_name -> norsk.manager.v1.CloudInstance
+	0,  // 13: norsk.manager.v1.ClusterSlot.state:type_name -> norsk.manager.v1.NodeState
+	10, // 14: norsk.manager.v1.ClusterSlot.registered_at:type_name -> google.protobuf.Timestamp
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_node_proto_init() }
@@ -929,6 +941,7 @@ func file_norsk_manager_v1_node_proto_init() {
 	if File_norsk_manager_v1_node_proto != nil {
 		return
 	}
+	file_norsk_manager_v1_cloud_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -233,7 +233,10 @@ type ExplainPlacementResponse struct {
 	// Soft rules the chosen node breaks because no eligible node complied.
 	Degradations []*PlacementRefusal `protobuf:"bytes,3,rep,name=degradations,proto3" json:"degradations,omitempty"`
 	// Every node, in node-ID order.
-	Nodes         []*PlacementNodeVerdict `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Nodes []*PlacementNodeVerdict `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// When no node fits: the node an elastic tier of the pool would create
+	// (the cheapest instance type that fits), if any.
+	Elastic       *ElasticChoice `protobuf:"bytes,5,opt,name=elastic,proto3" json:"elastic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -292,6 +295,13 @@ func (x *ExplainPlacementResponse) GetDegradations() []*PlacementRefusal {
 func (x *ExplainPlacementResponse) GetNodes() []*PlacementNodeVerdict {
 	if x != nil {
 		return x.Nodes
+	}
+	return nil
+}
+
+func (x *ExplainPlacementResponse) GetElastic() *ElasticChoice {
+	if x != nil {
+		return x.Elastic
 	}
 	return nil
 }
@@ -433,7 +443,7 @@ var File_norsk_manager_v1_placement_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_placement_proto_rawDesc = "" +
 	"\n" +
-	" norsk/manager/v1/placement.proto\x12\x10norsk.manager.v1\"X\n" +
+	" norsk/manager/v1/placement.proto\x12\x10norsk.manager.v1\x1a\x1cnorsk/manager/v1/cloud.proto\"X\n" +
 	"\x17ExplainPlacementRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
@@ -446,12 +456,13 @@ const file_norsk_manager_v1_placement_proto_rawDesc = "" +
 	"\x06chosen\x18\x02 \x01(\bR\x06chosen\x12\x12\n" +
 	"\x04tier\x18\x03 \x01(\x05R\x04tier\x12>\n" +
 	"\brefusals\x18\x04 \x03(\v2\".norsk.manager.v1.PlacementRefusalR\brefusals\x12\x14\n" +
-	"\x05notes\x18\x05 \x03(\tR\x05notes\"\xd3\x01\n" +
+	"\x05notes\x18\x05 \x03(\tR\x05notes\"\x8e\x02\n" +
 	"\x18ExplainPlacementResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12F\n" +
 	"\fdegradations\x18\x03 \x03(\v2\".norsk.manager.v1.PlacementRefusalR\fdegradations\x12<\n" +
-	"\x05nodes\x18\x04 \x03(\v2&.norsk.manager.v1.PlacementNodeVerdictR\x05nodes\"\xe5\x02\n" +
+	"\x05nodes\x18\x04 \x03(\v2&.norsk.manager.v1.PlacementNodeVerdictR\x05nodes\x129\n" +
+	"\aelastic\x18\x05 \x01(\v2\x1f.norsk.manager.v1.ElasticChoiceR\aelastic\"\xe5\x02\n" +
 	"\x0ePlacementEvent\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
@@ -485,17 +496,19 @@ var file_norsk_manager_v1_placement_proto_goTypes = []any{
 	(*PlacementNodeVerdict)(nil),     // 2: norsk.manager.v1.PlacementNodeVerdict
 	(*ExplainPlacementResponse)(nil), // 3: norsk.manager.v1.ExplainPlacementResponse
 	(*PlacementEvent)(nil),           // 4: norsk.manager.v1.PlacementEvent
+	(*ElasticChoice)(nil),            // 5: norsk.manager.v1.ElasticChoice
 }
 var file_norsk_manager_v1_placement_proto_depIdxs = []int32{
 	1, // 0: norsk.manager.v1.PlacementNodeVerdict.refusals:type_name -> norsk.manager.v1.PlacementRefusal
 	1, // 1: norsk.manager.v1.ExplainPlacementResponse.degradations:type_name -> norsk.manager.v1.PlacementRefusal
 	2, // 2: norsk.manager.v1.ExplainPlacementResponse.nodes:type_name -> norsk.manager.v1.PlacementNodeVerdict
-	1, // 3: norsk.manager.v1.PlacementEvent.degradations:type_name -> norsk.manager.v1.PlacementRefusal
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5, // 3: norsk.manager.v1.ExplainPlacementResponse.elastic:type_name -> norsk.manager.v1.ElasticChoice
+	1, // 4: norsk.manager.v1.PlacementEvent.degradations:type_name -> norsk.manager.v1.PlacementRefusal
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_placement_proto_init() }
@@ -503,6 +516,7 @@ func file_norsk_manager_v1_placement_proto_init() {
 	if File_norsk_manager_v1_placement_proto != nil {
 		return
 	}
+	file_norsk_manager_v1_cloud_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

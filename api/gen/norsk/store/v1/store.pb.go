@@ -84,6 +84,7 @@ type Command struct {
 	//	*Command_PutMigration
 	//	*Command_ForgetMigrations
 	//	*Command_SetNodeDraining
+	//	*Command_SetNodeInstance
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -554,6 +555,15 @@ func (x *Command) GetSetNodeDraining() *SetNodeDraining {
 	return nil
 }
 
+func (x *Command) GetSetNodeInstance() *SetNodeInstance {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetNodeInstance); ok {
+			return x.SetNodeInstance
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -742,6 +752,12 @@ type Command_SetNodeDraining struct {
 	SetNodeDraining *SetNodeDraining `protobuf:"bytes,55,opt,name=set_node_draining,json=setNodeDraining,proto3,oneof"`
 }
 
+type Command_SetNodeInstance struct {
+	// 56-63 are left to other work in flight; the cloud providers' command
+	// is 64.
+	SetNodeInstance *SetNodeInstance `protobuf:"bytes,64,opt,name=set_node_instance,json=setNodeInstance,proto3,oneof"`
+}
+
 func (*Command_CreateJob) isCommand_Cmd() {}
 
 func (*Command_UpdateJob) isCommand_Cmd() {}
@@ -833,6 +849,8 @@ func (*Command_PutMigration) isCommand_Cmd() {}
 func (*Command_ForgetMigrations) isCommand_Cmd() {}
 
 func (*Command_SetNodeDraining) isCommand_Cmd() {}
+
+func (*Command_SetNodeInstance) isCommand_Cmd() {}
 
 // CreateBundle stores a bundle (its id, created_at and revision stamped by
 // the handler and the FSM) and its expanded replica jobs, in one write.
@@ -3257,8 +3275,11 @@ type RegisterSlot struct {
 	ProviderInstance string            `protobuf:"bytes,6,opt,name=provider_instance,json=providerInstance,proto3" json:"provider_instance,omitempty"`
 	Hardware         *v1.Hardware      `protobuf:"bytes,7,opt,name=hardware,proto3" json:"hardware,omitempty"`
 	Tags             map[string]string `protobuf:"bytes,8,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// A cloud provider's node: the launch it is created with (region, type,
+	// image, client token, …); the instance id follows in SetNodeInstance.
+	Cloud         *v1.CloudInstance `protobuf:"bytes,9,opt,name=cloud,proto3" json:"cloud,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterSlot) Reset() {
@@ -3347,6 +3368,78 @@ func (x *RegisterSlot) GetTags() map[string]string {
 	return nil
 }
 
+func (x *RegisterSlot) GetCloud() *v1.CloudInstance {
+	if x != nil {
+		return x.Cloud
+	}
+	return nil
+}
+
+// SetNodeInstance records what a provider launched for an elastic node: the
+// instance's id and facts (zone, addresses, the type that had capacity), or
+// — with no provider_instance — the next launch attempt after a capacity
+// refusal. A terminated node keeps its state (its instance is then
+// terminated by the provider's reconciliation).
+type SetNodeInstance struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	NodeId           string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ProviderInstance string                 `protobuf:"bytes,2,opt,name=provider_instance,json=providerInstance,proto3" json:"provider_instance,omitempty"`
+	Cloud            *v1.CloudInstance      `protobuf:"bytes,3,opt,name=cloud,proto3" json:"cloud,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SetNodeInstance) Reset() {
+	*x = SetNodeInstance{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeInstance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeInstance) ProtoMessage() {}
+
+func (x *SetNodeInstance) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeInstance.ProtoReflect.Descriptor instead.
+func (*SetNodeInstance) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SetNodeInstance) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetNodeInstance) GetProviderInstance() string {
+	if x != nil {
+		return x.ProviderInstance
+	}
+	return ""
+}
+
+func (x *SetNodeInstance) GetCloud() *v1.CloudInstance {
+	if x != nil {
+		return x.Cloud
+	}
+	return nil
+}
+
 // MemberRegister records a worker calling in: by its one-shot token (first
 // time; node_secret is the new secret the handler minted) or by its secret.
 type MemberRegister struct {
@@ -3369,7 +3462,7 @@ type MemberRegister struct {
 
 func (x *MemberRegister) Reset() {
 	*x = MemberRegister{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3474,7 @@ func (x *MemberRegister) String() string {
 func (*MemberRegister) ProtoMessage() {}
 
 func (x *MemberRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3487,7 @@ func (x *MemberRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRegister.ProtoReflect.Descriptor instead.
 func (*MemberRegister) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MemberRegister) GetToken() string {
@@ -3472,7 +3565,7 @@ type DeregisterSlot struct {
 
 func (x *DeregisterSlot) Reset() {
 	*x = DeregisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3577,7 @@ func (x *DeregisterSlot) String() string {
 func (*DeregisterSlot) ProtoMessage() {}
 
 func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3590,7 @@ func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterSlot.ProtoReflect.Descriptor instead.
 func (*DeregisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeregisterSlot) GetNodeId() string {
@@ -3517,7 +3610,7 @@ type SetSlotPool struct {
 
 func (x *SetSlotPool) Reset() {
 	*x = SetSlotPool{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3529,7 +3622,7 @@ func (x *SetSlotPool) String() string {
 func (*SetSlotPool) ProtoMessage() {}
 
 func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3542,7 +3635,7 @@ func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotPool.ProtoReflect.Descriptor instead.
 func (*SetSlotPool) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetSlotPool) GetNodeId() string {
@@ -3571,7 +3664,7 @@ type NodeOnline struct {
 
 func (x *NodeOnline) Reset() {
 	*x = NodeOnline{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3676,7 @@ func (x *NodeOnline) String() string {
 func (*NodeOnline) ProtoMessage() {}
 
 func (x *NodeOnline) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3689,7 @@ func (x *NodeOnline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOnline.ProtoReflect.Descriptor instead.
 func (*NodeOnline) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeOnline) GetNodeId() string {
@@ -3623,7 +3716,7 @@ type NodeLost struct {
 
 func (x *NodeLost) Reset() {
 	*x = NodeLost{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3728,7 @@ func (x *NodeLost) String() string {
 func (*NodeLost) ProtoMessage() {}
 
 func (x *NodeLost) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +3741,7 @@ func (x *NodeLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLost.ProtoReflect.Descriptor instead.
 func (*NodeLost) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NodeLost) GetNodeId() string {
@@ -3682,7 +3775,7 @@ type TerminateNode struct {
 
 func (x *TerminateNode) Reset() {
 	*x = TerminateNode{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3694,7 +3787,7 @@ func (x *TerminateNode) String() string {
 func (*TerminateNode) ProtoMessage() {}
 
 func (x *TerminateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3707,7 +3800,7 @@ func (x *TerminateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateNode.ProtoReflect.Descriptor instead.
 func (*TerminateNode) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TerminateNode) GetNodeId() string {
@@ -3743,7 +3836,7 @@ type NodeTerminated struct {
 
 func (x *NodeTerminated) Reset() {
 	*x = NodeTerminated{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3755,7 +3848,7 @@ func (x *NodeTerminated) String() string {
 func (*NodeTerminated) ProtoMessage() {}
 
 func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3768,7 +3861,7 @@ func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeTerminated.ProtoReflect.Descriptor instead.
 func (*NodeTerminated) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *NodeTerminated) GetNodeId() string {
@@ -3795,7 +3888,7 @@ type SetNodeTags struct {
 
 func (x *SetNodeTags) Reset() {
 	*x = SetNodeTags{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3807,7 +3900,7 @@ func (x *SetNodeTags) String() string {
 func (*SetNodeTags) ProtoMessage() {}
 
 func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3820,7 +3913,7 @@ func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeTags.ProtoReflect.Descriptor instead.
 func (*SetNodeTags) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetNodeTags) GetNodeId() string {
@@ -3847,7 +3940,7 @@ type SetNodeIdleExpiry struct {
 
 func (x *SetNodeIdleExpiry) Reset() {
 	*x = SetNodeIdleExpiry{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3859,7 +3952,7 @@ func (x *SetNodeIdleExpiry) String() string {
 func (*SetNodeIdleExpiry) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3872,7 +3965,7 @@ func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SetNodeIdleExpiry) GetNodeId() string {
@@ -3905,7 +3998,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4010,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4023,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *JobRecord) GetJob() *v1.Job {
@@ -3991,7 +4084,7 @@ type NodeRecord struct {
 
 func (x *NodeRecord) Reset() {
 	*x = NodeRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4003,7 +4096,7 @@ func (x *NodeRecord) String() string {
 func (*NodeRecord) ProtoMessage() {}
 
 func (x *NodeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4016,7 +4109,7 @@ func (x *NodeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
 func (*NodeRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeRecord) GetNode() *v1.Node {
@@ -4072,7 +4165,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4177,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +4190,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SnapshotHeader) GetSchemaVersion() uint32 {
@@ -4127,7 +4220,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4139,7 +4232,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4152,7 +4245,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SnapshotTrailer) GetRecords() uint64 {
@@ -4199,7 +4292,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4211,7 +4304,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4224,7 +4317,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -4520,7 +4613,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4532,7 +4625,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4545,7 +4638,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TokenRecord) GetToken() *v1.ApiToken {
@@ -4574,7 +4667,7 @@ type AccessReplicaState struct {
 
 func (x *AccessReplicaState) Reset() {
 	*x = AccessReplicaState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4586,7 +4679,7 @@ func (x *AccessReplicaState) String() string {
 func (*AccessReplicaState) ProtoMessage() {}
 
 func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4599,7 +4692,7 @@ func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessReplicaState.ProtoReflect.Descriptor instead.
 func (*AccessReplicaState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{59}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AccessReplicaState) GetVersion() uint64 {
@@ -4635,7 +4728,7 @@ type AuditState struct {
 
 func (x *AuditState) Reset() {
 	*x = AuditState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4647,7 +4740,7 @@ func (x *AuditState) String() string {
 func (*AuditState) ProtoMessage() {}
 
 func (x *AuditState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4660,7 +4753,7 @@ func (x *AuditState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditState.ProtoReflect.Descriptor instead.
 func (*AuditState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{60}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AuditState) GetNextSeq() int64 {
@@ -4695,7 +4788,7 @@ type KvRecord struct {
 
 func (x *KvRecord) Reset() {
 	*x = KvRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4707,7 +4800,7 @@ func (x *KvRecord) String() string {
 func (*KvRecord) ProtoMessage() {}
 
 func (x *KvRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4720,7 +4813,7 @@ func (x *KvRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvRecord.ProtoReflect.Descriptor instead.
 func (*KvRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{61}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KvRecord) GetNamespace() string {
@@ -4748,7 +4841,7 @@ type KvNamespace struct {
 
 func (x *KvNamespace) Reset() {
 	*x = KvNamespace{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4760,7 +4853,7 @@ func (x *KvNamespace) String() string {
 func (*KvNamespace) ProtoMessage() {}
 
 func (x *KvNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4773,7 +4866,7 @@ func (x *KvNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvNamespace.ProtoReflect.Descriptor instead.
 func (*KvNamespace) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{62}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *KvNamespace) GetName() string {
@@ -4800,7 +4893,7 @@ type StoreMeta struct {
 
 func (x *StoreMeta) Reset() {
 	*x = StoreMeta{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4812,7 +4905,7 @@ func (x *StoreMeta) String() string {
 func (*StoreMeta) ProtoMessage() {}
 
 func (x *StoreMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4825,7 +4918,7 @@ func (x *StoreMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreMeta.ProtoReflect.Descriptor instead.
 func (*StoreMeta) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{63}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *StoreMeta) GetSchemaVersion() uint32 {
@@ -4839,7 +4932,7 @@ var File_norsk_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a norsk/manager/v1/migration.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xdf\x1a\n" +
+	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a norsk/manager/v1/migration.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xae\x1b\n" +
 	"\aCommand\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x05audit\x18\x02 \x01(\v2\x1a.norsk.store.v1.AuditStampR\x05audit\x12:\n" +
@@ -4894,7 +4987,8 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x11migration_reports\x184 \x01(\v2 .norsk.store.v1.MigrationReportsH\x00R\x10migrationReports\x12C\n" +
 	"\rput_migration\x185 \x01(\v2\x1c.norsk.store.v1.PutMigrationH\x00R\fputMigration\x12O\n" +
 	"\x11forget_migrations\x186 \x01(\v2 .norsk.store.v1.ForgetMigrationsH\x00R\x10forgetMigrations\x12M\n" +
-	"\x11set_node_draining\x187 \x01(\v2\x1f.norsk.store.v1.SetNodeDrainingH\x00R\x0fsetNodeDrainingB\x05\n" +
+	"\x11set_node_draining\x187 \x01(\v2\x1f.norsk.store.v1.SetNodeDrainingH\x00R\x0fsetNodeDraining\x12M\n" +
+	"\x11set_node_instance\x18@ \x01(\v2\x1f.norsk.store.v1.SetNodeInstanceH\x00R\x0fsetNodeInstanceB\x05\n" +
 	"\x03cmd\"@\n" +
 	"\fCreateBundle\x120\n" +
 	"\x06bundle\x18\x01 \x01(\v2\x18.norsk.manager.v1.BundleR\x06bundle\"@\n" +
@@ -5051,7 +5145,7 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x0fInstanceReports\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12:\n" +
 	"\areports\x18\x02 \x03(\v2 .norsk.manager.v1.InstanceReportR\areports\x128\n" +
-	"\anotices\x18\x03 \x03(\v2\x1e.norsk.manager.v1.WorkerNoticeR\anotices\"\xe4\x02\n" +
+	"\anotices\x18\x03 \x03(\v2\x1e.norsk.manager.v1.WorkerNoticeR\anotices\"\x9b\x03\n" +
 	"\fRegisterSlot\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x12\n" +
@@ -5060,10 +5154,15 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\bprovider\x18\x05 \x01(\tR\bprovider\x12+\n" +
 	"\x11provider_instance\x18\x06 \x01(\tR\x10providerInstance\x126\n" +
 	"\bhardware\x18\a \x01(\v2\x1a.norsk.manager.v1.HardwareR\bhardware\x12:\n" +
-	"\x04tags\x18\b \x03(\v2&.norsk.store.v1.RegisterSlot.TagsEntryR\x04tags\x1a7\n" +
+	"\x04tags\x18\b \x03(\v2&.norsk.store.v1.RegisterSlot.TagsEntryR\x04tags\x125\n" +
+	"\x05cloud\x18\t \x01(\v2\x1f.norsk.manager.v1.CloudInstanceR\x05cloud\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcc\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x01\n" +
+	"\x0fSetNodeInstance\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12+\n" +
+	"\x11provider_instance\x18\x02 \x01(\tR\x10providerInstance\x125\n" +
+	"\x05cloud\x18\x03 \x01(\v2\x1f.norsk.manager.v1.CloudInstanceR\x05cloud\"\xcc\x02\n" +
 	"\x0eMemberRegister\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1f\n" +
 	"\vnode_secret\x18\x02 \x01(\tR\n" +
@@ -5191,7 +5290,7 @@ func file_norsk_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_norsk_store_v1_store_proto_rawDescData
 }
 
-var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*Command)(nil),                     // 0: norsk.store.v1.Command
 	(*CreateBundle)(nil),                // 1: norsk.store.v1.CreateBundle
@@ -5237,53 +5336,55 @@ var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*MarkJobFailed)(nil),               // 41: norsk.store.v1.MarkJobFailed
 	(*InstanceReports)(nil),             // 42: norsk.store.v1.InstanceReports
 	(*RegisterSlot)(nil),                // 43: norsk.store.v1.RegisterSlot
-	(*MemberRegister)(nil),              // 44: norsk.store.v1.MemberRegister
-	(*DeregisterSlot)(nil),              // 45: norsk.store.v1.DeregisterSlot
-	(*SetSlotPool)(nil),                 // 46: norsk.store.v1.SetSlotPool
-	(*NodeOnline)(nil),                  // 47: norsk.store.v1.NodeOnline
-	(*NodeLost)(nil),                    // 48: norsk.store.v1.NodeLost
-	(*TerminateNode)(nil),               // 49: norsk.store.v1.TerminateNode
-	(*NodeTerminated)(nil),              // 50: norsk.store.v1.NodeTerminated
-	(*SetNodeTags)(nil),                 // 51: norsk.store.v1.SetNodeTags
-	(*SetNodeIdleExpiry)(nil),           // 52: norsk.store.v1.SetNodeIdleExpiry
-	(*JobRecord)(nil),                   // 53: norsk.store.v1.JobRecord
-	(*NodeRecord)(nil),                  // 54: norsk.store.v1.NodeRecord
-	(*SnapshotHeader)(nil),              // 55: norsk.store.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),             // 56: norsk.store.v1.SnapshotTrailer
-	(*SnapshotRecord)(nil),              // 57: norsk.store.v1.SnapshotRecord
-	(*TokenRecord)(nil),                 // 58: norsk.store.v1.TokenRecord
-	(*AccessReplicaState)(nil),          // 59: norsk.store.v1.AccessReplicaState
-	(*AuditState)(nil),                  // 60: norsk.store.v1.AuditState
-	(*KvRecord)(nil),                    // 61: norsk.store.v1.KvRecord
-	(*KvNamespace)(nil),                 // 62: norsk.store.v1.KvNamespace
-	(*StoreMeta)(nil),                   // 63: norsk.store.v1.StoreMeta
-	nil,                                 // 64: norsk.store.v1.RegisterSlot.TagsEntry
-	nil,                                 // 65: norsk.store.v1.SetNodeTags.TagsEntry
-	(*timestamppb.Timestamp)(nil),       // 66: google.protobuf.Timestamp
-	(*v1.Bundle)(nil),                   // 67: norsk.manager.v1.Bundle
-	(*v1.ApiToken)(nil),                 // 68: norsk.manager.v1.ApiToken
-	(*v1.DiscoveryFleet)(nil),           // 69: norsk.manager.v1.DiscoveryFleet
-	(*v1.AccessReplicaPublication)(nil), // 70: norsk.manager.v1.AccessReplicaPublication
-	(*v1.KvWrite)(nil),                  // 71: norsk.manager.v1.KvWrite
-	(*v1.KvCommitOptions)(nil),          // 72: norsk.manager.v1.KvCommitOptions
-	(*v1.Job)(nil),                      // 73: norsk.manager.v1.Job
-	(*v1.StartJobOptions)(nil),          // 74: norsk.manager.v1.StartJobOptions
-	(*v1.MigrationReport)(nil),          // 75: norsk.manager.v1.MigrationReport
-	(*v1.MigrationState)(nil),           // 76: norsk.manager.v1.MigrationState
-	(*v1.InstanceReport)(nil),           // 77: norsk.manager.v1.InstanceReport
-	(*v1.WorkerNotice)(nil),             // 78: norsk.manager.v1.WorkerNotice
-	(*v1.Hardware)(nil),                 // 79: norsk.manager.v1.Hardware
-	(*v1.Capability)(nil),               // 80: norsk.manager.v1.Capability
-	(*v1.WorkerHello)(nil),              // 81: norsk.manager.v1.WorkerHello
-	(*v1.JobHistoryEntry)(nil),          // 82: norsk.manager.v1.JobHistoryEntry
-	(*v1.Node)(nil),                     // 83: norsk.manager.v1.Node
-	(*v1.Instance)(nil),                 // 84: norsk.manager.v1.Instance
-	(*v1.AuditLogEntry)(nil),            // 85: norsk.manager.v1.AuditLogEntry
-	(*v1.AuditCheckpoint)(nil),          // 86: norsk.manager.v1.AuditCheckpoint
-	(*v1.KvEntry)(nil),                  // 87: norsk.manager.v1.KvEntry
+	(*SetNodeInstance)(nil),             // 44: norsk.store.v1.SetNodeInstance
+	(*MemberRegister)(nil),              // 45: norsk.store.v1.MemberRegister
+	(*DeregisterSlot)(nil),              // 46: norsk.store.v1.DeregisterSlot
+	(*SetSlotPool)(nil),                 // 47: norsk.store.v1.SetSlotPool
+	(*NodeOnline)(nil),                  // 48: norsk.store.v1.NodeOnline
+	(*NodeLost)(nil),                    // 49: norsk.store.v1.NodeLost
+	(*TerminateNode)(nil),               // 50: norsk.store.v1.TerminateNode
+	(*NodeTerminated)(nil),              // 51: norsk.store.v1.NodeTerminated
+	(*SetNodeTags)(nil),                 // 52: norsk.store.v1.SetNodeTags
+	(*SetNodeIdleExpiry)(nil),           // 53: norsk.store.v1.SetNodeIdleExpiry
+	(*JobRecord)(nil),                   // 54: norsk.store.v1.JobRecord
+	(*NodeRecord)(nil),                  // 55: norsk.store.v1.NodeRecord
+	(*SnapshotHeader)(nil),              // 56: norsk.store.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),             // 57: norsk.store.v1.SnapshotTrailer
+	(*SnapshotRecord)(nil),              // 58: norsk.store.v1.SnapshotRecord
+	(*TokenRecord)(nil),                 // 59: norsk.store.v1.TokenRecord
+	(*AccessReplicaState)(nil),          // 60: norsk.store.v1.AccessReplicaState
+	(*AuditState)(nil),                  // 61: norsk.store.v1.AuditState
+	(*KvRecord)(nil),                    // 62: norsk.store.v1.KvRecord
+	(*KvNamespace)(nil),                 // 63: norsk.store.v1.KvNamespace
+	(*StoreMeta)(nil),                   // 64: norsk.store.v1.StoreMeta
+	nil,                                 // 65: norsk.store.v1.RegisterSlot.TagsEntry
+	nil,                                 // 66: norsk.store.v1.SetNodeTags.TagsEntry
+	(*timestamppb.Timestamp)(nil),       // 67: google.protobuf.Timestamp
+	(*v1.Bundle)(nil),                   // 68: norsk.manager.v1.Bundle
+	(*v1.ApiToken)(nil),                 // 69: norsk.manager.v1.ApiToken
+	(*v1.DiscoveryFleet)(nil),           // 70: norsk.manager.v1.DiscoveryFleet
+	(*v1.AccessReplicaPublication)(nil), // 71: norsk.manager.v1.AccessReplicaPublication
+	(*v1.KvWrite)(nil),                  // 72: norsk.manager.v1.KvWrite
+	(*v1.KvCommitOptions)(nil),          // 73: norsk.manager.v1.KvCommitOptions
+	(*v1.Job)(nil),                      // 74: norsk.manager.v1.Job
+	(*v1.StartJobOptions)(nil),          // 75: norsk.manager.v1.StartJobOptions
+	(*v1.MigrationReport)(nil),          // 76: norsk.manager.v1.MigrationReport
+	(*v1.MigrationState)(nil),           // 77: norsk.manager.v1.MigrationState
+	(*v1.InstanceReport)(nil),           // 78: norsk.manager.v1.InstanceReport
+	(*v1.WorkerNotice)(nil),             // 79: norsk.manager.v1.WorkerNotice
+	(*v1.Hardware)(nil),                 // 80: norsk.manager.v1.Hardware
+	(*v1.CloudInstance)(nil),            // 81: norsk.manager.v1.CloudInstance
+	(*v1.Capability)(nil),               // 82: norsk.manager.v1.Capability
+	(*v1.WorkerHello)(nil),              // 83: norsk.manager.v1.WorkerHello
+	(*v1.JobHistoryEntry)(nil),          // 84: norsk.manager.v1.JobHistoryEntry
+	(*v1.Node)(nil),                     // 85: norsk.manager.v1.Node
+	(*v1.Instance)(nil),                 // 86: norsk.manager.v1.Instance
+	(*v1.AuditLogEntry)(nil),            // 87: norsk.manager.v1.AuditLogEntry
+	(*v1.AuditCheckpoint)(nil),          // 88: norsk.manager.v1.AuditCheckpoint
+	(*v1.KvEntry)(nil),                  // 89: norsk.manager.v1.KvEntry
 }
 var file_norsk_store_v1_store_proto_depIdxs = []int32{
-	66,  // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
+	67,  // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
 	23,  // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
 	29,  // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
 	30,  // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
@@ -5295,15 +5396,15 @@ var file_norsk_store_v1_store_proto_depIdxs = []int32{
 	41,  // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
 	42,  // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
 	43,  // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
-	44,  // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
-	45,  // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
-	46,  // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
-	47,  // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
-	48,  // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
-	49,  // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
-	50,  // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
-	51,  // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
-	52,  // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
+	45,  // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
+	46,  // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
+	47,  // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
+	48,  // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
+	49,  // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
+	50,  // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
+	51,  // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
+	52,  // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
+	53,  // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
 	24,  // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
 	25,  // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
 	27,  // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
@@ -5331,64 +5432,67 @@ var file_norsk_store_v1_store_proto_depIdxs = []int32{
 	35,  // 45: norsk.store.v1.Command.put_migration:type_name -> norsk.store.v1.PutMigration
 	36,  // 46: norsk.store.v1.Command.forget_migrations:type_name -> norsk.store.v1.ForgetMigrations
 	37,  // 47: norsk.store.v1.Command.set_node_draining:type_name -> norsk.store.v1.SetNodeDraining
-	67,  // 48: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
-	67,  // 49: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
-	66,  // 50: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
-	66,  // 51: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
-	66,  // 52: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
-	10,  // 53: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
-	68,  // 54: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
-	69,  // 55: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	69,  // 56: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	70,  // 57: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	71,  // 58: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
-	72,  // 59: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
-	73,  // 60: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
-	73,  // 61: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
-	74,  // 62: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
-	32,  // 63: norsk.store.v1.BindInstances.binds:type_name -> norsk.store.v1.BindInstance
-	75,  // 64: norsk.store.v1.MigrationReports.reports:type_name -> norsk.manager.v1.MigrationReport
-	76,  // 65: norsk.store.v1.PutMigration.migration:type_name -> norsk.manager.v1.MigrationState
-	77,  // 66: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
-	78,  // 67: norsk.store.v1.InstanceReports.notices:type_name -> norsk.manager.v1.WorkerNotice
-	79,  // 68: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
-	64,  // 69: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
-	79,  // 70: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
-	80,  // 71: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
-	81,  // 72: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
-	65,  // 73: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
-	73,  // 74: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
-	82,  // 75: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	66,  // 76: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
-	66,  // 77: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
-	83,  // 78: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
-	55,  // 79: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
-	53,  // 80: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
-	84,  // 81: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
-	54,  // 82: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
-	56,  // 83: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
-	85,  // 84: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
-	60,  // 85: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
-	61,  // 86: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
-	62,  // 87: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
-	63,  // 88: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
-	58,  // 89: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
-	69,  // 90: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
-	59,  // 91: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
-	10,  // 92: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
-	11,  // 93: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
-	67,  // 94: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
-	9,   // 95: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
-	76,  // 96: norsk.store.v1.SnapshotRecord.migration:type_name -> norsk.manager.v1.MigrationState
-	68,  // 97: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
-	70,  // 98: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	86,  // 99: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
-	87,  // 100: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
-	101, // [101:101] is the sub-list for method output_type
-	101, // [101:101] is the sub-list for method input_type
-	101, // [101:101] is the sub-list for extension type_name
-	101, // [101:101] is the sub-list for extension extendee
-	0,   // [0:101] is the sub-list for field type_name
+	44,  // 48: norsk.store.v1.Command.set_node_instance:type_name -> norsk.store.v1.SetNodeInstance
+	68,  // 49: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	68,  // 50: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	67,  // 51: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
+	67,  // 52: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
+	67,  // 53: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
+	10,  // 54: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
+	69,  // 55: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
+	70,  // 56: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	70,  // 57: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	71,  // 58: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	72,  // 59: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
+	73,  // 60: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
+	74,  // 61: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
+	74,  // 62: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
+	75,  // 63: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
+	32,  // 64: norsk.store.v1.BindInstances.binds:type_name -> norsk.store.v1.BindInstance
+	76,  // 65: norsk.store.v1.MigrationReports.reports:type_name -> norsk.manager.v1.MigrationReport
+	77,  // 66: norsk.store.v1.PutMigration.migration:type_name -> norsk.manager.v1.MigrationState
+	78,  // 67: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
+	79,  // 68: norsk.store.v1.InstanceReports.notices:type_name -> norsk.manager.v1.WorkerNotice
+	80,  // 69: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
+	65,  // 70: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
+	81,  // 71: norsk.store.v1.RegisterSlot.cloud:type_name -> norsk.manager.v1.CloudInstance
+	81,  // 72: norsk.store.v1.SetNodeInstance.cloud:type_name -> norsk.manager.v1.CloudInstance
+	80,  // 73: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
+	82,  // 74: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
+	83,  // 75: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
+	66,  // 76: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
+	74,  // 77: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
+	84,  // 78: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	67,  // 79: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
+	67,  // 80: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
+	85,  // 81: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
+	56,  // 82: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
+	54,  // 83: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
+	86,  // 84: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
+	55,  // 85: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
+	57,  // 86: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
+	87,  // 87: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
+	61,  // 88: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
+	62,  // 89: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
+	63,  // 90: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
+	64,  // 91: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
+	59,  // 92: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
+	70,  // 93: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
+	60,  // 94: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
+	10,  // 95: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
+	11,  // 96: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
+	68,  // 97: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
+	9,   // 98: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
+	77,  // 99: norsk.store.v1.SnapshotRecord.migration:type_name -> norsk.manager.v1.MigrationState
+	69,  // 100: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
+	71,  // 101: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	88,  // 102: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
+	89,  // 103: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
+	104, // [104:104] is the sub-list for method output_type
+	104, // [104:104] is the sub-list for method input_type
+	104, // [104:104] is the sub-list for extension type_name
+	104, // [104:104] is the sub-list for extension extendee
+	0,   // [0:104] is the sub-list for field type_name
 }
 
 func init() { file_norsk_store_v1_store_proto_init() }
@@ -5443,8 +5547,9 @@ func file_norsk_store_v1_store_proto_init() {
 		(*Command_PutMigration)(nil),
 		(*Command_ForgetMigrations)(nil),
 		(*Command_SetNodeDraining)(nil),
+		(*Command_SetNodeInstance)(nil),
 	}
-	file_norsk_store_v1_store_proto_msgTypes[57].OneofWrappers = []any{
+	file_norsk_store_v1_store_proto_msgTypes[58].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Instance)(nil),
@@ -5470,7 +5575,7 @@ func file_norsk_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_store_v1_store_proto_rawDesc), len(file_norsk_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   66,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -89,6 +89,22 @@ const (
 	ManagerSetNodeIdleExpiryProcedure = "/norsk.manager.v1.Manager/SetNodeIdleExpiry"
 	// ManagerCreateMockNodeProcedure is the fully-qualified name of the Manager's CreateMockNode RPC.
 	ManagerCreateMockNodeProcedure = "/norsk.manager.v1.Manager/CreateMockNode"
+	// ManagerCreateAwsNodeProcedure is the fully-qualified name of the Manager's CreateAwsNode RPC.
+	ManagerCreateAwsNodeProcedure = "/norsk.manager.v1.Manager/CreateAwsNode"
+	// ManagerCreateOciNodeProcedure is the fully-qualified name of the Manager's CreateOciNode RPC.
+	ManagerCreateOciNodeProcedure = "/norsk.manager.v1.Manager/CreateOciNode"
+	// ManagerDescribeInstanceTypeProcedure is the fully-qualified name of the Manager's
+	// DescribeInstanceType RPC.
+	ManagerDescribeInstanceTypeProcedure = "/norsk.manager.v1.Manager/DescribeInstanceType"
+	// ManagerListInstanceTypesProcedure is the fully-qualified name of the Manager's ListInstanceTypes
+	// RPC.
+	ManagerListInstanceTypesProcedure = "/norsk.manager.v1.Manager/ListInstanceTypes"
+	// ManagerListWorkerSecurityGroupsProcedure is the fully-qualified name of the Manager's
+	// ListWorkerSecurityGroups RPC.
+	ManagerListWorkerSecurityGroupsProcedure = "/norsk.manager.v1.Manager/ListWorkerSecurityGroups"
+	// ManagerReloadExternalConfigProcedure is the fully-qualified name of the Manager's
+	// ReloadExternalConfig RPC.
+	ManagerReloadExternalConfigProcedure = "/norsk.manager.v1.Manager/ReloadExternalConfig"
 	// ManagerAppendAuditEntryProcedure is the fully-qualified name of the Manager's AppendAuditEntry
 	// RPC.
 	ManagerAppendAuditEntryProcedure = "/norsk.manager.v1.Manager/AppendAuditEntry"
@@ -249,6 +265,43 @@ type ManagerClient interface {
 	// is in use. UNAVAILABLE: the chosen host did not answer (the node is
 	// recorded terminated, CREATE_FAILED).
 	CreateMockNode(context.Context, *connect.Request[v1.CreateMockNodeRequest]) (*connect.Response[v1.CreateMockNodeResponse], error)
+	// CreateAwsNode launches an EC2 instance booting the worker image the
+	// overrides file names for the region, tagged with the cluster and node;
+	// its user data carries the node's one-shot registration token, every
+	// member's URL and the CA pin, so the worker registers and the node goes
+	// STARTING → ONLINE. Answers once the instance is launched. Idempotent
+	// across failover (the launch's ClientToken is derived from the node).
+	// FAILED_PRECONDITION: no aws provider, a region the Manager does not
+	// run, no worker image for the version. INVALID_ARGUMENT: a bad field, an
+	// instance type not offered in the region, an unknown security-group
+	// label. UNAVAILABLE: the instance-type cache is not warm yet, or the
+	// cloud refused (the node is recorded terminated with the cloud's
+	// message).
+	CreateAwsNode(context.Context, *connect.Request[v1.CreateAwsNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error)
+	// CreateOciNode launches an OCI instance, as CreateAwsNode does (the
+	// launch carries opc-retry-token).
+	CreateOciNode(context.Context, *connect.Request[v1.CreateOciNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error)
+	// DescribeInstanceType answers from the instance-type cache: vCPUs,
+	// memory, architectures and, with a region, whether the type is offered
+	// there; no instance_type when the provider does not know it.
+	// FAILED_PRECONDITION: a provider or region the Manager does not run.
+	// UNAVAILABLE: the cache is not warm yet.
+	DescribeInstanceType(context.Context, *connect.Request[v1.DescribeInstanceTypeRequest]) (*connect.Response[v1.DescribeInstanceTypeResponse], error)
+	// ListInstanceTypes: known is false, with an empty list, for a provider
+	// that cannot enumerate its types (aws, oci). Protocol 1.10.
+	ListInstanceTypes(context.Context, *connect.Request[v1.ListInstanceTypesRequest]) (*connect.Response[v1.ListInstanceTypesResponse], error)
+	// ListWorkerSecurityGroups: the region's security groups tagged
+	// id3as.Norsk.WorkerSecurityGroup = <label>, with their ingress rules,
+	// and the region's base worker groups (base = true; always attached,
+	// never selectable). FAILED_PRECONDITION: a region the Manager does not
+	// run.
+	ListWorkerSecurityGroups(context.Context, *connect.Request[v1.ListWorkerSecurityGroupsRequest]) (*connect.Response[v1.ListWorkerSecurityGroupsResponse], error)
+	// ReloadExternalConfig re-reads the overrides file (cloud regions and
+	// worker image version tables) on the member called and then on every
+	// other full member, each applying it to its running providers without a
+	// restart. INVALID_ARGUMENT: the called member's file does not parse or
+	// validate (the old one stays in force everywhere).
+	ReloadExternalConfig(context.Context, *connect.Request[v1.ReloadExternalConfigRequest]) (*connect.Response[v1.ReloadExternalConfigResponse], error)
 	// The audit log: durable, hash-chained; every mutating call appends an
 	// entry in the same commit as its change.
 	AppendAuditEntry(context.Context, *connect.Request[v1.AppendAuditEntryRequest]) (*connect.Response[v1.AppendAuditEntryResponse], error)
@@ -511,6 +564,42 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			httpClient,
 			baseURL+ManagerCreateMockNodeProcedure,
 			connect.WithSchema(managerMethods.ByName("CreateMockNode")),
+			connect.WithClientOptions(opts...),
+		),
+		createAwsNode: connect.NewClient[v1.CreateAwsNodeRequest, v1.CreateCloudNodeResponse](
+			httpClient,
+			baseURL+ManagerCreateAwsNodeProcedure,
+			connect.WithSchema(managerMethods.ByName("CreateAwsNode")),
+			connect.WithClientOptions(opts...),
+		),
+		createOciNode: connect.NewClient[v1.CreateOciNodeRequest, v1.CreateCloudNodeResponse](
+			httpClient,
+			baseURL+ManagerCreateOciNodeProcedure,
+			connect.WithSchema(managerMethods.ByName("CreateOciNode")),
+			connect.WithClientOptions(opts...),
+		),
+		describeInstanceType: connect.NewClient[v1.DescribeInstanceTypeRequest, v1.DescribeInstanceTypeResponse](
+			httpClient,
+			baseURL+ManagerDescribeInstanceTypeProcedure,
+			connect.WithSchema(managerMethods.ByName("DescribeInstanceType")),
+			connect.WithClientOptions(opts...),
+		),
+		listInstanceTypes: connect.NewClient[v1.ListInstanceTypesRequest, v1.ListInstanceTypesResponse](
+			httpClient,
+			baseURL+ManagerListInstanceTypesProcedure,
+			connect.WithSchema(managerMethods.ByName("ListInstanceTypes")),
+			connect.WithClientOptions(opts...),
+		),
+		listWorkerSecurityGroups: connect.NewClient[v1.ListWorkerSecurityGroupsRequest, v1.ListWorkerSecurityGroupsResponse](
+			httpClient,
+			baseURL+ManagerListWorkerSecurityGroupsProcedure,
+			connect.WithSchema(managerMethods.ByName("ListWorkerSecurityGroups")),
+			connect.WithClientOptions(opts...),
+		),
+		reloadExternalConfig: connect.NewClient[v1.ReloadExternalConfigRequest, v1.ReloadExternalConfigResponse](
+			httpClient,
+			baseURL+ManagerReloadExternalConfigProcedure,
+			connect.WithSchema(managerMethods.ByName("ReloadExternalConfig")),
 			connect.WithClientOptions(opts...),
 		),
 		appendAuditEntry: connect.NewClient[v1.AppendAuditEntryRequest, v1.AppendAuditEntryResponse](
@@ -830,6 +919,12 @@ type managerClient struct {
 	getNodeIdleExpiry           *connect.Client[v1.GetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
 	setNodeIdleExpiry           *connect.Client[v1.SetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
 	createMockNode              *connect.Client[v1.CreateMockNodeRequest, v1.CreateMockNodeResponse]
+	createAwsNode               *connect.Client[v1.CreateAwsNodeRequest, v1.CreateCloudNodeResponse]
+	createOciNode               *connect.Client[v1.CreateOciNodeRequest, v1.CreateCloudNodeResponse]
+	describeInstanceType        *connect.Client[v1.DescribeInstanceTypeRequest, v1.DescribeInstanceTypeResponse]
+	listInstanceTypes           *connect.Client[v1.ListInstanceTypesRequest, v1.ListInstanceTypesResponse]
+	listWorkerSecurityGroups    *connect.Client[v1.ListWorkerSecurityGroupsRequest, v1.ListWorkerSecurityGroupsResponse]
+	reloadExternalConfig        *connect.Client[v1.ReloadExternalConfigRequest, v1.ReloadExternalConfigResponse]
 	appendAuditEntry            *connect.Client[v1.AppendAuditEntryRequest, v1.AppendAuditEntryResponse]
 	getAuditLog                 *connect.Client[v1.GetAuditLogRequest, v1.GetAuditLogResponse]
 	pruneAuditLog               *connect.Client[v1.PruneAuditLogRequest, v1.PruneAuditLogResponse]
@@ -998,6 +1093,36 @@ func (c *managerClient) SetNodeIdleExpiry(ctx context.Context, req *connect.Requ
 // CreateMockNode calls norsk.manager.v1.Manager.CreateMockNode.
 func (c *managerClient) CreateMockNode(ctx context.Context, req *connect.Request[v1.CreateMockNodeRequest]) (*connect.Response[v1.CreateMockNodeResponse], error) {
 	return c.createMockNode.CallUnary(ctx, req)
+}
+
+// CreateAwsNode calls norsk.manager.v1.Manager.CreateAwsNode.
+func (c *managerClient) CreateAwsNode(ctx context.Context, req *connect.Request[v1.CreateAwsNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error) {
+	return c.createAwsNode.CallUnary(ctx, req)
+}
+
+// CreateOciNode calls norsk.manager.v1.Manager.CreateOciNode.
+func (c *managerClient) CreateOciNode(ctx context.Context, req *connect.Request[v1.CreateOciNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error) {
+	return c.createOciNode.CallUnary(ctx, req)
+}
+
+// DescribeInstanceType calls norsk.manager.v1.Manager.DescribeInstanceType.
+func (c *managerClient) DescribeInstanceType(ctx context.Context, req *connect.Request[v1.DescribeInstanceTypeRequest]) (*connect.Response[v1.DescribeInstanceTypeResponse], error) {
+	return c.describeInstanceType.CallUnary(ctx, req)
+}
+
+// ListInstanceTypes calls norsk.manager.v1.Manager.ListInstanceTypes.
+func (c *managerClient) ListInstanceTypes(ctx context.Context, req *connect.Request[v1.ListInstanceTypesRequest]) (*connect.Response[v1.ListInstanceTypesResponse], error) {
+	return c.listInstanceTypes.CallUnary(ctx, req)
+}
+
+// ListWorkerSecurityGroups calls norsk.manager.v1.Manager.ListWorkerSecurityGroups.
+func (c *managerClient) ListWorkerSecurityGroups(ctx context.Context, req *connect.Request[v1.ListWorkerSecurityGroupsRequest]) (*connect.Response[v1.ListWorkerSecurityGroupsResponse], error) {
+	return c.listWorkerSecurityGroups.CallUnary(ctx, req)
+}
+
+// ReloadExternalConfig calls norsk.manager.v1.Manager.ReloadExternalConfig.
+func (c *managerClient) ReloadExternalConfig(ctx context.Context, req *connect.Request[v1.ReloadExternalConfigRequest]) (*connect.Response[v1.ReloadExternalConfigResponse], error) {
+	return c.reloadExternalConfig.CallUnary(ctx, req)
 }
 
 // AppendAuditEntry calls norsk.manager.v1.Manager.AppendAuditEntry.
@@ -1285,6 +1410,43 @@ type ManagerHandler interface {
 	// is in use. UNAVAILABLE: the chosen host did not answer (the node is
 	// recorded terminated, CREATE_FAILED).
 	CreateMockNode(context.Context, *connect.Request[v1.CreateMockNodeRequest]) (*connect.Response[v1.CreateMockNodeResponse], error)
+	// CreateAwsNode launches an EC2 instance booting the worker image the
+	// overrides file names for the region, tagged with the cluster and node;
+	// its user data carries the node's one-shot registration token, every
+	// member's URL and the CA pin, so the worker registers and the node goes
+	// STARTING → ONLINE. Answers once the instance is launched. Idempotent
+	// across failover (the launch's ClientToken is derived from the node).
+	// FAILED_PRECONDITION: no aws provider, a region the Manager does not
+	// run, no worker image for the version. INVALID_ARGUMENT: a bad field, an
+	// instance type not offered in the region, an unknown security-group
+	// label. UNAVAILABLE: the instance-type cache is not warm yet, or the
+	// cloud refused (the node is recorded terminated with the cloud's
+	// message).
+	CreateAwsNode(context.Context, *connect.Request[v1.CreateAwsNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error)
+	// CreateOciNode launches an OCI instance, as CreateAwsNode does (the
+	// launch carries opc-retry-token).
+	CreateOciNode(context.Context, *connect.Request[v1.CreateOciNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error)
+	// DescribeInstanceType answers from the instance-type cache: vCPUs,
+	// memory, architectures and, with a region, whether the type is offered
+	// there; no instance_type when the provider does not know it.
+	// FAILED_PRECONDITION: a provider or region the Manager does not run.
+	// UNAVAILABLE: the cache is not warm yet.
+	DescribeInstanceType(context.Context, *connect.Request[v1.DescribeInstanceTypeRequest]) (*connect.Response[v1.DescribeInstanceTypeResponse], error)
+	// ListInstanceTypes: known is false, with an empty list, for a provider
+	// that cannot enumerate its types (aws, oci). Protocol 1.10.
+	ListInstanceTypes(context.Context, *connect.Request[v1.ListInstanceTypesRequest]) (*connect.Response[v1.ListInstanceTypesResponse], error)
+	// ListWorkerSecurityGroups: the region's security groups tagged
+	// id3as.Norsk.WorkerSecurityGroup = <label>, with their ingress rules,
+	// and the region's base worker groups (base = true; always attached,
+	// never selectable). FAILED_PRECONDITION: a region the Manager does not
+	// run.
+	ListWorkerSecurityGroups(context.Context, *connect.Request[v1.ListWorkerSecurityGroupsRequest]) (*connect.Response[v1.ListWorkerSecurityGroupsResponse], error)
+	// ReloadExternalConfig re-reads the overrides file (cloud regions and
+	// worker image version tables) on the member called and then on every
+	// other full member, each applying it to its running providers without a
+	// restart. INVALID_ARGUMENT: the called member's file does not parse or
+	// validate (the old one stays in force everywhere).
+	ReloadExternalConfig(context.Context, *connect.Request[v1.ReloadExternalConfigRequest]) (*connect.Response[v1.ReloadExternalConfigResponse], error)
 	// The audit log: durable, hash-chained; every mutating call appends an
 	// entry in the same commit as its change.
 	AppendAuditEntry(context.Context, *connect.Request[v1.AppendAuditEntryRequest]) (*connect.Response[v1.AppendAuditEntryResponse], error)
@@ -1543,6 +1705,42 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		ManagerCreateMockNodeProcedure,
 		svc.CreateMockNode,
 		connect.WithSchema(managerMethods.ByName("CreateMockNode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerCreateAwsNodeHandler := connect.NewUnaryHandler(
+		ManagerCreateAwsNodeProcedure,
+		svc.CreateAwsNode,
+		connect.WithSchema(managerMethods.ByName("CreateAwsNode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerCreateOciNodeHandler := connect.NewUnaryHandler(
+		ManagerCreateOciNodeProcedure,
+		svc.CreateOciNode,
+		connect.WithSchema(managerMethods.ByName("CreateOciNode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerDescribeInstanceTypeHandler := connect.NewUnaryHandler(
+		ManagerDescribeInstanceTypeProcedure,
+		svc.DescribeInstanceType,
+		connect.WithSchema(managerMethods.ByName("DescribeInstanceType")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerListInstanceTypesHandler := connect.NewUnaryHandler(
+		ManagerListInstanceTypesProcedure,
+		svc.ListInstanceTypes,
+		connect.WithSchema(managerMethods.ByName("ListInstanceTypes")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerListWorkerSecurityGroupsHandler := connect.NewUnaryHandler(
+		ManagerListWorkerSecurityGroupsProcedure,
+		svc.ListWorkerSecurityGroups,
+		connect.WithSchema(managerMethods.ByName("ListWorkerSecurityGroups")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerReloadExternalConfigHandler := connect.NewUnaryHandler(
+		ManagerReloadExternalConfigProcedure,
+		svc.ReloadExternalConfig,
+		connect.WithSchema(managerMethods.ByName("ReloadExternalConfig")),
 		connect.WithHandlerOptions(opts...),
 	)
 	managerAppendAuditEntryHandler := connect.NewUnaryHandler(
@@ -1883,6 +2081,18 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerSetNodeIdleExpiryHandler.ServeHTTP(w, r)
 		case ManagerCreateMockNodeProcedure:
 			managerCreateMockNodeHandler.ServeHTTP(w, r)
+		case ManagerCreateAwsNodeProcedure:
+			managerCreateAwsNodeHandler.ServeHTTP(w, r)
+		case ManagerCreateOciNodeProcedure:
+			managerCreateOciNodeHandler.ServeHTTP(w, r)
+		case ManagerDescribeInstanceTypeProcedure:
+			managerDescribeInstanceTypeHandler.ServeHTTP(w, r)
+		case ManagerListInstanceTypesProcedure:
+			managerListInstanceTypesHandler.ServeHTTP(w, r)
+		case ManagerListWorkerSecurityGroupsProcedure:
+			managerListWorkerSecurityGroupsHandler.ServeHTTP(w, r)
+		case ManagerReloadExternalConfigProcedure:
+			managerReloadExternalConfigHandler.ServeHTTP(w, r)
 		case ManagerAppendAuditEntryProcedure:
 			managerAppendAuditEntryHandler.ServeHTTP(w, r)
 		case ManagerGetAuditLogProcedure:
@@ -2082,6 +2292,30 @@ func (UnimplementedManagerHandler) SetNodeIdleExpiry(context.Context, *connect.R
 
 func (UnimplementedManagerHandler) CreateMockNode(context.Context, *connect.Request[v1.CreateMockNodeRequest]) (*connect.Response[v1.CreateMockNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.CreateMockNode is not implemented"))
+}
+
+func (UnimplementedManagerHandler) CreateAwsNode(context.Context, *connect.Request[v1.CreateAwsNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.CreateAwsNode is not implemented"))
+}
+
+func (UnimplementedManagerHandler) CreateOciNode(context.Context, *connect.Request[v1.CreateOciNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.CreateOciNode is not implemented"))
+}
+
+func (UnimplementedManagerHandler) DescribeInstanceType(context.Context, *connect.Request[v1.DescribeInstanceTypeRequest]) (*connect.Response[v1.DescribeInstanceTypeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.DescribeInstanceType is not implemented"))
+}
+
+func (UnimplementedManagerHandler) ListInstanceTypes(context.Context, *connect.Request[v1.ListInstanceTypesRequest]) (*connect.Response[v1.ListInstanceTypesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ListInstanceTypes is not implemented"))
+}
+
+func (UnimplementedManagerHandler) ListWorkerSecurityGroups(context.Context, *connect.Request[v1.ListWorkerSecurityGroupsRequest]) (*connect.Response[v1.ListWorkerSecurityGroupsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ListWorkerSecurityGroups is not implemented"))
+}
+
+func (UnimplementedManagerHandler) ReloadExternalConfig(context.Context, *connect.Request[v1.ReloadExternalConfigRequest]) (*connect.Response[v1.ReloadExternalConfigResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ReloadExternalConfig is not implemented"))
 }
 
 func (UnimplementedManagerHandler) AppendAuditEntry(context.Context, *connect.Request[v1.AppendAuditEntryRequest]) (*connect.Response[v1.AppendAuditEntryResponse], error) {

@@ -1,0 +1,65 @@
+package managercmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/norsk-go/norsk-manager/internal/buildinfo"
+	"github.com/norsk-go/norsk-manager/internal/providers"
+	"github.com/norsk-go/norsk-manager/internal/worker"
+)
+
+// newCloudInstanceCommand is the hidden command the local clouds of
+// `norsk-manager dev --clouds local` run each instance's worker with, as a
+// process of its own (without Docker): the worker boots from the
+// instance's user data, as a cloud image's worker does.
+func newCloudInstanceCommand() *cobra.Command {
+	var (
+		userData, dir, rt string
+		logs              logFlags
+	)
+	c := &cobra.Command{
+		Use:    "cloud-instance",
+		Short:  "The worker of a local cloud instance (started by dev --clouds local)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(os.Stderr)
+			if err != nil {
+				return err
+			}
+			b, err := os.ReadFile(userData)
+			if err != nil {
+				return fmt.Errorf("--user-data: %w", err)
+			}
+			ud, err := providers.DecodeUserData(b)
+			if err != nil {
+				return err
+			}
+			a, err := worker.New(worker.Config{
+				ManagerURL: strings.Join(ud.ManagerURLs, ","), Token: ud.Token, TLSCAHash: ud.CAHash,
+				DataDir: dir, Listen: "127.0.0.1:0", Runtime: rt, Version: buildinfo.Version,
+				Logger: log.With("node", ud.NodeID),
+			})
+			if err != nil {
+				return err
+			}
+			err = a.Run(cmd.Context())
+			if errors.Is(err, context.Canceled) || errors.Is(err, worker.ErrTerminated) || errors.Is(err, worker.ErrDeregistered) {
+				return nil
+			}
+			return err
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&userData, "user-data", "", "the instance's user data")
+	f.StringVar(&dir, "data-dir", "", "the instance's disk")
+	f.StringVar(&rt, "runtime", "process", "docker or process")
+	logs.register(c)
+	return c
+}
