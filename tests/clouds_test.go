@@ -391,7 +391,7 @@ func TestReloadExternalConfig(t *testing.T) {
 	}
 	reloads := 0
 	for _, e := range page.GetEntries() {
-		if e.GetKind() == "reloadExternalConfig" {
+		if e.GetKind() == "ReloadExternalConfig" && e.GetSource() == "manager" && e.GetCaller() != "" {
 			reloads++
 		}
 	}

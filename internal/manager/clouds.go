@@ -345,7 +345,7 @@ func (h *handler) ReloadExternalConfig(ctx context.Context, req *connect.Request
 		payload = payload[:4000] + "…"
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_AppendAudit{AppendAudit: &storev1.AppendAudit{
-		Source: "manager", Kind: "reloadExternalConfig", Payload: payload,
+		Source: state.AuditSourceManager, Kind: "ReloadExternalConfig", Payload: payload,
 	}}}); err != nil {
 		h.s.log.Warn("reloadExternalConfig: could not audit the reload", "err", err)
 	}

@@ -282,6 +282,18 @@ func TestAuditCallerRecorded(t *testing.T) {
 			t.Errorf("append from a caller with source %q: %v, want INVALID_ARGUMENT naming source", forged, err)
 		}
 	}
+	// The Manager's account of the call being made (ReloadExternalConfig
+	// audits itself so) carries its own source, but only under the kind
+	// of that very call: AppendAuditEntry cannot write a manager entry.
+	own := f.must(withCaller(cAppendAudit(state.AuditSourceManager, "ReloadExternalConfig", "overrides file"), "ReloadExternalConfig", "")).Value.(*managerv1.AuditLogEntry)
+	if own.GetSource() != state.AuditSourceManager || own.GetCaller() != "token:ops-alice/1f2e" {
+		t.Errorf("the Manager's account of a call = %v, want source manager with its caller", own)
+	}
+	for _, kind := range []string{"ReloadExternalConfig", "reloadExternalConfig", "AppendAuditEntry "} {
+		if res := f.apply(withCaller(cAppendAudit(state.AuditSourceManager, kind, "x"), "AppendAuditEntry", "audit")); res.Err == nil {
+			t.Errorf("a manager entry of kind %q from AppendAuditEntry was accepted", kind)
+		}
+	}
 	e := f.must(withCaller(cAppendAudit("external/norsk-mgr", "failover", `{"to":"b"}`), "AppendAuditEntry", "audit")).Value.(*managerv1.AuditLogEntry)
 	if e.GetSource() != "external/norsk-mgr" || e.GetCaller() != "token:ops-alice/1f2e" || e.GetCallerTokenId() != "1f2e" || e.GetHashVersion() != auditchain.VersionCaller ||
 		e.GetHash() != auditchain.HashWithCaller(e.GetPrevHash(), e.GetSeq(), e.GetTimestampMs(), e.GetSource(), e.GetKind(), e.GetPayload(), "token:ops-alice/1f2e", "1f2e") {

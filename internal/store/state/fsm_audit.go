@@ -203,14 +203,19 @@ func (t *tx) auditCall(stamp *storev1.AuditStamp) {
 	t.appendAuditBy(stamp, source, stamp.GetMethod(), string(b))
 }
 
-// appendAuditCmd appends a caller's own entry. A command that names its
-// caller (every one since callers are recorded) must carry a source under
-// AuditSourceExternal; older commands replay as they were written.
+// appendAuditCmd appends an entry a command carries whole. A command that
+// names its caller (every one since callers are recorded) is either that
+// caller's own entry, under a source below AuditSourceExternal, or the
+// Manager's account of the very call being made (source AuditSourceManager,
+// kind the call's method: ReloadExternalConfig audits itself this way), so
+// a caller's words can never pass for the Manager's. Older commands replay
+// as they were written.
 func (t *tx) appendAuditCmd(c *storev1.AppendAudit, stamp *storev1.AuditStamp) (*managerv1.AuditLogEntry, error) {
 	if err := ValidateAuditAppend(c.GetSource(), c.GetKind(), c.GetPayload()); err != nil {
 		return nil, err
 	}
-	if stamp.GetCaller() != "" && (!strings.HasPrefix(c.GetSource(), AuditSourceExternal) || len(c.GetSource()) == len(AuditSourceExternal)) {
+	managersOwn := c.GetSource() == AuditSourceManager && c.GetKind() == stamp.GetMethod()
+	if stamp.GetCaller() != "" && !managersOwn && (!strings.HasPrefix(c.GetSource(), AuditSourceExternal) || len(c.GetSource()) == len(AuditSourceExternal)) {
 		return nil, apierr.Invalid("source", "%s is not under %q: a caller's entry is stored under the Manager's external source", apierr.Quote(c.GetSource()), AuditSourceExternal)
 	}
 	return t.appendAuditBy(stamp, c.GetSource(), c.GetKind(), c.GetPayload()), nil
