@@ -2,44 +2,75 @@ package norsktest
 
 import (
 	"context"
-	"errors"
+	"strings"
 
 	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 )
 
-// The cloud providers' calls are not modelled by the fake yet: each answers
-// UNIMPLEMENTED, as a Manager without them would (the fake is to be rebuilt
-// against a contract suite).
-var errNoClouds = errors.New("norsktest: the fake models no cloud provider")
+// The fake is a Manager configured with no cloud provider and no overrides
+// file (config.yaml without providers.aws, providers.oci or
+// providers.overridesFile), which is how a Manager starts by default. Each
+// cloud call checks its request as the Manager does, then answers as such
+// a Manager answers: FAILED_PRECONDITION naming what is not configured.
 
-// CreateAwsNode implements the Manager service: UNIMPLEMENTED.
+func noProvider(provider string) error {
+	return errorf(connect.CodeFailedPrecondition, "this Manager runs no %s provider (configure providers.%s in config.yaml)", provider, provider)
+}
+
+func providerOr(p string) string {
+	if p == "" {
+		return "aws" // the seed's default
+	}
+	return p
+}
+
+// CreateAwsNode implements the Manager service: FAILED_PRECONDITION, no
+// aws provider is configured.
 func (s *Server) CreateAwsNode(context.Context, *connect.Request[managerv1.CreateAwsNodeRequest]) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errNoClouds)
+	return nil, noProvider("aws")
 }
 
-// CreateOciNode implements the Manager service: UNIMPLEMENTED.
-func (s *Server) CreateOciNode(context.Context, *connect.Request[managerv1.CreateOciNodeRequest]) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errNoClouds)
+// CreateOciNode implements the Manager service: the request's fields are
+// checked, then FAILED_PRECONDITION, no oci provider is configured.
+func (s *Server) CreateOciNode(_ context.Context, req *connect.Request[managerv1.CreateOciNodeRequest]) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
+	m := req.Msg
+	if m.GetAvailabilityDomain() == "" {
+		return nil, errorf(connect.CodeInvalidArgument, "availabilityDomain: is required")
+	}
+	if m.GetOcpus() < 0 || m.GetMemoryGbs() < 0 {
+		return nil, errorf(connect.CodeInvalidArgument, "ocpus: ocpus and memoryGbs must not be negative")
+	}
+	return nil, noProvider("oci")
 }
 
-// DescribeInstanceType implements the Manager service: UNIMPLEMENTED.
-func (s *Server) DescribeInstanceType(context.Context, *connect.Request[managerv1.DescribeInstanceTypeRequest]) (*connect.Response[managerv1.DescribeInstanceTypeResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errNoClouds)
+// DescribeInstanceType implements the Manager service: instanceType is
+// required, then FAILED_PRECONDITION, the provider is not run.
+func (s *Server) DescribeInstanceType(_ context.Context, req *connect.Request[managerv1.DescribeInstanceTypeRequest]) (*connect.Response[managerv1.DescribeInstanceTypeResponse], error) {
+	if strings.TrimSpace(req.Msg.GetInstanceType()) == "" {
+		return nil, errorf(connect.CodeInvalidArgument, "instanceType: is required")
+	}
+	return nil, errorf(connect.CodeFailedPrecondition, "provider not run: the Manager runs no %q provider (it runs none)", providerOr(req.Msg.GetProvider()))
 }
 
-// ListInstanceTypes implements the Manager service: UNIMPLEMENTED.
-func (s *Server) ListInstanceTypes(context.Context, *connect.Request[managerv1.ListInstanceTypesRequest]) (*connect.Response[managerv1.ListInstanceTypesResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errNoClouds)
+// ListInstanceTypes implements the Manager service: FAILED_PRECONDITION,
+// the provider is not run.
+func (s *Server) ListInstanceTypes(_ context.Context, req *connect.Request[managerv1.ListInstanceTypesRequest]) (*connect.Response[managerv1.ListInstanceTypesResponse], error) {
+	return nil, errorf(connect.CodeFailedPrecondition, "provider not run: the Manager runs no %q provider (it runs none)", providerOr(req.Msg.GetProvider()))
 }
 
-// ListWorkerSecurityGroups implements the Manager service: UNIMPLEMENTED.
-func (s *Server) ListWorkerSecurityGroups(context.Context, *connect.Request[managerv1.ListWorkerSecurityGroupsRequest]) (*connect.Response[managerv1.ListWorkerSecurityGroupsResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errNoClouds)
+// ListWorkerSecurityGroups implements the Manager service: region is
+// required, then FAILED_PRECONDITION, no aws provider is configured.
+func (s *Server) ListWorkerSecurityGroups(_ context.Context, req *connect.Request[managerv1.ListWorkerSecurityGroupsRequest]) (*connect.Response[managerv1.ListWorkerSecurityGroupsResponse], error) {
+	if req.Msg.GetRegion() == "" {
+		return nil, errorf(connect.CodeInvalidArgument, "region: is required")
+	}
+	return nil, errorf(connect.CodeFailedPrecondition, "this Manager runs no aws provider (worker security groups are EC2's)")
 }
 
-// ReloadExternalConfig implements the Manager service: UNIMPLEMENTED.
+// ReloadExternalConfig implements the Manager service:
+// FAILED_PRECONDITION, no overrides file is configured.
 func (s *Server) ReloadExternalConfig(context.Context, *connect.Request[managerv1.ReloadExternalConfigRequest]) (*connect.Response[managerv1.ReloadExternalConfigResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errNoClouds)
+	return nil, errorf(connect.CodeFailedPrecondition, "no overrides file is configured (providers.overridesFile in config.yaml)")
 }
