@@ -51,7 +51,10 @@ func Build(ctx context.Context, cli *client.Client, tag string, goPackage string
 		return fmt.Errorf("build image %s: engine runs %s containers, not linux", tag, ver.Os)
 	}
 	bin := filepath.Join(dir, binaryName)
-	gobuild := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, goPackage)
+	// No -trimpath: it keys the compile cache apart from every other build
+	// of the same packages, so an image of the Manager would compile its
+	// whole dependency tree (the cloud SDKs among it) a second time.
+	gobuild := exec.CommandContext(ctx, "go", "build", "-ldflags=-s -w", "-o", bin, goPackage)
 	gobuild.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if ver.Arch != "" {
 		gobuild.Env = append(gobuild.Env, "GOARCH="+ver.Arch)
