@@ -1,16 +1,24 @@
 package tests
 
 import (
+	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
+	"github.com/norsk-go/norsk-manager/internal/cloudsim"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/providers"
+	"github.com/norsk-go/norsk-manager/internal/runtime"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
 	"github.com/norsk-go/norsk-manager/internal/testcluster"
+	"github.com/norsk-go/norsk-manager/internal/testimage"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 
 	// The cloud providers testcluster's Clouds option points at its
@@ -488,4 +496,64 @@ func TestCloudCLI(t *testing.T) {
 	if out := n.ok("reload-config"); !strings.Contains(out, "no change") {
 		t.Errorf("reload-config:\n%s", out)
 	}
+}
+
+// An EC2 instance of the local endpoint boots its worker in a Docker
+// container of its own (cloudsim.Docker, what `dev --clouds local` uses
+// with a Docker engine): the worker reads its user data where cloud-init
+// keeps it, registers, runs a job as a sibling container, and
+// TerminateNode removes the instance's container and the job's.
+func TestCloudInstanceBootsItsWorkerInAContainer(t *testing.T) {
+	t.Parallel()
+	cli := testimage.EnsureImage(t, testProgImage, runtimetest.TestProgPackage)
+	testimage.EnsureImage(t, cloudsim.WorkerImage, cloudsim.WorkerPackage)
+	c := testcluster.New(t, testcluster.Options{Clouds: true,
+		CloudRunner: &cloudsim.Docker{Client: cli, Dir: filepath.Join(t.TempDir(), "machines")}})
+	cl, x := c.Client(), ctx(t)
+	c.Eventually("the instance-type cache to warm", func() bool {
+		it, err := cl.DescribeInstanceType(x, "c6i.large", norsk.InstanceTypeOptions{})
+		return err == nil && it != nil
+	})
+	n, err := cl.CreateAwsNode(x, norsk.AwsNode{Region: testcluster.AWSRegion, InstanceType: "c6i.large"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	instance := "norsk-cloudsim-" + n.GetInstanceId()
+	t.Cleanup(func() { _ = cli.ContainerRemove(context.Background(), instance, container.RemoveOptions{Force: true}) })
+	node := c.WaitNodeState(n.GetNodeId(), norsk.NodeStateOnline)
+	if node.GetProviderInstance() != n.GetInstanceId() {
+		t.Fatalf("node %v", node)
+	}
+	if info, err := cli.ContainerInspect(x, instance); err != nil || !info.State.Running {
+		t.Fatalf("the instance's container: %v, %v", info.State, err)
+	}
+
+	job := imageJob("on-ec2", runtimetest.Behaviour{})
+	if _, err := cl.CreateJob(x, job); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.StartJob(x, "on-ec2", "primary", n.GetNodeId(), norsk.StartJobOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitPhase("on-ec2", "primary", norsk.InstancePhaseRunning)
+	jobContainers := func() int {
+		cs, err := cli.ContainerList(x, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", runtime.LabelNode+"="+n.GetNodeId()))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(cs)
+	}
+	if jobContainers() != 1 {
+		t.Fatalf("%d job containers of node %s, want 1", jobContainers(), n.GetNodeId())
+	}
+
+	if err := cl.TerminateNode(x, n.GetNodeId()); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitNodeState(n.GetNodeId(), norsk.NodeStateTerminated)
+	c.Eventually("the instance's container gone", func() bool {
+		_, err := cli.ContainerInspect(x, instance)
+		return err != nil
+	})
+	c.Eventually("the job's container gone with its instance", func() bool { return jobContainers() == 0 })
 }

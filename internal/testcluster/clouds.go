@@ -72,8 +72,11 @@ func (c *Cluster) startClouds() {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	runner := &cloudsim.InProcess{Dir: filepath.Join(dir, "machines"), Logger: c.opts.Logger.With("process", "cloud"),
+	var runner cloudsim.Runner = &cloudsim.InProcess{Dir: filepath.Join(dir, "machines"), Logger: c.opts.Logger.With("process", "cloud"),
 		Worker: worker.Config{ReregisterAfter: 500 * time.Millisecond, RegisterRetry: 500 * time.Millisecond, Version: buildinfo.Version}}
+	if c.opts.CloudRunner != nil {
+		runner = c.opts.CloudRunner
+	}
 	e, err := ec2sim.Start(ec2sim.Options{
 		Regions: map[string]ec2sim.Region{AWSRegion: {
 			InstanceTypes: []string{"t3.micro", "c6i.large", "c6i.xlarge", "c6i.2xlarge", "c7g.xlarge"},

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/norsk-go/norsk-manager/internal/cloudsim"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -91,6 +92,9 @@ type Options struct {
 	// gives the Manager aws and oci providers pointed at them through their
 	// SDKs, with pools AWSPool and OCIPool. See clouds.go.
 	Clouds bool
+	// CloudRunner boots the clouds' instances (nil: an in-process worker
+	// on the process runtime; a *cloudsim.Docker boots each in a container).
+	CloudRunner cloudsim.Runner
 }
 
 // Cluster is a running in-process system.
