@@ -54,6 +54,7 @@ func waitReplica(c *testcluster.Cluster, w *testcluster.Worker, version uint64, 
 // accepted versions reach both workers, which keep the newest across
 // restarts and ignore older ones.
 func TestAccessReplica(t *testing.T) {
+	t.Parallel()
 	key, err := accessreplica.GenerateKey(jose.ES256, "norsk-mgr-1")
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,7 @@ func (c ctl) ok(args ...string) string {
 // and without preconditions, the audit entries they leave, a client-side
 // verification of the chain, and a snapshot saved and inspected.
 func TestAuditKvCLI(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{})
 	n := ctl{t: t, url: c.URL(), token: c.Token()}
 	dir := t.TempDir()

@@ -25,6 +25,7 @@ import (
 // can tell — is caught at boot (GetAuditLog says the chain did not verify,
 // naming the entry) and by `norsk-ctl audit verify`, which names it too.
 func TestAuditTamperCaughtAtBootAndByVerify(t *testing.T) {
+	t.Parallel()
 	quiet := slog.New(slog.DiscardHandler)
 	tok := manager.NewToken()
 	start := func(dir string) *manager.Server {

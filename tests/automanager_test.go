@@ -36,6 +36,7 @@ func running(c *testcluster.Cluster, jobID, role string) *norsk.Instance {
 // the primary's worker brings the primary back on another worker while
 // the backup keeps running, untouched.
 func TestBundleRecoversPrimaryOnWorkerLoss(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 3, LostGrace: time.Second})
 	cl, x := c.Client(), ctx(t)
 	id, err := cl.CreateBundle(x, resilientBundle(t, "news", runtimetest.Behaviour{}))
@@ -73,6 +74,7 @@ func TestBundleRecoversPrimaryOnWorkerLoss(t *testing.T) {
 // A job that keeps failing reaches the restart ceiling and is failed for
 // good: it stays failed, unplaced, across a Manager restart.
 func TestRestartCeilingFailsAndStaysFailed(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2})
 	c.Members[0].Extra = func(cfg *manager.Config) { cfg.RestartCeiling = 3 }
 	c.RestartManager()
@@ -104,6 +106,7 @@ func TestRestartCeilingFailsAndStaysFailed(t *testing.T) {
 // Killing the Manager while a bundle's deletion waits for its instances to
 // stop: the restarted Manager finishes the deletion.
 func TestBundleDeletionResumesAfterManagerKill(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateBundle(x, resilientBundle(t, "gone", runtimetest.Behaviour{})); err != nil {
@@ -130,6 +133,7 @@ func TestBundleDeletionResumesAfterManagerKill(t *testing.T) {
 // The Manager is killed right after a worker: the restarted Manager
 // recovers the lost worker's job.
 func TestRecoveryResumesAfterManagerKill(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2, LostGrace: time.Second})
 	cl, x := c.Client(), ctx(t)
 	b := resilientBundle(t, "solo", runtimetest.Behaviour{})
@@ -150,6 +154,7 @@ func TestRecoveryResumesAfterManagerKill(t *testing.T) {
 
 // A bundle that fits nowhere is explained node by node.
 func TestUnplaceableBundleExplained(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2})
 	cl, x := c.Client(), ctx(t)
 	b := resilientBundle(t, "huge", runtimetest.Behaviour{})
@@ -177,6 +182,7 @@ func TestUnplaceableBundleExplained(t *testing.T) {
 // Bad bundles are refused with INVALID_ARGUMENT naming the field, and
 // nothing is stored.
 func TestBundleBadInput(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	for name, tc := range map[string]struct {

@@ -22,6 +22,7 @@ import (
 // works on every member (issue 12, item 10: it was made after New had
 // returned, and never printed).
 func TestClusterFormationPrintsBootstrapToken(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts three norsk-manager processes")
 	}

@@ -15,6 +15,7 @@ import (
 // The primary stops while jobs run: the new primary re-establishes every
 // worker's stream and adopts every running instance. No job restarts.
 func TestClusterFailoverKeepsJobsRunning(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Members: 3, Workers: 2})
 	cl, x := c.Client(), ctx(t)
 	for i, w := range []string{"worker-1", "worker-2"} {
@@ -85,6 +86,7 @@ func TestClusterFailoverKeepsJobsRunning(t *testing.T) {
 // with its state. The others come back, find the newer generation, put
 // their copies aside and rejoin as followers; nothing acknowledged is lost.
 func TestClusterForceStandaloneAndRejoin(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Members: 3})
 	x := ctx(t)
 	tw := watchTerms(t, c)
@@ -142,6 +144,7 @@ func TestClusterForceStandaloneAndRejoin(t *testing.T) {
 // LeaveQuorum: the member discards its copy and catches up from the
 // cluster as a follower.
 func TestClusterLeaveQuorum(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Members: 3, Witnesses: 1})
 	x := ctx(t)
 	load := startWriteLoad(t, c, "leave")

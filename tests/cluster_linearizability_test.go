@@ -41,6 +41,7 @@ import (
 // a text dump) to a directory the log names; set NORSK_TEST_ARTIFACTS to
 // choose it.
 func TestClusterKVLinearizable(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a fault-injection run of several seconds")
 	}
@@ -561,6 +562,7 @@ func linzDump(t *testing.T, model porcupine.Model, ops []porcupine.Operation, fa
 // refuses a stale read, a wrong compare-and-set outcome and a revision
 // that does not grow.
 func TestClusterKVLinearizableModel(t *testing.T) {
+	t.Parallel()
 	inf := int64(math.MaxInt64)
 	put := func(v string) linzInput { return linzInput{Kind: linzPut, Key: "k", Value: v} }
 	get := linzInput{Kind: linzGet, Key: "k"}

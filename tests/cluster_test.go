@@ -12,6 +12,7 @@ import (
 // Three members and a witness form a cluster; writes sent to any full
 // member are committed by the primary and reach every member.
 func TestClusterFormsAndForwardsWrites(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Members: 3, Witnesses: 1})
 	tw := watchTerms(t, c)
 	load := startWriteLoad(t, c, "formation")
@@ -41,6 +42,7 @@ func TestClusterFormsAndForwardsWrites(t *testing.T) {
 // primary and keep committing; when the network heals the old primary
 // follows. No acknowledged write is lost and no term has two primaries.
 func TestClusterPartitionedPrimaryIsReplaced(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Members: 3, Witnesses: 1})
 	tw := watchTerms(t, c)
 	load := startWriteLoad(t, c, "partition")
@@ -65,6 +67,7 @@ func TestClusterPartitionedPrimaryIsReplaced(t *testing.T) {
 // Removing the primary hands its role to another full member first; the
 // cluster keeps committing without it.
 func TestClusterRemovePrimary(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Members: 3, Witnesses: 1})
 	tw := watchTerms(t, c)
 	load := startWriteLoad(t, c, "remove")
@@ -97,6 +100,7 @@ func TestClusterRemovePrimary(t *testing.T) {
 
 // A member is added and another removed while writes flow.
 func TestClusterAddAndRemoveUnderLoad(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Members: 3})
 	tw := watchTerms(t, c)
 	load := startWriteLoad(t, c, "membership")
@@ -142,6 +146,7 @@ func TestClusterAddAndRemoveUnderLoad(t *testing.T) {
 // Every full member answers ListNodes with the primary's live view: the
 // workers' streams are held by the primary, and a follower asks it.
 func TestClusterListNodesOnFollowers(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Members: 3, Workers: 1})
 	for _, m := range c.Members {
 		c.Eventually("worker-1 connected as seen through "+m.Name, func() bool {

@@ -13,6 +13,7 @@ import (
 // member's fresh announcement, in member-name order, at the hello and again
 // whenever the list changes (an announcement, one going stale).
 func TestWorkersAreToldEveryControlPlane(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Members: 3, Workers: 1})
 	x := ctx(t)
 	w := c.Worker("worker-1")

@@ -34,6 +34,7 @@ import (
 // workers per node took the node from each other and jobs restarted every
 // ~15 s without end.
 func TestDevKillScenarioWithRealProcesses(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts and kills real norsk-manager dev processes")
 	}

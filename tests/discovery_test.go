@@ -54,6 +54,7 @@ func wantCode(t *testing.T, what string, err, want error) {
 }
 
 func TestDiscoveryRefusals(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{})
 	m, cx := c.Client(), ctx(t)
 
@@ -215,6 +216,7 @@ func hasToken(w *testcluster.Worker, secret string, addrs ...string) bool {
 }
 
 func TestDiscoveryAccessReachesNodes(t *testing.T) {
+	t.Parallel()
 	logger, logs := recordingLogger()
 	c := testcluster.New(t, testcluster.Options{Workers: 2, Logger: logger})
 	m, cx := c.Client(), ctx(t)
@@ -405,6 +407,7 @@ func (r *replica) verify(token string) (phase string, err error) {
 // through stage, flip and finish; no token valid at that moment is refused,
 // and after finish a token minted from the old secret is.
 func TestDiscoveryRotationUnderLoad(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2})
 	m, cx := c.Client(), ctx(t)
 	const tier1 = "rotation-tier-secret-1-0123456789abcdef"

@@ -25,6 +25,7 @@ import (
 // (same process, no new history), and the old primary, restarted, rejoins
 // as a follower.
 func TestDockerClusterKillPrimary(t *testing.T) {
+	t.Parallel()
 	d := newDockerMembers(t, 3)
 	old := d.primary(30 * time.Second)
 	via := d.others(old)[0]
@@ -116,6 +117,7 @@ func TestDockerClusterKillPrimary(t *testing.T) {
 // new primary and keep committing; reconnected, the old primary steps
 // down and catches up. Never two primaries in one term.
 func TestDockerClusterPartitionPrimary(t *testing.T) {
+	t.Parallel()
 	d := newDockerMembers(t, 3)
 	old := d.primary(30 * time.Second)
 	rest := d.others(old)
@@ -161,6 +163,7 @@ func TestDockerClusterPartitionPrimary(t *testing.T) {
 // copies aside and rejoin it as followers; no primary is ever formed beside
 // it, and nothing acknowledged is lost.
 func TestDockerClusterForceStandalone(t *testing.T) {
+	t.Parallel()
 	d := newDockerMembers(t, 3)
 	d.primary(30 * time.Second)
 	survivor := d.member("m1")

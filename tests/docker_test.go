@@ -28,6 +28,7 @@ import (
 // runtime promises, its published port (the one the Manager reports) answers;
 // a stop removes the container and the history tells the story.
 func TestDockerJobRunsWithPortAndStops(t *testing.T) {
+	t.Parallel()
 	d := newDockerCluster(t, testcluster.Options{})
 	cl, x := d.Client(), ctx(t)
 	const id = "dk-port"
@@ -124,6 +125,7 @@ func TestDockerJobRunsWithPortAndStops(t *testing.T) {
 // A worker restart adopts its container: same container, same start time,
 // no new history entry while the worker was away (within the grace).
 func TestDockerWorkerRestartAdoptsContainer(t *testing.T) {
+	t.Parallel()
 	d := newDockerCluster(t, testcluster.Options{})
 	cl, x := d.Client(), ctx(t)
 	const id = "dk-adopt"
@@ -162,6 +164,7 @@ func TestDockerWorkerRestartAdoptsContainer(t *testing.T) {
 // A Manager killed and started again (in process, on its data) finds the
 // container still running and adopts it; the history is kept.
 func TestDockerManagerRestartAdoptsContainer(t *testing.T) {
+	t.Parallel()
 	d := newDockerCluster(t, testcluster.Options{})
 	cl, x := d.Client(), ctx(t)
 	const id = "dk-mgr"
@@ -206,6 +209,7 @@ func TestDockerManagerRestartAdoptsContainer(t *testing.T) {
 // (stopping(jobFailed), then stopped) with a reason naming the image; the
 // worker never pulls.
 func TestDockerMissingImageFailsWithoutPull(t *testing.T) {
+	t.Parallel()
 	d := newDockerCluster(t, testcluster.Options{})
 	cl, x := d.Client(), ctx(t)
 	const image = "norsk-missing:never"
@@ -254,6 +258,7 @@ func TestDockerMissingImageFailsWithoutPull(t *testing.T) {
 // The hello example, its image built from examples/hello and its job from
 // examples/jobs/hello.yaml, answers GET / naming the job.
 func TestDockerHelloExample(t *testing.T) {
+	t.Parallel()
 	const tag = "norsk-examples/hello:test"
 	testimage.EnsureImage(t, tag, "github.com/norsk-go/norsk-manager/examples/hello")
 	d := newDockerCluster(t, testcluster.Options{})
@@ -305,6 +310,7 @@ func TestDockerHelloExample(t *testing.T) {
 // the container at the bridge network's gateway); what arrives in about a
 // second is one continuous run: no gap, no duplicate.
 func TestDockerSampleMediaFrames(t *testing.T) {
+	t.Parallel()
 	const tag = "norsk-examples/sample-media:test"
 	testimage.EnsureImage(t, tag, "github.com/norsk-go/norsk-manager/examples/sample-media")
 	d := newDockerCluster(t, testcluster.Options{})
@@ -387,6 +393,7 @@ func TestDockerSampleMediaFrames(t *testing.T) {
 // and the IPv6 listener (v6-only) is not reachable at the worker's IPv4
 // address.
 func TestDockerEveryResolvedPortAnswers(t *testing.T) {
+	t.Parallel()
 	d := newDockerCluster(t, testcluster.Options{})
 	cl, x := d.Client(), ctx(t)
 	const id = "dk-ports"

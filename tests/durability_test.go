@@ -116,6 +116,7 @@ func (d *daemon) kill9(t *testing.T) {
 // Every CreateJob the API acknowledged survives kill -9 of the daemon in the
 // middle of a stream of writes from concurrent clients.
 func TestAcknowledgedWritesSurviveKill9(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts and kills real norsk-manager processes")
 	}

@@ -127,6 +127,7 @@ func consume(t *testing.T, c *testcluster.Cluster, s norsk.EventStreamSettings) 
 // the stream resumes by itself, and the consumer sees every history entry
 // of every job exactly once, with no resync.
 func TestEventStreamAcrossManagerRestart(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	stream, l := consume(t, c, norsk.EventStreamSettings{})
 	c.Eventually("the snapshot to arrive", func() bool { return len(l.initialDataComplete()) == 1 })
@@ -222,6 +223,7 @@ func TestEventStreamAcrossManagerRestart(t *testing.T) {
 // store restored since from an older backup) gets a resync snapshot of what
 // is there, then the live events that follow it.
 func TestEventStreamResyncAfterFutureIndex(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateJob(x, progJob(t, "ev-old", runtimetest.Behaviour{}, nil)); err != nil {

@@ -18,6 +18,7 @@ import (
 // started again under a new fencing token, completed, and refused a start
 // once completed. History is newest first throughout.
 func TestJobLifecycle(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	job := progJob(t, "news-1", runtimetest.Behaviour{Listen: 8080}, map[string]string{"channel": "news", "tier": "gold"})
@@ -116,6 +117,7 @@ func TestJobLifecycle(t *testing.T) {
 // deferStart creates the containers without starting them; the instance is
 // prepared until StartPreparedJob.
 func TestDeferStartThenStartPrepared(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateJob(x, progJob(t, "j", runtimetest.Behaviour{}, nil)); err != nil {
@@ -141,6 +143,7 @@ func TestDeferStartThenStartPrepared(t *testing.T) {
 // A worker restart adopts its running instance: same process, no new
 // history entry.
 func TestWorkerRestartAdoptsInstances(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateJob(x, progJob(t, "j", runtimetest.Behaviour{}, nil)); err != nil {
@@ -168,6 +171,7 @@ func TestWorkerRestartAdoptsInstances(t *testing.T) {
 
 // A Manager restart keeps jobs, history and running instances (adopted).
 func TestManagerRestartKeepsJobsAndInstances(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateJob(x, progJob(t, "j", runtimetest.Behaviour{}, nil)); err != nil {
@@ -198,6 +202,7 @@ func TestManagerRestartKeepsJobsAndInstances(t *testing.T) {
 // stopping(nodeStopped); when it returns with the instance still running,
 // the instance is adopted (running, adopted).
 func TestNodeLostAndRecovered(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1, LostGrace: 500 * time.Millisecond})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateJob(x, progJob(t, "j", runtimetest.Behaviour{}, nil)); err != nil {
@@ -236,6 +241,7 @@ func TestNodeLostAndRecovered(t *testing.T) {
 // binding elsewhere, and when the old node comes back the Manager stops its
 // copy — the job never runs twice.
 func TestFencingStopsSupersededInstance(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2, LostGrace: 500 * time.Millisecond})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateJob(x, progJob(t, "j", runtimetest.Behaviour{}, nil)); err != nil {
@@ -276,6 +282,7 @@ func TestFencingStopsSupersededInstance(t *testing.T) {
 // A service that keeps failing exhausts its restart policy; the instance
 // fails with the exit code in the reason.
 func TestRestartPolicyExhaustedFailsInstance(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	job := progJob(t, "crashy", runtimetest.Behaviour{ExitCode: 3, Run: 10 * time.Millisecond}, nil)
@@ -305,6 +312,7 @@ func TestRestartPolicyExhaustedFailsInstance(t *testing.T) {
 
 // Deleting a job stops its instances.
 func TestDeleteJobStopsInstances(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateJob(x, progJob(t, "j", runtimetest.Behaviour{}, nil)); err != nil {
@@ -327,6 +335,7 @@ func TestDeleteJobStopsInstances(t *testing.T) {
 // Deregistering a slot stops its jobs, closes the worker's stream and voids
 // its token; the worker stops.
 func TestDeregisterClusterNode(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateJob(x, progJob(t, "j", runtimetest.Behaviour{}, nil)); err != nil {
@@ -363,6 +372,7 @@ func TestDeregisterClusterNode(t *testing.T) {
 
 // TerminateNode stops every instance on the node and ends its worker.
 func TestTerminateNode(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateJob(x, progJob(t, "j", runtimetest.Behaviour{}, nil)); err != nil {
@@ -392,6 +402,7 @@ func TestTerminateNode(t *testing.T) {
 // Changing a slot's pool cycles the node's lifecycle events while its
 // instance keeps running.
 func TestSetClusterNodePoolKeepsInstance(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateJob(x, progJob(t, "j", runtimetest.Behaviour{}, nil)); err != nil {
@@ -438,6 +449,7 @@ func TestSetClusterNodePoolKeepsInstance(t *testing.T) {
 
 // Tags merge and persist; idle expiry override and effective value.
 func TestNodeTagsAndIdleExpiry(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.SetNodeTags(x, "worker-1", map[string]string{"rack": "r1", "zone": "a"}); err != nil {
@@ -475,6 +487,7 @@ func TestNodeTagsAndIdleExpiry(t *testing.T) {
 // one and one of a deregistered slot are all refused, whether presented in
 // the request or as the call's bearer.
 func TestRegistrationTokens(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	slots, err := cl.ListClusterNodes(x)

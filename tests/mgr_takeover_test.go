@@ -23,6 +23,7 @@ import (
 // once the member reports the killed one stale, and publishes; no version
 // of the role-store replica is published twice.
 func TestNorskMgrKill9HandsPublishingToAStandby(t *testing.T) {
+	t.Parallel()
 	key, jwks := mgr.TestSigningKey(t)
 	c := testcluster.New(t, testcluster.Options{Members: 3, AccessReplicaKeysFile: jwks})
 	cl, x := c.Client(), ctx(t)

@@ -132,6 +132,7 @@ func migrateSample(t *testing.T, strategy norsk.MigrationStrategy) (testcluster.
 // A handover moves the sample job between two workers with an unbroken
 // frame sequence: the target starts exactly where the source stopped.
 func TestHandoverKeepsEveryFrameOnce(t *testing.T) {
+	t.Parallel()
 	cut, st := migrateSample(t, norsk.StrategyHandover)
 	if cut.Missing != 0 || cut.Duplicates != 0 {
 		t.Fatalf("handover lost %d and duplicated %d frames: %s", cut.Missing, cut.Duplicates, cut.Report)
@@ -152,6 +153,7 @@ func TestHandoverKeepsEveryFrameOnce(t *testing.T) {
 // The other strategies move the job too; their cutover is measured, not
 // asserted (a stop-then-start has a gap, an overlap both on air).
 func TestOverlapAndStopThenStartMove(t *testing.T) {
+	t.Parallel()
 	for _, s := range []norsk.MigrationStrategy{norsk.StrategyOverlap, norsk.StrategyStopThenStart} {
 		t.Run(s.String(), func(t *testing.T) { migrateSample(t, s) })
 	}
@@ -159,6 +161,7 @@ func TestOverlapAndStopThenStartMove(t *testing.T) {
 
 // Bad requests are refused, saying why, and leave nothing behind.
 func TestMigrateRefusals(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2})
 	cl, x := c.Client(), ctx(t)
 	sink := testcluster.NewFrameSink(t)
@@ -215,6 +218,7 @@ func TestMigrateRefusals(t *testing.T) {
 // norsk-ctl node drain moves every job off a node, one line per job and
 // a summary, and the node takes no new work.
 func TestDrainMovesEveryJob(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2})
 	cl, x := c.Client(), ctx(t)
 	sink := testcluster.NewFrameSink(t)
@@ -275,6 +279,7 @@ func TestDrainMovesEveryJob(t *testing.T) {
 // applying by a long cutover lead, the handover completes after the
 // restart, and the stream still has every frame once.
 func TestMigrationSurvivesManagerRestart(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2, JobSocket: true})
 	cl, x := c.Client(), ctx(t)
 	sink := testcluster.NewFrameSink(t)

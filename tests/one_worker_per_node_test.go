@@ -32,6 +32,7 @@ import (
 // (naming the pid that holds the directory), so no two processes take a
 // node from each other in turns.
 func TestDevKillScenarioEveryJobRunsOnce(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 3, LostGrace: 30 * time.Second})
 	base := startBundles(t, c, "b1", "b2", "b3")
 
@@ -69,6 +70,7 @@ func TestDevKillScenarioEveryJobRunsOnce(t *testing.T) {
 // is never dialled, so the node and its instances stay with the first.
 // Once the first is gone, the second takes the node over.
 func TestSecondProcessOfANodeIsRefused(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2, LostGrace: 30 * time.Second})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateJob(x, progJob(t, "held", runtimetest.Behaviour{}, nil)); err != nil {
@@ -118,6 +120,7 @@ func TestSecondProcessOfANodeIsRefused(t *testing.T) {
 // live, so a follower passes the registration on and relays the refusal,
 // with the header the worker acts on.
 func TestSecondProcessOfANodeIsRefusedThroughAFollower(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Members: 3, Workers: 1, LostGrace: 30 * time.Second})
 	cl, x := c.Client(), ctx(t)
 	first := c.Worker("worker-1")

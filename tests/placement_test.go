@@ -15,6 +15,7 @@ import (
 // meets is explained node by node; one that fits names a worker; an
 // unknown job is NOT_FOUND.
 func TestExplainPlacement(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2})
 	cl, x := c.Client(), ctx(t)
 
@@ -59,6 +60,7 @@ func TestExplainPlacement(t *testing.T) {
 // The Manager's pools are ordered tiers: a pool's job goes to its cheapest
 // tier with room, and the explanation shows each node's tier.
 func TestExplainPlacementPoolTiers(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2})
 	c.Members[0].Extra = func(cfg *manager.Config) { cfg.Pools = map[string][]string{"live": {"cheap", "premium"}} }
 	c.RestartManager()

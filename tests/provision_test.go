@@ -16,6 +16,7 @@ import (
 // been idle for its idle expiry, the empty-node reaper terminates it and
 // its host is free again.
 func TestProvisionWhenNothingFitsAndReapWhenIdle(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{MockHosts: 2})
 	c.Members[0].Extra = func(cfg *manager.Config) { cfg.DefaultIdleExpiry = 500 * time.Millisecond }
 	c.RestartManager()

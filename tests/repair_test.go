@@ -18,6 +18,7 @@ import (
 // stopped, and the bundle's view and the target's placement say what was
 // done.
 func TestDegradedAntiAffinityRepairedWhenANodeJoins(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	if _, err := cl.CreateBundle(x, resilientBundle(t, "news", runtimetest.Behaviour{})); err != nil {

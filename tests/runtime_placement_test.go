@@ -57,6 +57,7 @@ func checkRunsNowhere(t *testing.T, c *testcluster.Cluster, bundleID, jobID, bec
 // after it, runs — so a pass has considered the first and left it alone
 // (no start, no failure, no restart towards the ceiling).
 func TestImageOnlyBundleOnProcessWorkersIsExplained(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 2})
 	cl, x := c.Client(), ctx(t)
 	for _, n := range []string{"worker-1", "worker-2"} {
@@ -81,6 +82,7 @@ func TestImageOnlyBundleOnProcessWorkersIsExplained(t *testing.T) {
 // node alone a command-only spec is placed nowhere and explained, where
 // it used to fail there to the restart ceiling.
 func TestPlacementFollowsTheRuntime(t *testing.T) {
+	t.Parallel()
 	c := newDockerCluster(t, testcluster.Options{Workers: 1})
 	cl, x := c.Client(), ctx(t)
 	if rt := c.Node(c.worker).GetRuntime(); rt != "docker" {

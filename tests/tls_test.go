@@ -32,6 +32,7 @@ import (
 // the Manager announces in its hello is its CA's, and it survives a
 // restart (the CA is made once, in <data-dir>/tls).
 func TestTLSManagerAPI(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{TLS: "on"})
 	x := ctx(t)
 	url := c.URL()
@@ -172,6 +173,7 @@ func colons(fp string) string {
 // A restarted worker gets a fresh certificate at its re-registration and
 // the Manager reconnects over mutual TLS.
 func TestTLSWorkerStream(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1, TLS: "on"})
 	cl, x := c.Client(), ctx(t)
 	w := c.Worker("worker-1")

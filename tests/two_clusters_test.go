@@ -29,6 +29,7 @@ import (
 // directory (the worker package's
 // TestClustersSharingARuntimeNeverTouchEachOther shares one).
 func TestTwoClustersWithOneNodeNameNeverRemoveEachOthersJobs(t *testing.T) {
+	t.Parallel()
 	for _, rt := range []string{"docker", "process"} {
 		t.Run(rt, func(t *testing.T) { testTwoClusters(t, rt) })
 	}

@@ -86,6 +86,7 @@ func starts(d Decision) map[string]string {
 }
 
 func TestFirstPlacementKeepsReplicasApart(t *testing.T) {
+	t.Parallel()
 	b := bundle("news", true)
 	v := View{Nodes: []*managerv1.Node{node("a"), node("b")}, Bundles: []*managerv1.Bundle{b}, Jobs: jobsOf(b)}
 	d := Plan(v, Policy{}, t0)
@@ -106,6 +107,7 @@ func TestFirstPlacementKeepsReplicasApart(t *testing.T) {
 }
 
 func TestForbidDegradesWhenOneNode(t *testing.T) {
+	t.Parallel()
 	b := bundle("news", true)
 	v := View{Nodes: []*managerv1.Node{node("a")}, Bundles: []*managerv1.Bundle{b}, Jobs: jobsOf(b)}
 	d := Plan(v, Policy{}, t0)
@@ -122,6 +124,7 @@ func TestForbidDegradesWhenOneNode(t *testing.T) {
 }
 
 func TestNodeLossRecoversElsewhereAtOnce(t *testing.T) {
+	t.Parallel()
 	b := bundle("news", true)
 	jobs := jobsOf(b)
 	p := running(jobs[0], "primary", "a", 5)
@@ -139,6 +142,7 @@ func TestNodeLossRecoversElsewhereAtOnce(t *testing.T) {
 }
 
 func TestHotSpareTakesRecoveryFirst(t *testing.T) {
+	t.Parallel()
 	b := bundle("news", false)
 	jobs := jobsOf(b)
 	p := running(jobs[0], "primary", "a", 5)
@@ -150,6 +154,7 @@ func TestHotSpareTakesRecoveryFirst(t *testing.T) {
 }
 
 func TestJobFailureBacksOffAndExcludesTheNode(t *testing.T) {
+	t.Parallel()
 	b := bundle("news", false)
 	jobs := jobsOf(b)
 	p := running(jobs[0], "primary", "a", 5)
@@ -166,6 +171,7 @@ func TestJobFailureBacksOffAndExcludesTheNode(t *testing.T) {
 }
 
 func TestRestartCeilingFailsTheJob(t *testing.T) {
+	t.Parallel()
 	b := bundle("news", false)
 	jobs := jobsOf(b)
 	for i := 0; i < 3; i++ {
@@ -193,6 +199,7 @@ func TestRestartCeilingFailsTheJob(t *testing.T) {
 }
 
 func TestLeaseProtectedWaitsForTheLease(t *testing.T) {
+	t.Parallel()
 	b := bundle("news", false)
 	b.Jobs[0].Job.LeaseProtected = true
 	jobs := jobsOf(b)
@@ -220,6 +227,7 @@ func TestLeaseProtectedWaitsForTheLease(t *testing.T) {
 }
 
 func TestBundleLifecycle(t *testing.T) {
+	t.Parallel()
 	b := bundle("news", false)
 	jobs := jobsOf(b)
 	in := running(jobs[0], "primary", "a", 5)
@@ -253,6 +261,7 @@ func TestBundleLifecycle(t *testing.T) {
 }
 
 func TestDormantAndUserStopped(t *testing.T) {
+	t.Parallel()
 	b := bundle("news", false)
 	b.Jobs[0].StartMode = "manual"
 	v := View{Nodes: []*managerv1.Node{node("a")}, Bundles: []*managerv1.Bundle{b}, Jobs: jobsOf(b)}
@@ -274,6 +283,7 @@ func TestDormantAndUserStopped(t *testing.T) {
 }
 
 func TestTemplateChangeRollsOneReplicaAtATime(t *testing.T) {
+	t.Parallel()
 	b := bundle("news", true)
 	jobs := jobsOf(b)
 	running(jobs[0], "primary", "a", 5)
@@ -319,6 +329,7 @@ func TestTemplateChangeRollsOneReplicaAtATime(t *testing.T) {
 // the price of the bundle's resilience: when every other node breaks
 // sameNode FORBID (the backup is there), the node it was lost on wins.
 func TestRecoveryPrefersResilienceOverAvoidingTheFailedNode(t *testing.T) {
+	t.Parallel()
 	b := bundle("news", true)
 	jobs := jobsOf(b)
 	old := running(jobs[0], "primary", "a", 5)

@@ -56,6 +56,7 @@ func imageOnly(b *managerv1.Bundle) *managerv1.Bundle {
 }
 
 func TestProvision(t *testing.T) {
+	t.Parallel()
 	elastic := Policy{
 		Placement: placement.Config{Pools: map[string][]string{"live": {"cheap", "burst"}}},
 		Elastic:   []ElasticTier{{Tier: "burst", Provider: "mock", VCPUs: 4}},
@@ -129,6 +130,7 @@ func TestProvision(t *testing.T) {
 
 // An online node with room wins over a starting one.
 func TestProvisionPrefersOnlineNodes(t *testing.T) {
+	t.Parallel()
 	p := Policy{Elastic: []ElasticTier{{Tier: "burst", Provider: "mock", VCPUs: 4}}}
 	b := bigBundle("x", "", 0.5)
 	v := View{Nodes: []*managerv1.Node{node("z"), starting("a", "burst", 2)}, Bundles: []*managerv1.Bundle{b}, Jobs: jobsOf(b)}
@@ -141,6 +143,7 @@ func TestProvisionPrefersOnlineNodes(t *testing.T) {
 // A cloud tier creates a node of its cheapest instance type that takes the
 // instance, and the summary says why the cheaper ones would not do.
 func TestProvisionCheapestTypeThatFits(t *testing.T) {
+	t.Parallel()
 	cloud := Policy{Elastic: []ElasticTier{{Tier: "burst", Provider: "aws", Types: []ElasticType{
 		{Name: "c6i.large", VCPUs: 2, Region: "eu-west-1", Fallbacks: []string{"c6i.xlarge", "c6i.2xlarge"}},
 		{Name: "c6i.xlarge", VCPUs: 4, Region: "eu-west-1", Fallbacks: []string{"c6i.2xlarge"}},
@@ -179,6 +182,7 @@ func TestProvisionCheapestTypeThatFits(t *testing.T) {
 // which holds the instance's capacity, and every cheaper one is rejected
 // with a reason.
 func TestChooseTypeProperty(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		vcpus := rapid.SliceOfN(rapid.Uint32Range(1, 64), 1, 6).Draw(t, "vcpus")
 		capacity := float64(rapid.IntRange(1, 80).Draw(t, "halfUnits")) / 4

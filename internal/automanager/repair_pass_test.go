@@ -122,6 +122,7 @@ func (h *repairHarness) stops() []string {
 // never stopped; once done the bundle is compliant and nothing more
 // moves.
 func TestPassRepairMakesBeforeBreaking(t *testing.T) {
+	t.Parallel()
 	h := newRepairHarness(t, Policy{})
 	h.pass()
 	migs := h.migrations()
@@ -190,6 +191,7 @@ func TestPassRepairMakesBeforeBreaking(t *testing.T) {
 // the next is not tried before the bundle's interval has passed on the
 // clock, and the pass says when that is.
 func TestPassRepairRetriesAfterTheInterval(t *testing.T) {
+	t.Parallel()
 	h := newRepairHarness(t, Policy{Repair: RepairPolicy{Interval: 2 * time.Minute}})
 	h.pass()
 	first := h.migrations()[0]
@@ -222,6 +224,7 @@ func TestPassRepairRetriesAfterTheInterval(t *testing.T) {
 // source's node (the room went to a peer meanwhile): it aborts rather
 // than move the backup for nothing.
 func TestRepairTargetMustStillImprove(t *testing.T) {
+	t.Parallel()
 	h := newRepairHarness(t, Policy{})
 	// The primary moved to b meanwhile: b is no better for the backup.
 	h.api.instance("news.channel.0", "primary", "b", phRunning)

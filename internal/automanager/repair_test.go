@@ -42,6 +42,7 @@ func repairRecord(id, job string, phase managerv1.MigrationPhase, started time.T
 // never the primary — is moved, by a migration (make-before-break), to
 // the node that complies, saying why.
 func TestRepairMovesTheBackupOffThePrimarysNode(t *testing.T) {
+	t.Parallel()
 	b, jobs := degradedPair("news")
 	v := View{Nodes: []*managerv1.Node{node("a"), node("b")}, Bundles: []*managerv1.Bundle{b}, Jobs: jobs}
 	d := Plan(v, Policy{}, t0)
@@ -71,6 +72,7 @@ func TestRepairMovesTheBackupOffThePrimarysNode(t *testing.T) {
 }
 
 func TestRepairWhenAndWhereItCan(t *testing.T) {
+	t.Parallel()
 	full := func(id string) *managerv1.Node { n := node(id); n.Hardware.Vcpus = 1; return n } // 0.5 units: full with one job
 	cases := []struct {
 		name  string
@@ -188,6 +190,7 @@ func TestRepairWhenAndWhereItCan(t *testing.T) {
 // they hold across a change of primary). A bundle held by its interval
 // says when it may go (NextAt).
 func TestRepairRateLimits(t *testing.T) {
+	t.Parallel()
 	twoDegraded := func() View {
 		b1, j1 := degradedPair("b1")
 		b2, j2 := degradedPair("b2")

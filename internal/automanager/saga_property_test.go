@@ -33,6 +33,7 @@ var handoverOnly = map[managerv1.MigrationPhase]bool{
 // skipped, a strategy's phases only, the point of no return is never
 // undone, and done or aborted is final.
 func TestSagaPhaseMachine(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(rt *rapid.T) {
 		h := newSagaHarness(t, Policy{})
 		strategy := rapid.SampledFrom([]managerv1.MigrationStrategy{stratStopThenStart, stratOverlap, stratHandover}).Draw(rt, "strategy")

@@ -158,6 +158,7 @@ func result(t *testing.T, ch <-chan migrateResult) migrateResult {
 
 // The three strategies, each from start to done.
 func TestSagaHappyPaths(t *testing.T) {
+	t.Parallel()
 	t.Run("stopThenStart", func(t *testing.T) {
 		h := newSagaHarness(t, Policy{})
 		r := result(t, h.migrate(MigrateOptions{TargetNodeID: "b"}))
@@ -247,6 +248,7 @@ func TestSagaHappyPaths(t *testing.T) {
 // Refusals that record nothing: the job must be a running, placed job not
 // already migrating, and the target not its node.
 func TestSagaRefusals(t *testing.T) {
+	t.Parallel()
 	h := newSagaHarness(t, Policy{})
 	for name, tc := range map[string]struct {
 		edit func()
@@ -297,6 +299,7 @@ func TestSagaRefusals(t *testing.T) {
 // answered the propose is unlocked by the abort, a stopThenStart source
 // (never asked anything) is not disturbed.
 func TestSagaPlacementFailure(t *testing.T) {
+	t.Parallel()
 	t.Run("stopThenStart pinned to a node that cannot take it", func(t *testing.T) {
 		h := newSagaHarness(t, Policy{})
 		h.api.nodes[1].Hardware.Vcpus = 0
@@ -336,6 +339,7 @@ func TestSagaPlacementFailure(t *testing.T) {
 // The source refuses the handover: the migration ends with nothing
 // placed, and the source is still told to unlock.
 func TestSagaProposeRefused(t *testing.T) {
+	t.Parallel()
 	h := newSagaHarness(t, Policy{})
 	ch := h.migrate(MigrateOptions{Strategy: stratHandover})
 	h.sync()
@@ -354,6 +358,7 @@ func TestSagaProposeRefused(t *testing.T) {
 
 // A refused target start aborts.
 func TestSagaDispatchFailure(t *testing.T) {
+	t.Parallel()
 	h := newSagaHarness(t, Policy{})
 	h.api.setFail("StartJob", errors.New("node b is lost"))
 	r := result(t, h.migrate(MigrateOptions{TargetNodeID: "b"}))
@@ -367,6 +372,7 @@ func TestSagaDispatchFailure(t *testing.T) {
 
 // Each phase's deadline, with the injected clock.
 func TestSagaDeadlines(t *testing.T) {
+	t.Parallel()
 	d := MigrationDeadlines{}
 	d.defaults()
 	for _, tc := range []struct {
@@ -427,6 +433,7 @@ func TestSagaDeadlines(t *testing.T) {
 // An abort before the point of no return rolls back; after it, it is
 // refused and the migration fails forward only on its own.
 func TestSagaCancel(t *testing.T) {
+	t.Parallel()
 	h := newSagaHarness(t, Policy{})
 	r := result(t, h.migrate(MigrateOptions{Strategy: stratOverlap, TargetNodeID: "b"}))
 	if r.err != nil {
@@ -464,6 +471,7 @@ func TestSagaCancel(t *testing.T) {
 // The target lost: before the point of no return a clean abort, after it
 // a fail-forward (the target stopped, the job left to recovery).
 func TestSagaTargetLost(t *testing.T) {
+	t.Parallel()
 	h := newSagaHarness(t, Policy{})
 	r := result(t, h.migrate(MigrateOptions{Strategy: stratOverlap, TargetNodeID: "b"}))
 	h.history("stopping", r.st.GetTargetRole(), "b", managerv1.StoppingReason_STOPPING_REASON_JOB_FAILED, "")
@@ -488,6 +496,7 @@ func TestSagaTargetLost(t *testing.T) {
 // The source lost: with the target running the migration completes into
 // it; without, it aborts (and recovery re-places the job).
 func TestSagaSourceLost(t *testing.T) {
+	t.Parallel()
 	h := newSagaHarness(t, Policy{})
 	ch := h.migrate(MigrateOptions{Strategy: stratHandover})
 	h.sync()
@@ -510,6 +519,7 @@ func TestSagaSourceLost(t *testing.T) {
 // Handshake events of another migration, and of a job with none, are
 // dropped; so are events in a phase they do not belong to.
 func TestSagaStaleEvents(t *testing.T) {
+	t.Parallel()
 	h := newSagaHarness(t, Policy{})
 	ch := h.migrate(MigrateOptions{Strategy: stratHandover})
 	h.sync()
@@ -530,6 +540,7 @@ func TestSagaStaleEvents(t *testing.T) {
 // A worker-reported abort: before the point of no return it rolls back;
 // past it, the target's fails forward and the source's is ignored.
 func TestSagaWorkerAbort(t *testing.T) {
+	t.Parallel()
 	h := newSagaHarness(t, Policy{})
 	r := result(t, h.migrate(MigrateOptions{Strategy: stratOverlap}))
 	h.event(&managerv1.Event{Kind: &managerv1.Event_MigrationAborted{MigrationAborted: &managerv1.MigrationEvent{
@@ -542,6 +553,7 @@ func TestSagaWorkerAbort(t *testing.T) {
 // A new AutoManager takes over a migration in flight from the store: its
 // deadline keeps the clock of the phase it is in, and it carries on.
 func TestSagaRebuild(t *testing.T) {
+	t.Parallel()
 	h := newSagaHarness(t, Policy{})
 	r := result(t, h.migrate(MigrateOptions{Strategy: stratOverlap, TargetNodeID: "b"}))
 	h.advance(time.Minute) // of launching's 2 minutes
@@ -578,6 +590,7 @@ func TestSagaRebuild(t *testing.T) {
 // aborted on the applying deadline). A notify that fails while the
 // AutoManager stops aborts nothing: the next one takes the migration over.
 func TestSagaTakeoverMidCutoverTellsAgain(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		phase managerv1.MigrationPhase
@@ -645,6 +658,7 @@ func TestSagaTakeoverMidCutoverTellsAgain(t *testing.T) {
 // A cutover notify that fails because the AutoManager itself is stopping
 // (its Manager closing) aborts nothing.
 func TestSagaCutoverCallFailingWhileStoppingAbortsNothing(t *testing.T) {
+	t.Parallel()
 	h := newSagaHarness(t, Policy{})
 	ch := h.migrate(MigrateOptions{Strategy: stratHandover})
 	h.sync()
@@ -670,6 +684,7 @@ func TestSagaCutoverCallFailingWhileStoppingAbortsNothing(t *testing.T) {
 // A cutover message whose worker is unreachable for a moment (its stream
 // down, as after a Manager restart) is told again, not given up on.
 func TestSagaCutoverToAnUnreachableWorkerIsToldAgain(t *testing.T) {
+	t.Parallel()
 	h := newSagaHarness(t, Policy{})
 	ch := h.migrate(MigrateOptions{Strategy: stratHandover})
 	h.sync()

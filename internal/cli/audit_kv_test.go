@@ -19,6 +19,7 @@ import (
 )
 
 func TestAuditKVUsageErrors(t *testing.T) {
+	t.Parallel()
 	f := &fixture{t: t} // no Manager: none of these may reach one
 	for _, tc := range []struct {
 		args []string
@@ -61,6 +62,7 @@ func TestAuditKVUsageErrors(t *testing.T) {
 }
 
 func TestPayloadSummary(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{`{"who":"peer:127.0.0.1:5000","method":"KvCommit","target":"kv/app","outcome":"ok","index":12}`, "who=peer:127.0.0.1:5000 method=KvCommit target=kv/app outcome=ok index=12"},
 		{`{"a":null,"b":true,"c":1.5}`, "a=null b=true c=1.5"},
@@ -84,6 +86,7 @@ func TestPayloadSummary(t *testing.T) {
 // TestAuditTableShowsCaller (issue 12, item 3): the CALLER column is the
 // caller the Manager recorded and hashed, never a name a payload claims.
 func TestAuditTableShowsCaller(t *testing.T) {
+	t.Parallel()
 	var b bytes.Buffer
 	auditTable(&b, &norsk.AuditLogPage{ChainVerifiedAtBoot: true, Entries: []*managerv1.AuditLogEntry{
 		{Seq: 3, Source: "external/norsk-mgr", Kind: "failover", Payload: `{"who":"manager"}`, Caller: "token:ops-alice/1f2e", CallerTokenId: "1f2e", HashVersion: 2},
@@ -104,6 +107,7 @@ func TestAuditTableShowsCaller(t *testing.T) {
 }
 
 func TestAuditCommands(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	out := f.ok("audit", "append", "--source", "deploy", "--kind", "release", "--payload", `{"version":"1.4.2"}`)
 	if !regexp.MustCompile(`^Appended audit entry 1 at 2025-03-01T11:57:00.000Z \(hash [0-9a-f]{12}…\)\n$`).MatchString(out) {
@@ -202,6 +206,7 @@ func TestAuditCommands(t *testing.T) {
 }
 
 func TestKVCommands(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	revOf := func(out string) string {
 		t.Helper()
@@ -331,6 +336,7 @@ writes:
 }
 
 func TestParseCommitFile(t *testing.T) {
+	t.Parallel()
 	writes, opts, err := parseCommitFile([]byte("setSchemaVersion: 4\nwrites:\n- {key: k, put: v, expectedRevision: 7}\n- {key: d, delete: true}\n"))
 	if err != nil || len(writes) != 2 || string(writes[0].Value) != "v" || *writes[0].ExpectedRevision != 7 || !writes[1].Delete || writes[1].ExpectedRevision != nil ||
 		opts.ExpectSchemaVersion != nil || *opts.SetSchemaVersion != 4 {
@@ -339,6 +345,7 @@ func TestParseCommitFile(t *testing.T) {
 }
 
 func TestStoreInfoCommand(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	out := f.ok("store", "info")
 	for _, want := range []string{"Data dir:", "/fake/norsktest", "Store state:", "schema version 2 (current)", "Restored:       no", "Migrated:       no", "No backups."} {
@@ -414,6 +421,7 @@ func testSnapshot(t *testing.T) []byte {
 }
 
 func TestSnapshotInspect(t *testing.T) {
+	t.Parallel()
 	f := &fixture{t: t} // inspect needs no Manager
 	data := testSnapshot(t)
 	good := writeFile(t, "good.snap", string(data))
@@ -452,6 +460,7 @@ func TestSnapshotInspect(t *testing.T) {
 }
 
 func TestSnapshotSave(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-1"})
 	f.ok("kv", "put", "app", "a", "1")
@@ -481,6 +490,17 @@ func TestSnapshotSave(t *testing.T) {
 		t.Errorf("save --force -o json = %+v (%v)", s, err)
 	}
 
+	// A missing directory is made (0700), as the README's
+	// `operator snapshot save /backups/manager.snap` needs.
+	nested := filepath.Join(t.TempDir(), "backups", "daily", "manager.snap")
+	f.ok("operator", "snapshot", "save", nested)
+	if fi, err := os.Stat(filepath.Dir(nested)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the made directory: %v, %v", fi, err)
+	}
+	if fi, err := os.Stat(nested); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the snapshot in a made directory: %v, %v", fi, err)
+	}
+
 	// A damaged stream is refused and leaves nothing behind.
 	data := testSnapshot(t)
 	data[bytes.Index(data, []byte("AAAA"))] = 'C'
@@ -500,6 +520,6 @@ func TestSnapshotSave(t *testing.T) {
 	if strings.Join(names, ",") != "manager.snap" {
 		t.Errorf("the directory holds %v; want the one snapshot and no partial files", names)
 	}
-	// Into a directory that does not exist.
-	f.fails(ExitError, "create the snapshot file", "operator", "snapshot", "save", filepath.Join(dir, "no", "such", "dir.snap"))
+	// Under a file, no directory can be made.
+	f.fails(ExitError, "create the snapshot's directory", "operator", "snapshot", "save", filepath.Join(file, "dir.snap"))
 }

@@ -40,6 +40,7 @@ func matches(t *testing.T, what, out string, patterns ...string) {
 }
 
 func TestBundleCommands(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-1", Hardware: &managerv1.Hardware{Vcpus: 16}})
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-2", Hardware: &managerv1.Hardware{Vcpus: 16}})
@@ -157,6 +158,7 @@ func TestBundleCommands(t *testing.T) {
 }
 
 func TestBundleUsageErrors(t *testing.T) {
+	t.Parallel()
 	f := &fixture{t: t} // no Manager: none of these may reach one
 	for _, tc := range []struct {
 		args []string
@@ -202,6 +204,7 @@ func readExampleBundle(t *testing.T, name string) *norsk.Bundle {
 // The example bundles parse and validate; the resilient ones run the demo
 // job of norsk-manager dev (per runtime).
 func TestExampleBundles(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ file, demo string }{
 		{"resilient.yaml", "hello-process"},
 		{"resilient-docker.yaml", "hello"},
@@ -245,6 +248,7 @@ func TestExampleBundles(t *testing.T) {
 // The sample media bundle parses and validates, one replica of the sample
 // job (what the README migrates).
 func TestExampleSampleMediaBundle(t *testing.T) {
+	t.Parallel()
 	b := readExampleBundle(t, "sample-media.yaml")
 	if b.GetResiliencePolicy() != nil || len(b.GetJobs()) != 1 || b.GetJobs()[0].GetJob().GetServices()[0].GetCommand()[0] != "./build/sample-media" {
 		t.Fatalf("sample-media.yaml = %v", b)
@@ -254,6 +258,7 @@ func TestExampleSampleMediaBundle(t *testing.T) {
 // bundle create of a spec no node's runtime can run is accepted and says
 // why its jobs run nowhere (issue 12 item 11).
 func TestBundleCreateExplainsRuntime(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-1", Runtime: "process", Hardware: &managerv1.Hardware{Vcpus: 4}})
 	spec := writeFile(t, "img.yaml", "bundleId: img\njobs: [{jobName: channel, job: {services: [{name: web, image: nginx}]}}]\n")

@@ -92,6 +92,7 @@ services:
 `
 
 func TestTranslateLegacyMode(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{"--mode=worker --token=t --manager-url=u", "worker --token=t --manager-url=u"},
 		{"--token=t --mode worker --manager-url=u", "worker --token=t --manager-url=u"},
@@ -108,6 +109,7 @@ func TestTranslateLegacyMode(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	f := &fixture{t: t} // no Manager: none of these may reach one
 	for _, tc := range []struct {
 		args []string
@@ -161,11 +163,13 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestUnreachableManager(t *testing.T) {
+	t.Parallel()
 	f := &fixture{t: t}
 	f.fails(ExitError, "UNAVAILABLE", "node", "list", "--timeout", "5s")
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	out := f.ok("version")
 	for _, want := range []string{"Client:", "protocol 1.0", "Daemon:", "norsktest", "Manager:", f.srv.URL} {
@@ -187,6 +191,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestJobCommands(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-1", NodeName: "worker-1", Address: "10.0.0.1:7000"})
 	spec := writeFile(t, "news.yaml", newsSpec)
@@ -344,6 +349,7 @@ func TestJobCommands(t *testing.T) {
 }
 
 func TestNodeCommands(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-1", NodeName: "worker-1", Address: "10.0.0.1:7000",
 		Hardware: &managerv1.Hardware{Vcpus: 16, MemoryBytes: 64 << 30, Architecture: managerv1.Architecture_ARCHITECTURE_X86_64},
@@ -382,6 +388,7 @@ func TestNodeCommands(t *testing.T) {
 }
 
 func TestSlotCommands(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	out := f.ok("slot", "register", "rack-1", "--pool", "gold")
 	m := regexp.MustCompile(`norsk-ctl worker --token (\S+) --manager-url (\S+)`).FindStringSubmatch(out)
@@ -470,6 +477,7 @@ func (f *fixture) runEvents(out io.Writer, args ...string) (stop func() int) {
 }
 
 func TestEventsCommand(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-1"})
 	f.ok("job", "create", "-f", writeFile(t, "j.yaml", "jobId: j1"))

@@ -11,6 +11,7 @@ import (
 )
 
 func TestClusterUsageErrors(t *testing.T) {
+	t.Parallel()
 	f := &fixture{t: t} // no Manager: none of these may reach one
 	for _, tc := range []struct {
 		args []string
@@ -34,6 +35,7 @@ func TestClusterUsageErrors(t *testing.T) {
 }
 
 func TestClusterMembershipCommands(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 
 	out := f.ok("cluster", "add", "mgr-2", "--by", "alice")
@@ -106,6 +108,7 @@ func TestClusterMembershipCommands(t *testing.T) {
 }
 
 func TestClusterRecoveryCommands(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.ok("cluster", "add", "mgr-2")
 	f.ok("cluster", "add", "mgr-3")
@@ -171,6 +174,7 @@ func TestClusterRecoveryCommands(t *testing.T) {
 }
 
 func TestClusterStatusControlPlane(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	// Announce through the SDK, as norsk-mgr does, ten minutes ago, every
 	// minute: stale by the fake's clock (three minutes before the CLI's).
@@ -197,6 +201,7 @@ func TestClusterStatusControlPlane(t *testing.T) {
 }
 
 func TestLinearizableFlag(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.ok("kv", "put", "app", "k", "v")
 	f.srv.SetQuorumLost(true)

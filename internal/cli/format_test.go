@@ -16,6 +16,7 @@ import (
 )
 
 func TestAgo(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		d    time.Duration
 		want string
@@ -38,6 +39,7 @@ func TestAgo(t *testing.T) {
 }
 
 func TestPorts(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		p    *norsk.PortMapping
 		want string
@@ -61,6 +63,7 @@ func TestPorts(t *testing.T) {
 }
 
 func TestEnumWordsAndSizes(t *testing.T) {
+	t.Parallel()
 	for e, want := range map[protoreflect.Enum]string{
 		norsk.RestartModeOnFailure:        "on-failure",
 		norsk.NodeStateOnline:             "online",
@@ -91,6 +94,7 @@ func TestEnumWordsAndSizes(t *testing.T) {
 
 // TestPrinters prints one result and one event in every format.
 func TestPrinters(t *testing.T) {
+	t.Parallel()
 	node := &norsk.Node{NodeId: "n1", State: norsk.NodeStateOnline}
 	list := []proto.Message{node, &norsk.Node{NodeId: "n2"}}
 	ev := &norsk.Event{Index: 7, Timestamp: timestamppb.New(now), Kind: &norsk.Event_NodeOnline{NodeOnline: &norsk.NodeEvent{Node: node, Reason: "registered"}}}

@@ -12,6 +12,7 @@ import (
 )
 
 func TestLeaseUsageErrors(t *testing.T) {
+	t.Parallel()
 	f := &fixture{t: t} // no Manager: none of these may reach one
 	for _, tc := range []struct {
 		args []string
@@ -31,6 +32,7 @@ func TestLeaseUsageErrors(t *testing.T) {
 }
 
 func TestLeaseCommands(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-1"})
 	m, err := norsk.Connect(t.Context(), norsk.Settings{URL: f.srv.URL})

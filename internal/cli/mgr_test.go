@@ -7,6 +7,7 @@ import (
 
 // norsk-ctl mgr user add|list|passwd|remove against the fake Manager's KV.
 func TestMgrUserCommands(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	if code, _, errOut := f.run("admin-pass-1\n", "mgr", "user", "add", "alice", "--role", "admin"); code != 0 {
 		t.Fatalf("add alice: %d %s", code, errOut)

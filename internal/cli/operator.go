@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"time"
 
-	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
 	"github.com/spf13/cobra"
+
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/atomicfile"
+	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
 )
 
 // newOperatorCommand is the operator group: tasks on the Manager's data as
@@ -196,25 +198,21 @@ then start the member again.`,
 			if err != nil {
 				return err
 			}
-			tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".partial-*")
+			// Like kubectl cp and etcdctl snapshot save, a missing directory
+			// is made (0700: a snapshot holds every secret of the store).
+			if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+				return fmt.Errorf("create the snapshot's directory: %w", err)
+			}
+			tmp, err := atomicfile.Create(file, 0o600)
 			if err != nil {
 				return fmt.Errorf("create the snapshot file: %w", err)
 			}
-			keep := false
-			defer func() {
-				if !keep {
-					_ = tmp.Close()
-					_ = os.Remove(tmp.Name())
-				}
-			}()
+			defer tmp.Abort()
 			ctx, cancel := context.WithTimeout(cmd.Context(), streamTimeout)
 			defer cancel()
 			n, err := m.SnapshotSave(ctx, tmp)
 			if err != nil {
 				return fmt.Errorf("save a snapshot: %w", err)
-			}
-			if err := tmp.Sync(); err != nil {
-				return fmt.Errorf("sync %s: %w", tmp.Name(), err)
 			}
 			if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 				return err
@@ -223,14 +221,9 @@ then start the member again.`,
 			if err != nil {
 				return fmt.Errorf("the Manager's snapshot does not verify (nothing was written to %s): %w", file, err)
 			}
-			if err := tmp.Close(); err != nil {
-				return fmt.Errorf("close %s: %w", tmp.Name(), err)
+			if err := tmp.Commit(); err != nil {
+				return fmt.Errorf("put the snapshot in place: %w", err)
 			}
-			if err := os.Rename(tmp.Name(), file); err != nil {
-				return fmt.Errorf("rename the snapshot into place: %w", err)
-			}
-			keep = true
-			syncDir(filepath.Dir(file))
 			s.size, s.Bytes = n, strconv.FormatInt(n, 10)
 			return g.printer().Print(result{data: s, table: func(w io.Writer) {
 				fmt.Fprintf(w, "Saved a snapshot at index %d (schema version %d, %d records) to %s: %d bytes\n", s.index, s.SchemaVersion, s.Records, file, n)
@@ -240,13 +233,4 @@ then start the member again.`,
 	cmd.Flags().BoolVar(&force, "force", false, "replace FILE if it exists")
 	cmd.Flags().DurationVar(&streamTimeout, "stream-timeout", 30*time.Minute, "how long the whole transfer may take")
 	return cmd
-}
-
-// syncDir makes a rename in dir durable (best effort: not every platform
-// can sync a directory).
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
 }

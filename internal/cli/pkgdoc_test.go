@@ -11,6 +11,7 @@ import (
 
 // TestPackageDocs: every package of the SDK and the CLI says what it is.
 func TestPackageDocs(t *testing.T) {
+	t.Parallel()
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		t.Skip("no source path")

@@ -13,6 +13,7 @@ import (
 
 // A repair migration says so in `migration show` and in `events`.
 func TestRepairMigrationShown(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	st := &norsk.MigrationState{MigrationId: "3f9c1e2a-1", SourceJobId: "news.channel.1", SourceRole: "backup", SourceNodeId: "w1",
 		TargetRole: "backup@3f9c1e2a", TargetNodeId: "w2", Strategy: norsk.StrategyOverlap, Phase: norsk.PhaseLaunching,

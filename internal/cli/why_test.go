@@ -10,6 +10,7 @@ import (
 // job why prints where the job would go and, per node, the rules that
 // refuse it.
 func TestJobWhy(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.srv.AddNode(&managerv1.Node{NodeId: "big", Hardware: &managerv1.Hardware{Vcpus: 8}})
 	f.srv.AddNode(&managerv1.Node{NodeId: "small", Hardware: &managerv1.Hardware{Vcpus: 2}})

@@ -77,6 +77,7 @@ func arStored(s *Server) *storev1.AccessReplicaState {
 }
 
 func TestPublishAccessReplica(t *testing.T) {
+	t.Parallel()
 	key, err := accessreplica.GenerateKey(jose.ES256, "mgr-1")
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +186,7 @@ func TestPublishAccessReplica(t *testing.T) {
 }
 
 func TestPublishAccessReplicaWithoutKeys(t *testing.T) {
+	t.Parallel()
 	key, _ := accessreplica.GenerateKey(jose.EdDSA, "k")
 	s, c := arStart(t, "")
 	_, err := arPublish(c, &managerv1.AccessReplicaPublication{SnapshotJws: arSign(accessreplica.SignSnapshot(key, 1, []byte(`{}`)))})
@@ -197,6 +199,7 @@ func TestPublishAccessReplicaWithoutKeys(t *testing.T) {
 }
 
 func TestAccessReplicaKeysFileRefused(t *testing.T) {
+	t.Parallel()
 	priv, _ := accessreplica.GenerateKey(jose.EdDSA, "k")
 	b, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{*priv}})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 // A token revoked while it holds an event stream is cut off: the stream
 // rechecks its credential before each batch of events.
 func TestRevokedTokenLosesItsEventStream(t *testing.T) {
+	t.Parallel()
 	s, admin := startServer(t, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

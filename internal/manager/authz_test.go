@@ -19,6 +19,7 @@ import (
 
 // Every RPC of the descriptor names who may call it; the table has them all.
 func TestAuthzTableCoversTheDescriptor(t *testing.T) {
+	t.Parallel()
 	table, err := buildAuthzTable()
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +72,7 @@ func call(t *testing.T, url, procedure string, streaming bool, bearer string) co
 // revoked one → UNAUTHENTICATED, and a token whose role lacks the
 // permission → PERMISSION_DENIED; a role that has it gets past the check.
 func TestEveryRPCIsAuthorised(t *testing.T) {
+	t.Parallel()
 	admin := NewToken()
 	s, err := New(context.Background(), Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1",
 		Logger: slog.New(slog.DiscardHandler), BootstrapToken: admin, BackupInterval: -1})
@@ -126,6 +128,7 @@ func TestEveryRPCIsAuthorised(t *testing.T) {
 
 // A read-only caller sees cluster slots without their registration tokens.
 func TestReadOnlyCallersDoNotSeeSlotTokens(t *testing.T) {
+	t.Parallel()
 	admin := NewToken()
 	s, err := New(context.Background(), Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1",
 		Logger: slog.New(slog.DiscardHandler), BootstrapToken: admin, BackupInterval: -1})
@@ -169,6 +172,7 @@ func TestReadOnlyCallersDoNotSeeSlotTokens(t *testing.T) {
 
 // A caller over its rate limit is told so.
 func TestRateLimit(t *testing.T) {
+	t.Parallel()
 	admin := NewToken()
 	s, err := New(context.Background(), Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1",
 		Logger: slog.New(slog.DiscardHandler), BootstrapToken: admin, BackupInterval: -1, RateLimit: 5})
@@ -196,6 +200,7 @@ func TestRateLimit(t *testing.T) {
 // worker to act on, apierr.RefusalHeader saying so; other refusals do not
 // carry it.
 func TestUnknownNodeSecretIsNamedForWorkers(t *testing.T) {
+	t.Parallel()
 	s, _ := startServer(t, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -21,8 +21,9 @@ import (
 
 // lockDataDir takes an exclusive, non-blocking lock on the data directory,
 // so a second Manager on the same directory is refused at once instead of
-// waiting (or corrupting). The lock lasts as long as the returned file.
-func lockDataDir(dir string) (*os.File, error) {
+// waiting (or corrupting). The lock lasts until the returned lock is
+// closed.
+func lockDataDir(dir string) (*dataDirLock, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("manager: lock data dir: %w", err)
@@ -31,7 +32,19 @@ func lockDataDir(dir string) (*os.File, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("manager: data dir %s is in use by another process (%v)", dir, err)
 	}
-	return f, nil
+	return &dataDirLock{f: f}, nil
+}
+
+// dataDirLock is a held lock on a data directory.
+type dataDirLock struct{ f *os.File }
+
+// Close releases the lock. It unlocks before closing: a process forked
+// meanwhile (another goroutine's exec, between its fork and its exec)
+// shares the open file, and a close alone would leave the lock held
+// until that child let go of it.
+func (l *dataDirLock) Close() error {
+	_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
+	return l.f.Close()
 }
 
 // openStandaloneStore opens a standalone member's store; when it cannot be
@@ -219,7 +232,7 @@ func RestoreOffline(ctx context.Context, cfg Config, path string) (*storev1.Snap
 	// An existing directory must not be in use; a new one is only made once
 	// the file is known to restore. Either way a file that will not restore
 	// leaves the directory as it was.
-	var lock *os.File
+	var lock *dataDirLock
 	if _, err := os.Stat(cfg.DataDir); err == nil {
 		if lock, err = lockDataDir(cfg.DataDir); err != nil {
 			return nil, err

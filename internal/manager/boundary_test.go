@@ -81,6 +81,7 @@ func bundleWith(band string, sameNode managerv1.AntiAffinity) *managerv1.Bundle 
 // quoting at most a short prefix; ForgetMigration of an unknown id is
 // NOT_FOUND; and nothing changes.
 func TestAPIRefusesValuesNothingCanUse(t *testing.T) {
+	t.Parallel()
 	s, c, _ := startWithToken(t, nil)
 	ctx := context.Background()
 	if _, err := c.RegisterClusterNode(ctx, connect.NewRequest(&managerv1.RegisterClusterNodeRequest{NodeName: "n1"})); err != nil {
@@ -249,6 +250,7 @@ func postJSON(t *testing.T, s *Server, token, procedure string, stream bool, bod
 // protocol, a strategy) is INVALID_ARGUMENT naming the field by its path,
 // and nothing is stored. The real names are taken.
 func TestConnectJSONRefusesUnknownFieldsAndEnumNames(t *testing.T) {
+	t.Parallel()
 	const clusterSecret = "a-cluster-secret-for-the-members-service"
 	s, c, tok := startWithToken(t, func(cfg *Config) { cfg.ClusterSecret = clusterSecret })
 	for _, svc := range servedServices {

@@ -32,6 +32,7 @@ func requestRoots() []protoreflect.MessageDescriptor {
 // some request carries (a renamed field does not silently lose its bound),
 // and no rule leaves a field unbounded by mistake.
 func TestRequestBoundsNameRealFields(t *testing.T) {
+	t.Parallel()
 	fields := map[protoreflect.FullName]protoreflect.FieldDescriptor{}
 	names := map[protoreflect.Name]bool{}
 	apibounds.Fields(func(f protoreflect.FieldDescriptor) {
@@ -154,6 +155,7 @@ const (
 // TestBoundsDocumented: docs/api.md's table of field bounds is the table
 // the Manager applies.
 func TestBoundsDocumented(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join("..", "..", "docs", "api.md")
 	doc, err := os.ReadFile(path)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 // (made by the boot code, in the InitCluster command), and keeps it across
 // restarts.
 func TestStoreBootMakesAClusterID(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s, _ := stStart(t, stConfig(dir, nil))
 	id := s.Store().State().Snapshot().ClusterID()
@@ -39,6 +40,7 @@ func TestStoreBootMakesAClusterID(t *testing.T) {
 // Issue 12, item 2: a store initialised before cluster ids gets one on the
 // primary's boot work, once: the next boot keeps it.
 func TestStoreBootGivesAStoreFromBeforeClusterIDsOne(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	old := state.New(state.Limits{})
 	var idx uint64

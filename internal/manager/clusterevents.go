@@ -3,6 +3,7 @@ package manager
 import (
 	"bufio"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 )
 
@@ -77,22 +79,16 @@ func openClusterEvents(dir string, clk clock.Clock, log *slog.Logger) *clusterEv
 // rewrite replaces the file with the events held (c.mu held or not yet
 // shared).
 func (e *clusterEvents) rewrite() {
-	tmp := e.path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return
-	}
-	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
-	for _, l := range e.events {
-		_ = enc.Encode(l)
-	}
-	if w.Flush() == nil && f.Sync() == nil && f.Close() == nil {
-		_ = os.Rename(tmp, e.path)
-		return
-	}
-	_ = f.Close()
-	_ = os.Remove(tmp)
+	_ = atomicfile.Write(e.path, 0o600, func(f io.Writer) error {
+		w := bufio.NewWriter(f)
+		enc := json.NewEncoder(w)
+		for _, l := range e.events {
+			if err := enc.Encode(l); err != nil {
+				return err
+			}
+		}
+		return w.Flush()
+	})
 }
 
 // record appends an event and logs it.

@@ -7,6 +7,7 @@ import (
 )
 
 func TestParseConfigFileCluster(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, yaml, err string
 	}{
@@ -51,6 +52,7 @@ raftHeartbeatTimeout: 300ms
 }
 
 func TestClusterConfigDefaults(t *testing.T) {
+	t.Parallel()
 	nodes := []ClusterNode{{Name: "m1", Raft: "m1:6792", API: "http://m1:6790"}, {Name: "m2", Raft: "m2:6792", API: "http://m2:6790"}}
 	for _, tc := range []struct {
 		name string
@@ -85,6 +87,7 @@ func TestClusterConfigDefaults(t *testing.T) {
 // pools: ordered tiers per pool, applied to Config; malformed ones are
 // refused naming the key.
 func TestParseConfigFilePools(t *testing.T) {
+	t.Parallel()
 	fc, err := ParseConfigFile([]byte("pools:\n  live: [cheap-a, cheap-b, premium]\n  gpu: [l4]\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +110,7 @@ func TestParseConfigFilePools(t *testing.T) {
 
 // The provider, migration, spread and liveness sections of config.yaml.
 func TestParseConfigFileAutoManager(t *testing.T) {
+	t.Parallel()
 	fc, err := ParseConfigFile([]byte(`
 lostGrace: 5s
 takeoverGrace: 1m
@@ -160,6 +164,7 @@ repair:
 
 // The request bounds of config.yaml (issue 12, item 8).
 func TestParseConfigFileRequestBounds(t *testing.T) {
+	t.Parallel()
 	fc, err := ParseConfigFile([]byte("requestBodyTimeout: 5s\nreadHeaderTimeout: 2s\nmaxUnauthenticatedPerSource: 4\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +177,7 @@ func TestParseConfigFileRequestBounds(t *testing.T) {
 }
 
 func TestParseConfigFileClouds(t *testing.T) {
+	t.Parallel()
 	const good = `
 providers:
   clusterId: prod-eu-1

@@ -15,6 +15,7 @@ import (
 // timeout: over HTTP/2 a write deadline left set would reset the idle
 // stream, so EventStream sets it for each write only.
 func TestEventStreamSurvivesQuietPeriod(t *testing.T) {
+	t.Parallel()
 	const writeTimeout = 500 * time.Millisecond
 	_, c := startServerWith(t, func(cfg *Config) { cfg.EventWriteTimeout = writeTimeout })
 	quiet := 4 * writeTimeout

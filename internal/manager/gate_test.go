@@ -115,6 +115,7 @@ func heapInUse() uint64 {
 // are served throughout. An authenticated upload that stalls is cut when
 // its body deadline passes.
 func TestUnauthenticatedRequestsSpendNoMemory(t *testing.T) {
+	t.Parallel()
 	s, c, tok := startWithToken(t, func(cfg *Config) { cfg.RequestBodyTimeout = 2 * time.Second })
 	ctx := context.Background()
 	serve := func() {
@@ -184,6 +185,7 @@ func TestUnauthenticatedRequestsSpendNoMemory(t *testing.T) {
 // unread, while the same source's authenticated calls are served; the slow
 // ones are cut by the body deadline and the source may call again.
 func TestUnauthenticatedWaitIsBoundedPerSource(t *testing.T) {
+	t.Parallel()
 	s, c, _ := startWithToken(t, func(cfg *Config) {
 		cfg.RequestBodyTimeout = 6 * time.Second
 		cfg.MaxUnauthenticatedPerSource = 4
@@ -224,6 +226,7 @@ func TestUnauthenticatedWaitIsBoundedPerSource(t *testing.T) {
 // and over HTTP/1.1 (Connect) — is not cut when its body deadline passes:
 // its request is in, and events keep arriving.
 func TestStreamsOutliveTheBodyDeadline(t *testing.T) {
+	t.Parallel()
 	s, c, tok := startWithToken(t, func(cfg *Config) { cfg.RequestBodyTimeout = 300 * time.Millisecond })
 	clients := map[string]managerv1connect.ManagerClient{
 		"grpc over HTTP/2":    managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(tok)),
@@ -258,6 +261,7 @@ func TestStreamsOutliveTheBodyDeadline(t *testing.T) {
 // TestGateSource: requests are counted per IPv4 address and per IPv6 /64
 // (one host commonly holds a whole /64).
 func TestGateSource(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ remote, want string }{
 		{"10.0.0.7:51234", "10.0.0.7/32"},
 		{"[2001:db8:1:2:aaaa::1]:443", "2001:db8:1:2::/64"},

@@ -19,6 +19,7 @@ import (
 // refreshed by the worker's heartbeats and not expired; resuming clears the
 // pause.
 func TestLeases(t *testing.T) {
+	t.Parallel()
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
 	cl, ctx := c.Client(), testcluster.Context(t)
 
@@ -108,6 +109,7 @@ func TestLeases(t *testing.T) {
 // TestLeaseTTLConfig: a lease TTL shorter than three heartbeat intervals is
 // refused at startup; config.yaml's leaseTTL is applied.
 func TestLeaseTTLConfig(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cfg := manager.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1", Logger: slog.New(slog.DiscardHandler),

@@ -49,6 +49,7 @@ func job(id string) *managerv1.Job {
 }
 
 func TestAPIRefusesBadInputAndChangesNothing(t *testing.T) {
+	t.Parallel()
 	s, c := startServer(t, t.TempDir())
 	ctx := context.Background()
 	if _, err := c.CreateJob(ctx, connect.NewRequest(&managerv1.CreateJobRequest{Job: job("a")})); err != nil {

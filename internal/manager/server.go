@@ -396,7 +396,7 @@ type Server struct {
 	ln      net.Listener
 	http    *http.Server
 	url     string
-	lock    *os.File
+	lock    *dataDirLock
 	boot    *managerv1.BootReport
 	audit   auditCheck
 	authz   *authorizer

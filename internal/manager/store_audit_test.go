@@ -33,6 +33,7 @@ type stAPIPayload struct {
 // refused call and an internal (unstamped) write leave none; the chain
 // verifies at the end.
 func TestStoreEveryMutatingRPCIsAudited(t *testing.T) {
+	t.Parallel()
 	// The fake clock keeps the node controller from ever declaring the
 	// test's worker (which does not exist) lost: no write but the test's.
 	clk := clock.NewFake(stT0)
@@ -266,6 +267,7 @@ func TestStoreEveryMutatingRPCIsAudited(t *testing.T) {
 // hashed; no entry of a real source appears, a filter on a real source
 // does not find it, and the chain verifies client-side.
 func TestAuditAppendCannotForgeTheManagersEntries(t *testing.T) {
+	t.Parallel()
 	s, admin := stStart(t, stConfig(t.TempDir(), clock.NewFake(stT0)))
 	ctx := stCtx(t)
 	for _, role := range []string{state.RoleOperator, state.RolePublisher} {

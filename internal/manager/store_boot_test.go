@@ -190,6 +190,7 @@ func stBootOrBug(t *testing.T, cfg manager.Config) (s *manager.Server, c manager
 // store cannot be read boots from its newest backup, moves the unreadable
 // store aside, and says so in GetStoreInfo.
 func TestStoreBootRestoresNewestBackupWhenUnreadable(t *testing.T) {
+	t.Parallel()
 	for _, corrupt := range stCorruptions {
 		t.Run(corrupt.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -261,6 +262,7 @@ func TestStoreBootRestoresNewestBackupWhenUnreadable(t *testing.T) {
 // TestStoreBootSkipsABackupThatDoesNotVerify: the newest backup is damaged,
 // so the boot restores the one before it.
 func TestStoreBootSkipsABackupThatDoesNotVerify(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	s, c, backup := stScheduledBackup(t, dir)
 	stCreateJobs(t, c, "a")
@@ -294,6 +296,7 @@ func TestStoreBootSkipsABackupThatDoesNotVerify(t *testing.T) {
 // TestStoreBootFailsWithoutBackup: an unreadable store and no backup: the
 // boot fails and says why; nothing is moved.
 func TestStoreBootFailsWithoutBackup(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		backups func(t *testing.T, dir string)
@@ -380,6 +383,7 @@ func stV1Snapshot(t *testing.T, path string) []string {
 // with a pre-upgrade backup taken before the migration, migrates to the
 // binary's version keeping the data, and says so.
 func TestStoreBootMigratesVersion1(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fixture := filepath.Join(t.TempDir(), "v1.nsnap")
 	jobs := stV1Snapshot(t, fixture)
@@ -486,6 +490,7 @@ func TestStoreBootMigratesVersion1(t *testing.T) {
 // TestStoreBootNewStoreIsCreatedAtCurrentVersion: a new data dir starts at
 // the binary's version with a store-created entry and no backup.
 func TestStoreBootNewStoreIsCreatedAtCurrentVersion(t *testing.T) {
+	t.Parallel()
 	_, c := stStart(t, stConfig(t.TempDir(), nil))
 	info := stStoreInfo(t, c)
 	if info.GetStores()[0].GetSchemaVersion() != state.SchemaVersion || info.GetBoot().GetMigrated() || len(info.GetBackups()) != 0 {
@@ -503,6 +508,7 @@ func TestStoreBootNewStoreIsCreatedAtCurrentVersion(t *testing.T) {
 // edited (a snapshot with one entry's payload changed and the file
 // re-sealed) boots, but reports the chain unverified, naming the entry.
 func TestStoreBootReportsTamperedAuditChain(t *testing.T) {
+	t.Parallel()
 	src := t.TempDir()
 	s, c := stStart(t, stConfig(src, nil))
 	stCreateJobs(t, c, "a", "b", "c")

@@ -23,6 +23,7 @@ import (
 // once space is back, writes and /healthz recover by themselves, with no
 // restart.
 func TestFullDiskIsReportedAndHealsByItself(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a small tmpfs (a filesystem that fills up)")
 	}

@@ -18,6 +18,7 @@ import (
 // concurrency must never let two writes succeed against the same revision,
 // and the counter must end equal to the number of successful writes.
 func TestStoreKvConcurrentReadModifyWrite(t *testing.T) {
+	t.Parallel()
 	const (
 		clients  = 16
 		attempts = 25

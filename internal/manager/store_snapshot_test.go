@@ -130,6 +130,7 @@ func (a stAnswers) diff(b stAnswers) string {
 // restored offline into a new data dir and booted, gives the same state,
 // and new writes carry on after it.
 func TestStoreSnapshotSaveRestoreOffline(t *testing.T) {
+	t.Parallel()
 	clk := clock.NewFake(stT0)
 	src := t.TempDir()
 	s, c := stStart(t, stConfig(src, clk))
@@ -212,6 +213,7 @@ func TestStoreSnapshotSaveRestoreOffline(t *testing.T) {
 // from a newer binary FAILED_PRECONDITION; the target data dir is left
 // exactly as it was.
 func TestStoreRestoreOfflineRefusesDamagedFiles(t *testing.T) {
+	t.Parallel()
 	clk := clock.NewFake(stT0)
 	dir := t.TempDir()
 	s, c := stStart(t, stConfig(dir, clk))
@@ -322,6 +324,7 @@ func stManagerBinary(t *testing.T) string {
 // TestStoreSnapshotRestoreCommand: `norsk-manager snapshot restore` as an
 // operator runs it.
 func TestStoreSnapshotRestoreCommand(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}

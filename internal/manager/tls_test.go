@@ -22,6 +22,7 @@ import (
 )
 
 func TestTLSModes(t *testing.T) {
+	t.Parallel()
 	loop := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 1}
 	public := &net.TCPAddr{IP: net.ParseIP("10.0.0.1"), Port: 1}
 	unspecified := &net.TCPAddr{IP: net.IPv4zero, Port: 1}
@@ -54,6 +55,7 @@ func TestTLSModes(t *testing.T) {
 }
 
 func TestSetupTLSFiles(t *testing.T) {
+	t.Parallel()
 	log := slog.New(slog.DiscardHandler)
 	addr := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 6790}
 	dir := t.TempDir()
@@ -164,6 +166,7 @@ func TestSetupTLSFiles(t *testing.T) {
 // serves TLS and records that the node's stream is TLS; a bad CSR is
 // INVALID_ARGUMENT and uses nothing up (the token still works).
 func TestRegisterSignsCSR(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tok := NewToken()

@@ -14,6 +14,7 @@ import (
 // A TTL too long to represent is refused, never wrapped into an expiry
 // in the past.
 func TestLongTokenTTLDoesNotExpireAtOnce(t *testing.T) {
+	t.Parallel()
 	_, admin := startServer(t, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

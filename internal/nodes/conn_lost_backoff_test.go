@@ -30,6 +30,7 @@ func (s *failLostStore) Apply(ctx context.Context, cmd *storev1.Command) (state.
 // connection retries with its backoff (starting at 250 ms, doubling) rather
 // than at once, even though its worker refuses every dial immediately.
 func TestNodeLostRetryBacksOff(t *testing.T) {
+	t.Parallel()
 	// An address that refuses connections.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

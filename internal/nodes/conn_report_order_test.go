@@ -18,6 +18,7 @@ import (
 // reason), not "not found on the worker when it reconnected" (NODE_STOPPED).
 // Repeated, as the report and the end arrive together.
 func TestReportJustBeforeStreamEndIsRecorded(t *testing.T) {
+	t.Parallel()
 	const rounds = 40
 	lost := 0
 	for i := 0; i < rounds; i++ {

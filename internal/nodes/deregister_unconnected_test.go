@@ -13,6 +13,7 @@ import (
 // it completes without a worker (the slot is removed, and its name is free
 // to register again), and terminating it records the node terminated.
 func TestDeregisterSlotWithoutWorkerCompletes(t *testing.T) {
+	t.Parallel()
 	st := newMemStore()
 	st.must(t, &storev1.Command{Cmd: &storev1.Command_RegisterSlot{RegisterSlot: &storev1.RegisterSlot{NodeId: "spare", NodeName: "spare", Token: "tok-spare"}}})
 	st.must(t, &storev1.Command{Cmd: &storev1.Command_RegisterSlot{RegisterSlot: &storev1.RegisterSlot{NodeId: "idle", NodeName: "idle", Token: "tok-idle"}}})

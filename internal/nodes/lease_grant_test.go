@@ -21,6 +21,7 @@ func heartbeatMsg(sentMonoMs uint64) *managerv1.WorkerMessage {
 // lease-protected instance waits for the worker's first heartbeat on the
 // stream, so that it reaches the worker after a grant.
 func TestHeartbeatIsAnsweredWithALeaseGrant(t *testing.T) {
+	t.Parallel()
 	st := newMemStore()
 	type got struct {
 		grant *managerv1.LeaseGrant

@@ -50,6 +50,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/pkg/certpin"
 )
 
@@ -568,35 +569,13 @@ func publicKeysEqual(a, b crypto.PublicKey) bool {
 // PublicKeysEqual reports whether two public keys are the same.
 func PublicKeysEqual(a, b crypto.PublicKey) bool { return publicKeysEqual(a, b) }
 
-// writeFile writes data atomically (temp file, fsync, rename) with mode.
+// writeFile writes data atomically with mode, making its directory.
 func writeFile(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("pki: %w", err)
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
+	if err := atomicfile.WriteFile(path, data, mode); err != nil {
+		return fmt.Errorf("pki: %w", err)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
 )
@@ -79,28 +80,14 @@ func WriteSnapshotFile(path string, r *state.Read) (int64, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, err
 	}
-	f, err := os.CreateTemp(dir, ".tmp-*")
+	var n int64
+	err := atomicfile.Write(path, 0o600, func(w io.Writer) error {
+		var err error
+		n, err = r.WriteTo(w)
+		return err
+	})
 	if err != nil {
-		return 0, err
-	}
-	tmp := f.Name()
-	n, err := r.WriteTo(f)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return 0, fmt.Errorf("write snapshot %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
+		return 0, fmt.Errorf("write snapshot: %w", err)
 	}
 	return n, nil
 }

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/pkg/accessreplica"
 )
 
@@ -153,7 +154,7 @@ func (a *Agent) onAccessReplica(sess *session, seq uint64, upd *managerv1.Access
 	}
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err == nil {
-		err = writeFileAtomic(filepath.Join(a.cfg.DataDir, accessReplicaFile), append(b, '\n'))
+		err = atomicfile.WriteFile(filepath.Join(a.cfg.DataDir, accessReplicaFile), append(b, '\n'), 0o600)
 	}
 	if err != nil {
 		log.Error("cannot keep the access replica", "err", err)

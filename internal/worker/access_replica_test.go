@@ -28,6 +28,7 @@ func signed(s string, err error) string {
 }
 
 func TestAccessReplicaKept(t *testing.T) {
+	t.Parallel()
 	key, _ := accessreplica.GenerateKey(jose.EdDSA, "k1")
 	other, _ := accessreplica.GenerateKey(jose.EdDSA, "k1")
 	doc, err := accessreplica.PublicJWKS(key)

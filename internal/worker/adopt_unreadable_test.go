@@ -15,6 +15,7 @@ import (
 // rolled-back upgrade) leaves that instance's running services alone rather
 // than stopping them as orphans.
 func TestUnreadableRecordDoesNotKillTheInstance(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -70,6 +71,7 @@ func TestUnreadableRecordDoesNotKillTheInstance(t *testing.T) {
 // (kept, outside the records), and protects nothing: services no record
 // names are still stopped as orphans.
 func TestUnreadableRecordOfNothingIsPutAside(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/pkg/discovery"
 )
 
@@ -107,7 +108,7 @@ func (a *Agent) onDiscoveryAccess(sess *session, seq uint64, acc *managerv1.Disc
 	}
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err == nil {
-		err = writeFileAtomic(filepath.Join(a.cfg.DataDir, discoveryFile), append(b, '\n'))
+		err = atomicfile.WriteFile(filepath.Join(a.cfg.DataDir, discoveryFile), append(b, '\n'), 0o600)
 	}
 	if err != nil {
 		a.logger().Error("cannot keep the discovery access", "err", err)

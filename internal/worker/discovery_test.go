@@ -17,6 +17,7 @@ func accessMsg(acc *managerv1.DiscoveryAccess) *managerv1.ControllerMessage {
 }
 
 func TestDiscoveryAccessKept(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	if acc := a.DiscoveryAccess(); acc != nil {

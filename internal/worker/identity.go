@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 )
 
 // identityFile is the name of the identity file in DataDir.
@@ -55,7 +57,7 @@ func saveIdentity(dataDir string, id *Identity) error {
 	if err != nil {
 		return fmt.Errorf("encode identity: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(dataDir, identityFile), append(b, '\n'))
+	return atomicfile.WriteFile(filepath.Join(dataDir, identityFile), append(b, '\n'), 0o600)
 }
 
 // deleteIdentity forgets the identity; a missing one is not an error.
@@ -64,51 +66,7 @@ func deleteIdentity(dataDir string) error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete identity: %w", err)
 	}
-	return syncDir(dataDir)
-}
-
-// writeFileAtomic writes data to path with mode 0600: a temp file in the same
-// directory, fsync, rename over the old file, fsync of the directory.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op once renamed
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: fsync: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return syncDir(dir)
-}
-
-// syncDir fsyncs a directory so that a rename or removal in it is durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.SyncDir(dataDir)
 }
 
 // HasIdentity reports whether dataDir holds a usable identity, so that a

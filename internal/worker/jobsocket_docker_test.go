@@ -20,6 +20,7 @@ const sampleMediaImage = "norsk-sample-media:worker-test"
 // directory is mounted at /run/norsk, and the sample media job in its
 // container attaches and answers the propose through it.
 func TestJobSocketInAContainer(t *testing.T) {
+	t.Parallel()
 	cli := testimage.EnsureImage(t, sampleMediaImage, "github.com/norsk-go/norsk-manager/examples/sample-media")
 	e := newEnv(t)
 	rt, err := docker.New(context.Background(), docker.Config{NodeID: e.nodeID, Client: cli, Logger: testLogger()})

@@ -39,6 +39,7 @@ func hasCapability(caps []*managerv1.Capability, name string) bool {
 // the capability, gives the instance its socket's path, and answers the
 // job's hello with the instance's identity.
 func TestJobSocketHelloAndEnvironment(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.jsConfig())
 	c, hello := e.dial(a, noHeartbeats)
@@ -92,6 +93,7 @@ func TestJobSocketHelloAndEnvironment(t *testing.T) {
 // not even a capability of that name the operator gave, and the handshake's
 // commands are refused.
 func TestJobSocketOff(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cfg := e.config()
 	cfg.Capabilities = append(cfg.Capabilities, &managerv1.Capability{Name: jobsocket.Capability, Count: 1})
@@ -111,6 +113,7 @@ func TestJobSocketOff(t *testing.T) {
 // TestJobSocketSourceHandshake drives a source through the propose, the
 // lock, the cutover and an abort.
 func TestJobSocketSourceHandshake(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.jsConfig())
 	c, _ := e.dial(a, noHeartbeats)
@@ -210,6 +213,7 @@ func TestJobSocketSourceHandshake(t *testing.T) {
 // hello_ack, reports ready and applied, gets its state again after a
 // reconnect only until its ready, and is a plain instance once applied.
 func TestJobSocketTargetHandshake(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.jsConfig())
 	c, _ := e.dial(a, noHeartbeats)
@@ -292,6 +296,7 @@ func TestJobSocketTargetHandshake(t *testing.T) {
 // TestJobSocketOtherStrategyTarget: the target of another strategy is told
 // its migration id, is no handover's target, and gets no initial state.
 func TestJobSocketOtherStrategyTarget(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.jsConfig())
 	c, _ := e.dial(a, noHeartbeats)
@@ -322,6 +327,7 @@ func TestJobSocketOtherStrategyTarget(t *testing.T) {
 // follows its next hello_ack; a target told abort stays silent and refuses
 // the apply.
 func TestJobSocketAbortWhileDetached(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.jsConfig())
 	c, _ := e.dial(a, noHeartbeats)
@@ -365,6 +371,7 @@ func TestJobSocketAbortWhileDetached(t *testing.T) {
 // TestJobSocketReportsWaitForTheStream: reports made while no Control
 // stream is up are sent on the next one, after its hello.
 func TestJobSocketReportsWaitForTheStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.jsConfig())
 	c, _ := e.dial(a, noHeartbeats)
@@ -392,6 +399,7 @@ func TestJobSocketReportsWaitForTheStream(t *testing.T) {
 // TestJobSocketSurvivesWorkerRestart: the client library redials when the
 // worker restarts; the adopted instance's socket is at the same path.
 func TestJobSocketSurvivesWorkerRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.jsConfig())
 	c, _ := e.dial(a, noHeartbeats)

@@ -87,6 +87,7 @@ func expectQuiet(t *testing.T, c *workertest.Controller) {
 // instance is stopped (node stopped, "lease expired"), and the other is
 // left running.
 func TestLeaseFencesProtectedInstancesOnly(t *testing.T) {
+	t.Parallel()
 	e, fc, a, c, _ := leaseEnv(t, noHeartbeats)
 	startRunning(t, c, job("plain", svc("main")), "primary", 1)
 	startRunning(t, c, protectedJob("guarded", svc("main")), "primary", 1)
@@ -109,6 +110,7 @@ func TestLeaseFencesProtectedInstancesOnly(t *testing.T) {
 // TestLeaseGrantExtendsTheLease: a grant answering a heartbeat makes the
 // lease run two thirds of the TTL from that heartbeat's send time.
 func TestLeaseGrantExtendsTheLease(t *testing.T) {
+	t.Parallel()
 	e, fc, a, c, _ := leaseEnv(t, 9000)
 	startRunning(t, c, protectedJob("guarded", svc("main")), "primary", 1)
 	pid := pidOf(t, e.dataDir, "guarded", "main")
@@ -134,6 +136,7 @@ func TestLeaseGrantExtendsTheLease(t *testing.T) {
 // paused nothing is stopped, however long no grant comes; a grant that
 // resumes them makes the lease run from its heartbeat again.
 func TestLeasePausedKeepsInstances(t *testing.T) {
+	t.Parallel()
 	e, fc, a, c, hb := leaseEnv(t, 30_000)
 	startRunning(t, c, protectedJob("guarded", svc("main")), "primary", 1)
 	pid := pidOf(t, e.dataDir, "guarded", "main")
@@ -157,6 +160,7 @@ func TestLeasePausedKeepsInstances(t *testing.T) {
 // its services' restart policy does not bring it back, even when a
 // restart was due when the lease ran out.
 func TestLeaseFencedInstanceIsNotRestarted(t *testing.T) {
+	t.Parallel()
 	_, fc, a, c, _ := leaseEnv(t, noHeartbeats)
 	s := withRestart(svc("main", "-exit", "3", "-run", "20ms"), managerv1.RestartMode_RESTART_MODE_ALWAYS, 0, 0)
 	startRunning(t, c, protectedJob("guarded", s), "primary", 1)
@@ -189,6 +193,7 @@ func TestLeaseFencedInstanceIsNotRestarted(t *testing.T) {
 // member answers still stops the lease-protected instances it adopted,
 // two thirds of the TTL after its start.
 func TestLeaseFencesAdoptedInstances(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)

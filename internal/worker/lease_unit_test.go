@@ -14,6 +14,7 @@ import (
 // a grant extends it from its heartbeat's send time; grants for a heartbeat
 // never sent, with no TTL, or older than the last one change nothing.
 func TestLeaseGrants(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	fc := clock.NewFake(t0)
 	a, err := New(Config{ManagerURL: "http://127.0.0.1:1", DataDir: t.TempDir(), Clock: fc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

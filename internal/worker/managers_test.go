@@ -29,6 +29,7 @@ func deadURL(t *testing.T) string {
 // remembers every member a primary's hello names, and after a restart
 // registers with them although the one it was configured with is gone.
 func TestWorkerRegistersWithAnyKnownMember(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cfg := e.config()
 	cfg.ManagerURL = deadURL(t) + "," + e.mgr.URL
@@ -71,6 +72,7 @@ func TestWorkerRegistersWithAnyKnownMember(t *testing.T) {
 
 // Every configured member URL must be an http(s) URL of one scheme.
 func TestWorkerManagerURLList(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ urls, want string }{
 		{"http://a:1,ftp://b:2", "ftp://b:2"},
 		{"https://a:1,http://b:2", "same scheme"},

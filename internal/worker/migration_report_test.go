@@ -25,6 +25,7 @@ func migrationReport(n int) *managerv1.MigrationReport {
 // TestMigrationReportsKeptBounded: without a stream reports are kept, the
 // oldest dropped past the bound, and the rest sent after the next hello.
 func TestMigrationReportsKeptBounded(t *testing.T) {
+	t.Parallel()
 	a := reportAgent(t)
 	for i := range maxPendingMigrationReports + 10 {
 		a.reportMigration(migrationReport(i))
@@ -58,6 +59,7 @@ func TestMigrationReportsKeptBounded(t *testing.T) {
 // TestMigrationReportsRescuedFromAnEndedStream: reports a stream had not
 // sent when it ended are kept for the next.
 func TestMigrationReportsRescuedFromAnEndedStream(t *testing.T) {
+	t.Parallel()
 	a := reportAgent(t)
 	a.id = &Identity{NodeID: "n"}
 	s, err := a.openSession(context.Background(), managerEpoch{})

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 // the first keeps its instances and its node. Once the first has stopped,
 // a worker starts over the directory again.
 func TestSecondWorkerOnDataDirIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -78,6 +80,7 @@ func TestSecondWorkerOnDataDirIsRefused(t *testing.T) {
 // keeps asking without competing and without touching its instances, and
 // registers as soon as the holder is gone.
 func TestRegistrationRefusedWhileAnotherProcessHoldsTheNode(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -124,6 +127,7 @@ func TestRegistrationRefusedWhileAnotherProcessHoldsTheNode(t *testing.T) {
 // Issue 12, item 2: a worker learns its cluster id at registration, keeps
 // it, and refuses a Control stream from a Manager of another cluster.
 func TestHelloFromAnotherClusterIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	if got := a.ClusterID(); got != e.mgr.ClusterID {
@@ -151,6 +155,7 @@ func TestHelloFromAnotherClusterIsRefused(t *testing.T) {
 // the same name) and that no record names are left running, untouched, and
 // the Manager is told so.
 func TestUnlabelledOrphanIsKeptAndNoted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	legacy, err := process.New(process.Config{NodeID: e.nodeID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
 	if err != nil {
@@ -165,7 +170,7 @@ func TestUnlabelledOrphanIsKeptAndNoted(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := pidOf(t, e.dataDir, "old", "main")
-	t.Cleanup(func() { _ = legacy.Remove(t.Context(), key) })
+	t.Cleanup(func() { _ = legacy.Remove(context.Background(), key) })
 
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -189,6 +194,7 @@ func TestUnlabelledOrphanIsKeptAndNoted(t *testing.T) {
 // a notice for the job's history, and learns its cluster id from the
 // Manager; what it creates afterwards is labelled with it.
 func TestUnlabelledServicesAreAdoptedAndNoted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cluster := e.mgr.ClusterID
 	e.mgr.ClusterID = "" // a Manager from before cluster ids
@@ -278,6 +284,7 @@ func TestUnlabelledServicesAreAdoptedAndNoted(t *testing.T) {
 // takes the instance over (removed behind its back) are created again, and
 // the job's history is told — a silent "running, adopted" hid an outage.
 func TestMissingServicesAreRecreatedAndNoted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -319,6 +326,7 @@ func TestMissingServicesAreRecreatedAndNoted(t *testing.T) {
 // instances: a worker that starts with no records does not take the other
 // cluster's services for orphans, and each adopts its own.
 func TestClustersSharingARuntimeNeverTouchEachOther(t *testing.T) {
+	t.Parallel()
 	shared := t.TempDir()
 	e1, e2 := newEnv(t), newEnv(t)
 	e2.nodeID = e1.nodeID // the same node name in both clusters
@@ -344,13 +352,13 @@ func TestClustersSharingARuntimeNeverTouchEachOther(t *testing.T) {
 	if err := a1.stop(t); err != nil { // the first Manager's worker stops; its instance runs on
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = rt1.Remove(t.Context(), runtime.Key{JobID: "one", Role: "primary"}) })
+	t.Cleanup(func() { _ = rt1.Remove(context.Background(), runtime.Key{JobID: "one", Role: "primary"}) })
 
 	rt2 := rtOf(e2)
 	a2 := e2.run(config(e2, rt2))
 	c2, _ := e2.dial(a2, noHeartbeats)
 	startRunning(t, c2, job("two", svc("main")), "primary", 5)
-	t.Cleanup(func() { _ = rt2.Remove(t.Context(), runtime.Key{JobID: "two", Role: "primary"}) })
+	t.Cleanup(func() { _ = rt2.Remove(context.Background(), runtime.Key{JobID: "two", Role: "primary"}) })
 	if ns := c2.Notices(); len(ns) != 0 {
 		t.Errorf("the second cluster's worker noted %v", ns)
 	}

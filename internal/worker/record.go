@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
 )
 
@@ -147,7 +148,7 @@ func (s *recordStore) save(rec *record, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("encode record of %s: %w", rec.key(), err)
 	}
-	return writeFileAtomic(s.path(rec.key()), append(b, '\n'))
+	return atomicfile.WriteFile(s.path(rec.key()), append(b, '\n'), 0o600)
 }
 
 func (s *recordStore) delete(key runtime.Key) error {

@@ -5,13 +5,14 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/norsk-go/norsk-manager/internal/apierr"
 
 	"connectrpc.com/connect"
 

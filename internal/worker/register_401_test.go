@@ -16,6 +16,7 @@ import (
 // is not the Manager refusing the node secret. The worker keeps retrying:
 // Run does not end, the instance keeps running and the identity is kept.
 func TestHTTP401FromAProxyDoesNotWipeTheNode(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -61,6 +62,7 @@ func TestHTTP401FromAProxyDoesNotWipeTheNode(t *testing.T) {
 // running and the identity in place, and the worker registers once the
 // secret is accepted again.
 func TestPassingSecretRefusalDoesNotWipeTheNode(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)

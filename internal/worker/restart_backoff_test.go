@@ -14,6 +14,7 @@ import (
 // with a budget of one restart, the successor worker restarts the service
 // (one restart reported) instead of failing the instance.
 func TestWorkerRestartDuringBackoffBooksOneRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	fc := clock.NewFake(time.Now())
 	cfg := e.config()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/pkg/certpin"
 )
@@ -86,7 +87,7 @@ func (a *Agent) initTLS() error {
 		if err != nil {
 			return err
 		}
-		if err := writeFileAtomic(keyPath, pemKey); err != nil {
+		if err := atomicfile.WriteFile(keyPath, pemKey, 0o600); err != nil {
 			return fmt.Errorf("worker: TLS key: %w", err)
 		}
 		t.key = k
@@ -202,10 +203,10 @@ func (a *Agent) onRegistered(resp *managerv1.ClusterMemberRegisterResponse) {
 	for _, c := range cas {
 		caPEM = append(caPEM, pki.CertPEM(c.Raw)...)
 	}
-	if err := writeFileAtomic(filepath.Join(t.dir, tlsCAFile), caPEM); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(t.dir, tlsCAFile), caPEM, 0o600); err != nil {
 		log.Warn("cannot store the cluster CA", "err", err)
 	}
-	if err := writeFileAtomic(filepath.Join(t.dir, tlsCertFile), pki.CertPEM(cert.Raw)); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(t.dir, tlsCertFile), pki.CertPEM(cert.Raw), 0o600); err != nil {
 		log.Warn("cannot store the TLS certificate", "err", err)
 	}
 	log.Info("serving the NodeController stream with mutual TLS", "certificate_expires", cert.NotAfter, "ca", pki.Fingerprint(cas[0].Raw))

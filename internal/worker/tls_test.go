@@ -65,6 +65,7 @@ func get(t *testing.T, addr string, cfg *tls.Config) error {
 }
 
 func TestWorkerTLSLifecycle(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, err := pki.InitCA(t.TempDir())
 	if err != nil {
@@ -166,6 +167,7 @@ func TestWorkerTLSLifecycle(t *testing.T) {
 }
 
 func TestWorkerTLSConfig(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  Config

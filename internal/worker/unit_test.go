@@ -20,6 +20,7 @@ func named(name string, deps ...string) *managerv1.Service {
 }
 
 func TestStartOrder(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		svcs    []*managerv1.Service
@@ -57,6 +58,7 @@ func TestStartOrder(t *testing.T) {
 }
 
 func TestNextBackoff(t *testing.T) {
+	t.Parallel()
 	d := time.Duration(0)
 	var got []time.Duration
 	for range 7 {
@@ -84,6 +86,7 @@ func testInstance(pol *managerv1.RestartPolicy) *instance {
 }
 
 func TestRestartDecision(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	t.Run("never", func(t *testing.T) {
 		in := testInstance(&managerv1.RestartPolicy{Mode: managerv1.RestartMode_RESTART_MODE_NEVER})
@@ -149,6 +152,7 @@ func TestRestartDecision(t *testing.T) {
 }
 
 func TestParseMeminfo(t *testing.T) {
+	t.Parallel()
 	total, avail, err := parseMeminfo([]byte("MemTotal:       16384 kB\nMemFree:  100 kB\nMemAvailable:    4096 kB\n"))
 	if err != nil || total != 16384*1024 || avail != 4096*1024 {
 		t.Fatalf("%d %d %v", total, avail, err)
@@ -159,6 +163,7 @@ func TestParseMeminfo(t *testing.T) {
 }
 
 func TestCPUStat(t *testing.T) {
+	t.Parallel()
 	idle, total, ok := parseProcStatCPU([]byte("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3\n"))
 	if !ok || idle != 800 || total != 1000 {
 		t.Fatalf("%d %d %v", idle, total, ok)
@@ -173,6 +178,7 @@ func TestCPUStat(t *testing.T) {
 }
 
 func TestLastBytes(t *testing.T) {
+	t.Parallel()
 	if got := lastBytes("hello", 10); got != "hello" {
 		t.Fatal(got)
 	}
@@ -185,6 +191,7 @@ func TestLastBytes(t *testing.T) {
 }
 
 func TestBackoffJitter(t *testing.T) {
+	t.Parallel()
 	b := backoff{min: 250 * time.Millisecond, max: 10 * time.Second}
 	ceil := 250 * time.Millisecond
 	for i := range 12 {
@@ -201,6 +208,7 @@ func TestBackoffJitter(t *testing.T) {
 }
 
 func TestRecordRoundTrip(t *testing.T) {
+	t.Parallel()
 	s := &recordStore{dir: t.TempDir(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	rec := newRecord(&managerv1.StartInstance{
 		Job:                   &managerv1.Job{JobId: "a_b", CurrentHash: 3, Services: []*managerv1.Service{{Name: "main", Command: []string{"x"}}}},
@@ -239,6 +247,7 @@ func TestRecordRoundTrip(t *testing.T) {
 }
 
 func TestAdvertiseAddress(t *testing.T) {
+	t.Parallel()
 	if got := advertiseAddress("worker.example:7000", "127.0.0.1:1234", "http://m:1"); got != "worker.example:7000" {
 		t.Fatal(got)
 	}

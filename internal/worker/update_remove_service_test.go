@@ -14,6 +14,7 @@ import (
 // ADR 0005); when it then exits, the instance does not fail and its other
 // services keep running.
 func TestUpdateRemovingAServiceDoesNotFailTheInstance(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)

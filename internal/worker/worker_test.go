@@ -38,6 +38,7 @@ const (
 )
 
 func TestRegistersWithTokenThenWithSecret(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	if a.NodeID() != e.nodeID {
@@ -89,6 +90,7 @@ func TestRegistersWithTokenThenWithSecret(t *testing.T) {
 }
 
 func TestUnknownTokenIsFatal(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cfg := e.config()
 	cfg.Token = "no-such-token"
@@ -103,6 +105,7 @@ func TestUnknownTokenIsFatal(t *testing.T) {
 }
 
 func TestNoIdentityNoToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cfg := e.config()
 	cfg.Token = ""
@@ -112,6 +115,7 @@ func TestNoIdentityNoToken(t *testing.T) {
 }
 
 func TestRegistrationRetriesWhileTheManagerIsUnavailable(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.mgr.SetUnavailable(true)
 	fc := clock.NewFake(time.Now())
@@ -132,6 +136,7 @@ func TestRegistrationRetriesWhileTheManagerIsUnavailable(t *testing.T) {
 }
 
 func TestDeregisteredSecretStopsEverything(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -164,6 +169,7 @@ func TestDeregisteredSecretStopsEverything(t *testing.T) {
 }
 
 func TestStartReportsRunningWithPorts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, hello := e.dial(a, noHeartbeats)
@@ -246,6 +252,7 @@ func readEnvOfService(t *testing.T, e *env, jobID, service string) map[string]st
 }
 
 func TestDeferStartThenStartPrepared(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -305,6 +312,7 @@ func TestDeferStartThenStartPrepared(t *testing.T) {
 }
 
 func TestStopWithGraceKillsAServiceIgnoringSIGTERM(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -339,6 +347,7 @@ func TestStopWithGraceKillsAServiceIgnoringSIGTERM(t *testing.T) {
 }
 
 func TestFencing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -415,6 +424,7 @@ func awaitTimer(t *testing.T, fc *clock.Fake, n int) {
 }
 
 func TestRestartOnFailureWithinBudgetThenFail(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	fc := clock.NewFake(time.Now())
 	cfg := e.config()
@@ -451,6 +461,7 @@ func TestRestartOnFailureWithinBudgetThenFail(t *testing.T) {
 }
 
 func TestRestartAlways(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	fc := clock.NewFake(time.Now())
 	cfg := e.config()
@@ -477,6 +488,7 @@ func TestRestartAlways(t *testing.T) {
 }
 
 func TestRestartNeverFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -501,6 +513,7 @@ func TestRestartNeverFailsAtOnce(t *testing.T) {
 }
 
 func TestDependsOnOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	inner, err := process.New(process.Config{NodeID: e.nodeID, ClusterID: e.mgr.ClusterID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
 	if err != nil {
@@ -549,6 +562,7 @@ func TestDependsOnOrder(t *testing.T) {
 }
 
 func TestInvalidSpecFailsTheStart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -570,6 +584,7 @@ func TestInvalidSpecFailsTheStart(t *testing.T) {
 }
 
 func TestUpdateKeepsTheSpec(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -600,6 +615,7 @@ func TestUpdateKeepsTheSpec(t *testing.T) {
 }
 
 func TestWorkerRestartAdoptsRunningInstance(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -635,6 +651,7 @@ func TestWorkerRestartAdoptsRunningInstance(t *testing.T) {
 }
 
 func TestWorkerRestartAppliesRestartPolicyToServicesThatExited(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -665,6 +682,7 @@ func TestWorkerRestartAppliesRestartPolicyToServicesThatExited(t *testing.T) {
 }
 
 func TestTombstoneOfAFailureWithoutStreamIsInNextHello(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -700,6 +718,7 @@ func TestTombstoneOfAFailureWithoutStreamIsInNextHello(t *testing.T) {
 // STOPPED report: one that was sent to a Manager that never confirmed it
 // is in the next hello.
 func TestTombstoneKeptUntilTheManagerConfirms(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -722,6 +741,7 @@ func TestTombstoneKeptUntilTheManagerConfirms(t *testing.T) {
 }
 
 func TestTombstoneSurvivesAWorkerRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)
@@ -748,6 +768,7 @@ func TestTombstoneSurvivesAWorkerRestart(t *testing.T) {
 }
 
 func TestOrphanedServicesAreRemoved(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	rt, err := process.New(process.Config{NodeID: e.nodeID, ClusterID: e.mgr.ClusterID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
 	if err != nil {
@@ -782,6 +803,7 @@ func TestOrphanedServicesAreRemoved(t *testing.T) {
 }
 
 func TestWrongBearerIsUnauthenticated(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c := workertest.Dial(context.Background(), a.Addr(), "not-the-secret")
@@ -793,6 +815,7 @@ func TestWrongBearerIsUnauthenticated(t *testing.T) {
 }
 
 func TestFirstMessageMustBeHello(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c := workertest.Dial(context.Background(), a.Addr(), e.secret())
@@ -805,6 +828,7 @@ func TestFirstMessageMustBeHello(t *testing.T) {
 }
 
 func TestSecondStreamReplacesTheFirst(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c1, _ := e.dial(a, noHeartbeats)
@@ -822,6 +846,7 @@ func TestSecondStreamReplacesTheFirst(t *testing.T) {
 }
 
 func TestHeartbeats(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, 20)
@@ -836,6 +861,7 @@ func TestHeartbeats(t *testing.T) {
 }
 
 func TestReregistersWhileNoStreamIsUp(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	fc := clock.NewFake(time.Now())
 	cfg := e.config()
@@ -854,6 +880,7 @@ func TestReregistersWhileNoStreamIsUp(t *testing.T) {
 }
 
 func TestTerminate(t *testing.T) {
+	t.Parallel()
 	for _, dereg := range []bool{false, true} {
 		t.Run(map[bool]string{false: "terminated", true: "deregistered"}[dereg], func(t *testing.T) {
 			e := newEnv(t)
@@ -890,6 +917,7 @@ func TestTerminate(t *testing.T) {
 }
 
 func TestHealthz(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	tr := &http.Transport{}
@@ -906,6 +934,7 @@ func TestHealthz(t *testing.T) {
 }
 
 func TestNewRefusesBadConfig(t *testing.T) {
+	t.Parallel()
 	for name, cfg := range map[string]worker.Config{
 		"no manager url": {DataDir: "/tmp/x"},
 		"bad url":        {ManagerURL: "ftp://x", DataDir: "/tmp/x"},
@@ -919,6 +948,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 }
 
 func TestSeveralWorkersInOneProcess(t *testing.T) {
+	t.Parallel()
 	e1, e2 := newEnv(t), newEnv(t)
 	a1, a2 := e1.run(e1.config()), e2.run(e2.config())
 	c1, _ := e1.dial(a1, noHeartbeats)
@@ -931,6 +961,7 @@ func TestSeveralWorkersInOneProcess(t *testing.T) {
 }
 
 func TestWorkerRestartFinishesAStopInProgress(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.run(e.config())
 	c, _ := e.dial(a, noHeartbeats)

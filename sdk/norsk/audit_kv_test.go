@@ -43,6 +43,7 @@ func seqs(es []*norsk.AuditLogEntry) []int64 {
 }
 
 func TestAuditLog(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	clk := &stepClock{t: t0}
 	srv.SetClock(clk.now)
@@ -141,6 +142,7 @@ func TestAuditLog(t *testing.T) {
 }
 
 func TestVerifyAuditLogTampered(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	ctx := t.Context()
@@ -206,6 +208,7 @@ func TestVerifyAuditLogTampered(t *testing.T) {
 }
 
 func TestKV(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	ctx := t.Context()
@@ -296,6 +299,7 @@ func TestKV(t *testing.T) {
 }
 
 func TestStoreInfoAndSnapshot(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	ctx := t.Context()
@@ -370,6 +374,7 @@ func (w failingWriter) Write(p []byte) (int, error) {
 
 // Every new call maps the server's status to its typed error.
 func TestAuditKVStoreErrors(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	calls := map[string]func(context.Context) error{

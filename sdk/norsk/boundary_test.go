@@ -9,6 +9,7 @@ import (
 // TestNoInternalImports keeps the SDK free of the Manager's internals: it
 // must build from the public API alone.
 func TestNoInternalImports(t *testing.T) {
+	t.Parallel()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("no go tool on PATH")

@@ -56,6 +56,7 @@ func jobStates(bw *norsk.BundleWithJobs) string {
 }
 
 func TestBundles(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	clk := &fixedClock{t: t0}
 	srv.SetClock(clk.now)
@@ -260,6 +261,7 @@ func TestBundles(t *testing.T) {
 }
 
 func TestDecodeBundleSpecErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ spec, want string }{
 		{"bundleId: x\nbogus: 1", `bundle: unknown field "bogus"`},
 		{"bundleId: x\nresiliencePolicy: {sameNode: sometimes}", `bundle.resiliencePolicy.sameNode: unknown value "sometimes"`},

@@ -30,6 +30,7 @@ func eventKinds(p *norsk.ClusterEventsPage) string {
 }
 
 func TestClusterMembership(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	clk := &stepClock{t: t0}
 	srv.SetClock(clk.now)
@@ -133,6 +134,7 @@ func TestClusterMembership(t *testing.T) {
 }
 
 func TestClusterRecovery(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	ctx := t.Context()
@@ -200,6 +202,7 @@ func TestClusterRecovery(t *testing.T) {
 }
 
 func TestLeaveQuorumAlone(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	if err := m.LeaveQuorum(t.Context(), "ops"); !errors.Is(err, norsk.ErrFailedPrecondition) || !strings.Contains(err.Error(), "could not hand the role over") {
@@ -208,6 +211,7 @@ func TestLeaveQuorumAlone(t *testing.T) {
 }
 
 func TestAnnounceControlPlane(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	now := t0
 	srv.SetClock(func() time.Time { return now })
@@ -254,6 +258,7 @@ func TestAnnounceControlPlane(t *testing.T) {
 }
 
 func TestLinearizableReads(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	ctx := t.Context()

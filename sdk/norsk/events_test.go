@@ -66,6 +66,7 @@ func expect(t *testing.T, s *norsk.EventStream, want ...string) {
 }
 
 func TestEventStreamSnapshotThenLive(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	srv.AddNode(&managerv1.Node{NodeId: "n1"})
@@ -88,6 +89,7 @@ func TestEventStreamSnapshotThenLive(t *testing.T) {
 }
 
 func TestEventStreamSkipSnapshotAndAfterIndex(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	first := srv.AppendEvents(deleted("e1"))
@@ -112,6 +114,7 @@ func TestEventStreamSkipSnapshotAndAfterIndex(t *testing.T) {
 // that share one index: the stream resumes after the index before and drops
 // the event it had delivered.
 func TestEventStreamResumeSameIndex(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	start := srv.AppendEvents(deleted("start"))
@@ -141,6 +144,7 @@ func TestEventStreamResumeSameIndex(t *testing.T) {
 // UNAVAILABLE, RESOURCE_EXHAUSTED and clean ends, while events (several per
 // index) keep coming: the consumer sees every event once, in order.
 func TestEventStreamExactlyOnce(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(1); seed <= 5; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			srv := norsktest.NewServer(t)
@@ -201,6 +205,7 @@ func TestEventStreamExactlyOnce(t *testing.T) {
 }
 
 func TestEventStreamSnapshotInterrupted(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	for _, id := range []string{"a", "b", "c"} {
@@ -227,6 +232,7 @@ func TestEventStreamSnapshotInterrupted(t *testing.T) {
 // TestEventStreamResync: the Manager no longer holds the events a resume
 // asks for, so it sends a fresh snapshot, which the stream passes through.
 func TestEventStreamResync(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	if _, err := m.CreateJob(t.Context(), &norsk.Job{JobId: "a"}); err != nil {
@@ -262,6 +268,7 @@ func TestEventStreamResync(t *testing.T) {
 }
 
 func TestEventStreamNonHealingErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		code connect.Code
 		want error
@@ -312,6 +319,7 @@ func TestEventStreamNonHealingErrors(t *testing.T) {
 }
 
 func TestEventStreamCancelAndClose(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 
@@ -359,6 +367,7 @@ func TestEventStreamCancelAndClose(t *testing.T) {
 }
 
 func TestEventStreamReconnectsWhileServerDown(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	srv.SetError("EventStream", connect.NewError(connect.CodeUnavailable, errors.New("no primary")))

@@ -10,6 +10,7 @@ import (
 )
 
 func TestLeases(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	srv.SetClock(func() time.Time { return t0 })
 	srv.AddNode(&norsk.Node{NodeId: "node-1"})

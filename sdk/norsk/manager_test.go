@@ -40,6 +40,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 }
 
 func TestNormalizeURL(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want, err string }{
 		{in: "127.0.0.1:6790", want: "http://127.0.0.1:6790"},
 		{in: "http://mgr:6790/", want: "http://mgr:6790"},
@@ -62,6 +63,7 @@ func TestNormalizeURL(t *testing.T) {
 }
 
 func TestConnectHello(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	if h := m.Hello(); h.GetProtocolVersion() != "1.0" || !h.GetCompatible() || h.GetBuildLabel() != "norsktest" {
@@ -74,6 +76,7 @@ func TestConnectHello(t *testing.T) {
 }
 
 func TestConnectIncompatible(t *testing.T) {
+	t.Parallel()
 	for _, h := range []*managerv1.DaemonHello{
 		{ProtocolVersion: "2.3", BuildLabel: "mgr-2", Compatible: false},
 		// A daemon that claims compatibility across a major version is still refused.
@@ -107,6 +110,7 @@ func TestConnectIncompatible(t *testing.T) {
 }
 
 func TestConnectUnreachable(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	_, err := norsk.Connect(ctx, norsk.Settings{URL: "127.0.0.1:1"})
@@ -119,6 +123,7 @@ func TestConnectUnreachable(t *testing.T) {
 // a refusal from a member that answers is final; none answering is
 // ErrUnavailable.
 func TestConnectToAnyMember(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m, err := norsk.Connect(t.Context(), norsk.Settings{URL: "127.0.0.1:1, " + srv.URL})
 	if err != nil {
@@ -169,6 +174,7 @@ func TestToken(t *testing.T) {
 }
 
 func TestErrorMapping(t *testing.T) {
+	t.Parallel()
 	sentinels := map[connect.Code]error{
 		connect.CodeCanceled:           norsk.ErrCanceled,
 		connect.CodeUnknown:            norsk.ErrUnknown,
@@ -230,6 +236,7 @@ func TestErrorMapping(t *testing.T) {
 }
 
 func TestJobLifecycle(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	ctx := t.Context()
@@ -349,6 +356,7 @@ func TestJobLifecycle(t *testing.T) {
 }
 
 func TestNodesAndSlots(t *testing.T) {
+	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	ctx := t.Context()

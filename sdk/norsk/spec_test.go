@@ -75,6 +75,7 @@ func fullSpec() *norsk.Job {
 }
 
 func TestDecodeJobSpecFull(t *testing.T) {
+	t.Parallel()
 	want := fullSpec()
 	got, err := norsk.DecodeJobSpec([]byte(fullSpecYAML))
 	if err != nil {
@@ -100,6 +101,7 @@ func TestDecodeJobSpecFull(t *testing.T) {
 }
 
 func TestDecodeJobSpecEnums(t *testing.T) {
+	t.Parallel()
 	for _, in := range []string{"on-failure", "onFailure", "ON_FAILURE", "on_failure", "RESTART_MODE_ON_FAILURE", "On-Failure", "2", "mode-on-failure"} {
 		value := in
 		if in != "2" {
@@ -127,6 +129,7 @@ func TestDecodeJobSpecEnums(t *testing.T) {
 }
 
 func TestDecodeJobSpecErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, in, want string }{
 		{"unknown enum", "services: [{restart: {mode: sometimes}}]", `services[0].restart.mode: unknown value "sometimes" (want one of never, on-failure, always)`},
 		{"unknown protocol", "services: [{ports: [{protocol: sctp}]}]", `services[0].ports[0].protocol: unknown value "sctp" (want one of any, tcp, udp)`},
@@ -162,6 +165,7 @@ func TestDecodeJobSpecErrors(t *testing.T) {
 }
 
 func TestDecodeJobSpecs(t *testing.T) {
+	t.Parallel()
 	jobs, err := norsk.DecodeJobSpecs([]byte("---\njobId: a\n---\n---\njobId: b\nservices: [{name: s, restart: {mode: always}}]\n"))
 	if err != nil || len(jobs) != 2 || jobs[0].JobId != "a" || jobs[1].Services[0].Restart.Mode != norsk.RestartModeAlways {
 		t.Fatalf("DecodeJobSpecs = %v, %v", jobs, err)

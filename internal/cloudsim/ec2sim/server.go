@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/internal/cloudsim"
 )
 
@@ -569,10 +570,7 @@ func (s *Server) saveLocked() {
 	}
 	b, err := json.MarshalIndent(st, "", " ")
 	if err == nil {
-		tmp := s.opts.StateFile + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, s.opts.StateFile)
-		}
+		err = atomicfile.WriteFile(s.opts.StateFile, b, 0o600)
 	}
 	if err != nil {
 		s.log.Warn("ec2sim: could not save the state file", "err", err)

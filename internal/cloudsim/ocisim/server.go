@@ -39,6 +39,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/internal/cloudsim"
 )
 
@@ -919,10 +920,7 @@ func (s *Server) saveLocked() {
 	}
 	b, err := json.MarshalIndent(st, "", " ")
 	if err == nil {
-		tmp := s.opts.StateFile + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, s.opts.StateFile)
-		}
+		err = atomicfile.WriteFile(s.opts.StateFile, b, 0o600)
 	}
 	if err != nil {
 		s.log.Warn("ocisim: could not save the state file", "err", err)
