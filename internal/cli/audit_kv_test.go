@@ -500,6 +500,17 @@ func TestSnapshotSave(t *testing.T) {
 	if strings.Join(names, ",") != "manager.snap" {
 		t.Errorf("the directory holds %v; want the one snapshot and no partial files", names)
 	}
-	// Into a directory that does not exist.
-	f.fails(ExitError, "create the snapshot file", "operator", "snapshot", "save", filepath.Join(dir, "no", "such", "dir.snap"))
+	// Into a directory that does not exist: it is made, private (0700).
+	deep := filepath.Join(dir, "backups", "nightly", "manager.snap")
+	f.ok("operator", "snapshot", "save", deep)
+	for _, d := range []string{filepath.Join(dir, "backups"), filepath.Dir(deep)} {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v, %v; want a directory with mode 0700", d, fi.Mode(), err)
+		}
+	}
+	if _, err := os.Stat(deep); err != nil {
+		t.Errorf("the snapshot in the new directory: %v", err)
+	}
+	// A path through a file is refused with the reason.
+	f.fails(ExitError, "create the snapshot's directory", "operator", "snapshot", "save", filepath.Join(dir, "manager.snap", "x.snap"))
 }
