@@ -28,6 +28,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
+	"github.com/norsk-go/norsk-manager/internal/devlocate"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/mgr"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
@@ -209,6 +210,13 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer srv.Close()
+	// norsk-ctl finds this dev's token by the port it serves (any
+	// --listen, any --data-dir) while it runs.
+	unrecord, err := devlocate.Record(srv.URL(), filepath.Join(dir, TokenFile))
+	if err != nil {
+		o.Logger.Warn("dev: norsk-ctl will not find the admin token by itself (give it --token-file)", "err", err)
+	}
+	defer unrecord()
 	api := managerv1connect.NewManagerClient(nodes.H2CClient(), srv.URL(), connect.WithGRPC(), manager.WithBearer(token))
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
@@ -238,7 +246,10 @@ func Run(ctx context.Context, o Options) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				procs[i].supervise(wctx)
+				// Restarts end when dev begins to stop (ctx); the worker
+				// itself runs until wctx ends, after the ephemeral run's
+				// instances are stopped.
+				procs[i].supervise(wctx, ctx)
 			}()
 			continue
 		}
@@ -425,9 +436,11 @@ func WorkerConfig(url, dir, token, rt string, log *slog.Logger) worker.Config {
 		DataDir:    dir,
 		Listen:     "127.0.0.1:0",
 		Runtime:    rt,
-		Version:    buildinfo.Version,
-		Logger:     log,
-		JobSocket:  true,
+		// Job ports stay on this machine, as the banner says.
+		PublishHost: "127.0.0.1",
+		Version:     buildinfo.Version,
+		Logger:      log,
+		JobSocket:   true,
 		Capabilities: []*managerv1.Capability{
 			{Name: "dev", Count: 1},
 		},
@@ -518,7 +531,8 @@ func stopAll(ctx context.Context, api managerv1connect.ManagerClient, log *slog.
 			return false, err
 		}
 		for _, node := range n.Msg.GetNodes() {
-			if len(node.GetInstances()) > 0 {
+			// A node that is not online cannot stop anything: not waited for.
+			if node.GetState() == managerv1.NodeState_NODE_STATE_ONLINE && len(node.GetInstances()) > 0 {
 				return false, nil
 			}
 		}
@@ -527,8 +541,9 @@ func stopAll(ctx context.Context, api managerv1connect.ManagerClient, log *slog.
 }
 
 // TokenFile is where dev keeps its admin API token, in its data directory
-// (mode 0600); norsk-ctl reads it when no other token is given.
-const TokenFile = "admin.token"
+// (mode 0600); norsk-ctl reads it when no other token is given
+// (internal/devlocate).
+const TokenFile = devlocate.TokenFileName
 
 // devToken returns dev's admin token, making one on the first run.
 func devToken(dir string) (string, error) {
