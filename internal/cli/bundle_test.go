@@ -203,8 +203,8 @@ func readExampleBundle(t *testing.T, name string) *norsk.Bundle {
 // job of norsk-manager dev (per runtime).
 func TestExampleBundles(t *testing.T) {
 	for _, tc := range []struct{ file, demo string }{
-		{"resilient.yaml", "hello-process"},
-		{"resilient-docker.yaml", "hello"},
+		{"resilient-process.yaml", "hello-process"},
+		{"resilient.yaml", "hello"},
 	} {
 		b := readExampleBundle(t, tc.file)
 		if b.GetResiliencePolicy().GetSameNode() != norsk.AntiAffinityForbid || len(b.GetJobs()) != 1 {
@@ -244,10 +244,26 @@ func TestExampleBundles(t *testing.T) {
 
 // The sample media bundle parses and validates, one replica of the sample
 // job (what the README migrates).
+// The two are the same bundle, one per runtime (X.yaml docker,
+// X-process.yaml the process runtime), each running the matching
+// examples/jobs spec's service.
 func TestExampleSampleMediaBundle(t *testing.T) {
-	b := readExampleBundle(t, "sample-media.yaml")
-	if b.GetResiliencePolicy() != nil || len(b.GetJobs()) != 1 || b.GetJobs()[0].GetJob().GetServices()[0].GetCommand()[0] != "./build/sample-media" {
-		t.Fatalf("sample-media.yaml = %v", b)
+	for _, tc := range []struct{ file, job string }{
+		{"sample-media.yaml", "sample-media"},
+		{"sample-media-process.yaml", "sample-media-process"},
+	} {
+		b := readExampleBundle(t, tc.file)
+		if b.GetBundleId() != "sample-media" || b.GetResiliencePolicy() != nil || len(b.GetJobs()) != 1 {
+			t.Fatalf("%s = %v", tc.file, b)
+		}
+		job, err := jobs.Load(tc.job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, got := job.GetServices()[0], b.GetJobs()[0].GetJob().GetServices()[0]
+		if !proto.Equal(want, got) {
+			t.Errorf("%s: service differs from examples/jobs/%s.yaml:\n%v\n%v", tc.file, tc.job, got, want)
+		}
 	}
 }
 

@@ -199,8 +199,8 @@ func (lc *localClouds) close() {
 func (lc *localClouds) banner(w io.Writer, rt string) {
 	ad := lc.oci.AvailabilityDomains(OCIRegion)[0]
 	bundle := "elastic"
-	if rt == "docker" {
-		bundle = "elastic-docker"
+	if rt != "docker" {
+		bundle = "elastic-process"
 	}
 	fmt.Fprintf(w, `
 Local clouds (test equipment the providers reach through their SDKs, as they

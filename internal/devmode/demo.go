@@ -199,9 +199,9 @@ Norsk Manager dev system is up.
 	if demo != "" {
 		fmt.Fprintf(w, "  demo job   %s\n", demo)
 	}
-	see, hello, bundle := "docker ps    # the containers", "hello", "resilient-docker"
+	see, spec, bundle := "docker ps    # the containers", "hello", "resilient"
 	if rt != "docker" {
-		see, hello, bundle = "ps -ef | grep build/    # the processes", "hello-process", "resilient"
+		see, spec, bundle = "ps -ef | grep build/    # the processes", "hello-process", "resilient-process"
 	}
 	fmt.Fprintf(w, `
 Try, in another terminal (from this directory):
@@ -210,10 +210,10 @@ Try, in another terminal (from this directory):
 `, url, tokenFile)
 	if len(nodeIDs) > 0 {
 		fmt.Fprintf(w, `  go run ./cmd/norsk-ctl job create -f examples/jobs/%s.yaml
-  go run ./cmd/norsk-ctl job start %s --node %s --wait
-  go run ./cmd/norsk-ctl job history %s
+  go run ./cmd/norsk-ctl job start hello --node %s --wait
+  go run ./cmd/norsk-ctl job history hello
   %s
-`, hello, hello, nodeIDs[0], hello, see)
+`, spec, nodeIDs[0], see)
 	}
 	fmt.Fprint(w, "  go run ./cmd/norsk-ctl events\n")
 	if len(workers) > 1 {
