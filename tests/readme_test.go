@@ -177,7 +177,10 @@ type readmeScenario struct {
 	devLog                    *syncLog
 	banner                    string
 	background                []*exec.Cmd
-	persistentDataDir         string
+	// sinkOut is the sample-media sink's report: the frames of the job the
+	// README runs must reach it, in either runtime.
+	sinkOut           *syncLog
+	persistentDataDir string
 }
 
 // readmeEnv is a newcomer's environment: a fresh HOME (so dev's data
@@ -231,6 +234,8 @@ func (s *readmeScenario) run(l readmeLine) {
 	if rest, ok := strings.CutPrefix(cmdPart, "go run ./examples/sample-media/sink"); ok {
 		cmd := exec.Command(filepath.Join(s.bins, "sink"), strings.Fields(rest)...)
 		cmd.Dir, cmd.Env = s.root, s.env
+		s.sinkOut = &syncLog{}
+		cmd.Stdout, cmd.Stderr = s.sinkOut, s.sinkOut
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("README.md:%d: %s: %v", l.n, l.text, err)
 		}
@@ -441,6 +446,16 @@ func (s *readmeScenario) cleanup() {
 	for _, c := range s.background {
 		_ = c.Process.Signal(syscall.SIGINT)
 		_ = c.Wait()
+	}
+	if s.sinkOut != nil {
+		// The frames reached the one sink command (a container's through
+		// host.docker.internal, a process's on loopback).
+		m := regexp.MustCompile(`final: frames=(\d+)`).FindStringSubmatch(s.sinkOut.String())
+		if m == nil || m[1] == "0" {
+			s.t.Errorf("the sink received no frame from the sample media job:\n%s", s.sinkOut.String())
+		} else {
+			s.t.Logf("the sink: %s", strings.TrimSpace(s.sinkOut.String()[strings.LastIndex(s.sinkOut.String(), "final:"):]))
+		}
 	}
 	s.stopDev()
 	if s.persistentDataDir == "" {

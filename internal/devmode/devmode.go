@@ -115,6 +115,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	// dev's own lines; the Manager, workers and console add their own
+	// component to o.Logger.
+	dlog := o.Logger.With("component", "dev")
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
@@ -152,7 +155,7 @@ func Run(ctx context.Context, o Options) error {
 	if rt == "" {
 		return errors.New(why)
 	}
-	o.Logger.Info("dev: runtime chosen", "runtime", rt, "why", why)
+	dlog.Info("dev: runtime chosen", "runtime", rt, "why", why)
 
 	token, err := devToken(dir)
 	if err != nil {
@@ -214,7 +217,7 @@ func Run(ctx context.Context, o Options) error {
 	// --listen, any --data-dir) while it runs.
 	unrecord, err := devlocate.Record(srv.URL(), filepath.Join(dir, TokenFile))
 	if err != nil {
-		o.Logger.Warn("dev: norsk-ctl will not find the admin token by itself (give it --token-file)", "err", err)
+		dlog.Warn("dev: norsk-ctl will not find the admin token by itself (give it --token-file)", "err", err)
 	}
 	defer unrecord()
 	api := managerv1connect.NewManagerClient(nodes.H2CClient(), srv.URL(), connect.WithGRPC(), manager.WithBearer(token))
@@ -236,7 +239,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		if o.WorkerExec != "" {
 			procs[i] = &workerProc{exec: o.WorkerExec, name: names[i], dir: wdir, url: srv.URL(), runtime: rt, token: token,
-				reboot: o.RebootDelay, log: o.Logger}
+				reboot: o.RebootDelay, log: dlog}
 			if procs[i].reboot <= 0 {
 				procs[i].reboot = max(o.LostGrace, manager.DefaultLostGrace) + 10*time.Second
 			}
@@ -265,17 +268,17 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		if held {
-			o.Logger.Warn("dev: a worker from an earlier run still runs over this worker's data directory; keeping it, not starting a second",
+			dlog.Warn("dev: a worker from an earlier run still runs over this worker's data directory; keeping it, not starting a second",
 				"worker", names[i], "pid", pid, "dir", wdir)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if held && !keepAdopted(wctx, wdir, pid, names[i], o.Logger) {
+			if held && !keepAdopted(wctx, wdir, pid, names[i], dlog) {
 				return
 			}
 			if err := a.Run(wctx); err != nil && !errors.Is(err, context.Canceled) {
-				o.Logger.Error("dev: worker stopped", "worker", names[i], "err", err)
+				dlog.Error("dev: worker stopped", "worker", names[i], "err", err)
 			}
 		}()
 	}
@@ -284,15 +287,15 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	demo := ""
-	if err := ensureExamples(ctx, rt, o.Logger); err != nil {
-		o.Logger.Warn("dev: the example programs are not available", "why", err)
+	if err := ensureExamples(ctx, rt, dlog); err != nil {
+		dlog.Warn("dev: the example programs are not available", "why", err)
 		demo = "(no demo job: " + err.Error() + ")"
 	} else if len(nodeIDs) == 0 {
 		demo = "(no demo job: no worker; elastic nodes run what you create)"
 	} else if !o.NoDemo {
 		demo, err = ensureDemo(ctx, api, rt, nodeIDs[0])
 		if err != nil {
-			o.Logger.Warn("dev: no demo job", "why", err)
+			dlog.Warn("dev: no demo job", "why", err)
 			demo = "(no demo job: " + err.Error() + ")"
 		}
 	}
@@ -342,7 +345,7 @@ worker makes the Manager create one, and the reaper terminates it once idle:
 	}
 	<-ctx.Done()
 	if o.Ephemeral {
-		stopAll(context.Background(), api, o.Logger)
+		stopAll(context.Background(), api, dlog)
 	}
 	if o.Ephemeral {
 		fmt.Fprintln(o.Out, "\nshutting down; every instance was stopped and the temporary data removed")
