@@ -86,7 +86,11 @@ func (g *globals) bundleNotes(cmd *cobra.Command, id string) []string {
 }
 
 func newBundleCreateCommand(g *globals) *cobra.Command {
-	var file string
+	var (
+		file        string
+		wait        bool
+		waitTimeout time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "create -f FILE",
 		Short: "Create a bundle from a YAML or JSON spec; its replica jobs are created with it",
@@ -94,7 +98,11 @@ func newBundleCreateCommand(g *globals) *cobra.Command {
 (bundleId or bundle_id, resiliencePolicy, jobs[].jobName, jobs[].job, …) and
 enum values in full (ANTI_AFFINITY_FORBID) or short (forbid), read as job
 create reads a job spec. Without a bundleId the Manager makes one up. Prints
-the bundle's id (-o json: {"bundleId"}). See examples/bundles/.`,
+the bundle's id (-o json: {"bundleId"}). See examples/bundles/.
+
+With --wait, follow the bundle until every replica job that is not dormant
+runs (the AutoManager places them; a node lost meanwhile moves them), and
+fail when one ends or --wait-timeout passes first.`,
 		Example: `  norsk-ctl bundle create -f examples/bundles/resilient.yaml
   cat bundle.json | norsk-ctl bundle create -f -`,
 		Args: exactArgs(),
@@ -111,16 +119,78 @@ the bundle's id (-o json: {"bundleId"}). See examples/bundles/.`,
 				return err
 			}
 			c := bundleCreated{BundleID: id, Notes: g.bundleNotes(cmd, id)}
-			return g.printer().Print(result{data: c, table: func(w io.Writer) {
+			if err := g.printer().Print(result{data: c, table: func(w io.Writer) {
 				fmt.Fprintf(w, "Bundle %s created (norsk-ctl bundle show %s).\n", id, id)
 				for _, n := range c.Notes {
 					fmt.Fprintf(w, "Note: %s\n", n)
 				}
-			}})
+			}}); err != nil || !wait {
+				return err
+			}
+			fmt.Fprintf(g.errOut, "Waiting for the jobs of bundle %s to run…\n", id)
+			return g.waitBundleRunning(cmd, id, waitTimeout)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "the bundle spec (- for stdin)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the bundle until every replica job that is not dormant runs")
+	cmd.Flags().DurationVar(&waitTimeout, "wait-timeout", 2*time.Minute, "how long --wait waits")
 	return cmd
+}
+
+// bundlePoll is how often bundle create --wait looks at the bundle.
+const bundlePoll = 250 * time.Millisecond
+
+// waitBundleRunning polls the bundle until every replica job that is not
+// dormant runs; a job that ended, or the timeout, fails it with what is
+// not running.
+func (g *globals) waitBundleRunning(cmd *cobra.Command, id string, timeout time.Duration) error {
+	if timeout <= 0 {
+		return usageErrorf("--wait-timeout must be positive")
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	m, err := g.manager(ctx)
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(bundlePoll)
+	defer tick.Stop()
+	for {
+		cctx, ccancel := g.call(ctx)
+		bw, err := m.BundleById(cctx, id)
+		ccancel()
+		var waiting []string
+		if err == nil {
+			for _, j := range bw.GetJobs() {
+				if t := j.GetTerminalState(); t != nil {
+					return fmt.Errorf("bundle %s: job %s ended: %s %s", id, j.GetJobId(), enumWord(t.GetKind()), t.GetReason())
+				}
+				if j.GetDormant() || (j.GetNodeId() != "" && j.GetPhase() == norsk.InstancePhaseRunning) {
+					continue
+				}
+				where := "not placed"
+				if j.GetNodeId() != "" {
+					where = enumWord(j.GetPhase()) + " on " + j.GetNodeId()
+				}
+				waiting = append(waiting, j.GetJobId()+" ("+where+")")
+			}
+			if len(waiting) == 0 {
+				fmt.Fprintf(g.errOut, "Every job of bundle %s runs.\n", id)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if cmd.Context().Err() != nil {
+				return cmd.Context().Err()
+			}
+			if err != nil {
+				return fmt.Errorf("bundle %s: gave up after %s: %w", id, timeout, err)
+			}
+			return fmt.Errorf("bundle %s: not every job runs after %s: %s", id, timeout, strings.Join(waiting, ", "))
+		case <-tick.C:
+		}
+	}
 }
 
 func newBundleUpdateCommand(g *globals) *cobra.Command {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -206,8 +207,8 @@ func readExampleBundle(t *testing.T, name string) *norsk.Bundle {
 func TestExampleBundles(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ file, demo string }{
-		{"resilient.yaml", "hello-process"},
-		{"resilient-docker.yaml", "hello"},
+		{"resilient-process.yaml", "hello-process"},
+		{"resilient.yaml", "hello"},
 	} {
 		b := readExampleBundle(t, tc.file)
 		if b.GetResiliencePolicy().GetSameNode() != norsk.AntiAffinityForbid || len(b.GetJobs()) != 1 {
@@ -247,11 +248,27 @@ func TestExampleBundles(t *testing.T) {
 
 // The sample media bundle parses and validates, one replica of the sample
 // job (what the README migrates).
+// The two are the same bundle, one per runtime (X.yaml docker,
+// X-process.yaml the process runtime), each running the matching
+// examples/jobs spec's service.
 func TestExampleSampleMediaBundle(t *testing.T) {
 	t.Parallel()
-	b := readExampleBundle(t, "sample-media.yaml")
-	if b.GetResiliencePolicy() != nil || len(b.GetJobs()) != 1 || b.GetJobs()[0].GetJob().GetServices()[0].GetCommand()[0] != "./build/sample-media" {
-		t.Fatalf("sample-media.yaml = %v", b)
+	for _, tc := range []struct{ file, job string }{
+		{"sample-media.yaml", "sample-media"},
+		{"sample-media-process.yaml", "sample-media-process"},
+	} {
+		b := readExampleBundle(t, tc.file)
+		if b.GetBundleId() != "sample-media" || b.GetResiliencePolicy() != nil || len(b.GetJobs()) != 1 {
+			t.Fatalf("%s = %v", tc.file, b)
+		}
+		job, err := jobs.Load(tc.job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, got := job.GetServices()[0], b.GetJobs()[0].GetJob().GetServices()[0]
+		if !proto.Equal(want, got) {
+			t.Errorf("%s: service differs from examples/jobs/%s.yaml:\n%v\n%v", tc.file, tc.job, got, want)
+		}
 	}
 }
 
@@ -272,5 +289,38 @@ func TestBundleCreateExplainsRuntime(t *testing.T) {
 	var c bundleCreated
 	if code != 0 || json.Unmarshal([]byte(out), &c) != nil || len(c.Notes) != 1 || !strings.Contains(c.Notes[0], "runtime process cannot run") {
 		t.Errorf("-o json: %d %q %q", code, out, errOut)
+	}
+}
+
+// bundle create --wait follows the bundle until its jobs run, and says
+// which do not when it gives up.
+func TestBundleCreateWait(t *testing.T) {
+	f := newFixture(t)
+	f.srv.AddNode(&managerv1.Node{NodeId: "node-1", Address: "127.0.0.1:1", State: managerv1.NodeState_NODE_STATE_ONLINE, Hardware: &managerv1.Hardware{Vcpus: 4}})
+	spec := writeFile(t, "w.yaml", "bundleId: w\njobs: [{jobName: channel, job: {services: [{name: main, command: [sleep, '60']}]}}]\n")
+	// Nothing places it: --wait gives up, naming the job.
+	code, _, errOut := f.run("", "bundle", "create", "-f", spec, "--wait", "--wait-timeout", "600ms")
+	if code != ExitError || !strings.Contains(errOut, "bundle w: not every job runs after 600ms: w.channel.0 (not placed)") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	// Started while it waits: it returns once the job runs.
+	spec2 := writeFile(t, "w2.yaml", "bundleId: w2\njobs: [{jobName: channel, job: {services: [{name: main, command: [sleep, '60']}]}}]\n")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			var out, e strings.Builder
+			g := newGlobals(strings.NewReader(""), &out, &e)
+			if run(t.Context(), g, []string{"--manager-url", f.srv.URL, "job", "start", "w2.channel.0", "--node", "node-1", "--wait=false"}) == 0 {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	code, out, errOut := f.run("", "bundle", "create", "-f", spec2, "--wait", "--wait-timeout", "20s")
+	<-done
+	if code != 0 || !strings.Contains(out, "Bundle w2 created") || !strings.Contains(errOut, "Every job of bundle w2 runs.") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }

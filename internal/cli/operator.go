@@ -178,7 +178,8 @@ func newSnapshotSaveCommand(g *globals) *cobra.Command {
 goes to a temporary file beside FILE, which is synced, read back and checked
 (framing and checksum) and only then renamed to FILE, so FILE is never a
 partial snapshot. Prints the bytes written and the snapshot's store index.
-An existing FILE is replaced only with --force.
+An existing FILE is replaced only with --force. FILE's directory is created
+(mode 0700: a snapshot holds every secret of the store) when it is missing.
 
 To restore a snapshot, stop the Manager member and, on its machine, run
   norsk-manager snapshot restore --data-dir D FILE

@@ -20,12 +20,12 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/norsk-go/norsk-manager/internal/devlocate"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"github.com/spf13/cobra"
 )
@@ -71,6 +71,9 @@ type globals struct {
 	managerURL string
 	token      string
 	tokenFile  string
+	// tokenFrom says where the token in use came from: "--token",
+	// "--token-file", "dev:<path>" (found for a local dev) or "" (none).
+	tokenFrom string
 	// tlsCA and tlsCAHash are --tls-ca and --tls-ca-hash: how an https
 	// Manager's certificate is verified (tls.go).
 	tlsCA     string
@@ -128,21 +131,25 @@ func (g *globals) manager(ctx context.Context) (*norsk.Manager, error) {
 }
 
 // apiToken is the bearer for API calls: --token ($NORSK_TOKEN), else the
-// contents of --token-file ($NORSK_TOKEN_FILE), else — talking to the local
-// dev Manager — the token norsk-manager dev keeps in its data directory.
+// contents of --token-file ($NORSK_TOKEN_FILE), else — talking to a
+// `norsk-manager dev` on this machine's loopback, on any port — the token
+// that dev keeps in its data directory (internal/devlocate). It notes in
+// g.tokenFrom where the token came from, for the hint an UNAUTHENTICATED
+// answer gets.
 func (g *globals) apiToken() (string, error) {
 	if g.token != "" {
+		g.tokenFrom = "--token"
 		return g.token, nil
 	}
 	path := g.tokenFile
-	if path == "" && g.managerURL == norsk.DefaultURL {
-		path = devTokenFile()
-		if _, err := os.Stat(path); err != nil {
+	if path == "" {
+		p, ok := devlocate.TokenFileFor(g.managerURL)
+		if !ok {
 			return "", nil
 		}
-	}
-	if path == "" {
-		return "", nil
+		path, g.tokenFrom = p, "dev:"+p
+	} else {
+		g.tokenFrom = "--token-file"
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -151,14 +158,22 @@ func (g *globals) apiToken() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// devTokenFile is where norsk-manager dev keeps its admin token by default.
-func devTokenFile() string {
-	base := os.Getenv("XDG_DATA_HOME")
-	if base == "" {
-		home, _ := os.UserHomeDir()
-		base = filepath.Join(home, ".local", "share")
+// unauthenticatedHint is what an UNAUTHENTICATED answer is followed by:
+// how to give a token, and where a dev keeps its own.
+func (g *globals) unauthenticatedHint() string {
+	def := devlocate.DefaultTokenFile()
+	if def == "" {
+		def = "<data-dir>/" + devlocate.TokenFileName
 	}
-	return filepath.Join(base, "norsk-manager", "dev", "admin.token")
+	where := fmt.Sprintf("a norsk-manager dev keeps its admin token in <data-dir>/%s (by default %s), and norsk-ctl finds it by itself for a dev on this machine's loopback while that dev runs", devlocate.TokenFileName, def)
+	switch {
+	case g.tokenFrom == "":
+		return "Hint: no API token was given: pass --token TOKEN or --token-file FILE (or set $" + norsk.EnvToken + " or $NORSK_TOKEN_FILE); " + where + "."
+	case strings.HasPrefix(g.tokenFrom, "dev:"):
+		return "Hint: the token of the dev Manager in " + strings.TrimPrefix(g.tokenFrom, "dev:") + " was refused: is the Manager at " + g.managerURL + " that dev? Pass --token or --token-file for another Manager."
+	default:
+		return "Hint: the token given with " + g.tokenFrom + " (or its environment variable) was refused by " + g.managerURL + ": it is unknown there, revoked or expired."
+	}
 }
 
 // logger writes the SDK's notices (event-stream reconnects) to stderr,
@@ -346,6 +361,9 @@ func run(ctx context.Context, g *globals, args []string) int {
 		return ExitOK
 	}
 	fmt.Fprintf(g.errOut, "Error: %s\n", err)
+	if errors.Is(err, norsk.ErrUnauthenticated) {
+		fmt.Fprintln(g.errOut, g.unauthenticatedHint())
+	}
 	var ue usageError
 	if errors.As(err, &ue) {
 		if cmd != nil {

@@ -118,6 +118,7 @@ is the same command.`,
 	f.StringVar(&cfg.DataDir, "data-dir", "", "where the worker keeps its identity and instance records (default "+defaultWorkerDataDir()+")")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:6791", "where the worker serves the NodeController stream the Manager dials")
 	f.StringVar(&cfg.Advertise, "advertise", "", "host:port the Manager dials (default: the --listen address)")
+	f.StringVar(&cfg.PublishHost, "publish-host", "", "docker runtime: the host IP a job's port is published on when its mapping names none (default: every address; 127.0.0.1 keeps job ports off the network)")
 	f.StringVar(&cfg.Runtime, "runtime", "", "container runtime: docker or process (default: docker when an engine answers)")
 	f.StringArrayVar(&caps, "capability", nil, "a capability this node offers, name=count (repeatable)")
 	f.StringArrayVar(&gpus, "gpu", nil, "a GPU this node has, model=capacity (repeatable)")

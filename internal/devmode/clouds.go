@@ -128,7 +128,7 @@ func cloudRunner(ctx context.Context, dir, rt, workerExec string, log *slog.Logg
 			if !goTool() {
 				return nil, fmt.Errorf("the cloud instances' image %s is not present and the go command is not here to build it", cloudsim.WorkerImage)
 			}
-			log.Info("dev: building the cloud instances' worker image (FROM scratch, nothing pulled)", "image", cloudsim.WorkerImage)
+			log.With("component", "dev").Info("dev: building the cloud instances' worker image (FROM scratch, nothing pulled)", "image", cloudsim.WorkerImage)
 		}
 		if err := d.EnsureImage(bctx); err != nil {
 			return nil, fmt.Errorf("the cloud instances' worker image: %w", err)
@@ -199,8 +199,8 @@ func (lc *localClouds) close() {
 func (lc *localClouds) banner(w io.Writer, rt string) {
 	ad := lc.oci.AvailabilityDomains(OCIRegion)[0]
 	bundle := "elastic"
-	if rt == "docker" {
-		bundle = "elastic-docker"
+	if rt != "docker" {
+		bundle = "elastic-process"
 	}
 	fmt.Fprintf(w, `
 Local clouds (test equipment the providers reach through their SDKs, as they

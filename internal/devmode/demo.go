@@ -41,10 +41,17 @@ var examples = []example{
 	{sampleMediaImage, sampleMediaPackage, "sample-media"},
 }
 
+// exampleUser is the user dev's example images run as: nobody:nogroup, as
+// in examples/*/Dockerfile (the images have no /etc/passwd; numeric ids need
+// none).
+const exampleUser = "65534:65534"
+
 // ensureExamples builds the example programs where the workers' runtime
-// needs them: images on the Docker engine (FROM scratch; nothing pulled), or
-// binaries in ./build for the process runtime (the *-process.yaml specs run
-// ./build/<name>). Programs already there are left alone.
+// needs them: images on the Docker engine (FROM scratch; nothing pulled;
+// run as exampleUser), or binaries in ./build for the process runtime (the
+// *-process.yaml specs run ./build/<name>). An image is rebuilt when its
+// source changed (its imagebuild.LabelSourceDigest label says from what it
+// was built); binaries already there are left alone.
 func ensureExamples(ctx context.Context, rt string, log *slog.Logger) error {
 	if rt == "docker" {
 		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
@@ -53,15 +60,21 @@ func ensureExamples(ctx context.Context, rt string, log *slog.Logger) error {
 		}
 		defer cli.Close()
 		for _, e := range examples {
-			if _, err := cli.ImageInspect(ctx, e.image); err == nil {
-				continue
-			}
+			spec := imagebuild.Spec{Tag: e.image, Package: e.pkg, User: exampleUser}
 			if !goTool() {
+				if _, err := cli.ImageInspect(ctx, e.image); err == nil {
+					continue // nothing to build it with: the image there is what there is
+				}
 				return fmt.Errorf("image %s is not present and the go command is not here to build it; see examples/README.md", e.image)
 			}
+			if ok, err := imagebuild.UpToDate(ctx, cli, spec); err != nil {
+				return fmt.Errorf("image %s (run dev from the source tree, or build it by hand: examples/README.md): %w", e.image, err)
+			} else if ok {
+				continue
+			}
 			log.Info("dev: building an example image (FROM scratch, nothing pulled)", "image", e.image)
-			if err := imagebuild.Build(ctx, cli, e.image, e.pkg); err != nil {
-				return fmt.Errorf("build %s (run dev from the source tree, or `make images`): %w", e.image, err)
+			if err := imagebuild.BuildSpec(ctx, cli, spec); err != nil {
+				return fmt.Errorf("build %s (run dev from the source tree, or build it by hand: examples/README.md): %w", e.image, err)
 			}
 		}
 		return nil
@@ -186,9 +199,9 @@ Norsk Manager dev system is up.
 	if demo != "" {
 		fmt.Fprintf(w, "  demo job   %s\n", demo)
 	}
-	see, hello, bundle := "docker ps    # the containers", "hello", "resilient-docker"
+	see, spec, bundle := "docker ps    # the containers", "hello", "resilient"
 	if rt != "docker" {
-		see, hello, bundle = "ps -ef | grep build/    # the processes", "hello-process", "resilient"
+		see, spec, bundle = "ps -ef | grep build/    # the processes", "hello-process", "resilient-process"
 	}
 	fmt.Fprintf(w, `
 Try, in another terminal (from this directory):
@@ -197,10 +210,10 @@ Try, in another terminal (from this directory):
 `, url, tokenFile)
 	if len(nodeIDs) > 0 {
 		fmt.Fprintf(w, `  go run ./cmd/norsk-ctl job create -f examples/jobs/%s.yaml
-  go run ./cmd/norsk-ctl job start %s --node %s --wait
-  go run ./cmd/norsk-ctl job history %s
+  go run ./cmd/norsk-ctl job start hello --node %s --wait
+  go run ./cmd/norsk-ctl job history hello
   %s
-`, hello, hello, nodeIDs[0], hello, see)
+`, spec, nodeIDs[0], see)
 	}
 	fmt.Fprint(w, "  go run ./cmd/norsk-ctl events\n")
 	if len(workers) > 1 {

@@ -28,6 +28,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
+	"github.com/norsk-go/norsk-manager/internal/devlocate"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/mgr"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
@@ -114,6 +115,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	// dev's own lines; the Manager, workers and console add their own
+	// component to o.Logger.
+	dlog := o.Logger.With("component", "dev")
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
@@ -151,7 +155,7 @@ func Run(ctx context.Context, o Options) error {
 	if rt == "" {
 		return errors.New(why)
 	}
-	o.Logger.Info("dev: runtime chosen", "runtime", rt, "why", why)
+	dlog.Info("dev: runtime chosen", "runtime", rt, "why", why)
 
 	token, err := devToken(dir)
 	if err != nil {
@@ -209,6 +213,13 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer srv.Close()
+	// norsk-ctl finds this dev's token by the port it serves (any
+	// --listen, any --data-dir) while it runs.
+	unrecord, err := devlocate.Record(srv.URL(), filepath.Join(dir, TokenFile))
+	if err != nil {
+		dlog.Warn("dev: norsk-ctl will not find the admin token by itself (give it --token-file)", "err", err)
+	}
+	defer unrecord()
 	api := managerv1connect.NewManagerClient(nodes.H2CClient(), srv.URL(), connect.WithGRPC(), manager.WithBearer(token))
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
@@ -228,7 +239,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		if o.WorkerExec != "" {
 			procs[i] = &workerProc{exec: o.WorkerExec, name: names[i], dir: wdir, url: srv.URL(), runtime: rt, token: token,
-				reboot: o.RebootDelay, log: o.Logger}
+				reboot: o.RebootDelay, log: dlog}
 			if procs[i].reboot <= 0 {
 				procs[i].reboot = max(o.LostGrace, manager.DefaultLostGrace) + 10*time.Second
 			}
@@ -238,7 +249,10 @@ func Run(ctx context.Context, o Options) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				procs[i].supervise(wctx)
+				// Restarts end when dev begins to stop (ctx); the worker
+				// itself runs until wctx ends, after the ephemeral run's
+				// instances are stopped.
+				procs[i].supervise(wctx, ctx)
 			}()
 			continue
 		}
@@ -254,17 +268,17 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		if held {
-			o.Logger.Warn("dev: a worker from an earlier run still runs over this worker's data directory; keeping it, not starting a second",
+			dlog.Warn("dev: a worker from an earlier run still runs over this worker's data directory; keeping it, not starting a second",
 				"worker", names[i], "pid", pid, "dir", wdir)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if held && !keepAdopted(wctx, wdir, pid, names[i], o.Logger) {
+			if held && !keepAdopted(wctx, wdir, pid, names[i], dlog) {
 				return
 			}
 			if err := a.Run(wctx); err != nil && !errors.Is(err, context.Canceled) {
-				o.Logger.Error("dev: worker stopped", "worker", names[i], "err", err)
+				dlog.Error("dev: worker stopped", "worker", names[i], "err", err)
 			}
 		}()
 	}
@@ -273,15 +287,15 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	demo := ""
-	if err := ensureExamples(ctx, rt, o.Logger); err != nil {
-		o.Logger.Warn("dev: the example programs are not available", "why", err)
+	if err := ensureExamples(ctx, rt, dlog); err != nil {
+		dlog.Warn("dev: the example programs are not available", "why", err)
 		demo = "(no demo job: " + err.Error() + ")"
 	} else if len(nodeIDs) == 0 {
 		demo = "(no demo job: no worker; elastic nodes run what you create)"
 	} else if !o.NoDemo {
 		demo, err = ensureDemo(ctx, api, rt, nodeIDs[0])
 		if err != nil {
-			o.Logger.Warn("dev: no demo job", "why", err)
+			dlog.Warn("dev: no demo job", "why", err)
 			demo = "(no demo job: " + err.Error() + ")"
 		}
 	}
@@ -331,7 +345,7 @@ worker makes the Manager create one, and the reaper terminates it once idle:
 	}
 	<-ctx.Done()
 	if o.Ephemeral {
-		stopAll(context.Background(), api, o.Logger)
+		stopAll(context.Background(), api, dlog)
 	}
 	if o.Ephemeral {
 		fmt.Fprintln(o.Out, "\nshutting down; every instance was stopped and the temporary data removed")
@@ -425,9 +439,11 @@ func WorkerConfig(url, dir, token, rt string, log *slog.Logger) worker.Config {
 		DataDir:    dir,
 		Listen:     "127.0.0.1:0",
 		Runtime:    rt,
-		Version:    buildinfo.Version,
-		Logger:     log,
-		JobSocket:  true,
+		// Job ports stay on this machine, as the banner says.
+		PublishHost: "127.0.0.1",
+		Version:     buildinfo.Version,
+		Logger:      log,
+		JobSocket:   true,
 		Capabilities: []*managerv1.Capability{
 			{Name: "dev", Count: 1},
 		},
@@ -518,7 +534,8 @@ func stopAll(ctx context.Context, api managerv1connect.ManagerClient, log *slog.
 			return false, err
 		}
 		for _, node := range n.Msg.GetNodes() {
-			if len(node.GetInstances()) > 0 {
+			// A node that is not online cannot stop anything: not waited for.
+			if node.GetState() == managerv1.NodeState_NODE_STATE_ONLINE && len(node.GetInstances()) > 0 {
 				return false, nil
 			}
 		}
@@ -527,8 +544,9 @@ func stopAll(ctx context.Context, api managerv1connect.ManagerClient, log *slog.
 }
 
 // TokenFile is where dev keeps its admin API token, in its data directory
-// (mode 0600); norsk-ctl reads it when no other token is given.
-const TokenFile = "admin.token"
+// (mode 0600); norsk-ctl reads it when no other token is given
+// (internal/devlocate).
+const TokenFile = devlocate.TokenFileName
 
 // devToken returns dev's admin token, making one on the first run.
 func devToken(dir string) (string, error) {

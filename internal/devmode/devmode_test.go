@@ -147,7 +147,7 @@ func TestDevMultipleWorkers(t *testing.T) {
 		}
 	}
 	banner := out.String()
-	for _, want := range append([]string{"workers    2   (runtime: process)", "examples/bundles/resilient.yaml"}, ids...) {
+	for _, want := range append([]string{"workers    2   (runtime: process)", "examples/bundles/resilient-process.yaml"}, ids...) {
 		if !strings.Contains(banner, want) {
 			t.Errorf("the banner lacks %q:\n%s", want, banner)
 		}
@@ -201,7 +201,7 @@ func TestDevLocalClouds(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	for _, want := range []string{"norsk-ctl node create-aws --region eu-west-1 --type c6i.xlarge --pool burst", "Local clouds", "examples/bundles/elastic.yaml"} {
+	for _, want := range []string{"norsk-ctl node create-aws --region eu-west-1 --type c6i.xlarge --pool burst", "Local clouds", "examples/bundles/elastic-process.yaml"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the banner lacks %q:\n%s", want, out.String())
 		}

@@ -74,6 +74,10 @@ func (p *workerProc) start() error {
 		p.token = ""
 	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// A process group of its own: a Ctrl-C in dev's terminal goes to dev's
+	// group only, and dev stops its workers in order (after an ephemeral
+	// run's instances) rather than each dying of the same SIGINT.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
@@ -84,10 +88,12 @@ func (p *workerProc) start() error {
 }
 
 // supervise waits for the worker (its own process, or the one it kept);
-// one that dies while dev runs is started again after the reboot delay.
-// When ctx ends the worker is stopped (SIGTERM, then SIGKILL after 10 s):
-// its instances keep running, as they do when a worker stops.
-func (p *workerProc) supervise(ctx context.Context) {
+// one that dies while dev runs is started again after the reboot delay,
+// but never once running has ended (dev is stopping). When ctx ends the
+// worker is stopped (SIGTERM, then SIGKILL after 10 s): its instances keep
+// running, as they do when a worker stops. running ends before ctx (dev
+// stops its ephemeral run's instances in between).
+func (p *workerProc) supervise(ctx, running context.Context) {
 	for {
 		p.mu.Lock()
 		cmd, adopted, adoptedPID := p.cmd, p.adopted, p.adoptedPID
@@ -116,6 +122,9 @@ func (p *workerProc) supervise(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			return
+		case <-running.Done():
+			p.log.Info("dev: stopping; the worker is not started again", "worker", p.name)
 			return
 		case <-time.After(p.reboot):
 		}

@@ -12,6 +12,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,12 +33,108 @@ import (
 // binaryName is the program's path inside the image.
 const binaryName = "prog"
 
-// Build compiles goPackage (an import path or a path the go command
-// accepts, resolved from the current directory) and builds the image tag
-// from it: FROM scratch, the binary at /prog, ENTRYPOINT ["/prog"]. It never
-// pulls. When a rebuild moves the tag, the image it left behind is removed
-// (unless a container still uses it).
+// Labels every image built here carries.
+const (
+	// LabelPackage is the Go package the image was built from.
+	LabelPackage = "norsk.manager/test-image"
+	// LabelSourceDigest is SourceDigest of the build: the image is out of
+	// date once the package's source (or the Go toolchain, or the image's
+	// recipe) changed.
+	LabelSourceDigest = "norsk.manager/source-digest"
+)
+
+// Spec is an image to build.
+type Spec struct {
+	// Tag names the image, e.g. "norsk-examples/hello:dev".
+	Tag string
+	// Package is the Go main package (an import path or a path the go
+	// command accepts, resolved from the current directory).
+	Package string
+	// User is the image's USER ("65534:65534"); empty: root.
+	User string
+}
+
+// Build compiles goPackage and builds the image tag from it, running as
+// root (BuildSpec).
 func Build(ctx context.Context, cli *client.Client, tag string, goPackage string) error {
+	return BuildSpec(ctx, cli, Spec{Tag: tag, Package: goPackage})
+}
+
+// UpToDate reports whether the image s.Tag exists and was built from the
+// source s.Package has now (its LabelSourceDigest matches SourceDigest).
+func UpToDate(ctx context.Context, cli *client.Client, s Spec) (bool, error) {
+	img, err := cli.ImageInspect(ctx, s.Tag)
+	if cerrdefs.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("inspect image %s: %w", s.Tag, err)
+	}
+	digest, err := SourceDigest(ctx, s)
+	if err != nil {
+		return false, err
+	}
+	return img.Config != nil && img.Config.Labels[LabelSourceDigest] == digest, nil
+}
+
+// SourceDigest is a digest of what the image of s is made of: the Go
+// toolchain's version, the image's recipe (Dockerfile) and every file of
+// every non-standard package the program is built from (go list -deps),
+// by path relative to its module and content.
+func SourceDigest(ctx context.Context, s Spec) (string, error) {
+	list := exec.CommandContext(ctx, "go", "list", "-deps", "-f",
+		"{{if not .Standard}}{{.ImportPath}}\t{{.Dir}}{{range .GoFiles}}\t{{.}}{{end}}{{range .EmbedFiles}}\t{{.}}{{end}}{{end}}", s.Package)
+	list.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	var stderr bytes.Buffer
+	list.Stderr = &stderr
+	out, err := list.Output()
+	if err != nil {
+		return "", fmt.Errorf("source digest of %s: go list: %w: %s", s.Package, err, strings.TrimSpace(stderr.String()))
+	}
+	ver, err := exec.CommandContext(ctx, "go", "env", "GOVERSION").Output()
+	if err != nil {
+		return "", fmt.Errorf("source digest of %s: go env: %w", s.Package, err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "go %s\n%s\n", strings.TrimSpace(string(ver)), dockerfile(s.User))
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) < 2 {
+			continue
+		}
+		fmt.Fprintf(h, "package %s\n", f[0])
+		for _, name := range f[2:] {
+			b, err := os.ReadFile(filepath.Join(f[1], name))
+			if err != nil {
+				return "", fmt.Errorf("source digest of %s: %w", s.Package, err)
+			}
+			fmt.Fprintf(h, "file %s %d\n", name, len(b))
+			h.Write(b)
+		}
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// dockerfile is the image's recipe.
+func dockerfile(user string) string {
+	d := fmt.Sprintf("FROM scratch\nCOPY %s /%s\n", binaryName, binaryName)
+	if user != "" {
+		d += "USER " + user + "\n"
+	}
+	return d + fmt.Sprintf("ENTRYPOINT [\"/%s\"]\n", binaryName)
+}
+
+// BuildSpec compiles s.Package and builds the image s.Tag from it: FROM
+// scratch, the binary at /prog, ENTRYPOINT ["/prog"], USER s.User, labelled
+// with the package and its SourceDigest. It never pulls. When a rebuild
+// moves the tag, the image it left behind is removed (unless a container
+// still uses it).
+func BuildSpec(ctx context.Context, cli *client.Client, s Spec) error {
+	tag, goPackage := s.Tag, s.Package
+	digest, err := SourceDigest(ctx, s)
+	if err != nil {
+		return fmt.Errorf("build image %s: %w", tag, err)
+	}
 	dir, err := os.MkdirTemp("", "testimage-")
 	if err != nil {
 		return fmt.Errorf("build image %s: %w", tag, err)
@@ -63,7 +161,7 @@ func Build(ctx context.Context, cli *client.Client, tag string, goPackage string
 		return fmt.Errorf("build image %s: go build %s: %w\n%s", tag, goPackage, err, out)
 	}
 
-	buildCtx, err := contextTar(bin)
+	buildCtx, err := contextTar(bin, s.User)
 	if err != nil {
 		return fmt.Errorf("build image %s: %w", tag, err)
 	}
@@ -81,7 +179,7 @@ func Build(ctx context.Context, cli *client.Client, tag string, goPackage string
 		PullParent:  false, // FROM scratch needs nothing; never pull
 		Remove:      true,
 		ForceRemove: true,
-		Labels:      map[string]string{"norsk.manager/test-image": goPackage},
+		Labels:      map[string]string{LabelPackage: goPackage, LabelSourceDigest: digest},
 	})
 	if err != nil {
 		return fmt.Errorf("build image %s: %w", tag, err)
@@ -101,8 +199,7 @@ func Build(ctx context.Context, cli *client.Client, tag string, goPackage string
 }
 
 // contextTar makes the build context: the Dockerfile and the binary.
-func contextTar(bin string) (io.Reader, error) {
-	dockerfile := fmt.Sprintf("FROM scratch\nCOPY %s /%s\nENTRYPOINT [\"/%s\"]\n", binaryName, binaryName, binaryName)
+func contextTar(bin, user string) (io.Reader, error) {
 	prog, err := os.ReadFile(bin)
 	if err != nil {
 		return nil, err
@@ -114,7 +211,7 @@ func contextTar(bin string) (io.Reader, error) {
 		mode int64
 		data []byte
 	}{
-		{"Dockerfile", 0o644, []byte(dockerfile)},
+		{"Dockerfile", 0o644, []byte(dockerfile(user))},
 		{binaryName, 0o755, prog},
 	}
 	for _, f := range files {

@@ -34,7 +34,7 @@ func TestContextTar(t *testing.T) {
 	if err := writeFile(bin, "binary"); err != nil {
 		t.Fatal(err)
 	}
-	r, err := contextTar(bin)
+	r, err := contextTar(bin, "65534:65534")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,11 +54,46 @@ func TestContextTar(t *testing.T) {
 			t.Errorf("binary mode %o is not executable", h.Mode)
 		}
 	}
-	if got[binaryName] != "binary" || !strings.HasPrefix(got["Dockerfile"], "FROM scratch\n") || !strings.Contains(got["Dockerfile"], `ENTRYPOINT ["/prog"]`) {
+	if got[binaryName] != "binary" || !strings.HasPrefix(got["Dockerfile"], "FROM scratch\n") || !strings.Contains(got["Dockerfile"], `ENTRYPOINT ["/prog"]`) || !strings.Contains(got["Dockerfile"], "USER 65534:65534\n") {
 		t.Errorf("build context = %v", got)
 	}
 }
 
 func writeFile(path, content string) error {
 	return os.WriteFile(path, []byte(content), 0o755)
+}
+
+// The source digest is the same for the same source and recipe, and moves
+// when a file of the program, or the image's user, changes.
+func TestSourceDigest(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.WriteFile("go.mod", []byte("module example.com/prog\n\ngo 1.22\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	main := "package main\n\nfunc main() {}\n"
+	if err := os.WriteFile("main.go", []byte(main), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	digest := func(user string) string {
+		t.Helper()
+		d, err := SourceDigest(t.Context(), Spec{Tag: "x:dev", Package: ".", User: user})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	first := digest("")
+	if !strings.HasPrefix(first, "sha256:") || digest("") != first {
+		t.Fatalf("digest %q is not stable", first)
+	}
+	if digest("65534:65534") == first {
+		t.Error("the digest does not cover the image's user")
+	}
+	if err := os.WriteFile("main.go", []byte(main+"// changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if digest("") == first {
+		t.Error("the digest did not change with the program's source")
+	}
 }

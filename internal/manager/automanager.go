@@ -29,7 +29,7 @@ func (s *Server) runAutoManager(ctx context.Context) {
 			Token:       s.authz.internalCredential(),
 			HTTPClient:  s.selfHTTPClient(),
 			ClientLabel: "automanager",
-			Logger:      s.log,
+			Logger:      s.base,
 		})
 		if err != nil {
 			s.log.Warn("automanager: cannot connect to this member; retrying", "err", err)
@@ -52,7 +52,7 @@ func (s *Server) runAutoManager(ctx context.Context) {
 			},
 			Elastic: s.elasticTiers,
 			Clock:   s.cfg.Clock,
-			Logger:  s.log,
+			Logger:  s.base,
 			Metrics: s.amMetrics,
 		})
 		unregister := s.migrator.set(am)

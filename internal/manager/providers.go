@@ -39,7 +39,7 @@ func (s *Server) newFleet() error {
 	ps = append(ps, s.cfg.Providers...)
 	reg, err := providers.NewRegistry(providers.RegistryConfig{
 		Providers: ps, OverridesFile: s.cfg.OverridesFile, CatalogRefresh: s.cfg.InstanceTypeRefresh,
-		Clock: s.cfg.Clock, Logger: s.log,
+		Clock: s.cfg.Clock, Logger: s.base,
 	})
 	if err != nil {
 		return fmt.Errorf("manager: providers: %w", err)
@@ -48,7 +48,7 @@ func (s *Server) newFleet() error {
 		Registry: reg, Backend: fleetBackend{s}, ClusterID: s.cfg.ClusterID, WorkerVersion: buildinfo.Version,
 		StartTimeout: s.cfg.CloudStartTimeout, DefaultIdleExpiry: s.cfg.DefaultIdleExpiry,
 		ReaperInterval: s.cfg.ReaperInterval, ReconcileInterval: s.cfg.ReconcileInterval, ListGrace: s.cfg.ListGrace,
-		Throttle: s.cfg.ProviderBackoff, Metrics: s.provMetrics, Clock: s.cfg.Clock, Logger: s.log,
+		Throttle: s.cfg.ProviderBackoff, Metrics: s.provMetrics, Clock: s.cfg.Clock, Logger: s.base,
 	})
 	return nil
 }

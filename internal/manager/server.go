@@ -375,6 +375,9 @@ func (c *Config) defaults() error {
 type Server struct {
 	cfg Config
 	log *slog.Logger
+	// base is log without its component=manager: the member's parts add
+	// their own component to it.
+	base *slog.Logger
 	// storeRef is the member's store; a recovery (ForceStandalone,
 	// LeaveQuorum, a stale generation) replaces it while the API keeps
 	// serving.
@@ -426,7 +429,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	log := cfg.Logger.With("member", cfg.NodeName)
+	// base is what the member's parts (automanager, providers) log through,
+	// each adding its own component; log is the member's own lines.
+	base := cfg.Logger.With("member", cfg.NodeName)
+	log := base.With("component", "manager")
 	accessKeys, err := loadAccessReplicaKeys(cfg.AccessReplicaKeysFile)
 	if err != nil {
 		return nil, err
@@ -457,7 +463,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		ln = tls.NewListener(ln, tlsSt.server)
 	}
 	m := newMetrics()
-	s := &Server{cfg: cfg, log: log, metrics: m, ln: ln, lock: lock, tls: tlsSt, accessKeys: accessKeys,
+	s := &Server{cfg: cfg, log: log, base: base, metrics: m, ln: ln, lock: lock, tls: tlsSt, accessKeys: accessKeys,
 		nodeMetrics: nodes.NewMetrics(m.reg),
 		amMetrics:   automanager.NewMetrics(m.reg),
 		provMetrics: providers.NewMetrics(m.reg),

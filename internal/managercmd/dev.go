@@ -22,30 +22,46 @@ func newDevCommand() *cobra.Command {
 		Use:   "dev",
 		Short: "Run a complete single-machine system: a Manager, workers and a demo job",
 		Long: `Run a complete system on this machine: one Manager member with its store in
---data-dir, --workers workers, each a process of its own (the docker runtime
-when a Docker engine answers, the process runtime when none does), and — on
-a fresh store — a demo "hello" job started on the first worker. Killing a
-worker's process (kill -9) loses its node, as a crash would: its jobs move,
-and dev starts the worker again a little later, as a rebooted node.
+--data-dir, --workers workers and — on a fresh store — a demo job named
+"demo" (the hello example) started on the first worker. Each worker is a
+process of its own (the hidden dev-worker command of this binary; with
+--in-process-workers they run inside this process instead), with the docker
+runtime when a Docker engine answers and the process runtime when none does
+(--runtime). Killing a worker's process (kill -9 <pid>; the banner prints
+every pid) loses its node, as a crash would: its jobs move, and dev starts
+the worker again a little later, as a rebooted node.
 
 Each worker is a node of its own (dev-worker-1 … dev-worker-N, in pool dev)
 with its state in <data-dir>/workers/<name> and its own listener; the banner
-prints every worker's node id. --workers 3 is a multi-node playground for
-placement and bundles, e.g. examples/bundles/resilient.yaml: a primary and a
-backup kept on different nodes. --mock-hosts 2 adds two mock hosts: when a
-job fits no worker, the Manager creates an elastic node on one (pool burst),
-and the empty-node reaper terminates it after --idle-expiry without a job.
---clouds local starts a local EC2 endpoint and a local OCI endpoint (test
-equipment speaking the clouds' own protocols) and gives the Manager its aws
-and oci providers, pointed at them through the SDKs' own settings: 'norsk-ctl
-node create-aws' launches an "instance" that boots a worker from its user
-data, and a bundle in pool burst that fits no node makes the AutoManager
-create one (--workers 0: nothing but elastic nodes).
+prints every worker's node id. The workers serve job sockets (migrations
+with --strategy handover) and publish job ports on 127.0.0.1 only.
+--workers 3 is a multi-node playground for placement and bundles, e.g.
+examples/bundles/resilient.yaml: a primary and a backup kept on different
+nodes (resilient-process.yaml with the process runtime). --mock-hosts 2 adds
+two mock hosts: when a job fits no worker, the Manager creates an elastic
+node on one (pool burst), and the empty-node reaper terminates it after
+--idle-expiry without a job. --clouds local starts a local EC2 endpoint and
+a local OCI endpoint (test equipment speaking the clouds' own protocols) and
+gives the Manager its aws and oci providers, pointed at them through the
+SDKs' own settings: 'norsk-ctl node create-aws' launches an "instance" that
+boots a worker from its user data, and a bundle in pool burst that fits no
+node makes the AutoManager create one (--workers 0: nothing but elastic
+nodes).
+
+Dev builds the example programs the demo and examples/ use: the images
+norsk-examples/hello:dev and norsk-examples/sample-media:dev (FROM scratch,
+nothing pulled, run as user 65534; rebuilt when their source changed), or
+./build/hello and ./build/sample-media for the process runtime — so run it
+from the repository root.
+
+The admin API token is in <data-dir>/admin.token; norsk-ctl finds it by
+itself for a dev on this machine's loopback while the dev runs. The
+operator console (norsk-mgr) is at --console-listen.
 
 State lives in --data-dir (default ` + devmode.DefaultDataDirHint + `), so stopping and
 starting dev again keeps every job, and the workers adopt the instances that
-kept running. --ephemeral uses a temporary directory and stops everything on
-exit.`,
+kept running. --ephemeral uses a temporary directory and, on Ctrl-C, stops
+every instance and worker and removes it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := logs.logger(os.Stderr)
@@ -75,11 +91,11 @@ exit.`,
 	}
 	f := c.Flags()
 	f.StringVar(&opts.DataDir, "data-dir", "", "where the store and the workers keep their state")
-	f.BoolVar(&opts.Ephemeral, "ephemeral", false, "use a temporary data directory and stop every instance on exit")
-	f.IntVar(&opts.Workers, "workers", 1, "number of in-process workers, each its own node (1 to 64)")
+	f.BoolVar(&opts.Ephemeral, "ephemeral", false, "use a temporary data directory; on exit stop every instance and worker and remove it")
+	f.IntVar(&opts.Workers, "workers", 1, "number of workers, each a process and a node of its own (1 to 64; 0 with --clouds local or --mock-hosts)")
 	f.StringVar(&opts.Listen, "listen", "127.0.0.1:6790", "Manager API address")
 	f.StringVar(&opts.Runtime, "runtime", "auto", "worker runtime: auto, docker or process")
-	f.BoolVar(&opts.NoDemo, "no-demo", false, "do not create and start the demo hello job")
+	f.BoolVar(&opts.NoDemo, "no-demo", false, "do not create and start the demo job (demo, the hello example)")
 	f.DurationVar(&opts.LostGrace, "lost-grace", manager.DefaultLostGrace, "how long a worker's stream may be gone before its node is lost (its jobs then move)")
 	f.BoolVar(&inProcess, "in-process-workers", false, "run the workers inside this process instead of one process each")
 	f.IntVar(&opts.MockHosts, "mock-hosts", 0, "mock hosts standing by for elastic nodes of pool "+devmode.MockPool+" (0 to 16)")

@@ -484,7 +484,7 @@ func (a *Agent) openRuntime(ctx context.Context, nodeID string) (rt runtime.Runt
 	}
 	switch a.runtimeName {
 	case "docker":
-		d, err := docker.New(ctx, docker.Config{NodeID: nodeID, Logger: a.baseLog, AdvertiseHost: host})
+		d, err := docker.New(ctx, docker.Config{NodeID: nodeID, Logger: a.baseLog, AdvertiseHost: host, PublishHost: a.cfg.PublishHost})
 		if err != nil {
 			return nil, false, fmt.Errorf("worker: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -53,6 +54,10 @@ type Config struct {
 	// else process; an existing worker keeps the runtime its instance
 	// records were made with).
 	Runtime string
+	// PublishHost is the host IP the docker runtime publishes a job's port
+	// on when the port mapping names no host address: "127.0.0.1" keeps job
+	// ports off the network (dev). Empty: every address.
+	PublishHost string
 	// RuntimeImpl, when set, is used instead of building a runtime (tests).
 	// The Agent does not close it.
 	RuntimeImpl runtime.Runtime
@@ -153,6 +158,9 @@ func (c Config) withDefaults() (Config, error) {
 	case "", "docker", "process":
 	default:
 		return c, fmt.Errorf("worker: Runtime %q: want docker, process or empty", c.Runtime)
+	}
+	if c.PublishHost != "" && net.ParseIP(c.PublishHost) == nil {
+		return c, fmt.Errorf("worker: PublishHost %q is not an IP address", c.PublishHost)
 	}
 	if c.Listen == "" {
 		c.Listen = DefaultListen

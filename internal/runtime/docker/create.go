@@ -82,9 +82,17 @@ type createPlan struct {
 	volumes []string // engine volume names
 }
 
-// planService maps one service of spec to a container's configuration. It
-// does no I/O; errors wrap runtime.ErrInvalidSpec.
-func planService(nodeID, clusterID string, spec runtime.InstanceSpec, svc *managerv1.Service) (createPlan, error) {
+// HostGateway is the name every container is given for the machine it runs
+// on (an /etc/hosts entry for the engine's host-gateway address), the name
+// Docker Desktop gives its containers: a job reaches a service on its own
+// host — a receiver, a sink — as host.docker.internal on any engine.
+const HostGateway = "host.docker.internal"
+
+// planService maps one service of spec to a container's configuration;
+// publishHost is the host IP a port mapping without a host address is
+// published on ("": every address). It does no I/O; errors wrap
+// runtime.ErrInvalidSpec.
+func planService(nodeID, clusterID, publishHost string, spec runtime.InstanceSpec, svc *managerv1.Service) (createPlan, error) {
 	invalid := func(format string, args ...any) (createPlan, error) {
 		return createPlan{}, fmt.Errorf("service %q: %s: %w", svc.GetName(), fmt.Sprintf(format, args...), runtime.ErrInvalidSpec)
 	}
@@ -140,7 +148,11 @@ func planService(nodeID, clusterID string, spec runtime.InstanceSpec, svc *manag
 			hostPort = strconv.FormatUint(uint64(hp.Specific), 10)
 		}
 		exposed[port] = struct{}{}
-		bindings[port] = append(bindings[port], nat.PortBinding{HostIP: pm.GetHostAddress(), HostPort: hostPort})
+		hostIP := pm.GetHostAddress()
+		if hostIP == "" {
+			hostIP = publishHost
+		}
+		bindings[port] = append(bindings[port], nat.PortBinding{HostIP: hostIP, HostPort: hostPort})
 	}
 
 	var mounts []mount.Mount
@@ -217,6 +229,7 @@ func planService(nodeID, clusterID string, spec runtime.InstanceSpec, svc *manag
 		// No Docker restart policy: the worker's supervisor restarts.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		Resources:     container.Resources{CpusetCpus: strings.Join(cpus, ",")},
+		ExtraHosts:    []string{HostGateway + ":host-gateway"},
 	}
 	return createPlan{name: ContainerName(clusterID, nodeID, spec.Key, svc.GetName()), config: cfg, host: host, volumes: volumes}, nil
 }
@@ -240,7 +253,7 @@ func (r *Runtime) Prepare(ctx context.Context, spec runtime.InstanceSpec) error 
 			return fmt.Errorf("prepare %s: service %q appears twice: %w", key, svc.GetName(), runtime.ErrInvalidSpec)
 		}
 		names[svc.GetName()] = true
-		p, err := planService(r.nodeID, cluster, spec, svc)
+		p, err := planService(r.nodeID, cluster, r.publishHost, spec, svc)
 		if err != nil {
 			return fmt.Errorf("prepare %s: %w", key, err)
 		}

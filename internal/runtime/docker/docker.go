@@ -18,7 +18,11 @@
 //     instance's Env, then NORSK_SERVICE.
 //   - Ports: an ephemeral mapping lets the engine choose the host port, a
 //     range publishes "min-max", a specific one that port; protocol ANY and
-//     TCP are tcp, UDP is udp; host_address is the host IP bound.
+//     TCP are tcp, UDP is udp; host_address is the host IP bound, and
+//     without one Config.PublishHost (every address when that is empty).
+//   - Every container has host.docker.internal in its /etc/hosts, naming
+//     the engine's host (its host-gateway address), as on Docker Desktop
+//     (HostGateway); engines before 20.10 do not know host-gateway.
 //   - Volume mounts whose source starts with "/" are bind mounts; any other
 //     source names a job-scoped volume, norsk-<job>-<name>, created when
 //     absent and kept by Remove (volumes belong to the job, not to one
@@ -77,6 +81,10 @@ type Config struct {
 	// published on every address (0.0.0.0, ::, or none given): the address
 	// at which clients reach the node. Empty means "127.0.0.1".
 	AdvertiseHost string
+	// PublishHost is the host IP a port mapping without a host address is
+	// published on: "127.0.0.1" keeps every job port on loopback (dev).
+	// Empty means every address, the engine's default.
+	PublishHost string
 }
 
 // Runtime runs services as Docker containers. It is safe for concurrent use.
@@ -87,6 +95,8 @@ type Runtime struct {
 	ownsClient bool
 	log        *slog.Logger
 	advertise  string
+	// publishHost is Config.PublishHost.
+	publishHost string
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -102,6 +112,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		cli:       cfg.Client,
 		log:       cfg.Logger,
 		advertise: cfg.AdvertiseHost,
+		// A mapping's own host address wins (planService).
+		publishHost: cfg.PublishHost,
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -109,6 +121,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	r.log = r.log.With("runtime", "docker", "node", cfg.NodeID)
 	if err := r.cluster.Set(cfg.ClusterID); err != nil {
 		return nil, fmt.Errorf("docker runtime: %w", err)
+	}
+	if r.publishHost != "" && net.ParseIP(r.publishHost) == nil {
+		return nil, fmt.Errorf("docker runtime: PublishHost %q is not an IP address", r.publishHost)
 	}
 	if r.advertise == "" {
 		r.advertise = "127.0.0.1"

@@ -172,7 +172,7 @@ func TestPlanService(t *testing.T) {
 		Job: &managerv1.Job{JobId: "job1", Services: []*managerv1.Service{svc}, Volumes: []string{"shared", "cache"}},
 		Env: map[string]string{"SHARED": "instance", runtime.EnvService: "spoofed"},
 	}
-	p, err := planService("n1", "c1234567", spec, svc)
+	p, err := planService("n1", "c1234567", "", spec, svc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,10 +227,24 @@ func TestPlanService(t *testing.T) {
 	if h.RestartPolicy.Name != container.RestartPolicyDisabled {
 		t.Errorf("restart policy = %q, want none", h.RestartPolicy.Name)
 	}
+	if !slices.Equal(h.ExtraHosts, []string{"host.docker.internal:host-gateway"}) {
+		t.Errorf("extra hosts = %v, want host.docker.internal at the host gateway", h.ExtraHosts)
+	}
+	// A publish host (dev: loopback) binds every mapping that names no
+	// host address of its own.
+	p, err = planService("n1", "", "127.0.0.1", spec, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for port, want := range map[string]string{"8080/tcp": "127.0.0.1", "5001/tcp": "10.0.0.5", "5004/udp": "127.0.0.1", "9000/tcp": "127.0.0.1"} {
+		if b := p.host.PortBindings[nat.Port(port)]; len(b) != 1 || b[0].HostIP != want {
+			t.Errorf("with publish host 127.0.0.1, binding of %s = %v, want host IP %s", port, b, want)
+		}
+	}
 
 	// No command or args: the image's own entrypoint and command.
 	bare := &managerv1.Service{Name: "bare", Image: "img"}
-	p, err = planService("n1", "", spec, bare)
+	p, err = planService("n1", "", "", spec, bare)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestPlanServiceWorkerMounts(t *testing.T) {
 		Job:    &managerv1.Job{JobId: "job1", Services: []*managerv1.Service{svc}},
 		Mounts: []runtime.Mount{{Source: "/tmp/norsk-js-1/ab", Target: "/run/norsk", ReadOnly: true}},
 	}
-	p, err := planService("n1", "", spec, svc)
+	p, err := planService("n1", "", "", spec, svc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestPlanServiceWorkerMounts(t *testing.T) {
 		t.Fatalf("mounts %+v, want %+v", p.host.Mounts, want)
 	}
 	spec.Mounts = []runtime.Mount{{Source: "relative", Target: "/run/norsk"}}
-	if _, err := planService("n1", "", spec, svc); !errors.Is(err, runtime.ErrInvalidSpec) {
+	if _, err := planService("n1", "", "", spec, svc); !errors.Is(err, runtime.ErrInvalidSpec) {
 		t.Fatalf("a relative mount source: %v", err)
 	}
 }
