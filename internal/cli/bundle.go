@@ -288,6 +288,7 @@ func bundlesTable(w io.Writer, list []*norsk.BundleWithJobs) {
 func newBundleShowCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:               "show ID",
+		Aliases:           []string{"get"},
 		Short:             "Show a bundle and, per replica job, its role, node, phase, dormant mark and degradations",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeBundleIDs,

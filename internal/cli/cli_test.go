@@ -172,7 +172,10 @@ func TestVersion(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	out := f.ok("version")
-	for _, want := range []string{"Client:", "protocol 1.0", "Daemon:", "norsktest", "Manager:", f.srv.URL} {
+	if strings.Count(out, "\n") != 1 {
+		t.Errorf("version printed %d lines, want one:\n%s", strings.Count(out, "\n"), out)
+	}
+	for _, want := range []string{"norsk-ctl ", "protocol 1.0", "Manager norsktest", f.srv.URL} {
 		if !strings.Contains(out, want) {
 			t.Errorf("version output lacks %q:\n%s", want, out)
 		}

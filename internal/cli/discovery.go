@@ -203,8 +203,9 @@ host:port.`,
 func newDiscoveryGetCommand(g *globals) *cobra.Command {
 	var show bool
 	cmd := &cobra.Command{
-		Use:   "get [--show-secrets]",
-		Short: "Show the discovery fleet in force and any rotation under way",
+		Use:     "get [--show-secrets]",
+		Aliases: []string{"show"},
+		Short:   "Show the discovery fleet in force and any rotation under way",
 		Long: `Show the discovery fleet in force: the replica addresses, the leaf token, the
 tier secret and, during a rotation, the alternate secret and the phase. The
 secrets are masked in the table unless --show-secrets; -o json prints them in

@@ -191,6 +191,7 @@ changed since. Running instances keep the spec they started with.`,
 func newJobGetCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:               "get ID",
+		Aliases:           []string{"show"},
 		Short:             "Show a job: spec, state, instances and recent history",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,

@@ -266,10 +266,14 @@ func newMigrationCommand(g *globals) *cobra.Command {
 	}
 	list.Flags().StringVar(&job, "job", "", "only this job's migrations")
 	show := &cobra.Command{
-		Use:   "show ID",
-		Short: "One migration: its phases with their times, its source and target, why it aborted",
-		Args:  exactArgs("ID"),
+		Use:     "show ID",
+		Aliases: []string{"get"},
+		Short:   "One migration: its phases with their times, its source and target, why it aborted",
+		Args:    exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := resolveMigrationArg(g, cmd, args); err != nil {
+				return err
+			}
 			st, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.MigrationState, error) {
 				return m.GetMigration(ctx, args[0])
 			}, "show migration %s", args[0])
@@ -285,6 +289,9 @@ func newMigrationCommand(g *globals) *cobra.Command {
 		Short: "Roll an in-flight migration back (refused past the point of no return)",
 		Args:  exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := resolveMigrationArg(g, cmd, args); err != nil {
+				return err
+			}
 			if _, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (struct{}, error) {
 				return struct{}{}, m.CancelMigration(ctx, args[0], reason)
 			}, "abort migration %s", args[0]); err != nil {
@@ -315,6 +322,9 @@ func newMigrationCommand(g *globals) *cobra.Command {
 				return g.printer().Print(result{data: map[string][]string{"migrationIds": ids}, table: func(w io.Writer) {
 					fmt.Fprintf(w, "Forgot %d finished migration(s)\n", len(ids))
 				}})
+			}
+			if err := resolveMigrationArg(g, cmd, args); err != nil {
+				return err
 			}
 			ok, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (bool, error) {
 				return m.ForgetMigration(ctx, args[0])

@@ -129,6 +129,7 @@ func nodesTable(w io.Writer, now time.Time, nodes []*norsk.Node) {
 func newNodeGetCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:               "get ID",
+		Aliases:           []string{"show"},
 		Short:             "Show one node",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeNodeIDs,

@@ -41,6 +41,8 @@ func newPrinter(format string, out io.Writer) printer {
 		return &jsonPrinter{out: out}
 	case "yaml":
 		return &yamlPrinter{out: out}
+	case "name":
+		return &namePrinter{out: out}
 	}
 	return &tablePrinter{out: out}
 }

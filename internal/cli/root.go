@@ -205,6 +205,12 @@ func (g *globals) close() {
 
 // printer returns the printer -o selects.
 func (g *globals) printer() printer {
+	if text, ok := strings.CutPrefix(g.output, templateOutput); ok {
+		p, err := newTemplatePrinter(text, g.out)
+		if err == nil { // validate parsed it already
+			return p
+		}
+	}
 	return newPrinter(g.output, g.out)
 }
 
@@ -229,7 +235,9 @@ trail the primary by a few milliseconds; --linearizable makes them see every
 write committed before they began (at the cost of a round trip to the primary).
 
 Output is a table by default; -o json prints the API's protobuf JSON and -o yaml
-the same as YAML, for scripts.`,
+the same as YAML, for scripts; -o name prints NOUN/ID per object (job/news-1)
+and -o go-template=TEMPLATE runs a Go template on the JSON form
+('-o go-template={{range .}}{{.jobId}} {{end}}').`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		Args:              noSubcommand,
@@ -250,7 +258,7 @@ the same as YAML, for scripts.`,
 	f.StringVar(&g.token, "token", "", "API bearer token (env "+norsk.EnvToken+")")
 	f.StringVar(&g.tokenFile, "token-file", os.Getenv("NORSK_TOKEN_FILE"), "file holding the API bearer token (env NORSK_TOKEN_FILE)")
 	registerTLSFlags(f, g)
-	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
+	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json, yaml, name (NOUN/ID per object) or go-template=TEMPLATE (on the JSON form)")
 	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the Manager")
 	f.BoolVar(&g.linearizable, "linearizable", false, "linearizable reads: a read sees every write committed before it, on any member (needs a primary)")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
@@ -261,11 +269,18 @@ the same as YAML, for scripts.`,
 	return root
 }
 
-var outputFormats = []string{"table", "json", "yaml"}
+var outputFormats = []string{"table", "json", "yaml", "name", templateOutput}
+
+// templateOutput prefixes -o go-template=TEMPLATE.
+const templateOutput = "go-template="
 
 // validate checks the global flags.
 func (g *globals) validate() error {
-	if !slices.Contains(outputFormats, g.output) {
+	if text, ok := strings.CutPrefix(g.output, templateOutput); ok {
+		if _, err := newTemplatePrinter(text, g.out); err != nil {
+			return err
+		}
+	} else if !slices.Contains(outputFormats, g.output) {
 		return usageErrorf("invalid output format %q (want one of %s)", g.output, strings.Join(outputFormats, ", "))
 	}
 	if g.timeout <= 0 {

@@ -36,17 +36,11 @@ func newVersionCommand(g *globals) *cobra.Command {
 				},
 			}
 			return g.printer().Print(result{data: data, table: func(w io.Writer) {
-				fmt.Fprintf(w, "Client:\tnorsk-ctl %s (protocol %s, %s)\n", clientVersion(), norsk.ProtocolVersion, runtime.Version())
-				fmt.Fprintf(w, "Manager:\t%s (node %s)\n", m.URL(), dash(h.GetNodeName()))
-				fmt.Fprintf(w, "Daemon:\t%s (protocol %s, skew %+d)\n", dash(h.GetBuildLabel()), h.GetProtocolVersion(), h.GetSkew())
-				fmt.Fprintf(w, "Version:\t%d.%d.%d %s", v.GetMajorVersion(), v.GetMinorVersion(), v.GetBuildNumber(), dash(v.GetLabel()))
-				if v.GetBranchName() != "" || v.GetCommit() != "" {
-					fmt.Fprintf(w, " (branch %s, commit %s)", dash(v.GetBranchName()), dash(v.GetCommit()))
-				}
-				if v.GetGoVersion() != "" {
-					fmt.Fprintf(w, " %s", v.GetGoVersion())
-				}
-				fmt.Fprintln(w)
+				// One line, as kubectl version --short and nomad version:
+				// the client, then the Manager it reached.
+				fmt.Fprintf(w, "norsk-ctl %s (protocol %s, %s); Manager %s (%d.%d.%d) at %s (node %s, protocol %s, skew %+d)\n",
+					clientVersion(), norsk.ProtocolVersion, runtime.Version(), dash(h.GetBuildLabel()),
+					v.GetMajorVersion(), v.GetMinorVersion(), v.GetBuildNumber(), m.URL(), dash(h.GetNodeName()), h.GetProtocolVersion(), h.GetSkew())
 			}})
 		},
 	}

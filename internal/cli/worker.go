@@ -82,7 +82,12 @@ is the same command.`,
 			}
 			cfg.ManagerURL = g.managerURL
 			cfg.TLSCAFile, cfg.TLSCAHash = g.tlsTrust()
-			cfg.Token = g.token
+			// The registration token comes from --token (or the user data)
+			// alone: $NORSK_TOKEN is an operator's API token, never a
+			// node's registration.
+			if f := cmd.Flag("token"); f != nil && f.Changed {
+				cfg.Token = g.token
+			}
 			if userData != "" {
 				urlSet := cmd.Flags().Changed("manager-url") || os.Getenv(norsk.EnvManagerURL) != ""
 				if err := applyUserData(&cfg, userData, cmd.Flags().Changed("listen"), urlSet); err != nil {

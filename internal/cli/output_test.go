@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+)
+
+// -o name prints NOUN/ID per object and -o go-template runs a template on
+// the JSON form; get and show name the same command for every noun.
+func TestOutputNameAndTemplate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.srv.AddNode(&managerv1.Node{NodeId: "node-1"})
+	f.srv.AddNode(&managerv1.Node{NodeId: "node-2"})
+	for _, id := range []string{"news-1", "sport-1"} {
+		f.ok("job", "create", "-f", writeFile(t, id+".yaml", "jobId: "+id+"\nservices: [{name: main, image: x}]"))
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"job", "list", "-o", "name"}, "job/news-1\njob/sport-1\n"},
+		{[]string{"job", "get", "news-1", "-o", "name"}, "job/news-1\n"},
+		{[]string{"job", "show", "news-1", "-o", "name"}, "job/news-1\n"},
+		{[]string{"node", "list", "-o", "name"}, "node/node-1\nnode/node-2\n"},
+		{[]string{"node", "show", "node-2", "-o", "name"}, "node/node-2\n"},
+		{[]string{"job", "list", "-o", "go-template={{range .}}{{.job.jobId}} {{end}}"}, "news-1 sport-1 "},
+		{[]string{"node", "get", "node-1", "-o", "go-template={{.nodeId}}"}, "node-1"},
+	}
+	for _, tc := range cases {
+		if got := f.ok(tc.args...); got != tc.want {
+			t.Errorf("%s = %q, want %q", strings.Join(tc.args, " "), got, tc.want)
+		}
+	}
+	f.fails(ExitUsage, "-o go-template", "job", "list", "-o", "go-template={{range}")
+	f.fails(ExitUsage, "invalid output format", "job", "list", "-o", "names")
+}
+
+func TestUniquePrefix(t *testing.T) {
+	t.Parallel()
+	ids := []string{"3f2a91c0-aaaa", "3f2b0000-bbbb", "77aa0000-cccc"}
+	for _, tc := range []struct{ typed, want, err string }{
+		{"77", "77aa0000-cccc", ""},
+		{"3f2a91c0", "3f2a91c0-aaaa", ""},
+		{"3f2a91c0-aaaa", "3f2a91c0-aaaa", ""},
+		{"3f2", "", `migration "3f2" is ambiguous: it begins 3f2a91c0-aaaa, 3f2b0000-bbbb`},
+		{"zz", "", "no match"},
+	} {
+		got, err := uniquePrefix("migration", tc.typed, ids)
+		if got != tc.want || (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("uniquePrefix(%q) = %q, %v; want %q, %q", tc.typed, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// A worker's registration token is --token's (or its user data's), never
+// $NORSK_TOKEN, an operator's API token. Not parallel: it sets the
+// environment.
+func TestWorkerNeverTakesTheAPITokenFromTheEnvironment(t *testing.T) {
+	t.Setenv("NORSK_TOKEN", "nrt_operators-api-token")
+	f := newFixture(t)
+	code, _, errOut := f.run("", "worker", "--data-dir", t.TempDir(), "--manager-url", f.srv.URL, "--runtime", "process")
+	if code != ExitUsage || !strings.Contains(errOut, "give the registration token with --token") {
+		t.Fatalf("worker with only $NORSK_TOKEN: exit %d, %q; want a usage error asking for --token", code, errOut)
+	}
+}
