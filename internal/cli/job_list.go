@@ -23,6 +23,28 @@ type jobListFlags struct {
 	limit   uint32
 	after   string
 	history bool
+	// state and node filter the answer here (the seed's jobSearch has no
+	// such filter).
+	state, node string
+}
+
+// keep reports whether a job passes --state and --node: state is the
+// job's own state (pre, active, post) or a live instance's phase
+// (running, failed, …); node holds one of its live instances.
+func (f *jobListFlags) keep(j *norsk.JobWithHistory) bool {
+	stateOK := f.state == "" || enumWord(j.GetJob().GetState()) == f.state
+	nodeOK := f.node == ""
+	for _, in := range j.GetInstances() {
+		if in.GetPhase() == norsk.InstancePhaseStopped {
+			continue
+		}
+		onNode := f.node == "" || in.GetNodeId() == f.node
+		nodeOK = nodeOK || onNode
+		if onNode && enumWord(in.GetPhase()) == f.state {
+			stateOK = true
+		}
+	}
+	return stateOK && nodeOK
 }
 
 func newJobListCommand(g *globals) *cobra.Command {
@@ -34,6 +56,7 @@ func newJobListCommand(g *globals) *cobra.Command {
 (2025-03-01T12:00:00Z), a day (2025-03-01, UTC) or a duration meaning that long
 ago (90m, 1h, 2d).`,
 		Example: `  norsk-ctl job list --tag channel=news --tag-absent retired
+  norsk-ctl job list --state running --node dev-worker-2 -o name
   norsk-ctl job list --id-re 'news-[0-9]+' --created-after 2d -o json`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -46,6 +69,15 @@ ago (90m, 1h, 2d).`,
 			}, "list jobs")
 			if err != nil {
 				return err
+			}
+			if f.state != "" || f.node != "" {
+				kept := jobs[:0]
+				for _, j := range jobs {
+					if f.keep(j) {
+						kept = append(kept, j)
+					}
+				}
+				jobs = kept
 			}
 			return g.printer().Print(result{data: messages(jobs), table: func(w io.Writer) { jobsTable(w, jobs) }})
 		},
@@ -68,6 +100,8 @@ ago (90m, 1h, 2d).`,
 	fl.Uint32Var(&f.limit, "limit", 0, "at most this many jobs (0 = all)")
 	fl.StringVar(&f.after, "after-id", "", "only jobs whose id sorts after this one (paging)")
 	fl.BoolVar(&f.history, "history", false, "include each job's history (json and yaml output)")
+	fl.StringVar(&f.state, "state", "", "the job's state (pre, active, post) or a live instance's phase (running, failed, …)")
+	fl.StringVar(&f.node, "node", "", "a live instance of the job is on this node (id)")
 	return cmd
 }
 

@@ -35,6 +35,23 @@ func TestOutputNameAndTemplate(t *testing.T) {
 		}
 	}
 	f.fails(ExitUsage, "-o go-template", "job", "list", "-o", "go-template={{range}")
+
+	// job list --state and --node.
+	f.ok("job", "start", "sport-1", "--node", "node-2")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--state", "running"}, "job/sport-1\n"},
+		{[]string{"--state", "pre"}, "job/news-1\n"},
+		{[]string{"--node", "node-2"}, "job/sport-1\n"},
+		{[]string{"--node", "node-1"}, ""},
+		{[]string{"--state", "running", "--node", "node-1"}, ""},
+	} {
+		if got := f.ok(append([]string{"job", "list", "-o", "name"}, tc.args...)...); got != tc.want {
+			t.Errorf("job list %v = %q, want %q", tc.args, got, tc.want)
+		}
+	}
 	f.fails(ExitUsage, "invalid output format", "job", "list", "-o", "names")
 }
 
