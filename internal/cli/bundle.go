@@ -27,7 +27,7 @@ keeps it down.`
 	cmd.AddCommand(
 		newBundleCreateCommand(g),
 		newBundleUpdateCommand(g),
-		newBundleListCommand(g),
+		watchable(g, newBundleListCommand(g)),
 		newBundleShowCommand(g),
 		newBundleDeleteCommand(g),
 		newBundleStartJobCommand(g),

@@ -23,7 +23,7 @@ func newJobCommand(g *globals) *cobra.Command {
 		newJobGetCommand(g),
 		newJobHistoryCommand(g),
 		newJobWhyCommand(g),
-		newJobListCommand(g),
+		watchable(g, newJobListCommand(g)),
 		newJobDeleteCommand(g),
 		newJobStartCommand(g),
 		newJobStopCommand(g),

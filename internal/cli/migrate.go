@@ -264,6 +264,7 @@ func newMigrationCommand(g *globals) *cobra.Command {
 			}})
 		},
 	}
+	watchable(g, list)
 	list.Flags().StringVar(&job, "job", "", "only this job's migrations")
 	show := &cobra.Command{
 		Use:     "show ID",

@@ -15,7 +15,7 @@ import (
 func newNodeCommand(g *globals) *cobra.Command {
 	cmd := newGroup("node", "List, inspect, tag and terminate nodes")
 	cmd.AddCommand(
-		newNodeListCommand(g),
+		watchable(g, newNodeListCommand(g)),
 		newNodeGetCommand(g),
 		newNodeTerminateCommand(g),
 		newNodeTagCommand(g),

@@ -1,8 +1,13 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"io"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 )
@@ -81,5 +86,53 @@ func TestWorkerNeverTakesTheAPITokenFromTheEnvironment(t *testing.T) {
 	code, _, errOut := f.run("", "worker", "--data-dir", t.TempDir(), "--manager-url", f.srv.URL, "--runtime", "process")
 	if code != ExitUsage || !strings.Contains(errOut, "give the registration token with --token") {
 		t.Fatalf("worker with only $NORSK_TOKEN: exit %d, %q; want a usage error asking for --token", code, errOut)
+	}
+}
+
+// job list --watch prints the list, then again after a change, until
+// interrupted.
+func TestListWatch(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.ok("job", "create", "-f", writeFile(t, "f.yaml", "jobId: first\nservices: [{name: main, image: x}]"))
+	out := &syncBuffer{}
+	g := newGlobals(strings.NewReader(""), out, io.Discard)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int)
+	go func() { done <- run(ctx, g, []string{"--manager-url", f.srv.URL, "job", "list", "-w", "-o", "name"}) }()
+	waitFor(t, "the first list", func() bool { return strings.Contains(out.String(), "job/first\n") })
+	f.ok("job", "create", "-f", writeFile(t, "w.yaml", "jobId: watched\nservices: [{name: main, image: x}]"))
+	waitFor(t, "the list printed again with the new job", func() bool { return strings.Contains(out.String(), "job/watched\n") })
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("interrupted watch: exit %d", code)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
