@@ -87,9 +87,8 @@ func (g *globals) bundleNotes(cmd *cobra.Command, id string) []string {
 
 func newBundleCreateCommand(g *globals) *cobra.Command {
 	var (
-		file        string
-		wait        bool
-		waitTimeout time.Duration
+		file string
+		w    waitFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "create -f FILE",
@@ -100,13 +99,17 @@ enum values in full (ANTI_AFFINITY_FORBID) or short (forbid), read as job
 create reads a job spec. Without a bundleId the Manager makes one up. Prints
 the bundle's id (-o json: {"bundleId"}). See examples/bundles/.
 
-With --wait, follow the bundle until every replica job that is not dormant
-runs (the AutoManager places them; a node lost meanwhile moves them), and
-fail when one ends or --wait-timeout passes first.`,
+A bundle is a declaration: create returns once it is stored. With --wait it
+follows the bundle until every replica job that is not dormant runs (the
+AutoManager places them; a node lost meanwhile moves them), and fails when
+one ends or --wait-timeout passes first.`,
 		Example: `  norsk-ctl bundle create -f examples/bundles/resilient.yaml
   cat bundle.json | norsk-ctl bundle create -f -`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := w.check(cmd); err != nil {
+				return err
+			}
 			b, err := g.readBundleSpec(file)
 			if err != nil {
 				return err
@@ -124,16 +127,17 @@ fail when one ends or --wait-timeout passes first.`,
 				for _, n := range c.Notes {
 					fmt.Fprintf(w, "Note: %s\n", n)
 				}
-			}}); err != nil || !wait {
+			}}); err != nil || !w.waiting() {
 				return err
 			}
 			fmt.Fprintf(g.errOut, "Waiting for the jobs of bundle %s to run…\n", id)
-			return g.waitBundleRunning(cmd, id, waitTimeout)
+			return g.waitBundleRunning(cmd, id, w.timeout)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "the bundle spec (- for stdin)")
-	cmd.Flags().BoolVar(&wait, "wait", false, "follow the bundle until every replica job that is not dormant runs")
-	cmd.Flags().DurationVar(&waitTimeout, "wait-timeout", 2*time.Minute, "how long --wait waits")
+	// A bundle is a declaration (its jobs may be dormant, or wait for a
+	// node): create returns once it is stored unless asked to follow.
+	w.addDefault(cmd, "the bundle until every replica job that is not dormant runs", 2*time.Minute, false)
 	return cmd
 }
 

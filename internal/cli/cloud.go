@@ -19,15 +19,13 @@ import (
 
 // cloudCreateFlags are what create-aws and create-oci share.
 type cloudCreateFlags struct {
-	tags        []string
-	noWait      bool
-	waitTimeout time.Duration
+	tags []string
+	w    waitFlags
 }
 
 func (f *cloudCreateFlags) register(c *cobra.Command) {
 	c.Flags().StringArrayVar(&f.tags, "tag", nil, "a tag the node (and its instance) starts with, KEY=VALUE (repeatable)")
-	c.Flags().BoolVar(&f.noWait, "no-wait", false, "return once the instance is launched, without following the node until it is online")
-	c.Flags().DurationVar(&f.waitTimeout, "wait-timeout", 15*time.Minute, "how long to follow the node before giving up (it keeps starting)")
+	f.w.add(c, "the node until it is online", 15*time.Minute)
 }
 
 func (f *cloudCreateFlags) tagMap() (map[string]string, error) {
@@ -142,6 +140,9 @@ shape.`,
 // createCloudNode creates the node, then (unless --no-wait) prints each
 // step of its start until it is online.
 func (g *globals) createCloudNode(cmd *cobra.Command, f cloudCreateFlags, what string, create func(context.Context, *norsk.Manager) (*norsk.CloudNode, error)) error {
+	if err := f.w.check(cmd); err != nil {
+		return err
+	}
 	m, err := g.manager(cmd.Context())
 	if err != nil {
 		return err
@@ -155,13 +156,13 @@ func (g *globals) createCloudNode(cmd *cobra.Command, f cloudCreateFlags, what s
 	}
 	p := g.printer()
 	_, table := p.(*tablePrinter)
-	if f.noWait {
+	if !f.w.waiting() {
 		return p.Print(result{data: created, table: func(w io.Writer) { createdLine(w, created) }})
 	}
 	if table {
 		createdLine(g.out, created)
 	}
-	node, err := g.followStart(cmd.Context(), m, created.GetNodeId(), f.waitTimeout, func(line string) {
+	node, err := g.followStart(cmd.Context(), m, created.GetNodeId(), f.w.timeout, func(line string) {
 		if table {
 			fmt.Fprintln(g.out, line)
 		}

@@ -16,30 +16,25 @@ import (
 
 // instanceFlags are the flags that name an instance of a job.
 type instanceFlags struct {
-	node, role  string
-	wait        bool
-	waitTimeout time.Duration
+	node, role string
+	w          waitFlags
 }
 
-func (f *instanceFlags) add(cmd *cobra.Command, g *globals, waitDefault bool, waitWhat string) {
+func (f *instanceFlags) add(cmd *cobra.Command, g *globals, waitWhat string) {
 	cmd.Flags().StringVar(&f.node, "node", "", "the node's id (required)")
 	cmd.Flags().StringVar(&f.role, "role", "primary", "the instance's role")
-	cmd.Flags().BoolVar(&f.wait, "wait", waitDefault, "follow the event stream until the instance "+waitWhat)
-	cmd.Flags().DurationVar(&f.waitTimeout, "wait-timeout", 60*time.Second, "how long --wait waits")
+	f.w.add(cmd, "the event stream until the instance "+waitWhat, 60*time.Second)
 	_ = cmd.RegisterFlagCompletionFunc("node", g.completeNodeIDs)
 }
 
-func (f *instanceFlags) check() error {
+func (f *instanceFlags) check(cmd *cobra.Command) error {
 	if f.node == "" {
 		return usageErrorf("--node is required")
 	}
 	if f.role == "" {
 		return usageErrorf("--role must not be empty")
 	}
-	if f.waitTimeout <= 0 {
-		return usageErrorf("--wait-timeout must be positive")
-	}
-	return nil
+	return f.w.check(cmd)
 }
 
 func newJobStartCommand(g *globals) *cobra.Command {
@@ -58,7 +53,7 @@ or is prepared (--defer-start), and fail with the reason when it stops first.`,
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := f.check(); err != nil {
+			if err := f.check(cmd); err != nil {
 				return err
 			}
 			m, err := g.manager(cmd.Context())
@@ -72,7 +67,7 @@ or is prepared (--defer-start), and fail with the reason when it stops first.`,
 				return fmt.Errorf("start job %s (%s) on %s: %w", args[0], f.role, f.node, err)
 			}
 			target := instanceTarget{jobID: args[0], role: f.role, nodeID: f.node, token: token}
-			if !f.wait {
+			if !f.w.waiting() {
 				in := &norsk.Instance{JobId: args[0], Role: f.role, NodeId: f.node, FencingToken: token, Phase: norsk.InstancePhaseProvisioned}
 				return g.printInstance(in, "started")
 			}
@@ -81,10 +76,10 @@ or is prepared (--defer-start), and fail with the reason when it stops first.`,
 			if deferStart {
 				want = wantPrepared
 			}
-			return g.waitAndPrint(cmd.Context(), m, target, token, want, "provisioned", f.waitTimeout)
+			return g.waitAndPrint(cmd.Context(), m, target, token, want, "provisioned", f.w.timeout)
 		},
 	}
-	f.add(cmd, g, true, "runs (or is prepared, with --defer-start)")
+	f.add(cmd, g, "runs (or is prepared, with --defer-start)")
 	cmd.Flags().StringVar(&runtimeRole, "runtime-role", "", "the role the job is told (NORSK_RUNTIME_ROLE); default --role")
 	cmd.Flags().BoolVar(&deferStart, "defer-start", false, "create the containers but start none (then: job start-prepared)")
 	return cmd
@@ -101,7 +96,7 @@ func newJobStopCommand(g *globals) *cobra.Command {
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := f.check(); err != nil {
+			if err := f.check(cmd); err != nil {
 				return err
 			}
 			if grace < 0 {
@@ -114,7 +109,7 @@ func newJobStopCommand(g *globals) *cobra.Command {
 			// The instance's fencing token is where waiting starts: every
 			// later step of the instance has a higher index.
 			var token uint64
-			if f.wait {
+			if f.w.waiting() {
 				j, err := g.jobByID(cmd, args[0])
 				if err != nil {
 					return err
@@ -132,14 +127,14 @@ func newJobStopCommand(g *globals) *cobra.Command {
 				return fmt.Errorf("stop job %s (%s) on %s: %w", args[0], f.role, f.node, err)
 			}
 			target := instanceTarget{jobID: args[0], role: f.role, nodeID: f.node, token: token}
-			if !f.wait {
+			if !f.w.waiting() {
 				return g.printDone("job", args[0], fmt.Sprintf("(%s on %s) stopping", f.role, f.node))
 			}
 			fmt.Fprintf(g.errOut, "Stopping %s; waiting for it to stop…\n", target)
-			return g.waitAndPrint(cmd.Context(), m, target, token, wantStopped, "stopping", f.waitTimeout)
+			return g.waitAndPrint(cmd.Context(), m, target, token, wantStopped, "stopping", f.w.timeout)
 		},
 	}
-	f.add(cmd, g, false, "has stopped")
+	f.add(cmd, g, "has stopped")
 	cmd.Flags().DurationVar(&grace, "grace", 0, "how long services get to exit before they are killed (0 = the worker's default)")
 	return cmd
 }
@@ -152,7 +147,7 @@ func newJobStartPreparedCommand(g *globals) *cobra.Command {
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := f.check(); err != nil {
+			if err := f.check(cmd); err != nil {
 				return err
 			}
 			m, err := g.manager(cmd.Context())
@@ -160,7 +155,7 @@ func newJobStartPreparedCommand(g *globals) *cobra.Command {
 				return err
 			}
 			var token uint64
-			if f.wait {
+			if f.w.waiting() {
 				j, err := g.jobByID(cmd, args[0])
 				if err != nil {
 					return err
@@ -176,13 +171,13 @@ func newJobStartPreparedCommand(g *globals) *cobra.Command {
 				return fmt.Errorf("start prepared job %s (%s) on %s: %w", args[0], f.role, f.node, err)
 			}
 			target := instanceTarget{jobID: args[0], role: f.role, nodeID: f.node, token: token}
-			if !f.wait || token == 0 {
+			if !f.w.waiting() || token == 0 {
 				return g.printDone("job", args[0], fmt.Sprintf("(%s on %s) starting", f.role, f.node))
 			}
-			return g.waitAndPrint(cmd.Context(), m, target, token, wantRunning, "prepared", f.waitTimeout)
+			return g.waitAndPrint(cmd.Context(), m, target, token, wantRunning, "prepared", f.w.timeout)
 		},
 	}
-	f.add(cmd, g, true, "runs")
+	f.add(cmd, g, "runs")
 	return cmd
 }
 

@@ -35,8 +35,7 @@ func newMigrateCommand(g *globals) *cobra.Command {
 	var (
 		opts     norsk.MigrateOptions
 		strategy string
-		noWait   bool
-		timeout  time.Duration
+		w        waitFlags
 	)
 	c := &cobra.Command{
 		Use:   "migrate JOB",
@@ -53,13 +52,21 @@ the job's node excluded.
 
 The command prints each phase as it happens and ends when the migration is
 done (exit 0) or aborted (exit 1, with why); --no-wait returns once the
-target is placed and started. Past the point of no return (stoppingSource)
+Manager has accepted it, --wait-timeout bounds the following.
+
+The default strategy is the seed's for migrateJob, stopThenStart: it works
+for every job. A drain (norsk-ctl node drain) moves many jobs at once and
+defaults to make-before-break instead, since a node's whole load should not
+go dark together. Past the point of no return (stoppingSource)
 a migration can no longer be aborted: it completes, or falls back into
 ordinary recovery.`,
 		Example: `  norsk-ctl migrate news.channel.0 --strategy handover
   norsk-ctl migrate news.channel.0 --to encoder-7`,
 		Args: exactArgs("JOB"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := w.check(cmd); err != nil {
+				return err
+			}
 			s, err := parseStrategy(strategy)
 			if err != nil {
 				return err
@@ -75,11 +82,11 @@ ordinary recovery.`,
 			if err != nil {
 				return fmt.Errorf("migrate %s: %w", args[0], err)
 			}
-			if noWait {
+			if !w.waiting() {
 				return g.printer().Print(result{data: st, table: func(w io.Writer) { migrationTable(w, g.now(), st) }})
 			}
 			p := g.printer()
-			st, err = g.followMigration(cmd.Context(), m, st, timeout, func(st *norsk.MigrationState, entry int) {
+			st, err = g.followMigration(cmd.Context(), m, st, w.timeout, func(st *norsk.MigrationState, entry int) {
 				if _, ok := p.(*tablePrinter); ok {
 					printPhaseLine(g.out, st, entry)
 				}
@@ -104,8 +111,7 @@ ordinary recovery.`,
 	f.StringVar(&strategy, "strategy", "stopThenStart", "stopThenStart, overlap or handover")
 	f.StringVar(&opts.SourceRole, "source-role", "", "the source instance key (default: the job's current one)")
 	f.BoolVar(&opts.OverrideReservation, "override-reservation", false, "let the target onto an exclusively reserved hot spare")
-	f.BoolVar(&noWait, "no-wait", false, "return once the target is placed and started")
-	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long to follow the migration")
+	w.add(c, "the migration, printing each phase, until it is done or aborted", 10*time.Minute)
 	return c
 }
 
