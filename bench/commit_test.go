@@ -6,7 +6,7 @@ package bench
 //
 // # BenchmarkCommitAtStoreSize/stored=0, /stored=100000, /stored=1000000
 //
-// The FSM alone (state.State, no raft, no disk): 1,000 online nodes of 4
+// The FSM alone (state.State, no raft, no disk): 10,000 online nodes of 4
 // vCPUs, `stored` jobs already in the store and bound (each with its
 // instance, as in a running fleet), then 100,000 new jobs created and bound — BindInstances commands of 1,000 binds each, as the
 // AutoManager's StartJobs plans are. Timed: the bind commands only.
@@ -88,7 +88,7 @@ func BenchmarkCommitAtStoreSize(b *testing.B) {
 		b.Run(fmt.Sprintf("stored=%d", stored), func(b *testing.B) {
 			s := state.New(state.Limits{})
 			var idx uint64
-			nodes := cmNodes(b, s, &idx, 1000)
+			nodes := cmNodes(b, s, &idx, 10000)
 			const binds, per = 100_000, 1000
 			old := cmJobs(b, s, &idx, "old", stored)
 			for _, c := range cmBinds(old, nodes, per) {
