@@ -8,8 +8,9 @@ package bench
 //
 // The FSM alone (state.State, no raft, no disk): 10,000 online nodes of 4
 // vCPUs, `stored` jobs already in the store and bound (each with its
-// instance, as in a running fleet), then 100,000 new jobs created and bound — BindInstances commands of 1,000 binds each, as the
-// AutoManager's StartJobs plans are. Timed: the bind commands only.
+// instance, as in a running fleet), then 100,000 new jobs created and
+// bound — BindInstances commands of 1,000 binds each, as the AutoManager's
+// StartJobs plans are. Timed: the bind commands only.
 // Reported: binds/s (bindings made, counted from the commands' results,
 // not requested) and ms per 1,000-bind command. What a commit costs should
 // not depend on `stored`: a bind touches its own job and instance rows and

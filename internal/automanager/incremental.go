@@ -29,6 +29,9 @@ func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (tim
 	}
 	plan := map[string]bool{}
 	bundles := map[string]bool{}
+	if !a.pendingNext.IsZero() && !a.cfg.Clock.Now().Before(a.pendingNext) {
+		due = true // a wait fell due, whatever woke this pass
+	}
 	wide := due || t.leases
 	api := a.cfg.API
 	if t.nodes {

@@ -2,6 +2,7 @@ package automanager
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -285,5 +286,76 @@ func TestPassChangesFallsDue(t *testing.T) {
 	}
 	if got := api.starts(); len(got) != 1 || !strings.Contains(got[0], "flaky/primary@b") {
 		t.Fatalf("starts = %v, want flaky re-placed on b once its backoff ends", got)
+	}
+}
+
+// localAPI is countingAPI with in-process events (Local).
+type localAPI struct {
+	*countingAPI
+	events chan []*managerv1.Event
+}
+
+type chanSub chan []*managerv1.Event
+
+func (c chanSub) Next(ctx context.Context) ([]*managerv1.Event, error) {
+	select {
+	case evs := <-c:
+		return evs, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *localAPI) Subscribe(ctx context.Context, after uint64) (Subscription, error) {
+	return chanSub(l.events), nil
+}
+
+// TestRunFollowsLocalEvents: Run over an in-process API makes one full
+// pass, then places a job its event names without reading every job again.
+func TestRunFollowsLocalEvents(t *testing.T) {
+	t.Parallel()
+	api := &localAPI{countingAPI: &countingAPI{fakeAPI: newFakeAPI(), reads: map[string]int{}}, events: make(chan []*managerv1.Event, 16)}
+	api.nodes = []*managerv1.Node{smallNode("a"), smallNode("b")}
+	for i := range 50 {
+		api.put(&managerv1.JobWithHistory{Job: &managerv1.Job{JobId: fmt.Sprintf("plain-%02d", i)}})
+	}
+	am := New(Config{API: api, Logger: slog.New(slog.DiscardHandler), Settle: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- am.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for { // the first full pass has read every job
+		api.mu.Lock()
+		n := api.reads["JobSearch"]
+		api.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no full pass")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	jh := autoJob("late")
+	api.put(jh)
+	for len(api.starts()) == 0 {
+		api.events <- []*managerv1.Event{{Index: 1, Kind: &managerv1.Event_JobCreated{JobCreated: &managerv1.JobEvent{Job: jh}}}}
+		if time.Now().After(deadline) {
+			t.Fatal("the job its event named was never placed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := api.starts(); !strings.Contains(got[0], "late/primary@") {
+		t.Fatalf("starts = %v", got)
+	}
+	api.mu.Lock()
+	searches := api.reads["JobSearch"]
+	api.mu.Unlock()
+	if searches > 1 {
+		t.Errorf("JobSearch called %d times, want only the first full pass's", searches)
 	}
 }
