@@ -12,10 +12,11 @@
 //
 // # BenchmarkCreateJob/stored=S/clients=C
 //
-// b.N puts of a 200-byte value to etcd (distinct keys), then b.N CreateJob
+// b.N puts of a 200-byte value to etcd (distinct keys) and b.N CreateJob
 // calls to the Manager (a small valid job each), each over C client
 // goroutines calling as fast as they are answered (closed loop), one
-// connection per client. The Manager holds S jobs before the clock starts
+// connection per client, in four alternating rounds (etcd, Manager, etcd,
+// …) so that both sides see the same machine. The Manager holds S jobs before the clock starts
 // (S = 0 or 100,000, created through raft). Reported: etcd-puts/s,
 // creates/s, ratio (creates/s ÷ puts/s: ≥ 1 means the Manager keeps up
 // with etcd), and each side's p50/p99 in ms.
@@ -41,7 +42,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"slices"
 	"sync"
@@ -83,8 +83,9 @@ func startEtcd(b *testing.B) string {
 	cmd := exec.Command(bin, "--name", "bench", "--data-dir", b.TempDir(),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "bench="+peer, "--log-level", "error")
-	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+		"--initial-cluster", "bench="+peer)
+	var logs bytes.Buffer // shown only if it does not start
+	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		b.Fatalf("start etcd: %v", err)
 	}
@@ -102,7 +103,9 @@ func startEtcd(b *testing.B) string {
 			}
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("etcd did not become healthy: %v", err)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			b.Fatalf("etcd did not become healthy: %v\n%s", err, logs.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -172,9 +175,41 @@ func preload(b *testing.B, srv *manager.Server, n int) {
 	}
 }
 
+// rounds is how many alternating rounds a comparison runs: etcd, the
+// Manager, etcd, … so that both see the same machine (the load of other
+// processes changes over a run).
+const rounds = 4
+
+// side is one side of a comparison: op(c, i) is client c's call number i.
+type side struct {
+	op      func(c, i int) error
+	elapsed time.Duration
+	lat     []time.Duration
+}
+
+// interleave runs n calls of each side over clients goroutines, in rounds
+// alternating between them, and returns each side's rate and sorted
+// latencies.
+func interleave(b *testing.B, clients, n int, sides ...*side) {
+	b.Helper()
+	for r := range rounds {
+		lo, hi := n*r/rounds, n*(r+1)/rounds
+		for _, sd := range sides {
+			el, lat := closedLoop(b, clients, hi-lo, func(c, i int) error { return sd.op(c, lo+i) })
+			sd.elapsed += el
+			sd.lat = append(sd.lat, lat...)
+		}
+	}
+	for _, sd := range sides {
+		slices.Sort(sd.lat)
+	}
+}
+
+func (sd *side) rate() float64 { return float64(len(sd.lat)) / sd.elapsed.Seconds() }
+
 // closedLoop makes n calls of op over clients goroutines (client c uses
-// op(c, i)) and returns the rate and the sorted latencies.
-func closedLoop(b *testing.B, clients, n int, op func(c, i int) error) (float64, []time.Duration) {
+// op(c, i)) and returns the time taken and the latencies.
+func closedLoop(b *testing.B, clients, n int, op func(c, i int) error) (time.Duration, []time.Duration) {
 	b.Helper()
 	var next atomic.Int64
 	var failed atomic.Pointer[error]
@@ -205,9 +240,7 @@ func closedLoop(b *testing.B, clients, n int, op func(c, i int) error) (float64,
 	if err := failed.Load(); err != nil {
 		b.Fatalf("%v", *err)
 	}
-	all := slices.Concat(samples...)
-	slices.Sort(all)
-	return float64(n) / elapsed.Seconds(), all
+	return elapsed, slices.Concat(samples...)
 }
 
 func percentile(sorted []time.Duration, p float64) float64 {
@@ -218,8 +251,8 @@ func percentile(sorted []time.Duration, p float64) float64 {
 	return float64(sorted[min(max(rank, 0), len(sorted)-1)]) / float64(time.Millisecond)
 }
 
-// etcdPuts makes n puts to etcd over clients connections.
-func etcdPuts(b *testing.B, url string, clients, n int, prefix string) (float64, []time.Duration) {
+// etcdPut is a side of puts to etcd, one connection per client, warmed.
+func etcdPut(b *testing.B, url string, clients int, prefix string) *side {
 	value := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("v"), 200))
 	hc := make([]*http.Client, clients)
 	for c := range hc {
@@ -245,7 +278,7 @@ func etcdPuts(b *testing.B, url string, clients, n int, prefix string) (float64,
 			b.Fatal(err)
 		}
 	}
-	return closedLoop(b, clients, n, put)
+	return &side{op: put}
 }
 
 // conns opens one SDK connection per client.
@@ -257,7 +290,8 @@ func conns(b *testing.B, srv *manager.Server, clients int) []*norsk.Manager {
 	return out
 }
 
-func report(b *testing.B, what string, rate float64, lat []time.Duration, etcdRate float64, etcdLat []time.Duration) {
+func report(b *testing.B, what string, mgr, etcd *side) {
+	rate, lat, etcdRate, etcdLat := mgr.rate(), mgr.lat, etcd.rate(), etcd.lat
 	b.ReportMetric(etcdRate, "etcd-puts/s")
 	b.ReportMetric(rate, what+"/s")
 	b.ReportMetric(rate/etcdRate, "ratio")
@@ -283,14 +317,15 @@ func BenchmarkCreateJob(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				b.ResetTimer()
-				etcdRate, etcdLat := etcdPuts(b, url, clients, b.N, "jobs")
-				rate, lat := closedLoop(b, clients, b.N, func(c, i int) error {
+				etcd := etcdPut(b, url, clients, "jobs")
+				mgr := &side{op: func(c, i int) error {
 					_, err := cs[c].CreateJob(ctx, job(fmt.Sprintf("job-%08d", i)))
 					return err
-				})
+				}}
+				b.ResetTimer()
+				interleave(b, clients, b.N, etcd, mgr)
 				b.StopTimer()
-				report(b, "creates", rate, lat, etcdRate, etcdLat)
+				report(b, "creates", mgr, etcd)
 			})
 		}
 	}
@@ -313,11 +348,11 @@ func BenchmarkKvCommit(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			etcd, mgr := etcdPut(b, url, clients, "kv"), &side{op: commit}
 			b.ResetTimer()
-			etcdRate, etcdLat := etcdPuts(b, url, clients, b.N, "kv")
-			rate, lat := closedLoop(b, clients, b.N, commit)
+			interleave(b, clients, b.N, etcd, mgr)
 			b.StopTimer()
-			report(b, "commits", rate, lat, etcdRate, etcdLat)
+			report(b, "commits", mgr, etcd)
 		})
 	}
 }
