@@ -18,6 +18,14 @@ type Local interface {
 	Subscribe(ctx context.Context, after uint64) (Subscription, error)
 }
 
+// JobReader is what an API may add for the mirror's reads: a job and its
+// instances without its history (which the mirror does not keep, and a
+// long-lived job's history is most of its size). Without it the mirror
+// reads JobById.
+type JobReader interface {
+	JobWithoutHistory(ctx context.Context, jobID string) (*managerv1.JobWithHistory, error)
+}
+
 // Subscription is a follow of the Manager's events, in index order.
 type Subscription interface {
 	// Next returns the next events (at least one), blocking until there are

@@ -131,8 +131,12 @@ func (a *AutoManager) readJobs(ctx context.Context, ids map[string]bool) (map[st
 	out := make(map[string]*managerv1.JobWithHistory, len(list))
 	var mu sync.Mutex
 	var errs []error
+	get := a.cfg.API.JobById
+	if jr, ok := a.cfg.API.(JobReader); ok {
+		get = jr.JobWithoutHistory
+	}
 	read := func(i int) {
-		jh, err := a.cfg.API.JobById(ctx, list[i])
+		jh, err := get(ctx, list[i])
 		mu.Lock()
 		defer mu.Unlock()
 		switch {

@@ -25,8 +25,9 @@ type localAPI struct {
 }
 
 var (
-	_ automanager.API   = localAPI{}
-	_ automanager.Local = localAPI{}
+	_ automanager.API       = localAPI{}
+	_ automanager.Local     = localAPI{}
+	_ automanager.JobReader = localAPI{}
 )
 
 func newLocalAPI(s *Server, m *norsk.Manager) localAPI {
@@ -73,6 +74,16 @@ func (l localAPI) JobById(ctx context.Context, jobID string) (*norsk.JobWithHist
 		return nil, notFound("job", jobID)
 	}
 	return r.JobView(rec, true), nil
+}
+
+// JobWithoutHistory is the job and its instances (automanager.JobReader).
+func (l localAPI) JobWithoutHistory(ctx context.Context, jobID string) (*norsk.JobWithHistory, error) {
+	r := l.h.read()
+	rec := r.Job(nil, jobID)
+	if rec == nil {
+		return nil, notFound("job", jobID)
+	}
+	return r.JobView(rec, false), nil
 }
 
 // ListBundles is every bundle with its jobs' status.
