@@ -181,7 +181,14 @@ func (a *AutoManager) Run(ctx context.Context) error {
 		}
 		full, due = false, false
 		wait := a.cfg.Resync
-		if err != nil {
+		var acts actsFailed
+		switch {
+		case errors.As(err, &acts):
+			// What failed is read again (acted): the next pass, in a
+			// second, decides on it from the store.
+			a.log.Warn("calls of a pass failed; retrying", "err", err)
+			wait = time.Second
+		case err != nil:
 			a.log.Warn("pass failed; the next one reads everything", "err", err)
 			full = true
 			wait = time.Second
@@ -316,7 +323,10 @@ func (a *AutoManager) decide(ctx context.Context, v View, scope map[string]bool)
 		}
 		d = Plan(v, a.policy(), a.cfg.Clock.Now())
 	}
-	err := a.act(ctx, d)
+	var err error
+	if aerr := a.act(ctx, d); aerr != nil {
+		err = actsFailed{aerr}
+	}
 	// What was acted on is read again by the next pass, whether or not its
 	// events have been seen by then: the mirror never plans on a binding
 	// it has not read back.
@@ -369,6 +379,13 @@ func readView(ctx context.Context, api API) (View, error) {
 func (a *AutoManager) read(ctx context.Context) (View, error) {
 	return readView(ctx, a.cfg.API)
 }
+
+// actsFailed is a pass whose reads succeeded and some of whose calls
+// failed: the mirror is sound, and what failed is read again next pass.
+type actsFailed struct{ err error }
+
+func (e actsFailed) Error() string { return e.err.Error() }
+func (e actsFailed) Unwrap() error { return e.err }
 
 // holds copies the elastic tiers on hold.
 func (a *AutoManager) holds() map[string]time.Time {
