@@ -106,6 +106,14 @@ func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (tim
 		}
 	}
 	var next time.Time
+	if !wide && len(bundles) == 0 && m.allQuiet(plan) {
+		// Nothing to decide (the common write: a job nobody keeps placed,
+		// or one running where it is): no plan, whatever the fleet's size.
+		for id := range plan {
+			delete(m.pendingJobs, id)
+		}
+		plan = nil
+	}
 	if len(plan) > 0 || len(bundles) > 0 {
 		v := m.view(plan, bundles)
 		if next, err = a.decide(ctx, v, plan); err != nil {

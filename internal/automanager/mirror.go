@@ -273,6 +273,28 @@ func (m *mirror) putBundle(id string, b *managerv1.Bundle) {
 	}
 }
 
+// reachable says whether a node's worker may still run what it holds
+// (reachableOf over the mirror's nodes, without building an index).
+func (m *mirror) reachable(id string) bool {
+	n := m.nodes[id]
+	return n != nil && (n.GetState() == nodeOnline || n.GetState() == nodeStopping)
+}
+
+// allQuiet reports whether every job named is quiet (or gone) and none is
+// in a bundle or under a migration: a pass over them would decide nothing.
+func (m *mirror) allQuiet(jobs map[string]bool) bool {
+	for id := range jobs {
+		jh := m.jobs[id]
+		if jh == nil {
+			continue
+		}
+		if m.migrating[id] || jh.GetJob().GetTags()[placement.TagBundleID] != "" || !quiet(jh, nil, m.reachable) {
+			return false
+		}
+	}
+	return true
+}
+
 // jobsOfBundle is the bundle's jobs the mirror holds, in id order.
 func (m *mirror) jobsOfBundle(id string) []string {
 	out := make([]string, 0, len(m.byBundle[id]))
@@ -354,7 +376,7 @@ func (m *mirror) sortedMigrations() []*managerv1.MigrationState {
 // the view stays pending unless it is quiet — nothing about it can change
 // without an event that names it or its node (see quiet).
 func (m *mirror) settle(v View, d Decision) {
-	reachable := reachableOf(v.Nodes)
+	reachable := m.reachable
 	degraded := map[string]bool{}
 	for b := range d.degradedBundles {
 		degraded[b] = true
