@@ -6,7 +6,7 @@ PKGS_RACE = ./internal/events/... ./internal/store/... ./internal/nodes/... \
             ./internal/providers/mock/... \
             ./pkg/jobsocket/...
 
-.PHONY: all build test test-fast test-race vet dev images proto bench fuzz clean
+.PHONY: all build test test-fast test-race vet dev images proto bench bench-compare fuzz clean
 
 all: build
 
@@ -59,6 +59,11 @@ proto:
 
 bench:
 	$(GO) test ./bench -run '^$$' -bench . -benchtime=3000x
+
+# The store benchmarks beside etcd (Debian's etcd-server; skipped without
+# it), in the same run, with the ratio (decision 0037).
+bench-compare:
+	$(GO) test ./bench/compare -run '^$$' -bench . -benchtime=3000x -timeout 30m
 
 fuzz:
 	$(GO) test ./sdk/norsk -run '^$$' -fuzz FuzzDecodeJobSpec -fuzztime 30s

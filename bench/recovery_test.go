@@ -7,10 +7,11 @@ package bench
 //
 //	go test ./bench -run '^$' -bench Recovery -benchtime=3x
 //
-// That takes about 6½ minutes on a 2-core machine, most of it in the
-// default settings' iterations (30 s and 47 s each; -benchtime=3x runs each
-// sub-benchmark once with b.N=1 first): inside go test's default 10-minute
-// timeout, but add -timeout 30m for more iterations.
+// Each iteration starts a cluster of its own (a few seconds) and waits for
+// one recovery (about 2 s after a stop, 5 s after a silent loss at the
+// default settings; -benchtime=3x runs each sub-benchmark once with b.N=1
+// first): a few minutes on a 2-core machine, inside go test's default
+// 10-minute timeout; add -timeout 30m for more iterations.
 //
 // # BenchmarkRecovery/settings=default|quick/kill=stop|silent
 //
@@ -27,9 +28,9 @@ package bench
 //
 // Settings:
 //
-//   - default: manager.Config's own defaults (LostGrace 30 s,
-//     HeartbeatInterval 5 s; LeaseTTL 15 s, not involved: the job is not
-//     lease-protected). testcluster's quick LostGrace and heartbeat are
+//   - default: manager.Config's own defaults (manager.DefaultLostGrace
+//     2 s, manager.DefaultHeartbeatInterval 1 s, decision 0024; LeaseTTL
+//     15 s, not involved: the job is not lease-protected). testcluster's quick LostGrace and heartbeat are
 //     zeroed through Options.ManagerConfig, so manager.Config.defaults
 //     fills them in as the daemon does.
 //   - quick: testcluster's settings (LostGrace 2 s, HeartbeatInterval
@@ -78,7 +79,8 @@ var rcSettings = []struct {
 	name string
 	cfg  func(*manager.Config)
 }{
-	// Zero: manager.Config's defaults (LostGrace 30 s, heartbeat 5 s).
+	// Zero: manager.Config's defaults (manager.DefaultLostGrace 2 s,
+	// manager.DefaultHeartbeatInterval 1 s).
 	{"default", func(cfg *manager.Config) { cfg.LostGrace, cfg.HeartbeatInterval = 0, 0 }},
 	// testcluster's own (LostGrace 2 s, heartbeat 100 ms).
 	{"quick", nil},

@@ -22,6 +22,7 @@ type API interface {
 	StopJob(ctx context.Context, jobID, role, nodeID string, opts norsk.StopJobOptions) error
 	MarkJobFailed(ctx context.Context, jobID, reason string) error
 	ListBundles(ctx context.Context) ([]*managerv1.BundleWithJobs, error)
+	BundleById(ctx context.Context, bundleID string) (*managerv1.BundleWithJobs, error)
 	DeleteBundle(ctx context.Context, bundleID string) error
 	GetLeaseStatus(ctx context.Context) (*managerv1.LeaseStatus, error)
 	EventStream(ctx context.Context, s norsk.EventStreamSettings) *norsk.EventStream

@@ -92,6 +92,11 @@ type View struct {
 	// Migrations are the store's migration records, ended ones included:
 	// the repairs among them are what the repair limits count.
 	Migrations []*managerv1.MigrationState
+	// Others, when set, gives what the live instances of the jobs that are
+	// not in Jobs hold on the reachable nodes: Jobs (and Bundles) are then
+	// the part of the state a pass plans, and Others the room the rest
+	// takes. Nil: Jobs are every job.
+	Others func(reachable func(nodeID string) bool) []placement.Allocation
 }
 
 // ActionKind is what an Action does.
@@ -157,6 +162,8 @@ type Decision struct {
 	// Degraded counts the running instances whose node breaks a FORBID
 	// anti-affinity rule of their bundle.
 	Degraded int
+	// degradedBundles counts Degraded by bundle.
+	degradedBundles map[string]int
 }
 
 func (d *Decision) due(t time.Time) {
@@ -248,7 +255,11 @@ func Plan(v View, p Policy, now time.Time) Decision {
 			delete(offline, n.GetNodeId())
 		}
 	}
-	st, err := placement.NewState(p.Placement, view, liveAllocations(p.Placement, v, reachable))
+	live := liveAllocations(p.Placement, v, reachable)
+	if v.Others != nil {
+		live = append(live, v.Others(reachable)...)
+	}
+	st, err := placement.NewState(p.Placement, view, live)
 	if err != nil {
 		for _, s := range slots {
 			d.Unplaced = append(d.Unplaced, Unplaced{JobID: s.job.GetJob().GetJobId(), Role: s.role, Summary: err.Error()})

@@ -179,6 +179,10 @@ func planRepairs(d *Decision, st *placement.State, v View, jobs map[string]*mana
 				continue
 			}
 			d.Degraded++
+			if d.degradedBundles == nil {
+				d.degradedBundles = map[string]int{}
+			}
+			d.degradedBundles[b.GetBundleId()]++
 			r.req, r.breaks = req, ds
 			if r.replica > 0 {
 				candidates = append(candidates, r)

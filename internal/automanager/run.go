@@ -29,8 +29,13 @@ type Config struct {
 	// so a burst of changes is handled in one pass (default 20 ms).
 	Settle time.Duration
 	// Resync bounds the time between passes when nothing wakes it (default
-	// 10 s): a pass that failed is retried no later than this.
+	// 10 s): the pending jobs and bundles are planned again at least this
+	// often.
 	Resync time.Duration
+	// Reconcile is the time between full passes, which read and plan every
+	// job (default 1 min): the safety net for a change no event named. A
+	// pass that failed, or a cut event stream, brings the next one forward.
+	Reconcile time.Duration
 	// Parallel is how many calls a pass makes at once (default 16).
 	Parallel int
 	// Elastic, when set, gives each pass the elastic tiers in place of
@@ -45,10 +50,19 @@ type Config struct {
 type AutoManager struct {
 	cfg Config
 	log *slog.Logger
-	// unplaced remembers what was logged as unplaceable, so a summary is
-	// logged once per change rather than on every pass. Only Run's
-	// goroutine touches it.
-	unplaced map[string]string
+	// unplaced remembers what was logged as unplaceable (by job and role),
+	// so a summary is logged once per change rather than on every pass;
+	// degraded counts the degraded instances by bundle. Only the passes'
+	// goroutine touches these, the mirror and pendingNext.
+	unplaced map[[2]string]string
+	degraded map[string]int
+	// mirror is the state the passes decide on; changes is what the events
+	// touched since the last pass.
+	mirror  *mirror
+	changes changes
+	// pendingNext is when the earliest wait of the pending jobs and
+	// bundles falls due (zero: none).
+	pendingNext time.Time
 	// holdMu guards hold: the elastic tiers whose last node creation failed,
 	// and until when no other is tried there.
 	holdMu sync.Mutex
@@ -78,18 +92,29 @@ func New(cfg Config) *AutoManager {
 	if cfg.Resync <= 0 {
 		cfg.Resync = 10 * time.Second
 	}
+	if cfg.Reconcile <= 0 {
+		cfg.Reconcile = time.Minute
+	}
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 16
 	}
 	cfg.Policy.defaults()
-	a := &AutoManager{cfg: cfg, log: cfg.Logger.With("component", "automanager"), unplaced: map[string]string{}, hold: map[string]time.Time{}}
+	a := &AutoManager{cfg: cfg, log: cfg.Logger.With("component", "automanager"), unplaced: map[[2]string]string{}, degraded: map[string]int{},
+		hold: map[string]time.Time{}, mirror: newMirror(cfg.Policy.Placement)}
 	a.saga = newSaga(cfg.API, cfg.Clock, cfg.Logger, cfg.Policy, cfg.Metrics)
 	return a
 }
 
-// Run makes a pass at once, then one whenever the event stream shows a
-// change (after Settle), when a waiting decision falls due, and at least
-// every Resync, until ctx ends. It returns ctx's error.
+// Run keeps its view of the state (a mirror) current from the event
+// stream and plans only what the events touched: it makes a full pass at
+// once (every job, node, bundle and migration read and planned), then,
+// after each burst of events (Settle), a pass over the jobs and bundles
+// the events named — and whatever is pending (waiting for a time or for
+// room) when something that could change its decision happened or a wait
+// fell due. Every Resync it plans the pending again, and every Reconcile
+// (or after a pass failed, or the stream was cut) it makes a full pass, the
+// safety net for anything an event did not say. It runs until ctx ends and
+// returns ctx's error.
 func (a *AutoManager) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -113,6 +138,18 @@ func (a *AutoManager) Run(ctx context.Context) error {
 		case <-t.C():
 		}
 	}
+	// In process the subscription is made before the first read, so no
+	// change falls between the two.
+	var sub Subscription
+	if l, ok := a.cfg.API.(Local); ok {
+		var err error
+		if sub, err = l.Subscribe(ctx, resume); err != nil {
+			a.log.Warn("the migrations' events are no longer held; following from now", "err", err)
+			if sub, err = l.Subscribe(ctx, 0); err != nil {
+				return fmt.Errorf("subscribe to events: %w", err)
+			}
+		}
+	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -121,19 +158,39 @@ func (a *AutoManager) Run(ctx context.Context) error {
 	_ = a.saga.do(ctx, a.saga.reconcile)
 	go func() {
 		defer wg.Done()
-		a.follow(ctx, wake, resume)
+		if sub != nil {
+			a.followLocal(ctx, wake, sub)
+		} else {
+			a.follow(ctx, wake, resume)
+		}
 	}()
 	clk := a.cfg.Clock
+	full, due := true, false
+	lastFull := clk.Now()
 	for {
-		next, err := a.Pass(ctx)
+		var next time.Time
+		var err error
+		if t := a.changes.take(); full || t.full || clk.Now().Sub(lastFull) >= a.cfg.Reconcile {
+			lastFull = clk.Now()
+			next, err = a.Pass(ctx)
+		} else {
+			next, err = a.passChanges(ctx, t, due)
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err != nil {
-			a.log.Warn("pass failed; retrying", "err", err)
-		}
+		full, due = false, false
 		wait := a.cfg.Resync
-		if err != nil {
+		var acts actsFailed
+		switch {
+		case errors.As(err, &acts):
+			// What failed is read again (acted): the next pass, in a
+			// second, decides on it from the store.
+			a.log.Warn("calls of a pass failed; retrying", "err", err)
+			wait = time.Second
+		case err != nil:
+			a.log.Warn("pass failed; the next one reads everything", "err", err)
+			full = true
 			wait = time.Second
 		}
 		if !next.IsZero() {
@@ -141,12 +198,16 @@ func (a *AutoManager) Run(ctx context.Context) error {
 				wait = max(d, 0)
 			}
 		}
+		if d := a.cfg.Reconcile - clk.Now().Sub(lastFull); d < wait {
+			wait = max(d, 0)
+		}
 		t := clk.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
 		case <-t.C():
+			due = true
 		case <-wake:
 			t.Stop()
 			settle := clk.NewTimer(a.cfg.Settle)
@@ -164,36 +225,91 @@ func (a *AutoManager) Run(ctx context.Context) error {
 	}
 }
 
-// follow signals wake on every event of the stream (placements it makes
-// itself included: they may unblock a co-located job) and hands each to
-// the saga. It resumes after index resume (0: live events only); once the
-// stream is open the saga reconciles what it took over.
+// follow notes what each event of the SDK's stream touched, wakes Run, and
+// hands the saga the events it follows. It resumes after index resume (0:
+// live events only); once the stream is open the saga reconciles what it
+// took over.
 func (a *AutoManager) follow(ctx context.Context, wake chan<- struct{}, resume uint64) {
 	s := a.cfg.API.EventStream(ctx, norsk.EventStreamSettings{AfterIndex: resume, SkipSnapshot: resume == 0})
 	defer s.Close()
 	for s.Next() {
-		ev := s.Event()
-		if a.saga.wants(ev) {
-			_ = a.saga.do(ctx, func(ctx context.Context) { a.saga.onEvent(ctx, ev) })
-		}
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+		a.onEvent(ctx, wake, s.Event())
 	}
 	if err := s.Err(); err != nil && ctx.Err() == nil {
-		a.log.Warn("event stream ended; passes continue on the resync timer", "err", err)
+		a.log.Warn("event stream ended; full passes continue on the reconcile timer", "err", err)
 	}
 }
 
-// Pass reads the Manager's state, decides and acts once. It returns when
-// the next waiting decision falls due (zero: none).
+// followLocal is follow over an in-process subscription: when it is cut
+// (fallen behind, or the state was replaced by a restore) it asks for a
+// full pass and subscribes again from now.
+func (a *AutoManager) followLocal(ctx context.Context, wake chan<- struct{}, sub Subscription) {
+	l := a.cfg.API.(Local)
+	for {
+		evs, err := sub.Next(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			a.log.Warn("event subscription cut; reading everything again", "err", err)
+			if sub, err = l.Subscribe(ctx, 0); err != nil {
+				a.log.Warn("cannot subscribe to events; full passes continue on the reconcile timer", "err", err)
+				return
+			}
+			a.changes.fullNext()
+			a.signal(wake)
+			continue
+		}
+		for _, ev := range evs {
+			a.onEvent(ctx, wake, ev)
+		}
+	}
+}
+
+// onEvent notes one event, hands it to the saga if it follows it, and
+// wakes Run when it touched something the passes decide on.
+func (a *AutoManager) onEvent(ctx context.Context, wake chan<- struct{}, ev *managerv1.Event) {
+	if a.saga.wants(ev) {
+		_ = a.saga.do(ctx, func(ctx context.Context) { a.saga.onEvent(ctx, ev) })
+	}
+	if a.changes.note(ev) {
+		a.signal(wake)
+	}
+}
+
+func (a *AutoManager) signal(wake chan<- struct{}) {
+	select {
+	case wake <- struct{}{}:
+	default:
+	}
+}
+
+// Pass is a full pass: it reads the Manager's whole state into the mirror,
+// decides for every job and bundle and acts once. It returns when the next
+// waiting decision falls due (zero: none).
 func (a *AutoManager) Pass(ctx context.Context) (time.Time, error) {
 	start := a.cfg.Clock.Now()
+	a.changes.take() // a full read covers what was noted before it
 	v, err := a.read(ctx)
 	if err != nil {
+		a.changes.fullNext()
 		return time.Time{}, err
 	}
+	a.mirror.load(v)
+	next, err := a.decide(ctx, v, nil)
+	if m := a.cfg.Metrics; m != nil {
+		m.Reconciles.Inc()
+		m.ReconcileSeconds.Observe(a.cfg.Clock.Now().Sub(start).Seconds())
+	}
+	a.pendingNext = next
+	return next, err
+}
+
+// decide plans v, fetches what the plan asks for, acts, reports and
+// updates the pending sets. scope names the jobs v plans (nil: every job).
+func (a *AutoManager) decide(ctx context.Context, v View, scope map[string]bool) (time.Time, error) {
+	start := a.cfg.Clock.Now()
+	v.ProvisionHold = a.holds()
 	d := Plan(v, a.policy(), a.cfg.Clock.Now())
 	// Plan asks for what it lacks one step at a time (the lease status, then
 	// the histories of what the leases let through): fill and plan again
@@ -207,11 +323,20 @@ func (a *AutoManager) Pass(ctx context.Context) (time.Time, error) {
 		}
 		d = Plan(v, a.policy(), a.cfg.Clock.Now())
 	}
-	err = a.act(ctx, d)
-	a.report(d)
+	var err error
+	if aerr := a.act(ctx, d); aerr != nil {
+		err = actsFailed{aerr}
+	}
+	// What was acted on is read again by the next pass, whether or not its
+	// events have been seen by then: the mirror never plans on a binding
+	// it has not read back.
+	a.changes.acted(d.Actions)
+	a.report(v, d, scope)
+	a.mirror.settle(v, d)
 	if m := a.cfg.Metrics; m != nil {
 		m.Passes.Inc()
 		m.PassSeconds.Observe(a.cfg.Clock.Now().Sub(start).Seconds())
+		m.PassJobs.Observe(float64(len(v.Jobs)))
 	}
 	return d.NextAt, err
 }
@@ -250,19 +375,27 @@ func readView(ctx context.Context, api API) (View, error) {
 	return v, nil
 }
 
-// read fetches the View a pass decides on.
+// read fetches the whole View a full pass decides on.
 func (a *AutoManager) read(ctx context.Context) (View, error) {
-	v, err := readView(ctx, a.cfg.API)
-	if err != nil {
-		return v, err
-	}
+	return readView(ctx, a.cfg.API)
+}
+
+// actsFailed is a pass whose reads succeeded and some of whose calls
+// failed: the mirror is sound, and what failed is read again next pass.
+type actsFailed struct{ err error }
+
+func (e actsFailed) Error() string { return e.err.Error() }
+func (e actsFailed) Unwrap() error { return e.err }
+
+// holds copies the elastic tiers on hold.
+func (a *AutoManager) holds() map[string]time.Time {
 	a.holdMu.Lock()
-	v.ProvisionHold = make(map[string]time.Time, len(a.hold))
+	defer a.holdMu.Unlock()
+	out := make(map[string]time.Time, len(a.hold))
 	for t, until := range a.hold {
-		v.ProvisionHold[t] = until
+		out[t] = until
 	}
-	a.holdMu.Unlock()
-	return v, nil
+	return out
 }
 
 // fill fetches the histories and the lease status Plan asked for.
@@ -445,20 +578,41 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 }
 
 // report logs each instance that fits nowhere once per change of its
-// summary, and sets the unplaced gauge.
-func (a *AutoManager) report(d Decision) {
-	now := make(map[string]string, len(d.Unplaced))
+// summary, and sets the unplaced and degraded gauges. scope names the jobs
+// the decision covered (nil: all); what was known of the others stands.
+func (a *AutoManager) report(v View, d Decision, scope map[string]bool) {
+	prev := a.unplaced
+	now := make(map[[2]string]string, len(d.Unplaced))
+	if scope != nil {
+		for key, s := range prev {
+			if !scope[key[0]] {
+				now[key] = s
+			}
+		}
+		for _, b := range v.Bundles {
+			delete(a.degraded, b.GetBundleId())
+		}
+	} else {
+		a.degraded = map[string]int{}
+	}
 	for _, u := range d.Unplaced {
-		key := u.JobID + "/" + u.Role
+		key := [2]string{u.JobID, u.Role}
 		now[key] = u.Summary
-		if a.unplaced[key] != u.Summary {
+		if prev[key] != u.Summary {
 			a.log.Warn("cannot place", "job", u.JobID, "role", u.Role, "summary", u.Summary)
 		}
 	}
 	a.unplaced = now
+	degraded := 0
+	for b, n := range d.degradedBundles {
+		a.degraded[b] = n
+	}
+	for _, n := range a.degraded {
+		degraded += n
+	}
 	if m := a.cfg.Metrics; m != nil {
 		m.Unplaced.Set(float64(len(now)))
-		m.Degraded.Set(float64(d.Degraded))
+		m.Degraded.Set(float64(degraded))
 	}
 }
 
@@ -492,10 +646,15 @@ func (a *AutoManager) CancelMigration(ctx context.Context, migrationID, reason s
 type Metrics struct {
 	Passes      prometheus.Counter
 	PassSeconds prometheus.Histogram
-	Placements  *prometheus.CounterVec
-	Failed      prometheus.Counter
-	Unplaced    prometheus.Gauge
-	Provisioned prometheus.Counter
+	// PassJobs is how many jobs a pass planned; Reconciles and
+	// ReconcileSeconds count and time the full passes (read and plan).
+	PassJobs         prometheus.Histogram
+	Reconciles       prometheus.Counter
+	ReconcileSeconds prometheus.Histogram
+	Placements       *prometheus.CounterVec
+	Failed           prometheus.Counter
+	Unplaced         prometheus.Gauge
+	Provisioned      prometheus.Counter
 
 	MigrationsStarted       *prometheus.CounterVec
 	MigrationsEnded         *prometheus.CounterVec
@@ -512,6 +671,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Decision passes made."}),
 		PassSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "norsk", Subsystem: "automanager", Name: "pass_seconds",
 			Help: "Time a pass takes (read, decide, act).", Buckets: prometheus.ExponentialBuckets(0.001, 4, 9)}),
+		PassJobs: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "norsk", Subsystem: "automanager", Name: "pass_jobs",
+			Help:    "Jobs a pass planned (a full pass: every job; otherwise those the events touched and those pending).",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10)}),
+		Reconciles: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "reconciles_total",
+			Help: "Full passes made (every job, node, bundle and migration read and planned)."}),
+		ReconcileSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "norsk", Subsystem: "automanager", Name: "reconcile_seconds",
+			Help: "Time a full pass takes (read everything, decide, act).", Buckets: prometheus.ExponentialBuckets(0.001, 4, 9)}),
 		Placements: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "placements_total",
 			Help: "Instances bound, by kind (first, recovery)."}, []string{"kind"}),
 		Failed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "jobs_failed_total",
@@ -532,7 +698,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.RepairsStarted = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "repairs_started_total",
 		Help: "Migrations started to repair a degraded anti-affinity (their outcomes count in migrations_ended_total)."})
 	if reg != nil {
-		reg.MustRegister(m.Passes, m.PassSeconds, m.Placements, m.Failed, m.Unplaced, m.Provisioned,
+		reg.MustRegister(m.Passes, m.PassSeconds, m.PassJobs, m.Reconciles, m.ReconcileSeconds, m.Placements, m.Failed, m.Unplaced, m.Provisioned,
 			m.MigrationsStarted, m.MigrationsEnded, m.MigrationDispatchFailed, m.Degraded, m.RepairsStarted)
 	}
 	return m

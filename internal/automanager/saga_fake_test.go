@@ -129,6 +129,16 @@ func (f *fakeAPI) ListBundles(ctx context.Context) ([]*managerv1.BundleWithJobs,
 	}
 	return out, nil
 }
+func (f *fakeAPI) BundleById(ctx context.Context, bundleID string) (*managerv1.BundleWithJobs, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.bundles {
+		if b.GetBundleId() == bundleID {
+			return &managerv1.BundleWithJobs{Bundle: proto.Clone(b).(*managerv1.Bundle)}, nil
+		}
+	}
+	return nil, &norsk.Error{Op: "BundleById", Message: "no bundle", Code: 5}
+}
 func (f *fakeAPI) DeleteBundle(ctx context.Context, bundleID string) error { return nil }
 func (f *fakeAPI) GetLeaseStatus(ctx context.Context) (*managerv1.LeaseStatus, error) {
 	return &managerv1.LeaseStatus{}, nil

@@ -17,8 +17,9 @@ import (
 
 // runAutoManager runs the AutoManager for one primary term: it connects the
 // Go SDK to this member (its own listener, with the process's internal
-// credential) and drives it until ctx ends, reconnecting if the SDK cannot
-// connect yet.
+// credential) for its writes, reads the store and follows the event broker
+// in process (localAPI), and drives it until ctx ends, reconnecting if the
+// SDK cannot connect yet.
 func (s *Server) runAutoManager(ctx context.Context) {
 	if s.cfg.DisableAutoManager {
 		return
@@ -41,7 +42,8 @@ func (s *Server) runAutoManager(ctx context.Context) {
 			continue
 		}
 		am := automanager.New(automanager.Config{
-			API: m,
+			// Reads and events in process; writes through the SDK.
+			API: newLocalAPI(s, m),
 			Policy: automanager.Policy{
 				RestartCeiling: s.cfg.RestartCeiling,
 				RestartWindow:  s.cfg.RestartWindow,

@@ -1,0 +1,121 @@
+package bench
+
+// The cost of committing bindings as the store grows:
+//
+//	go test ./bench -run '^$' -bench 'CommitAtStoreSize' -benchtime=1x
+//
+// # BenchmarkCommitAtStoreSize/stored=0, /stored=100000, /stored=1000000
+//
+// The FSM alone (state.State, no raft, no disk): 10,000 online nodes of 4
+// vCPUs, `stored` jobs already in the store and bound (each with its
+// instance, as in a running fleet), then 100,000 new jobs created and
+// bound — BindInstances commands of 1,000 binds each, as the AutoManager's
+// StartJobs plans are. Timed: the bind commands only.
+// Reported: binds/s (bindings made, counted from the commands' results,
+// not requested) and ms per 1,000-bind command. What a commit costs should
+// not depend on `stored`: a bind touches its own job and instance rows and
+// the node's index entries, never the rest.
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
+)
+
+// cmApply applies cmd at the next index, failing the benchmark on error.
+func cmApply(b *testing.B, s *state.State, idx *uint64, cmd *storev1.Command) state.Result {
+	*idx++
+	if cmd.Time == nil {
+		cmd.Time = timestamppb.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(*idx) * time.Millisecond))
+	}
+	res := s.Apply(*idx, cmd)
+	if res.Err != nil {
+		b.Fatalf("apply %T: %v", cmd.GetCmd(), res.Err)
+	}
+	return res
+}
+
+// cmNodes registers n online nodes of 4 vCPUs.
+func cmNodes(b *testing.B, s *state.State, idx *uint64, n int) []string {
+	ids := make([]string, n)
+	for i := range n {
+		id := fmt.Sprintf("node-%05d", i)
+		ids[i] = id
+		hw := &managerv1.Hardware{Vcpus: 4}
+		cmApply(b, s, idx, &storev1.Command{Cmd: &storev1.Command_RegisterSlot{RegisterSlot: &storev1.RegisterSlot{NodeId: id, NodeName: id, Token: "tok-" + id}}})
+		cmApply(b, s, idx, &storev1.Command{Cmd: &storev1.Command_MemberRegister{MemberRegister: &storev1.MemberRegister{
+			Token: "tok-" + id, NodeSecret: "sec-" + id, Address: fmt.Sprintf("10.0.%d.%d:7000", i>>8&255, i&255), Hardware: hw, Runtime: "process",
+		}}})
+		cmApply(b, s, idx, &storev1.Command{Cmd: &storev1.Command_NodeOnline{NodeOnline: &storev1.NodeOnline{
+			NodeId: id, Hello: &managerv1.WorkerHello{NodeId: id, Hardware: hw, Runtime: "process"},
+		}}})
+	}
+	return ids
+}
+
+// cmJobs creates count jobs prefix-NNNNNNN.
+func cmJobs(b *testing.B, s *state.State, idx *uint64, prefix string, count int) []string {
+	ids := make([]string, count)
+	for i := range count {
+		ids[i] = fmt.Sprintf("%s-%07d", prefix, i)
+		cmApply(b, s, idx, stCreateCmd(ids[i], false, time.Time{}))
+	}
+	return ids
+}
+
+// cmBinds are BindInstances commands of per binds each, binding jobs to
+// nodes round robin.
+func cmBinds(jobs, nodes []string, per int) []*storev1.Command {
+	var cmds []*storev1.Command
+	for k := 0; k < len(jobs); k += per {
+		bc := &storev1.BindInstances{}
+		for i := k; i < min(k+per, len(jobs)); i++ {
+			bc.Binds = append(bc.Binds, &storev1.BindInstance{JobId: jobs[i], Role: "primary", NodeId: nodes[i%len(nodes)],
+				Options: &managerv1.StartJobOptions{Placement: &managerv1.PlacementEvent{Kind: "first"}}})
+		}
+		cmds = append(cmds, &storev1.Command{Cmd: &storev1.Command_BindInstances{BindInstances: bc}})
+	}
+	return cmds
+}
+
+func BenchmarkCommitAtStoreSize(b *testing.B) {
+	for _, stored := range []int{0, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("stored=%d", stored), func(b *testing.B) {
+			s := state.New(state.Limits{})
+			var idx uint64
+			nodes := cmNodes(b, s, &idx, 10000)
+			const binds, per = 100_000, 1000
+			old := cmJobs(b, s, &idx, "old", stored)
+			for _, c := range cmBinds(old, nodes, per) {
+				cmApply(b, s, &idx, c)
+			}
+			var took time.Duration
+			made := 0
+			for range b.N {
+				jobs := cmJobs(b, s, &idx, fmt.Sprintf("new%d", idx), binds)
+				cmds := cmBinds(jobs, nodes, per)
+				start := time.Now()
+				for _, c := range cmds {
+					res := cmApply(b, s, &idx, c)
+					for _, r := range res.Value.(*managerv1.StartJobsResponse).GetResults() {
+						if r.GetErrorCode() == "" {
+							made++
+						}
+					}
+				}
+				took += time.Since(start)
+			}
+			if made != binds*b.N {
+				b.Fatalf("bound %d of %d", made, binds*b.N)
+			}
+			b.ReportMetric(float64(made)/took.Seconds(), "binds/s")
+			b.ReportMetric(ms(took)/float64(b.N*binds/per), "ms/command")
+		})
+	}
+}

@@ -1,0 +1,166 @@
+package automanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+)
+
+// passChanges is a pass over what the events touched: it re-reads those
+// jobs, bundles, nodes and migrations into the mirror, and plans the jobs
+// they concern — the touched jobs, every job of a touched bundle or of the
+// bundle of a touched job (anti-affinity and rolling are decided bundle by
+// bundle), the jobs on a node that changed — and, when the room or the
+// rules may have changed or a wait fell due (due), the pending ones. The
+// room every other job's instances take comes from the mirror. Its work is
+// in proportion to what changed: a write that touches a job nobody keeps
+// placed costs one read of that job.
+func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (time.Time, error) {
+	m := a.mirror
+	// A burst that touched much of the store is cheaper read whole.
+	if len(t.jobs) > 1000 && len(t.jobs) > len(m.jobs)/4 {
+		return a.Pass(ctx)
+	}
+	plan := map[string]bool{}
+	bundles := map[string]bool{}
+	if !a.pendingNext.IsZero() && !a.cfg.Clock.Now().Before(a.pendingNext) {
+		due = true // a wait fell due, whatever woke this pass
+	}
+	wide := due || t.leases
+	api := a.cfg.API
+	if t.nodes {
+		nodes, err := api.ListNodes(ctx)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("list nodes: %w", err)
+		}
+		if changed := m.setNodes(nodes); len(changed) > 0 {
+			wide = true
+			for _, j := range m.jobsOnNodes(changed) {
+				plan[j] = true
+			}
+		}
+	}
+	if t.migrations {
+		migs, err := api.ListMigrations(ctx, "")
+		if err != nil {
+			return time.Time{}, fmt.Errorf("list migrations: %w", err)
+		}
+		for _, j := range m.setMigrations(migs) {
+			plan[j] = true
+		}
+		wide = true // the repair limits count the records
+	}
+	for id := range t.bundles {
+		bw, err := api.BundleById(ctx, id)
+		switch {
+		case errors.Is(err, norsk.ErrNotFound):
+			m.putBundle(id, nil)
+		case err != nil:
+			return time.Time{}, fmt.Errorf("bundle %s: %w", id, err)
+		default:
+			m.putBundle(id, bw.GetBundle())
+		}
+		bundles[id] = true
+		wide = true
+	}
+	jobs, err := a.readJobs(ctx, t.jobs)
+	if err != nil {
+		return time.Time{}, err
+	}
+	for id := range t.jobs {
+		plan[id] = true
+		if jh := jobs[id]; jh != nil {
+			if m.putJob(jh) {
+				wide = true
+			}
+		} else if m.deleteJob(id) {
+			wide = true
+		}
+	}
+	if wide {
+		for id := range m.pendingJobs {
+			plan[id] = true
+		}
+		for id := range m.pendingBundles {
+			bundles[id] = true
+		}
+	}
+	// Bundles are planned whole: every job of a bundle a planned job
+	// belongs to, and the bundle.
+	for id := range plan {
+		if jh := m.jobs[id]; jh != nil {
+			if b := jh.GetJob().GetTags()[placement.TagBundleID]; b != "" {
+				bundles[b] = true
+			}
+		}
+	}
+	for b := range bundles {
+		for _, id := range m.jobsOfBundle(b) {
+			plan[id] = true
+		}
+	}
+	var next time.Time
+	if !wide && len(bundles) == 0 && m.allQuiet(plan) {
+		// Nothing to decide (the common write: a job nobody keeps placed,
+		// or one running where it is): no plan, whatever the fleet's size.
+		for id := range plan {
+			delete(m.pendingJobs, id)
+		}
+		plan = nil
+	}
+	if len(plan) > 0 || len(bundles) > 0 {
+		v := m.view(plan, bundles)
+		if next, err = a.decide(ctx, v, plan); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if wide {
+		// Every pending job and bundle was planned: next covers them all.
+		a.pendingNext = next
+	} else if !next.IsZero() && (a.pendingNext.IsZero() || next.Before(a.pendingNext)) {
+		a.pendingNext = next
+	}
+	return a.pendingNext, nil
+}
+
+// readJobs reads the jobs by id, at most Parallel at once (one read each
+// in process); a job that is gone is absent from the answer.
+func (a *AutoManager) readJobs(ctx context.Context, ids map[string]bool) (map[string]*managerv1.JobWithHistory, error) {
+	list := make([]string, 0, len(ids))
+	for id := range ids {
+		list = append(list, id)
+	}
+	out := make(map[string]*managerv1.JobWithHistory, len(list))
+	var mu sync.Mutex
+	var errs []error
+	get := a.cfg.API.JobById
+	if jr, ok := a.cfg.API.(JobReader); ok {
+		get = jr.JobWithoutHistory
+	}
+	read := func(i int) {
+		jh, err := get(ctx, list[i])
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case errors.Is(err, norsk.ErrNotFound):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("job %s: %w", list[i], err))
+		default:
+			out[list[i]] = jh
+		}
+	}
+	if _, local := a.cfg.API.(Local); local {
+		for i := range list {
+			read(i)
+		}
+	} else {
+		a.parallel(len(list), read)
+	}
+	return out, errors.Join(errs...)
+}

@@ -1,0 +1,361 @@
+package automanager
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+)
+
+// countingAPI is fakeAPI with StartJobs and a count of the reads.
+type countingAPI struct {
+	*fakeAPI
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (c *countingAPI) count(name string) {
+	c.mu.Lock()
+	c.reads[name]++
+	c.mu.Unlock()
+}
+
+func (c *countingAPI) takeReads() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.reads
+	c.reads = map[string]int{}
+	return r
+}
+
+func (c *countingAPI) JobSearch(ctx context.Context, s norsk.JobSearchSettings) ([]*norsk.JobWithHistory, error) {
+	c.count("JobSearch")
+	return c.fakeAPI.JobSearch(ctx, s)
+}
+
+func (c *countingAPI) JobById(ctx context.Context, id string) (*norsk.JobWithHistory, error) {
+	c.count("JobById")
+	return c.fakeAPI.JobById(ctx, id)
+}
+
+func (c *countingAPI) ListNodes(ctx context.Context) ([]*norsk.Node, error) {
+	c.count("ListNodes")
+	return c.fakeAPI.ListNodes(ctx)
+}
+
+func (c *countingAPI) StartJobs(ctx context.Context, starts []norsk.Start) ([]norsk.StartOutcome, error) {
+	out := make([]norsk.StartOutcome, len(starts))
+	for i, s := range starts {
+		tok, err := c.StartJob(ctx, s.JobID, s.Role, s.NodeID, s.Options)
+		out[i] = norsk.StartOutcome{FencingToken: tok, Err: err}
+	}
+	return out, nil
+}
+
+// autoJob is a job of no bundle the AutoManager keeps placed, needing one
+// whole 1-vCPU node.
+func autoJob(id string) *managerv1.JobWithHistory {
+	return &managerv1.JobWithHistory{
+		Job: &managerv1.Job{JobId: id, State: managerv1.JobState_JOB_STATE_PRE, Services: []*managerv1.Service{{Name: "main", Image: "x"}},
+			AutoPlacement: &managerv1.AutoPlacement{Requirements: &managerv1.JobRequirements{RequiredCapacity: 0.5}}},
+		History: []*managerv1.JobHistoryEntry{{Timestamp: timestamppb.New(t0.Add(-time.Hour)), Event: &managerv1.JobHistoryEntry_Created{Created: &managerv1.JobCreated{}}}},
+	}
+}
+
+func smallNode(id string) *managerv1.Node {
+	n := node(id)
+	n.Hardware.Vcpus = 1
+	return n
+}
+
+func jobEvent(jh *managerv1.JobWithHistory) *managerv1.Event {
+	return &managerv1.Event{Kind: &managerv1.Event_JobUpdated{JobUpdated: &managerv1.JobEvent{Job: jh}}}
+}
+
+func (f *fakeAPI) put(jh *managerv1.JobWithHistory) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.jobs[jh.GetJob().GetJobId()] = jh
+}
+
+func (f *fakeAPI) starts() []string {
+	var out []string
+	for _, c := range f.callLog() {
+		if strings.HasPrefix(c, "StartJob") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func newIncremental(t *testing.T, api *countingAPI, m *Metrics) (*AutoManager, context.Context) {
+	t.Helper()
+	am := New(Config{API: api, Clock: clock.NewFake(t0), Logger: slog.New(slog.DiscardHandler), Metrics: m})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if _, err := am.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return am, ctx
+}
+
+// passJobsSum is the sum of the jobs the passes planned so far.
+func passJobsSum(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "norsk_automanager_pass_jobs" {
+			return mf.GetMetric()[0].GetHistogram().GetSampleSum()
+		}
+	}
+	t.Fatal("no pass_jobs metric")
+	return 0
+}
+
+// TestPassChangesReadsOnlyWhatChanged: after the full pass, a change to a
+// job nobody keeps placed costs one read of that job and no plan of any
+// other; a change to a kept job plans it against the room every other
+// job's instances take, which the mirror holds.
+func TestPassChangesReadsOnlyWhatChanged(t *testing.T) {
+	t.Parallel()
+	api := &countingAPI{fakeAPI: newFakeAPI(), reads: map[string]int{}}
+	api.nodes = []*managerv1.Node{smallNode("a"), smallNode("b"), smallNode("c")}
+	api.put(autoJob("first"))
+	am, ctx := newIncremental(t, api, nil)
+	if got := api.starts(); len(got) != 1 || !strings.Contains(got[0], "first/primary@a") {
+		t.Fatalf("full pass starts = %v, want first on a", got)
+	}
+	// The next pass reads back what the last one acted on.
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	if r := api.takeReads(); r["JobById"] != 1 {
+		t.Errorf("reads after a placement = %v, want one JobById (the placed job)", r)
+	}
+
+	// A job of no automatic placement: one read, nothing planned.
+	plain := &managerv1.JobWithHistory{Job: &managerv1.Job{JobId: "plain", State: managerv1.JobState_JOB_STATE_PRE}}
+	api.put(plain)
+	am.changes.note(&managerv1.Event{Kind: &managerv1.Event_JobCreated{JobCreated: &managerv1.JobEvent{Job: plain}}})
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	if r := api.takeReads(); r["JobSearch"] != 0 || r["ListNodes"] != 0 || r["JobById"] != 1 {
+		t.Errorf("reads for one plain job = %v, want one JobById", r)
+	}
+	if len(api.starts()) != 1 {
+		t.Errorf("starts = %v, want none more", api.starts())
+	}
+
+	// A kept job: placed where the others' instances leave room (a is
+	// full: first is there, and first is not in this pass's view).
+	second := autoJob("second")
+	api.put(second)
+	am.changes.note(jobEvent(second))
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	if r := api.takeReads(); r["JobSearch"] != 0 || r["JobById"] != 1 {
+		t.Errorf("reads for one kept job = %v, want one JobById", r)
+	}
+	got := api.starts()
+	if len(got) != 2 || !strings.Contains(got[1], "second/primary@b") {
+		t.Fatalf("starts = %v, want second on b (a is taken)", got)
+	}
+
+	// The store now shows second running on b; the event of its binding
+	// settles it.
+	api.instance("second", "primary", "b", phRunning)
+	am.changes.note(jobEvent(second))
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(am.mirror.pendingJobs); n != 0 {
+		t.Errorf("pending = %v, want none", am.mirror.pendingJobs)
+	}
+
+	// Node b is lost: its job is re-placed on c, the only free node.
+	api.mu.Lock()
+	api.nodes[1] = lost(api.nodes[1])
+	api.mu.Unlock()
+	am.changes.note(&managerv1.Event{Kind: &managerv1.Event_NodeLost{NodeLost: &managerv1.NodeEvent{Node: api.nodes[1]}}})
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	got = api.starts()
+	if len(got) != 3 || !strings.Contains(got[2], "second/primary@c") {
+		t.Fatalf("starts = %v, want second re-placed on c", got)
+	}
+}
+
+// TestPassChangesReplansPendingWhenRoomFrees: a job that fits nowhere is
+// pending; a change that touches only a job nobody keeps placed does not
+// plan it again, and the stop that frees a node does.
+func TestPassChangesReplansPendingWhenRoomFrees(t *testing.T) {
+	t.Parallel()
+	api := &countingAPI{fakeAPI: newFakeAPI(), reads: map[string]int{}}
+	api.nodes = []*managerv1.Node{smallNode("a")}
+	api.put(autoJob("one"))
+	api.put(autoJob("two"))
+	reg := prometheus.NewRegistry()
+	am, ctx := newIncremental(t, api, NewMetrics(reg))
+	if got := api.starts(); len(got) != 1 {
+		t.Fatalf("starts = %v, want one (one node)", got)
+	}
+	placed := "one"
+	if strings.Contains(api.starts()[0], "two/") {
+		placed = "two"
+	}
+	waiting := map[string]string{"one": "two", "two": "one"}[placed]
+	if !am.mirror.pendingJobs[waiting] {
+		t.Fatalf("pending = %v, want %s", am.mirror.pendingJobs, waiting)
+	}
+	api.instance(placed, "primary", "a", phRunning)
+	am.changes.note(jobEvent(api.jobs[placed]))
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	// The binding changed what a holds: the waiting job was planned again,
+	// and still fits nowhere.
+	if len(api.starts()) != 1 || !am.mirror.pendingJobs[waiting] {
+		t.Fatalf("starts = %v pending = %v", api.starts(), am.mirror.pendingJobs)
+	}
+
+	plain := &managerv1.JobWithHistory{Job: &managerv1.Job{JobId: "plain", State: managerv1.JobState_JOB_STATE_PRE}}
+	api.put(plain)
+	am.changes.note(jobEvent(plain))
+	before := passJobsSum(t, reg)
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	if n := passJobsSum(t, reg) - before; n != 0 {
+		t.Errorf("a change to a plain job planned %v jobs, want none (nothing to decide; the pending one is not planned again)", n)
+	}
+
+	// The placed job stops for good (the user stopped it): a is free.
+	in := api.instance(placed, "primary", "a", stopped)
+	in.Desired = desiredStopped
+	in.StopReason = reasonUser
+	am.changes.note(jobEvent(api.jobs[placed]))
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	got := api.starts()
+	if len(got) != 2 || !strings.Contains(got[1], waiting+"/primary@a") {
+		t.Fatalf("starts = %v, want %s on a once a is free", got, waiting)
+	}
+}
+
+// TestPassChangesFallsDue: a failed instance waiting out its backoff is
+// pending and is placed when the wait falls due, with no event.
+func TestPassChangesFallsDue(t *testing.T) {
+	t.Parallel()
+	api := &countingAPI{fakeAPI: newFakeAPI(), reads: map[string]int{}}
+	api.nodes = []*managerv1.Node{smallNode("a"), smallNode("b")}
+	jh := autoJob("flaky")
+	jh.Job.State = managerv1.JobState_JOB_STATE_ACTIVE
+	api.put(jh)
+	in := api.instance("flaky", "primary", "a", phRunning)
+	failed(jh, in, reasonFailed, t0.Add(-100*time.Millisecond))
+	clk := clock.NewFake(t0)
+	am := New(Config{API: api, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	ctx := context.Background()
+	next, err := am.Pass(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(api.starts()) != 0 || next.IsZero() || !am.mirror.pendingJobs["flaky"] {
+		t.Fatalf("starts = %v next = %v pending = %v: want a wait", api.starts(), next, am.mirror.pendingJobs)
+	}
+	clk.Advance(next.Sub(clk.Now()))
+	if _, err := am.passChanges(ctx, am.changes.take(), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := api.starts(); len(got) != 1 || !strings.Contains(got[0], "flaky/primary@b") {
+		t.Fatalf("starts = %v, want flaky re-placed on b once its backoff ends", got)
+	}
+}
+
+// localAPI is countingAPI with in-process events (Local).
+type localAPI struct {
+	*countingAPI
+	events chan []*managerv1.Event
+}
+
+type chanSub chan []*managerv1.Event
+
+func (c chanSub) Next(ctx context.Context) ([]*managerv1.Event, error) {
+	select {
+	case evs := <-c:
+		return evs, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *localAPI) Subscribe(ctx context.Context, after uint64) (Subscription, error) {
+	return chanSub(l.events), nil
+}
+
+// TestRunFollowsLocalEvents: Run over an in-process API makes one full
+// pass, then places a job its event names without reading every job again.
+func TestRunFollowsLocalEvents(t *testing.T) {
+	t.Parallel()
+	api := &localAPI{countingAPI: &countingAPI{fakeAPI: newFakeAPI(), reads: map[string]int{}}, events: make(chan []*managerv1.Event, 16)}
+	api.nodes = []*managerv1.Node{smallNode("a"), smallNode("b")}
+	for i := range 50 {
+		api.put(&managerv1.JobWithHistory{Job: &managerv1.Job{JobId: fmt.Sprintf("plain-%02d", i)}})
+	}
+	am := New(Config{API: api, Logger: slog.New(slog.DiscardHandler), Settle: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- am.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for { // the first full pass has read every job
+		api.mu.Lock()
+		n := api.reads["JobSearch"]
+		api.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no full pass")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	jh := autoJob("late")
+	api.put(jh)
+	for len(api.starts()) == 0 {
+		api.events <- []*managerv1.Event{{Index: 1, Kind: &managerv1.Event_JobCreated{JobCreated: &managerv1.JobEvent{Job: jh}}}}
+		if time.Now().After(deadline) {
+			t.Fatal("the job its event named was never placed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := api.starts(); !strings.Contains(got[0], "late/primary@") {
+		t.Fatalf("starts = %v", got)
+	}
+	api.mu.Lock()
+	searches := api.reads["JobSearch"]
+	api.mu.Unlock()
+	if searches > 1 {
+		t.Errorf("JobSearch called %d times, want only the first full pass's", searches)
+	}
+}

@@ -1,0 +1,73 @@
+package automanager
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/clock"
+)
+
+// benchFleet is a fakeAPI of n running jobs kept placed (autoPlacement),
+// ten to a node, and the AutoManager over it after its first full pass.
+func benchFleet(b *testing.B, n int) (*AutoManager, *countingAPI) {
+	b.Helper()
+	api := &countingAPI{fakeAPI: newFakeAPI(), reads: map[string]int{}}
+	for i := range n / 10 {
+		api.nodes = append(api.nodes, node(fmt.Sprintf("node-%05d", i)))
+	}
+	for i := range n {
+		jh := autoJob(fmt.Sprintf("job-%07d", i))
+		jh.Job.State = managerv1.JobState_JOB_STATE_ACTIVE
+		jh.History = nil
+		api.put(jh)
+		api.instance(jh.Job.JobId, "primary", fmt.Sprintf("node-%05d", i/10), phRunning)
+	}
+	am := New(Config{API: api, Clock: clock.NewFake(t0), Logger: slog.New(slog.DiscardHandler)})
+	if _, err := am.Pass(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return am, api
+}
+
+// BenchmarkFullPass is the safety net's cost: read and plan every job
+// (the reads are the fake's: proto clones of every job, as the in-process
+// reads make).
+//
+//	go test ./internal/automanager -run '^$' -bench 'FullPass|PassChanges' -benchtime=5x
+func BenchmarkFullPass(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			am, _ := benchFleet(b, n)
+			ctx := context.Background()
+			for b.Loop() {
+				if _, err := am.Pass(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPassChanges is an event's cost: one job touched (a new job of
+// no automatic placement) among n.
+func BenchmarkPassChanges(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			am, api := benchFleet(b, n)
+			ctx := context.Background()
+			i := 0
+			for b.Loop() {
+				i++
+				plain := &managerv1.JobWithHistory{Job: &managerv1.Job{JobId: fmt.Sprintf("plain-%07d", i)}}
+				api.put(plain)
+				am.changes.note(jobEvent(plain))
+				if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
