@@ -515,4 +515,38 @@ func TestEventsCommand(t *testing.T) {
 		!regexp.MustCompile(`(?m)^3\s+\S+Z\s+job_deleted\s+job j1$`).MatchString(out.String()) {
 		t.Errorf("events table:\n%s", out.String())
 	}
+	if !strings.HasPrefix(out.String(), "INDEX ") {
+		t.Errorf("events table without its header:\n%s", out.String())
+	}
+
+	// Filters: by kind (either spelling), by job, by node.
+	f.ok("job", "create", "-f", writeFile(t, "j2.yaml", "jobId: j2"))
+	f.ok("job", "create", "-f", writeFile(t, "j3.yaml", "jobId: j3"))
+	f.ok("job", "delete", "j3")
+	for _, tc := range []struct {
+		args      []string
+		wait      string
+		want, not []string
+	}{
+		{[]string{"--after", "1", "--kind", "jobDeleted"}, "job j3", []string{"job j1"}, []string{"job_created"}},
+		{[]string{"--after", "1", "--job", "j3"}, "job_deleted", []string{"job j3 created"}, []string{"job j1", "job j2"}},
+		{[]string{"--node", "node-1"}, "node_snapshot", nil, []string{"job_snapshot"}},
+	} {
+		out = newLockedBuffer()
+		stop = f.runEvents(out, tc.args...)
+		out.waitFor(t, tc.wait)
+		if code := stop(); code != 0 {
+			t.Fatalf("events %v exit %d", tc.args, code)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("events %v lacks %q:\n%s", tc.args, w, out.String())
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(out.String(), n) {
+				t.Errorf("events %v has %q:\n%s", tc.args, n, out.String())
+			}
+		}
+	}
 }

@@ -12,6 +12,7 @@ func newEventsCommand(g *globals) *cobra.Command {
 	var (
 		after      uint64
 		noSnapshot bool
+		filter     eventFilter
 	)
 	cmd := &cobra.Command{
 		Use:   "events [--after N] [--no-snapshot]",
@@ -21,7 +22,13 @@ kind and subject. Without --after the stream starts with a snapshot of every
 job and node, ended by initial_data_complete; --no-snapshot starts with live
 events, --after N with every event after index N. The stream resumes by
 itself after a disconnect, missing nothing. With -o json each event is one
-JSON object on its own line.`,
+JSON object on its own line.
+
+--kind (repeatable: job_created or jobCreated), --job, --node and --bundle
+print only the events of those kinds that name that job, node or bundle
+anywhere in them (a job's events name its instances' nodes).`,
+		Example: `  norsk-ctl events --no-snapshot --kind node_lost --kind node_online
+  norsk-ctl events --job news.channel.0 -o json`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if noSnapshot && after > 0 {
@@ -34,7 +41,13 @@ JSON object on its own line.`,
 			s := m.EventStream(cmd.Context(), norsk.EventStreamSettings{AfterIndex: after, SkipSnapshot: noSnapshot})
 			defer s.Close()
 			p := g.printer()
+			if _, table := p.(*tablePrinter); table {
+				fmt.Fprintf(g.out, "%-8s %-24s  %-26s %s\n", "INDEX", "TIME", "KIND", "SUBJECT")
+			}
 			for s.Next() {
+				if filter.active() && !filter.match(s.Event()) {
+					continue
+				}
 				if err := p.Event(s.Event()); err != nil {
 					return fmt.Errorf("print event: %w", err)
 				}
@@ -51,5 +64,9 @@ JSON object on its own line.`,
 	}
 	cmd.Flags().Uint64Var(&after, "after", 0, "start with the events after this store index")
 	cmd.Flags().BoolVar(&noSnapshot, "no-snapshot", false, "start with live events, without the snapshot")
+	cmd.Flags().StringArrayVar(&filter.kinds, "kind", nil, "only events of this kind (repeatable)")
+	cmd.Flags().StringVar(&filter.job, "job", "", "only events that name this job")
+	cmd.Flags().StringVar(&filter.node, "node", "", "only events that name this node")
+	cmd.Flags().StringVar(&filter.bundle, "bundle", "", "only events that name this bundle")
 	return cmd
 }
