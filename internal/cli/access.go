@@ -5,8 +5,9 @@ import (
 	"io"
 	"strings"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"github.com/spf13/cobra"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // newAccessReplicaCommand is the access-replica group: norsk-mgr's

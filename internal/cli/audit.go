@@ -13,9 +13,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/spf13/cobra"
+
 	"github.com/norsk-go/norsk-manager/pkg/auditchain"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
-	"github.com/spf13/cobra"
 )
 
 // newAuditCommand is the audit group: the Manager's hash-chained audit log.

@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 func TestAuditKVUsageErrors(t *testing.T) {

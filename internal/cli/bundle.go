@@ -8,9 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // newBundleCommand is the bundle group: bundles (AutoManager v1), their
@@ -568,19 +569,12 @@ func (g *globals) completeBundleIDs(cmd *cobra.Command, args []string, _ string)
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	m, err := g.manager(cmd.Context())
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	ctx, cancel := g.call(cmd.Context())
-	defer cancel()
-	list, err := m.ListBundles(ctx)
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	ids := make([]string, 0, len(list))
-	for _, bw := range list {
-		ids = append(ids, bw.GetBundle().GetBundleId()+"\t"+enumWord(bw.GetBundle().GetState()))
-	}
-	return ids, cobra.ShellCompDirectiveNoFileComp
+	return completeFrom(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]string, error) {
+		list, err := m.ListBundles(ctx)
+		ids := make([]string, 0, len(list))
+		for _, bw := range list {
+			ids = append(ids, bw.GetBundle().GetBundleId()+"\t"+enumWord(bw.GetBundle().GetState()))
+		}
+		return ids, err
+	})
 }

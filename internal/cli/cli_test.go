@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
-	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/sdk/norsk/norsktest"
 	"go.uber.org/goleak"
 	"sigs.k8s.io/yaml"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/sdk/norsk/norsktest"
 )
 
 func TestMain(m *testing.M) {

@@ -9,9 +9,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/norsk-go/norsk-manager/pkg/discovery"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
-	"github.com/spf13/cobra"
 )
 
 // Environment variables the discovery commands read secrets from, so that

@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"github.com/spf13/cobra"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 func newEventsCommand(g *globals) *cobra.Command {

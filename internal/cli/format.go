@@ -9,9 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // ago says how long before now t was: "just now", "42s ago", "3m ago",

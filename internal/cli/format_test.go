@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 func TestAgo(t *testing.T) {

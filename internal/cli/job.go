@@ -10,8 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"github.com/spf13/cobra"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // newJobCommand is the job group: specs, instances and history.
@@ -396,21 +397,14 @@ func (g *globals) completeJobIDs(cmd *cobra.Command, args []string, _ string) ([
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	m, err := g.manager(cmd.Context())
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	ctx, cancel := g.call(cmd.Context())
-	defer cancel()
-	jobs, err := m.JobSearch(ctx, norsk.JobSearchSettings{})
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	ids := make([]string, 0, len(jobs))
-	for _, j := range jobs {
-		ids = append(ids, j.GetJob().GetJobId()+"\t"+enumWord(j.GetJob().GetState()))
-	}
-	return ids, cobra.ShellCompDirectiveNoFileComp
+	return completeFrom(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]string, error) {
+		jobs, err := m.JobSearch(ctx, norsk.JobSearchSettings{})
+		ids := make([]string, 0, len(jobs))
+		for _, j := range jobs {
+			ids = append(ids, j.GetJob().GetJobId()+"\t"+enumWord(j.GetJob().GetState()))
+		}
+		return ids, err
+	})
 }
 
 func newJobWhyCommand(g *globals) *cobra.Command {

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"github.com/spf13/cobra"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // jobListFlags are the filters of job list.

@@ -10,8 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"github.com/spf13/cobra"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // instanceFlags are the flags that name an instance of a job.
@@ -412,19 +413,12 @@ func (g *globals) printInstance(in *norsk.Instance, what string) error {
 
 // completeNodeIDs offers the ids of the Manager's nodes.
 func (g *globals) completeNodeIDs(cmd *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
-	m, err := g.manager(cmd.Context())
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	ctx, cancel := g.call(cmd.Context())
-	defer cancel()
-	nodes, err := m.ListNodes(ctx)
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	var ids []string
-	for _, n := range nodes {
-		ids = append(ids, n.GetNodeId()+"\t"+strings.TrimSpace(n.GetNodeName()+" "+enumWord(n.GetState())))
-	}
-	return ids, cobra.ShellCompDirectiveNoFileComp
+	return completeFrom(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]string, error) {
+		nodes, err := m.ListNodes(ctx)
+		ids := make([]string, 0, len(nodes))
+		for _, n := range nodes {
+			ids = append(ids, n.GetNodeId()+"\t"+strings.TrimSpace(n.GetNodeName()+" "+enumWord(n.GetState())))
+		}
+		return ids, err
+	})
 }

@@ -10,9 +10,10 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // newKVCommand is the kv group: the Manager's key/value store.

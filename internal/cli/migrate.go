@@ -112,6 +112,8 @@ ordinary recovery.`,
 	f.StringVar(&opts.SourceRole, "source-role", "", "the source instance key (default: the job's current one)")
 	f.BoolVar(&opts.OverrideReservation, "override-reservation", false, "let the target onto an exclusively reserved hot spare")
 	w.add(c, "the migration, printing each phase, until it is done or aborted", 10*time.Minute)
+	completeEnum(c, "strategy", "stopThenStart", "overlap", "handover")
+	_ = c.RegisterFlagCompletionFunc("to", g.completeNodeIDs)
 	return c
 }
 
@@ -273,10 +275,11 @@ func newMigrationCommand(g *globals) *cobra.Command {
 	watchable(g, list)
 	list.Flags().StringVar(&job, "job", "", "only this job's migrations")
 	show := &cobra.Command{
-		Use:     "show ID",
-		Aliases: []string{"get"},
-		Short:   "One migration: its phases with their times, its source and target, why it aborted",
-		Args:    exactArgs("ID"),
+		Use:               "show ID",
+		ValidArgsFunction: g.completeMigrationIDs,
+		Aliases:           []string{"get"},
+		Short:             "One migration: its phases with their times, its source and target, why it aborted",
+		Args:              exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := resolveMigrationArg(g, cmd, args); err != nil {
 				return err
@@ -292,9 +295,10 @@ func newMigrationCommand(g *globals) *cobra.Command {
 	}
 	var reason string
 	abort := &cobra.Command{
-		Use:   "abort ID",
-		Short: "Roll an in-flight migration back (refused past the point of no return)",
-		Args:  exactArgs("ID"),
+		Use:               "abort ID",
+		ValidArgsFunction: g.completeMigrationIDs,
+		Short:             "Roll an in-flight migration back (refused past the point of no return)",
+		Args:              exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := resolveMigrationArg(g, cmd, args); err != nil {
 				return err
@@ -310,8 +314,9 @@ func newMigrationCommand(g *globals) *cobra.Command {
 	abort.Flags().StringVar(&reason, "reason", "aborted with norsk-ctl", "why (kept on the migration)")
 	var allTerminal bool
 	forget := &cobra.Command{
-		Use:   "forget [ID] [--all-terminal]",
-		Short: "Delete a finished migration's record (or every done and aborted one)",
+		Use:               "forget [ID] [--all-terminal]",
+		ValidArgsFunction: g.completeMigrationIDs,
+		Short:             "Delete a finished migration's record (or every done and aborted one)",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if allTerminal == (len(args) == 1) || len(args) > 1 {
 				return usageErrorf("%s takes a migration ID or --all-terminal", cmd.CommandPath())

@@ -136,3 +136,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Completion offers the Manager's ids (jobs, nodes, migrations) and the
+// values of enum flags.
+func TestCompletion(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.srv.AddNode(&managerv1.Node{NodeId: "node-1"})
+	f.ok("job", "create", "-f", writeFile(t, "c.yaml", "jobId: comp-1\nservices: [{name: main, image: x}]"))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"__complete", "job", "get", ""}, "comp-1\t"},
+		{[]string{"__complete", "job", "start", "comp-1", "--node", ""}, "node-1\t"},
+		{[]string{"__complete", "migrate", "comp-1", "--strategy", ""}, "handover\n"},
+		{[]string{"__complete", "worker", "--runtime", ""}, "process\n"},
+		{[]string{"__complete", "migration", "show", ""}, ":4\n"}, // none yet: no files offered
+	} {
+		if out := f.ok(tc.args...); !strings.Contains(out, tc.want) {
+			t.Errorf("%v = %q, want it to contain %q", tc.args, out, tc.want)
+		}
+	}
+}

@@ -7,10 +7,11 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // printer writes command results in one output format. One implementation

@@ -25,9 +25,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/norsk-go/norsk-manager/internal/devlocate"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
-	"github.com/spf13/cobra"
 )
 
 // Version is the client's version, set at link time with

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"github.com/spf13/cobra"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // newStoreCommand is the store group: the Manager member's replicated store.

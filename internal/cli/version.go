@@ -6,8 +6,9 @@ import (
 	"io"
 	"runtime"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"github.com/spf13/cobra"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 func newVersionCommand(g *globals) *cobra.Command {

@@ -130,6 +130,8 @@ is the same command.`,
 	f.BoolVar(&cfg.JobSocket, "job-socket", false, "serve every instance a job socket (NORSK_JOB_SOCKET) for handover migrations, and advertise the "+jobsocket.Capability+" capability")
 	f.StringVar(&cfg.JobSocketDir, "job-socket-dir", "", "directory of the job sockets, one sub-directory per instance (default: a short per-worker directory under $TMPDIR; see docs/job-socket.md)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	completeEnum(c, "log-level", "debug", "info", "warn", "error")
+	completeEnum(c, "runtime", "docker", "process")
 	f.StringVar(&userData, "user-data", "", "boot from a cloud instance's user data (the file cloud-init keeps, /var/lib/cloud/instance/user-data.txt): the Manager's URLs, the one-shot token and the CA pin the Manager wrote there")
 	return c
 }
