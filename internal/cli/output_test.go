@@ -159,3 +159,35 @@ func TestCompletion(t *testing.T) {
 		}
 	}
 }
+
+// job get -o yaml | job update -f - round-trips: what get prints is a spec
+// update reads, its currentHash the concurrency check.
+func TestJobGetUpdateRoundTrip(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.ok("job", "create", "-f", writeFile(t, "r.yaml", "jobId: rt-1\ndescription: before\nservices: [{name: main, image: x}]"))
+	for _, format := range []string{"yaml", "json"} {
+		got := f.ok("job", "get", "rt-1", "-o", format)
+		edited := strings.Replace(got, "before", "after-"+format, 1)
+		if edited == got {
+			t.Fatalf("job get -o %s has no description to edit:\n%s", format, got)
+		}
+		code, out, errOut := f.run(edited, "job", "update", "-f", "-")
+		if code != 0 {
+			t.Fatalf("job get -o %s | job update -f -: exit %d: %s%s", format, code, out, errOut)
+		}
+		if again := f.ok("job", "get", "rt-1", "-o", format); !strings.Contains(again, "after-"+format) {
+			t.Fatalf("after the update:\n%s", again)
+		}
+		// The same document again is refused: its hash is no longer current.
+		if code, _, errOut := f.run(edited, "job", "update", "-f", "-"); code == 0 || !strings.Contains(errOut, "FAILED_PRECONDITION") {
+			t.Errorf("a stale update: exit %d, %s", code, errOut)
+		}
+		edited = strings.Replace(again(f, format), "after-"+format, "before", 1)
+		if code, _, errOut := f.run(edited, "job", "update", "-f", "-"); code != 0 {
+			t.Fatalf("reset: %s", errOut)
+		}
+	}
+}
+
+func again(f *fixture, format string) string { return f.ok("job", "get", "rt-1", "-o", format) }

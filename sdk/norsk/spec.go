@@ -36,6 +36,10 @@ import (
 //
 //	services[0].restart.mode: unknown value "sometimes" (want one of never, on-failure, always)
 //
+// What norsk-ctl job get -o yaml|json prints (a JobWithHistory) decodes
+// as its job, so get's output is update's input; its instances and history
+// are dropped.
+//
 // DecodeJobSpec checks the form of the specification only; the Manager
 // validates its content when the job is created.
 func DecodeJobSpec(data []byte) (*Job, error) {
@@ -124,6 +128,7 @@ func decodeJSONSpec(data []byte) (*Job, error) {
 	if tree == nil {
 		return nil, errors.New("job spec: empty")
 	}
+	tree = unwrapJobWithHistory(tree)
 	job := &Job{}
 	tree, err := normalizeMessage(job.ProtoReflect().Descriptor(), tree, "")
 	if err != nil {
@@ -137,6 +142,30 @@ func decodeJSONSpec(data []byte) (*Job, error) {
 		return nil, fmt.Errorf("job spec: %w", err)
 	}
 	return job, nil
+}
+
+// unwrapJobWithHistory takes the job out of what `norsk-ctl job get -o
+// yaml|json` prints (a JobWithHistory: the job, with its instances and
+// history beside it, which the Manager keeps and a spec cannot set), so that
+// get's output is an update's input, as kubectl apply takes kubectl get's
+// (status and all). A plain job spec is returned as it is.
+func unwrapJobWithHistory(tree any) any {
+	m, ok := tree.(map[string]any)
+	if !ok {
+		return tree
+	}
+	inner, ok := m["job"].(map[string]any)
+	if !ok {
+		return tree
+	}
+	for k := range m {
+		switch k {
+		case "job", "history", "instances":
+		default:
+			return tree // not the JobWithHistory form: let the decoder name the field
+		}
+	}
+	return inner
 }
 
 // specError is a decoding error at a field path.

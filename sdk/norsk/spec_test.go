@@ -136,7 +136,7 @@ func TestDecodeJobSpecErrors(t *testing.T) {
 		{"enum of the wrong type", "services: [{restart: {mode: [a]}}]", `services[0].restart.mode: want one of never, on-failure, always, got a list`},
 		{"unknown field", "jobId: j\nservices: [{name: s, restrat: {}}]", `services[0]: unknown field "restrat"`},
 		{"near miss", "JobID: j", `job spec: unknown field "JobID" (did you mean "jobId"?)`},
-		{"unknown top-level", "job: {}", `job spec: unknown field "job"`},
+		{"unknown top-level", "jobs: {}", `job spec: unknown field "jobs"`},
 		{"duplicate key", "jobId: a\njobId: b", `already set`},
 		{"both names", `{"jobId": "a", "job_id": "b"}`, `field "jobId" given twice`},
 		{"oneof twice", "services: [{ports: [{specific: 1, ephemeral: {}}]}]", `services[0].ports[0]: "ephemeral" and "specific" are alternatives`},
@@ -230,4 +230,18 @@ func FuzzDecodeJobSpec(f *testing.F) {
 		}
 		_, _ = norsk.DecodeJobSpecs(data)
 	})
+}
+
+// What job get prints (a JobWithHistory) decodes as its job: instances and
+// history are the Manager's and dropped; anything else beside job is still
+// an unknown field.
+func TestDecodeJobSpecTakesTheJobOfAJobWithHistory(t *testing.T) {
+	t.Parallel()
+	job, err := norsk.DecodeJobSpec([]byte("job:\n  jobId: a\n  currentHash: 7\n  services: [{name: s, image: x}]\nhistory: [{}]\ninstances: []\n"))
+	if err != nil || job.GetJobId() != "a" || job.GetCurrentHash() != 7 || len(job.GetServices()) != 1 {
+		t.Fatalf("decoded %v, %v", job, err)
+	}
+	if _, err := norsk.DecodeJobSpec([]byte(`{"job": {"jobId": "a"}, "extra": 1}`)); err == nil {
+		t.Fatal("a job beside an unknown field decoded")
+	}
 }
