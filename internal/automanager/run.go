@@ -209,6 +209,14 @@ func (a *AutoManager) Pass(ctx context.Context) (time.Time, error) {
 	}
 	err = a.act(ctx, d)
 	a.report(d)
+	// Node drains step on the same view (drain.go).
+	drainAt, derr := a.Drains(ctx, v)
+	if derr != nil {
+		err = errors.Join(err, derr)
+	}
+	if !drainAt.IsZero() && (d.NextAt.IsZero() || drainAt.Before(d.NextAt)) {
+		d.NextAt = drainAt
+	}
 	if m := a.cfg.Metrics; m != nil {
 		m.Passes.Inc()
 		m.PassSeconds.Observe(a.cfg.Clock.Now().Sub(start).Seconds())
@@ -503,6 +511,11 @@ type Metrics struct {
 
 	Degraded       prometheus.Gauge
 	RepairsStarted prometheus.Counter
+
+	// Node drains (drain.go): the items of the running drains by node and
+	// result, and the drains ended by their outcome.
+	DrainItems  *prometheus.GaugeVec
+	DrainsEnded *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg.
@@ -531,9 +544,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Running bundle instances whose node breaks a FORBID anti-affinity rule of their bundle."})
 	m.RepairsStarted = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "repairs_started_total",
 		Help: "Migrations started to repair a degraded anti-affinity (their outcomes count in migrations_ended_total)."})
+	m.DrainItems = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "norsk", Subsystem: "automanager", Name: "drain_items",
+		Help: "The instances of each running node drain, by node and result (pending, moving, moved, failed, skipped, stopped, gone)."}, []string{"node", "result"})
+	m.DrainsEnded = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "drains_ended_total",
+		Help: "Node drains the AutoManager ended, by outcome (drained, notDrained)."}, []string{"outcome"})
+	for _, o := range []string{"drained", "notDrained"} {
+		m.DrainsEnded.WithLabelValues(o)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Passes, m.PassSeconds, m.Placements, m.Failed, m.Unplaced, m.Provisioned,
-			m.MigrationsStarted, m.MigrationsEnded, m.MigrationDispatchFailed, m.Degraded, m.RepairsStarted)
+			m.MigrationsStarted, m.MigrationsEnded, m.MigrationDispatchFailed, m.Degraded, m.RepairsStarted,
+			m.DrainItems, m.DrainsEnded)
 	}
 	return m
 }

@@ -158,6 +158,10 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 		return nil, nil
 	case *storev1.Command_SetNodeDraining:
 		return nil, t.setNodeDraining(c.SetNodeDraining)
+	case *storev1.Command_StartNodeDrain:
+		return nil, t.startNodeDrain(c.StartNodeDrain)
+	case *storev1.Command_PutNodeDrain:
+		return t.putNodeDrain(c.PutNodeDrain)
 	case *storev1.Command_StopInstance:
 		return nil, t.stopInstance(c.StopInstance)
 	case *storev1.Command_StartPrepared:
