@@ -84,12 +84,19 @@ func (h *handler) DrainNode(ctx context.Context, req *connect.Request[managerv1.
 	if ci, ok := ctx.Value(callInfoKey{}).(callInfo); ok {
 		d.RequestedBy = ci.who
 	}
-	_, err = h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_StartNodeDrain{StartNodeDrain: &storev1.StartNodeDrain{Drain: d}}})
-	switch {
-	case apierr.Is(err, apierr.FailedPrecondition) && state.DrainRunning(h.read().Node(nil, m.GetNodeId()).GetNode().GetDrain()):
-		// Another call started one meanwhile: attach to it.
-		return h.drainAnswer(m.GetNodeId(), true)
-	case err != nil:
+	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_StartNodeDrain{StartNodeDrain: &storev1.StartNodeDrain{Drain: d}}})
+	if apierr.Is(err, apierr.FailedPrecondition) && res.Index > 0 {
+		// A drain runs that this member's copy did not show yet (another
+		// call started it, or a follower lags): once the refusal's index
+		// is applied here, attach to it.
+		if st := h.s.st(); st != nil {
+			_ = st.WaitApplied(ctx, res.Index)
+		}
+		if state.DrainRunning(h.read().Node(nil, m.GetNodeId()).GetNode().GetDrain()) {
+			return h.drainAnswer(m.GetNodeId(), true)
+		}
+	}
+	if err != nil {
 		return nil, toConnect(err)
 	}
 	return h.drainAnswer(m.GetNodeId(), false)
