@@ -166,12 +166,11 @@ func (m *Metrics) setDrains(running []*managerv1.NodeDrain) {
 		for _, it := range d.GetItems() {
 			counts[it.GetResult()]++
 		}
-		for r, name := range managerv1.DrainItemResult_name {
+		for r := range managerv1.DrainItemResult_name {
 			if r == 0 {
 				continue
 			}
 			res := managerv1.DrainItemResult(r)
-			_ = name
 			m.DrainItems.WithLabelValues(d.GetNodeId(), norsk.DrainItemResultName(res)).Set(float64(counts[res]))
 		}
 	}
