@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +56,9 @@ type AutoManager struct {
 	hold   map[string]time.Time
 	// saga runs the migrations.
 	saga *Saga
+	// passStart is when the current pass read the state (placement
+	// latency); only Run's goroutine touches it.
+	passStart time.Time
 }
 
 // ProvisionHoldAfterFailure is how long a tier whose node creation failed
@@ -190,6 +194,7 @@ func (a *AutoManager) follow(ctx context.Context, wake chan<- struct{}, resume u
 // the next waiting decision falls due (zero: none).
 func (a *AutoManager) Pass(ctx context.Context) (time.Time, error) {
 	start := a.cfg.Clock.Now()
+	a.passStart = start
 	v, err := a.read(ctx)
 	if err != nil {
 		return time.Time{}, err
@@ -370,6 +375,16 @@ func (a *AutoManager) placed(act Action, tok uint64) {
 	kind := act.Placement.GetKind()
 	if m := a.cfg.Metrics; m != nil {
 		m.Placements.WithLabelValues(kind).Inc()
+		if !a.passStart.IsZero() {
+			m.PlacementSeconds.WithLabelValues(kind).Observe(a.cfg.Clock.Now().Sub(a.passStart).Seconds())
+		}
+		if kind == "recovery" {
+			why := "failed"
+			if strings.Contains(act.Placement.GetFailure(), "node") { // "its node is gone", node_stopped, node_terminated
+				why = "nodeLost"
+			}
+			m.Restarts.WithLabelValues(why).Inc()
+		}
 	}
 	if kind == "recovery" {
 		a.log.Info("recovered", "job", act.JobID, "role", act.Role, "node", act.NodeID, "token", tok,
@@ -516,6 +531,17 @@ type Metrics struct {
 	// result, and the drains ended by their outcome.
 	DrainItems  *prometheus.GaugeVec
 	DrainsEnded *prometheus.CounterVec
+
+	// PlacementSeconds times each placement (kind) from the read of the
+	// pass that found the instance needing a node to its binding's commit.
+	PlacementSeconds *prometheus.HistogramVec
+	// MigrationSeconds and MigrationPhaseSeconds time each ended
+	// migration, whole and per phase, by strategy (and outcome / phase).
+	MigrationSeconds      *prometheus.HistogramVec
+	MigrationPhaseSeconds *prometheus.HistogramVec
+	// Restarts counts instances started again after they failed or their
+	// node was lost (recovery placements), by the failure's kind.
+	Restarts *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg.
@@ -551,10 +577,36 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range []string{"drained", "notDrained"} {
 		m.DrainsEnded.WithLabelValues(o)
 	}
+	m.PlacementSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norsk", Subsystem: "automanager", Name: "placement_seconds",
+		Help:    "Per placement: from the read of the pass that found the instance needing a node to the commit of its binding, by kind (first, recovery).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"kind"})
+	migBuckets := []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	m.MigrationSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norsk", Subsystem: "automanager", Name: "migration_seconds",
+		Help: "Ended migrations' duration, from start to done or aborted, by strategy and outcome.", Buckets: migBuckets}, []string{"strategy", "outcome"})
+	m.MigrationPhaseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norsk", Subsystem: "automanager", Name: "migration_phase_seconds",
+		Help: "Time ended migrations spent in each phase, by strategy and phase.", Buckets: migBuckets}, []string{"strategy", "phase"})
+	m.Restarts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "instance_restarts_total",
+		Help: "Instances started again by recovery after they failed or their node was lost, by why (failed, nodeLost)."}, []string{"why"})
+	for _, k := range []string{"first", "recovery", "restart", "migration", "repair"} {
+		m.Placements.WithLabelValues(k)
+		m.PlacementSeconds.WithLabelValues(k)
+	}
+	for _, st := range []managerv1.MigrationStrategy{stratStopThenStart, stratOverlap, stratHandover} {
+		m.MigrationsStarted.WithLabelValues(StrategyName(st))
+		for _, o := range []string{"done", "aborted"} {
+			m.MigrationSeconds.WithLabelValues(StrategyName(st), o)
+		}
+	}
+	for _, o := range []string{"done", "aborted"} {
+		m.MigrationsEnded.WithLabelValues(o)
+	}
+	for _, w := range []string{"failed", "nodeLost"} {
+		m.Restarts.WithLabelValues(w)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Passes, m.PassSeconds, m.Placements, m.Failed, m.Unplaced, m.Provisioned,
 			m.MigrationsStarted, m.MigrationsEnded, m.MigrationDispatchFailed, m.Degraded, m.RepairsStarted,
-			m.DrainItems, m.DrainsEnded)
+			m.DrainItems, m.DrainsEnded, m.PlacementSeconds, m.MigrationSeconds, m.MigrationPhaseSeconds, m.Restarts)
 	}
 	return m
 }
@@ -596,4 +648,17 @@ func (a *AutoManager) provision(ctx context.Context, act Action) (string, string
 		return n.GetNodeId(), n.GetInstanceId() + " (" + n.GetInstanceType() + ")", nil
 	}
 	return "", "", fmt.Errorf("provider %q cannot create nodes from the AutoManager", act.Provider)
+}
+
+// observeMigration times an ended migration, whole and per phase.
+func (m *Metrics) observeMigration(st *managerv1.MigrationState, outcome string) {
+	strategy := StrategyName(st.GetStrategy())
+	hist := st.GetPhaseHistory()
+	if st.GetStartedAt() != nil && len(hist) > 0 {
+		m.MigrationSeconds.WithLabelValues(strategy, outcome).Observe(max(hist[len(hist)-1].GetAt().AsTime().Sub(st.GetStartedAt().AsTime()).Seconds(), 0))
+	}
+	for i := 0; i+1 < len(hist); i++ {
+		d := hist[i+1].GetAt().AsTime().Sub(hist[i].GetAt().AsTime())
+		m.MigrationPhaseSeconds.WithLabelValues(strategy, PhaseName(hist[i].GetPhase())).Observe(max(d.Seconds(), 0))
+	}
 }
