@@ -90,9 +90,15 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counts := st.State().Counts()
 		for v, name := range managerv1.InstancePhase_name {
+			if v == 0 {
+				continue
+			}
 			gauge(c.instances, float64(counts.InstancesByPhase[managerv1.InstancePhase(v)]), enumLabel(name, "INSTANCE_PHASE_"))
 		}
 		for v, name := range managerv1.NodeState_name {
+			if v == 0 {
+				continue
+			}
 			gauge(c.nodes, float64(counts.NodesByState[managerv1.NodeState(v)]), enumLabel(name, "NODE_STATE_"))
 		}
 		gauge(c.nodesDraining, float64(counts.NodesDraining))
