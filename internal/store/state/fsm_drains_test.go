@@ -94,3 +94,18 @@ func TestNodeDrainLifecycle(t *testing.T) {
 		t.Fatalf("undo after the end: %v", n)
 	}
 }
+
+// A stop with a reason (a drain's deadline) records it in the stopping
+// history entry.
+func TestStopInstanceWithReason(t *testing.T) {
+	f := newFixture(t)
+	f.onlineNode("n1")
+	f.createJob("job-1")
+	f.running("job-1", "primary", "n1")
+	f.must(&storev1.Command{Cmd: &storev1.Command_StopInstance{StopInstance: &storev1.StopInstance{
+		JobId: "job-1", Role: "primary", NodeId: "n1", Reason: "drain of node n1: its deadline passed",
+	}}})
+	if h := f.history("job-1"); h[0].GetStopping().GetAdditionalReason() != "drain of node n1: its deadline passed" {
+		t.Fatalf("stopping entry = %v", h[0])
+	}
+}
