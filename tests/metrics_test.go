@@ -34,6 +34,7 @@ func TestMetricsOnAFreshManager(t *testing.T) {
 		`norsk_manager_nodes{state="online"} 1`,
 		`norsk_manager_nodes{state="lost"} 0`,
 		"norsk_manager_nodes_draining 0",
+		"norsk_manager_service_restarts_total 0",
 		"norsk_manager_leases_paused 0",
 		"norsk_manager_backup_last_success 1",
 		"norsk_manager_event_subscribers_dropped_total 0",

@@ -25,6 +25,7 @@ type healthCollector struct {
 	leaderContact, followerContact, snapshotAge          *prometheus.Desc
 	instances, nodes, nodesDraining                      *prometheus.Desc
 	leasesPaused, backupAge, backupOK                    *prometheus.Desc
+	serviceRestarts                                      *prometheus.Desc
 }
 
 func newHealthCollector(s *Server) *healthCollector {
@@ -47,12 +48,13 @@ func newHealthCollector(s *Server) *healthCollector {
 		leasesPaused:    d("norsk_manager_leases_paused", "1 while leases are paused (PauseLeases), 0 otherwise."),
 		backupAge:       d("norsk_manager_backup_age_seconds", "Seconds since the newest backup in the backup directory (absent when there is none)."),
 		backupOK:        d("norsk_manager_backup_last_success", "1 if this member's last scheduled backup succeeded, 0 if it failed (1 before the first)."),
+		serviceRestarts: d("norsk_manager_service_restarts_total", "Service restarts workers made in place under the services' restart policies, as they reported them."),
 	}
 }
 
 func (c *healthCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.isLeader, c.term, c.commitIndex, c.appliedIndex, c.lastIndex, c.leaderContact, c.followerContact,
-		c.snapshotAge, c.instances, c.nodes, c.nodesDraining, c.leasesPaused, c.backupAge, c.backupOK} {
+		c.snapshotAge, c.instances, c.nodes, c.nodesDraining, c.leasesPaused, c.backupAge, c.backupOK, c.serviceRestarts} {
 		ch <- d
 	}
 }
@@ -102,6 +104,7 @@ func (c *healthCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.nodes, float64(counts.NodesByState[managerv1.NodeState(v)]), enumLabel(name, "NODE_STATE_"))
 		}
 		gauge(c.nodesDraining, float64(counts.NodesDraining))
+		ch <- prometheus.MustNewConstMetric(c.serviceRestarts, prometheus.CounterValue, float64(counts.ServiceRestarts))
 		gauge(c.leasesPaused, b2f(st.State().Snapshot().LeaseState().GetPaused()))
 	}
 	if at := c.s.backups.newest(c.s.cfg.BackupDir, now); !at.IsZero() {

@@ -16,6 +16,10 @@ type Counts struct {
 	NodesByState     map[managerv1.NodeState]int
 	// NodesDraining counts the nodes marked draining.
 	NodesDraining int
+	// ServiceRestarts counts the restarts workers reported making under
+	// services' restart policies (a counter: it only grows; a restore
+	// starts it again from the restarts the restored instances hold).
+	ServiceRestarts uint64
 }
 
 // counts is a generation's Counts, guarded for the scrape's reads.
@@ -33,6 +37,19 @@ type countDelta struct {
 	phase    map[managerv1.InstancePhase]int
 	state    map[managerv1.NodeState]int
 	draining int
+	restarts uint64
+}
+
+// restarted adds what a write of instance in over old (nil: a new row)
+// adds to the service restarts: the growth of the count within one binding,
+// or all of a new binding's.
+func (d *countDelta) restarted(old, in *managerv1.Instance) {
+	switch {
+	case old == nil || old.GetFencingToken() != in.GetFencingToken():
+		d.restarts += uint64(in.GetRestarts())
+	case in.GetRestarts() > old.GetRestarts():
+		d.restarts += uint64(in.GetRestarts() - old.GetRestarts())
+	}
 }
 
 func (d *countDelta) instance(in *managerv1.Instance, by int) {
@@ -71,6 +88,7 @@ func (c *counts) add(d *countDelta) {
 		c.c.NodesByState[k] += v
 	}
 	c.c.NodesDraining += d.draining
+	c.c.ServiceRestarts += d.restarts
 }
 
 // Counts returns a copy of the current counts.
@@ -79,7 +97,7 @@ func (s *State) Counts() Counts {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := Counts{InstancesByPhase: make(map[managerv1.InstancePhase]int, len(c.c.InstancesByPhase)),
-		NodesByState: make(map[managerv1.NodeState]int, len(c.c.NodesByState)), NodesDraining: c.c.NodesDraining}
+		NodesByState: make(map[managerv1.NodeState]int, len(c.c.NodesByState)), NodesDraining: c.c.NodesDraining, ServiceRestarts: c.c.ServiceRestarts}
 	for k, v := range c.c.InstancesByPhase {
 		out.InstancesByPhase[k] = v
 	}
@@ -100,6 +118,7 @@ func recount(r *Read) *counts {
 	if err == nil {
 		for o := it.Next(); o != nil; o = it.Next() {
 			d.instance(o.(*managerv1.Instance), 1)
+			d.restarted(nil, o.(*managerv1.Instance))
 		}
 	}
 	c.add(&d)

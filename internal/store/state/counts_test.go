@@ -16,13 +16,16 @@ func TestCountsFollowWrites(t *testing.T) {
 	f.onlineNode("b")
 	f.createJob("j1")
 	f.createJob("j2")
-	f.running("j1", "primary", "a")
+	tok := f.running("j1", "primary", "a")
+	for _, n := range []uint32{2, 3, 3} { // the worker restarted a service twice, then once more
+		f.must(cReports("a", &managerv1.InstanceReport{JobId: "j1", Role: "primary", FencingToken: tok, Phase: managerv1.InstancePhase_INSTANCE_PHASE_RUNNING, Restarts: n}))
+	}
 	f.bind("j2", "primary", "b")
 	f.must(&storev1.Command{Cmd: &storev1.Command_SetNodeDraining{SetNodeDraining: &storev1.SetNodeDraining{NodeId: "b", Draining: true}}})
 	f.apply(&storev1.Command{Cmd: &storev1.Command_SetNodeDraining{SetNodeDraining: &storev1.SetNodeDraining{NodeId: "zz", Draining: true}}})
 	check := func(c state.Counts, where string) {
 		t.Helper()
-		if c.InstancesByPhase[managerv1.InstancePhase_INSTANCE_PHASE_RUNNING] != 1 || c.NodesByState[managerv1.NodeState_NODE_STATE_ONLINE] != 2 || c.NodesDraining != 1 {
+		if c.ServiceRestarts != 3 || c.InstancesByPhase[managerv1.InstancePhase_INSTANCE_PHASE_RUNNING] != 1 || c.NodesByState[managerv1.NodeState_NODE_STATE_ONLINE] != 2 || c.NodesDraining != 1 {
 			t.Fatalf("%s: counts %+v", where, c)
 		}
 		total := 0

@@ -280,11 +280,14 @@ func (t *tx) count(table string, obj any, by int) {
 	switch table {
 	case tableInstances:
 		in := obj.(*managerv1.Instance)
+		var prev *managerv1.Instance
 		if old, _ := t.txn.First(tableInstances, "id", InstanceID(in.GetJobId(), in.GetRole())); old != nil {
-			t.delta.instance(old.(*managerv1.Instance), -1)
+			prev = old.(*managerv1.Instance)
+			t.delta.instance(prev, -1)
 		}
 		if by > 0 {
 			t.delta.instance(in, 1)
+			t.delta.restarted(prev, in)
 		}
 	case tableNodes:
 		rec := obj.(*storev1.NodeRecord)
