@@ -19,6 +19,10 @@ type (
 	DrainItemResult = managerv1.DrainItemResult
 )
 
+// Event_NodeDrainUpdated is the event of a drain's progress (the whole
+// drain: started, an item's result changed, ended).
+type Event_NodeDrainUpdated = managerv1.Event_NodeDrainUpdated
+
 // A drain's states and its items' results.
 const (
 	DrainRunning    = managerv1.NodeDrainState_NODE_DRAIN_STATE_RUNNING
