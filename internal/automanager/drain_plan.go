@@ -235,8 +235,11 @@ func planDrain(d *managerv1.NodeDrain, in drainInput) drainPlan {
 			} else {
 				set(it, drainGone, "", "stopped or deleted while the drain waited")
 			}
+		case in.InFlight[it.GetJobId()] != nil && in.InFlight[it.GetJobId()].GetSourceRole() != it.GetRole():
+			// The job migrates another instance (this one may be its
+			// target): wait for that migration to end.
 		case in.InFlight[it.GetJobId()] != nil:
-			// A migration of the job runs (an operator's, or this
+			// A migration of this instance runs (an operator's, or this
 			// drain's whose start was not recorded): adopt it.
 			m := in.InFlight[it.GetJobId()]
 			it.Result, it.MigrationId, it.Reason, it.RetryAt = drainMoving, m.GetMigrationId(), "", nil

@@ -66,7 +66,7 @@ func TestPlanDrain(t *testing.T) {
 		return &managerv1.DrainItem{JobId: job, Role: "primary", Result: r, MigrationId: mig, Attempts: 1}
 	}
 	mig := func(id, job string, phase managerv1.MigrationPhase, target string) *managerv1.MigrationState {
-		return &managerv1.MigrationState{MigrationId: id, SourceJobId: job, Phase: phase, TargetNodeId: target, AbortReason: "no room"}
+		return &managerv1.MigrationState{MigrationId: id, SourceJobId: job, SourceRole: "primary", Phase: phase, TargetNodeId: target, AbortReason: "no room"}
 	}
 	for _, tc := range []struct {
 		name    string
@@ -126,6 +126,12 @@ func TestPlanDrain(t *testing.T) {
 		jobs: []*managerv1.JobWithHistory{placedJob("a", true, inst("a", "primary", "n1", phRun))},
 		migs: []*managerv1.MigrationState{mig("m9", "a", phApplying, "n2")},
 		want: "a:moving", state: drainRunning,
+	}, {
+		name: "a migration target on the node waits for its migration, not adopting it",
+		d:    withItems(start(1, time.Hour), &managerv1.DrainItem{JobId: "a", Role: "primary@m9", Result: drainPending}),
+		jobs: []*managerv1.JobWithHistory{placedJob("a", true, inst("a", "primary", "n2", phRun), inst("a", "primary@m9", "n1", phRun))},
+		migs: []*managerv1.MigrationState{{MigrationId: "m9", SourceJobId: "a", SourceRole: "primary", Phase: phApplying, TargetNodeId: "n1"}},
+		want: "a:pending", state: drainRunning,
 	}, {
 		name: "an empty node is drained at once",
 		d:    start(2, time.Hour),
@@ -187,7 +193,7 @@ func TestPlanDrainProperties(t *testing.T) {
 			}
 			jobs = append(jobs, placedJob(id, rapid.Bool().Draw(t, "auto"+id), inst(id, "primary", rapid.SampledFrom(nodes).Draw(t, "node"+id), phase)))
 			if rapid.Bool().Draw(t, "mig"+id) {
-				migs = append(migs, &managerv1.MigrationState{MigrationId: "m" + id, SourceJobId: id, Phase: rapid.SampledFrom(phases).Draw(t, "phase"+id), TargetNodeId: "n2"})
+				migs = append(migs, &managerv1.MigrationState{MigrationId: "m" + id, SourceJobId: id, SourceRole: "primary", Phase: rapid.SampledFrom(phases).Draw(t, "phase"+id), TargetNodeId: "n2"})
 			}
 			if d.Listed && rapid.Bool().Draw(t, "item"+id) {
 				d.Items = append(d.Items, &managerv1.DrainItem{JobId: id, Role: "primary", Result: rapid.SampledFrom(results).Draw(t, "result"+id),
