@@ -1,6 +1,7 @@
 package state_test
 
 import (
+	"fmt"
 	"testing"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -39,4 +40,26 @@ func TestCountsFollowWrites(t *testing.T) {
 	check(f.s.Counts(), "after the writes")
 	restored := restoreInto(t, f.snap())
 	check(restored.Counts(), "after a restore")
+}
+
+// Reading the counts (what a metrics scrape does) costs the same whatever
+// the store holds: b.N reads over a store of n running instances.
+func BenchmarkCounts(b *testing.B) {
+	for _, n := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			f := newFixture(b)
+			f.onlineNode("a")
+			for i := range n {
+				id := fmt.Sprintf("j%d", i)
+				f.createJob(id)
+				f.running(id, "primary", "a")
+			}
+			b.ResetTimer()
+			for range b.N {
+				if f.s.Counts().InstancesByPhase[managerv1.InstancePhase_INSTANCE_PHASE_RUNNING] != n {
+					b.Fatal("miscounted")
+				}
+			}
+		})
+	}
 }
