@@ -19,6 +19,7 @@ require (
 	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-memdb v1.3.5
+	github.com/hashicorp/go-metrics v0.7.0
 	github.com/hashicorp/raft v1.8.0
 	github.com/hashicorp/raft-wal v0.4.0
 	github.com/oracle/oci-go-sdk/v65 v65.130.0
@@ -65,7 +66,6 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/gofrs/flock v0.10.0 // indirect
 	github.com/hashicorp/go-immutable-radix v1.3.1 // indirect
-	github.com/hashicorp/go-metrics v0.7.0 // indirect
 	github.com/hashicorp/go-msgpack/v2 v2.1.5 // indirect
 	github.com/hashicorp/golang-lru v1.0.2 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -226,7 +227,8 @@ func TestAccessReplica(t *testing.T) {
 		}
 		defer res.Body.Close()
 		b, _ := io.ReadAll(res.Body)
-		return strings.Contains(string(b), `norsk_manager_worker_command_errors_total{kind="access-replica"}`)
+		// The counter exists at 0 from the start: wait for a refusal.
+		return regexp.MustCompile(`norsk_manager_worker_command_errors_total\{kind="access-replica"\} [1-9]`).Match(b)
 	})
 	if v, _ := w2.Agent().AccessReplica(); v != 3 {
 		t.Fatalf("worker-2 took an older version: %d", v)

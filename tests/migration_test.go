@@ -251,7 +251,7 @@ func TestDrainMovesEveryJob(t *testing.T) {
 		t.Fatalf("drain exit %d\n%s\n%s", code, out.String(), errOut.String())
 	}
 	t.Log(out.String())
-	if !strings.Contains(out.String(), "3 moved, 0 failed") {
+	if !strings.Contains(out.String(), "drained") || !strings.Contains(out.String(), "3/3 moved") {
 		t.Errorf("summary missing: %s", out.String())
 	}
 	for i := range 3 {

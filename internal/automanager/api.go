@@ -36,6 +36,9 @@ type API interface {
 	RecordMigration(ctx context.Context, st *managerv1.MigrationState, expectedRevision uint64, create bool) (uint64, error)
 	ListMigrations(ctx context.Context, jobID string) ([]*managerv1.MigrationState, error)
 	GetMigration(ctx context.Context, migrationID string) (*managerv1.MigrationState, error)
+
+	// Node drains (drain.go): the progress write-back.
+	RecordNodeDrain(ctx context.Context, d *managerv1.NodeDrain, expectedRevision uint64) (uint64, error)
 }
 
 var _ API = (*norsk.Manager)(nil)

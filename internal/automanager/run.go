@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +70,9 @@ type AutoManager struct {
 	hold   map[string]time.Time
 	// saga runs the migrations.
 	saga *Saga
+	// passStart is when the current pass read the state (placement
+	// latency); only Run's goroutine touches it.
+	passStart time.Time
 }
 
 // ProvisionHoldAfterFailure is how long a tier whose node creation failed
@@ -284,6 +288,29 @@ func (a *AutoManager) signal(wake chan<- struct{}) {
 	}
 }
 
+// drainView is the view the running drains step on: every node and
+// migration, and the jobs on a draining node or named by its drain (an
+// incremental pass's own view holds only the jobs it plans).
+func (a *AutoManager) drainView(v View) View {
+	var nodes []string
+	jobs := map[string]bool{}
+	for _, n := range v.Nodes {
+		if n.GetDrain().GetState() == drainRunning {
+			nodes = append(nodes, n.GetNodeId())
+			for _, it := range n.GetDrain().GetItems() {
+				jobs[it.GetJobId()] = true
+			}
+		}
+	}
+	if len(nodes) == 0 {
+		return View{Nodes: v.Nodes}
+	}
+	for _, id := range a.mirror.jobsOnNodes(nodes) {
+		jobs[id] = true
+	}
+	return a.mirror.view(jobs, nil)
+}
+
 // Pass is a full pass: it reads the Manager's whole state into the mirror,
 // decides for every job and bundle and acts once. It returns when the next
 // waiting decision falls due (zero: none).
@@ -323,6 +350,7 @@ func (a *AutoManager) decide(ctx context.Context, v View, scope map[string]bool)
 		}
 		d = Plan(v, a.policy(), a.cfg.Clock.Now())
 	}
+	a.passStart = start
 	var err error
 	if aerr := a.act(ctx, d); aerr != nil {
 		err = actsFailed{aerr}
@@ -333,6 +361,15 @@ func (a *AutoManager) decide(ctx context.Context, v View, scope map[string]bool)
 	a.changes.acted(d.Actions)
 	a.report(v, d, scope)
 	a.mirror.settle(v, d)
+	// Node drains step on the mirror (drain.go), with every job they need
+	// whatever this pass planned.
+	drainAt, derr := a.Drains(ctx, a.drainView(v))
+	if derr != nil {
+		err = errors.Join(err, derr)
+	}
+	if !drainAt.IsZero() && (d.NextAt.IsZero() || drainAt.Before(d.NextAt)) {
+		d.NextAt = drainAt
+	}
 	if m := a.cfg.Metrics; m != nil {
 		m.Passes.Inc()
 		m.PassSeconds.Observe(a.cfg.Clock.Now().Sub(start).Seconds())
@@ -495,6 +532,16 @@ func (a *AutoManager) placed(act Action, tok uint64) {
 	kind := act.Placement.GetKind()
 	if m := a.cfg.Metrics; m != nil {
 		m.Placements.WithLabelValues(kind).Inc()
+		if !a.passStart.IsZero() {
+			m.PlacementSeconds.WithLabelValues(kind).Observe(a.cfg.Clock.Now().Sub(a.passStart).Seconds())
+		}
+		if kind == "recovery" {
+			why := "failed"
+			if strings.Contains(act.Placement.GetFailure(), "node") { // "its node is gone", node_stopped, node_terminated
+				why = "nodeLost"
+			}
+			m.Restarts.WithLabelValues(why).Inc()
+		}
 	}
 	if kind == "recovery" {
 		a.log.Info("recovered", "job", act.JobID, "role", act.Role, "node", act.NodeID, "token", tok,
@@ -662,6 +709,22 @@ type Metrics struct {
 
 	Degraded       prometheus.Gauge
 	RepairsStarted prometheus.Counter
+
+	// Node drains (drain.go): the items of the running drains by node and
+	// result, and the drains ended by their outcome.
+	DrainItems  *prometheus.GaugeVec
+	DrainsEnded *prometheus.CounterVec
+
+	// PlacementSeconds times each placement (kind) from the read of the
+	// pass that found the instance needing a node to its binding's commit.
+	PlacementSeconds *prometheus.HistogramVec
+	// MigrationSeconds and MigrationPhaseSeconds time each ended
+	// migration, whole and per phase, by strategy (and outcome / phase).
+	MigrationSeconds      *prometheus.HistogramVec
+	MigrationPhaseSeconds *prometheus.HistogramVec
+	// Restarts counts instances started again after they failed or their
+	// node was lost (recovery placements), by the failure's kind.
+	Restarts *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg.
@@ -697,9 +760,43 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Running bundle instances whose node breaks a FORBID anti-affinity rule of their bundle."})
 	m.RepairsStarted = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "repairs_started_total",
 		Help: "Migrations started to repair a degraded anti-affinity (their outcomes count in migrations_ended_total)."})
+	m.DrainItems = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "norsk", Subsystem: "automanager", Name: "drain_items",
+		Help: "The instances of each running node drain, by node and result (pending, moving, moved, failed, skipped, stopped, gone)."}, []string{"node", "result"})
+	m.DrainsEnded = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "drains_ended_total",
+		Help: "Node drains the AutoManager ended, by outcome (drained, notDrained)."}, []string{"outcome"})
+	for _, o := range []string{"drained", "notDrained"} {
+		m.DrainsEnded.WithLabelValues(o)
+	}
+	m.PlacementSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norsk", Subsystem: "automanager", Name: "placement_seconds",
+		Help:    "Per placement: from the read of the pass that found the instance needing a node to the commit of its binding, by kind (first, recovery).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"kind"})
+	migBuckets := []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	m.MigrationSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norsk", Subsystem: "automanager", Name: "migration_seconds",
+		Help: "Ended migrations' duration, from start to done or aborted, by strategy and outcome.", Buckets: migBuckets}, []string{"strategy", "outcome"})
+	m.MigrationPhaseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "norsk", Subsystem: "automanager", Name: "migration_phase_seconds",
+		Help: "Time ended migrations spent in each phase, by strategy and phase.", Buckets: migBuckets}, []string{"strategy", "phase"})
+	m.Restarts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "instance_restarts_total",
+		Help: "Instances started again by recovery after they failed or their node was lost, by why (failed, nodeLost)."}, []string{"why"})
+	for _, k := range []string{"first", "recovery", "restart", "migration", "repair"} {
+		m.Placements.WithLabelValues(k)
+		m.PlacementSeconds.WithLabelValues(k)
+	}
+	for _, st := range []managerv1.MigrationStrategy{stratStopThenStart, stratOverlap, stratHandover} {
+		m.MigrationsStarted.WithLabelValues(StrategyName(st))
+		for _, o := range []string{"done", "aborted"} {
+			m.MigrationSeconds.WithLabelValues(StrategyName(st), o)
+		}
+	}
+	for _, o := range []string{"done", "aborted"} {
+		m.MigrationsEnded.WithLabelValues(o)
+	}
+	for _, w := range []string{"failed", "nodeLost"} {
+		m.Restarts.WithLabelValues(w)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Passes, m.PassSeconds, m.PassJobs, m.Reconciles, m.ReconcileSeconds, m.Placements, m.Failed, m.Unplaced, m.Provisioned,
-			m.MigrationsStarted, m.MigrationsEnded, m.MigrationDispatchFailed, m.Degraded, m.RepairsStarted)
+			m.MigrationsStarted, m.MigrationsEnded, m.MigrationDispatchFailed, m.Degraded, m.RepairsStarted,
+			m.DrainItems, m.DrainsEnded, m.PlacementSeconds, m.MigrationSeconds, m.MigrationPhaseSeconds, m.Restarts)
 	}
 	return m
 }
@@ -741,4 +838,17 @@ func (a *AutoManager) provision(ctx context.Context, act Action) (string, string
 		return n.GetNodeId(), n.GetInstanceId() + " (" + n.GetInstanceType() + ")", nil
 	}
 	return "", "", fmt.Errorf("provider %q cannot create nodes from the AutoManager", act.Provider)
+}
+
+// observeMigration times an ended migration, whole and per phase.
+func (m *Metrics) observeMigration(st *managerv1.MigrationState, outcome string) {
+	strategy := StrategyName(st.GetStrategy())
+	hist := st.GetPhaseHistory()
+	if st.GetStartedAt() != nil && len(hist) > 0 {
+		m.MigrationSeconds.WithLabelValues(strategy, outcome).Observe(max(hist[len(hist)-1].GetAt().AsTime().Sub(st.GetStartedAt().AsTime()).Seconds(), 0))
+	}
+	for i := 0; i+1 < len(hist); i++ {
+		d := hist[i+1].GetAt().AsTime().Sub(hist[i].GetAt().AsTime())
+		m.MigrationPhaseSeconds.WithLabelValues(strategy, PhaseName(hist[i].GetPhase())).Observe(max(d.Seconds(), 0))
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
@@ -191,6 +192,32 @@ func (f *fakeAPI) RecordMigration(ctx context.Context, st *managerv1.MigrationSt
 	n.Revision = f.rev
 	f.migs[n.GetMigrationId()] = n
 	return f.rev, nil
+}
+
+func (f *fakeAPI) RecordNodeDrain(ctx context.Context, d *managerv1.NodeDrain, expected uint64) (uint64, error) {
+	if err := f.call("RecordNodeDrain", d.GetNodeId()); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, n := range f.nodes {
+		if n.GetNodeId() != d.GetNodeId() {
+			continue
+		}
+		if n.GetDrain().GetRevision() != expected {
+			return 0, &norsk.Error{Op: "RecordNodeDrain", Code: 9, Message: "revision moved"}
+		}
+		f.rev++
+		c := proto.Clone(n).(*managerv1.Node)
+		c.Drain = proto.Clone(d).(*managerv1.NodeDrain)
+		c.Drain.Revision = f.rev
+		if c.Drain.GetState() != drainRunning && c.Drain.GetEndedAt() == nil {
+			c.Drain.EndedAt = timestamppb.Now()
+		}
+		f.nodes[i] = c
+		return f.rev, nil
+	}
+	return 0, &norsk.Error{Op: "RecordNodeDrain", Code: 5, Message: "no node"}
 }
 
 func (f *fakeAPI) ListMigrations(ctx context.Context, jobID string) ([]*managerv1.MigrationState, error) {

@@ -103,6 +103,7 @@ func (s *Saga) markAborted(ctx context.Context, m *migration, reason string) {
 	}
 	if s.metrics != nil {
 		s.metrics.MigrationsEnded.WithLabelValues("aborted").Inc()
+		s.metrics.observeMigration(m.st, "aborted")
 	}
 	s.log.Warn("migration aborted", "migration", m.st.GetMigrationId(), "job", m.st.GetSourceJobId(), "reason", reason,
 		"pastPointOfNoReturn", m.st.GetPastPointOfNoReturn())
@@ -215,6 +216,7 @@ func (s *Saga) complete(ctx context.Context, m *migration) {
 	s.advance(ctx, m, phDone)
 	if s.metrics != nil {
 		s.metrics.MigrationsEnded.WithLabelValues("done").Inc()
+		s.metrics.observeMigration(m.st, "done")
 	}
 	s.log.Info("migration done", "migration", m.st.GetMigrationId(), "job", m.st.GetSourceJobId(),
 		"from", m.st.GetSourceNodeId(), "to", m.st.GetTargetNodeId(), "key", m.st.GetTargetRole())

@@ -295,6 +295,7 @@ func TestBundleCreateExplainsRuntime(t *testing.T) {
 // bundle create --wait follows the bundle until its jobs run, and says
 // which do not when it gives up.
 func TestBundleCreateWait(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-1", Address: "127.0.0.1:1", State: managerv1.NodeState_NODE_STATE_ONLINE, Hardware: &managerv1.Hardware{Vcpus: 4}})
 	spec := writeFile(t, "w.yaml", "bundleId: w\njobs: [{jobName: channel, job: {services: [{name: main, command: [sleep, '60']}]}}]\n")

@@ -327,6 +327,9 @@ func eventSubject(ev *norsk.Event) string {
 		return s
 	case *norsk.Event_MigrationForgotten:
 		return fmt.Sprintf("%d migration(s) forgotten", len(k.MigrationForgotten.GetMigrationIds()))
+	case *norsk.Event_NodeDrainUpdated:
+		d := k.NodeDrainUpdated
+		return fmt.Sprintf("node %s drain %s: %s", d.GetNodeId(), norsk.DrainStateName(d.GetState()), d.GetSummary())
 	}
 	if m := migrationEventOf(ev); m != nil {
 		s := fmt.Sprintf("migration %s: job %s %s on %s", m.GetMigrationId(), m.GetJobKey().GetJobId(), m.GetJobKey().GetRole(), m.GetNodeId())

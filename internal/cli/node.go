@@ -109,10 +109,7 @@ func newNodeListCommand(g *globals) *cobra.Command {
 func nodesTable(w io.Writer, now time.Time, nodes []*norsk.Node) {
 	fmt.Fprintln(w, "ID\tNAME\tPROVIDER\tSTATE\tSINCE\tADDRESS\tCPUS\tMEMORY\tLOAD\tJOBS\tTAGS")
 	for _, n := range nodes {
-		state := enumWord(n.GetState())
-		if n.GetState() == norsk.NodeStateOnline && !n.GetConnected() {
-			state += " (disconnected)"
-		}
+		state := nodeStateWords(n)
 		load := "-"
 		if l := n.GetLoad(); l != nil {
 			load = fmt.Sprintf("%.0f%%", l.GetCpuPercent())
@@ -158,6 +155,7 @@ func nodeTable(w io.Writer, now time.Time, n *norsk.Node) {
 		state += ": " + n.GetStateReason()
 	}
 	fmt.Fprintf(w, "State:\t%s\n", state)
+	nodeDrainLines(w, now, n)
 	fmt.Fprintf(w, "Connected:\t%v", n.GetConnected())
 	if n.GetLastSeen() != nil {
 		fmt.Fprintf(w, " (last seen %s)", ago(now, n.GetLastSeen()))

@@ -77,7 +77,11 @@ type Options struct {
 	// crash would. A killed worker is started again after RebootDelay
 	// (default: the lost grace and ten seconds more), as a rebooted node
 	// would be. Empty: the workers run inside this process (tests).
-	WorkerExec  string
+	WorkerExec string
+	// WorkerArgs are added to each worker process's command line: dev's
+	// own logging flags, so --log-format json makes the workers log JSON
+	// too.
+	WorkerArgs  []string
 	RebootDelay time.Duration
 	Logger      *slog.Logger
 	// Out receives the banner (what runs where, what to try next).
@@ -238,7 +242,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		if o.WorkerExec != "" {
-			procs[i] = &workerProc{exec: o.WorkerExec, name: names[i], dir: wdir, url: srv.URL(), runtime: rt, token: token,
+			procs[i] = &workerProc{exec: o.WorkerExec, args: o.WorkerArgs, name: names[i], dir: wdir, url: srv.URL(), runtime: rt, token: token,
 				reboot: o.RebootDelay, log: dlog}
 			if procs[i].reboot <= 0 {
 				procs[i].reboot = max(o.LostGrace, manager.DefaultLostGrace) + 10*time.Second

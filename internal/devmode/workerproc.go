@@ -20,6 +20,8 @@ import (
 // never starts a second worker over a live one (decision 0027).
 type workerProc struct {
 	exec, name, dir, url, runtime string
+	// args are added to the worker's command line (its logging flags).
+	args []string
 	// token is the first registration's; the worker keeps its identity in
 	// dir afterwards.
 	token  string
@@ -67,7 +69,7 @@ func (p *workerProc) begin() error {
 
 // start starts the worker's process.
 func (p *workerProc) start() error {
-	cmd := exec.Command(p.exec, "dev-worker", "--manager-url", p.url, "--data-dir", p.dir, "--runtime", p.runtime, "--name", p.name)
+	cmd := exec.Command(p.exec, append([]string{"dev-worker", "--manager-url", p.url, "--data-dir", p.dir, "--runtime", p.runtime, "--name", p.name}, p.args...)...)
 	cmd.Env = os.Environ()
 	if p.token != "" {
 		cmd.Env = append(cmd.Env, "NORSK_WORKER_TOKEN="+p.token)

@@ -97,6 +97,10 @@ func auditTarget(cmd *storev1.Command) string {
 		return "migrations"
 	case *storev1.Command_SetNodeDraining:
 		return "node/" + c.SetNodeDraining.GetNodeId()
+	case *storev1.Command_StartNodeDrain:
+		return "node/" + c.StartNodeDrain.GetDrain().GetNodeId()
+	case *storev1.Command_PutNodeDrain:
+		return "node/" + c.PutNodeDrain.GetDrain().GetNodeId()
 	case *storev1.Command_StopInstance:
 		return fmt.Sprintf("job/%s/%s@%s", c.StopInstance.GetJobId(), c.StopInstance.GetRole(), c.StopInstance.GetNodeId())
 	case *storev1.Command_StartPrepared:

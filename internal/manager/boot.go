@@ -177,7 +177,10 @@ func (s *Server) runBackups(ctx context.Context, st *store.Store) {
 		if idx == last {
 			continue
 		}
-		if _, err := st.Backup(s.cfg.BackupDir, store.BackupScheduled, s.cfg.Clock.Now()); err != nil {
+		now := s.cfg.Clock.Now()
+		_, err := st.Backup(s.cfg.BackupDir, store.BackupScheduled, now)
+		s.backups.result(err, now)
+		if err != nil {
 			s.log.Error("scheduled backup failed", "err", err)
 			continue
 		}

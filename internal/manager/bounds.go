@@ -192,6 +192,15 @@ var requestBounds = &apibounds.Table{
 		"MigrationState.requested_by":                apibounds.Str(256),
 		"MigrationApplySummary.applied":              apibounds.Str(1024).Items(1 << 16),
 		"MigrationApplySummary.failed":               apibounds.Rule{}.Items(1 << 16),
+
+		// Drains.
+		"DrainNodeRequest.deadline_ms": apibounds.Between(0, msOf(MaxDrainDeadline)),
+		"DrainNodeRequest.parallel":    apibounds.Between(0, MaxDrainParallel),
+		"NodeDrain.items":              apibounds.Rule{}.Items(state.MaxDrainItems),
+		"NodeDrain.summary":            apibounds.TextOf(4096),
+		"NodeDrain.requested_by":       apibounds.Str(256),
+		"NodeDrain.parallel":           apibounds.Between(0, MaxDrainParallel),
+		"DrainItem.reason":             apibounds.TextOf(2048),
 	}),
 }
 

@@ -110,6 +110,9 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 			continue
 		}
 		if err != nil {
+			if isSlowConsumer(err) {
+				h.s.metrics.eventDrops.Inc()
+			}
 			return streamErr(err, last)
 		}
 		if err := stillAllowed(); err != nil {

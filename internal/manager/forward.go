@@ -89,7 +89,12 @@ func (s *Server) applyAsPrimary(ctx context.Context, st *store.Store, cmd *store
 	if err := s.awaitPrimaryReady(ctx, st); err != nil {
 		return state.Result{}, err
 	}
-	return st.Apply(ctx, cmd)
+	start := time.Now()
+	res, err := st.Apply(ctx, cmd)
+	if err == nil || res.Index > 0 {
+		s.metrics.commitSeconds.Observe(time.Since(start).Seconds())
+	}
+	return res, err
 }
 
 // awaitPrimaryReady waits (up to leaderWait) until this member, the

@@ -251,7 +251,7 @@ func (h *handler) StopJob(ctx context.Context, req *connect.Request[managerv1.St
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_StopInstance{StopInstance: &storev1.StopInstance{
 		JobId: m.GetJobId(), Role: m.GetRole(), NodeId: m.GetNodeId(),
-		GraceMs: m.GetOptions().GetGraceMs(), MigrationId: m.GetOptions().GetMigrationId(),
+		GraceMs: m.GetOptions().GetGraceMs(), MigrationId: m.GetOptions().GetMigrationId(), Reason: m.GetOptions().GetReason(),
 	}}}); err != nil {
 		return nil, toConnect(err)
 	}

@@ -29,6 +29,11 @@ type metrics struct {
 	// unauthenticated (gate.go).
 	gateRefused   *prometheus.CounterVec
 	unauthWaiting prometheus.Gauge
+	// commitSeconds times a write from its proposal on the primary to its
+	// commit and apply; eventDrops counts subscribers cut off for falling
+	// behind.
+	commitSeconds prometheus.Histogram
+	eventDrops    prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -61,7 +66,18 @@ func newMetrics() *metrics {
 			Name: "norsk_manager_api_unauthenticated_waiting", Help: "Requests waiting unauthenticated (a credential being checked after catching up, a public health or reflection call).",
 		}),
 	}
+	m.commitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "norsk_manager_raft_commit_seconds", Help: "Time from a write's proposal on the primary to its commit and apply (the store's write latency).",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	})
+	m.eventDrops = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "norsk_manager_event_subscribers_dropped_total", Help: "Event-stream subscribers cut off for falling too far behind (they reconnect with afterIndex and miss nothing).",
+	})
+	for _, c := range []connect.Code{connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeResourceExhausted, connect.CodeInvalidArgument} {
+		m.gateRefused.WithLabelValues(c.String())
+	}
 	reg.MustRegister(m.rpcs, m.rpcSeconds, m.applies, m.eventsSent, m.eventSubscribers, m.storeIndex, m.gateRefused, m.unauthWaiting,
+		m.commitSeconds, m.eventDrops,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

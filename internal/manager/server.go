@@ -396,6 +396,9 @@ type Server struct {
 	member  *memberState
 	members memberClients
 	metrics *metrics
+	// backups is the scheduled backups' last result and the newest
+	// backup's time, for metrics.
+	backups backupWatch
 	ln      net.Listener
 	http    *http.Server
 	url     string
@@ -471,6 +474,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		planesPoke:  make(chan struct{}, 1),
 	}
 	registerStoreMetrics(m.reg, s.st)
+	m.reg.MustRegister(newHealthCollector(s))
+	watchRaftPeers()
 	s.url = cfg.AdvertiseURL
 	if s.url == "" {
 		s.url = tlsSt.scheme() + "://" + advertiseAddr(ln.Addr())

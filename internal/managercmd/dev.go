@@ -84,6 +84,7 @@ every instance and worker and removes it.`,
 			if !inProcess {
 				if exe, err := os.Executable(); err == nil {
 					opts.WorkerExec = exe
+					opts.WorkerArgs = logs.args() // its logs as dev's (--log-format json: JSON)
 				}
 			}
 			return devmode.Run(cmd.Context(), opts)

@@ -66,6 +66,12 @@ func (l *logFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&l.format, "log-format", "text", "log format: text or json")
 }
 
+// args are the flags that give a child process (a dev worker) the same
+// logging.
+func (l *logFlags) args() []string {
+	return []string{"--log-level", l.level, "--log-format", l.format}
+}
+
 func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(l.level)); err != nil {

@@ -320,7 +320,9 @@ func (s *Server) actDrain(w http.ResponseWriter, r *http.Request, p *principal) 
 	ctx, cancel := ctxTimeout(r)
 	defer cancel()
 	id := r.PathValue("id")
-	_, err := s.m.SetNodeDraining(ctx, id, draining)
+	// The Manager's drain (DrainNode): it moves the node's jobs away,
+	// make-before-break, and survives a failover; false undoes it.
+	_, _, err := s.m.DrainNode(ctx, id, norsk.DrainOptions{Undo: !draining})
 	s.done(w, r, p, "drain", map[string]any{"node": id, "draining": draining}, nil, err)
 }
 

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -132,6 +134,15 @@ func (v *view) apply(ev *norsk.Event) {
 		c.Kind = "bundle"
 	case ev.GetClusterSlotRegistered() != nil || ev.GetClusterSlotUpdated() != nil || ev.GetClusterSlotDeregistered() != nil:
 		c.Kind = "node"
+	case ev.GetNodeDrainUpdated() != nil:
+		// The node's drain moved on: the node as shown carries it.
+		d := ev.GetNodeDrainUpdated()
+		if n := v.nodes[d.GetNodeId()]; n != nil {
+			n = proto.Clone(n).(*norsk.Node)
+			n.Drain = d
+			v.nodes[d.GetNodeId()] = n
+		}
+		c.Kind, c.ID = "node", d.GetNodeId()
 	case ev.GetPlacement() != nil:
 		c.Kind, c.ID = "placement", ev.GetPlacement().GetJobId()
 	default:

@@ -34,6 +34,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "norsk_manager_nodes_lost_total", Help: "Nodes declared lost after their stream's grace ran out.",
 		}),
 	}
+	// Every label value exists from the start (zero), so an alert on an
+	// increase works on a fresh Manager.
+	for _, r := range []string{"ok", "error"} {
+		m.Dials.WithLabelValues(r)
+	}
+	for _, k := range []actionKind{actStart, actStartPrepared, actStop, actUpdate, actDiscovery, actAccessReplica, actControlPlanes} {
+		m.CommandsSent.WithLabelValues(k.String())
+		m.CommandErrs.WithLabelValues(k.String())
+	}
+	for _, k := range []string{"terminate", "migration"} {
+		m.CommandsSent.WithLabelValues(k)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Connected, m.Dials, m.CommandsSent, m.CommandErrs, m.Reports, m.NodesLost)
 	}

@@ -641,6 +641,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ListErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "provider", Name: "list_errors_total",
 			Help: "Failed listings of a provider's instances (reconciliation skipped), by provider."}, []string{"provider"}),
 	}
+	for _, why := range []string{"idle", "start_timeout", "lost", "instance_gone"} {
+		m.Reaped.WithLabelValues(why)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Created, m.Failed, m.Reaped, m.Throttled, m.Reconciled, m.ListErrors)
 	}

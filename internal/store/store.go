@@ -100,6 +100,7 @@ type Config struct {
 type Store struct {
 	cfg    Config
 	raft   *raft.Raft
+	snaps  raft.SnapshotStore
 	fsm    *fsm
 	log    *diskLog
 	meta   *metadb.BoltMetaDB
@@ -343,7 +344,7 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 		closeAll()
 		return nil, fmt.Errorf("store: the raft store in %s has no configuration naming member %q as a voter (its log is damaged, or it belongs to another member or was removed from its cluster): %w", cfg.Dir, cfg.MemberID, ErrUnreadable)
 	}
-	s := &Store{cfg: cfg, raft: r, fsm: f, log: logs, meta: meta, trans: trans, logger: logger, minFree: minFree,
+	s := &Store{cfg: cfg, raft: r, snaps: snaps, fsm: f, log: logs, meta: meta, trans: trans, logger: logger, minFree: minFree,
 		closedCh: make(chan struct{}), notify: notify, addr: addr, leaderCh: make(chan struct{}), watchDone: make(chan struct{})}
 	s.watchLeader()
 	if !standalone(conf, rc.LocalID) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -107,6 +108,42 @@ func ExampleManager_EventStream() {
 	}
 	if err := s.Err(); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// Drain a node in the Manager (make-before-break, two jobs at a time,
+// whatever has not moved after 30 minutes stopped) and follow it to its
+// end. The drain runs in the Manager: this program may stop following at
+// any time, and calling DrainNode again re-attaches.
+func ExampleManager_DrainNode() {
+	ctx := context.Background()
+	m, err := norsk.Connect(ctx, norsk.Settings{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	d, attached, err := m.DrainNode(ctx, "encoder-7", norsk.DrainOptions{Deadline: 30 * time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if attached {
+		fmt.Println("a drain was already running: following it")
+	}
+	s := m.EventStream(ctx, norsk.EventStreamSettings{AfterIndex: d.GetRevision(), SkipSnapshot: true})
+	defer s.Close()
+	for d.GetState() == norsk.DrainRunning && s.Next() {
+		if u := s.Event().GetNodeDrainUpdated(); u.GetNodeId() == "encoder-7" {
+			d = u
+			fmt.Println(d.GetSummary())
+		}
+	}
+	if d.GetState() != norsk.DrainDrained {
+		for _, it := range d.GetItems() {
+			if it.GetResult() != norsk.DrainItemMoved && it.GetResult() != norsk.DrainItemGone {
+				fmt.Println(it.GetJobId(), norsk.DrainItemResultName(it.GetResult()), it.GetReason())
+			}
+		}
 	}
 }
 

@@ -189,6 +189,8 @@ type StopJobOptions struct {
 	// Grace is how long services get to exit before they are killed; 0 = the
 	// worker's default. Sent in whole milliseconds.
 	Grace time.Duration
+	// Reason is recorded in the instance's stopping history entry.
+	Reason string
 }
 
 // StopJob stops the instance (jobID, role) running on nodeID. It returns once
@@ -208,6 +210,7 @@ func (m *Manager) StopJob(ctx context.Context, jobID, role, nodeID string, opts 
 		Options: &managerv1.StopJobOptions{
 			MigrationId: opts.MigrationID,
 			GraceMs:     durationMs32(opts.Grace),
+			Reason:      opts.Reason,
 		},
 	}))
 	return wrapError(op, err)

@@ -35,6 +35,9 @@ type tx struct {
 	// command has applied, so every event shows the job as the command left
 	// it.
 	pendingViews []pendingView
+	// delta is what the command changes in the counts, added once it
+	// commits.
+	delta countDelta
 }
 
 type pendingView struct {
@@ -95,6 +98,7 @@ func (s *State) Apply(index uint64, cmd *storev1.Command) Result {
 		t.txn.Abort()
 		t.txn = g.db.Txn(true)
 		t.events = nil
+		t.delta = countDelta{}
 	} else {
 		t.renderViews()
 		if stamp := cmd.GetAudit(); stamp != nil && auditedByStamp(cmd) {
@@ -104,6 +108,9 @@ func (s *State) Apply(index uint64, cmd *storev1.Command) Result {
 	}
 	t.setIndex(index)
 	t.txn.Commit()
+	if err == nil {
+		g.counts.add(&t.delta)
+	}
 	for _, e := range t.events {
 		e.Index = index
 		e.Timestamp = t.now
@@ -158,6 +165,10 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 		return nil, nil
 	case *storev1.Command_SetNodeDraining:
 		return nil, t.setNodeDraining(c.SetNodeDraining)
+	case *storev1.Command_StartNodeDrain:
+		return nil, t.startNodeDrain(c.StartNodeDrain)
+	case *storev1.Command_PutNodeDrain:
+		return t.putNodeDrain(c.PutNodeDrain)
 	case *storev1.Command_StopInstance:
 		return nil, t.stopInstance(c.StopInstance)
 	case *storev1.Command_StartPrepared:
@@ -250,14 +261,42 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 func (t *tx) read() *Read { return &Read{txn: t.txn} }
 
 func (t *tx) insert(table string, obj any) {
+	t.count(table, obj, 1)
 	if err := t.txn.Insert(table, obj); err != nil {
 		panic(fmt.Sprintf("state: insert into %s: %v", table, err))
 	}
 }
 
 func (t *tx) delete(table string, obj any) {
+	t.count(table, obj, -1)
 	if err := t.txn.Delete(table, obj); err != nil {
 		panic(fmt.Sprintf("state: delete from %s: %v", table, err))
+	}
+}
+
+// count notes what a write to the counted tables changes (Counts): the row
+// it replaces or deletes out, the row it inserts in.
+func (t *tx) count(table string, obj any, by int) {
+	switch table {
+	case tableInstances:
+		in := obj.(*managerv1.Instance)
+		var prev *managerv1.Instance
+		if old, _ := t.txn.First(tableInstances, "id", InstanceID(in.GetJobId(), in.GetRole())); old != nil {
+			prev = old.(*managerv1.Instance)
+			t.delta.instance(prev, -1)
+		}
+		if by > 0 {
+			t.delta.instance(in, 1)
+			t.delta.restarted(prev, in)
+		}
+	case tableNodes:
+		rec := obj.(*storev1.NodeRecord)
+		if old, _ := t.txn.First(tableNodes, "id", rec.GetNode().GetNodeId()); old != nil {
+			t.delta.node(old.(*storev1.NodeRecord), -1)
+		}
+		if by > 0 {
+			t.delta.node(rec, 1)
+		}
 	}
 }
 

@@ -249,7 +249,7 @@ func (t *tx) stopInstance(c *storev1.StopInstance) error {
 	if in.GetDesired() == desiredStopped {
 		return nil // already stopping or stopped: idempotent
 	}
-	t.requestStop(in, managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED, "", c.GetGraceMs(), c.GetMigrationId())
+	t.requestStop(in, managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED, c.GetReason(), c.GetGraceMs(), c.GetMigrationId())
 	return nil
 }
 

@@ -140,18 +140,27 @@ func (t *tx) migrationReports(c *storev1.MigrationReports) {
 	}
 }
 
-// setNodeDraining marks a node drained (placement puts nothing new on it).
+// setNodeDraining marks a node drained (placement puts nothing new on it)
+// or not; not draining also cancels the node's running drain.
 func (t *tx) setNodeDraining(c *storev1.SetNodeDraining) error {
 	rec, err := t.node(c.GetNodeId())
 	if err != nil {
 		return err
 	}
-	if rec.GetNode().GetDraining() == c.GetDraining() {
+	if rec.GetNode().GetDraining() == c.GetDraining() && (c.GetDraining() || !DrainRunning(rec.GetNode().GetDrain())) {
 		return nil
 	}
 	nrec, n := t.withNode(rec)
+	if !c.GetDraining() {
+		// Undo: a running drain is cancelled with the flag.
+		t.cancelDrain(n)
+	}
+	changed := n.GetDraining() != c.GetDraining()
 	n.Draining = c.GetDraining()
 	t.insert(tableNodes, nrec)
+	if !changed {
+		return nil
+	}
 	why := "draining: no new work"
 	if !c.GetDraining() {
 		why = "no longer draining"

@@ -429,6 +429,8 @@ func eventKind(e *managerv1.Event) string {
 		return "slotDeregistered"
 	case *managerv1.Event_MigrationUpdated:
 		return "migrationUpdated"
+	case *managerv1.Event_NodeDrainUpdated:
+		return "nodeDrainUpdated"
 	case *managerv1.Event_MigrationState:
 		return "migrationState"
 	case *managerv1.Event_MigrationTargetReady:

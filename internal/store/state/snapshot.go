@@ -193,6 +193,7 @@ func (s *State) Restore(rd io.Reader) (*storev1.SnapshotHeader, error) {
 		return nil, fmt.Errorf("%w: %v", ErrCorruptSnapshot, err)
 	}
 	txn.Commit()
+	g.counts = recount(&Read{txn: g.db.Txn(false), abandon: g.abandon})
 	old := s.cur.Swap(g)
 	close(old.abandon)
 	return header, nil

@@ -41,6 +41,7 @@ type State struct {
 type generation struct {
 	db      *memdb.MemDB
 	abandon chan struct{}
+	counts  *counts
 }
 
 func newGeneration() *generation {
@@ -48,7 +49,7 @@ func newGeneration() *generation {
 	if err != nil {
 		panic("state schema: " + err.Error()) // a programming error
 	}
-	return &generation{db: db, abandon: make(chan struct{})}
+	return &generation{db: db, abandon: make(chan struct{}), counts: newCounts()}
 }
 
 // New returns an empty state.

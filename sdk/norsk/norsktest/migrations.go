@@ -3,6 +3,7 @@ package norsktest
 import (
 	"context"
 	"sort"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -240,4 +241,88 @@ func (s *Server) SetNodeDraining(_ context.Context, req *connect.Request[manager
 	n.Draining = req.Msg.GetDraining()
 	s.emit(s.nextIndex(), &managerv1.Event{Kind: &managerv1.Event_NodeTagsUpdated{NodeTagsUpdated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node), Reason: "draining"}}})
 	return connect.NewResponse(&managerv1.SetNodeDrainingResponse{Node: proto.Clone(n).(*managerv1.Node)}), nil
+}
+
+// DrainNode implements the Manager service: the drain is stored on the node
+// as the Manager stores it (running, overlap and 2 at once by default, a
+// deadline an hour on unless none). The fake runs no AutoManager, so a drain
+// stays running until RecordNodeDrain moves it or undo cancels it.
+func (s *Server) DrainNode(_ context.Context, req *connect.Request[managerv1.DrainNodeRequest]) (*connect.Response[managerv1.DrainNodeResponse], error) {
+	m := req.Msg
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[m.GetNodeId()]
+	if !ok {
+		return nil, errorf(connect.CodeNotFound, "no node %q", m.GetNodeId())
+	}
+	answer := func(attached bool) (*connect.Response[managerv1.DrainNodeResponse], error) {
+		c := proto.Clone(n).(*managerv1.Node)
+		return connect.NewResponse(&managerv1.DrainNodeResponse{Drain: c.GetDrain(), Attached: attached, Node: c}), nil
+	}
+	running := n.GetDrain().GetState() == managerv1.NodeDrainState_NODE_DRAIN_STATE_RUNNING
+	if m.GetUndo() {
+		n.Draining = false
+		if running {
+			n.Drain.State = managerv1.NodeDrainState_NODE_DRAIN_STATE_CANCELLED
+			n.Drain.EndedAt = timestamppb.New(s.now())
+			n.Drain.Revision = s.nextIndex()
+			s.emit(n.Drain.Revision, &managerv1.Event{Kind: &managerv1.Event_NodeDrainUpdated{NodeDrainUpdated: proto.Clone(n.Drain).(*managerv1.NodeDrain)}})
+		}
+		return answer(false)
+	}
+	switch {
+	case m.GetDeadlineMs() < 0 || m.GetDeadlineMs() > 7*24*3600*1000:
+		return nil, errorf(connect.CodeInvalidArgument, "deadlineMs: %d is out of range (0 to 7 days)", m.GetDeadlineMs())
+	case m.GetNoDeadline() && m.GetDeadlineMs() != 0:
+		return nil, errorf(connect.CodeInvalidArgument, "noDeadline: give a deadline or none, not both")
+	case m.GetParallel() > 64:
+		return nil, errorf(connect.CodeInvalidArgument, "parallel: %d (at most 64)", m.GetParallel())
+	}
+	if running {
+		return answer(true)
+	}
+	d := &managerv1.NodeDrain{NodeId: n.GetNodeId(), State: managerv1.NodeDrainState_NODE_DRAIN_STATE_RUNNING, Strategy: m.GetStrategy(),
+		Parallel: m.GetParallel(), StartedAt: timestamppb.New(s.now())}
+	if d.Strategy == managerv1.MigrationStrategy_MIGRATION_STRATEGY_UNSPECIFIED {
+		d.Strategy = managerv1.MigrationStrategy_MIGRATION_STRATEGY_OVERLAP
+	}
+	if d.Parallel == 0 {
+		d.Parallel = 2
+	}
+	if !m.GetNoDeadline() {
+		dl := time.Hour
+		if m.GetDeadlineMs() > 0 {
+			dl = time.Duration(m.GetDeadlineMs()) * time.Millisecond
+		}
+		d.Deadline = timestamppb.New(s.now().Add(dl))
+	}
+	d.Revision = s.nextIndex()
+	n.Draining, n.Drain = true, d
+	s.emit(d.Revision, &managerv1.Event{Kind: &managerv1.Event_NodeDrainUpdated{NodeDrainUpdated: proto.Clone(d).(*managerv1.NodeDrain)}})
+	return answer(false)
+}
+
+// RecordNodeDrain implements the Manager service (the store's revision and
+// state checks).
+func (s *Server) RecordNodeDrain(_ context.Context, req *connect.Request[managerv1.RecordNodeDrainRequest]) (*connect.Response[managerv1.RecordNodeDrainResponse], error) {
+	d := req.Msg.GetDrain()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[d.GetNodeId()]
+	switch {
+	case !ok:
+		return nil, errorf(connect.CodeNotFound, "no node %q", d.GetNodeId())
+	case n.GetDrain().GetState() != managerv1.NodeDrainState_NODE_DRAIN_STATE_RUNNING:
+		return nil, errorf(connect.CodeFailedPrecondition, "node %s has no running drain", d.GetNodeId())
+	case req.Msg.GetExpectedRevision() != 0 && req.Msg.GetExpectedRevision() != n.GetDrain().GetRevision():
+		return nil, errorf(connect.CodeFailedPrecondition, "node %s's drain is at revision %d, not %d", d.GetNodeId(), n.GetDrain().GetRevision(), req.Msg.GetExpectedRevision())
+	}
+	nd := proto.Clone(d).(*managerv1.NodeDrain)
+	nd.Revision = s.nextIndex()
+	if nd.GetState() != managerv1.NodeDrainState_NODE_DRAIN_STATE_RUNNING {
+		nd.EndedAt = timestamppb.New(s.now())
+	}
+	n.Drain = nd
+	s.emit(nd.Revision, &managerv1.Event{Kind: &managerv1.Event_NodeDrainUpdated{NodeDrainUpdated: proto.Clone(nd).(*managerv1.NodeDrain)}})
+	return connect.NewResponse(&managerv1.RecordNodeDrainResponse{Revision: nd.Revision}), nil
 }

@@ -58,6 +58,7 @@ type Event struct {
 	//	*Event_MigrationAborted
 	//	*Event_MigrationUpdated
 	//	*Event_MigrationForgotten
+	//	*Event_NodeDrainUpdated
 	Kind          isEvent_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -357,6 +358,15 @@ func (x *Event) GetMigrationForgotten() *MigrationForgotten {
 	return nil
 }
 
+func (x *Event) GetNodeDrainUpdated() *NodeDrain {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_NodeDrainUpdated); ok {
+			return x.NodeDrainUpdated
+		}
+	}
+	return nil
+}
+
 type isEvent_Kind interface {
 	isEvent_Kind()
 }
@@ -474,6 +484,12 @@ type Event_MigrationForgotten struct {
 	MigrationForgotten *MigrationForgotten `protobuf:"bytes,67,opt,name=migration_forgotten,json=migrationForgotten,proto3,oneof"`
 }
 
+type Event_NodeDrainUpdated struct {
+	// A node's drain started, progressed (an item's result changed) or
+	// ended: the whole drain.
+	NodeDrainUpdated *NodeDrain `protobuf:"bytes,90,opt,name=node_drain_updated,json=nodeDrainUpdated,proto3,oneof"`
+}
+
 func (*Event_JobSnapshot) isEvent_Kind() {}
 
 func (*Event_NodeSnapshot) isEvent_Kind() {}
@@ -527,6 +543,8 @@ func (*Event_MigrationAborted) isEvent_Kind() {}
 func (*Event_MigrationUpdated) isEvent_Kind() {}
 
 func (*Event_MigrationForgotten) isEvent_Kind() {}
+
+func (*Event_NodeDrainUpdated) isEvent_Kind() {}
 
 // InitialDataComplete ends the initial snapshot. resync is true when the
 // client asked to resume from an index the Manager no longer holds events
@@ -835,7 +853,7 @@ var File_norsk_manager_v1_event_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x1cnorsk/manager/v1/event.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a norsk/manager/v1/placement.proto\x1a\x1bnorsk/manager/v1/node.proto\"\xa6\x11\n" +
+	"\x1cnorsk/manager/v1/event.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a norsk/manager/v1/placement.proto\x1a\x1bnorsk/manager/v1/node.proto\"\xf3\x11\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12E\n" +
@@ -870,7 +888,8 @@ const file_norsk_manager_v1_event_proto_rawDesc = "" +
 	"\x18migration_target_applied\x18@ \x01(\v2 .norsk.manager.v1.MigrationEventH\x00R\x16migrationTargetApplied\x12O\n" +
 	"\x11migration_aborted\x18A \x01(\v2 .norsk.manager.v1.MigrationEventH\x00R\x10migrationAborted\x12O\n" +
 	"\x11migration_updated\x18B \x01(\v2 .norsk.manager.v1.MigrationStateH\x00R\x10migrationUpdated\x12W\n" +
-	"\x13migration_forgotten\x18C \x01(\v2$.norsk.manager.v1.MigrationForgottenH\x00R\x12migrationForgottenB\x06\n" +
+	"\x13migration_forgotten\x18C \x01(\v2$.norsk.manager.v1.MigrationForgottenH\x00R\x12migrationForgotten\x12K\n" +
+	"\x12node_drain_updated\x18Z \x01(\v2\x1b.norsk.manager.v1.NodeDrainH\x00R\x10nodeDrainUpdatedB\x06\n" +
 	"\x04kind\"C\n" +
 	"\x13InitialDataComplete\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
@@ -922,8 +941,9 @@ var file_norsk_manager_v1_event_proto_goTypes = []any{
 	(*MigrationEvent)(nil),        // 14: norsk.manager.v1.MigrationEvent
 	(*MigrationState)(nil),        // 15: norsk.manager.v1.MigrationState
 	(*MigrationForgotten)(nil),    // 16: norsk.manager.v1.MigrationForgotten
-	(*JobHistoryEntry)(nil),       // 17: norsk.manager.v1.JobHistoryEntry
-	(*ClusterSlot)(nil),           // 18: norsk.manager.v1.ClusterSlot
+	(*NodeDrain)(nil),             // 17: norsk.manager.v1.NodeDrain
+	(*JobHistoryEntry)(nil),       // 18: norsk.manager.v1.JobHistoryEntry
+	(*ClusterSlot)(nil),           // 19: norsk.manager.v1.ClusterSlot
 }
 var file_norsk_manager_v1_event_proto_depIdxs = []int32{
 	7,  // 0: norsk.manager.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
@@ -954,15 +974,16 @@ var file_norsk_manager_v1_event_proto_depIdxs = []int32{
 	14, // 25: norsk.manager.v1.Event.migration_aborted:type_name -> norsk.manager.v1.MigrationEvent
 	15, // 26: norsk.manager.v1.Event.migration_updated:type_name -> norsk.manager.v1.MigrationState
 	16, // 27: norsk.manager.v1.Event.migration_forgotten:type_name -> norsk.manager.v1.MigrationForgotten
-	8,  // 28: norsk.manager.v1.JobEvent.job:type_name -> norsk.manager.v1.JobWithHistory
-	17, // 29: norsk.manager.v1.JobEvent.entry:type_name -> norsk.manager.v1.JobHistoryEntry
-	9,  // 30: norsk.manager.v1.NodeEvent.node:type_name -> norsk.manager.v1.Node
-	18, // 31: norsk.manager.v1.ClusterSlotEvent.slot:type_name -> norsk.manager.v1.ClusterSlot
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	17, // 28: norsk.manager.v1.Event.node_drain_updated:type_name -> norsk.manager.v1.NodeDrain
+	8,  // 29: norsk.manager.v1.JobEvent.job:type_name -> norsk.manager.v1.JobWithHistory
+	18, // 30: norsk.manager.v1.JobEvent.entry:type_name -> norsk.manager.v1.JobHistoryEntry
+	9,  // 31: norsk.manager.v1.NodeEvent.node:type_name -> norsk.manager.v1.Node
+	19, // 32: norsk.manager.v1.ClusterSlotEvent.slot:type_name -> norsk.manager.v1.ClusterSlot
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_event_proto_init() }
@@ -971,6 +992,7 @@ func file_norsk_manager_v1_event_proto_init() {
 		return
 	}
 	file_norsk_manager_v1_bundle_proto_init()
+	file_norsk_manager_v1_drain_proto_init()
 	file_norsk_manager_v1_job_proto_init()
 	file_norsk_manager_v1_lease_proto_init()
 	file_norsk_manager_v1_migration_proto_init()
@@ -1004,6 +1026,7 @@ func file_norsk_manager_v1_event_proto_init() {
 		(*Event_MigrationAborted)(nil),
 		(*Event_MigrationUpdated)(nil),
 		(*Event_MigrationForgotten)(nil),
+		(*Event_NodeDrainUpdated)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

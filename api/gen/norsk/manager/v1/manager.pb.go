@@ -1576,7 +1576,10 @@ type StopJobOptions struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	MigrationId string                 `protobuf:"bytes,1,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
 	// How long services get to exit before they are killed (0 = the default).
-	GraceMs       uint32 `protobuf:"varint,2,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	GraceMs uint32 `protobuf:"varint,2,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	// Why, recorded in the instance's stopping history entry (e.g. a drain
+	// whose deadline passed).
+	Reason        string `protobuf:"bytes,40,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1623,6 +1626,13 @@ func (x *StopJobOptions) GetGraceMs() uint32 {
 		return x.GraceMs
 	}
 	return 0
+}
+
+func (x *StopJobOptions) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type StopJobRequest struct {
@@ -4121,11 +4131,260 @@ func (x *SetNodeDrainingResponse) GetNode() *Node {
 	return nil
 }
 
+type DrainNodeRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Default (unspecified): overlap, make-before-break.
+	Strategy MigrationStrategy `protobuf:"varint,2,opt,name=strategy,proto3,enum=norsk.manager.v1.MigrationStrategy" json:"strategy,omitempty"`
+	// After this long what has not moved is stopped. 0: the default, one
+	// hour. At most 7 days.
+	DeadlineMs int64 `protobuf:"varint,3,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
+	// No deadline: wait for every move however long it takes (a move that
+	// keeps failing is given up after a few attempts).
+	NoDeadline bool `protobuf:"varint,4,opt,name=no_deadline,json=noDeadline,proto3" json:"no_deadline,omitempty"`
+	// Migrations at once; 0: the default, 2. At most 64.
+	Parallel uint32 `protobuf:"varint,5,opt,name=parallel,proto3" json:"parallel,omitempty"`
+	// Cancel the node's running drain and let it take new work again.
+	Undo          bool `protobuf:"varint,6,opt,name=undo,proto3" json:"undo,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *DrainNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DrainNodeRequest) GetStrategy() MigrationStrategy {
+	if x != nil {
+		return x.Strategy
+	}
+	return MigrationStrategy_MIGRATION_STRATEGY_UNSPECIFIED
+}
+
+func (x *DrainNodeRequest) GetDeadlineMs() int64 {
+	if x != nil {
+		return x.DeadlineMs
+	}
+	return 0
+}
+
+func (x *DrainNodeRequest) GetNoDeadline() bool {
+	if x != nil {
+		return x.NoDeadline
+	}
+	return false
+}
+
+func (x *DrainNodeRequest) GetParallel() uint32 {
+	if x != nil {
+		return x.Parallel
+	}
+	return 0
+}
+
+func (x *DrainNodeRequest) GetUndo() bool {
+	if x != nil {
+		return x.Undo
+	}
+	return false
+}
+
+type DrainNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Drain *NodeDrain             `protobuf:"bytes,1,opt,name=drain,proto3" json:"drain,omitempty"`
+	// True when the node already had a drain running: it is answered as it
+	// stands and the request's options are not applied.
+	Attached      bool  `protobuf:"varint,2,opt,name=attached,proto3" json:"attached,omitempty"`
+	Node          *Node `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeResponse) Reset() {
+	*x = DrainNodeResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeResponse) ProtoMessage() {}
+
+func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
+func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *DrainNodeResponse) GetDrain() *NodeDrain {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
+func (x *DrainNodeResponse) GetAttached() bool {
+	if x != nil {
+		return x.Attached
+	}
+	return false
+}
+
+func (x *DrainNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+type RecordNodeDrainRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Drain            *NodeDrain             `protobuf:"bytes,1,opt,name=drain,proto3" json:"drain,omitempty"`
+	ExpectedRevision uint64                 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RecordNodeDrainRequest) Reset() {
+	*x = RecordNodeDrainRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordNodeDrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordNodeDrainRequest) ProtoMessage() {}
+
+func (x *RecordNodeDrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordNodeDrainRequest.ProtoReflect.Descriptor instead.
+func (*RecordNodeDrainRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *RecordNodeDrainRequest) GetDrain() *NodeDrain {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
+func (x *RecordNodeDrainRequest) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+type RecordNodeDrainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordNodeDrainResponse) Reset() {
+	*x = RecordNodeDrainResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordNodeDrainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordNodeDrainResponse) ProtoMessage() {}
+
+func (x *RecordNodeDrainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordNodeDrainResponse.ProtoReflect.Descriptor instead.
+func (*RecordNodeDrainResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *RecordNodeDrainResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_norsk_manager_v1_manager_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\n" +
-	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
+	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
 	"\fHelloRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12!\n" +
 	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xd1\x01\n" +
@@ -4223,10 +4482,11 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"error_code\x18\x02 \x01(\tR\terrorCode\x12#\n" +
 	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"L\n" +
 	"\x11StartJobsResponse\x127\n" +
-	"\aresults\x18\x01 \x03(\v2\x1d.norsk.manager.v1.StartResultR\aresults\"N\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.norsk.manager.v1.StartResultR\aresults\"f\n" +
 	"\x0eStopJobOptions\x12!\n" +
 	"\fmigration_id\x18\x01 \x01(\tR\vmigrationId\x12\x19\n" +
-	"\bgrace_ms\x18\x02 \x01(\rR\agraceMs\"\x90\x01\n" +
+	"\bgrace_ms\x18\x02 \x01(\rR\agraceMs\x12\x16\n" +
+	"\x06reason\x18( \x01(\tR\x06reason\"\x90\x01\n" +
 	"\x0eStopJobRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
@@ -4377,11 +4637,29 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
 	"\bdraining\x18\x02 \x01(\bR\bdraining\"E\n" +
 	"\x17SetNodeDrainingResponse\x12*\n" +
-	"\x04node\x18\x01 \x01(\v2\x16.norsk.manager.v1.NodeR\x04node*Q\n" +
+	"\x04node\x18\x01 \x01(\v2\x16.norsk.manager.v1.NodeR\x04node\"\xde\x01\n" +
+	"\x10DrainNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12?\n" +
+	"\bstrategy\x18\x02 \x01(\x0e2#.norsk.manager.v1.MigrationStrategyR\bstrategy\x12\x1f\n" +
+	"\vdeadline_ms\x18\x03 \x01(\x03R\n" +
+	"deadlineMs\x12\x1f\n" +
+	"\vno_deadline\x18\x04 \x01(\bR\n" +
+	"noDeadline\x12\x1a\n" +
+	"\bparallel\x18\x05 \x01(\rR\bparallel\x12\x12\n" +
+	"\x04undo\x18\x06 \x01(\bR\x04undo\"\x8e\x01\n" +
+	"\x11DrainNodeResponse\x121\n" +
+	"\x05drain\x18\x01 \x01(\v2\x1b.norsk.manager.v1.NodeDrainR\x05drain\x12\x1a\n" +
+	"\battached\x18\x02 \x01(\bR\battached\x12*\n" +
+	"\x04node\x18\x03 \x01(\v2\x16.norsk.manager.v1.NodeR\x04node\"x\n" +
+	"\x16RecordNodeDrainRequest\x121\n" +
+	"\x05drain\x18\x01 \x01(\v2\x1b.norsk.manager.v1.NodeDrainR\x05drain\x12+\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\"5\n" +
+	"\x17RecordNodeDrainResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision*Q\n" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\x8fA\n" +
+	"\x10DATE_FIELD_START\x10\x022\xdbB\n" +
 	"\aManager\x12M\n" +
 	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
 	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
@@ -4462,7 +4740,9 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x0fForgetMigration\x12(.norsk.manager.v1.ForgetMigrationRequest\x1a).norsk.manager.v1.ForgetMigrationResponse\"\x05\x8a\xb5\x18\x01\x03\x12\x88\x01\n" +
 	"\x18ForgetTerminalMigrations\x121.norsk.manager.v1.ForgetTerminalMigrationsRequest\x1a2.norsk.manager.v1.ForgetTerminalMigrationsResponse\"\x05\x8a\xb5\x18\x01\x03\x12m\n" +
 	"\x0fRecordMigration\x12(.norsk.manager.v1.RecordMigrationRequest\x1a).norsk.manager.v1.RecordMigrationResponse\"\x05\x8a\xb5\x18\x01\x03\x12m\n" +
-	"\x0fSetNodeDraining\x12(.norsk.manager.v1.SetNodeDrainingRequest\x1a).norsk.manager.v1.SetNodeDrainingResponse\"\x05\x8a\xb5\x18\x01\x03\x12U\n" +
+	"\x0fSetNodeDraining\x12(.norsk.manager.v1.SetNodeDrainingRequest\x1a).norsk.manager.v1.SetNodeDrainingResponse\"\x05\x8a\xb5\x18\x01\x03\x12[\n" +
+	"\tDrainNode\x12\".norsk.manager.v1.DrainNodeRequest\x1a#.norsk.manager.v1.DrainNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12m\n" +
+	"\x0fRecordNodeDrain\x12(.norsk.manager.v1.RecordNodeDrainRequest\x1a).norsk.manager.v1.RecordNodeDrainResponse\"\x05\x8a\xb5\x18\x01\x03\x12U\n" +
 	"\vEventStream\x12$.norsk.manager.v1.EventStreamRequest\x1a\x17.norsk.manager.v1.Event\"\x05\x8a\xb5\x18\x01\x020\x01BFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
 
 var (
@@ -4478,7 +4758,7 @@ func file_norsk_manager_v1_manager_proto_rawDescGZIP() []byte {
 }
 
 var file_norsk_manager_v1_manager_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_norsk_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_norsk_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(DateField)(0),                             // 0: norsk.manager.v1.DateField
 	(*HelloRequest)(nil),                       // 1: norsk.manager.v1.HelloRequest
@@ -4553,302 +4833,315 @@ var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(*RecordMigrationResponse)(nil),            // 70: norsk.manager.v1.RecordMigrationResponse
 	(*SetNodeDrainingRequest)(nil),             // 71: norsk.manager.v1.SetNodeDrainingRequest
 	(*SetNodeDrainingResponse)(nil),            // 72: norsk.manager.v1.SetNodeDrainingResponse
-	nil,                                        // 73: norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	nil,                                        // 74: norsk.manager.v1.CreateMockNodeRequest.TagsEntry
-	(*Job)(nil),                                // 75: norsk.manager.v1.Job
-	(*timestamppb.Timestamp)(nil),              // 76: google.protobuf.Timestamp
-	(*JobWithHistory)(nil),                     // 77: norsk.manager.v1.JobWithHistory
-	(*PlacementEvent)(nil),                     // 78: norsk.manager.v1.PlacementEvent
-	(*Hardware)(nil),                           // 79: norsk.manager.v1.Hardware
-	(*Capability)(nil),                         // 80: norsk.manager.v1.Capability
-	(*ClusterSlot)(nil),                        // 81: norsk.manager.v1.ClusterSlot
-	(*Node)(nil),                               // 82: norsk.manager.v1.Node
-	(*JobKey)(nil),                             // 83: norsk.manager.v1.JobKey
-	(MigrationStrategy)(0),                     // 84: norsk.manager.v1.MigrationStrategy
-	(*MigrationState)(nil),                     // 85: norsk.manager.v1.MigrationState
-	(*CreateAwsNodeRequest)(nil),               // 86: norsk.manager.v1.CreateAwsNodeRequest
-	(*CreateOciNodeRequest)(nil),               // 87: norsk.manager.v1.CreateOciNodeRequest
-	(*DescribeInstanceTypeRequest)(nil),        // 88: norsk.manager.v1.DescribeInstanceTypeRequest
-	(*ListInstanceTypesRequest)(nil),           // 89: norsk.manager.v1.ListInstanceTypesRequest
-	(*ListWorkerSecurityGroupsRequest)(nil),    // 90: norsk.manager.v1.ListWorkerSecurityGroupsRequest
-	(*ReloadExternalConfigRequest)(nil),        // 91: norsk.manager.v1.ReloadExternalConfigRequest
-	(*AppendAuditEntryRequest)(nil),            // 92: norsk.manager.v1.AppendAuditEntryRequest
-	(*GetAuditLogRequest)(nil),                 // 93: norsk.manager.v1.GetAuditLogRequest
-	(*PruneAuditLogRequest)(nil),               // 94: norsk.manager.v1.PruneAuditLogRequest
-	(*KvCommitRequest)(nil),                    // 95: norsk.manager.v1.KvCommitRequest
-	(*KvGetRequest)(nil),                       // 96: norsk.manager.v1.KvGetRequest
-	(*KvListRequest)(nil),                      // 97: norsk.manager.v1.KvListRequest
-	(*GetStoreInfoRequest)(nil),                // 98: norsk.manager.v1.GetStoreInfoRequest
-	(*SnapshotSaveRequest)(nil),                // 99: norsk.manager.v1.SnapshotSaveRequest
-	(*CreateTokenRequest)(nil),                 // 100: norsk.manager.v1.CreateTokenRequest
-	(*ListTokensRequest)(nil),                  // 101: norsk.manager.v1.ListTokensRequest
-	(*RevokeTokenRequest)(nil),                 // 102: norsk.manager.v1.RevokeTokenRequest
-	(*PublishDiscoveryFleetRequest)(nil),       // 103: norsk.manager.v1.PublishDiscoveryFleetRequest
-	(*GetDiscoveryFleetRequest)(nil),           // 104: norsk.manager.v1.GetDiscoveryFleetRequest
-	(*RotateDiscoveryTierSecretRequest)(nil),   // 105: norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	(*PublishAccessReplicaRequest)(nil),        // 106: norsk.manager.v1.PublishAccessReplicaRequest
-	(*AddClusterMemberRequest)(nil),            // 107: norsk.manager.v1.AddClusterMemberRequest
-	(*RemoveClusterMemberRequest)(nil),         // 108: norsk.manager.v1.RemoveClusterMemberRequest
-	(*ForceStandaloneRequest)(nil),             // 109: norsk.manager.v1.ForceStandaloneRequest
-	(*LeaveQuorumRequest)(nil),                 // 110: norsk.manager.v1.LeaveQuorumRequest
-	(*GetClusterStatusRequest)(nil),            // 111: norsk.manager.v1.GetClusterStatusRequest
-	(*GetClusterEventsRequest)(nil),            // 112: norsk.manager.v1.GetClusterEventsRequest
-	(*AnnounceControlPlaneRequest)(nil),        // 113: norsk.manager.v1.AnnounceControlPlaneRequest
-	(*ExplainPlacementRequest)(nil),            // 114: norsk.manager.v1.ExplainPlacementRequest
-	(*CreateBundleRequest)(nil),                // 115: norsk.manager.v1.CreateBundleRequest
-	(*UpdateBundleRequest)(nil),                // 116: norsk.manager.v1.UpdateBundleRequest
-	(*DeleteBundleRequest)(nil),                // 117: norsk.manager.v1.DeleteBundleRequest
-	(*BundleByIdRequest)(nil),                  // 118: norsk.manager.v1.BundleByIdRequest
-	(*ListBundlesRequest)(nil),                 // 119: norsk.manager.v1.ListBundlesRequest
-	(*StartBundleJobRequest)(nil),              // 120: norsk.manager.v1.StartBundleJobRequest
-	(*StopBundleJobRequest)(nil),               // 121: norsk.manager.v1.StopBundleJobRequest
-	(*SetBundleStopTimeRequest)(nil),           // 122: norsk.manager.v1.SetBundleStopTimeRequest
-	(*RenewBundleLeaseRequest)(nil),            // 123: norsk.manager.v1.RenewBundleLeaseRequest
-	(*PauseLeasesRequest)(nil),                 // 124: norsk.manager.v1.PauseLeasesRequest
-	(*ResumeLeasesRequest)(nil),                // 125: norsk.manager.v1.ResumeLeasesRequest
-	(*GetLeaseStatusRequest)(nil),              // 126: norsk.manager.v1.GetLeaseStatusRequest
-	(*EventStreamRequest)(nil),                 // 127: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                            // 128: norsk.manager.v1.JobHash
-	(*CreateCloudNodeResponse)(nil),            // 129: norsk.manager.v1.CreateCloudNodeResponse
-	(*DescribeInstanceTypeResponse)(nil),       // 130: norsk.manager.v1.DescribeInstanceTypeResponse
-	(*ListInstanceTypesResponse)(nil),          // 131: norsk.manager.v1.ListInstanceTypesResponse
-	(*ListWorkerSecurityGroupsResponse)(nil),   // 132: norsk.manager.v1.ListWorkerSecurityGroupsResponse
-	(*ReloadExternalConfigResponse)(nil),       // 133: norsk.manager.v1.ReloadExternalConfigResponse
-	(*AppendAuditEntryResponse)(nil),           // 134: norsk.manager.v1.AppendAuditEntryResponse
-	(*GetAuditLogResponse)(nil),                // 135: norsk.manager.v1.GetAuditLogResponse
-	(*PruneAuditLogResponse)(nil),              // 136: norsk.manager.v1.PruneAuditLogResponse
-	(*KvCommitResponse)(nil),                   // 137: norsk.manager.v1.KvCommitResponse
-	(*KvGetResponse)(nil),                      // 138: norsk.manager.v1.KvGetResponse
-	(*KvListResponse)(nil),                     // 139: norsk.manager.v1.KvListResponse
-	(*StoreInfo)(nil),                          // 140: norsk.manager.v1.StoreInfo
-	(*SnapshotChunk)(nil),                      // 141: norsk.manager.v1.SnapshotChunk
-	(*CreateTokenResponse)(nil),                // 142: norsk.manager.v1.CreateTokenResponse
-	(*ListTokensResponse)(nil),                 // 143: norsk.manager.v1.ListTokensResponse
-	(*RevokeTokenResponse)(nil),                // 144: norsk.manager.v1.RevokeTokenResponse
-	(*PublishDiscoveryFleetResponse)(nil),      // 145: norsk.manager.v1.PublishDiscoveryFleetResponse
-	(*GetDiscoveryFleetResponse)(nil),          // 146: norsk.manager.v1.GetDiscoveryFleetResponse
-	(*RotateDiscoveryTierSecretResponse)(nil),  // 147: norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	(*PublishAccessReplicaResponse)(nil),       // 148: norsk.manager.v1.PublishAccessReplicaResponse
-	(*AddClusterMemberResponse)(nil),           // 149: norsk.manager.v1.AddClusterMemberResponse
-	(*RemoveClusterMemberResponse)(nil),        // 150: norsk.manager.v1.RemoveClusterMemberResponse
-	(*ForceStandaloneResponse)(nil),            // 151: norsk.manager.v1.ForceStandaloneResponse
-	(*LeaveQuorumResponse)(nil),                // 152: norsk.manager.v1.LeaveQuorumResponse
-	(*ClusterStatus)(nil),                      // 153: norsk.manager.v1.ClusterStatus
-	(*GetClusterEventsResponse)(nil),           // 154: norsk.manager.v1.GetClusterEventsResponse
-	(*AnnounceControlPlaneResponse)(nil),       // 155: norsk.manager.v1.AnnounceControlPlaneResponse
-	(*ExplainPlacementResponse)(nil),           // 156: norsk.manager.v1.ExplainPlacementResponse
-	(*CreateBundleResponse)(nil),               // 157: norsk.manager.v1.CreateBundleResponse
-	(*UpdateBundleResponse)(nil),               // 158: norsk.manager.v1.UpdateBundleResponse
-	(*DeleteBundleResponse)(nil),               // 159: norsk.manager.v1.DeleteBundleResponse
-	(*BundleWithJobs)(nil),                     // 160: norsk.manager.v1.BundleWithJobs
-	(*ListBundlesResponse)(nil),                // 161: norsk.manager.v1.ListBundlesResponse
-	(*StartBundleJobResponse)(nil),             // 162: norsk.manager.v1.StartBundleJobResponse
-	(*StopBundleJobResponse)(nil),              // 163: norsk.manager.v1.StopBundleJobResponse
-	(*SetBundleStopTimeResponse)(nil),          // 164: norsk.manager.v1.SetBundleStopTimeResponse
-	(*RenewBundleLeaseResponse)(nil),           // 165: norsk.manager.v1.RenewBundleLeaseResponse
-	(*PauseLeasesResponse)(nil),                // 166: norsk.manager.v1.PauseLeasesResponse
-	(*ResumeLeasesResponse)(nil),               // 167: norsk.manager.v1.ResumeLeasesResponse
-	(*LeaseStatus)(nil),                        // 168: norsk.manager.v1.LeaseStatus
-	(*Event)(nil),                              // 169: norsk.manager.v1.Event
+	(*DrainNodeRequest)(nil),                   // 73: norsk.manager.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),                  // 74: norsk.manager.v1.DrainNodeResponse
+	(*RecordNodeDrainRequest)(nil),             // 75: norsk.manager.v1.RecordNodeDrainRequest
+	(*RecordNodeDrainResponse)(nil),            // 76: norsk.manager.v1.RecordNodeDrainResponse
+	nil,                                        // 77: norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	nil,                                        // 78: norsk.manager.v1.CreateMockNodeRequest.TagsEntry
+	(*Job)(nil),                                // 79: norsk.manager.v1.Job
+	(*timestamppb.Timestamp)(nil),              // 80: google.protobuf.Timestamp
+	(*JobWithHistory)(nil),                     // 81: norsk.manager.v1.JobWithHistory
+	(*PlacementEvent)(nil),                     // 82: norsk.manager.v1.PlacementEvent
+	(*Hardware)(nil),                           // 83: norsk.manager.v1.Hardware
+	(*Capability)(nil),                         // 84: norsk.manager.v1.Capability
+	(*ClusterSlot)(nil),                        // 85: norsk.manager.v1.ClusterSlot
+	(*Node)(nil),                               // 86: norsk.manager.v1.Node
+	(*JobKey)(nil),                             // 87: norsk.manager.v1.JobKey
+	(MigrationStrategy)(0),                     // 88: norsk.manager.v1.MigrationStrategy
+	(*MigrationState)(nil),                     // 89: norsk.manager.v1.MigrationState
+	(*NodeDrain)(nil),                          // 90: norsk.manager.v1.NodeDrain
+	(*CreateAwsNodeRequest)(nil),               // 91: norsk.manager.v1.CreateAwsNodeRequest
+	(*CreateOciNodeRequest)(nil),               // 92: norsk.manager.v1.CreateOciNodeRequest
+	(*DescribeInstanceTypeRequest)(nil),        // 93: norsk.manager.v1.DescribeInstanceTypeRequest
+	(*ListInstanceTypesRequest)(nil),           // 94: norsk.manager.v1.ListInstanceTypesRequest
+	(*ListWorkerSecurityGroupsRequest)(nil),    // 95: norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	(*ReloadExternalConfigRequest)(nil),        // 96: norsk.manager.v1.ReloadExternalConfigRequest
+	(*AppendAuditEntryRequest)(nil),            // 97: norsk.manager.v1.AppendAuditEntryRequest
+	(*GetAuditLogRequest)(nil),                 // 98: norsk.manager.v1.GetAuditLogRequest
+	(*PruneAuditLogRequest)(nil),               // 99: norsk.manager.v1.PruneAuditLogRequest
+	(*KvCommitRequest)(nil),                    // 100: norsk.manager.v1.KvCommitRequest
+	(*KvGetRequest)(nil),                       // 101: norsk.manager.v1.KvGetRequest
+	(*KvListRequest)(nil),                      // 102: norsk.manager.v1.KvListRequest
+	(*GetStoreInfoRequest)(nil),                // 103: norsk.manager.v1.GetStoreInfoRequest
+	(*SnapshotSaveRequest)(nil),                // 104: norsk.manager.v1.SnapshotSaveRequest
+	(*CreateTokenRequest)(nil),                 // 105: norsk.manager.v1.CreateTokenRequest
+	(*ListTokensRequest)(nil),                  // 106: norsk.manager.v1.ListTokensRequest
+	(*RevokeTokenRequest)(nil),                 // 107: norsk.manager.v1.RevokeTokenRequest
+	(*PublishDiscoveryFleetRequest)(nil),       // 108: norsk.manager.v1.PublishDiscoveryFleetRequest
+	(*GetDiscoveryFleetRequest)(nil),           // 109: norsk.manager.v1.GetDiscoveryFleetRequest
+	(*RotateDiscoveryTierSecretRequest)(nil),   // 110: norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	(*PublishAccessReplicaRequest)(nil),        // 111: norsk.manager.v1.PublishAccessReplicaRequest
+	(*AddClusterMemberRequest)(nil),            // 112: norsk.manager.v1.AddClusterMemberRequest
+	(*RemoveClusterMemberRequest)(nil),         // 113: norsk.manager.v1.RemoveClusterMemberRequest
+	(*ForceStandaloneRequest)(nil),             // 114: norsk.manager.v1.ForceStandaloneRequest
+	(*LeaveQuorumRequest)(nil),                 // 115: norsk.manager.v1.LeaveQuorumRequest
+	(*GetClusterStatusRequest)(nil),            // 116: norsk.manager.v1.GetClusterStatusRequest
+	(*GetClusterEventsRequest)(nil),            // 117: norsk.manager.v1.GetClusterEventsRequest
+	(*AnnounceControlPlaneRequest)(nil),        // 118: norsk.manager.v1.AnnounceControlPlaneRequest
+	(*ExplainPlacementRequest)(nil),            // 119: norsk.manager.v1.ExplainPlacementRequest
+	(*CreateBundleRequest)(nil),                // 120: norsk.manager.v1.CreateBundleRequest
+	(*UpdateBundleRequest)(nil),                // 121: norsk.manager.v1.UpdateBundleRequest
+	(*DeleteBundleRequest)(nil),                // 122: norsk.manager.v1.DeleteBundleRequest
+	(*BundleByIdRequest)(nil),                  // 123: norsk.manager.v1.BundleByIdRequest
+	(*ListBundlesRequest)(nil),                 // 124: norsk.manager.v1.ListBundlesRequest
+	(*StartBundleJobRequest)(nil),              // 125: norsk.manager.v1.StartBundleJobRequest
+	(*StopBundleJobRequest)(nil),               // 126: norsk.manager.v1.StopBundleJobRequest
+	(*SetBundleStopTimeRequest)(nil),           // 127: norsk.manager.v1.SetBundleStopTimeRequest
+	(*RenewBundleLeaseRequest)(nil),            // 128: norsk.manager.v1.RenewBundleLeaseRequest
+	(*PauseLeasesRequest)(nil),                 // 129: norsk.manager.v1.PauseLeasesRequest
+	(*ResumeLeasesRequest)(nil),                // 130: norsk.manager.v1.ResumeLeasesRequest
+	(*GetLeaseStatusRequest)(nil),              // 131: norsk.manager.v1.GetLeaseStatusRequest
+	(*EventStreamRequest)(nil),                 // 132: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                            // 133: norsk.manager.v1.JobHash
+	(*CreateCloudNodeResponse)(nil),            // 134: norsk.manager.v1.CreateCloudNodeResponse
+	(*DescribeInstanceTypeResponse)(nil),       // 135: norsk.manager.v1.DescribeInstanceTypeResponse
+	(*ListInstanceTypesResponse)(nil),          // 136: norsk.manager.v1.ListInstanceTypesResponse
+	(*ListWorkerSecurityGroupsResponse)(nil),   // 137: norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	(*ReloadExternalConfigResponse)(nil),       // 138: norsk.manager.v1.ReloadExternalConfigResponse
+	(*AppendAuditEntryResponse)(nil),           // 139: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),                // 140: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),              // 141: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),                   // 142: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                      // 143: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                     // 144: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                          // 145: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                      // 146: norsk.manager.v1.SnapshotChunk
+	(*CreateTokenResponse)(nil),                // 147: norsk.manager.v1.CreateTokenResponse
+	(*ListTokensResponse)(nil),                 // 148: norsk.manager.v1.ListTokensResponse
+	(*RevokeTokenResponse)(nil),                // 149: norsk.manager.v1.RevokeTokenResponse
+	(*PublishDiscoveryFleetResponse)(nil),      // 150: norsk.manager.v1.PublishDiscoveryFleetResponse
+	(*GetDiscoveryFleetResponse)(nil),          // 151: norsk.manager.v1.GetDiscoveryFleetResponse
+	(*RotateDiscoveryTierSecretResponse)(nil),  // 152: norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	(*PublishAccessReplicaResponse)(nil),       // 153: norsk.manager.v1.PublishAccessReplicaResponse
+	(*AddClusterMemberResponse)(nil),           // 154: norsk.manager.v1.AddClusterMemberResponse
+	(*RemoveClusterMemberResponse)(nil),        // 155: norsk.manager.v1.RemoveClusterMemberResponse
+	(*ForceStandaloneResponse)(nil),            // 156: norsk.manager.v1.ForceStandaloneResponse
+	(*LeaveQuorumResponse)(nil),                // 157: norsk.manager.v1.LeaveQuorumResponse
+	(*ClusterStatus)(nil),                      // 158: norsk.manager.v1.ClusterStatus
+	(*GetClusterEventsResponse)(nil),           // 159: norsk.manager.v1.GetClusterEventsResponse
+	(*AnnounceControlPlaneResponse)(nil),       // 160: norsk.manager.v1.AnnounceControlPlaneResponse
+	(*ExplainPlacementResponse)(nil),           // 161: norsk.manager.v1.ExplainPlacementResponse
+	(*CreateBundleResponse)(nil),               // 162: norsk.manager.v1.CreateBundleResponse
+	(*UpdateBundleResponse)(nil),               // 163: norsk.manager.v1.UpdateBundleResponse
+	(*DeleteBundleResponse)(nil),               // 164: norsk.manager.v1.DeleteBundleResponse
+	(*BundleWithJobs)(nil),                     // 165: norsk.manager.v1.BundleWithJobs
+	(*ListBundlesResponse)(nil),                // 166: norsk.manager.v1.ListBundlesResponse
+	(*StartBundleJobResponse)(nil),             // 167: norsk.manager.v1.StartBundleJobResponse
+	(*StopBundleJobResponse)(nil),              // 168: norsk.manager.v1.StopBundleJobResponse
+	(*SetBundleStopTimeResponse)(nil),          // 169: norsk.manager.v1.SetBundleStopTimeResponse
+	(*RenewBundleLeaseResponse)(nil),           // 170: norsk.manager.v1.RenewBundleLeaseResponse
+	(*PauseLeasesResponse)(nil),                // 171: norsk.manager.v1.PauseLeasesResponse
+	(*ResumeLeasesResponse)(nil),               // 172: norsk.manager.v1.ResumeLeasesResponse
+	(*LeaseStatus)(nil),                        // 173: norsk.manager.v1.LeaseStatus
+	(*Event)(nil),                              // 174: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
-	75,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
-	75,  // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
-	76,  // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
-	76,  // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
+	79,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
+	79,  // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
+	80,  // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
+	80,  // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
 	0,   // 4: norsk.manager.v1.DateFilter.field:type_name -> norsk.manager.v1.DateField
-	76,  // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
-	76,  // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
-	76,  // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
-	76,  // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
-	76,  // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
+	80,  // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
+	80,  // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
+	80,  // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
+	80,  // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
+	80,  // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
 	12,  // 10: norsk.manager.v1.DateFilter.within:type_name -> norsk.manager.v1.DateWithin
 	10,  // 11: norsk.manager.v1.JobFilter.tag:type_name -> norsk.manager.v1.TagFilter
 	11,  // 12: norsk.manager.v1.JobFilter.id:type_name -> norsk.manager.v1.IdFilter
 	13,  // 13: norsk.manager.v1.JobFilter.date:type_name -> norsk.manager.v1.DateFilter
 	14,  // 14: norsk.manager.v1.JobSearchRequest.filters:type_name -> norsk.manager.v1.JobFilter
-	77,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
-	78,  // 16: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
+	81,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
+	82,  // 16: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
 	17,  // 17: norsk.manager.v1.StartJobRequest.options:type_name -> norsk.manager.v1.StartJobOptions
 	18,  // 18: norsk.manager.v1.StartJobsRequest.starts:type_name -> norsk.manager.v1.StartJobRequest
 	21,  // 19: norsk.manager.v1.StartJobsResponse.results:type_name -> norsk.manager.v1.StartResult
 	23,  // 20: norsk.manager.v1.StopJobRequest.options:type_name -> norsk.manager.v1.StopJobOptions
-	79,  // 21: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
-	80,  // 22: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
-	81,  // 23: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
-	82,  // 24: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
-	73,  // 25: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	82,  // 26: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
-	74,  // 27: norsk.manager.v1.CreateMockNodeRequest.tags:type_name -> norsk.manager.v1.CreateMockNodeRequest.TagsEntry
-	83,  // 28: norsk.manager.v1.NotifyMigrationGetStateRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
-	83,  // 29: norsk.manager.v1.NotifyMigrationCutoverReadyRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
-	83,  // 30: norsk.manager.v1.NotifyMigrationCutoverApplyRequest.target_job_key:type_name -> norsk.manager.v1.JobKey
-	84,  // 31: norsk.manager.v1.MigrateJobRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
-	85,  // 32: norsk.manager.v1.MigrateJobResponse.migration:type_name -> norsk.manager.v1.MigrationState
-	85,  // 33: norsk.manager.v1.ListMigrationsResponse.migrations:type_name -> norsk.manager.v1.MigrationState
-	85,  // 34: norsk.manager.v1.RecordMigrationRequest.migration:type_name -> norsk.manager.v1.MigrationState
-	82,  // 35: norsk.manager.v1.SetNodeDrainingResponse.node:type_name -> norsk.manager.v1.Node
-	1,   // 36: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
-	3,   // 37: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
-	5,   // 38: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
-	6,   // 39: norsk.manager.v1.Manager.UpdateJob:input_type -> norsk.manager.v1.UpdateJobRequest
-	7,   // 40: norsk.manager.v1.Manager.DeleteJob:input_type -> norsk.manager.v1.DeleteJobRequest
-	9,   // 41: norsk.manager.v1.Manager.JobById:input_type -> norsk.manager.v1.JobByIdRequest
-	15,  // 42: norsk.manager.v1.Manager.JobSearch:input_type -> norsk.manager.v1.JobSearchRequest
-	18,  // 43: norsk.manager.v1.Manager.StartJob:input_type -> norsk.manager.v1.StartJobRequest
-	20,  // 44: norsk.manager.v1.Manager.StartJobs:input_type -> norsk.manager.v1.StartJobsRequest
-	24,  // 45: norsk.manager.v1.Manager.StopJob:input_type -> norsk.manager.v1.StopJobRequest
-	26,  // 46: norsk.manager.v1.Manager.StartPreparedJob:input_type -> norsk.manager.v1.StartPreparedJobRequest
-	28,  // 47: norsk.manager.v1.Manager.CompleteJob:input_type -> norsk.manager.v1.CompleteJobRequest
-	30,  // 48: norsk.manager.v1.Manager.MarkJobFailed:input_type -> norsk.manager.v1.MarkJobFailedRequest
-	32,  // 49: norsk.manager.v1.Manager.RegisterClusterNode:input_type -> norsk.manager.v1.RegisterClusterNodeRequest
-	34,  // 50: norsk.manager.v1.Manager.ClusterMemberRegister:input_type -> norsk.manager.v1.ClusterMemberRegisterRequest
-	36,  // 51: norsk.manager.v1.Manager.ListClusterNodes:input_type -> norsk.manager.v1.ListClusterNodesRequest
-	38,  // 52: norsk.manager.v1.Manager.DeregisterClusterNode:input_type -> norsk.manager.v1.DeregisterClusterNodeRequest
-	40,  // 53: norsk.manager.v1.Manager.SetClusterNodePool:input_type -> norsk.manager.v1.SetClusterNodePoolRequest
-	42,  // 54: norsk.manager.v1.Manager.ListNodes:input_type -> norsk.manager.v1.ListNodesRequest
-	44,  // 55: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
-	46,  // 56: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
-	50,  // 57: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
-	51,  // 58: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
-	48,  // 59: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
-	86,  // 60: norsk.manager.v1.Manager.CreateAwsNode:input_type -> norsk.manager.v1.CreateAwsNodeRequest
-	87,  // 61: norsk.manager.v1.Manager.CreateOciNode:input_type -> norsk.manager.v1.CreateOciNodeRequest
-	88,  // 62: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
-	89,  // 63: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
-	90,  // 64: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
-	91,  // 65: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
-	92,  // 66: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
-	93,  // 67: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
-	94,  // 68: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
-	95,  // 69: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
-	96,  // 70: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
-	97,  // 71: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
-	98,  // 72: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
-	99,  // 73: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
-	100, // 74: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
-	101, // 75: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
-	102, // 76: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
-	103, // 77: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
-	104, // 78: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
-	105, // 79: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	106, // 80: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
-	107, // 81: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
-	108, // 82: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
-	109, // 83: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
-	110, // 84: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
-	111, // 85: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
-	112, // 86: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
-	113, // 87: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
-	114, // 88: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
-	115, // 89: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
-	116, // 90: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
-	117, // 91: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
-	118, // 92: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
-	119, // 93: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
-	120, // 94: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
-	121, // 95: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
-	122, // 96: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
-	123, // 97: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
-	124, // 98: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
-	125, // 99: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
-	126, // 100: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
-	53,  // 101: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
-	54,  // 102: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
-	55,  // 103: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
-	57,  // 104: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
-	59,  // 105: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
-	61,  // 106: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
-	63,  // 107: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
-	64,  // 108: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
-	65,  // 109: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
-	67,  // 110: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
-	69,  // 111: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
-	71,  // 112: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
-	127, // 113: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,   // 114: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,   // 115: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	128, // 116: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	128, // 117: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,   // 118: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	77,  // 119: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16,  // 120: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19,  // 121: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22,  // 122: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
-	25,  // 123: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	27,  // 124: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	29,  // 125: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	31,  // 126: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	33,  // 127: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	35,  // 128: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	37,  // 129: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	39,  // 130: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	41,  // 131: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	43,  // 132: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	45,  // 133: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	47,  // 134: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	52,  // 135: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	52,  // 136: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	49,  // 137: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
-	129, // 138: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	129, // 139: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	130, // 140: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
-	131, // 141: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
-	132, // 142: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
-	133, // 143: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
-	134, // 144: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	135, // 145: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	136, // 146: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	137, // 147: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	138, // 148: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	139, // 149: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	140, // 150: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	141, // 151: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	142, // 152: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
-	143, // 153: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
-	144, // 154: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
-	145, // 155: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
-	146, // 156: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
-	147, // 157: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	148, // 158: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
-	149, // 159: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
-	150, // 160: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
-	151, // 161: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
-	152, // 162: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
-	153, // 163: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
-	154, // 164: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
-	155, // 165: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
-	156, // 166: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
-	157, // 167: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
-	158, // 168: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
-	159, // 169: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
-	160, // 170: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
-	161, // 171: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
-	162, // 172: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
-	163, // 173: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
-	164, // 174: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
-	165, // 175: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
-	166, // 176: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
-	167, // 177: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
-	168, // 178: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
-	56,  // 179: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	56,  // 180: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	56,  // 181: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	58,  // 182: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
-	60,  // 183: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
-	62,  // 184: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
-	85,  // 185: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
-	85,  // 186: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
-	66,  // 187: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
-	68,  // 188: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
-	70,  // 189: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
-	72,  // 190: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
-	169, // 191: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	114, // [114:192] is the sub-list for method output_type
-	36,  // [36:114] is the sub-list for method input_type
-	36,  // [36:36] is the sub-list for extension type_name
-	36,  // [36:36] is the sub-list for extension extendee
-	0,   // [0:36] is the sub-list for field type_name
+	83,  // 21: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
+	84,  // 22: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
+	85,  // 23: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
+	86,  // 24: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
+	77,  // 25: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	86,  // 26: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
+	78,  // 27: norsk.manager.v1.CreateMockNodeRequest.tags:type_name -> norsk.manager.v1.CreateMockNodeRequest.TagsEntry
+	87,  // 28: norsk.manager.v1.NotifyMigrationGetStateRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
+	87,  // 29: norsk.manager.v1.NotifyMigrationCutoverReadyRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
+	87,  // 30: norsk.manager.v1.NotifyMigrationCutoverApplyRequest.target_job_key:type_name -> norsk.manager.v1.JobKey
+	88,  // 31: norsk.manager.v1.MigrateJobRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
+	89,  // 32: norsk.manager.v1.MigrateJobResponse.migration:type_name -> norsk.manager.v1.MigrationState
+	89,  // 33: norsk.manager.v1.ListMigrationsResponse.migrations:type_name -> norsk.manager.v1.MigrationState
+	89,  // 34: norsk.manager.v1.RecordMigrationRequest.migration:type_name -> norsk.manager.v1.MigrationState
+	86,  // 35: norsk.manager.v1.SetNodeDrainingResponse.node:type_name -> norsk.manager.v1.Node
+	88,  // 36: norsk.manager.v1.DrainNodeRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
+	90,  // 37: norsk.manager.v1.DrainNodeResponse.drain:type_name -> norsk.manager.v1.NodeDrain
+	86,  // 38: norsk.manager.v1.DrainNodeResponse.node:type_name -> norsk.manager.v1.Node
+	90,  // 39: norsk.manager.v1.RecordNodeDrainRequest.drain:type_name -> norsk.manager.v1.NodeDrain
+	1,   // 40: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
+	3,   // 41: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
+	5,   // 42: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
+	6,   // 43: norsk.manager.v1.Manager.UpdateJob:input_type -> norsk.manager.v1.UpdateJobRequest
+	7,   // 44: norsk.manager.v1.Manager.DeleteJob:input_type -> norsk.manager.v1.DeleteJobRequest
+	9,   // 45: norsk.manager.v1.Manager.JobById:input_type -> norsk.manager.v1.JobByIdRequest
+	15,  // 46: norsk.manager.v1.Manager.JobSearch:input_type -> norsk.manager.v1.JobSearchRequest
+	18,  // 47: norsk.manager.v1.Manager.StartJob:input_type -> norsk.manager.v1.StartJobRequest
+	20,  // 48: norsk.manager.v1.Manager.StartJobs:input_type -> norsk.manager.v1.StartJobsRequest
+	24,  // 49: norsk.manager.v1.Manager.StopJob:input_type -> norsk.manager.v1.StopJobRequest
+	26,  // 50: norsk.manager.v1.Manager.StartPreparedJob:input_type -> norsk.manager.v1.StartPreparedJobRequest
+	28,  // 51: norsk.manager.v1.Manager.CompleteJob:input_type -> norsk.manager.v1.CompleteJobRequest
+	30,  // 52: norsk.manager.v1.Manager.MarkJobFailed:input_type -> norsk.manager.v1.MarkJobFailedRequest
+	32,  // 53: norsk.manager.v1.Manager.RegisterClusterNode:input_type -> norsk.manager.v1.RegisterClusterNodeRequest
+	34,  // 54: norsk.manager.v1.Manager.ClusterMemberRegister:input_type -> norsk.manager.v1.ClusterMemberRegisterRequest
+	36,  // 55: norsk.manager.v1.Manager.ListClusterNodes:input_type -> norsk.manager.v1.ListClusterNodesRequest
+	38,  // 56: norsk.manager.v1.Manager.DeregisterClusterNode:input_type -> norsk.manager.v1.DeregisterClusterNodeRequest
+	40,  // 57: norsk.manager.v1.Manager.SetClusterNodePool:input_type -> norsk.manager.v1.SetClusterNodePoolRequest
+	42,  // 58: norsk.manager.v1.Manager.ListNodes:input_type -> norsk.manager.v1.ListNodesRequest
+	44,  // 59: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
+	46,  // 60: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
+	50,  // 61: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
+	51,  // 62: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
+	48,  // 63: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
+	91,  // 64: norsk.manager.v1.Manager.CreateAwsNode:input_type -> norsk.manager.v1.CreateAwsNodeRequest
+	92,  // 65: norsk.manager.v1.Manager.CreateOciNode:input_type -> norsk.manager.v1.CreateOciNodeRequest
+	93,  // 66: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
+	94,  // 67: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
+	95,  // 68: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	96,  // 69: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
+	97,  // 70: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
+	98,  // 71: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
+	99,  // 72: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
+	100, // 73: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
+	101, // 74: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
+	102, // 75: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
+	103, // 76: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
+	104, // 77: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
+	105, // 78: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
+	106, // 79: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
+	107, // 80: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
+	108, // 81: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
+	109, // 82: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
+	110, // 83: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	111, // 84: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
+	112, // 85: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
+	113, // 86: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
+	114, // 87: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
+	115, // 88: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
+	116, // 89: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
+	117, // 90: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
+	118, // 91: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
+	119, // 92: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
+	120, // 93: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
+	121, // 94: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
+	122, // 95: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
+	123, // 96: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
+	124, // 97: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
+	125, // 98: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
+	126, // 99: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
+	127, // 100: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
+	128, // 101: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
+	129, // 102: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
+	130, // 103: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
+	131, // 104: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
+	53,  // 105: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
+	54,  // 106: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
+	55,  // 107: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
+	57,  // 108: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
+	59,  // 109: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
+	61,  // 110: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
+	63,  // 111: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
+	64,  // 112: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
+	65,  // 113: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
+	67,  // 114: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
+	69,  // 115: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
+	71,  // 116: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
+	73,  // 117: norsk.manager.v1.Manager.DrainNode:input_type -> norsk.manager.v1.DrainNodeRequest
+	75,  // 118: norsk.manager.v1.Manager.RecordNodeDrain:input_type -> norsk.manager.v1.RecordNodeDrainRequest
+	132, // 119: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,   // 120: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,   // 121: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	133, // 122: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	133, // 123: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,   // 124: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	81,  // 125: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16,  // 126: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19,  // 127: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22,  // 128: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
+	25,  // 129: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	27,  // 130: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	29,  // 131: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	31,  // 132: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	33,  // 133: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	35,  // 134: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	37,  // 135: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	39,  // 136: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	41,  // 137: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	43,  // 138: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	45,  // 139: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	47,  // 140: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	52,  // 141: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	52,  // 142: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	49,  // 143: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
+	134, // 144: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	134, // 145: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	135, // 146: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
+	136, // 147: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
+	137, // 148: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	138, // 149: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
+	139, // 150: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	140, // 151: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	141, // 152: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	142, // 153: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	143, // 154: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	144, // 155: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	145, // 156: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	146, // 157: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	147, // 158: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	148, // 159: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	149, // 160: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	150, // 161: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	151, // 162: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	152, // 163: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	153, // 164: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	154, // 165: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
+	155, // 166: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
+	156, // 167: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
+	157, // 168: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
+	158, // 169: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
+	159, // 170: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
+	160, // 171: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
+	161, // 172: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
+	162, // 173: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
+	163, // 174: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
+	164, // 175: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
+	165, // 176: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
+	166, // 177: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
+	167, // 178: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
+	168, // 179: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
+	169, // 180: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
+	170, // 181: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
+	171, // 182: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
+	172, // 183: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
+	173, // 184: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
+	56,  // 185: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	56,  // 186: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	56,  // 187: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 188: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
+	60,  // 189: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
+	62,  // 190: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
+	89,  // 191: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
+	89,  // 192: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
+	66,  // 193: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
+	68,  // 194: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
+	70,  // 195: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
+	72,  // 196: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
+	74,  // 197: norsk.manager.v1.Manager.DrainNode:output_type -> norsk.manager.v1.DrainNodeResponse
+	76,  // 198: norsk.manager.v1.Manager.RecordNodeDrain:output_type -> norsk.manager.v1.RecordNodeDrainResponse
+	174, // 199: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	120, // [120:200] is the sub-list for method output_type
+	40,  // [40:120] is the sub-list for method input_type
+	40,  // [40:40] is the sub-list for extension type_name
+	40,  // [40:40] is the sub-list for extension extendee
+	0,   // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_manager_proto_init() }
@@ -4860,6 +5153,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 	file_norsk_manager_v1_bundle_proto_init()
 	file_norsk_manager_v1_cloud_proto_init()
 	file_norsk_manager_v1_cluster_proto_init()
+	file_norsk_manager_v1_drain_proto_init()
 	file_norsk_manager_v1_event_proto_init()
 	file_norsk_manager_v1_job_proto_init()
 	file_norsk_manager_v1_kv_proto_init()
@@ -4899,7 +5193,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_manager_proto_rawDesc), len(file_norsk_manager_v1_manager_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   74,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -435,7 +435,10 @@ type Node struct {
 	// instance on it; what runs there keeps running until moved.
 	Draining bool `protobuf:"varint,22,opt,name=draining,proto3" json:"draining,omitempty"`
 	// For a node of a cloud provider (aws, oci): the instance it runs on.
-	Cloud         *CloudInstance `protobuf:"bytes,23,opt,name=cloud,proto3" json:"cloud,omitempty"`
+	Cloud *CloudInstance `protobuf:"bytes,23,opt,name=cloud,proto3" json:"cloud,omitempty"`
+	// The node's latest drain (DrainNode), running or ended; unset when it
+	// was never drained that way.
+	Drain         *NodeDrain `protobuf:"bytes,40,opt,name=drain,proto3" json:"drain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -631,6 +634,13 @@ func (x *Node) GetCloud() *CloudInstance {
 	return nil
 }
 
+func (x *Node) GetDrain() *NodeDrain {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
 type InstanceSummary struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -807,7 +817,7 @@ var File_norsk_manager_v1_node_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x1bnorsk/manager/v1/node.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/cloud.proto\"7\n" +
+	"\x1bnorsk/manager/v1/node.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1cnorsk/manager/v1/drain.proto\"7\n" +
 	"\x03Gpu\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x02R\bcapacity\"6\n" +
@@ -827,7 +837,7 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\x11memory_used_bytes\x18\x02 \x01(\x04R\x0fmemoryUsedBytes\x12\x1c\n" +
 	"\tinstances\x18\x03 \x01(\rR\tinstances\x12;\n" +
 	"\vmeasured_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"measuredAt\"\x8a\b\n" +
+	"measuredAt\"\xbd\b\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x1a\n" +
@@ -853,7 +863,8 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\x11provider_instance\x18\x14 \x01(\tR\x10providerInstance\x12\x18\n" +
 	"\aelastic\x18\x15 \x01(\bR\aelastic\x12\x1a\n" +
 	"\bdraining\x18\x16 \x01(\bR\bdraining\x125\n" +
-	"\x05cloud\x18\x17 \x01(\v2\x1f.norsk.manager.v1.CloudInstanceR\x05cloud\x1a7\n" +
+	"\x05cloud\x18\x17 \x01(\v2\x1f.norsk.manager.v1.CloudInstanceR\x05cloud\x121\n" +
+	"\x05drain\x18( \x01(\v2\x1b.norsk.manager.v1.NodeDrainR\x05drain\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +
@@ -912,6 +923,7 @@ var file_norsk_manager_v1_node_proto_goTypes = []any{
 	nil,                           // 9: norsk.manager.v1.Node.TagsEntry
 	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 	(*CloudInstance)(nil),         // 11: norsk.manager.v1.CloudInstance
+	(*NodeDrain)(nil),             // 12: norsk.manager.v1.NodeDrain
 }
 var file_norsk_manager_v1_node_proto_depIdxs = []int32{
 	2,  // 0: norsk.manager.v1.Hardware.gpus:type_name -> norsk.manager.v1.Gpu
@@ -927,13 +939,14 @@ var file_norsk_manager_v1_node_proto_depIdxs = []int32{
 	10, // 10: norsk.manager.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
 	7,  // 11: norsk.manager.v1.Node.instances:type_name -> norsk.manager.v1.InstanceSummary
 	11, // 12: norsk.manager.v1.Node.cloud:type_name -> norsk.manager.v1.CloudInstance
-	0,  // 13: norsk.manager.v1.ClusterSlot.state:type_name -> norsk.manager.v1.NodeState
-	10, // 14: norsk.manager.v1.ClusterSlot.registered_at:type_name -> google.protobuf.Timestamp
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	12, // 13: norsk.manager.v1.Node.drain:type_name -> norsk.manager.v1.NodeDrain
+	0,  // 14: norsk.manager.v1.ClusterSlot.state:type_name -> norsk.manager.v1.NodeState
+	10, // 15: norsk.manager.v1.ClusterSlot.registered_at:type_name -> google.protobuf.Timestamp
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_node_proto_init() }
@@ -942,6 +955,7 @@ func file_norsk_manager_v1_node_proto_init() {
 		return
 	}
 	file_norsk_manager_v1_cloud_proto_init()
+	file_norsk_manager_v1_drain_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -85,6 +85,8 @@ type Command struct {
 	//	*Command_ForgetMigrations
 	//	*Command_SetNodeDraining
 	//	*Command_SetNodeInstance
+	//	*Command_StartNodeDrain
+	//	*Command_PutNodeDrain
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -564,6 +566,24 @@ func (x *Command) GetSetNodeInstance() *SetNodeInstance {
 	return nil
 }
 
+func (x *Command) GetStartNodeDrain() *StartNodeDrain {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_StartNodeDrain); ok {
+			return x.StartNodeDrain
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPutNodeDrain() *PutNodeDrain {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_PutNodeDrain); ok {
+			return x.PutNodeDrain
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -758,6 +778,15 @@ type Command_SetNodeInstance struct {
 	SetNodeInstance *SetNodeInstance `protobuf:"bytes,64,opt,name=set_node_instance,json=setNodeInstance,proto3,oneof"`
 }
 
+type Command_StartNodeDrain struct {
+	// 86-87: node drains (DrainNode).
+	StartNodeDrain *StartNodeDrain `protobuf:"bytes,86,opt,name=start_node_drain,json=startNodeDrain,proto3,oneof"`
+}
+
+type Command_PutNodeDrain struct {
+	PutNodeDrain *PutNodeDrain `protobuf:"bytes,87,opt,name=put_node_drain,json=putNodeDrain,proto3,oneof"`
+}
+
 func (*Command_CreateJob) isCommand_Cmd() {}
 
 func (*Command_UpdateJob) isCommand_Cmd() {}
@@ -851,6 +880,10 @@ func (*Command_ForgetMigrations) isCommand_Cmd() {}
 func (*Command_SetNodeDraining) isCommand_Cmd() {}
 
 func (*Command_SetNodeInstance) isCommand_Cmd() {}
+
+func (*Command_StartNodeDrain) isCommand_Cmd() {}
+
+func (*Command_PutNodeDrain) isCommand_Cmd() {}
 
 // CreateBundle stores a bundle (its id, created_at and revision stamped by
 // the handler and the FSM) and its expanded replica jobs, in one write.
@@ -2913,6 +2946,109 @@ func (x *ForgetMigrations) GetAllTerminal() bool {
 	return false
 }
 
+// StartNodeDrain marks the node draining and stores its new drain (state
+// running; started_at and revision stamped by the FSM). A drain still
+// running is refused.
+type StartNodeDrain struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Drain         *v1.NodeDrain          `protobuf:"bytes,1,opt,name=drain,proto3" json:"drain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartNodeDrain) Reset() {
+	*x = StartNodeDrain{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartNodeDrain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartNodeDrain) ProtoMessage() {}
+
+func (x *StartNodeDrain) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartNodeDrain.ProtoReflect.Descriptor instead.
+func (*StartNodeDrain) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *StartNodeDrain) GetDrain() *v1.NodeDrain {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
+// PutNodeDrain replaces a running drain at expected_revision (the
+// AutoManager's progress).
+type PutNodeDrain struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Drain            *v1.NodeDrain          `protobuf:"bytes,1,opt,name=drain,proto3" json:"drain,omitempty"`
+	ExpectedRevision uint64                 `protobuf:"varint,2,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PutNodeDrain) Reset() {
+	*x = PutNodeDrain{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutNodeDrain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutNodeDrain) ProtoMessage() {}
+
+func (x *PutNodeDrain) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutNodeDrain.ProtoReflect.Descriptor instead.
+func (*PutNodeDrain) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PutNodeDrain) GetDrain() *v1.NodeDrain {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
+func (x *PutNodeDrain) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+// SetNodeDraining sets the node's draining flag; false also cancels its
+// running drain.
 type SetNodeDraining struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -2923,7 +3059,7 @@ type SetNodeDraining struct {
 
 func (x *SetNodeDraining) Reset() {
 	*x = SetNodeDraining{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2935,7 +3071,7 @@ func (x *SetNodeDraining) String() string {
 func (*SetNodeDraining) ProtoMessage() {}
 
 func (x *SetNodeDraining) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2948,7 +3084,7 @@ func (x *SetNodeDraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeDraining.ProtoReflect.Descriptor instead.
 func (*SetNodeDraining) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetNodeDraining) GetNodeId() string {
@@ -2966,19 +3102,21 @@ func (x *SetNodeDraining) GetDraining() bool {
 }
 
 type StopInstance struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
-	NodeId        string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	GraceMs       uint32                 `protobuf:"varint,4,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
-	MigrationId   string                 `protobuf:"bytes,5,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	JobId       string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Role        string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	NodeId      string                 `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	GraceMs     uint32                 `protobuf:"varint,4,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	MigrationId string                 `protobuf:"bytes,5,opt,name=migration_id,json=migrationId,proto3" json:"migration_id,omitempty"`
+	// Why (the stopping entry's additional reason).
+	Reason        string `protobuf:"bytes,40,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2990,7 +3128,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3003,7 +3141,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -3041,6 +3179,13 @@ func (x *StopInstance) GetMigrationId() string {
 	return ""
 }
 
+func (x *StopInstance) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type StartPreparedInstance struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -3052,7 +3197,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3064,7 +3209,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3077,7 +3222,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -3110,7 +3255,7 @@ type CompleteJob struct {
 
 func (x *CompleteJob) Reset() {
 	*x = CompleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3122,7 +3267,7 @@ func (x *CompleteJob) String() string {
 func (*CompleteJob) ProtoMessage() {}
 
 func (x *CompleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3135,7 +3280,7 @@ func (x *CompleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJob.ProtoReflect.Descriptor instead.
 func (*CompleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CompleteJob) GetJobId() string {
@@ -3155,7 +3300,7 @@ type MarkJobFailed struct {
 
 func (x *MarkJobFailed) Reset() {
 	*x = MarkJobFailed{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3312,7 @@ func (x *MarkJobFailed) String() string {
 func (*MarkJobFailed) ProtoMessage() {}
 
 func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3325,7 @@ func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFailed.ProtoReflect.Descriptor instead.
 func (*MarkJobFailed) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MarkJobFailed) GetJobId() string {
@@ -3213,7 +3358,7 @@ type InstanceReports struct {
 
 func (x *InstanceReports) Reset() {
 	*x = InstanceReports{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3225,7 +3370,7 @@ func (x *InstanceReports) String() string {
 func (*InstanceReports) ProtoMessage() {}
 
 func (x *InstanceReports) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3238,7 +3383,7 @@ func (x *InstanceReports) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReports.ProtoReflect.Descriptor instead.
 func (*InstanceReports) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *InstanceReports) GetNodeId() string {
@@ -3284,7 +3429,7 @@ type RegisterSlot struct {
 
 func (x *RegisterSlot) Reset() {
 	*x = RegisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3441,7 @@ func (x *RegisterSlot) String() string {
 func (*RegisterSlot) ProtoMessage() {}
 
 func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3454,7 @@ func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSlot.ProtoReflect.Descriptor instead.
 func (*RegisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RegisterSlot) GetNodeId() string {
@@ -3391,7 +3536,7 @@ type SetNodeInstance struct {
 
 func (x *SetNodeInstance) Reset() {
 	*x = SetNodeInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3548,7 @@ func (x *SetNodeInstance) String() string {
 func (*SetNodeInstance) ProtoMessage() {}
 
 func (x *SetNodeInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3561,7 @@ func (x *SetNodeInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeInstance.ProtoReflect.Descriptor instead.
 func (*SetNodeInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SetNodeInstance) GetNodeId() string {
@@ -3462,7 +3607,7 @@ type MemberRegister struct {
 
 func (x *MemberRegister) Reset() {
 	*x = MemberRegister{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +3619,7 @@ func (x *MemberRegister) String() string {
 func (*MemberRegister) ProtoMessage() {}
 
 func (x *MemberRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +3632,7 @@ func (x *MemberRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRegister.ProtoReflect.Descriptor instead.
 func (*MemberRegister) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MemberRegister) GetToken() string {
@@ -3565,7 +3710,7 @@ type DeregisterSlot struct {
 
 func (x *DeregisterSlot) Reset() {
 	*x = DeregisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3577,7 +3722,7 @@ func (x *DeregisterSlot) String() string {
 func (*DeregisterSlot) ProtoMessage() {}
 
 func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3590,7 +3735,7 @@ func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterSlot.ProtoReflect.Descriptor instead.
 func (*DeregisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeregisterSlot) GetNodeId() string {
@@ -3610,7 +3755,7 @@ type SetSlotPool struct {
 
 func (x *SetSlotPool) Reset() {
 	*x = SetSlotPool{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3767,7 @@ func (x *SetSlotPool) String() string {
 func (*SetSlotPool) ProtoMessage() {}
 
 func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3780,7 @@ func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotPool.ProtoReflect.Descriptor instead.
 func (*SetSlotPool) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetSlotPool) GetNodeId() string {
@@ -3664,7 +3809,7 @@ type NodeOnline struct {
 
 func (x *NodeOnline) Reset() {
 	*x = NodeOnline{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3676,7 +3821,7 @@ func (x *NodeOnline) String() string {
 func (*NodeOnline) ProtoMessage() {}
 
 func (x *NodeOnline) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3689,7 +3834,7 @@ func (x *NodeOnline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOnline.ProtoReflect.Descriptor instead.
 func (*NodeOnline) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NodeOnline) GetNodeId() string {
@@ -3716,7 +3861,7 @@ type NodeLost struct {
 
 func (x *NodeLost) Reset() {
 	*x = NodeLost{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3728,7 +3873,7 @@ func (x *NodeLost) String() string {
 func (*NodeLost) ProtoMessage() {}
 
 func (x *NodeLost) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3741,7 +3886,7 @@ func (x *NodeLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLost.ProtoReflect.Descriptor instead.
 func (*NodeLost) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *NodeLost) GetNodeId() string {
@@ -3775,7 +3920,7 @@ type TerminateNode struct {
 
 func (x *TerminateNode) Reset() {
 	*x = TerminateNode{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3787,7 +3932,7 @@ func (x *TerminateNode) String() string {
 func (*TerminateNode) ProtoMessage() {}
 
 func (x *TerminateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3800,7 +3945,7 @@ func (x *TerminateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateNode.ProtoReflect.Descriptor instead.
 func (*TerminateNode) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TerminateNode) GetNodeId() string {
@@ -3836,7 +3981,7 @@ type NodeTerminated struct {
 
 func (x *NodeTerminated) Reset() {
 	*x = NodeTerminated{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3848,7 +3993,7 @@ func (x *NodeTerminated) String() string {
 func (*NodeTerminated) ProtoMessage() {}
 
 func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3861,7 +4006,7 @@ func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeTerminated.ProtoReflect.Descriptor instead.
 func (*NodeTerminated) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *NodeTerminated) GetNodeId() string {
@@ -3888,7 +4033,7 @@ type SetNodeTags struct {
 
 func (x *SetNodeTags) Reset() {
 	*x = SetNodeTags{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3900,7 +4045,7 @@ func (x *SetNodeTags) String() string {
 func (*SetNodeTags) ProtoMessage() {}
 
 func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3913,7 +4058,7 @@ func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeTags.ProtoReflect.Descriptor instead.
 func (*SetNodeTags) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SetNodeTags) GetNodeId() string {
@@ -3940,7 +4085,7 @@ type SetNodeIdleExpiry struct {
 
 func (x *SetNodeIdleExpiry) Reset() {
 	*x = SetNodeIdleExpiry{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3952,7 +4097,7 @@ func (x *SetNodeIdleExpiry) String() string {
 func (*SetNodeIdleExpiry) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3965,7 +4110,7 @@ func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SetNodeIdleExpiry) GetNodeId() string {
@@ -3998,7 +4143,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4010,7 +4155,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4023,7 +4168,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *JobRecord) GetJob() *v1.Job {
@@ -4084,7 +4229,7 @@ type NodeRecord struct {
 
 func (x *NodeRecord) Reset() {
 	*x = NodeRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4096,7 +4241,7 @@ func (x *NodeRecord) String() string {
 func (*NodeRecord) ProtoMessage() {}
 
 func (x *NodeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4109,7 +4254,7 @@ func (x *NodeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
 func (*NodeRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NodeRecord) GetNode() *v1.Node {
@@ -4165,7 +4310,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4177,7 +4322,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4190,7 +4335,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SnapshotHeader) GetSchemaVersion() uint32 {
@@ -4220,7 +4365,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4232,7 +4377,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4245,7 +4390,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SnapshotTrailer) GetRecords() uint64 {
@@ -4292,7 +4437,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4304,7 +4449,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4317,7 +4462,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -4613,7 +4758,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4625,7 +4770,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4638,7 +4783,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{59}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TokenRecord) GetToken() *v1.ApiToken {
@@ -4667,7 +4812,7 @@ type AccessReplicaState struct {
 
 func (x *AccessReplicaState) Reset() {
 	*x = AccessReplicaState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4679,7 +4824,7 @@ func (x *AccessReplicaState) String() string {
 func (*AccessReplicaState) ProtoMessage() {}
 
 func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4692,7 +4837,7 @@ func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessReplicaState.ProtoReflect.Descriptor instead.
 func (*AccessReplicaState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{60}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AccessReplicaState) GetVersion() uint64 {
@@ -4728,7 +4873,7 @@ type AuditState struct {
 
 func (x *AuditState) Reset() {
 	*x = AuditState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4740,7 +4885,7 @@ func (x *AuditState) String() string {
 func (*AuditState) ProtoMessage() {}
 
 func (x *AuditState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4753,7 +4898,7 @@ func (x *AuditState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditState.ProtoReflect.Descriptor instead.
 func (*AuditState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{61}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AuditState) GetNextSeq() int64 {
@@ -4788,7 +4933,7 @@ type KvRecord struct {
 
 func (x *KvRecord) Reset() {
 	*x = KvRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4800,7 +4945,7 @@ func (x *KvRecord) String() string {
 func (*KvRecord) ProtoMessage() {}
 
 func (x *KvRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4813,7 +4958,7 @@ func (x *KvRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvRecord.ProtoReflect.Descriptor instead.
 func (*KvRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{62}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *KvRecord) GetNamespace() string {
@@ -4841,7 +4986,7 @@ type KvNamespace struct {
 
 func (x *KvNamespace) Reset() {
 	*x = KvNamespace{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4853,7 +4998,7 @@ func (x *KvNamespace) String() string {
 func (*KvNamespace) ProtoMessage() {}
 
 func (x *KvNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4866,7 +5011,7 @@ func (x *KvNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvNamespace.ProtoReflect.Descriptor instead.
 func (*KvNamespace) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{63}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *KvNamespace) GetName() string {
@@ -4893,7 +5038,7 @@ type StoreMeta struct {
 
 func (x *StoreMeta) Reset() {
 	*x = StoreMeta{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4905,7 +5050,7 @@ func (x *StoreMeta) String() string {
 func (*StoreMeta) ProtoMessage() {}
 
 func (x *StoreMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4918,7 +5063,7 @@ func (x *StoreMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreMeta.ProtoReflect.Descriptor instead.
 func (*StoreMeta) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{64}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *StoreMeta) GetSchemaVersion() uint32 {
@@ -4932,7 +5077,7 @@ var File_norsk_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a norsk/manager/v1/migration.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xae\x1b\n" +
+	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a norsk/manager/v1/migration.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xc0\x1c\n" +
 	"\aCommand\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x05audit\x18\x02 \x01(\v2\x1a.norsk.store.v1.AuditStampR\x05audit\x12:\n" +
@@ -4988,7 +5133,9 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\rput_migration\x185 \x01(\v2\x1c.norsk.store.v1.PutMigrationH\x00R\fputMigration\x12O\n" +
 	"\x11forget_migrations\x186 \x01(\v2 .norsk.store.v1.ForgetMigrationsH\x00R\x10forgetMigrations\x12M\n" +
 	"\x11set_node_draining\x187 \x01(\v2\x1f.norsk.store.v1.SetNodeDrainingH\x00R\x0fsetNodeDraining\x12M\n" +
-	"\x11set_node_instance\x18@ \x01(\v2\x1f.norsk.store.v1.SetNodeInstanceH\x00R\x0fsetNodeInstanceB\x05\n" +
+	"\x11set_node_instance\x18@ \x01(\v2\x1f.norsk.store.v1.SetNodeInstanceH\x00R\x0fsetNodeInstance\x12J\n" +
+	"\x10start_node_drain\x18V \x01(\v2\x1e.norsk.store.v1.StartNodeDrainH\x00R\x0estartNodeDrain\x12D\n" +
+	"\x0eput_node_drain\x18W \x01(\v2\x1c.norsk.store.v1.PutNodeDrainH\x00R\fputNodeDrainB\x05\n" +
 	"\x03cmd\"@\n" +
 	"\fCreateBundle\x120\n" +
 	"\x06bundle\x18\x01 \x01(\v2\x18.norsk.manager.v1.BundleR\x06bundle\"@\n" +
@@ -5123,16 +5270,22 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x06create\x18\x03 \x01(\bR\x06create\"Z\n" +
 	"\x10ForgetMigrations\x12#\n" +
 	"\rmigration_ids\x18\x01 \x03(\tR\fmigrationIds\x12!\n" +
-	"\fall_terminal\x18\x02 \x01(\bR\vallTerminal\"F\n" +
+	"\fall_terminal\x18\x02 \x01(\bR\vallTerminal\"C\n" +
+	"\x0eStartNodeDrain\x121\n" +
+	"\x05drain\x18\x01 \x01(\v2\x1b.norsk.manager.v1.NodeDrainR\x05drain\"n\n" +
+	"\fPutNodeDrain\x121\n" +
+	"\x05drain\x18\x01 \x01(\v2\x1b.norsk.manager.v1.NodeDrainR\x05drain\x12+\n" +
+	"\x11expected_revision\x18\x02 \x01(\x04R\x10expectedRevision\"F\n" +
 	"\x0fSetNodeDraining\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1a\n" +
-	"\bdraining\x18\x02 \x01(\bR\bdraining\"\x90\x01\n" +
+	"\bdraining\x18\x02 \x01(\bR\bdraining\"\xa8\x01\n" +
 	"\fStopInstance\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\bgrace_ms\x18\x04 \x01(\rR\agraceMs\x12!\n" +
-	"\fmigration_id\x18\x05 \x01(\tR\vmigrationId\"[\n" +
+	"\fmigration_id\x18\x05 \x01(\tR\vmigrationId\x12\x16\n" +
+	"\x06reason\x18( \x01(\tR\x06reason\"[\n" +
 	"\x15StartPreparedInstance\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x17\n" +
@@ -5290,7 +5443,7 @@ func file_norsk_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_norsk_store_v1_store_proto_rawDescData
 }
 
-var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*Command)(nil),                     // 0: norsk.store.v1.Command
 	(*CreateBundle)(nil),                // 1: norsk.store.v1.CreateBundle
@@ -5329,82 +5482,85 @@ var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*MigrationReports)(nil),            // 34: norsk.store.v1.MigrationReports
 	(*PutMigration)(nil),                // 35: norsk.store.v1.PutMigration
 	(*ForgetMigrations)(nil),            // 36: norsk.store.v1.ForgetMigrations
-	(*SetNodeDraining)(nil),             // 37: norsk.store.v1.SetNodeDraining
-	(*StopInstance)(nil),                // 38: norsk.store.v1.StopInstance
-	(*StartPreparedInstance)(nil),       // 39: norsk.store.v1.StartPreparedInstance
-	(*CompleteJob)(nil),                 // 40: norsk.store.v1.CompleteJob
-	(*MarkJobFailed)(nil),               // 41: norsk.store.v1.MarkJobFailed
-	(*InstanceReports)(nil),             // 42: norsk.store.v1.InstanceReports
-	(*RegisterSlot)(nil),                // 43: norsk.store.v1.RegisterSlot
-	(*SetNodeInstance)(nil),             // 44: norsk.store.v1.SetNodeInstance
-	(*MemberRegister)(nil),              // 45: norsk.store.v1.MemberRegister
-	(*DeregisterSlot)(nil),              // 46: norsk.store.v1.DeregisterSlot
-	(*SetSlotPool)(nil),                 // 47: norsk.store.v1.SetSlotPool
-	(*NodeOnline)(nil),                  // 48: norsk.store.v1.NodeOnline
-	(*NodeLost)(nil),                    // 49: norsk.store.v1.NodeLost
-	(*TerminateNode)(nil),               // 50: norsk.store.v1.TerminateNode
-	(*NodeTerminated)(nil),              // 51: norsk.store.v1.NodeTerminated
-	(*SetNodeTags)(nil),                 // 52: norsk.store.v1.SetNodeTags
-	(*SetNodeIdleExpiry)(nil),           // 53: norsk.store.v1.SetNodeIdleExpiry
-	(*JobRecord)(nil),                   // 54: norsk.store.v1.JobRecord
-	(*NodeRecord)(nil),                  // 55: norsk.store.v1.NodeRecord
-	(*SnapshotHeader)(nil),              // 56: norsk.store.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),             // 57: norsk.store.v1.SnapshotTrailer
-	(*SnapshotRecord)(nil),              // 58: norsk.store.v1.SnapshotRecord
-	(*TokenRecord)(nil),                 // 59: norsk.store.v1.TokenRecord
-	(*AccessReplicaState)(nil),          // 60: norsk.store.v1.AccessReplicaState
-	(*AuditState)(nil),                  // 61: norsk.store.v1.AuditState
-	(*KvRecord)(nil),                    // 62: norsk.store.v1.KvRecord
-	(*KvNamespace)(nil),                 // 63: norsk.store.v1.KvNamespace
-	(*StoreMeta)(nil),                   // 64: norsk.store.v1.StoreMeta
-	nil,                                 // 65: norsk.store.v1.RegisterSlot.TagsEntry
-	nil,                                 // 66: norsk.store.v1.SetNodeTags.TagsEntry
-	(*timestamppb.Timestamp)(nil),       // 67: google.protobuf.Timestamp
-	(*v1.Bundle)(nil),                   // 68: norsk.manager.v1.Bundle
-	(*v1.ApiToken)(nil),                 // 69: norsk.manager.v1.ApiToken
-	(*v1.DiscoveryFleet)(nil),           // 70: norsk.manager.v1.DiscoveryFleet
-	(*v1.AccessReplicaPublication)(nil), // 71: norsk.manager.v1.AccessReplicaPublication
-	(*v1.KvWrite)(nil),                  // 72: norsk.manager.v1.KvWrite
-	(*v1.KvCommitOptions)(nil),          // 73: norsk.manager.v1.KvCommitOptions
-	(*v1.Job)(nil),                      // 74: norsk.manager.v1.Job
-	(*v1.StartJobOptions)(nil),          // 75: norsk.manager.v1.StartJobOptions
-	(*v1.MigrationReport)(nil),          // 76: norsk.manager.v1.MigrationReport
-	(*v1.MigrationState)(nil),           // 77: norsk.manager.v1.MigrationState
-	(*v1.InstanceReport)(nil),           // 78: norsk.manager.v1.InstanceReport
-	(*v1.WorkerNotice)(nil),             // 79: norsk.manager.v1.WorkerNotice
-	(*v1.Hardware)(nil),                 // 80: norsk.manager.v1.Hardware
-	(*v1.CloudInstance)(nil),            // 81: norsk.manager.v1.CloudInstance
-	(*v1.Capability)(nil),               // 82: norsk.manager.v1.Capability
-	(*v1.WorkerHello)(nil),              // 83: norsk.manager.v1.WorkerHello
-	(*v1.JobHistoryEntry)(nil),          // 84: norsk.manager.v1.JobHistoryEntry
-	(*v1.Node)(nil),                     // 85: norsk.manager.v1.Node
-	(*v1.Instance)(nil),                 // 86: norsk.manager.v1.Instance
-	(*v1.AuditLogEntry)(nil),            // 87: norsk.manager.v1.AuditLogEntry
-	(*v1.AuditCheckpoint)(nil),          // 88: norsk.manager.v1.AuditCheckpoint
-	(*v1.KvEntry)(nil),                  // 89: norsk.manager.v1.KvEntry
+	(*StartNodeDrain)(nil),              // 37: norsk.store.v1.StartNodeDrain
+	(*PutNodeDrain)(nil),                // 38: norsk.store.v1.PutNodeDrain
+	(*SetNodeDraining)(nil),             // 39: norsk.store.v1.SetNodeDraining
+	(*StopInstance)(nil),                // 40: norsk.store.v1.StopInstance
+	(*StartPreparedInstance)(nil),       // 41: norsk.store.v1.StartPreparedInstance
+	(*CompleteJob)(nil),                 // 42: norsk.store.v1.CompleteJob
+	(*MarkJobFailed)(nil),               // 43: norsk.store.v1.MarkJobFailed
+	(*InstanceReports)(nil),             // 44: norsk.store.v1.InstanceReports
+	(*RegisterSlot)(nil),                // 45: norsk.store.v1.RegisterSlot
+	(*SetNodeInstance)(nil),             // 46: norsk.store.v1.SetNodeInstance
+	(*MemberRegister)(nil),              // 47: norsk.store.v1.MemberRegister
+	(*DeregisterSlot)(nil),              // 48: norsk.store.v1.DeregisterSlot
+	(*SetSlotPool)(nil),                 // 49: norsk.store.v1.SetSlotPool
+	(*NodeOnline)(nil),                  // 50: norsk.store.v1.NodeOnline
+	(*NodeLost)(nil),                    // 51: norsk.store.v1.NodeLost
+	(*TerminateNode)(nil),               // 52: norsk.store.v1.TerminateNode
+	(*NodeTerminated)(nil),              // 53: norsk.store.v1.NodeTerminated
+	(*SetNodeTags)(nil),                 // 54: norsk.store.v1.SetNodeTags
+	(*SetNodeIdleExpiry)(nil),           // 55: norsk.store.v1.SetNodeIdleExpiry
+	(*JobRecord)(nil),                   // 56: norsk.store.v1.JobRecord
+	(*NodeRecord)(nil),                  // 57: norsk.store.v1.NodeRecord
+	(*SnapshotHeader)(nil),              // 58: norsk.store.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),             // 59: norsk.store.v1.SnapshotTrailer
+	(*SnapshotRecord)(nil),              // 60: norsk.store.v1.SnapshotRecord
+	(*TokenRecord)(nil),                 // 61: norsk.store.v1.TokenRecord
+	(*AccessReplicaState)(nil),          // 62: norsk.store.v1.AccessReplicaState
+	(*AuditState)(nil),                  // 63: norsk.store.v1.AuditState
+	(*KvRecord)(nil),                    // 64: norsk.store.v1.KvRecord
+	(*KvNamespace)(nil),                 // 65: norsk.store.v1.KvNamespace
+	(*StoreMeta)(nil),                   // 66: norsk.store.v1.StoreMeta
+	nil,                                 // 67: norsk.store.v1.RegisterSlot.TagsEntry
+	nil,                                 // 68: norsk.store.v1.SetNodeTags.TagsEntry
+	(*timestamppb.Timestamp)(nil),       // 69: google.protobuf.Timestamp
+	(*v1.Bundle)(nil),                   // 70: norsk.manager.v1.Bundle
+	(*v1.ApiToken)(nil),                 // 71: norsk.manager.v1.ApiToken
+	(*v1.DiscoveryFleet)(nil),           // 72: norsk.manager.v1.DiscoveryFleet
+	(*v1.AccessReplicaPublication)(nil), // 73: norsk.manager.v1.AccessReplicaPublication
+	(*v1.KvWrite)(nil),                  // 74: norsk.manager.v1.KvWrite
+	(*v1.KvCommitOptions)(nil),          // 75: norsk.manager.v1.KvCommitOptions
+	(*v1.Job)(nil),                      // 76: norsk.manager.v1.Job
+	(*v1.StartJobOptions)(nil),          // 77: norsk.manager.v1.StartJobOptions
+	(*v1.MigrationReport)(nil),          // 78: norsk.manager.v1.MigrationReport
+	(*v1.MigrationState)(nil),           // 79: norsk.manager.v1.MigrationState
+	(*v1.NodeDrain)(nil),                // 80: norsk.manager.v1.NodeDrain
+	(*v1.InstanceReport)(nil),           // 81: norsk.manager.v1.InstanceReport
+	(*v1.WorkerNotice)(nil),             // 82: norsk.manager.v1.WorkerNotice
+	(*v1.Hardware)(nil),                 // 83: norsk.manager.v1.Hardware
+	(*v1.CloudInstance)(nil),            // 84: norsk.manager.v1.CloudInstance
+	(*v1.Capability)(nil),               // 85: norsk.manager.v1.Capability
+	(*v1.WorkerHello)(nil),              // 86: norsk.manager.v1.WorkerHello
+	(*v1.JobHistoryEntry)(nil),          // 87: norsk.manager.v1.JobHistoryEntry
+	(*v1.Node)(nil),                     // 88: norsk.manager.v1.Node
+	(*v1.Instance)(nil),                 // 89: norsk.manager.v1.Instance
+	(*v1.AuditLogEntry)(nil),            // 90: norsk.manager.v1.AuditLogEntry
+	(*v1.AuditCheckpoint)(nil),          // 91: norsk.manager.v1.AuditCheckpoint
+	(*v1.KvEntry)(nil),                  // 92: norsk.manager.v1.KvEntry
 }
 var file_norsk_store_v1_store_proto_depIdxs = []int32{
-	67,  // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
+	69,  // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
 	23,  // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
 	29,  // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
 	30,  // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
 	31,  // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
 	32,  // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
-	38,  // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
-	39,  // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
-	40,  // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
-	41,  // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
-	42,  // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
-	43,  // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
-	45,  // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
-	46,  // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
-	47,  // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
-	48,  // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
-	49,  // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
-	50,  // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
-	51,  // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
-	52,  // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
-	53,  // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
+	40,  // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
+	41,  // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
+	42,  // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
+	43,  // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
+	44,  // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
+	45,  // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
+	47,  // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
+	48,  // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
+	49,  // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
+	50,  // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
+	51,  // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
+	52,  // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
+	53,  // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
+	54,  // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
+	55,  // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
 	24,  // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
 	25,  // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
 	27,  // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
@@ -5431,68 +5587,72 @@ var file_norsk_store_v1_store_proto_depIdxs = []int32{
 	34,  // 44: norsk.store.v1.Command.migration_reports:type_name -> norsk.store.v1.MigrationReports
 	35,  // 45: norsk.store.v1.Command.put_migration:type_name -> norsk.store.v1.PutMigration
 	36,  // 46: norsk.store.v1.Command.forget_migrations:type_name -> norsk.store.v1.ForgetMigrations
-	37,  // 47: norsk.store.v1.Command.set_node_draining:type_name -> norsk.store.v1.SetNodeDraining
-	44,  // 48: norsk.store.v1.Command.set_node_instance:type_name -> norsk.store.v1.SetNodeInstance
-	68,  // 49: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
-	68,  // 50: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
-	67,  // 51: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
-	67,  // 52: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
-	67,  // 53: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
-	10,  // 54: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
-	69,  // 55: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
-	70,  // 56: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	70,  // 57: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	71,  // 58: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	72,  // 59: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
-	73,  // 60: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
-	74,  // 61: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
-	74,  // 62: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
-	75,  // 63: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
-	32,  // 64: norsk.store.v1.BindInstances.binds:type_name -> norsk.store.v1.BindInstance
-	76,  // 65: norsk.store.v1.MigrationReports.reports:type_name -> norsk.manager.v1.MigrationReport
-	77,  // 66: norsk.store.v1.PutMigration.migration:type_name -> norsk.manager.v1.MigrationState
-	78,  // 67: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
-	79,  // 68: norsk.store.v1.InstanceReports.notices:type_name -> norsk.manager.v1.WorkerNotice
-	80,  // 69: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
-	65,  // 70: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
-	81,  // 71: norsk.store.v1.RegisterSlot.cloud:type_name -> norsk.manager.v1.CloudInstance
-	81,  // 72: norsk.store.v1.SetNodeInstance.cloud:type_name -> norsk.manager.v1.CloudInstance
-	80,  // 73: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
-	82,  // 74: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
-	83,  // 75: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
-	66,  // 76: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
-	74,  // 77: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
-	84,  // 78: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	67,  // 79: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
-	67,  // 80: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
-	85,  // 81: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
-	56,  // 82: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
-	54,  // 83: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
-	86,  // 84: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
-	55,  // 85: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
-	57,  // 86: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
-	87,  // 87: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
-	61,  // 88: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
-	62,  // 89: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
-	63,  // 90: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
-	64,  // 91: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
-	59,  // 92: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
-	70,  // 93: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
-	60,  // 94: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
-	10,  // 95: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
-	11,  // 96: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
-	68,  // 97: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
-	9,   // 98: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
-	77,  // 99: norsk.store.v1.SnapshotRecord.migration:type_name -> norsk.manager.v1.MigrationState
-	69,  // 100: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
-	71,  // 101: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	88,  // 102: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
-	89,  // 103: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
-	104, // [104:104] is the sub-list for method output_type
-	104, // [104:104] is the sub-list for method input_type
-	104, // [104:104] is the sub-list for extension type_name
-	104, // [104:104] is the sub-list for extension extendee
-	0,   // [0:104] is the sub-list for field type_name
+	39,  // 47: norsk.store.v1.Command.set_node_draining:type_name -> norsk.store.v1.SetNodeDraining
+	46,  // 48: norsk.store.v1.Command.set_node_instance:type_name -> norsk.store.v1.SetNodeInstance
+	37,  // 49: norsk.store.v1.Command.start_node_drain:type_name -> norsk.store.v1.StartNodeDrain
+	38,  // 50: norsk.store.v1.Command.put_node_drain:type_name -> norsk.store.v1.PutNodeDrain
+	70,  // 51: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	70,  // 52: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	69,  // 53: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
+	69,  // 54: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
+	69,  // 55: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
+	10,  // 56: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
+	71,  // 57: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
+	72,  // 58: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	72,  // 59: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	73,  // 60: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	74,  // 61: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
+	75,  // 62: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
+	76,  // 63: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
+	76,  // 64: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
+	77,  // 65: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
+	32,  // 66: norsk.store.v1.BindInstances.binds:type_name -> norsk.store.v1.BindInstance
+	78,  // 67: norsk.store.v1.MigrationReports.reports:type_name -> norsk.manager.v1.MigrationReport
+	79,  // 68: norsk.store.v1.PutMigration.migration:type_name -> norsk.manager.v1.MigrationState
+	80,  // 69: norsk.store.v1.StartNodeDrain.drain:type_name -> norsk.manager.v1.NodeDrain
+	80,  // 70: norsk.store.v1.PutNodeDrain.drain:type_name -> norsk.manager.v1.NodeDrain
+	81,  // 71: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
+	82,  // 72: norsk.store.v1.InstanceReports.notices:type_name -> norsk.manager.v1.WorkerNotice
+	83,  // 73: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
+	67,  // 74: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
+	84,  // 75: norsk.store.v1.RegisterSlot.cloud:type_name -> norsk.manager.v1.CloudInstance
+	84,  // 76: norsk.store.v1.SetNodeInstance.cloud:type_name -> norsk.manager.v1.CloudInstance
+	83,  // 77: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
+	85,  // 78: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
+	86,  // 79: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
+	68,  // 80: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
+	76,  // 81: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
+	87,  // 82: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	69,  // 83: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
+	69,  // 84: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
+	88,  // 85: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
+	58,  // 86: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
+	56,  // 87: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
+	89,  // 88: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
+	57,  // 89: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
+	59,  // 90: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
+	90,  // 91: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
+	63,  // 92: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
+	64,  // 93: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
+	65,  // 94: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
+	66,  // 95: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
+	61,  // 96: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
+	72,  // 97: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
+	62,  // 98: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
+	10,  // 99: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
+	11,  // 100: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
+	70,  // 101: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
+	9,   // 102: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
+	79,  // 103: norsk.store.v1.SnapshotRecord.migration:type_name -> norsk.manager.v1.MigrationState
+	71,  // 104: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
+	73,  // 105: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	91,  // 106: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
+	92,  // 107: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
+	108, // [108:108] is the sub-list for method output_type
+	108, // [108:108] is the sub-list for method input_type
+	108, // [108:108] is the sub-list for extension type_name
+	108, // [108:108] is the sub-list for extension extendee
+	0,   // [0:108] is the sub-list for field type_name
 }
 
 func init() { file_norsk_store_v1_store_proto_init() }
@@ -5548,8 +5708,10 @@ func file_norsk_store_v1_store_proto_init() {
 		(*Command_ForgetMigrations)(nil),
 		(*Command_SetNodeDraining)(nil),
 		(*Command_SetNodeInstance)(nil),
+		(*Command_StartNodeDrain)(nil),
+		(*Command_PutNodeDrain)(nil),
 	}
-	file_norsk_store_v1_store_proto_msgTypes[58].OneofWrappers = []any{
+	file_norsk_store_v1_store_proto_msgTypes[60].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Instance)(nil),
@@ -5575,7 +5737,7 @@ func file_norsk_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_store_v1_store_proto_rawDesc), len(file_norsk_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   67,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

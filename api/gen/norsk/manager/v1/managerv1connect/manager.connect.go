@@ -216,6 +216,10 @@ const (
 	ManagerRecordMigrationProcedure = "/norsk.manager.v1.Manager/RecordMigration"
 	// ManagerSetNodeDrainingProcedure is the fully-qualified name of the Manager's SetNodeDraining RPC.
 	ManagerSetNodeDrainingProcedure = "/norsk.manager.v1.Manager/SetNodeDraining"
+	// ManagerDrainNodeProcedure is the fully-qualified name of the Manager's DrainNode RPC.
+	ManagerDrainNodeProcedure = "/norsk.manager.v1.Manager/DrainNode"
+	// ManagerRecordNodeDrainProcedure is the fully-qualified name of the Manager's RecordNodeDrain RPC.
+	ManagerRecordNodeDrainProcedure = "/norsk.manager.v1.Manager/RecordNodeDrain"
 	// ManagerEventStreamProcedure is the fully-qualified name of the Manager's EventStream RPC.
 	ManagerEventStreamProcedure = "/norsk.manager.v1.Manager/EventStream"
 )
@@ -405,6 +409,25 @@ type ManagerClient interface {
 	// SetNodeDraining marks a node drained (placement puts nothing new on it)
 	// or not. `norsk-ctl node drain` sets it, then migrates every job away.
 	SetNodeDraining(context.Context, *connect.Request[v1.SetNodeDrainingRequest]) (*connect.Response[v1.SetNodeDrainingResponse], error)
+	// DrainNode drains a node in the Manager, as Nomad does: the node is
+	// marked draining (placement puts nothing new on it) and the drain is
+	// stored on it; the primary's AutoManager then migrates every
+	// AutoManager-placed instance away, parallel at a time, with the strategy
+	// given (overlap, make-before-break, by default), recording each step, so
+	// a Manager restart or failover resumes it. When the deadline passes what
+	// has not moved is stopped with a reason. Progress is the
+	// node_drain_updated event and the node's drain field. A drain already
+	// running is answered as it stands (attached = true): that is how a
+	// client re-attaches; to change its options, undo it and drain again.
+	// undo cancels a running drain (no new move starts; a migration already
+	// started runs to its end) and lets the node take new work again.
+	// INVALID_ARGUMENT: a malformed field. NOT_FOUND: no such node.
+	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
+	// RecordNodeDrain is the AutoManager's write-back of a drain's progress
+	// (not an operator's call): the drain is replaced if still at
+	// expected_revision and running. FAILED_PRECONDITION: the revision moved,
+	// or the drain ended or was undone.
+	RecordNodeDrain(context.Context, *connect.Request[v1.RecordNodeDrainRequest]) (*connect.Response[v1.RecordNodeDrainResponse], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -884,6 +907,18 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(managerMethods.ByName("SetNodeDraining")),
 			connect.WithClientOptions(opts...),
 		),
+		drainNode: connect.NewClient[v1.DrainNodeRequest, v1.DrainNodeResponse](
+			httpClient,
+			baseURL+ManagerDrainNodeProcedure,
+			connect.WithSchema(managerMethods.ByName("DrainNode")),
+			connect.WithClientOptions(opts...),
+		),
+		recordNodeDrain: connect.NewClient[v1.RecordNodeDrainRequest, v1.RecordNodeDrainResponse](
+			httpClient,
+			baseURL+ManagerRecordNodeDrainProcedure,
+			connect.WithSchema(managerMethods.ByName("RecordNodeDrain")),
+			connect.WithClientOptions(opts...),
+		),
 		eventStream: connect.NewClient[v1.EventStreamRequest, v1.Event](
 			httpClient,
 			baseURL+ManagerEventStreamProcedure,
@@ -972,6 +1007,8 @@ type managerClient struct {
 	forgetTerminalMigrations    *connect.Client[v1.ForgetTerminalMigrationsRequest, v1.ForgetTerminalMigrationsResponse]
 	recordMigration             *connect.Client[v1.RecordMigrationRequest, v1.RecordMigrationResponse]
 	setNodeDraining             *connect.Client[v1.SetNodeDrainingRequest, v1.SetNodeDrainingResponse]
+	drainNode                   *connect.Client[v1.DrainNodeRequest, v1.DrainNodeResponse]
+	recordNodeDrain             *connect.Client[v1.RecordNodeDrainRequest, v1.RecordNodeDrainResponse]
 	eventStream                 *connect.Client[v1.EventStreamRequest, v1.Event]
 }
 
@@ -1360,6 +1397,16 @@ func (c *managerClient) SetNodeDraining(ctx context.Context, req *connect.Reques
 	return c.setNodeDraining.CallUnary(ctx, req)
 }
 
+// DrainNode calls norsk.manager.v1.Manager.DrainNode.
+func (c *managerClient) DrainNode(ctx context.Context, req *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error) {
+	return c.drainNode.CallUnary(ctx, req)
+}
+
+// RecordNodeDrain calls norsk.manager.v1.Manager.RecordNodeDrain.
+func (c *managerClient) RecordNodeDrain(ctx context.Context, req *connect.Request[v1.RecordNodeDrainRequest]) (*connect.Response[v1.RecordNodeDrainResponse], error) {
+	return c.recordNodeDrain.CallUnary(ctx, req)
+}
+
 // EventStream calls norsk.manager.v1.Manager.EventStream.
 func (c *managerClient) EventStream(ctx context.Context, req *connect.Request[v1.EventStreamRequest]) (*connect.ServerStreamForClient[v1.Event], error) {
 	return c.eventStream.CallServerStream(ctx, req)
@@ -1550,6 +1597,25 @@ type ManagerHandler interface {
 	// SetNodeDraining marks a node drained (placement puts nothing new on it)
 	// or not. `norsk-ctl node drain` sets it, then migrates every job away.
 	SetNodeDraining(context.Context, *connect.Request[v1.SetNodeDrainingRequest]) (*connect.Response[v1.SetNodeDrainingResponse], error)
+	// DrainNode drains a node in the Manager, as Nomad does: the node is
+	// marked draining (placement puts nothing new on it) and the drain is
+	// stored on it; the primary's AutoManager then migrates every
+	// AutoManager-placed instance away, parallel at a time, with the strategy
+	// given (overlap, make-before-break, by default), recording each step, so
+	// a Manager restart or failover resumes it. When the deadline passes what
+	// has not moved is stopped with a reason. Progress is the
+	// node_drain_updated event and the node's drain field. A drain already
+	// running is answered as it stands (attached = true): that is how a
+	// client re-attaches; to change its options, undo it and drain again.
+	// undo cancels a running drain (no new move starts; a migration already
+	// started runs to its end) and lets the node take new work again.
+	// INVALID_ARGUMENT: a malformed field. NOT_FOUND: no such node.
+	DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error)
+	// RecordNodeDrain is the AutoManager's write-back of a drain's progress
+	// (not an operator's call): the drain is replaced if still at
+	// expected_revision and running. FAILED_PRECONDITION: the revision moved,
+	// or the drain ended or was undone.
+	RecordNodeDrain(context.Context, *connect.Request[v1.RecordNodeDrainRequest]) (*connect.Response[v1.RecordNodeDrainResponse], error)
 	// The event stream: an initial snapshot, then live events, each with its
 	// store index. A consumer that falls too far behind is ended with
 	// RESOURCE_EXHAUSTED; it reconnects with after_index and misses nothing.
@@ -2025,6 +2091,18 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(managerMethods.ByName("SetNodeDraining")),
 		connect.WithHandlerOptions(opts...),
 	)
+	managerDrainNodeHandler := connect.NewUnaryHandler(
+		ManagerDrainNodeProcedure,
+		svc.DrainNode,
+		connect.WithSchema(managerMethods.ByName("DrainNode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerRecordNodeDrainHandler := connect.NewUnaryHandler(
+		ManagerRecordNodeDrainProcedure,
+		svc.RecordNodeDrain,
+		connect.WithSchema(managerMethods.ByName("RecordNodeDrain")),
+		connect.WithHandlerOptions(opts...),
+	)
 	managerEventStreamHandler := connect.NewServerStreamHandler(
 		ManagerEventStreamProcedure,
 		svc.EventStream,
@@ -2187,6 +2265,10 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerRecordMigrationHandler.ServeHTTP(w, r)
 		case ManagerSetNodeDrainingProcedure:
 			managerSetNodeDrainingHandler.ServeHTTP(w, r)
+		case ManagerDrainNodeProcedure:
+			managerDrainNodeHandler.ServeHTTP(w, r)
+		case ManagerRecordNodeDrainProcedure:
+			managerRecordNodeDrainHandler.ServeHTTP(w, r)
 		case ManagerEventStreamProcedure:
 			managerEventStreamHandler.ServeHTTP(w, r)
 		default:
@@ -2504,6 +2586,14 @@ func (UnimplementedManagerHandler) RecordMigration(context.Context, *connect.Req
 
 func (UnimplementedManagerHandler) SetNodeDraining(context.Context, *connect.Request[v1.SetNodeDrainingRequest]) (*connect.Response[v1.SetNodeDrainingResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.SetNodeDraining is not implemented"))
+}
+
+func (UnimplementedManagerHandler) DrainNode(context.Context, *connect.Request[v1.DrainNodeRequest]) (*connect.Response[v1.DrainNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.DrainNode is not implemented"))
+}
+
+func (UnimplementedManagerHandler) RecordNodeDrain(context.Context, *connect.Request[v1.RecordNodeDrainRequest]) (*connect.Response[v1.RecordNodeDrainResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.RecordNodeDrain is not implemented"))
 }
 
 func (UnimplementedManagerHandler) EventStream(context.Context, *connect.Request[v1.EventStreamRequest], *connect.ServerStream[v1.Event]) error {
