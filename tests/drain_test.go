@@ -87,6 +87,9 @@ func TestDrainSurvivesPrimaryKill(t *testing.T) {
 	if !strings.Contains(out.String(), "already being drained") || !strings.Contains(out.String(), fmt.Sprintf("%d/%d moved", jobs, jobs)) {
 		t.Errorf("re-attach output lacks the attach or the summary:\n%s", out.String())
 	}
+	// The drain may have outlasted the first context (a handover that timed
+	// out is retried): read with a fresh one.
+	x = ctx(t)
 	d = drainOf(p)
 	if d.GetState() != norsk.DrainDrained || d.GetMoved() != jobs || d.GetTotal() != jobs {
 		t.Fatalf("drain after the failover: %s %s", norsk.DrainStateName(d.GetState()), d.GetSummary())
