@@ -60,7 +60,7 @@ func TestConformance(t *testing.T) {
 		},
 		Service: testService,
 		Unrunnable: []runtimetest.Unrunnable{
-			{Name: "MissingImage", Service: &managerv1.Service{Name: "missing", Image: "norsk-test/no-such-image:never"}, Err: runtime.ErrImageNotFound},
+			{Name: "MissingImage", Service: &managerv1.Service{Name: "missing", Image: "norsk-test/no-such-image:never", PullPolicy: managerv1.PullPolicy_PULL_POLICY_NEVER}, Err: runtime.ErrImageNotFound},
 			{Name: "NoImage", Service: &managerv1.Service{Name: "noimage", Command: []string{"/prog"}}, Err: runtime.ErrInvalidSpec},
 		},
 	})
@@ -316,16 +316,16 @@ func TestVolumesAndEnv(t *testing.T) {
 	}
 }
 
-// TestMissingImageMessage checks that the error for a missing image names
-// the image and says the worker does not pull.
+// TestMissingImageMessage checks that the error for a missing image whose
+// pull policy is never names the image and the policy.
 func TestMissingImageMessage(t *testing.T) {
 	rt := newRuntime(t, "node-nopull")
 	spec := runtime.InstanceSpec{
 		Key: runtime.Key{JobID: "job-nopull", Role: "primary"}, NodeID: "node-nopull", Token: 1,
-		Job: &managerv1.Job{JobId: "job-nopull", Services: []*managerv1.Service{{Name: "svc", Image: "norsk-test/absent:1"}}},
+		Job: &managerv1.Job{JobId: "job-nopull", Services: []*managerv1.Service{{Name: "svc", Image: "norsk-test/absent:1", PullPolicy: managerv1.PullPolicy_PULL_POLICY_NEVER}}},
 	}
 	err := rt.Prepare(t.Context(), spec)
-	if !errors.Is(err, runtime.ErrImageNotFound) || !strings.Contains(err.Error(), "norsk-test/absent:1") || !strings.Contains(err.Error(), "does not pull") {
+	if !errors.Is(err, runtime.ErrImageNotFound) || !strings.Contains(err.Error(), "norsk-test/absent:1") || !strings.Contains(err.Error(), "pull policy is never") {
 		t.Fatalf("Prepare = %v", err)
 	}
 }

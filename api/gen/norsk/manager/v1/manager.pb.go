@@ -2994,6 +2994,113 @@ func (x *GetNodeIdleExpiryRequest) GetNodeId() string {
 	return ""
 }
 
+type PrefetchImagesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ImageRefs     []string               `protobuf:"bytes,2,rep,name=image_refs,json=imageRefs,proto3" json:"image_refs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefetchImagesRequest) Reset() {
+	*x = PrefetchImagesRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefetchImagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefetchImagesRequest) ProtoMessage() {}
+
+func (x *PrefetchImagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefetchImagesRequest.ProtoReflect.Descriptor instead.
+func (*PrefetchImagesRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *PrefetchImagesRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PrefetchImagesRequest) GetImageRefs() []string {
+	if x != nil {
+		return x.ImageRefs
+	}
+	return nil
+}
+
+type PrefetchImagesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Echoed by the images_prefetched events that report the outcomes.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The store index when the worker was told: every outcome's event comes
+	// after it (EventStream after_index).
+	Index         uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefetchImagesResponse) Reset() {
+	*x = PrefetchImagesResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefetchImagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefetchImagesResponse) ProtoMessage() {}
+
+func (x *PrefetchImagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefetchImagesResponse.ProtoReflect.Descriptor instead.
+func (*PrefetchImagesResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *PrefetchImagesResponse) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *PrefetchImagesResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type SetNodeIdleExpiryRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -3005,7 +3112,7 @@ type SetNodeIdleExpiryRequest struct {
 
 func (x *SetNodeIdleExpiryRequest) Reset() {
 	*x = SetNodeIdleExpiryRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[50]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3124,7 @@ func (x *SetNodeIdleExpiryRequest) String() string {
 func (*SetNodeIdleExpiryRequest) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[50]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3137,7 @@ func (x *SetNodeIdleExpiryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiryRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiryRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{50}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetNodeIdleExpiryRequest) GetNodeId() string {
@@ -3058,7 +3165,7 @@ type NodeIdleExpiry struct {
 
 func (x *NodeIdleExpiry) Reset() {
 	*x = NodeIdleExpiry{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[51]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3177,7 @@ func (x *NodeIdleExpiry) String() string {
 func (*NodeIdleExpiry) ProtoMessage() {}
 
 func (x *NodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[51]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3190,7 @@ func (x *NodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*NodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{51}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *NodeIdleExpiry) GetNodeId() string {
@@ -3117,7 +3224,7 @@ type NotifyMigrationGetStateRequest struct {
 
 func (x *NotifyMigrationGetStateRequest) Reset() {
 	*x = NotifyMigrationGetStateRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[52]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3236,7 @@ func (x *NotifyMigrationGetStateRequest) String() string {
 func (*NotifyMigrationGetStateRequest) ProtoMessage() {}
 
 func (x *NotifyMigrationGetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[52]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3249,7 @@ func (x *NotifyMigrationGetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyMigrationGetStateRequest.ProtoReflect.Descriptor instead.
 func (*NotifyMigrationGetStateRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{52}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *NotifyMigrationGetStateRequest) GetSourceJobKey() *JobKey {
@@ -3170,7 +3277,7 @@ type NotifyMigrationCutoverReadyRequest struct {
 
 func (x *NotifyMigrationCutoverReadyRequest) Reset() {
 	*x = NotifyMigrationCutoverReadyRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[53]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3289,7 @@ func (x *NotifyMigrationCutoverReadyRequest) String() string {
 func (*NotifyMigrationCutoverReadyRequest) ProtoMessage() {}
 
 func (x *NotifyMigrationCutoverReadyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[53]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3302,7 @@ func (x *NotifyMigrationCutoverReadyRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use NotifyMigrationCutoverReadyRequest.ProtoReflect.Descriptor instead.
 func (*NotifyMigrationCutoverReadyRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{53}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NotifyMigrationCutoverReadyRequest) GetSourceJobKey() *JobKey {
@@ -3230,7 +3337,7 @@ type NotifyMigrationCutoverApplyRequest struct {
 
 func (x *NotifyMigrationCutoverApplyRequest) Reset() {
 	*x = NotifyMigrationCutoverApplyRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[54]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3242,7 +3349,7 @@ func (x *NotifyMigrationCutoverApplyRequest) String() string {
 func (*NotifyMigrationCutoverApplyRequest) ProtoMessage() {}
 
 func (x *NotifyMigrationCutoverApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[54]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3255,7 +3362,7 @@ func (x *NotifyMigrationCutoverApplyRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use NotifyMigrationCutoverApplyRequest.ProtoReflect.Descriptor instead.
 func (*NotifyMigrationCutoverApplyRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{54}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *NotifyMigrationCutoverApplyRequest) GetTargetJobKey() *JobKey {
@@ -3289,7 +3396,7 @@ type NotifyMigrationResponse struct {
 
 func (x *NotifyMigrationResponse) Reset() {
 	*x = NotifyMigrationResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[55]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3301,7 +3408,7 @@ func (x *NotifyMigrationResponse) String() string {
 func (*NotifyMigrationResponse) ProtoMessage() {}
 
 func (x *NotifyMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[55]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3314,7 +3421,7 @@ func (x *NotifyMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyMigrationResponse.ProtoReflect.Descriptor instead.
 func (*NotifyMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{55}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NotifyMigrationResponse) GetNodeId() string {
@@ -3337,7 +3444,7 @@ type AbortMigrationRequest struct {
 
 func (x *AbortMigrationRequest) Reset() {
 	*x = AbortMigrationRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[56]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3456,7 @@ func (x *AbortMigrationRequest) String() string {
 func (*AbortMigrationRequest) ProtoMessage() {}
 
 func (x *AbortMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[56]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3362,7 +3469,7 @@ func (x *AbortMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortMigrationRequest.ProtoReflect.Descriptor instead.
 func (*AbortMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{56}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AbortMigrationRequest) GetJobId() string {
@@ -3410,7 +3517,7 @@ type AbortMigrationResponse struct {
 
 func (x *AbortMigrationResponse) Reset() {
 	*x = AbortMigrationResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[57]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3422,7 +3529,7 @@ func (x *AbortMigrationResponse) String() string {
 func (*AbortMigrationResponse) ProtoMessage() {}
 
 func (x *AbortMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[57]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3435,7 +3542,7 @@ func (x *AbortMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortMigrationResponse.ProtoReflect.Descriptor instead.
 func (*AbortMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{57}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AbortMigrationResponse) GetNodeIds() []string {
@@ -3461,7 +3568,7 @@ type MigrateJobRequest struct {
 
 func (x *MigrateJobRequest) Reset() {
 	*x = MigrateJobRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[58]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3473,7 +3580,7 @@ func (x *MigrateJobRequest) String() string {
 func (*MigrateJobRequest) ProtoMessage() {}
 
 func (x *MigrateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[58]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3486,7 +3593,7 @@ func (x *MigrateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateJobRequest.ProtoReflect.Descriptor instead.
 func (*MigrateJobRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{58}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *MigrateJobRequest) GetJobId() string {
@@ -3534,7 +3641,7 @@ type MigrateJobResponse struct {
 
 func (x *MigrateJobResponse) Reset() {
 	*x = MigrateJobResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[59]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3653,7 @@ func (x *MigrateJobResponse) String() string {
 func (*MigrateJobResponse) ProtoMessage() {}
 
 func (x *MigrateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[59]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3666,7 @@ func (x *MigrateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateJobResponse.ProtoReflect.Descriptor instead.
 func (*MigrateJobResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{59}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *MigrateJobResponse) GetMigrationId() string {
@@ -3586,7 +3693,7 @@ type ListMigrationsRequest struct {
 
 func (x *ListMigrationsRequest) Reset() {
 	*x = ListMigrationsRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[60]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3598,7 +3705,7 @@ func (x *ListMigrationsRequest) String() string {
 func (*ListMigrationsRequest) ProtoMessage() {}
 
 func (x *ListMigrationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[60]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3611,7 +3718,7 @@ func (x *ListMigrationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMigrationsRequest.ProtoReflect.Descriptor instead.
 func (*ListMigrationsRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{60}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListMigrationsRequest) GetJobId() string {
@@ -3630,7 +3737,7 @@ type ListMigrationsResponse struct {
 
 func (x *ListMigrationsResponse) Reset() {
 	*x = ListMigrationsResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[61]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3642,7 +3749,7 @@ func (x *ListMigrationsResponse) String() string {
 func (*ListMigrationsResponse) ProtoMessage() {}
 
 func (x *ListMigrationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[61]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3655,7 +3762,7 @@ func (x *ListMigrationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMigrationsResponse.ProtoReflect.Descriptor instead.
 func (*ListMigrationsResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{61}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListMigrationsResponse) GetMigrations() []*MigrationState {
@@ -3674,7 +3781,7 @@ type GetMigrationRequest struct {
 
 func (x *GetMigrationRequest) Reset() {
 	*x = GetMigrationRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[62]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3686,7 +3793,7 @@ func (x *GetMigrationRequest) String() string {
 func (*GetMigrationRequest) ProtoMessage() {}
 
 func (x *GetMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[62]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3699,7 +3806,7 @@ func (x *GetMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMigrationRequest.ProtoReflect.Descriptor instead.
 func (*GetMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{62}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetMigrationRequest) GetMigrationId() string {
@@ -3718,7 +3825,7 @@ type MigrationForJobRequest struct {
 
 func (x *MigrationForJobRequest) Reset() {
 	*x = MigrationForJobRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[63]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3730,7 +3837,7 @@ func (x *MigrationForJobRequest) String() string {
 func (*MigrationForJobRequest) ProtoMessage() {}
 
 func (x *MigrationForJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[63]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3743,7 +3850,7 @@ func (x *MigrationForJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationForJobRequest.ProtoReflect.Descriptor instead.
 func (*MigrationForJobRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{63}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MigrationForJobRequest) GetJobId() string {
@@ -3762,7 +3869,7 @@ type ForgetMigrationRequest struct {
 
 func (x *ForgetMigrationRequest) Reset() {
 	*x = ForgetMigrationRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[64]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3774,7 +3881,7 @@ func (x *ForgetMigrationRequest) String() string {
 func (*ForgetMigrationRequest) ProtoMessage() {}
 
 func (x *ForgetMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[64]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3787,7 +3894,7 @@ func (x *ForgetMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetMigrationRequest.ProtoReflect.Descriptor instead.
 func (*ForgetMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{64}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ForgetMigrationRequest) GetMigrationId() string {
@@ -3806,7 +3913,7 @@ type ForgetMigrationResponse struct {
 
 func (x *ForgetMigrationResponse) Reset() {
 	*x = ForgetMigrationResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[65]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3818,7 +3925,7 @@ func (x *ForgetMigrationResponse) String() string {
 func (*ForgetMigrationResponse) ProtoMessage() {}
 
 func (x *ForgetMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[65]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3831,7 +3938,7 @@ func (x *ForgetMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetMigrationResponse.ProtoReflect.Descriptor instead.
 func (*ForgetMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{65}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ForgetMigrationResponse) GetForgotten() bool {
@@ -3849,7 +3956,7 @@ type ForgetTerminalMigrationsRequest struct {
 
 func (x *ForgetTerminalMigrationsRequest) Reset() {
 	*x = ForgetTerminalMigrationsRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[66]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3861,7 +3968,7 @@ func (x *ForgetTerminalMigrationsRequest) String() string {
 func (*ForgetTerminalMigrationsRequest) ProtoMessage() {}
 
 func (x *ForgetTerminalMigrationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[66]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3874,7 +3981,7 @@ func (x *ForgetTerminalMigrationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetTerminalMigrationsRequest.ProtoReflect.Descriptor instead.
 func (*ForgetTerminalMigrationsRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{66}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{68}
 }
 
 type ForgetTerminalMigrationsResponse struct {
@@ -3886,7 +3993,7 @@ type ForgetTerminalMigrationsResponse struct {
 
 func (x *ForgetTerminalMigrationsResponse) Reset() {
 	*x = ForgetTerminalMigrationsResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[67]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3898,7 +4005,7 @@ func (x *ForgetTerminalMigrationsResponse) String() string {
 func (*ForgetTerminalMigrationsResponse) ProtoMessage() {}
 
 func (x *ForgetTerminalMigrationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[67]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3911,7 +4018,7 @@ func (x *ForgetTerminalMigrationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetTerminalMigrationsResponse.ProtoReflect.Descriptor instead.
 func (*ForgetTerminalMigrationsResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{67}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ForgetTerminalMigrationsResponse) GetMigrationIds() []string {
@@ -3932,7 +4039,7 @@ type RecordMigrationRequest struct {
 
 func (x *RecordMigrationRequest) Reset() {
 	*x = RecordMigrationRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[68]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3944,7 +4051,7 @@ func (x *RecordMigrationRequest) String() string {
 func (*RecordMigrationRequest) ProtoMessage() {}
 
 func (x *RecordMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[68]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3957,7 +4064,7 @@ func (x *RecordMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordMigrationRequest.ProtoReflect.Descriptor instead.
 func (*RecordMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{68}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RecordMigrationRequest) GetMigration() *MigrationState {
@@ -3990,7 +4097,7 @@ type RecordMigrationResponse struct {
 
 func (x *RecordMigrationResponse) Reset() {
 	*x = RecordMigrationResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[69]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4002,7 +4109,7 @@ func (x *RecordMigrationResponse) String() string {
 func (*RecordMigrationResponse) ProtoMessage() {}
 
 func (x *RecordMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[69]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4015,7 +4122,7 @@ func (x *RecordMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordMigrationResponse.ProtoReflect.Descriptor instead.
 func (*RecordMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{69}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RecordMigrationResponse) GetRevision() uint64 {
@@ -4035,7 +4142,7 @@ type SetNodeDrainingRequest struct {
 
 func (x *SetNodeDrainingRequest) Reset() {
 	*x = SetNodeDrainingRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[70]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4047,7 +4154,7 @@ func (x *SetNodeDrainingRequest) String() string {
 func (*SetNodeDrainingRequest) ProtoMessage() {}
 
 func (x *SetNodeDrainingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[70]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4060,7 +4167,7 @@ func (x *SetNodeDrainingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeDrainingRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeDrainingRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{70}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SetNodeDrainingRequest) GetNodeId() string {
@@ -4086,7 +4193,7 @@ type SetNodeDrainingResponse struct {
 
 func (x *SetNodeDrainingResponse) Reset() {
 	*x = SetNodeDrainingResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[71]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4098,7 +4205,7 @@ func (x *SetNodeDrainingResponse) String() string {
 func (*SetNodeDrainingResponse) ProtoMessage() {}
 
 func (x *SetNodeDrainingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[71]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4111,7 +4218,7 @@ func (x *SetNodeDrainingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeDrainingResponse.ProtoReflect.Descriptor instead.
 func (*SetNodeDrainingResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{71}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SetNodeDrainingResponse) GetNode() *Node {
@@ -4309,7 +4416,15 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\"3\n" +
 	"\x18GetNodeIdleExpiryRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"Y\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"O\n" +
+	"\x15PrefetchImagesRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"image_refs\x18\x02 \x03(\tR\timageRefs\"M\n" +
+	"\x16PrefetchImagesResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"Y\n" +
 	"\x18SetNodeIdleExpiryRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12$\n" +
 	"\x0eidle_expiry_ms\x18\x02 \x01(\x03R\fidleExpiryMs\"\x88\x01\n" +
@@ -4381,7 +4496,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\x8fA\n" +
+	"\x10DATE_FIELD_START\x10\x022\xfbA\n" +
 	"\aManager\x12M\n" +
 	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
 	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
@@ -4406,6 +4521,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\vSetNodeTags\x12$.norsk.manager.v1.SetNodeTagsRequest\x1a%.norsk.manager.v1.SetNodeTagsResponse\"\x05\x8a\xb5\x18\x01\x03\x12h\n" +
 	"\x11GetNodeIdleExpiry\x12*.norsk.manager.v1.GetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\"\x05\x8a\xb5\x18\x01\x02\x12h\n" +
 	"\x11SetNodeIdleExpiry\x12*.norsk.manager.v1.SetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\"\x05\x8a\xb5\x18\x01\x03\x12j\n" +
+	"\x0ePrefetchImages\x12'.norsk.manager.v1.PrefetchImagesRequest\x1a(.norsk.manager.v1.PrefetchImagesResponse\"\x05\x8a\xb5\x18\x01\x03\x12j\n" +
 	"\x0eCreateMockNode\x12'.norsk.manager.v1.CreateMockNodeRequest\x1a(.norsk.manager.v1.CreateMockNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12i\n" +
 	"\rCreateAwsNode\x12&.norsk.manager.v1.CreateAwsNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12i\n" +
 	"\rCreateOciNode\x12&.norsk.manager.v1.CreateOciNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12|\n" +
@@ -4478,7 +4594,7 @@ func file_norsk_manager_v1_manager_proto_rawDescGZIP() []byte {
 }
 
 var file_norsk_manager_v1_manager_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_norsk_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_norsk_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(DateField)(0),                             // 0: norsk.manager.v1.DateField
 	(*HelloRequest)(nil),                       // 1: norsk.manager.v1.HelloRequest
@@ -4531,163 +4647,165 @@ var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(*CreateMockNodeRequest)(nil),              // 48: norsk.manager.v1.CreateMockNodeRequest
 	(*CreateMockNodeResponse)(nil),             // 49: norsk.manager.v1.CreateMockNodeResponse
 	(*GetNodeIdleExpiryRequest)(nil),           // 50: norsk.manager.v1.GetNodeIdleExpiryRequest
-	(*SetNodeIdleExpiryRequest)(nil),           // 51: norsk.manager.v1.SetNodeIdleExpiryRequest
-	(*NodeIdleExpiry)(nil),                     // 52: norsk.manager.v1.NodeIdleExpiry
-	(*NotifyMigrationGetStateRequest)(nil),     // 53: norsk.manager.v1.NotifyMigrationGetStateRequest
-	(*NotifyMigrationCutoverReadyRequest)(nil), // 54: norsk.manager.v1.NotifyMigrationCutoverReadyRequest
-	(*NotifyMigrationCutoverApplyRequest)(nil), // 55: norsk.manager.v1.NotifyMigrationCutoverApplyRequest
-	(*NotifyMigrationResponse)(nil),            // 56: norsk.manager.v1.NotifyMigrationResponse
-	(*AbortMigrationRequest)(nil),              // 57: norsk.manager.v1.AbortMigrationRequest
-	(*AbortMigrationResponse)(nil),             // 58: norsk.manager.v1.AbortMigrationResponse
-	(*MigrateJobRequest)(nil),                  // 59: norsk.manager.v1.MigrateJobRequest
-	(*MigrateJobResponse)(nil),                 // 60: norsk.manager.v1.MigrateJobResponse
-	(*ListMigrationsRequest)(nil),              // 61: norsk.manager.v1.ListMigrationsRequest
-	(*ListMigrationsResponse)(nil),             // 62: norsk.manager.v1.ListMigrationsResponse
-	(*GetMigrationRequest)(nil),                // 63: norsk.manager.v1.GetMigrationRequest
-	(*MigrationForJobRequest)(nil),             // 64: norsk.manager.v1.MigrationForJobRequest
-	(*ForgetMigrationRequest)(nil),             // 65: norsk.manager.v1.ForgetMigrationRequest
-	(*ForgetMigrationResponse)(nil),            // 66: norsk.manager.v1.ForgetMigrationResponse
-	(*ForgetTerminalMigrationsRequest)(nil),    // 67: norsk.manager.v1.ForgetTerminalMigrationsRequest
-	(*ForgetTerminalMigrationsResponse)(nil),   // 68: norsk.manager.v1.ForgetTerminalMigrationsResponse
-	(*RecordMigrationRequest)(nil),             // 69: norsk.manager.v1.RecordMigrationRequest
-	(*RecordMigrationResponse)(nil),            // 70: norsk.manager.v1.RecordMigrationResponse
-	(*SetNodeDrainingRequest)(nil),             // 71: norsk.manager.v1.SetNodeDrainingRequest
-	(*SetNodeDrainingResponse)(nil),            // 72: norsk.manager.v1.SetNodeDrainingResponse
-	nil,                                        // 73: norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	nil,                                        // 74: norsk.manager.v1.CreateMockNodeRequest.TagsEntry
-	(*Job)(nil),                                // 75: norsk.manager.v1.Job
-	(*timestamppb.Timestamp)(nil),              // 76: google.protobuf.Timestamp
-	(*JobWithHistory)(nil),                     // 77: norsk.manager.v1.JobWithHistory
-	(*PlacementEvent)(nil),                     // 78: norsk.manager.v1.PlacementEvent
-	(*Hardware)(nil),                           // 79: norsk.manager.v1.Hardware
-	(*Capability)(nil),                         // 80: norsk.manager.v1.Capability
-	(*ClusterSlot)(nil),                        // 81: norsk.manager.v1.ClusterSlot
-	(*Node)(nil),                               // 82: norsk.manager.v1.Node
-	(*JobKey)(nil),                             // 83: norsk.manager.v1.JobKey
-	(MigrationStrategy)(0),                     // 84: norsk.manager.v1.MigrationStrategy
-	(*MigrationState)(nil),                     // 85: norsk.manager.v1.MigrationState
-	(*CreateAwsNodeRequest)(nil),               // 86: norsk.manager.v1.CreateAwsNodeRequest
-	(*CreateOciNodeRequest)(nil),               // 87: norsk.manager.v1.CreateOciNodeRequest
-	(*DescribeInstanceTypeRequest)(nil),        // 88: norsk.manager.v1.DescribeInstanceTypeRequest
-	(*ListInstanceTypesRequest)(nil),           // 89: norsk.manager.v1.ListInstanceTypesRequest
-	(*ListWorkerSecurityGroupsRequest)(nil),    // 90: norsk.manager.v1.ListWorkerSecurityGroupsRequest
-	(*ReloadExternalConfigRequest)(nil),        // 91: norsk.manager.v1.ReloadExternalConfigRequest
-	(*AppendAuditEntryRequest)(nil),            // 92: norsk.manager.v1.AppendAuditEntryRequest
-	(*GetAuditLogRequest)(nil),                 // 93: norsk.manager.v1.GetAuditLogRequest
-	(*PruneAuditLogRequest)(nil),               // 94: norsk.manager.v1.PruneAuditLogRequest
-	(*KvCommitRequest)(nil),                    // 95: norsk.manager.v1.KvCommitRequest
-	(*KvGetRequest)(nil),                       // 96: norsk.manager.v1.KvGetRequest
-	(*KvListRequest)(nil),                      // 97: norsk.manager.v1.KvListRequest
-	(*GetStoreInfoRequest)(nil),                // 98: norsk.manager.v1.GetStoreInfoRequest
-	(*SnapshotSaveRequest)(nil),                // 99: norsk.manager.v1.SnapshotSaveRequest
-	(*CreateTokenRequest)(nil),                 // 100: norsk.manager.v1.CreateTokenRequest
-	(*ListTokensRequest)(nil),                  // 101: norsk.manager.v1.ListTokensRequest
-	(*RevokeTokenRequest)(nil),                 // 102: norsk.manager.v1.RevokeTokenRequest
-	(*PublishDiscoveryFleetRequest)(nil),       // 103: norsk.manager.v1.PublishDiscoveryFleetRequest
-	(*GetDiscoveryFleetRequest)(nil),           // 104: norsk.manager.v1.GetDiscoveryFleetRequest
-	(*RotateDiscoveryTierSecretRequest)(nil),   // 105: norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	(*PublishAccessReplicaRequest)(nil),        // 106: norsk.manager.v1.PublishAccessReplicaRequest
-	(*AddClusterMemberRequest)(nil),            // 107: norsk.manager.v1.AddClusterMemberRequest
-	(*RemoveClusterMemberRequest)(nil),         // 108: norsk.manager.v1.RemoveClusterMemberRequest
-	(*ForceStandaloneRequest)(nil),             // 109: norsk.manager.v1.ForceStandaloneRequest
-	(*LeaveQuorumRequest)(nil),                 // 110: norsk.manager.v1.LeaveQuorumRequest
-	(*GetClusterStatusRequest)(nil),            // 111: norsk.manager.v1.GetClusterStatusRequest
-	(*GetClusterEventsRequest)(nil),            // 112: norsk.manager.v1.GetClusterEventsRequest
-	(*AnnounceControlPlaneRequest)(nil),        // 113: norsk.manager.v1.AnnounceControlPlaneRequest
-	(*ExplainPlacementRequest)(nil),            // 114: norsk.manager.v1.ExplainPlacementRequest
-	(*CreateBundleRequest)(nil),                // 115: norsk.manager.v1.CreateBundleRequest
-	(*UpdateBundleRequest)(nil),                // 116: norsk.manager.v1.UpdateBundleRequest
-	(*DeleteBundleRequest)(nil),                // 117: norsk.manager.v1.DeleteBundleRequest
-	(*BundleByIdRequest)(nil),                  // 118: norsk.manager.v1.BundleByIdRequest
-	(*ListBundlesRequest)(nil),                 // 119: norsk.manager.v1.ListBundlesRequest
-	(*StartBundleJobRequest)(nil),              // 120: norsk.manager.v1.StartBundleJobRequest
-	(*StopBundleJobRequest)(nil),               // 121: norsk.manager.v1.StopBundleJobRequest
-	(*SetBundleStopTimeRequest)(nil),           // 122: norsk.manager.v1.SetBundleStopTimeRequest
-	(*RenewBundleLeaseRequest)(nil),            // 123: norsk.manager.v1.RenewBundleLeaseRequest
-	(*PauseLeasesRequest)(nil),                 // 124: norsk.manager.v1.PauseLeasesRequest
-	(*ResumeLeasesRequest)(nil),                // 125: norsk.manager.v1.ResumeLeasesRequest
-	(*GetLeaseStatusRequest)(nil),              // 126: norsk.manager.v1.GetLeaseStatusRequest
-	(*EventStreamRequest)(nil),                 // 127: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                            // 128: norsk.manager.v1.JobHash
-	(*CreateCloudNodeResponse)(nil),            // 129: norsk.manager.v1.CreateCloudNodeResponse
-	(*DescribeInstanceTypeResponse)(nil),       // 130: norsk.manager.v1.DescribeInstanceTypeResponse
-	(*ListInstanceTypesResponse)(nil),          // 131: norsk.manager.v1.ListInstanceTypesResponse
-	(*ListWorkerSecurityGroupsResponse)(nil),   // 132: norsk.manager.v1.ListWorkerSecurityGroupsResponse
-	(*ReloadExternalConfigResponse)(nil),       // 133: norsk.manager.v1.ReloadExternalConfigResponse
-	(*AppendAuditEntryResponse)(nil),           // 134: norsk.manager.v1.AppendAuditEntryResponse
-	(*GetAuditLogResponse)(nil),                // 135: norsk.manager.v1.GetAuditLogResponse
-	(*PruneAuditLogResponse)(nil),              // 136: norsk.manager.v1.PruneAuditLogResponse
-	(*KvCommitResponse)(nil),                   // 137: norsk.manager.v1.KvCommitResponse
-	(*KvGetResponse)(nil),                      // 138: norsk.manager.v1.KvGetResponse
-	(*KvListResponse)(nil),                     // 139: norsk.manager.v1.KvListResponse
-	(*StoreInfo)(nil),                          // 140: norsk.manager.v1.StoreInfo
-	(*SnapshotChunk)(nil),                      // 141: norsk.manager.v1.SnapshotChunk
-	(*CreateTokenResponse)(nil),                // 142: norsk.manager.v1.CreateTokenResponse
-	(*ListTokensResponse)(nil),                 // 143: norsk.manager.v1.ListTokensResponse
-	(*RevokeTokenResponse)(nil),                // 144: norsk.manager.v1.RevokeTokenResponse
-	(*PublishDiscoveryFleetResponse)(nil),      // 145: norsk.manager.v1.PublishDiscoveryFleetResponse
-	(*GetDiscoveryFleetResponse)(nil),          // 146: norsk.manager.v1.GetDiscoveryFleetResponse
-	(*RotateDiscoveryTierSecretResponse)(nil),  // 147: norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	(*PublishAccessReplicaResponse)(nil),       // 148: norsk.manager.v1.PublishAccessReplicaResponse
-	(*AddClusterMemberResponse)(nil),           // 149: norsk.manager.v1.AddClusterMemberResponse
-	(*RemoveClusterMemberResponse)(nil),        // 150: norsk.manager.v1.RemoveClusterMemberResponse
-	(*ForceStandaloneResponse)(nil),            // 151: norsk.manager.v1.ForceStandaloneResponse
-	(*LeaveQuorumResponse)(nil),                // 152: norsk.manager.v1.LeaveQuorumResponse
-	(*ClusterStatus)(nil),                      // 153: norsk.manager.v1.ClusterStatus
-	(*GetClusterEventsResponse)(nil),           // 154: norsk.manager.v1.GetClusterEventsResponse
-	(*AnnounceControlPlaneResponse)(nil),       // 155: norsk.manager.v1.AnnounceControlPlaneResponse
-	(*ExplainPlacementResponse)(nil),           // 156: norsk.manager.v1.ExplainPlacementResponse
-	(*CreateBundleResponse)(nil),               // 157: norsk.manager.v1.CreateBundleResponse
-	(*UpdateBundleResponse)(nil),               // 158: norsk.manager.v1.UpdateBundleResponse
-	(*DeleteBundleResponse)(nil),               // 159: norsk.manager.v1.DeleteBundleResponse
-	(*BundleWithJobs)(nil),                     // 160: norsk.manager.v1.BundleWithJobs
-	(*ListBundlesResponse)(nil),                // 161: norsk.manager.v1.ListBundlesResponse
-	(*StartBundleJobResponse)(nil),             // 162: norsk.manager.v1.StartBundleJobResponse
-	(*StopBundleJobResponse)(nil),              // 163: norsk.manager.v1.StopBundleJobResponse
-	(*SetBundleStopTimeResponse)(nil),          // 164: norsk.manager.v1.SetBundleStopTimeResponse
-	(*RenewBundleLeaseResponse)(nil),           // 165: norsk.manager.v1.RenewBundleLeaseResponse
-	(*PauseLeasesResponse)(nil),                // 166: norsk.manager.v1.PauseLeasesResponse
-	(*ResumeLeasesResponse)(nil),               // 167: norsk.manager.v1.ResumeLeasesResponse
-	(*LeaseStatus)(nil),                        // 168: norsk.manager.v1.LeaseStatus
-	(*Event)(nil),                              // 169: norsk.manager.v1.Event
+	(*PrefetchImagesRequest)(nil),              // 51: norsk.manager.v1.PrefetchImagesRequest
+	(*PrefetchImagesResponse)(nil),             // 52: norsk.manager.v1.PrefetchImagesResponse
+	(*SetNodeIdleExpiryRequest)(nil),           // 53: norsk.manager.v1.SetNodeIdleExpiryRequest
+	(*NodeIdleExpiry)(nil),                     // 54: norsk.manager.v1.NodeIdleExpiry
+	(*NotifyMigrationGetStateRequest)(nil),     // 55: norsk.manager.v1.NotifyMigrationGetStateRequest
+	(*NotifyMigrationCutoverReadyRequest)(nil), // 56: norsk.manager.v1.NotifyMigrationCutoverReadyRequest
+	(*NotifyMigrationCutoverApplyRequest)(nil), // 57: norsk.manager.v1.NotifyMigrationCutoverApplyRequest
+	(*NotifyMigrationResponse)(nil),            // 58: norsk.manager.v1.NotifyMigrationResponse
+	(*AbortMigrationRequest)(nil),              // 59: norsk.manager.v1.AbortMigrationRequest
+	(*AbortMigrationResponse)(nil),             // 60: norsk.manager.v1.AbortMigrationResponse
+	(*MigrateJobRequest)(nil),                  // 61: norsk.manager.v1.MigrateJobRequest
+	(*MigrateJobResponse)(nil),                 // 62: norsk.manager.v1.MigrateJobResponse
+	(*ListMigrationsRequest)(nil),              // 63: norsk.manager.v1.ListMigrationsRequest
+	(*ListMigrationsResponse)(nil),             // 64: norsk.manager.v1.ListMigrationsResponse
+	(*GetMigrationRequest)(nil),                // 65: norsk.manager.v1.GetMigrationRequest
+	(*MigrationForJobRequest)(nil),             // 66: norsk.manager.v1.MigrationForJobRequest
+	(*ForgetMigrationRequest)(nil),             // 67: norsk.manager.v1.ForgetMigrationRequest
+	(*ForgetMigrationResponse)(nil),            // 68: norsk.manager.v1.ForgetMigrationResponse
+	(*ForgetTerminalMigrationsRequest)(nil),    // 69: norsk.manager.v1.ForgetTerminalMigrationsRequest
+	(*ForgetTerminalMigrationsResponse)(nil),   // 70: norsk.manager.v1.ForgetTerminalMigrationsResponse
+	(*RecordMigrationRequest)(nil),             // 71: norsk.manager.v1.RecordMigrationRequest
+	(*RecordMigrationResponse)(nil),            // 72: norsk.manager.v1.RecordMigrationResponse
+	(*SetNodeDrainingRequest)(nil),             // 73: norsk.manager.v1.SetNodeDrainingRequest
+	(*SetNodeDrainingResponse)(nil),            // 74: norsk.manager.v1.SetNodeDrainingResponse
+	nil,                                        // 75: norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	nil,                                        // 76: norsk.manager.v1.CreateMockNodeRequest.TagsEntry
+	(*Job)(nil),                                // 77: norsk.manager.v1.Job
+	(*timestamppb.Timestamp)(nil),              // 78: google.protobuf.Timestamp
+	(*JobWithHistory)(nil),                     // 79: norsk.manager.v1.JobWithHistory
+	(*PlacementEvent)(nil),                     // 80: norsk.manager.v1.PlacementEvent
+	(*Hardware)(nil),                           // 81: norsk.manager.v1.Hardware
+	(*Capability)(nil),                         // 82: norsk.manager.v1.Capability
+	(*ClusterSlot)(nil),                        // 83: norsk.manager.v1.ClusterSlot
+	(*Node)(nil),                               // 84: norsk.manager.v1.Node
+	(*JobKey)(nil),                             // 85: norsk.manager.v1.JobKey
+	(MigrationStrategy)(0),                     // 86: norsk.manager.v1.MigrationStrategy
+	(*MigrationState)(nil),                     // 87: norsk.manager.v1.MigrationState
+	(*CreateAwsNodeRequest)(nil),               // 88: norsk.manager.v1.CreateAwsNodeRequest
+	(*CreateOciNodeRequest)(nil),               // 89: norsk.manager.v1.CreateOciNodeRequest
+	(*DescribeInstanceTypeRequest)(nil),        // 90: norsk.manager.v1.DescribeInstanceTypeRequest
+	(*ListInstanceTypesRequest)(nil),           // 91: norsk.manager.v1.ListInstanceTypesRequest
+	(*ListWorkerSecurityGroupsRequest)(nil),    // 92: norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	(*ReloadExternalConfigRequest)(nil),        // 93: norsk.manager.v1.ReloadExternalConfigRequest
+	(*AppendAuditEntryRequest)(nil),            // 94: norsk.manager.v1.AppendAuditEntryRequest
+	(*GetAuditLogRequest)(nil),                 // 95: norsk.manager.v1.GetAuditLogRequest
+	(*PruneAuditLogRequest)(nil),               // 96: norsk.manager.v1.PruneAuditLogRequest
+	(*KvCommitRequest)(nil),                    // 97: norsk.manager.v1.KvCommitRequest
+	(*KvGetRequest)(nil),                       // 98: norsk.manager.v1.KvGetRequest
+	(*KvListRequest)(nil),                      // 99: norsk.manager.v1.KvListRequest
+	(*GetStoreInfoRequest)(nil),                // 100: norsk.manager.v1.GetStoreInfoRequest
+	(*SnapshotSaveRequest)(nil),                // 101: norsk.manager.v1.SnapshotSaveRequest
+	(*CreateTokenRequest)(nil),                 // 102: norsk.manager.v1.CreateTokenRequest
+	(*ListTokensRequest)(nil),                  // 103: norsk.manager.v1.ListTokensRequest
+	(*RevokeTokenRequest)(nil),                 // 104: norsk.manager.v1.RevokeTokenRequest
+	(*PublishDiscoveryFleetRequest)(nil),       // 105: norsk.manager.v1.PublishDiscoveryFleetRequest
+	(*GetDiscoveryFleetRequest)(nil),           // 106: norsk.manager.v1.GetDiscoveryFleetRequest
+	(*RotateDiscoveryTierSecretRequest)(nil),   // 107: norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	(*PublishAccessReplicaRequest)(nil),        // 108: norsk.manager.v1.PublishAccessReplicaRequest
+	(*AddClusterMemberRequest)(nil),            // 109: norsk.manager.v1.AddClusterMemberRequest
+	(*RemoveClusterMemberRequest)(nil),         // 110: norsk.manager.v1.RemoveClusterMemberRequest
+	(*ForceStandaloneRequest)(nil),             // 111: norsk.manager.v1.ForceStandaloneRequest
+	(*LeaveQuorumRequest)(nil),                 // 112: norsk.manager.v1.LeaveQuorumRequest
+	(*GetClusterStatusRequest)(nil),            // 113: norsk.manager.v1.GetClusterStatusRequest
+	(*GetClusterEventsRequest)(nil),            // 114: norsk.manager.v1.GetClusterEventsRequest
+	(*AnnounceControlPlaneRequest)(nil),        // 115: norsk.manager.v1.AnnounceControlPlaneRequest
+	(*ExplainPlacementRequest)(nil),            // 116: norsk.manager.v1.ExplainPlacementRequest
+	(*CreateBundleRequest)(nil),                // 117: norsk.manager.v1.CreateBundleRequest
+	(*UpdateBundleRequest)(nil),                // 118: norsk.manager.v1.UpdateBundleRequest
+	(*DeleteBundleRequest)(nil),                // 119: norsk.manager.v1.DeleteBundleRequest
+	(*BundleByIdRequest)(nil),                  // 120: norsk.manager.v1.BundleByIdRequest
+	(*ListBundlesRequest)(nil),                 // 121: norsk.manager.v1.ListBundlesRequest
+	(*StartBundleJobRequest)(nil),              // 122: norsk.manager.v1.StartBundleJobRequest
+	(*StopBundleJobRequest)(nil),               // 123: norsk.manager.v1.StopBundleJobRequest
+	(*SetBundleStopTimeRequest)(nil),           // 124: norsk.manager.v1.SetBundleStopTimeRequest
+	(*RenewBundleLeaseRequest)(nil),            // 125: norsk.manager.v1.RenewBundleLeaseRequest
+	(*PauseLeasesRequest)(nil),                 // 126: norsk.manager.v1.PauseLeasesRequest
+	(*ResumeLeasesRequest)(nil),                // 127: norsk.manager.v1.ResumeLeasesRequest
+	(*GetLeaseStatusRequest)(nil),              // 128: norsk.manager.v1.GetLeaseStatusRequest
+	(*EventStreamRequest)(nil),                 // 129: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                            // 130: norsk.manager.v1.JobHash
+	(*CreateCloudNodeResponse)(nil),            // 131: norsk.manager.v1.CreateCloudNodeResponse
+	(*DescribeInstanceTypeResponse)(nil),       // 132: norsk.manager.v1.DescribeInstanceTypeResponse
+	(*ListInstanceTypesResponse)(nil),          // 133: norsk.manager.v1.ListInstanceTypesResponse
+	(*ListWorkerSecurityGroupsResponse)(nil),   // 134: norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	(*ReloadExternalConfigResponse)(nil),       // 135: norsk.manager.v1.ReloadExternalConfigResponse
+	(*AppendAuditEntryResponse)(nil),           // 136: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),                // 137: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),              // 138: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),                   // 139: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                      // 140: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                     // 141: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                          // 142: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                      // 143: norsk.manager.v1.SnapshotChunk
+	(*CreateTokenResponse)(nil),                // 144: norsk.manager.v1.CreateTokenResponse
+	(*ListTokensResponse)(nil),                 // 145: norsk.manager.v1.ListTokensResponse
+	(*RevokeTokenResponse)(nil),                // 146: norsk.manager.v1.RevokeTokenResponse
+	(*PublishDiscoveryFleetResponse)(nil),      // 147: norsk.manager.v1.PublishDiscoveryFleetResponse
+	(*GetDiscoveryFleetResponse)(nil),          // 148: norsk.manager.v1.GetDiscoveryFleetResponse
+	(*RotateDiscoveryTierSecretResponse)(nil),  // 149: norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	(*PublishAccessReplicaResponse)(nil),       // 150: norsk.manager.v1.PublishAccessReplicaResponse
+	(*AddClusterMemberResponse)(nil),           // 151: norsk.manager.v1.AddClusterMemberResponse
+	(*RemoveClusterMemberResponse)(nil),        // 152: norsk.manager.v1.RemoveClusterMemberResponse
+	(*ForceStandaloneResponse)(nil),            // 153: norsk.manager.v1.ForceStandaloneResponse
+	(*LeaveQuorumResponse)(nil),                // 154: norsk.manager.v1.LeaveQuorumResponse
+	(*ClusterStatus)(nil),                      // 155: norsk.manager.v1.ClusterStatus
+	(*GetClusterEventsResponse)(nil),           // 156: norsk.manager.v1.GetClusterEventsResponse
+	(*AnnounceControlPlaneResponse)(nil),       // 157: norsk.manager.v1.AnnounceControlPlaneResponse
+	(*ExplainPlacementResponse)(nil),           // 158: norsk.manager.v1.ExplainPlacementResponse
+	(*CreateBundleResponse)(nil),               // 159: norsk.manager.v1.CreateBundleResponse
+	(*UpdateBundleResponse)(nil),               // 160: norsk.manager.v1.UpdateBundleResponse
+	(*DeleteBundleResponse)(nil),               // 161: norsk.manager.v1.DeleteBundleResponse
+	(*BundleWithJobs)(nil),                     // 162: norsk.manager.v1.BundleWithJobs
+	(*ListBundlesResponse)(nil),                // 163: norsk.manager.v1.ListBundlesResponse
+	(*StartBundleJobResponse)(nil),             // 164: norsk.manager.v1.StartBundleJobResponse
+	(*StopBundleJobResponse)(nil),              // 165: norsk.manager.v1.StopBundleJobResponse
+	(*SetBundleStopTimeResponse)(nil),          // 166: norsk.manager.v1.SetBundleStopTimeResponse
+	(*RenewBundleLeaseResponse)(nil),           // 167: norsk.manager.v1.RenewBundleLeaseResponse
+	(*PauseLeasesResponse)(nil),                // 168: norsk.manager.v1.PauseLeasesResponse
+	(*ResumeLeasesResponse)(nil),               // 169: norsk.manager.v1.ResumeLeasesResponse
+	(*LeaseStatus)(nil),                        // 170: norsk.manager.v1.LeaseStatus
+	(*Event)(nil),                              // 171: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
-	75,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
-	75,  // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
-	76,  // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
-	76,  // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
+	77,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
+	77,  // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
+	78,  // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
+	78,  // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
 	0,   // 4: norsk.manager.v1.DateFilter.field:type_name -> norsk.manager.v1.DateField
-	76,  // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
-	76,  // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
-	76,  // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
-	76,  // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
-	76,  // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
+	78,  // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
+	78,  // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
+	78,  // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
+	78,  // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
+	78,  // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
 	12,  // 10: norsk.manager.v1.DateFilter.within:type_name -> norsk.manager.v1.DateWithin
 	10,  // 11: norsk.manager.v1.JobFilter.tag:type_name -> norsk.manager.v1.TagFilter
 	11,  // 12: norsk.manager.v1.JobFilter.id:type_name -> norsk.manager.v1.IdFilter
 	13,  // 13: norsk.manager.v1.JobFilter.date:type_name -> norsk.manager.v1.DateFilter
 	14,  // 14: norsk.manager.v1.JobSearchRequest.filters:type_name -> norsk.manager.v1.JobFilter
-	77,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
-	78,  // 16: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
+	79,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
+	80,  // 16: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
 	17,  // 17: norsk.manager.v1.StartJobRequest.options:type_name -> norsk.manager.v1.StartJobOptions
 	18,  // 18: norsk.manager.v1.StartJobsRequest.starts:type_name -> norsk.manager.v1.StartJobRequest
 	21,  // 19: norsk.manager.v1.StartJobsResponse.results:type_name -> norsk.manager.v1.StartResult
 	23,  // 20: norsk.manager.v1.StopJobRequest.options:type_name -> norsk.manager.v1.StopJobOptions
-	79,  // 21: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
-	80,  // 22: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
-	81,  // 23: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
-	82,  // 24: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
-	73,  // 25: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	82,  // 26: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
-	74,  // 27: norsk.manager.v1.CreateMockNodeRequest.tags:type_name -> norsk.manager.v1.CreateMockNodeRequest.TagsEntry
-	83,  // 28: norsk.manager.v1.NotifyMigrationGetStateRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
-	83,  // 29: norsk.manager.v1.NotifyMigrationCutoverReadyRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
-	83,  // 30: norsk.manager.v1.NotifyMigrationCutoverApplyRequest.target_job_key:type_name -> norsk.manager.v1.JobKey
-	84,  // 31: norsk.manager.v1.MigrateJobRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
-	85,  // 32: norsk.manager.v1.MigrateJobResponse.migration:type_name -> norsk.manager.v1.MigrationState
-	85,  // 33: norsk.manager.v1.ListMigrationsResponse.migrations:type_name -> norsk.manager.v1.MigrationState
-	85,  // 34: norsk.manager.v1.RecordMigrationRequest.migration:type_name -> norsk.manager.v1.MigrationState
-	82,  // 35: norsk.manager.v1.SetNodeDrainingResponse.node:type_name -> norsk.manager.v1.Node
+	81,  // 21: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
+	82,  // 22: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
+	83,  // 23: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
+	84,  // 24: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
+	75,  // 25: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	84,  // 26: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
+	76,  // 27: norsk.manager.v1.CreateMockNodeRequest.tags:type_name -> norsk.manager.v1.CreateMockNodeRequest.TagsEntry
+	85,  // 28: norsk.manager.v1.NotifyMigrationGetStateRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
+	85,  // 29: norsk.manager.v1.NotifyMigrationCutoverReadyRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
+	85,  // 30: norsk.manager.v1.NotifyMigrationCutoverApplyRequest.target_job_key:type_name -> norsk.manager.v1.JobKey
+	86,  // 31: norsk.manager.v1.MigrateJobRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
+	87,  // 32: norsk.manager.v1.MigrateJobResponse.migration:type_name -> norsk.manager.v1.MigrationState
+	87,  // 33: norsk.manager.v1.ListMigrationsResponse.migrations:type_name -> norsk.manager.v1.MigrationState
+	87,  // 34: norsk.manager.v1.RecordMigrationRequest.migration:type_name -> norsk.manager.v1.MigrationState
+	84,  // 35: norsk.manager.v1.SetNodeDrainingResponse.node:type_name -> norsk.manager.v1.Node
 	1,   // 36: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
 	3,   // 37: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
 	5,   // 38: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
@@ -4710,142 +4828,144 @@ var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	44,  // 55: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
 	46,  // 56: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
 	50,  // 57: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
-	51,  // 58: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
-	48,  // 59: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
-	86,  // 60: norsk.manager.v1.Manager.CreateAwsNode:input_type -> norsk.manager.v1.CreateAwsNodeRequest
-	87,  // 61: norsk.manager.v1.Manager.CreateOciNode:input_type -> norsk.manager.v1.CreateOciNodeRequest
-	88,  // 62: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
-	89,  // 63: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
-	90,  // 64: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
-	91,  // 65: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
-	92,  // 66: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
-	93,  // 67: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
-	94,  // 68: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
-	95,  // 69: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
-	96,  // 70: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
-	97,  // 71: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
-	98,  // 72: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
-	99,  // 73: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
-	100, // 74: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
-	101, // 75: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
-	102, // 76: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
-	103, // 77: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
-	104, // 78: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
-	105, // 79: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	106, // 80: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
-	107, // 81: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
-	108, // 82: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
-	109, // 83: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
-	110, // 84: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
-	111, // 85: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
-	112, // 86: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
-	113, // 87: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
-	114, // 88: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
-	115, // 89: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
-	116, // 90: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
-	117, // 91: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
-	118, // 92: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
-	119, // 93: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
-	120, // 94: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
-	121, // 95: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
-	122, // 96: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
-	123, // 97: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
-	124, // 98: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
-	125, // 99: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
-	126, // 100: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
-	53,  // 101: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
-	54,  // 102: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
-	55,  // 103: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
-	57,  // 104: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
-	59,  // 105: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
-	61,  // 106: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
-	63,  // 107: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
-	64,  // 108: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
-	65,  // 109: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
-	67,  // 110: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
-	69,  // 111: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
-	71,  // 112: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
-	127, // 113: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,   // 114: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,   // 115: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	128, // 116: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	128, // 117: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,   // 118: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	77,  // 119: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16,  // 120: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19,  // 121: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22,  // 122: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
-	25,  // 123: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	27,  // 124: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	29,  // 125: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	31,  // 126: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	33,  // 127: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	35,  // 128: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	37,  // 129: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	39,  // 130: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	41,  // 131: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	43,  // 132: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	45,  // 133: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	47,  // 134: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	52,  // 135: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	52,  // 136: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	49,  // 137: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
-	129, // 138: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	129, // 139: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	130, // 140: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
-	131, // 141: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
-	132, // 142: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
-	133, // 143: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
-	134, // 144: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	135, // 145: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	136, // 146: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	137, // 147: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	138, // 148: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	139, // 149: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	140, // 150: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	141, // 151: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	142, // 152: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
-	143, // 153: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
-	144, // 154: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
-	145, // 155: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
-	146, // 156: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
-	147, // 157: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	148, // 158: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
-	149, // 159: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
-	150, // 160: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
-	151, // 161: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
-	152, // 162: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
-	153, // 163: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
-	154, // 164: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
-	155, // 165: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
-	156, // 166: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
-	157, // 167: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
-	158, // 168: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
-	159, // 169: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
-	160, // 170: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
-	161, // 171: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
-	162, // 172: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
-	163, // 173: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
-	164, // 174: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
-	165, // 175: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
-	166, // 176: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
-	167, // 177: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
-	168, // 178: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
-	56,  // 179: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	56,  // 180: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	56,  // 181: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	58,  // 182: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
-	60,  // 183: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
-	62,  // 184: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
-	85,  // 185: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
-	85,  // 186: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
-	66,  // 187: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
-	68,  // 188: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
-	70,  // 189: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
-	72,  // 190: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
-	169, // 191: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	114, // [114:192] is the sub-list for method output_type
-	36,  // [36:114] is the sub-list for method input_type
+	53,  // 58: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
+	51,  // 59: norsk.manager.v1.Manager.PrefetchImages:input_type -> norsk.manager.v1.PrefetchImagesRequest
+	48,  // 60: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
+	88,  // 61: norsk.manager.v1.Manager.CreateAwsNode:input_type -> norsk.manager.v1.CreateAwsNodeRequest
+	89,  // 62: norsk.manager.v1.Manager.CreateOciNode:input_type -> norsk.manager.v1.CreateOciNodeRequest
+	90,  // 63: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
+	91,  // 64: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
+	92,  // 65: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	93,  // 66: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
+	94,  // 67: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
+	95,  // 68: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
+	96,  // 69: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
+	97,  // 70: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
+	98,  // 71: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
+	99,  // 72: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
+	100, // 73: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
+	101, // 74: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
+	102, // 75: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
+	103, // 76: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
+	104, // 77: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
+	105, // 78: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
+	106, // 79: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
+	107, // 80: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	108, // 81: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
+	109, // 82: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
+	110, // 83: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
+	111, // 84: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
+	112, // 85: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
+	113, // 86: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
+	114, // 87: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
+	115, // 88: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
+	116, // 89: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
+	117, // 90: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
+	118, // 91: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
+	119, // 92: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
+	120, // 93: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
+	121, // 94: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
+	122, // 95: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
+	123, // 96: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
+	124, // 97: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
+	125, // 98: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
+	126, // 99: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
+	127, // 100: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
+	128, // 101: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
+	55,  // 102: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
+	56,  // 103: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
+	57,  // 104: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
+	59,  // 105: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
+	61,  // 106: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
+	63,  // 107: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
+	65,  // 108: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
+	66,  // 109: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
+	67,  // 110: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
+	69,  // 111: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
+	71,  // 112: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
+	73,  // 113: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
+	129, // 114: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,   // 115: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,   // 116: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	130, // 117: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	130, // 118: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,   // 119: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	79,  // 120: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16,  // 121: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19,  // 122: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22,  // 123: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
+	25,  // 124: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	27,  // 125: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	29,  // 126: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	31,  // 127: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	33,  // 128: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	35,  // 129: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	37,  // 130: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	39,  // 131: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	41,  // 132: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	43,  // 133: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	45,  // 134: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	47,  // 135: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	54,  // 136: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	54,  // 137: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	52,  // 138: norsk.manager.v1.Manager.PrefetchImages:output_type -> norsk.manager.v1.PrefetchImagesResponse
+	49,  // 139: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
+	131, // 140: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	131, // 141: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	132, // 142: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
+	133, // 143: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
+	134, // 144: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	135, // 145: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
+	136, // 146: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	137, // 147: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	138, // 148: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	139, // 149: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	140, // 150: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	141, // 151: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	142, // 152: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	143, // 153: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	144, // 154: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	145, // 155: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	146, // 156: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	147, // 157: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	148, // 158: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	149, // 159: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	150, // 160: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	151, // 161: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
+	152, // 162: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
+	153, // 163: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
+	154, // 164: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
+	155, // 165: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
+	156, // 166: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
+	157, // 167: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
+	158, // 168: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
+	159, // 169: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
+	160, // 170: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
+	161, // 171: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
+	162, // 172: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
+	163, // 173: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
+	164, // 174: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
+	165, // 175: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
+	166, // 176: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
+	167, // 177: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
+	168, // 178: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
+	169, // 179: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
+	170, // 180: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
+	58,  // 181: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 182: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 183: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	60,  // 184: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
+	62,  // 185: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
+	64,  // 186: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
+	87,  // 187: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
+	87,  // 188: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
+	68,  // 189: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
+	70,  // 190: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
+	72,  // 191: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
+	74,  // 192: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
+	171, // 193: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	115, // [115:194] is the sub-list for method output_type
+	36,  // [36:115] is the sub-list for method input_type
 	36,  // [36:36] is the sub-list for extension type_name
 	36,  // [36:36] is the sub-list for extension extendee
 	0,   // [0:36] is the sub-list for field type_name
@@ -4899,7 +5019,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_manager_proto_rawDesc), len(file_norsk_manager_v1_manager_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   74,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
