@@ -86,7 +86,7 @@ func TestPullPolicies(t *testing.T) {
 			spec := runtime.InstanceSpec{
 				Key: key, NodeID: "node-pull", Token: uint64(i + 1),
 				Job: &managerv1.Job{JobId: key.JobID, Services: []*managerv1.Service{{
-					Name: "main", Image: tc.image, PullPolicy: tc.policy, Args: []string{"-sleep", "1m"},
+					Name: "main", Image: tc.image, PullPolicy: tc.policy,
 				}}},
 				PullProgress: log.add,
 			}
