@@ -91,6 +91,11 @@ type Options struct {
 	// ConsoleReady, if set, is called with the console's URL and the dev
 	// admin's password once the console is up.
 	ConsoleReady func(url, password string)
+	// Registry runs an image registry (Debian's docker-registry) at
+	// RegistryListen (default DefaultRegistryListen) with the example
+	// images pushed into it (docker runtime only).
+	Registry       bool
+	RegistryListen string
 }
 
 // DefaultDataDir is $XDG_DATA_HOME/norsk-manager/dev (or the
@@ -285,7 +290,24 @@ func Run(ctx context.Context, o Options) error {
 			demo = "(no demo job: " + err.Error() + ")"
 		}
 	}
+	var registry *devRegistry
+	if o.Registry {
+		if rt != "docker" {
+			return fmt.Errorf("dev --registry needs the docker runtime (this run uses %s)", rt)
+		}
+		if registry, err = startRegistry(ctx, dir, o.RegistryListen, o.Logger); err != nil {
+			return fmt.Errorf("dev --registry: %w", err)
+		}
+		defer registry.close()
+	}
 	banner(o.Out, srv.URL(), dir, rt, names, nodeIDs, demo, o.Ephemeral, filepath.Join(dir, TokenFile))
+	if registry != nil {
+		first := ""
+		if len(nodeIDs) > 0 {
+			first = nodeIDs[0]
+		}
+		registry.banner(o.Out, first)
+	}
 	if !o.NoConsole {
 		listen := o.ConsoleListen
 		if listen == "" {

@@ -40,7 +40,10 @@ equipment speaking the clouds' own protocols) and gives the Manager its aws
 and oci providers, pointed at them through the SDKs' own settings: 'norsk-ctl
 node create-aws' launches an "instance" that boots a worker from its user
 data, and a bundle in pool burst that fits no node makes the AutoManager
-create one (--workers 0: nothing but elastic nodes).
+create one (--workers 0: nothing but elastic nodes). --registry runs an image
+registry (Debian's docker-registry) on a loopback port with the example
+images pushed into it: jobs naming them pull from it, and 'norsk-ctl node
+prefetch' warms a node ahead of need.
 
 State lives in --data-dir (default ` + devmode.DefaultDataDirHint + `), so stopping and
 starting dev again keeps every job, and the workers adopt the instances that
@@ -87,6 +90,8 @@ exit.`,
 	f.StringVar(&opts.ConsoleListen, "console-listen", "127.0.0.1:6795", "the operator console's address (norsk-mgr beside the Manager)")
 	f.BoolVar(&opts.NoConsole, "no-console", false, "run no console (norsk-mgr)")
 	f.StringVar(&opts.Clouds, "clouds", "", `"local": start a local EC2 and a local OCI endpoint and give the Manager aws and oci providers pointed at them (pool `+devmode.CloudPool+` on EC2)`)
+	f.BoolVar(&opts.Registry, "registry", false, "run an image registry (Debian's docker-registry) with the example images pushed into it, for pulls and prefetches (docker runtime)")
+	f.StringVar(&opts.RegistryListen, "registry-listen", devmode.DefaultRegistryListen, "the image registry's loopback address (with --registry)")
 	logs.register(c)
 	return c
 }
