@@ -39,6 +39,8 @@ type Policy struct {
 	Migration MigrationDeadlines
 	// Repair bounds the repairs of degraded anti-affinity (repair.go).
 	Repair RepairPolicy
+	// Spares are the warm spares each elastic tier keeps (spares.go).
+	Spares map[string]SpareSpec
 }
 
 // ElasticTier is a pool tier a provider creates nodes in, and the node a
@@ -92,6 +94,9 @@ type View struct {
 	// Migrations are the store's migration records, ended ones included:
 	// the repairs among them are what the repair limits count.
 	Migrations []*managerv1.MigrationState
+	// Prefetched maps "node|images" to when the AutoManager last asked a
+	// spare to prefetch them (spares.go; safe to lose).
+	Prefetched map[string]time.Time
 }
 
 // ActionKind is what an Action does.
@@ -135,6 +140,10 @@ type Action struct {
 	// RuntimeRole is the slot a start under a migration target's key is
 	// told ("" = its role).
 	RuntimeRole string
+	// Tags are an ActProvisionSpare's node tags; Images an ActPrefetch's
+	// refs.
+	Tags   map[string]string
+	Images []string
 }
 
 // Unplaced is an instance that needs a node and fits none.
@@ -221,6 +230,7 @@ func Plan(v View, p Policy, now time.Time) Decision {
 	}
 
 	planBundles(&d, v.Bundles, jobs, v.Migrating, reachable, now)
+	planSpares(&d, v, p, now, v.Prefetched)
 
 	var slots []slot
 	for _, jh := range v.Jobs {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -55,6 +57,10 @@ type AutoManager struct {
 	hold   map[string]time.Time
 	// saga runs the migrations.
 	saga *Saga
+	// prefetchMu guards prefetched: when a spare was last asked to
+	// prefetch which images (View.Prefetched).
+	prefetchMu sync.Mutex
+	prefetched map[string]time.Time
 }
 
 // ProvisionHoldAfterFailure is how long a tier whose node creation failed
@@ -82,7 +88,7 @@ func New(cfg Config) *AutoManager {
 		cfg.Parallel = 16
 	}
 	cfg.Policy.defaults()
-	a := &AutoManager{cfg: cfg, log: cfg.Logger.With("component", "automanager"), unplaced: map[string]string{}, hold: map[string]time.Time{}}
+	a := &AutoManager{cfg: cfg, log: cfg.Logger.With("component", "automanager"), unplaced: map[string]string{}, hold: map[string]time.Time{}, prefetched: map[string]time.Time{}}
 	a.saga = newSaga(cfg.API, cfg.Clock, cfg.Logger, cfg.Policy, cfg.Metrics)
 	return a
 }
@@ -262,6 +268,16 @@ func (a *AutoManager) read(ctx context.Context) (View, error) {
 		v.ProvisionHold[t] = until
 	}
 	a.holdMu.Unlock()
+	a.prefetchMu.Lock()
+	v.Prefetched = make(map[string]time.Time, len(a.prefetched))
+	for k, at := range a.prefetched {
+		if a.cfg.Clock.Now().Sub(at) >= SpareRefetchAfter {
+			delete(a.prefetched, k)
+			continue
+		}
+		v.Prefetched[k] = at
+	}
+	a.prefetchMu.Unlock()
 	return v, nil
 }
 
@@ -394,6 +410,33 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 			m.Provisioned.Inc()
 		}
 		a.log.Info("creating a node", "node", id, "tier", act.Pool, "provider", act.Provider, "on", where, "why", act.Reason)
+	case ActProvisionSpare:
+		id, where, err := a.provision(ctx, act)
+		if err != nil {
+			a.holdMu.Lock()
+			a.hold[act.Pool] = a.cfg.Clock.Now().Add(ProvisionHoldAfterFailure)
+			a.holdMu.Unlock()
+			return fmt.Errorf("create a spare in elastic tier %s (%s): %w", act.Pool, act.Reason, err)
+		}
+		if m != nil {
+			m.Provisioned.Inc()
+		}
+		a.log.Info("creating a spare", "node", id, "tier", act.Pool, "provider", act.Provider, "on", where, "why", act.Reason)
+	case ActReleaseSpare:
+		clear := map[string]string{placement.TagSpare: "", placement.TagWarmFor: "", placement.TagReservedFor: "", placement.TagExclusive: ""}
+		if _, err := api.SetNodeTags(ctx, act.NodeID, clear); err != nil && !errors.Is(err, norsk.ErrNotFound) {
+			return fmt.Errorf("release spare %s: %w", act.NodeID, err)
+		}
+		a.log.Info("spare consumed; a replacement follows", "node", act.NodeID, "why", act.Reason)
+	case ActPrefetch:
+		a.prefetchMu.Lock()
+		a.prefetched[act.NodeID+"|"+strings.Join(act.Images, ",")] = a.cfg.Clock.Now()
+		a.prefetchMu.Unlock()
+		res, err := api.PrefetchImages(ctx, act.NodeID, act.Images)
+		if err != nil {
+			return fmt.Errorf("prefetch on spare %s: %w", act.NodeID, err)
+		}
+		a.log.Info("warming a spare", "node", act.NodeID, "images", act.Images, "request", res.GetRequestId(), "why", act.Reason)
 	case ActMarkFailed:
 		if err := api.MarkJobFailed(ctx, act.JobID, act.Reason); err != nil {
 			return fmt.Errorf("mark %s failed: %w", act.JobID, err)
@@ -554,12 +597,12 @@ func (a *AutoManager) provision(ctx context.Context, act Action) (string, string
 	api := a.cfg.API
 	switch {
 	case act.Provider == "mock":
-		return api.CreateMockNode(ctx, norsk.MockNode{Pool: act.Pool})
+		return api.CreateMockNode(ctx, norsk.MockNode{Pool: act.Pool, Tags: act.Tags})
 	case act.Type == nil:
 		return "", "", fmt.Errorf("provider %q: no instance type chosen", act.Provider)
 	case act.Provider == "aws":
 		t := act.Type
-		n, err := api.CreateAwsNode(ctx, norsk.AwsNode{Pool: act.Pool, Region: t.Region, InstanceType: t.Name, AvailabilityZone: t.Zone,
+		n, err := api.CreateAwsNode(ctx, norsk.AwsNode{Pool: act.Pool, Tags: act.Tags, Region: t.Region, InstanceType: t.Name, AvailabilityZone: t.Zone,
 			SecurityGroupLabels: t.SecurityGroups, Subnet: t.Subnet, FallbackInstanceTypes: t.Fallbacks})
 		if err != nil {
 			return "", "", err
@@ -567,7 +610,7 @@ func (a *AutoManager) provision(ctx context.Context, act Action) (string, string
 		return n.GetNodeId(), n.GetInstanceId() + " (" + n.GetInstanceType() + ")", nil
 	case act.Provider == "oci":
 		t := act.Type
-		n, err := api.CreateOciNode(ctx, norsk.OciNode{Pool: act.Pool, Region: t.Region, Shape: t.Name, AvailabilityDomain: t.Zone,
+		n, err := api.CreateOciNode(ctx, norsk.OciNode{Pool: act.Pool, Tags: act.Tags, Region: t.Region, Shape: t.Name, AvailabilityDomain: t.Zone,
 			Subnet: t.Subnet, FallbackShapes: t.Fallbacks, OCPUs: t.OCPUs, MemoryGBs: t.MemoryGBs})
 		if err != nil {
 			return "", "", err

@@ -121,7 +121,7 @@ func (t *tx) registerSlot(c *storev1.RegisterSlot) error {
 		n.Tags["pool"] = c.GetPool()
 	}
 	if p := c.GetProvider(); p != "" && p != ProviderCluster {
-		if _, spare := n.Tags[SpareTag]; spare {
+		if _, spare := n.Tags[SpareTag]; spare && !c.GetSpareByReconciler() {
 			return apierr.Invalid("tags", "the %q tag of an elastic node belongs to the AutoManager's reconciler", SpareTag)
 		}
 		n.Provider, n.ProviderInstance, n.Elastic, n.Hardware, n.Cloud = p, c.GetProviderInstance(), true, c.GetHardware(), c.GetCloud()
@@ -340,7 +340,7 @@ func (t *tx) setNodeTags(c *storev1.SetNodeTags) error {
 		return err
 	}
 	if v, ok := c.GetTags()[SpareTag]; ok {
-		if rec.GetNode().GetProvider() != ProviderCluster {
+		if rec.GetNode().GetProvider() != ProviderCluster && !c.GetByReconciler() {
 			return apierr.FailedPreconditionf("the %q tag of elastic node %q belongs to the AutoManager's reconciler", SpareTag, c.GetNodeId())
 		}
 		if v == "true" {

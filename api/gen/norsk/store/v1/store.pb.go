@@ -3411,9 +3411,12 @@ type RegisterSlot struct {
 	Tags             map[string]string `protobuf:"bytes,8,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// A cloud provider's node: the launch it is created with (region, type,
 	// image, client token, …); the instance id follows in SetNodeInstance.
-	Cloud         *v1.CloudInstance `protobuf:"bytes,9,opt,name=cloud,proto3" json:"cloud,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Cloud *v1.CloudInstance `protobuf:"bytes,9,opt,name=cloud,proto3" json:"cloud,omitempty"`
+	// An elastic node the AutoManager's spare reconciler creates: it may
+	// carry the spare tags, which every other caller is refused.
+	SpareByReconciler bool `protobuf:"varint,150,opt,name=spare_by_reconciler,json=spareByReconciler,proto3" json:"spare_by_reconciler,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RegisterSlot) Reset() {
@@ -3507,6 +3510,13 @@ func (x *RegisterSlot) GetCloud() *v1.CloudInstance {
 		return x.Cloud
 	}
 	return nil
+}
+
+func (x *RegisterSlot) GetSpareByReconciler() bool {
+	if x != nil {
+		return x.SpareByReconciler
+	}
+	return false
 }
 
 // SetNodeInstance records what a provider launched for an elastic node: the
@@ -4013,9 +4023,13 @@ func (x *NodeTerminated) GetReason() string {
 }
 
 type SetNodeTags struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Tags          map[string]string      `protobuf:"bytes,2,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Tags   map[string]string      `protobuf:"bytes,2,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Set by the handler when the caller is this Manager's own AutoManager
+	// (its spare reconciler): the only caller that may set the spare tags of
+	// an elastic node.
+	ByReconciler  bool `protobuf:"varint,150,opt,name=by_reconciler,json=byReconciler,proto3" json:"by_reconciler,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4062,6 +4076,13 @@ func (x *SetNodeTags) GetTags() map[string]string {
 		return x.Tags
 	}
 	return nil
+}
+
+func (x *SetNodeTags) GetByReconciler() bool {
+	if x != nil {
+		return x.ByReconciler
+	}
+	return false
 }
 
 type SetNodeIdleExpiry struct {
@@ -5288,7 +5309,7 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x0fInstanceReports\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12:\n" +
 	"\areports\x18\x02 \x03(\v2 .norsk.manager.v1.InstanceReportR\areports\x128\n" +
-	"\anotices\x18\x03 \x03(\v2\x1e.norsk.manager.v1.WorkerNoticeR\anotices\"\x9b\x03\n" +
+	"\anotices\x18\x03 \x03(\v2\x1e.norsk.manager.v1.WorkerNoticeR\anotices\"\xcc\x03\n" +
 	"\fRegisterSlot\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x12\n" +
@@ -5298,7 +5319,8 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x11provider_instance\x18\x06 \x01(\tR\x10providerInstance\x126\n" +
 	"\bhardware\x18\a \x01(\v2\x1a.norsk.manager.v1.HardwareR\bhardware\x12:\n" +
 	"\x04tags\x18\b \x03(\v2&.norsk.store.v1.RegisterSlot.TagsEntryR\x04tags\x125\n" +
-	"\x05cloud\x18\t \x01(\v2\x1f.norsk.manager.v1.CloudInstanceR\x05cloud\x1a7\n" +
+	"\x05cloud\x18\t \x01(\v2\x1f.norsk.manager.v1.CloudInstanceR\x05cloud\x12/\n" +
+	"\x13spare_by_reconciler\x18\x96\x01 \x01(\bR\x11spareByReconciler\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x01\n" +
@@ -5336,10 +5358,11 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"A\n" +
 	"\x0eNodeTerminated\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x9a\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xc0\x01\n" +
 	"\vSetNodeTags\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x129\n" +
-	"\x04tags\x18\x02 \x03(\v2%.norsk.store.v1.SetNodeTags.TagsEntryR\x04tags\x1a7\n" +
+	"\x04tags\x18\x02 \x03(\v2%.norsk.store.v1.SetNodeTags.TagsEntryR\x04tags\x12$\n" +
+	"\rby_reconciler\x18\x96\x01 \x01(\bR\fbyReconciler\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
