@@ -119,11 +119,15 @@ func randomBytes(b testing.TB, n int) []byte {
 	return out
 }
 
-// forget removes every local tag of the image of ref (and so its layers,
-// when no container uses them).
+// forget removes the images of refs from the engine, by id (every tag,
+// and its layers: no container may use them any more).
 func forget(ctx context.Context, cli *client.Client, refs ...string) {
 	for _, r := range refs {
-		_, _ = cli.ImageRemove(ctx, r, image.RemoveOptions{Force: true, PruneChildren: true})
+		id := r
+		if im, err := cli.ImageInspect(ctx, r); err == nil {
+			id = im.ID
+		}
+		_, _ = cli.ImageRemove(ctx, id, image.RemoveOptions{Force: true, PruneChildren: true})
 	}
 }
 
@@ -180,8 +184,13 @@ func warmRecoveryOnce(b *testing.B, cli *client.Client, ref, prog string, warm b
 	c := testcluster.New(b, testcluster.Options{Workers: 1})
 	spare := fmt.Sprintf("warm-spare-%d", time.Now().UnixNano()%1e9)
 	c.AddWorker(spare, "docker")
-	defer removeNodeContainers(ctx, cli, spare)
-	defer forget(ctx, cli, ref)
+	defer func() {
+		// The spare's worker first (it would restart the job's
+		// container), then its containers, then the image they used.
+		_ = c.Worker(spare).Stop()
+		removeNodeContainers(ctx, cli, spare)
+		forget(ctx, cli, ref)
+	}()
 	c.WaitNodeConnected(spare)
 	cl := c.Client()
 	if _, err := cl.SetNodeTags(ctx, spare, map[string]string{"spare": "true"}); err != nil {
@@ -196,6 +205,9 @@ func warmRecoveryOnce(b *testing.B, cli *client.Client, ref, prog string, warm b
 	first := c.WaitPhase(job.GetJobId(), "primary", norsk.InstancePhaseRunning)
 	if first.GetNodeId() != "worker-1" {
 		b.Fatalf("the job started on %s, not the process worker", first.GetNodeId())
+	}
+	if _, err := cli.ImageInspect(ctx, ref); err == nil {
+		b.Fatalf("the engine holds %s before the spare pulls it", ref)
 	}
 	if warm {
 		if _, err := cl.PrefetchImages(ctx, spare, []string{ref}); err != nil {
