@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/image"
 
+	"github.com/norsk-go/norsk-manager/internal/cli"
 	"github.com/norsk-go/norsk-manager/internal/localregistry"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
 	"github.com/norsk-go/norsk-manager/internal/testcluster"
@@ -63,8 +65,14 @@ func TestWarmPullsPrefetchAndHeldImages(t *testing.T) {
 	if _, err := cl.CreateJob(x, job); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.StartJob(x, job.GetJobId(), "primary", d.worker, norsk.StartJobOptions{}); err != nil {
-		t.Fatal(err)
+	// norsk-ctl job start --wait shows the pull as it goes.
+	var out, errOut bytes.Buffer
+	if code := cli.Main(x, []string{"--manager-url", d.URL(), "--token", d.Token(), "job", "start", job.GetJobId(), "--node", d.worker, "--wait"},
+		strings.NewReader(""), &out, &errOut); code != 0 {
+		t.Fatalf("job start --wait: exit %d\n%s\n%s", code, out.String(), errOut.String())
+	}
+	if !strings.Contains(errOut.String(), "pulled "+onStart) {
+		t.Errorf("job start --wait did not show the pull:\nstdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	}
 	d.WaitPhase(job.GetJobId(), "primary", norsk.InstancePhaseRunning)
 	jh := d.WaitJob(job.GetJobId(), "the pull's notice", func(jh *norsk.JobWithHistory) bool {
