@@ -142,7 +142,6 @@ func removeNodeContainers(ctx context.Context, cli *client.Client, node string) 
 	}
 }
 
-
 func BenchmarkWarmRecovery(b *testing.B) {
 	cli := testimage.Engine(b)
 	reg := localregistry.ForTest(b)
