@@ -131,7 +131,9 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, progress func(run
 func (r *Runtime) pull(ctx context.Context, ref, service string, progress func(runtime.PullProgress)) error {
 	start := time.Now()
 	fail := func(err error) error {
-		err = fmt.Errorf("pull image %q: %v: %w", ref, err, runtime.ErrImagePull)
+		// The registry's answer, without the engine's wrapping.
+		msg := strings.TrimPrefix(err.Error(), "Error response from daemon: ")
+		err = fmt.Errorf("pull image %q: %s: %w", ref, msg, runtime.ErrImagePull)
 		if progress != nil {
 			progress(runtime.PullProgress{Image: ref, Service: service, Err: err, Elapsed: time.Since(start)})
 		}
