@@ -27,8 +27,8 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
-	"github.com/norsk-go/norsk-manager/internal/buildinfo"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
+	"github.com/norsk-go/norsk-manager/internal/buildinfo"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/mgr"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
