@@ -108,3 +108,36 @@ func TestSparesKeptThroughConsumptionLossAndRestart(t *testing.T) {
 		return tagged <= 2
 	})
 }
+
+// A primary failover: the new primary's AutoManager counts the same tagged
+// spares and creates none more.
+func TestSparesKeptThroughFailover(t *testing.T) {
+	var pool string
+	c := testcluster.New(t, testcluster.Options{Members: 3, MockHosts: 3, LostGrace: time.Second, ManagerConfig: func(cfg *manager.Config) {
+		cfg.Spares = map[string]automanager.SpareSpec{"burst": {Count: 2}}
+	}})
+	pool = c.MockPool()
+	if pool != "burst" {
+		t.Skipf("the mock pool is %s", pool)
+	}
+	count := func(cl *norsk.Manager) (tagged int) {
+		nodes, err := cl.ListNodes(ctx(t))
+		if err != nil {
+			return -1
+		}
+		for _, n := range nodes {
+			if n.GetElastic() && n.GetTags()["spare"] == "true" && n.GetState() != norsk.NodeStateTerminated && n.GetState() != norsk.NodeStateStopping {
+				tagged++
+			}
+		}
+		return tagged
+	}
+	old := c.Primary()
+	c.Eventually("two spares", func() bool { return count(old.Client()) == 2 })
+	old.Stop()
+	p := waitNewPrimary(t, c, others(c, old))
+	consistently(t, 3*time.Second, "two spares, no more, under the new primary "+p.Name, func() bool {
+		n := count(p.Client())
+		return n == 2 || n == -1
+	})
+}
