@@ -205,9 +205,10 @@ func TestDockerManagerRestartAdoptsContainer(t *testing.T) {
 	}
 }
 
-// A service whose image is not on the node fails the instance at once
-// (stopping(jobFailed), then stopped) with a reason naming the image; the
-// worker never pulls.
+// A service whose image is not on the node and whose pull policy is never
+// fails the instance at once (stopping(jobFailed), then stopped) with a
+// reason naming the image; the worker does not pull. (Pulls from a
+// registry: warm_test.go.)
 func TestDockerMissingImageFailsWithoutPull(t *testing.T) {
 	t.Parallel()
 	d := newDockerCluster(t, testcluster.Options{})
@@ -224,7 +225,7 @@ func TestDockerMissingImageFailsWithoutPull(t *testing.T) {
 		t.Fatalf("image %s exists on the engine; remove it (docker rmi %s) to run this test", image, image)
 	}
 	const id = "dk-missing"
-	job := &norsk.Job{JobId: id, Services: []*norsk.Service{{Name: "main", Image: image}}}
+	job := &norsk.Job{JobId: id, Services: []*norsk.Service{{Name: "main", Image: image, PullPolicy: norsk.PullPolicyNever}}}
 	if _, err := cl.CreateJob(x, job); err != nil {
 		t.Fatal(err)
 	}

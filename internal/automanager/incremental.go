@@ -114,7 +114,9 @@ func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (tim
 		}
 		plan = nil
 	}
-	if len(plan) > 0 || len(bundles) > 0 {
+	// A node that came, went or changed may be a spare to replace: with
+	// spares configured, a wide change is always decided.
+	if len(plan) > 0 || len(bundles) > 0 || (wide && len(a.cfg.Policy.Spares) > 0) {
 		v := m.view(plan, bundles)
 		if next, err = a.decide(ctx, v, plan); err != nil {
 			return time.Time{}, err

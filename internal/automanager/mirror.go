@@ -319,6 +319,20 @@ func (m *mirror) jobsOnNodes(nodes []string) []string {
 // view is the View a pass plans jobs (and the bundles) on: every node and
 // migration, the jobs and bundles asked for, and, through Others, what
 // every other job's live instances hold on reachable nodes.
+// allJobs is every job the mirror holds, in id order.
+func (m *mirror) allJobs() []*managerv1.JobWithHistory {
+	ids := make([]string, 0, len(m.jobs))
+	for id := range m.jobs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]*managerv1.JobWithHistory, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, m.jobs[id])
+	}
+	return out
+}
+
 func (m *mirror) view(jobs, bundles map[string]bool) View {
 	v := View{Nodes: m.nodeList, Migrations: m.sortedMigrations()}
 	if len(m.migrating) > 0 {

@@ -39,6 +39,8 @@ type Policy struct {
 	Migration MigrationDeadlines
 	// Repair bounds the repairs of degraded anti-affinity (repair.go).
 	Repair RepairPolicy
+	// Spares are the warm spares each elastic tier keeps (spares.go).
+	Spares map[string]SpareSpec
 }
 
 // ElasticTier is a pool tier a provider creates nodes in, and the node a
@@ -97,6 +99,13 @@ type View struct {
 	// the part of the state a pass plans, and Others the room the rest
 	// takes. Nil: Jobs are every job.
 	Others func(reachable func(nodeID string) bool) []placement.Allocation
+	// Prefetched maps "node|images" to when the AutoManager last asked a
+	// spare to prefetch them (spares.go; safe to lose).
+	Prefetched map[string]time.Time
+	// WarmJobs, when set, are the jobs the spares' images are read from
+	// (an incremental pass plans only some jobs; the spares are warm for
+	// templates whatever it planned). Nil: Jobs.
+	WarmJobs []*managerv1.JobWithHistory
 }
 
 // ActionKind is what an Action does.
@@ -140,6 +149,10 @@ type Action struct {
 	// RuntimeRole is the slot a start under a migration target's key is
 	// told ("" = its role).
 	RuntimeRole string
+	// Tags are an ActProvisionSpare's node tags; Images an ActPrefetch's
+	// refs.
+	Tags   map[string]string
+	Images []string
 }
 
 // Unplaced is an instance that needs a node and fits none.
@@ -228,6 +241,7 @@ func Plan(v View, p Policy, now time.Time) Decision {
 	}
 
 	planBundles(&d, v.Bundles, jobs, v.Migrating, reachable, now)
+	planSpares(&d, v, p, now, v.Prefetched)
 
 	var slots []slot
 	for _, jh := range v.Jobs {

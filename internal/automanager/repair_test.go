@@ -1,6 +1,7 @@
 package automanager
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func TestRepairMovesTheBackupOffThePrimarysNode(t *testing.T) {
 		t.Errorf("degraded = %d, want 2 (both instances share a)", d.Degraded)
 	}
 	// Pure: the same view gives the same decision.
-	if again := repairs(Plan(v, Policy{}, t0)); len(again) != 1 || again[0] != r {
+	if again := repairs(Plan(v, Policy{}, t0)); len(again) != 1 || !reflect.DeepEqual(again[0], r) {
 		t.Errorf("not deterministic: %+v then %+v", r, again)
 	}
 }

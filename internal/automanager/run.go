@@ -15,6 +15,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -73,6 +74,10 @@ type AutoManager struct {
 	// passStart is when the current pass read the state (placement
 	// latency); only Run's goroutine touches it.
 	passStart time.Time
+	// prefetchMu guards prefetched: when a spare was last asked to
+	// prefetch which images (View.Prefetched).
+	prefetchMu sync.Mutex
+	prefetched map[string]time.Time
 }
 
 // ProvisionHoldAfterFailure is how long a tier whose node creation failed
@@ -104,7 +109,7 @@ func New(cfg Config) *AutoManager {
 	}
 	cfg.Policy.defaults()
 	a := &AutoManager{cfg: cfg, log: cfg.Logger.With("component", "automanager"), unplaced: map[[2]string]string{}, degraded: map[string]int{},
-		hold: map[string]time.Time{}, mirror: newMirror(cfg.Policy.Placement)}
+		hold: map[string]time.Time{}, prefetched: map[string]time.Time{}, mirror: newMirror(cfg.Policy.Placement)}
 	a.saga = newSaga(cfg.API, cfg.Clock, cfg.Logger, cfg.Policy, cfg.Metrics)
 	return a
 }
@@ -337,6 +342,13 @@ func (a *AutoManager) Pass(ctx context.Context) (time.Time, error) {
 func (a *AutoManager) decide(ctx context.Context, v View, scope map[string]bool) (time.Time, error) {
 	start := a.cfg.Clock.Now()
 	v.ProvisionHold = a.holds()
+	v.Prefetched = a.prefetches()
+	if scope != nil && len(a.cfg.Policy.Spares) > 0 {
+		// The spares' images come from every job of their templates, not
+		// only the ones this pass plans (in proportion to the jobs, only
+		// when spares are configured).
+		v.WarmJobs = a.mirror.allJobs()
+	}
 	d := Plan(v, a.policy(), a.cfg.Clock.Now())
 	// Plan asks for what it lacks one step at a time (the lease status, then
 	// the histories of what the leases let through): fill and plan again
@@ -431,6 +443,22 @@ func (a *AutoManager) holds() map[string]time.Time {
 	out := make(map[string]time.Time, len(a.hold))
 	for t, until := range a.hold {
 		out[t] = until
+	}
+	return out
+}
+
+// prefetches copies when spares were last asked to prefetch which images,
+// forgetting what is old enough to be asked again (View.Prefetched).
+func (a *AutoManager) prefetches() map[string]time.Time {
+	a.prefetchMu.Lock()
+	defer a.prefetchMu.Unlock()
+	out := make(map[string]time.Time, len(a.prefetched))
+	for k, at := range a.prefetched {
+		if a.cfg.Clock.Now().Sub(at) >= SpareRefetchAfter {
+			delete(a.prefetched, k)
+			continue
+		}
+		out[k] = at
 	}
 	return out
 }
@@ -574,6 +602,33 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 			m.Provisioned.Inc()
 		}
 		a.log.Info("creating a node", "node", id, "tier", act.Pool, "provider", act.Provider, "on", where, "why", act.Reason)
+	case ActProvisionSpare:
+		id, where, err := a.provision(ctx, act)
+		if err != nil {
+			a.holdMu.Lock()
+			a.hold[act.Pool] = a.cfg.Clock.Now().Add(ProvisionHoldAfterFailure)
+			a.holdMu.Unlock()
+			return fmt.Errorf("create a spare in elastic tier %s (%s): %w", act.Pool, act.Reason, err)
+		}
+		if m != nil {
+			m.Provisioned.Inc()
+		}
+		a.log.Info("creating a spare", "node", id, "tier", act.Pool, "provider", act.Provider, "on", where, "why", act.Reason)
+	case ActReleaseSpare:
+		clear := map[string]string{placement.TagSpare: "", placement.TagWarmFor: "", placement.TagReservedFor: "", placement.TagExclusive: ""}
+		if _, err := api.SetNodeTags(ctx, act.NodeID, clear); err != nil && !errors.Is(err, norsk.ErrNotFound) {
+			return fmt.Errorf("release spare %s: %w", act.NodeID, err)
+		}
+		a.log.Info("spare consumed; a replacement follows", "node", act.NodeID, "why", act.Reason)
+	case ActPrefetch:
+		a.prefetchMu.Lock()
+		a.prefetched[act.NodeID+"|"+strings.Join(act.Images, ",")] = a.cfg.Clock.Now()
+		a.prefetchMu.Unlock()
+		res, err := api.PrefetchImages(ctx, act.NodeID, act.Images)
+		if err != nil {
+			return fmt.Errorf("prefetch on spare %s: %w", act.NodeID, err)
+		}
+		a.log.Info("warming a spare", "node", act.NodeID, "images", act.Images, "request", res.GetRequestId(), "why", act.Reason)
 	case ActMarkFailed:
 		if err := api.MarkJobFailed(ctx, act.JobID, act.Reason); err != nil {
 			return fmt.Errorf("mark %s failed: %w", act.JobID, err)
@@ -817,12 +872,12 @@ func (a *AutoManager) provision(ctx context.Context, act Action) (string, string
 	api := a.cfg.API
 	switch {
 	case act.Provider == "mock":
-		return api.CreateMockNode(ctx, norsk.MockNode{Pool: act.Pool})
+		return api.CreateMockNode(ctx, norsk.MockNode{Pool: act.Pool, Tags: act.Tags})
 	case act.Type == nil:
 		return "", "", fmt.Errorf("provider %q: no instance type chosen", act.Provider)
 	case act.Provider == "aws":
 		t := act.Type
-		n, err := api.CreateAwsNode(ctx, norsk.AwsNode{Pool: act.Pool, Region: t.Region, InstanceType: t.Name, AvailabilityZone: t.Zone,
+		n, err := api.CreateAwsNode(ctx, norsk.AwsNode{Pool: act.Pool, Tags: act.Tags, Region: t.Region, InstanceType: t.Name, AvailabilityZone: t.Zone,
 			SecurityGroupLabels: t.SecurityGroups, Subnet: t.Subnet, FallbackInstanceTypes: t.Fallbacks})
 		if err != nil {
 			return "", "", err
@@ -830,7 +885,7 @@ func (a *AutoManager) provision(ctx context.Context, act Action) (string, string
 		return n.GetNodeId(), n.GetInstanceId() + " (" + n.GetInstanceType() + ")", nil
 	case act.Provider == "oci":
 		t := act.Type
-		n, err := api.CreateOciNode(ctx, norsk.OciNode{Pool: act.Pool, Region: t.Region, Shape: t.Name, AvailabilityDomain: t.Zone,
+		n, err := api.CreateOciNode(ctx, norsk.OciNode{Pool: act.Pool, Tags: act.Tags, Region: t.Region, Shape: t.Name, AvailabilityDomain: t.Zone,
 			Subnet: t.Subnet, FallbackShapes: t.Fallbacks, OCPUs: t.OCPUs, MemoryGBs: t.MemoryGBs})
 		if err != nil {
 			return "", "", err

@@ -156,6 +156,12 @@ func (f *fakeAPI) CreateAwsNode(ctx context.Context, n norsk.AwsNode) (*norsk.Cl
 func (f *fakeAPI) CreateOciNode(ctx context.Context, n norsk.OciNode) (*norsk.CloudNode, error) {
 	return nil, fmt.Errorf("not used")
 }
+func (f *fakeAPI) SetNodeTags(ctx context.Context, nodeID string, tags map[string]string) (*norsk.Node, error) {
+	return nil, fmt.Errorf("not used")
+}
+func (f *fakeAPI) PrefetchImages(ctx context.Context, nodeID string, refs []string) (*norsk.PrefetchImagesResponse, error) {
+	return nil, fmt.Errorf("not used")
+}
 
 func (f *fakeAPI) NotifyMigrationGetState(ctx context.Context, source *managerv1.JobKey, id string) error {
 	return f.call("GetState", " ", source.GetRole())

@@ -48,6 +48,9 @@ func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, wh
 	req := placement.RequestForJob(cfg, jh.GetJob(), bundle, st.GetTargetRole())
 	req.PinNode = st.GetRequestedTargetNodeId()
 	req.OverrideReservation = st.GetOverrideReservation()
+	// A migration target takes a warm spare first, as a recovery does
+	// (warm for the job's template before any other spare).
+	req.Recovery = true
 	req.Explain = req.PinNode != ""
 	req.Exclude = map[string]string{st.GetSourceNodeId(): "the job's current node (the migration's source)"}
 	if st.GetStrategy() == stratHandover {

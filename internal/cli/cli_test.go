@@ -360,7 +360,7 @@ func TestNodeCommands(t *testing.T) {
 		Tags:     map[string]string{"pool": "gold"}})
 
 	out := f.ok("node", "list")
-	if !regexp.MustCompile(`(?m)^node-1\s+worker-1\s+cluster\s+online\s+3m ago\s+10.0.0.1:7000\s+16\s+64.0 GiB\s+-\s+0\s+pool=gold$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^node-1\s+worker-1\s+cluster\s+online\s+3m ago\s+10.0.0.1:7000\s+16\s+64.0 GiB\s+-\s+0\s+-\s+pool=gold$`).MatchString(out) {
 		t.Errorf("node list:\n%s", out)
 	}
 	out = f.ok("node", "get", "node-1")

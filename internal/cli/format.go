@@ -303,6 +303,11 @@ func eventSubject(ev *norsk.Event) string {
 	case *norsk.Event_NodeTagsUpdated:
 		n := k.NodeTagsUpdated.GetNode()
 		return fmt.Sprintf("node %s tags %s", n.GetNodeId(), tags(n.GetTags()))
+	case *norsk.Event_NodeImagesUpdated:
+		n := k.NodeImagesUpdated.GetNode()
+		return fmt.Sprintf("node %s holds %d image(s) (%s)", n.GetNodeId(), len(n.GetHeldImages()), k.NodeImagesUpdated.GetReason())
+	case *norsk.Event_ImagesPrefetched:
+		return prefetchSubject(k.ImagesPrefetched)
 	case *norsk.Event_ClusterSlotRegistered:
 		return slotSubject(k.ClusterSlotRegistered.GetSlot())
 	case *norsk.Event_ClusterSlotUpdated:
@@ -395,4 +400,34 @@ func slotSubject(sl *norsk.ClusterSlot) string {
 		s += " pool " + sl.GetPool()
 	}
 	return s
+}
+
+// prefetchSubject is an images_prefetched event's line: each ref's outcome.
+func prefetchSubject(p *norsk.ImagesPrefetched) string {
+	parts := make([]string, 0, len(p.GetResults()))
+	for _, r := range p.GetResults() {
+		parts = append(parts, r.GetRef()+" "+prefetchOutcome(r))
+	}
+	return fmt.Sprintf("node %s prefetch %s: %s", p.GetNodeId(), p.GetRequestId(), strings.Join(parts, "; "))
+}
+
+// prefetchOutcome says what became of one prefetched ref.
+func prefetchOutcome(r *norsk.ImagePrefetchResult) string {
+	switch r.GetOutcome() {
+	case norsk.ImagePrefetchPulled:
+		return fmt.Sprintf("pulled (%s, %s) in %s", shortDigest(r.GetDigest()), bytesIEC(r.GetSizeBytes()), durationMs(int64(r.GetDurationMs())))
+	case norsk.ImagePrefetchAlreadyPresent:
+		return fmt.Sprintf("already present (%s, %s)", shortDigest(r.GetDigest()), bytesIEC(r.GetSizeBytes()))
+	case norsk.ImagePrefetchFailed:
+		return "failed: " + r.GetError()
+	}
+	return enumWord(r.GetOutcome())
+}
+
+// shortDigest is a digest's algorithm and first 12 hex digits.
+func shortDigest(d string) string {
+	if alg, hex, ok := strings.Cut(d, ":"); ok && len(hex) > 12 {
+		return alg + ":" + hex[:12]
+	}
+	return dash(d)
 }

@@ -352,6 +352,7 @@ func (g *globals) wait(ctx context.Context, m *norsk.Manager, w *waiter, after u
 	s := m.EventStream(ctx, norsk.EventStreamSettings{AfterIndex: after})
 	defer s.Close()
 	for s.Next() {
+		g.pullProgress(w.target, s.Event())
 		if done, err := w.step(s.Event()); done {
 			return err
 		}
@@ -370,6 +371,21 @@ func (g *globals) wait(ctx context.Context, m *norsk.Manager, w *waiter, after u
 		return fmt.Errorf("waiting for %s to %s: %w", w.target, w.want, err)
 	}
 	return fmt.Errorf("the event stream ended while waiting for %s to %s%s", w.target, w.want, last)
+}
+
+// pullProgress writes to stderr the image-pull notices the target's
+// start adds to its job's history (its pulls' progress, end or failure),
+// so a wait shows what it is waiting for.
+func (g *globals) pullProgress(t instanceTarget, ev *norsk.Event) {
+	je := ev.GetJobUpdated()
+	n := je.GetEntry().GetNotice()
+	if je == nil || n == nil || n.GetKind() != "image-pull" || je.GetJob().GetJob().GetJobId() != t.jobID {
+		return
+	}
+	if in := n.GetInstance(); in.GetRole() != t.role || (t.token != 0 && in.GetFencingToken() != t.token) {
+		return
+	}
+	fmt.Fprintf(g.errOut, "  %s\n", n.GetMessage())
 }
 
 // waitAndPrint waits for the target and prints the instance as it then is.

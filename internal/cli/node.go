@@ -25,6 +25,7 @@ func newNodeCommand(g *globals) *cobra.Command {
 		newNodeCreateAwsCommand(g),
 		newNodeCreateOciCommand(g),
 		newNodeDrainCommand(g),
+		newNodePrefetchCommand(g),
 	)
 	return cmd
 }
@@ -107,7 +108,7 @@ func newNodeListCommand(g *globals) *cobra.Command {
 }
 
 func nodesTable(w io.Writer, now time.Time, nodes []*norsk.Node) {
-	fmt.Fprintln(w, "ID\tNAME\tPROVIDER\tSTATE\tSINCE\tADDRESS\tCPUS\tMEMORY\tLOAD\tJOBS\tTAGS")
+	fmt.Fprintln(w, "ID\tNAME\tPROVIDER\tSTATE\tSINCE\tADDRESS\tCPUS\tMEMORY\tLOAD\tJOBS\tIMAGES\tTAGS")
 	for _, n := range nodes {
 		state := nodeStateWords(n)
 		load := "-"
@@ -118,9 +119,9 @@ func nodesTable(w io.Writer, now time.Time, nodes []*norsk.Node) {
 		if v := n.GetHardware().GetVcpus(); v > 0 {
 			cpus = fmt.Sprint(v)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.GetNodeId(), dash(n.GetNodeName()), dash(n.GetProvider()),
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.GetNodeId(), dash(n.GetNodeName()), dash(n.GetProvider()),
 			state, ago(now, n.GetStateSince()), dash(n.GetAddress()), cpus, bytesIEC(n.GetHardware().GetMemoryBytes()),
-			load, len(n.GetInstances()), tags(n.GetTags()))
+			load, len(n.GetInstances()), heldSummary(n.GetHeldImages()), tags(n.GetTags()))
 	}
 }
 
@@ -195,6 +196,11 @@ func nodeTable(w io.Writer, now time.Time, n *norsk.Node) {
 		for _, in := range ins {
 			fmt.Fprintf(w, "%s\t%s\t%d\n", in.GetJobId(), in.GetRole(), in.GetFencingToken())
 		}
+	}
+	if imgs := n.GetHeldImages(); len(imgs) > 0 {
+		heldImagesTable(w, now, imgs)
+	} else if n.GetRuntime() == "docker" {
+		fmt.Fprintf(w, "Images:\tnone held\n")
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
 	"github.com/norsk-go/norsk-manager/internal/devlocate"
 	"github.com/norsk-go/norsk-manager/internal/manager"
@@ -96,6 +97,16 @@ type Options struct {
 	// ConsoleReady, if set, is called with the console's URL and the dev
 	// admin's password once the console is up.
 	ConsoleReady func(url, password string)
+	// Registry runs an image registry (Debian's docker-registry) at
+	// RegistryListen (default DefaultRegistryListen) with the example
+	// images pushed into it (docker runtime only).
+	Registry       bool
+	RegistryListen string
+	// Spares is how many warm spares the AutoManager keeps in the mock
+	// pool (needs MockHosts), warm for SparesWarmFor (bundle job names,
+	// template tags or job ids).
+	Spares        int
+	SparesWarmFor []string
 }
 
 // DefaultDataDir is $XDG_DATA_HOME/norsk-manager/dev (or the
@@ -198,6 +209,7 @@ func Run(ctx context.Context, o Options) error {
 		Logger:            o.Logger,
 		MockProvider:      mockCfg,
 		DefaultIdleExpiry: o.IdleExpiry,
+		Spares:            devSpares(o),
 		// norsk-mgr's role-store replica is signed with dev's key.
 		AccessReplicaKeysFile: accessKeys,
 		// Dev is one machine: its API and worker streams stay plaintext
@@ -303,7 +315,24 @@ func Run(ctx context.Context, o Options) error {
 			demo = "(no demo job: " + err.Error() + ")"
 		}
 	}
+	var registry *devRegistry
+	if o.Registry {
+		if rt != "docker" {
+			return fmt.Errorf("dev --registry needs the docker runtime (this run uses %s)", rt)
+		}
+		if registry, err = startRegistry(ctx, dir, o.RegistryListen, o.Logger); err != nil {
+			return fmt.Errorf("dev --registry: %w", err)
+		}
+		defer registry.close()
+	}
 	banner(o.Out, srv.URL(), dir, rt, names, nodeIDs, demo, o.Ephemeral, filepath.Join(dir, TokenFile))
+	if registry != nil {
+		first := ""
+		if len(nodeIDs) > 0 {
+			first = nodeIDs[0]
+		}
+		registry.banner(o.Out, first)
+	}
 	if !o.NoConsole {
 		listen := o.ConsoleListen
 		if listen == "" {
@@ -340,6 +369,12 @@ the copies that were moved away.
 worker makes the Manager create one, and the reaper terminates it once idle:
   go run ./cmd/norsk-ctl node create-mock
 `, len(hosts), MockPool)
+		if o.Spares > 0 {
+			fmt.Fprintf(o.Out, `The AutoManager keeps %d warm spare(s) there (tagged spare=true, warm for %s):
+kill the node of a job and watch it come back on a spare, and the spare replaced:
+  go run ./cmd/norsk-ctl node list
+`, o.Spares, strings.Join(o.SparesWarmFor, ", "))
+		}
 	}
 	if clouds != nil {
 		clouds.banner(o.Out, rt)
@@ -572,4 +607,13 @@ func devToken(dir string) (string, error) {
 func goTool() bool {
 	_, err := exec.LookPath("go")
 	return err == nil
+}
+
+// devSpares is the Manager's spares for o: Spares warm spares in the mock
+// pool.
+func devSpares(o Options) map[string]automanager.SpareSpec {
+	if o.Spares <= 0 || o.MockHosts == 0 {
+		return nil
+	}
+	return map[string]automanager.SpareSpec{MockPool: {Count: o.Spares, WarmFor: o.SparesWarmFor}}
 }

@@ -299,6 +299,9 @@ func validateService(f string, s *managerv1.Service, volumes map[string]bool) er
 			return apierr.Invalid(f+".restart.mode", "unknown restart policy %d (want never, on-failure or always)", r.GetMode())
 		}
 	}
+	if _, ok := managerv1.PullPolicy_name[int32(s.GetPullPolicy())]; !ok {
+		return apierr.Invalid(f+".pullPolicy", "unknown pull policy %d (want ifNotPresent, always or never)", s.GetPullPolicy())
+	}
 	if s.GetShmSizeBytes() < 0 {
 		return apierr.Invalid(f+".shmSizeBytes", "must not be negative")
 	}

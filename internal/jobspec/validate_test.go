@@ -218,6 +218,7 @@ func TestValidateJobRefuses(t *testing.T) {
 		// Restart, shm, cpus
 		{"unknown restart policy", func(j *managerv1.Job) { svc(j).Restart.Mode = 9 }, "job.services[0].restart.mode", "unknown restart policy 9"},
 		{"negative restart policy", func(j *managerv1.Job) { svc(j).Restart.Mode = -2 }, "job.services[0].restart.mode", "-2"},
+		{"unknown pull policy", func(j *managerv1.Job) { svc(j).PullPolicy = 9 }, "job.services[0].pullPolicy", "unknown pull policy 9"},
 		{"negative shm", func(j *managerv1.Job) { svc(j).ShmSizeBytes = -1 }, "job.services[0].shmSizeBytes", "negative"},
 		{"cpu out of range", func(j *managerv1.Job) { svc(j).CpuSet = []uint32{1, 4096} }, "job.services[0].cpuSet[1]", "4096"},
 		// dependsOn

@@ -87,6 +87,9 @@ func (id identity) can(perms ...managerv1.Permission) bool {
 	return false
 }
 
+// autoManagerCaller is the identity of this process's own AutoManager.
+const autoManagerCaller = "automanager"
+
 type identityKey struct{}
 
 // callerOf returns the identity of the call in ctx (ok false outside one).
@@ -230,7 +233,7 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 		if subtle.ConstantTimeCompare([]byte(secret), []byte(a.internalSecret)) != 1 {
 			return identity{}, apierr.Unauthenticatedf("not this member's internal credential")
 		}
-		return identity{name: "automanager", role: state.RoleAdmin, key: ""}, nil
+		return identity{name: autoManagerCaller, role: state.RoleAdmin, key: ""}, nil
 	}
 	r := a.read()
 	switch {

@@ -51,6 +51,7 @@ func (s *Server) runAutoManager(ctx context.Context) {
 				Elastic:        s.elasticTiers(),
 				Migration:      s.cfg.MigrationDeadlines,
 				Repair:         s.cfg.Repair,
+				Spares:         s.cfg.Spares,
 			},
 			Elastic: s.elasticTiers,
 			Clock:   s.cfg.Clock,

@@ -153,6 +153,7 @@ func sortedKeysOf[V any](m map[string]V) []string {
 }
 
 func (h *handler) CreateAwsNode(ctx context.Context, req *connect.Request[managerv1.CreateAwsNodeRequest]) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
+	ctx = spareReconcilerContext(ctx)
 	m := req.Msg
 	cr := providers.CloudRequest{Provider: cloudconf.AWSName, NodeID: m.GetNodeId(), Pool: m.GetPool(), Tags: m.GetTags(), Region: m.GetRegion(),
 		Zone: m.GetAvailabilityZone(), InstanceType: m.GetInstanceType(), Fallbacks: m.GetFallbackInstanceTypes(), Subnet: m.GetSubnet(),
@@ -165,6 +166,7 @@ func (h *handler) CreateAwsNode(ctx context.Context, req *connect.Request[manage
 }
 
 func (h *handler) CreateOciNode(ctx context.Context, req *connect.Request[managerv1.CreateOciNodeRequest]) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
+	ctx = spareReconcilerContext(ctx)
 	m := req.Msg
 	if m.GetAvailabilityDomain() == "" {
 		return nil, toConnect(apierr.Invalid("availabilityDomain", "is required"))

@@ -13,6 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
 )
@@ -83,6 +84,9 @@ type FileConfig struct {
 	// PoolSpread spreads a pool's jobs evenly over a node attribute (pool
 	// → tag key, e.g. "rack").
 	PoolSpread map[string]string `json:"poolSpread,omitempty"`
+	// Spares are the warm spares the AutoManager keeps per elastic pool
+	// tier (tier → {count, warmFor, exclusive, instanceType}).
+	Spares map[string]SpareFile `json:"spares,omitempty"`
 	// Providers configures the providers of elastic nodes.
 	Providers *ProvidersFile `json:"providers,omitempty"`
 	// Migration bounds each phase of a migration.
@@ -92,6 +96,20 @@ type FileConfig struct {
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  string `json:"logLevel,omitempty"`
 	LogFormat string `json:"logFormat,omitempty"`
+}
+
+// MaxSparesPerTier bounds an elastic tier's spares.
+const MaxSparesPerTier = 64
+
+// SpareFile is one elastic tier's spares in config.yaml: count empty nodes
+// kept warm (their images prefetched) for the warmFor templates (bundle
+// job names, template tags or job ids), exclusive to them when exclusive,
+// of instanceType on a cloud tier ("" = the tier's cheapest).
+type SpareFile struct {
+	Count        int      `json:"count"`
+	WarmFor      []string `json:"warmFor,omitempty"`
+	Exclusive    bool     `json:"exclusive,omitempty"`
+	InstanceType string   `json:"instanceType,omitempty"`
 }
 
 // ProvidersFile is config.yaml's providers section.
@@ -217,6 +235,11 @@ func ParseConfigFile(b []byte) (FileConfig, error) {
 	}
 	if err := fc.validateCluster(); err != nil {
 		return FileConfig{}, err
+	}
+	for tier, sp := range fc.Spares {
+		if tier == "" || sp.Count < 0 || sp.Count > MaxSparesPerTier {
+			return FileConfig{}, fmt.Errorf("spares.%s.count: %d (want 0 to %d, for a named elastic tier)", tier, sp.Count, MaxSparesPerTier)
+		}
 	}
 	if err := validatePools(fc.Pools); err != nil {
 		return FileConfig{}, err
@@ -364,6 +387,12 @@ func (fc FileConfig) Apply(cfg *Config) {
 	}
 	if len(cfg.PoolSpread) == 0 {
 		cfg.PoolSpread = fc.PoolSpread
+	}
+	if len(cfg.Spares) == 0 && len(fc.Spares) > 0 {
+		cfg.Spares = map[string]automanager.SpareSpec{}
+		for tier, sp := range fc.Spares {
+			cfg.Spares[tier] = automanager.SpareSpec{Count: sp.Count, WarmFor: sp.WarmFor, Exclusive: sp.Exclusive, InstanceType: sp.InstanceType}
+		}
 	}
 	if m := fc.Migration; m != nil {
 		d := &cfg.MigrationDeadlines

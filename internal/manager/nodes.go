@@ -11,6 +11,7 @@ import (
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
 
@@ -69,7 +70,8 @@ func (h *handler) SetNodeTags(ctx context.Context, req *connect.Request[managerv
 	if err := jobspec.ValidateTags("tags", req.Msg.GetTags()); err != nil {
 		return nil, toConnect(err)
 	}
-	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetNodeTags{SetNodeTags: &storev1.SetNodeTags{NodeId: req.Msg.GetNodeId(), Tags: req.Msg.GetTags()}}}); err != nil {
+	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetNodeTags{SetNodeTags: &storev1.SetNodeTags{NodeId: req.Msg.GetNodeId(), Tags: req.Msg.GetTags(),
+		ByReconciler: providers.IsSpareReconciler(spareReconcilerContext(ctx))}}}); err != nil {
 		return nil, toConnect(err)
 	}
 	r := h.read()

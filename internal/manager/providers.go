@@ -115,6 +115,16 @@ func (s *Server) mockProvider() *mock.Provider {
 
 // CreateMockNode creates an elastic node on a free mock host. The primary
 // chooses the host (a follower asks it), so two calls never pick the same.
+// spareReconcilerContext marks ctx as the spare reconciler's when the
+// caller is this member's own AutoManager (its internal credential): only
+// it may give an elastic node the spare tags.
+func spareReconcilerContext(ctx context.Context) context.Context {
+	if id, ok := callerOf(ctx); ok && id.name == autoManagerCaller {
+		return providers.AsSpareReconciler(ctx)
+	}
+	return ctx
+}
+
 func (h *handler) CreateMockNode(ctx context.Context, req *connect.Request[managerv1.CreateMockNodeRequest]) (*connect.Response[managerv1.CreateMockNodeResponse], error) {
 	p := h.s.mockProvider()
 	if p == nil {
@@ -131,7 +141,8 @@ func (h *handler) CreateMockNode(ctx context.Context, req *connect.Request[manag
 	if err := jobspec.ValidateTags("tags", m.GetTags()); err != nil {
 		return nil, toConnect(err)
 	}
-	if _, spare := m.GetTags()[state.SpareTag]; spare {
+	ctx = spareReconcilerContext(ctx)
+	if _, spare := m.GetTags()[state.SpareTag]; spare && !providers.IsSpareReconciler(ctx) {
 		return nil, toConnect(apierr.Invalid("tags", "the %s tag of an elastic node belongs to the AutoManager's reconciler", apierr.Quote(state.SpareTag)))
 	}
 	nodeID := m.GetNodeId()

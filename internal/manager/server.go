@@ -113,6 +113,9 @@ type Config struct {
 	// node attribute (pool → tag key, e.g. "rack"), as Nomad's spread
 	// stanza; a bundle's intraReplicaPlacement.spreadAttribute wins.
 	PoolSpread map[string]string
+	// Spares are the warm spares the AutoManager keeps per elastic tier
+	// (config.yaml spares).
+	Spares map[string]automanager.SpareSpec
 	// MockProvider, when set, is the mock provider of elastic nodes
 	// (providers.mock in config.yaml): placement creates nodes on its hosts
 	// when nothing fits, and the empty-node reaper terminates them once

@@ -48,6 +48,12 @@ boots a worker from its user data, and a bundle in pool burst that fits no
 node makes the AutoManager create one (--workers 0: nothing but elastic
 nodes).
 
+--registry runs an image registry (Debian's docker-registry) on a loopback
+port with the example images pushed into it: jobs naming them pull from it,
+and 'norsk-ctl node prefetch' warms a node ahead of need. --spares 2 (with
+--mock-hosts 3 or more) keeps two warm spares in pool burst,
+--spares-warm-for naming the templates whose images they prefetch.
+
 Dev builds the example programs the demo and examples/ use: the images
 norsk-examples/hello:dev and norsk-examples/sample-media:dev (FROM scratch,
 nothing pulled, run as user 65534; rebuilt when their source changed), or
@@ -72,6 +78,9 @@ every instance and worker and removes it.`,
 			opts.Out = os.Stdout
 			if opts.Workers < 0 || opts.Workers > 64 || (opts.Workers == 0 && opts.Clouds == "" && opts.MockHosts == 0) {
 				return usageError{fmt.Errorf("--workers %d: want 1 to 64 (0 with --clouds local or --mock-hosts: elastic nodes only)", opts.Workers)}
+			}
+			if opts.Spares < 0 || opts.Spares > 16 || (opts.Spares > 0 && opts.Spares >= opts.MockHosts) {
+				return usageError{fmt.Errorf("--spares %d: want 0 to 16, fewer than --mock-hosts (%d)", opts.Spares, opts.MockHosts)}
 			}
 			if opts.MockHosts < 0 || opts.MockHosts > 16 {
 				return usageError{fmt.Errorf("--mock-hosts %d: want 0 to 16", opts.MockHosts)}
@@ -104,6 +113,10 @@ every instance and worker and removes it.`,
 	f.StringVar(&opts.ConsoleListen, "console-listen", "127.0.0.1:6795", "the operator console's address (norsk-mgr beside the Manager)")
 	f.BoolVar(&opts.NoConsole, "no-console", false, "run no console (norsk-mgr)")
 	f.StringVar(&opts.Clouds, "clouds", "", `"local": start a local EC2 and a local OCI endpoint and give the Manager aws and oci providers pointed at them (pool `+devmode.CloudPool+` on EC2)`)
+	f.BoolVar(&opts.Registry, "registry", false, "run an image registry (Debian's docker-registry) with the example images pushed into it, for pulls and prefetches (docker runtime)")
+	f.IntVar(&opts.Spares, "spares", 0, "warm spares the AutoManager keeps in the mock pool "+devmode.MockPool+" (needs more --mock-hosts)")
+	f.StringSliceVar(&opts.SparesWarmFor, "spares-warm-for", nil, "the templates (bundle job names, template tags or job ids) the spares are warm for: their images are prefetched")
+	f.StringVar(&opts.RegistryListen, "registry-listen", devmode.DefaultRegistryListen, "the image registry's loopback address (with --registry)")
 	logs.register(c)
 	return c
 }

@@ -339,6 +339,22 @@ func (s *Server) actTags(w http.ResponseWriter, r *http.Request, p *principal) {
 	s.done(w, r, p, "tag-node", map[string]any{"node": id, "tags": in.Tags}, nil, err)
 }
 
+// actPrefetch tells a node's worker to pull images now (PrefetchImages);
+// the outcomes come on the event stream and the node's images update in
+// the page.
+func (s *Server) actPrefetch(w http.ResponseWriter, r *http.Request, p *principal) {
+	var in struct{ Images []string }
+	if err := decodeBody(r, &in); err != nil || len(in.Images) == 0 {
+		apiError(w, http.StatusBadRequest, `want {"images": ["registry/repo:tag", …]}`)
+		return
+	}
+	ctx, cancel := ctxTimeout(r)
+	defer cancel()
+	id := r.PathValue("id")
+	res, err := s.m.PrefetchImages(ctx, id, in.Images)
+	s.done(w, r, p, "prefetch-images", map[string]any{"node": id, "images": in.Images}, res, err)
+}
+
 func (s *Server) apiCluster(w http.ResponseWriter, r *http.Request, p *principal) {
 	ctx, cancel := ctxTimeout(r)
 	defer cancel()

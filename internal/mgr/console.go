@@ -95,6 +95,7 @@ func (s *Server) consoleHandler() http.Handler {
 	mux.HandleFunc("GET /api/nodes", s.read(s.apiNodes))
 	mux.HandleFunc("POST /api/nodes/{id}/drain", s.action(rolestore.RoleOperator, s.actDrain))
 	mux.HandleFunc("POST /api/nodes/{id}/tags", s.action(rolestore.RoleOperator, s.actTags))
+	mux.HandleFunc("POST /api/nodes/{id}/prefetch", s.action(rolestore.RoleOperator, s.actPrefetch))
 	mux.HandleFunc("GET /api/cluster", s.read(s.apiCluster))
 	mux.HandleFunc("GET /api/leases", s.read(s.apiLeases))
 	mux.HandleFunc("POST /api/leases/pause", s.action(rolestore.RoleOperator, s.actPauseLeases))

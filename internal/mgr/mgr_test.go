@@ -166,6 +166,17 @@ func TestConsoleSignInCookiesCSRFAndRoles(t *testing.T) {
 	if n, _ := c.Client().ListNodes(ctx); n[0].GetDraining() {
 		t.Fatal("the viewer's refused drain drained the node")
 	}
+	if code, _ := viewer.post("/api/nodes/"+nodes[0].GetNodeId()+"/prefetch", map[string][]string{"images": {"127.0.0.1:5000/x:1"}}); code != http.StatusForbidden {
+		t.Fatalf("viewer prefetches: %d, want 403", code)
+	}
+	// A prefetch reaches the Manager, which refuses it on a process node
+	// (no images there), saying so.
+	if code, out := admin.post("/api/nodes/"+nodes[0].GetNodeId()+"/prefetch", map[string][]string{"images": {"127.0.0.1:5000/x:1"}}); code != http.StatusConflict || !strings.Contains(fmt.Sprint(out), "holds no images") {
+		t.Fatalf("admin prefetches on a process node: %d %v, want 409 naming the runtime", code, out)
+	}
+	if code, _ := admin.post("/api/nodes/"+nodes[0].GetNodeId()+"/prefetch", map[string][]string{}); code != http.StatusBadRequest {
+		t.Fatalf("a prefetch of nothing: %d, want 400", code)
+	}
 	// An operator's drain goes through, and is audited.
 	if code, out := admin.post("/api/nodes/"+nodes[0].GetNodeId()+"/drain", map[string]bool{"draining": true}); code != 200 {
 		t.Fatalf("admin drains: %d %v", code, out)

@@ -161,7 +161,7 @@ func (v *view) apply(ev *norsk.Event) {
 }
 
 func nodeOf(ev *norsk.Event) *norsk.Node {
-	for _, ne := range []*norsk.NodeEvent{ev.GetNodeOnline(), ev.GetNodeLost(), ev.GetNodeStopping(), ev.GetNodeTerminated(), ev.GetNodeTagsUpdated()} {
+	for _, ne := range []*norsk.NodeEvent{ev.GetNodeOnline(), ev.GetNodeLost(), ev.GetNodeStopping(), ev.GetNodeTerminated(), ev.GetNodeTagsUpdated(), ev.GetNodeImagesUpdated()} {
 		if ne != nil {
 			return ne.GetNode()
 		}

@@ -427,6 +427,9 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		if err := cn.recordMigrationReports(ctx, migs); err != nil {
 			return err
 		}
+		if err := cn.recordImages(ctx, s); err != nil {
+			return err
+		}
 		if ended != nil {
 			return ended
 		}
@@ -559,6 +562,10 @@ type sessionState struct {
 	// notices are the worker's notices received and not yet recorded
 	// (at most maxNotices; the rest are logged only).
 	notices []*managerv1.WorkerNotice
+	// images is the newest image inventory received and not yet
+	// recorded; prefetched the prefetch outcomes (images.go).
+	images     *managerv1.HeldImages
+	prefetched []*managerv1.ImagesPrefetched
 }
 
 // maxNotices bounds the notices one batch records.
@@ -630,6 +637,11 @@ func (s *sessionState) handle(cn *conn, m *managerv1.WorkerMessage, batch []*man
 		})
 	case *managerv1.WorkerMessage_Migration:
 		s.migrations = append(s.migrations, x.Migration)
+	case *managerv1.WorkerMessage_Images:
+		s.images = x.Images // only the newest matters
+	case *managerv1.WorkerMessage_Prefetched:
+		x.Prefetched.NodeId = cn.nodeID // the stream says whose it is
+		s.prefetched = append(s.prefetched, x.Prefetched)
 	case *managerv1.WorkerMessage_Notice:
 		if len(s.notices) < maxNotices {
 			s.notices = append(s.notices, x.Notice)

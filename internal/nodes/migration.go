@@ -28,6 +28,13 @@ var ErrNotConnected = errors.New("the node's worker is not connected")
 // code, UNAVAILABLE when the worker is not connected or its stream ended
 // before the answer, or the context's. Safe for concurrent use.
 func (c *Controller) SendMigration(ctx context.Context, nodeID string, msg *managerv1.ControllerMessage) error {
+	return c.SendCommand(ctx, nodeID, msg)
+}
+
+// SendCommand sends a command an API call asks for (the migration
+// handshake, PrefetchImages) to nodeID's worker and waits until the worker
+// has acknowledged it. Errors as SendMigration's. Safe for concurrent use.
+func (c *Controller) SendCommand(ctx context.Context, nodeID string, msg *managerv1.ControllerMessage) error {
 	c.mu.Lock()
 	cn := c.conns[nodeID]
 	connected := c.live[nodeID].Connected
@@ -55,16 +62,24 @@ func (s *sessionState) sendOutbound(cn *conn, send func(*managerv1.ControllerMes
 	o.msg.Seq = s.seq
 	if err := send(o.msg); err != nil {
 		o.done <- apierr.Unavailablef("node %s: sending to its worker failed: %v", cn.nodeID, err)
-		return fmt.Errorf("send migration command: %w", err)
+		return fmt.Errorf("send %s command: %w", outboundKind(o.msg), err)
 	}
 	if s.waiters == nil {
 		s.waiters = map[uint64]chan error{}
 	}
 	s.waiters[s.seq] = o.done
 	if m := cn.c.cfg.Metrics; m != nil {
-		m.CommandsSent.WithLabelValues("migration").Inc()
+		m.CommandsSent.WithLabelValues(outboundKind(o.msg)).Inc()
 	}
 	return nil
+}
+
+// outboundKind names an API-asked command for logs and metrics.
+func outboundKind(m *managerv1.ControllerMessage) string {
+	if m.GetPrefetchImages() != nil {
+		return "prefetch_images"
+	}
+	return "migration"
 }
 
 // answer hands a waiter the worker's acknowledgement of seq.

@@ -256,7 +256,7 @@ func (f *Fleet) CheckCloud(ctx context.Context, req CloudRequest) (CloudRequest,
 	if err := jobspec.ValidateTags("tags", req.Tags); err != nil {
 		return req, nil, err
 	}
-	if _, spare := req.Tags["spare"]; spare {
+	if _, spare := req.Tags["spare"]; spare && !IsSpareReconciler(ctx) {
 		return req, nil, apierr.Invalid("tags", "the %q tag of an elastic node belongs to the AutoManager's reconciler", "spare")
 	}
 	for k := range req.Tags {
@@ -430,7 +430,7 @@ func (f *Fleet) CreateCloud(ctx context.Context, req CloudRequest, ci *managerv1
 	defer f.release(req.NodeID)
 	if _, err := f.cfg.Backend.Apply(ctx, &storev1.Command{Cmd: &storev1.Command_RegisterSlot{RegisterSlot: &storev1.RegisterSlot{
 		NodeId: req.NodeID, NodeName: req.NodeID, Pool: req.Pool, Token: token, Tags: req.Tags,
-		Provider: req.Provider, Hardware: hw, Cloud: ci,
+		Provider: req.Provider, Hardware: hw, Cloud: ci, SpareByReconciler: IsSpareReconciler(ctx),
 	}}}); err != nil {
 		return Created{}, err
 	}

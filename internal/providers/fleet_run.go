@@ -103,7 +103,9 @@ func (f *Fleet) reap(ctx context.Context, now time.Time, idleSince map[string]ti
 				f.terminateNode(ctx, n, false, "start_timeout", fmt.Sprintf("startup time exceeded: its worker did not call in within %s", to))
 			}
 		case nodeOnline:
-			if v.Busy {
+			if v.Busy || n.GetTags()["spare"] == "true" {
+				// A warm spare is kept empty on purpose: the AutoManager's
+				// reconciler, not the reaper, decides its end.
 				delete(idleSince, id)
 				continue
 			}

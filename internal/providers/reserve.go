@@ -59,7 +59,7 @@ func (f *Fleet) CreateReserved(ctx context.Context, provider, nodeID, pool strin
 	token := f.cfg.Backend.NewRegistrationToken()
 	if _, err := f.cfg.Backend.Apply(ctx, &storev1.Command{Cmd: &storev1.Command_RegisterSlot{RegisterSlot: &storev1.RegisterSlot{
 		NodeId: nodeID, NodeName: nodeID, Pool: pool, Token: token, Tags: tags,
-		Provider: provider, ProviderInstance: machine, Hardware: res.Hardware(),
+		Provider: provider, ProviderInstance: machine, Hardware: res.Hardware(), SpareByReconciler: IsSpareReconciler(ctx),
 	}}}); err != nil {
 		return Created{}, err
 	}

@@ -60,6 +60,10 @@ type InstanceSpec struct {
 	// process runtime ignores them, as a host process sees the host's
 	// files at their own paths.
 	Mounts []Mount
+	// PullProgress, when set, is told how the pulls Prepare makes go (the
+	// docker runtime; see Images). It is called from Prepare's goroutine
+	// and must not block.
+	PullProgress func(PullProgress)
 }
 
 // Mount is a host directory bind-mounted into a container.
@@ -220,6 +224,9 @@ var (
 	// ErrSuperseded: the instance on the node carries a newer fencing
 	// token than the one given; the older binding must not run.
 	ErrSuperseded = errors.New("instance superseded by a newer fencing token")
+	// ErrImagePull: the runtime tried to pull an image and the registry (or
+	// the engine) refused; the error says which image and the answer.
+	ErrImagePull = errors.New("image pull failed")
 )
 
 // Standard labels and environment variables.

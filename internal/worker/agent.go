@@ -78,6 +78,10 @@ type Agent struct {
 	fenceWake   chan struct{}
 	fenceChecks atomic.Uint64
 
+	// images is the runtime's image inventory (images.go); set by Run
+	// before the server starts.
+	images *imageInventory
+
 	// js serves the job sockets (jobsocket.go); nil unless
 	// Config.JobSocket. Set by Run before the instances' actors start.
 	js *jobSockets
@@ -342,6 +346,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		log.Warn("this worker does not know its cluster id yet (its Manager has not told it since it was upgraded): until it does, it touches only services without one")
 	}
 	a.rt = rt
+	a.images = newImageInventory(a, rt)
+	if err := a.images.refresh(runCtx); err != nil {
+		log.Warn("cannot list the runtime's images; the hello reports none until it can", "err", err)
+	}
 	a.sup = newSupervisor(a, runCtx, rt)
 	defer a.wg.Wait()
 	if err := a.sup.adopt(runCtx, recs, unreadable); err != nil {
@@ -349,6 +357,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: adopt instances: %w", err)
 	}
 	a.goOwned(func() { a.runFence(runCtx) })
+	a.goOwned(func() { a.images.run(runCtx) })
 
 	srv := a.newServer()
 	a.goOwned(func() {

@@ -111,7 +111,7 @@ func (in *instance) failStart(err error) *cmdError {
 	in.log.Warn("instance failed to start", "err", err)
 	in.shutdown(managerv1.StoppingReason_STOPPING_REASON_JOB_FAILED, err.Error(), DefaultStopGrace, true)
 	code := connect.CodeInternal
-	if errors.Is(err, runtime.ErrImageNotFound) || errors.Is(err, runtime.ErrInvalidSpec) {
+	if errors.Is(err, runtime.ErrImageNotFound) || errors.Is(err, runtime.ErrImagePull) || errors.Is(err, runtime.ErrInvalidSpec) {
 		code = connect.CodeFailedPrecondition
 	}
 	return &cmdError{code: code, msg: err.Error()}

@@ -130,5 +130,17 @@
 // (commands, locking, aborts), migration_report.go (reports while no
 // stream is up) and docs/job-socket.md.
 //
+// # Images
+//
+// With a runtime that holds images (docker, runtime.Images) the worker
+// reports every image it holds in its hello and, whenever the engine's image
+// events say they changed (or a container was created from one), the whole
+// inventory again (WorkerMessage.images), with when this worker last used
+// each (DataDir/images.json). A prefetch_images command is acknowledged at
+// once; the refs are pulled one after the other and each outcome is sent as
+// WorkerMessage.prefetched with the inventory after it (kept for the next
+// stream while none is up). A start's pulls go to the job's history as
+// image-pull notices. See images.go.
+//
 // This package imports nothing of the Manager's side.
 package worker

@@ -305,15 +305,20 @@ func (in *instance) prepare() error {
 		env[runtime.EnvMigrationID] = m
 	}
 	mounts := in.jobSocketSpec(env)
-	return in.sup.rt.Prepare(in.ctx(), runtime.InstanceSpec{
-		Key:         in.key,
-		NodeID:      in.sup.nodeID,
-		Token:       rec.token(),
-		RuntimeRole: rec.runtimeRole(),
-		Job:         rec.job(),
-		Env:         env,
-		Mounts:      mounts,
+	err := in.sup.rt.Prepare(in.ctx(), runtime.InstanceSpec{
+		Key:          in.key,
+		NodeID:       in.sup.nodeID,
+		Token:        rec.token(),
+		RuntimeRole:  rec.runtimeRole(),
+		Job:          rec.job(),
+		Env:          env,
+		Mounts:       mounts,
+		PullProgress: in.pullNotices(),
 	})
+	if err == nil {
+		in.markJobImagesUsed()
+	}
+	return err
 }
 
 // startAll starts every service in dependsOn order.

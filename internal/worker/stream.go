@@ -130,6 +130,9 @@ func (a *Agent) openSession(ctx context.Context, epoch managerEpoch) (*session, 
 		Inventory:         inv,
 		WorkerIncarnation: a.incarnation,
 	}
+	if a.images != nil {
+		hello.HeldImages = a.images.snapshot()
+	}
 	s.enqueue(&managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Hello{Hello: hello}})
 	a.flushMigrationReportsLocked(s)
 	a.flushNoticesLocked(s)

@@ -161,6 +161,9 @@ func (a *Agent) onCommand(sess *session, msg *managerv1.ControllerMessage) {
 	case *managerv1.ControllerMessage_ControlPlanes:
 		a.onControlPlanes(sess, seq, m.ControlPlanes)
 		return
+	case *managerv1.ControllerMessage_PrefetchImages:
+		a.onPrefetch(sess, seq, m.PrefetchImages) // images.go
+		return
 	case *managerv1.ControllerMessage_Recorded:
 		a.onRecorded(m.Recorded) // not acknowledged
 		return

@@ -3,6 +3,8 @@ package placement
 import (
 	"strings"
 
+	"github.com/distribution/reference"
+
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 )
 
@@ -21,7 +23,8 @@ const (
 // NodeFromProto is the placement view of an API node: Pool from the "pool"
 // tag, Zone from "zone", Cloud from "cloud" (else the node's provider),
 // Attributes = all tags, VCPUs, GPUs and capabilities from the worker's
-// report, the worker's runtime, and the hot-spare spec from spare=true with warmFor / reservedFor
+// report, the worker's runtime, the images it holds (Images: each held
+// ref, and its repository@digest form), and the hot-spare spec from spare=true with warmFor / reservedFor
 // (comma-separated template names) and exclusive=true. It does not judge the
 // node's state: the caller excludes nodes that are not online
 // (Request.Exclude) or leaves them out.
@@ -47,6 +50,14 @@ func NodeFromProto(n *managerv1.Node) Node {
 	}
 	for _, c := range n.GetCapabilities() {
 		out.Capabilities = append(out.Capabilities, Capability{Name: c.GetName(), Count: c.GetCount()})
+	}
+	for _, h := range n.GetHeldImages() {
+		if r := NormalizeImageRef(h.GetRef()); r != "" {
+			out.Images = append(out.Images, r)
+			if d := h.GetDigest(); strings.HasPrefix(d, "sha256:") && !strings.Contains(r, "@") {
+				out.Images = append(out.Images, imageRepo(r)+"@"+d)
+			}
+		}
 	}
 	if tags[TagSpare] == "true" {
 		out.Spare = Spare{
@@ -83,4 +94,30 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// NormalizeImageRef is an image reference as the Docker engine names it,
+// with its registry and, when it has neither tag nor digest, the tag
+// "latest" ("nginx" → "docker.io/library/nginx:latest"); "" for "". A ref
+// that does not parse is returned as it is, so it matches only itself.
+func NormalizeImageRef(ref string) string {
+	if ref == "" {
+		return ""
+	}
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return ref
+	}
+	return reference.TagNameOnly(named).String()
+}
+
+// imageRepo is a normalised reference without its tag or digest.
+func imageRepo(ref string) string {
+	if i := strings.IndexByte(ref, '@'); i >= 0 {
+		ref = ref[:i]
+	}
+	if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
+		ref = ref[:i]
+	}
+	return ref
 }

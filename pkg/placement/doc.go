@@ -71,6 +71,8 @@
 //     then other spares.
 //  5. spread (Request.Spread): the node whose attribute value holds the
 //     fewest jobs of the spread group; nodes lacking the attribute last.
-//  6. best fit (bin-packing): the least CPU left after placement.
-//  7. the lowest node ID.
+//  6. images: the node holding more of the job's images (Node.Images,
+//     Service.ImageRef), so fewer to pull; process nodes pull none.
+//  7. best fit (bin-packing): the least CPU left after placement.
+//  8. the lowest node ID.
 package placement

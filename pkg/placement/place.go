@@ -103,6 +103,7 @@ type prepared struct {
 	tierList []string
 	selector []string // sorted keys of NodeSelector
 	runtime  runtimeNeed
+	images   []string // the services' distinct image refs, sorted
 	spread   *spreadTable
 
 	forbidNode, forbidAz, forbidCloud bool
@@ -138,6 +139,12 @@ func (s *State) prepare(req *Request) (*prepared, error) {
 	}
 	slices.Sort(p.selector)
 	p.runtime = runtimeNeedOf(req.Services)
+	for _, sv := range req.Services {
+		if sv.ImageRef != "" && !slices.Contains(p.images, sv.ImageRef) {
+			p.images = append(p.images, sv.ImageRef)
+		}
+	}
+	slices.Sort(p.images)
 	if req.Spread != nil && req.Spread.Attribute != "" {
 		p.spread = s.spreadTable(req.spreadGroup(), req.Spread.Attribute)
 	}
@@ -401,20 +408,22 @@ func (s *State) staticGPU(n *nodeState, nd *need) bool {
 //	spareFirst  2 bits  recovery only: spare for the template 0, other spare 1, not a spare 2
 //	tier        8 bits  pool tier, cheapest first (tiers past 255 rank as 255)
 //	spareLast   2 bits  ordinary placement: not a spare 0, spare for the template 1, other spare 2
-//	spread     21 bits  jobs of the spread group on the node's attribute value
+//	spread     18 bits  jobs of the spread group on the node's attribute value
+//	images      3 bits  the job's images the node does not hold (a pull each)
 //	remaining  28 bits  CPU milli-units left after placement (best fit)
 //
 // Spread counts and capacities past their widths saturate.
 type rankKey uint64
 
 const (
-	maxSpread    = 1<<21 - 1
+	maxSpread    = 1<<18 - 1
+	maxMissing   = 1<<3 - 1
 	maxRemaining = 1<<28 - 1
 )
 
 // staticRank is the part of the key fixed by the node's description.
-func staticRank(tier int32, spare int8, recovery bool) rankKey {
-	k := rankKey(min(max(tier, 0), 255)) << 51
+func staticRank(tier int32, spare int8, recovery bool, missing int) rankKey {
+	k := rankKey(min(max(tier, 0), 255))<<51 | rankKey(min(max(missing, 0), maxMissing))<<28
 	if recovery {
 		return k | rankKey(spare)<<59
 	}
@@ -438,6 +447,21 @@ func spareRank(n *Node, p *prepared) int8 {
 	default:
 		return 2
 	}
+}
+
+// missingImages is how many of the job's images the node does not hold
+// (0 on a process node, which pulls none).
+func missingImages(n *Node, p *prepared) int {
+	if len(p.images) == 0 || n.Runtime == RuntimeProcess {
+		return 0
+	}
+	miss := 0
+	for _, img := range p.images {
+		if !slices.Contains(n.Images, img) {
+			miss++
+		}
+	}
+	return miss
 }
 
 func (s *State) violations(ni int32, p *prepared) int8 {
@@ -471,7 +495,7 @@ func (s *State) rank(ni int32, p *prepared, static rankKey) rankKey {
 		if v := p.spread.attr.val[ni]; v >= 0 {
 			spread = min(p.spread.counts[v], maxSpread)
 		}
-		k |= rankKey(spread) << 28
+		k |= rankKey(spread) << 31
 	}
 	h := &s.hot[ni]
 	return k | rankKey(min(max(h.cpuCap-h.cpuUsed-p.need.demand, 0), maxRemaining))
@@ -630,7 +654,7 @@ func (s *State) staticFor(p *prepared) *staticEntry {
 		}
 		e.nodes = append(e.nodes, ni)
 		e.tier = append(e.tier, int32(p.tier(&s.nodes[i])))
-		e.rank = append(e.rank, staticRank(int32(p.tier(&s.nodes[i])), spareRank(&s.nodes[i].Node, p), p.req.Recovery))
+		e.rank = append(e.rank, staticRank(int32(p.tier(&s.nodes[i])), spareRank(&s.nodes[i].Node, p), p.req.Recovery, missingImages(&s.nodes[i].Node, p)))
 	}
 	if len(s.static) >= maxStaticEntries {
 		clear(s.static)
@@ -652,6 +676,10 @@ func staticKey(p *prepared) string {
 	b.WriteString(strconv.FormatBool(r.OverrideReservation))
 	b.WriteString(strconv.FormatBool(len(p.runtime.noImage) > 0))
 	b.WriteString(strconv.FormatBool(len(p.runtime.noCommand) > 0))
+	for _, img := range p.images {
+		w(img)
+	}
+	b.WriteByte('|')
 	for _, k := range p.selector {
 		w(k)
 		w(r.NodeSelector[k])
@@ -725,7 +753,7 @@ func (s *State) Place(req Request) (Result, error) {
 			if r != ridNone {
 				refused[r]++
 			} else {
-				consider(ni, int32(v.Tier), staticRank(int32(v.Tier), spareRank(&n.Node, p), req.Recovery))
+				consider(ni, int32(v.Tier), staticRank(int32(v.Tier), spareRank(&n.Node, p), req.Recovery, missingImages(&n.Node, p)))
 			}
 			verdicts[i] = v
 		}
@@ -842,6 +870,16 @@ func (s *State) notes(ni int32, p *prepared) []string {
 			}
 		default:
 			out = append(out, "hot spare, used after ordinary nodes")
+		}
+	}
+	if len(p.images) > 0 && n.Runtime != RuntimeProcess {
+		switch miss := missingImages(&n.Node, p); {
+		case miss == 0 && len(p.images) == 1:
+			out = append(out, "holds the job's image "+p.images[0]+": no pull")
+		case miss == 0:
+			out = append(out, fmt.Sprintf("holds all %d of the job's images: no pull", len(p.images)))
+		default:
+			out = append(out, fmt.Sprintf("holds %d of the job's %d images: %d to pull, ranked below nodes that hold more", len(p.images)-miss, len(p.images), miss))
 		}
 	}
 	if p.spread != nil {

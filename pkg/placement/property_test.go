@@ -5,6 +5,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -15,6 +16,9 @@ var propCfg = Config{
 	BandCeilings:         map[string]int{"bronze": 80},
 	PresenceCapabilities: map[string]bool{"sock": true},
 }
+
+// propImages are the image refs nodes hold and services name.
+var propImages = []string{"127.0.0.1:5000/enc:1", "127.0.0.1:5000/pkg:1", "docker.io/library/x:latest"}
 
 func genNode(t *rapid.T, i int) Node {
 	n := Node{
@@ -38,6 +42,7 @@ func genNode(t *rapid.T, i int) Node {
 	if rapid.Bool().Draw(t, "sock") {
 		n.Capabilities = append(n.Capabilities, Capability{"sock", 1})
 	}
+	n.Images = rapid.SliceOfDistinct(rapid.SampledFrom(propImages), rapid.ID).Draw(t, "images")
 	if rapid.IntRange(0, 3).Draw(t, "isSpare") == 0 {
 		n.Spare = Spare{Enabled: true, Exclusive: rapid.Bool().Draw(t, "exclusive"),
 			ReservedFor: rapid.SliceOfDistinct(rapid.SampledFrom([]string{"t1", "t2"}), rapid.ID).Draw(t, "reservedFor"),
@@ -80,8 +85,12 @@ func genRequest(t *rapid.T, i int, nodes []Node) Request {
 		r.Spread = &Spread{Attribute: "rack"}
 	}
 	for k := rapid.IntRange(0, 2).Draw(t, "services"); k > 0; k-- {
-		r.Services = append(r.Services, Service{Name: fmt.Sprintf("s%d", k),
-			Image: rapid.IntRange(0, 3).Draw(t, "image") > 0, Command: rapid.IntRange(0, 3).Draw(t, "command") > 0})
+		sv := Service{Name: fmt.Sprintf("s%d", k),
+			Image: rapid.IntRange(0, 3).Draw(t, "image") > 0, Command: rapid.IntRange(0, 3).Draw(t, "command") > 0}
+		if sv.Image {
+			sv.ImageRef = rapid.SampledFrom(propImages).Draw(t, "imageRef")
+		}
+		r.Services = append(r.Services, sv)
 	}
 	for _, n := range nodes {
 		if rapid.IntRange(0, 5).Draw(t, "exclude") == 0 {
@@ -481,6 +490,48 @@ func TestPlacementIncrementalMatchesFresh(t *testing.T) {
 					t.Fatal(err)
 				}
 				live = append(live, a)
+			}
+		}
+	})
+}
+
+// TestPlacementPrefersHeldImages: of two nodes alike in everything but the
+// images they hold, the one holding the job's images is chosen over the
+// other (a docker node pulls what it lacks; a process node pulls nothing).
+func TestPlacementPrefersHeldImages(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var nodes []Node
+		for i := range rapid.IntRange(0, 6).Draw(t, "nodes") {
+			nodes = append(nodes, genNode(t, i+2))
+		}
+		r := genRequest(t, 0, nodes)
+		if len(r.Services) == 0 {
+			r.Services = []Service{{Name: "s", Image: true, ImageRef: propImages[0]}}
+		}
+		lacks := genNode(t, 0) // n00: the lower id, so a tie would choose it
+		lacks.Runtime = rapid.SampledFrom([]string{"", "docker"}).Draw(t, "twinRuntime")
+		lacks.Images = nil
+		holds := lacks
+		holds.ID = "n01"
+		for _, sv := range r.Services {
+			if sv.ImageRef != "" {
+				holds.Images = append(holds.Images, sv.ImageRef)
+			}
+		}
+		nodes = append(nodes, lacks, holds)
+		r.Explain = rapid.Bool().Draw(t, "explain")
+		res, err := Place(propCfg, nodes, nil, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(holds.Images) > 0 && res.NodeID == lacks.ID {
+			t.Fatalf("placed on %s, which must pull %v, over %s, which holds them", lacks.ID, holds.Images, holds.ID)
+		}
+		if r.Explain && res.NodeID == holds.ID && len(holds.Images) > 0 {
+			for _, v := range res.Explanation.Nodes {
+				if v.NodeID == holds.ID && !slices.ContainsFunc(v.Notes, func(n string) bool { return strings.Contains(n, "no pull") }) {
+					t.Fatalf("the chosen node's notes do not say it holds the images: %v", v.Notes)
+				}
 			}
 		}
 	})

@@ -25,6 +25,9 @@ type Service struct {
 	Name    string
 	Image   bool
 	Command bool
+	// ImageRef is the service's image as NormalizeImageRef gives it ("" =
+	// none): placement prefers nodes that hold it (Node.Images).
+	ImageRef string
 }
 
 // ServicesFromProto is what the runtime rule reads of a job's services.
@@ -35,7 +38,7 @@ func ServicesFromProto(svcs []*managerv1.Service) []Service {
 	out := make([]Service, 0, len(svcs))
 	for _, s := range svcs {
 		cmd := s.GetCommand()
-		out = append(out, Service{Name: s.GetName(), Image: s.GetImage() != "", Command: len(cmd) > 0 && cmd[0] != ""})
+		out = append(out, Service{Name: s.GetName(), Image: s.GetImage() != "", Command: len(cmd) > 0 && cmd[0] != "", ImageRef: NormalizeImageRef(s.GetImage())})
 	}
 	return out
 }

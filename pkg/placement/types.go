@@ -91,6 +91,11 @@ type Node struct {
 	// RuntimeProcess); "" = the worker did not say, and the node is taken
 	// to run anything (see RuntimeRuns).
 	Runtime string
+	// Images are the image references the node's runtime holds, as
+	// NormalizeImageRef gives them (tags, and repository@digest forms):
+	// a node holding a job's images ranks above one that must pull them,
+	// just before best fit.
+	Images []string
 }
 
 // Requirements are what a job needs of a node (the API's JobRequirements).

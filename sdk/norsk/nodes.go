@@ -158,6 +158,32 @@ func (m *Manager) SetNodeTags(ctx context.Context, nodeID string, tags map[strin
 	return res.Msg.GetNode(), nil
 }
 
+// PrefetchImages tells the worker of the node nodeID to pull imageRefs now
+// (Phase G, warm nodes), so that a later start there finds them local. It
+// returns as soon as the worker has been told, with the request's id: each
+// ref's outcome (pulled, already present, failed and why; digest and size)
+// arrives on the event stream as its own images_prefetched event carrying
+// that id, as the worker finishes it, and the node's held_images update
+// right behind it (a node_images_updated event, when they changed). One ref's failure never fails the others.
+// Errors: ErrInvalidArgument (no refs, more than 64, a ref that is not an
+// image reference), ErrNotFound, ErrFailedPrecondition (the node is not
+// online, or its runtime holds no images), ErrUnavailable (its worker is not
+// connected).
+//
+// The answer's Index is the store index when the worker was told: follow
+// the outcomes with EventStream(ctx, EventStreamSettings{AfterIndex: Index}).
+func (m *Manager) PrefetchImages(ctx context.Context, nodeID string, imageRefs []string) (*PrefetchImagesResponse, error) {
+	const op = "PrefetchImages"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.PrefetchImages(ctx, connect.NewRequest(&managerv1.PrefetchImagesRequest{NodeId: nodeID, ImageRefs: imageRefs}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg, nil
+}
+
 // GetNodeIdleExpiry says which idle expiry applies to the node nodeID:
 // IdleExpiryMs is its override (0 = none) and EffectiveIdleExpiryMs what the
 // empty-node reaper applies (the override, else the daemon-wide value).

@@ -88,6 +88,14 @@ type (
 	Event_NodeStopping            = managerv1.Event_NodeStopping
 	Event_NodeTerminated          = managerv1.Event_NodeTerminated
 	Event_NodeTagsUpdated         = managerv1.Event_NodeTagsUpdated
+	Event_NodeImagesUpdated       = managerv1.Event_NodeImagesUpdated
+	Event_ImagesPrefetched        = managerv1.Event_ImagesPrefetched
+	ImagesPrefetched              = managerv1.ImagesPrefetched
+	ImagePrefetchResult           = managerv1.ImagePrefetchResult
+	ImagePrefetchOutcome          = managerv1.ImagePrefetchOutcome
+	HeldImage                     = managerv1.HeldImage
+	PrefetchImagesResponse        = managerv1.PrefetchImagesResponse
+	PullPolicy                    = managerv1.PullPolicy
 	Event_ClusterSlotRegistered   = managerv1.Event_ClusterSlotRegistered
 	Event_ClusterSlotUpdated      = managerv1.Event_ClusterSlotUpdated
 	Event_ClusterSlotDeregistered = managerv1.Event_ClusterSlotDeregistered
@@ -205,6 +213,21 @@ const (
 	RestartModeNever       = managerv1.RestartMode_RESTART_MODE_NEVER
 	RestartModeOnFailure   = managerv1.RestartMode_RESTART_MODE_ON_FAILURE
 	RestartModeAlways      = managerv1.RestartMode_RESTART_MODE_ALWAYS
+)
+
+// PullPolicy values (Service.PullPolicy).
+const (
+	PullPolicyUnspecified  = managerv1.PullPolicy_PULL_POLICY_UNSPECIFIED
+	PullPolicyIfNotPresent = managerv1.PullPolicy_PULL_POLICY_IF_NOT_PRESENT
+	PullPolicyAlways       = managerv1.PullPolicy_PULL_POLICY_ALWAYS
+	PullPolicyNever        = managerv1.PullPolicy_PULL_POLICY_NEVER
+)
+
+// ImagePrefetchOutcome values (ImagePrefetchResult.Outcome).
+const (
+	ImagePrefetchPulled         = managerv1.ImagePrefetchOutcome_IMAGE_PREFETCH_OUTCOME_PULLED
+	ImagePrefetchAlreadyPresent = managerv1.ImagePrefetchOutcome_IMAGE_PREFETCH_OUTCOME_ALREADY_PRESENT
+	ImagePrefetchFailed         = managerv1.ImagePrefetchOutcome_IMAGE_PREFETCH_OUTCOME_FAILED
 )
 
 // Protocol values.

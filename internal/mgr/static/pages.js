@@ -180,14 +180,21 @@ async function nodes() {
     const cpu = load.cpuPercent || 0;
     const tagForm = can("operator") ? h("form", { class: "inline", onsubmit: (e) => { e.preventDefault(); const [k, v] = e.target.elements.tag.value.split("="); act("tag " + x.nodeId, "/api/nodes/" + x.nodeId + "/tags", { tags: { [k]: v || "" } }); } },
       h("input", { name: "tag", placeholder: "key=value", size: 12, "aria-label": "Tag " + x.nodeId }), h("button", { type: "submit", "data-action": "tag" }, "Tag")) : null;
+    const held = x.heldImages || [];
+    const shortRef = (r) => r.replace(/^docker\.io\/(library\/)?/, "");
+    const images = h("td", { "data-images": held.length }, held.length ? h("details", {}, h("summary", {}, held.length + " image(s)"),
+      h("ul", {}, held.map((i) => h("li", { title: (i.digest || "") + (i.lastUsed ? " — last used " + ago(i.lastUsed) : "") }, shortRef(i.ref))))) : "—");
+    const prefetchForm = can("operator") && x.runtime !== "process" ? h("form", { class: "inline", onsubmit: (e) => { e.preventDefault(); const refs = e.target.elements.images.value.split(/[\s,]+/).filter(Boolean); if (refs.length) act("prefetch on " + x.nodeId, "/api/nodes/" + x.nodeId + "/prefetch", { images: refs }); } },
+      h("input", { name: "images", placeholder: "registry/repo:tag …", size: 18, "aria-label": "Images to prefetch on " + x.nodeId }), h("button", { type: "submit", "data-action": "prefetch" }, "Prefetch")) : null;
     return h("tr", { "data-node": x.nodeId },
       h("td", {}, x.nodeId, h("div", { class: "muted" }, x.provider || "", x.elastic ? " (elastic)" : "")),
       h("td", {}, pill(x.draining ? "draining" : nodeState(x.state)), x.connected ? "" : h("div", { class: "muted" }, "not connected")),
       h("td", {}, (hw.vcpus || 0) + " vCPU, " + Math.round((hw.memoryBytes || 0) / 2 ** 30) + " GiB", h("div", { class: "bar", title: "CPU " + Math.round(cpu) + "%" }, h("span", { style: "width:" + Math.min(100, cpu) + "%" }))),
       h("td", {}, n.running + " running / " + (x.instances || []).length + " bound"),
       h("td", {}, tags(x.tags), x.tags && x.tags.spare === "true" ? pill("spare", "ok") : null),
+      images,
       h("td", {}, n.idleExpiry ? "idle expiry " + Math.round((n.idleExpiry.effectiveIdleExpiryMs || 0) / 1000) + " s" : "—"),
-      h("td", {}, can("operator") ? [h("button", { "data-action": x.draining ? "undrain" : "drain", onclick: () => act((x.draining ? "undrain " : "drain ") + x.nodeId, "/api/nodes/" + x.nodeId + "/drain", { draining: !x.draining }) }, x.draining ? "Undrain" : "Drain"), tagForm] : null));
+      h("td", {}, can("operator") ? [h("button", { "data-action": x.draining ? "undrain" : "drain", onclick: () => act((x.draining ? "undrain " : "drain ") + x.nodeId, "/api/nodes/" + x.nodeId + "/drain", { draining: !x.draining }) }, x.draining ? "Undrain" : "Drain"), tagForm, prefetchForm] : null));
   };
   return h("section", {}, h("h1", {}, "Nodes"),
     drains.length ? [h("h2", {}, "Drains"), h("ul", { id: "drains" }, drains.map((n) => {
@@ -197,7 +204,7 @@ async function nodes() {
       return h("li", { "data-node": n.node.nodeId }, n.node.nodeId + ": " + left + " of " + first + " instance(s) left" + (left ? "" : " — drained"),
         h("div", { class: "bar", role: "progressbar", "aria-valuenow": done, "aria-valuemin": 0, "aria-valuemax": 100 }, h("span", { style: "width:" + done + "%" })));
     }))] : null,
-    table(["Node", "State", "Capacity / load", "Jobs", "Tags", "Idle expiry", ""], res.nodes.map(row), { id: "nodes-table" }));
+    table(["Node", "State", "Capacity / load", "Jobs", "Tags", "Images", "Idle expiry", ""], res.nodes.map(row), { id: "nodes-table" }));
 }
 
 async function cluster() {

@@ -278,18 +278,18 @@ func (r *Runtime) Prepare(ctx context.Context, spec runtime.InstanceSpec) error 
 		}
 	}
 
-	// Every image first, so that a missing one changes nothing.
-	for _, p := range plans {
-		if current[p.config.Labels[runtime.LabelService]] {
+	// Every image first, so that a missing one (or a failed pull) changes
+	// nothing.
+	pulled := map[string]bool{}
+	for i, p := range plans {
+		svc := p.config.Labels[runtime.LabelService]
+		if current[svc] || pulled[p.config.Image] {
 			continue
 		}
-		if _, err := r.cli.ImageInspect(ctx, p.config.Image); err != nil {
-			if cerrdefs.IsNotFound(err) {
-				return fmt.Errorf("prepare %s: service %s: image %q is not present on node %s, and this worker does not pull images: %w",
-					key, p.config.Labels[runtime.LabelService], p.config.Image, r.nodeID, runtime.ErrImageNotFound)
-			}
-			return fmt.Errorf("prepare %s: inspect image %q: %w", key, p.config.Image, err)
+		if err := r.ensureServiceImage(ctx, spec, svc, p.config.Image, spec.Job.GetServices()[i].GetPullPolicy()); err != nil {
+			return fmt.Errorf("prepare %s: %w", key, err)
 		}
+		pulled[p.config.Image] = true
 	}
 
 	for _, c := range stale {
@@ -319,6 +319,27 @@ func (r *Runtime) Prepare(ctx context.Context, spec runtime.InstanceSpec) error 
 		}
 		r.log.Info("created container", "instance", key.String(), "service", p.config.Labels[runtime.LabelService],
 			"container", p.name, "image", p.config.Image, "token", spec.Token)
+	}
+	return nil
+}
+
+// ensureServiceImage makes a service's image present as its pull policy
+// says.
+func (r *Runtime) ensureServiceImage(ctx context.Context, spec runtime.InstanceSpec, svc, ref string, policy managerv1.PullPolicy) error {
+	if policy != managerv1.PullPolicy_PULL_POLICY_ALWAYS {
+		_, err := r.cli.ImageInspect(ctx, ref)
+		switch {
+		case err == nil:
+			return nil
+		case !cerrdefs.IsNotFound(err):
+			return fmt.Errorf("service %s: inspect image %q: %w", svc, ref, err)
+		case policy == managerv1.PullPolicy_PULL_POLICY_NEVER:
+			return fmt.Errorf("service %s: image %q is not present on node %s, and its pull policy is never: %w",
+				svc, ref, r.nodeID, runtime.ErrImageNotFound)
+		}
+	}
+	if err := r.pull(ctx, ref, svc, spec.PullProgress); err != nil {
+		return fmt.Errorf("service %s: %w", svc, err)
 	}
 	return nil
 }

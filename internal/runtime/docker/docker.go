@@ -3,9 +3,17 @@
 //
 // Contract, beyond the one runtime.Runtime states:
 //
-//   - The runtime never pulls. Prepare inspects every image first; an image
-//     that is not present on the engine fails Prepare with an error wrapping
-//     runtime.ErrImageNotFound, and nothing is created.
+//   - Images are pulled by service, as its pull policy says
+//     (Service.pull_policy): IF_NOT_PRESENT (the default) pulls an image the
+//     engine does not hold, ALWAYS pulls before every creation of the
+//     service's container, NEVER fails Prepare with runtime.ErrImageNotFound
+//     when the image is absent. Pulls go through the engine with the
+//     registry credentials of the worker's Docker config
+//     (Config.DockerConfig: auths, credsStore, credHelpers), read at every
+//     pull; a failed pull fails Prepare with runtime.ErrImagePull and the
+//     registry's answer. Every image is made present before anything is
+//     created, so a failure changes nothing. Progress goes to
+//     InstanceSpec.PullProgress.
 //   - Prepare creates one container per service, not started, named
 //     norsk-<cluster>-<node>-<job>-<role>-<service> (<cluster> is the first
 //     12 characters of the cluster id; norsk-<node>-<job>-<role>-<service>
@@ -85,6 +93,10 @@ type Config struct {
 	// published on: "127.0.0.1" keeps every job port on loopback (dev).
 	// Empty means every address, the engine's default.
 	PublishHost string
+	// DockerConfig is the directory of the Docker CLI config whose registry
+	// credentials pulls use; "" means $DOCKER_CONFIG, else ~/.docker
+	// (DockerConfigDir).
+	DockerConfig string
 }
 
 // Runtime runs services as Docker containers. It is safe for concurrent use.
@@ -97,6 +109,8 @@ type Runtime struct {
 	advertise  string
 	// publishHost is Config.PublishHost.
 	publishHost string
+	// dockerConfig is the Docker config directory pulls read.
+	dockerConfig string
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -114,6 +128,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		advertise: cfg.AdvertiseHost,
 		// A mapping's own host address wins (planService).
 		publishHost: cfg.PublishHost,
+
+		dockerConfig: cfg.DockerConfig,
+	}
+	if r.dockerConfig == "" {
+		r.dockerConfig = DockerConfigDir()
 	}
 	if r.log == nil {
 		r.log = slog.Default()

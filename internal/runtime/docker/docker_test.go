@@ -54,19 +54,21 @@ func testService(name string, args []string) *managerv1.Service {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	runtimetest.Run(t, runtimetest.Harness{
 		New: func(t *testing.T, nodeID, _ string) runtime.Runtime {
 			return newRuntime(t, nodeID)
 		},
 		Service: testService,
 		Unrunnable: []runtimetest.Unrunnable{
-			{Name: "MissingImage", Service: &managerv1.Service{Name: "missing", Image: "norsk-test/no-such-image:never"}, Err: runtime.ErrImageNotFound},
+			{Name: "MissingImage", Service: &managerv1.Service{Name: "missing", Image: "norsk-test/no-such-image:never", PullPolicy: managerv1.PullPolicy_PULL_POLICY_NEVER}, Err: runtime.ErrImageNotFound},
 			{Name: "NoImage", Service: &managerv1.Service{Name: "noimage", Command: []string{"/prog"}}, Err: runtime.ErrInvalidSpec},
 		},
 	})
 }
 
 func TestNewWithoutEngine(t *testing.T) {
+	t.Parallel()
 	cli, err := client.NewClientWithOpts(client.WithHost("unix://"+t.TempDir()+"/no-docker.sock"), client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +84,7 @@ func TestNewWithoutEngine(t *testing.T) {
 }
 
 func TestContainerName(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 120)
 	tests := []struct {
 		name    string
@@ -131,6 +134,7 @@ func TestContainerName(t *testing.T) {
 }
 
 func TestGraceSeconds(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		grace time.Duration
 		want  int
@@ -147,6 +151,7 @@ func TestGraceSeconds(t *testing.T) {
 // TestPlanService checks the mapping of a service to a container's
 // configuration, without an engine.
 func TestPlanService(t *testing.T) {
+	t.Parallel()
 	svc := &managerv1.Service{
 		Name:    "enc",
 		Image:   "norsk/media:1.2",
@@ -256,6 +261,7 @@ func TestPlanService(t *testing.T) {
 // TestVolumesAndEnv checks, on the engine, the named volume and bind mount
 // a service gets, its environment, and that Remove keeps the job's volumes.
 func TestVolumesAndEnv(t *testing.T) {
+	t.Parallel()
 	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
 	rt := newRuntime(t, "node-vol-"+suffix)
 	ctx := t.Context()
@@ -330,16 +336,17 @@ func TestVolumesAndEnv(t *testing.T) {
 	}
 }
 
-// TestMissingImageMessage checks that the error for a missing image names
-// the image and says the worker does not pull.
+// TestMissingImageMessage checks that the error for a missing image whose
+// pull policy is never names the image and the policy.
 func TestMissingImageMessage(t *testing.T) {
+	t.Parallel()
 	rt := newRuntime(t, "node-nopull")
 	spec := runtime.InstanceSpec{
 		Key: runtime.Key{JobID: "job-nopull", Role: "primary"}, NodeID: "node-nopull", Token: 1,
-		Job: &managerv1.Job{JobId: "job-nopull", Services: []*managerv1.Service{{Name: "svc", Image: "norsk-test/absent:1"}}},
+		Job: &managerv1.Job{JobId: "job-nopull", Services: []*managerv1.Service{{Name: "svc", Image: "norsk-test/absent:1", PullPolicy: managerv1.PullPolicy_PULL_POLICY_NEVER}}},
 	}
 	err := rt.Prepare(t.Context(), spec)
-	if !errors.Is(err, runtime.ErrImageNotFound) || !strings.Contains(err.Error(), "norsk-test/absent:1") || !strings.Contains(err.Error(), "does not pull") {
+	if !errors.Is(err, runtime.ErrImageNotFound) || !strings.Contains(err.Error(), "norsk-test/absent:1") || !strings.Contains(err.Error(), "pull policy is never") {
 		t.Fatalf("Prepare = %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 // TestPlanServiceWorkerMounts: the worker's mounts (the job socket's
 // directory) are bind mounts of every service, after the service's own.
 func TestPlanServiceWorkerMounts(t *testing.T) {
+	t.Parallel()
 	svc := &managerv1.Service{Name: "enc", Image: "img", VolumeMounts: []*managerv1.VolumeMount{{Source: "/srv/media", ContainerPath: "/media"}}}
 	spec := runtime.InstanceSpec{
 		Key: runtime.Key{JobID: "job1", Role: "primary"}, NodeID: "n1", Token: 3,

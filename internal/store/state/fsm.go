@@ -213,6 +213,10 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 		return nil, t.setNodeTags(c.SetNodeTags)
 	case *storev1.Command_SetNodeInstance:
 		return nil, t.setNodeInstance(c.SetNodeInstance)
+	case *storev1.Command_SetNodeImages:
+		return nil, t.setNodeImages(c.SetNodeImages)
+	case *storev1.Command_RecordImagesPrefetched:
+		return nil, t.recordImagesPrefetched(c.RecordImagesPrefetched)
 	case *storev1.Command_SetNodeIdleExpiry:
 		return nil, t.setNodeIdleExpiry(c.SetNodeIdleExpiry)
 	case *storev1.Command_AppendAudit:

@@ -69,6 +69,20 @@ func TestTerminateStartingNode(t *testing.T) {
 	c := cElastic("m2", "http://h2")
 	c.GetRegisterSlot().Tags["spare"] = "true"
 	f.refused(c, apierr.InvalidArgument, "spare")
+	// … which may create one with it, and set and clear it; no one else.
+	c.GetRegisterSlot().SpareByReconciler = true
+	f.must(c)
+	if n := f.node("m2").GetNode(); n.GetTags()["spare"] != "true" {
+		t.Fatalf("the reconciler's spare: tags %v", n.GetTags())
+	}
+	tags := func(v string, by bool) *storev1.Command {
+		return &storev1.Command{Cmd: &storev1.Command_SetNodeTags{SetNodeTags: &storev1.SetNodeTags{NodeId: "m2", Tags: map[string]string{"spare": v}, ByReconciler: by}}}
+	}
+	f.refused(tags("", false), apierr.FailedPrecondition, "reconciler")
+	f.must(tags("", true))
+	if n := f.node("m2").GetNode(); n.GetTags()["spare"] != "" {
+		t.Fatalf("released spare: tags %v", n.GetTags())
+	}
 }
 
 // BindInstances binds each instance on its own: a refused one changes

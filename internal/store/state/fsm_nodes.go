@@ -121,7 +121,7 @@ func (t *tx) registerSlot(c *storev1.RegisterSlot) error {
 		n.Tags["pool"] = c.GetPool()
 	}
 	if p := c.GetProvider(); p != "" && p != ProviderCluster {
-		if _, spare := n.Tags[SpareTag]; spare {
+		if _, spare := n.Tags[SpareTag]; spare && !c.GetSpareByReconciler() {
 			return apierr.Invalid("tags", "the %q tag of an elastic node belongs to the AutoManager's reconciler", SpareTag)
 		}
 		n.Provider, n.ProviderInstance, n.Elastic, n.Hardware, n.Cloud = p, c.GetProviderInstance(), true, c.GetHardware(), c.GetCloud()
@@ -340,7 +340,7 @@ func (t *tx) setNodeTags(c *storev1.SetNodeTags) error {
 		return err
 	}
 	if v, ok := c.GetTags()[SpareTag]; ok {
-		if rec.GetNode().GetProvider() != ProviderCluster {
+		if rec.GetNode().GetProvider() != ProviderCluster && !c.GetByReconciler() {
 			return apierr.FailedPreconditionf("the %q tag of elastic node %q belongs to the AutoManager's reconciler", SpareTag, c.GetNodeId())
 		}
 		if v == "true" {
@@ -402,6 +402,7 @@ func (t *tx) nodeOnline(c *storev1.NodeOnline) (any, error) {
 	if hello.GetWorkerVersion() != "" {
 		n.WorkerVersion = hello.GetWorkerVersion()
 	}
+	n.HeldImages = boundHeldImages(hello.GetHeldImages())
 	wasOnline := n.GetState() == nodeOnline
 	switch n.GetState() {
 	case managerv1.NodeState_NODE_STATE_REGISTERED, managerv1.NodeState_NODE_STATE_LOST, managerv1.NodeState_NODE_STATE_STARTING:
@@ -505,4 +506,65 @@ func cloudHardware(n *managerv1.Node, reported *managerv1.Hardware) *managerv1.H
 		hw.MemoryBytes = promised.GetMemoryBytes()
 	}
 	return hw
+}
+
+// MaxHeldImages bounds a node's held_images: a worker that reports more
+// is recorded with the first ones.
+const MaxHeldImages = 512
+
+func boundHeldImages(images []*managerv1.HeldImage) []*managerv1.HeldImage {
+	if len(images) > MaxHeldImages {
+		images = images[:MaxHeldImages]
+	}
+	return images
+}
+
+// sameHeldImages reports whether two inventories are equal.
+func sameHeldImages(a, b []*managerv1.HeldImage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !proto.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// setNodeImages records what a node's worker holds now
+// (node_images_updated when it changed).
+func (t *tx) setNodeImages(c *storev1.SetNodeImages) error {
+	rec, err := t.node(c.GetNodeId())
+	if err != nil {
+		return err
+	}
+	t.putHeldImages(rec, c.GetImages(), "held images changed")
+	return nil
+}
+
+func (t *tx) putHeldImages(rec *storev1.NodeRecord, images []*managerv1.HeldImage, why string) {
+	images = boundHeldImages(images)
+	if sameHeldImages(rec.GetNode().GetHeldImages(), images) {
+		return
+	}
+	nrec, n := t.withNode(rec)
+	n.HeldImages = images
+	t.insert(tableNodes, nrec)
+	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeImagesUpdated{NodeImagesUpdated: t.nodeEvent(nrec, why)}})
+}
+
+// recordImagesPrefetched emits a prefetch's outcome, then records the
+// node's images after it.
+func (t *tx) recordImagesPrefetched(c *storev1.RecordImagesPrefetched) error {
+	p := c.GetPrefetched()
+	rec, err := t.node(p.GetNodeId())
+	if err != nil {
+		return err
+	}
+	ev := proto.Clone(p).(*managerv1.ImagesPrefetched)
+	ev.HeldImages = nil // the node event right behind carries them
+	t.emit(&managerv1.Event{Kind: &managerv1.Event_ImagesPrefetched{ImagesPrefetched: ev}})
+	t.putHeldImages(rec, p.GetHeldImages(), "images prefetched")
+	return nil
 }

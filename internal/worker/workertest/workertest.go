@@ -443,9 +443,11 @@ func (c *Controller) Await(timeout time.Duration, match func(*managerv1.WorkerMe
 	}
 }
 
-// NextNonHeartbeat returns the next message that is not a heartbeat.
+// NextNonHeartbeat returns the next message that is neither a heartbeat
+// nor an image inventory (which a docker worker sends whenever its
+// engine's images change, e.g. when another test pulls or tags one).
 func (c *Controller) NextNonHeartbeat(timeout time.Duration) (*managerv1.WorkerMessage, error) {
-	return c.Await(timeout, func(m *managerv1.WorkerMessage) bool { return m.GetHeartbeat() == nil })
+	return c.Await(timeout, func(m *managerv1.WorkerMessage) bool { return m.GetHeartbeat() == nil && m.GetImages() == nil })
 }
 
 // Ended waits until the stream has ended and returns why; false if it has

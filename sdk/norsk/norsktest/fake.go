@@ -121,6 +121,8 @@ type Server struct {
 	// migrations are the migration records; migCalls the relays made.
 	migrations map[string]*managerv1.MigrationState
 	migCalls   []MigrationCall
+	// prefetchFail are the refs a prefetch fails to pull, with why.
+	prefetchFail map[string]string
 	// mockHosts, mockVCPUs and mockPools are the fake mock provider (SetMockHosts).
 	mockHosts int
 	mockVCPUs uint32

@@ -59,6 +59,8 @@ type Event struct {
 	//	*Event_MigrationUpdated
 	//	*Event_MigrationForgotten
 	//	*Event_NodeDrainUpdated
+	//	*Event_ImagesPrefetched
+	//	*Event_NodeImagesUpdated
 	Kind          isEvent_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -367,6 +369,24 @@ func (x *Event) GetNodeDrainUpdated() *NodeDrain {
 	return nil
 }
 
+func (x *Event) GetImagesPrefetched() *ImagesPrefetched {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_ImagesPrefetched); ok {
+			return x.ImagesPrefetched
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetNodeImagesUpdated() *NodeEvent {
+	if x != nil {
+		if x, ok := x.Kind.(*Event_NodeImagesUpdated); ok {
+			return x.NodeImagesUpdated
+		}
+	}
+	return nil
+}
+
 type isEvent_Kind interface {
 	isEvent_Kind()
 }
@@ -490,6 +510,17 @@ type Event_NodeDrainUpdated struct {
 	NodeDrainUpdated *NodeDrain `protobuf:"bytes,90,opt,name=node_drain_updated,json=nodeDrainUpdated,proto3,oneof"`
 }
 
+type Event_ImagesPrefetched struct {
+	// A PrefetchImages request's outcome on its node, one result per ref;
+	// node_images_updated follows in the same write.
+	ImagesPrefetched *ImagesPrefetched `protobuf:"bytes,150,opt,name=images_prefetched,json=imagesPrefetched,proto3,oneof"`
+}
+
+type Event_NodeImagesUpdated struct {
+	// A node's held_images changed (the whole node, as ListNodes shows it).
+	NodeImagesUpdated *NodeEvent `protobuf:"bytes,151,opt,name=node_images_updated,json=nodeImagesUpdated,proto3,oneof"`
+}
+
 func (*Event_JobSnapshot) isEvent_Kind() {}
 
 func (*Event_NodeSnapshot) isEvent_Kind() {}
@@ -545,6 +576,10 @@ func (*Event_MigrationUpdated) isEvent_Kind() {}
 func (*Event_MigrationForgotten) isEvent_Kind() {}
 
 func (*Event_NodeDrainUpdated) isEvent_Kind() {}
+
+func (*Event_ImagesPrefetched) isEvent_Kind() {}
+
+func (*Event_NodeImagesUpdated) isEvent_Kind() {}
 
 // InitialDataComplete ends the initial snapshot. resync is true when the
 // client asked to resume from an index the Manager no longer holds events
@@ -853,7 +888,7 @@ var File_norsk_manager_v1_event_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x1cnorsk/manager/v1/event.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a norsk/manager/v1/placement.proto\x1a\x1bnorsk/manager/v1/node.proto\"\xf3\x11\n" +
+	"\x1cnorsk/manager/v1/event.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a norsk/manager/v1/placement.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\x97\x13\n" +
 	"\x05Event\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12E\n" +
@@ -889,7 +924,9 @@ const file_norsk_manager_v1_event_proto_rawDesc = "" +
 	"\x11migration_aborted\x18A \x01(\v2 .norsk.manager.v1.MigrationEventH\x00R\x10migrationAborted\x12O\n" +
 	"\x11migration_updated\x18B \x01(\v2 .norsk.manager.v1.MigrationStateH\x00R\x10migrationUpdated\x12W\n" +
 	"\x13migration_forgotten\x18C \x01(\v2$.norsk.manager.v1.MigrationForgottenH\x00R\x12migrationForgotten\x12K\n" +
-	"\x12node_drain_updated\x18Z \x01(\v2\x1b.norsk.manager.v1.NodeDrainH\x00R\x10nodeDrainUpdatedB\x06\n" +
+	"\x12node_drain_updated\x18Z \x01(\v2\x1b.norsk.manager.v1.NodeDrainH\x00R\x10nodeDrainUpdated\x12R\n" +
+	"\x11images_prefetched\x18\x96\x01 \x01(\v2\".norsk.manager.v1.ImagesPrefetchedH\x00R\x10imagesPrefetched\x12N\n" +
+	"\x13node_images_updated\x18\x97\x01 \x01(\v2\x1b.norsk.manager.v1.NodeEventH\x00R\x11nodeImagesUpdatedB\x06\n" +
 	"\x04kind\"C\n" +
 	"\x13InitialDataComplete\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
@@ -942,8 +979,9 @@ var file_norsk_manager_v1_event_proto_goTypes = []any{
 	(*MigrationState)(nil),        // 15: norsk.manager.v1.MigrationState
 	(*MigrationForgotten)(nil),    // 16: norsk.manager.v1.MigrationForgotten
 	(*NodeDrain)(nil),             // 17: norsk.manager.v1.NodeDrain
-	(*JobHistoryEntry)(nil),       // 18: norsk.manager.v1.JobHistoryEntry
-	(*ClusterSlot)(nil),           // 19: norsk.manager.v1.ClusterSlot
+	(*ImagesPrefetched)(nil),      // 18: norsk.manager.v1.ImagesPrefetched
+	(*JobHistoryEntry)(nil),       // 19: norsk.manager.v1.JobHistoryEntry
+	(*ClusterSlot)(nil),           // 20: norsk.manager.v1.ClusterSlot
 }
 var file_norsk_manager_v1_event_proto_depIdxs = []int32{
 	7,  // 0: norsk.manager.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
@@ -975,15 +1013,17 @@ var file_norsk_manager_v1_event_proto_depIdxs = []int32{
 	15, // 26: norsk.manager.v1.Event.migration_updated:type_name -> norsk.manager.v1.MigrationState
 	16, // 27: norsk.manager.v1.Event.migration_forgotten:type_name -> norsk.manager.v1.MigrationForgotten
 	17, // 28: norsk.manager.v1.Event.node_drain_updated:type_name -> norsk.manager.v1.NodeDrain
-	8,  // 29: norsk.manager.v1.JobEvent.job:type_name -> norsk.manager.v1.JobWithHistory
-	18, // 30: norsk.manager.v1.JobEvent.entry:type_name -> norsk.manager.v1.JobHistoryEntry
-	9,  // 31: norsk.manager.v1.NodeEvent.node:type_name -> norsk.manager.v1.Node
-	19, // 32: norsk.manager.v1.ClusterSlotEvent.slot:type_name -> norsk.manager.v1.ClusterSlot
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	18, // 29: norsk.manager.v1.Event.images_prefetched:type_name -> norsk.manager.v1.ImagesPrefetched
+	4,  // 30: norsk.manager.v1.Event.node_images_updated:type_name -> norsk.manager.v1.NodeEvent
+	8,  // 31: norsk.manager.v1.JobEvent.job:type_name -> norsk.manager.v1.JobWithHistory
+	19, // 32: norsk.manager.v1.JobEvent.entry:type_name -> norsk.manager.v1.JobHistoryEntry
+	9,  // 33: norsk.manager.v1.NodeEvent.node:type_name -> norsk.manager.v1.Node
+	20, // 34: norsk.manager.v1.ClusterSlotEvent.slot:type_name -> norsk.manager.v1.ClusterSlot
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_event_proto_init() }
@@ -998,6 +1038,7 @@ func file_norsk_manager_v1_event_proto_init() {
 	file_norsk_manager_v1_migration_proto_init()
 	file_norsk_manager_v1_placement_proto_init()
 	file_norsk_manager_v1_node_proto_init()
+	file_norsk_manager_v1_node_controller_proto_init()
 	file_norsk_manager_v1_event_proto_msgTypes[0].OneofWrappers = []any{
 		(*Event_JobSnapshot)(nil),
 		(*Event_NodeSnapshot)(nil),
@@ -1027,6 +1068,8 @@ func file_norsk_manager_v1_event_proto_init() {
 		(*Event_MigrationUpdated)(nil),
 		(*Event_MigrationForgotten)(nil),
 		(*Event_NodeDrainUpdated)(nil),
+		(*Event_ImagesPrefetched)(nil),
+		(*Event_NodeImagesUpdated)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -122,6 +122,67 @@ func (TerminalKind) EnumDescriptor() ([]byte, []int) {
 	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{1}
 }
 
+// PullPolicy says when the docker runtime pulls a service's image, through
+// the node's Docker engine with the registry credentials of the worker's
+// Docker config.
+type PullPolicy int32
+
+const (
+	// IF_NOT_PRESENT.
+	PullPolicy_PULL_POLICY_UNSPECIFIED PullPolicy = 0
+	// Pull only when the engine does not hold the image.
+	PullPolicy_PULL_POLICY_IF_NOT_PRESENT PullPolicy = 1
+	// Pull at every creation of the service's container (a moving tag is
+	// re-resolved); a failed pull fails the start even if an older copy is
+	// held.
+	PullPolicy_PULL_POLICY_ALWAYS PullPolicy = 2
+	// Never pull: an image the engine does not hold fails the start.
+	PullPolicy_PULL_POLICY_NEVER PullPolicy = 3
+)
+
+// Enum value maps for PullPolicy.
+var (
+	PullPolicy_name = map[int32]string{
+		0: "PULL_POLICY_UNSPECIFIED",
+		1: "PULL_POLICY_IF_NOT_PRESENT",
+		2: "PULL_POLICY_ALWAYS",
+		3: "PULL_POLICY_NEVER",
+	}
+	PullPolicy_value = map[string]int32{
+		"PULL_POLICY_UNSPECIFIED":    0,
+		"PULL_POLICY_IF_NOT_PRESENT": 1,
+		"PULL_POLICY_ALWAYS":         2,
+		"PULL_POLICY_NEVER":          3,
+	}
+)
+
+func (x PullPolicy) Enum() *PullPolicy {
+	p := new(PullPolicy)
+	*p = x
+	return p
+}
+
+func (x PullPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PullPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_norsk_manager_v1_job_proto_enumTypes[2].Descriptor()
+}
+
+func (PullPolicy) Type() protoreflect.EnumType {
+	return &file_norsk_manager_v1_job_proto_enumTypes[2]
+}
+
+func (x PullPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PullPolicy.Descriptor instead.
+func (PullPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{2}
+}
+
 type RestartMode int32
 
 const (
@@ -159,11 +220,11 @@ func (x RestartMode) String() string {
 }
 
 func (RestartMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_norsk_manager_v1_job_proto_enumTypes[2].Descriptor()
+	return file_norsk_manager_v1_job_proto_enumTypes[3].Descriptor()
 }
 
 func (RestartMode) Type() protoreflect.EnumType {
-	return &file_norsk_manager_v1_job_proto_enumTypes[2]
+	return &file_norsk_manager_v1_job_proto_enumTypes[3]
 }
 
 func (x RestartMode) Number() protoreflect.EnumNumber {
@@ -172,7 +233,7 @@ func (x RestartMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RestartMode.Descriptor instead.
 func (RestartMode) EnumDescriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{2}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{3}
 }
 
 type Protocol int32
@@ -208,11 +269,11 @@ func (x Protocol) String() string {
 }
 
 func (Protocol) Descriptor() protoreflect.EnumDescriptor {
-	return file_norsk_manager_v1_job_proto_enumTypes[3].Descriptor()
+	return file_norsk_manager_v1_job_proto_enumTypes[4].Descriptor()
 }
 
 func (Protocol) Type() protoreflect.EnumType {
-	return &file_norsk_manager_v1_job_proto_enumTypes[3]
+	return &file_norsk_manager_v1_job_proto_enumTypes[4]
 }
 
 func (x Protocol) Number() protoreflect.EnumNumber {
@@ -221,7 +282,7 @@ func (x Protocol) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Protocol.Descriptor instead.
 func (Protocol) EnumDescriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{3}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{4}
 }
 
 // StoppingReason says why an instance is stopping.
@@ -264,11 +325,11 @@ func (x StoppingReason) String() string {
 }
 
 func (StoppingReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_norsk_manager_v1_job_proto_enumTypes[4].Descriptor()
+	return file_norsk_manager_v1_job_proto_enumTypes[5].Descriptor()
 }
 
 func (StoppingReason) Type() protoreflect.EnumType {
-	return &file_norsk_manager_v1_job_proto_enumTypes[4]
+	return &file_norsk_manager_v1_job_proto_enumTypes[5]
 }
 
 func (x StoppingReason) Number() protoreflect.EnumNumber {
@@ -277,7 +338,7 @@ func (x StoppingReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StoppingReason.Descriptor instead.
 func (StoppingReason) EnumDescriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{4}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{5}
 }
 
 // InstanceDesired is what the Manager wants of an instance.
@@ -317,11 +378,11 @@ func (x InstanceDesired) String() string {
 }
 
 func (InstanceDesired) Descriptor() protoreflect.EnumDescriptor {
-	return file_norsk_manager_v1_job_proto_enumTypes[5].Descriptor()
+	return file_norsk_manager_v1_job_proto_enumTypes[6].Descriptor()
 }
 
 func (InstanceDesired) Type() protoreflect.EnumType {
-	return &file_norsk_manager_v1_job_proto_enumTypes[5]
+	return &file_norsk_manager_v1_job_proto_enumTypes[6]
 }
 
 func (x InstanceDesired) Number() protoreflect.EnumNumber {
@@ -330,7 +391,7 @@ func (x InstanceDesired) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InstanceDesired.Descriptor instead.
 func (InstanceDesired) EnumDescriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{5}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{6}
 }
 
 // InstancePhase is what the worker last reported of an instance.
@@ -376,11 +437,11 @@ func (x InstancePhase) String() string {
 }
 
 func (InstancePhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_norsk_manager_v1_job_proto_enumTypes[6].Descriptor()
+	return file_norsk_manager_v1_job_proto_enumTypes[7].Descriptor()
 }
 
 func (InstancePhase) Type() protoreflect.EnumType {
-	return &file_norsk_manager_v1_job_proto_enumTypes[6]
+	return &file_norsk_manager_v1_job_proto_enumTypes[7]
 }
 
 func (x InstancePhase) Number() protoreflect.EnumNumber {
@@ -389,7 +450,7 @@ func (x InstancePhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InstancePhase.Descriptor instead.
 func (InstancePhase) EnumDescriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{6}
+	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{7}
 }
 
 // Job is the specification of a long-lived live-media job: one or more
@@ -622,7 +683,10 @@ type Service struct {
 	// /dev/shm size in bytes (docker); 0 = the engine's default.
 	ShmSizeBytes int64 `protobuf:"varint,11,opt,name=shm_size_bytes,json=shmSizeBytes,proto3" json:"shm_size_bytes,omitempty"`
 	// CPUs the service is pinned to (docker cpuset); empty = any.
-	CpuSet        []uint32 `protobuf:"varint,12,rep,packed,name=cpu_set,json=cpuSet,proto3" json:"cpu_set,omitempty"`
+	CpuSet []uint32 `protobuf:"varint,12,rep,packed,name=cpu_set,json=cpuSet,proto3" json:"cpu_set,omitempty"`
+	// When the docker runtime pulls the service's image (the process runtime
+	// ignores it): UNSPECIFIED is IF_NOT_PRESENT.
+	PullPolicy    PullPolicy `protobuf:"varint,150,opt,name=pull_policy,json=pullPolicy,proto3,enum=norsk.manager.v1.PullPolicy" json:"pull_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -739,6 +803,13 @@ func (x *Service) GetCpuSet() []uint32 {
 		return x.CpuSet
 	}
 	return nil
+}
+
+func (x *Service) GetPullPolicy() PullPolicy {
+	if x != nil {
+		return x.PullPolicy
+	}
+	return PullPolicy_PULL_POLICY_UNSPECIFIED
 }
 
 // RestartPolicy says what the worker does when a service's container exits.
@@ -1665,7 +1736,8 @@ type InstanceNotice struct {
 	// "removed-orphan": services of this cluster that no record named were
 	// stopped and removed; "recreated-missing": services the record named
 	// were missing when the worker took the instance over, and were created
-	// and started again.
+	// and started again; "image-pull": progress of a pull the start of the
+	// instance needed (bytes and layers), its end, or why it failed.
 	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2522,7 +2594,7 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\rTerminalState\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.norsk.manager.v1.TerminalKindR\x04kind\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12*\n" +
-	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x82\x04\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xc2\x04\n" +
 	"\aService\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -2538,7 +2610,9 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	" \x01(\tR\n" +
 	"workingDir\x12$\n" +
 	"\x0eshm_size_bytes\x18\v \x01(\x03R\fshmSizeBytes\x12\x17\n" +
-	"\acpu_set\x18\f \x03(\rR\x06cpuSet\x1a6\n" +
+	"\acpu_set\x18\f \x03(\rR\x06cpuSet\x12>\n" +
+	"\vpull_policy\x18\x96\x01 \x01(\x0e2\x1c.norsk.manager.v1.PullPolicyR\n" +
+	"pullPolicy\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"s\n" +
@@ -2680,7 +2754,13 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\fTerminalKind\x12\x1d\n" +
 	"\x19TERMINAL_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TERMINAL_KIND_COMPLETED\x10\x01\x12\x18\n" +
-	"\x14TERMINAL_KIND_FAILED\x10\x02*y\n" +
+	"\x14TERMINAL_KIND_FAILED\x10\x02*x\n" +
+	"\n" +
+	"PullPolicy\x12\x1b\n" +
+	"\x17PULL_POLICY_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aPULL_POLICY_IF_NOT_PRESENT\x10\x01\x12\x16\n" +
+	"\x12PULL_POLICY_ALWAYS\x10\x02\x12\x15\n" +
+	"\x11PULL_POLICY_NEVER\x10\x03*y\n" +
 	"\vRestartMode\x12\x1c\n" +
 	"\x18RESTART_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12RESTART_MODE_NEVER\x10\x01\x12\x1b\n" +
@@ -2721,109 +2801,111 @@ func file_norsk_manager_v1_job_proto_rawDescGZIP() []byte {
 	return file_norsk_manager_v1_job_proto_rawDescData
 }
 
-var file_norsk_manager_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_norsk_manager_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
 var file_norsk_manager_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_norsk_manager_v1_job_proto_goTypes = []any{
 	(JobState)(0),                 // 0: norsk.manager.v1.JobState
 	(TerminalKind)(0),             // 1: norsk.manager.v1.TerminalKind
-	(RestartMode)(0),              // 2: norsk.manager.v1.RestartMode
-	(Protocol)(0),                 // 3: norsk.manager.v1.Protocol
-	(StoppingReason)(0),           // 4: norsk.manager.v1.StoppingReason
-	(InstanceDesired)(0),          // 5: norsk.manager.v1.InstanceDesired
-	(InstancePhase)(0),            // 6: norsk.manager.v1.InstancePhase
-	(*Job)(nil),                   // 7: norsk.manager.v1.Job
-	(*TerminalState)(nil),         // 8: norsk.manager.v1.TerminalState
-	(*Service)(nil),               // 9: norsk.manager.v1.Service
-	(*RestartPolicy)(nil),         // 10: norsk.manager.v1.RestartPolicy
-	(*PortRange)(nil),             // 11: norsk.manager.v1.PortRange
-	(*Ephemeral)(nil),             // 12: norsk.manager.v1.Ephemeral
-	(*PortMapping)(nil),           // 13: norsk.manager.v1.PortMapping
-	(*VolumeMount)(nil),           // 14: norsk.manager.v1.VolumeMount
-	(*AutoPlacement)(nil),         // 15: norsk.manager.v1.AutoPlacement
-	(*CapabilityRequirement)(nil), // 16: norsk.manager.v1.CapabilityRequirement
-	(*JobRequirements)(nil),       // 17: norsk.manager.v1.JobRequirements
-	(*JobHash)(nil),               // 18: norsk.manager.v1.JobHash
-	(*ResolvedPortMapping)(nil),   // 19: norsk.manager.v1.ResolvedPortMapping
-	(*ResolvedPortMappings)(nil),  // 20: norsk.manager.v1.ResolvedPortMappings
-	(*JobHistoryEntry)(nil),       // 21: norsk.manager.v1.JobHistoryEntry
-	(*InstanceNotice)(nil),        // 22: norsk.manager.v1.InstanceNotice
-	(*JobCreated)(nil),            // 23: norsk.manager.v1.JobCreated
-	(*JobUpdated)(nil),            // 24: norsk.manager.v1.JobUpdated
-	(*InstanceRef)(nil),           // 25: norsk.manager.v1.InstanceRef
-	(*InstanceProvisioned)(nil),   // 26: norsk.manager.v1.InstanceProvisioned
-	(*InstancePrepared)(nil),      // 27: norsk.manager.v1.InstancePrepared
-	(*InstanceRunning)(nil),       // 28: norsk.manager.v1.InstanceRunning
-	(*InstanceStopping)(nil),      // 29: norsk.manager.v1.InstanceStopping
-	(*InstanceStopped)(nil),       // 30: norsk.manager.v1.InstanceStopped
-	(*JobCompleted)(nil),          // 31: norsk.manager.v1.JobCompleted
-	(*JobRejected)(nil),           // 32: norsk.manager.v1.JobRejected
-	(*Instance)(nil),              // 33: norsk.manager.v1.Instance
-	(*JobWithHistory)(nil),        // 34: norsk.manager.v1.JobWithHistory
-	nil,                           // 35: norsk.manager.v1.Job.TagsEntry
-	nil,                           // 36: norsk.manager.v1.Service.EnvEntry
-	nil,                           // 37: norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry
-	nil,                           // 38: norsk.manager.v1.InstanceStopped.ExitCodesEntry
-	nil,                           // 39: norsk.manager.v1.Instance.ServicePortMappingsEntry
-	(*timestamppb.Timestamp)(nil), // 40: google.protobuf.Timestamp
-	(*PlacementEvent)(nil),        // 41: norsk.manager.v1.PlacementEvent
+	(PullPolicy)(0),               // 2: norsk.manager.v1.PullPolicy
+	(RestartMode)(0),              // 3: norsk.manager.v1.RestartMode
+	(Protocol)(0),                 // 4: norsk.manager.v1.Protocol
+	(StoppingReason)(0),           // 5: norsk.manager.v1.StoppingReason
+	(InstanceDesired)(0),          // 6: norsk.manager.v1.InstanceDesired
+	(InstancePhase)(0),            // 7: norsk.manager.v1.InstancePhase
+	(*Job)(nil),                   // 8: norsk.manager.v1.Job
+	(*TerminalState)(nil),         // 9: norsk.manager.v1.TerminalState
+	(*Service)(nil),               // 10: norsk.manager.v1.Service
+	(*RestartPolicy)(nil),         // 11: norsk.manager.v1.RestartPolicy
+	(*PortRange)(nil),             // 12: norsk.manager.v1.PortRange
+	(*Ephemeral)(nil),             // 13: norsk.manager.v1.Ephemeral
+	(*PortMapping)(nil),           // 14: norsk.manager.v1.PortMapping
+	(*VolumeMount)(nil),           // 15: norsk.manager.v1.VolumeMount
+	(*AutoPlacement)(nil),         // 16: norsk.manager.v1.AutoPlacement
+	(*CapabilityRequirement)(nil), // 17: norsk.manager.v1.CapabilityRequirement
+	(*JobRequirements)(nil),       // 18: norsk.manager.v1.JobRequirements
+	(*JobHash)(nil),               // 19: norsk.manager.v1.JobHash
+	(*ResolvedPortMapping)(nil),   // 20: norsk.manager.v1.ResolvedPortMapping
+	(*ResolvedPortMappings)(nil),  // 21: norsk.manager.v1.ResolvedPortMappings
+	(*JobHistoryEntry)(nil),       // 22: norsk.manager.v1.JobHistoryEntry
+	(*InstanceNotice)(nil),        // 23: norsk.manager.v1.InstanceNotice
+	(*JobCreated)(nil),            // 24: norsk.manager.v1.JobCreated
+	(*JobUpdated)(nil),            // 25: norsk.manager.v1.JobUpdated
+	(*InstanceRef)(nil),           // 26: norsk.manager.v1.InstanceRef
+	(*InstanceProvisioned)(nil),   // 27: norsk.manager.v1.InstanceProvisioned
+	(*InstancePrepared)(nil),      // 28: norsk.manager.v1.InstancePrepared
+	(*InstanceRunning)(nil),       // 29: norsk.manager.v1.InstanceRunning
+	(*InstanceStopping)(nil),      // 30: norsk.manager.v1.InstanceStopping
+	(*InstanceStopped)(nil),       // 31: norsk.manager.v1.InstanceStopped
+	(*JobCompleted)(nil),          // 32: norsk.manager.v1.JobCompleted
+	(*JobRejected)(nil),           // 33: norsk.manager.v1.JobRejected
+	(*Instance)(nil),              // 34: norsk.manager.v1.Instance
+	(*JobWithHistory)(nil),        // 35: norsk.manager.v1.JobWithHistory
+	nil,                           // 36: norsk.manager.v1.Job.TagsEntry
+	nil,                           // 37: norsk.manager.v1.Service.EnvEntry
+	nil,                           // 38: norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry
+	nil,                           // 39: norsk.manager.v1.InstanceStopped.ExitCodesEntry
+	nil,                           // 40: norsk.manager.v1.Instance.ServicePortMappingsEntry
+	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
+	(*PlacementEvent)(nil),        // 42: norsk.manager.v1.PlacementEvent
 }
 var file_norsk_manager_v1_job_proto_depIdxs = []int32{
-	35, // 0: norsk.manager.v1.Job.tags:type_name -> norsk.manager.v1.Job.TagsEntry
+	36, // 0: norsk.manager.v1.Job.tags:type_name -> norsk.manager.v1.Job.TagsEntry
 	0,  // 1: norsk.manager.v1.Job.state:type_name -> norsk.manager.v1.JobState
-	9,  // 2: norsk.manager.v1.Job.services:type_name -> norsk.manager.v1.Service
-	15, // 3: norsk.manager.v1.Job.auto_placement:type_name -> norsk.manager.v1.AutoPlacement
-	8,  // 4: norsk.manager.v1.Job.terminal_state:type_name -> norsk.manager.v1.TerminalState
-	40, // 5: norsk.manager.v1.Job.start_date_time:type_name -> google.protobuf.Timestamp
+	10, // 2: norsk.manager.v1.Job.services:type_name -> norsk.manager.v1.Service
+	16, // 3: norsk.manager.v1.Job.auto_placement:type_name -> norsk.manager.v1.AutoPlacement
+	9,  // 4: norsk.manager.v1.Job.terminal_state:type_name -> norsk.manager.v1.TerminalState
+	41, // 5: norsk.manager.v1.Job.start_date_time:type_name -> google.protobuf.Timestamp
 	1,  // 6: norsk.manager.v1.TerminalState.kind:type_name -> norsk.manager.v1.TerminalKind
-	40, // 7: norsk.manager.v1.TerminalState.at:type_name -> google.protobuf.Timestamp
-	36, // 8: norsk.manager.v1.Service.env:type_name -> norsk.manager.v1.Service.EnvEntry
-	13, // 9: norsk.manager.v1.Service.ports:type_name -> norsk.manager.v1.PortMapping
-	14, // 10: norsk.manager.v1.Service.volume_mounts:type_name -> norsk.manager.v1.VolumeMount
-	10, // 11: norsk.manager.v1.Service.restart:type_name -> norsk.manager.v1.RestartPolicy
-	2,  // 12: norsk.manager.v1.RestartPolicy.mode:type_name -> norsk.manager.v1.RestartMode
-	3,  // 13: norsk.manager.v1.PortMapping.protocol:type_name -> norsk.manager.v1.Protocol
-	12, // 14: norsk.manager.v1.PortMapping.ephemeral:type_name -> norsk.manager.v1.Ephemeral
-	11, // 15: norsk.manager.v1.PortMapping.range:type_name -> norsk.manager.v1.PortRange
-	17, // 16: norsk.manager.v1.AutoPlacement.requirements:type_name -> norsk.manager.v1.JobRequirements
-	16, // 17: norsk.manager.v1.JobRequirements.required_capabilities:type_name -> norsk.manager.v1.CapabilityRequirement
-	3,  // 18: norsk.manager.v1.ResolvedPortMapping.protocol:type_name -> norsk.manager.v1.Protocol
-	19, // 19: norsk.manager.v1.ResolvedPortMappings.mappings:type_name -> norsk.manager.v1.ResolvedPortMapping
-	40, // 20: norsk.manager.v1.JobHistoryEntry.timestamp:type_name -> google.protobuf.Timestamp
-	23, // 21: norsk.manager.v1.JobHistoryEntry.created:type_name -> norsk.manager.v1.JobCreated
-	24, // 22: norsk.manager.v1.JobHistoryEntry.updated:type_name -> norsk.manager.v1.JobUpdated
-	26, // 23: norsk.manager.v1.JobHistoryEntry.provisioned:type_name -> norsk.manager.v1.InstanceProvisioned
-	27, // 24: norsk.manager.v1.JobHistoryEntry.prepared:type_name -> norsk.manager.v1.InstancePrepared
-	28, // 25: norsk.manager.v1.JobHistoryEntry.running:type_name -> norsk.manager.v1.InstanceRunning
-	29, // 26: norsk.manager.v1.JobHistoryEntry.stopping:type_name -> norsk.manager.v1.InstanceStopping
-	30, // 27: norsk.manager.v1.JobHistoryEntry.stopped:type_name -> norsk.manager.v1.InstanceStopped
-	31, // 28: norsk.manager.v1.JobHistoryEntry.completed:type_name -> norsk.manager.v1.JobCompleted
-	32, // 29: norsk.manager.v1.JobHistoryEntry.rejected:type_name -> norsk.manager.v1.JobRejected
-	22, // 30: norsk.manager.v1.JobHistoryEntry.notice:type_name -> norsk.manager.v1.InstanceNotice
-	25, // 31: norsk.manager.v1.InstanceNotice.instance:type_name -> norsk.manager.v1.InstanceRef
-	25, // 32: norsk.manager.v1.InstanceProvisioned.instance:type_name -> norsk.manager.v1.InstanceRef
-	25, // 33: norsk.manager.v1.InstancePrepared.instance:type_name -> norsk.manager.v1.InstanceRef
-	25, // 34: norsk.manager.v1.InstanceRunning.instance:type_name -> norsk.manager.v1.InstanceRef
-	37, // 35: norsk.manager.v1.InstanceRunning.service_port_mappings:type_name -> norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry
-	25, // 36: norsk.manager.v1.InstanceStopping.instance:type_name -> norsk.manager.v1.InstanceRef
-	4,  // 37: norsk.manager.v1.InstanceStopping.reason:type_name -> norsk.manager.v1.StoppingReason
-	25, // 38: norsk.manager.v1.InstanceStopped.instance:type_name -> norsk.manager.v1.InstanceRef
-	38, // 39: norsk.manager.v1.InstanceStopped.exit_codes:type_name -> norsk.manager.v1.InstanceStopped.ExitCodesEntry
-	5,  // 40: norsk.manager.v1.Instance.desired:type_name -> norsk.manager.v1.InstanceDesired
-	6,  // 41: norsk.manager.v1.Instance.phase:type_name -> norsk.manager.v1.InstancePhase
-	39, // 42: norsk.manager.v1.Instance.service_port_mappings:type_name -> norsk.manager.v1.Instance.ServicePortMappingsEntry
-	4,  // 43: norsk.manager.v1.Instance.stop_reason:type_name -> norsk.manager.v1.StoppingReason
-	40, // 44: norsk.manager.v1.Instance.bound_at:type_name -> google.protobuf.Timestamp
-	41, // 45: norsk.manager.v1.Instance.placement:type_name -> norsk.manager.v1.PlacementEvent
-	7,  // 46: norsk.manager.v1.JobWithHistory.job:type_name -> norsk.manager.v1.Job
-	21, // 47: norsk.manager.v1.JobWithHistory.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	33, // 48: norsk.manager.v1.JobWithHistory.instances:type_name -> norsk.manager.v1.Instance
-	20, // 49: norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	20, // 50: norsk.manager.v1.Instance.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	51, // [51:51] is the sub-list for method output_type
-	51, // [51:51] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	41, // 7: norsk.manager.v1.TerminalState.at:type_name -> google.protobuf.Timestamp
+	37, // 8: norsk.manager.v1.Service.env:type_name -> norsk.manager.v1.Service.EnvEntry
+	14, // 9: norsk.manager.v1.Service.ports:type_name -> norsk.manager.v1.PortMapping
+	15, // 10: norsk.manager.v1.Service.volume_mounts:type_name -> norsk.manager.v1.VolumeMount
+	11, // 11: norsk.manager.v1.Service.restart:type_name -> norsk.manager.v1.RestartPolicy
+	2,  // 12: norsk.manager.v1.Service.pull_policy:type_name -> norsk.manager.v1.PullPolicy
+	3,  // 13: norsk.manager.v1.RestartPolicy.mode:type_name -> norsk.manager.v1.RestartMode
+	4,  // 14: norsk.manager.v1.PortMapping.protocol:type_name -> norsk.manager.v1.Protocol
+	13, // 15: norsk.manager.v1.PortMapping.ephemeral:type_name -> norsk.manager.v1.Ephemeral
+	12, // 16: norsk.manager.v1.PortMapping.range:type_name -> norsk.manager.v1.PortRange
+	18, // 17: norsk.manager.v1.AutoPlacement.requirements:type_name -> norsk.manager.v1.JobRequirements
+	17, // 18: norsk.manager.v1.JobRequirements.required_capabilities:type_name -> norsk.manager.v1.CapabilityRequirement
+	4,  // 19: norsk.manager.v1.ResolvedPortMapping.protocol:type_name -> norsk.manager.v1.Protocol
+	20, // 20: norsk.manager.v1.ResolvedPortMappings.mappings:type_name -> norsk.manager.v1.ResolvedPortMapping
+	41, // 21: norsk.manager.v1.JobHistoryEntry.timestamp:type_name -> google.protobuf.Timestamp
+	24, // 22: norsk.manager.v1.JobHistoryEntry.created:type_name -> norsk.manager.v1.JobCreated
+	25, // 23: norsk.manager.v1.JobHistoryEntry.updated:type_name -> norsk.manager.v1.JobUpdated
+	27, // 24: norsk.manager.v1.JobHistoryEntry.provisioned:type_name -> norsk.manager.v1.InstanceProvisioned
+	28, // 25: norsk.manager.v1.JobHistoryEntry.prepared:type_name -> norsk.manager.v1.InstancePrepared
+	29, // 26: norsk.manager.v1.JobHistoryEntry.running:type_name -> norsk.manager.v1.InstanceRunning
+	30, // 27: norsk.manager.v1.JobHistoryEntry.stopping:type_name -> norsk.manager.v1.InstanceStopping
+	31, // 28: norsk.manager.v1.JobHistoryEntry.stopped:type_name -> norsk.manager.v1.InstanceStopped
+	32, // 29: norsk.manager.v1.JobHistoryEntry.completed:type_name -> norsk.manager.v1.JobCompleted
+	33, // 30: norsk.manager.v1.JobHistoryEntry.rejected:type_name -> norsk.manager.v1.JobRejected
+	23, // 31: norsk.manager.v1.JobHistoryEntry.notice:type_name -> norsk.manager.v1.InstanceNotice
+	26, // 32: norsk.manager.v1.InstanceNotice.instance:type_name -> norsk.manager.v1.InstanceRef
+	26, // 33: norsk.manager.v1.InstanceProvisioned.instance:type_name -> norsk.manager.v1.InstanceRef
+	26, // 34: norsk.manager.v1.InstancePrepared.instance:type_name -> norsk.manager.v1.InstanceRef
+	26, // 35: norsk.manager.v1.InstanceRunning.instance:type_name -> norsk.manager.v1.InstanceRef
+	38, // 36: norsk.manager.v1.InstanceRunning.service_port_mappings:type_name -> norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry
+	26, // 37: norsk.manager.v1.InstanceStopping.instance:type_name -> norsk.manager.v1.InstanceRef
+	5,  // 38: norsk.manager.v1.InstanceStopping.reason:type_name -> norsk.manager.v1.StoppingReason
+	26, // 39: norsk.manager.v1.InstanceStopped.instance:type_name -> norsk.manager.v1.InstanceRef
+	39, // 40: norsk.manager.v1.InstanceStopped.exit_codes:type_name -> norsk.manager.v1.InstanceStopped.ExitCodesEntry
+	6,  // 41: norsk.manager.v1.Instance.desired:type_name -> norsk.manager.v1.InstanceDesired
+	7,  // 42: norsk.manager.v1.Instance.phase:type_name -> norsk.manager.v1.InstancePhase
+	40, // 43: norsk.manager.v1.Instance.service_port_mappings:type_name -> norsk.manager.v1.Instance.ServicePortMappingsEntry
+	5,  // 44: norsk.manager.v1.Instance.stop_reason:type_name -> norsk.manager.v1.StoppingReason
+	41, // 45: norsk.manager.v1.Instance.bound_at:type_name -> google.protobuf.Timestamp
+	42, // 46: norsk.manager.v1.Instance.placement:type_name -> norsk.manager.v1.PlacementEvent
+	8,  // 47: norsk.manager.v1.JobWithHistory.job:type_name -> norsk.manager.v1.Job
+	22, // 48: norsk.manager.v1.JobWithHistory.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	34, // 49: norsk.manager.v1.JobWithHistory.instances:type_name -> norsk.manager.v1.Instance
+	21, // 50: norsk.manager.v1.InstanceRunning.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	21, // 51: norsk.manager.v1.Instance.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_job_proto_init() }
@@ -2855,7 +2937,7 @@ func file_norsk_manager_v1_job_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_job_proto_rawDesc), len(file_norsk_manager_v1_job_proto_rawDesc)),
-			NumEnums:      7,
+			NumEnums:      8,
 			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -3004,6 +3004,113 @@ func (x *GetNodeIdleExpiryRequest) GetNodeId() string {
 	return ""
 }
 
+type PrefetchImagesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ImageRefs     []string               `protobuf:"bytes,2,rep,name=image_refs,json=imageRefs,proto3" json:"image_refs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefetchImagesRequest) Reset() {
+	*x = PrefetchImagesRequest{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefetchImagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefetchImagesRequest) ProtoMessage() {}
+
+func (x *PrefetchImagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefetchImagesRequest.ProtoReflect.Descriptor instead.
+func (*PrefetchImagesRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *PrefetchImagesRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PrefetchImagesRequest) GetImageRefs() []string {
+	if x != nil {
+		return x.ImageRefs
+	}
+	return nil
+}
+
+type PrefetchImagesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Echoed by the images_prefetched events that report the outcomes.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The store index when the worker was told: every outcome's event comes
+	// after it (EventStream after_index).
+	Index         uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefetchImagesResponse) Reset() {
+	*x = PrefetchImagesResponse{}
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefetchImagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefetchImagesResponse) ProtoMessage() {}
+
+func (x *PrefetchImagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefetchImagesResponse.ProtoReflect.Descriptor instead.
+func (*PrefetchImagesResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *PrefetchImagesResponse) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *PrefetchImagesResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type SetNodeIdleExpiryRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -3015,7 +3122,7 @@ type SetNodeIdleExpiryRequest struct {
 
 func (x *SetNodeIdleExpiryRequest) Reset() {
 	*x = SetNodeIdleExpiryRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[50]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3027,7 +3134,7 @@ func (x *SetNodeIdleExpiryRequest) String() string {
 func (*SetNodeIdleExpiryRequest) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[50]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3040,7 +3147,7 @@ func (x *SetNodeIdleExpiryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiryRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiryRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{50}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetNodeIdleExpiryRequest) GetNodeId() string {
@@ -3068,7 +3175,7 @@ type NodeIdleExpiry struct {
 
 func (x *NodeIdleExpiry) Reset() {
 	*x = NodeIdleExpiry{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[51]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3080,7 +3187,7 @@ func (x *NodeIdleExpiry) String() string {
 func (*NodeIdleExpiry) ProtoMessage() {}
 
 func (x *NodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[51]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3093,7 +3200,7 @@ func (x *NodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*NodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{51}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *NodeIdleExpiry) GetNodeId() string {
@@ -3127,7 +3234,7 @@ type NotifyMigrationGetStateRequest struct {
 
 func (x *NotifyMigrationGetStateRequest) Reset() {
 	*x = NotifyMigrationGetStateRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[52]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3139,7 +3246,7 @@ func (x *NotifyMigrationGetStateRequest) String() string {
 func (*NotifyMigrationGetStateRequest) ProtoMessage() {}
 
 func (x *NotifyMigrationGetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[52]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3152,7 +3259,7 @@ func (x *NotifyMigrationGetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyMigrationGetStateRequest.ProtoReflect.Descriptor instead.
 func (*NotifyMigrationGetStateRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{52}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *NotifyMigrationGetStateRequest) GetSourceJobKey() *JobKey {
@@ -3180,7 +3287,7 @@ type NotifyMigrationCutoverReadyRequest struct {
 
 func (x *NotifyMigrationCutoverReadyRequest) Reset() {
 	*x = NotifyMigrationCutoverReadyRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[53]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3192,7 +3299,7 @@ func (x *NotifyMigrationCutoverReadyRequest) String() string {
 func (*NotifyMigrationCutoverReadyRequest) ProtoMessage() {}
 
 func (x *NotifyMigrationCutoverReadyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[53]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3205,7 +3312,7 @@ func (x *NotifyMigrationCutoverReadyRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use NotifyMigrationCutoverReadyRequest.ProtoReflect.Descriptor instead.
 func (*NotifyMigrationCutoverReadyRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{53}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NotifyMigrationCutoverReadyRequest) GetSourceJobKey() *JobKey {
@@ -3240,7 +3347,7 @@ type NotifyMigrationCutoverApplyRequest struct {
 
 func (x *NotifyMigrationCutoverApplyRequest) Reset() {
 	*x = NotifyMigrationCutoverApplyRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[54]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3359,7 @@ func (x *NotifyMigrationCutoverApplyRequest) String() string {
 func (*NotifyMigrationCutoverApplyRequest) ProtoMessage() {}
 
 func (x *NotifyMigrationCutoverApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[54]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3372,7 @@ func (x *NotifyMigrationCutoverApplyRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use NotifyMigrationCutoverApplyRequest.ProtoReflect.Descriptor instead.
 func (*NotifyMigrationCutoverApplyRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{54}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *NotifyMigrationCutoverApplyRequest) GetTargetJobKey() *JobKey {
@@ -3299,7 +3406,7 @@ type NotifyMigrationResponse struct {
 
 func (x *NotifyMigrationResponse) Reset() {
 	*x = NotifyMigrationResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[55]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3311,7 +3418,7 @@ func (x *NotifyMigrationResponse) String() string {
 func (*NotifyMigrationResponse) ProtoMessage() {}
 
 func (x *NotifyMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[55]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3324,7 +3431,7 @@ func (x *NotifyMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyMigrationResponse.ProtoReflect.Descriptor instead.
 func (*NotifyMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{55}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NotifyMigrationResponse) GetNodeId() string {
@@ -3347,7 +3454,7 @@ type AbortMigrationRequest struct {
 
 func (x *AbortMigrationRequest) Reset() {
 	*x = AbortMigrationRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[56]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3359,7 +3466,7 @@ func (x *AbortMigrationRequest) String() string {
 func (*AbortMigrationRequest) ProtoMessage() {}
 
 func (x *AbortMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[56]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3372,7 +3479,7 @@ func (x *AbortMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortMigrationRequest.ProtoReflect.Descriptor instead.
 func (*AbortMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{56}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AbortMigrationRequest) GetJobId() string {
@@ -3420,7 +3527,7 @@ type AbortMigrationResponse struct {
 
 func (x *AbortMigrationResponse) Reset() {
 	*x = AbortMigrationResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[57]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3432,7 +3539,7 @@ func (x *AbortMigrationResponse) String() string {
 func (*AbortMigrationResponse) ProtoMessage() {}
 
 func (x *AbortMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[57]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3445,7 +3552,7 @@ func (x *AbortMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortMigrationResponse.ProtoReflect.Descriptor instead.
 func (*AbortMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{57}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AbortMigrationResponse) GetNodeIds() []string {
@@ -3471,7 +3578,7 @@ type MigrateJobRequest struct {
 
 func (x *MigrateJobRequest) Reset() {
 	*x = MigrateJobRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[58]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3483,7 +3590,7 @@ func (x *MigrateJobRequest) String() string {
 func (*MigrateJobRequest) ProtoMessage() {}
 
 func (x *MigrateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[58]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3496,7 +3603,7 @@ func (x *MigrateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateJobRequest.ProtoReflect.Descriptor instead.
 func (*MigrateJobRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{58}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *MigrateJobRequest) GetJobId() string {
@@ -3544,7 +3651,7 @@ type MigrateJobResponse struct {
 
 func (x *MigrateJobResponse) Reset() {
 	*x = MigrateJobResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[59]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3556,7 +3663,7 @@ func (x *MigrateJobResponse) String() string {
 func (*MigrateJobResponse) ProtoMessage() {}
 
 func (x *MigrateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[59]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3569,7 +3676,7 @@ func (x *MigrateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateJobResponse.ProtoReflect.Descriptor instead.
 func (*MigrateJobResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{59}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *MigrateJobResponse) GetMigrationId() string {
@@ -3596,7 +3703,7 @@ type ListMigrationsRequest struct {
 
 func (x *ListMigrationsRequest) Reset() {
 	*x = ListMigrationsRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[60]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3715,7 @@ func (x *ListMigrationsRequest) String() string {
 func (*ListMigrationsRequest) ProtoMessage() {}
 
 func (x *ListMigrationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[60]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3728,7 @@ func (x *ListMigrationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMigrationsRequest.ProtoReflect.Descriptor instead.
 func (*ListMigrationsRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{60}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListMigrationsRequest) GetJobId() string {
@@ -3640,7 +3747,7 @@ type ListMigrationsResponse struct {
 
 func (x *ListMigrationsResponse) Reset() {
 	*x = ListMigrationsResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[61]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3652,7 +3759,7 @@ func (x *ListMigrationsResponse) String() string {
 func (*ListMigrationsResponse) ProtoMessage() {}
 
 func (x *ListMigrationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[61]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3665,7 +3772,7 @@ func (x *ListMigrationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMigrationsResponse.ProtoReflect.Descriptor instead.
 func (*ListMigrationsResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{61}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListMigrationsResponse) GetMigrations() []*MigrationState {
@@ -3684,7 +3791,7 @@ type GetMigrationRequest struct {
 
 func (x *GetMigrationRequest) Reset() {
 	*x = GetMigrationRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[62]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +3803,7 @@ func (x *GetMigrationRequest) String() string {
 func (*GetMigrationRequest) ProtoMessage() {}
 
 func (x *GetMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[62]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +3816,7 @@ func (x *GetMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMigrationRequest.ProtoReflect.Descriptor instead.
 func (*GetMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{62}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetMigrationRequest) GetMigrationId() string {
@@ -3728,7 +3835,7 @@ type MigrationForJobRequest struct {
 
 func (x *MigrationForJobRequest) Reset() {
 	*x = MigrationForJobRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[63]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3847,7 @@ func (x *MigrationForJobRequest) String() string {
 func (*MigrationForJobRequest) ProtoMessage() {}
 
 func (x *MigrationForJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[63]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +3860,7 @@ func (x *MigrationForJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationForJobRequest.ProtoReflect.Descriptor instead.
 func (*MigrationForJobRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{63}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MigrationForJobRequest) GetJobId() string {
@@ -3772,7 +3879,7 @@ type ForgetMigrationRequest struct {
 
 func (x *ForgetMigrationRequest) Reset() {
 	*x = ForgetMigrationRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[64]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +3891,7 @@ func (x *ForgetMigrationRequest) String() string {
 func (*ForgetMigrationRequest) ProtoMessage() {}
 
 func (x *ForgetMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[64]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +3904,7 @@ func (x *ForgetMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetMigrationRequest.ProtoReflect.Descriptor instead.
 func (*ForgetMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{64}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ForgetMigrationRequest) GetMigrationId() string {
@@ -3816,7 +3923,7 @@ type ForgetMigrationResponse struct {
 
 func (x *ForgetMigrationResponse) Reset() {
 	*x = ForgetMigrationResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[65]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3828,7 +3935,7 @@ func (x *ForgetMigrationResponse) String() string {
 func (*ForgetMigrationResponse) ProtoMessage() {}
 
 func (x *ForgetMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[65]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3841,7 +3948,7 @@ func (x *ForgetMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetMigrationResponse.ProtoReflect.Descriptor instead.
 func (*ForgetMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{65}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ForgetMigrationResponse) GetForgotten() bool {
@@ -3859,7 +3966,7 @@ type ForgetTerminalMigrationsRequest struct {
 
 func (x *ForgetTerminalMigrationsRequest) Reset() {
 	*x = ForgetTerminalMigrationsRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[66]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +3978,7 @@ func (x *ForgetTerminalMigrationsRequest) String() string {
 func (*ForgetTerminalMigrationsRequest) ProtoMessage() {}
 
 func (x *ForgetTerminalMigrationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[66]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +3991,7 @@ func (x *ForgetTerminalMigrationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetTerminalMigrationsRequest.ProtoReflect.Descriptor instead.
 func (*ForgetTerminalMigrationsRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{66}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{68}
 }
 
 type ForgetTerminalMigrationsResponse struct {
@@ -3896,7 +4003,7 @@ type ForgetTerminalMigrationsResponse struct {
 
 func (x *ForgetTerminalMigrationsResponse) Reset() {
 	*x = ForgetTerminalMigrationsResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[67]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3908,7 +4015,7 @@ func (x *ForgetTerminalMigrationsResponse) String() string {
 func (*ForgetTerminalMigrationsResponse) ProtoMessage() {}
 
 func (x *ForgetTerminalMigrationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[67]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3921,7 +4028,7 @@ func (x *ForgetTerminalMigrationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetTerminalMigrationsResponse.ProtoReflect.Descriptor instead.
 func (*ForgetTerminalMigrationsResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{67}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ForgetTerminalMigrationsResponse) GetMigrationIds() []string {
@@ -3942,7 +4049,7 @@ type RecordMigrationRequest struct {
 
 func (x *RecordMigrationRequest) Reset() {
 	*x = RecordMigrationRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[68]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3954,7 +4061,7 @@ func (x *RecordMigrationRequest) String() string {
 func (*RecordMigrationRequest) ProtoMessage() {}
 
 func (x *RecordMigrationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[68]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3967,7 +4074,7 @@ func (x *RecordMigrationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordMigrationRequest.ProtoReflect.Descriptor instead.
 func (*RecordMigrationRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{68}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RecordMigrationRequest) GetMigration() *MigrationState {
@@ -4000,7 +4107,7 @@ type RecordMigrationResponse struct {
 
 func (x *RecordMigrationResponse) Reset() {
 	*x = RecordMigrationResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[69]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4012,7 +4119,7 @@ func (x *RecordMigrationResponse) String() string {
 func (*RecordMigrationResponse) ProtoMessage() {}
 
 func (x *RecordMigrationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[69]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4025,7 +4132,7 @@ func (x *RecordMigrationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordMigrationResponse.ProtoReflect.Descriptor instead.
 func (*RecordMigrationResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{69}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RecordMigrationResponse) GetRevision() uint64 {
@@ -4045,7 +4152,7 @@ type SetNodeDrainingRequest struct {
 
 func (x *SetNodeDrainingRequest) Reset() {
 	*x = SetNodeDrainingRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[70]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4057,7 +4164,7 @@ func (x *SetNodeDrainingRequest) String() string {
 func (*SetNodeDrainingRequest) ProtoMessage() {}
 
 func (x *SetNodeDrainingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[70]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4070,7 +4177,7 @@ func (x *SetNodeDrainingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeDrainingRequest.ProtoReflect.Descriptor instead.
 func (*SetNodeDrainingRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{70}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SetNodeDrainingRequest) GetNodeId() string {
@@ -4096,7 +4203,7 @@ type SetNodeDrainingResponse struct {
 
 func (x *SetNodeDrainingResponse) Reset() {
 	*x = SetNodeDrainingResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[71]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4108,7 +4215,7 @@ func (x *SetNodeDrainingResponse) String() string {
 func (*SetNodeDrainingResponse) ProtoMessage() {}
 
 func (x *SetNodeDrainingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[71]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4121,7 +4228,7 @@ func (x *SetNodeDrainingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeDrainingResponse.ProtoReflect.Descriptor instead.
 func (*SetNodeDrainingResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{71}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SetNodeDrainingResponse) GetNode() *Node {
@@ -4152,7 +4259,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[72]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4164,7 +4271,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[72]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4177,7 +4284,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{72}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -4235,7 +4342,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[73]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4247,7 +4354,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[73]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4260,7 +4367,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{73}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DrainNodeResponse) GetDrain() *NodeDrain {
@@ -4294,7 +4401,7 @@ type RecordNodeDrainRequest struct {
 
 func (x *RecordNodeDrainRequest) Reset() {
 	*x = RecordNodeDrainRequest{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[74]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4306,7 +4413,7 @@ func (x *RecordNodeDrainRequest) String() string {
 func (*RecordNodeDrainRequest) ProtoMessage() {}
 
 func (x *RecordNodeDrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[74]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4319,7 +4426,7 @@ func (x *RecordNodeDrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordNodeDrainRequest.ProtoReflect.Descriptor instead.
 func (*RecordNodeDrainRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{74}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RecordNodeDrainRequest) GetDrain() *NodeDrain {
@@ -4345,7 +4452,7 @@ type RecordNodeDrainResponse struct {
 
 func (x *RecordNodeDrainResponse) Reset() {
 	*x = RecordNodeDrainResponse{}
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[75]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4357,7 +4464,7 @@ func (x *RecordNodeDrainResponse) String() string {
 func (*RecordNodeDrainResponse) ProtoMessage() {}
 
 func (x *RecordNodeDrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_manager_proto_msgTypes[75]
+	mi := &file_norsk_manager_v1_manager_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4370,7 +4477,7 @@ func (x *RecordNodeDrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordNodeDrainResponse.ProtoReflect.Descriptor instead.
 func (*RecordNodeDrainResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{75}
+	return file_norsk_manager_v1_manager_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RecordNodeDrainResponse) GetRevision() uint64 {
@@ -4569,7 +4676,15 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\"3\n" +
 	"\x18GetNodeIdleExpiryRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"Y\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"O\n" +
+	"\x15PrefetchImagesRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"image_refs\x18\x02 \x03(\tR\timageRefs\"M\n" +
+	"\x16PrefetchImagesResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\"Y\n" +
 	"\x18SetNodeIdleExpiryRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12$\n" +
 	"\x0eidle_expiry_ms\x18\x02 \x01(\x03R\fidleExpiryMs\"\x88\x01\n" +
@@ -4659,7 +4774,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\xdbB\n" +
+	"\x10DATE_FIELD_START\x10\x022\xc7C\n" +
 	"\aManager\x12M\n" +
 	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
 	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
@@ -4684,6 +4799,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\vSetNodeTags\x12$.norsk.manager.v1.SetNodeTagsRequest\x1a%.norsk.manager.v1.SetNodeTagsResponse\"\x05\x8a\xb5\x18\x01\x03\x12h\n" +
 	"\x11GetNodeIdleExpiry\x12*.norsk.manager.v1.GetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\"\x05\x8a\xb5\x18\x01\x02\x12h\n" +
 	"\x11SetNodeIdleExpiry\x12*.norsk.manager.v1.SetNodeIdleExpiryRequest\x1a .norsk.manager.v1.NodeIdleExpiry\"\x05\x8a\xb5\x18\x01\x03\x12j\n" +
+	"\x0ePrefetchImages\x12'.norsk.manager.v1.PrefetchImagesRequest\x1a(.norsk.manager.v1.PrefetchImagesResponse\"\x05\x8a\xb5\x18\x01\x03\x12j\n" +
 	"\x0eCreateMockNode\x12'.norsk.manager.v1.CreateMockNodeRequest\x1a(.norsk.manager.v1.CreateMockNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12i\n" +
 	"\rCreateAwsNode\x12&.norsk.manager.v1.CreateAwsNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12i\n" +
 	"\rCreateOciNode\x12&.norsk.manager.v1.CreateOciNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12|\n" +
@@ -4758,7 +4874,7 @@ func file_norsk_manager_v1_manager_proto_rawDescGZIP() []byte {
 }
 
 var file_norsk_manager_v1_manager_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_norsk_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_norsk_manager_v1_manager_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(DateField)(0),                             // 0: norsk.manager.v1.DateField
 	(*HelloRequest)(nil),                       // 1: norsk.manager.v1.HelloRequest
@@ -4811,172 +4927,174 @@ var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(*CreateMockNodeRequest)(nil),              // 48: norsk.manager.v1.CreateMockNodeRequest
 	(*CreateMockNodeResponse)(nil),             // 49: norsk.manager.v1.CreateMockNodeResponse
 	(*GetNodeIdleExpiryRequest)(nil),           // 50: norsk.manager.v1.GetNodeIdleExpiryRequest
-	(*SetNodeIdleExpiryRequest)(nil),           // 51: norsk.manager.v1.SetNodeIdleExpiryRequest
-	(*NodeIdleExpiry)(nil),                     // 52: norsk.manager.v1.NodeIdleExpiry
-	(*NotifyMigrationGetStateRequest)(nil),     // 53: norsk.manager.v1.NotifyMigrationGetStateRequest
-	(*NotifyMigrationCutoverReadyRequest)(nil), // 54: norsk.manager.v1.NotifyMigrationCutoverReadyRequest
-	(*NotifyMigrationCutoverApplyRequest)(nil), // 55: norsk.manager.v1.NotifyMigrationCutoverApplyRequest
-	(*NotifyMigrationResponse)(nil),            // 56: norsk.manager.v1.NotifyMigrationResponse
-	(*AbortMigrationRequest)(nil),              // 57: norsk.manager.v1.AbortMigrationRequest
-	(*AbortMigrationResponse)(nil),             // 58: norsk.manager.v1.AbortMigrationResponse
-	(*MigrateJobRequest)(nil),                  // 59: norsk.manager.v1.MigrateJobRequest
-	(*MigrateJobResponse)(nil),                 // 60: norsk.manager.v1.MigrateJobResponse
-	(*ListMigrationsRequest)(nil),              // 61: norsk.manager.v1.ListMigrationsRequest
-	(*ListMigrationsResponse)(nil),             // 62: norsk.manager.v1.ListMigrationsResponse
-	(*GetMigrationRequest)(nil),                // 63: norsk.manager.v1.GetMigrationRequest
-	(*MigrationForJobRequest)(nil),             // 64: norsk.manager.v1.MigrationForJobRequest
-	(*ForgetMigrationRequest)(nil),             // 65: norsk.manager.v1.ForgetMigrationRequest
-	(*ForgetMigrationResponse)(nil),            // 66: norsk.manager.v1.ForgetMigrationResponse
-	(*ForgetTerminalMigrationsRequest)(nil),    // 67: norsk.manager.v1.ForgetTerminalMigrationsRequest
-	(*ForgetTerminalMigrationsResponse)(nil),   // 68: norsk.manager.v1.ForgetTerminalMigrationsResponse
-	(*RecordMigrationRequest)(nil),             // 69: norsk.manager.v1.RecordMigrationRequest
-	(*RecordMigrationResponse)(nil),            // 70: norsk.manager.v1.RecordMigrationResponse
-	(*SetNodeDrainingRequest)(nil),             // 71: norsk.manager.v1.SetNodeDrainingRequest
-	(*SetNodeDrainingResponse)(nil),            // 72: norsk.manager.v1.SetNodeDrainingResponse
-	(*DrainNodeRequest)(nil),                   // 73: norsk.manager.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),                  // 74: norsk.manager.v1.DrainNodeResponse
-	(*RecordNodeDrainRequest)(nil),             // 75: norsk.manager.v1.RecordNodeDrainRequest
-	(*RecordNodeDrainResponse)(nil),            // 76: norsk.manager.v1.RecordNodeDrainResponse
-	nil,                                        // 77: norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	nil,                                        // 78: norsk.manager.v1.CreateMockNodeRequest.TagsEntry
-	(*Job)(nil),                                // 79: norsk.manager.v1.Job
-	(*timestamppb.Timestamp)(nil),              // 80: google.protobuf.Timestamp
-	(*JobWithHistory)(nil),                     // 81: norsk.manager.v1.JobWithHistory
-	(*PlacementEvent)(nil),                     // 82: norsk.manager.v1.PlacementEvent
-	(*Hardware)(nil),                           // 83: norsk.manager.v1.Hardware
-	(*Capability)(nil),                         // 84: norsk.manager.v1.Capability
-	(*ClusterSlot)(nil),                        // 85: norsk.manager.v1.ClusterSlot
-	(*Node)(nil),                               // 86: norsk.manager.v1.Node
-	(*JobKey)(nil),                             // 87: norsk.manager.v1.JobKey
-	(MigrationStrategy)(0),                     // 88: norsk.manager.v1.MigrationStrategy
-	(*MigrationState)(nil),                     // 89: norsk.manager.v1.MigrationState
-	(*NodeDrain)(nil),                          // 90: norsk.manager.v1.NodeDrain
-	(*CreateAwsNodeRequest)(nil),               // 91: norsk.manager.v1.CreateAwsNodeRequest
-	(*CreateOciNodeRequest)(nil),               // 92: norsk.manager.v1.CreateOciNodeRequest
-	(*DescribeInstanceTypeRequest)(nil),        // 93: norsk.manager.v1.DescribeInstanceTypeRequest
-	(*ListInstanceTypesRequest)(nil),           // 94: norsk.manager.v1.ListInstanceTypesRequest
-	(*ListWorkerSecurityGroupsRequest)(nil),    // 95: norsk.manager.v1.ListWorkerSecurityGroupsRequest
-	(*ReloadExternalConfigRequest)(nil),        // 96: norsk.manager.v1.ReloadExternalConfigRequest
-	(*AppendAuditEntryRequest)(nil),            // 97: norsk.manager.v1.AppendAuditEntryRequest
-	(*GetAuditLogRequest)(nil),                 // 98: norsk.manager.v1.GetAuditLogRequest
-	(*PruneAuditLogRequest)(nil),               // 99: norsk.manager.v1.PruneAuditLogRequest
-	(*KvCommitRequest)(nil),                    // 100: norsk.manager.v1.KvCommitRequest
-	(*KvGetRequest)(nil),                       // 101: norsk.manager.v1.KvGetRequest
-	(*KvListRequest)(nil),                      // 102: norsk.manager.v1.KvListRequest
-	(*GetStoreInfoRequest)(nil),                // 103: norsk.manager.v1.GetStoreInfoRequest
-	(*SnapshotSaveRequest)(nil),                // 104: norsk.manager.v1.SnapshotSaveRequest
-	(*CreateTokenRequest)(nil),                 // 105: norsk.manager.v1.CreateTokenRequest
-	(*ListTokensRequest)(nil),                  // 106: norsk.manager.v1.ListTokensRequest
-	(*RevokeTokenRequest)(nil),                 // 107: norsk.manager.v1.RevokeTokenRequest
-	(*PublishDiscoveryFleetRequest)(nil),       // 108: norsk.manager.v1.PublishDiscoveryFleetRequest
-	(*GetDiscoveryFleetRequest)(nil),           // 109: norsk.manager.v1.GetDiscoveryFleetRequest
-	(*RotateDiscoveryTierSecretRequest)(nil),   // 110: norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	(*PublishAccessReplicaRequest)(nil),        // 111: norsk.manager.v1.PublishAccessReplicaRequest
-	(*AddClusterMemberRequest)(nil),            // 112: norsk.manager.v1.AddClusterMemberRequest
-	(*RemoveClusterMemberRequest)(nil),         // 113: norsk.manager.v1.RemoveClusterMemberRequest
-	(*ForceStandaloneRequest)(nil),             // 114: norsk.manager.v1.ForceStandaloneRequest
-	(*LeaveQuorumRequest)(nil),                 // 115: norsk.manager.v1.LeaveQuorumRequest
-	(*GetClusterStatusRequest)(nil),            // 116: norsk.manager.v1.GetClusterStatusRequest
-	(*GetClusterEventsRequest)(nil),            // 117: norsk.manager.v1.GetClusterEventsRequest
-	(*AnnounceControlPlaneRequest)(nil),        // 118: norsk.manager.v1.AnnounceControlPlaneRequest
-	(*ExplainPlacementRequest)(nil),            // 119: norsk.manager.v1.ExplainPlacementRequest
-	(*CreateBundleRequest)(nil),                // 120: norsk.manager.v1.CreateBundleRequest
-	(*UpdateBundleRequest)(nil),                // 121: norsk.manager.v1.UpdateBundleRequest
-	(*DeleteBundleRequest)(nil),                // 122: norsk.manager.v1.DeleteBundleRequest
-	(*BundleByIdRequest)(nil),                  // 123: norsk.manager.v1.BundleByIdRequest
-	(*ListBundlesRequest)(nil),                 // 124: norsk.manager.v1.ListBundlesRequest
-	(*StartBundleJobRequest)(nil),              // 125: norsk.manager.v1.StartBundleJobRequest
-	(*StopBundleJobRequest)(nil),               // 126: norsk.manager.v1.StopBundleJobRequest
-	(*SetBundleStopTimeRequest)(nil),           // 127: norsk.manager.v1.SetBundleStopTimeRequest
-	(*RenewBundleLeaseRequest)(nil),            // 128: norsk.manager.v1.RenewBundleLeaseRequest
-	(*PauseLeasesRequest)(nil),                 // 129: norsk.manager.v1.PauseLeasesRequest
-	(*ResumeLeasesRequest)(nil),                // 130: norsk.manager.v1.ResumeLeasesRequest
-	(*GetLeaseStatusRequest)(nil),              // 131: norsk.manager.v1.GetLeaseStatusRequest
-	(*EventStreamRequest)(nil),                 // 132: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                            // 133: norsk.manager.v1.JobHash
-	(*CreateCloudNodeResponse)(nil),            // 134: norsk.manager.v1.CreateCloudNodeResponse
-	(*DescribeInstanceTypeResponse)(nil),       // 135: norsk.manager.v1.DescribeInstanceTypeResponse
-	(*ListInstanceTypesResponse)(nil),          // 136: norsk.manager.v1.ListInstanceTypesResponse
-	(*ListWorkerSecurityGroupsResponse)(nil),   // 137: norsk.manager.v1.ListWorkerSecurityGroupsResponse
-	(*ReloadExternalConfigResponse)(nil),       // 138: norsk.manager.v1.ReloadExternalConfigResponse
-	(*AppendAuditEntryResponse)(nil),           // 139: norsk.manager.v1.AppendAuditEntryResponse
-	(*GetAuditLogResponse)(nil),                // 140: norsk.manager.v1.GetAuditLogResponse
-	(*PruneAuditLogResponse)(nil),              // 141: norsk.manager.v1.PruneAuditLogResponse
-	(*KvCommitResponse)(nil),                   // 142: norsk.manager.v1.KvCommitResponse
-	(*KvGetResponse)(nil),                      // 143: norsk.manager.v1.KvGetResponse
-	(*KvListResponse)(nil),                     // 144: norsk.manager.v1.KvListResponse
-	(*StoreInfo)(nil),                          // 145: norsk.manager.v1.StoreInfo
-	(*SnapshotChunk)(nil),                      // 146: norsk.manager.v1.SnapshotChunk
-	(*CreateTokenResponse)(nil),                // 147: norsk.manager.v1.CreateTokenResponse
-	(*ListTokensResponse)(nil),                 // 148: norsk.manager.v1.ListTokensResponse
-	(*RevokeTokenResponse)(nil),                // 149: norsk.manager.v1.RevokeTokenResponse
-	(*PublishDiscoveryFleetResponse)(nil),      // 150: norsk.manager.v1.PublishDiscoveryFleetResponse
-	(*GetDiscoveryFleetResponse)(nil),          // 151: norsk.manager.v1.GetDiscoveryFleetResponse
-	(*RotateDiscoveryTierSecretResponse)(nil),  // 152: norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	(*PublishAccessReplicaResponse)(nil),       // 153: norsk.manager.v1.PublishAccessReplicaResponse
-	(*AddClusterMemberResponse)(nil),           // 154: norsk.manager.v1.AddClusterMemberResponse
-	(*RemoveClusterMemberResponse)(nil),        // 155: norsk.manager.v1.RemoveClusterMemberResponse
-	(*ForceStandaloneResponse)(nil),            // 156: norsk.manager.v1.ForceStandaloneResponse
-	(*LeaveQuorumResponse)(nil),                // 157: norsk.manager.v1.LeaveQuorumResponse
-	(*ClusterStatus)(nil),                      // 158: norsk.manager.v1.ClusterStatus
-	(*GetClusterEventsResponse)(nil),           // 159: norsk.manager.v1.GetClusterEventsResponse
-	(*AnnounceControlPlaneResponse)(nil),       // 160: norsk.manager.v1.AnnounceControlPlaneResponse
-	(*ExplainPlacementResponse)(nil),           // 161: norsk.manager.v1.ExplainPlacementResponse
-	(*CreateBundleResponse)(nil),               // 162: norsk.manager.v1.CreateBundleResponse
-	(*UpdateBundleResponse)(nil),               // 163: norsk.manager.v1.UpdateBundleResponse
-	(*DeleteBundleResponse)(nil),               // 164: norsk.manager.v1.DeleteBundleResponse
-	(*BundleWithJobs)(nil),                     // 165: norsk.manager.v1.BundleWithJobs
-	(*ListBundlesResponse)(nil),                // 166: norsk.manager.v1.ListBundlesResponse
-	(*StartBundleJobResponse)(nil),             // 167: norsk.manager.v1.StartBundleJobResponse
-	(*StopBundleJobResponse)(nil),              // 168: norsk.manager.v1.StopBundleJobResponse
-	(*SetBundleStopTimeResponse)(nil),          // 169: norsk.manager.v1.SetBundleStopTimeResponse
-	(*RenewBundleLeaseResponse)(nil),           // 170: norsk.manager.v1.RenewBundleLeaseResponse
-	(*PauseLeasesResponse)(nil),                // 171: norsk.manager.v1.PauseLeasesResponse
-	(*ResumeLeasesResponse)(nil),               // 172: norsk.manager.v1.ResumeLeasesResponse
-	(*LeaseStatus)(nil),                        // 173: norsk.manager.v1.LeaseStatus
-	(*Event)(nil),                              // 174: norsk.manager.v1.Event
+	(*PrefetchImagesRequest)(nil),              // 51: norsk.manager.v1.PrefetchImagesRequest
+	(*PrefetchImagesResponse)(nil),             // 52: norsk.manager.v1.PrefetchImagesResponse
+	(*SetNodeIdleExpiryRequest)(nil),           // 53: norsk.manager.v1.SetNodeIdleExpiryRequest
+	(*NodeIdleExpiry)(nil),                     // 54: norsk.manager.v1.NodeIdleExpiry
+	(*NotifyMigrationGetStateRequest)(nil),     // 55: norsk.manager.v1.NotifyMigrationGetStateRequest
+	(*NotifyMigrationCutoverReadyRequest)(nil), // 56: norsk.manager.v1.NotifyMigrationCutoverReadyRequest
+	(*NotifyMigrationCutoverApplyRequest)(nil), // 57: norsk.manager.v1.NotifyMigrationCutoverApplyRequest
+	(*NotifyMigrationResponse)(nil),            // 58: norsk.manager.v1.NotifyMigrationResponse
+	(*AbortMigrationRequest)(nil),              // 59: norsk.manager.v1.AbortMigrationRequest
+	(*AbortMigrationResponse)(nil),             // 60: norsk.manager.v1.AbortMigrationResponse
+	(*MigrateJobRequest)(nil),                  // 61: norsk.manager.v1.MigrateJobRequest
+	(*MigrateJobResponse)(nil),                 // 62: norsk.manager.v1.MigrateJobResponse
+	(*ListMigrationsRequest)(nil),              // 63: norsk.manager.v1.ListMigrationsRequest
+	(*ListMigrationsResponse)(nil),             // 64: norsk.manager.v1.ListMigrationsResponse
+	(*GetMigrationRequest)(nil),                // 65: norsk.manager.v1.GetMigrationRequest
+	(*MigrationForJobRequest)(nil),             // 66: norsk.manager.v1.MigrationForJobRequest
+	(*ForgetMigrationRequest)(nil),             // 67: norsk.manager.v1.ForgetMigrationRequest
+	(*ForgetMigrationResponse)(nil),            // 68: norsk.manager.v1.ForgetMigrationResponse
+	(*ForgetTerminalMigrationsRequest)(nil),    // 69: norsk.manager.v1.ForgetTerminalMigrationsRequest
+	(*ForgetTerminalMigrationsResponse)(nil),   // 70: norsk.manager.v1.ForgetTerminalMigrationsResponse
+	(*RecordMigrationRequest)(nil),             // 71: norsk.manager.v1.RecordMigrationRequest
+	(*RecordMigrationResponse)(nil),            // 72: norsk.manager.v1.RecordMigrationResponse
+	(*SetNodeDrainingRequest)(nil),             // 73: norsk.manager.v1.SetNodeDrainingRequest
+	(*SetNodeDrainingResponse)(nil),            // 74: norsk.manager.v1.SetNodeDrainingResponse
+	(*DrainNodeRequest)(nil),                   // 75: norsk.manager.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),                  // 76: norsk.manager.v1.DrainNodeResponse
+	(*RecordNodeDrainRequest)(nil),             // 77: norsk.manager.v1.RecordNodeDrainRequest
+	(*RecordNodeDrainResponse)(nil),            // 78: norsk.manager.v1.RecordNodeDrainResponse
+	nil,                                        // 79: norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	nil,                                        // 80: norsk.manager.v1.CreateMockNodeRequest.TagsEntry
+	(*Job)(nil),                                // 81: norsk.manager.v1.Job
+	(*timestamppb.Timestamp)(nil),              // 82: google.protobuf.Timestamp
+	(*JobWithHistory)(nil),                     // 83: norsk.manager.v1.JobWithHistory
+	(*PlacementEvent)(nil),                     // 84: norsk.manager.v1.PlacementEvent
+	(*Hardware)(nil),                           // 85: norsk.manager.v1.Hardware
+	(*Capability)(nil),                         // 86: norsk.manager.v1.Capability
+	(*ClusterSlot)(nil),                        // 87: norsk.manager.v1.ClusterSlot
+	(*Node)(nil),                               // 88: norsk.manager.v1.Node
+	(*JobKey)(nil),                             // 89: norsk.manager.v1.JobKey
+	(MigrationStrategy)(0),                     // 90: norsk.manager.v1.MigrationStrategy
+	(*MigrationState)(nil),                     // 91: norsk.manager.v1.MigrationState
+	(*NodeDrain)(nil),                          // 92: norsk.manager.v1.NodeDrain
+	(*CreateAwsNodeRequest)(nil),               // 93: norsk.manager.v1.CreateAwsNodeRequest
+	(*CreateOciNodeRequest)(nil),               // 94: norsk.manager.v1.CreateOciNodeRequest
+	(*DescribeInstanceTypeRequest)(nil),        // 95: norsk.manager.v1.DescribeInstanceTypeRequest
+	(*ListInstanceTypesRequest)(nil),           // 96: norsk.manager.v1.ListInstanceTypesRequest
+	(*ListWorkerSecurityGroupsRequest)(nil),    // 97: norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	(*ReloadExternalConfigRequest)(nil),        // 98: norsk.manager.v1.ReloadExternalConfigRequest
+	(*AppendAuditEntryRequest)(nil),            // 99: norsk.manager.v1.AppendAuditEntryRequest
+	(*GetAuditLogRequest)(nil),                 // 100: norsk.manager.v1.GetAuditLogRequest
+	(*PruneAuditLogRequest)(nil),               // 101: norsk.manager.v1.PruneAuditLogRequest
+	(*KvCommitRequest)(nil),                    // 102: norsk.manager.v1.KvCommitRequest
+	(*KvGetRequest)(nil),                       // 103: norsk.manager.v1.KvGetRequest
+	(*KvListRequest)(nil),                      // 104: norsk.manager.v1.KvListRequest
+	(*GetStoreInfoRequest)(nil),                // 105: norsk.manager.v1.GetStoreInfoRequest
+	(*SnapshotSaveRequest)(nil),                // 106: norsk.manager.v1.SnapshotSaveRequest
+	(*CreateTokenRequest)(nil),                 // 107: norsk.manager.v1.CreateTokenRequest
+	(*ListTokensRequest)(nil),                  // 108: norsk.manager.v1.ListTokensRequest
+	(*RevokeTokenRequest)(nil),                 // 109: norsk.manager.v1.RevokeTokenRequest
+	(*PublishDiscoveryFleetRequest)(nil),       // 110: norsk.manager.v1.PublishDiscoveryFleetRequest
+	(*GetDiscoveryFleetRequest)(nil),           // 111: norsk.manager.v1.GetDiscoveryFleetRequest
+	(*RotateDiscoveryTierSecretRequest)(nil),   // 112: norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	(*PublishAccessReplicaRequest)(nil),        // 113: norsk.manager.v1.PublishAccessReplicaRequest
+	(*AddClusterMemberRequest)(nil),            // 114: norsk.manager.v1.AddClusterMemberRequest
+	(*RemoveClusterMemberRequest)(nil),         // 115: norsk.manager.v1.RemoveClusterMemberRequest
+	(*ForceStandaloneRequest)(nil),             // 116: norsk.manager.v1.ForceStandaloneRequest
+	(*LeaveQuorumRequest)(nil),                 // 117: norsk.manager.v1.LeaveQuorumRequest
+	(*GetClusterStatusRequest)(nil),            // 118: norsk.manager.v1.GetClusterStatusRequest
+	(*GetClusterEventsRequest)(nil),            // 119: norsk.manager.v1.GetClusterEventsRequest
+	(*AnnounceControlPlaneRequest)(nil),        // 120: norsk.manager.v1.AnnounceControlPlaneRequest
+	(*ExplainPlacementRequest)(nil),            // 121: norsk.manager.v1.ExplainPlacementRequest
+	(*CreateBundleRequest)(nil),                // 122: norsk.manager.v1.CreateBundleRequest
+	(*UpdateBundleRequest)(nil),                // 123: norsk.manager.v1.UpdateBundleRequest
+	(*DeleteBundleRequest)(nil),                // 124: norsk.manager.v1.DeleteBundleRequest
+	(*BundleByIdRequest)(nil),                  // 125: norsk.manager.v1.BundleByIdRequest
+	(*ListBundlesRequest)(nil),                 // 126: norsk.manager.v1.ListBundlesRequest
+	(*StartBundleJobRequest)(nil),              // 127: norsk.manager.v1.StartBundleJobRequest
+	(*StopBundleJobRequest)(nil),               // 128: norsk.manager.v1.StopBundleJobRequest
+	(*SetBundleStopTimeRequest)(nil),           // 129: norsk.manager.v1.SetBundleStopTimeRequest
+	(*RenewBundleLeaseRequest)(nil),            // 130: norsk.manager.v1.RenewBundleLeaseRequest
+	(*PauseLeasesRequest)(nil),                 // 131: norsk.manager.v1.PauseLeasesRequest
+	(*ResumeLeasesRequest)(nil),                // 132: norsk.manager.v1.ResumeLeasesRequest
+	(*GetLeaseStatusRequest)(nil),              // 133: norsk.manager.v1.GetLeaseStatusRequest
+	(*EventStreamRequest)(nil),                 // 134: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                            // 135: norsk.manager.v1.JobHash
+	(*CreateCloudNodeResponse)(nil),            // 136: norsk.manager.v1.CreateCloudNodeResponse
+	(*DescribeInstanceTypeResponse)(nil),       // 137: norsk.manager.v1.DescribeInstanceTypeResponse
+	(*ListInstanceTypesResponse)(nil),          // 138: norsk.manager.v1.ListInstanceTypesResponse
+	(*ListWorkerSecurityGroupsResponse)(nil),   // 139: norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	(*ReloadExternalConfigResponse)(nil),       // 140: norsk.manager.v1.ReloadExternalConfigResponse
+	(*AppendAuditEntryResponse)(nil),           // 141: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),                // 142: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),              // 143: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),                   // 144: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                      // 145: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                     // 146: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                          // 147: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                      // 148: norsk.manager.v1.SnapshotChunk
+	(*CreateTokenResponse)(nil),                // 149: norsk.manager.v1.CreateTokenResponse
+	(*ListTokensResponse)(nil),                 // 150: norsk.manager.v1.ListTokensResponse
+	(*RevokeTokenResponse)(nil),                // 151: norsk.manager.v1.RevokeTokenResponse
+	(*PublishDiscoveryFleetResponse)(nil),      // 152: norsk.manager.v1.PublishDiscoveryFleetResponse
+	(*GetDiscoveryFleetResponse)(nil),          // 153: norsk.manager.v1.GetDiscoveryFleetResponse
+	(*RotateDiscoveryTierSecretResponse)(nil),  // 154: norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	(*PublishAccessReplicaResponse)(nil),       // 155: norsk.manager.v1.PublishAccessReplicaResponse
+	(*AddClusterMemberResponse)(nil),           // 156: norsk.manager.v1.AddClusterMemberResponse
+	(*RemoveClusterMemberResponse)(nil),        // 157: norsk.manager.v1.RemoveClusterMemberResponse
+	(*ForceStandaloneResponse)(nil),            // 158: norsk.manager.v1.ForceStandaloneResponse
+	(*LeaveQuorumResponse)(nil),                // 159: norsk.manager.v1.LeaveQuorumResponse
+	(*ClusterStatus)(nil),                      // 160: norsk.manager.v1.ClusterStatus
+	(*GetClusterEventsResponse)(nil),           // 161: norsk.manager.v1.GetClusterEventsResponse
+	(*AnnounceControlPlaneResponse)(nil),       // 162: norsk.manager.v1.AnnounceControlPlaneResponse
+	(*ExplainPlacementResponse)(nil),           // 163: norsk.manager.v1.ExplainPlacementResponse
+	(*CreateBundleResponse)(nil),               // 164: norsk.manager.v1.CreateBundleResponse
+	(*UpdateBundleResponse)(nil),               // 165: norsk.manager.v1.UpdateBundleResponse
+	(*DeleteBundleResponse)(nil),               // 166: norsk.manager.v1.DeleteBundleResponse
+	(*BundleWithJobs)(nil),                     // 167: norsk.manager.v1.BundleWithJobs
+	(*ListBundlesResponse)(nil),                // 168: norsk.manager.v1.ListBundlesResponse
+	(*StartBundleJobResponse)(nil),             // 169: norsk.manager.v1.StartBundleJobResponse
+	(*StopBundleJobResponse)(nil),              // 170: norsk.manager.v1.StopBundleJobResponse
+	(*SetBundleStopTimeResponse)(nil),          // 171: norsk.manager.v1.SetBundleStopTimeResponse
+	(*RenewBundleLeaseResponse)(nil),           // 172: norsk.manager.v1.RenewBundleLeaseResponse
+	(*PauseLeasesResponse)(nil),                // 173: norsk.manager.v1.PauseLeasesResponse
+	(*ResumeLeasesResponse)(nil),               // 174: norsk.manager.v1.ResumeLeasesResponse
+	(*LeaseStatus)(nil),                        // 175: norsk.manager.v1.LeaseStatus
+	(*Event)(nil),                              // 176: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
-	79,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
-	79,  // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
-	80,  // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
-	80,  // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
+	81,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
+	81,  // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
+	82,  // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
+	82,  // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
 	0,   // 4: norsk.manager.v1.DateFilter.field:type_name -> norsk.manager.v1.DateField
-	80,  // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
-	80,  // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
-	80,  // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
-	80,  // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
-	80,  // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
+	82,  // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
+	82,  // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
+	82,  // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
+	82,  // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
+	82,  // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
 	12,  // 10: norsk.manager.v1.DateFilter.within:type_name -> norsk.manager.v1.DateWithin
 	10,  // 11: norsk.manager.v1.JobFilter.tag:type_name -> norsk.manager.v1.TagFilter
 	11,  // 12: norsk.manager.v1.JobFilter.id:type_name -> norsk.manager.v1.IdFilter
 	13,  // 13: norsk.manager.v1.JobFilter.date:type_name -> norsk.manager.v1.DateFilter
 	14,  // 14: norsk.manager.v1.JobSearchRequest.filters:type_name -> norsk.manager.v1.JobFilter
-	81,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
-	82,  // 16: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
+	83,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
+	84,  // 16: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
 	17,  // 17: norsk.manager.v1.StartJobRequest.options:type_name -> norsk.manager.v1.StartJobOptions
 	18,  // 18: norsk.manager.v1.StartJobsRequest.starts:type_name -> norsk.manager.v1.StartJobRequest
 	21,  // 19: norsk.manager.v1.StartJobsResponse.results:type_name -> norsk.manager.v1.StartResult
 	23,  // 20: norsk.manager.v1.StopJobRequest.options:type_name -> norsk.manager.v1.StopJobOptions
-	83,  // 21: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
-	84,  // 22: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
-	85,  // 23: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
-	86,  // 24: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
-	77,  // 25: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	86,  // 26: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
-	78,  // 27: norsk.manager.v1.CreateMockNodeRequest.tags:type_name -> norsk.manager.v1.CreateMockNodeRequest.TagsEntry
-	87,  // 28: norsk.manager.v1.NotifyMigrationGetStateRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
-	87,  // 29: norsk.manager.v1.NotifyMigrationCutoverReadyRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
-	87,  // 30: norsk.manager.v1.NotifyMigrationCutoverApplyRequest.target_job_key:type_name -> norsk.manager.v1.JobKey
-	88,  // 31: norsk.manager.v1.MigrateJobRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
-	89,  // 32: norsk.manager.v1.MigrateJobResponse.migration:type_name -> norsk.manager.v1.MigrationState
-	89,  // 33: norsk.manager.v1.ListMigrationsResponse.migrations:type_name -> norsk.manager.v1.MigrationState
-	89,  // 34: norsk.manager.v1.RecordMigrationRequest.migration:type_name -> norsk.manager.v1.MigrationState
-	86,  // 35: norsk.manager.v1.SetNodeDrainingResponse.node:type_name -> norsk.manager.v1.Node
-	88,  // 36: norsk.manager.v1.DrainNodeRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
-	90,  // 37: norsk.manager.v1.DrainNodeResponse.drain:type_name -> norsk.manager.v1.NodeDrain
-	86,  // 38: norsk.manager.v1.DrainNodeResponse.node:type_name -> norsk.manager.v1.Node
-	90,  // 39: norsk.manager.v1.RecordNodeDrainRequest.drain:type_name -> norsk.manager.v1.NodeDrain
+	85,  // 21: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
+	86,  // 22: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
+	87,  // 23: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
+	88,  // 24: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
+	79,  // 25: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	88,  // 26: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
+	80,  // 27: norsk.manager.v1.CreateMockNodeRequest.tags:type_name -> norsk.manager.v1.CreateMockNodeRequest.TagsEntry
+	89,  // 28: norsk.manager.v1.NotifyMigrationGetStateRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
+	89,  // 29: norsk.manager.v1.NotifyMigrationCutoverReadyRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
+	89,  // 30: norsk.manager.v1.NotifyMigrationCutoverApplyRequest.target_job_key:type_name -> norsk.manager.v1.JobKey
+	90,  // 31: norsk.manager.v1.MigrateJobRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
+	91,  // 32: norsk.manager.v1.MigrateJobResponse.migration:type_name -> norsk.manager.v1.MigrationState
+	91,  // 33: norsk.manager.v1.ListMigrationsResponse.migrations:type_name -> norsk.manager.v1.MigrationState
+	91,  // 34: norsk.manager.v1.RecordMigrationRequest.migration:type_name -> norsk.manager.v1.MigrationState
+	88,  // 35: norsk.manager.v1.SetNodeDrainingResponse.node:type_name -> norsk.manager.v1.Node
+	90,  // 36: norsk.manager.v1.DrainNodeRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
+	92,  // 37: norsk.manager.v1.DrainNodeResponse.drain:type_name -> norsk.manager.v1.NodeDrain
+	88,  // 38: norsk.manager.v1.DrainNodeResponse.node:type_name -> norsk.manager.v1.Node
+	92,  // 39: norsk.manager.v1.RecordNodeDrainRequest.drain:type_name -> norsk.manager.v1.NodeDrain
 	1,   // 40: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
 	3,   // 41: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
 	5,   // 42: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
@@ -4999,146 +5117,148 @@ var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	44,  // 59: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
 	46,  // 60: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
 	50,  // 61: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
-	51,  // 62: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
-	48,  // 63: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
-	91,  // 64: norsk.manager.v1.Manager.CreateAwsNode:input_type -> norsk.manager.v1.CreateAwsNodeRequest
-	92,  // 65: norsk.manager.v1.Manager.CreateOciNode:input_type -> norsk.manager.v1.CreateOciNodeRequest
-	93,  // 66: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
-	94,  // 67: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
-	95,  // 68: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
-	96,  // 69: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
-	97,  // 70: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
-	98,  // 71: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
-	99,  // 72: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
-	100, // 73: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
-	101, // 74: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
-	102, // 75: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
-	103, // 76: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
-	104, // 77: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
-	105, // 78: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
-	106, // 79: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
-	107, // 80: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
-	108, // 81: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
-	109, // 82: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
-	110, // 83: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	111, // 84: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
-	112, // 85: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
-	113, // 86: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
-	114, // 87: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
-	115, // 88: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
-	116, // 89: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
-	117, // 90: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
-	118, // 91: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
-	119, // 92: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
-	120, // 93: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
-	121, // 94: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
-	122, // 95: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
-	123, // 96: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
-	124, // 97: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
-	125, // 98: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
-	126, // 99: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
-	127, // 100: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
-	128, // 101: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
-	129, // 102: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
-	130, // 103: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
-	131, // 104: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
-	53,  // 105: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
-	54,  // 106: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
-	55,  // 107: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
-	57,  // 108: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
-	59,  // 109: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
-	61,  // 110: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
-	63,  // 111: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
-	64,  // 112: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
-	65,  // 113: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
-	67,  // 114: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
-	69,  // 115: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
-	71,  // 116: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
-	73,  // 117: norsk.manager.v1.Manager.DrainNode:input_type -> norsk.manager.v1.DrainNodeRequest
-	75,  // 118: norsk.manager.v1.Manager.RecordNodeDrain:input_type -> norsk.manager.v1.RecordNodeDrainRequest
-	132, // 119: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,   // 120: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,   // 121: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	133, // 122: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	133, // 123: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,   // 124: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	81,  // 125: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16,  // 126: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19,  // 127: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22,  // 128: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
-	25,  // 129: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	27,  // 130: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	29,  // 131: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	31,  // 132: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	33,  // 133: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	35,  // 134: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	37,  // 135: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	39,  // 136: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	41,  // 137: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	43,  // 138: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	45,  // 139: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	47,  // 140: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	52,  // 141: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	52,  // 142: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	49,  // 143: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
-	134, // 144: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	134, // 145: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	135, // 146: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
-	136, // 147: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
-	137, // 148: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
-	138, // 149: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
-	139, // 150: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	140, // 151: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	141, // 152: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	142, // 153: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	143, // 154: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	144, // 155: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	145, // 156: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	146, // 157: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	147, // 158: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
-	148, // 159: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
-	149, // 160: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
-	150, // 161: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
-	151, // 162: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
-	152, // 163: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	153, // 164: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
-	154, // 165: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
-	155, // 166: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
-	156, // 167: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
-	157, // 168: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
-	158, // 169: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
-	159, // 170: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
-	160, // 171: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
-	161, // 172: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
-	162, // 173: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
-	163, // 174: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
-	164, // 175: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
-	165, // 176: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
-	166, // 177: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
-	167, // 178: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
-	168, // 179: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
-	169, // 180: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
-	170, // 181: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
-	171, // 182: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
-	172, // 183: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
-	173, // 184: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
-	56,  // 185: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	56,  // 186: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	56,  // 187: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	58,  // 188: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
-	60,  // 189: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
-	62,  // 190: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
-	89,  // 191: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
-	89,  // 192: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
-	66,  // 193: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
-	68,  // 194: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
-	70,  // 195: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
-	72,  // 196: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
-	74,  // 197: norsk.manager.v1.Manager.DrainNode:output_type -> norsk.manager.v1.DrainNodeResponse
-	76,  // 198: norsk.manager.v1.Manager.RecordNodeDrain:output_type -> norsk.manager.v1.RecordNodeDrainResponse
-	174, // 199: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	120, // [120:200] is the sub-list for method output_type
-	40,  // [40:120] is the sub-list for method input_type
+	53,  // 62: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
+	51,  // 63: norsk.manager.v1.Manager.PrefetchImages:input_type -> norsk.manager.v1.PrefetchImagesRequest
+	48,  // 64: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
+	93,  // 65: norsk.manager.v1.Manager.CreateAwsNode:input_type -> norsk.manager.v1.CreateAwsNodeRequest
+	94,  // 66: norsk.manager.v1.Manager.CreateOciNode:input_type -> norsk.manager.v1.CreateOciNodeRequest
+	95,  // 67: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
+	96,  // 68: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
+	97,  // 69: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	98,  // 70: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
+	99,  // 71: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
+	100, // 72: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
+	101, // 73: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
+	102, // 74: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
+	103, // 75: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
+	104, // 76: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
+	105, // 77: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
+	106, // 78: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
+	107, // 79: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
+	108, // 80: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
+	109, // 81: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
+	110, // 82: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
+	111, // 83: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
+	112, // 84: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	113, // 85: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
+	114, // 86: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
+	115, // 87: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
+	116, // 88: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
+	117, // 89: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
+	118, // 90: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
+	119, // 91: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
+	120, // 92: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
+	121, // 93: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
+	122, // 94: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
+	123, // 95: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
+	124, // 96: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
+	125, // 97: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
+	126, // 98: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
+	127, // 99: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
+	128, // 100: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
+	129, // 101: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
+	130, // 102: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
+	131, // 103: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
+	132, // 104: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
+	133, // 105: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
+	55,  // 106: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
+	56,  // 107: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
+	57,  // 108: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
+	59,  // 109: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
+	61,  // 110: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
+	63,  // 111: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
+	65,  // 112: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
+	66,  // 113: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
+	67,  // 114: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
+	69,  // 115: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
+	71,  // 116: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
+	73,  // 117: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
+	75,  // 118: norsk.manager.v1.Manager.DrainNode:input_type -> norsk.manager.v1.DrainNodeRequest
+	77,  // 119: norsk.manager.v1.Manager.RecordNodeDrain:input_type -> norsk.manager.v1.RecordNodeDrainRequest
+	134, // 120: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,   // 121: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,   // 122: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	135, // 123: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	135, // 124: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,   // 125: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	83,  // 126: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16,  // 127: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19,  // 128: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22,  // 129: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
+	25,  // 130: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	27,  // 131: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	29,  // 132: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	31,  // 133: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	33,  // 134: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	35,  // 135: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	37,  // 136: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	39,  // 137: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	41,  // 138: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	43,  // 139: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	45,  // 140: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	47,  // 141: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	54,  // 142: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	54,  // 143: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	52,  // 144: norsk.manager.v1.Manager.PrefetchImages:output_type -> norsk.manager.v1.PrefetchImagesResponse
+	49,  // 145: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
+	136, // 146: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	136, // 147: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	137, // 148: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
+	138, // 149: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
+	139, // 150: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	140, // 151: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
+	141, // 152: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	142, // 153: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	143, // 154: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	144, // 155: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	145, // 156: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	146, // 157: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	147, // 158: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	148, // 159: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	149, // 160: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	150, // 161: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	151, // 162: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	152, // 163: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	153, // 164: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	154, // 165: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	155, // 166: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	156, // 167: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
+	157, // 168: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
+	158, // 169: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
+	159, // 170: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
+	160, // 171: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
+	161, // 172: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
+	162, // 173: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
+	163, // 174: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
+	164, // 175: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
+	165, // 176: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
+	166, // 177: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
+	167, // 178: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
+	168, // 179: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
+	169, // 180: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
+	170, // 181: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
+	171, // 182: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
+	172, // 183: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
+	173, // 184: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
+	174, // 185: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
+	175, // 186: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
+	58,  // 187: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 188: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 189: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	60,  // 190: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
+	62,  // 191: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
+	64,  // 192: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
+	91,  // 193: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
+	91,  // 194: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
+	68,  // 195: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
+	70,  // 196: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
+	72,  // 197: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
+	74,  // 198: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
+	76,  // 199: norsk.manager.v1.Manager.DrainNode:output_type -> norsk.manager.v1.DrainNodeResponse
+	78,  // 200: norsk.manager.v1.Manager.RecordNodeDrain:output_type -> norsk.manager.v1.RecordNodeDrainResponse
+	176, // 201: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	121, // [121:202] is the sub-list for method output_type
+	40,  // [40:121] is the sub-list for method input_type
 	40,  // [40:40] is the sub-list for extension type_name
 	40,  // [40:40] is the sub-list for extension extendee
 	0,   // [0:40] is the sub-list for field type_name
@@ -5193,7 +5313,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_manager_proto_rawDesc), len(file_norsk_manager_v1_manager_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   78,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -438,7 +438,12 @@ type Node struct {
 	Cloud *CloudInstance `protobuf:"bytes,23,opt,name=cloud,proto3" json:"cloud,omitempty"`
 	// The node's latest drain (DrainNode), running or ended; unset when it
 	// was never drained that way.
-	Drain         *NodeDrain `protobuf:"bytes,40,opt,name=drain,proto3" json:"drain,omitempty"`
+	Drain *NodeDrain `protobuf:"bytes,40,opt,name=drain,proto3" json:"drain,omitempty"`
+	// Every image the worker's runtime holds (docker; a process runtime holds
+	// none), as the worker reported it at its hello and at every change since
+	// (a pull, a prefetch, a removal, a container created from it), sorted by
+	// ref. Placement prefers a node holding a job's images.
+	HeldImages    []*HeldImage `protobuf:"bytes,150,rep,name=held_images,json=heldImages,proto3" json:"held_images,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -641,6 +646,99 @@ func (x *Node) GetDrain() *NodeDrain {
 	return nil
 }
 
+func (x *Node) GetHeldImages() []*HeldImage {
+	if x != nil {
+		return x.HeldImages
+	}
+	return nil
+}
+
+// HeldImage is one image a node's runtime holds: one entry per tag (an
+// image pulled by digest only: per repository digest).
+type HeldImage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reference as the engine names it, normalised
+	// ("docker.io/library/nginx:1.27", "127.0.0.1:5000/norsk/encoder:v1",
+	// "registry/x@sha256:…" for a digest-only image).
+	Ref string `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// The repository digest ("sha256:…") when the image came from a
+	// registry; else the image id.
+	Digest    string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	SizeBytes uint64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The last time this worker pulled the image or created a container from
+	// it; unset when it has done neither since it first saw the image.
+	LastUsed *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_used,json=lastUsed,proto3" json:"last_used,omitempty"`
+	// The engine's image id (sha256:…).
+	ImageId       string `protobuf:"bytes,5,opt,name=image_id,json=imageId,proto3" json:"image_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldImage) Reset() {
+	*x = HeldImage{}
+	mi := &file_norsk_manager_v1_node_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldImage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldImage) ProtoMessage() {}
+
+func (x *HeldImage) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldImage.ProtoReflect.Descriptor instead.
+func (*HeldImage) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HeldImage) GetRef() string {
+	if x != nil {
+		return x.Ref
+	}
+	return ""
+}
+
+func (x *HeldImage) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *HeldImage) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *HeldImage) GetLastUsed() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastUsed
+	}
+	return nil
+}
+
+func (x *HeldImage) GetImageId() string {
+	if x != nil {
+		return x.ImageId
+	}
+	return ""
+}
+
 type InstanceSummary struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -652,7 +750,7 @@ type InstanceSummary struct {
 
 func (x *InstanceSummary) Reset() {
 	*x = InstanceSummary{}
-	mi := &file_norsk_manager_v1_node_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +762,7 @@ func (x *InstanceSummary) String() string {
 func (*InstanceSummary) ProtoMessage() {}
 
 func (x *InstanceSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +775,7 @@ func (x *InstanceSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceSummary.ProtoReflect.Descriptor instead.
 func (*InstanceSummary) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_norsk_manager_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InstanceSummary) GetJobId() string {
@@ -722,7 +820,7 @@ type ClusterSlot struct {
 
 func (x *ClusterSlot) Reset() {
 	*x = ClusterSlot{}
-	mi := &file_norsk_manager_v1_node_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +832,7 @@ func (x *ClusterSlot) String() string {
 func (*ClusterSlot) ProtoMessage() {}
 
 func (x *ClusterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +845,7 @@ func (x *ClusterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterSlot.ProtoReflect.Descriptor instead.
 func (*ClusterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_norsk_manager_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClusterSlot) GetNodeId() string {
@@ -837,7 +935,7 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\x11memory_used_bytes\x18\x02 \x01(\x04R\x0fmemoryUsedBytes\x12\x1c\n" +
 	"\tinstances\x18\x03 \x01(\rR\tinstances\x12;\n" +
 	"\vmeasured_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"measuredAt\"\xbd\b\n" +
+	"measuredAt\"\xfc\b\n" +
 	"\x04Node\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x1a\n" +
@@ -864,10 +962,19 @@ const file_norsk_manager_v1_node_proto_rawDesc = "" +
 	"\aelastic\x18\x15 \x01(\bR\aelastic\x12\x1a\n" +
 	"\bdraining\x18\x16 \x01(\bR\bdraining\x125\n" +
 	"\x05cloud\x18\x17 \x01(\v2\x1f.norsk.manager.v1.CloudInstanceR\x05cloud\x121\n" +
-	"\x05drain\x18( \x01(\v2\x1b.norsk.manager.v1.NodeDrainR\x05drain\x1a7\n" +
+	"\x05drain\x18( \x01(\v2\x1b.norsk.manager.v1.NodeDrainR\x05drain\x12=\n" +
+	"\vheld_images\x18\x96\x01 \x03(\v2\x1b.norsk.manager.v1.HeldImageR\n" +
+	"heldImages\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa8\x01\n" +
+	"\tHeldImage\x12\x10\n" +
+	"\x03ref\x18\x01 \x01(\tR\x03ref\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x127\n" +
+	"\tlast_used\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\blastUsed\x12\x19\n" +
+	"\bimage_id\x18\x05 \x01(\tR\aimageId\"a\n" +
 	"\x0fInstanceSummary\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
@@ -909,7 +1016,7 @@ func file_norsk_manager_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_norsk_manager_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_norsk_manager_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_norsk_manager_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_norsk_manager_v1_node_proto_goTypes = []any{
 	(NodeState)(0),                // 0: norsk.manager.v1.NodeState
 	(Architecture)(0),             // 1: norsk.manager.v1.Architecture
@@ -918,35 +1025,38 @@ var file_norsk_manager_v1_node_proto_goTypes = []any{
 	(*Hardware)(nil),              // 4: norsk.manager.v1.Hardware
 	(*NodeLoad)(nil),              // 5: norsk.manager.v1.NodeLoad
 	(*Node)(nil),                  // 6: norsk.manager.v1.Node
-	(*InstanceSummary)(nil),       // 7: norsk.manager.v1.InstanceSummary
-	(*ClusterSlot)(nil),           // 8: norsk.manager.v1.ClusterSlot
-	nil,                           // 9: norsk.manager.v1.Node.TagsEntry
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
-	(*CloudInstance)(nil),         // 11: norsk.manager.v1.CloudInstance
-	(*NodeDrain)(nil),             // 12: norsk.manager.v1.NodeDrain
+	(*HeldImage)(nil),             // 7: norsk.manager.v1.HeldImage
+	(*InstanceSummary)(nil),       // 8: norsk.manager.v1.InstanceSummary
+	(*ClusterSlot)(nil),           // 9: norsk.manager.v1.ClusterSlot
+	nil,                           // 10: norsk.manager.v1.Node.TagsEntry
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*CloudInstance)(nil),         // 12: norsk.manager.v1.CloudInstance
+	(*NodeDrain)(nil),             // 13: norsk.manager.v1.NodeDrain
 }
 var file_norsk_manager_v1_node_proto_depIdxs = []int32{
 	2,  // 0: norsk.manager.v1.Hardware.gpus:type_name -> norsk.manager.v1.Gpu
 	1,  // 1: norsk.manager.v1.Hardware.architecture:type_name -> norsk.manager.v1.Architecture
-	10, // 2: norsk.manager.v1.NodeLoad.measured_at:type_name -> google.protobuf.Timestamp
+	11, // 2: norsk.manager.v1.NodeLoad.measured_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: norsk.manager.v1.Node.state:type_name -> norsk.manager.v1.NodeState
-	9,  // 4: norsk.manager.v1.Node.tags:type_name -> norsk.manager.v1.Node.TagsEntry
+	10, // 4: norsk.manager.v1.Node.tags:type_name -> norsk.manager.v1.Node.TagsEntry
 	4,  // 5: norsk.manager.v1.Node.hardware:type_name -> norsk.manager.v1.Hardware
 	3,  // 6: norsk.manager.v1.Node.capabilities:type_name -> norsk.manager.v1.Capability
-	10, // 7: norsk.manager.v1.Node.registered_at:type_name -> google.protobuf.Timestamp
-	10, // 8: norsk.manager.v1.Node.state_since:type_name -> google.protobuf.Timestamp
+	11, // 7: norsk.manager.v1.Node.registered_at:type_name -> google.protobuf.Timestamp
+	11, // 8: norsk.manager.v1.Node.state_since:type_name -> google.protobuf.Timestamp
 	5,  // 9: norsk.manager.v1.Node.load:type_name -> norsk.manager.v1.NodeLoad
-	10, // 10: norsk.manager.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
-	7,  // 11: norsk.manager.v1.Node.instances:type_name -> norsk.manager.v1.InstanceSummary
-	11, // 12: norsk.manager.v1.Node.cloud:type_name -> norsk.manager.v1.CloudInstance
-	12, // 13: norsk.manager.v1.Node.drain:type_name -> norsk.manager.v1.NodeDrain
-	0,  // 14: norsk.manager.v1.ClusterSlot.state:type_name -> norsk.manager.v1.NodeState
-	10, // 15: norsk.manager.v1.ClusterSlot.registered_at:type_name -> google.protobuf.Timestamp
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	11, // 10: norsk.manager.v1.Node.last_seen:type_name -> google.protobuf.Timestamp
+	8,  // 11: norsk.manager.v1.Node.instances:type_name -> norsk.manager.v1.InstanceSummary
+	12, // 12: norsk.manager.v1.Node.cloud:type_name -> norsk.manager.v1.CloudInstance
+	13, // 13: norsk.manager.v1.Node.drain:type_name -> norsk.manager.v1.NodeDrain
+	7,  // 14: norsk.manager.v1.Node.held_images:type_name -> norsk.manager.v1.HeldImage
+	11, // 15: norsk.manager.v1.HeldImage.last_used:type_name -> google.protobuf.Timestamp
+	0,  // 16: norsk.manager.v1.ClusterSlot.state:type_name -> norsk.manager.v1.NodeState
+	11, // 17: norsk.manager.v1.ClusterSlot.registered_at:type_name -> google.protobuf.Timestamp
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_node_proto_init() }
@@ -962,7 +1072,7 @@ func file_norsk_manager_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_node_proto_rawDesc), len(file_norsk_manager_v1_node_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

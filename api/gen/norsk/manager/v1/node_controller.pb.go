@@ -21,6 +21,62 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ImagePrefetchOutcome is what became of one ref.
+type ImagePrefetchOutcome int32
+
+const (
+	ImagePrefetchOutcome_IMAGE_PREFETCH_OUTCOME_UNSPECIFIED ImagePrefetchOutcome = 0
+	// Pulled from its registry now.
+	ImagePrefetchOutcome_IMAGE_PREFETCH_OUTCOME_PULLED ImagePrefetchOutcome = 1
+	// The engine held it already; nothing was pulled.
+	ImagePrefetchOutcome_IMAGE_PREFETCH_OUTCOME_ALREADY_PRESENT ImagePrefetchOutcome = 2
+	// Not pulled: error says why (the registry's answer).
+	ImagePrefetchOutcome_IMAGE_PREFETCH_OUTCOME_FAILED ImagePrefetchOutcome = 3
+)
+
+// Enum value maps for ImagePrefetchOutcome.
+var (
+	ImagePrefetchOutcome_name = map[int32]string{
+		0: "IMAGE_PREFETCH_OUTCOME_UNSPECIFIED",
+		1: "IMAGE_PREFETCH_OUTCOME_PULLED",
+		2: "IMAGE_PREFETCH_OUTCOME_ALREADY_PRESENT",
+		3: "IMAGE_PREFETCH_OUTCOME_FAILED",
+	}
+	ImagePrefetchOutcome_value = map[string]int32{
+		"IMAGE_PREFETCH_OUTCOME_UNSPECIFIED":     0,
+		"IMAGE_PREFETCH_OUTCOME_PULLED":          1,
+		"IMAGE_PREFETCH_OUTCOME_ALREADY_PRESENT": 2,
+		"IMAGE_PREFETCH_OUTCOME_FAILED":          3,
+	}
+)
+
+func (x ImagePrefetchOutcome) Enum() *ImagePrefetchOutcome {
+	p := new(ImagePrefetchOutcome)
+	*p = x
+	return p
+}
+
+func (x ImagePrefetchOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ImagePrefetchOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_norsk_manager_v1_node_controller_proto_enumTypes[0].Descriptor()
+}
+
+func (ImagePrefetchOutcome) Type() protoreflect.EnumType {
+	return &file_norsk_manager_v1_node_controller_proto_enumTypes[0]
+}
+
+func (x ImagePrefetchOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ImagePrefetchOutcome.Descriptor instead.
+func (ImagePrefetchOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{0}
+}
+
 // MigrationReportKind says which handshake message a MigrationReport is.
 type MigrationReportKind int32
 
@@ -73,11 +129,11 @@ func (x MigrationReportKind) String() string {
 }
 
 func (MigrationReportKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_norsk_manager_v1_node_controller_proto_enumTypes[0].Descriptor()
+	return file_norsk_manager_v1_node_controller_proto_enumTypes[1].Descriptor()
 }
 
 func (MigrationReportKind) Type() protoreflect.EnumType {
-	return &file_norsk_manager_v1_node_controller_proto_enumTypes[0]
+	return &file_norsk_manager_v1_node_controller_proto_enumTypes[1]
 }
 
 func (x MigrationReportKind) Number() protoreflect.EnumNumber {
@@ -86,7 +142,7 @@ func (x MigrationReportKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MigrationReportKind.Descriptor instead.
 func (MigrationReportKind) EnumDescriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{0}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{1}
 }
 
 type ControllerMessage struct {
@@ -109,6 +165,7 @@ type ControllerMessage struct {
 	//	*ControllerMessage_MigrationCutoverApply
 	//	*ControllerMessage_MigrationAbort
 	//	*ControllerMessage_ControlPlanes
+	//	*ControllerMessage_PrefetchImages
 	Msg           isControllerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -293,6 +350,15 @@ func (x *ControllerMessage) GetControlPlanes() *ControlPlanes {
 	return nil
 }
 
+func (x *ControllerMessage) GetPrefetchImages() *PrefetchImages {
+	if x != nil {
+		if x, ok := x.Msg.(*ControllerMessage_PrefetchImages); ok {
+			return x.PrefetchImages
+		}
+	}
+	return nil
+}
+
 type isControllerMessage_Msg interface {
 	isControllerMessage_Msg()
 }
@@ -364,6 +430,12 @@ type ControllerMessage_ControlPlanes struct {
 	ControlPlanes *ControlPlanes `protobuf:"bytes,24,opt,name=control_planes,json=controlPlanes,proto3,oneof"`
 }
 
+type ControllerMessage_PrefetchImages struct {
+	// Pull these images now (PrefetchImages): acknowledged at once, each
+	// ref's outcome comes later as WorkerMessage.prefetched.
+	PrefetchImages *PrefetchImages `protobuf:"bytes,150,opt,name=prefetch_images,json=prefetchImages,proto3,oneof"`
+}
+
 func (*ControllerMessage_Hello) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_Start) isControllerMessage_Msg() {}
@@ -394,6 +466,270 @@ func (*ControllerMessage_MigrationAbort) isControllerMessage_Msg() {}
 
 func (*ControllerMessage_ControlPlanes) isControllerMessage_Msg() {}
 
+func (*ControllerMessage_PrefetchImages) isControllerMessage_Msg() {}
+
+// PrefetchImages asks the worker to pull images ahead of need. The worker
+// pulls them one at a time in the background, each on its own (a ref that
+// fails never stops the others), and reports each in its own
+// ImagesPrefetched as it finishes, with its holdings after it.
+type PrefetchImages struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ImageRefs []string               `protobuf:"bytes,1,rep,name=image_refs,json=imageRefs,proto3" json:"image_refs,omitempty"`
+	// Echoed in the outcome, to tell one request's outcomes from another's.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefetchImages) Reset() {
+	*x = PrefetchImages{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefetchImages) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefetchImages) ProtoMessage() {}
+
+func (x *PrefetchImages) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefetchImages.ProtoReflect.Descriptor instead.
+func (*PrefetchImages) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PrefetchImages) GetImageRefs() []string {
+	if x != nil {
+		return x.ImageRefs
+	}
+	return nil
+}
+
+func (x *PrefetchImages) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// ImagePrefetchResult is one ref's outcome.
+type ImagePrefetchResult struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Ref       string                 `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Outcome   ImagePrefetchOutcome   `protobuf:"varint,2,opt,name=outcome,proto3,enum=norsk.manager.v1.ImagePrefetchOutcome" json:"outcome,omitempty"`
+	Digest    string                 `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	SizeBytes uint64                 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Error     string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// How long the ref took on the worker (the pull, or the look-up).
+	DurationMs    uint32 `protobuf:"varint,6,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImagePrefetchResult) Reset() {
+	*x = ImagePrefetchResult{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImagePrefetchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImagePrefetchResult) ProtoMessage() {}
+
+func (x *ImagePrefetchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImagePrefetchResult.ProtoReflect.Descriptor instead.
+func (*ImagePrefetchResult) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ImagePrefetchResult) GetRef() string {
+	if x != nil {
+		return x.Ref
+	}
+	return ""
+}
+
+func (x *ImagePrefetchResult) GetOutcome() ImagePrefetchOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ImagePrefetchOutcome_IMAGE_PREFETCH_OUTCOME_UNSPECIFIED
+}
+
+func (x *ImagePrefetchResult) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ImagePrefetchResult) GetSizeBytes() uint64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *ImagePrefetchResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ImagePrefetchResult) GetDurationMs() uint32 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+// ImagesPrefetched is a worker's report of one ref of a PrefetchImages (the
+// worker sends one per ref, in the order asked, as each finishes): its
+// outcome and the images the worker holds after it. On the event stream
+// held_images is left out (node_images_updated carries them).
+type ImagesPrefetched struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Results       []*ImagePrefetchResult `protobuf:"bytes,3,rep,name=results,proto3" json:"results,omitempty"`
+	HeldImages    []*HeldImage           `protobuf:"bytes,4,rep,name=held_images,json=heldImages,proto3" json:"held_images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImagesPrefetched) Reset() {
+	*x = ImagesPrefetched{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImagesPrefetched) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImagesPrefetched) ProtoMessage() {}
+
+func (x *ImagesPrefetched) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImagesPrefetched.ProtoReflect.Descriptor instead.
+func (*ImagesPrefetched) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ImagesPrefetched) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ImagesPrefetched) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ImagesPrefetched) GetResults() []*ImagePrefetchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *ImagesPrefetched) GetHeldImages() []*HeldImage {
+	if x != nil {
+		return x.HeldImages
+	}
+	return nil
+}
+
+// HeldImages is a worker's whole image inventory, sent whenever it changes
+// (the engine's image events: pull, tag, untag, delete, load, import; a
+// container created from an image).
+type HeldImages struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Images        []*HeldImage           `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldImages) Reset() {
+	*x = HeldImages{}
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldImages) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldImages) ProtoMessage() {}
+
+func (x *HeldImages) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldImages.ProtoReflect.Descriptor instead.
+func (*HeldImages) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HeldImages) GetImages() []*HeldImage {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
 // MigrationGetState (the propose): ask the source instance for the state it
 // would hand over; it answers with a MigrationReport of kind STATE.
 type MigrationGetState struct {
@@ -408,7 +744,7 @@ type MigrationGetState struct {
 
 func (x *MigrationGetState) Reset() {
 	*x = MigrationGetState{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +756,7 @@ func (x *MigrationGetState) String() string {
 func (*MigrationGetState) ProtoMessage() {}
 
 func (x *MigrationGetState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[1]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +769,7 @@ func (x *MigrationGetState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationGetState.ProtoReflect.Descriptor instead.
 func (*MigrationGetState) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{1}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MigrationGetState) GetJobId() string {
@@ -479,7 +815,7 @@ type MigrationCutoverReady struct {
 
 func (x *MigrationCutoverReady) Reset() {
 	*x = MigrationCutoverReady{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +827,7 @@ func (x *MigrationCutoverReady) String() string {
 func (*MigrationCutoverReady) ProtoMessage() {}
 
 func (x *MigrationCutoverReady) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[2]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +840,7 @@ func (x *MigrationCutoverReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationCutoverReady.ProtoReflect.Descriptor instead.
 func (*MigrationCutoverReady) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{2}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MigrationCutoverReady) GetJobId() string {
@@ -557,7 +893,7 @@ type MigrationCutoverApply struct {
 
 func (x *MigrationCutoverApply) Reset() {
 	*x = MigrationCutoverApply{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +905,7 @@ func (x *MigrationCutoverApply) String() string {
 func (*MigrationCutoverApply) ProtoMessage() {}
 
 func (x *MigrationCutoverApply) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[3]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +918,7 @@ func (x *MigrationCutoverApply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationCutoverApply.ProtoReflect.Descriptor instead.
 func (*MigrationCutoverApply) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{3}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MigrationCutoverApply) GetJobId() string {
@@ -636,7 +972,7 @@ type MigrationAbort struct {
 
 func (x *MigrationAbort) Reset() {
 	*x = MigrationAbort{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +984,7 @@ func (x *MigrationAbort) String() string {
 func (*MigrationAbort) ProtoMessage() {}
 
 func (x *MigrationAbort) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[4]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +997,7 @@ func (x *MigrationAbort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationAbort.ProtoReflect.Descriptor instead.
 func (*MigrationAbort) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{4}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MigrationAbort) GetJobId() string {
@@ -709,7 +1045,7 @@ type MigrationReport struct {
 
 func (x *MigrationReport) Reset() {
 	*x = MigrationReport{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +1057,7 @@ func (x *MigrationReport) String() string {
 func (*MigrationReport) ProtoMessage() {}
 
 func (x *MigrationReport) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +1070,7 @@ func (x *MigrationReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationReport.ProtoReflect.Descriptor instead.
 func (*MigrationReport) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{5}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MigrationReport) GetJobId() string {
@@ -815,7 +1151,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +1163,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +1176,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{6}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LeaseGrant) GetHeartbeatMonoMs() uint64 {
@@ -873,7 +1209,7 @@ type ReportsRecorded struct {
 
 func (x *ReportsRecorded) Reset() {
 	*x = ReportsRecorded{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1221,7 @@ func (x *ReportsRecorded) String() string {
 func (*ReportsRecorded) ProtoMessage() {}
 
 func (x *ReportsRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1234,7 @@ func (x *ReportsRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportsRecorded.ProtoReflect.Descriptor instead.
 func (*ReportsRecorded) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{7}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportsRecorded) GetReports() []*RecordedReport {
@@ -919,7 +1255,7 @@ type RecordedReport struct {
 
 func (x *RecordedReport) Reset() {
 	*x = RecordedReport{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1267,7 @@ func (x *RecordedReport) String() string {
 func (*RecordedReport) ProtoMessage() {}
 
 func (x *RecordedReport) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1280,7 @@ func (x *RecordedReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordedReport.ProtoReflect.Descriptor instead.
 func (*RecordedReport) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{8}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RecordedReport) GetJobId() string {
@@ -985,7 +1321,7 @@ type DiscoveryAccess struct {
 
 func (x *DiscoveryAccess) Reset() {
 	*x = DiscoveryAccess{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1333,7 @@ func (x *DiscoveryAccess) String() string {
 func (*DiscoveryAccess) ProtoMessage() {}
 
 func (x *DiscoveryAccess) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1346,7 @@ func (x *DiscoveryAccess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveryAccess.ProtoReflect.Descriptor instead.
 func (*DiscoveryAccess) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{9}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DiscoveryAccess) GetAddresses() []string {
@@ -1054,7 +1390,7 @@ type AccessReplicaUpdate struct {
 
 func (x *AccessReplicaUpdate) Reset() {
 	*x = AccessReplicaUpdate{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1402,7 @@ func (x *AccessReplicaUpdate) String() string {
 func (*AccessReplicaUpdate) ProtoMessage() {}
 
 func (x *AccessReplicaUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1415,7 @@ func (x *AccessReplicaUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessReplicaUpdate.ProtoReflect.Descriptor instead.
 func (*AccessReplicaUpdate) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{10}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AccessReplicaUpdate) GetPublication() *AccessReplicaPublication {
@@ -1122,7 +1458,7 @@ type ControllerHello struct {
 
 func (x *ControllerHello) Reset() {
 	*x = ControllerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1470,7 @@ func (x *ControllerHello) String() string {
 func (*ControllerHello) ProtoMessage() {}
 
 func (x *ControllerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[11]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1483,7 @@ func (x *ControllerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerHello.ProtoReflect.Descriptor instead.
 func (*ControllerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{11}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ControllerHello) GetNodeId() string {
@@ -1217,7 +1553,7 @@ type ControlPlanes struct {
 
 func (x *ControlPlanes) Reset() {
 	*x = ControlPlanes{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1565,7 @@ func (x *ControlPlanes) String() string {
 func (*ControlPlanes) ProtoMessage() {}
 
 func (x *ControlPlanes) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[12]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1578,7 @@ func (x *ControlPlanes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlPlanes.ProtoReflect.Descriptor instead.
 func (*ControlPlanes) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{12}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ControlPlanes) GetUrls() []string {
@@ -1270,7 +1606,7 @@ type StartInstance struct {
 
 func (x *StartInstance) Reset() {
 	*x = StartInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1618,7 @@ func (x *StartInstance) String() string {
 func (*StartInstance) ProtoMessage() {}
 
 func (x *StartInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[13]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1631,7 @@ func (x *StartInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartInstance.ProtoReflect.Descriptor instead.
 func (*StartInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{13}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StartInstance) GetJob() *Job {
@@ -1365,7 +1701,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1713,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[14]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1726,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{14}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -1430,7 +1766,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1778,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[15]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1791,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{15}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -1514,7 +1850,7 @@ type UpdateInstance struct {
 
 func (x *UpdateInstance) Reset() {
 	*x = UpdateInstance{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1862,7 @@ func (x *UpdateInstance) String() string {
 func (*UpdateInstance) ProtoMessage() {}
 
 func (x *UpdateInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[16]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1875,7 @@ func (x *UpdateInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstance.ProtoReflect.Descriptor instead.
 func (*UpdateInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{16}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateInstance) GetJob() *Job {
@@ -1576,7 +1912,7 @@ type Terminate struct {
 
 func (x *Terminate) Reset() {
 	*x = Terminate{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[17]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1924,7 @@ func (x *Terminate) String() string {
 func (*Terminate) ProtoMessage() {}
 
 func (x *Terminate) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[17]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1937,7 @@ func (x *Terminate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Terminate.ProtoReflect.Descriptor instead.
 func (*Terminate) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{17}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Terminate) GetReason() string {
@@ -1628,6 +1964,8 @@ type WorkerMessage struct {
 	//	*WorkerMessage_Ack
 	//	*WorkerMessage_Migration
 	//	*WorkerMessage_Notice
+	//	*WorkerMessage_Images
+	//	*WorkerMessage_Prefetched
 	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1635,7 +1973,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1985,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[18]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1998,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{18}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -1724,6 +2062,24 @@ func (x *WorkerMessage) GetNotice() *WorkerNotice {
 	return nil
 }
 
+func (x *WorkerMessage) GetImages() *HeldImages {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_Images); ok {
+			return x.Images
+		}
+	}
+	return nil
+}
+
+func (x *WorkerMessage) GetPrefetched() *ImagesPrefetched {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_Prefetched); ok {
+			return x.Prefetched
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Msg interface {
 	isWorkerMessage_Msg()
 }
@@ -1752,6 +2108,14 @@ type WorkerMessage_Notice struct {
 	Notice *WorkerNotice `protobuf:"bytes,15,opt,name=notice,proto3,oneof"`
 }
 
+type WorkerMessage_Images struct {
+	Images *HeldImages `protobuf:"bytes,150,opt,name=images,proto3,oneof"`
+}
+
+type WorkerMessage_Prefetched struct {
+	Prefetched *ImagesPrefetched `protobuf:"bytes,151,opt,name=prefetched,proto3,oneof"`
+}
+
 func (*WorkerMessage_Hello) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Report) isWorkerMessage_Msg() {}
@@ -1763,6 +2127,10 @@ func (*WorkerMessage_Ack) isWorkerMessage_Msg() {}
 func (*WorkerMessage_Migration) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Notice) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_Images) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_Prefetched) isWorkerMessage_Msg() {}
 
 // WorkerNotice says what the worker did, or left alone, that no command
 // asked for: kept until a stream is up, sent once, written to the job's
@@ -1782,7 +2150,7 @@ type WorkerNotice struct {
 
 func (x *WorkerNotice) Reset() {
 	*x = WorkerNotice{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +2162,7 @@ func (x *WorkerNotice) String() string {
 func (*WorkerNotice) ProtoMessage() {}
 
 func (x *WorkerNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[19]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +2175,7 @@ func (x *WorkerNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerNotice.ProtoReflect.Descriptor instead.
 func (*WorkerNotice) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{19}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WorkerNotice) GetJobId() string {
@@ -1859,13 +2227,15 @@ type WorkerHello struct {
 	// session per node identity (ClusterMemberRegisterRequest's field of
 	// that name).
 	WorkerIncarnation string `protobuf:"bytes,7,opt,name=worker_incarnation,json=workerIncarnation,proto3" json:"worker_incarnation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Every image the worker's runtime holds (see Node.held_images).
+	HeldImages    []*HeldImage `protobuf:"bytes,150,rep,name=held_images,json=heldImages,proto3" json:"held_images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerHello) Reset() {
 	*x = WorkerHello{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +2247,7 @@ func (x *WorkerHello) String() string {
 func (*WorkerHello) ProtoMessage() {}
 
 func (x *WorkerHello) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[20]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +2260,7 @@ func (x *WorkerHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerHello.ProtoReflect.Descriptor instead.
 func (*WorkerHello) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{20}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkerHello) GetNodeId() string {
@@ -1942,6 +2312,13 @@ func (x *WorkerHello) GetWorkerIncarnation() string {
 	return ""
 }
 
+func (x *WorkerHello) GetHeldImages() []*HeldImage {
+	if x != nil {
+		return x.HeldImages
+	}
+	return nil
+}
+
 // InstanceReport is an instance's phase as the worker sees it.
 type InstanceReport struct {
 	state               protoimpl.MessageState           `protogen:"open.v1"`
@@ -1964,7 +2341,7 @@ type InstanceReport struct {
 
 func (x *InstanceReport) Reset() {
 	*x = InstanceReport{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2353,7 @@ func (x *InstanceReport) String() string {
 func (*InstanceReport) ProtoMessage() {}
 
 func (x *InstanceReport) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[21]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2366,7 @@ func (x *InstanceReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReport.ProtoReflect.Descriptor instead.
 func (*InstanceReport) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{21}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InstanceReport) GetJobId() string {
@@ -2074,7 +2451,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[22]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2463,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[22]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2476,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{22}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Heartbeat) GetLoad() *NodeLoad {
@@ -2129,7 +2506,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[23]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2518,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[23]
+	mi := &file_norsk_manager_v1_node_controller_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2531,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{23}
+	return file_norsk_manager_v1_node_controller_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommandAck) GetSeq() uint64 {
@@ -2182,7 +2559,7 @@ var File_norsk_manager_v1_node_controller_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\n" +
-	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\"\xec\b\n" +
+	"&norsk/manager/v1/node_controller.proto\x12\x10norsk.manager.v1\x1a\x1anorsk/manager/v1/job.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a\x1fnorsk/manager/v1/security.proto\"\xba\t\n" +
 	"\x11ControllerMessage\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x129\n" +
 	"\x05hello\x18\n" +
@@ -2200,8 +2577,33 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\x17migration_cutover_ready\x18\x15 \x01(\v2'.norsk.manager.v1.MigrationCutoverReadyH\x00R\x15migrationCutoverReady\x12a\n" +
 	"\x17migration_cutover_apply\x18\x16 \x01(\v2'.norsk.manager.v1.MigrationCutoverApplyH\x00R\x15migrationCutoverApply\x12K\n" +
 	"\x0fmigration_abort\x18\x17 \x01(\v2 .norsk.manager.v1.MigrationAbortH\x00R\x0emigrationAbort\x12H\n" +
-	"\x0econtrol_planes\x18\x18 \x01(\v2\x1f.norsk.manager.v1.ControlPlanesH\x00R\rcontrolPlanesB\x05\n" +
-	"\x03msg\"\x86\x01\n" +
+	"\x0econtrol_planes\x18\x18 \x01(\v2\x1f.norsk.manager.v1.ControlPlanesH\x00R\rcontrolPlanes\x12L\n" +
+	"\x0fprefetch_images\x18\x96\x01 \x01(\v2 .norsk.manager.v1.PrefetchImagesH\x00R\x0eprefetchImagesB\x05\n" +
+	"\x03msg\"N\n" +
+	"\x0ePrefetchImages\x12\x1d\n" +
+	"\n" +
+	"image_refs\x18\x01 \x03(\tR\timageRefs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xd7\x01\n" +
+	"\x13ImagePrefetchResult\x12\x10\n" +
+	"\x03ref\x18\x01 \x01(\tR\x03ref\x12@\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2&.norsk.manager.v1.ImagePrefetchOutcomeR\aoutcome\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x04R\tsizeBytes\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1f\n" +
+	"\vduration_ms\x18\x06 \x01(\rR\n" +
+	"durationMs\"\xc9\x01\n" +
+	"\x10ImagesPrefetched\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12?\n" +
+	"\aresults\x18\x03 \x03(\v2%.norsk.manager.v1.ImagePrefetchResultR\aresults\x12<\n" +
+	"\vheld_images\x18\x04 \x03(\v2\x1b.norsk.manager.v1.HeldImageR\n" +
+	"heldImages\"A\n" +
+	"\n" +
+	"HeldImages\x123\n" +
+	"\x06images\x18\x01 \x03(\v2\x1b.norsk.manager.v1.HeldImageR\x06images\"\x86\x01\n" +
 	"\x11MigrationGetState\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
@@ -2293,7 +2695,7 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\"G\n" +
 	"\tTerminate\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\"\n" +
-	"\fderegistered\x18\x02 \x01(\bR\fderegistered\"\xf5\x02\n" +
+	"\fderegistered\x18\x02 \x01(\bR\fderegistered\"\xf5\x03\n" +
 	"\rWorkerMessage\x125\n" +
 	"\x05hello\x18\n" +
 	" \x01(\v2\x1d.norsk.manager.v1.WorkerHelloH\x00R\x05hello\x12:\n" +
@@ -2301,14 +2703,18 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\theartbeat\x18\f \x01(\v2\x1b.norsk.manager.v1.HeartbeatH\x00R\theartbeat\x120\n" +
 	"\x03ack\x18\r \x01(\v2\x1c.norsk.manager.v1.CommandAckH\x00R\x03ack\x12A\n" +
 	"\tmigration\x18\x0e \x01(\v2!.norsk.manager.v1.MigrationReportH\x00R\tmigration\x128\n" +
-	"\x06notice\x18\x0f \x01(\v2\x1e.norsk.manager.v1.WorkerNoticeH\x00R\x06noticeB\x05\n" +
+	"\x06notice\x18\x0f \x01(\v2\x1e.norsk.manager.v1.WorkerNoticeH\x00R\x06notice\x127\n" +
+	"\x06images\x18\x96\x01 \x01(\v2\x1c.norsk.manager.v1.HeldImagesH\x00R\x06images\x12E\n" +
+	"\n" +
+	"prefetched\x18\x97\x01 \x01(\v2\".norsk.manager.v1.ImagesPrefetchedH\x00R\n" +
+	"prefetchedB\x05\n" +
 	"\x03msg\"\x8c\x01\n" +
 	"\fWorkerNotice\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
 	"\rfencing_token\x18\x03 \x01(\x04R\ffencingToken\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\xd0\x02\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\x8f\x03\n" +
 	"\vWorkerHello\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x126\n" +
 	"\bhardware\x18\x02 \x01(\v2\x1a.norsk.manager.v1.HardwareR\bhardware\x12@\n" +
@@ -2316,7 +2722,9 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\aruntime\x18\x04 \x01(\tR\aruntime\x12%\n" +
 	"\x0eworker_version\x18\x05 \x01(\tR\rworkerVersion\x12>\n" +
 	"\tinventory\x18\x06 \x03(\v2 .norsk.manager.v1.InstanceReportR\tinventory\x12-\n" +
-	"\x12worker_incarnation\x18\a \x01(\tR\x11workerIncarnation\"\xa2\x05\n" +
+	"\x12worker_incarnation\x18\a \x01(\tR\x11workerIncarnation\x12=\n" +
+	"\vheld_images\x18\x96\x01 \x03(\v2\x1b.norsk.manager.v1.HeldImageR\n" +
+	"heldImages\"\xa2\x05\n" +
 	"\x0eInstanceReport\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
@@ -2345,7 +2753,12 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x03 \x01(\tR\terrorCode*\xb6\x02\n" +
+	"error_code\x18\x03 \x01(\tR\terrorCode*\xb0\x01\n" +
+	"\x14ImagePrefetchOutcome\x12&\n" +
+	"\"IMAGE_PREFETCH_OUTCOME_UNSPECIFIED\x10\x00\x12!\n" +
+	"\x1dIMAGE_PREFETCH_OUTCOME_PULLED\x10\x01\x12*\n" +
+	"&IMAGE_PREFETCH_OUTCOME_ALREADY_PRESENT\x10\x02\x12!\n" +
+	"\x1dIMAGE_PREFETCH_OUTCOME_FAILED\x10\x03*\xb6\x02\n" +
 	"\x13MigrationReportKind\x12%\n" +
 	"!MIGRATION_REPORT_KIND_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bMIGRATION_REPORT_KIND_STATE\x10\x01\x121\n" +
@@ -2369,89 +2782,103 @@ func file_norsk_manager_v1_node_controller_proto_rawDescGZIP() []byte {
 	return file_norsk_manager_v1_node_controller_proto_rawDescData
 }
 
-var file_norsk_manager_v1_node_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_norsk_manager_v1_node_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_norsk_manager_v1_node_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_norsk_manager_v1_node_controller_proto_goTypes = []any{
-	(MigrationReportKind)(0),         // 0: norsk.manager.v1.MigrationReportKind
-	(*ControllerMessage)(nil),        // 1: norsk.manager.v1.ControllerMessage
-	(*MigrationGetState)(nil),        // 2: norsk.manager.v1.MigrationGetState
-	(*MigrationCutoverReady)(nil),    // 3: norsk.manager.v1.MigrationCutoverReady
-	(*MigrationCutoverApply)(nil),    // 4: norsk.manager.v1.MigrationCutoverApply
-	(*MigrationAbort)(nil),           // 5: norsk.manager.v1.MigrationAbort
-	(*MigrationReport)(nil),          // 6: norsk.manager.v1.MigrationReport
-	(*LeaseGrant)(nil),               // 7: norsk.manager.v1.LeaseGrant
-	(*ReportsRecorded)(nil),          // 8: norsk.manager.v1.ReportsRecorded
-	(*RecordedReport)(nil),           // 9: norsk.manager.v1.RecordedReport
-	(*DiscoveryAccess)(nil),          // 10: norsk.manager.v1.DiscoveryAccess
-	(*AccessReplicaUpdate)(nil),      // 11: norsk.manager.v1.AccessReplicaUpdate
-	(*ControllerHello)(nil),          // 12: norsk.manager.v1.ControllerHello
-	(*ControlPlanes)(nil),            // 13: norsk.manager.v1.ControlPlanes
-	(*StartInstance)(nil),            // 14: norsk.manager.v1.StartInstance
-	(*StartPreparedInstance)(nil),    // 15: norsk.manager.v1.StartPreparedInstance
-	(*StopInstance)(nil),             // 16: norsk.manager.v1.StopInstance
-	(*UpdateInstance)(nil),           // 17: norsk.manager.v1.UpdateInstance
-	(*Terminate)(nil),                // 18: norsk.manager.v1.Terminate
-	(*WorkerMessage)(nil),            // 19: norsk.manager.v1.WorkerMessage
-	(*WorkerNotice)(nil),             // 20: norsk.manager.v1.WorkerNotice
-	(*WorkerHello)(nil),              // 21: norsk.manager.v1.WorkerHello
-	(*InstanceReport)(nil),           // 22: norsk.manager.v1.InstanceReport
-	(*Heartbeat)(nil),                // 23: norsk.manager.v1.Heartbeat
-	(*CommandAck)(nil),               // 24: norsk.manager.v1.CommandAck
-	nil,                              // 25: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	nil,                              // 26: norsk.manager.v1.InstanceReport.ExitCodesEntry
-	(*AccessReplicaPublication)(nil), // 27: norsk.manager.v1.AccessReplicaPublication
-	(*Job)(nil),                      // 28: norsk.manager.v1.Job
-	(StoppingReason)(0),              // 29: norsk.manager.v1.StoppingReason
-	(*Hardware)(nil),                 // 30: norsk.manager.v1.Hardware
-	(*Capability)(nil),               // 31: norsk.manager.v1.Capability
-	(InstancePhase)(0),               // 32: norsk.manager.v1.InstancePhase
-	(*NodeLoad)(nil),                 // 33: norsk.manager.v1.NodeLoad
-	(*ResolvedPortMappings)(nil),     // 34: norsk.manager.v1.ResolvedPortMappings
+	(ImagePrefetchOutcome)(0),        // 0: norsk.manager.v1.ImagePrefetchOutcome
+	(MigrationReportKind)(0),         // 1: norsk.manager.v1.MigrationReportKind
+	(*ControllerMessage)(nil),        // 2: norsk.manager.v1.ControllerMessage
+	(*PrefetchImages)(nil),           // 3: norsk.manager.v1.PrefetchImages
+	(*ImagePrefetchResult)(nil),      // 4: norsk.manager.v1.ImagePrefetchResult
+	(*ImagesPrefetched)(nil),         // 5: norsk.manager.v1.ImagesPrefetched
+	(*HeldImages)(nil),               // 6: norsk.manager.v1.HeldImages
+	(*MigrationGetState)(nil),        // 7: norsk.manager.v1.MigrationGetState
+	(*MigrationCutoverReady)(nil),    // 8: norsk.manager.v1.MigrationCutoverReady
+	(*MigrationCutoverApply)(nil),    // 9: norsk.manager.v1.MigrationCutoverApply
+	(*MigrationAbort)(nil),           // 10: norsk.manager.v1.MigrationAbort
+	(*MigrationReport)(nil),          // 11: norsk.manager.v1.MigrationReport
+	(*LeaseGrant)(nil),               // 12: norsk.manager.v1.LeaseGrant
+	(*ReportsRecorded)(nil),          // 13: norsk.manager.v1.ReportsRecorded
+	(*RecordedReport)(nil),           // 14: norsk.manager.v1.RecordedReport
+	(*DiscoveryAccess)(nil),          // 15: norsk.manager.v1.DiscoveryAccess
+	(*AccessReplicaUpdate)(nil),      // 16: norsk.manager.v1.AccessReplicaUpdate
+	(*ControllerHello)(nil),          // 17: norsk.manager.v1.ControllerHello
+	(*ControlPlanes)(nil),            // 18: norsk.manager.v1.ControlPlanes
+	(*StartInstance)(nil),            // 19: norsk.manager.v1.StartInstance
+	(*StartPreparedInstance)(nil),    // 20: norsk.manager.v1.StartPreparedInstance
+	(*StopInstance)(nil),             // 21: norsk.manager.v1.StopInstance
+	(*UpdateInstance)(nil),           // 22: norsk.manager.v1.UpdateInstance
+	(*Terminate)(nil),                // 23: norsk.manager.v1.Terminate
+	(*WorkerMessage)(nil),            // 24: norsk.manager.v1.WorkerMessage
+	(*WorkerNotice)(nil),             // 25: norsk.manager.v1.WorkerNotice
+	(*WorkerHello)(nil),              // 26: norsk.manager.v1.WorkerHello
+	(*InstanceReport)(nil),           // 27: norsk.manager.v1.InstanceReport
+	(*Heartbeat)(nil),                // 28: norsk.manager.v1.Heartbeat
+	(*CommandAck)(nil),               // 29: norsk.manager.v1.CommandAck
+	nil,                              // 30: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	nil,                              // 31: norsk.manager.v1.InstanceReport.ExitCodesEntry
+	(*HeldImage)(nil),                // 32: norsk.manager.v1.HeldImage
+	(*AccessReplicaPublication)(nil), // 33: norsk.manager.v1.AccessReplicaPublication
+	(*Job)(nil),                      // 34: norsk.manager.v1.Job
+	(StoppingReason)(0),              // 35: norsk.manager.v1.StoppingReason
+	(*Hardware)(nil),                 // 36: norsk.manager.v1.Hardware
+	(*Capability)(nil),               // 37: norsk.manager.v1.Capability
+	(InstancePhase)(0),               // 38: norsk.manager.v1.InstancePhase
+	(*NodeLoad)(nil),                 // 39: norsk.manager.v1.NodeLoad
+	(*ResolvedPortMappings)(nil),     // 40: norsk.manager.v1.ResolvedPortMappings
 }
 var file_norsk_manager_v1_node_controller_proto_depIdxs = []int32{
-	12, // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
-	14, // 1: norsk.manager.v1.ControllerMessage.start:type_name -> norsk.manager.v1.StartInstance
-	15, // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
-	16, // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
-	17, // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
-	18, // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
-	10, // 6: norsk.manager.v1.ControllerMessage.discovery_access:type_name -> norsk.manager.v1.DiscoveryAccess
-	11, // 7: norsk.manager.v1.ControllerMessage.access_replica:type_name -> norsk.manager.v1.AccessReplicaUpdate
-	8,  // 8: norsk.manager.v1.ControllerMessage.recorded:type_name -> norsk.manager.v1.ReportsRecorded
-	7,  // 9: norsk.manager.v1.ControllerMessage.lease:type_name -> norsk.manager.v1.LeaseGrant
-	2,  // 10: norsk.manager.v1.ControllerMessage.migration_get_state:type_name -> norsk.manager.v1.MigrationGetState
-	3,  // 11: norsk.manager.v1.ControllerMessage.migration_cutover_ready:type_name -> norsk.manager.v1.MigrationCutoverReady
-	4,  // 12: norsk.manager.v1.ControllerMessage.migration_cutover_apply:type_name -> norsk.manager.v1.MigrationCutoverApply
-	5,  // 13: norsk.manager.v1.ControllerMessage.migration_abort:type_name -> norsk.manager.v1.MigrationAbort
-	13, // 14: norsk.manager.v1.ControllerMessage.control_planes:type_name -> norsk.manager.v1.ControlPlanes
-	0,  // 15: norsk.manager.v1.MigrationReport.kind:type_name -> norsk.manager.v1.MigrationReportKind
-	9,  // 16: norsk.manager.v1.ReportsRecorded.reports:type_name -> norsk.manager.v1.RecordedReport
-	27, // 17: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	28, // 18: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
-	29, // 19: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
-	28, // 20: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
-	21, // 21: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
-	22, // 22: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
-	23, // 23: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
-	24, // 24: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
-	6,  // 25: norsk.manager.v1.WorkerMessage.migration:type_name -> norsk.manager.v1.MigrationReport
-	20, // 26: norsk.manager.v1.WorkerMessage.notice:type_name -> norsk.manager.v1.WorkerNotice
-	30, // 27: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
-	31, // 28: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
-	22, // 29: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
-	32, // 30: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
-	25, // 31: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
-	29, // 32: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
-	26, // 33: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
-	33, // 34: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
-	34, // 35: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
-	1,  // 36: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
-	19, // 37: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
-	37, // [37:38] is the sub-list for method output_type
-	36, // [36:37] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	17, // 0: norsk.manager.v1.ControllerMessage.hello:type_name -> norsk.manager.v1.ControllerHello
+	19, // 1: norsk.manager.v1.ControllerMessage.start:type_name -> norsk.manager.v1.StartInstance
+	20, // 2: norsk.manager.v1.ControllerMessage.start_prepared:type_name -> norsk.manager.v1.StartPreparedInstance
+	21, // 3: norsk.manager.v1.ControllerMessage.stop:type_name -> norsk.manager.v1.StopInstance
+	22, // 4: norsk.manager.v1.ControllerMessage.update:type_name -> norsk.manager.v1.UpdateInstance
+	23, // 5: norsk.manager.v1.ControllerMessage.terminate:type_name -> norsk.manager.v1.Terminate
+	15, // 6: norsk.manager.v1.ControllerMessage.discovery_access:type_name -> norsk.manager.v1.DiscoveryAccess
+	16, // 7: norsk.manager.v1.ControllerMessage.access_replica:type_name -> norsk.manager.v1.AccessReplicaUpdate
+	13, // 8: norsk.manager.v1.ControllerMessage.recorded:type_name -> norsk.manager.v1.ReportsRecorded
+	12, // 9: norsk.manager.v1.ControllerMessage.lease:type_name -> norsk.manager.v1.LeaseGrant
+	7,  // 10: norsk.manager.v1.ControllerMessage.migration_get_state:type_name -> norsk.manager.v1.MigrationGetState
+	8,  // 11: norsk.manager.v1.ControllerMessage.migration_cutover_ready:type_name -> norsk.manager.v1.MigrationCutoverReady
+	9,  // 12: norsk.manager.v1.ControllerMessage.migration_cutover_apply:type_name -> norsk.manager.v1.MigrationCutoverApply
+	10, // 13: norsk.manager.v1.ControllerMessage.migration_abort:type_name -> norsk.manager.v1.MigrationAbort
+	18, // 14: norsk.manager.v1.ControllerMessage.control_planes:type_name -> norsk.manager.v1.ControlPlanes
+	3,  // 15: norsk.manager.v1.ControllerMessage.prefetch_images:type_name -> norsk.manager.v1.PrefetchImages
+	0,  // 16: norsk.manager.v1.ImagePrefetchResult.outcome:type_name -> norsk.manager.v1.ImagePrefetchOutcome
+	4,  // 17: norsk.manager.v1.ImagesPrefetched.results:type_name -> norsk.manager.v1.ImagePrefetchResult
+	32, // 18: norsk.manager.v1.ImagesPrefetched.held_images:type_name -> norsk.manager.v1.HeldImage
+	32, // 19: norsk.manager.v1.HeldImages.images:type_name -> norsk.manager.v1.HeldImage
+	1,  // 20: norsk.manager.v1.MigrationReport.kind:type_name -> norsk.manager.v1.MigrationReportKind
+	14, // 21: norsk.manager.v1.ReportsRecorded.reports:type_name -> norsk.manager.v1.RecordedReport
+	33, // 22: norsk.manager.v1.AccessReplicaUpdate.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	34, // 23: norsk.manager.v1.StartInstance.job:type_name -> norsk.manager.v1.Job
+	35, // 24: norsk.manager.v1.StopInstance.reason:type_name -> norsk.manager.v1.StoppingReason
+	34, // 25: norsk.manager.v1.UpdateInstance.job:type_name -> norsk.manager.v1.Job
+	26, // 26: norsk.manager.v1.WorkerMessage.hello:type_name -> norsk.manager.v1.WorkerHello
+	27, // 27: norsk.manager.v1.WorkerMessage.report:type_name -> norsk.manager.v1.InstanceReport
+	28, // 28: norsk.manager.v1.WorkerMessage.heartbeat:type_name -> norsk.manager.v1.Heartbeat
+	29, // 29: norsk.manager.v1.WorkerMessage.ack:type_name -> norsk.manager.v1.CommandAck
+	11, // 30: norsk.manager.v1.WorkerMessage.migration:type_name -> norsk.manager.v1.MigrationReport
+	25, // 31: norsk.manager.v1.WorkerMessage.notice:type_name -> norsk.manager.v1.WorkerNotice
+	6,  // 32: norsk.manager.v1.WorkerMessage.images:type_name -> norsk.manager.v1.HeldImages
+	5,  // 33: norsk.manager.v1.WorkerMessage.prefetched:type_name -> norsk.manager.v1.ImagesPrefetched
+	36, // 34: norsk.manager.v1.WorkerHello.hardware:type_name -> norsk.manager.v1.Hardware
+	37, // 35: norsk.manager.v1.WorkerHello.capabilities:type_name -> norsk.manager.v1.Capability
+	27, // 36: norsk.manager.v1.WorkerHello.inventory:type_name -> norsk.manager.v1.InstanceReport
+	32, // 37: norsk.manager.v1.WorkerHello.held_images:type_name -> norsk.manager.v1.HeldImage
+	38, // 38: norsk.manager.v1.InstanceReport.phase:type_name -> norsk.manager.v1.InstancePhase
+	30, // 39: norsk.manager.v1.InstanceReport.service_port_mappings:type_name -> norsk.manager.v1.InstanceReport.ServicePortMappingsEntry
+	35, // 40: norsk.manager.v1.InstanceReport.reason:type_name -> norsk.manager.v1.StoppingReason
+	31, // 41: norsk.manager.v1.InstanceReport.exit_codes:type_name -> norsk.manager.v1.InstanceReport.ExitCodesEntry
+	39, // 42: norsk.manager.v1.Heartbeat.load:type_name -> norsk.manager.v1.NodeLoad
+	40, // 43: norsk.manager.v1.InstanceReport.ServicePortMappingsEntry.value:type_name -> norsk.manager.v1.ResolvedPortMappings
+	2,  // 44: norsk.manager.v1.NodeController.Control:input_type -> norsk.manager.v1.ControllerMessage
+	24, // 45: norsk.manager.v1.NodeController.Control:output_type -> norsk.manager.v1.WorkerMessage
+	45, // [45:46] is the sub-list for method output_type
+	44, // [44:45] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_node_controller_proto_init() }
@@ -2478,22 +2905,25 @@ func file_norsk_manager_v1_node_controller_proto_init() {
 		(*ControllerMessage_MigrationCutoverApply)(nil),
 		(*ControllerMessage_MigrationAbort)(nil),
 		(*ControllerMessage_ControlPlanes)(nil),
+		(*ControllerMessage_PrefetchImages)(nil),
 	}
-	file_norsk_manager_v1_node_controller_proto_msgTypes[18].OneofWrappers = []any{
+	file_norsk_manager_v1_node_controller_proto_msgTypes[22].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Report)(nil),
 		(*WorkerMessage_Heartbeat)(nil),
 		(*WorkerMessage_Ack)(nil),
 		(*WorkerMessage_Migration)(nil),
 		(*WorkerMessage_Notice)(nil),
+		(*WorkerMessage_Images)(nil),
+		(*WorkerMessage_Prefetched)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_node_controller_proto_rawDesc), len(file_norsk_manager_v1_node_controller_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   26,
+			NumEnums:      2,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

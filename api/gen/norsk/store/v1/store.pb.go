@@ -87,6 +87,8 @@ type Command struct {
 	//	*Command_SetNodeInstance
 	//	*Command_StartNodeDrain
 	//	*Command_PutNodeDrain
+	//	*Command_SetNodeImages
+	//	*Command_RecordImagesPrefetched
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -584,6 +586,24 @@ func (x *Command) GetPutNodeDrain() *PutNodeDrain {
 	return nil
 }
 
+func (x *Command) GetSetNodeImages() *SetNodeImages {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_SetNodeImages); ok {
+			return x.SetNodeImages
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRecordImagesPrefetched() *RecordImagesPrefetched {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RecordImagesPrefetched); ok {
+			return x.RecordImagesPrefetched
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -787,6 +807,15 @@ type Command_PutNodeDrain struct {
 	PutNodeDrain *PutNodeDrain `protobuf:"bytes,87,opt,name=put_node_drain,json=putNodeDrain,proto3,oneof"`
 }
 
+type Command_SetNodeImages struct {
+	// Warm nodes (issue 15) use 150-159.
+	SetNodeImages *SetNodeImages `protobuf:"bytes,150,opt,name=set_node_images,json=setNodeImages,proto3,oneof"`
+}
+
+type Command_RecordImagesPrefetched struct {
+	RecordImagesPrefetched *RecordImagesPrefetched `protobuf:"bytes,151,opt,name=record_images_prefetched,json=recordImagesPrefetched,proto3,oneof"`
+}
+
 func (*Command_CreateJob) isCommand_Cmd() {}
 
 func (*Command_UpdateJob) isCommand_Cmd() {}
@@ -885,6 +914,111 @@ func (*Command_StartNodeDrain) isCommand_Cmd() {}
 
 func (*Command_PutNodeDrain) isCommand_Cmd() {}
 
+func (*Command_SetNodeImages) isCommand_Cmd() {}
+
+func (*Command_RecordImagesPrefetched) isCommand_Cmd() {}
+
+// SetNodeImages replaces a node's held_images with what its worker now
+// reports (node_images_updated when they changed).
+type SetNodeImages struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Images        []*v1.HeldImage        `protobuf:"bytes,2,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNodeImages) Reset() {
+	*x = SetNodeImages{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNodeImages) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNodeImages) ProtoMessage() {}
+
+func (x *SetNodeImages) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNodeImages.ProtoReflect.Descriptor instead.
+func (*SetNodeImages) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetNodeImages) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetNodeImages) GetImages() []*v1.HeldImage {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
+// RecordImagesPrefetched records a worker's PrefetchImages outcome: the
+// images_prefetched event, then the node's held_images as the worker
+// reported them after the pulls.
+type RecordImagesPrefetched struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefetched    *v1.ImagesPrefetched   `protobuf:"bytes,1,opt,name=prefetched,proto3" json:"prefetched,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordImagesPrefetched) Reset() {
+	*x = RecordImagesPrefetched{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordImagesPrefetched) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordImagesPrefetched) ProtoMessage() {}
+
+func (x *RecordImagesPrefetched) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordImagesPrefetched.ProtoReflect.Descriptor instead.
+func (*RecordImagesPrefetched) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RecordImagesPrefetched) GetPrefetched() *v1.ImagesPrefetched {
+	if x != nil {
+		return x.Prefetched
+	}
+	return nil
+}
+
 // CreateBundle stores a bundle (its id, created_at and revision stamped by
 // the handler and the FSM) and its expanded replica jobs, in one write.
 type CreateBundle struct {
@@ -896,7 +1030,7 @@ type CreateBundle struct {
 
 func (x *CreateBundle) Reset() {
 	*x = CreateBundle{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1042,7 @@ func (x *CreateBundle) String() string {
 func (*CreateBundle) ProtoMessage() {}
 
 func (x *CreateBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1055,7 @@ func (x *CreateBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBundle.ProtoReflect.Descriptor instead.
 func (*CreateBundle) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{1}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateBundle) GetBundle() *v1.Bundle {
@@ -943,7 +1077,7 @@ type UpdateBundle struct {
 
 func (x *UpdateBundle) Reset() {
 	*x = UpdateBundle{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1089,7 @@ func (x *UpdateBundle) String() string {
 func (*UpdateBundle) ProtoMessage() {}
 
 func (x *UpdateBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1102,7 @@ func (x *UpdateBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBundle.ProtoReflect.Descriptor instead.
 func (*UpdateBundle) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{2}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *UpdateBundle) GetBundle() *v1.Bundle {
@@ -990,7 +1124,7 @@ type DeleteBundle struct {
 
 func (x *DeleteBundle) Reset() {
 	*x = DeleteBundle{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1136,7 @@ func (x *DeleteBundle) String() string {
 func (*DeleteBundle) ProtoMessage() {}
 
 func (x *DeleteBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1149,7 @@ func (x *DeleteBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBundle.ProtoReflect.Descriptor instead.
 func (*DeleteBundle) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{3}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DeleteBundle) GetBundleId() string {
@@ -1043,7 +1177,7 @@ type RemoveBundle struct {
 
 func (x *RemoveBundle) Reset() {
 	*x = RemoveBundle{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1189,7 @@ func (x *RemoveBundle) String() string {
 func (*RemoveBundle) ProtoMessage() {}
 
 func (x *RemoveBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1202,7 @@ func (x *RemoveBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBundle.ProtoReflect.Descriptor instead.
 func (*RemoveBundle) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{4}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RemoveBundle) GetBundleId() string {
@@ -1093,7 +1227,7 @@ type SetBundleJobDormant struct {
 
 func (x *SetBundleJobDormant) Reset() {
 	*x = SetBundleJobDormant{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1239,7 @@ func (x *SetBundleJobDormant) String() string {
 func (*SetBundleJobDormant) ProtoMessage() {}
 
 func (x *SetBundleJobDormant) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1252,7 @@ func (x *SetBundleJobDormant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBundleJobDormant.ProtoReflect.Descriptor instead.
 func (*SetBundleJobDormant) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{5}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetBundleJobDormant) GetBundleId() string {
@@ -1166,7 +1300,7 @@ type SetBundleStopTime struct {
 
 func (x *SetBundleStopTime) Reset() {
 	*x = SetBundleStopTime{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1312,7 @@ func (x *SetBundleStopTime) String() string {
 func (*SetBundleStopTime) ProtoMessage() {}
 
 func (x *SetBundleStopTime) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1325,7 @@ func (x *SetBundleStopTime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBundleStopTime.ProtoReflect.Descriptor instead.
 func (*SetBundleStopTime) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{6}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetBundleStopTime) GetBundleId() string {
@@ -1218,7 +1352,7 @@ type RenewBundleLease struct {
 
 func (x *RenewBundleLease) Reset() {
 	*x = RenewBundleLease{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1364,7 @@ func (x *RenewBundleLease) String() string {
 func (*RenewBundleLease) ProtoMessage() {}
 
 func (x *RenewBundleLease) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1377,7 @@ func (x *RenewBundleLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBundleLease.ProtoReflect.Descriptor instead.
 func (*RenewBundleLease) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{7}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RenewBundleLease) GetBundleId() string {
@@ -1271,7 +1405,7 @@ type SetLeasesPaused struct {
 
 func (x *SetLeasesPaused) Reset() {
 	*x = SetLeasesPaused{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1417,7 @@ func (x *SetLeasesPaused) String() string {
 func (*SetLeasesPaused) ProtoMessage() {}
 
 func (x *SetLeasesPaused) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1430,7 @@ func (x *SetLeasesPaused) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLeasesPaused.ProtoReflect.Descriptor instead.
 func (*SetLeasesPaused) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{8}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetLeasesPaused) GetPaused() bool {
@@ -1336,7 +1470,7 @@ type LeaseState struct {
 
 func (x *LeaseState) Reset() {
 	*x = LeaseState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1482,7 @@ func (x *LeaseState) String() string {
 func (*LeaseState) ProtoMessage() {}
 
 func (x *LeaseState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1495,7 @@ func (x *LeaseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseState.ProtoReflect.Descriptor instead.
 func (*LeaseState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{9}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseState) GetPaused() bool {
@@ -1415,7 +1549,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1561,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1574,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{10}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MemberRecord) GetName() string {
@@ -1501,7 +1635,7 @@ type ClusterMeta struct {
 
 func (x *ClusterMeta) Reset() {
 	*x = ClusterMeta{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1647,7 @@ func (x *ClusterMeta) String() string {
 func (*ClusterMeta) ProtoMessage() {}
 
 func (x *ClusterMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1660,7 @@ func (x *ClusterMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMeta.ProtoReflect.Descriptor instead.
 func (*ClusterMeta) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{11}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClusterMeta) GetGeneration() uint64 {
@@ -1558,7 +1692,7 @@ type InitCluster struct {
 
 func (x *InitCluster) Reset() {
 	*x = InitCluster{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1704,7 @@ func (x *InitCluster) String() string {
 func (*InitCluster) ProtoMessage() {}
 
 func (x *InitCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1717,7 @@ func (x *InitCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
 func (*InitCluster) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{12}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InitCluster) GetMembers() []*MemberRecord {
@@ -1613,7 +1747,7 @@ type ExpectMember struct {
 
 func (x *ExpectMember) Reset() {
 	*x = ExpectMember{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1759,7 @@ func (x *ExpectMember) String() string {
 func (*ExpectMember) ProtoMessage() {}
 
 func (x *ExpectMember) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1772,7 @@ func (x *ExpectMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectMember.ProtoReflect.Descriptor instead.
 func (*ExpectMember) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{13}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExpectMember) GetName() string {
@@ -1676,7 +1810,7 @@ type MemberJoined struct {
 
 func (x *MemberJoined) Reset() {
 	*x = MemberJoined{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1822,7 @@ func (x *MemberJoined) String() string {
 func (*MemberJoined) ProtoMessage() {}
 
 func (x *MemberJoined) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1835,7 @@ func (x *MemberJoined) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberJoined.ProtoReflect.Descriptor instead.
 func (*MemberJoined) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{14}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MemberJoined) GetName() string {
@@ -1741,7 +1875,7 @@ type MemberRetired struct {
 
 func (x *MemberRetired) Reset() {
 	*x = MemberRetired{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1887,7 @@ func (x *MemberRetired) String() string {
 func (*MemberRetired) ProtoMessage() {}
 
 func (x *MemberRetired) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1900,7 @@ func (x *MemberRetired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRetired.ProtoReflect.Descriptor instead.
 func (*MemberRetired) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{15}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MemberRetired) GetName() string {
@@ -1789,7 +1923,7 @@ type SetGeneration struct {
 
 func (x *SetGeneration) Reset() {
 	*x = SetGeneration{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1935,7 @@ func (x *SetGeneration) String() string {
 func (*SetGeneration) ProtoMessage() {}
 
 func (x *SetGeneration) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1948,7 @@ func (x *SetGeneration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGeneration.ProtoReflect.Descriptor instead.
 func (*SetGeneration) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{16}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetGeneration) GetGeneration() uint64 {
@@ -1850,7 +1984,7 @@ type CreateToken struct {
 
 func (x *CreateToken) Reset() {
 	*x = CreateToken{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +1996,7 @@ func (x *CreateToken) String() string {
 func (*CreateToken) ProtoMessage() {}
 
 func (x *CreateToken) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +2009,7 @@ func (x *CreateToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateToken.ProtoReflect.Descriptor instead.
 func (*CreateToken) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{17}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateToken) GetToken() *v1.ApiToken {
@@ -1901,7 +2035,7 @@ type RevokeToken struct {
 
 func (x *RevokeToken) Reset() {
 	*x = RevokeToken{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2047,7 @@ func (x *RevokeToken) String() string {
 func (*RevokeToken) ProtoMessage() {}
 
 func (x *RevokeToken) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2060,7 @@ func (x *RevokeToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeToken.ProtoReflect.Descriptor instead.
 func (*RevokeToken) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{18}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RevokeToken) GetId() string {
@@ -1947,7 +2081,7 @@ type PublishDiscovery struct {
 
 func (x *PublishDiscovery) Reset() {
 	*x = PublishDiscovery{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2093,7 @@ func (x *PublishDiscovery) String() string {
 func (*PublishDiscovery) ProtoMessage() {}
 
 func (x *PublishDiscovery) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2106,7 @@ func (x *PublishDiscovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishDiscovery.ProtoReflect.Descriptor instead.
 func (*PublishDiscovery) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{19}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PublishDiscovery) GetFleet() *v1.DiscoveryFleet {
@@ -1992,7 +2126,7 @@ type PublishDiscoveryResult struct {
 
 func (x *PublishDiscoveryResult) Reset() {
 	*x = PublishDiscoveryResult{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2138,7 @@ func (x *PublishDiscoveryResult) String() string {
 func (*PublishDiscoveryResult) ProtoMessage() {}
 
 func (x *PublishDiscoveryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2151,7 @@ func (x *PublishDiscoveryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishDiscoveryResult.ProtoReflect.Descriptor instead.
 func (*PublishDiscoveryResult) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{20}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PublishDiscoveryResult) GetFleet() *v1.DiscoveryFleet {
@@ -2046,7 +2180,7 @@ type RotateDiscovery struct {
 
 func (x *RotateDiscovery) Reset() {
 	*x = RotateDiscovery{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2192,7 @@ func (x *RotateDiscovery) String() string {
 func (*RotateDiscovery) ProtoMessage() {}
 
 func (x *RotateDiscovery) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2205,7 @@ func (x *RotateDiscovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateDiscovery.ProtoReflect.Descriptor instead.
 func (*RotateDiscovery) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{21}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RotateDiscovery) GetStep() string {
@@ -2106,7 +2240,7 @@ type PublishAccessReplica struct {
 
 func (x *PublishAccessReplica) Reset() {
 	*x = PublishAccessReplica{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2252,7 @@ func (x *PublishAccessReplica) String() string {
 func (*PublishAccessReplica) ProtoMessage() {}
 
 func (x *PublishAccessReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2265,7 @@ func (x *PublishAccessReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAccessReplica.ProtoReflect.Descriptor instead.
 func (*PublishAccessReplica) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{22}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PublishAccessReplica) GetPublication() *v1.AccessReplicaPublication {
@@ -2180,7 +2314,7 @@ type AuditStamp struct {
 
 func (x *AuditStamp) Reset() {
 	*x = AuditStamp{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2326,7 @@ func (x *AuditStamp) String() string {
 func (*AuditStamp) ProtoMessage() {}
 
 func (x *AuditStamp) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2339,7 @@ func (x *AuditStamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditStamp.ProtoReflect.Descriptor instead.
 func (*AuditStamp) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AuditStamp) GetWho() string {
@@ -2264,7 +2398,7 @@ type AppendAudit struct {
 
 func (x *AppendAudit) Reset() {
 	*x = AppendAudit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2410,7 @@ func (x *AppendAudit) String() string {
 func (*AppendAudit) ProtoMessage() {}
 
 func (x *AppendAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2423,7 @@ func (x *AppendAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAudit.ProtoReflect.Descriptor instead.
 func (*AppendAudit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AppendAudit) GetSource() string {
@@ -2325,7 +2459,7 @@ type PruneAudit struct {
 
 func (x *PruneAudit) Reset() {
 	*x = PruneAudit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2471,7 @@ func (x *PruneAudit) String() string {
 func (*PruneAudit) ProtoMessage() {}
 
 func (x *PruneAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2484,7 @@ func (x *PruneAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneAudit.ProtoReflect.Descriptor instead.
 func (*PruneAudit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{25}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PruneAudit) GetBeforeTimestampMs() float64 {
@@ -2370,7 +2504,7 @@ type PruneAuditResult struct {
 
 func (x *PruneAuditResult) Reset() {
 	*x = PruneAuditResult{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2516,7 @@ func (x *PruneAuditResult) String() string {
 func (*PruneAuditResult) ProtoMessage() {}
 
 func (x *PruneAuditResult) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2529,7 @@ func (x *PruneAuditResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneAuditResult.ProtoReflect.Descriptor instead.
 func (*PruneAuditResult) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{26}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PruneAuditResult) GetRemoved() int64 {
@@ -2424,7 +2558,7 @@ type KvCommit struct {
 
 func (x *KvCommit) Reset() {
 	*x = KvCommit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2570,7 @@ func (x *KvCommit) String() string {
 func (*KvCommit) ProtoMessage() {}
 
 func (x *KvCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2583,7 @@ func (x *KvCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCommit.ProtoReflect.Descriptor instead.
 func (*KvCommit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{27}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KvCommit) GetNamespace() string {
@@ -2485,7 +2619,7 @@ type MigrateSchema struct {
 
 func (x *MigrateSchema) Reset() {
 	*x = MigrateSchema{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2631,7 @@ func (x *MigrateSchema) String() string {
 func (*MigrateSchema) ProtoMessage() {}
 
 func (x *MigrateSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2644,7 @@ func (x *MigrateSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateSchema.ProtoReflect.Descriptor instead.
 func (*MigrateSchema) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{28}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MigrateSchema) GetFrom() uint32 {
@@ -2536,7 +2670,7 @@ type CreateJob struct {
 
 func (x *CreateJob) Reset() {
 	*x = CreateJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2682,7 @@ func (x *CreateJob) String() string {
 func (*CreateJob) ProtoMessage() {}
 
 func (x *CreateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2695,7 @@ func (x *CreateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJob.ProtoReflect.Descriptor instead.
 func (*CreateJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{29}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateJob) GetJob() *v1.Job {
@@ -2580,7 +2714,7 @@ type UpdateJob struct {
 
 func (x *UpdateJob) Reset() {
 	*x = UpdateJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2592,7 +2726,7 @@ func (x *UpdateJob) String() string {
 func (*UpdateJob) ProtoMessage() {}
 
 func (x *UpdateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2605,7 +2739,7 @@ func (x *UpdateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJob.ProtoReflect.Descriptor instead.
 func (*UpdateJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{30}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UpdateJob) GetJob() *v1.Job {
@@ -2624,7 +2758,7 @@ type DeleteJob struct {
 
 func (x *DeleteJob) Reset() {
 	*x = DeleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2636,7 +2770,7 @@ func (x *DeleteJob) String() string {
 func (*DeleteJob) ProtoMessage() {}
 
 func (x *DeleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2649,7 +2783,7 @@ func (x *DeleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJob.ProtoReflect.Descriptor instead.
 func (*DeleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{31}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteJob) GetJobId() string {
@@ -2671,7 +2805,7 @@ type BindInstance struct {
 
 func (x *BindInstance) Reset() {
 	*x = BindInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2817,7 @@ func (x *BindInstance) String() string {
 func (*BindInstance) ProtoMessage() {}
 
 func (x *BindInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2830,7 @@ func (x *BindInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindInstance.ProtoReflect.Descriptor instead.
 func (*BindInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{32}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *BindInstance) GetJobId() string {
@@ -2739,7 +2873,7 @@ type BindInstances struct {
 
 func (x *BindInstances) Reset() {
 	*x = BindInstances{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +2885,7 @@ func (x *BindInstances) String() string {
 func (*BindInstances) ProtoMessage() {}
 
 func (x *BindInstances) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +2898,7 @@ func (x *BindInstances) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindInstances.ProtoReflect.Descriptor instead.
 func (*BindInstances) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BindInstances) GetBinds() []*BindInstance {
@@ -2787,7 +2921,7 @@ type MigrationReports struct {
 
 func (x *MigrationReports) Reset() {
 	*x = MigrationReports{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2799,7 +2933,7 @@ func (x *MigrationReports) String() string {
 func (*MigrationReports) ProtoMessage() {}
 
 func (x *MigrationReports) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2812,7 +2946,7 @@ func (x *MigrationReports) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationReports.ProtoReflect.Descriptor instead.
 func (*MigrationReports) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MigrationReports) GetNodeId() string {
@@ -2843,7 +2977,7 @@ type PutMigration struct {
 
 func (x *PutMigration) Reset() {
 	*x = PutMigration{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +2989,7 @@ func (x *PutMigration) String() string {
 func (*PutMigration) ProtoMessage() {}
 
 func (x *PutMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +3002,7 @@ func (x *PutMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutMigration.ProtoReflect.Descriptor instead.
 func (*PutMigration) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PutMigration) GetMigration() *v1.MigrationState {
@@ -2904,7 +3038,7 @@ type ForgetMigrations struct {
 
 func (x *ForgetMigrations) Reset() {
 	*x = ForgetMigrations{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3050,7 @@ func (x *ForgetMigrations) String() string {
 func (*ForgetMigrations) ProtoMessage() {}
 
 func (x *ForgetMigrations) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3063,7 @@ func (x *ForgetMigrations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetMigrations.ProtoReflect.Descriptor instead.
 func (*ForgetMigrations) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ForgetMigrations) GetMigrationIds() []string {
@@ -2958,7 +3092,7 @@ type StartNodeDrain struct {
 
 func (x *StartNodeDrain) Reset() {
 	*x = StartNodeDrain{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3104,7 @@ func (x *StartNodeDrain) String() string {
 func (*StartNodeDrain) ProtoMessage() {}
 
 func (x *StartNodeDrain) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3117,7 @@ func (x *StartNodeDrain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartNodeDrain.ProtoReflect.Descriptor instead.
 func (*StartNodeDrain) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StartNodeDrain) GetDrain() *v1.NodeDrain {
@@ -3005,7 +3139,7 @@ type PutNodeDrain struct {
 
 func (x *PutNodeDrain) Reset() {
 	*x = PutNodeDrain{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3151,7 @@ func (x *PutNodeDrain) String() string {
 func (*PutNodeDrain) ProtoMessage() {}
 
 func (x *PutNodeDrain) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3164,7 @@ func (x *PutNodeDrain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutNodeDrain.ProtoReflect.Descriptor instead.
 func (*PutNodeDrain) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PutNodeDrain) GetDrain() *v1.NodeDrain {
@@ -3059,7 +3193,7 @@ type SetNodeDraining struct {
 
 func (x *SetNodeDraining) Reset() {
 	*x = SetNodeDraining{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3071,7 +3205,7 @@ func (x *SetNodeDraining) String() string {
 func (*SetNodeDraining) ProtoMessage() {}
 
 func (x *SetNodeDraining) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3084,7 +3218,7 @@ func (x *SetNodeDraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeDraining.ProtoReflect.Descriptor instead.
 func (*SetNodeDraining) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetNodeDraining) GetNodeId() string {
@@ -3116,7 +3250,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3262,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3275,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -3197,7 +3331,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3209,7 +3343,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3222,7 +3356,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -3255,7 +3389,7 @@ type CompleteJob struct {
 
 func (x *CompleteJob) Reset() {
 	*x = CompleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3267,7 +3401,7 @@ func (x *CompleteJob) String() string {
 func (*CompleteJob) ProtoMessage() {}
 
 func (x *CompleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3280,7 +3414,7 @@ func (x *CompleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJob.ProtoReflect.Descriptor instead.
 func (*CompleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CompleteJob) GetJobId() string {
@@ -3300,7 +3434,7 @@ type MarkJobFailed struct {
 
 func (x *MarkJobFailed) Reset() {
 	*x = MarkJobFailed{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3446,7 @@ func (x *MarkJobFailed) String() string {
 func (*MarkJobFailed) ProtoMessage() {}
 
 func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3459,7 @@ func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFailed.ProtoReflect.Descriptor instead.
 func (*MarkJobFailed) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MarkJobFailed) GetJobId() string {
@@ -3358,7 +3492,7 @@ type InstanceReports struct {
 
 func (x *InstanceReports) Reset() {
 	*x = InstanceReports{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3370,7 +3504,7 @@ func (x *InstanceReports) String() string {
 func (*InstanceReports) ProtoMessage() {}
 
 func (x *InstanceReports) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3383,7 +3517,7 @@ func (x *InstanceReports) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReports.ProtoReflect.Descriptor instead.
 func (*InstanceReports) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *InstanceReports) GetNodeId() string {
@@ -3422,14 +3556,17 @@ type RegisterSlot struct {
 	Tags             map[string]string `protobuf:"bytes,8,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// A cloud provider's node: the launch it is created with (region, type,
 	// image, client token, …); the instance id follows in SetNodeInstance.
-	Cloud         *v1.CloudInstance `protobuf:"bytes,9,opt,name=cloud,proto3" json:"cloud,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Cloud *v1.CloudInstance `protobuf:"bytes,9,opt,name=cloud,proto3" json:"cloud,omitempty"`
+	// An elastic node the AutoManager's spare reconciler creates: it may
+	// carry the spare tags, which every other caller is refused.
+	SpareByReconciler bool `protobuf:"varint,150,opt,name=spare_by_reconciler,json=spareByReconciler,proto3" json:"spare_by_reconciler,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RegisterSlot) Reset() {
 	*x = RegisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3441,7 +3578,7 @@ func (x *RegisterSlot) String() string {
 func (*RegisterSlot) ProtoMessage() {}
 
 func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3454,7 +3591,7 @@ func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSlot.ProtoReflect.Descriptor instead.
 func (*RegisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RegisterSlot) GetNodeId() string {
@@ -3520,6 +3657,13 @@ func (x *RegisterSlot) GetCloud() *v1.CloudInstance {
 	return nil
 }
 
+func (x *RegisterSlot) GetSpareByReconciler() bool {
+	if x != nil {
+		return x.SpareByReconciler
+	}
+	return false
+}
+
 // SetNodeInstance records what a provider launched for an elastic node: the
 // instance's id and facts (zone, addresses, the type that had capacity), or
 // — with no provider_instance — the next launch attempt after a capacity
@@ -3536,7 +3680,7 @@ type SetNodeInstance struct {
 
 func (x *SetNodeInstance) Reset() {
 	*x = SetNodeInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3548,7 +3692,7 @@ func (x *SetNodeInstance) String() string {
 func (*SetNodeInstance) ProtoMessage() {}
 
 func (x *SetNodeInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3561,7 +3705,7 @@ func (x *SetNodeInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeInstance.ProtoReflect.Descriptor instead.
 func (*SetNodeInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetNodeInstance) GetNodeId() string {
@@ -3607,7 +3751,7 @@ type MemberRegister struct {
 
 func (x *MemberRegister) Reset() {
 	*x = MemberRegister{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3619,7 +3763,7 @@ func (x *MemberRegister) String() string {
 func (*MemberRegister) ProtoMessage() {}
 
 func (x *MemberRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3632,7 +3776,7 @@ func (x *MemberRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRegister.ProtoReflect.Descriptor instead.
 func (*MemberRegister) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MemberRegister) GetToken() string {
@@ -3710,7 +3854,7 @@ type DeregisterSlot struct {
 
 func (x *DeregisterSlot) Reset() {
 	*x = DeregisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3722,7 +3866,7 @@ func (x *DeregisterSlot) String() string {
 func (*DeregisterSlot) ProtoMessage() {}
 
 func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3735,7 +3879,7 @@ func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterSlot.ProtoReflect.Descriptor instead.
 func (*DeregisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeregisterSlot) GetNodeId() string {
@@ -3755,7 +3899,7 @@ type SetSlotPool struct {
 
 func (x *SetSlotPool) Reset() {
 	*x = SetSlotPool{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3767,7 +3911,7 @@ func (x *SetSlotPool) String() string {
 func (*SetSlotPool) ProtoMessage() {}
 
 func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3780,7 +3924,7 @@ func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotPool.ProtoReflect.Descriptor instead.
 func (*SetSlotPool) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetSlotPool) GetNodeId() string {
@@ -3809,7 +3953,7 @@ type NodeOnline struct {
 
 func (x *NodeOnline) Reset() {
 	*x = NodeOnline{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3821,7 +3965,7 @@ func (x *NodeOnline) String() string {
 func (*NodeOnline) ProtoMessage() {}
 
 func (x *NodeOnline) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3834,7 +3978,7 @@ func (x *NodeOnline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOnline.ProtoReflect.Descriptor instead.
 func (*NodeOnline) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *NodeOnline) GetNodeId() string {
@@ -3861,7 +4005,7 @@ type NodeLost struct {
 
 func (x *NodeLost) Reset() {
 	*x = NodeLost{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +4017,7 @@ func (x *NodeLost) String() string {
 func (*NodeLost) ProtoMessage() {}
 
 func (x *NodeLost) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +4030,7 @@ func (x *NodeLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLost.ProtoReflect.Descriptor instead.
 func (*NodeLost) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *NodeLost) GetNodeId() string {
@@ -3920,7 +4064,7 @@ type TerminateNode struct {
 
 func (x *TerminateNode) Reset() {
 	*x = TerminateNode{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +4076,7 @@ func (x *TerminateNode) String() string {
 func (*TerminateNode) ProtoMessage() {}
 
 func (x *TerminateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +4089,7 @@ func (x *TerminateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateNode.ProtoReflect.Descriptor instead.
 func (*TerminateNode) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TerminateNode) GetNodeId() string {
@@ -3981,7 +4125,7 @@ type NodeTerminated struct {
 
 func (x *NodeTerminated) Reset() {
 	*x = NodeTerminated{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3993,7 +4137,7 @@ func (x *NodeTerminated) String() string {
 func (*NodeTerminated) ProtoMessage() {}
 
 func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4006,7 +4150,7 @@ func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeTerminated.ProtoReflect.Descriptor instead.
 func (*NodeTerminated) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeTerminated) GetNodeId() string {
@@ -4024,16 +4168,20 @@ func (x *NodeTerminated) GetReason() string {
 }
 
 type SetNodeTags struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Tags          map[string]string      `protobuf:"bytes,2,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Tags   map[string]string      `protobuf:"bytes,2,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Set by the handler when the caller is this Manager's own AutoManager
+	// (its spare reconciler): the only caller that may set the spare tags of
+	// an elastic node.
+	ByReconciler  bool `protobuf:"varint,150,opt,name=by_reconciler,json=byReconciler,proto3" json:"by_reconciler,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetNodeTags) Reset() {
 	*x = SetNodeTags{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4045,7 +4193,7 @@ func (x *SetNodeTags) String() string {
 func (*SetNodeTags) ProtoMessage() {}
 
 func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4058,7 +4206,7 @@ func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeTags.ProtoReflect.Descriptor instead.
 func (*SetNodeTags) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetNodeTags) GetNodeId() string {
@@ -4075,6 +4223,13 @@ func (x *SetNodeTags) GetTags() map[string]string {
 	return nil
 }
 
+func (x *SetNodeTags) GetByReconciler() bool {
+	if x != nil {
+		return x.ByReconciler
+	}
+	return false
+}
+
 type SetNodeIdleExpiry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -4085,7 +4240,7 @@ type SetNodeIdleExpiry struct {
 
 func (x *SetNodeIdleExpiry) Reset() {
 	*x = SetNodeIdleExpiry{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4097,7 +4252,7 @@ func (x *SetNodeIdleExpiry) String() string {
 func (*SetNodeIdleExpiry) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4110,7 +4265,7 @@ func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SetNodeIdleExpiry) GetNodeId() string {
@@ -4143,7 +4298,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4155,7 +4310,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4168,7 +4323,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *JobRecord) GetJob() *v1.Job {
@@ -4229,7 +4384,7 @@ type NodeRecord struct {
 
 func (x *NodeRecord) Reset() {
 	*x = NodeRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4241,7 +4396,7 @@ func (x *NodeRecord) String() string {
 func (*NodeRecord) ProtoMessage() {}
 
 func (x *NodeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4254,7 +4409,7 @@ func (x *NodeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
 func (*NodeRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NodeRecord) GetNode() *v1.Node {
@@ -4310,7 +4465,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4322,7 +4477,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4335,7 +4490,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SnapshotHeader) GetSchemaVersion() uint32 {
@@ -4365,7 +4520,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4377,7 +4532,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4390,7 +4545,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{59}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SnapshotTrailer) GetRecords() uint64 {
@@ -4437,7 +4592,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4449,7 +4604,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4462,7 +4617,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{60}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -4758,7 +4913,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4770,7 +4925,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4783,7 +4938,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{61}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TokenRecord) GetToken() *v1.ApiToken {
@@ -4812,7 +4967,7 @@ type AccessReplicaState struct {
 
 func (x *AccessReplicaState) Reset() {
 	*x = AccessReplicaState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4824,7 +4979,7 @@ func (x *AccessReplicaState) String() string {
 func (*AccessReplicaState) ProtoMessage() {}
 
 func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4837,7 +4992,7 @@ func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessReplicaState.ProtoReflect.Descriptor instead.
 func (*AccessReplicaState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{62}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AccessReplicaState) GetVersion() uint64 {
@@ -4873,7 +5028,7 @@ type AuditState struct {
 
 func (x *AuditState) Reset() {
 	*x = AuditState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4885,7 +5040,7 @@ func (x *AuditState) String() string {
 func (*AuditState) ProtoMessage() {}
 
 func (x *AuditState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4898,7 +5053,7 @@ func (x *AuditState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditState.ProtoReflect.Descriptor instead.
 func (*AuditState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{63}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AuditState) GetNextSeq() int64 {
@@ -4933,7 +5088,7 @@ type KvRecord struct {
 
 func (x *KvRecord) Reset() {
 	*x = KvRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4945,7 +5100,7 @@ func (x *KvRecord) String() string {
 func (*KvRecord) ProtoMessage() {}
 
 func (x *KvRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4958,7 +5113,7 @@ func (x *KvRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvRecord.ProtoReflect.Descriptor instead.
 func (*KvRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{64}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *KvRecord) GetNamespace() string {
@@ -4986,7 +5141,7 @@ type KvNamespace struct {
 
 func (x *KvNamespace) Reset() {
 	*x = KvNamespace{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[65]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4998,7 +5153,7 @@ func (x *KvNamespace) String() string {
 func (*KvNamespace) ProtoMessage() {}
 
 func (x *KvNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[65]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5011,7 +5166,7 @@ func (x *KvNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvNamespace.ProtoReflect.Descriptor instead.
 func (*KvNamespace) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{65}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *KvNamespace) GetName() string {
@@ -5038,7 +5193,7 @@ type StoreMeta struct {
 
 func (x *StoreMeta) Reset() {
 	*x = StoreMeta{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[66]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5050,7 +5205,7 @@ func (x *StoreMeta) String() string {
 func (*StoreMeta) ProtoMessage() {}
 
 func (x *StoreMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[66]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5063,7 +5218,7 @@ func (x *StoreMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreMeta.ProtoReflect.Descriptor instead.
 func (*StoreMeta) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{66}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *StoreMeta) GetSchemaVersion() uint32 {
@@ -5077,7 +5232,7 @@ var File_norsk_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a norsk/manager/v1/migration.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xc0\x1c\n" +
+	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a norsk/manager/v1/migration.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xef\x1d\n" +
 	"\aCommand\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x05audit\x18\x02 \x01(\v2\x1a.norsk.store.v1.AuditStampR\x05audit\x12:\n" +
@@ -5135,8 +5290,17 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x11set_node_draining\x187 \x01(\v2\x1f.norsk.store.v1.SetNodeDrainingH\x00R\x0fsetNodeDraining\x12M\n" +
 	"\x11set_node_instance\x18@ \x01(\v2\x1f.norsk.store.v1.SetNodeInstanceH\x00R\x0fsetNodeInstance\x12J\n" +
 	"\x10start_node_drain\x18V \x01(\v2\x1e.norsk.store.v1.StartNodeDrainH\x00R\x0estartNodeDrain\x12D\n" +
-	"\x0eput_node_drain\x18W \x01(\v2\x1c.norsk.store.v1.PutNodeDrainH\x00R\fputNodeDrainB\x05\n" +
-	"\x03cmd\"@\n" +
+	"\x0eput_node_drain\x18W \x01(\v2\x1c.norsk.store.v1.PutNodeDrainH\x00R\fputNodeDrain\x12H\n" +
+	"\x0fset_node_images\x18\x96\x01 \x01(\v2\x1d.norsk.store.v1.SetNodeImagesH\x00R\rsetNodeImages\x12c\n" +
+	"\x18record_images_prefetched\x18\x97\x01 \x01(\v2&.norsk.store.v1.RecordImagesPrefetchedH\x00R\x16recordImagesPrefetchedB\x05\n" +
+	"\x03cmd\"]\n" +
+	"\rSetNodeImages\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x123\n" +
+	"\x06images\x18\x02 \x03(\v2\x1b.norsk.manager.v1.HeldImageR\x06images\"\\\n" +
+	"\x16RecordImagesPrefetched\x12B\n" +
+	"\n" +
+	"prefetched\x18\x01 \x01(\v2\".norsk.manager.v1.ImagesPrefetchedR\n" +
+	"prefetched\"@\n" +
 	"\fCreateBundle\x120\n" +
 	"\x06bundle\x18\x01 \x01(\v2\x18.norsk.manager.v1.BundleR\x06bundle\"@\n" +
 	"\fUpdateBundle\x120\n" +
@@ -5298,7 +5462,7 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x0fInstanceReports\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12:\n" +
 	"\areports\x18\x02 \x03(\v2 .norsk.manager.v1.InstanceReportR\areports\x128\n" +
-	"\anotices\x18\x03 \x03(\v2\x1e.norsk.manager.v1.WorkerNoticeR\anotices\"\x9b\x03\n" +
+	"\anotices\x18\x03 \x03(\v2\x1e.norsk.manager.v1.WorkerNoticeR\anotices\"\xcc\x03\n" +
 	"\fRegisterSlot\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x12\n" +
@@ -5308,7 +5472,8 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x11provider_instance\x18\x06 \x01(\tR\x10providerInstance\x126\n" +
 	"\bhardware\x18\a \x01(\v2\x1a.norsk.manager.v1.HardwareR\bhardware\x12:\n" +
 	"\x04tags\x18\b \x03(\v2&.norsk.store.v1.RegisterSlot.TagsEntryR\x04tags\x125\n" +
-	"\x05cloud\x18\t \x01(\v2\x1f.norsk.manager.v1.CloudInstanceR\x05cloud\x1a7\n" +
+	"\x05cloud\x18\t \x01(\v2\x1f.norsk.manager.v1.CloudInstanceR\x05cloud\x12/\n" +
+	"\x13spare_by_reconciler\x18\x96\x01 \x01(\bR\x11spareByReconciler\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x01\n" +
@@ -5346,10 +5511,11 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"A\n" +
 	"\x0eNodeTerminated\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x9a\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xc0\x01\n" +
 	"\vSetNodeTags\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x129\n" +
-	"\x04tags\x18\x02 \x03(\v2%.norsk.store.v1.SetNodeTags.TagsEntryR\x04tags\x1a7\n" +
+	"\x04tags\x18\x02 \x03(\v2%.norsk.store.v1.SetNodeTags.TagsEntryR\x04tags\x12$\n" +
+	"\rby_reconciler\x18\x96\x01 \x01(\bR\fbyReconciler\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
@@ -5443,216 +5609,224 @@ func file_norsk_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_norsk_store_v1_store_proto_rawDescData
 }
 
-var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*Command)(nil),                     // 0: norsk.store.v1.Command
-	(*CreateBundle)(nil),                // 1: norsk.store.v1.CreateBundle
-	(*UpdateBundle)(nil),                // 2: norsk.store.v1.UpdateBundle
-	(*DeleteBundle)(nil),                // 3: norsk.store.v1.DeleteBundle
-	(*RemoveBundle)(nil),                // 4: norsk.store.v1.RemoveBundle
-	(*SetBundleJobDormant)(nil),         // 5: norsk.store.v1.SetBundleJobDormant
-	(*SetBundleStopTime)(nil),           // 6: norsk.store.v1.SetBundleStopTime
-	(*RenewBundleLease)(nil),            // 7: norsk.store.v1.RenewBundleLease
-	(*SetLeasesPaused)(nil),             // 8: norsk.store.v1.SetLeasesPaused
-	(*LeaseState)(nil),                  // 9: norsk.store.v1.LeaseState
-	(*MemberRecord)(nil),                // 10: norsk.store.v1.MemberRecord
-	(*ClusterMeta)(nil),                 // 11: norsk.store.v1.ClusterMeta
-	(*InitCluster)(nil),                 // 12: norsk.store.v1.InitCluster
-	(*ExpectMember)(nil),                // 13: norsk.store.v1.ExpectMember
-	(*MemberJoined)(nil),                // 14: norsk.store.v1.MemberJoined
-	(*MemberRetired)(nil),               // 15: norsk.store.v1.MemberRetired
-	(*SetGeneration)(nil),               // 16: norsk.store.v1.SetGeneration
-	(*CreateToken)(nil),                 // 17: norsk.store.v1.CreateToken
-	(*RevokeToken)(nil),                 // 18: norsk.store.v1.RevokeToken
-	(*PublishDiscovery)(nil),            // 19: norsk.store.v1.PublishDiscovery
-	(*PublishDiscoveryResult)(nil),      // 20: norsk.store.v1.PublishDiscoveryResult
-	(*RotateDiscovery)(nil),             // 21: norsk.store.v1.RotateDiscovery
-	(*PublishAccessReplica)(nil),        // 22: norsk.store.v1.PublishAccessReplica
-	(*AuditStamp)(nil),                  // 23: norsk.store.v1.AuditStamp
-	(*AppendAudit)(nil),                 // 24: norsk.store.v1.AppendAudit
-	(*PruneAudit)(nil),                  // 25: norsk.store.v1.PruneAudit
-	(*PruneAuditResult)(nil),            // 26: norsk.store.v1.PruneAuditResult
-	(*KvCommit)(nil),                    // 27: norsk.store.v1.KvCommit
-	(*MigrateSchema)(nil),               // 28: norsk.store.v1.MigrateSchema
-	(*CreateJob)(nil),                   // 29: norsk.store.v1.CreateJob
-	(*UpdateJob)(nil),                   // 30: norsk.store.v1.UpdateJob
-	(*DeleteJob)(nil),                   // 31: norsk.store.v1.DeleteJob
-	(*BindInstance)(nil),                // 32: norsk.store.v1.BindInstance
-	(*BindInstances)(nil),               // 33: norsk.store.v1.BindInstances
-	(*MigrationReports)(nil),            // 34: norsk.store.v1.MigrationReports
-	(*PutMigration)(nil),                // 35: norsk.store.v1.PutMigration
-	(*ForgetMigrations)(nil),            // 36: norsk.store.v1.ForgetMigrations
-	(*StartNodeDrain)(nil),              // 37: norsk.store.v1.StartNodeDrain
-	(*PutNodeDrain)(nil),                // 38: norsk.store.v1.PutNodeDrain
-	(*SetNodeDraining)(nil),             // 39: norsk.store.v1.SetNodeDraining
-	(*StopInstance)(nil),                // 40: norsk.store.v1.StopInstance
-	(*StartPreparedInstance)(nil),       // 41: norsk.store.v1.StartPreparedInstance
-	(*CompleteJob)(nil),                 // 42: norsk.store.v1.CompleteJob
-	(*MarkJobFailed)(nil),               // 43: norsk.store.v1.MarkJobFailed
-	(*InstanceReports)(nil),             // 44: norsk.store.v1.InstanceReports
-	(*RegisterSlot)(nil),                // 45: norsk.store.v1.RegisterSlot
-	(*SetNodeInstance)(nil),             // 46: norsk.store.v1.SetNodeInstance
-	(*MemberRegister)(nil),              // 47: norsk.store.v1.MemberRegister
-	(*DeregisterSlot)(nil),              // 48: norsk.store.v1.DeregisterSlot
-	(*SetSlotPool)(nil),                 // 49: norsk.store.v1.SetSlotPool
-	(*NodeOnline)(nil),                  // 50: norsk.store.v1.NodeOnline
-	(*NodeLost)(nil),                    // 51: norsk.store.v1.NodeLost
-	(*TerminateNode)(nil),               // 52: norsk.store.v1.TerminateNode
-	(*NodeTerminated)(nil),              // 53: norsk.store.v1.NodeTerminated
-	(*SetNodeTags)(nil),                 // 54: norsk.store.v1.SetNodeTags
-	(*SetNodeIdleExpiry)(nil),           // 55: norsk.store.v1.SetNodeIdleExpiry
-	(*JobRecord)(nil),                   // 56: norsk.store.v1.JobRecord
-	(*NodeRecord)(nil),                  // 57: norsk.store.v1.NodeRecord
-	(*SnapshotHeader)(nil),              // 58: norsk.store.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),             // 59: norsk.store.v1.SnapshotTrailer
-	(*SnapshotRecord)(nil),              // 60: norsk.store.v1.SnapshotRecord
-	(*TokenRecord)(nil),                 // 61: norsk.store.v1.TokenRecord
-	(*AccessReplicaState)(nil),          // 62: norsk.store.v1.AccessReplicaState
-	(*AuditState)(nil),                  // 63: norsk.store.v1.AuditState
-	(*KvRecord)(nil),                    // 64: norsk.store.v1.KvRecord
-	(*KvNamespace)(nil),                 // 65: norsk.store.v1.KvNamespace
-	(*StoreMeta)(nil),                   // 66: norsk.store.v1.StoreMeta
-	nil,                                 // 67: norsk.store.v1.RegisterSlot.TagsEntry
-	nil,                                 // 68: norsk.store.v1.SetNodeTags.TagsEntry
-	(*timestamppb.Timestamp)(nil),       // 69: google.protobuf.Timestamp
-	(*v1.Bundle)(nil),                   // 70: norsk.manager.v1.Bundle
-	(*v1.ApiToken)(nil),                 // 71: norsk.manager.v1.ApiToken
-	(*v1.DiscoveryFleet)(nil),           // 72: norsk.manager.v1.DiscoveryFleet
-	(*v1.AccessReplicaPublication)(nil), // 73: norsk.manager.v1.AccessReplicaPublication
-	(*v1.KvWrite)(nil),                  // 74: norsk.manager.v1.KvWrite
-	(*v1.KvCommitOptions)(nil),          // 75: norsk.manager.v1.KvCommitOptions
-	(*v1.Job)(nil),                      // 76: norsk.manager.v1.Job
-	(*v1.StartJobOptions)(nil),          // 77: norsk.manager.v1.StartJobOptions
-	(*v1.MigrationReport)(nil),          // 78: norsk.manager.v1.MigrationReport
-	(*v1.MigrationState)(nil),           // 79: norsk.manager.v1.MigrationState
-	(*v1.NodeDrain)(nil),                // 80: norsk.manager.v1.NodeDrain
-	(*v1.InstanceReport)(nil),           // 81: norsk.manager.v1.InstanceReport
-	(*v1.WorkerNotice)(nil),             // 82: norsk.manager.v1.WorkerNotice
-	(*v1.Hardware)(nil),                 // 83: norsk.manager.v1.Hardware
-	(*v1.CloudInstance)(nil),            // 84: norsk.manager.v1.CloudInstance
-	(*v1.Capability)(nil),               // 85: norsk.manager.v1.Capability
-	(*v1.WorkerHello)(nil),              // 86: norsk.manager.v1.WorkerHello
-	(*v1.JobHistoryEntry)(nil),          // 87: norsk.manager.v1.JobHistoryEntry
-	(*v1.Node)(nil),                     // 88: norsk.manager.v1.Node
-	(*v1.Instance)(nil),                 // 89: norsk.manager.v1.Instance
-	(*v1.AuditLogEntry)(nil),            // 90: norsk.manager.v1.AuditLogEntry
-	(*v1.AuditCheckpoint)(nil),          // 91: norsk.manager.v1.AuditCheckpoint
-	(*v1.KvEntry)(nil),                  // 92: norsk.manager.v1.KvEntry
+	(*SetNodeImages)(nil),               // 1: norsk.store.v1.SetNodeImages
+	(*RecordImagesPrefetched)(nil),      // 2: norsk.store.v1.RecordImagesPrefetched
+	(*CreateBundle)(nil),                // 3: norsk.store.v1.CreateBundle
+	(*UpdateBundle)(nil),                // 4: norsk.store.v1.UpdateBundle
+	(*DeleteBundle)(nil),                // 5: norsk.store.v1.DeleteBundle
+	(*RemoveBundle)(nil),                // 6: norsk.store.v1.RemoveBundle
+	(*SetBundleJobDormant)(nil),         // 7: norsk.store.v1.SetBundleJobDormant
+	(*SetBundleStopTime)(nil),           // 8: norsk.store.v1.SetBundleStopTime
+	(*RenewBundleLease)(nil),            // 9: norsk.store.v1.RenewBundleLease
+	(*SetLeasesPaused)(nil),             // 10: norsk.store.v1.SetLeasesPaused
+	(*LeaseState)(nil),                  // 11: norsk.store.v1.LeaseState
+	(*MemberRecord)(nil),                // 12: norsk.store.v1.MemberRecord
+	(*ClusterMeta)(nil),                 // 13: norsk.store.v1.ClusterMeta
+	(*InitCluster)(nil),                 // 14: norsk.store.v1.InitCluster
+	(*ExpectMember)(nil),                // 15: norsk.store.v1.ExpectMember
+	(*MemberJoined)(nil),                // 16: norsk.store.v1.MemberJoined
+	(*MemberRetired)(nil),               // 17: norsk.store.v1.MemberRetired
+	(*SetGeneration)(nil),               // 18: norsk.store.v1.SetGeneration
+	(*CreateToken)(nil),                 // 19: norsk.store.v1.CreateToken
+	(*RevokeToken)(nil),                 // 20: norsk.store.v1.RevokeToken
+	(*PublishDiscovery)(nil),            // 21: norsk.store.v1.PublishDiscovery
+	(*PublishDiscoveryResult)(nil),      // 22: norsk.store.v1.PublishDiscoveryResult
+	(*RotateDiscovery)(nil),             // 23: norsk.store.v1.RotateDiscovery
+	(*PublishAccessReplica)(nil),        // 24: norsk.store.v1.PublishAccessReplica
+	(*AuditStamp)(nil),                  // 25: norsk.store.v1.AuditStamp
+	(*AppendAudit)(nil),                 // 26: norsk.store.v1.AppendAudit
+	(*PruneAudit)(nil),                  // 27: norsk.store.v1.PruneAudit
+	(*PruneAuditResult)(nil),            // 28: norsk.store.v1.PruneAuditResult
+	(*KvCommit)(nil),                    // 29: norsk.store.v1.KvCommit
+	(*MigrateSchema)(nil),               // 30: norsk.store.v1.MigrateSchema
+	(*CreateJob)(nil),                   // 31: norsk.store.v1.CreateJob
+	(*UpdateJob)(nil),                   // 32: norsk.store.v1.UpdateJob
+	(*DeleteJob)(nil),                   // 33: norsk.store.v1.DeleteJob
+	(*BindInstance)(nil),                // 34: norsk.store.v1.BindInstance
+	(*BindInstances)(nil),               // 35: norsk.store.v1.BindInstances
+	(*MigrationReports)(nil),            // 36: norsk.store.v1.MigrationReports
+	(*PutMigration)(nil),                // 37: norsk.store.v1.PutMigration
+	(*ForgetMigrations)(nil),            // 38: norsk.store.v1.ForgetMigrations
+	(*StartNodeDrain)(nil),              // 39: norsk.store.v1.StartNodeDrain
+	(*PutNodeDrain)(nil),                // 40: norsk.store.v1.PutNodeDrain
+	(*SetNodeDraining)(nil),             // 41: norsk.store.v1.SetNodeDraining
+	(*StopInstance)(nil),                // 42: norsk.store.v1.StopInstance
+	(*StartPreparedInstance)(nil),       // 43: norsk.store.v1.StartPreparedInstance
+	(*CompleteJob)(nil),                 // 44: norsk.store.v1.CompleteJob
+	(*MarkJobFailed)(nil),               // 45: norsk.store.v1.MarkJobFailed
+	(*InstanceReports)(nil),             // 46: norsk.store.v1.InstanceReports
+	(*RegisterSlot)(nil),                // 47: norsk.store.v1.RegisterSlot
+	(*SetNodeInstance)(nil),             // 48: norsk.store.v1.SetNodeInstance
+	(*MemberRegister)(nil),              // 49: norsk.store.v1.MemberRegister
+	(*DeregisterSlot)(nil),              // 50: norsk.store.v1.DeregisterSlot
+	(*SetSlotPool)(nil),                 // 51: norsk.store.v1.SetSlotPool
+	(*NodeOnline)(nil),                  // 52: norsk.store.v1.NodeOnline
+	(*NodeLost)(nil),                    // 53: norsk.store.v1.NodeLost
+	(*TerminateNode)(nil),               // 54: norsk.store.v1.TerminateNode
+	(*NodeTerminated)(nil),              // 55: norsk.store.v1.NodeTerminated
+	(*SetNodeTags)(nil),                 // 56: norsk.store.v1.SetNodeTags
+	(*SetNodeIdleExpiry)(nil),           // 57: norsk.store.v1.SetNodeIdleExpiry
+	(*JobRecord)(nil),                   // 58: norsk.store.v1.JobRecord
+	(*NodeRecord)(nil),                  // 59: norsk.store.v1.NodeRecord
+	(*SnapshotHeader)(nil),              // 60: norsk.store.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),             // 61: norsk.store.v1.SnapshotTrailer
+	(*SnapshotRecord)(nil),              // 62: norsk.store.v1.SnapshotRecord
+	(*TokenRecord)(nil),                 // 63: norsk.store.v1.TokenRecord
+	(*AccessReplicaState)(nil),          // 64: norsk.store.v1.AccessReplicaState
+	(*AuditState)(nil),                  // 65: norsk.store.v1.AuditState
+	(*KvRecord)(nil),                    // 66: norsk.store.v1.KvRecord
+	(*KvNamespace)(nil),                 // 67: norsk.store.v1.KvNamespace
+	(*StoreMeta)(nil),                   // 68: norsk.store.v1.StoreMeta
+	nil,                                 // 69: norsk.store.v1.RegisterSlot.TagsEntry
+	nil,                                 // 70: norsk.store.v1.SetNodeTags.TagsEntry
+	(*timestamppb.Timestamp)(nil),       // 71: google.protobuf.Timestamp
+	(*v1.HeldImage)(nil),                // 72: norsk.manager.v1.HeldImage
+	(*v1.ImagesPrefetched)(nil),         // 73: norsk.manager.v1.ImagesPrefetched
+	(*v1.Bundle)(nil),                   // 74: norsk.manager.v1.Bundle
+	(*v1.ApiToken)(nil),                 // 75: norsk.manager.v1.ApiToken
+	(*v1.DiscoveryFleet)(nil),           // 76: norsk.manager.v1.DiscoveryFleet
+	(*v1.AccessReplicaPublication)(nil), // 77: norsk.manager.v1.AccessReplicaPublication
+	(*v1.KvWrite)(nil),                  // 78: norsk.manager.v1.KvWrite
+	(*v1.KvCommitOptions)(nil),          // 79: norsk.manager.v1.KvCommitOptions
+	(*v1.Job)(nil),                      // 80: norsk.manager.v1.Job
+	(*v1.StartJobOptions)(nil),          // 81: norsk.manager.v1.StartJobOptions
+	(*v1.MigrationReport)(nil),          // 82: norsk.manager.v1.MigrationReport
+	(*v1.MigrationState)(nil),           // 83: norsk.manager.v1.MigrationState
+	(*v1.NodeDrain)(nil),                // 84: norsk.manager.v1.NodeDrain
+	(*v1.InstanceReport)(nil),           // 85: norsk.manager.v1.InstanceReport
+	(*v1.WorkerNotice)(nil),             // 86: norsk.manager.v1.WorkerNotice
+	(*v1.Hardware)(nil),                 // 87: norsk.manager.v1.Hardware
+	(*v1.CloudInstance)(nil),            // 88: norsk.manager.v1.CloudInstance
+	(*v1.Capability)(nil),               // 89: norsk.manager.v1.Capability
+	(*v1.WorkerHello)(nil),              // 90: norsk.manager.v1.WorkerHello
+	(*v1.JobHistoryEntry)(nil),          // 91: norsk.manager.v1.JobHistoryEntry
+	(*v1.Node)(nil),                     // 92: norsk.manager.v1.Node
+	(*v1.Instance)(nil),                 // 93: norsk.manager.v1.Instance
+	(*v1.AuditLogEntry)(nil),            // 94: norsk.manager.v1.AuditLogEntry
+	(*v1.AuditCheckpoint)(nil),          // 95: norsk.manager.v1.AuditCheckpoint
+	(*v1.KvEntry)(nil),                  // 96: norsk.manager.v1.KvEntry
 }
 var file_norsk_store_v1_store_proto_depIdxs = []int32{
-	69,  // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
-	23,  // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
-	29,  // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
-	30,  // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
-	31,  // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
-	32,  // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
-	40,  // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
-	41,  // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
-	42,  // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
-	43,  // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
-	44,  // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
-	45,  // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
-	47,  // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
-	48,  // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
-	49,  // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
-	50,  // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
-	51,  // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
-	52,  // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
-	53,  // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
-	54,  // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
-	55,  // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
-	24,  // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
-	25,  // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
-	27,  // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
-	28,  // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
-	17,  // 25: norsk.store.v1.Command.create_token:type_name -> norsk.store.v1.CreateToken
-	18,  // 26: norsk.store.v1.Command.revoke_token:type_name -> norsk.store.v1.RevokeToken
-	19,  // 27: norsk.store.v1.Command.publish_discovery:type_name -> norsk.store.v1.PublishDiscovery
-	21,  // 28: norsk.store.v1.Command.rotate_discovery:type_name -> norsk.store.v1.RotateDiscovery
-	22,  // 29: norsk.store.v1.Command.publish_access_replica:type_name -> norsk.store.v1.PublishAccessReplica
-	12,  // 30: norsk.store.v1.Command.init_cluster:type_name -> norsk.store.v1.InitCluster
-	13,  // 31: norsk.store.v1.Command.expect_member:type_name -> norsk.store.v1.ExpectMember
-	14,  // 32: norsk.store.v1.Command.member_joined:type_name -> norsk.store.v1.MemberJoined
-	15,  // 33: norsk.store.v1.Command.member_retired:type_name -> norsk.store.v1.MemberRetired
-	16,  // 34: norsk.store.v1.Command.set_generation:type_name -> norsk.store.v1.SetGeneration
-	1,   // 35: norsk.store.v1.Command.create_bundle:type_name -> norsk.store.v1.CreateBundle
-	2,   // 36: norsk.store.v1.Command.update_bundle:type_name -> norsk.store.v1.UpdateBundle
-	3,   // 37: norsk.store.v1.Command.delete_bundle:type_name -> norsk.store.v1.DeleteBundle
-	4,   // 38: norsk.store.v1.Command.remove_bundle:type_name -> norsk.store.v1.RemoveBundle
-	5,   // 39: norsk.store.v1.Command.set_bundle_job_dormant:type_name -> norsk.store.v1.SetBundleJobDormant
-	6,   // 40: norsk.store.v1.Command.set_bundle_stop_time:type_name -> norsk.store.v1.SetBundleStopTime
-	7,   // 41: norsk.store.v1.Command.renew_bundle_lease:type_name -> norsk.store.v1.RenewBundleLease
-	8,   // 42: norsk.store.v1.Command.set_leases_paused:type_name -> norsk.store.v1.SetLeasesPaused
-	33,  // 43: norsk.store.v1.Command.bind_instances:type_name -> norsk.store.v1.BindInstances
-	34,  // 44: norsk.store.v1.Command.migration_reports:type_name -> norsk.store.v1.MigrationReports
-	35,  // 45: norsk.store.v1.Command.put_migration:type_name -> norsk.store.v1.PutMigration
-	36,  // 46: norsk.store.v1.Command.forget_migrations:type_name -> norsk.store.v1.ForgetMigrations
-	39,  // 47: norsk.store.v1.Command.set_node_draining:type_name -> norsk.store.v1.SetNodeDraining
-	46,  // 48: norsk.store.v1.Command.set_node_instance:type_name -> norsk.store.v1.SetNodeInstance
-	37,  // 49: norsk.store.v1.Command.start_node_drain:type_name -> norsk.store.v1.StartNodeDrain
-	38,  // 50: norsk.store.v1.Command.put_node_drain:type_name -> norsk.store.v1.PutNodeDrain
-	70,  // 51: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
-	70,  // 52: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
-	69,  // 53: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
-	69,  // 54: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
-	69,  // 55: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
-	10,  // 56: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
-	71,  // 57: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
-	72,  // 58: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	72,  // 59: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	73,  // 60: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	74,  // 61: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
-	75,  // 62: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
-	76,  // 63: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
-	76,  // 64: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
-	77,  // 65: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
-	32,  // 66: norsk.store.v1.BindInstances.binds:type_name -> norsk.store.v1.BindInstance
-	78,  // 67: norsk.store.v1.MigrationReports.reports:type_name -> norsk.manager.v1.MigrationReport
-	79,  // 68: norsk.store.v1.PutMigration.migration:type_name -> norsk.manager.v1.MigrationState
-	80,  // 69: norsk.store.v1.StartNodeDrain.drain:type_name -> norsk.manager.v1.NodeDrain
-	80,  // 70: norsk.store.v1.PutNodeDrain.drain:type_name -> norsk.manager.v1.NodeDrain
-	81,  // 71: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
-	82,  // 72: norsk.store.v1.InstanceReports.notices:type_name -> norsk.manager.v1.WorkerNotice
-	83,  // 73: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
-	67,  // 74: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
-	84,  // 75: norsk.store.v1.RegisterSlot.cloud:type_name -> norsk.manager.v1.CloudInstance
-	84,  // 76: norsk.store.v1.SetNodeInstance.cloud:type_name -> norsk.manager.v1.CloudInstance
-	83,  // 77: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
-	85,  // 78: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
-	86,  // 79: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
-	68,  // 80: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
-	76,  // 81: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
-	87,  // 82: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	69,  // 83: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
-	69,  // 84: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
-	88,  // 85: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
-	58,  // 86: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
-	56,  // 87: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
-	89,  // 88: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
-	57,  // 89: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
-	59,  // 90: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
-	90,  // 91: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
-	63,  // 92: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
-	64,  // 93: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
-	65,  // 94: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
-	66,  // 95: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
-	61,  // 96: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
-	72,  // 97: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
-	62,  // 98: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
-	10,  // 99: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
-	11,  // 100: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
-	70,  // 101: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
-	9,   // 102: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
-	79,  // 103: norsk.store.v1.SnapshotRecord.migration:type_name -> norsk.manager.v1.MigrationState
-	71,  // 104: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
-	73,  // 105: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	91,  // 106: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
-	92,  // 107: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
-	108, // [108:108] is the sub-list for method output_type
-	108, // [108:108] is the sub-list for method input_type
-	108, // [108:108] is the sub-list for extension type_name
-	108, // [108:108] is the sub-list for extension extendee
-	0,   // [0:108] is the sub-list for field type_name
+	71,  // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
+	25,  // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
+	31,  // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
+	32,  // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
+	33,  // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
+	34,  // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
+	42,  // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
+	43,  // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
+	44,  // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
+	45,  // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
+	46,  // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
+	47,  // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
+	49,  // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
+	50,  // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
+	51,  // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
+	52,  // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
+	53,  // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
+	54,  // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
+	55,  // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
+	56,  // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
+	57,  // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
+	26,  // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
+	27,  // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
+	29,  // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
+	30,  // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
+	19,  // 25: norsk.store.v1.Command.create_token:type_name -> norsk.store.v1.CreateToken
+	20,  // 26: norsk.store.v1.Command.revoke_token:type_name -> norsk.store.v1.RevokeToken
+	21,  // 27: norsk.store.v1.Command.publish_discovery:type_name -> norsk.store.v1.PublishDiscovery
+	23,  // 28: norsk.store.v1.Command.rotate_discovery:type_name -> norsk.store.v1.RotateDiscovery
+	24,  // 29: norsk.store.v1.Command.publish_access_replica:type_name -> norsk.store.v1.PublishAccessReplica
+	14,  // 30: norsk.store.v1.Command.init_cluster:type_name -> norsk.store.v1.InitCluster
+	15,  // 31: norsk.store.v1.Command.expect_member:type_name -> norsk.store.v1.ExpectMember
+	16,  // 32: norsk.store.v1.Command.member_joined:type_name -> norsk.store.v1.MemberJoined
+	17,  // 33: norsk.store.v1.Command.member_retired:type_name -> norsk.store.v1.MemberRetired
+	18,  // 34: norsk.store.v1.Command.set_generation:type_name -> norsk.store.v1.SetGeneration
+	3,   // 35: norsk.store.v1.Command.create_bundle:type_name -> norsk.store.v1.CreateBundle
+	4,   // 36: norsk.store.v1.Command.update_bundle:type_name -> norsk.store.v1.UpdateBundle
+	5,   // 37: norsk.store.v1.Command.delete_bundle:type_name -> norsk.store.v1.DeleteBundle
+	6,   // 38: norsk.store.v1.Command.remove_bundle:type_name -> norsk.store.v1.RemoveBundle
+	7,   // 39: norsk.store.v1.Command.set_bundle_job_dormant:type_name -> norsk.store.v1.SetBundleJobDormant
+	8,   // 40: norsk.store.v1.Command.set_bundle_stop_time:type_name -> norsk.store.v1.SetBundleStopTime
+	9,   // 41: norsk.store.v1.Command.renew_bundle_lease:type_name -> norsk.store.v1.RenewBundleLease
+	10,  // 42: norsk.store.v1.Command.set_leases_paused:type_name -> norsk.store.v1.SetLeasesPaused
+	35,  // 43: norsk.store.v1.Command.bind_instances:type_name -> norsk.store.v1.BindInstances
+	36,  // 44: norsk.store.v1.Command.migration_reports:type_name -> norsk.store.v1.MigrationReports
+	37,  // 45: norsk.store.v1.Command.put_migration:type_name -> norsk.store.v1.PutMigration
+	38,  // 46: norsk.store.v1.Command.forget_migrations:type_name -> norsk.store.v1.ForgetMigrations
+	41,  // 47: norsk.store.v1.Command.set_node_draining:type_name -> norsk.store.v1.SetNodeDraining
+	48,  // 48: norsk.store.v1.Command.set_node_instance:type_name -> norsk.store.v1.SetNodeInstance
+	39,  // 49: norsk.store.v1.Command.start_node_drain:type_name -> norsk.store.v1.StartNodeDrain
+	40,  // 50: norsk.store.v1.Command.put_node_drain:type_name -> norsk.store.v1.PutNodeDrain
+	1,   // 51: norsk.store.v1.Command.set_node_images:type_name -> norsk.store.v1.SetNodeImages
+	2,   // 52: norsk.store.v1.Command.record_images_prefetched:type_name -> norsk.store.v1.RecordImagesPrefetched
+	72,  // 53: norsk.store.v1.SetNodeImages.images:type_name -> norsk.manager.v1.HeldImage
+	73,  // 54: norsk.store.v1.RecordImagesPrefetched.prefetched:type_name -> norsk.manager.v1.ImagesPrefetched
+	74,  // 55: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	74,  // 56: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	71,  // 57: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
+	71,  // 58: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
+	71,  // 59: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
+	12,  // 60: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
+	75,  // 61: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
+	76,  // 62: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	76,  // 63: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	77,  // 64: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	78,  // 65: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
+	79,  // 66: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
+	80,  // 67: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
+	80,  // 68: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
+	81,  // 69: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
+	34,  // 70: norsk.store.v1.BindInstances.binds:type_name -> norsk.store.v1.BindInstance
+	82,  // 71: norsk.store.v1.MigrationReports.reports:type_name -> norsk.manager.v1.MigrationReport
+	83,  // 72: norsk.store.v1.PutMigration.migration:type_name -> norsk.manager.v1.MigrationState
+	84,  // 73: norsk.store.v1.StartNodeDrain.drain:type_name -> norsk.manager.v1.NodeDrain
+	84,  // 74: norsk.store.v1.PutNodeDrain.drain:type_name -> norsk.manager.v1.NodeDrain
+	85,  // 75: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
+	86,  // 76: norsk.store.v1.InstanceReports.notices:type_name -> norsk.manager.v1.WorkerNotice
+	87,  // 77: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
+	69,  // 78: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
+	88,  // 79: norsk.store.v1.RegisterSlot.cloud:type_name -> norsk.manager.v1.CloudInstance
+	88,  // 80: norsk.store.v1.SetNodeInstance.cloud:type_name -> norsk.manager.v1.CloudInstance
+	87,  // 81: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
+	89,  // 82: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
+	90,  // 83: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
+	70,  // 84: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
+	80,  // 85: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
+	91,  // 86: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	71,  // 87: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
+	71,  // 88: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
+	92,  // 89: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
+	60,  // 90: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
+	58,  // 91: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
+	93,  // 92: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
+	59,  // 93: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
+	61,  // 94: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
+	94,  // 95: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
+	65,  // 96: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
+	66,  // 97: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
+	67,  // 98: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
+	68,  // 99: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
+	63,  // 100: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
+	76,  // 101: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
+	64,  // 102: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
+	12,  // 103: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
+	13,  // 104: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
+	74,  // 105: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
+	11,  // 106: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
+	83,  // 107: norsk.store.v1.SnapshotRecord.migration:type_name -> norsk.manager.v1.MigrationState
+	75,  // 108: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
+	77,  // 109: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	95,  // 110: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
+	96,  // 111: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
+	112, // [112:112] is the sub-list for method output_type
+	112, // [112:112] is the sub-list for method input_type
+	112, // [112:112] is the sub-list for extension type_name
+	112, // [112:112] is the sub-list for extension extendee
+	0,   // [0:112] is the sub-list for field type_name
 }
 
 func init() { file_norsk_store_v1_store_proto_init() }
@@ -5710,8 +5884,10 @@ func file_norsk_store_v1_store_proto_init() {
 		(*Command_SetNodeInstance)(nil),
 		(*Command_StartNodeDrain)(nil),
 		(*Command_PutNodeDrain)(nil),
+		(*Command_SetNodeImages)(nil),
+		(*Command_RecordImagesPrefetched)(nil),
 	}
-	file_norsk_store_v1_store_proto_msgTypes[60].OneofWrappers = []any{
+	file_norsk_store_v1_store_proto_msgTypes[62].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Instance)(nil),
@@ -5737,7 +5913,7 @@ func file_norsk_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_store_v1_store_proto_rawDesc), len(file_norsk_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   69,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

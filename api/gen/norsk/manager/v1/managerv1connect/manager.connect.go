@@ -87,6 +87,8 @@ const (
 	// ManagerSetNodeIdleExpiryProcedure is the fully-qualified name of the Manager's SetNodeIdleExpiry
 	// RPC.
 	ManagerSetNodeIdleExpiryProcedure = "/norsk.manager.v1.Manager/SetNodeIdleExpiry"
+	// ManagerPrefetchImagesProcedure is the fully-qualified name of the Manager's PrefetchImages RPC.
+	ManagerPrefetchImagesProcedure = "/norsk.manager.v1.Manager/PrefetchImages"
 	// ManagerCreateMockNodeProcedure is the fully-qualified name of the Manager's CreateMockNode RPC.
 	ManagerCreateMockNodeProcedure = "/norsk.manager.v1.Manager/CreateMockNode"
 	// ManagerCreateAwsNodeProcedure is the fully-qualified name of the Manager's CreateAwsNode RPC.
@@ -260,6 +262,19 @@ type ManagerClient interface {
 	SetNodeTags(context.Context, *connect.Request[v1.SetNodeTagsRequest]) (*connect.Response[v1.SetNodeTagsResponse], error)
 	GetNodeIdleExpiry(context.Context, *connect.Request[v1.GetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error)
 	SetNodeIdleExpiry(context.Context, *connect.Request[v1.SetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error)
+	// PrefetchImages tells a node's worker to pull image refs now, so that a
+	// later start there finds them local. Answers as soon as the worker has
+	// been told (request_id names the request); each ref's outcome (pulled,
+	// already present, failed and why; digest and size) arrives on the event
+	// stream as its own images_prefetched event as the worker finishes it,
+	// with node_images_updated right behind it when the node's images
+	// changed.
+	// One ref's failure never fails the others. INVALID_ARGUMENT: no refs,
+	// more than 64, or a ref that is not an image reference (naming it);
+	// NOT_FOUND: no such node; FAILED_PRECONDITION: the node is not online
+	// or its runtime holds no images (process); UNAVAILABLE: its worker's
+	// stream is not up on the primary.
+	PrefetchImages(context.Context, *connect.Request[v1.PrefetchImagesRequest]) (*connect.Response[v1.PrefetchImagesResponse], error)
 	// CreateMockNode provisions an elastic node from the mock provider: one
 	// of its configured hosts boots a worker that registers as the new node
 	// (the way createAwsNode launches an instance). Answers once the host has
@@ -581,6 +596,12 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			httpClient,
 			baseURL+ManagerSetNodeIdleExpiryProcedure,
 			connect.WithSchema(managerMethods.ByName("SetNodeIdleExpiry")),
+			connect.WithClientOptions(opts...),
+		),
+		prefetchImages: connect.NewClient[v1.PrefetchImagesRequest, v1.PrefetchImagesResponse](
+			httpClient,
+			baseURL+ManagerPrefetchImagesProcedure,
+			connect.WithSchema(managerMethods.ByName("PrefetchImages")),
 			connect.WithClientOptions(opts...),
 		),
 		createMockNode: connect.NewClient[v1.CreateMockNodeRequest, v1.CreateMockNodeResponse](
@@ -953,6 +974,7 @@ type managerClient struct {
 	setNodeTags                 *connect.Client[v1.SetNodeTagsRequest, v1.SetNodeTagsResponse]
 	getNodeIdleExpiry           *connect.Client[v1.GetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
 	setNodeIdleExpiry           *connect.Client[v1.SetNodeIdleExpiryRequest, v1.NodeIdleExpiry]
+	prefetchImages              *connect.Client[v1.PrefetchImagesRequest, v1.PrefetchImagesResponse]
 	createMockNode              *connect.Client[v1.CreateMockNodeRequest, v1.CreateMockNodeResponse]
 	createAwsNode               *connect.Client[v1.CreateAwsNodeRequest, v1.CreateCloudNodeResponse]
 	createOciNode               *connect.Client[v1.CreateOciNodeRequest, v1.CreateCloudNodeResponse]
@@ -1125,6 +1147,11 @@ func (c *managerClient) GetNodeIdleExpiry(ctx context.Context, req *connect.Requ
 // SetNodeIdleExpiry calls norsk.manager.v1.Manager.SetNodeIdleExpiry.
 func (c *managerClient) SetNodeIdleExpiry(ctx context.Context, req *connect.Request[v1.SetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error) {
 	return c.setNodeIdleExpiry.CallUnary(ctx, req)
+}
+
+// PrefetchImages calls norsk.manager.v1.Manager.PrefetchImages.
+func (c *managerClient) PrefetchImages(ctx context.Context, req *connect.Request[v1.PrefetchImagesRequest]) (*connect.Response[v1.PrefetchImagesResponse], error) {
+	return c.prefetchImages.CallUnary(ctx, req)
 }
 
 // CreateMockNode calls norsk.manager.v1.Manager.CreateMockNode.
@@ -1448,6 +1475,19 @@ type ManagerHandler interface {
 	SetNodeTags(context.Context, *connect.Request[v1.SetNodeTagsRequest]) (*connect.Response[v1.SetNodeTagsResponse], error)
 	GetNodeIdleExpiry(context.Context, *connect.Request[v1.GetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error)
 	SetNodeIdleExpiry(context.Context, *connect.Request[v1.SetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error)
+	// PrefetchImages tells a node's worker to pull image refs now, so that a
+	// later start there finds them local. Answers as soon as the worker has
+	// been told (request_id names the request); each ref's outcome (pulled,
+	// already present, failed and why; digest and size) arrives on the event
+	// stream as its own images_prefetched event as the worker finishes it,
+	// with node_images_updated right behind it when the node's images
+	// changed.
+	// One ref's failure never fails the others. INVALID_ARGUMENT: no refs,
+	// more than 64, or a ref that is not an image reference (naming it);
+	// NOT_FOUND: no such node; FAILED_PRECONDITION: the node is not online
+	// or its runtime holds no images (process); UNAVAILABLE: its worker's
+	// stream is not up on the primary.
+	PrefetchImages(context.Context, *connect.Request[v1.PrefetchImagesRequest]) (*connect.Response[v1.PrefetchImagesResponse], error)
 	// CreateMockNode provisions an elastic node from the mock provider: one
 	// of its configured hosts boots a worker that registers as the new node
 	// (the way createAwsNode launches an instance). Answers once the host has
@@ -1765,6 +1805,12 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		ManagerSetNodeIdleExpiryProcedure,
 		svc.SetNodeIdleExpiry,
 		connect.WithSchema(managerMethods.ByName("SetNodeIdleExpiry")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerPrefetchImagesHandler := connect.NewUnaryHandler(
+		ManagerPrefetchImagesProcedure,
+		svc.PrefetchImages,
+		connect.WithSchema(managerMethods.ByName("PrefetchImages")),
 		connect.WithHandlerOptions(opts...),
 	)
 	managerCreateMockNodeHandler := connect.NewUnaryHandler(
@@ -2157,6 +2203,8 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerGetNodeIdleExpiryHandler.ServeHTTP(w, r)
 		case ManagerSetNodeIdleExpiryProcedure:
 			managerSetNodeIdleExpiryHandler.ServeHTTP(w, r)
+		case ManagerPrefetchImagesProcedure:
+			managerPrefetchImagesHandler.ServeHTTP(w, r)
 		case ManagerCreateMockNodeProcedure:
 			managerCreateMockNodeHandler.ServeHTTP(w, r)
 		case ManagerCreateAwsNodeProcedure:
@@ -2370,6 +2418,10 @@ func (UnimplementedManagerHandler) GetNodeIdleExpiry(context.Context, *connect.R
 
 func (UnimplementedManagerHandler) SetNodeIdleExpiry(context.Context, *connect.Request[v1.SetNodeIdleExpiryRequest]) (*connect.Response[v1.NodeIdleExpiry], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.SetNodeIdleExpiry is not implemented"))
+}
+
+func (UnimplementedManagerHandler) PrefetchImages(context.Context, *connect.Request[v1.PrefetchImagesRequest]) (*connect.Response[v1.PrefetchImagesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.PrefetchImages is not implemented"))
 }
 
 func (UnimplementedManagerHandler) CreateMockNode(context.Context, *connect.Request[v1.CreateMockNodeRequest]) (*connect.Response[v1.CreateMockNodeResponse], error) {

@@ -1,0 +1,201 @@
+package automanager
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
+)
+
+// SpareSpec is how many warm, empty elastic nodes a pool tier keeps (the
+// pool's spares: {count, warmFor, exclusive, instanceType}).
+type SpareSpec struct {
+	// Count is how many spares the tier keeps (0: none).
+	Count int
+	// WarmFor names bundle templates (bundle job names) or job ids whose
+	// images every spare is prefetched with; recovery of those prefers
+	// these spares.
+	WarmFor []string
+	// Exclusive spares take only the WarmFor templates (unless a placement
+	// overrides the reservation).
+	Exclusive bool
+	// InstanceType is the type a cloud tier's spares are created as (""
+	// = the tier's cheapest).
+	InstanceType string
+}
+
+// Spare actions.
+const (
+	// ActProvisionSpare creates a spare in elastic tier Pool through
+	// Provider, tagged with Tags.
+	ActProvisionSpare ActionKind = iota + 100
+	// ActReleaseSpare clears the spare tags of NodeID, a spare an instance
+	// was bound to: it is an ordinary node from then on.
+	ActReleaseSpare
+	// ActPrefetch tells NodeID's worker to pull Images.
+	ActPrefetch
+)
+
+// spareTags are the tags a spare of spec is created (and kept) with.
+func spareTags(spec SpareSpec) map[string]string {
+	t := map[string]string{placement.TagSpare: "true"}
+	if len(spec.WarmFor) > 0 {
+		t[placement.TagWarmFor] = strings.Join(spec.WarmFor, ",")
+		if spec.Exclusive {
+			t[placement.TagReservedFor] = strings.Join(spec.WarmFor, ",")
+		}
+	}
+	if spec.Exclusive {
+		t[placement.TagExclusive] = "true"
+	}
+	return t
+}
+
+// SpareRefetchAfter is how long the reconciler waits before asking a spare
+// that still lacks an image to prefetch it again.
+const SpareRefetchAfter = time.Minute
+
+// planSpares keeps each tier's spares: a spare an instance was bound to is
+// released (an ordinary node from then on, reaped once idle), a tier with
+// fewer online or starting empty spares than its count gets new ones (at
+// most MaxProvisionPerPass a pass, none while the tier is on hold), and an
+// online spare lacking an image of the templates it is warm for is told
+// to prefetch it (again after SpareRefetchAfter, prefetched remembers
+// when).
+func planSpares(d *Decision, v View, p Policy, now time.Time, prefetched map[string]time.Time) {
+	if len(p.Spares) == 0 {
+		return
+	}
+	tiers := make([]string, 0, len(p.Spares))
+	for t := range p.Spares {
+		tiers = append(tiers, t)
+	}
+	sort.Strings(tiers)
+	made := 0
+	for _, tier := range tiers {
+		spec := p.Spares[tier]
+		if spec.Count <= 0 {
+			continue
+		}
+		et, ok := elasticTier(p, tier)
+		if !ok {
+			continue
+		}
+		warm := v.Jobs
+		if v.WarmJobs != nil {
+			warm = v.WarmJobs
+		}
+		images := warmImages(warm, spec.WarmFor)
+		have := 0
+		for _, n := range v.Nodes {
+			if !n.GetElastic() || n.GetTags()[placement.TagPool] != tier || n.GetTags()[placement.TagSpare] != "true" {
+				continue
+			}
+			switch n.GetState() {
+			case nodeOnline, nodeStarting:
+			default:
+				continue // lost or ending: replaced, and reaped as any node
+			}
+			if len(n.GetInstances()) > 0 {
+				d.Actions = append(d.Actions, Action{Kind: ActReleaseSpare, NodeID: n.GetNodeId(), Pool: tier,
+					Reason: fmt.Sprintf("spare of tier %s consumed by %s/%s", tier, n.GetInstances()[0].GetJobId(), n.GetInstances()[0].GetRole())})
+				continue
+			}
+			have++
+			if n.GetState() != nodeOnline || n.GetDraining() {
+				continue
+			}
+			var missing []string
+			for _, img := range images {
+				if !holdsImage(n, img) {
+					missing = append(missing, img)
+				}
+			}
+			if len(missing) == 0 {
+				continue
+			}
+			key := n.GetNodeId() + "|" + strings.Join(missing, ",")
+			if at, ok := prefetched[key]; ok && now.Sub(at) < SpareRefetchAfter {
+				d.due(at.Add(SpareRefetchAfter))
+				continue
+			}
+			d.Actions = append(d.Actions, Action{Kind: ActPrefetch, NodeID: n.GetNodeId(), Images: missing, Pool: tier,
+				Reason: fmt.Sprintf("spare of tier %s warm for %s", tier, strings.Join(spec.WarmFor, ", "))})
+		}
+		if have >= spec.Count {
+			continue
+		}
+		if until, held := v.ProvisionHold[tier]; held && now.Before(until) {
+			d.due(until)
+			continue
+		}
+		for ; have < spec.Count && made < p.MaxProvisionPerPass; have++ {
+			act := Action{Kind: ActProvisionSpare, Provider: et.Provider, Pool: tier, Tags: spareTags(spec),
+				Reason: fmt.Sprintf("tier %s keeps %d spare(s), has %d", tier, spec.Count, have)}
+			if len(et.Types) > 0 {
+				t := et.Types[0]
+				if spec.InstanceType != "" {
+					i := slices.IndexFunc(et.Types, func(t ElasticType) bool { return t.Name == spec.InstanceType })
+					if i < 0 {
+						break // the tier does not offer it: nothing to create
+					}
+					t = et.Types[i]
+				}
+				act.Type = &t
+			}
+			d.Actions = append(d.Actions, act)
+			made++
+		}
+	}
+}
+
+// elasticTier is the elastic tier named tier.
+func elasticTier(p Policy, tier string) (ElasticTier, bool) {
+	for _, et := range p.Elastic {
+		if et.Tier == tier {
+			return et, true
+		}
+	}
+	return ElasticTier{}, false
+}
+
+// warmImages are the images, normalised and sorted, of the jobs a spare
+// warm for templates runs: jobs whose template tag, bundle job name or id
+// is one of them.
+func warmImages(jobs []*managerv1.JobWithHistory, templates []string) []string {
+	if len(templates) == 0 {
+		return nil
+	}
+	var out []string
+	for _, jh := range jobs {
+		job := jh.GetJob()
+		name := job.GetTags()[placement.TagTemplate]
+		if _, _, bundleName, ok := placement.BundleJobOf(job); ok && name == "" {
+			name = bundleName
+		}
+		if !slices.Contains(templates, name) && !slices.Contains(templates, job.GetJobId()) {
+			continue
+		}
+		for _, s := range job.GetServices() {
+			if ref := placement.NormalizeImageRef(s.GetImage()); ref != "" && !slices.Contains(out, ref) {
+				out = append(out, ref)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// holdsImage reports whether the node holds the normalised ref.
+func holdsImage(n *managerv1.Node, ref string) bool {
+	for _, h := range n.GetHeldImages() {
+		if placement.NormalizeImageRef(h.GetRef()) == ref {
+			return true
+		}
+	}
+	return false
+}

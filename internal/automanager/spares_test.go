@@ -1,0 +1,142 @@
+package automanager
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
+)
+
+func spareActions(d Decision) map[ActionKind][]Action {
+	out := map[ActionKind][]Action{}
+	for _, a := range d.Actions {
+		switch a.Kind {
+		case ActProvisionSpare, ActReleaseSpare, ActPrefetch:
+			out[a.Kind] = append(out[a.Kind], a)
+		}
+	}
+	return out
+}
+
+// spareNode is an elastic node of tier burst carrying the spare tags.
+func spareNode(id string, state managerv1.NodeState, held ...string) *managerv1.Node {
+	n := onlineElastic(id, "burst", "docker")
+	n.State = state
+	for k, v := range spareTags(SpareSpec{Count: 2, WarmFor: []string{"enc"}}) {
+		n.Tags[k] = v
+	}
+	for _, h := range held {
+		n.HeldImages = append(n.HeldImages, &managerv1.HeldImage{Ref: h})
+	}
+	return n
+}
+
+func TestPlanSpares(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	policy := Policy{
+		Elastic: []ElasticTier{{Tier: "burst", Provider: "mock", VCPUs: 2}},
+		Spares:  map[string]SpareSpec{"burst": {Count: 2, WarmFor: []string{"enc"}}},
+	}
+	encJob := &managerv1.JobWithHistory{Job: &managerv1.Job{JobId: "enc-1", Tags: map[string]string{placement.TagTemplate: "enc"},
+		Services: []*managerv1.Service{{Name: "main", Image: "127.0.0.1:5000/enc:v1"}}}}
+	const img = "127.0.0.1:5000/enc:v1"
+	consumed := spareNode("s-used", nodeOnline, img)
+	consumed.Instances = []*managerv1.InstanceSummary{{JobId: "enc-1", Role: "primary"}}
+
+	cases := []struct {
+		name       string
+		nodes      []*managerv1.Node
+		prefetched map[string]time.Time
+		hold       bool
+		provision  int
+		release    []string
+		prefetch   map[string][]string // node → images
+	}{
+		{name: "none yet", provision: 2},
+		{name: "one online and warm, one starting", nodes: []*managerv1.Node{spareNode("s1", nodeOnline, img), spareNode("s2", nodeStarting)}},
+		{name: "online but cold", nodes: []*managerv1.Node{spareNode("s1", nodeOnline), spareNode("s2", nodeOnline, img)},
+			prefetch: map[string][]string{"s1": {img}}},
+		{name: "asked a moment ago", nodes: []*managerv1.Node{spareNode("s1", nodeOnline), spareNode("s2", nodeOnline, img)},
+			prefetched: map[string]time.Time{"s1|" + img: t0.Add(-10 * time.Second)}},
+		{name: "lost is replaced", nodes: []*managerv1.Node{lost(spareNode("s1", nodeOnline, img)), spareNode("s2", nodeOnline, img)}, provision: 1},
+		{name: "consumed is released and replaced", nodes: []*managerv1.Node{consumed, spareNode("s2", nodeOnline, img)},
+			release: []string{"s-used"}, provision: 1},
+		{name: "held after a failed create", hold: true, provision: 0},
+		{name: "an ordinary elastic node is no spare", nodes: []*managerv1.Node{onlineElastic("e1", "burst", "docker")}, provision: 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := View{Nodes: tc.nodes, Jobs: []*managerv1.JobWithHistory{encJob}, Prefetched: tc.prefetched}
+			if tc.hold {
+				v.ProvisionHold = map[string]time.Time{"burst": t0.Add(time.Minute)}
+			}
+			d := Plan(v, policy, t0)
+			acts := spareActions(d)
+			if got := len(acts[ActProvisionSpare]); got != tc.provision {
+				t.Fatalf("%d spare(s) created, want %d: %+v", got, tc.provision, d.Actions)
+			}
+			for _, a := range acts[ActProvisionSpare] {
+				want := map[string]string{placement.TagSpare: "true", placement.TagWarmFor: "enc"}
+				if a.Pool != "burst" || a.Provider != "mock" || !reflect.DeepEqual(a.Tags, want) {
+					t.Errorf("spare create %+v, want pool burst via mock with tags %v", a, want)
+				}
+			}
+			var released []string
+			for _, a := range acts[ActReleaseSpare] {
+				released = append(released, a.NodeID)
+			}
+			if !reflect.DeepEqual(released, tc.release) {
+				t.Errorf("released %v, want %v", released, tc.release)
+			}
+			got := map[string][]string{}
+			for _, a := range acts[ActPrefetch] {
+				got[a.NodeID] = a.Images
+			}
+			if len(got) != len(tc.prefetch) || (len(got) > 0 && !reflect.DeepEqual(got, tc.prefetch)) {
+				t.Errorf("prefetches %v, want %v", got, tc.prefetch)
+			}
+			if tc.prefetched != nil && d.NextAt.IsZero() {
+				t.Error("a prefetch asked a moment ago sets no time to look again")
+			}
+		})
+	}
+}
+
+// TestRecoveryTakesAWarmSpare: a lost node's instance is re-placed on the
+// warm spare for its template, not on an ordinary node with room.
+func TestRecoveryTakesAWarmSpare(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	policy := Policy{
+		Elastic: []ElasticTier{{Tier: "burst", Provider: "mock", VCPUs: 2}},
+		Spares:  map[string]SpareSpec{"burst": {Count: 1, WarmFor: []string{"enc"}}},
+	}
+	ordinary := onlineElastic("a-ordinary", "burst", "docker")
+	ordinary.Hardware.Vcpus = 8
+	spare := spareNode("z-spare", nodeOnline, "127.0.0.1:5000/enc:v1")
+	gone := lost(onlineElastic("gone", "burst", "docker"))
+	jh := &managerv1.JobWithHistory{
+		Job: &managerv1.Job{JobId: "enc-1", Tags: map[string]string{placement.TagTemplate: "enc"}, AutoPlacement: &managerv1.AutoPlacement{},
+			Services: []*managerv1.Service{{Name: "main", Image: "127.0.0.1:5000/enc:v1"}}},
+		Instances: []*managerv1.Instance{{JobId: "enc-1", Role: "primary", NodeId: "gone", FencingToken: 3,
+			Phase: managerv1.InstancePhase_INSTANCE_PHASE_STOPPED, Desired: managerv1.InstanceDesired_INSTANCE_DESIRED_RUNNING,
+			StopReason: managerv1.StoppingReason_STOPPING_REASON_NODE_STOPPED}},
+	}
+	d := Plan(View{Nodes: []*managerv1.Node{ordinary, spare, gone}, Jobs: []*managerv1.JobWithHistory{jh}}, policy, t0)
+	for len(d.NeedHistory) > 0 {
+		jh.History = []*managerv1.JobHistoryEntry{}
+		d = Plan(View{Nodes: []*managerv1.Node{ordinary, spare, gone}, Jobs: []*managerv1.JobWithHistory{jh}}, policy, t0)
+	}
+	var on string
+	for _, a := range d.Actions {
+		if a.Kind == ActStart && a.JobID == "enc-1" {
+			on = a.NodeID
+		}
+	}
+	if on != "z-spare" {
+		t.Fatalf("recovered on %q, want the warm spare z-spare: %+v", on, d.Actions)
+	}
+}

@@ -1,0 +1,100 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"github.com/distribution/reference"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+)
+
+// MaxPrefetchRefs bounds one PrefetchImages call.
+const MaxPrefetchRefs = 64
+
+// maxImageRefLen bounds one image reference (Docker's own limit on a
+// repository name is 255; a tag and a digest come on top).
+const maxImageRefLen = 512
+
+// validateImageRefs checks a PrefetchImages call's refs: 1 to 64, each a
+// parseable image reference, none twice.
+func validateImageRefs(refs []string) error {
+	switch {
+	case len(refs) == 0:
+		return apierr.Invalid("imageRefs", "must name at least one image")
+	case len(refs) > MaxPrefetchRefs:
+		return apierr.Invalid("imageRefs", "names %d images (at most %d)", len(refs), MaxPrefetchRefs)
+	}
+	seen := map[string]int{}
+	for i, ref := range refs {
+		f := fmt.Sprintf("imageRefs[%d]", i)
+		if len(ref) > maxImageRefLen {
+			return apierr.Invalid(f, "is %d characters (at most %d)", len(ref), maxImageRefLen)
+		}
+		if _, err := reference.ParseNormalizedNamed(ref); err != nil {
+			return apierr.Invalid(f, "%s is not an image reference: %v", apierr.Quote(ref), err)
+		}
+		if j, dup := seen[ref]; dup {
+			return apierr.Invalid(f, "%s is also imageRefs[%d]", apierr.Quote(ref), j)
+		}
+		seen[ref] = i
+	}
+	return nil
+}
+
+// PrefetchImages tells a node's worker to pull images now; it answers once
+// the worker has acknowledged. The outcome comes on the event stream.
+func (h *handler) PrefetchImages(ctx context.Context, req *connect.Request[managerv1.PrefetchImagesRequest]) (*connect.Response[managerv1.PrefetchImagesResponse], error) {
+	m := req.Msg
+	rec, err := h.requireNode(m.GetNodeId())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if err := validateImageRefs(m.GetImageRefs()); err != nil {
+		return nil, toConnect(err)
+	}
+	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.PrefetchImagesResponse], error) {
+		return c.PrefetchImages(ctx, withAuth(req, connect.NewRequest(req.Msg)))
+	}); ok {
+		return out, err
+	}
+	n := rec.GetNode()
+	switch {
+	case n.GetState() != managerv1.NodeState_NODE_STATE_ONLINE:
+		return nil, toConnect(apierr.FailedPreconditionf("node %s is %s, not online: its worker cannot pull",
+			apierr.Quote(n.GetNodeId()), stateWord(n.GetState())))
+	case n.GetRuntime() == "process":
+		return nil, toConnect(apierr.FailedPreconditionf("node %s runs the process runtime, which holds no images", apierr.Quote(n.GetNodeId())))
+	}
+	ctl := h.s.controller()
+	if ctl == nil {
+		return nil, toConnect(apierr.Unavailablef("this member is not driving the workers (no primary term running); retry"))
+	}
+	id := randomToken("pf-", 8)
+	index := h.read().Index()
+	msg := &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_PrefetchImages{PrefetchImages: &managerv1.PrefetchImages{
+		ImageRefs: m.GetImageRefs(), RequestId: id,
+	}}}
+	if err := ctl.SendCommand(ctx, n.GetNodeId(), msg); err != nil {
+		return nil, toConnect(fmt.Errorf("prefetch on node %s: %w", n.GetNodeId(), err))
+	}
+	return connect.NewResponse(&managerv1.PrefetchImagesResponse{RequestId: id, Index: index}), nil
+}
+
+// stateWord names a node state as the CLI does ("lost", "starting").
+func stateWord(s managerv1.NodeState) string {
+	name := managerv1.NodeState_name[int32(s)]
+	if len(name) > len("NODE_STATE_") {
+		name = name[len("NODE_STATE_"):]
+	}
+	out := []byte(name)
+	for i, c := range out {
+		if c >= 'A' && c <= 'Z' {
+			out[i] = c + 'a' - 'A'
+		}
+	}
+	return string(out)
+}
