@@ -79,8 +79,15 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 	var err error
 	switch {
 	case after == 0 && req.Msg.GetSkipSnapshot():
+		// Live events only. The empty snapshot's initial_data_complete
+		// tells the client it is subscribed and the index live events
+		// start after (where it resumes from if the stream breaks).
 		sub = broker.SubscribeTail()
-		sub.Skip(h.read().Index())
+		idx := h.read().Index()
+		sub.Skip(idx)
+		err = send(&managerv1.Event{Index: idx, Timestamp: timestamppb.New(h.s.cfg.Clock.Now()), Kind: &managerv1.Event_InitialDataComplete{
+			InitialDataComplete: &managerv1.InitialDataComplete{Index: idx},
+		}})
 	case after == 0:
 		err = snapshot(false)
 	case after > h.read().Index():

@@ -1160,7 +1160,9 @@ func (s *Server) EventStream(ctx context.Context, req *connect.Request[managerv1
 	case after == 0 && !req.Msg.GetSkipSnapshot():
 		first, after = s.snapshot(false), s.index
 	case after == 0:
-		after = s.index
+		// Live only: the empty snapshot's initial_data_complete says
+		// the stream is subscribed, as the Manager's does.
+		first, after = []*managerv1.Event{{Index: s.index, Timestamp: timestamppb.New(s.now()), Kind: &managerv1.Event_InitialDataComplete{InitialDataComplete: &managerv1.InitialDataComplete{Index: s.index}}}}, s.index
 	case after+1 < s.heldFrom:
 		first, after = s.snapshot(true), s.index
 	}

@@ -781,7 +781,10 @@ type EventStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Resume after this index (0 = start with a snapshot of everything).
 	AfterIndex uint64 `protobuf:"varint,1,opt,name=after_index,json=afterIndex,proto3" json:"after_index,omitempty"`
-	// Skip the initial snapshot when starting from 0 (live events only).
+	// Skip the initial snapshot when starting from 0 (live events only). The
+	// stream then starts with an initial_data_complete and no snapshot events:
+	// it says the subscription is in place and carries the index the live
+	// events follow (the index to resume after).
 	SkipSnapshot  bool `protobuf:"varint,2,opt,name=skip_snapshot,json=skipSnapshot,proto3" json:"skip_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
