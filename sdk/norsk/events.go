@@ -91,9 +91,9 @@ type EventStream struct {
 	snapshotSeen   bool
 	attempt        int // consecutive failed connections
 
-	skipping bool     // the current connection asked for live events only
-	openErr  error    // why the connection opened by EventStream broke
-	openBad  bool     // it broke: Next handles openErr first
+	skipping bool  // the current connection asked for live events only
+	openErr  error // why the connection opened by EventStream broke
+	openBad  bool  // it broke: Next handles openErr first
 
 	snapshot []*Event // a snapshot being received; discarded on disconnect
 	ready    []*Event // accepted, not yet handed out
