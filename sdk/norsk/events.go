@@ -23,6 +23,18 @@ type EventStreamSettings struct {
 	// event committed after EventStream returned, and possibly a few from
 	// just before.
 	SkipSnapshot bool
+
+	// Filters, applied by the Manager before it sends: the stream carries
+	// the events that match every filter given (a filter matches an event
+	// about one of its values; snapshot events are filtered too, and
+	// initial_data_complete always comes). Nil = no filter. An unknown kind
+	// or an empty value ends the stream with ErrInvalidArgument. See
+	// EventKindOf, EventJobID, EventNodeIDs and EventBundleID for what an
+	// event is about.
+	Kinds     []EventKind
+	JobIDs    []string // job events, placements, migrations of these jobs
+	NodeIDs   []string // node events, and job, placement and migration events touching these nodes
+	BundleIDs []string // bundle events and the job events of their jobs
 }
 
 // EventStream follows the Manager's event stream, scanner style:
@@ -85,6 +97,7 @@ type EventStream struct {
 	// live event accepted; atLast: how many events of that index were
 	// accepted; toDrop: how many events of index last the current connection
 	// will resend and must be dropped.
+	filter         *managerv1.EventStreamRequest // the filter fields of every request
 	floor, last    uint64
 	atLast, toDrop int
 	skipSnapshot   bool
@@ -127,6 +140,10 @@ func (m *Manager) EventStream(ctx context.Context, s EventStreamSettings) *Event
 		stop:         context.AfterFunc(m.closed, cancel),
 		floor:        s.AfterIndex,
 		skipSnapshot: s.SkipSnapshot,
+		filter:       &managerv1.EventStreamRequest{JobIds: s.JobIDs, NodeIds: s.NodeIDs, BundleIds: s.BundleIDs},
+	}
+	for _, k := range s.Kinds {
+		es.filter.Kinds = append(es.filter.Kinds, string(k))
 	}
 	es.open()
 	return es
@@ -251,7 +268,8 @@ func (s *EventStream) Close() error {
 // resumeRequest is the request of the next connection and how many events
 // of index last it will send again.
 func (s *EventStream) resumeRequest() (*managerv1.EventStreamRequest, int) {
-	req := &managerv1.EventStreamRequest{AfterIndex: s.floor}
+	req := &managerv1.EventStreamRequest{AfterIndex: s.floor, Kinds: s.filter.GetKinds(),
+		JobIds: s.filter.GetJobIds(), NodeIds: s.filter.GetNodeIds(), BundleIds: s.filter.GetBundleIds()}
 	drop := 0
 	if s.last > 0 {
 		// Ask again for the last index: some of its events may not have

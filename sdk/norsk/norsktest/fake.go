@@ -61,6 +61,8 @@ import (
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/norsk-go/norsk-manager/pkg/eventsubject"
 )
 
 // DefaultIdleExpiry is the daemon-wide idle expiry the fake reports.
@@ -1149,6 +1151,10 @@ func (s *Server) SetNodeIdleExpiry(_ context.Context, req *connect.Request[manag
 // after after_index, then live events, until the client goes, the fault
 // hook ends the connection or the server closes.
 func (s *Server) EventStream(ctx context.Context, req *connect.Request[managerv1.EventStreamRequest], stream *connect.ServerStream[managerv1.Event]) error {
+	filter, err := eventsubject.NewFilter(req.Msg)
+	if err != nil {
+		return errorf(connect.CodeInvalidArgument, "%v", err)
+	}
 	s.mu.Lock()
 	conn := s.streamConns
 	s.streamConns++
@@ -1170,6 +1176,9 @@ func (s *Server) EventStream(ctx context.Context, req *connect.Request[managerv1
 
 	sent := 0
 	send := func(ev *managerv1.Event) error {
+		if !filter.Match(ev) {
+			return nil
+		}
 		s.mu.Lock()
 		fault := s.fault
 		s.mu.Unlock()
@@ -1183,7 +1192,7 @@ func (s *Server) EventStream(ctx context.Context, req *connect.Request[managerv1
 		sent++
 		return stream.Send(ev)
 	}
-	err := s.stream(ctx, stream, first, after, send)
+	err = s.stream(ctx, stream, first, after, send)
 	if errors.Is(err, errEnded) {
 		return nil
 	}
