@@ -119,13 +119,13 @@ func ExampleManager_KvCommit() {
 		log.Fatal(err)
 	}
 	defer m.Close()
-	cur, err := m.KvGet(ctx, "app", "config/region")
-	if err != nil {
-		log.Fatal(err)
-	}
 	var rev int64 // 0: the key must not exist
-	if cur != nil {
+	cur, err := m.KvGet(ctx, "app", "config/region")
+	switch {
+	case err == nil:
 		rev = cur.GetRevision()
+	case !errors.Is(err, norsk.ErrNotFound): // absent: create it
+		log.Fatal(err)
 	}
 	newRev, err := m.KvCommit(ctx, "app", []norsk.KvWrite{
 		norsk.KvPut("config/region", []byte("eu-north-1")).IfRevision(rev),
