@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -107,6 +108,50 @@ func ExampleManager_EventStream() {
 	}
 	if err := s.Err(); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// Start a job and wait for it to run, then migrate it and wait for the
+// migration to end: both waits follow the event stream (no polling). A
+// stream opened before an act, filtered to one job by the Manager, sees
+// what the act did.
+func ExampleManager_WaitForJob() {
+	ctx := context.Background()
+	m, err := norsk.Connect(ctx, norsk.Settings{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	s := m.EventStream(ctx, norsk.EventStreamSettings{SkipSnapshot: true, JobIDs: []string{"news.channel.0"}})
+	defer s.Close()
+
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	job, err := m.WaitForJob(wctx, "news.channel.0", "primary", norsk.InstancePhaseRunning)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("running:", job.GetInstances())
+	st, err := m.MigrateJob(ctx, "news.channel.0", norsk.MigrateOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err = m.WaitForMigration(wctx, st.GetMigrationId())
+	switch {
+	case err != nil:
+		log.Fatal(err)
+	case st.GetPhase() == norsk.PhaseAborted:
+		log.Fatalf("migration aborted: %s", st.GetAbortReason())
+	}
+	fmt.Println("moved to", st.GetTargetNodeId())
+
+	// What the stream saw of it, meanwhile.
+	for s.Next() {
+		ev := s.Event()
+		fmt.Println(ev.GetIndex(), norsk.EventKindOf(ev), norsk.EventNodeIDs(ev))
+		if norsk.EventMigration(ev).GetPhase() == norsk.PhaseDone {
+			break
+		}
 	}
 }
 
