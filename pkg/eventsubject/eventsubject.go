@@ -6,6 +6,8 @@
 package eventsubject
 
 import (
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
 )
@@ -126,6 +128,30 @@ func Of(ev *managerv1.Event) Subject {
 		s.JobID, s.MigrationID = m.GetSourceJobId(), m.GetMigrationId()
 		node(m.GetSourceNodeId())
 		node(m.GetTargetNodeId())
+	default:
+		// A kind this package does not list (added to the proto later,
+		// e.g. by a newer Manager): its message's own job_id, node_id,
+		// bundle_id and migration_id fields, when it has them.
+		fromFields(ev, &s, node)
 	}
 	return s
+}
+
+// fromFields reads the top-level id fields of ev's kind message.
+func fromFields(ev *managerv1.Event, s *Subject, node func(string)) {
+	m := ev.ProtoReflect()
+	fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("kind"))
+	if fd == nil || fd.Kind() != protoreflect.MessageKind {
+		return
+	}
+	msg := m.Get(fd).Message()
+	str := func(name protoreflect.Name) string {
+		f := msg.Descriptor().Fields().ByName(name)
+		if f == nil || f.Kind() != protoreflect.StringKind || f.IsList() || f.IsMap() {
+			return ""
+		}
+		return msg.Get(f).String()
+	}
+	s.JobID, s.BundleID, s.MigrationID = str("job_id"), str("bundle_id"), str("migration_id")
+	node(str("node_id"))
 }

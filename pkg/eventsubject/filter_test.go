@@ -69,3 +69,18 @@ func TestFilterInvalid(t *testing.T) {
 		}
 	}
 }
+
+// A kind without a case of its own (one added to the proto later) is read
+// from its message's id fields: the fallback, checked on a message that has
+// a node_id.
+func TestOfUnlistedKindReadsIDFields(t *testing.T) {
+	t.Parallel()
+	ev := &managerv1.Event{Kind: &managerv1.Event_LeaseStatus{LeaseStatus: &managerv1.LeaseStatus{}}}
+	if s := eventsubject.Of(ev); s.JobID != "" || len(s.NodeIDs) != 0 {
+		t.Errorf("Of(lease_status) = %+v, want nothing", s)
+	}
+	s := eventsubject.OfFieldsForTest(&managerv1.Event{Kind: &managerv1.Event_NodeSnapshot{NodeSnapshot: &managerv1.Node{NodeId: "n7"}}})
+	if len(s.NodeIDs) != 1 || s.NodeIDs[0] != "n7" {
+		t.Errorf("fromFields(node_snapshot) = %+v, want node n7", s)
+	}
+}
