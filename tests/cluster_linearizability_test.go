@@ -468,6 +468,9 @@ func (c *linzClient) get(ctx context.Context, cl *norsk.Manager, key string) err
 	call := c.now()
 	e, err := cl.KvGet(norsk.Linearizable(octx), c.ns, key)
 	ret := c.now()
+	if errors.Is(err, norsk.ErrNotFound) {
+		e, err = nil, nil // an absent key: a read that observed absence
+	}
 	if err != nil {
 		// A failed read observed nothing: drop it.
 		c.h.readFailed()

@@ -229,7 +229,7 @@ func TestKVCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &entry); err != nil || entry["revision"] != r1 || entry["createRevision"] != r1 || entry["value"] != "ZXUtd2VzdC0x" {
 		t.Errorf("kv get -o json = %v (%v)", entry, err)
 	}
-	f.fails(ExitError, `key "nope" of namespace "app": not found`, "kv", "get", "app", "nope")
+	f.fails(ExitError, `NOT_FOUND: key "nope" of namespace "app" not found`, "kv", "get", "app", "nope")
 	f.fails(ExitError, "INVALID_ARGUMENT", "kv", "get", "app", "bad\x00key")
 
 	// Guards.

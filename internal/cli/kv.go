@@ -54,9 +54,6 @@ An absent key exits 1 with "not found".`,
 			if err != nil {
 				return err
 			}
-			if e == nil {
-				return fmt.Errorf("key %q of namespace %q: %w", args[1], args[0], norsk.ErrNotFound)
-			}
 			if raw {
 				_, err := g.out.Write(e.GetValue())
 				return err

@@ -12,7 +12,9 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/events"
+	"github.com/norsk-go/norsk-manager/pkg/eventsubject"
 )
 
 // DefaultEventWriteTimeout is how long one event may take to reach a
@@ -26,8 +28,19 @@ const DefaultEventWriteTimeout = 30 * time.Second
 type rcKey struct{}
 
 func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv1.EventStreamRequest], stream *connect.ServerStream[managerv1.Event]) error {
+	filter, err := eventsubject.NewFilter(req.Msg)
+	if err != nil {
+		var fe *eventsubject.FieldError
+		if errors.As(err, &fe) {
+			return toConnect(apierr.Invalid(fe.Field, "%s", fe.Message))
+		}
+		return toConnect(err)
+	}
 	rc, _ := ctx.Value(rcKey{}).(*http.ResponseController)
 	send := func(e *managerv1.Event) error {
+		if !filter.Match(e) {
+			return nil // filtered here, before the write
+		}
 		if rc != nil {
 			// The deadline covers this write only: over HTTP/2 a deadline
 			// left set resets an idle stream when it passes.
@@ -76,11 +89,17 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 		}})
 	}
 	after := req.Msg.GetAfterIndex()
-	var err error
 	switch {
 	case after == 0 && req.Msg.GetSkipSnapshot():
+		// Live events only. The empty snapshot's initial_data_complete
+		// tells the client it is subscribed and the index live events
+		// start after (where it resumes from if the stream breaks).
 		sub = broker.SubscribeTail()
-		sub.Skip(h.read().Index())
+		idx := h.read().Index()
+		sub.Skip(idx)
+		err = send(&managerv1.Event{Index: idx, Timestamp: timestamppb.New(h.s.cfg.Clock.Now()), Kind: &managerv1.Event_InitialDataComplete{
+			InitialDataComplete: &managerv1.InitialDataComplete{Index: idx},
+		}})
 	case after == 0:
 		err = snapshot(false)
 	case after > h.read().Index():

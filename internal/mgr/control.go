@@ -128,12 +128,12 @@ func (s *Server) controlOnce(ctx context.Context) {
 // stale. It reports whether this norsk-mgr holds it.
 func (s *Server) checkLease(ctx context.Context) (bool, error) {
 	e, err := s.m.KvGet(norsk.Linearizable(ctx), rolestore.Namespace, LeaseKey)
-	if err != nil {
+	if err != nil && !errors.Is(err, norsk.ErrNotFound) {
 		return false, err
 	}
 	var doc *leaseDoc
 	var rev int64
-	if e != nil {
+	if err == nil { // absent: free
 		doc = &leaseDoc{}
 		if err := json.Unmarshal(e.GetValue(), doc); err != nil {
 			doc = nil // unreadable: take it over

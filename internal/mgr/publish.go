@@ -92,12 +92,12 @@ func (s *Server) publishReplica(ctx context.Context, takeover bool) error {
 		return nil
 	}
 	e, err := s.m.KvGet(norsk.Linearizable(ctx), rolestore.Namespace, PublishedKey)
-	if err != nil {
+	if err != nil && !errors.Is(err, norsk.ErrNotFound) {
 		return err
 	}
 	var prev *publishedDoc
 	var prevRev int64
-	if e != nil {
+	if err == nil { // absent: nothing published yet
 		prev = &publishedDoc{}
 		if err := json.Unmarshal(e.GetValue(), prev); err != nil {
 			prev = nil

@@ -48,10 +48,10 @@ type sessionKeysDoc struct {
 func loadSessionKeys(ctx context.Context, m *norsk.Manager) ([]sessionKey, error) {
 	for range 3 {
 		e, err := m.KvGet(ctx, rolestore.Namespace, SessionKeysKey)
-		if err != nil {
+		if err != nil && !errors.Is(err, norsk.ErrNotFound) {
 			return nil, err
 		}
-		if e != nil {
+		if err == nil {
 			var d sessionKeysDoc
 			if err := json.Unmarshal(e.GetValue(), &d); err != nil || len(d.Keys) == 0 {
 				return nil, fmt.Errorf("%s is unreadable: %v", SessionKeysKey, err)

@@ -214,8 +214,8 @@ func TestKV(t *testing.T) {
 	ctx := t.Context()
 
 	e, err := m.KvGet(ctx, "app", "a")
-	if e != nil || err != nil {
-		t.Fatalf("KvGet of an absent key = %v, %v; want nil, nil", e, err)
+	if e != nil || !errors.Is(err, norsk.ErrNotFound) || !strings.Contains(err.Error(), `key "a" of namespace "app" not found`) {
+		t.Fatalf("KvGet of an absent key = %v, %v; want nil and ErrNotFound naming the key", e, err)
 	}
 	r1, err := m.KvCommit(ctx, "app", []norsk.KvWrite{norsk.KvPut("a", []byte("1")).IfAbsent(), norsk.KvPut("b/x", nil), norsk.KvPut("b/y", []byte("y"))}, norsk.KvCommitOptions{})
 	if err != nil || r1 == 0 {
@@ -244,8 +244,8 @@ func TestKV(t *testing.T) {
 			t.Errorf("KvCommit(%v) = %v; want FAILED_PRECONDITION %q", tc.writes, err, tc.msg)
 		}
 	}
-	if e, _ := m.KvGet(ctx, "app", "new"); e != nil {
-		t.Errorf("a refused commit wrote %v", e)
+	if e, err := m.KvGet(ctx, "app", "new"); !errors.Is(err, norsk.ErrNotFound) {
+		t.Errorf("a refused commit wrote %v (KvGet = %v; want ErrNotFound)", e, err)
 	}
 	// Schema versions: set, then expect and bump with a delete.
 	if _, err := m.KvCommit(ctx, "app", nil, norsk.KvCommitOptions{SetSchemaVersion: norsk.Int64(1)}); err != nil {

@@ -19,8 +19,22 @@ type EventStreamSettings struct {
 	// (job_snapshot and node_snapshot events, then initial_data_complete
 	// carrying the snapshot's index).
 	AfterIndex uint64
-	// SkipSnapshot, with AfterIndex 0, starts with live events only.
+	// SkipSnapshot, with AfterIndex 0, starts with live events only: every
+	// event committed after EventStream returned, and possibly a few from
+	// just before.
 	SkipSnapshot bool
+
+	// Filters, applied by the Manager before it sends: the stream carries
+	// the events that match every filter given (a filter matches an event
+	// about one of its values; snapshot events are filtered too, and
+	// initial_data_complete always comes). Nil = no filter. An unknown kind
+	// or an empty value ends the stream with ErrInvalidArgument. See
+	// EventKindOf, EventJobID, EventNodeIDs and EventBundleID for what an
+	// event is about.
+	Kinds     []EventKind
+	JobIDs    []string // job events, placements, migrations of these jobs
+	NodeIDs   []string // node events, and job, placement and migration events touching these nodes
+	BundleIDs []string // bundle events and the job events of their jobs
 }
 
 // EventStream follows the Manager's event stream, scanner style:
@@ -57,11 +71,15 @@ type EventStreamSettings struct {
 // context and Close of the Manager; Err then returns it as an *Error. After
 // the stream's own Close, Err returns nil.
 //
-// Two corners cannot be resumed exactly, because after_index 0 means "a
-// snapshot": a stream started with SkipSnapshot that breaks before its first
-// event resumes from the live events of the moment it reconnects, and
-// events of store index 1 not yet received when a stream breaks are not
-// asked for again.
+// The stream is subscribed when EventStream returns: it connects at once
+// and, when it starts from a snapshot or from live events, waits for the
+// Manager's first message, so a caller can open a stream, then act, and see
+// the events of what it did. (A stream resuming from AfterIndex needs no
+// wait: what follows that index is held for it.)
+//
+// One corner cannot be resumed exactly, because after_index 0 means "a
+// snapshot": events of store index 1 not yet received when a stream breaks
+// are not asked for again.
 //
 // Next, Event and Err must be called from one goroutine; Close may be called
 // from any goroutine, at any time.
@@ -79,11 +97,16 @@ type EventStream struct {
 	// live event accepted; atLast: how many events of that index were
 	// accepted; toDrop: how many events of index last the current connection
 	// will resend and must be dropped.
+	filter         *managerv1.EventStreamRequest // the filter fields of every request
 	floor, last    uint64
 	atLast, toDrop int
 	skipSnapshot   bool
 	snapshotSeen   bool
 	attempt        int // consecutive failed connections
+
+	skipping bool  // the current connection asked for live events only
+	openErr  error // why the connection opened by EventStream broke
+	openBad  bool  // it broke: Next handles openErr first
 
 	snapshot []*Event // a snapshot being received; discarded on disconnect
 	ready    []*Event // accepted, not yet handed out
@@ -101,20 +124,53 @@ type EventStream struct {
 	wg     sync.WaitGroup
 }
 
-// EventStream opens the Manager's event stream. It connects lazily, on the
-// first Next; connection errors are reported by Err after Next returns
-// false. The stream ends when ctx is cancelled, when m is closed, or with
-// Close, which the caller must call.
+// EventStream opens the Manager's event stream. It connects before it
+// returns and, unless it resumes from s.AfterIndex, waits for the Manager's
+// first message (bounded by ctx), so the stream is subscribed: what the
+// caller does next is seen on it. A failed connection is not an error here:
+// Next retries it as any break, and Err reports what will not heal after
+// Next returns false. The stream ends when ctx is cancelled, when m is
+// closed, or with Close, which the caller must call.
 func (m *Manager) EventStream(ctx context.Context, s EventStreamSettings) *EventStream {
 	ctx, cancel := context.WithCancel(ctx)
-	return &EventStream{
+	es := &EventStream{
 		m:            m,
 		ctx:          ctx,
 		cancel:       cancel,
 		stop:         context.AfterFunc(m.closed, cancel),
 		floor:        s.AfterIndex,
 		skipSnapshot: s.SkipSnapshot,
+		filter:       &managerv1.EventStreamRequest{JobIds: s.JobIDs, NodeIds: s.NodeIDs, BundleIds: s.BundleIDs},
 	}
+	for _, k := range s.Kinds {
+		es.filter.Kinds = append(es.filter.Kinds, string(k))
+	}
+	es.open()
+	return es
+}
+
+// open makes the first connection and, for a snapshot or live-only start,
+// receives the first message: the Manager sends it once the subscription
+// is in place (a snapshot's first event, or the initial_data_complete that
+// starts a live-only stream).
+func (s *EventStream) open() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return // Next reports it
+	}
+	if err := s.dial(); err != nil {
+		s.openErr, s.openBad = err, true
+		return
+	}
+	if s.floor != 0 {
+		return
+	}
+	if s.stream.Receive() {
+		s.accept(s.stream.Msg())
+		return
+	}
+	s.openErr, s.openBad = s.stream.Err(), true
 }
 
 // Next waits for the next event and reports whether there is one; Event then
@@ -133,6 +189,11 @@ func (s *EventStream) Next() bool {
 		if s.ctx.Err() != nil {
 			s.finish(s.ctx.Err())
 			break
+		}
+		if s.openBad {
+			s.openBad = false
+			s.broken(s.openErr)
+			continue
 		}
 		if s.stream == nil {
 			if err := s.dial(); err != nil {
@@ -207,7 +268,8 @@ func (s *EventStream) Close() error {
 // resumeRequest is the request of the next connection and how many events
 // of index last it will send again.
 func (s *EventStream) resumeRequest() (*managerv1.EventStreamRequest, int) {
-	req := &managerv1.EventStreamRequest{AfterIndex: s.floor}
+	req := &managerv1.EventStreamRequest{AfterIndex: s.floor, Kinds: s.filter.GetKinds(),
+		JobIds: s.filter.GetJobIds(), NodeIds: s.filter.GetNodeIds(), BundleIds: s.filter.GetBundleIds()}
 	drop := 0
 	if s.last > 0 {
 		// Ask again for the last index: some of its events may not have
@@ -229,7 +291,7 @@ func (s *EventStream) resumeRequest() (*managerv1.EventStreamRequest, int) {
 // dial opens a connection asking for the events after the resume point.
 func (s *EventStream) dial() error {
 	req, drop := s.resumeRequest()
-	s.toDrop = drop
+	s.toDrop, s.skipping = drop, req.SkipSnapshot
 	stream, err := s.m.client.EventStream(s.ctx, connect.NewRequest(req))
 	if err != nil {
 		return err
@@ -294,6 +356,12 @@ func (s *EventStream) accept(ev *Event) {
 	case *managerv1.Event_JobSnapshot, *managerv1.Event_NodeSnapshot:
 		s.snapshot = append(s.snapshot, ev)
 	case *managerv1.Event_InitialDataComplete:
+		if s.skipping && len(s.snapshot) == 0 && !k.InitialDataComplete.GetResync() {
+			// The start of a live-only stream: nothing to deliver, but
+			// the index it resumes after.
+			s.floor, s.last, s.atLast, s.toDrop = k.InitialDataComplete.GetIndex(), 0, 0, 0
+			return
+		}
 		s.ready = append(s.ready, s.snapshot...)
 		s.ready = append(s.ready, ev)
 		s.snapshot = nil

@@ -379,3 +379,53 @@ func TestEventStreamReconnectsWhileServerDown(t *testing.T) {
 		t.Errorf("no reconnects counted")
 	}
 }
+
+// TestEventStreamSubscribedWhenOpened opens a stream, acts at once, and
+// sees the event of what it did: EventStream returns once subscribed.
+func TestEventStreamSubscribedWhenOpened(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		settings norsk.EventStreamSettings
+		first    []string
+	}{
+		{"live only", norsk.EventStreamSettings{SkipSnapshot: true}, nil},
+		{"snapshot", norsk.EventStreamSettings{}, []string{"complete(resync=false)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := norsktest.NewServer(t)
+			m := connectTo(t, srv)
+			s := m.EventStream(t.Context(), tc.settings)
+			defer s.Close()
+			if _, err := m.CreateJob(t.Context(), &norsk.Job{JobId: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			expect(t, s, append(tc.first, "created:a")...)
+		})
+	}
+}
+
+// TestEventStreamLiveOnlyResumesExactly breaks a live-only stream before
+// its first event: it resumes after the index it was subscribed at, so the
+// event committed while it was away is delivered.
+func TestEventStreamLiveOnlyResumesExactly(t *testing.T) {
+	t.Parallel()
+	srv := norsktest.NewServer(t)
+	m := connectTo(t, srv)
+	start := srv.AppendEvents(deleted("before"))
+	srv.SetStreamFault(func(conn, sent int, ev *managerv1.Event) error {
+		if conn == 0 && sent == 1 {
+			srv.AppendEvents(deleted("while away"))
+			return connect.NewError(connect.CodeUnavailable, errors.New("reset"))
+		}
+		return nil
+	})
+	s := m.EventStream(t.Context(), norsk.EventStreamSettings{SkipSnapshot: true})
+	defer s.Close()
+	srv.AppendEvents(deleted("after"))
+	expect(t, s, "after", "while away")
+	if reqs := srv.StreamRequests(); len(reqs) != 2 || reqs[1].GetAfterIndex() != start {
+		t.Errorf("stream requests = %v; want a resume after %d", reqs, start)
+	}
+}

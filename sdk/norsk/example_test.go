@@ -147,6 +147,50 @@ func ExampleManager_DrainNode() {
 	}
 }
 
+// Start a job and wait for it to run, then migrate it and wait for the
+// migration to end: both waits follow the event stream (no polling). A
+// stream opened before an act, filtered to one job by the Manager, sees
+// what the act did.
+func ExampleManager_WaitForJob() {
+	ctx := context.Background()
+	m, err := norsk.Connect(ctx, norsk.Settings{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	s := m.EventStream(ctx, norsk.EventStreamSettings{SkipSnapshot: true, JobIDs: []string{"news.channel.0"}})
+	defer s.Close()
+
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	job, err := m.WaitForJob(wctx, "news.channel.0", "primary", norsk.InstancePhaseRunning)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("running:", job.GetInstances())
+	st, err := m.MigrateJob(ctx, "news.channel.0", norsk.MigrateOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err = m.WaitForMigration(wctx, st.GetMigrationId())
+	switch {
+	case err != nil:
+		log.Fatal(err)
+	case st.GetPhase() == norsk.PhaseAborted:
+		log.Fatalf("migration aborted: %s", st.GetAbortReason())
+	}
+	fmt.Println("moved to", st.GetTargetNodeId())
+
+	// What the stream saw of it, meanwhile.
+	for s.Next() {
+		ev := s.Event()
+		fmt.Println(ev.GetIndex(), norsk.EventKindOf(ev), norsk.EventNodeIDs(ev))
+		if norsk.EventMigration(ev).GetPhase() == norsk.PhaseDone {
+			break
+		}
+	}
+}
+
 // Read a key, then update it only if nobody wrote it meanwhile; create
 // another only if it does not exist — in one all-or-nothing commit.
 func ExampleManager_KvCommit() {
@@ -156,13 +200,13 @@ func ExampleManager_KvCommit() {
 		log.Fatal(err)
 	}
 	defer m.Close()
-	cur, err := m.KvGet(ctx, "app", "config/region")
-	if err != nil {
-		log.Fatal(err)
-	}
 	var rev int64 // 0: the key must not exist
-	if cur != nil {
+	cur, err := m.KvGet(ctx, "app", "config/region")
+	switch {
+	case err == nil:
 		rev = cur.GetRevision()
+	case !errors.Is(err, norsk.ErrNotFound): // absent: create it
+		log.Fatal(err)
 	}
 	newRev, err := m.KvCommit(ctx, "app", []norsk.KvWrite{
 		norsk.KvPut("config/region", []byte("eu-north-1")).IfRevision(rev),

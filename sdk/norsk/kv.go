@@ -124,9 +124,11 @@ func (m *Manager) KvCommit(ctx context.Context, namespace string, writes []KvWri
 
 // KvGet returns one key of the namespace, with its revision (the revision
 // of its last write; pass it to IfRevision to update it safely) and create
-// revision, or (nil, nil) when the key is absent. An empty value is an entry
-// with an empty Value, not an absent key. Errors: ErrInvalidArgument (a bad
-// namespace or key).
+// revision. An absent key is ErrNotFound, as an absent job is for JobById
+// (the wire answer is an unset entry; the SDK maps it): test it with
+// errors.Is, and use revision 0 (IfAbsent) to create it. An empty value is
+// an entry with an empty Value, not an absent key. Errors: ErrNotFound,
+// ErrInvalidArgument (a bad namespace or key).
 func (m *Manager) KvGet(ctx context.Context, namespace, key string) (*KvEntry, error) {
 	const op = "KvGet"
 	if err := m.alive(op); err != nil {
@@ -135,6 +137,9 @@ func (m *Manager) KvGet(ctx context.Context, namespace, key string) (*KvEntry, e
 	res, err := m.client.KvGet(ctx, connect.NewRequest(&managerv1.KvGetRequest{Namespace: namespace, Key: key}))
 	if err != nil {
 		return nil, wrapError(op, err)
+	}
+	if res.Msg.GetEntry() == nil {
+		return nil, &Error{Op: op, Code: connect.CodeNotFound, Message: fmt.Sprintf("key %q of namespace %q not found", key, namespace)}
 	}
 	return res.Msg.GetEntry(), nil
 }

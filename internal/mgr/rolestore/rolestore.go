@@ -79,6 +79,7 @@ type User struct {
 }
 
 // KV is what the store needs of the Manager (a *norsk.Manager has it).
+// KvGet answers an error matching norsk.ErrNotFound for an absent key.
 type KV interface {
 	KvGet(ctx context.Context, namespace, key string) (*norsk.KvEntry, error)
 	KvList(ctx context.Context, namespace, keyPrefix string) ([]*norsk.KvEntry, int64, error)
@@ -184,7 +185,10 @@ type versionDoc struct {
 // revision of its key (0: absent).
 func (s *Store) Version(ctx context.Context) (version uint64, revision int64, err error) {
 	e, err := s.kv.KvGet(ctx, Namespace, VersionKey)
-	if err != nil || e == nil {
+	if errors.Is(err, norsk.ErrNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
 		return 0, 0, err
 	}
 	var d versionDoc
@@ -200,11 +204,11 @@ func (s *Store) Get(ctx context.Context, name string) (*User, error) {
 		return nil, err
 	}
 	e, err := s.kv.KvGet(ctx, Namespace, UserPrefix+name)
+	if errors.Is(err, norsk.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if e == nil {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
 	return decodeUser(e)
 }
@@ -291,10 +295,10 @@ func (s *Store) change(ctx context.Context, name string, write func(cur *User) (
 		}
 		var cur *User
 		e, err := s.kv.KvGet(ctx, Namespace, UserPrefix+name)
-		if err != nil {
+		if err != nil && !errors.Is(err, norsk.ErrNotFound) {
 			return err
 		}
-		if e != nil {
+		if err == nil {
 			if cur, err = decodeUser(e); err != nil {
 				return err
 			}

@@ -61,6 +61,8 @@ import (
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/norsk-go/norsk-manager/pkg/eventsubject"
 )
 
 // DefaultIdleExpiry is the daemon-wide idle expiry the fake reports.
@@ -1151,6 +1153,10 @@ func (s *Server) SetNodeIdleExpiry(_ context.Context, req *connect.Request[manag
 // after after_index, then live events, until the client goes, the fault
 // hook ends the connection or the server closes.
 func (s *Server) EventStream(ctx context.Context, req *connect.Request[managerv1.EventStreamRequest], stream *connect.ServerStream[managerv1.Event]) error {
+	filter, err := eventsubject.NewFilter(req.Msg)
+	if err != nil {
+		return errorf(connect.CodeInvalidArgument, "%v", err)
+	}
 	s.mu.Lock()
 	conn := s.streamConns
 	s.streamConns++
@@ -1162,7 +1168,9 @@ func (s *Server) EventStream(ctx context.Context, req *connect.Request[managerv1
 	case after == 0 && !req.Msg.GetSkipSnapshot():
 		first, after = s.snapshot(false), s.index
 	case after == 0:
-		after = s.index
+		// Live only: the empty snapshot's initial_data_complete says
+		// the stream is subscribed, as the Manager's does.
+		first, after = []*managerv1.Event{{Index: s.index, Timestamp: timestamppb.New(s.now()), Kind: &managerv1.Event_InitialDataComplete{InitialDataComplete: &managerv1.InitialDataComplete{Index: s.index}}}}, s.index
 	case after+1 < s.heldFrom:
 		first, after = s.snapshot(true), s.index
 	}
@@ -1170,6 +1178,9 @@ func (s *Server) EventStream(ctx context.Context, req *connect.Request[managerv1
 
 	sent := 0
 	send := func(ev *managerv1.Event) error {
+		if !filter.Match(ev) {
+			return nil
+		}
 		s.mu.Lock()
 		fault := s.fault
 		s.mu.Unlock()
@@ -1183,7 +1194,7 @@ func (s *Server) EventStream(ctx context.Context, req *connect.Request[managerv1
 		sent++
 		return stream.Send(ev)
 	}
-	err := s.stream(ctx, stream, first, after, send)
+	err = s.stream(ctx, stream, first, after, send)
 	if errors.Is(err, errEnded) {
 		return nil
 	}

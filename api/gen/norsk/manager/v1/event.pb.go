@@ -834,8 +834,29 @@ type EventStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Resume after this index (0 = start with a snapshot of everything).
 	AfterIndex uint64 `protobuf:"varint,1,opt,name=after_index,json=afterIndex,proto3" json:"after_index,omitempty"`
-	// Skip the initial snapshot when starting from 0 (live events only).
-	SkipSnapshot  bool `protobuf:"varint,2,opt,name=skip_snapshot,json=skipSnapshot,proto3" json:"skip_snapshot,omitempty"`
+	// Skip the initial snapshot when starting from 0 (live events only). The
+	// stream then starts with an initial_data_complete and no snapshot events:
+	// it says the subscription is in place and carries the index the live
+	// events follow (the index to resume after).
+	SkipSnapshot bool `protobuf:"varint,2,opt,name=skip_snapshot,json=skipSnapshot,proto3" json:"skip_snapshot,omitempty"`
+	// Filters, applied by the Manager before it sends (snapshot events
+	// included; initial_data_complete always passes). An event passes when it
+	// matches every filter given; a filter matches when the event concerns
+	// one of its values. Empty = no filter.
+	//
+	// kinds: the names of the Event's kind fields ("job_created",
+	// "migration_updated"); an unknown name is INVALID_ARGUMENT.
+	Kinds []string `protobuf:"bytes,40,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// job_ids: events about these jobs (job events, placements, migrations
+	// of them, as their source job).
+	JobIds []string `protobuf:"bytes,41,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	// node_ids: events about these nodes (node and slot events, job events
+	// of jobs with an instance on them, placements onto or away from them,
+	// migrations from or to them).
+	NodeIds []string `protobuf:"bytes,42,rep,name=node_ids,json=nodeIds,proto3" json:"node_ids,omitempty"`
+	// bundle_ids: events about these bundles (bundle events and the job
+	// events of their jobs).
+	BundleIds     []string `protobuf:"bytes,43,rep,name=bundle_ids,json=bundleIds,proto3" json:"bundle_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -882,6 +903,34 @@ func (x *EventStreamRequest) GetSkipSnapshot() bool {
 		return x.SkipSnapshot
 	}
 	return false
+}
+
+func (x *EventStreamRequest) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *EventStreamRequest) GetJobIds() []string {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *EventStreamRequest) GetNodeIds() []string {
+	if x != nil {
+		return x.NodeIds
+	}
+	return nil
+}
+
+func (x *EventStreamRequest) GetBundleIds() []string {
+	if x != nil {
+		return x.BundleIds
+	}
+	return nil
 }
 
 var File_norsk_manager_v1_event_proto protoreflect.FileDescriptor
@@ -941,11 +990,16 @@ const file_norsk_manager_v1_event_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\v2\x16.norsk.manager.v1.NodeR\x04node\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"E\n" +
 	"\x10ClusterSlotEvent\x121\n" +
-	"\x04slot\x18\x01 \x01(\v2\x1d.norsk.manager.v1.ClusterSlotR\x04slot\"Z\n" +
+	"\x04slot\x18\x01 \x01(\v2\x1d.norsk.manager.v1.ClusterSlotR\x04slot\"\xc3\x01\n" +
 	"\x12EventStreamRequest\x12\x1f\n" +
 	"\vafter_index\x18\x01 \x01(\x04R\n" +
 	"afterIndex\x12#\n" +
-	"\rskip_snapshot\x18\x02 \x01(\bR\fskipSnapshotBFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
+	"\rskip_snapshot\x18\x02 \x01(\bR\fskipSnapshot\x12\x14\n" +
+	"\x05kinds\x18( \x03(\tR\x05kinds\x12\x17\n" +
+	"\ajob_ids\x18) \x03(\tR\x06jobIds\x12\x19\n" +
+	"\bnode_ids\x18* \x03(\tR\anodeIds\x12\x1d\n" +
+	"\n" +
+	"bundle_ids\x18+ \x03(\tR\tbundleIdsBFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
 
 var (
 	file_norsk_manager_v1_event_proto_rawDescOnce sync.Once
