@@ -520,7 +520,10 @@ func TestEventsCommand(t *testing.T) {
 		t.Errorf("events table without its header:\n%s", out.String())
 	}
 
-	// Filters: by kind (either spelling), by job, by node.
+	f.fails(ExitUsage, `--kind "jobsCreated" is no event kind`, "events", "--kind", "jobsCreated")
+
+	// Filters (the Manager applies them): by kind (either spelling), by
+	// job, by node.
 	f.ok("job", "create", "-f", writeFile(t, "j2.yaml", "jobId: j2"))
 	f.ok("job", "create", "-f", writeFile(t, "j3.yaml", "jobId: j3"))
 	f.ok("job", "delete", "j3")

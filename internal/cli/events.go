@@ -26,8 +26,9 @@ itself after a disconnect, missing nothing. With -o json each event is one
 JSON object on its own line.
 
 --kind (repeatable: job_created or jobCreated), --job, --node and --bundle
-print only the events of those kinds that name that job, node or bundle
-anywhere in them (a job's events name its instances' nodes).`,
+have the Manager send only the events of those kinds that concern that job,
+node or bundle (a job's events concern its instances' nodes; a bundle's,
+its jobs).`,
 		Example: `  norsk-ctl events --no-snapshot --kind node_lost --kind node_online
   norsk-ctl events --job news.channel.0 -o json`,
 		Args: exactArgs(),
@@ -39,16 +40,17 @@ anywhere in them (a job's events name its instances' nodes).`,
 			if err != nil {
 				return err
 			}
-			s := m.EventStream(cmd.Context(), norsk.EventStreamSettings{AfterIndex: after, SkipSnapshot: noSnapshot})
+			settings := norsk.EventStreamSettings{AfterIndex: after, SkipSnapshot: noSnapshot}
+			if err := filter.apply(&settings); err != nil {
+				return err
+			}
+			s := m.EventStream(cmd.Context(), settings)
 			defer s.Close()
 			p := g.printer()
 			if _, table := p.(*tablePrinter); table {
 				fmt.Fprintf(g.out, "%-8s %-24s  %-26s %s\n", "INDEX", "TIME", "KIND", "SUBJECT")
 			}
 			for s.Next() {
-				if filter.active() && !filter.match(s.Event()) {
-					continue
-				}
 				if err := p.Event(s.Event()); err != nil {
 					return fmt.Errorf("print event: %w", err)
 				}

@@ -3,67 +3,47 @@ package cli
 import (
 	"strings"
 
-	"google.golang.org/protobuf/reflect/protoreflect"
-
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
-// eventFilter is events' --kind, --job, --node and --bundle: an event
-// passes when it is of one of the kinds (if any are given) and names each
-// of the job, node and bundle given, anywhere in it (a job's instances
-// name their nodes; a bundle's replica jobs their bundle).
+// eventFilter is events' --kind, --job, --node and --bundle, which the
+// Manager applies before it sends (EventStreamSettings' filters).
 type eventFilter struct {
 	kinds             []string
 	job, node, bundle string
 }
 
-func (f *eventFilter) active() bool {
-	return len(f.kinds) > 0 || f.job != "" || f.node != "" || f.bundle != ""
-}
-
 // kindKey folds job_created, jobCreated and JobCreated together.
 func kindKey(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
 
-func (f *eventFilter) match(ev *norsk.Event) bool {
-	if len(f.kinds) > 0 {
-		k, ok := kindKey(eventKind(ev)), false
-		for _, want := range f.kinds {
-			ok = ok || kindKey(want) == k
-		}
-		if !ok {
-			return false
-		}
-	}
-	if f.job == "" && f.node == "" && f.bundle == "" {
-		return true
-	}
-	names := map[string]map[string]bool{"job_id": {}, "node_id": {}, "bundle_id": {}}
-	collectIDs(ev.ProtoReflect(), names, 0)
-	return (f.job == "" || names["job_id"][f.job]) &&
-		(f.node == "" || names["node_id"][f.node]) &&
-		(f.bundle == "" || names["bundle_id"][f.bundle])
-}
-
-// collectIDs gathers the values of the id fields in names, at any depth
-// (bounded: events are shallow).
-func collectIDs(m protoreflect.Message, names map[string]map[string]bool, depth int) {
-	if depth > 8 {
-		return
-	}
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		switch {
-		case fd.Kind() == protoreflect.StringKind && !fd.IsList() && !fd.IsMap():
-			if set, ok := names[string(fd.Name())]; ok {
-				set[v.String()] = true
+// apply puts the filter in s; a kind that is none is a usage error naming
+// the kinds there are.
+func (f *eventFilter) apply(s *norsk.EventStreamSettings) error {
+	all := norsk.EventKinds()
+	for _, k := range f.kinds {
+		found := false
+		for _, c := range all {
+			if kindKey(string(c)) == kindKey(k) {
+				s.Kinds, found = append(s.Kinds, c), true
+				break
 			}
-		case fd.Kind() == protoreflect.MessageKind && fd.IsList():
-			l := v.List()
-			for i := 0; i < l.Len(); i++ {
-				collectIDs(l.Get(i).Message(), names, depth+1)
-			}
-		case fd.Kind() == protoreflect.MessageKind && !fd.IsMap():
-			collectIDs(v.Message(), names, depth+1)
 		}
-		return true
-	})
+		if !found {
+			names := make([]string, len(all))
+			for i, c := range all {
+				names[i] = string(c)
+			}
+			return usageErrorf("--kind %q is no event kind (one of %s)", k, strings.Join(names, ", "))
+		}
+	}
+	if f.job != "" {
+		s.JobIDs = []string{f.job}
+	}
+	if f.node != "" {
+		s.NodeIDs = []string{f.node}
+	}
+	if f.bundle != "" {
+		s.BundleIDs = []string{f.bundle}
+	}
+	return nil
 }
