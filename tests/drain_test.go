@@ -86,7 +86,10 @@ func TestDrainSurvivesPrimaryKill(t *testing.T) {
 	if !strings.Contains(out.String(), "already being drained") || !strings.Contains(out.String(), fmt.Sprintf("%d/%d moved", jobs, jobs)) {
 		t.Errorf("re-attach output lacks the attach or the summary:\n%s", out.String())
 	}
-	d = drainOf(p)
+	c.Eventually("the new primary to answer with the drain", func() bool {
+		d = drainOf(p)
+		return d != nil
+	})
 	if d.GetState() != norsk.DrainDrained || d.GetMoved() != jobs || d.GetTotal() != jobs {
 		t.Fatalf("drain after the failover: %s %s", norsk.DrainStateName(d.GetState()), d.GetSummary())
 	}
