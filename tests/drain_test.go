@@ -90,7 +90,10 @@ func TestDrainSurvivesPrimaryKill(t *testing.T) {
 	// The drain may have outlasted the first context (a handover that timed
 	// out is retried): read with a fresh one.
 	x = ctx(t)
-	d = drainOf(p)
+	c.Eventually("the new primary to answer with the drain", func() bool {
+		d = drainOf(p)
+		return d != nil
+	})
 	if d.GetState() != norsk.DrainDrained || d.GetMoved() != jobs || d.GetTotal() != jobs {
 		t.Fatalf("drain after the failover: %s %s", norsk.DrainStateName(d.GetState()), d.GetSummary())
 	}

@@ -168,7 +168,29 @@ func (g *globals) followDrain(ctx context.Context, m *norsk.Manager, d *norsk.No
 	show(d)
 	failures := 0
 	for d.GetState() == norsk.DrainRunning {
-		s := m.EventStream(ctx, norsk.EventStreamSettings{AfterIndex: d.GetRevision(), SkipSnapshot: true})
+		// The stream is the live path; a poll every few seconds backs it
+		// (a member whose stream stalls across a failover): when the
+		// drain moved on without an event, the stream is ended and the
+		// drain read.
+		sctx, cancel := context.WithCancel(ctx)
+		polled := make(chan struct{})
+		go func(rev uint64) {
+			defer close(polled)
+			t := time.NewTicker(3 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-sctx.Done():
+					return
+				case <-t.C:
+				}
+				if cur, err := m.NodeDrain(sctx, d.GetNodeId()); err == nil && cur.GetRevision() > rev {
+					cancel()
+					return
+				}
+			}
+		}(d.GetRevision())
+		s := m.EventStream(sctx, norsk.EventStreamSettings{AfterIndex: d.GetRevision(), SkipSnapshot: true})
 		for s.Next() {
 			failures = 0
 			u := s.Event().GetNodeDrainUpdated()
@@ -183,6 +205,8 @@ func (g *globals) followDrain(ctx context.Context, m *norsk.Manager, d *norsk.No
 		}
 		err := s.Err()
 		s.Close()
+		cancel()
+		<-polled
 		if d.GetState() != norsk.DrainRunning {
 			break
 		}
@@ -203,6 +227,9 @@ func (g *globals) followDrain(ctx context.Context, m *norsk.Manager, d *norsk.No
 		case <-t.C:
 		}
 		if cur, err := m.NodeDrain(ctx, d.GetNodeId()); err == nil && cur.GetRevision() >= d.GetRevision() {
+			if cur.GetRevision() > d.GetRevision() {
+				failures = 0 // it moved on: the follow is working
+			}
 			d = cur
 			show(d)
 		} else if errors.Is(err, norsk.ErrNotFound) {
