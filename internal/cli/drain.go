@@ -53,8 +53,10 @@ finishes) and lets the node take new work again.`,
 		ValidArgsFunction: g.completeNodeIDs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			node := args[0]
-			opts := norsk.DrainOptions{Undo: undo, NoDeadline: noDeadline, Parallel: parallel}
+			// An undo carries no other option (the Manager refuses one that does).
+			opts := norsk.DrainOptions{Undo: true}
 			if !undo {
+				opts = norsk.DrainOptions{NoDeadline: noDeadline, Parallel: parallel}
 				s, err := parseStrategy(strategy)
 				if err != nil {
 					return err

@@ -336,7 +336,7 @@ func eventSubject(ev *norsk.Event) string {
 		d := k.NodeDrainUpdated
 		return fmt.Sprintf("node %s drain %s: %s", d.GetNodeId(), norsk.DrainStateName(d.GetState()), d.GetSummary())
 	}
-	if m := migrationEventOf(ev); m != nil {
+	if m := norsk.EventMigrationStep(ev); m != nil {
 		s := fmt.Sprintf("migration %s: job %s %s on %s", m.GetMigrationId(), m.GetJobKey().GetJobId(), m.GetJobKey().GetRole(), m.GetNodeId())
 		if m.GetRefused() != "" {
 			s += " refused: " + m.GetRefused()
@@ -349,24 +349,6 @@ func eventSubject(ev *norsk.Event) string {
 	return "-"
 }
 
-// migrationEventOf is a handshake event's body (nil for other events).
-func migrationEventOf(ev *norsk.Event) *norsk.MigrationEvent {
-	switch k := ev.GetKind().(type) {
-	case *norsk.Event_MigrationState:
-		return k.MigrationState
-	case *norsk.Event_MigrationInitialStateDelivered:
-		return k.MigrationInitialStateDelivered
-	case *norsk.Event_MigrationTargetReady:
-		return k.MigrationTargetReady
-	case *norsk.Event_MigrationSourceStoppedOutput:
-		return k.MigrationSourceStoppedOutput
-	case *norsk.Event_MigrationTargetApplied:
-		return k.MigrationTargetApplied
-	case *norsk.Event_MigrationAborted:
-		return k.MigrationAborted
-	}
-	return nil
-}
 
 func jobSubject(e *norsk.JobEvent) string {
 	s := "job " + e.GetJob().GetJob().GetJobId()

@@ -191,3 +191,14 @@ func TestJobGetUpdateRoundTrip(t *testing.T) {
 }
 
 func again(f *fixture, format string) string { return f.ok("job", "get", "rt-1", "-o", format) }
+
+// node drain --undo sends the undo alone (the Manager refuses an undo that
+// carries options, and the flags have defaults).
+func TestDrainUndoCarriesNoOption(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.srv.AddNode(&managerv1.Node{NodeId: "node-1"})
+	f.ok("node", "drain", "node-1", "--no-wait")
+	f.ok("node", "drain", "node-1", "--undo")
+	f.fails(ExitUsage, "--undo takes no other drain option", "node", "drain", "node-1", "--undo", "--parallel", "3")
+}
