@@ -349,7 +349,6 @@ func eventSubject(ev *norsk.Event) string {
 	return "-"
 }
 
-
 func jobSubject(e *norsk.JobEvent) string {
 	s := "job " + e.GetJob().GetJob().GetJobId()
 	if entry := e.GetEntry(); entry != nil {
