@@ -102,9 +102,10 @@ type View struct {
 	// Prefetched maps "node|images" to when the AutoManager last asked a
 	// spare to prefetch them (spares.go; safe to lose).
 	Prefetched map[string]time.Time
-	// WarmJobs, when set, are the jobs the spares' images are read from
-	// (an incremental pass plans only some jobs; the spares are warm for
-	// templates whatever it planned). Nil: Jobs.
+	// WarmJobs, when set, are the jobs the spares' images and bindings are
+	// read from (an incremental pass plans only some jobs; the spares are
+	// warm for templates, and consumed by any job, whatever it planned).
+	// Nil: Jobs.
 	WarmJobs []*managerv1.JobWithHistory
 }
 

@@ -90,6 +90,17 @@ func planSpares(d *Decision, v View, p Policy, now time.Time, prefetched map[str
 			warm = v.WarmJobs
 		}
 		images := warmImages(warm, spec.WarmFor)
+		// A spare is consumed once an instance is bound to it: the node
+		// record says so, and so do the jobs (the node record of an
+		// incremental pass may predate the binding).
+		bound := map[string]string{} // node → "job/role"
+		for _, jh := range warm {
+			for _, in := range jh.GetInstances() {
+				if liveInstance(in) && bound[in.GetNodeId()] == "" {
+					bound[in.GetNodeId()] = in.GetJobId() + "/" + in.GetRole()
+				}
+			}
+		}
 		have := 0
 		for _, n := range v.Nodes {
 			if !n.GetElastic() || n.GetTags()[placement.TagPool] != tier || n.GetTags()[placement.TagSpare] != "true" {
@@ -100,9 +111,13 @@ func planSpares(d *Decision, v View, p Policy, now time.Time, prefetched map[str
 			default:
 				continue // lost or ending: replaced, and reaped as any node
 			}
+			by := bound[n.GetNodeId()]
 			if len(n.GetInstances()) > 0 {
+				by = n.GetInstances()[0].GetJobId() + "/" + n.GetInstances()[0].GetRole()
+			}
+			if by != "" {
 				d.Actions = append(d.Actions, Action{Kind: ActReleaseSpare, NodeID: n.GetNodeId(), Pool: tier,
-					Reason: fmt.Sprintf("spare of tier %s consumed by %s/%s", tier, n.GetInstances()[0].GetJobId(), n.GetInstances()[0].GetRole())})
+					Reason: fmt.Sprintf("spare of tier %s consumed by %s", tier, by)})
 				continue
 			}
 			have++
