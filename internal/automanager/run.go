@@ -293,27 +293,19 @@ func (a *AutoManager) signal(wake chan<- struct{}) {
 	}
 }
 
-// drainView is the view the running drains step on: every node and
-// migration, and the jobs on a draining node or named by its drain (an
-// incremental pass's own view holds only the jobs it plans).
-func (a *AutoManager) drainView(v View) View {
-	var nodes []string
-	jobs := map[string]bool{}
+// drainView is the view the running drains step on: none when no node of
+// v drains; else a fresh read of the whole state. A drain lists and judges
+// a node's jobs from it, so it must not lag the store as the mirror may
+// (a job just migrated onto the node would be missed, or one just moved
+// off it judged moved by another hand); drains are rare, and only while
+// one runs does a pass read everything.
+func (a *AutoManager) drainView(ctx context.Context, v View) (View, error) {
 	for _, n := range v.Nodes {
 		if n.GetDrain().GetState() == drainRunning {
-			nodes = append(nodes, n.GetNodeId())
-			for _, it := range n.GetDrain().GetItems() {
-				jobs[it.GetJobId()] = true
-			}
+			return a.read(ctx)
 		}
 	}
-	if len(nodes) == 0 {
-		return View{Nodes: v.Nodes}
-	}
-	for _, id := range a.mirror.jobsOnNodes(nodes) {
-		jobs[id] = true
-	}
-	return a.mirror.view(jobs, nil)
+	return View{Nodes: v.Nodes}, nil
 }
 
 // Pass is a full pass: it reads the Manager's whole state into the mirror,
@@ -375,7 +367,11 @@ func (a *AutoManager) decide(ctx context.Context, v View, scope map[string]bool)
 	a.mirror.settle(v, d)
 	// Node drains step on the mirror (drain.go), with every job they need
 	// whatever this pass planned.
-	drainAt, derr := a.Drains(ctx, a.drainView(v))
+	var drainAt time.Time
+	dv, derr := a.drainView(ctx, v)
+	if derr == nil {
+		drainAt, derr = a.Drains(ctx, dv)
+	}
 	if derr != nil {
 		err = errors.Join(err, derr)
 	}
