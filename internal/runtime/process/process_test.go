@@ -342,22 +342,36 @@ func TestAllocatePort(t *testing.T) {
 	}
 	defer busy.Close()
 	busyPort := uint32(busy.Addr().(*net.TCPAddr).Port)
-	busyUDP, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// A UDP port we hold whose TCP twin we hold too, until the case that
+	// needs it free (another process on a busy machine could take a TCP
+	// port nobody holds).
+	var busyUDP net.PacketConn
+	var tcpTwin net.Listener
+	for busyUDP == nil {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, err := net.ListenPacket("udp", l.Addr().String()); err == nil {
+			busyUDP, tcpTwin = u, l
+		} else {
+			l.Close()
+		}
 	}
 	defer busyUDP.Close()
+	defer tcpTwin.Close()
 	busyUDPPort := uint32(busyUDP.LocalAddr().(*net.UDPAddr).Port)
 
 	rng := func(lo, hi uint32) *managerv1.PortMapping_Range {
 		return &managerv1.PortMapping_Range{Range: &managerv1.PortRange{MinPort: lo, MaxPort: hi}}
 	}
 	tests := []struct {
-		name     string
-		pm       *managerv1.PortMapping
-		reserved map[string]bool
-		check    func(got allocatedPort) bool
-		wantErr  bool
+		name        string
+		pm          *managerv1.PortMapping
+		freeTCPTwin bool
+		reserved    map[string]bool
+		check       func(got allocatedPort) bool
+		wantErr     bool
 	}{
 		{name: "ephemeral", pm: &managerv1.PortMapping{ContainerPort: 80, HostAddress: "127.0.0.1"},
 			check: func(g allocatedPort) bool { return g.HostPort != 0 && g.Protocol == "tcp" }},
@@ -368,12 +382,15 @@ func TestAllocatePort(t *testing.T) {
 		{name: "range skips a reserved port", pm: &managerv1.PortMapping{ContainerPort: 80, HostAddress: "127.0.0.1", HostPort: rng(busyUDPPort, busyUDPPort)},
 			reserved: map[string]bool{"tcp/" + strconv.Itoa(int(busyUDPPort)): true}, wantErr: true},
 		{name: "tcp port free though udp is bound", pm: &managerv1.PortMapping{ContainerPort: 80, HostAddress: "127.0.0.1", HostPort: rng(busyUDPPort, busyUDPPort)},
-			check: func(g allocatedPort) bool { return g.HostPort == busyUDPPort && g.Protocol == "tcp" }},
+			freeTCPTwin: true, check: func(g allocatedPort) bool { return g.HostPort == busyUDPPort && g.Protocol == "tcp" }},
 		{name: "udp port bound", pm: &managerv1.PortMapping{ContainerPort: 80, Protocol: managerv1.Protocol_PROTOCOL_UDP, HostAddress: "127.0.0.1", HostPort: rng(busyUDPPort, busyUDPPort)},
 			wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.freeTCPTwin {
+				tcpTwin.Close()
+			}
 			var holds []io.Closer
 			defer func() {
 				for _, h := range holds {
