@@ -161,16 +161,11 @@ func (s *Server) runInstances(region string, form url.Values) (any, *apiError) {
 			return out, nil // the first launch's instance: nothing new
 		}
 	}
-	for _, key := range []string{typ + "@" + zone, typ} {
-		if n, ok := s.noCapacity[key]; ok && n != 0 {
-			if n > 0 {
-				s.noCapacity[key] = n - 1
-			}
-			s.mu.Unlock()
-			return nil, &apiError{http.StatusInternalServerError, "InsufficientInstanceCapacity", fmt.Sprintf(
-				"We currently do not have sufficient %s capacity in the Availability Zone you requested (%s). Our system will be working on provisioning additional capacity. You can currently get %s capacity by not specifying an Availability Zone in your request or choosing %s.",
-				typ, zone, typ, strings.Join(otherZones(r.Zones, zone), ", "))}
-		}
+	if s.TakeNoCapacity(typ, zone) {
+		s.mu.Unlock()
+		return nil, &apiError{http.StatusInternalServerError, "InsufficientInstanceCapacity", fmt.Sprintf(
+			"We currently do not have sufficient %s capacity in the Availability Zone you requested (%s). Our system will be working on provisioning additional capacity. You can currently get %s capacity by not specifying an Availability Zone in your request or choosing %s.",
+			typ, zone, typ, strings.Join(otherZones(r.Zones, zone), ", "))}
 	}
 	in := s.newInstance(region, zone, typ, image, subnet, groups, tags, token, userData)
 	out := &runInstancesResponse{ReservationID: in.Reservation, OwnerID: ownerID, Instances: []xmlInstance{s.xmlOf(in)}}

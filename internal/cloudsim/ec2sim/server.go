@@ -152,12 +152,12 @@ type Server struct {
 	calls     map[string]int
 	ipSeq     int
 	// faults
-	throttle   int
-	noCapacity map[string]int // "type" or "type@zone" → refusals left (-1: always)
-	holds      map[string]chan struct{}
-	before     map[string]bool
-	noBoot     bool
-	wg         sync.WaitGroup
+	// Faults are the faults a test injects (Throttle, NoCapacity).
+	cloudsim.Faults
+	holds  map[string]chan struct{}
+	before map[string]bool
+	noBoot bool
+	wg     sync.WaitGroup
 }
 
 // Start serves an endpoint until Close.
@@ -184,7 +184,7 @@ func Start(opts Options) (*Server, error) {
 		opts.Logger = slog.Default()
 	}
 	s := &Server{opts: opts, log: opts.Logger.With("component", "ec2sim"), instances: map[string]*instance{}, tokens: map[string]string{},
-		calls: map[string]int{}, noCapacity: map[string]int{}, holds: map[string]chan struct{}{}, before: map[string]bool{}}
+		calls: map[string]int{}, holds: map[string]chan struct{}{}, before: map[string]bool{}}
 	if err := s.load(); err != nil {
 		return nil, err
 	}
@@ -266,10 +266,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.calls[action]++
-	throttled := s.throttle > 0
-	if throttled {
-		s.throttle--
-	}
+	throttled := s.TakeThrottle()
 	s.mu.Unlock()
 	if throttled {
 		s.fail(w, reqID, http.StatusServiceUnavailable, "RequestLimitExceeded", "Request limit exceeded.")
@@ -378,32 +375,6 @@ func setRequestID(out any, id string) {
 }
 
 // Faults and observations, for tests.
-
-// Throttle answers the next n calls with RequestLimitExceeded.
-func (s *Server) Throttle(n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.throttle = n
-}
-
-// NoCapacity refuses the next n RunInstances of instanceType (in zone, ""
-// = any zone) with InsufficientInstanceCapacity; n < 0: until Capacity.
-func (s *Server) NoCapacity(instanceType, zone string, n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := instanceType
-	if zone != "" {
-		key += "@" + zone
-	}
-	s.noCapacity[key] = n
-}
-
-// Capacity ends every NoCapacity.
-func (s *Server) Capacity() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.noCapacity = map[string]int{}
-}
 
 // Hold makes calls of action wait until release is called or the caller
 // gives up: after they are processed (a launch whose answer never

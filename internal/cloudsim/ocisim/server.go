@@ -150,14 +150,14 @@ type Server struct {
 	listeners   map[string]net.Listener
 	servers     []*http.Server
 
-	mu         sync.Mutex
-	instances  map[string]*instance
-	order      []string
-	tokens     map[string]string
-	calls      map[string]int
-	throttle   int
-	noCapacity map[string]int
-	wg         sync.WaitGroup
+	mu        sync.Mutex
+	instances map[string]*instance
+	order     []string
+	tokens    map[string]string
+	calls     map[string]int
+	// Faults are the faults a test injects (Throttle, NoCapacity).
+	cloudsim.Faults
+	wg sync.WaitGroup
 }
 
 // Start serves the endpoint (one listener per region) until Close.
@@ -203,7 +203,7 @@ func Start(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger.With("component", "ocisim"), fingerprint: strings.Join(fp, ":"),
 		listeners: map[string]net.Listener{}, instances: map[string]*instance{}, tokens: map[string]string{},
-		calls: map[string]int{}, noCapacity: map[string]int{}}
+		calls: map[string]int{}}
 	if err := s.load(); err != nil {
 		return nil, err
 	}
@@ -346,10 +346,7 @@ func (s *Server) handler(region string) http.Handler {
 		op, id := route(r)
 		s.mu.Lock()
 		s.calls[op]++
-		throttled := s.throttle > 0
-		if throttled {
-			s.throttle--
-		}
+		throttled := s.TakeThrottle()
 		s.mu.Unlock()
 		if throttled {
 			writeJSON(w, reqID, http.StatusTooManyRequests, ociError{Code: "TooManyRequests", Msg: "Too many requests for the user"})
@@ -541,13 +538,8 @@ func (s *Server) launch(region string, r *http.Request, body []byte, hdr http.He
 			return in, nil
 		}
 	}
-	for _, key := range []string{d.Shape + "@" + d.AvailabilityDomain, d.Shape} {
-		if n, ok := s.noCapacity[key]; ok && n != 0 {
-			if n > 0 {
-				s.noCapacity[key] = n - 1
-			}
-			return nil, &ociError{status: http.StatusInternalServerError, Code: "InternalError", Msg: "Out of host capacity."}
-		}
+	if s.TakeNoCapacity(d.Shape, d.AvailabilityDomain) {
+		return nil, &ociError{status: http.StatusInternalServerError, Code: "InternalError", Msg: "Out of host capacity."}
 	}
 	in := &instance{
 		ID: newOCID("instance", region), AvailabilityDomain: d.AvailabilityDomain, CompartmentID: d.CompartmentID, DisplayName: d.DisplayName,
@@ -792,32 +784,6 @@ func (s *Server) stop(m cloudsim.Machine) {
 }
 
 // Faults and observations, for tests.
-
-// Throttle answers the next n calls with 429 TooManyRequests.
-func (s *Server) Throttle(n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.throttle = n
-}
-
-// NoCapacity answers the next n launches of shape (in domain, "" = any)
-// with "Out of host capacity."; n < 0: until Capacity.
-func (s *Server) NoCapacity(shape, domain string, n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := shape
-	if domain != "" {
-		key += "@" + domain
-	}
-	s.noCapacity[key] = n
-}
-
-// Capacity ends every NoCapacity.
-func (s *Server) Capacity() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.noCapacity = map[string]int{}
-}
 
 // Calls is how many calls of op were made.
 func (s *Server) Calls(op string) int {
