@@ -192,11 +192,15 @@ func orDash(a, b string) string {
 
 // followStart polls the node until it is online, printing each change of
 // its state; it fails when the node ends (with why) or the time runs out.
+// A node a provider created begins starting (the Manager records it so
+// before CreateAwsNode / CreateOciNode answer), and that first step is
+// printed at once: a worker that boots fast can be online by the first poll.
 func (g *globals) followStart(ctx context.Context, m *norsk.Manager, nodeID string, timeout time.Duration, progress func(string)) (*norsk.Node, error) {
 	start := g.now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	last := ""
+	progress("  0s  starting: waiting for its worker")
+	lastState, lastReason := norsk.NodeStateStarting, ""
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -208,14 +212,17 @@ func (g *globals) followStart(ctx context.Context, m *norsk.Manager, nodeID stri
 				if n.GetNodeId() != nodeID {
 					continue
 				}
-				line := enumWord(n.GetState())
-				if r := n.GetStateReason(); r != "" {
-					line += ": " + r
-				}
-				if line != last {
+				state, reason := n.GetState(), n.GetStateReason()
+				// The first look at a starting node only learns the
+				// reason of the step already printed.
+				if state != lastState || (reason != lastReason && lastReason != "") {
+					line := enumWord(state)
+					if reason != "" {
+						line += ": " + reason
+					}
 					progress(fmt.Sprintf("  %s  %s", g.now().Sub(start).Round(time.Second), line))
-					last = line
 				}
+				lastState, lastReason = state, reason
 				switch n.GetState() {
 				case norsk.NodeStateOnline:
 					return n, nil
