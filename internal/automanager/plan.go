@@ -178,6 +178,10 @@ type Decision struct {
 	Degraded int
 	// degradedBundles counts Degraded by bundle.
 	degradedBundles map[string]int
+	// SparesBlocked names each tier whose spares cannot be created now,
+	// and why (set when sparesDecided: the decision planned the spares).
+	SparesBlocked map[string]string
+	sparesDecided bool
 }
 
 func (d *Decision) due(t time.Time) {

@@ -57,7 +57,10 @@ type AutoManager struct {
 	// degraded counts the degraded instances by bundle. Only the passes'
 	// goroutine touches these, the mirror and pendingNext.
 	unplaced map[[2]string]string
-	degraded map[string]int
+	// sparesBlocked: the tiers whose spares the last pass that planned
+	// spares could not create, and why (report logs each change).
+	sparesBlocked map[string]string
+	degraded      map[string]int
 	// mirror is the state the passes decide on; changes is what the events
 	// touched since the last pass.
 	mirror  *mirror
@@ -708,9 +711,25 @@ func (a *AutoManager) report(v View, d Decision, scope map[string]bool) {
 	for _, n := range a.degraded {
 		degraded += n
 	}
+	if d.sparesDecided {
+		for tier, why := range d.SparesBlocked {
+			if a.sparesBlocked[tier] != why {
+				a.log.Warn("cannot create this tier's spares", "tier", tier, "why", why)
+			}
+		}
+		for tier := range a.sparesBlocked {
+			if _, still := d.SparesBlocked[tier]; !still {
+				a.log.Info("this tier's spares can be created again", "tier", tier)
+			}
+		}
+		a.sparesBlocked = d.SparesBlocked
+	}
 	if m := a.cfg.Metrics; m != nil {
 		m.Unplaced.Set(float64(len(now)))
 		m.Degraded.Set(float64(degraded))
+		if d.sparesDecided {
+			m.SparesBlocked.Set(float64(len(d.SparesBlocked)))
+		}
 	}
 }
 
@@ -752,6 +771,7 @@ type Metrics struct {
 	Placements       *prometheus.CounterVec
 	Failed           prometheus.Counter
 	Unplaced         prometheus.Gauge
+	SparesBlocked    prometheus.Gauge
 	Provisioned      prometheus.Counter
 
 	MigrationsStarted       *prometheus.CounterVec
@@ -798,6 +818,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Jobs ended with MarkJobFailed at the restart ceiling."}),
 		Unplaced: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "norsk", Subsystem: "automanager", Name: "unplaced_instances",
 			Help: "Instances that need a node and fit none now."}),
+		SparesBlocked: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "norsk", Subsystem: "automanager", Name: "spare_tiers_blocked",
+			Help: "Tiers with spares configured whose spares cannot be created now (the log says why)."}),
 		Provisioned: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "nodes_requested_total",
 			Help: "Elastic nodes the AutoManager asked a provider to create because nothing fit."}),
 	}
@@ -845,7 +867,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Restarts.WithLabelValues(w)
 	}
 	if reg != nil {
-		reg.MustRegister(m.Passes, m.PassSeconds, m.PassJobs, m.Reconciles, m.ReconcileSeconds, m.Placements, m.Failed, m.Unplaced, m.Provisioned,
+		reg.MustRegister(m.Passes, m.PassSeconds, m.PassJobs, m.Reconciles, m.ReconcileSeconds, m.Placements, m.Failed, m.Unplaced, m.SparesBlocked, m.Provisioned,
 			m.MigrationsStarted, m.MigrationsEnded, m.MigrationDispatchFailed, m.Degraded, m.RepairsStarted,
 			m.DrainItems, m.DrainsEnded, m.PlacementSeconds, m.MigrationSeconds, m.MigrationPhaseSeconds, m.Restarts)
 	}

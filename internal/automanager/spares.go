@@ -75,6 +75,7 @@ func planSpares(d *Decision, v View, p Policy, now time.Time, prefetched map[str
 		tiers = append(tiers, t)
 	}
 	sort.Strings(tiers)
+	d.sparesDecided = true
 	made := 0
 	for _, tier := range tiers {
 		spec := p.Spares[tier]
@@ -83,6 +84,7 @@ func planSpares(d *Decision, v View, p Policy, now time.Time, prefetched map[str
 		}
 		et, ok := elasticTier(p, tier)
 		if !ok {
+			d.blockSpares(tier, "no provider creates nodes in this tier (is its provider configured, its region run?)")
 			continue
 		}
 		warm := v.Jobs
@@ -156,7 +158,8 @@ func planSpares(d *Decision, v View, p Policy, now time.Time, prefetched map[str
 				if spec.InstanceType != "" {
 					i := slices.IndexFunc(et.Types, func(t ElasticType) bool { return t.Name == spec.InstanceType })
 					if i < 0 {
-						break // the tier does not offer it: nothing to create
+						d.blockSpares(tier, fmt.Sprintf("instance type %s is not offered in any region or zone the tier runs (the instance-type cache has %s)", spec.InstanceType, typeNames(et.Types)))
+						break
 					}
 					t = et.Types[i]
 				}
@@ -166,6 +169,28 @@ func planSpares(d *Decision, v View, p Policy, now time.Time, prefetched map[str
 			made++
 		}
 	}
+}
+
+// blockSpares records why tier's spares cannot be created now.
+func (d *Decision) blockSpares(tier, why string) {
+	if d.SparesBlocked == nil {
+		d.SparesBlocked = map[string]string{}
+	}
+	d.SparesBlocked[tier] = why
+}
+
+// typeNames lists types' distinct names, or "none".
+func typeNames(types []ElasticType) string {
+	var names []string
+	for _, t := range types {
+		if !slices.Contains(names, t.Name) {
+			names = append(names, t.Name)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 // elasticTier is the elastic tier named tier.

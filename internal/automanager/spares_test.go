@@ -2,6 +2,7 @@ package automanager
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +139,41 @@ func TestRecoveryTakesAWarmSpare(t *testing.T) {
 	}
 	if on != "z-spare" {
 		t.Fatalf("recovered on %q, want the warm spare z-spare: %+v", on, d.Actions)
+	}
+}
+
+// TestPlanSparesSaysWhyItCannot: a tier whose spares cannot be made (its
+// instance type is not offered where it runs, or no provider runs it)
+// creates none and says why; one that can says nothing.
+func TestPlanSparesSaysWhyItCannot(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cloud := ElasticTier{Tier: "burst", Provider: "aws", Types: []ElasticType{{Name: "c6i.large", VCPUs: 2, Region: "eu-west-1"}}}
+	cases := []struct {
+		name    string
+		elastic []ElasticTier
+		spec    SpareSpec
+		made    int
+		blocked string // a word of the reason; "" = not blocked
+	}{
+		{name: "offered", elastic: []ElasticTier{cloud}, spec: SpareSpec{Count: 1, InstanceType: "c6i.large"}, made: 1},
+		{name: "cheapest by default", elastic: []ElasticTier{cloud}, spec: SpareSpec{Count: 1}, made: 1},
+		{name: "type not offered", elastic: []ElasticTier{cloud}, spec: SpareSpec{Count: 1, InstanceType: "m7i.large"}, blocked: "m7i.large is not offered"},
+		{name: "tier not run", spec: SpareSpec{Count: 1}, blocked: "no provider creates nodes"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Plan(View{}, Policy{Elastic: tc.elastic, Spares: map[string]SpareSpec{"burst": tc.spec}}, t0)
+			if got := len(spareActions(d)[ActProvisionSpare]); got != tc.made {
+				t.Errorf("%d spare(s) created, want %d", got, tc.made)
+			}
+			why, blocked := d.SparesBlocked["burst"]
+			if tc.blocked == "" && blocked {
+				t.Errorf("blocked: %s", why)
+			}
+			if tc.blocked != "" && !strings.Contains(why, tc.blocked) {
+				t.Errorf("why %q, want it to say %q", why, tc.blocked)
+			}
+		})
 	}
 }

@@ -308,6 +308,9 @@ func (c *Config) defaults() error {
 		}
 		c.MockProvider = &mc
 	}
+	if err := c.checkSpares(); err != nil {
+		return err
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
