@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -236,7 +237,9 @@ func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
 	}
 	if len(missing) > 0 {
 		if err := in.prepare(); err != nil {
-			in.failAdopt(fmt.Errorf("prepare: %w", err))
+			if !errors.Is(err, errOvertaken) { // else the event queued settles it
+				in.failAdopt(fmt.Errorf("prepare: %w", err))
+			}
 			return
 		}
 		// Nothing asked for this: services the record names went away

@@ -67,6 +67,9 @@ func (in *instance) start(cmd *managerv1.StartInstance) *cmdError {
 	}
 	in.openJobSocket() // before the services exist: a job dials it at once
 	if err := in.prepare(); err != nil {
+		if errors.Is(err, errOvertaken) {
+			return in.abandonStart()
+		}
 		return in.failStart(err)
 	}
 	if cmd.GetDeferStart() {
@@ -141,6 +144,9 @@ func (in *instance) startPrepared(cmd *managerv1.StartPreparedInstance) *cmdErro
 	in.log.Info("starting prepared instance", "token", in.rec.token())
 	// Prepare again (idempotent): an update may have added services.
 	if err := in.prepare(); err != nil {
+		if errors.Is(err, errOvertaken) {
+			return in.abandonStart()
+		}
 		return in.failStart(err)
 	}
 	if err := in.startAll(); err != nil {

@@ -76,6 +76,8 @@ type instance struct {
 	mu    sync.Mutex
 	queue []event
 	wake  chan struct{}
+	// preparing is the Prepare in flight, if any (instance_prepare.go).
+	preparing *preparing
 	// fenceQueued: a fenceEvent is queued and not yet handled.
 	fenceQueued atomic.Bool
 
@@ -122,6 +124,7 @@ func (in *instance) ctx() context.Context { return in.sup.ctx }
 func (in *instance) enqueue(ev event) {
 	in.mu.Lock()
 	in.queue = append(in.queue, ev)
+	in.cancelOvertakenPrepare(ev)
 	in.mu.Unlock()
 	select {
 	case in.wake <- struct{}{}:
@@ -305,7 +308,8 @@ func (in *instance) prepare() error {
 		env[runtime.EnvMigrationID] = m
 	}
 	mounts := in.jobSocketSpec(env)
-	err := in.sup.rt.Prepare(in.ctx(), runtime.InstanceSpec{
+	ctx, done := in.prepareContext(rec.token())
+	err := in.sup.rt.Prepare(ctx, runtime.InstanceSpec{
 		Key:          in.key,
 		NodeID:       in.sup.nodeID,
 		Token:        rec.token(),
@@ -315,6 +319,9 @@ func (in *instance) prepare() error {
 		Mounts:       mounts,
 		PullProgress: in.pullNotices(),
 	})
+	if done() && err != nil {
+		return errOvertaken
+	}
 	if err == nil {
 		in.markJobImagesUsed()
 	}
