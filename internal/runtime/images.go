@@ -58,7 +58,10 @@ type Images interface {
 	HeldImages(ctx context.Context) ([]HeldImage, error)
 
 	// EnsureImage makes ref present: a held image is only looked up
-	// (Pulled false); an absent one is pulled with the registry
+	// (Pulled false), unless ref is a moving tag (`latest`, written or
+	// implied), which is pulled again so that it names the registry's
+	// current image (Pulled says whether that changed what is held); an
+	// absent one is pulled with the registry
 	// credentials of the worker's Docker config, progress told along the
 	// way. A failed pull wraps ErrImagePull and carries the registry's
 	// answer.

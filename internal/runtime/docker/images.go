@@ -11,6 +11,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
@@ -107,21 +108,43 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, progress func(run
 	if ref == "" {
 		return runtime.PullResult{}, fmt.Errorf("no image reference: %w", runtime.ErrInvalidSpec)
 	}
-	h, err := r.inspectHeld(ctx, ref)
-	if err == nil {
-		return runtime.PullResult{Image: h}, nil
-	}
-	if !cerrdefs.IsNotFound(err) {
+	held, err := r.inspectHeld(ctx, ref)
+	switch {
+	case err == nil && !MovingTag(ref):
+		return runtime.PullResult{Image: held}, nil
+	case err != nil && !cerrdefs.IsNotFound(err):
 		return runtime.PullResult{}, fmt.Errorf("inspect image %q: %w", ref, err)
 	}
+	present := err == nil
 	if err := r.pull(ctx, ref, "", progress); err != nil {
+		if present {
+			return runtime.PullResult{}, fmt.Errorf("refresh the moving tag %q (the copy held, %s, stays): %w", ref, held.Digest, err)
+		}
 		return runtime.PullResult{}, err
 	}
-	h, err = r.inspectHeld(ctx, ref)
+	h, err := r.inspectHeld(ctx, ref)
 	if err != nil {
 		return runtime.PullResult{}, fmt.Errorf("inspect image %q after its pull: %w", ref, err)
 	}
-	return runtime.PullResult{Image: h, Pulled: true}, nil
+	// A moving tag the registry still resolves to the copy held: nothing
+	// new was pulled.
+	return runtime.PullResult{Image: h, Pulled: !present || h.ImageID != held.ImageID}, nil
+}
+
+// MovingTag reports whether ref names a tag that is expected to move — it
+// is `latest`, explicitly or by default — rather than a fixed release tag
+// or a digest: the convention Kubernetes' default pull policy follows. A
+// prefetch re-resolves a held moving tag against its registry.
+func MovingTag(ref string) bool {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return false
+	}
+	if _, ok := named.(reference.Digested); ok {
+		return false
+	}
+	t, ok := named.(reference.Tagged)
+	return !ok || t.Tag() == "latest"
 }
 
 // pull pulls ref through the engine with the Docker config's credentials

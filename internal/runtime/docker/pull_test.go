@@ -13,6 +13,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/registry"
 
@@ -296,6 +297,74 @@ func TestHeldRefs(t *testing.T) {
 	for _, h := range got {
 		if want[h.Ref] != h.Digest || h.Size != 10 || h.ImageID != "sha256:id" {
 			t.Errorf("held %+v, want digest %q", h, want[h.Ref])
+		}
+	}
+}
+
+// A held moving tag (`latest`) is pulled again: the registry's current
+// image replaces the one held (Pulled), the same one is no pull (not
+// Pulled); a refresh the registry cannot answer fails and says the held
+// copy stays.
+func TestEnsureImageRefreshesAMovingTag(t *testing.T) {
+	t.Parallel()
+	rt := newRuntime(t, "node-moving")
+	reg := localregistry.ForTest(t)
+	ctx := t.Context()
+	ref, err := reg.Push(ctx, rt.cli, testImage, "norsk/moving:latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { untag(t, rt, ref) })
+	first, err := rt.EnsureImage(ctx, ref, nil)
+	if err != nil || first.Pulled {
+		t.Fatalf("EnsureImage of a held moving tag the registry still resolves to it = %+v, %v; want no new image", first, err)
+	}
+
+	// The tag moves in the registry to another image (a commit of the
+	// test image with a label: nothing is pulled from outside).
+	c, err := rt.cli.ContainerCreate(ctx, &container.Config{Image: testImage}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := "norsk-moving-b:" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	_, err = rt.cli.ContainerCommit(ctx, c.ID, container.CommitOptions{Reference: moved, Changes: []string{"LABEL norsk.test.moved=b"}})
+	_ = rt.cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { untag(t, rt, moved) })
+	if _, err := reg.Push(ctx, rt.cli, moved, "norsk/moving:latest"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.cli.ImageTag(ctx, testImage, ref); err != nil { // the node still holds the old one
+		t.Fatal(err)
+	}
+	res, err := rt.EnsureImage(ctx, ref, nil)
+	if err != nil || !res.Pulled || res.Image.ImageID == first.Image.ImageID {
+		t.Fatalf("EnsureImage after the tag moved = %+v, %v; want the new image pulled (old %s)", res, err, first.Image.ImageID)
+	}
+
+	// A moving tag held but unknown to its registry: the refresh fails.
+	local := reg.Ref("norsk/local-only:latest")
+	if err := rt.cli.ImageTag(ctx, testImage, local); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { untag(t, rt, local) })
+	if _, err := rt.EnsureImage(ctx, local, nil); !errors.Is(err, runtime.ErrImagePull) || !strings.Contains(err.Error(), "stays") {
+		t.Errorf("refresh of a tag the registry lacks = %v; want ErrImagePull saying the held copy stays", err)
+	}
+}
+
+func TestMovingTag(t *testing.T) {
+	t.Parallel()
+	for ref, want := range map[string]bool{
+		"nginx": true, "nginx:latest": true, "127.0.0.1:5000/enc": true, "127.0.0.1:5000/enc:latest": true,
+		"nginx:1.27": false, "127.0.0.1:5000/enc:v3": false,
+		"nginx@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef": false,
+		"NOT A REF": false,
+	} {
+		if got := MovingTag(ref); got != want {
+			t.Errorf("MovingTag(%q) = %v, want %v", ref, got, want)
 		}
 	}
 }
