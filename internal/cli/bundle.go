@@ -160,6 +160,10 @@ func (g *globals) waitBundleRunning(cmd *cobra.Command, id string, timeout time.
 	}
 	tick := time.NewTicker(bundlePoll)
 	defer tick.Stop()
+	// known: what the last answer said is not running (a read the
+	// deadline cuts short must not hide it).
+	var known []string
+	read := false
 	for {
 		cctx, ccancel := g.call(ctx)
 		bw, err := m.BundleById(cctx, id)
@@ -183,16 +187,17 @@ func (g *globals) waitBundleRunning(cmd *cobra.Command, id string, timeout time.
 				fmt.Fprintf(g.errOut, "Every job of bundle %s runs.\n", id)
 				return nil
 			}
+			known, read = waiting, true
 		}
 		select {
 		case <-ctx.Done():
 			if cmd.Context().Err() != nil {
 				return cmd.Context().Err()
 			}
-			if err != nil {
+			if !read {
 				return fmt.Errorf("bundle %s: gave up after %s: %w", id, timeout, err)
 			}
-			return fmt.Errorf("bundle %s: not every job runs after %s: %s", id, timeout, strings.Join(waiting, ", "))
+			return fmt.Errorf("bundle %s: not every job runs after %s: %s", id, timeout, strings.Join(known, ", "))
 		case <-tick.C:
 		}
 	}

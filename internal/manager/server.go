@@ -73,6 +73,12 @@ type Config struct {
 	DataDir string
 	// Listen is the API address (default 127.0.0.1:6790; port 0 picks one).
 	Listen string
+	// Listener, when set, is the API listener to serve on instead of
+	// opening Listen (a caller that must hold its port from before the
+	// start, as a test cluster whose members know each other's addresses
+	// does). New takes it over: it is closed with the Server, or when New
+	// fails.
+	Listener net.Listener
 	// AdvertiseURL is the URL workers and clients reach this member at
 	// (default: http:// + the listen address, https:// with TLS).
 	AdvertiseURL string
@@ -430,12 +436,20 @@ type Server struct {
 	err    error
 }
 
+// closeListener closes a Config.Listener New will not serve on.
+func closeListener(ln net.Listener) {
+	if ln != nil {
+		_ = ln.Close()
+	}
+}
+
 // New opens the store, starts serving and returns once the member is ready
 // for calls: a standalone member once it leads (its boot work — schema
 // migration, bootstrap token — done); a cluster member once its store is
 // open (its peers elect a primary; writes forward to it). Close stops it.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.defaults(); err != nil {
+		closeListener(cfg.Listener)
 		return nil, err
 	}
 	// base is what the member's parts (automanager, providers) log through,
@@ -444,23 +458,29 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	log := base.With("component", "manager")
 	accessKeys, err := loadAccessReplicaKeys(cfg.AccessReplicaKeysFile)
 	if err != nil {
+		closeListener(cfg.Listener)
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		closeListener(cfg.Listener)
 		return nil, fmt.Errorf("manager: data dir: %w", err)
 	}
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
+		closeListener(cfg.Listener)
 		return nil, err
 	}
 	if err := checkMemberName(cfg.DataDir, cfg.NodeName); err != nil {
+		closeListener(cfg.Listener)
 		_ = lock.Close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		_ = lock.Close()
-		return nil, fmt.Errorf("manager: listen on %s: %w", cfg.Listen, err)
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			_ = lock.Close()
+			return nil, fmt.Errorf("manager: listen on %s: %w", cfg.Listen, err)
+		}
 	}
 	tlsSt, err := setupTLS(&cfg, ln.Addr(), log)
 	if err != nil {

@@ -31,6 +31,11 @@ type Member struct {
 
 	apiAddr  string
 	raftAddr string
+	// apiHold and raftHold hold the member's ports from the moment they
+	// are chosen until its first start takes them over, so that no other
+	// listener (another cluster's, another test process's) takes them
+	// meanwhile; nil once taken.
+	apiHold, raftHold net.Listener
 
 	mu     sync.Mutex
 	srv    *manager.Server
@@ -57,25 +62,61 @@ func (c *Cluster) newMembers() {
 			m.Name, m.Witness = fmt.Sprintf("w%d", i-c.opts.Members+1), true
 		}
 		m.Dir = filepath.Join(c.Dir, "members", m.Name)
-		m.apiAddr, m.raftAddr = freeAddr(c.t), freeAddr(c.t)
+		m.reservePorts()
 		c.Net.Register(m.Name, m.apiAddr)
 		c.Net.Register(m.Name, m.raftAddr)
 		c.Members = append(c.Members, m)
 	}
 }
 
-// freeAddr is a loopback address, free now, for a member to listen on
-// later (every member must know the others' addresses before any starts).
-// The port is drawn below the kernel's ephemeral range (32768 and up on
-// Linux): a port the kernel handed out for ":0" and then released is soon
-// handed to another listener or a client socket of the same busy test run,
-// which then holds the member's port when it starts.
-func freeAddr(t interface{ Fatalf(string, ...any) }) string {
-	return fmt.Sprintf("127.0.0.1:%d", FreePort(t, "127.0.0.1"))
+// reservePorts chooses the member's API and raft addresses and holds them
+// (every member must know the others' addresses before any starts): the
+// listeners stay open until the member's first start serves on them, and
+// are closed with the test if it never does.
+func (m *Member) reservePorts() {
+	m.apiHold = reserve(m.c.t)
+	m.raftHold = reserve(m.c.t)
+	m.apiAddr, m.raftAddr = m.apiHold.Addr().String(), m.raftHold.Addr().String()
+	m.c.t.Cleanup(func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, ln := range []net.Listener{m.apiHold, m.raftHold} {
+			if ln != nil {
+				_ = ln.Close()
+			}
+		}
+	})
+}
+
+// takeHold hands over a held listener (nil once taken).
+func (m *Member) takeHold(ln *net.Listener) net.Listener {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := *ln
+	*ln = nil
+	return l
+}
+
+// reserve opens a loopback listener on a port drawn below the kernel's
+// ephemeral range (32768 and up on Linux): a port the kernel hands out
+// for ":0" is soon handed to a client socket of the same busy test run,
+// which would then hold the member's port when it restarts on it.
+func reserve(t interface{ Fatalf(string, ...any) }) net.Listener {
+	var last error
+	for range 200 {
+		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", fmt.Sprint(port)))
+		if err == nil {
+			return ln
+		}
+		last = err
+	}
+	t.Fatalf("no free port in [%d, %d): %v", freePortLow, freePortHigh, last)
+	return nil
 }
 
 // FreePort is a TCP port free now on host, drawn below the kernel's
-// ephemeral range (see freeAddr), for a listener that must be known before
+// ephemeral range (see reserve), for a listener that must be known before
 // it is opened.
 func FreePort(t interface{ Fatalf(string, ...any) }, host string) int {
 	var last error
@@ -93,7 +134,7 @@ func FreePort(t interface{ Fatalf(string, ...any) }, host string) int {
 	return 0
 }
 
-// The range freeAddr draws from: below Linux's ephemeral ports.
+// The range reserve and FreePort draw from: below Linux's ephemeral ports.
 const (
 	freePortLow  = 20000
 	freePortHigh = 32000
@@ -116,7 +157,8 @@ func (c *Cluster) ClusterNodes() []manager.ClusterNode {
 func (c *Cluster) AddMember(name string, witness bool) *Member {
 	c.t.Helper()
 	m := &Member{c: c, Name: name, Witness: witness, Dir: filepath.Join(c.Dir, "members", name),
-		ClusterState: manager.ClusterStateExisting, apiAddr: freeAddr(c.t), raftAddr: freeAddr(c.t)}
+		ClusterState: manager.ClusterStateExisting}
+	m.reservePorts()
 	c.Net.Register(m.Name, m.apiAddr)
 	c.Net.Register(m.Name, m.raftAddr)
 	c.Members = append(c.Members, m)
@@ -223,6 +265,7 @@ func (m *Member) config() manager.Config {
 		NodeName:          m.Name,
 		DataDir:           m.Dir,
 		Listen:            m.apiAddr,
+		Listener:          m.takeHold(&m.apiHold),
 		LostGrace:         c.opts.LostGrace,
 		HeartbeatInterval: c.opts.HeartbeatInterval,
 		Clock:             c.opts.Clock,
@@ -244,6 +287,9 @@ func (m *Member) config() manager.Config {
 		cfg.MemberHTTPClient = c.Net.HTTPClient(m.Name, nil)
 		cfg.RaftStreamLayer = func() (raft.StreamLayer, error) {
 			// The port of a just-closed listener can take a moment to be free.
+			if ln := m.takeHold(&m.raftHold); ln != nil {
+				return c.Net.StreamLayer(m.Name, ln), nil
+			}
 			var err error
 			for range 50 {
 				var ln net.Listener
