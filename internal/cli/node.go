@@ -150,7 +150,11 @@ func newNodeGetCommand(g *globals) *cobra.Command {
 func nodeTable(w io.Writer, now time.Time, n *norsk.Node) {
 	fmt.Fprintf(w, "Node:\t%s\n", n.GetNodeId())
 	fmt.Fprintf(w, "Name:\t%s\n", dash(n.GetNodeName()))
-	fmt.Fprintf(w, "Provider:\t%s\n", dash(n.GetProvider()))
+	if pi := n.GetProviderInstance(); pi != "" {
+		fmt.Fprintf(w, "Provider:\t%s (%s)\n", dash(n.GetProvider()), pi)
+	} else {
+		fmt.Fprintf(w, "Provider:\t%s\n", dash(n.GetProvider()))
+	}
 	state := enumWord(n.GetState()) + " since " + ago(now, n.GetStateSince())
 	if n.GetStateReason() != "" {
 		state += ": " + n.GetStateReason()

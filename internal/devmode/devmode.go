@@ -34,7 +34,6 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/mgr"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
-	"github.com/norsk-go/norsk-manager/internal/providers/mock/mockhost"
 	"github.com/norsk-go/norsk-manager/internal/runtime/docker"
 	"github.com/norsk-go/norsk-manager/internal/worker"
 )
@@ -176,11 +175,11 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	hosts, err := startMockHosts(dir, o.MockHosts, rt, o.Logger)
+	hctx, stopHosts := context.WithCancel(context.Background())
+	hosts, err := startMockHosts(hctx, dir, o.MockHosts, rt, o, dlog)
 	defer func() {
-		for _, h := range hosts {
-			_ = h.Close()
-		}
+		stopHosts()
+		hosts.close()
 	}()
 	if err != nil {
 		return err
@@ -194,11 +193,8 @@ func Run(ctx context.Context, o Options) error {
 		accessKeys = filepath.Join(dir, AccessReplicaKeysFile)
 	}
 	var mockCfg *mock.Config
-	if len(hosts) > 0 {
-		mockCfg = &mock.Config{Pools: []string{MockPool}, VCPUs: uint32(goruntime.NumCPU())}
-		for _, h := range hosts {
-			mockCfg.Hosts = append(mockCfg.Hosts, h.URL())
-		}
+	if hosts.len() > 0 {
+		mockCfg = &mock.Config{Pools: []string{MockPool}, VCPUs: uint32(goruntime.NumCPU()), Hosts: hosts.urls()}
 	}
 	mcfg := manager.Config{
 		BootstrapToken:    token,
@@ -363,12 +359,12 @@ worker is started again %s later, as a rebooted node would be, and stops
 the copies that were moved away.
 `, strings.Join(pids, ", "), procs[0].reboot)
 	}
-	if len(hosts) > 0 {
+	if hosts.len() > 0 {
 		fmt.Fprintf(o.Out, `
 %d mock hosts stand by for elastic nodes (pool %s): a bundle that fits no
 worker makes the Manager create one, and the reaper terminates it once idle:
   go run ./cmd/norsk-ctl node create-mock
-`, len(hosts), MockPool)
+%s`, hosts.len(), MockPool, hosts.banner())
 		if o.Spares > 0 {
 			fmt.Fprintf(o.Out, `The AutoManager keeps %d warm spare(s) there (tagged spare=true, warm for %s):
 kill the node of a job and watch it come back on a spare, and the spare replaced:
@@ -396,24 +392,6 @@ kill the node of a job and watch it come back on a spare, and the spare replaced
 
 // MockPool is the pool tier dev's mock provider creates nodes in.
 const MockPool = "burst"
-
-// startMockHosts starts n mock hosts, their state under dir/mock-hosts.
-func startMockHosts(dir string, n int, rt string, log *slog.Logger) ([]*mockhost.Host, error) {
-	var hosts []*mockhost.Host
-	for i := range n {
-		name := fmt.Sprintf("mock-host-%d", i+1)
-		h, err := mockhost.Start(mockhost.Config{
-			DataDir: filepath.Join(dir, "mock-hosts", name),
-			Logger:  log.With("host", name),
-			Worker:  worker.Config{Runtime: rt, Version: buildinfo.Version},
-		})
-		if err != nil {
-			return hosts, fmt.Errorf("mock host %s: %w", name, err)
-		}
-		hosts = append(hosts, h)
-	}
-	return hosts, nil
-}
 
 // chooseRuntime picks the worker runtime; "" with a reason when none fits.
 func chooseRuntime(ctx context.Context, want string) (string, string) {

@@ -40,7 +40,9 @@ examples/bundles/resilient.yaml: a primary and a backup kept on different
 nodes (resilient-process.yaml with the process runtime). --mock-hosts 2 adds
 two mock hosts: when a job fits no worker, the Manager creates an elastic
 node on one (pool burst), and the empty-node reaper terminates it after
---idle-expiry without a job. --clouds local starts a local EC2 endpoint and
+--idle-expiry without a job. Each mock host is a process of its own (the
+banner gives its pid): kill -9 one and its node is lost as a vanished
+machine's would be; a fresh, empty host takes its address. --clouds local starts a local EC2 endpoint and
 a local OCI endpoint (test equipment speaking the clouds' own protocols) and
 gives the Manager its aws and oci providers, pointed at them through the
 SDKs' own settings: 'norsk-ctl node create-aws' launches an "instance" that

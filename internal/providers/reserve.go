@@ -27,9 +27,8 @@ type StartTimeouter interface {
 }
 
 // Tracker is implemented by providers whose List is the whole truth about
-// their instances (the clouds): a live node whose instance is gone from it
-// is marked terminated. The mock provider's hosts are not tracked so: a
-// node whose host stopped is found lost by its missing stream.
+// their instances (the clouds, the mock provider's hosts): a live node
+// whose instance is gone from it is marked terminated.
 type Tracker interface {
 	TracksInstances() bool
 }

@@ -232,6 +232,13 @@ var (
 // Name is "mock".
 func (p *Provider) Name() string { return Name }
 
+// TracksInstances: the hosts' Status is the truth about which node each
+// runs. A node whose host no longer runs it (the host died and a fresh one
+// took its address, or its worker ended without the Manager) is gone, as
+// a vanished cloud instance is: reconciliation marks it terminated and the
+// host can take a new node. A host that does not answer concludes nothing.
+func (p *Provider) TracksInstances() bool { return true }
+
 // StartTimeout is how long a node may take to come online.
 func (p *Provider) StartTimeout() time.Duration { return p.cfg.StartTimeout }
 

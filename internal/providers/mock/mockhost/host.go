@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,10 @@ import (
 type Config struct {
 	// Listen is the MockHost server's address (default 127.0.0.1:0).
 	Listen string
+	// Listener, when set, is served on instead of opening Listen (a host
+	// whose supervisor holds its port across the host's restarts); Start
+	// takes it over.
+	Listener net.Listener
 	// DataDir holds the running node's worker directory (required).
 	DataDir string
 	// Token is the bearer token every call must carry ("" = none).
@@ -82,13 +87,20 @@ func Start(cfg Config) (*Host, error) {
 		cfg.Logger = slog.Default()
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		if cfg.Listener != nil {
+			_ = cfg.Listener.Close()
+		}
 		return nil, fmt.Errorf("mock host: %w", err)
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("mock host: listen on %s: %w", cfg.Listen, err)
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return nil, fmt.Errorf("mock host: listen on %s: %w", cfg.Listen, err)
+		}
 	}
 	h := &Host{cfg: cfg, log: cfg.Logger.With("component", "mock-host", "addr", ln.Addr().String()), ln: ln}
+	h.sweep()
 	mux := http.NewServeMux()
 	mux.Handle(managerv1connect.NewMockHostHandler(h, connect.WithInterceptors(h.auth())))
 	h.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -119,7 +131,8 @@ func (h *Host) Agent() *worker.Agent {
 
 // Close stops serving and stops the worker's agent; its instances keep
 // running, as a worker's do when it stops (a new host on the same DataDir
-// does not adopt them: the Manager sees the node lost).
+// does not adopt them: the Manager sees the node lost, and the new host
+// removes them as it starts).
 func (h *Host) Close() error {
 	h.mu.Lock()
 	h.closing = true
@@ -148,6 +161,32 @@ func (h *Host) auth() connect.Interceptor {
 }
 
 func (h *Host) nodeDir(nodeID string) string { return filepath.Join(h.cfg.DataDir, "node-"+nodeID) }
+
+// sweep clears what an earlier run of the host left: a node directory
+// there is a node whose worker stopped with the host (or died with it).
+// The Manager sees that node lost and recovers its jobs elsewhere, since
+// a host never adopts it, so its instances are removed, as a machine that
+// restarts takes its processes with it: left running, they would run a
+// second copy of jobs the Manager has moved. The host starts empty.
+func (h *Host) sweep() {
+	ents, err := os.ReadDir(h.cfg.DataDir)
+	if err != nil {
+		h.log.Warn("cannot read the host's directory for an earlier run's node", "err", err)
+		return
+	}
+	for _, e := range ents {
+		nodeID, ok := strings.CutPrefix(e.Name(), "node-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(h.cfg.DataDir, e.Name())
+		h.log.Warn("the host starts empty: removing the instances of the node an earlier run of it ran (the Manager sees that node lost)", "node", nodeID)
+		h.removeInstances(nodeID, dir)
+		if err := os.RemoveAll(dir); err != nil {
+			h.log.Warn("cannot remove an earlier run's node directory", "node", nodeID, "err", err)
+		}
+	}
+}
 
 // Boot starts a worker for the request's node.
 func (h *Host) Boot(ctx context.Context, req *connect.Request[managerv1.MockHostBootRequest]) (*connect.Response[managerv1.MockHostBootResponse], error) {

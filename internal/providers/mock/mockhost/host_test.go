@@ -5,7 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock/mockhost"
@@ -59,5 +66,41 @@ func TestHostLifecycle(t *testing.T) {
 	}
 	if _, err := p.Pick(ctx, nil); err != nil {
 		t.Errorf("the released host is not free: %v", err)
+	}
+}
+
+// A host starts empty: the instances of a node an earlier run of it left
+// (the host stopped or died with its worker) are removed, and the node's
+// directory with them.
+func TestHostStartsEmpty(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	nodeDir := filepath.Join(dir, "node-old")
+	rt, err := process.New(process.Config{NodeID: "old", Dir: filepath.Join(nodeDir, "process"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := runtime.Key{JobID: "left", Role: "primary"}
+	job := &managerv1.Job{JobId: "left", Services: []*managerv1.Service{{Name: "main", Command: []string{"sleep", "60"}}}}
+	ctx := t.Context()
+	if err := rt.Prepare(ctx, runtime.InstanceSpec{Key: key, NodeID: "old", Token: 1, Job: job}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := rt.StartService(ctx, key, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = rt.Close()
+
+	h, err := mockhost.Start(mockhost.Config{DataDir: dir, Logger: slog.New(slog.DiscardHandler), Worker: worker.Config{Runtime: "process"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	if _, err := os.Stat(nodeDir); !os.IsNotExist(err) {
+		t.Errorf("the earlier run's node directory is still there (%v)", err)
+	}
+	if st.PID > 0 && syscall.Kill(st.PID, 0) == nil {
+		t.Errorf("the earlier run's instance (pid %d) still runs", st.PID)
 	}
 }
