@@ -297,6 +297,7 @@ func newBundleShowCommand(g *globals) *cobra.Command {
 		Short:             "Show a bundle and, per replica job, its role, node, phase, dormant mark and degradations",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeBundleIDs,
+		Annotations:       takesIDs("bundle"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bw, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.BundleWithJobs, error) {
 				return m.BundleById(ctx, args[0])
@@ -376,6 +377,7 @@ func newBundleDeleteCommand(g *globals) *cobra.Command {
 		Short:             "Delete a bundle: its jobs are stopped, then removed with it",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeBundleIDs,
+		Annotations:       takesIDs("bundle"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (struct{}, error) {
 				return struct{}{}, m.DeleteBundle(ctx, args[0])
@@ -404,6 +406,7 @@ func newBundleStartJobCommand(g *globals) *cobra.Command {
   norsk-ctl bundle start-job news 1 recorder    # the backup's`,
 		Args:              exactArgs("ID", "REPLICA", "JOBNAME"),
 		ValidArgsFunction: g.completeBundleIDs,
+		Annotations:       takesIDs("bundle"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, replica, name, err := replicaJobArgs(args)
 			if err != nil {
@@ -426,6 +429,7 @@ func newBundleStopJobCommand(g *globals) *cobra.Command {
 		Short:             "Stop a bundle job and keep it down (dormant) until start-job",
 		Args:              exactArgs("ID", "REPLICA", "JOBNAME"),
 		ValidArgsFunction: g.completeBundleIDs,
+		Annotations:       takesIDs("bundle"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, replica, name, err := replicaJobArgs(args)
 			if err != nil {
@@ -473,6 +477,7 @@ already past deletes the bundle at once.`,
   norsk-ctl bundle stop-time news --clear`,
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeBundleIDs,
+		Annotations:       takesIDs("bundle"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			given := 0
 			for _, f := range []string{"at", "in", "clear"} {
@@ -538,6 +543,7 @@ bundle that was never renewed has no lease. Prints when it now runs out.`,
 		Example:           `  norsk-ctl bundle renew-lease news --ttl 30s`,
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeBundleIDs,
+		Annotations:       takesIDs("bundle"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ttl == "" {
 				return usageErrorf("--ttl is required")

@@ -51,6 +51,7 @@ finishes) and lets the node take new work again.`,
   norsk-ctl node drain encoder-7 --undo`,
 		Args:              exactArgs("NODE"),
 		ValidArgsFunction: g.completeNodeIDs,
+		Annotations:       takesIDs("node"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			node := args[0]
 			// An undo carries no other option (the Manager refuses one that does).

@@ -196,6 +196,7 @@ func newJobGetCommand(g *globals) *cobra.Command {
 		Short:             "Show a job: spec, state, instances and recent history",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       takesIDs("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			j, err := g.jobByID(cmd, args[0])
 			if err != nil {
@@ -304,6 +305,7 @@ func newJobHistoryCommand(g *globals) *cobra.Command {
 		Short:             "Show a job's history, newest first: time, event, role, node and details",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       takesIDs("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			j, err := g.jobByID(cmd, args[0])
 			if err != nil {
@@ -321,6 +323,7 @@ func newJobDeleteCommand(g *globals) *cobra.Command {
 		Short:             "Delete a job; its running instances are stopped first",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       takesIDs("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.jobAction(cmd, args[0], "deleted", func(m *norsk.Manager, ctx context.Context) error {
 				return m.DeleteJob(ctx, args[0])
@@ -335,6 +338,7 @@ func newJobCompleteCommand(g *globals) *cobra.Command {
 		Short:             "Complete a job: stop its instances; it is never started again",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       takesIDs("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.jobAction(cmd, args[0], "completed", func(m *norsk.Manager, ctx context.Context) error {
 				return m.CompleteJob(ctx, args[0])
@@ -350,6 +354,7 @@ func newJobFailCommand(g *globals) *cobra.Command {
 		Short:             "Mark a job terminally failed, so that it is never placed again",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       takesIDs("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(reason) == "" {
 				return usageErrorf("--reason is required")
@@ -419,6 +424,7 @@ cores, GPU, capabilities, pool, the node's runtime, exclusions such as a node th
 anti-affinity, co-location). Nothing is bound.`,
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       takesIDs("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.ExplainPlacementResponse, error) {
 				return m.ExplainPlacement(ctx, args[0], role, pool)

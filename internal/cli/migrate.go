@@ -38,8 +38,9 @@ func newMigrateCommand(g *globals) *cobra.Command {
 		w        waitFlags
 	)
 	c := &cobra.Command{
-		Use:   "migrate JOB",
-		Short: "Move a running job to another node, following each phase as it happens",
+		Use:         "migrate JOB",
+		Annotations: withIDFlags(takesIDs("job"), "to=node"),
+		Short:       "Move a running job to another node, following each phase as it happens",
 		Long: `Move a running, AutoManager-placed job to another node (the migration saga):
 --strategy stopThenStart (the default: the target is created but not
 started, the source stopped, then the target started — a short gap),

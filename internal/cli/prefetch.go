@@ -38,6 +38,7 @@ the request's id and the store index to follow (norsk-ctl events --after N).`,
   norsk-ctl node prefetch edge-1 registry.example.com/encoder:v3 --wait 30m`,
 		Args:              minArgs("NODE", "IMAGE"),
 		ValidArgsFunction: g.completeNodeIDs,
+		Annotations:       takesIDs("node"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if waitFor <= 0 {
 				return usageErrorf("--wait must be positive")

@@ -267,6 +267,7 @@ and -o go-template=TEMPLATE runs a Go template on the JSON form
 	for _, c := range rootCommands {
 		root.AddCommand(c(g))
 	}
+	resolvePrefixes(g, root)
 	return root
 }
 
