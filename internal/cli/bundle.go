@@ -255,7 +255,8 @@ func newBundleListCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.printer().Print(result{data: messages(list), table: func(w io.Writer) { bundlesTable(w, list) }})
+			return g.printer().Print(result{data: messages(list), table: func(w io.Writer) { bundlesTable(w, list) },
+				wide: func(w io.Writer) { bundlesWideTable(w, g.now(), list) }})
 		},
 	}
 }

@@ -58,7 +58,7 @@ An absent key exits 1 with "not found".`,
 				_, err := g.out.Write(e.GetValue())
 				return err
 			}
-			if g.output != "table" {
+			if !g.human() {
 				return g.printer().Print(result{data: e})
 			}
 			// The value as it is (tabs in it are the value's, not columns).
@@ -119,6 +119,19 @@ func newKVListCommand(g *globals) *cobra.Command {
 				fmt.Fprintln(w, "KEY\tREVISION\tSIZE\tVALUE")
 				for _, e := range entries {
 					fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", e.GetKey(), e.GetRevision(), len(e.GetValue()), bytesPreview(e.GetValue(), 60))
+				}
+			}, wide: func(w io.Writer) {
+				fmt.Fprintf(w, "Namespace %s: schema version %d, %d keys", args[0], schema, len(entries))
+				if prefix != "" {
+					fmt.Fprintf(w, " under %q", prefix)
+				}
+				fmt.Fprintln(w)
+				if len(entries) == 0 {
+					return
+				}
+				fmt.Fprintln(w, "KEY\tREVISION\tCREATED AT\tSIZE\tVALUE")
+				for _, e := range entries {
+					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\n", e.GetKey(), e.GetRevision(), e.GetCreateRevision(), len(e.GetValue()), bytesPreview(e.GetValue(), 200))
 				}
 			}})
 		},

@@ -270,7 +270,7 @@ func newMigrationCommand(g *globals) *cobra.Command {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.GetMigrationId(), st.GetSourceJobId(), norsk.StrategyName(st.GetStrategy()),
 						norsk.PhaseName(st.GetPhase()), st.GetSourceNodeId(), to, ago(g.now(), st.GetStartedAt()), reason)
 				}
-			}})
+			}, wide: func(w io.Writer) { migrationsWideTable(w, g.now(), all) }})
 		},
 	}
 	watchable(g, list)

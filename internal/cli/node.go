@@ -102,7 +102,8 @@ func newNodeListCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.printer().Print(result{data: messages(nodes), table: func(w io.Writer) { nodesTable(w, g.now(), nodes) }})
+			return g.printer().Print(result{data: messages(nodes), table: func(w io.Writer) { nodesTable(w, g.now(), nodes) },
+				wide: func(w io.Writer) { nodesWideTable(w, g.now(), nodes) }})
 		},
 	}
 }

@@ -56,7 +56,7 @@ the request's id and the store index to follow (norsk-ctl events --after N).`,
 						node, len(refs), res.GetRequestId(), res.GetIndex())
 				}})
 			}
-			if g.output == "table" || g.output == "" {
+			if g.human() {
 				fmt.Fprintf(g.out, "Node %s's worker is pulling %d image(s) (request %s)\n", node, len(refs), res.GetRequestId())
 			}
 			results, err := g.followPrefetch(cmd.Context(), node, res, len(refs), waitFor)
@@ -83,7 +83,7 @@ func (g *globals) followPrefetch(ctx context.Context, node string, res *norsk.Pr
 	defer cancel()
 	s := m.EventStream(ctx, norsk.EventStreamSettings{AfterIndex: res.GetIndex()})
 	defer s.Close()
-	table := g.output == "table" || g.output == ""
+	table := g.human()
 	var got []*norsk.ImagePrefetchResult
 	for len(got) < want && s.Next() {
 		p := s.Event().GetImagesPrefetched()
