@@ -57,7 +57,7 @@ func (g *globals) readSpec(name string) ([]byte, error) {
 // created is what job create prints for each job.
 type created struct {
 	JobID string `json:"jobId"`
-	Hash  string `json:"hash"` // a decimal string, as protojson writes int64
+	Hash  string `json:"hash"` // a decimal string, as protojson writes uint64
 }
 
 func newJobCreateCommand(g *globals) *cobra.Command {
@@ -97,7 +97,7 @@ Jobs are created in order; the first failure stops the command.`,
 					}
 					return fmt.Errorf("create job %s: %w", job.GetJobId(), err)
 				}
-				out = append(out, created{JobID: job.GetJobId(), Hash: strconv.FormatInt(hash, 10)})
+				out = append(out, created{JobID: job.GetJobId(), Hash: strconv.FormatUint(hash, 10)})
 			}
 			return g.printCreated(out)
 		},
@@ -122,7 +122,7 @@ func (g *globals) printCreated(out []created) error {
 func newJobUpdateCommand(g *globals) *cobra.Command {
 	var (
 		file   string
-		hash   int64
+		hash   uint64
 		latest bool
 	)
 	cmd := &cobra.Command{
@@ -177,14 +177,14 @@ changed since. Running instances keep the spec they started with.`,
 				}
 				return fmt.Errorf("update job %s: %w", job.GetJobId(), err)
 			}
-			c := created{JobID: job.GetJobId(), Hash: strconv.FormatInt(next, 10)}
+			c := created{JobID: job.GetJobId(), Hash: strconv.FormatUint(next, 10)}
 			return g.printer().Print(result{data: c, table: func(w io.Writer) {
 				fmt.Fprintf(w, "Job %s updated: hash %d → %d\n", c.JobID, prev, next)
 			}})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "the job spec (- for stdin)")
-	cmd.Flags().Int64Var(&hash, "hash", 0, "the hash the update is based on (overrides the spec's currentHash)")
+	cmd.Flags().Uint64Var(&hash, "hash", 0, "the hash the update is based on (overrides the spec's currentHash)")
 	cmd.Flags().BoolVar(&latest, "latest", false, "base the update on the job's current hash, whatever it is")
 	return cmd
 }

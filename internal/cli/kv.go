@@ -145,17 +145,17 @@ type committed struct {
 	Namespace string `json:"namespace"`
 	Key       string `json:"key,omitempty"`
 	Writes    int    `json:"writes"`
-	Revision  string `json:"revision"` // a decimal string, as protojson writes int64
+	Revision  string `json:"revision"` // a decimal string, as protojson writes uint64
 }
 
 // guardFlags are --if-revision and --if-absent.
 type guardFlags struct {
-	revision int64
+	revision uint64
 	absent   bool
 }
 
 func (f *guardFlags) add(cmd *cobra.Command, absent bool) {
-	cmd.Flags().Int64Var(&f.revision, "if-revision", 0, "write only if the key is at this revision (0 = only if it does not exist)")
+	cmd.Flags().Uint64Var(&f.revision, "if-revision", 0, "write only if the key is at this revision (0 = only if it does not exist)")
 	if absent {
 		cmd.Flags().BoolVar(&f.absent, "if-absent", false, "write only if the key does not exist")
 	}
@@ -166,8 +166,6 @@ func (f *guardFlags) apply(cmd *cobra.Command, w norsk.KvWrite) (norsk.KvWrite, 
 	switch {
 	case byRev && f.absent:
 		return w, usageErrorf("--if-revision and --if-absent exclude each other")
-	case byRev && f.revision < 0:
-		return w, usageErrorf("--if-revision must not be negative")
 	case byRev:
 		return w.IfRevision(f.revision), nil
 	case f.absent:
@@ -178,11 +176,11 @@ func (f *guardFlags) apply(cmd *cobra.Command, w norsk.KvWrite) (norsk.KvWrite, 
 
 // commit sends writes and prints the revision.
 func (g *globals) commit(cmd *cobra.Command, ns, key string, writes []norsk.KvWrite, opts norsk.KvCommitOptions, what string) error {
-	rev, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (int64, error) { return m.KvCommit(ctx, ns, writes, opts) }, "kv %s", what)
+	rev, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (uint64, error) { return m.KvCommit(ctx, ns, writes, opts) }, "kv %s", what)
 	if err != nil {
 		return err
 	}
-	out := committed{Namespace: ns, Key: key, Writes: len(writes), Revision: strconv.FormatInt(rev, 10)}
+	out := committed{Namespace: ns, Key: key, Writes: len(writes), Revision: strconv.FormatUint(rev, 10)}
 	return g.printer().Print(result{data: out, table: func(w io.Writer) {
 		switch {
 		case what == "put":
@@ -274,7 +272,7 @@ type commitWrite struct {
 	Put              *string `json:"put"`
 	PutBase64        *string `json:"putBase64"`
 	Delete           bool    `json:"delete"`
-	ExpectedRevision *int64  `json:"expectedRevision"`
+	ExpectedRevision *uint64 `json:"expectedRevision"`
 }
 
 // parseCommitFile reads a kv commit file (YAML or JSON): a list of writes,

@@ -200,7 +200,7 @@ func ExampleManager_KvCommit() {
 		log.Fatal(err)
 	}
 	defer m.Close()
-	var rev int64 // 0: the key must not exist
+	var rev uint64 // 0: the key must not exist
 	cur, err := m.KvGet(ctx, "app", "config/region")
 	switch {
 	case err == nil:

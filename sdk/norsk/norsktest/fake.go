@@ -489,7 +489,7 @@ func (s *Server) CreateJob(_ context.Context, req *connect.Request[managerv1.Cre
 	}
 	i := s.nextIndex()
 	s.addJob(job, i)
-	return connect.NewResponse(&managerv1.JobHash{Hash: int64(i)}), nil
+	return connect.NewResponse(&managerv1.JobHash{Hash: i}), nil
 }
 
 // addJob stores a copy of job, created at index i (its hash). Callers hold
@@ -497,7 +497,7 @@ func (s *Server) CreateJob(_ context.Context, req *connect.Request[managerv1.Cre
 func (s *Server) addJob(job *managerv1.Job, i uint64) {
 	job = proto.Clone(job).(*managerv1.Job)
 	job.State = managerv1.JobState_JOB_STATE_PRE
-	job.CurrentHash = int64(i)
+	job.CurrentHash = i
 	job.TerminalState = nil
 	j := &managerv1.JobWithHistory{Job: job}
 	s.jobs[job.JobId] = j
@@ -542,10 +542,10 @@ func (s *Server) UpdateJob(_ context.Context, req *connect.Request[managerv1.Upd
 	prev := j.Job.CurrentHash
 	job = proto.Clone(job).(*managerv1.Job)
 	job.State = j.Job.State
-	job.CurrentHash = int64(i)
+	job.CurrentHash = i
 	j.Job = job
-	s.jobUpdated(j, i, &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Updated{Updated: &managerv1.JobUpdated{PreviousHash: prev, Hash: int64(i)}}})
-	return connect.NewResponse(&managerv1.JobHash{Hash: int64(i)}), nil
+	s.jobUpdated(j, i, &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Updated{Updated: &managerv1.JobUpdated{PreviousHash: prev, Hash: i}}})
+	return connect.NewResponse(&managerv1.JobHash{Hash: i}), nil
 }
 
 func terminalWord(t *managerv1.TerminalState) string {
