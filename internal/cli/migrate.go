@@ -73,6 +73,11 @@ ordinary recovery.`,
 				return err
 			}
 			opts.Strategy = s
+			// A target the Manager does not know is not a NOT_FOUND (the
+			// saga aborts on it), so --to is resolved before the call.
+			if _, err := resolveIDs(g, cmd, nil); err != nil {
+				return err
+			}
 			m, err := g.manager(cmd.Context())
 			if err != nil {
 				return err

@@ -43,6 +43,7 @@ func TestIDPrefixes(t *testing.T) {
 	f.fails(ExitUsage, `node "node-a" is ambiguous: it begins node-a1, node-a2`, "node", "get", "node-a")
 	f.fails(ExitUsage, `node "node-a" is ambiguous: it begins node-a1, node-a2`, "node", "drain", "node-a")
 	f.fails(ExitUsage, `--node: node "node-" is ambiguous`, "job", "start", "sport", "--node", "node-")
+	f.fails(ExitUsage, `--to: node "node-a" is ambiguous: it begins node-a1, node-a2`, "migrate", "sport-1", "--to", "node-a")
 	f.fails(ExitError, "NOT_FOUND", "job", "delete", "zzz")
 	f.fails(ExitError, `TerminateNode: NOT_FOUND: node "zzz" not found`, "node", "terminate", "zzz")
 	f.fails(ExitError, "NOT_FOUND", "bundle", "delete", "zzz")

@@ -240,6 +240,10 @@ Reads are served from the copy of the member called, which on a follower may
 trail the primary by a few milliseconds; --linearizable makes them see every
 write committed before they began (at the cost of a round trip to the primary).
 
+A job, node, bundle, cluster slot, API token or migration may be named by a
+unique prefix of its id (an exact id wins; an ambiguous prefix is an error
+listing the candidates).
+
 Output is a table by default (-o wide: lists with more columns); -o json prints the API's protobuf JSON and -o yaml
 the same as YAML, for scripts; -o name prints NOUN/ID per object (job/news-1)
 and -o go-template=TEMPLATE runs a Go template on the JSON form
