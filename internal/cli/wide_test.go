@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strings"
 	"testing"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -38,9 +39,13 @@ func TestOutputWide(t *testing.T) {
 			`(?m)^ID\s+JOB\s+STRATEGY\s+PHASE\s+FROM\s+TO\s+ROLES\s+STARTED\s+TOOK\s+NO RETURN\s+BY\s+REASON$`}},
 		{[]string{"kv", "list", "cfg", "-o", "wide"}, []string{
 			`(?m)^KEY\s+REVISION\s+CREATED AT\s+SIZE\s+VALUE$`, `(?m)^k\s+\d+\s+\d+\s+1\s+v$`}},
+		{[]string{"audit", "log", "-o", "wide"}, []string{
+			`(?m)^SEQ\s+TIME\s+SOURCE\s+CALLER\s+TOKEN\s+KIND\s+HASH\s+PREV\s+PAYLOAD$`, `(?m)^\d+\s+\S+\s+api\s+.*KvCommit\s`}},
+		{[]string{"cluster", "status", "-o", "wide"}, []string{
+			`(?m)^NAME\s+ROLE\s+REACHABLE\s+VOTER\s+WITNESS\s+APPLIED\s+GENERATION\s+LAST CONTACT\s+RAFT\s+API\s+CONTROL PLANE$`}},
 		// No wide form: the table.
 		{[]string{"token", "list", "-o", "wide"}, []string{`(?m)^ID\s+NAME\s+ROLE\s+CREATED`}},
 	} {
-		matches(t, tc.args[0]+" list -o wide", f.ok(tc.args...), tc.patterns...)
+		matches(t, strings.Join(tc.args, " "), f.ok(tc.args...), tc.patterns...)
 	}
 }
