@@ -8,6 +8,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // Hello says the protocol the seed's features imply (1.10), the skew
@@ -39,6 +40,9 @@ func TestHelloProtocolAndSkew(t *testing.T) {
 		if v := h.GetVersion(); v.GetMajorVersion() != buildinfo.ProtocolMajor || v.GetMinorVersion() != buildinfo.ProtocolMinor || v.GetLabel() != buildinfo.Label() {
 			t.Errorf("Hello(%q).version = %v", tc.caller, v)
 		}
+	}
+	if buildinfo.ProtocolVersion() != norsk.ProtocolVersion {
+		t.Errorf("the Manager speaks %s, the SDK %s: raise both together", buildinfo.ProtocolVersion(), norsk.ProtocolVersion)
 	}
 	_, err := c.Hello(context.Background(), connect.NewRequest(&managerv1.HelloRequest{ProtocolVersion: "one"}))
 	invalidOn(t, "Hello(one)", err, "protocolVersion")

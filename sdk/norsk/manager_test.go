@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -461,4 +462,19 @@ func mustTime(s string) time.Time {
 		panic(err)
 	}
 	return t
+}
+
+// Every call protocolSince gates is a method of *Manager, of a minor this
+// SDK speaks.
+func TestProtocolSinceNamesMethods(t *testing.T) {
+	t.Parallel()
+	mt := reflect.TypeFor[*norsk.Manager]()
+	for op, minor := range norsk.ProtocolSince {
+		if _, ok := mt.MethodByName(op); !ok {
+			t.Errorf("protocolSince names %s, which is no method of *Manager", op)
+		}
+		if minor < 1 || minor > 10 {
+			t.Errorf("%s: since 1.%d, beyond this SDK's %s", op, minor, norsk.ProtocolVersion)
+		}
+	}
 }
