@@ -115,7 +115,7 @@ func BenchmarkKvCommit(b *testing.B) {
 			ctx := context.Background()
 			prefix := fmt.Sprintf("r%d-", runID.Add(1))
 			value := make([]byte, 64)
-			zero := int64(0)
+			zero := uint64(0)
 			commit := func(key string) error {
 				_, err := c.KvCommit(ctx, connectrpc.NewRequest(&managerv1.KvCommitRequest{Namespace: "bench", Writes: []*managerv1.KvWrite{
 					{Key: key, Op: &managerv1.KvWrite_Put{Put: value}, ExpectedRevision: &zero},

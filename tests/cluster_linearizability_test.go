@@ -192,7 +192,7 @@ type linzInput struct {
 	// (absent, or ExpValue at revision ExpRev).
 	ExpPresent bool
 	ExpValue   string
-	ExpRev     int64
+	ExpRev     uint64
 }
 
 // linzOutput is an operation's outcome.
@@ -202,7 +202,7 @@ type linzOutput struct {
 	// Refused: a compare-and-set's definite FAILED_PRECONDITION.
 	Refused bool
 	// Rev: the revision a write committed at; for a read, the key's.
-	Rev int64
+	Rev uint64
 	// Present, Value: what a read saw.
 	Present bool
 	Value   string
@@ -214,7 +214,7 @@ type linzOutput struct {
 type linzReg struct {
 	Present bool
 	Value   string
-	Rev     int64
+	Rev     uint64
 }
 
 func linzModel() porcupine.Model {
@@ -260,7 +260,7 @@ func linzModel() porcupine.Model {
 			s, in, out := state.(linzReg), input.(linzInput), output.(linzOutput)
 			// A write's revision is its raft index: it exceeds the
 			// revision of every write before it.
-			grows := func(rev int64) bool { return s.Rev == 0 || rev > s.Rev }
+			grows := func(rev uint64) bool { return s.Rev == 0 || rev > s.Rev }
 			switch in.Kind {
 			case linzGet:
 				if out.Present != s.Present {
@@ -410,7 +410,7 @@ func (h *linzHistory) prepare() ([]porcupine.Operation, linzStats) {
 type linzRead struct {
 	present bool
 	value   string
-	rev     int64
+	rev     uint64
 }
 
 // linzClient issues one operation at a time through its member.
@@ -569,11 +569,11 @@ func TestClusterKVLinearizableModel(t *testing.T) {
 	inf := int64(math.MaxInt64)
 	put := func(v string) linzInput { return linzInput{Kind: linzPut, Key: "k", Value: v} }
 	get := linzInput{Kind: linzGet, Key: "k"}
-	cas := func(ev string, er int64, v string) linzInput {
+	cas := func(ev string, er uint64, v string) linzInput {
 		return linzInput{Kind: linzCAS, Key: "k", Value: v, ExpPresent: ev != "", ExpValue: ev, ExpRev: er}
 	}
-	ok := func(rev int64) linzOutput { return linzOutput{Rev: rev} }
-	saw := func(v string, rev int64) linzOutput { return linzOutput{Present: true, Value: v, Rev: rev} }
+	ok := func(rev uint64) linzOutput { return linzOutput{Rev: rev} }
+	saw := func(v string, rev uint64) linzOutput { return linzOutput{Present: true, Value: v, Rev: rev} }
 	op := func(c int, in linzInput, call int64, out linzOutput, ret int64) porcupine.Operation {
 		return porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret}
 	}
@@ -633,8 +633,9 @@ func TestClusterKVLinearizableModel(t *testing.T) {
 // are raft indexes, so such a read missed a completed write.
 func linzStaleReads(ops []porcupine.Operation) []string {
 	type write struct {
-		ret, rev int64
-		op       porcupine.Operation
+		ret int64
+		rev uint64
+		op  porcupine.Operation
 	}
 	writes := map[string][]write{}
 	for _, op := range ops {

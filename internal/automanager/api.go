@@ -13,7 +13,7 @@ type API interface {
 	ListNodes(ctx context.Context) ([]*norsk.Node, error)
 	JobSearch(ctx context.Context, s norsk.JobSearchSettings) ([]*norsk.JobWithHistory, error)
 	JobById(ctx context.Context, jobID string) (*norsk.JobWithHistory, error)
-	UpdateJob(ctx context.Context, job *norsk.Job) (int64, error)
+	UpdateJob(ctx context.Context, job *norsk.Job) (uint64, error)
 	StartJob(ctx context.Context, jobID, role, nodeID string, opts norsk.StartJobOptions) (uint64, error)
 	StartJobs(ctx context.Context, starts []norsk.Start) ([]norsk.StartOutcome, error)
 	CreateMockNode(ctx context.Context, n norsk.MockNode) (nodeID, host string, err error)

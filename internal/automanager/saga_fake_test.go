@@ -81,7 +81,7 @@ func (f *fakeAPI) JobById(ctx context.Context, jobID string) (*norsk.JobWithHist
 	return proto.Clone(jh).(*managerv1.JobWithHistory), nil
 }
 
-func (f *fakeAPI) UpdateJob(ctx context.Context, job *norsk.Job) (int64, error) { return 0, nil }
+func (f *fakeAPI) UpdateJob(ctx context.Context, job *norsk.Job) (uint64, error) { return 0, nil }
 
 // instance sets (or adds) the job's instance.
 func (f *fakeAPI) instance(jobID, role, nodeID string, phase managerv1.InstancePhase) *managerv1.Instance {

@@ -12,9 +12,20 @@ import (
 
 // Protocol version of the Manager's API ("major.minor"). The major changes
 // only with an incompatible wire change; the minor with every addition.
+// The seed's client API names what each minor brought, and this Manager
+// serves all of it:
+//
+//	1.4   a discovery fleet of a single server (address, no addresses)
+//	1.6   lease-protected jobs: PauseLeases, ResumeLeases, GetLeaseStatus
+//	1.7   discovery fleets with addresses, GetDiscoveryFleet,
+//	      RotateDiscoveryTierSecret (access-replica steps)
+//	1.10  ListInstanceTypes; DaemonHello carries the VersionInfo
+//
+// Raise ProtocolMinor with every addition to the API, and say here what it
+// brought (sdk/norsk.ProtocolVersion follows it).
 const (
 	ProtocolMajor = 1
-	ProtocolMinor = 0
+	ProtocolMinor = 10
 )
 
 // Version is the release version, set at link time with

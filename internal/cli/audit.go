@@ -109,7 +109,8 @@ whole chain here.`,
 				}
 				q.BeforeSeq = p.GetNextBeforeSeq()
 			}
-			return g.printer().Print(result{data: page, table: func(w io.Writer) { auditTable(w, page) }})
+			return g.printer().Print(result{data: page, table: func(w io.Writer) { auditTable(w, page) },
+				wide: func(w io.Writer) { auditWideTable(w, page) }})
 		},
 	}
 	f := cmd.Flags()
@@ -140,6 +141,26 @@ func auditTable(w io.Writer, page *norsk.AuditLogPage) {
 			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", e.GetSeq(), auditTime(e.GetTimestampMs()), e.GetSource(), auditCaller(e), e.GetKind(), truncate(payloadSummary(e.GetPayload()), 120))
 		}
 	}
+	auditFooter(w, page)
+}
+
+// auditWideTable adds to auditTable each entry's caller token, its hash
+// and the hash it chains to, and the whole payload.
+func auditWideTable(w io.Writer, page *norsk.AuditLogPage) {
+	if len(page.GetEntries()) == 0 {
+		fmt.Fprintln(w, "No audit entries match.")
+	} else {
+		fmt.Fprintln(w, "SEQ\tTIME\tSOURCE\tCALLER\tTOKEN\tKIND\tHASH\tPREV\tPAYLOAD")
+		for _, e := range page.GetEntries() {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.GetSeq(), auditTime(e.GetTimestampMs()), e.GetSource(), auditCaller(e),
+				dash(e.GetCallerTokenId()), e.GetKind(), shortHash(e.GetHash()), shortHash(e.GetPrevHash()), payloadSummary(e.GetPayload()))
+		}
+	}
+	auditFooter(w, page)
+}
+
+// auditFooter says whether the chain was verified and what is retained.
+func auditFooter(w io.Writer, page *norsk.AuditLogPage) {
 	fmt.Fprintln(w)
 	if page.GetChainVerifiedAtBoot() {
 		fmt.Fprintln(w, "Chain: verified by the Manager at boot")

@@ -40,7 +40,7 @@ func TestAuditKVUsageErrors(t *testing.T) {
 		{[]string{"kv", "put", "app", "k", "v", "--file", "x"}, "not both"},
 		{[]string{"kv", "put", "app"}, "takes NAMESPACE KEY [VALUE]"},
 		{[]string{"kv", "put", "app", "k", "v", "--if-revision", "3", "--if-absent"}, "exclude each other"},
-		{[]string{"kv", "put", "app", "k", "v", "--if-revision", "-3"}, "must not be negative"},
+		{[]string{"kv", "put", "app", "k", "v", "--if-revision", "-3"}, `invalid argument "-3" for "--if-revision" flag`},
 		{[]string{"kv", "delete", "app", "k", "--if-absent"}, "unknown flag: --if-absent"},
 		{[]string{"kv", "commit", "app"}, "-f FILE"},
 		{[]string{"kv", "list"}, "(NAMESPACE)"},

@@ -260,7 +260,8 @@ func newBundleListCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.printer().Print(result{data: messages(list), table: func(w io.Writer) { bundlesTable(w, list) }})
+			return g.printer().Print(result{data: messages(list), table: func(w io.Writer) { bundlesTable(w, list) },
+				wide: func(w io.Writer) { bundlesWideTable(w, g.now(), list) }})
 		},
 	}
 }
@@ -302,6 +303,7 @@ func newBundleShowCommand(g *globals) *cobra.Command {
 		Short:             "Show a bundle and, per replica job, its role, node, phase, dormant mark and degradations",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeBundleIDs,
+		Annotations:       takesIDs("bundle"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bw, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.BundleWithJobs, error) {
 				return m.BundleById(ctx, args[0])
@@ -381,6 +383,7 @@ func newBundleDeleteCommand(g *globals) *cobra.Command {
 		Short:             "Delete a bundle: its jobs are stopped, then removed with it",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeBundleIDs,
+		Annotations:       takesIDs("bundle"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (struct{}, error) {
 				return struct{}{}, m.DeleteBundle(ctx, args[0])
@@ -409,6 +412,7 @@ func newBundleStartJobCommand(g *globals) *cobra.Command {
   norsk-ctl bundle start-job news 1 recorder    # the backup's`,
 		Args:              exactArgs("ID", "REPLICA", "JOBNAME"),
 		ValidArgsFunction: g.completeBundleIDs,
+		Annotations:       takesIDs("bundle"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, replica, name, err := replicaJobArgs(args)
 			if err != nil {
@@ -431,6 +435,7 @@ func newBundleStopJobCommand(g *globals) *cobra.Command {
 		Short:             "Stop a bundle job and keep it down (dormant) until start-job",
 		Args:              exactArgs("ID", "REPLICA", "JOBNAME"),
 		ValidArgsFunction: g.completeBundleIDs,
+		Annotations:       takesIDs("bundle"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, replica, name, err := replicaJobArgs(args)
 			if err != nil {
@@ -478,6 +483,7 @@ already past deletes the bundle at once.`,
   norsk-ctl bundle stop-time news --clear`,
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeBundleIDs,
+		Annotations:       takesIDs("bundle"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			given := 0
 			for _, f := range []string{"at", "in", "clear"} {
@@ -543,6 +549,7 @@ bundle that was never renewed has no lease. Prints when it now runs out.`,
 		Example:           `  norsk-ctl bundle renew-lease news --ttl 30s`,
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeBundleIDs,
+		Annotations:       takesIDs("bundle"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ttl == "" {
 				return usageErrorf("--ttl is required")

@@ -176,7 +176,7 @@ func TestVersion(t *testing.T) {
 	if strings.Count(out, "\n") != 1 {
 		t.Errorf("version printed %d lines, want one:\n%s", strings.Count(out, "\n"), out)
 	}
-	for _, want := range []string{"norsk-ctl ", "protocol 1.0", "Manager norsktest", f.srv.URL} {
+	for _, want := range []string{"norsk-ctl ", "protocol 1.10", "Manager norsktest", f.srv.URL, ": same protocol 1.10\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("version output lacks %q:\n%s", want, out)
 		}
@@ -187,8 +187,12 @@ func TestVersion(t *testing.T) {
 			Hello map[string]any `json:"hello"`
 		} `json:"manager"`
 	}
-	if err := json.Unmarshal([]byte(f.ok("version", "-o", "json")), &v); err != nil || v.Client["protocolVersion"] != "1.0" || v.Manager.Hello["protocolVersion"] != "1.0" {
+	if err := json.Unmarshal([]byte(f.ok("version", "-o", "json")), &v); err != nil || v.Client["protocolVersion"] != "1.10" || v.Manager.Hello["protocolVersion"] != "1.10" {
 		t.Errorf("version -o json = %+v, %v", v, err)
+	}
+	f.srv.SetHello(&managerv1.DaemonHello{ProtocolVersion: "1.7", BuildLabel: "older", Compatible: true})
+	if out := f.ok("version"); !strings.Contains(out, "Manager older at") || !strings.Contains(out, "Manager protocol 1.7 is 3 minor versions older than this SDK's 1.10") {
+		t.Errorf("version against a 1.7 Manager: %s", out)
 	}
 	f.srv.SetHello(&managerv1.DaemonHello{ProtocolVersion: "2.0", BuildLabel: "future"})
 	f.fails(ExitError, "daemon speaks wire protocol 2.0", "version")

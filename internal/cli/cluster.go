@@ -59,7 +59,8 @@ voters reachable out of all voters, and the majority needed.`,
 			if err != nil {
 				return err
 			}
-			return g.printer().Print(result{data: st, table: func(w io.Writer) { g.clusterStatusTable(w, st) }})
+			return g.printer().Print(result{data: st, table: func(w io.Writer) { g.clusterStatusTable(w, st, false) },
+				wide: func(w io.Writer) { g.clusterStatusTable(w, st, true) }})
 		},
 	}
 }
@@ -79,8 +80,14 @@ func countOrDash(n uint64, known bool) string {
 	return strconv.FormatUint(n, 10)
 }
 
-func (g *globals) clusterStatusTable(w io.Writer, st *norsk.ClusterStatus) {
-	fmt.Fprintln(w, "NAME\tROLE\tREACHABLE\tVOTER\tAPPLIED\tGENERATION\tLAST CONTACT\tCONTROL PLANE")
+// clusterStatusTable writes the members and the quorum; wide (-o wide) adds
+// each member's raft address, API URL and whether it is a witness.
+func (g *globals) clusterStatusTable(w io.Writer, st *norsk.ClusterStatus, wide bool) {
+	if wide {
+		fmt.Fprintln(w, "NAME\tROLE\tREACHABLE\tVOTER\tWITNESS\tAPPLIED\tGENERATION\tLAST CONTACT\tRAFT\tAPI\tCONTROL PLANE")
+	} else {
+		fmt.Fprintln(w, "NAME\tROLE\tREACHABLE\tVOTER\tAPPLIED\tGENERATION\tLAST CONTACT\tCONTROL PLANE")
+	}
 	var notes []string
 	for _, mb := range st.GetMembers() {
 		name := mb.GetName()
@@ -91,9 +98,14 @@ func (g *globals) clusterStatusTable(w io.Writer, st *norsk.ClusterStatus) {
 		if mb.GetControlPlaneStale() {
 			cp += " (stale, announced " + ago(g.now(), mb.GetControlPlaneAnnouncedAt()) + ")"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, enumWord(mb.GetRole()), yesNo(mb.GetReachable()), yesNo(mb.GetVoter()),
-			countOrDash(mb.GetAppliedIndex(), mb.GetReachable()), countOrDash(mb.GetGeneration(), mb.GetReachable()),
-			ago(g.now(), mb.GetLastContact()), cp)
+		applied, gen := countOrDash(mb.GetAppliedIndex(), mb.GetReachable()), countOrDash(mb.GetGeneration(), mb.GetReachable())
+		if wide {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, enumWord(mb.GetRole()), yesNo(mb.GetReachable()), yesNo(mb.GetVoter()),
+				yesNo(mb.GetWitness()), applied, gen, ago(g.now(), mb.GetLastContact()), dash(mb.GetRaftAddress()), dash(mb.GetApiUrl()), cp)
+		} else {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, enumWord(mb.GetRole()), yesNo(mb.GetReachable()), yesNo(mb.GetVoter()),
+				applied, gen, ago(g.now(), mb.GetLastContact()), cp)
+		}
 		if mb.GetDetail() != "" {
 			notes = append(notes, mb.GetName()+": "+mb.GetDetail())
 		}

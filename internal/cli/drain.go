@@ -51,6 +51,7 @@ finishes) and lets the node take new work again.`,
   norsk-ctl node drain encoder-7 --undo`,
 		Args:              exactArgs("NODE"),
 		ValidArgsFunction: g.completeNodeIDs,
+		Annotations:       takesIDs("node"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			node := args[0]
 			// An undo carries no other option (the Manager refuses one that does).
@@ -98,7 +99,7 @@ finishes) and lets the node take new work again.`,
 				}
 				return g.printDone("node", node, "takes new work again")
 			}
-			table := g.output == "" || g.output == "table"
+			table := g.human()
 			if table {
 				if a.attached {
 					fmt.Fprintf(g.out, "Node %s is already being drained (since %s): following it; its options stand\n", node, ago(g.now(), d.GetStartedAt()))

@@ -57,7 +57,7 @@ func (g *globals) readSpec(name string) ([]byte, error) {
 // created is what job create prints for each job.
 type created struct {
 	JobID string `json:"jobId"`
-	Hash  string `json:"hash"` // a decimal string, as protojson writes int64
+	Hash  string `json:"hash"` // a decimal string, as protojson writes uint64
 }
 
 func newJobCreateCommand(g *globals) *cobra.Command {
@@ -97,7 +97,7 @@ Jobs are created in order; the first failure stops the command.`,
 					}
 					return fmt.Errorf("create job %s: %w", job.GetJobId(), err)
 				}
-				out = append(out, created{JobID: job.GetJobId(), Hash: strconv.FormatInt(hash, 10)})
+				out = append(out, created{JobID: job.GetJobId(), Hash: strconv.FormatUint(hash, 10)})
 			}
 			return g.printCreated(out)
 		},
@@ -122,7 +122,7 @@ func (g *globals) printCreated(out []created) error {
 func newJobUpdateCommand(g *globals) *cobra.Command {
 	var (
 		file   string
-		hash   int64
+		hash   uint64
 		latest bool
 	)
 	cmd := &cobra.Command{
@@ -177,14 +177,14 @@ changed since. Running instances keep the spec they started with.`,
 				}
 				return fmt.Errorf("update job %s: %w", job.GetJobId(), err)
 			}
-			c := created{JobID: job.GetJobId(), Hash: strconv.FormatInt(next, 10)}
+			c := created{JobID: job.GetJobId(), Hash: strconv.FormatUint(next, 10)}
 			return g.printer().Print(result{data: c, table: func(w io.Writer) {
 				fmt.Fprintf(w, "Job %s updated: hash %d → %d\n", c.JobID, prev, next)
 			}})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "the job spec (- for stdin)")
-	cmd.Flags().Int64Var(&hash, "hash", 0, "the hash the update is based on (overrides the spec's currentHash)")
+	cmd.Flags().Uint64Var(&hash, "hash", 0, "the hash the update is based on (overrides the spec's currentHash)")
 	cmd.Flags().BoolVar(&latest, "latest", false, "base the update on the job's current hash, whatever it is")
 	return cmd
 }
@@ -196,6 +196,7 @@ func newJobGetCommand(g *globals) *cobra.Command {
 		Short:             "Show a job: spec, state, instances and recent history",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       takesIDs("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			j, err := g.jobByID(cmd, args[0])
 			if err != nil {
@@ -304,6 +305,7 @@ func newJobHistoryCommand(g *globals) *cobra.Command {
 		Short:             "Show a job's history, newest first: time, event, role, node and details",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       takesIDs("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			j, err := g.jobByID(cmd, args[0])
 			if err != nil {
@@ -321,6 +323,7 @@ func newJobDeleteCommand(g *globals) *cobra.Command {
 		Short:             "Delete a job; its running instances are stopped first",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       takesIDs("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.jobAction(cmd, args[0], "deleted", func(m *norsk.Manager, ctx context.Context) error {
 				return m.DeleteJob(ctx, args[0])
@@ -335,6 +338,7 @@ func newJobCompleteCommand(g *globals) *cobra.Command {
 		Short:             "Complete a job: stop its instances; it is never started again",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       takesIDs("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.jobAction(cmd, args[0], "completed", func(m *norsk.Manager, ctx context.Context) error {
 				return m.CompleteJob(ctx, args[0])
@@ -350,6 +354,7 @@ func newJobFailCommand(g *globals) *cobra.Command {
 		Short:             "Mark a job terminally failed, so that it is never placed again",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       takesIDs("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(reason) == "" {
 				return usageErrorf("--reason is required")
@@ -419,6 +424,7 @@ cores, GPU, capabilities, pool, the node's runtime, exclusions such as a node th
 anti-affinity, co-location). Nothing is bound.`,
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       takesIDs("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.ExplainPlacementResponse, error) {
 				return m.ExplainPlacement(ctx, args[0], role, pool)

@@ -65,6 +65,8 @@ ago (90m, 1h, 2d).`,
 			if err != nil {
 				return err
 			}
+			// -o wide shows each job's age, from its history.
+			settings.IncludeHistory = settings.IncludeHistory || g.output == "wide"
 			jobs, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]*norsk.JobWithHistory, error) {
 				return m.JobSearch(ctx, settings)
 			}, "list jobs")
@@ -80,7 +82,8 @@ ago (90m, 1h, 2d).`,
 				}
 				jobs = kept
 			}
-			return g.printer().Print(result{data: messages(jobs), table: func(w io.Writer) { jobsTable(w, jobs) }})
+			return g.printer().Print(result{data: messages(jobs), table: func(w io.Writer) { jobsTable(w, jobs) },
+				wide: func(w io.Writer) { jobsWideTable(w, g.now(), jobs) }})
 		},
 	}
 	fl := cmd.Flags()

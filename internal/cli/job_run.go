@@ -53,6 +53,7 @@ or is prepared (--defer-start), and fail with the reason when it stops first.`,
 		Example:           `  norsk-ctl job start news-1 --node node-1 --role primary`,
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       withIDFlags(takesIDs("job"), "node=node"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.check(cmd); err != nil {
 				return err
@@ -96,6 +97,7 @@ func newJobStopCommand(g *globals) *cobra.Command {
 		Short:             "Stop a job's instance on a node",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       withIDFlags(takesIDs("job"), "node=node"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.check(cmd); err != nil {
 				return err
@@ -147,6 +149,7 @@ func newJobStartPreparedCommand(g *globals) *cobra.Command {
 		Short:             "Start an instance that was started with --defer-start",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeJobIDs,
+		Annotations:       withIDFlags(takesIDs("job"), "node=node"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.check(cmd); err != nil {
 				return err

@@ -58,7 +58,7 @@ An absent key exits 1 with "not found".`,
 				_, err := g.out.Write(e.GetValue())
 				return err
 			}
-			if g.output != "table" {
+			if !g.human() {
 				return g.printer().Print(result{data: e})
 			}
 			// The value as it is (tabs in it are the value's, not columns).
@@ -120,6 +120,19 @@ func newKVListCommand(g *globals) *cobra.Command {
 				for _, e := range entries {
 					fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", e.GetKey(), e.GetRevision(), len(e.GetValue()), bytesPreview(e.GetValue(), 60))
 				}
+			}, wide: func(w io.Writer) {
+				fmt.Fprintf(w, "Namespace %s: schema version %d, %d keys", args[0], schema, len(entries))
+				if prefix != "" {
+					fmt.Fprintf(w, " under %q", prefix)
+				}
+				fmt.Fprintln(w)
+				if len(entries) == 0 {
+					return
+				}
+				fmt.Fprintln(w, "KEY\tREVISION\tCREATED AT\tSIZE\tVALUE")
+				for _, e := range entries {
+					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\n", e.GetKey(), e.GetRevision(), e.GetCreateRevision(), len(e.GetValue()), bytesPreview(e.GetValue(), 200))
+				}
 			}})
 		},
 	}
@@ -132,17 +145,17 @@ type committed struct {
 	Namespace string `json:"namespace"`
 	Key       string `json:"key,omitempty"`
 	Writes    int    `json:"writes"`
-	Revision  string `json:"revision"` // a decimal string, as protojson writes int64
+	Revision  string `json:"revision"` // a decimal string, as protojson writes uint64
 }
 
 // guardFlags are --if-revision and --if-absent.
 type guardFlags struct {
-	revision int64
+	revision uint64
 	absent   bool
 }
 
 func (f *guardFlags) add(cmd *cobra.Command, absent bool) {
-	cmd.Flags().Int64Var(&f.revision, "if-revision", 0, "write only if the key is at this revision (0 = only if it does not exist)")
+	cmd.Flags().Uint64Var(&f.revision, "if-revision", 0, "write only if the key is at this revision (0 = only if it does not exist)")
 	if absent {
 		cmd.Flags().BoolVar(&f.absent, "if-absent", false, "write only if the key does not exist")
 	}
@@ -153,8 +166,6 @@ func (f *guardFlags) apply(cmd *cobra.Command, w norsk.KvWrite) (norsk.KvWrite, 
 	switch {
 	case byRev && f.absent:
 		return w, usageErrorf("--if-revision and --if-absent exclude each other")
-	case byRev && f.revision < 0:
-		return w, usageErrorf("--if-revision must not be negative")
 	case byRev:
 		return w.IfRevision(f.revision), nil
 	case f.absent:
@@ -165,11 +176,11 @@ func (f *guardFlags) apply(cmd *cobra.Command, w norsk.KvWrite) (norsk.KvWrite, 
 
 // commit sends writes and prints the revision.
 func (g *globals) commit(cmd *cobra.Command, ns, key string, writes []norsk.KvWrite, opts norsk.KvCommitOptions, what string) error {
-	rev, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (int64, error) { return m.KvCommit(ctx, ns, writes, opts) }, "kv %s", what)
+	rev, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (uint64, error) { return m.KvCommit(ctx, ns, writes, opts) }, "kv %s", what)
 	if err != nil {
 		return err
 	}
-	out := committed{Namespace: ns, Key: key, Writes: len(writes), Revision: strconv.FormatInt(rev, 10)}
+	out := committed{Namespace: ns, Key: key, Writes: len(writes), Revision: strconv.FormatUint(rev, 10)}
 	return g.printer().Print(result{data: out, table: func(w io.Writer) {
 		switch {
 		case what == "put":
@@ -261,7 +272,7 @@ type commitWrite struct {
 	Put              *string `json:"put"`
 	PutBase64        *string `json:"putBase64"`
 	Delete           bool    `json:"delete"`
-	ExpectedRevision *int64  `json:"expectedRevision"`
+	ExpectedRevision *uint64 `json:"expectedRevision"`
 }
 
 // parseCommitFile reads a kv commit file (YAML or JSON): a list of writes,

@@ -38,8 +38,9 @@ func newMigrateCommand(g *globals) *cobra.Command {
 		w        waitFlags
 	)
 	c := &cobra.Command{
-		Use:   "migrate JOB",
-		Short: "Move a running job to another node, following each phase as it happens",
+		Use:         "migrate JOB",
+		Annotations: withIDFlags(takesIDs("job"), "to=node"),
+		Short:       "Move a running job to another node, following each phase as it happens",
 		Long: `Move a running, AutoManager-placed job to another node (the migration saga):
 --strategy stopThenStart (the default: the target is created but not
 started, the source stopped, then the target started — a short gap),
@@ -72,6 +73,11 @@ ordinary recovery.`,
 				return err
 			}
 			opts.Strategy = s
+			// A target the Manager does not know is not a NOT_FOUND (the
+			// saga aborts on it), so --to is resolved before the call.
+			if _, err := resolveIDs(g, cmd, nil); err != nil {
+				return err
+			}
 			m, err := g.manager(cmd.Context())
 			if err != nil {
 				return err
@@ -269,7 +275,7 @@ func newMigrationCommand(g *globals) *cobra.Command {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", st.GetMigrationId(), st.GetSourceJobId(), norsk.StrategyName(st.GetStrategy()),
 						norsk.PhaseName(st.GetPhase()), st.GetSourceNodeId(), to, ago(g.now(), st.GetStartedAt()), reason)
 				}
-			}})
+			}, wide: func(w io.Writer) { migrationsWideTable(w, g.now(), all) }})
 		},
 	}
 	watchable(g, list)

@@ -102,7 +102,8 @@ func newNodeListCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.printer().Print(result{data: messages(nodes), table: func(w io.Writer) { nodesTable(w, g.now(), nodes) }})
+			return g.printer().Print(result{data: messages(nodes), table: func(w io.Writer) { nodesTable(w, g.now(), nodes) },
+				wide: func(w io.Writer) { nodesWideTable(w, g.now(), nodes) }})
 		},
 	}
 }
@@ -132,6 +133,7 @@ func newNodeGetCommand(g *globals) *cobra.Command {
 		Short:             "Show one node",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeNodeIDs,
+		Annotations:       takesIDs("node"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			nodes, err := g.listNodes(cmd)
 			if err != nil {
@@ -214,6 +216,7 @@ func newNodeTerminateCommand(g *globals) *cobra.Command {
 		Short:             "Forcibly stop a node: its instances are stopped and its provider releases it",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeNodeIDs,
+		Annotations:       takesIDs("node"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := g.manager(cmd.Context())
 			if err != nil {
@@ -237,6 +240,7 @@ func newNodeTagCommand(g *globals) *cobra.Command {
   norsk-ctl node tag node-1 spare=true   # a hot spare (local servers only)`,
 		Args:              minArgs("ID", "KEY=VALUE"),
 		ValidArgsFunction: g.completeNodeIDs,
+		Annotations:       takesIDs("node"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set := map[string]string{}
 			for _, kv := range args[1:] {
@@ -270,6 +274,7 @@ empty-node reaper terminates it; --set 0 clears it (the daemon-wide value then
 applies). The setting survives a Manager restart.`,
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeNodeIDs,
+		Annotations:       takesIDs("node"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var d time.Duration
 			if cmd.Flags().Changed("set") {

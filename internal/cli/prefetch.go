@@ -38,6 +38,7 @@ the request's id and the store index to follow (norsk-ctl events --after N).`,
   norsk-ctl node prefetch edge-1 registry.example.com/encoder:v3 --wait 30m`,
 		Args:              minArgs("NODE", "IMAGE"),
 		ValidArgsFunction: g.completeNodeIDs,
+		Annotations:       takesIDs("node"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if waitFor <= 0 {
 				return usageErrorf("--wait must be positive")
@@ -55,7 +56,7 @@ the request's id and the store index to follow (norsk-ctl events --after N).`,
 						node, len(refs), res.GetRequestId(), res.GetIndex())
 				}})
 			}
-			if g.output == "table" || g.output == "" {
+			if g.human() {
 				fmt.Fprintf(g.out, "Node %s's worker is pulling %d image(s) (request %s)\n", node, len(refs), res.GetRequestId())
 			}
 			results, err := g.followPrefetch(cmd.Context(), node, res, len(refs), waitFor)
@@ -82,7 +83,7 @@ func (g *globals) followPrefetch(ctx context.Context, node string, res *norsk.Pr
 	defer cancel()
 	s := m.EventStream(ctx, norsk.EventStreamSettings{AfterIndex: res.GetIndex()})
 	defer s.Close()
-	table := g.output == "table" || g.output == ""
+	table := g.human()
 	var got []*norsk.ImagePrefetchResult
 	for len(got) < want && s.Next() {
 		p := s.Event().GetImagesPrefetched()

@@ -15,7 +15,7 @@ import (
 )
 
 // printer writes command results in one output format. One implementation
-// per format: tablePrinter (for people), jsonPrinter (the API messages as
+// per format: tablePrinter (for people; -o wide its wider form), jsonPrinter (the API messages as
 // protobuf JSON: one JSON document per result, a list as a JSON array) and
 // yamlPrinter (the same JSON as YAML).
 type printer interface {
@@ -34,6 +34,9 @@ type result struct {
 	data any
 	// table writes the human form to a tabwriter; the printer flushes it.
 	table func(w io.Writer)
+	// wide, when set, is the table with more columns, for -o wide (as
+	// kubectl's); without it -o wide prints table.
+	wide func(w io.Writer)
 }
 
 func newPrinter(format string, out io.Writer) printer {
@@ -44,6 +47,8 @@ func newPrinter(format string, out io.Writer) printer {
 		return &yamlPrinter{out: out}
 	case "name":
 		return &namePrinter{out: out}
+	case "wide":
+		return &tablePrinter{out: out, wide: true}
 	}
 	return &tablePrinter{out: out}
 }
@@ -58,12 +63,20 @@ func messages[T proto.Message](xs []T) []proto.Message {
 	return out
 }
 
-// tablePrinter writes aligned columns with text/tabwriter.
-type tablePrinter struct{ out io.Writer }
+// tablePrinter writes aligned columns with text/tabwriter; wide (-o wide)
+// prints a result's wide form where it has one.
+type tablePrinter struct {
+	out  io.Writer
+	wide bool
+}
 
 func (p *tablePrinter) Print(r result) error {
 	tw := tabwriter.NewWriter(p.out, 0, 4, 2, ' ', 0)
-	r.table(tw)
+	if p.wide && r.wide != nil {
+		r.wide(tw)
+	} else {
+		r.table(tw)
+	}
 	return tw.Flush()
 }
 

@@ -79,7 +79,7 @@ type globals struct {
 	// Manager's certificate is verified (tls.go).
 	tlsCA     string
 	tlsCAHash string
-	// output is -o: table, json or yaml.
+	// output is -o: table, wide, json, yaml, name or go-template=….
 	output string
 	// timeout bounds each call to the Manager (not the waits of --wait or
 	// the events stream).
@@ -215,6 +215,11 @@ func (g *globals) printer() printer {
 	return newPrinter(g.output, g.out)
 }
 
+// human reports whether -o is for people: the table or its wide form.
+func (g *globals) human() bool {
+	return g.output == "" || g.output == "table" || g.output == "wide"
+}
+
 // NewRootCommand builds the norsk-ctl command tree writing to the standard
 // streams. Main runs it; it is exported for documentation generators.
 func NewRootCommand() *cobra.Command {
@@ -235,7 +240,11 @@ Reads are served from the copy of the member called, which on a follower may
 trail the primary by a few milliseconds; --linearizable makes them see every
 write committed before they began (at the cost of a round trip to the primary).
 
-Output is a table by default; -o json prints the API's protobuf JSON and -o yaml
+A job, node, bundle, cluster slot, API token or migration may be named by a
+unique prefix of its id (an exact id wins; an ambiguous prefix is an error
+listing the candidates).
+
+Output is a table by default (-o wide: lists with more columns); -o json prints the API's protobuf JSON and -o yaml
 the same as YAML, for scripts; -o name prints NOUN/ID per object (job/news-1)
 and -o go-template=TEMPLATE runs a Go template on the JSON form
 ('-o go-template={{range .}}{{.jobId}} {{end}}').`,
@@ -259,7 +268,7 @@ and -o go-template=TEMPLATE runs a Go template on the JSON form
 	f.StringVar(&g.token, "token", "", "API bearer token (env "+norsk.EnvToken+")")
 	f.StringVar(&g.tokenFile, "token-file", os.Getenv("NORSK_TOKEN_FILE"), "file holding the API bearer token (env NORSK_TOKEN_FILE)")
 	registerTLSFlags(f, g)
-	f.StringVarP(&g.output, "output", "o", "table", "output format: table, json, yaml, name (NOUN/ID per object) or go-template=TEMPLATE (on the JSON form)")
+	f.StringVarP(&g.output, "output", "o", "table", "output format: table, wide (the table with more columns), json, yaml, name (NOUN/ID per object) or go-template=TEMPLATE (on the JSON form)")
 	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the Manager")
 	f.BoolVar(&g.linearizable, "linearizable", false, "linearizable reads: a read sees every write committed before it, on any member (needs a primary)")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
@@ -267,10 +276,11 @@ and -o go-template=TEMPLATE runs a Go template on the JSON form
 	for _, c := range rootCommands {
 		root.AddCommand(c(g))
 	}
+	resolvePrefixes(g, root)
 	return root
 }
 
-var outputFormats = []string{"table", "json", "yaml", "name", templateOutput}
+var outputFormats = []string{"table", "wide", "json", "yaml", "name", templateOutput}
 
 // templateOutput prefixes -o go-template=TEMPLATE.
 const templateOutput = "go-template="

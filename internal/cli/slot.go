@@ -142,6 +142,7 @@ func newSlotDeregisterCommand(g *globals) *cobra.Command {
 		Short:             "Remove a cluster slot: its token stops working, its worker is disconnected and its jobs stopped",
 		Args:              exactArgs("ID"),
 		ValidArgsFunction: g.completeSlotIDs,
+		Annotations:       takesIDs("slot"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := g.manager(cmd.Context())
 			if err != nil {
@@ -166,6 +167,7 @@ stopping → terminated → online so that placement sees its new pool tag; its
 containers survive. Make sure no job is being placed on it meanwhile.`,
 		Args:              exactArgs("ID", "POOL"),
 		ValidArgsFunction: g.completeSlotIDs,
+		Annotations:       takesIDs("slot"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := g.manager(cmd.Context())
 			if err != nil {

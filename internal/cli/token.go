@@ -101,9 +101,10 @@ func (g *globals) tokenTable(w io.Writer, toks []*norsk.ApiToken) {
 
 func newTokenRevokeCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Revoke an API token at once",
-		Args:  exactArgs("ID"),
+		Use:         "revoke ID",
+		Short:       "Revoke an API token at once",
+		Args:        exactArgs("ID"),
+		Annotations: takesIDs("token"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := g.manager(cmd.Context())
 			if err != nil {

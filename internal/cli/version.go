@@ -14,20 +14,16 @@ import (
 func newVersionCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the client's version and the Manager's (its hello and version)",
+		Short: "Print the client's version and the Manager's (its hello and version), and how their wire protocols compare",
 		Args:  exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m, err := g.manager(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("norsk-ctl %s (protocol %s): %w", clientVersion(), norsk.ProtocolVersion, err)
 			}
-			ctx, cancel := g.call(cmd.Context())
-			defer cancel()
-			v, err := m.Version(ctx)
-			if err != nil {
-				return fmt.Errorf("daemon version: %w", err)
-			}
+			v := m.Version()
 			h := m.Hello()
+			skew := m.Skew()
 			data := map[string]any{
 				"client": map[string]string{"version": clientVersion(), "protocolVersion": norsk.ProtocolVersion, "goVersion": runtime.Version()},
 				"manager": map[string]any{
@@ -35,13 +31,14 @@ func newVersionCommand(g *globals) *cobra.Command {
 					"hello":   json.RawMessage(protoObject(h)),
 					"version": json.RawMessage(protoObject(v)),
 				},
+				"skew": map[string]any{"minor": skew.Minor, "summary": skew.String()},
 			}
 			return g.printer().Print(result{data: data, table: func(w io.Writer) {
 				// One line, as kubectl version --short and nomad version:
 				// the client, then the Manager it reached.
-				fmt.Fprintf(w, "norsk-ctl %s (protocol %s, %s); Manager %s (%d.%d.%d) at %s (node %s, protocol %s, skew %+d)\n",
+				fmt.Fprintf(w, "norsk-ctl %s (protocol %s, %s); Manager %s at %s (node %s, protocol %s): %s\n",
 					clientVersion(), norsk.ProtocolVersion, runtime.Version(), dash(h.GetBuildLabel()),
-					v.GetMajorVersion(), v.GetMinorVersion(), v.GetBuildNumber(), m.URL(), dash(h.GetNodeName()), h.GetProtocolVersion(), h.GetSkew())
+					m.URL(), dash(h.GetNodeName()), h.GetProtocolVersion(), skew)
 			}})
 		},
 	}

@@ -79,7 +79,7 @@ func watchList(g *globals, cmd *cobra.Command, list func() error) error {
 		case <-changed: // folded into this print
 		default:
 		}
-		if g.output == "table" {
+		if g.human() {
 			fmt.Fprintf(g.out, "\n--- %s\n", g.now().UTC().Format(time.RFC3339))
 		}
 		if err := list(); err != nil {

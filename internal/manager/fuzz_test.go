@@ -45,7 +45,7 @@ func FuzzRequestValidators(f *testing.F) {
 		b, _ := proto.Marshal(m)
 		f.Add(b)
 	}
-	v1 := int64(1)
+	v1 := uint64(1)
 	seed(&managerv1.KvCommitRequest{Namespace: "ns", Writes: []*managerv1.KvWrite{{Key: "k", Op: &managerv1.KvWrite_Put{Put: []byte("v")}, ExpectedRevision: &v1}}})
 	seed(&managerv1.AppendAuditEntryRequest{Source: "s", Kind: "k", Payload: "{}"})
 	seed(&managerv1.PublishDiscoveryFleetRequest{Fleet: &managerv1.DiscoveryFleet{Addresses: []string{"a:1"}, LeafToken: "l", TierSecret: "t"}})

@@ -18,8 +18,10 @@ func (h *handler) Hello(ctx context.Context, req *connect.Request[managerv1.Hell
 		NodeName:        h.s.cfg.NodeName,
 		Compatible:      true,
 		CaFingerprint:   h.s.CAFingerprint(),
+		Version:         versionInfo(),
 	}
 	if v := req.Msg.GetProtocolVersion(); v != "" {
+		out.CallerProtocolVersion = v
 		major, minor, err := buildinfo.ParseProtocol(v)
 		if err != nil {
 			return nil, toConnect(apierr.Invalid("protocolVersion", "%v", err))
@@ -33,11 +35,16 @@ func (h *handler) Hello(ctx context.Context, req *connect.Request[managerv1.Hell
 }
 
 func (h *handler) Version(ctx context.Context, req *connect.Request[managerv1.VersionRequest]) (*connect.Response[managerv1.VersionInfo], error) {
-	return connect.NewResponse(&managerv1.VersionInfo{
+	return connect.NewResponse(versionInfo()), nil
+}
+
+// versionInfo is what Version answers, and Hello carries.
+func versionInfo() *managerv1.VersionInfo {
+	return &managerv1.VersionInfo{
 		MajorVersion: buildinfo.ProtocolMajor,
 		MinorVersion: buildinfo.ProtocolMinor,
 		Label:        buildinfo.Label(),
 		GoVersion:    runtime.Version(),
 		Commit:       buildinfo.Commit(),
-	}), nil
+	}
 }

@@ -31,7 +31,7 @@ func (h *handler) CreateJob(ctx context.Context, req *connect.Request[managerv1.
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&managerv1.JobHash{Hash: int64(res.Index)}), nil
+	return connect.NewResponse(&managerv1.JobHash{Hash: res.Index}), nil
 }
 
 func (h *handler) UpdateJob(ctx context.Context, req *connect.Request[managerv1.UpdateJobRequest]) (*connect.Response[managerv1.JobHash], error) {
@@ -54,7 +54,7 @@ func (h *handler) UpdateJob(ctx context.Context, req *connect.Request[managerv1.
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&managerv1.JobHash{Hash: int64(res.Index)}), nil
+	return connect.NewResponse(&managerv1.JobHash{Hash: res.Index}), nil
 }
 
 // requireJob checks an id and that the job exists.

@@ -49,7 +49,7 @@ func (h *handler) KvList(ctx context.Context, req *connect.Request[managerv1.KvL
 		return nil, toConnect(err)
 	}
 	r := h.read()
-	out := &managerv1.KvListResponse{SchemaVersion: r.KVSchemaVersion(nil, ns), Revision: int64(r.Index())}
+	out := &managerv1.KvListResponse{SchemaVersion: r.KVSchemaVersion(nil, ns), Revision: r.Index()}
 	r.KVList(nil, ns, req.Msg.GetKeyPrefix(), func(rec *storev1.KvRecord) bool {
 		out.Entries = append(out.Entries, proto.Clone(rec.GetEntry()).(*managerv1.KvEntry))
 		return true

@@ -66,9 +66,9 @@ func TestStoreEveryMutatingRPCIsAudited(t *testing.T) {
 		{"UpdateJob", "job/a", func() (uint64, error) {
 			j := stJob("a")
 			j.Description = "v2"
-			j.CurrentHash = int64(jobIndex("a"))
+			j.CurrentHash = jobIndex("a")
 			r, err := c.UpdateJob(ctx, connect.NewRequest(&managerv1.UpdateJobRequest{Job: j}))
-			if err == nil && uint64(r.Msg.GetHash()) != jobIndex("a") {
+			if err == nil && r.Msg.GetHash() != jobIndex("a") {
 				t.Errorf("UpdateJob hash %d, job modify index %d", r.Msg.GetHash(), jobIndex("a"))
 			}
 			return uint64(r.Msg.GetHash()), err
@@ -147,7 +147,7 @@ func TestStoreEveryMutatingRPCIsAudited(t *testing.T) {
 			return uint64(r.Msg.GetRevision()), err
 		}, false},
 		{"KvCommit", "kv/settings", func() (uint64, error) { // refused by the FSM: the key exists
-			zero := int64(0)
+			zero := uint64(0)
 			_, err := c.KvCommit(ctx, connect.NewRequest(&managerv1.KvCommitRequest{Namespace: "settings", Writes: []*managerv1.KvWrite{
 				{Key: "k", Op: &managerv1.KvWrite_Put{Put: []byte("v")}, ExpectedRevision: &zero},
 			}}))

@@ -240,7 +240,7 @@ func TestStoreBootRestoresNewestBackupWhenUnreadable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if uint64(res.Msg.GetHash()) <= b.Index {
+			if res.Msg.GetHash() <= b.Index {
 				t.Errorf("new write at index %d, not after the backup's %d", res.Msg.GetHash(), b.Index)
 			}
 			if err := s2.Close(); err != nil {

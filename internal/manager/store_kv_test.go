@@ -28,7 +28,7 @@ func TestStoreKvConcurrentReadModifyWrite(t *testing.T) {
 	ctx := stCtx(t)
 
 	type success struct {
-		expected, revision int64
+		expected, revision uint64
 		value              int
 	}
 	var (
@@ -48,7 +48,7 @@ func TestStoreKvConcurrentReadModifyWrite(t *testing.T) {
 				}
 				var (
 					n   int
-					exp int64 // 0: the key must not exist yet
+					exp uint64 // 0: the key must not exist yet
 				)
 				if e := got.Msg.GetEntry(); e != nil {
 					n, err = strconv.Atoi(string(e.GetValue()))
@@ -84,10 +84,10 @@ func TestStoreKvConcurrentReadModifyWrite(t *testing.T) {
 	if len(successes)+conflicts != clients*attempts {
 		t.Fatalf("%d successes + %d conflicts != %d attempts", len(successes), conflicts, clients*attempts)
 	}
-	byExpected := map[int64]success{}
+	byExpected := map[uint64]success{}
 	byValue := map[int]bool{}
-	byRevision := map[int64]bool{}
-	var maxRev int64
+	byRevision := map[uint64]bool{}
+	var maxRev uint64
 	for _, s := range successes {
 		if prev, dup := byExpected[s.expected]; dup {
 			t.Errorf("two writes succeeded against revision %d: %+v and %+v", s.expected, prev, s)
@@ -113,7 +113,7 @@ func TestStoreKvConcurrentReadModifyWrite(t *testing.T) {
 	}
 	// The successes form one chain: each expected the revision the one
 	// before it wrote.
-	next := int64(0)
+	next := uint64(0)
 	for range successes {
 		s, ok := byExpected[next]
 		if !ok {
@@ -138,7 +138,7 @@ func TestStoreKvConcurrentReadModifyWrite(t *testing.T) {
 		t.Errorf("%d KvCommit audit entries, %d successful commits", len(kvEntries), len(successes))
 	}
 	for _, idx := range kvEntries {
-		if _, ok := byRevision[int64(idx)]; !ok {
+		if _, ok := byRevision[idx]; !ok {
 			t.Errorf("audit entry at index %d matches no successful commit", idx)
 		}
 	}

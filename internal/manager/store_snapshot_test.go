@@ -34,7 +34,7 @@ func stPopulate(t *testing.T, s *manager.Server, c managerv1connect.ManagerClien
 	stCreateJobs(t, c, "a", "b")
 	j := stJob("a")
 	j.Description = "second version"
-	j.CurrentHash = int64(s.Store().State().Snapshot().Job(nil, "a").GetJob().GetCurrentHash())
+	j.CurrentHash = s.Store().State().Snapshot().Job(nil, "a").GetJob().GetCurrentHash()
 	if _, err := c.UpdateJob(ctx, connect.NewRequest(&managerv1.UpdateJobRequest{Job: j})); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestStoreSnapshotSaveRestoreOffline(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a write against a restored revision: %v", err)
 	}
-	if uint64(r.Msg.GetRevision()) <= savedHeader.GetIndex() {
+	if r.Msg.GetRevision() <= savedHeader.GetIndex() {
 		t.Errorf("new revision %d not after the snapshot's index %d", r.Msg.GetRevision(), savedHeader.GetIndex())
 	}
 	log := stAuditLog(t, c2)

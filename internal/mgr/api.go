@@ -462,7 +462,7 @@ func (s *Server) apiKV(w http.ResponseWriter, r *http.Request, p *principal) {
 	type entry struct {
 		Key      string `json:"key"`
 		Value    string `json:"value"`
-		Revision int64  `json:"revision"`
+		Revision uint64 `json:"revision"`
 		Redacted bool   `json:"redacted,omitempty"`
 	}
 	out := make([]entry, 0, len(entries))

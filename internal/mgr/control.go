@@ -30,7 +30,7 @@ type leaseDoc struct {
 type leaseState struct {
 	mu       sync.Mutex
 	doc      *leaseDoc
-	revision int64
+	revision uint64
 	isActive bool
 	// unreachableSince: since when the holder could not be judged (its
 	// member unreachable, or no announcement there).
@@ -132,7 +132,7 @@ func (s *Server) checkLease(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	var doc *leaseDoc
-	var rev int64
+	var rev uint64
 	if err == nil { // absent: free
 		doc = &leaseDoc{}
 		if err := json.Unmarshal(e.GetValue(), doc); err != nil {
@@ -217,7 +217,7 @@ func (s *Server) suspect(why string) (bool, string, error) {
 
 // takeLease writes the lease for this norsk-mgr, conditional on the
 // revision read (0: absent). Losing the race is not an error.
-func (s *Server) takeLease(ctx context.Context, rev int64, why string, prev *leaseDoc) (bool, error) {
+func (s *Server) takeLease(ctx context.Context, rev uint64, why string, prev *leaseDoc) (bool, error) {
 	doc := leaseDoc{Member: s.member, URL: s.url, Since: time.Now().UTC(), Takeover: why}
 	if prev != nil && prev.Member == s.member {
 		doc.Since, doc.Takeover = prev.Since, prev.Takeover

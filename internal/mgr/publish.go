@@ -96,7 +96,7 @@ func (s *Server) publishReplica(ctx context.Context, takeover bool) error {
 		return err
 	}
 	var prev *publishedDoc
-	var prevRev int64
+	var prevRev uint64
 	if err == nil { // absent: nothing published yet
 		prev = &publishedDoc{}
 		if err := json.Unmarshal(e.GetValue(), prev); err != nil {

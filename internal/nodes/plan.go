@@ -9,7 +9,7 @@ import (
 type held struct {
 	token   uint64
 	phase   managerv1.InstancePhase
-	jobHash int64
+	jobHash uint64
 }
 
 // actionKind is the command an action sends.

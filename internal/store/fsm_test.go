@@ -222,7 +222,7 @@ func TestStoreApplyPublishesAndRefuses(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].GetIndex() != res.Index || got[0].GetJobCreated().GetJob().GetJob().GetJobId() != "job-1" {
 		t.Fatalf("events = %v, %v", got, err)
 	}
-	if j := s.State().Snapshot().Job(nil, "job-1"); j.GetJob().GetCurrentHash() != int64(res.Index) {
+	if j := s.State().Snapshot().Job(nil, "job-1"); j.GetJob().GetCurrentHash() != res.Index {
 		t.Errorf("hash %d, want the raft index %d", j.GetJob().GetCurrentHash(), res.Index)
 	}
 

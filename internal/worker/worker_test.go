@@ -592,7 +592,7 @@ func TestUpdateKeepsTheSpec(t *testing.T) {
 	startRunning(t, c, j, "primary", 2)
 	pid := pidOf(t, e.dataDir, "upd", "main")
 
-	upd := func(token uint64, hash int64) *managerv1.ControllerMessage {
+	upd := func(token uint64, hash uint64) *managerv1.ControllerMessage {
 		nj := job("upd", svc("main", "-exit", "1"))
 		nj.CurrentHash = hash
 		return &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_Update{Update: &managerv1.UpdateInstance{Job: nj, Role: "primary", FencingToken: token}}}

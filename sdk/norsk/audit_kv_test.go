@@ -278,7 +278,6 @@ func TestKV(t *testing.T) {
 		{"app", []norsk.KvWrite{norsk.KvPut("k", nil), norsk.KvDelete("k")}, "writes[1].key"},
 		{"app", []norsk.KvWrite{{Key: "k", Delete: true, Value: []byte("x")}}, "carries a value"},
 		{"app", []norsk.KvWrite{norsk.KvPut("k", make([]byte, norsk.MaxKvValueLen+1))}, "at most"},
-		{"app", []norsk.KvWrite{norsk.KvPut("k", nil).IfRevision(-1)}, "must not be negative"},
 	} {
 		if _, err := m.KvCommit(ctx, tc.ns, tc.writes, norsk.KvCommitOptions{}); !errors.Is(err, norsk.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("KvCommit(%q, %v) = %v; want INVALID_ARGUMENT %q", tc.ns, len(tc.writes), err, tc.msg)

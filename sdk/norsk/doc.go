@@ -10,6 +10,12 @@
 //	defer m.Close()
 //	hash, err := m.CreateJob(ctx, job)
 //
+// As the seed's hello and version properties, Hello and Version are known
+// once Connect returns; Skew says how the Manager's protocol compares with
+// this SDK's, and a call an older Manager predates is refused with
+// ErrUnimplemented before it is sent. Store indexes, revisions and fencing
+// tokens are uint64 throughout.
+//
 // The API messages are the generated protobuf types, re-exported here as type
 // aliases (Job, JobWithHistory, Node, ClusterSlot, Event, …) so that one import
 // is enough.

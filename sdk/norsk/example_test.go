@@ -53,6 +53,25 @@ services:
 	fmt.Printf("job news-1 at hash %d, started with fencing token %d\n", hash, token)
 }
 
+// What the connection reached: the Manager's build and protocol, known
+// once connected, and how its protocol compares with this SDK's.
+func ExampleManager_Version() {
+	ctx := context.Background()
+	m, err := norsk.Connect(ctx, norsk.Settings{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	v := m.Version()
+	fmt.Printf("Manager %s (commit %s), protocol %s\n", v.GetLabel(), v.GetCommit(), m.Hello().GetProtocolVersion())
+	if s := m.Skew(); s.Minor != 0 {
+		fmt.Println(s) // e.g. "Manager protocol 1.7 is 3 minor versions older than this SDK's 1.10: …"
+	}
+	if _, _, err := m.ListInstanceTypes(ctx, norsk.InstanceTypeOptions{Provider: "mock"}); errors.Is(err, norsk.ErrUnimplemented) {
+		fmt.Println("this Manager predates instance-type lists:", err)
+	}
+}
+
 // Find the running jobs of one channel.
 func ExampleManager_JobSearch() {
 	ctx := context.Background()
@@ -200,7 +219,7 @@ func ExampleManager_KvCommit() {
 		log.Fatal(err)
 	}
 	defer m.Close()
-	var rev int64 // 0: the key must not exist
+	var rev uint64 // 0: the key must not exist
 	cur, err := m.KvGet(ctx, "app", "config/region")
 	switch {
 	case err == nil:

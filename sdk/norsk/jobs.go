@@ -15,7 +15,7 @@ import (
 // job.TerminalState. Errors: ErrInvalidArgument (a malformed spec; the
 // message names the field), ErrAlreadyExists (the job id is taken),
 // ErrUnavailable (no primary).
-func (m *Manager) CreateJob(ctx context.Context, job *Job) (int64, error) {
+func (m *Manager) CreateJob(ctx context.Context, job *Job) (uint64, error) {
 	const op = "CreateJob"
 	if err := m.alive(op); err != nil {
 		return 0, err
@@ -34,7 +34,7 @@ func (m *Manager) CreateJob(ctx context.Context, job *Job) (int64, error) {
 // specification they were started with. Errors: ErrNotFound,
 // ErrInvalidArgument, ErrFailedPrecondition (stale hash, terminal job),
 // ErrUnavailable.
-func (m *Manager) UpdateJob(ctx context.Context, job *Job) (int64, error) {
+func (m *Manager) UpdateJob(ctx context.Context, job *Job) (uint64, error) {
 	const op = "UpdateJob"
 	if err := m.alive(op); err != nil {
 		return 0, err

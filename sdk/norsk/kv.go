@@ -29,7 +29,7 @@ type KvWrite struct {
 	Delete bool
 	// ExpectedRevision, when set, is the revision the key must be at for the
 	// commit to apply; 0 = the key must not exist. Nil = no check.
-	ExpectedRevision *int64
+	ExpectedRevision *uint64
 }
 
 // KvPut is a write that stores value under key.
@@ -41,7 +41,7 @@ func KvDelete(key string) KvWrite { return KvWrite{Key: key, Delete: true} }
 // IfRevision returns w guarded by the key's revision: the commit applies only
 // if the key is at revision (the Revision of the KvEntry the caller read); 0
 // means the key must not exist.
-func (w KvWrite) IfRevision(revision int64) KvWrite {
+func (w KvWrite) IfRevision(revision uint64) KvWrite {
 	w.ExpectedRevision = &revision
 	return w
 }
@@ -74,9 +74,12 @@ func (o KvCommitOptions) SettingSchema(v int64) KvCommitOptions {
 	return o
 }
 
-// Int64 returns a pointer to v, for the optional fields of KvWrite and
-// KvCommitOptions.
+// Int64 returns a pointer to v, for the schema versions of KvCommitOptions.
 func Int64(v int64) *int64 { return &v }
+
+// Uint64 returns a pointer to v, for KvWrite.ExpectedRevision (a store
+// index, as every revision, index and fencing token of the SDK).
+func Uint64(v uint64) *uint64 { return &v }
 
 // KvCommit writes to the namespace of the Manager's key/value store, all or
 // nothing: every write's expected revision and the options' expected schema
@@ -90,7 +93,7 @@ func Int64(v int64) *int64 { return &v }
 // one commit; a commit needs a write or SetSchemaVersion. Errors:
 // ErrInvalidArgument (a limit, naming the write as writes[i]),
 // ErrFailedPrecondition, ErrUnavailable (no primary).
-func (m *Manager) KvCommit(ctx context.Context, namespace string, writes []KvWrite, opts KvCommitOptions) (int64, error) {
+func (m *Manager) KvCommit(ctx context.Context, namespace string, writes []KvWrite, opts KvCommitOptions) (uint64, error) {
 	const op = "KvCommit"
 	if err := m.alive(op); err != nil {
 		return 0, err

@@ -20,10 +20,6 @@ import (
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 )
 
-// ProtocolVersion is the wire-protocol version this SDK speaks
-// ("major.minor"). Connect refuses a daemon whose major version differs.
-const ProtocolVersion = "1.0"
-
 // DefaultURL is the Manager Connect dials when neither Settings.URL nor
 // NORSK_MANAGER_URL says otherwise: the local development Manager.
 const DefaultURL = "http://127.0.0.1:6790"
@@ -80,6 +76,7 @@ type Settings struct {
 type Manager struct {
 	client    managerv1connect.ManagerClient
 	hello     *DaemonHello
+	version   *VersionInfo
 	url       string
 	logger    *slog.Logger
 	transport *http.Transport // nil when the caller supplied the HTTP client
@@ -157,6 +154,15 @@ func connectTo(ctx context.Context, s Settings, base string) (*Manager, error) {
 	if !compatible(res.Msg) {
 		m.Close()
 		return nil, &IncompatibleError{SDKVersion: ProtocolVersion, DaemonVersion: res.Msg.GetProtocolVersion(), DaemonBuild: res.Msg.GetBuildLabel()}
+	}
+	m.version = res.Msg.GetVersion()
+	if m.version == nil { // a daemon older than 1.10: ask
+		v, err := m.client.Version(ctx, connect.NewRequest(&managerv1.VersionRequest{}))
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("connect to %s: %w", base, wrapError("Version", err))
+		}
+		m.version = v.Msg
 	}
 	return m, nil
 }
@@ -239,21 +245,11 @@ func (m *Manager) Close() error {
 // URL is the base URL m dials.
 func (m *Manager) URL() string { return m.url }
 
-// Hello is the daemon's answer to Connect's hello: its wire-protocol version,
-// build label, node name and the skew of its minor version against this SDK's.
+// Hello is the daemon's answer to Connect's hello, as the seed's hello
+// property: its wire-protocol version, build label, node name and the skew
+// of its minor version against this SDK's (Skew says it in words). Known
+// once connected.
 func (m *Manager) Hello() *DaemonHello { return m.hello }
-
-// Version returns the daemon's version information.
-func (m *Manager) Version(ctx context.Context) (*VersionInfo, error) {
-	if err := m.alive("Version"); err != nil {
-		return nil, err
-	}
-	res, err := m.client.Version(ctx, connect.NewRequest(&managerv1.VersionRequest{}))
-	if err != nil {
-		return nil, wrapError("Version", err)
-	}
-	return res.Msg, nil
-}
 
 // bearer returns an interceptor that authenticates every call with token.
 func bearer(token string) connect.Interceptor { return bearerInterceptor("Bearer " + token) }
@@ -291,10 +287,11 @@ func firstNonEmpty(ss ...string) string {
 // errClosed is returned (as ErrCanceled) by calls on a closed Manager.
 var errClosed = errors.New("manager connection closed")
 
-// alive fails with ErrCanceled once m is closed.
+// alive fails with ErrCanceled once m is closed, and with ErrUnimplemented
+// for a call the Manager's protocol predates (needsProtocol).
 func (m *Manager) alive(op string) error {
 	if m.closed.Err() != nil {
 		return &Error{Op: op, Code: connect.CodeCanceled, Message: errClosed.Error(), cause: errClosed}
 	}
-	return nil
+	return m.needsProtocol(op)
 }

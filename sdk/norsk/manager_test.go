@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -66,12 +67,56 @@ func TestConnectHello(t *testing.T) {
 	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
-	if h := m.Hello(); h.GetProtocolVersion() != "1.0" || !h.GetCompatible() || h.GetBuildLabel() != "norsktest" {
+	if h := m.Hello(); h.GetProtocolVersion() != norsk.ProtocolVersion || !h.GetCompatible() || h.GetBuildLabel() != "norsktest" {
 		t.Errorf("Hello() = %v", h)
 	}
-	v, err := m.Version(t.Context())
-	if err != nil || v.GetLabel() != "norsktest" {
-		t.Errorf("Version = %v, %v", v, err)
+	if v := m.Version(); v.GetLabel() != "norsktest" || v.GetMinorVersion() != 10 {
+		t.Errorf("Version() = %v", v)
+	}
+	if s := m.Skew(); s.Minor != 0 || s.String() != "same protocol 1.10" {
+		t.Errorf("Skew() = %+v (%s)", s, s)
+	}
+}
+
+// A Manager of another minor protocol is served, its skew said in words;
+// the calls an older one predates are refused before they are sent, with
+// ErrUnimplemented naming both versions; Version is known even when its
+// hello does not carry it (a Manager before 1.10).
+func TestProtocolSkew(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		manager string
+		minor   int
+		words   string
+		refused bool // ListInstanceTypes (1.10)
+	}{
+		{"1.4", -6, "Manager protocol 1.4 is 6 minor versions older than this SDK's 1.10: the calls it predates are refused", true},
+		{"1.9", -1, "Manager protocol 1.9 is 1 minor version older than this SDK's 1.10", true},
+		{"1.12", 2, "Manager protocol 1.12 is 2 minor versions newer than this SDK's 1.10", false},
+	} {
+		srv := norsktest.NewServer(t)
+		srv.SetHello(&managerv1.DaemonHello{ProtocolVersion: tc.manager, Compatible: true, BuildLabel: "mgr-" + tc.manager})
+		m, err := norsk.Connect(t.Context(), norsk.Settings{URL: srv.URL})
+		if err != nil {
+			t.Fatalf("Connect to a %s Manager: %v", tc.manager, err)
+		}
+		defer m.Close()
+		if s := m.Skew(); s.Minor != tc.minor || s.Manager != tc.manager || !strings.HasPrefix(s.String(), tc.words) {
+			t.Errorf("%s: Skew() = %+v, %q; want minor %d, %q", tc.manager, s, s, tc.minor, tc.words)
+		}
+		if v := m.Version(); v == nil || v.GetLabel() != "norsktest" {
+			t.Errorf("%s: Version() = %v; want the Version call's answer", tc.manager, v)
+		}
+		_, _, err = m.ListInstanceTypes(t.Context(), norsk.InstanceTypeOptions{Provider: "mock"})
+		if refused := errors.Is(err, norsk.ErrUnimplemented); refused != tc.refused {
+			t.Errorf("%s: ListInstanceTypes: %v; refused %v, want %v", tc.manager, err, refused, tc.refused)
+		} else if refused && (!strings.Contains(err.Error(), "needs wire protocol 1.10") || !strings.Contains(err.Error(), "speaks "+tc.manager)) {
+			t.Errorf("%s: ListInstanceTypes refused with %q; want both versions named", tc.manager, err)
+		}
+		err = m.PauseLeases(t.Context(), "test", "me")
+		if refused, want := errors.Is(err, norsk.ErrUnimplemented), tc.manager == "1.4"; refused != want {
+			t.Errorf("%s: PauseLeases (1.6): %v; refused %v, want %v", tc.manager, err, refused, want)
+		}
 	}
 }
 
@@ -96,16 +141,16 @@ func TestConnectIncompatible(t *testing.T) {
 			t.Errorf("error %q does not name both versions", msg)
 		}
 	}
-	// A newer minor version is fine.
+	// Another minor version is fine.
 	srv := norsktest.NewServer(t)
-	srv.SetHello(&managerv1.DaemonHello{ProtocolVersion: "1.4", Compatible: true, Skew: 4})
+	srv.SetHello(&managerv1.DaemonHello{ProtocolVersion: "1.14", Compatible: true, Skew: 4})
 	m, err := norsk.Connect(t.Context(), norsk.Settings{URL: srv.URL})
 	if err != nil {
-		t.Fatalf("Connect to a 1.4 daemon: %v", err)
+		t.Fatalf("Connect to a 1.14 daemon: %v", err)
 	}
 	defer m.Close()
-	if m.Hello().GetSkew() != 4 {
-		t.Errorf("skew = %d", m.Hello().GetSkew())
+	if m.Hello().GetSkew() != 4 || m.Skew().Minor != 4 {
+		t.Errorf("skew = %d, %+v", m.Hello().GetSkew(), m.Skew())
 	}
 }
 
@@ -417,4 +462,19 @@ func mustTime(s string) time.Time {
 		panic(err)
 	}
 	return t
+}
+
+// Every call protocolSince gates is a method of *Manager, of a minor this
+// SDK speaks.
+func TestProtocolSinceNamesMethods(t *testing.T) {
+	t.Parallel()
+	mt := reflect.TypeFor[*norsk.Manager]()
+	for op, minor := range norsk.ProtocolSince {
+		if _, ok := mt.MethodByName(op); !ok {
+			t.Errorf("protocolSince names %s, which is no method of *Manager", op)
+		}
+		if minor < 1 || minor > 10 {
+			t.Errorf("%s: since 1.%d, beyond this SDK's %s", op, minor, norsk.ProtocolVersion)
+		}
+	}
 }

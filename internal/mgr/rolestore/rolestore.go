@@ -75,7 +75,7 @@ type User struct {
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
 	// Revision is the KV revision the user was read at (not stored).
-	Revision int64 `json:"-"`
+	Revision uint64 `json:"-"`
 }
 
 // KV is what the store needs of the Manager (a *norsk.Manager has it).
@@ -83,7 +83,7 @@ type User struct {
 type KV interface {
 	KvGet(ctx context.Context, namespace, key string) (*norsk.KvEntry, error)
 	KvList(ctx context.Context, namespace, keyPrefix string) ([]*norsk.KvEntry, int64, error)
-	KvCommit(ctx context.Context, namespace string, writes []norsk.KvWrite, opts norsk.KvCommitOptions) (int64, error)
+	KvCommit(ctx context.Context, namespace string, writes []norsk.KvWrite, opts norsk.KvCommitOptions) (uint64, error)
 }
 
 // Store is the role store over a Manager's KV.
@@ -183,7 +183,7 @@ type versionDoc struct {
 
 // Version returns the role store's version (0: never changed) and the
 // revision of its key (0: absent).
-func (s *Store) Version(ctx context.Context) (version uint64, revision int64, err error) {
+func (s *Store) Version(ctx context.Context) (version uint64, revision uint64, err error) {
 	e, err := s.kv.KvGet(ctx, Namespace, VersionKey)
 	if errors.Is(err, norsk.ErrNotFound) {
 		return 0, 0, nil
@@ -307,7 +307,7 @@ func (s *Store) change(ctx context.Context, name string, write func(cur *User) (
 		if err != nil {
 			return err
 		}
-		rev := int64(0)
+		rev := uint64(0)
 		if cur != nil {
 			rev = cur.Revision
 		}

@@ -231,7 +231,7 @@ func (t *tx) setBundleJobDormant(c *storev1.SetBundleJobDormant) error {
 	} else {
 		delete(job.Tags, jobspec.TagDormant)
 	}
-	job.CurrentHash = int64(t.index)
+	job.CurrentHash = t.index
 	e := t.entry()
 	e.Event = &managerv1.JobHistoryEntry_Updated{Updated: &managerv1.JobUpdated{PreviousHash: rec.GetJob().GetCurrentHash(), Hash: job.GetCurrentHash()}}
 	nrec := t.withHistory(withJob(rec, job), e)

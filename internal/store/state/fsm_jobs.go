@@ -104,7 +104,7 @@ func (t *tx) createJob(c *storev1.CreateJob) error {
 	}
 	job.State = managerv1.JobState_JOB_STATE_PRE
 	job.TerminalState = nil
-	job.CurrentHash = int64(t.index)
+	job.CurrentHash = t.index
 	e := t.entry()
 	e.Event = &managerv1.JobHistoryEntry_Created{Created: &managerv1.JobCreated{}}
 	rec := &storev1.JobRecord{
@@ -135,7 +135,7 @@ func (t *tx) updateJob(c *storev1.UpdateJob) error {
 	}
 	job.State = old.GetState()
 	job.TerminalState = old.GetTerminalState()
-	job.CurrentHash = int64(t.index)
+	job.CurrentHash = t.index
 	e := t.entry()
 	e.Event = &managerv1.JobHistoryEntry_Updated{Updated: &managerv1.JobUpdated{PreviousHash: old.GetCurrentHash(), Hash: job.GetCurrentHash()}}
 	nrec := t.withHistory(withJob(rec, job), e)

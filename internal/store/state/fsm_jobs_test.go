@@ -27,7 +27,7 @@ func TestCreateJob(t *testing.T) {
 		t.Fatal("job not stored")
 	}
 	j := rec.GetJob()
-	if j.GetState() != managerv1.JobState_JOB_STATE_PRE || j.GetCurrentHash() != int64(idx) || j.GetTerminalState() != nil {
+	if j.GetState() != managerv1.JobState_JOB_STATE_PRE || j.GetCurrentHash() != idx || j.GetTerminalState() != nil {
 		t.Errorf("job = state %v hash %d terminal %v; want PRE, %d, none", j.GetState(), j.GetCurrentHash(), j.GetTerminalState(), idx)
 	}
 	if rec.GetCreateIndex() != idx || rec.GetModifyIndex() != idx {
@@ -121,7 +121,7 @@ func TestUpdateJob(t *testing.T) {
 			if j.GetDescription() != "now with a description" {
 				t.Errorf("description not updated: %q", j.GetDescription())
 			}
-			if j.GetCurrentHash() != int64(idx) {
+			if j.GetCurrentHash() != idx {
 				t.Errorf("hash = %d, want the index %d", j.GetCurrentHash(), idx)
 			}
 			if j.GetState() != tt.wantState || j.GetTerminalState().GetKind() != tt.wantTerm {
@@ -138,7 +138,7 @@ func TestUpdateJob(t *testing.T) {
 				t.Fatalf("history = %s, want updated + %s", entryKinds(h), entryKinds(before.GetHistory()))
 			}
 			u := h[0].GetUpdated()
-			if u.GetPreviousHash() != oldHash || u.GetHash() != int64(idx) || h[0].GetIndex() != idx {
+			if u.GetPreviousHash() != oldHash || u.GetHash() != idx || h[0].GetIndex() != idx {
 				t.Errorf("updated entry = %v at %d, want %d → %d at %d", u, h[0].GetIndex(), oldHash, idx, idx)
 			}
 			if got := eventKinds(res.Events); got != "jobUpdated(updated)" {
@@ -149,7 +149,7 @@ func TestUpdateJob(t *testing.T) {
 			spec2 := jobSpec("job-1")
 			spec2.CurrentHash = oldHash
 			f.refused(cUpdate(spec2), apierr.FailedPrecondition)
-			spec2.CurrentHash = int64(idx)
+			spec2.CurrentHash = idx
 			f.must(cUpdate(spec2))
 		})
 	}

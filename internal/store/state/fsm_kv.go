@@ -100,9 +100,6 @@ func ValidateKVCommit(ns string, writes []*managerv1.KvWrite, opts *managerv1.Kv
 		default:
 			return apierr.Invalid(f, "needs put or delete")
 		}
-		if w.ExpectedRevision != nil && w.GetExpectedRevision() < 0 {
-			return apierr.Invalid(f+".expectedRevision", "%d must not be negative (0 = the key must not exist)", w.GetExpectedRevision())
-		}
 	}
 	if total > MaxKVCommitPayload {
 		return apierr.Invalid("writes", "values add up to %d bytes (at most %d per commit)", total, MaxKVCommitPayload)
@@ -171,7 +168,7 @@ func (t *tx) kvCommit(c *storev1.KvCommit) (*managerv1.KvCommitResponse, error) 
 			}
 		}
 	}
-	rev := int64(t.index)
+	rev := t.index
 	for _, w := range c.GetWrites() {
 		cur := r.KVGet(nil, ns, w.GetKey())
 		switch op := w.GetOp().(type) {

@@ -296,7 +296,7 @@ func cIdle(id string, ms int64) *storev1.Command {
 // --- setups ---
 
 // createJob creates a job and returns its hash.
-func (f *fixture) createJob(id string) int64 {
+func (f *fixture) createJob(id string) uint64 {
 	f.tb.Helper()
 	f.must(cCreate(jobSpec(id)))
 	return f.read().Job(nil, id).GetJob().GetCurrentHash()

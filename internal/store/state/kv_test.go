@@ -19,13 +19,15 @@ import (
 
 // --- KV helpers ---
 
-func rev(n int64) *int64 { return &n }
+func rev(n uint64) *uint64 { return &n }
 
-func kvPut(key, value string, expected *int64) *managerv1.KvWrite {
+func schemaVersion(n int64) *int64 { return &n }
+
+func kvPut(key, value string, expected *uint64) *managerv1.KvWrite {
 	return &managerv1.KvWrite{Key: key, Op: &managerv1.KvWrite_Put{Put: []byte(value)}, ExpectedRevision: expected}
 }
 
-func kvDel(key string, expected *int64) *managerv1.KvWrite {
+func kvDel(key string, expected *uint64) *managerv1.KvWrite {
 	return &managerv1.KvWrite{Key: key, Op: &managerv1.KvWrite_Delete{Delete: true}, ExpectedRevision: expected}
 }
 
@@ -45,7 +47,7 @@ func (f *fixture) kvCommitted(cmd *storev1.Command) *managerv1.KvCommitResponse 
 	if !ok {
 		f.tb.Fatalf("answer %T, want *KvCommitResponse", res.Value)
 	}
-	if resp.GetRevision() != int64(f.index) {
+	if resp.GetRevision() != f.index {
 		f.tb.Errorf("revision %d, want the index %d", resp.GetRevision(), f.index)
 	}
 	return resp
@@ -67,7 +69,7 @@ func kvKeys(r *state.Read, ns, prefix string) []string {
 // the whole state).
 func TestKvCommitPreconditions(t *testing.T) {
 	f := newFixture(t)
-	var created, last int64
+	var created, last uint64
 	steps := []struct {
 		name string
 		cmd  func() *storev1.Command
@@ -78,7 +80,7 @@ func TestKvCommitPreconditions(t *testing.T) {
 	}{
 		{name: "create with expected 0", cmd: func() *storev1.Command { return cKV("ns", nil, kvPut("a", "1", rev(0))) }, check: func(t *testing.T) {
 			e := f.kvEntry("ns", "a")
-			created, last = int64(f.index), int64(f.index)
+			created, last = f.index, f.index
 			if e.GetRevision() != created || e.GetCreateRevision() != created || string(e.GetValue()) != "1" {
 				t.Errorf("entry %v, want value 1 at %d/%d", e, created, created)
 			}
@@ -91,19 +93,19 @@ func TestKvCommitPreconditions(t *testing.T) {
 			code: apierr.FailedPrecondition, words: []string{"writes[0]", "is at revision"}},
 		{name: "update at the right revision keeps create_revision", cmd: func() *storev1.Command { return cKV("ns", nil, kvPut("a", "2", rev(last))) }, check: func(t *testing.T) {
 			e := f.kvEntry("ns", "a")
-			if e.GetRevision() != int64(f.index) || e.GetCreateRevision() != created || string(e.GetValue()) != "2" {
+			if e.GetRevision() != f.index || e.GetCreateRevision() != created || string(e.GetValue()) != "2" {
 				t.Errorf("entry %v, want value 2 at %d created %d", e, f.index, created)
 			}
-			last = int64(f.index)
+			last = f.index
 		}},
 		{name: "older revision", cmd: func() *storev1.Command { return cKV("ns", nil, kvPut("a", "2", rev(created))) },
 			code: apierr.FailedPrecondition, words: []string{"is at revision"}},
 		{name: "update without expectation", cmd: func() *storev1.Command { return cKV("ns", nil, kvPut("a", "3", nil)) }, check: func(t *testing.T) {
 			e := f.kvEntry("ns", "a")
-			if e.GetRevision() != int64(f.index) || e.GetCreateRevision() != created {
+			if e.GetRevision() != f.index || e.GetCreateRevision() != created {
 				t.Errorf("entry %v", e)
 			}
-			last = int64(f.index)
+			last = f.index
 		}},
 		{name: "empty value is a value", cmd: func() *storev1.Command { return cKV("ns", nil, kvPut("empty", "", nil)) }, check: func(t *testing.T) {
 			if e := f.kvEntry("ns", "empty"); e == nil || len(e.GetValue()) != 0 {
@@ -123,33 +125,33 @@ func TestKvCommitPreconditions(t *testing.T) {
 			code: apierr.FailedPrecondition, words: []string{"does not exist"}},
 		{name: "recreate after delete has a new create_revision", cmd: func() *storev1.Command { return cKV("ns", nil, kvPut("a", "4", rev(0))) }, check: func(t *testing.T) {
 			e := f.kvEntry("ns", "a")
-			if e.GetCreateRevision() != int64(f.index) || e.GetRevision() != int64(f.index) {
+			if e.GetCreateRevision() != f.index || e.GetRevision() != f.index {
 				t.Errorf("entry %v, want created afresh at %d", e, f.index)
 			}
 		}},
 		{name: "delete of an absent key without expectation", cmd: func() *storev1.Command { return cKV("ns", nil, kvDel("never", nil)) }},
 		{name: "delete of an absent key expecting absence", cmd: func() *storev1.Command { return cKV("ns", nil, kvDel("never", rev(0))) }},
 		{name: "expected schema 0 on a namespace never versioned", cmd: func() *storev1.Command {
-			return cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: rev(0)}, kvPut("s", "x", nil))
+			return cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: schemaVersion(0)}, kvPut("s", "x", nil))
 		}},
 		{name: "schema mismatch", cmd: func() *storev1.Command {
-			return cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: rev(1)}, kvPut("s", "y", nil))
+			return cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: schemaVersion(1)}, kvPut("s", "y", nil))
 		}, code: apierr.FailedPrecondition, words: []string{`"ns"`, "schema version 0", "expects 1"}},
 		{name: "set the schema version alone", cmd: func() *storev1.Command {
-			return cKV("ns", &managerv1.KvCommitOptions{SetSchemaVersion: rev(3)})
+			return cKV("ns", &managerv1.KvCommitOptions{SetSchemaVersion: schemaVersion(3)})
 		}, check: func(t *testing.T) {
 			if v := f.read().KVSchemaVersion(nil, "ns"); v != 3 {
 				t.Errorf("schema version %d, want 3", v)
 			}
 		}},
 		{name: "schema versions are per namespace", cmd: func() *storev1.Command {
-			return cKV("other", &managerv1.KvCommitOptions{ExpectedSchemaVersion: rev(0)}, kvPut("a", "o", rev(0)))
+			return cKV("other", &managerv1.KvCommitOptions{ExpectedSchemaVersion: schemaVersion(0)}, kvPut("a", "o", rev(0)))
 		}},
 		{name: "schema mismatch after set", cmd: func() *storev1.Command {
-			return cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: rev(2), SetSchemaVersion: rev(4)}, kvPut("s", "y", nil))
+			return cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: schemaVersion(2), SetSchemaVersion: schemaVersion(4)}, kvPut("s", "y", nil))
 		}, code: apierr.FailedPrecondition, words: []string{"schema version 3", "expects 2"}},
 		{name: "migrate: expect 3, set 4, with writes", cmd: func() *storev1.Command {
-			return cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: rev(3), SetSchemaVersion: rev(4)}, kvPut("s", "v4", nil), kvDel("empty", nil))
+			return cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: schemaVersion(3), SetSchemaVersion: schemaVersion(4)}, kvPut("s", "v4", nil), kvDel("empty", nil))
 		}, check: func(t *testing.T) {
 			if v := f.read().KVSchemaVersion(nil, "ns"); v != 4 {
 				t.Errorf("schema version %d, want 4", v)
@@ -159,7 +161,7 @@ func TestKvCommitPreconditions(t *testing.T) {
 			}
 		}},
 		{name: "set the schema version back down", cmd: func() *storev1.Command {
-			return cKV("ns", &managerv1.KvCommitOptions{SetSchemaVersion: rev(0)})
+			return cKV("ns", &managerv1.KvCommitOptions{SetSchemaVersion: schemaVersion(0)})
 		}, check: func(t *testing.T) {
 			if v := f.read().KVSchemaVersion(nil, "ns"); v != 0 {
 				t.Errorf("schema version %d, want 0", v)
@@ -191,10 +193,10 @@ func TestKvCommitPreconditions(t *testing.T) {
 // TestKvCommitAllOrNothing: one failing precondition among several writes
 // (at any position) changes nothing, not even the schema version.
 func TestKvCommitAllOrNothing(t *testing.T) {
-	setup := func(t *testing.T) (*fixture, int64) {
+	setup := func(t *testing.T) (*fixture, uint64) {
 		f := newFixture(t)
-		f.kvCommitted(cKV("ns", &managerv1.KvCommitOptions{SetSchemaVersion: rev(1)}, kvPut("x", "1", nil), kvPut("y", "1", nil)))
-		return f, int64(f.index)
+		f.kvCommitted(cKV("ns", &managerv1.KvCommitOptions{SetSchemaVersion: schemaVersion(1)}, kvPut("x", "1", nil), kvPut("y", "1", nil)))
+		return f, f.index
 	}
 	for pos := 0; pos < 4; pos++ {
 		t.Run(fmt.Sprintf("failing write at %d", pos), func(t *testing.T) {
@@ -218,19 +220,19 @@ func TestKvCommitAllOrNothing(t *testing.T) {
 				writes[0].Key = "w"
 				writes[0].ExpectedRevision = nil
 			}
-			f.refused(cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: rev(1), SetSchemaVersion: rev(2)}, writes...),
+			f.refused(cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: schemaVersion(1), SetSchemaVersion: schemaVersion(2)}, writes...),
 				apierr.FailedPrecondition, fmt.Sprintf("writes[%d]", pos))
 		})
 	}
 	t.Run("all pass", func(t *testing.T) {
 		f, r := setup(t)
-		f.kvCommitted(cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: rev(1), SetSchemaVersion: rev(2)},
+		f.kvCommitted(cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: schemaVersion(1), SetSchemaVersion: schemaVersion(2)},
 			kvPut("x", "2", rev(r)), kvDel("y", rev(r)), kvPut("new", "2", rev(0)), kvPut("z", "2", nil)))
 		if got := strings.Join(kvKeys(f.read(), "ns", ""), ","); got != "new,x,z" {
 			t.Errorf("keys %s", got)
 		}
 		for _, k := range []string{"new", "x", "z"} {
-			if e := f.kvEntry("ns", k); e.GetRevision() != int64(f.index) || string(e.GetValue()) != "2" {
+			if e := f.kvEntry("ns", k); e.GetRevision() != f.index || string(e.GetValue()) != "2" {
 				t.Errorf("%s = %v", k, e)
 			}
 		}
@@ -301,18 +303,16 @@ func TestKvCommitLimits(t *testing.T) {
 		{"value at the limit", "ns", nil, []*managerv1.KvWrite{kvPut("k", big, nil)}, ""},
 		{"values over the commit total", "ns", nil, bigWrites(state.MaxKVCommitPayload/state.MaxKVValueLen + 1), "writes"},
 		{"values at the commit total", "ns", nil, bigWrites(state.MaxKVCommitPayload / state.MaxKVValueLen), ""},
-		{"negative expected revision", "ns", nil, []*managerv1.KvWrite{kvPut("k", "v", rev(-1))}, "writes[0].expectedRevision"},
-		{"negative expected revision on a delete", "ns", nil, []*managerv1.KvWrite{kvPut("j", "v", nil), kvDel("k", rev(-3))}, "writes[1].expectedRevision"},
 		{"duplicate key", "ns", nil, []*managerv1.KvWrite{kvPut("k", "v", nil), kvPut("j", "v", nil), kvDel("k", nil)}, "writes[2].key"},
 		{"too many writes", "ns", nil, many(state.MaxKVWrites + 1), "writes"},
 		{"writes at the limit", "ns", nil, many(state.MaxKVWrites), ""},
 		{"empty commit", "ns", nil, nil, "writes"},
-		{"empty commit with only an expectation", "ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: rev(0)}, nil, "writes"},
+		{"empty commit with only an expectation", "ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: schemaVersion(0)}, nil, "writes"},
 		{"nil write", "ns", nil, []*managerv1.KvWrite{nil}, "writes[0]"},
 		{"write with no op", "ns", nil, []*managerv1.KvWrite{{Key: "k"}}, "writes[0]"},
 		{"delete false", "ns", nil, []*managerv1.KvWrite{{Key: "k", Op: &managerv1.KvWrite_Delete{Delete: false}}}, "writes[0].delete"},
-		{"negative expected schema", "ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: rev(-1)}, []*managerv1.KvWrite{kvPut("k", "v", nil)}, "options.expectedSchemaVersion"},
-		{"negative set schema", "ns", &managerv1.KvCommitOptions{SetSchemaVersion: rev(-1)}, nil, "options.setSchemaVersion"},
+		{"negative expected schema", "ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: schemaVersion(-1)}, []*managerv1.KvWrite{kvPut("k", "v", nil)}, "options.expectedSchemaVersion"},
+		{"negative set schema", "ns", &managerv1.KvCommitOptions{SetSchemaVersion: schemaVersion(-1)}, nil, "options.setSchemaVersion"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -348,7 +348,7 @@ func TestKvCommitLimits(t *testing.T) {
 
 type modelEntry struct {
 	value           []byte
-	rev, createdRev int64
+	rev, createdRev uint64
 }
 
 type kvModel struct {
@@ -358,7 +358,7 @@ type kvModel struct {
 
 // commit applies a commit to the model, returning the code (0 = applied)
 // and for a write precondition failure the index of the write that failed.
-func (m *kvModel) commit(index int64, c *storev1.KvCommit) (apierr.Code, int) {
+func (m *kvModel) commit(index uint64, c *storev1.KvCommit) (apierr.Code, int) {
 	ns := c.GetNamespace()
 	opts := c.GetOptions()
 	seen := map[string]bool{}
@@ -445,24 +445,24 @@ func TestKvCommitMatchesModel(t *testing.T) {
 				case 2, 3:
 					w.ExpectedRevision = rev(cur)
 				case 4:
-					w.ExpectedRevision = rev(rapid.Int64Range(1, int64(index)+2).Draw(t, "expectedRev"))
+					w.ExpectedRevision = rev(rapid.Uint64Range(1, index+2).Draw(t, "expectedRev"))
 				}
 				writes = append(writes, w)
 			}
 			opts := &managerv1.KvCommitOptions{}
 			switch rapid.IntRange(0, 3).Draw(t, "expectSchema") {
 			case 1:
-				opts.ExpectedSchemaVersion = rev(m.schema[ns])
+				opts.ExpectedSchemaVersion = schemaVersion(m.schema[ns])
 			case 2:
-				opts.ExpectedSchemaVersion = rev(rapid.Int64Range(0, 3).Draw(t, "expectedSchema"))
+				opts.ExpectedSchemaVersion = schemaVersion(rapid.Int64Range(0, 3).Draw(t, "expectedSchema"))
 			}
 			if rapid.IntRange(0, 3).Draw(t, "setSchema") == 0 {
-				opts.SetSchemaVersion = rev(rapid.Int64Range(0, 3).Draw(t, "schema"))
+				opts.SetSchemaVersion = schemaVersion(rapid.Int64Range(0, 3).Draw(t, "schema"))
 			}
 			cmd := cKV(ns, opts, writes...)
 			cmd.Time = stamp(index)
 			before := snapBytes(t, s)
-			wantCode, wantWrite := m.commit(int64(index), cmd.GetKvCommit())
+			wantCode, wantWrite := m.commit(index, cmd.GetKvCommit())
 			res := s.Apply(index, cmd)
 			outcomes[codeOrZero(res.Err)]++
 			if got := codeOrZero(res.Err); got != wantCode {
@@ -477,7 +477,7 @@ func TestKvCommitMatchesModel(t *testing.T) {
 				}
 			} else {
 				resp := res.Value.(*managerv1.KvCommitResponse)
-				if resp.GetRevision() != int64(index) || resp.GetSchemaVersion() != m.schema[ns] {
+				if resp.GetRevision() != index || resp.GetSchemaVersion() != m.schema[ns] {
 					t.Fatalf("step %d: answer %v, want revision %d schema %d", step, resp, index, m.schema[ns])
 				}
 			}

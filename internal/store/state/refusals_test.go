@@ -72,7 +72,7 @@ func manyTags(n int, prefix string) map[string]string {
 // its message names what was wrong (and, for INVALID_ARGUMENT, the field),
 // and that nothing changed but the applied index.
 func TestApplyRefusals(t *testing.T) {
-	withHash := func(id string, hash int64) func(*fixture) *storev1.Command {
+	withHash := func(id string, hash uint64) func(*fixture) *storev1.Command {
 		return func(*fixture) *storev1.Command {
 			j := jobSpec(id)
 			j.CurrentHash = hash

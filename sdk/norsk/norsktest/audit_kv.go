@@ -273,9 +273,6 @@ func (s *Server) KvCommit(_ context.Context, req *connect.Request[managerv1.KvCo
 		default:
 			return nil, errorf(connect.CodeInvalidArgument, "%s: needs put or delete", f)
 		}
-		if w.GetExpectedRevision() < 0 {
-			return nil, errorf(connect.CodeInvalidArgument, "%s.expectedRevision: %d must not be negative (0 = the key must not exist)", f, w.GetExpectedRevision())
-		}
 	}
 	if total > maxKVCommitPayload {
 		return nil, errorf(connect.CodeInvalidArgument, "writes: values add up to %d bytes (at most %d per commit)", total, maxKVCommitPayload)
@@ -304,7 +301,7 @@ func (s *Server) KvCommit(_ context.Context, req *connect.Request[managerv1.KvCo
 		}
 	}
 	i := s.nextIndex()
-	rev := int64(i)
+	rev := i
 	if keys == nil {
 		keys = map[string]*managerv1.KvEntry{}
 		s.kv[ns] = keys
@@ -355,7 +352,7 @@ func (s *Server) KvList(_ context.Context, req *connect.Request[managerv1.KvList
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := &managerv1.KvListResponse{SchemaVersion: s.kvSchema[ns], Revision: int64(s.index)}
+	out := &managerv1.KvListResponse{SchemaVersion: s.kvSchema[ns], Revision: s.index}
 	for _, k := range sortedIDs(s.kv[ns]) {
 		if strings.HasPrefix(k, req.Msg.GetKeyPrefix()) {
 			out.Entries = append(out.Entries, proto.Clone(s.kv[ns][k]).(*managerv1.KvEntry))

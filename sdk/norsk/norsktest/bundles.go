@@ -668,8 +668,8 @@ func (s *Server) setDormant(bundleID string, replica uint32, jobName string, dor
 	} else {
 		delete(j.Job.Tags, tagDormant)
 	}
-	j.Job.CurrentHash = int64(i)
-	s.jobUpdated(j, i, &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Updated{Updated: &managerv1.JobUpdated{PreviousHash: prev, Hash: int64(i)}}})
+	j.Job.CurrentHash = i
+	s.jobUpdated(j, i, &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Updated{Updated: &managerv1.JobUpdated{PreviousHash: prev, Hash: i}}})
 	return nil
 }
 

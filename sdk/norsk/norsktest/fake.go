@@ -59,6 +59,7 @@ import (
 	"connectrpc.com/connect"
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -203,7 +204,7 @@ func (s *Server) SetClock(now func() time.Time) {
 }
 
 // SetHello makes Hello answer h (its compatible and skew fields are sent as
-// given). Nil restores the default: protocol 1.0, compatible with a 1.x
+// given). Nil restores the default: the SDK's protocol (ProtocolVersion), compatible with a 1.x
 // caller.
 func (s *Server) SetHello(h *managerv1.DaemonHello) {
 	s.mu.Lock()
@@ -436,13 +437,18 @@ func (s *Server) Hello(_ context.Context, req *connect.Request[managerv1.HelloRe
 	}
 	major, minor := parseVersion(req.Msg.GetProtocolVersion())
 	return connect.NewResponse(&managerv1.DaemonHello{
-		ProtocolVersion: "1.0",
-		BuildLabel:      "norsktest",
-		Skew:            int32(0 - minor),
-		Compatible:      major == 1,
-		NodeName:        MemberName,
+		ProtocolVersion:       norsk.ProtocolVersion,
+		BuildLabel:            "norsktest",
+		Skew:                  int32(protocolMinor - minor),
+		Compatible:            major == 1,
+		NodeName:              MemberName,
+		Version:               versionInfo(),
+		CallerProtocolVersion: req.Msg.GetProtocolVersion(),
 	}), nil
 }
+
+// protocolMinor is the minor of the protocol the fake speaks: the SDK's.
+var _, protocolMinor = parseVersion(norsk.ProtocolVersion)
 
 func parseVersion(v string) (major, minor int) {
 	a, b, _ := strings.Cut(v, ".")
@@ -453,13 +459,19 @@ func parseVersion(v string) (major, minor int) {
 
 // Version implements the Manager service.
 func (s *Server) Version(context.Context, *connect.Request[managerv1.VersionRequest]) (*connect.Response[managerv1.VersionInfo], error) {
-	return connect.NewResponse(&managerv1.VersionInfo{
+	return connect.NewResponse(versionInfo()), nil
+}
+
+// versionInfo is what Version answers and Hello carries.
+func versionInfo() *managerv1.VersionInfo {
+	return &managerv1.VersionInfo{
 		MajorVersion: 1,
+		MinorVersion: uint32(protocolMinor),
 		BranchName:   "main",
 		Label:        "norsktest",
 		GoVersion:    runtime.Version(),
 		Commit:       "0000000",
-	}), nil
+	}
 }
 
 var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -477,7 +489,7 @@ func (s *Server) CreateJob(_ context.Context, req *connect.Request[managerv1.Cre
 	}
 	i := s.nextIndex()
 	s.addJob(job, i)
-	return connect.NewResponse(&managerv1.JobHash{Hash: int64(i)}), nil
+	return connect.NewResponse(&managerv1.JobHash{Hash: i}), nil
 }
 
 // addJob stores a copy of job, created at index i (its hash). Callers hold
@@ -485,7 +497,7 @@ func (s *Server) CreateJob(_ context.Context, req *connect.Request[managerv1.Cre
 func (s *Server) addJob(job *managerv1.Job, i uint64) {
 	job = proto.Clone(job).(*managerv1.Job)
 	job.State = managerv1.JobState_JOB_STATE_PRE
-	job.CurrentHash = int64(i)
+	job.CurrentHash = i
 	job.TerminalState = nil
 	j := &managerv1.JobWithHistory{Job: job}
 	s.jobs[job.JobId] = j
@@ -530,10 +542,10 @@ func (s *Server) UpdateJob(_ context.Context, req *connect.Request[managerv1.Upd
 	prev := j.Job.CurrentHash
 	job = proto.Clone(job).(*managerv1.Job)
 	job.State = j.Job.State
-	job.CurrentHash = int64(i)
+	job.CurrentHash = i
 	j.Job = job
-	s.jobUpdated(j, i, &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Updated{Updated: &managerv1.JobUpdated{PreviousHash: prev, Hash: int64(i)}}})
-	return connect.NewResponse(&managerv1.JobHash{Hash: int64(i)}), nil
+	s.jobUpdated(j, i, &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Updated{Updated: &managerv1.JobUpdated{PreviousHash: prev, Hash: i}}})
+	return connect.NewResponse(&managerv1.JobHash{Hash: i}), nil
 }
 
 func terminalWord(t *managerv1.TerminalState) string {

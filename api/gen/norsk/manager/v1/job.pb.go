@@ -471,7 +471,7 @@ type Job struct {
 	// The revision of the job's specification, set by the Manager. UpdateJob
 	// must carry the value it read; a stale one is refused with
 	// FAILED_PRECONDITION.
-	CurrentHash int64 `protobuf:"varint,7,opt,name=current_hash,json=currentHash,proto3" json:"current_hash,omitempty"`
+	CurrentHash uint64 `protobuf:"varint,7,opt,name=current_hash,json=currentHash,proto3" json:"current_hash,omitempty"`
 	// Set by MarkJobFailed (and CompleteJob); read-only for callers.
 	TerminalState *TerminalState `protobuf:"bytes,8,opt,name=terminal_state,json=terminalState,proto3" json:"terminal_state,omitempty"`
 	// When the job is meant to start (informational; the job's own clock).
@@ -558,7 +558,7 @@ func (x *Job) GetAutoPlacement() *AutoPlacement {
 	return nil
 }
 
-func (x *Job) GetCurrentHash() int64 {
+func (x *Job) GetCurrentHash() uint64 {
 	if x != nil {
 		return x.CurrentHash
 	}
@@ -1337,7 +1337,7 @@ func (x *JobRequirements) GetPriorityBand() string {
 // JobHash is the revision a create or update left the job at.
 type JobHash struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Hash          int64                  `protobuf:"varint,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	Hash          uint64                 `protobuf:"varint,1,opt,name=hash,proto3" json:"hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1372,7 +1372,7 @@ func (*JobHash) Descriptor() ([]byte, []int) {
 	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
-func (x *JobHash) GetHash() int64 {
+func (x *JobHash) GetHash() uint64 {
 	if x != nil {
 		return x.Hash
 	}
@@ -1833,8 +1833,8 @@ func (*JobCreated) Descriptor() ([]byte, []int) {
 
 type JobUpdated struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	PreviousHash  int64                  `protobuf:"varint,1,opt,name=previous_hash,json=previousHash,proto3" json:"previous_hash,omitempty"`
-	Hash          int64                  `protobuf:"varint,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	PreviousHash  uint64                 `protobuf:"varint,1,opt,name=previous_hash,json=previousHash,proto3" json:"previous_hash,omitempty"`
+	Hash          uint64                 `protobuf:"varint,2,opt,name=hash,proto3" json:"hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1869,14 +1869,14 @@ func (*JobUpdated) Descriptor() ([]byte, []int) {
 	return file_norsk_manager_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
-func (x *JobUpdated) GetPreviousHash() int64 {
+func (x *JobUpdated) GetPreviousHash() uint64 {
 	if x != nil {
 		return x.PreviousHash
 	}
 	return 0
 }
 
-func (x *JobUpdated) GetHash() int64 {
+func (x *JobUpdated) GetHash() uint64 {
 	if x != nil {
 		return x.Hash
 	}
@@ -2342,7 +2342,7 @@ type Instance struct {
 	// Opaque state handed to a migration target at its job socket's hello.
 	MigrationInitialState []byte `protobuf:"bytes,14,opt,name=migration_initial_state,json=migrationInitialState,proto3" json:"migration_initial_state,omitempty"`
 	// The job revision (current_hash) the instance's worker holds.
-	JobHash int64 `protobuf:"varint,15,opt,name=job_hash,json=jobHash,proto3" json:"job_hash,omitempty"`
+	JobHash uint64 `protobuf:"varint,15,opt,name=job_hash,json=jobHash,proto3" json:"job_hash,omitempty"`
 	// Restarts of services under their restart policy since the start.
 	Restarts uint32 `protobuf:"varint,16,opt,name=restarts,proto3" json:"restarts,omitempty"`
 	// How the AutoManager placed it (empty for a StartJob by hand).
@@ -2481,7 +2481,7 @@ func (x *Instance) GetMigrationInitialState() []byte {
 	return nil
 }
 
-func (x *Instance) GetJobHash() int64 {
+func (x *Instance) GetJobHash() uint64 {
 	if x != nil {
 		return x.JobHash
 	}
@@ -2582,7 +2582,7 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\x0e2\x1a.norsk.manager.v1.JobStateR\x05state\x125\n" +
 	"\bservices\x18\x05 \x03(\v2\x19.norsk.manager.v1.ServiceR\bservices\x12F\n" +
 	"\x0eauto_placement\x18\x06 \x01(\v2\x1f.norsk.manager.v1.AutoPlacementR\rautoPlacement\x12!\n" +
-	"\fcurrent_hash\x18\a \x01(\x03R\vcurrentHash\x12F\n" +
+	"\fcurrent_hash\x18\a \x01(\x04R\vcurrentHash\x12F\n" +
 	"\x0eterminal_state\x18\b \x01(\v2\x1f.norsk.manager.v1.TerminalStateR\rterminalState\x12B\n" +
 	"\x0fstart_date_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rstartDateTime\x12\x18\n" +
 	"\avolumes\x18\n" +
@@ -2652,7 +2652,7 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\x16_required_gpu_capacityB\x15\n" +
 	"\x13_required_gpu_model\"\x1d\n" +
 	"\aJobHash\x12\x12\n" +
-	"\x04hash\x18\x01 \x01(\x03R\x04hash\"\x95\x01\n" +
+	"\x04hash\x18\x01 \x01(\x04R\x04hash\"\x95\x01\n" +
 	"\x13ResolvedPortMapping\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\rR\x06target\x12\x1c\n" +
@@ -2683,8 +2683,8 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"JobCreated\"E\n" +
 	"\n" +
 	"JobUpdated\x12#\n" +
-	"\rprevious_hash\x18\x01 \x01(\x03R\fpreviousHash\x12\x12\n" +
-	"\x04hash\x18\x02 \x01(\x03R\x04hash\"_\n" +
+	"\rprevious_hash\x18\x01 \x01(\x04R\fpreviousHash\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\x04R\x04hash\"_\n" +
 	"\vInstanceRef\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12#\n" +
@@ -2736,7 +2736,7 @@ const file_norsk_manager_v1_job_proto_rawDesc = "" +
 	"\x16stop_additional_reason\x18\f \x01(\tR\x14stopAdditionalReason\x125\n" +
 	"\bbound_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\aboundAt\x126\n" +
 	"\x17migration_initial_state\x18\x0e \x01(\fR\x15migrationInitialState\x12\x19\n" +
-	"\bjob_hash\x18\x0f \x01(\x03R\ajobHash\x12\x1a\n" +
+	"\bjob_hash\x18\x0f \x01(\x04R\ajobHash\x12\x1a\n" +
 	"\brestarts\x18\x10 \x01(\rR\brestarts\x12>\n" +
 	"\tplacement\x18\x11 \x01(\v2 .norsk.manager.v1.PlacementEventR\tplacement\x12-\n" +
 	"\x12migration_handover\x18\x12 \x01(\bR\x11migrationHandover\x1an\n" +

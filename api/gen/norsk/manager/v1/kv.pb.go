@@ -33,7 +33,7 @@ type KvWrite struct {
 	Op isKvWrite_Op `protobuf_oneof:"op"`
 	// The key's revision the write expects: 0 = the key must not exist;
 	// absent = no check.
-	ExpectedRevision *int64 `protobuf:"varint,4,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
+	ExpectedRevision *uint64 `protobuf:"varint,4,opt,name=expected_revision,json=expectedRevision,proto3,oneof" json:"expected_revision,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -100,7 +100,7 @@ func (x *KvWrite) GetDelete() bool {
 	return false
 }
 
-func (x *KvWrite) GetExpectedRevision() int64 {
+func (x *KvWrite) GetExpectedRevision() uint64 {
 	if x != nil && x.ExpectedRevision != nil {
 		return *x.ExpectedRevision
 	}
@@ -243,8 +243,8 @@ func (x *KvCommitRequest) GetOptions() *KvCommitOptions {
 type KvCommitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The revision of every key the commit wrote (its store index).
-	Revision      int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	SchemaVersion int64 `protobuf:"varint,2,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	Revision      uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	SchemaVersion int64  `protobuf:"varint,2,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,7 +279,7 @@ func (*KvCommitResponse) Descriptor() ([]byte, []int) {
 	return file_norsk_manager_v1_kv_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *KvCommitResponse) GetRevision() int64 {
+func (x *KvCommitResponse) GetRevision() uint64 {
 	if x != nil {
 		return x.Revision
 	}
@@ -299,8 +299,8 @@ type KvEntry struct {
 	Value []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	// The revision of the last write to the key; create_revision of its
 	// first (since it last did not exist).
-	Revision       int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
-	CreateRevision int64 `protobuf:"varint,4,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
+	Revision       uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	CreateRevision uint64 `protobuf:"varint,4,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -349,14 +349,14 @@ func (x *KvEntry) GetValue() []byte {
 	return nil
 }
 
-func (x *KvEntry) GetRevision() int64 {
+func (x *KvEntry) GetRevision() uint64 {
 	if x != nil {
 		return x.Revision
 	}
 	return 0
 }
 
-func (x *KvEntry) GetCreateRevision() int64 {
+func (x *KvEntry) GetCreateRevision() uint64 {
 	if x != nil {
 		return x.CreateRevision
 	}
@@ -521,7 +521,7 @@ type KvListResponse struct {
 	// 0 when never set.
 	SchemaVersion int64 `protobuf:"varint,2,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
 	// The store index the answer reflects.
-	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -570,7 +570,7 @@ func (x *KvListResponse) GetSchemaVersion() int64 {
 	return 0
 }
 
-func (x *KvListResponse) GetRevision() int64 {
+func (x *KvListResponse) GetRevision() uint64 {
 	if x != nil {
 		return x.Revision
 	}
@@ -586,7 +586,7 @@ const file_norsk_manager_v1_kv_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x03put\x18\x02 \x01(\fH\x00R\x03put\x12\x18\n" +
 	"\x06delete\x18\x03 \x01(\bH\x00R\x06delete\x120\n" +
-	"\x11expected_revision\x18\x04 \x01(\x03H\x01R\x10expectedRevision\x88\x01\x01B\x04\n" +
+	"\x11expected_revision\x18\x04 \x01(\x04H\x01R\x10expectedRevision\x88\x01\x01B\x04\n" +
 	"\x02opB\x14\n" +
 	"\x12_expected_revision\"\xb4\x01\n" +
 	"\x0fKvCommitOptions\x12;\n" +
@@ -599,13 +599,13 @@ const file_norsk_manager_v1_kv_proto_rawDesc = "" +
 	"\x06writes\x18\x02 \x03(\v2\x19.norsk.manager.v1.KvWriteR\x06writes\x12;\n" +
 	"\aoptions\x18\x03 \x01(\v2!.norsk.manager.v1.KvCommitOptionsR\aoptions\"U\n" +
 	"\x10KvCommitResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\x12%\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12%\n" +
 	"\x0eschema_version\x18\x02 \x01(\x03R\rschemaVersion\"v\n" +
 	"\aKvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\x12'\n" +
-	"\x0fcreate_revision\x18\x04 \x01(\x03R\x0ecreateRevision\">\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\x12'\n" +
+	"\x0fcreate_revision\x18\x04 \x01(\x04R\x0ecreateRevision\">\n" +
 	"\fKvGetRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"@\n" +
@@ -618,7 +618,7 @@ const file_norsk_manager_v1_kv_proto_rawDesc = "" +
 	"\x0eKvListResponse\x123\n" +
 	"\aentries\x18\x01 \x03(\v2\x19.norsk.manager.v1.KvEntryR\aentries\x12%\n" +
 	"\x0eschema_version\x18\x02 \x01(\x03R\rschemaVersion\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevisionBFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
+	"\brevision\x18\x03 \x01(\x04R\brevisionBFZDgithub.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1;managerv1b\x06proto3"
 
 var (
 	file_norsk_manager_v1_kv_proto_rawDescOnce sync.Once

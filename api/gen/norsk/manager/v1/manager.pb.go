@@ -128,6 +128,11 @@ func (x *HelloRequest) GetClientLabel() string {
 	return ""
 }
 
+// DaemonHello is the daemon's answer to Hello. protocol_version is
+// "major.minor": the major changes only with an incompatible wire change,
+// the minor with every addition (1.4 the single discovery server, 1.6
+// lease-protected jobs, 1.7 discovery fleets and access-replica steps, 1.10
+// instance-type lists and this message's version).
 type DaemonHello struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion string                 `protobuf:"bytes,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
@@ -144,8 +149,15 @@ type DaemonHello struct {
 	// Manager's certificate chains to a CA it does not know (then the
 	// system's roots or --tls-ca verify it).
 	CaFingerprint string `protobuf:"bytes,6,opt,name=ca_fingerprint,json=caFingerprint,proto3" json:"ca_fingerprint,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The daemon's version information, as Version answers it (protocol
+	// 1.10): the SDK knows it once connected, with no second call. Unset from
+	// an older daemon (the SDK then asks Version).
+	Version *VersionInfo `protobuf:"bytes,40,opt,name=version,proto3" json:"version,omitempty"`
+	// The caller's protocol version as the daemon read it from HelloRequest
+	// ("" when the caller sent none): skew is protocol_version minus it.
+	CallerProtocolVersion string `protobuf:"bytes,41,opt,name=caller_protocol_version,json=callerProtocolVersion,proto3" json:"caller_protocol_version,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *DaemonHello) Reset() {
@@ -216,6 +228,20 @@ func (x *DaemonHello) GetNodeName() string {
 func (x *DaemonHello) GetCaFingerprint() string {
 	if x != nil {
 		return x.CaFingerprint
+	}
+	return ""
+}
+
+func (x *DaemonHello) GetVersion() *VersionInfo {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+func (x *DaemonHello) GetCallerProtocolVersion() string {
+	if x != nil {
+		return x.CallerProtocolVersion
 	}
 	return ""
 }
@@ -4494,7 +4520,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
 	"\fHelloRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12!\n" +
-	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xd1\x01\n" +
+	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xc2\x02\n" +
 	"\vDaemonHello\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12\x1f\n" +
 	"\vbuild_label\x18\x02 \x01(\tR\n" +
@@ -4504,7 +4530,9 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"compatible\x18\x04 \x01(\bR\n" +
 	"compatible\x12\x1b\n" +
 	"\tnode_name\x18\x05 \x01(\tR\bnodeName\x12%\n" +
-	"\x0eca_fingerprint\x18\x06 \x01(\tR\rcaFingerprint\"\x10\n" +
+	"\x0eca_fingerprint\x18\x06 \x01(\tR\rcaFingerprint\x127\n" +
+	"\aversion\x18( \x01(\v2\x1d.norsk.manager.v1.VersionInfoR\aversion\x126\n" +
+	"\x17caller_protocol_version\x18) \x01(\tR\x15callerProtocolVersion\"\x10\n" +
 	"\x0eVersionRequest\"\xe8\x01\n" +
 	"\vVersionInfo\x12#\n" +
 	"\rmajor_version\x18\x01 \x01(\rR\fmajorVersion\x12#\n" +
@@ -5055,213 +5083,214 @@ var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(*Event)(nil),                              // 176: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
-	81,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
-	81,  // 1: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
-	82,  // 2: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
-	82,  // 3: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
-	0,   // 4: norsk.manager.v1.DateFilter.field:type_name -> norsk.manager.v1.DateField
-	82,  // 5: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
-	82,  // 6: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
-	82,  // 7: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
-	82,  // 8: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
-	82,  // 9: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
-	12,  // 10: norsk.manager.v1.DateFilter.within:type_name -> norsk.manager.v1.DateWithin
-	10,  // 11: norsk.manager.v1.JobFilter.tag:type_name -> norsk.manager.v1.TagFilter
-	11,  // 12: norsk.manager.v1.JobFilter.id:type_name -> norsk.manager.v1.IdFilter
-	13,  // 13: norsk.manager.v1.JobFilter.date:type_name -> norsk.manager.v1.DateFilter
-	14,  // 14: norsk.manager.v1.JobSearchRequest.filters:type_name -> norsk.manager.v1.JobFilter
-	83,  // 15: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
-	84,  // 16: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
-	17,  // 17: norsk.manager.v1.StartJobRequest.options:type_name -> norsk.manager.v1.StartJobOptions
-	18,  // 18: norsk.manager.v1.StartJobsRequest.starts:type_name -> norsk.manager.v1.StartJobRequest
-	21,  // 19: norsk.manager.v1.StartJobsResponse.results:type_name -> norsk.manager.v1.StartResult
-	23,  // 20: norsk.manager.v1.StopJobRequest.options:type_name -> norsk.manager.v1.StopJobOptions
-	85,  // 21: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
-	86,  // 22: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
-	87,  // 23: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
-	88,  // 24: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
-	79,  // 25: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
-	88,  // 26: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
-	80,  // 27: norsk.manager.v1.CreateMockNodeRequest.tags:type_name -> norsk.manager.v1.CreateMockNodeRequest.TagsEntry
-	89,  // 28: norsk.manager.v1.NotifyMigrationGetStateRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
-	89,  // 29: norsk.manager.v1.NotifyMigrationCutoverReadyRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
-	89,  // 30: norsk.manager.v1.NotifyMigrationCutoverApplyRequest.target_job_key:type_name -> norsk.manager.v1.JobKey
-	90,  // 31: norsk.manager.v1.MigrateJobRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
-	91,  // 32: norsk.manager.v1.MigrateJobResponse.migration:type_name -> norsk.manager.v1.MigrationState
-	91,  // 33: norsk.manager.v1.ListMigrationsResponse.migrations:type_name -> norsk.manager.v1.MigrationState
-	91,  // 34: norsk.manager.v1.RecordMigrationRequest.migration:type_name -> norsk.manager.v1.MigrationState
-	88,  // 35: norsk.manager.v1.SetNodeDrainingResponse.node:type_name -> norsk.manager.v1.Node
-	90,  // 36: norsk.manager.v1.DrainNodeRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
-	92,  // 37: norsk.manager.v1.DrainNodeResponse.drain:type_name -> norsk.manager.v1.NodeDrain
-	88,  // 38: norsk.manager.v1.DrainNodeResponse.node:type_name -> norsk.manager.v1.Node
-	92,  // 39: norsk.manager.v1.RecordNodeDrainRequest.drain:type_name -> norsk.manager.v1.NodeDrain
-	1,   // 40: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
-	3,   // 41: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
-	5,   // 42: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
-	6,   // 43: norsk.manager.v1.Manager.UpdateJob:input_type -> norsk.manager.v1.UpdateJobRequest
-	7,   // 44: norsk.manager.v1.Manager.DeleteJob:input_type -> norsk.manager.v1.DeleteJobRequest
-	9,   // 45: norsk.manager.v1.Manager.JobById:input_type -> norsk.manager.v1.JobByIdRequest
-	15,  // 46: norsk.manager.v1.Manager.JobSearch:input_type -> norsk.manager.v1.JobSearchRequest
-	18,  // 47: norsk.manager.v1.Manager.StartJob:input_type -> norsk.manager.v1.StartJobRequest
-	20,  // 48: norsk.manager.v1.Manager.StartJobs:input_type -> norsk.manager.v1.StartJobsRequest
-	24,  // 49: norsk.manager.v1.Manager.StopJob:input_type -> norsk.manager.v1.StopJobRequest
-	26,  // 50: norsk.manager.v1.Manager.StartPreparedJob:input_type -> norsk.manager.v1.StartPreparedJobRequest
-	28,  // 51: norsk.manager.v1.Manager.CompleteJob:input_type -> norsk.manager.v1.CompleteJobRequest
-	30,  // 52: norsk.manager.v1.Manager.MarkJobFailed:input_type -> norsk.manager.v1.MarkJobFailedRequest
-	32,  // 53: norsk.manager.v1.Manager.RegisterClusterNode:input_type -> norsk.manager.v1.RegisterClusterNodeRequest
-	34,  // 54: norsk.manager.v1.Manager.ClusterMemberRegister:input_type -> norsk.manager.v1.ClusterMemberRegisterRequest
-	36,  // 55: norsk.manager.v1.Manager.ListClusterNodes:input_type -> norsk.manager.v1.ListClusterNodesRequest
-	38,  // 56: norsk.manager.v1.Manager.DeregisterClusterNode:input_type -> norsk.manager.v1.DeregisterClusterNodeRequest
-	40,  // 57: norsk.manager.v1.Manager.SetClusterNodePool:input_type -> norsk.manager.v1.SetClusterNodePoolRequest
-	42,  // 58: norsk.manager.v1.Manager.ListNodes:input_type -> norsk.manager.v1.ListNodesRequest
-	44,  // 59: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
-	46,  // 60: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
-	50,  // 61: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
-	53,  // 62: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
-	51,  // 63: norsk.manager.v1.Manager.PrefetchImages:input_type -> norsk.manager.v1.PrefetchImagesRequest
-	48,  // 64: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
-	93,  // 65: norsk.manager.v1.Manager.CreateAwsNode:input_type -> norsk.manager.v1.CreateAwsNodeRequest
-	94,  // 66: norsk.manager.v1.Manager.CreateOciNode:input_type -> norsk.manager.v1.CreateOciNodeRequest
-	95,  // 67: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
-	96,  // 68: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
-	97,  // 69: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
-	98,  // 70: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
-	99,  // 71: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
-	100, // 72: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
-	101, // 73: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
-	102, // 74: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
-	103, // 75: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
-	104, // 76: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
-	105, // 77: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
-	106, // 78: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
-	107, // 79: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
-	108, // 80: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
-	109, // 81: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
-	110, // 82: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
-	111, // 83: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
-	112, // 84: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	113, // 85: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
-	114, // 86: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
-	115, // 87: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
-	116, // 88: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
-	117, // 89: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
-	118, // 90: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
-	119, // 91: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
-	120, // 92: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
-	121, // 93: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
-	122, // 94: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
-	123, // 95: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
-	124, // 96: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
-	125, // 97: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
-	126, // 98: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
-	127, // 99: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
-	128, // 100: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
-	129, // 101: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
-	130, // 102: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
-	131, // 103: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
-	132, // 104: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
-	133, // 105: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
-	55,  // 106: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
-	56,  // 107: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
-	57,  // 108: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
-	59,  // 109: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
-	61,  // 110: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
-	63,  // 111: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
-	65,  // 112: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
-	66,  // 113: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
-	67,  // 114: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
-	69,  // 115: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
-	71,  // 116: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
-	73,  // 117: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
-	75,  // 118: norsk.manager.v1.Manager.DrainNode:input_type -> norsk.manager.v1.DrainNodeRequest
-	77,  // 119: norsk.manager.v1.Manager.RecordNodeDrain:input_type -> norsk.manager.v1.RecordNodeDrainRequest
-	134, // 120: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,   // 121: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,   // 122: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	135, // 123: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	135, // 124: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,   // 125: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	83,  // 126: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16,  // 127: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19,  // 128: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22,  // 129: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
-	25,  // 130: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	27,  // 131: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	29,  // 132: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	31,  // 133: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	33,  // 134: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	35,  // 135: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	37,  // 136: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	39,  // 137: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	41,  // 138: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	43,  // 139: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	45,  // 140: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	47,  // 141: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	54,  // 142: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	54,  // 143: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	52,  // 144: norsk.manager.v1.Manager.PrefetchImages:output_type -> norsk.manager.v1.PrefetchImagesResponse
-	49,  // 145: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
-	136, // 146: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	136, // 147: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	137, // 148: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
-	138, // 149: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
-	139, // 150: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
-	140, // 151: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
-	141, // 152: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	142, // 153: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	143, // 154: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	144, // 155: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	145, // 156: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	146, // 157: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	147, // 158: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	148, // 159: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	149, // 160: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
-	150, // 161: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
-	151, // 162: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
-	152, // 163: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
-	153, // 164: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
-	154, // 165: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	155, // 166: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
-	156, // 167: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
-	157, // 168: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
-	158, // 169: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
-	159, // 170: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
-	160, // 171: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
-	161, // 172: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
-	162, // 173: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
-	163, // 174: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
-	164, // 175: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
-	165, // 176: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
-	166, // 177: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
-	167, // 178: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
-	168, // 179: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
-	169, // 180: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
-	170, // 181: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
-	171, // 182: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
-	172, // 183: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
-	173, // 184: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
-	174, // 185: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
-	175, // 186: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
-	58,  // 187: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	58,  // 188: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	58,  // 189: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	60,  // 190: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
-	62,  // 191: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
-	64,  // 192: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
-	91,  // 193: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
-	91,  // 194: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
-	68,  // 195: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
-	70,  // 196: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
-	72,  // 197: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
-	74,  // 198: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
-	76,  // 199: norsk.manager.v1.Manager.DrainNode:output_type -> norsk.manager.v1.DrainNodeResponse
-	78,  // 200: norsk.manager.v1.Manager.RecordNodeDrain:output_type -> norsk.manager.v1.RecordNodeDrainResponse
-	176, // 201: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	121, // [121:202] is the sub-list for method output_type
-	40,  // [40:121] is the sub-list for method input_type
-	40,  // [40:40] is the sub-list for extension type_name
-	40,  // [40:40] is the sub-list for extension extendee
-	0,   // [0:40] is the sub-list for field type_name
+	4,   // 0: norsk.manager.v1.DaemonHello.version:type_name -> norsk.manager.v1.VersionInfo
+	81,  // 1: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
+	81,  // 2: norsk.manager.v1.UpdateJobRequest.job:type_name -> norsk.manager.v1.Job
+	82,  // 3: norsk.manager.v1.DateWithin.start_date:type_name -> google.protobuf.Timestamp
+	82,  // 4: norsk.manager.v1.DateWithin.end_date:type_name -> google.protobuf.Timestamp
+	0,   // 5: norsk.manager.v1.DateFilter.field:type_name -> norsk.manager.v1.DateField
+	82,  // 6: norsk.manager.v1.DateFilter.eq:type_name -> google.protobuf.Timestamp
+	82,  // 7: norsk.manager.v1.DateFilter.lt:type_name -> google.protobuf.Timestamp
+	82,  // 8: norsk.manager.v1.DateFilter.lte:type_name -> google.protobuf.Timestamp
+	82,  // 9: norsk.manager.v1.DateFilter.gt:type_name -> google.protobuf.Timestamp
+	82,  // 10: norsk.manager.v1.DateFilter.gte:type_name -> google.protobuf.Timestamp
+	12,  // 11: norsk.manager.v1.DateFilter.within:type_name -> norsk.manager.v1.DateWithin
+	10,  // 12: norsk.manager.v1.JobFilter.tag:type_name -> norsk.manager.v1.TagFilter
+	11,  // 13: norsk.manager.v1.JobFilter.id:type_name -> norsk.manager.v1.IdFilter
+	13,  // 14: norsk.manager.v1.JobFilter.date:type_name -> norsk.manager.v1.DateFilter
+	14,  // 15: norsk.manager.v1.JobSearchRequest.filters:type_name -> norsk.manager.v1.JobFilter
+	83,  // 16: norsk.manager.v1.JobSearchResponse.jobs:type_name -> norsk.manager.v1.JobWithHistory
+	84,  // 17: norsk.manager.v1.StartJobOptions.placement:type_name -> norsk.manager.v1.PlacementEvent
+	17,  // 18: norsk.manager.v1.StartJobRequest.options:type_name -> norsk.manager.v1.StartJobOptions
+	18,  // 19: norsk.manager.v1.StartJobsRequest.starts:type_name -> norsk.manager.v1.StartJobRequest
+	21,  // 20: norsk.manager.v1.StartJobsResponse.results:type_name -> norsk.manager.v1.StartResult
+	23,  // 21: norsk.manager.v1.StopJobRequest.options:type_name -> norsk.manager.v1.StopJobOptions
+	85,  // 22: norsk.manager.v1.ClusterMemberRegisterRequest.hardware:type_name -> norsk.manager.v1.Hardware
+	86,  // 23: norsk.manager.v1.ClusterMemberRegisterRequest.capabilities:type_name -> norsk.manager.v1.Capability
+	87,  // 24: norsk.manager.v1.ListClusterNodesResponse.slots:type_name -> norsk.manager.v1.ClusterSlot
+	88,  // 25: norsk.manager.v1.ListNodesResponse.nodes:type_name -> norsk.manager.v1.Node
+	79,  // 26: norsk.manager.v1.SetNodeTagsRequest.tags:type_name -> norsk.manager.v1.SetNodeTagsRequest.TagsEntry
+	88,  // 27: norsk.manager.v1.SetNodeTagsResponse.node:type_name -> norsk.manager.v1.Node
+	80,  // 28: norsk.manager.v1.CreateMockNodeRequest.tags:type_name -> norsk.manager.v1.CreateMockNodeRequest.TagsEntry
+	89,  // 29: norsk.manager.v1.NotifyMigrationGetStateRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
+	89,  // 30: norsk.manager.v1.NotifyMigrationCutoverReadyRequest.source_job_key:type_name -> norsk.manager.v1.JobKey
+	89,  // 31: norsk.manager.v1.NotifyMigrationCutoverApplyRequest.target_job_key:type_name -> norsk.manager.v1.JobKey
+	90,  // 32: norsk.manager.v1.MigrateJobRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
+	91,  // 33: norsk.manager.v1.MigrateJobResponse.migration:type_name -> norsk.manager.v1.MigrationState
+	91,  // 34: norsk.manager.v1.ListMigrationsResponse.migrations:type_name -> norsk.manager.v1.MigrationState
+	91,  // 35: norsk.manager.v1.RecordMigrationRequest.migration:type_name -> norsk.manager.v1.MigrationState
+	88,  // 36: norsk.manager.v1.SetNodeDrainingResponse.node:type_name -> norsk.manager.v1.Node
+	90,  // 37: norsk.manager.v1.DrainNodeRequest.strategy:type_name -> norsk.manager.v1.MigrationStrategy
+	92,  // 38: norsk.manager.v1.DrainNodeResponse.drain:type_name -> norsk.manager.v1.NodeDrain
+	88,  // 39: norsk.manager.v1.DrainNodeResponse.node:type_name -> norsk.manager.v1.Node
+	92,  // 40: norsk.manager.v1.RecordNodeDrainRequest.drain:type_name -> norsk.manager.v1.NodeDrain
+	1,   // 41: norsk.manager.v1.Manager.Hello:input_type -> norsk.manager.v1.HelloRequest
+	3,   // 42: norsk.manager.v1.Manager.Version:input_type -> norsk.manager.v1.VersionRequest
+	5,   // 43: norsk.manager.v1.Manager.CreateJob:input_type -> norsk.manager.v1.CreateJobRequest
+	6,   // 44: norsk.manager.v1.Manager.UpdateJob:input_type -> norsk.manager.v1.UpdateJobRequest
+	7,   // 45: norsk.manager.v1.Manager.DeleteJob:input_type -> norsk.manager.v1.DeleteJobRequest
+	9,   // 46: norsk.manager.v1.Manager.JobById:input_type -> norsk.manager.v1.JobByIdRequest
+	15,  // 47: norsk.manager.v1.Manager.JobSearch:input_type -> norsk.manager.v1.JobSearchRequest
+	18,  // 48: norsk.manager.v1.Manager.StartJob:input_type -> norsk.manager.v1.StartJobRequest
+	20,  // 49: norsk.manager.v1.Manager.StartJobs:input_type -> norsk.manager.v1.StartJobsRequest
+	24,  // 50: norsk.manager.v1.Manager.StopJob:input_type -> norsk.manager.v1.StopJobRequest
+	26,  // 51: norsk.manager.v1.Manager.StartPreparedJob:input_type -> norsk.manager.v1.StartPreparedJobRequest
+	28,  // 52: norsk.manager.v1.Manager.CompleteJob:input_type -> norsk.manager.v1.CompleteJobRequest
+	30,  // 53: norsk.manager.v1.Manager.MarkJobFailed:input_type -> norsk.manager.v1.MarkJobFailedRequest
+	32,  // 54: norsk.manager.v1.Manager.RegisterClusterNode:input_type -> norsk.manager.v1.RegisterClusterNodeRequest
+	34,  // 55: norsk.manager.v1.Manager.ClusterMemberRegister:input_type -> norsk.manager.v1.ClusterMemberRegisterRequest
+	36,  // 56: norsk.manager.v1.Manager.ListClusterNodes:input_type -> norsk.manager.v1.ListClusterNodesRequest
+	38,  // 57: norsk.manager.v1.Manager.DeregisterClusterNode:input_type -> norsk.manager.v1.DeregisterClusterNodeRequest
+	40,  // 58: norsk.manager.v1.Manager.SetClusterNodePool:input_type -> norsk.manager.v1.SetClusterNodePoolRequest
+	42,  // 59: norsk.manager.v1.Manager.ListNodes:input_type -> norsk.manager.v1.ListNodesRequest
+	44,  // 60: norsk.manager.v1.Manager.TerminateNode:input_type -> norsk.manager.v1.TerminateNodeRequest
+	46,  // 61: norsk.manager.v1.Manager.SetNodeTags:input_type -> norsk.manager.v1.SetNodeTagsRequest
+	50,  // 62: norsk.manager.v1.Manager.GetNodeIdleExpiry:input_type -> norsk.manager.v1.GetNodeIdleExpiryRequest
+	53,  // 63: norsk.manager.v1.Manager.SetNodeIdleExpiry:input_type -> norsk.manager.v1.SetNodeIdleExpiryRequest
+	51,  // 64: norsk.manager.v1.Manager.PrefetchImages:input_type -> norsk.manager.v1.PrefetchImagesRequest
+	48,  // 65: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
+	93,  // 66: norsk.manager.v1.Manager.CreateAwsNode:input_type -> norsk.manager.v1.CreateAwsNodeRequest
+	94,  // 67: norsk.manager.v1.Manager.CreateOciNode:input_type -> norsk.manager.v1.CreateOciNodeRequest
+	95,  // 68: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
+	96,  // 69: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
+	97,  // 70: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	98,  // 71: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
+	99,  // 72: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
+	100, // 73: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
+	101, // 74: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
+	102, // 75: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
+	103, // 76: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
+	104, // 77: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
+	105, // 78: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
+	106, // 79: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
+	107, // 80: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
+	108, // 81: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
+	109, // 82: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
+	110, // 83: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
+	111, // 84: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
+	112, // 85: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	113, // 86: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
+	114, // 87: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
+	115, // 88: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
+	116, // 89: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
+	117, // 90: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
+	118, // 91: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
+	119, // 92: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
+	120, // 93: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
+	121, // 94: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
+	122, // 95: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
+	123, // 96: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
+	124, // 97: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
+	125, // 98: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
+	126, // 99: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
+	127, // 100: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
+	128, // 101: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
+	129, // 102: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
+	130, // 103: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
+	131, // 104: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
+	132, // 105: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
+	133, // 106: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
+	55,  // 107: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
+	56,  // 108: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
+	57,  // 109: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
+	59,  // 110: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
+	61,  // 111: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
+	63,  // 112: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
+	65,  // 113: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
+	66,  // 114: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
+	67,  // 115: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
+	69,  // 116: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
+	71,  // 117: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
+	73,  // 118: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
+	75,  // 119: norsk.manager.v1.Manager.DrainNode:input_type -> norsk.manager.v1.DrainNodeRequest
+	77,  // 120: norsk.manager.v1.Manager.RecordNodeDrain:input_type -> norsk.manager.v1.RecordNodeDrainRequest
+	134, // 121: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,   // 122: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,   // 123: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	135, // 124: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	135, // 125: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,   // 126: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	83,  // 127: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16,  // 128: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19,  // 129: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22,  // 130: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
+	25,  // 131: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	27,  // 132: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	29,  // 133: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	31,  // 134: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	33,  // 135: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	35,  // 136: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	37,  // 137: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	39,  // 138: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	41,  // 139: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	43,  // 140: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	45,  // 141: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	47,  // 142: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	54,  // 143: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	54,  // 144: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	52,  // 145: norsk.manager.v1.Manager.PrefetchImages:output_type -> norsk.manager.v1.PrefetchImagesResponse
+	49,  // 146: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
+	136, // 147: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	136, // 148: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	137, // 149: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
+	138, // 150: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
+	139, // 151: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	140, // 152: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
+	141, // 153: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	142, // 154: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	143, // 155: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	144, // 156: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	145, // 157: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	146, // 158: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	147, // 159: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	148, // 160: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	149, // 161: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	150, // 162: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	151, // 163: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	152, // 164: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	153, // 165: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	154, // 166: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	155, // 167: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	156, // 168: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
+	157, // 169: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
+	158, // 170: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
+	159, // 171: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
+	160, // 172: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
+	161, // 173: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
+	162, // 174: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
+	163, // 175: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
+	164, // 176: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
+	165, // 177: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
+	166, // 178: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
+	167, // 179: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
+	168, // 180: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
+	169, // 181: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
+	170, // 182: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
+	171, // 183: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
+	172, // 184: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
+	173, // 185: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
+	174, // 186: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
+	175, // 187: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
+	58,  // 188: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 189: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 190: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	60,  // 191: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
+	62,  // 192: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
+	64,  // 193: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
+	91,  // 194: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
+	91,  // 195: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
+	68,  // 196: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
+	70,  // 197: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
+	72,  // 198: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
+	74,  // 199: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
+	76,  // 200: norsk.manager.v1.Manager.DrainNode:output_type -> norsk.manager.v1.DrainNodeResponse
+	78,  // 201: norsk.manager.v1.Manager.RecordNodeDrain:output_type -> norsk.manager.v1.RecordNodeDrainResponse
+	176, // 202: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	122, // [122:203] is the sub-list for method output_type
+	41,  // [41:122] is the sub-list for method input_type
+	41,  // [41:41] is the sub-list for extension type_name
+	41,  // [41:41] is the sub-list for extension extendee
+	0,   // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_manager_proto_init() }

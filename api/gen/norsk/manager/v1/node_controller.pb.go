@@ -2334,7 +2334,7 @@ type InstanceReport struct {
 	// policy since the instance started.
 	Restarts uint32 `protobuf:"varint,9,opt,name=restarts,proto3" json:"restarts,omitempty"`
 	// The job revision (current_hash) of the spec the worker holds.
-	JobHash       int64 `protobuf:"varint,10,opt,name=job_hash,json=jobHash,proto3" json:"job_hash,omitempty"`
+	JobHash       uint64 `protobuf:"varint,10,opt,name=job_hash,json=jobHash,proto3" json:"job_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2432,7 +2432,7 @@ func (x *InstanceReport) GetRestarts() uint32 {
 	return 0
 }
 
-func (x *InstanceReport) GetJobHash() int64 {
+func (x *InstanceReport) GetJobHash() uint64 {
 	if x != nil {
 		return x.JobHash
 	}
@@ -2737,7 +2737,7 @@ const file_norsk_manager_v1_node_controller_proto_rawDesc = "" +
 	"exit_codes\x18\b \x03(\v2/.norsk.manager.v1.InstanceReport.ExitCodesEntryR\texitCodes\x12\x1a\n" +
 	"\brestarts\x18\t \x01(\rR\brestarts\x12\x19\n" +
 	"\bjob_hash\x18\n" +
-	" \x01(\x03R\ajobHash\x1an\n" +
+	" \x01(\x04R\ajobHash\x1an\n" +
 	"\x18ServicePortMappingsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12<\n" +
 	"\x05value\x18\x02 \x01(\v2&.norsk.manager.v1.ResolvedPortMappingsR\x05value:\x028\x01\x1a<\n" +

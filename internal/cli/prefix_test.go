@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+)
+
+// Jobs, nodes, bundles and cluster slots are named by a unique prefix, as
+// migrations are: an exact id wins, an ambiguous prefix is a usage error
+// naming the candidates, a prefix of nothing is NOT_FOUND.
+func TestIDPrefixes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, id := range []string{"news-1", "news-10", "sport-1"} {
+		f.ok("job", "create", "-f", writeFile(t, id+".yaml", "jobId: "+id+"\nservices: [{name: main, image: x}]"))
+	}
+	f.srv.AddNode(&managerv1.Node{NodeId: "node-a1", Hardware: &managerv1.Hardware{Vcpus: 4}})
+	f.srv.AddNode(&managerv1.Node{NodeId: "node-a2", Hardware: &managerv1.Hardware{Vcpus: 4}})
+	f.srv.AddNode(&managerv1.Node{NodeId: "node-b", Hardware: &managerv1.Hardware{Vcpus: 4}})
+	f.ok("bundle", "create", "-f", writeFile(t, "b.yaml", "bundleId: evening\njobs: [{jobName: solo, job: {}}]"))
+	f.ok("slot", "register", "rack-1")
+
+	for _, tc := range []struct {
+		args []string
+		want string // in the output
+	}{
+		{[]string{"job", "get", "sport", "-o", "name"}, "job/sport-1\n"},
+		{[]string{"job", "get", "news-1", "-o", "name"}, "job/news-1\n"}, // exact wins over news-10
+		{[]string{"job", "get", "news-10", "-o", "name"}, "job/news-10\n"},
+		{[]string{"job", "history", "spo"}, "created"},
+		{[]string{"node", "get", "node-b", "-o", "name"}, "node/node-b\n"},
+		{[]string{"node", "get", "node-a2", "-o", "name"}, "node/node-a2\n"},
+		{[]string{"node", "tag", "node-b", "az=x"}, "az=x"},
+		{[]string{"bundle", "show", "eve", "-o", "name"}, "bundle/evening\n"},
+	} {
+		if out := f.ok(tc.args...); !strings.Contains(out, tc.want) {
+			t.Errorf("norsk-ctl %s printed %q, want %q in it", strings.Join(tc.args, " "), out, tc.want)
+		}
+	}
+	f.fails(ExitUsage, `job "news" is ambiguous: it begins news-1, news-10`, "job", "get", "news")
+	f.fails(ExitUsage, `node "node-a" is ambiguous: it begins node-a1, node-a2`, "node", "get", "node-a")
+	f.fails(ExitUsage, `node "node-a" is ambiguous: it begins node-a1, node-a2`, "node", "drain", "node-a")
+	f.fails(ExitUsage, `--node: node "node-" is ambiguous`, "job", "start", "sport", "--node", "node-")
+	f.fails(ExitUsage, `--to: node "node-a" is ambiguous: it begins node-a1, node-a2`, "migrate", "sport-1", "--to", "node-a")
+	f.fails(ExitError, "NOT_FOUND", "job", "delete", "zzz")
+	f.fails(ExitError, `TerminateNode: NOT_FOUND: node "zzz" not found`, "node", "terminate", "zzz")
+	f.fails(ExitError, "NOT_FOUND", "bundle", "delete", "zzz")
+	f.ok("slot", "set-pool", "node-", "gold") // the one slot whose id begins node-
+	if code, out, errOut := f.run("", "job", "delete", "spo"); code != 0 || !strings.Contains(out, "sport-1") {
+		t.Errorf("job delete spo: exit %d, %q, %q", code, out, errOut)
+	}
+}
+
+// uniquePrefix's contract over any ids: an id typed whole is itself; else
+// the answer is the one id typed begins, an ambiguity naming every id it
+// begins, or no match when it begins none.
+func TestUniquePrefixProperties(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		ids := rapid.SliceOfNDistinct(rapid.StringMatching(`[a-c]{1,4}`), 0, 8, rapid.ID[string]).Draw(t, "ids")
+		typed := rapid.StringMatching(`[a-c]{1,3}`).Draw(t, "typed")
+		var begun []string
+		for _, id := range ids {
+			if strings.HasPrefix(id, typed) {
+				begun = append(begun, id)
+			}
+		}
+		got, err := uniquePrefix("job", typed, ids)
+		switch {
+		case slices.Contains(ids, typed):
+			if got != typed || err != nil {
+				t.Fatalf("exact %q: %q, %v", typed, got, err)
+			}
+		case len(begun) == 0:
+			if !errors.Is(err, errNoMatch) {
+				t.Fatalf("%q begins nothing: %q, %v", typed, got, err)
+			}
+		case len(begun) == 1:
+			if got != begun[0] || err != nil {
+				t.Fatalf("%q begins only %q: %q, %v", typed, begun[0], got, err)
+			}
+		default:
+			var ue usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("%q begins %v: %q, %v; want a usage error", typed, begun, got, err)
+			}
+			for _, id := range begun {
+				if !strings.Contains(err.Error(), id) {
+					t.Fatalf("the ambiguity %q does not name %q", err, id)
+				}
+			}
+		}
+	})
+}
