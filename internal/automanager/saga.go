@@ -61,7 +61,7 @@ func (s *Saga) release(job, id string) {
 // the others rather than queue them.
 func (s *Saga) wants(ev *managerv1.Event) bool {
 	switch ev.GetKind().(type) {
-	case *managerv1.Event_JobUpdated, *managerv1.Event_JobDeleted:
+	case *managerv1.Event_JobUpdated, *managerv1.Event_JobDeleted, *managerv1.Event_NodeLost:
 		return s.inFlight.Load() > 0
 	case *managerv1.Event_MigrationState, *managerv1.Event_MigrationInitialStateDelivered, *managerv1.Event_MigrationTargetReady,
 		*managerv1.Event_MigrationSourceStoppedOutput, *managerv1.Event_MigrationTargetApplied, *managerv1.Event_MigrationAborted,

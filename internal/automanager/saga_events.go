@@ -42,6 +42,26 @@ func (s *Saga) onEvent(ctx context.Context, ev *managerv1.Event) {
 		if id := s.byJob[k.JobDeleted.GetJobId()]; id != "" {
 			s.performAbort(ctx, s.migs[id], "the job was deleted", true)
 		}
+	case *managerv1.Event_NodeLost:
+		s.onNodeLost(ctx, k.NodeLost.GetNode().GetNodeId())
+	}
+}
+
+// onNodeLost: a source told to stop (stoppingSource) whose node is then
+// lost will never report stopped — its worker is gone, and its instance,
+// already stopping, gets no new history entry from the loss. The
+// migration proceeds as if it had stopped, at once rather than at the
+// phase's deadline. (Instances of a lost node that were not stopping get
+// a stopping entry, which onHistory handles.)
+func (s *Saga) onNodeLost(ctx context.Context, nodeID string) {
+	for _, id := range sortedKeys(s.migs) {
+		m := s.migs[id]
+		if m == nil || m.st.GetPhase() != phStoppingSource || m.st.GetSourceNodeId() != nodeID {
+			continue
+		}
+		s.log.Warn("the migration's source node is lost: it will report no stopped; proceeding as if stopped",
+			"migration", id, "job", m.st.GetSourceJobId(), "node", nodeID)
+		s.onSourceStopped(ctx, m)
 	}
 }
 

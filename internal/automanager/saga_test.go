@@ -709,3 +709,25 @@ func TestSagaCutoverToAnUnreachableWorkerIsToldAgain(t *testing.T) {
 		t.Fatalf("apply told %d times, phase %s: %v", n, PhaseName(h.phase()), h.api.callLog())
 	}
 }
+
+// The source's node is lost after the source was told to stop: its worker
+// will report no stopped, so the migration proceeds at once (done into the
+// running target) instead of waiting for the phase's deadline; a lost node
+// that is not the source's changes nothing.
+func TestSagaSourceNodeLostWhileStopping(t *testing.T) {
+	t.Parallel()
+	h := newSagaHarness(t, Policy{})
+	r := result(t, h.migrate(MigrateOptions{Strategy: stratOverlap}))
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	h.history("running", r.st.GetTargetRole(), r.st.GetTargetNodeId(), 0, "")
+	h.wantPhase(phStoppingSource)
+	lost := func(node string) *managerv1.Event {
+		return &managerv1.Event{Kind: &managerv1.Event_NodeLost{NodeLost: &managerv1.NodeEvent{Node: &managerv1.Node{NodeId: node}}}}
+	}
+	h.event(lost("b-not-the-source"))
+	h.wantPhase(phStoppingSource)
+	h.event(lost("a"))
+	h.wantPhase(phDone)
+}
