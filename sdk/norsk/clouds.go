@@ -104,12 +104,41 @@ func (m *Manager) CreateOciNode(ctx context.Context, n OciNode) (*CloudNode, err
 	return res.Msg, nil
 }
 
+// CloudHypervisorNode asks CreateCloudHypervisorNode for a microVM node.
+type CloudHypervisorNode struct {
+	NodeID string
+	// Shape is required; Host "" = the host with the most room for it.
+	Shape         string
+	Host          string
+	Pool          string
+	Tags          map[string]string
+	WorkerVersion string
+}
+
+// CreateCloudHypervisorNode runs a worker as a Cloud Hypervisor microVM on
+// one of the Manager's host agents (the seed's createCloudHypervisorNode);
+// as CreateAwsNode. ErrResourceExhausted: no host has room for the shape.
+func (m *Manager) CreateCloudHypervisorNode(ctx context.Context, n CloudHypervisorNode) (*CloudNode, error) {
+	const op = "CreateCloudHypervisorNode"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.CreateCloudHypervisorNode(ctx, connect.NewRequest(&managerv1.CreateCloudHypervisorNodeRequest{
+		NodeId: n.NodeID, Tags: n.Tags, Host: n.Host, Shape: n.Shape, Pool: n.Pool, WorkerVersion: n.WorkerVersion,
+	}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg, nil
+}
+
 // InstanceTypeOptions are describeInstanceType's and listInstanceTypes'
 // options.
 type InstanceTypeOptions struct {
-	// Provider is "aws" (the default), or "oci".
+	// Provider is "aws" (the default), "oci" or "cloud-hypervisor".
 	Provider string
-	// Region is an AWS region / OCI availability domain ("" = any).
+	// Region is an AWS region / OCI availability domain / Cloud Hypervisor
+	// host ("" = any).
 	Region string
 }
 

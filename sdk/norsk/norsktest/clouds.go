@@ -45,6 +45,15 @@ func (s *Server) CreateOciNode(_ context.Context, req *connect.Request[managerv1
 	return nil, noProvider("oci")
 }
 
+// CreateCloudHypervisorNode implements the Manager service: shape is
+// required, then FAILED_PRECONDITION, no provider.
+func (s *Server) CreateCloudHypervisorNode(_ context.Context, req *connect.Request[managerv1.CreateCloudHypervisorNodeRequest]) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
+	if req.Msg.GetShape() == "" {
+		return nil, errorf(connect.CodeInvalidArgument, "shape: is required")
+	}
+	return nil, noProvider("cloud-hypervisor")
+}
+
 // DescribeInstanceType implements the Manager service: instanceType is
 // required, then FAILED_PRECONDITION, the provider is not run.
 func (s *Server) DescribeInstanceType(_ context.Context, req *connect.Request[managerv1.DescribeInstanceTypeRequest]) (*connect.Response[managerv1.DescribeInstanceTypeResponse], error) {

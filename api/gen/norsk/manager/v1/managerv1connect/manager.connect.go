@@ -95,6 +95,9 @@ const (
 	ManagerCreateAwsNodeProcedure = "/norsk.manager.v1.Manager/CreateAwsNode"
 	// ManagerCreateOciNodeProcedure is the fully-qualified name of the Manager's CreateOciNode RPC.
 	ManagerCreateOciNodeProcedure = "/norsk.manager.v1.Manager/CreateOciNode"
+	// ManagerCreateCloudHypervisorNodeProcedure is the fully-qualified name of the Manager's
+	// CreateCloudHypervisorNode RPC.
+	ManagerCreateCloudHypervisorNodeProcedure = "/norsk.manager.v1.Manager/CreateCloudHypervisorNode"
 	// ManagerDescribeInstanceTypeProcedure is the fully-qualified name of the Manager's
 	// DescribeInstanceType RPC.
 	ManagerDescribeInstanceTypeProcedure = "/norsk.manager.v1.Manager/DescribeInstanceType"
@@ -300,6 +303,16 @@ type ManagerClient interface {
 	// CreateOciNode launches an OCI instance, as CreateAwsNode does (the
 	// launch carries opc-retry-token).
 	CreateOciNode(context.Context, *connect.Request[v1.CreateOciNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error)
+	// CreateCloudHypervisorNode runs a worker as a Cloud Hypervisor microVM
+	// on one of the Manager's host agents (the named host, or the host with
+	// the most room for the shape), booting the base image the overrides
+	// file names for the host, as CreateAwsNode does. FAILED_PRECONDITION:
+	// no cloud-hypervisor provider, a host the Manager does not run, no
+	// worker image for the version. INVALID_ARGUMENT: a bad field, a shape
+	// the host does not offer. RESOURCE_EXHAUSTED: no host has room for the
+	// shape (the node is recorded terminated). UNAVAILABLE: the host's
+	// shapes are not loaded yet, or the host agent did not answer.
+	CreateCloudHypervisorNode(context.Context, *connect.Request[v1.CreateCloudHypervisorNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error)
 	// DescribeInstanceType answers from the instance-type cache: vCPUs,
 	// memory, architectures and, with a region, whether the type is offered
 	// there; no instance_type when the provider does not know it.
@@ -620,6 +633,12 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			httpClient,
 			baseURL+ManagerCreateOciNodeProcedure,
 			connect.WithSchema(managerMethods.ByName("CreateOciNode")),
+			connect.WithClientOptions(opts...),
+		),
+		createCloudHypervisorNode: connect.NewClient[v1.CreateCloudHypervisorNodeRequest, v1.CreateCloudNodeResponse](
+			httpClient,
+			baseURL+ManagerCreateCloudHypervisorNodeProcedure,
+			connect.WithSchema(managerMethods.ByName("CreateCloudHypervisorNode")),
 			connect.WithClientOptions(opts...),
 		),
 		describeInstanceType: connect.NewClient[v1.DescribeInstanceTypeRequest, v1.DescribeInstanceTypeResponse](
@@ -978,6 +997,7 @@ type managerClient struct {
 	createMockNode              *connect.Client[v1.CreateMockNodeRequest, v1.CreateMockNodeResponse]
 	createAwsNode               *connect.Client[v1.CreateAwsNodeRequest, v1.CreateCloudNodeResponse]
 	createOciNode               *connect.Client[v1.CreateOciNodeRequest, v1.CreateCloudNodeResponse]
+	createCloudHypervisorNode   *connect.Client[v1.CreateCloudHypervisorNodeRequest, v1.CreateCloudNodeResponse]
 	describeInstanceType        *connect.Client[v1.DescribeInstanceTypeRequest, v1.DescribeInstanceTypeResponse]
 	listInstanceTypes           *connect.Client[v1.ListInstanceTypesRequest, v1.ListInstanceTypesResponse]
 	listWorkerSecurityGroups    *connect.Client[v1.ListWorkerSecurityGroupsRequest, v1.ListWorkerSecurityGroupsResponse]
@@ -1167,6 +1187,11 @@ func (c *managerClient) CreateAwsNode(ctx context.Context, req *connect.Request[
 // CreateOciNode calls norsk.manager.v1.Manager.CreateOciNode.
 func (c *managerClient) CreateOciNode(ctx context.Context, req *connect.Request[v1.CreateOciNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error) {
 	return c.createOciNode.CallUnary(ctx, req)
+}
+
+// CreateCloudHypervisorNode calls norsk.manager.v1.Manager.CreateCloudHypervisorNode.
+func (c *managerClient) CreateCloudHypervisorNode(ctx context.Context, req *connect.Request[v1.CreateCloudHypervisorNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error) {
+	return c.createCloudHypervisorNode.CallUnary(ctx, req)
 }
 
 // DescribeInstanceType calls norsk.manager.v1.Manager.DescribeInstanceType.
@@ -1513,6 +1538,16 @@ type ManagerHandler interface {
 	// CreateOciNode launches an OCI instance, as CreateAwsNode does (the
 	// launch carries opc-retry-token).
 	CreateOciNode(context.Context, *connect.Request[v1.CreateOciNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error)
+	// CreateCloudHypervisorNode runs a worker as a Cloud Hypervisor microVM
+	// on one of the Manager's host agents (the named host, or the host with
+	// the most room for the shape), booting the base image the overrides
+	// file names for the host, as CreateAwsNode does. FAILED_PRECONDITION:
+	// no cloud-hypervisor provider, a host the Manager does not run, no
+	// worker image for the version. INVALID_ARGUMENT: a bad field, a shape
+	// the host does not offer. RESOURCE_EXHAUSTED: no host has room for the
+	// shape (the node is recorded terminated). UNAVAILABLE: the host's
+	// shapes are not loaded yet, or the host agent did not answer.
+	CreateCloudHypervisorNode(context.Context, *connect.Request[v1.CreateCloudHypervisorNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error)
 	// DescribeInstanceType answers from the instance-type cache: vCPUs,
 	// memory, architectures and, with a region, whether the type is offered
 	// there; no instance_type when the provider does not know it.
@@ -1829,6 +1864,12 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		ManagerCreateOciNodeProcedure,
 		svc.CreateOciNode,
 		connect.WithSchema(managerMethods.ByName("CreateOciNode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerCreateCloudHypervisorNodeHandler := connect.NewUnaryHandler(
+		ManagerCreateCloudHypervisorNodeProcedure,
+		svc.CreateCloudHypervisorNode,
+		connect.WithSchema(managerMethods.ByName("CreateCloudHypervisorNode")),
 		connect.WithHandlerOptions(opts...),
 	)
 	managerDescribeInstanceTypeHandler := connect.NewUnaryHandler(
@@ -2211,6 +2252,8 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerCreateAwsNodeHandler.ServeHTTP(w, r)
 		case ManagerCreateOciNodeProcedure:
 			managerCreateOciNodeHandler.ServeHTTP(w, r)
+		case ManagerCreateCloudHypervisorNodeProcedure:
+			managerCreateCloudHypervisorNodeHandler.ServeHTTP(w, r)
 		case ManagerDescribeInstanceTypeProcedure:
 			managerDescribeInstanceTypeHandler.ServeHTTP(w, r)
 		case ManagerListInstanceTypesProcedure:
@@ -2434,6 +2477,10 @@ func (UnimplementedManagerHandler) CreateAwsNode(context.Context, *connect.Reque
 
 func (UnimplementedManagerHandler) CreateOciNode(context.Context, *connect.Request[v1.CreateOciNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.CreateOciNode is not implemented"))
+}
+
+func (UnimplementedManagerHandler) CreateCloudHypervisorNode(context.Context, *connect.Request[v1.CreateCloudHypervisorNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.CreateCloudHypervisorNode is not implemented"))
 }
 
 func (UnimplementedManagerHandler) DescribeInstanceType(context.Context, *connect.Request[v1.DescribeInstanceTypeRequest]) (*connect.Response[v1.DescribeInstanceTypeResponse], error) {
