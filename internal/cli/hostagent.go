@@ -5,18 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
-	"github.com/docker/docker/client"
 	"github.com/spf13/cobra"
 
-	"github.com/norsk-go/norsk-manager/internal/chapi"
 	"github.com/norsk-go/norsk-manager/internal/chsim"
-	"github.com/norsk-go/norsk-manager/internal/cloudsim"
 	"github.com/norsk-go/norsk-manager/internal/hostagent"
-	"github.com/norsk-go/norsk-manager/internal/worker"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -150,43 +144,13 @@ func newCHVMMCommand(g *globals) *cobra.Command {
 				return usageErrorf("--log-level %q: want debug, info, warn or error", logLevel)
 			}
 			log := slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: level}))
-			sock, err := chapi.ParseAPISocketFlag(apiSocket)
-			if err != nil {
-				return usageErrorf("%v", err)
-			}
-			runner, err := guestRunner(cmd.Context(), guest, filepath.Join(filepath.Dir(sock), "guest"), log)
-			if err != nil {
-				return err
-			}
-			return chsim.Run(cmd.Context(), chsim.Options{APISocket: sock, Runner: runner, Logger: log})
+			return chsim.Program(cmd.Context(), apiSocket, guest, clientVersion(), log)
 		},
 	}
 	c.Flags().StringVar(&apiSocket, "api-socket", "", "path=SOCKET: where the API is served")
-	c.Flags().StringVar(&guest, "guest", "process", "how the VM's worker runs: process (its jobs as processes) or docker (a container)")
+	c.Flags().StringVar(&guest, "guest", chsim.GuestProcess, "how the VM's worker runs: process (its jobs as processes) or docker (a container)")
 	c.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return c
-}
-
-// guestRunner is how the local VMM's guest boots its worker.
-func guestRunner(ctx context.Context, guest, dir string, log *slog.Logger) (cloudsim.Runner, error) {
-	switch guest {
-	case "process":
-		return &cloudsim.InProcess{Dir: dir, Logger: log, Worker: worker.Config{Runtime: "process", Version: clientVersion(),
-			ReregisterAfter: 2 * time.Second, RegisterRetry: time.Second}}, nil
-	case "docker":
-		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-		if err != nil {
-			return nil, err
-		}
-		d := &cloudsim.Docker{Client: cli, Dir: dir, Logger: log}
-		bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		defer cancel()
-		if err := d.EnsureImage(bctx); err != nil {
-			return nil, fmt.Errorf("the guest's worker image: %w", err)
-		}
-		return d, nil
-	}
-	return nil, usageErrorf("--guest %q: want process or docker", guest)
 }
 
 func newNodeCreateCHCommand(g *globals) *cobra.Command {

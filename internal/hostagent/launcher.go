@@ -36,7 +36,6 @@ func (e Exec) Launch(_ context.Context, vmID, apiSocket string) error {
 	args := append(append([]string(nil), e.Args...), "--api-socket", "path="+apiSocket)
 	cmd := exec.Command(e.Path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = filepath.Dir(apiSocket)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start the VMM of %s (%s): %w", vmID, e.Path, err)
