@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	goruntime "runtime"
 	"strings"
@@ -98,6 +99,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("host-agent: no base image")
 	case c.VMM == nil:
 		return c, errors.New("host-agent: no VMM launcher")
+	}
+	if n := len(filepath.Join(c.Dir, "vms", "vm-000000000000", socketFile)); n > maxSocketPath {
+		return c, fmt.Errorf("host-agent: dir %q is too long: a VM's API socket under it would be %d bytes, more than a Unix socket's %d", c.Dir, n, maxSocketPath)
 	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:0"
@@ -189,6 +193,9 @@ func parseSize(s string) (uint64, error) {
 	}
 	return n * mult, nil
 }
+
+// maxSocketPath is the longest path a Unix socket may have (sun_path).
+const maxSocketPath = 107
 
 // startWait bounds how long a new VMM may take to answer on its socket.
 const startWait = 10 * time.Second

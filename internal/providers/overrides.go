@@ -119,6 +119,10 @@ func ParseOverrides(b []byte) (*Overrides, error) {
 }
 
 func (po *ProviderOverrides) validate(provider string) error {
+	key := provider
+	if provider == cloudHypervisor {
+		key = "cloudHypervisor"
+	}
 	regionRE, imageRE, what := awsRegionRE, awsImageRE, "an AMI id (ami-…)"
 	switch provider {
 	case "oci":
@@ -127,12 +131,15 @@ func (po *ProviderOverrides) validate(provider string) error {
 		regionRE, imageRE, what = chHostRE, chImageRE, "a base image name the host agent lists"
 	}
 	if len(po.Regions) == 0 {
-		return fmt.Errorf("%s.regions: name at least one region (or leave %s out)", provider, provider)
+		return fmt.Errorf("%s.regions: name at least one region (or leave %s out)", key, key)
 	}
 	for region, ro := range po.Regions {
-		where := provider + ".regions." + region
+		where := key + ".regions." + region
 		if !regionRE.MatchString(region) {
-			return fmt.Errorf("%s: %q is not a %s region (host) name", where, region, provider)
+			if provider == cloudHypervisor {
+				return fmt.Errorf("%s: %q is not a host name (a DNS label)", where, region)
+			}
+			return fmt.Errorf("%s: %q is not a %s region name", where, region, provider)
 		}
 		if len(ro.WorkerImages) == 0 {
 			return fmt.Errorf("%s.workerImages: give the worker image of at least one worker version", where)
