@@ -45,7 +45,7 @@ VMM it cannot account for.
 bridge each VM's tap joins. --local-vmm runs the local VMM (test equipment
 serving the same REST API, its guest a worker process or, with --local-vmm
 docker, a container) instead of cloud-hypervisor, on a machine without KVM.`,
-		Example: `  norsk-ctl host-agent --name enc-01 --dir /var/lib/norsk-host-agent --listen 10.0.0.5:6795 \
+		Example: `  norsk-ctl host-agent --name enc-01 --dir /var/lib/norsk-host-agent --listen 10.0.0.5:6797 \
     --token-file /etc/norsk/host-secret --shape ch.small:2:2G --shape ch.large:8:8G \
     --image norsk-worker-1.4.0=/var/lib/norsk/images/worker-1.4.0.raw \
     --kernel /var/lib/norsk/vmlinux --cmdline "console=ttyS0 root=/dev/vda rw" --bridge br0`,
@@ -110,7 +110,7 @@ docker, a container) instead of cloud-hypervisor, on a machine without KVM.`,
 	f := c.Flags()
 	f.StringVar(&cfg.Name, "name", "", "the host's name (the provider's region; the overrides file names it)")
 	f.StringVar(&cfg.Dir, "dir", "/var/lib/norsk-host-agent", "where the VMs' disks, records and API sockets live")
-	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:6795", "where the agent serves the Manager")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:6797", "where the agent serves the Manager")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the host secret the Manager presents")
 	f.StringArrayVar(&shapes, "shape", nil, "a shape offered, NAME:VCPUS:MEMORY[:GPUS] (repeatable)")
 	f.StringArrayVar(&images, "image", nil, "a base image, NAME=PATH of a raw disk image with the worker installed (repeatable)")
