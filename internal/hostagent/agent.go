@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
@@ -69,6 +71,7 @@ type Agent struct {
 	vms map[string]*record
 	// unaccounted are API sockets found with no record beside them.
 	unaccounted []string
+	metrics     *metrics
 }
 
 // Start finds the VMs of an earlier run in cfg.Dir, then serves the
@@ -93,6 +96,10 @@ func Start(cfg Config) (*Agent, error) {
 	mux := http.NewServeMux()
 	path, h := managerv1connect.NewHostAgentHandler(a)
 	mux.Handle(path, a.auth(h))
+	a.metrics = newMetrics(a)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(a.metrics)
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	a.wg.Add(1)
 	go func() {
@@ -298,6 +305,7 @@ func (a *Agent) CreateVm(ctx context.Context, req *connect.Request[managerv1.Cre
 	}
 	uv, um, ug := a.used()
 	if uv+sh.VCPUs > a.cfg.VCPUs || um+sh.MemoryBytes > a.cfg.MemoryBytes {
+		a.metrics.creates.WithLabelValues("capacity").Inc()
 		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("host %s is out of capacity for %s (%d vCPUs, %d MiB): %d of %d vCPUs and %d of %d MiB are in use",
 			a.cfg.Name, sh.Name, sh.VCPUs, sh.MemoryBytes>>20, uv, a.cfg.VCPUs, um>>20, a.cfg.MemoryBytes>>20))
 	}
@@ -311,6 +319,7 @@ func (a *Agent) CreateVm(ctx context.Context, req *connect.Request[managerv1.Cre
 		}
 	}
 	if uint32(len(gpus)) < sh.GPUs {
+		a.metrics.creates.WithLabelValues("capacity").Inc()
 		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("host %s is out of GPUs for %s: %d of %d are passed through to other VMs", a.cfg.Name, sh.Name, len(ug), len(a.cfg.GPUDevices)))
 	}
 	r := &record{ID: id, NodeID: m.GetNodeId(), ClusterID: m.GetClusterId(), ClientToken: m.GetClientToken(), Shape: sh.Name, Image: m.GetImage(),
@@ -320,14 +329,17 @@ func (a *Agent) CreateVm(ctx context.Context, req *connect.Request[managerv1.Cre
 		r.MAC = macOf(id)
 	}
 	if err := a.prepare(r, img, m.GetUserData()); err != nil {
+		a.metrics.creates.WithLabelValues("failed").Inc()
 		_ = os.RemoveAll(a.vmDir(id))
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("prepare VM %s: %w", id, err))
 	}
 	if err := a.boot(ctx, r); err != nil {
+		a.metrics.creates.WithLabelValues("failed").Inc()
 		a.destroy(context.WithoutCancel(ctx), id)
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("boot VM %s: %w", id, err))
 	}
 	a.vms[id] = r
+	a.metrics.creates.WithLabelValues("ok").Inc()
 	a.log.Info("host-agent: VM booted", "vm", id, "node", r.NodeID, "shape", r.Shape, "image", r.Image)
 	return connect.NewResponse(a.vmOf(ctx, r)), nil
 }

@@ -2,6 +2,7 @@ package hostagent
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -186,6 +187,18 @@ func TestAgent(t *testing.T) {
 	h, err := c.GetHost(ctx, connect.NewRequest(&managerv1.GetHostRequest{}))
 	if err != nil || len(h.Msg.GetVms()) != 2 || h.Msg.GetUsedVcpus() != 4 || h.Msg.GetVmmVersion() != chsim.Version || h.Msg.GetName() != "enc-01" {
 		t.Fatalf("host = %v, %v", h.Msg, err)
+	}
+	resp, err := http.Get(a.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	for _, want := range []string{`norsk_host_agent_vms{state="Running"} 2`, `norsk_host_agent_vm_creates_total{outcome="ok"} 2`,
+		`norsk_host_agent_vm_creates_total{outcome="capacity"} 1`, `norsk_host_agent_vcpus{kind="used"} 4`, `norsk_host_agent_unaccounted_vmms 0`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, body)
+		}
 	}
 	// Restarted: the same VMs, running.
 	_ = a.Close()
