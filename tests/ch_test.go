@@ -332,3 +332,30 @@ func TestCHHostOutOfCapacity(t *testing.T) {
 		t.Fatalf("the bundle runs on %v; want a new ch.small microVM node", node)
 	}
 }
+
+// norsk-ctl's Cloud Hypervisor commands: node create-ch follows the node
+// until it is online; instance-types --provider cloud-hypervisor lists the
+// host agents' shapes; a shape no host offers is refused.
+func TestCHCLI(t *testing.T) {
+	t.Parallel()
+	c := chCluster(t, testcluster.Options{})
+	n := ctl{t: t, url: c.URL(), token: c.Token()}
+	out := n.ok("node", "create-ch", "cli-vm", "--host", "ch-1", "--shape", "ch.small", "--pool", testcluster.CHPool)
+	for _, want := range []string{"Node cli-vm: cloud-hypervisor instance ch-1/vm-", "ch.small", "Node cli-vm is online (2 vCPUs)."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("create-ch output lacks %q:\n%s", want, out)
+		}
+	}
+	out = n.ok("instance-types", "--provider", "cloud-hypervisor")
+	for _, want := range []string{"ch.small", "ch.large", "ch-1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("instance-types --provider cloud-hypervisor lacks %q:\n%s", want, out)
+		}
+	}
+	if code, _, errOut := n.run("", "node", "create-ch", "--shape", "ch.huge"); code == 0 || !strings.Contains(errOut, "INVALID_ARGUMENT") {
+		t.Errorf("create-ch of an unknown shape: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := n.run("", "node", "create-ch", "--host", "ch-1"); code == 0 || !strings.Contains(errOut, "--shape") {
+		t.Errorf("create-ch without --shape: exit %d, %s", code, errOut)
+	}
+}

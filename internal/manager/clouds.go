@@ -360,7 +360,13 @@ func (h *handler) CreateCloudHypervisorNode(ctx context.Context, req *connect.Re
 		}
 		var err error
 		if host, err = p.(*cloudhypervisor.Provider).PickHost(ctx, m.GetShape(), nil); err != nil {
-			return nil, toConnect(apierr.New(apierr.ResourceExhausted, "%v", err))
+			switch {
+			case errors.Is(err, providers.ErrCapacity):
+				return nil, toConnect(apierr.New(apierr.ResourceExhausted, "%v", err))
+			case errors.Is(err, providers.ErrInvalid):
+				return nil, toConnect(apierr.Invalid("shape", "%v", err))
+			}
+			return nil, toConnect(apierr.Unavailablef("%v", err))
 		}
 	}
 	cr := providers.CloudRequest{Provider: cloudconf.CloudHypervisorName, NodeID: m.GetNodeId(), Pool: m.GetPool(), Tags: m.GetTags(),

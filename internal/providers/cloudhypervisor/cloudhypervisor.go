@@ -297,8 +297,9 @@ func (p *Provider) OutOfRoom(host string, vcpus uint32, mem uint64, gpus uint32)
 
 // PickHost is the host (of candidates; none = every host run) with the
 // most free vCPUs that offers shape and has room for it, asking each
-// agent now. The error wraps providers.ErrCapacity and names each host's
-// reason when none has room.
+// agent now. The error names each host's reason and wraps
+// providers.ErrCapacity when hosts offer the shape but none has room,
+// providers.ErrInvalid when no host that answered offers it.
 func (p *Provider) PickHost(ctx context.Context, shape string, candidates []string) (string, error) {
 	if len(candidates) == 0 {
 		candidates = p.Regions()
@@ -309,6 +310,7 @@ func (p *Provider) PickHost(ctx context.Context, shape string, candidates []stri
 	}
 	var ok []cand
 	var why []string
+	offered, answered := false, false
 	for _, host := range candidates {
 		if !slices.Contains(p.Regions(), host) {
 			why = append(why, fmt.Sprintf("%s: not run (the overrides file does not name it)", host))
@@ -319,6 +321,7 @@ func (p *Provider) PickHost(ctx context.Context, shape string, candidates []stri
 			why = append(why, fmt.Sprintf("%s: %v", host, err))
 			continue
 		}
+		answered = true
 		var sh *managerv1.HostShape
 		for _, s := range h.GetShapes() {
 			if s.GetName() == shape {
@@ -329,6 +332,7 @@ func (p *Provider) PickHost(ctx context.Context, shape string, candidates []stri
 			why = append(why, fmt.Sprintf("%s: offers no shape %s", host, shape))
 			continue
 		}
+		offered = true
 		if r := p.OutOfRoom(host, sh.GetVcpus(), sh.GetMemoryBytes(), sh.GetGpus()); r != "" {
 			why = append(why, r)
 			continue
@@ -338,7 +342,14 @@ func (p *Provider) PickHost(ctx context.Context, shape string, candidates []stri
 	}
 	if len(ok) == 0 {
 		sort.Strings(why)
-		return "", &providers.CloudError{Kind: providers.ErrCapacity, Message: "no host has room for shape " + shape + ": " + strings.Join(why, "; ")}
+		kind, msg := providers.ErrCapacity, "no host has room for shape "+shape
+		switch {
+		case answered && !offered:
+			kind, msg = providers.ErrInvalid, "no host offers shape "+shape
+		case !answered:
+			kind, msg = nil, "no host answered"
+		}
+		return "", &providers.CloudError{Kind: kind, Message: msg + ": " + strings.Join(why, "; ")}
 	}
 	sort.SliceStable(ok, func(i, j int) bool { return ok[i].free > ok[j].free })
 	return ok[0].host, nil
