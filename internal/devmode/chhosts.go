@@ -1,6 +1,7 @@
 package devmode
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -155,6 +156,13 @@ func (lh *localHosts) close() {
 	}
 	if lh.inproc != nil {
 		lh.inproc.Close()
+	}
+}
+
+// deleteVMs deletes every VM of the hosts (an ephemeral dev's end).
+func (lh *localHosts) deleteVMs(ctx context.Context) {
+	for _, a := range lh.agents {
+		a.DeleteAll(ctx)
 	}
 }
 

@@ -405,6 +405,10 @@ kill the node of a job and watch it come back on a spare, and the spare replaced
 	<-ctx.Done()
 	if o.Ephemeral {
 		stopAll(context.Background(), api, dlog)
+		if chHosts != nil {
+			// Their VMMs outlive dev otherwise; the data goes with them.
+			chHosts.deleteVMs(context.Background())
+		}
 	}
 	if o.Ephemeral {
 		fmt.Fprintln(o.Out, "\nshutting down; every instance was stopped and the temporary data removed")

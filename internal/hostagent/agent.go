@@ -478,6 +478,18 @@ func (a *Agent) DeleteVm(ctx context.Context, req *connect.Request[managerv1.Del
 	return connect.NewResponse(&managerv1.DeleteVmResponse{}), nil
 }
 
+// DeleteAll deletes every VM the agent accounts for (a host taken out of
+// service; an ephemeral dev's end). VMMs it cannot account for are left.
+// Each VM's directory goes even when its VMM does not answer.
+func (a *Agent) DeleteAll(ctx context.Context) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id := range a.vms {
+		a.destroy(ctx, id)
+		delete(a.vms, id)
+	}
+}
+
 // SetVmTags merges tags onto a VM's record.
 func (a *Agent) SetVmTags(ctx context.Context, req *connect.Request[managerv1.SetVmTagsRequest]) (*connect.Response[managerv1.MicroVm], error) {
 	a.mu.Lock()

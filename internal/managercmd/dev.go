@@ -80,8 +80,8 @@ every instance and worker and removes it.`,
 			}
 			opts.Logger = log
 			opts.Out = os.Stdout
-			if opts.Workers < 0 || opts.Workers > 64 || (opts.Workers == 0 && opts.Clouds == "" && opts.MockHosts == 0) {
-				return usageError{fmt.Errorf("--workers %d: want 1 to 64 (0 with --clouds local or --mock-hosts: elastic nodes only)", opts.Workers)}
+			if opts.Workers < 0 || opts.Workers > 64 || (opts.Workers == 0 && opts.Clouds == "" && opts.MockHosts == 0 && opts.CHHosts == 0) {
+				return usageError{fmt.Errorf("--workers %d: want 1 to 64 (0 with --clouds local, --mock-hosts or --ch-hosts: elastic nodes only)", opts.Workers)}
 			}
 			if opts.Spares < 0 || opts.Spares > 16 || (opts.Spares > 0 && opts.Spares >= opts.MockHosts) {
 				return usageError{fmt.Errorf("--spares %d: want 0 to 16, fewer than --mock-hosts (%d)", opts.Spares, opts.MockHosts)}
