@@ -12,7 +12,9 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/buildinfo"
 	"github.com/norsk-go/norsk-manager/internal/cloudsim"
+	"github.com/norsk-go/norsk-manager/internal/hostagent"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
@@ -357,5 +359,79 @@ func TestCHCLI(t *testing.T) {
 	}
 	if code, _, errOut := n.run("", "node", "create-ch", "--host", "ch-1"); code == 0 || !strings.Contains(errOut, "--shape") {
 		t.Errorf("create-ch without --shape: exit %d, %s", code, errOut)
+	}
+}
+
+// A host agent registers at run time the way a worker does: a one-shot
+// token (AddHostAgent), then its registration, which the Manager answers
+// with the host secret it calls the agent with. The token cannot be used
+// twice; the agent keeps the secret across its restart; the provider runs
+// the host once the overrides file names it, and a node runs there.
+func TestCHHostAgentRegisters(t *testing.T) {
+	t.Parallel()
+	c := chCluster(t, testcluster.Options{})
+	cl, x := c.Client(), ctx(t)
+	tok, err := cl.AddHostAgent(x, "ch-reg")
+	if err != nil || !strings.HasPrefix(tok.GetToken(), "nht_") {
+		t.Fatalf("AddHostAgent = %v, %v", tok, err)
+	}
+	for _, name := range []string{"ch-reg", "ch-1"} {
+		if _, err := cl.AddHostAgent(x, name); !codeIs(err, norsk.ErrAlreadyExists) {
+			t.Errorf("AddHostAgent(%s) again: %v, want ALREADY_EXISTS", name, err)
+		}
+	}
+	if _, err := cl.AddHostAgent(x, "Not A Host"); !codeIs(err, norsk.ErrInvalidArgument) {
+		t.Errorf("a bad name: %v, want INVALID_ARGUMENT", err)
+	}
+	cfg := c.CH.Configs[0]
+	cfg.Name, cfg.Dir, cfg.Token, cfg.Listen = "ch-reg", t.TempDir()+"/reg", "", "127.0.0.1:0"
+	cfg.Register = &hostagent.Registration{ManagerURLs: []string{c.URL()}, Token: tok.GetToken()}
+	a, err := hostagent.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Close() }()
+	hs, err := cl.ListHostAgents(x)
+	if err != nil || len(hs) != 1 || !hs[0].GetRegistered() || hs[0].GetUrl() != a.URL() {
+		t.Fatalf("ListHostAgents = %v, %v", hs, err)
+	}
+	// The token is used up.
+	again := cfg
+	again.Dir = t.TempDir() + "/again"
+	if b, err := hostagent.Start(again); err == nil || !strings.Contains(err.Error(), "already been used") {
+		if b != nil {
+			_ = b.Close()
+		}
+		t.Errorf("a second registration with the token: %v", err)
+	}
+	// The overrides file names the new host: the provider runs it.
+	c.WriteOverridesFile("version: 1\n" + testcluster.CHOverrides(1) + "    ch-reg:\n      workerImages:\n        \"" + buildinfo.Version + "\": " + testcluster.CHImage + "\n")
+	if _, err := cl.ReloadExternalConfig(x); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the registered host's shapes loaded", func() bool {
+		types, known, err := cl.ListInstanceTypes(x, norsk.InstanceTypeOptions{Provider: chProvider, Region: "ch-reg"})
+		return err == nil && known && len(types) == len(testcluster.CHShapes)
+	})
+	// Restarted, it uses the secret it kept (no token needed).
+	_ = a.Close()
+	cfg.Register, cfg.Listen = nil, strings.TrimPrefix(a.URL(), "http://")
+	if a, err = hostagent.Start(cfg); err != nil {
+		t.Fatal(err)
+	}
+	n, err := cl.CreateCloudHypervisorNode(x, norsk.CloudHypervisorNode{Host: "ch-reg", Shape: "ch.small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitNodeState(n.GetNodeId(), norsk.NodeStateOnline)
+	if err := cl.TerminateNode(x, n.GetNodeId()); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitNodeState(n.GetNodeId(), norsk.NodeStateTerminated)
+	if err := cl.RemoveHostAgent(x, "ch-reg"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.RemoveHostAgent(x, "ch-reg"); !codeIs(err, norsk.ErrNotFound) {
+		t.Errorf("removing it again: %v, want NOT_FOUND", err)
 	}
 }

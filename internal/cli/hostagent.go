@@ -3,12 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/chsim"
 	"github.com/norsk-go/norsk-manager/internal/hostagent"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
@@ -25,6 +27,8 @@ func newHostAgentCommand(g *globals) *cobra.Command {
 		vmmArgs          []string
 		memory, logLevel string
 		localVMM         string
+		reg              hostagent.Registration
+		regManagers      string
 	)
 	c := &cobra.Command{
 		Use:   "host-agent --name NAME --dir DIR --token-file FILE --shape S… --image NAME=PATH --kernel PATH",
@@ -98,11 +102,25 @@ docker, a container) instead of cloud-hypervisor, on a machine without KVM.`,
 			default:
 				return usageErrorf("--local-vmm %q: want process or docker", localVMM)
 			}
+			if reg.Token != "" {
+				for _, u := range strings.Split(regManagers, ",") {
+					if u = strings.TrimSpace(u); u != "" {
+						if !strings.Contains(u, "://") {
+							u = "http://" + u
+						}
+						reg.ManagerURLs = append(reg.ManagerURLs, u)
+					}
+				}
+				if len(reg.ManagerURLs) == 0 {
+					return usageErrorf("--registration-token needs --manager-url")
+				}
+				cfg.Register = &reg
+			}
 			a, err := hostagent.Start(cfg)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.errOut, "host agent %s serving at %s (list it under providers.cloudHypervisor.hosts)\n", cfg.Name, a.URL())
+			fmt.Fprintf(g.errOut, "host agent %s serving at %s\n", cfg.Name, a.URL())
 			<-cmd.Context().Done()
 			return a.Close()
 		},
@@ -125,8 +143,82 @@ docker, a container) instead of cloud-hypervisor, on a machine without KVM.`,
 	f.StringVar(&vmm, "vmm", "cloud-hypervisor", "the VMM binary")
 	f.StringArrayVar(&vmmArgs, "vmm-arg", nil, "an argument to the VMM before --api-socket (repeatable)")
 	f.StringVar(&localVMM, "local-vmm", "", "run the local VMM (test equipment) instead: its guest a worker process or docker container")
+	f.StringVar(&reg.Token, "registration-token", "", "register with the Manager (--manager-url) with this one-shot token from 'norsk-ctl host-agent add NAME'; the host secret it answers is kept in --dir")
+	f.StringVar(&reg.AdvertiseURL, "advertise-url", "", "where the Manager reaches the agent (default http://<--listen>)")
+	f.StringVar(&reg.TLS.Fingerprint, "manager-ca-hash", "", "the Manager's CA fingerprint (sha256:…) for an https Manager")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	c.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		regManagers = g.managerURL
+		return nil
+	}
+	c.AddCommand(newHostAgentAddCommand(g), newHostAgentListCommand(g), newHostAgentRemoveCommand(g))
 	return c
+}
+
+func newHostAgentAddCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "add NAME",
+		Short: "Make a one-shot registration token for a host agent to come",
+		Long: `Make a one-shot registration token for the host agent NAME (a DNS label;
+the overrides file names the host, with its base images). Start the agent
+with --registration-token TOKEN and --manager-url: it registers, and the
+Manager answers the host secret it will call the agent with (kept in the
+agent's --dir). Hosts may instead be listed in config.yaml
+(providers.cloudHypervisor.hosts) with their secret.`,
+		Example: `  norsk-ctl host-agent add enc-03`,
+		Args:    exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.HostAgentToken, error) {
+				return m.AddHostAgent(ctx, args[0])
+			}, "add host agent %s", args[0])
+			if err != nil {
+				return err
+			}
+			return g.printer().Print(result{data: t, table: func(w io.Writer) {
+				fmt.Fprintf(w, "Host agent %s: start it with\n  norsk-ctl host-agent --name %s --registration-token %s --manager-url %s …\n", t.GetName(), t.GetName(), t.GetToken(), g.managerURL)
+			}})
+		},
+	}
+}
+
+func newHostAgentListCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the host agents added at run time",
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			hs, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]*norsk.RegisteredHostAgent, error) {
+				return m.ListHostAgents(ctx)
+			}, "list host agents")
+			if err != nil {
+				return err
+			}
+			return g.printer().Print(result{data: &managerv1.ListHostAgentsResponse{HostAgents: hs}, table: func(w io.Writer) {
+				fmt.Fprintln(w, "NAME\tREGISTERED\tURL")
+				for _, h := range hs {
+					fmt.Fprintf(w, "%s\t%v\t%s\n", h.GetName(), h.GetRegistered(), dash(h.GetUrl()))
+				}
+			}})
+		},
+	}
+}
+
+func newHostAgentRemoveCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Forget a host agent added at run time",
+		Args:  exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (struct{}, error) {
+				return struct{}{}, m.RemoveHostAgent(ctx, args[0])
+			}, "remove host agent %s", args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "Host agent %s removed.\n", args[0])
+			return nil
+		},
+	}
 }
 
 // newCHVMMCommand is the local VMM's program form: one process per VM,

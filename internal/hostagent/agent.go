@@ -93,6 +93,13 @@ func Start(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("host-agent: %w", err)
 	}
 	a.ln = ln
+	rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	a.cfg.Token, err = a.secret(rctx, ln.Addr().String())
+	cancel()
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	path, h := managerv1connect.NewHostAgentHandler(a)
 	mux.Handle(path, a.auth(h))

@@ -52,8 +52,11 @@ type Config struct {
 	// Listen is the HostAgent server's address (default 127.0.0.1:0).
 	Listen string
 	// Token is the bearer token every call must carry: the host secret the
-	// Manager's config names for this host. Required.
+	// Manager's config names for this host. Without it, the secret kept
+	// from an earlier registration (Dir/host-secret), else Register's.
 	Token string
+	// Register registers the agent with the Manager when it has no secret.
+	Register *Registration
 	// Shapes are the VM sizes offered.
 	Shapes []Shape
 	// VCPUs, MemoryBytes and GPUs are what the host gives its VMs in all
@@ -89,8 +92,6 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("host-agent: name %q: want a DNS label (a-z, 0-9, '-', '.')", c.Name)
 	case c.Dir == "":
 		return c, errors.New("host-agent: no state directory")
-	case c.Token == "":
-		return c, errors.New("host-agent: no token: the Manager calls the agent with the host secret")
 	case len(c.Shapes) == 0:
 		return c, errors.New("host-agent: no shapes")
 	case c.Kernel == "" && c.Firmware == "":

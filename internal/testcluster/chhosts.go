@@ -157,3 +157,12 @@ func (c *Cluster) stopCHHosts() {
 	}
 	c.CH.VMMs.Close()
 }
+
+// WriteOverridesFile replaces the overrides file the members read with
+// content (they take it at ReloadExternalConfig).
+func (c *Cluster) WriteOverridesFile(content string) {
+	c.t.Helper()
+	if err := os.WriteFile(c.CH.Overrides, []byte(content), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+}

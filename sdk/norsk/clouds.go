@@ -221,3 +221,50 @@ func (m *Manager) ReloadExternalConfig(ctx context.Context) (*ReloadExternalConf
 	}
 	return res.Msg, nil
 }
+
+// HostAgentToken is AddHostAgent's answer: the host and its one-shot
+// registration token.
+type HostAgentToken = managerv1.AddHostAgentResponse
+
+// RegisteredHostAgent is a host agent the Manager knows (ListHostAgents).
+type RegisteredHostAgent = managerv1.RegisteredHostAgent
+
+// AddHostAgent makes a one-shot registration token for a Cloud Hypervisor
+// host agent to come: `norsk-ctl host-agent --registration-token` registers
+// with it and is given its host secret. Errors: ErrAlreadyExists,
+// ErrInvalidArgument (a name that is not a DNS label).
+func (m *Manager) AddHostAgent(ctx context.Context, name string) (*HostAgentToken, error) {
+	const op = "AddHostAgent"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.AddHostAgent(ctx, connect.NewRequest(&managerv1.AddHostAgentRequest{Name: name}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg, nil
+}
+
+// ListHostAgents lists the host agents added at run time, registered or
+// not (secrets left out).
+func (m *Manager) ListHostAgents(ctx context.Context) ([]*RegisteredHostAgent, error) {
+	const op = "ListHostAgents"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.ListHostAgents(ctx, connect.NewRequest(&managerv1.ListHostAgentsRequest{}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg.GetHostAgents(), nil
+}
+
+// RemoveHostAgent forgets a host agent added at run time. ErrNotFound.
+func (m *Manager) RemoveHostAgent(ctx context.Context, name string) error {
+	const op = "RemoveHostAgent"
+	if err := m.alive(op); err != nil {
+		return err
+	}
+	_, err := m.client.RemoveHostAgent(ctx, connect.NewRequest(&managerv1.RemoveHostAgentRequest{Name: name}))
+	return wrapError(op, err)
+}

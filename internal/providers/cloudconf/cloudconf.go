@@ -174,9 +174,11 @@ const CloudHypervisorName = "cloud-hypervisor"
 // CloudHypervisor is config.yaml's providers.cloudHypervisor: the host
 // agents the Manager runs microVM nodes on.
 type CloudHypervisor struct {
-	// Hosts are the host agents by name (the provider's "regions"; the
-	// overrides file names the ones run, with their base images).
-	Hosts map[string]CloudHypervisorHost `json:"hosts"`
+	// Hosts are host agents by name (the provider's "regions"; the
+	// overrides file names the ones run, with their base images). Agents
+	// may instead register at run time (AddHostAgent, then the agent's
+	// RegisterHostAgent); this may then be empty.
+	Hosts map[string]CloudHypervisorHost `json:"hosts,omitempty"`
 	// Pools are elastic pool tiers created on the hosts when nothing fits.
 	Pools map[string]CloudHypervisorPool `json:"pools,omitempty"`
 }
@@ -203,9 +205,6 @@ type CloudHypervisorPool struct {
 
 // Validate checks the configuration.
 func (c CloudHypervisor) Validate() error {
-	if len(c.Hosts) == 0 {
-		return errors.New("providers.cloudHypervisor.hosts: name at least one host agent")
-	}
 	for name, h := range c.Hosts {
 		where := "providers.cloudHypervisor.hosts." + name
 		switch {
@@ -226,8 +225,8 @@ func (c CloudHypervisor) Validate() error {
 			return fmt.Errorf("%s.shapes: name at least one shape, smallest first", where)
 		}
 		for i, h := range p.Hosts {
-			if _, ok := c.Hosts[h]; !ok {
-				return fmt.Errorf("%s.hosts[%d]: %q is not a host of providers.cloudHypervisor.hosts", where, i, h)
+			if h == "" {
+				return fmt.Errorf("%s.hosts[%d]: empty host name", where, i)
 			}
 		}
 	}

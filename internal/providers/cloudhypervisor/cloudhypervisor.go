@@ -38,13 +38,20 @@ const Name = cloudconf.CloudHypervisorName
 // Provider talks to the host agents.
 type Provider struct {
 	cfg     cloudconf.CloudHypervisor
+	hc      *http.Client
 	clients map[string]managerv1connect.HostAgentClient
 	log     *slog.Logger
+	// registered are the host agents registered at run time (the store's),
+	// set once before the provider is used (SetRegistered).
+	registered func() map[string]Host
 	// StartTimeoutD is how long a VM's worker may take to register (0 =
 	// the fleet's default).
 	StartTimeoutD time.Duration
 
 	mu sync.Mutex
+	// dyn are the clients of registered hosts, with what they were made
+	// for.
+	dyn map[string]dynClient
 	// run are the hosts the overrides file names (and the config has).
 	run []string
 	// seen is each host's last answer, for placement's view of room.
@@ -63,7 +70,8 @@ func New(cfg cloudconf.CloudHypervisor, httpClient *http.Client, log *slog.Logge
 	if log == nil {
 		log = slog.Default()
 	}
-	p := &Provider{cfg: cfg, clients: map[string]managerv1connect.HostAgentClient{}, log: log.With("provider", Name), seen: map[string]*managerv1.HostInfo{}}
+	p := &Provider{cfg: cfg, hc: httpClient, clients: map[string]managerv1connect.HostAgentClient{}, log: log.With("provider", Name),
+		seen: map[string]*managerv1.HostInfo{}, dyn: map[string]dynClient{}}
 	for name, h := range cfg.Hosts {
 		token := h.Token
 		if token == "" {
@@ -97,15 +105,26 @@ func (p *Provider) TracksInstances() bool { return true }
 // StartTimeout is how long a VM's worker may take to register.
 func (p *Provider) StartTimeout() time.Duration { return p.StartTimeoutD }
 
-// ApplyOverrides takes the hosts the overrides file runs; a host it names
-// that config.yaml does not is refused.
+// Host is a registered host agent: where it serves and its secret.
+type Host struct {
+	URL, Secret string
+}
+
+type dynClient struct {
+	host   Host
+	client managerv1connect.HostAgentClient
+}
+
+// SetRegistered gives the provider the host agents registered at run time
+// (read on every call; config.yaml's hosts win on a name in both). Call it
+// before the provider is used.
+func (p *Provider) SetRegistered(f func() map[string]Host) { p.registered = f }
+
+// ApplyOverrides takes the hosts the overrides file runs. A host neither
+// config.yaml names nor has registered yet is run once it registers; until
+// then calls to it fail (its shapes are not loaded).
 func (p *Provider) ApplyOverrides(o *providers.Overrides) error {
 	hosts := o.Regions(Name)
-	for _, h := range hosts {
-		if _, ok := p.clients[h]; !ok {
-			return fmt.Errorf("the overrides file names host %q, which providers.cloudHypervisor.hosts does not", h)
-		}
-	}
 	p.mu.Lock()
 	p.run = hosts
 	p.mu.Unlock()
@@ -120,11 +139,22 @@ func (p *Provider) Regions() []string {
 }
 
 func (p *Provider) client(host string) (managerv1connect.HostAgentClient, error) {
-	c, ok := p.clients[host]
-	if !ok {
-		return nil, fmt.Errorf("%w: no host agent %q", providers.ErrNoRegion, host)
+	if c, ok := p.clients[host]; ok {
+		return c, nil
 	}
-	return c, nil
+	if p.registered != nil {
+		if h, ok := p.registered()[host]; ok && h.URL != "" {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if d, ok := p.dyn[host]; ok && d.host == h {
+				return d.client, nil
+			}
+			c := managerv1connect.NewHostAgentClient(p.hc, strings.TrimRight(h.URL, "/"), connect.WithInterceptors(bearer(h.Secret)))
+			p.dyn[host] = dynClient{host: h, client: c}
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no host agent %q (not in providers.cloudHypervisor.hosts, and none registered by that name)", providers.ErrNoRegion, host)
 }
 
 // Host asks host's agent for its shapes, room and VMs (and remembers the

@@ -9,6 +9,7 @@ package managerv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -666,11 +667,448 @@ func (x *SetVmTagsRequest) GetTags() map[string]string {
 	return nil
 }
 
+type AddHostAgentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The host's name (the provider's "region"; the overrides file names it).
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddHostAgentRequest) Reset() {
+	*x = AddHostAgentRequest{}
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddHostAgentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddHostAgentRequest) ProtoMessage() {}
+
+func (x *AddHostAgentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddHostAgentRequest.ProtoReflect.Descriptor instead.
+func (*AddHostAgentRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_host_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AddHostAgentRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type AddHostAgentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The one-shot registration token ("nht_…"): `norsk-ctl host-agent
+	// --registration-token`.
+	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddHostAgentResponse) Reset() {
+	*x = AddHostAgentResponse{}
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddHostAgentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddHostAgentResponse) ProtoMessage() {}
+
+func (x *AddHostAgentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddHostAgentResponse.ProtoReflect.Descriptor instead.
+func (*AddHostAgentResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_host_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AddHostAgentResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AddHostAgentResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type RegisterHostAgentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Where the agent serves the HostAgent service (http(s)://host:port),
+	// as the Manager reaches it.
+	Url           string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterHostAgentRequest) Reset() {
+	*x = RegisterHostAgentRequest{}
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterHostAgentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterHostAgentRequest) ProtoMessage() {}
+
+func (x *RegisterHostAgentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterHostAgentRequest.ProtoReflect.Descriptor instead.
+func (*RegisterHostAgentRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_host_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RegisterHostAgentRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RegisterHostAgentRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+type RegisterHostAgentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bearer token the Manager calls the agent with; the agent keeps it.
+	HostSecret    string `protobuf:"bytes,1,opt,name=host_secret,json=hostSecret,proto3" json:"host_secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterHostAgentResponse) Reset() {
+	*x = RegisterHostAgentResponse{}
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterHostAgentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterHostAgentResponse) ProtoMessage() {}
+
+func (x *RegisterHostAgentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterHostAgentResponse.ProtoReflect.Descriptor instead.
+func (*RegisterHostAgentResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_host_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RegisterHostAgentResponse) GetHostSecret() string {
+	if x != nil {
+		return x.HostSecret
+	}
+	return ""
+}
+
+type ListHostAgentsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHostAgentsRequest) Reset() {
+	*x = ListHostAgentsRequest{}
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHostAgentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHostAgentsRequest) ProtoMessage() {}
+
+func (x *ListHostAgentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHostAgentsRequest.ProtoReflect.Descriptor instead.
+func (*ListHostAgentsRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_host_agent_proto_rawDescGZIP(), []int{12}
+}
+
+// RegisteredHostAgent is a host agent the Manager knows (without its
+// secret).
+type RegisteredHostAgent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Url   string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// False until the agent has registered with its token.
+	Registered    bool                   `protobuf:"varint,3,opt,name=registered,proto3" json:"registered,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	RegisteredAt  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisteredHostAgent) Reset() {
+	*x = RegisteredHostAgent{}
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisteredHostAgent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisteredHostAgent) ProtoMessage() {}
+
+func (x *RegisteredHostAgent) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisteredHostAgent.ProtoReflect.Descriptor instead.
+func (*RegisteredHostAgent) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_host_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RegisteredHostAgent) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RegisteredHostAgent) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *RegisteredHostAgent) GetRegistered() bool {
+	if x != nil {
+		return x.Registered
+	}
+	return false
+}
+
+func (x *RegisteredHostAgent) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *RegisteredHostAgent) GetRegisteredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RegisteredAt
+	}
+	return nil
+}
+
+type ListHostAgentsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	HostAgents    []*RegisteredHostAgent `protobuf:"bytes,1,rep,name=host_agents,json=hostAgents,proto3" json:"host_agents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHostAgentsResponse) Reset() {
+	*x = ListHostAgentsResponse{}
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHostAgentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHostAgentsResponse) ProtoMessage() {}
+
+func (x *ListHostAgentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHostAgentsResponse.ProtoReflect.Descriptor instead.
+func (*ListHostAgentsResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_host_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListHostAgentsResponse) GetHostAgents() []*RegisteredHostAgent {
+	if x != nil {
+		return x.HostAgents
+	}
+	return nil
+}
+
+type RemoveHostAgentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveHostAgentRequest) Reset() {
+	*x = RemoveHostAgentRequest{}
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveHostAgentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveHostAgentRequest) ProtoMessage() {}
+
+func (x *RemoveHostAgentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveHostAgentRequest.ProtoReflect.Descriptor instead.
+func (*RemoveHostAgentRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_host_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RemoveHostAgentRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveHostAgentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveHostAgentResponse) Reset() {
+	*x = RemoveHostAgentResponse{}
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveHostAgentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveHostAgentResponse) ProtoMessage() {}
+
+func (x *RemoveHostAgentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_host_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveHostAgentResponse.ProtoReflect.Descriptor instead.
+func (*RemoveHostAgentResponse) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_host_agent_proto_rawDescGZIP(), []int{16}
+}
+
 var File_norsk_manager_v1_host_agent_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_host_agent_proto_rawDesc = "" +
 	"\n" +
-	"!norsk/manager/v1/host_agent.proto\x12\x10norsk.manager.v1\"l\n" +
+	"!norsk/manager/v1/host_agent.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"l\n" +
 	"\tHostShape\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05vcpus\x18\x02 \x01(\rR\x05vcpus\x12!\n" +
@@ -737,7 +1175,34 @@ const file_norsk_manager_v1_host_agent_proto_rawDesc = "" +
 	"\x04tags\x18\x02 \x03(\v2,.norsk.manager.v1.SetVmTagsRequest.TagsEntryR\x04tags\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xbd\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
+	"\x13AddHostAgentRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"@\n" +
+	"\x14AddHostAgentResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"@\n" +
+	"\x18RegisterHostAgentRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\"<\n" +
+	"\x19RegisterHostAgentResponse\x12\x1f\n" +
+	"\vhost_secret\x18\x01 \x01(\tR\n" +
+	"hostSecret\"\x17\n" +
+	"\x15ListHostAgentsRequest\"\xd7\x01\n" +
+	"\x13RegisteredHostAgent\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1e\n" +
+	"\n" +
+	"registered\x18\x03 \x01(\bR\n" +
+	"registered\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12?\n" +
+	"\rregistered_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\"`\n" +
+	"\x16ListHostAgentsResponse\x12F\n" +
+	"\vhost_agents\x18\x01 \x03(\v2%.norsk.manager.v1.RegisteredHostAgentR\n" +
+	"hostAgents\",\n" +
+	"\x16RemoveHostAgentRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x19\n" +
+	"\x17RemoveHostAgentResponse2\xbd\x02\n" +
 	"\tHostAgent\x12G\n" +
 	"\aGetHost\x12 .norsk.manager.v1.GetHostRequest\x1a\x1a.norsk.manager.v1.HostInfo\x12H\n" +
 	"\bCreateVm\x12!.norsk.manager.v1.CreateVmRequest\x1a\x19.norsk.manager.v1.MicroVm\x12Q\n" +
@@ -756,39 +1221,52 @@ func file_norsk_manager_v1_host_agent_proto_rawDescGZIP() []byte {
 	return file_norsk_manager_v1_host_agent_proto_rawDescData
 }
 
-var file_norsk_manager_v1_host_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_norsk_manager_v1_host_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_norsk_manager_v1_host_agent_proto_goTypes = []any{
-	(*HostShape)(nil),        // 0: norsk.manager.v1.HostShape
-	(*GetHostRequest)(nil),   // 1: norsk.manager.v1.GetHostRequest
-	(*HostInfo)(nil),         // 2: norsk.manager.v1.HostInfo
-	(*MicroVm)(nil),          // 3: norsk.manager.v1.MicroVm
-	(*CreateVmRequest)(nil),  // 4: norsk.manager.v1.CreateVmRequest
-	(*DeleteVmRequest)(nil),  // 5: norsk.manager.v1.DeleteVmRequest
-	(*DeleteVmResponse)(nil), // 6: norsk.manager.v1.DeleteVmResponse
-	(*SetVmTagsRequest)(nil), // 7: norsk.manager.v1.SetVmTagsRequest
-	nil,                      // 8: norsk.manager.v1.MicroVm.TagsEntry
-	nil,                      // 9: norsk.manager.v1.CreateVmRequest.TagsEntry
-	nil,                      // 10: norsk.manager.v1.SetVmTagsRequest.TagsEntry
+	(*HostShape)(nil),                 // 0: norsk.manager.v1.HostShape
+	(*GetHostRequest)(nil),            // 1: norsk.manager.v1.GetHostRequest
+	(*HostInfo)(nil),                  // 2: norsk.manager.v1.HostInfo
+	(*MicroVm)(nil),                   // 3: norsk.manager.v1.MicroVm
+	(*CreateVmRequest)(nil),           // 4: norsk.manager.v1.CreateVmRequest
+	(*DeleteVmRequest)(nil),           // 5: norsk.manager.v1.DeleteVmRequest
+	(*DeleteVmResponse)(nil),          // 6: norsk.manager.v1.DeleteVmResponse
+	(*SetVmTagsRequest)(nil),          // 7: norsk.manager.v1.SetVmTagsRequest
+	(*AddHostAgentRequest)(nil),       // 8: norsk.manager.v1.AddHostAgentRequest
+	(*AddHostAgentResponse)(nil),      // 9: norsk.manager.v1.AddHostAgentResponse
+	(*RegisterHostAgentRequest)(nil),  // 10: norsk.manager.v1.RegisterHostAgentRequest
+	(*RegisterHostAgentResponse)(nil), // 11: norsk.manager.v1.RegisterHostAgentResponse
+	(*ListHostAgentsRequest)(nil),     // 12: norsk.manager.v1.ListHostAgentsRequest
+	(*RegisteredHostAgent)(nil),       // 13: norsk.manager.v1.RegisteredHostAgent
+	(*ListHostAgentsResponse)(nil),    // 14: norsk.manager.v1.ListHostAgentsResponse
+	(*RemoveHostAgentRequest)(nil),    // 15: norsk.manager.v1.RemoveHostAgentRequest
+	(*RemoveHostAgentResponse)(nil),   // 16: norsk.manager.v1.RemoveHostAgentResponse
+	nil,                               // 17: norsk.manager.v1.MicroVm.TagsEntry
+	nil,                               // 18: norsk.manager.v1.CreateVmRequest.TagsEntry
+	nil,                               // 19: norsk.manager.v1.SetVmTagsRequest.TagsEntry
+	(*timestamppb.Timestamp)(nil),     // 20: google.protobuf.Timestamp
 }
 var file_norsk_manager_v1_host_agent_proto_depIdxs = []int32{
 	0,  // 0: norsk.manager.v1.HostInfo.shapes:type_name -> norsk.manager.v1.HostShape
 	3,  // 1: norsk.manager.v1.HostInfo.vms:type_name -> norsk.manager.v1.MicroVm
-	8,  // 2: norsk.manager.v1.MicroVm.tags:type_name -> norsk.manager.v1.MicroVm.TagsEntry
-	9,  // 3: norsk.manager.v1.CreateVmRequest.tags:type_name -> norsk.manager.v1.CreateVmRequest.TagsEntry
-	10, // 4: norsk.manager.v1.SetVmTagsRequest.tags:type_name -> norsk.manager.v1.SetVmTagsRequest.TagsEntry
-	1,  // 5: norsk.manager.v1.HostAgent.GetHost:input_type -> norsk.manager.v1.GetHostRequest
-	4,  // 6: norsk.manager.v1.HostAgent.CreateVm:input_type -> norsk.manager.v1.CreateVmRequest
-	5,  // 7: norsk.manager.v1.HostAgent.DeleteVm:input_type -> norsk.manager.v1.DeleteVmRequest
-	7,  // 8: norsk.manager.v1.HostAgent.SetVmTags:input_type -> norsk.manager.v1.SetVmTagsRequest
-	2,  // 9: norsk.manager.v1.HostAgent.GetHost:output_type -> norsk.manager.v1.HostInfo
-	3,  // 10: norsk.manager.v1.HostAgent.CreateVm:output_type -> norsk.manager.v1.MicroVm
-	6,  // 11: norsk.manager.v1.HostAgent.DeleteVm:output_type -> norsk.manager.v1.DeleteVmResponse
-	3,  // 12: norsk.manager.v1.HostAgent.SetVmTags:output_type -> norsk.manager.v1.MicroVm
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	17, // 2: norsk.manager.v1.MicroVm.tags:type_name -> norsk.manager.v1.MicroVm.TagsEntry
+	18, // 3: norsk.manager.v1.CreateVmRequest.tags:type_name -> norsk.manager.v1.CreateVmRequest.TagsEntry
+	19, // 4: norsk.manager.v1.SetVmTagsRequest.tags:type_name -> norsk.manager.v1.SetVmTagsRequest.TagsEntry
+	20, // 5: norsk.manager.v1.RegisteredHostAgent.created_at:type_name -> google.protobuf.Timestamp
+	20, // 6: norsk.manager.v1.RegisteredHostAgent.registered_at:type_name -> google.protobuf.Timestamp
+	13, // 7: norsk.manager.v1.ListHostAgentsResponse.host_agents:type_name -> norsk.manager.v1.RegisteredHostAgent
+	1,  // 8: norsk.manager.v1.HostAgent.GetHost:input_type -> norsk.manager.v1.GetHostRequest
+	4,  // 9: norsk.manager.v1.HostAgent.CreateVm:input_type -> norsk.manager.v1.CreateVmRequest
+	5,  // 10: norsk.manager.v1.HostAgent.DeleteVm:input_type -> norsk.manager.v1.DeleteVmRequest
+	7,  // 11: norsk.manager.v1.HostAgent.SetVmTags:input_type -> norsk.manager.v1.SetVmTagsRequest
+	2,  // 12: norsk.manager.v1.HostAgent.GetHost:output_type -> norsk.manager.v1.HostInfo
+	3,  // 13: norsk.manager.v1.HostAgent.CreateVm:output_type -> norsk.manager.v1.MicroVm
+	6,  // 14: norsk.manager.v1.HostAgent.DeleteVm:output_type -> norsk.manager.v1.DeleteVmResponse
+	3,  // 15: norsk.manager.v1.HostAgent.SetVmTags:output_type -> norsk.manager.v1.MicroVm
+	12, // [12:16] is the sub-list for method output_type
+	8,  // [8:12] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_host_agent_proto_init() }
@@ -802,7 +1280,7 @@ func file_norsk_manager_v1_host_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_host_agent_proto_rawDesc), len(file_norsk_manager_v1_host_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

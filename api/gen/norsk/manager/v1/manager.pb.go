@@ -4491,7 +4491,7 @@ var File_norsk_manager_v1_manager_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\n" +
-	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
+	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a!norsk/manager/v1/host_agent.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
 	"\fHelloRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12!\n" +
 	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xd1\x01\n" +
@@ -4774,7 +4774,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\xcbD\n" +
+	"\x10DATE_FIELD_START\x10\x022\x81H\n" +
 	"\aManager\x12M\n" +
 	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
 	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
@@ -4802,7 +4802,11 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x0ePrefetchImages\x12'.norsk.manager.v1.PrefetchImagesRequest\x1a(.norsk.manager.v1.PrefetchImagesResponse\"\x05\x8a\xb5\x18\x01\x03\x12j\n" +
 	"\x0eCreateMockNode\x12'.norsk.manager.v1.CreateMockNodeRequest\x1a(.norsk.manager.v1.CreateMockNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12i\n" +
 	"\rCreateAwsNode\x12&.norsk.manager.v1.CreateAwsNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12i\n" +
-	"\rCreateOciNode\x12&.norsk.manager.v1.CreateOciNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12\x81\x01\n" +
+	"\rCreateOciNode\x12&.norsk.manager.v1.CreateOciNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12d\n" +
+	"\fAddHostAgent\x12%.norsk.manager.v1.AddHostAgentRequest\x1a&.norsk.manager.v1.AddHostAgentResponse\"\x05\x8a\xb5\x18\x01\x04\x12s\n" +
+	"\x11RegisterHostAgent\x12*.norsk.manager.v1.RegisterHostAgentRequest\x1a+.norsk.manager.v1.RegisterHostAgentResponse\"\x05\x8a\xb5\x18\x01\x06\x12j\n" +
+	"\x0eListHostAgents\x12'.norsk.manager.v1.ListHostAgentsRequest\x1a(.norsk.manager.v1.ListHostAgentsResponse\"\x05\x8a\xb5\x18\x01\x02\x12m\n" +
+	"\x0fRemoveHostAgent\x12(.norsk.manager.v1.RemoveHostAgentRequest\x1a).norsk.manager.v1.RemoveHostAgentResponse\"\x05\x8a\xb5\x18\x01\x04\x12\x81\x01\n" +
 	"\x19CreateCloudHypervisorNode\x122.norsk.manager.v1.CreateCloudHypervisorNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12|\n" +
 	"\x14DescribeInstanceType\x12-.norsk.manager.v1.DescribeInstanceTypeRequest\x1a..norsk.manager.v1.DescribeInstanceTypeResponse\"\x05\x8a\xb5\x18\x01\x02\x12s\n" +
 	"\x11ListInstanceTypes\x12*.norsk.manager.v1.ListInstanceTypesRequest\x1a+.norsk.manager.v1.ListInstanceTypesResponse\"\x05\x8a\xb5\x18\x01\x02\x12\x88\x01\n" +
@@ -4972,89 +4976,97 @@ var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(*NodeDrain)(nil),                          // 92: norsk.manager.v1.NodeDrain
 	(*CreateAwsNodeRequest)(nil),               // 93: norsk.manager.v1.CreateAwsNodeRequest
 	(*CreateOciNodeRequest)(nil),               // 94: norsk.manager.v1.CreateOciNodeRequest
-	(*CreateCloudHypervisorNodeRequest)(nil),   // 95: norsk.manager.v1.CreateCloudHypervisorNodeRequest
-	(*DescribeInstanceTypeRequest)(nil),        // 96: norsk.manager.v1.DescribeInstanceTypeRequest
-	(*ListInstanceTypesRequest)(nil),           // 97: norsk.manager.v1.ListInstanceTypesRequest
-	(*ListWorkerSecurityGroupsRequest)(nil),    // 98: norsk.manager.v1.ListWorkerSecurityGroupsRequest
-	(*ReloadExternalConfigRequest)(nil),        // 99: norsk.manager.v1.ReloadExternalConfigRequest
-	(*AppendAuditEntryRequest)(nil),            // 100: norsk.manager.v1.AppendAuditEntryRequest
-	(*GetAuditLogRequest)(nil),                 // 101: norsk.manager.v1.GetAuditLogRequest
-	(*PruneAuditLogRequest)(nil),               // 102: norsk.manager.v1.PruneAuditLogRequest
-	(*KvCommitRequest)(nil),                    // 103: norsk.manager.v1.KvCommitRequest
-	(*KvGetRequest)(nil),                       // 104: norsk.manager.v1.KvGetRequest
-	(*KvListRequest)(nil),                      // 105: norsk.manager.v1.KvListRequest
-	(*GetStoreInfoRequest)(nil),                // 106: norsk.manager.v1.GetStoreInfoRequest
-	(*SnapshotSaveRequest)(nil),                // 107: norsk.manager.v1.SnapshotSaveRequest
-	(*CreateTokenRequest)(nil),                 // 108: norsk.manager.v1.CreateTokenRequest
-	(*ListTokensRequest)(nil),                  // 109: norsk.manager.v1.ListTokensRequest
-	(*RevokeTokenRequest)(nil),                 // 110: norsk.manager.v1.RevokeTokenRequest
-	(*PublishDiscoveryFleetRequest)(nil),       // 111: norsk.manager.v1.PublishDiscoveryFleetRequest
-	(*GetDiscoveryFleetRequest)(nil),           // 112: norsk.manager.v1.GetDiscoveryFleetRequest
-	(*RotateDiscoveryTierSecretRequest)(nil),   // 113: norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	(*PublishAccessReplicaRequest)(nil),        // 114: norsk.manager.v1.PublishAccessReplicaRequest
-	(*AddClusterMemberRequest)(nil),            // 115: norsk.manager.v1.AddClusterMemberRequest
-	(*RemoveClusterMemberRequest)(nil),         // 116: norsk.manager.v1.RemoveClusterMemberRequest
-	(*ForceStandaloneRequest)(nil),             // 117: norsk.manager.v1.ForceStandaloneRequest
-	(*LeaveQuorumRequest)(nil),                 // 118: norsk.manager.v1.LeaveQuorumRequest
-	(*GetClusterStatusRequest)(nil),            // 119: norsk.manager.v1.GetClusterStatusRequest
-	(*GetClusterEventsRequest)(nil),            // 120: norsk.manager.v1.GetClusterEventsRequest
-	(*AnnounceControlPlaneRequest)(nil),        // 121: norsk.manager.v1.AnnounceControlPlaneRequest
-	(*ExplainPlacementRequest)(nil),            // 122: norsk.manager.v1.ExplainPlacementRequest
-	(*CreateBundleRequest)(nil),                // 123: norsk.manager.v1.CreateBundleRequest
-	(*UpdateBundleRequest)(nil),                // 124: norsk.manager.v1.UpdateBundleRequest
-	(*DeleteBundleRequest)(nil),                // 125: norsk.manager.v1.DeleteBundleRequest
-	(*BundleByIdRequest)(nil),                  // 126: norsk.manager.v1.BundleByIdRequest
-	(*ListBundlesRequest)(nil),                 // 127: norsk.manager.v1.ListBundlesRequest
-	(*StartBundleJobRequest)(nil),              // 128: norsk.manager.v1.StartBundleJobRequest
-	(*StopBundleJobRequest)(nil),               // 129: norsk.manager.v1.StopBundleJobRequest
-	(*SetBundleStopTimeRequest)(nil),           // 130: norsk.manager.v1.SetBundleStopTimeRequest
-	(*RenewBundleLeaseRequest)(nil),            // 131: norsk.manager.v1.RenewBundleLeaseRequest
-	(*PauseLeasesRequest)(nil),                 // 132: norsk.manager.v1.PauseLeasesRequest
-	(*ResumeLeasesRequest)(nil),                // 133: norsk.manager.v1.ResumeLeasesRequest
-	(*GetLeaseStatusRequest)(nil),              // 134: norsk.manager.v1.GetLeaseStatusRequest
-	(*EventStreamRequest)(nil),                 // 135: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                            // 136: norsk.manager.v1.JobHash
-	(*CreateCloudNodeResponse)(nil),            // 137: norsk.manager.v1.CreateCloudNodeResponse
-	(*DescribeInstanceTypeResponse)(nil),       // 138: norsk.manager.v1.DescribeInstanceTypeResponse
-	(*ListInstanceTypesResponse)(nil),          // 139: norsk.manager.v1.ListInstanceTypesResponse
-	(*ListWorkerSecurityGroupsResponse)(nil),   // 140: norsk.manager.v1.ListWorkerSecurityGroupsResponse
-	(*ReloadExternalConfigResponse)(nil),       // 141: norsk.manager.v1.ReloadExternalConfigResponse
-	(*AppendAuditEntryResponse)(nil),           // 142: norsk.manager.v1.AppendAuditEntryResponse
-	(*GetAuditLogResponse)(nil),                // 143: norsk.manager.v1.GetAuditLogResponse
-	(*PruneAuditLogResponse)(nil),              // 144: norsk.manager.v1.PruneAuditLogResponse
-	(*KvCommitResponse)(nil),                   // 145: norsk.manager.v1.KvCommitResponse
-	(*KvGetResponse)(nil),                      // 146: norsk.manager.v1.KvGetResponse
-	(*KvListResponse)(nil),                     // 147: norsk.manager.v1.KvListResponse
-	(*StoreInfo)(nil),                          // 148: norsk.manager.v1.StoreInfo
-	(*SnapshotChunk)(nil),                      // 149: norsk.manager.v1.SnapshotChunk
-	(*CreateTokenResponse)(nil),                // 150: norsk.manager.v1.CreateTokenResponse
-	(*ListTokensResponse)(nil),                 // 151: norsk.manager.v1.ListTokensResponse
-	(*RevokeTokenResponse)(nil),                // 152: norsk.manager.v1.RevokeTokenResponse
-	(*PublishDiscoveryFleetResponse)(nil),      // 153: norsk.manager.v1.PublishDiscoveryFleetResponse
-	(*GetDiscoveryFleetResponse)(nil),          // 154: norsk.manager.v1.GetDiscoveryFleetResponse
-	(*RotateDiscoveryTierSecretResponse)(nil),  // 155: norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	(*PublishAccessReplicaResponse)(nil),       // 156: norsk.manager.v1.PublishAccessReplicaResponse
-	(*AddClusterMemberResponse)(nil),           // 157: norsk.manager.v1.AddClusterMemberResponse
-	(*RemoveClusterMemberResponse)(nil),        // 158: norsk.manager.v1.RemoveClusterMemberResponse
-	(*ForceStandaloneResponse)(nil),            // 159: norsk.manager.v1.ForceStandaloneResponse
-	(*LeaveQuorumResponse)(nil),                // 160: norsk.manager.v1.LeaveQuorumResponse
-	(*ClusterStatus)(nil),                      // 161: norsk.manager.v1.ClusterStatus
-	(*GetClusterEventsResponse)(nil),           // 162: norsk.manager.v1.GetClusterEventsResponse
-	(*AnnounceControlPlaneResponse)(nil),       // 163: norsk.manager.v1.AnnounceControlPlaneResponse
-	(*ExplainPlacementResponse)(nil),           // 164: norsk.manager.v1.ExplainPlacementResponse
-	(*CreateBundleResponse)(nil),               // 165: norsk.manager.v1.CreateBundleResponse
-	(*UpdateBundleResponse)(nil),               // 166: norsk.manager.v1.UpdateBundleResponse
-	(*DeleteBundleResponse)(nil),               // 167: norsk.manager.v1.DeleteBundleResponse
-	(*BundleWithJobs)(nil),                     // 168: norsk.manager.v1.BundleWithJobs
-	(*ListBundlesResponse)(nil),                // 169: norsk.manager.v1.ListBundlesResponse
-	(*StartBundleJobResponse)(nil),             // 170: norsk.manager.v1.StartBundleJobResponse
-	(*StopBundleJobResponse)(nil),              // 171: norsk.manager.v1.StopBundleJobResponse
-	(*SetBundleStopTimeResponse)(nil),          // 172: norsk.manager.v1.SetBundleStopTimeResponse
-	(*RenewBundleLeaseResponse)(nil),           // 173: norsk.manager.v1.RenewBundleLeaseResponse
-	(*PauseLeasesResponse)(nil),                // 174: norsk.manager.v1.PauseLeasesResponse
-	(*ResumeLeasesResponse)(nil),               // 175: norsk.manager.v1.ResumeLeasesResponse
-	(*LeaseStatus)(nil),                        // 176: norsk.manager.v1.LeaseStatus
-	(*Event)(nil),                              // 177: norsk.manager.v1.Event
+	(*AddHostAgentRequest)(nil),                // 95: norsk.manager.v1.AddHostAgentRequest
+	(*RegisterHostAgentRequest)(nil),           // 96: norsk.manager.v1.RegisterHostAgentRequest
+	(*ListHostAgentsRequest)(nil),              // 97: norsk.manager.v1.ListHostAgentsRequest
+	(*RemoveHostAgentRequest)(nil),             // 98: norsk.manager.v1.RemoveHostAgentRequest
+	(*CreateCloudHypervisorNodeRequest)(nil),   // 99: norsk.manager.v1.CreateCloudHypervisorNodeRequest
+	(*DescribeInstanceTypeRequest)(nil),        // 100: norsk.manager.v1.DescribeInstanceTypeRequest
+	(*ListInstanceTypesRequest)(nil),           // 101: norsk.manager.v1.ListInstanceTypesRequest
+	(*ListWorkerSecurityGroupsRequest)(nil),    // 102: norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	(*ReloadExternalConfigRequest)(nil),        // 103: norsk.manager.v1.ReloadExternalConfigRequest
+	(*AppendAuditEntryRequest)(nil),            // 104: norsk.manager.v1.AppendAuditEntryRequest
+	(*GetAuditLogRequest)(nil),                 // 105: norsk.manager.v1.GetAuditLogRequest
+	(*PruneAuditLogRequest)(nil),               // 106: norsk.manager.v1.PruneAuditLogRequest
+	(*KvCommitRequest)(nil),                    // 107: norsk.manager.v1.KvCommitRequest
+	(*KvGetRequest)(nil),                       // 108: norsk.manager.v1.KvGetRequest
+	(*KvListRequest)(nil),                      // 109: norsk.manager.v1.KvListRequest
+	(*GetStoreInfoRequest)(nil),                // 110: norsk.manager.v1.GetStoreInfoRequest
+	(*SnapshotSaveRequest)(nil),                // 111: norsk.manager.v1.SnapshotSaveRequest
+	(*CreateTokenRequest)(nil),                 // 112: norsk.manager.v1.CreateTokenRequest
+	(*ListTokensRequest)(nil),                  // 113: norsk.manager.v1.ListTokensRequest
+	(*RevokeTokenRequest)(nil),                 // 114: norsk.manager.v1.RevokeTokenRequest
+	(*PublishDiscoveryFleetRequest)(nil),       // 115: norsk.manager.v1.PublishDiscoveryFleetRequest
+	(*GetDiscoveryFleetRequest)(nil),           // 116: norsk.manager.v1.GetDiscoveryFleetRequest
+	(*RotateDiscoveryTierSecretRequest)(nil),   // 117: norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	(*PublishAccessReplicaRequest)(nil),        // 118: norsk.manager.v1.PublishAccessReplicaRequest
+	(*AddClusterMemberRequest)(nil),            // 119: norsk.manager.v1.AddClusterMemberRequest
+	(*RemoveClusterMemberRequest)(nil),         // 120: norsk.manager.v1.RemoveClusterMemberRequest
+	(*ForceStandaloneRequest)(nil),             // 121: norsk.manager.v1.ForceStandaloneRequest
+	(*LeaveQuorumRequest)(nil),                 // 122: norsk.manager.v1.LeaveQuorumRequest
+	(*GetClusterStatusRequest)(nil),            // 123: norsk.manager.v1.GetClusterStatusRequest
+	(*GetClusterEventsRequest)(nil),            // 124: norsk.manager.v1.GetClusterEventsRequest
+	(*AnnounceControlPlaneRequest)(nil),        // 125: norsk.manager.v1.AnnounceControlPlaneRequest
+	(*ExplainPlacementRequest)(nil),            // 126: norsk.manager.v1.ExplainPlacementRequest
+	(*CreateBundleRequest)(nil),                // 127: norsk.manager.v1.CreateBundleRequest
+	(*UpdateBundleRequest)(nil),                // 128: norsk.manager.v1.UpdateBundleRequest
+	(*DeleteBundleRequest)(nil),                // 129: norsk.manager.v1.DeleteBundleRequest
+	(*BundleByIdRequest)(nil),                  // 130: norsk.manager.v1.BundleByIdRequest
+	(*ListBundlesRequest)(nil),                 // 131: norsk.manager.v1.ListBundlesRequest
+	(*StartBundleJobRequest)(nil),              // 132: norsk.manager.v1.StartBundleJobRequest
+	(*StopBundleJobRequest)(nil),               // 133: norsk.manager.v1.StopBundleJobRequest
+	(*SetBundleStopTimeRequest)(nil),           // 134: norsk.manager.v1.SetBundleStopTimeRequest
+	(*RenewBundleLeaseRequest)(nil),            // 135: norsk.manager.v1.RenewBundleLeaseRequest
+	(*PauseLeasesRequest)(nil),                 // 136: norsk.manager.v1.PauseLeasesRequest
+	(*ResumeLeasesRequest)(nil),                // 137: norsk.manager.v1.ResumeLeasesRequest
+	(*GetLeaseStatusRequest)(nil),              // 138: norsk.manager.v1.GetLeaseStatusRequest
+	(*EventStreamRequest)(nil),                 // 139: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                            // 140: norsk.manager.v1.JobHash
+	(*CreateCloudNodeResponse)(nil),            // 141: norsk.manager.v1.CreateCloudNodeResponse
+	(*AddHostAgentResponse)(nil),               // 142: norsk.manager.v1.AddHostAgentResponse
+	(*RegisterHostAgentResponse)(nil),          // 143: norsk.manager.v1.RegisterHostAgentResponse
+	(*ListHostAgentsResponse)(nil),             // 144: norsk.manager.v1.ListHostAgentsResponse
+	(*RemoveHostAgentResponse)(nil),            // 145: norsk.manager.v1.RemoveHostAgentResponse
+	(*DescribeInstanceTypeResponse)(nil),       // 146: norsk.manager.v1.DescribeInstanceTypeResponse
+	(*ListInstanceTypesResponse)(nil),          // 147: norsk.manager.v1.ListInstanceTypesResponse
+	(*ListWorkerSecurityGroupsResponse)(nil),   // 148: norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	(*ReloadExternalConfigResponse)(nil),       // 149: norsk.manager.v1.ReloadExternalConfigResponse
+	(*AppendAuditEntryResponse)(nil),           // 150: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),                // 151: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),              // 152: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),                   // 153: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                      // 154: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                     // 155: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                          // 156: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                      // 157: norsk.manager.v1.SnapshotChunk
+	(*CreateTokenResponse)(nil),                // 158: norsk.manager.v1.CreateTokenResponse
+	(*ListTokensResponse)(nil),                 // 159: norsk.manager.v1.ListTokensResponse
+	(*RevokeTokenResponse)(nil),                // 160: norsk.manager.v1.RevokeTokenResponse
+	(*PublishDiscoveryFleetResponse)(nil),      // 161: norsk.manager.v1.PublishDiscoveryFleetResponse
+	(*GetDiscoveryFleetResponse)(nil),          // 162: norsk.manager.v1.GetDiscoveryFleetResponse
+	(*RotateDiscoveryTierSecretResponse)(nil),  // 163: norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	(*PublishAccessReplicaResponse)(nil),       // 164: norsk.manager.v1.PublishAccessReplicaResponse
+	(*AddClusterMemberResponse)(nil),           // 165: norsk.manager.v1.AddClusterMemberResponse
+	(*RemoveClusterMemberResponse)(nil),        // 166: norsk.manager.v1.RemoveClusterMemberResponse
+	(*ForceStandaloneResponse)(nil),            // 167: norsk.manager.v1.ForceStandaloneResponse
+	(*LeaveQuorumResponse)(nil),                // 168: norsk.manager.v1.LeaveQuorumResponse
+	(*ClusterStatus)(nil),                      // 169: norsk.manager.v1.ClusterStatus
+	(*GetClusterEventsResponse)(nil),           // 170: norsk.manager.v1.GetClusterEventsResponse
+	(*AnnounceControlPlaneResponse)(nil),       // 171: norsk.manager.v1.AnnounceControlPlaneResponse
+	(*ExplainPlacementResponse)(nil),           // 172: norsk.manager.v1.ExplainPlacementResponse
+	(*CreateBundleResponse)(nil),               // 173: norsk.manager.v1.CreateBundleResponse
+	(*UpdateBundleResponse)(nil),               // 174: norsk.manager.v1.UpdateBundleResponse
+	(*DeleteBundleResponse)(nil),               // 175: norsk.manager.v1.DeleteBundleResponse
+	(*BundleWithJobs)(nil),                     // 176: norsk.manager.v1.BundleWithJobs
+	(*ListBundlesResponse)(nil),                // 177: norsk.manager.v1.ListBundlesResponse
+	(*StartBundleJobResponse)(nil),             // 178: norsk.manager.v1.StartBundleJobResponse
+	(*StopBundleJobResponse)(nil),              // 179: norsk.manager.v1.StopBundleJobResponse
+	(*SetBundleStopTimeResponse)(nil),          // 180: norsk.manager.v1.SetBundleStopTimeResponse
+	(*RenewBundleLeaseResponse)(nil),           // 181: norsk.manager.v1.RenewBundleLeaseResponse
+	(*PauseLeasesResponse)(nil),                // 182: norsk.manager.v1.PauseLeasesResponse
+	(*ResumeLeasesResponse)(nil),               // 183: norsk.manager.v1.ResumeLeasesResponse
+	(*LeaseStatus)(nil),                        // 184: norsk.manager.v1.LeaseStatus
+	(*Event)(nil),                              // 185: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	81,  // 0: norsk.manager.v1.CreateJobRequest.job:type_name -> norsk.manager.v1.Job
@@ -5124,145 +5136,153 @@ var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	48,  // 64: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
 	93,  // 65: norsk.manager.v1.Manager.CreateAwsNode:input_type -> norsk.manager.v1.CreateAwsNodeRequest
 	94,  // 66: norsk.manager.v1.Manager.CreateOciNode:input_type -> norsk.manager.v1.CreateOciNodeRequest
-	95,  // 67: norsk.manager.v1.Manager.CreateCloudHypervisorNode:input_type -> norsk.manager.v1.CreateCloudHypervisorNodeRequest
-	96,  // 68: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
-	97,  // 69: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
-	98,  // 70: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
-	99,  // 71: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
-	100, // 72: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
-	101, // 73: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
-	102, // 74: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
-	103, // 75: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
-	104, // 76: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
-	105, // 77: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
-	106, // 78: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
-	107, // 79: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
-	108, // 80: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
-	109, // 81: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
-	110, // 82: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
-	111, // 83: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
-	112, // 84: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
-	113, // 85: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	114, // 86: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
-	115, // 87: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
-	116, // 88: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
-	117, // 89: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
-	118, // 90: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
-	119, // 91: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
-	120, // 92: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
-	121, // 93: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
-	122, // 94: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
-	123, // 95: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
-	124, // 96: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
-	125, // 97: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
-	126, // 98: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
-	127, // 99: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
-	128, // 100: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
-	129, // 101: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
-	130, // 102: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
-	131, // 103: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
-	132, // 104: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
-	133, // 105: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
-	134, // 106: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
-	55,  // 107: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
-	56,  // 108: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
-	57,  // 109: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
-	59,  // 110: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
-	61,  // 111: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
-	63,  // 112: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
-	65,  // 113: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
-	66,  // 114: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
-	67,  // 115: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
-	69,  // 116: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
-	71,  // 117: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
-	73,  // 118: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
-	75,  // 119: norsk.manager.v1.Manager.DrainNode:input_type -> norsk.manager.v1.DrainNodeRequest
-	77,  // 120: norsk.manager.v1.Manager.RecordNodeDrain:input_type -> norsk.manager.v1.RecordNodeDrainRequest
-	135, // 121: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,   // 122: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,   // 123: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	136, // 124: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	136, // 125: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,   // 126: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	83,  // 127: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16,  // 128: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19,  // 129: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22,  // 130: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
-	25,  // 131: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	27,  // 132: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	29,  // 133: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	31,  // 134: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	33,  // 135: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	35,  // 136: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	37,  // 137: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	39,  // 138: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	41,  // 139: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	43,  // 140: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	45,  // 141: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	47,  // 142: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	54,  // 143: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	54,  // 144: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	52,  // 145: norsk.manager.v1.Manager.PrefetchImages:output_type -> norsk.manager.v1.PrefetchImagesResponse
-	49,  // 146: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
-	137, // 147: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	137, // 148: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	137, // 149: norsk.manager.v1.Manager.CreateCloudHypervisorNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	138, // 150: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
-	139, // 151: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
-	140, // 152: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
-	141, // 153: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
-	142, // 154: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	143, // 155: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	144, // 156: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	145, // 157: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	146, // 158: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	147, // 159: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	148, // 160: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	149, // 161: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	150, // 162: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
-	151, // 163: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
-	152, // 164: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
-	153, // 165: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
-	154, // 166: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
-	155, // 167: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	156, // 168: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
-	157, // 169: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
-	158, // 170: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
-	159, // 171: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
-	160, // 172: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
-	161, // 173: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
-	162, // 174: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
-	163, // 175: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
-	164, // 176: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
-	165, // 177: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
-	166, // 178: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
-	167, // 179: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
-	168, // 180: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
-	169, // 181: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
-	170, // 182: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
-	171, // 183: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
-	172, // 184: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
-	173, // 185: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
-	174, // 186: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
-	175, // 187: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
-	176, // 188: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
-	58,  // 189: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	58,  // 190: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	58,  // 191: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	60,  // 192: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
-	62,  // 193: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
-	64,  // 194: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
-	91,  // 195: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
-	91,  // 196: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
-	68,  // 197: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
-	70,  // 198: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
-	72,  // 199: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
-	74,  // 200: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
-	76,  // 201: norsk.manager.v1.Manager.DrainNode:output_type -> norsk.manager.v1.DrainNodeResponse
-	78,  // 202: norsk.manager.v1.Manager.RecordNodeDrain:output_type -> norsk.manager.v1.RecordNodeDrainResponse
-	177, // 203: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	122, // [122:204] is the sub-list for method output_type
-	40,  // [40:122] is the sub-list for method input_type
+	95,  // 67: norsk.manager.v1.Manager.AddHostAgent:input_type -> norsk.manager.v1.AddHostAgentRequest
+	96,  // 68: norsk.manager.v1.Manager.RegisterHostAgent:input_type -> norsk.manager.v1.RegisterHostAgentRequest
+	97,  // 69: norsk.manager.v1.Manager.ListHostAgents:input_type -> norsk.manager.v1.ListHostAgentsRequest
+	98,  // 70: norsk.manager.v1.Manager.RemoveHostAgent:input_type -> norsk.manager.v1.RemoveHostAgentRequest
+	99,  // 71: norsk.manager.v1.Manager.CreateCloudHypervisorNode:input_type -> norsk.manager.v1.CreateCloudHypervisorNodeRequest
+	100, // 72: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
+	101, // 73: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
+	102, // 74: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	103, // 75: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
+	104, // 76: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
+	105, // 77: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
+	106, // 78: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
+	107, // 79: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
+	108, // 80: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
+	109, // 81: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
+	110, // 82: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
+	111, // 83: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
+	112, // 84: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
+	113, // 85: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
+	114, // 86: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
+	115, // 87: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
+	116, // 88: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
+	117, // 89: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	118, // 90: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
+	119, // 91: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
+	120, // 92: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
+	121, // 93: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
+	122, // 94: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
+	123, // 95: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
+	124, // 96: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
+	125, // 97: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
+	126, // 98: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
+	127, // 99: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
+	128, // 100: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
+	129, // 101: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
+	130, // 102: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
+	131, // 103: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
+	132, // 104: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
+	133, // 105: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
+	134, // 106: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
+	135, // 107: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
+	136, // 108: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
+	137, // 109: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
+	138, // 110: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
+	55,  // 111: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
+	56,  // 112: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
+	57,  // 113: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
+	59,  // 114: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
+	61,  // 115: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
+	63,  // 116: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
+	65,  // 117: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
+	66,  // 118: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
+	67,  // 119: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
+	69,  // 120: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
+	71,  // 121: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
+	73,  // 122: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
+	75,  // 123: norsk.manager.v1.Manager.DrainNode:input_type -> norsk.manager.v1.DrainNodeRequest
+	77,  // 124: norsk.manager.v1.Manager.RecordNodeDrain:input_type -> norsk.manager.v1.RecordNodeDrainRequest
+	139, // 125: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,   // 126: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,   // 127: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	140, // 128: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	140, // 129: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,   // 130: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	83,  // 131: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16,  // 132: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19,  // 133: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22,  // 134: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
+	25,  // 135: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	27,  // 136: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	29,  // 137: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	31,  // 138: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	33,  // 139: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	35,  // 140: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	37,  // 141: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	39,  // 142: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	41,  // 143: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	43,  // 144: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	45,  // 145: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	47,  // 146: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	54,  // 147: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	54,  // 148: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	52,  // 149: norsk.manager.v1.Manager.PrefetchImages:output_type -> norsk.manager.v1.PrefetchImagesResponse
+	49,  // 150: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
+	141, // 151: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	141, // 152: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	142, // 153: norsk.manager.v1.Manager.AddHostAgent:output_type -> norsk.manager.v1.AddHostAgentResponse
+	143, // 154: norsk.manager.v1.Manager.RegisterHostAgent:output_type -> norsk.manager.v1.RegisterHostAgentResponse
+	144, // 155: norsk.manager.v1.Manager.ListHostAgents:output_type -> norsk.manager.v1.ListHostAgentsResponse
+	145, // 156: norsk.manager.v1.Manager.RemoveHostAgent:output_type -> norsk.manager.v1.RemoveHostAgentResponse
+	141, // 157: norsk.manager.v1.Manager.CreateCloudHypervisorNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	146, // 158: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
+	147, // 159: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
+	148, // 160: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	149, // 161: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
+	150, // 162: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	151, // 163: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	152, // 164: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	153, // 165: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	154, // 166: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	155, // 167: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	156, // 168: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	157, // 169: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	158, // 170: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	159, // 171: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	160, // 172: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	161, // 173: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	162, // 174: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	163, // 175: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	164, // 176: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	165, // 177: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
+	166, // 178: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
+	167, // 179: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
+	168, // 180: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
+	169, // 181: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
+	170, // 182: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
+	171, // 183: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
+	172, // 184: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
+	173, // 185: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
+	174, // 186: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
+	175, // 187: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
+	176, // 188: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
+	177, // 189: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
+	178, // 190: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
+	179, // 191: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
+	180, // 192: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
+	181, // 193: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
+	182, // 194: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
+	183, // 195: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
+	184, // 196: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
+	58,  // 197: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 198: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 199: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	60,  // 200: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
+	62,  // 201: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
+	64,  // 202: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
+	91,  // 203: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
+	91,  // 204: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
+	68,  // 205: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
+	70,  // 206: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
+	72,  // 207: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
+	74,  // 208: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
+	76,  // 209: norsk.manager.v1.Manager.DrainNode:output_type -> norsk.manager.v1.DrainNodeResponse
+	78,  // 210: norsk.manager.v1.Manager.RecordNodeDrain:output_type -> norsk.manager.v1.RecordNodeDrainResponse
+	185, // 211: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	126, // [126:212] is the sub-list for method output_type
+	40,  // [40:126] is the sub-list for method input_type
 	40,  // [40:40] is the sub-list for extension type_name
 	40,  // [40:40] is the sub-list for extension extendee
 	0,   // [0:40] is the sub-list for field type_name
@@ -5278,6 +5298,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 	file_norsk_manager_v1_cloud_proto_init()
 	file_norsk_manager_v1_cluster_proto_init()
 	file_norsk_manager_v1_drain_proto_init()
+	file_norsk_manager_v1_host_agent_proto_init()
 	file_norsk_manager_v1_event_proto_init()
 	file_norsk_manager_v1_job_proto_init()
 	file_norsk_manager_v1_kv_proto_init()
