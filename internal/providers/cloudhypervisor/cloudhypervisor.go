@@ -238,6 +238,7 @@ func (p *Provider) Launch(ctx context.Context, spec providers.LaunchSpec) (provi
 		NodeId: spec.NodeID, ClusterId: spec.ClusterID, ClientToken: spec.ClientToken, Shape: spec.InstanceType,
 		Image: spec.Image, UserData: spec.UserData, Tags: tags,
 	}))
+	p.refresh(ctx, spec.Region)
 	if err != nil {
 		return providers.Instance{}, cloudErr(spec.Region, err)
 	}
@@ -257,7 +258,17 @@ func (p *Provider) Terminate(ctx context.Context, ref providers.Ref) error {
 	if _, err := c.DeleteVm(ctx, connect.NewRequest(&managerv1.DeleteVmRequest{Id: vm})); err != nil {
 		return cloudErr(host, err)
 	}
+	p.refresh(ctx, host)
 	return nil
+}
+
+// refresh reads host's room again after a VM came or went, so the
+// AutoManager's next view of it (OutOfRoom) is current; a failure keeps
+// the last answer.
+func (p *Provider) refresh(ctx context.Context, host string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_, _ = p.Host(ctx, host)
 }
 
 // List is every VM of the cluster on the hosts run; an unreachable host
