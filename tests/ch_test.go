@@ -435,3 +435,83 @@ func TestCHHostAgentRegisters(t *testing.T) {
 		t.Errorf("removing it again: %v, want NOT_FOUND", err)
 	}
 }
+
+// The cloud-hypervisor provider moves with leadership: after the primary
+// stops, the new primary keeps the microVM nodes (one VM each, none made
+// again, none leaked) on a listed host and on a host registered at run
+// time (its secret is in the replicated store), and terminates them.
+func TestCHFailover(t *testing.T) {
+	t.Parallel()
+	c := chCluster(t, testcluster.Options{Members: 3})
+	cl, x := c.Client(), ctx(t)
+	tok, err := cl.AddHostAgent(x, "ch-reg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.CH.Configs[0]
+	cfg.Name, cfg.Dir, cfg.Token, cfg.Listen = "ch-reg", t.TempDir()+"/reg", "", "127.0.0.1:0"
+	var urls []string
+	for _, m := range c.Members {
+		urls = append(urls, m.URL())
+	}
+	cfg.Register = &hostagent.Registration{ManagerURLs: urls, Token: tok.GetToken()}
+	a, err := hostagent.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Close() }()
+	c.WriteOverridesFile("version: 1\n" + testcluster.CHOverrides(1) + "    ch-reg:\n      workerImages:\n        \"" + buildinfo.Version + "\": " + testcluster.CHImage + "\n")
+	if _, err := cl.ReloadExternalConfig(x); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the registered host's shapes loaded", func() bool {
+		_, known, err := cl.ListInstanceTypes(x, norsk.InstanceTypeOptions{Provider: chProvider, Region: "ch-reg"})
+		return err == nil && known
+	})
+	var ids []string
+	before := map[string]string{}
+	for _, host := range []string{"ch-1", "ch-reg"} {
+		n, err := cl.CreateCloudHypervisorNode(x, norsk.CloudHypervisorNode{Host: host, Shape: "ch.small"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.WaitNodeState(n.GetNodeId(), norsk.NodeStateOnline)
+		ids = append(ids, n.GetNodeId())
+		before[n.GetNodeId()] = n.GetInstanceId()
+	}
+	old := c.Primary()
+	old.Stop()
+	p := waitNewPrimary(t, c, others(c, old))
+	pc := p.Client()
+	c.Eventually("both microVM nodes online under the new primary "+p.Name, func() bool {
+		for _, id := range ids {
+			nodes, err := pc.ListNodes(x)
+			if err != nil {
+				return false
+			}
+			ok := false
+			for _, n := range nodes {
+				if n.GetNodeId() == id && n.GetState() == norsk.NodeStateOnline && n.GetConnected() && n.GetProviderInstance() == before[id] {
+					ok = true
+				}
+			}
+			if !ok {
+				return false
+			}
+		}
+		return true
+	})
+	if vms := hostVMs(t, c, 0); len(vms) != 1 {
+		t.Errorf("ch-1 runs %d VMs after the failover; want 1", len(vms))
+	}
+	for _, id := range ids {
+		if err := pc.TerminateNode(x, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both agents launch their VMMs through the cluster's launcher: none
+	// is left once the new primary has deleted the VMs.
+	c.Eventually("both VMs deleted by the new primary", func() bool {
+		return len(hostVMs(t, c, 0)) == 0 && c.CH.VMMs.Running() == 0
+	})
+}
