@@ -3,7 +3,8 @@ GO ?= go
 PKGS_RACE = ./internal/events/... ./internal/store/... ./internal/nodes/... \
             ./internal/worker/... ./internal/manager/... ./internal/runtime/... \
             ./sdk/... ./internal/cli/... ./internal/automanager/... ./internal/providers \
-            ./internal/providers/mock/... \
+            ./internal/providers/mock/... ./internal/providers/cloudhypervisor/... \
+            ./internal/hostagent/... ./internal/chsim/... \
             ./pkg/jobsocket/...
 
 .PHONY: all build test test-fast test-race vet dev images proto bench bench-compare fuzz clean

@@ -19,6 +19,7 @@ type API interface {
 	CreateMockNode(ctx context.Context, n norsk.MockNode) (nodeID, host string, err error)
 	CreateAwsNode(ctx context.Context, n norsk.AwsNode) (*norsk.CloudNode, error)
 	CreateOciNode(ctx context.Context, n norsk.OciNode) (*norsk.CloudNode, error)
+	CreateCloudHypervisorNode(ctx context.Context, n norsk.CloudHypervisorNode) (*norsk.CloudNode, error)
 	SetNodeTags(ctx context.Context, nodeID string, tags map[string]string) (*norsk.Node, error)
 	PrefetchImages(ctx context.Context, nodeID string, imageRefs []string) (*norsk.PrefetchImagesResponse, error)
 	StopJob(ctx context.Context, jobID, role, nodeID string, opts norsk.StopJobOptions) error

@@ -28,6 +28,9 @@ type ElasticType struct {
 	SecurityGroups   []string
 	Subnet           string
 	OCPUs, MemoryGBs float32
+	// Unavailable says why no node of this type can be made now (a
+	// cloud-hypervisor host out of capacity); "" = it can.
+	Unavailable string
 }
 
 func (t ElasticType) describe() string {
@@ -50,6 +53,10 @@ type Rejection struct {
 func chooseType(cfg placement.Config, et ElasticTier, req placement.Request) (ElasticType, []Rejection, bool) {
 	var rej []Rejection
 	for i, t := range et.Types {
+		if t.Unavailable != "" {
+			rej = append(rej, Rejection{Type: t, Reason: t.Unavailable})
+			continue
+		}
 		node := placement.Node{
 			ID: fmt.Sprintf("new %s node (%s)", et.Tier, t.Name), Pool: et.Tier, VCPUs: t.VCPUs, Zone: t.Zone, Cloud: et.Provider,
 			Attributes: map[string]string{placement.TagPool: et.Tier},

@@ -909,6 +909,13 @@ func (a *AutoManager) provision(ctx context.Context, act Action) (string, string
 			return "", "", err
 		}
 		return n.GetNodeId(), n.GetInstanceId() + " (" + n.GetInstanceType() + ")", nil
+	case act.Provider == "cloud-hypervisor":
+		t := act.Type
+		n, err := api.CreateCloudHypervisorNode(ctx, norsk.CloudHypervisorNode{Pool: act.Pool, Tags: act.Tags, Host: t.Region, Shape: t.Name})
+		if err != nil {
+			return "", "", err
+		}
+		return n.GetNodeId(), n.GetInstanceId() + " (" + n.GetInstanceType() + ")", nil
 	}
 	return "", "", fmt.Errorf("provider %q cannot create nodes from the AutoManager", act.Provider)
 }

@@ -156,6 +156,9 @@ func (f *fakeAPI) CreateAwsNode(ctx context.Context, n norsk.AwsNode) (*norsk.Cl
 func (f *fakeAPI) CreateOciNode(ctx context.Context, n norsk.OciNode) (*norsk.CloudNode, error) {
 	return nil, fmt.Errorf("not used")
 }
+func (f *fakeAPI) CreateCloudHypervisorNode(ctx context.Context, n norsk.CloudHypervisorNode) (*norsk.CloudNode, error) {
+	return nil, fmt.Errorf("not used")
+}
 func (f *fakeAPI) SetNodeTags(ctx context.Context, nodeID string, tags map[string]string) (*norsk.Node, error) {
 	return nil, fmt.Errorf("not used")
 }

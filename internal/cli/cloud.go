@@ -245,13 +245,16 @@ func (g *globals) followStart(ctx context.Context, m *norsk.Manager, nodeID stri
 func newInstanceTypesCommand(g *globals) *cobra.Command {
 	var opts norsk.InstanceTypeOptions
 	c := &cobra.Command{
-		Use:   "instance-types [TYPE] [--provider aws|oci] [--region REGION]",
+		Use:   "instance-types [TYPE] [--provider aws|oci|cloud-hypervisor] [--region REGION]",
 		Short: "Describe an instance type from the Manager's instance-type cache, or list a provider's",
 		Long: `With TYPE: its vCPUs (a node's capacity), memory and architectures, and — with
---region (an AWS region, an OCI availability domain) — whether it is offered
-there; "unknown" when the provider does not know it. Without TYPE: every type
-the provider offers, which aws and oci cannot enumerate (known: false).`,
+--region (an AWS region, an OCI availability domain, a Cloud Hypervisor host)
+— whether it is offered there; "unknown" when the provider does not know it.
+Without TYPE: every type the provider offers, which aws and oci cannot
+enumerate (known: false); for cloud-hypervisor, the host agents' shapes with
+the hosts offering each (one host's with --region).`,
 		Example: `  norsk-ctl instance-types c6i.xlarge --region eu-west-1
+  norsk-ctl instance-types --provider cloud-hypervisor
   norsk-ctl instance-types VM.Standard.E4.Flex --provider oci --region Uocm:EU-FRANKFURT-1-AD-1`,
 		Args: optionalArgs("TYPE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -294,8 +297,8 @@ the provider offers, which aws and oci cannot enumerate (known: false).`,
 			}})
 		},
 	}
-	c.Flags().StringVar(&opts.Provider, "provider", "", "aws (default) or oci")
-	c.Flags().StringVar(&opts.Region, "region", "", "an AWS region or OCI availability domain")
+	c.Flags().StringVar(&opts.Provider, "provider", "", "aws (default), oci or cloud-hypervisor")
+	c.Flags().StringVar(&opts.Region, "region", "", "an AWS region, OCI availability domain or Cloud Hypervisor host")
 	return c
 }
 

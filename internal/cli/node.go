@@ -24,6 +24,7 @@ func newNodeCommand(g *globals) *cobra.Command {
 		newNodeCreateMockCommand(g),
 		newNodeCreateAwsCommand(g),
 		newNodeCreateOciCommand(g),
+		newNodeCreateCHCommand(g),
 		newNodeDrainCommand(g),
 		newNodePrefetchCommand(g),
 	)

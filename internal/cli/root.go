@@ -54,6 +54,8 @@ var rootCommands = []func(*globals) *cobra.Command{
 	newStoreCommand,
 	newOperatorCommand,
 	newWorkerCommand,
+	newHostAgentCommand,
+	newCHVMMCommand,
 	newTokenCommand,
 	newDiscoveryCommand,
 	newAccessReplicaCommand,

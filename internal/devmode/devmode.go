@@ -71,6 +71,10 @@ type Options struct {
 	// with the docker runtime, else as processes (WorkerExec
 	// cloud-instance), else in this process.
 	Clouds string
+	// CHHosts starts that many Cloud Hypervisor host agents, their VMs run
+	// by the local VMM (internal/chsim), and gives the Manager the
+	// cloud-hypervisor provider over them with elastic pool CHPool.
+	CHHosts int
 	// WorkerExec, when set, runs each worker as a process of its own: this
 	// executable with the hidden "dev-worker" command (norsk-manager sets
 	// its own path), so that killing one (kill -9 <pid>) loses a node as a
@@ -143,7 +147,13 @@ func Run(ctx context.Context, o Options) error {
 	if o.Clouds != "" && o.MockHosts > 0 {
 		return fmt.Errorf("--clouds %s and --mock-hosts both create nodes in pool %s: use one", o.Clouds, MockPool)
 	}
-	if o.Workers < 0 || (o.Workers == 0 && o.Clouds == "" && o.MockHosts == 0) {
+	if o.Clouds != "" && o.CHHosts > 0 {
+		return fmt.Errorf("--clouds %s and --ch-hosts each write the overrides file: use one", o.Clouds)
+	}
+	if o.CHHosts < 0 || o.CHHosts > 16 {
+		return fmt.Errorf("--ch-hosts %d: want 0 to 16", o.CHHosts)
+	}
+	if o.Workers < 0 || (o.Workers == 0 && o.Clouds == "" && o.MockHosts == 0 && o.CHHosts == 0) {
 		o.Workers = 1 // a system with no node and no way to make one runs nothing
 	}
 	dir := o.DataDir
@@ -219,6 +229,13 @@ func Run(ctx context.Context, o Options) error {
 		}
 		// Stopped after the Manager: a cloud's instances outlive its API.
 		defer clouds.close()
+	}
+	var chHosts *localHosts
+	if o.CHHosts > 0 {
+		if chHosts, err = startCHHosts(dir, o.CHHosts, rt, o.WorkerExec, o.Logger, &mcfg); err != nil {
+			return fmt.Errorf("dev --ch-hosts: %w", err)
+		}
+		defer chHosts.close()
 	}
 	srv, err := manager.New(ctx, mcfg)
 	if err != nil {
@@ -375,12 +392,19 @@ kill the node of a job and watch it come back on a spare, and the spare replaced
 	if clouds != nil {
 		clouds.banner(o.Out, rt)
 	}
+	if chHosts != nil {
+		chHosts.banner(o.Out, rt)
+	}
 	if o.Ready != nil {
 		o.Ready(srv.URL())
 	}
 	<-ctx.Done()
 	if o.Ephemeral {
 		stopAll(context.Background(), api, dlog)
+		if chHosts != nil {
+			// Their VMMs outlive dev otherwise; the data goes with them.
+			chHosts.deleteVMs(context.Background())
+		}
 	}
 	if o.Ephemeral {
 		fmt.Fprintln(o.Out, "\nshutting down; every instance was stopped and the temporary data removed")

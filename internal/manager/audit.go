@@ -153,6 +153,12 @@ func auditTarget(cmd *storev1.Command) string {
 		return "discovery" // never the fleet's secrets
 	case *storev1.Command_PublishAccessReplica:
 		return "access-replica"
+	case *storev1.Command_AddHostAgent:
+		return "host-agent/" + c.AddHostAgent.GetName() // never its token
+	case *storev1.Command_RegisterHostAgent:
+		return "host-agent/" + c.RegisterHostAgent.GetName() // never its secret
+	case *storev1.Command_RemoveHostAgent:
+		return "host-agent/" + c.RemoveHostAgent.GetName()
 	}
 	return ""
 }

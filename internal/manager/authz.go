@@ -39,7 +39,9 @@ const (
 	// never leaves the process).
 	internalPrefix = "nit_"
 	// roleMember is another member of this cluster (the Members service).
-	roleMember        = "member"
+	roleMember = "member"
+	// roleHostAgent is a host agent presenting its registration token.
+	roleHostAgent     = "host-agent"
 	authorizationHdr  = "Authorization"
 	bearerPrefix      = "Bearer "
 	identityAnonymous = "anonymous"
@@ -52,10 +54,13 @@ var rolePermissions = map[string][]managerv1.Permission{
 		managerv1.Permission_PERMISSION_ADMIN, managerv1.Permission_PERMISSION_PUBLISH, managerv1.Permission_PERMISSION_REGISTER,
 		managerv1.Permission_PERMISSION_CLUSTER,
 	},
-	roleMember:          {managerv1.Permission_PERMISSION_MEMBER},
-	state.RoleOperator:  {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ, managerv1.Permission_PERMISSION_OPERATE},
-	state.RoleReadOnly:  {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ},
-	state.RoleWorker:    {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_REGISTER},
+	roleMember:         {managerv1.Permission_PERMISSION_MEMBER},
+	state.RoleOperator: {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ, managerv1.Permission_PERMISSION_OPERATE},
+	state.RoleReadOnly: {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ},
+	state.RoleWorker:   {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_REGISTER},
+	// A host agent registering: RegisterHostAgent only (the handler checks
+	// the procedure's token is the host's).
+	roleHostAgent:       {managerv1.Permission_PERMISSION_REGISTER},
 	state.RolePublisher: {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_PUBLISH},
 }
 
@@ -270,6 +275,17 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 		}
 		n := rec.GetNode().GetNodeId()
 		return identity{name: "slot:" + n, role: state.RoleWorker, key: "n:" + n}, nil
+	case strings.HasPrefix(cred, state.HostAgentTokenPrefix):
+		// A host agent's one-shot registration token: it may register
+		// (RegisterHostAgent checks the token is this host's, unused).
+		rec := r.HostAgentByToken(cred)
+		if rec == nil {
+			return identity{}, unknownCredential{err: apierr.Unauthenticatedf("host agent registration token is unknown")}
+		}
+		if rec.GetTokenUsed() {
+			return identity{}, apierr.Unauthenticatedf("host agent %s's registration token has already been used", rec.GetName())
+		}
+		return identity{name: "host-agent:" + rec.GetName(), role: roleHostAgent, key: "h:" + rec.GetName()}, nil
 	case strings.HasPrefix(cred, nodeSecretPrefix):
 		rec := r.NodeBySecret(cred)
 		if rec == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudhypervisor"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
 
@@ -39,6 +40,13 @@ func (c *Config) buildClouds(log *slog.Logger) ([]providers.Provider, error) {
 	}
 	if c.OCI != nil {
 		p, err := providers.BuildCloud(cloudconf.OCIName, c.OCI, log)
+		if err != nil {
+			return nil, fmt.Errorf("manager: %w", err)
+		}
+		out = append(out, p)
+	}
+	if c.CloudHypervisor != nil {
+		p, err := cloudhypervisor.New(*c.CloudHypervisor, nil, log)
 		if err != nil {
 			return nil, fmt.Errorf("manager: %w", err)
 		}
@@ -103,6 +111,48 @@ func (s *Server) cloudTiers() []automanager.ElasticTier {
 			}
 			out = append(out, et)
 		}
+	}
+	out = append(out, s.hypervisorTiers()...)
+	return out
+}
+
+// hypervisorTiers are the cloud-hypervisor pools' tiers: each host's
+// shapes (smallest first, as the pool lists them), a shape on a host with
+// no room for it marked so (job why says it).
+func (s *Server) hypervisorTiers() []automanager.ElasticTier {
+	c := s.cfg.CloudHypervisor
+	if c == nil {
+		return nil
+	}
+	reg := s.fleet.Registry()
+	pp, ok := reg.Provider(cloudconf.CloudHypervisorName)
+	if !ok {
+		return nil
+	}
+	prov := pp.(*cloudhypervisor.Provider)
+	types, o := reg.Types(), reg.Overrides()
+	var out []automanager.ElasticTier
+	for _, tier := range sortedKeysOf(c.Pools) {
+		pc := c.Pools[tier]
+		et := automanager.ElasticTier{Tier: tier, Provider: cloudconf.CloudHypervisorName}
+		hosts := pc.Hosts
+		if len(hosts) == 0 {
+			hosts = o.Regions(cloudconf.CloudHypervisorName)
+		}
+		for _, name := range pc.Shapes {
+			for _, host := range hosts {
+				if !o.RunsRegion(cloudconf.CloudHypervisorName, host) {
+					continue
+				}
+				it, found, err := types.Type(cloudconf.CloudHypervisorName, host, name)
+				if err != nil || !found {
+					continue
+				}
+				et.Types = append(et.Types, automanager.ElasticType{Name: it.Name, VCPUs: it.VCPUs, Region: host, Zone: host,
+					Unavailable: prov.OutOfRoom(host, it.VCPUs, it.MemoryBytes, it.GPUs)})
+			}
+		}
+		out = append(out, et)
 	}
 	return out
 }
@@ -264,7 +314,68 @@ func (h *handler) ListInstanceTypes(ctx context.Context, req *connect.Request[ma
 	if r := m.GetRegion(); r != "" && !slices.Contains(locs, r) {
 		return nil, toConnect(apierr.FailedPreconditionf("%v: %s %q (it runs %s)", providers.ErrNoRegion, provider, r, strings.Join(locs, ", ")))
 	}
-	return connect.NewResponse(&managerv1.ListInstanceTypesResponse{Known: false}), nil
+	if provider != cloudconf.CloudHypervisorName {
+		return connect.NewResponse(&managerv1.ListInstanceTypesResponse{Known: false}), nil
+	}
+	// The host agents' shapes (one host's with a region), each with the
+	// hosts that offer it.
+	out := &managerv1.ListInstanceTypesResponse{Known: true}
+	byName := map[string]*managerv1.InstanceTypeInfo{}
+	for _, host := range locs {
+		if r := m.GetRegion(); r != "" && host != r {
+			continue
+		}
+		for _, it := range types.TypesIn(provider, host) {
+			if have, ok := byName[it.Name]; ok {
+				have.Regions = append(have.Regions, host)
+				continue
+			}
+			info := infoOf(it)
+			info.Regions = []string{host}
+			byName[it.Name] = info
+			out.InstanceTypes = append(out.InstanceTypes, info)
+		}
+	}
+	sort.Slice(out.InstanceTypes, func(i, j int) bool {
+		a, b := out.InstanceTypes[i], out.InstanceTypes[j]
+		if a.GetVcpus() != b.GetVcpus() {
+			return a.GetVcpus() < b.GetVcpus()
+		}
+		return a.GetInstanceType() < b.GetInstanceType()
+	})
+	return connect.NewResponse(out), nil
+}
+
+func (h *handler) CreateCloudHypervisorNode(ctx context.Context, req *connect.Request[managerv1.CreateCloudHypervisorNodeRequest]) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
+	ctx = spareReconcilerContext(ctx)
+	m := req.Msg
+	if m.GetShape() == "" {
+		return nil, toConnect(apierr.Invalid("shape", "is required"))
+	}
+	host := m.GetHost()
+	if host == "" {
+		p, ok := h.s.fleet.Registry().Provider(cloudconf.CloudHypervisorName)
+		if !ok {
+			return nil, toConnect(apierr.FailedPreconditionf("this Manager runs no %s provider (configure providers.cloudHypervisor in config.yaml)", cloudconf.CloudHypervisorName))
+		}
+		var err error
+		if host, err = p.(*cloudhypervisor.Provider).PickHost(ctx, m.GetShape(), nil); err != nil {
+			switch {
+			case errors.Is(err, providers.ErrCapacity):
+				return nil, toConnect(apierr.New(apierr.ResourceExhausted, "%v", err))
+			case errors.Is(err, providers.ErrInvalid):
+				return nil, toConnect(apierr.Invalid("shape", "%v", err))
+			}
+			return nil, toConnect(apierr.Unavailablef("%v", err))
+		}
+	}
+	cr := providers.CloudRequest{Provider: cloudconf.CloudHypervisorName, NodeID: m.GetNodeId(), Pool: m.GetPool(), Tags: m.GetTags(),
+		Region: host, Zone: host, InstanceType: m.GetShape(), WorkerVersion: m.GetWorkerVersion()}
+	return h.createCloud(ctx, req.Header(), cr, func(ctx context.Context, c managerv1connect.ManagerClient, nodeID string) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
+		msg := proto.Clone(m).(*managerv1.CreateCloudHypervisorNodeRequest)
+		msg.NodeId, msg.Host = nodeID, host
+		return c.CreateCloudHypervisorNode(ctx, withAuth(req, connect.NewRequest(msg)))
+	})
 }
 
 func (h *handler) ListWorkerSecurityGroups(ctx context.Context, req *connect.Request[managerv1.ListWorkerSecurityGroupsRequest]) (*connect.Response[managerv1.ListWorkerSecurityGroupsResponse], error) {

@@ -120,6 +120,9 @@ type ProvidersFile struct {
 	// AWS and OCI are the cloud providers (see docs/operations.md).
 	AWS *cloudconf.AWS `json:"aws,omitempty"`
 	OCI *cloudconf.OCI `json:"oci,omitempty"`
+	// CloudHypervisor is the cloud-hypervisor provider: the host agents and
+	// the pools of microVM nodes on them.
+	CloudHypervisor *cloudconf.CloudHypervisor `json:"cloudHypervisor,omitempty"`
 	// ClusterID tags every cloud instance (default: the store's own
 	// cluster id, made when the store was bootstrapped); when set, the same
 	// on every member.
@@ -147,6 +150,11 @@ func (p *ProvidersFile) validate() error {
 	}
 	if p.OCI != nil {
 		if err := p.OCI.Validate(); err != nil {
+			return err
+		}
+	}
+	if p.CloudHypervisor != nil {
+		if err := p.CloudHypervisor.Validate(); err != nil {
 			return err
 		}
 	}
@@ -421,6 +429,9 @@ func (fc FileConfig) Apply(cfg *Config) {
 		}
 		if cfg.OCI == nil {
 			cfg.OCI = p.OCI
+		}
+		if cfg.CloudHypervisor == nil {
+			cfg.CloudHypervisor = p.CloudHypervisor
 		}
 		set(&cfg.ClusterID, p.ClusterID)
 		set(&cfg.OverridesFile, p.OverridesFile)

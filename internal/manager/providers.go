@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudhypervisor"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -34,6 +35,24 @@ func (s *Server) newFleet() error {
 	clouds, err := s.cfg.buildClouds(s.cfg.Logger)
 	if err != nil {
 		return err
+	}
+	for _, p := range clouds {
+		if ch, ok := p.(*cloudhypervisor.Provider); ok {
+			// Host agents registered at run time, from this member's state.
+			ch.SetRegistered(func() map[string]cloudhypervisor.Host {
+				st := s.st()
+				if st == nil {
+					return nil
+				}
+				out := map[string]cloudhypervisor.Host{}
+				for _, r := range st.State().Snapshot().HostAgents() {
+					if r.GetTokenUsed() {
+						out[r.GetName()] = cloudhypervisor.Host{URL: r.GetUrl(), Secret: r.GetSecret()}
+					}
+				}
+				return out
+			})
+		}
 	}
 	ps = append(ps, clouds...)
 	ps = append(ps, s.cfg.Providers...)

@@ -135,6 +135,10 @@ type Config struct {
 	// instances booting the worker, and pools may create nodes there.
 	AWS *cloudconf.AWS
 	OCI *cloudconf.OCI
+	// CloudHypervisor, when set, is the cloud-hypervisor provider
+	// (providers.cloudHypervisor): microVM nodes on host agents
+	// (CreateCloudHypervisorNode), and pools that create them.
+	CloudHypervisor *cloudconf.CloudHypervisor
 	// Providers are more providers, already built (tests).
 	Providers []providers.Provider
 	// ClusterID tags every cloud instance (norsk:cluster): reconciliation

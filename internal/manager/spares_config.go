@@ -53,5 +53,10 @@ func (c *Config) configuredElasticTiers() map[string][]string {
 			out[tier] = append(out[tier], p.Shapes...)
 		}
 	}
+	if c.CloudHypervisor != nil {
+		for tier, p := range c.CloudHypervisor.Pools {
+			out[tier] = append(out[tier], p.Shapes...)
+		}
+	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
+	"github.com/norsk-go/norsk-manager/internal/chsim"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/worker"
 )
@@ -60,6 +61,34 @@ func newCloudInstanceCommand() *cobra.Command {
 	f.StringVar(&userData, "user-data", "", "the instance's user data")
 	f.StringVar(&dir, "data-dir", "", "the instance's disk")
 	f.StringVar(&rt, "runtime", "process", "docker or process")
+	logs.register(c)
+	return c
+}
+
+// newCHVMMCommand is the hidden command `norsk-manager dev --ch-hosts`
+// runs each VM's local VMM with (when its workers are processes): Cloud
+// Hypervisor's REST API on --api-socket, the VM's guest a worker booting
+// from the VM's first-boot disk.
+func newCHVMMCommand() *cobra.Command {
+	var (
+		apiSocket, guest string
+		logs             logFlags
+	)
+	c := &cobra.Command{
+		Use:    "ch-vmm",
+		Short:  "The local VMM of a dev host agent's VM (started by dev --ch-hosts)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logs.logger(os.Stderr)
+			if err != nil {
+				return err
+			}
+			return chsim.Program(cmd.Context(), apiSocket, guest, buildinfo.Version, log)
+		},
+	}
+	c.Flags().StringVar(&apiSocket, "api-socket", "", "path=SOCKET: where the API is served")
+	c.Flags().StringVar(&guest, "guest", chsim.GuestProcess, "process or docker")
 	logs.register(c)
 	return c
 }

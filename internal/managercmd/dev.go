@@ -48,7 +48,11 @@ gives the Manager its aws and oci providers, pointed at them through the
 SDKs' own settings: 'norsk-ctl node create-aws' launches an "instance" that
 boots a worker from its user data, and a bundle in pool burst that fits no
 node makes the AutoManager create one (--workers 0: nothing but elastic
-nodes).
+nodes). --ch-hosts 1 starts a Cloud Hypervisor host agent whose VMs are run
+by a local VMM (test equipment serving Cloud Hypervisor's REST API on each
+VM's API socket) and gives the Manager its cloud-hypervisor provider: 'norsk-ctl
+node create-ch --shape ch.medium' makes a microVM node, and a bundle in pool
+microvm that fits no node makes the AutoManager create one.
 
 --registry runs an image registry (Debian's docker-registry) on a loopback
 port with the example images pushed into it: jobs naming them pull from it,
@@ -78,8 +82,8 @@ every instance and worker and removes it.`,
 			}
 			opts.Logger = log
 			opts.Out = os.Stdout
-			if opts.Workers < 0 || opts.Workers > 64 || (opts.Workers == 0 && opts.Clouds == "" && opts.MockHosts == 0) {
-				return usageError{fmt.Errorf("--workers %d: want 1 to 64 (0 with --clouds local or --mock-hosts: elastic nodes only)", opts.Workers)}
+			if opts.Workers < 0 || opts.Workers > 64 || (opts.Workers == 0 && opts.Clouds == "" && opts.MockHosts == 0 && opts.CHHosts == 0) {
+				return usageError{fmt.Errorf("--workers %d: want 1 to 64 (0 with --clouds local, --mock-hosts or --ch-hosts: elastic nodes only)", opts.Workers)}
 			}
 			if opts.Spares < 0 || opts.Spares > 16 || (opts.Spares > 0 && opts.Spares >= opts.MockHosts) {
 				return usageError{fmt.Errorf("--spares %d: want 0 to 16, fewer than --mock-hosts (%d)", opts.Spares, opts.MockHosts)}
@@ -104,7 +108,7 @@ every instance and worker and removes it.`,
 	f := c.Flags()
 	f.StringVar(&opts.DataDir, "data-dir", "", "where the store and the workers keep their state")
 	f.BoolVar(&opts.Ephemeral, "ephemeral", false, "use a temporary data directory; on exit stop every instance and worker and remove it")
-	f.IntVar(&opts.Workers, "workers", 1, "number of workers, each a process and a node of its own (1 to 64; 0 with --clouds local or --mock-hosts)")
+	f.IntVar(&opts.Workers, "workers", 1, "number of workers, each a process and a node of its own (1 to 64; 0 with --clouds local, --mock-hosts or --ch-hosts)")
 	f.StringVar(&opts.Listen, "listen", "127.0.0.1:6790", "Manager API address")
 	f.StringVar(&opts.Runtime, "runtime", "auto", "worker runtime: auto, docker or process")
 	f.BoolVar(&opts.NoDemo, "no-demo", false, "do not create and start the demo job (demo, the hello example)")
@@ -114,6 +118,7 @@ every instance and worker and removes it.`,
 	f.DurationVar(&opts.IdleExpiry, "idle-expiry", 10*time.Minute, "how long an elastic node may be idle before the reaper terminates it")
 	f.StringVar(&opts.ConsoleListen, "console-listen", "127.0.0.1:6795", "the operator console's address (norsk-mgr beside the Manager)")
 	f.BoolVar(&opts.NoConsole, "no-console", false, "run no console (norsk-mgr)")
+	f.IntVar(&opts.CHHosts, "ch-hosts", 0, "start that many Cloud Hypervisor host agents (their VMs run by the local VMM) and give the Manager the cloud-hypervisor provider (pool "+devmode.CHPool+")")
 	f.StringVar(&opts.Clouds, "clouds", "", `"local": start a local EC2 and a local OCI endpoint and give the Manager aws and oci providers pointed at them (pool `+devmode.CloudPool+` on EC2)`)
 	f.BoolVar(&opts.Registry, "registry", false, "run an image registry (Debian's docker-registry) with the example images pushed into it, for pulls and prefetches (docker runtime)")
 	f.IntVar(&opts.Spares, "spares", 0, "warm spares the AutoManager keeps in the mock pool "+devmode.MockPool+" (needs more --mock-hosts)")

@@ -51,7 +51,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCommand(), newDevCommand(), newDevWorkerCommand(), newDevMockHostCommand(), newCloudInstanceCommand(), newSnapshotCommand(), newTokenCommand(), newTLSCommand())
+	root.AddCommand(newRunCommand(), newDevCommand(), newDevWorkerCommand(), newDevMockHostCommand(), newCloudInstanceCommand(), newCHVMMCommand(), newSnapshotCommand(), newTokenCommand(), newTLSCommand())
 	return root
 }
 

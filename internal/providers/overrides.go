@@ -60,7 +60,14 @@ type overridesFile struct {
 	Version int                `json:"version"`
 	AWS     *ProviderOverrides `json:"aws,omitempty"`
 	OCI     *ProviderOverrides `json:"oci,omitempty"`
+	// CloudHypervisor's regions are its host agents; its images the base
+	// images the hosts hold.
+	CloudHypervisor *ProviderOverrides `json:"cloudHypervisor,omitempty"`
 }
+
+// cloudHypervisor is the cloud-hypervisor provider's name (cloudconf's
+// CloudHypervisorName; cloudconf imports this package).
+const cloudHypervisor = "cloud-hypervisor"
 
 // Formats of the overrides file's names.
 var (
@@ -68,6 +75,8 @@ var (
 	awsImageRE   = regexp.MustCompile(`^ami-[0-9a-f]{8,17}$`)
 	ociRegionRE  = regexp.MustCompile(`^[a-z]{2}-[a-z]+-[0-9]+$`)
 	ociImageRE   = regexp.MustCompile(`^ocid1\.image\.[a-z0-9-]+\.[a-z0-9-]*\.[A-Za-z0-9._-]+$`)
+	chHostRE     = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$`)
+	chImageRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 	versionKeyRE = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$`)
 )
 
@@ -97,7 +106,7 @@ func ParseOverrides(b []byte) (*Overrides, error) {
 	}
 	sum := sha256.Sum256(b)
 	o := &Overrides{Version: f.Version, Providers: map[string]ProviderOverrides{}, Digest: hex.EncodeToString(sum[:])}
-	for name, po := range map[string]*ProviderOverrides{"aws": f.AWS, "oci": f.OCI} {
+	for name, po := range map[string]*ProviderOverrides{"aws": f.AWS, "oci": f.OCI, cloudHypervisor: f.CloudHypervisor} {
 		if po == nil {
 			continue
 		}
@@ -110,16 +119,26 @@ func ParseOverrides(b []byte) (*Overrides, error) {
 }
 
 func (po *ProviderOverrides) validate(provider string) error {
+	key := provider
+	if provider == cloudHypervisor {
+		key = "cloudHypervisor"
+	}
 	regionRE, imageRE, what := awsRegionRE, awsImageRE, "an AMI id (ami-…)"
-	if provider == "oci" {
+	switch provider {
+	case "oci":
 		regionRE, imageRE, what = ociRegionRE, ociImageRE, "an image OCID (ocid1.image.…)"
+	case cloudHypervisor:
+		regionRE, imageRE, what = chHostRE, chImageRE, "a base image name the host agent lists"
 	}
 	if len(po.Regions) == 0 {
-		return fmt.Errorf("%s.regions: name at least one region (or leave %s out)", provider, provider)
+		return fmt.Errorf("%s.regions: name at least one region (or leave %s out)", key, key)
 	}
 	for region, ro := range po.Regions {
-		where := provider + ".regions." + region
+		where := key + ".regions." + region
 		if !regionRE.MatchString(region) {
+			if provider == cloudHypervisor {
+				return fmt.Errorf("%s: %q is not a host name (a DNS label)", where, region)
+			}
 			return fmt.Errorf("%s: %q is not a %s region name", where, region, provider)
 		}
 		if len(ro.WorkerImages) == 0 {
@@ -266,6 +285,9 @@ func (o *Overrides) Marshal() ([]byte, error) {
 	}
 	if po, ok := o.Providers["oci"]; ok {
 		f.OCI = &po
+	}
+	if po, ok := o.Providers[cloudHypervisor]; ok {
+		f.CloudHypervisor = &po
 	}
 	b, err := yaml.Marshal(f)
 	if err != nil {

@@ -20,6 +20,11 @@ oci:
     eu-frankfurt-1:
       workerImages:
         "1.4.0": ocid1.image.oc1.eu-frankfurt-1.aaaaaaaaworker
+cloudHypervisor:
+  regions:
+    enc-01:
+      workerImages:
+        "1.4.0": norsk-worker-1.4.0
 `
 
 func TestParseOverrides(t *testing.T) {
@@ -36,6 +41,8 @@ func TestParseOverrides(t *testing.T) {
 		{"bad ocid", "version: 1\noci:\n  regions:\n    eu-frankfurt-1:\n      workerImages:\n        \"1\": ami-0123456789abcdef0\n", "is not an image OCID"},
 		{"no images", "version: 1\naws:\n  regions:\n    eu-west-1:\n      workerImages: {}\n", "at least one worker version"},
 		{"no regions", "version: 1\naws:\n  regions: {}\n", "at least one region"},
+		{"bad host", "version: 1\ncloudHypervisor:\n  regions:\n    Enc_01:\n      workerImages:\n        \"1\": w\n", "cloudHypervisor.regions.Enc_01: \"Enc_01\" is not a host name"},
+		{"bad base image", "version: 1\ncloudHypervisor:\n  regions:\n    enc-01:\n      workerImages:\n        \"1\": /a/path\n", "is not a base image name"},
 		{"bad version key", "version: 1\naws:\n  regions:\n    eu-west-1:\n      workerImages:\n        \"a b\": ami-0123456789abcdef0\n", "is not a worker version"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,6 +58,9 @@ func TestParseOverrides(t *testing.T) {
 			}
 			if got := o.Regions("aws"); len(got) != 1 || got[0] != "eu-west-1" || !o.RunsRegion("oci", "eu-frankfurt-1") || o.RunsRegion("aws", "us-east-1") {
 				t.Errorf("regions %v", got)
+			}
+			if img, err := o.Image("cloud-hypervisor", "enc-01", "1.4.0"); err != nil || img != "norsk-worker-1.4.0" {
+				t.Errorf("cloud-hypervisor image = %q, %v", img, err)
 			}
 			if img, err := o.Image("aws", "eu-west-1", "1.5.0"); err != nil || img != "ami-0123456789abcdef1" {
 				t.Errorf("image = %q, %v", img, err)
@@ -94,6 +104,7 @@ aws:
 		"aws eu-west-1: worker image 1.5.0 (ami-0123456789abcdef1) removed",
 		"aws eu-west-1: worker image 1.6.0 = ami-0123456789abcdef6 added",
 		"aws us-east-1: region added (1 worker images)",
+		"cloud-hypervisor enc-01: region removed",
 		"oci eu-frankfurt-1: region removed",
 	}, "\n")
 	if got != want {
@@ -102,7 +113,7 @@ aws:
 	if d := old.Diff(old); len(d) != 0 {
 		t.Errorf("a file against itself: %v", d)
 	}
-	if d := old.Diff(nil); len(d) != 2 {
+	if d := old.Diff(nil); len(d) != 3 {
 		t.Errorf("against none: %v", d)
 	}
 	b, err := next.Marshal()
@@ -159,6 +170,11 @@ func TestUserData(t *testing.T) {
 	got, err := DecodeUserData(ud.Encode())
 	if err != nil || got.NodeID != ud.NodeID || len(got.ManagerURLs) != 2 || got.Token != ud.Token || got.CAHash != ud.CAHash {
 		t.Fatalf("round trip = %+v, %v", got, err)
+	}
+	// A microVM's raw first-boot disk: the user data padded with NULs.
+	padded := append(ud.Encode(), make([]byte, 700)...)
+	if got, err := DecodeUserData(padded); err != nil || got.NodeID != ud.NodeID {
+		t.Fatalf("NUL-padded = %+v, %v", got, err)
 	}
 	for _, tc := range []struct{ name, data, err string }{
 		{"no header", `{"nodeId":"a"}`, "not a Norsk worker's user data"},

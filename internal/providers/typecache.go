@@ -245,3 +245,22 @@ func orNone(s []string) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// TypesIn are the types a catalog region offers (none when the cache has
+// not loaded it), by name.
+func (c *TypeCache) TypesIn(provider, region string) []InstanceType {
+	pt, err := c.warm(provider)
+	if err != nil {
+		return nil
+	}
+	rt, ok := pt.regions[region]
+	if !ok {
+		return nil
+	}
+	out := make([]InstanceType, 0, len(rt.types))
+	for _, t := range rt.types {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

@@ -42,8 +42,12 @@ func (u UserData) Encode() []byte {
 }
 
 // DecodeUserData parses and checks a worker's user data.
+//
+// Trailing NUL bytes are ignored: a microVM's raw first-boot disk
+// (/dev/vdb) is the user data padded with NULs to whole sectors.
 func DecodeUserData(b []byte) (UserData, error) {
 	var u UserData
+	b = bytes.TrimRight(b, "\x00")
 	if len(b) > MaxUserData {
 		return u, fmt.Errorf("user data: %d bytes is more than %d", len(b), MaxUserData)
 	}

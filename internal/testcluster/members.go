@@ -303,6 +303,7 @@ func (m *Member) config() manager.Config {
 	}
 	c.mockProvider(&cfg)
 	c.cloudProviders(&cfg)
+	c.chProvider(&cfg)
 	if c.opts.ManagerConfig != nil {
 		c.opts.ManagerConfig(&cfg)
 	}

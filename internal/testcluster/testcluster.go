@@ -95,6 +95,14 @@ type Options struct {
 	// CloudRunner boots the clouds' instances (nil: an in-process worker
 	// on the process runtime; a *cloudsim.Docker boots each in a container).
 	CloudRunner cloudsim.Runner
+	// CHHosts starts that many Cloud Hypervisor host agents, each running
+	// its VMs' VMMs as local VMMs (internal/chsim) in this process, and
+	// gives the Manager the cloud-hypervisor provider with pool CHPool.
+	// See chhosts.go.
+	CHHosts int
+	// CHRunner boots the host agents' VMs' guests (nil: an in-process
+	// worker on the process runtime).
+	CHRunner cloudsim.Runner
 }
 
 // Cluster is a running in-process system.
@@ -118,6 +126,8 @@ type Cluster struct {
 	Hosts []*mockhost.Host
 	// Clouds are the cloud endpoints (Options.Clouds; nil without).
 	Clouds *Clouds
+	// CH are the host agents (Options.CHHosts; nil without).
+	CH *CHHosts
 
 	// closeOnce makes Close and the test's cleanup shut down once.
 	closeOnce sync.Once
@@ -169,6 +179,7 @@ func New(t testing.TB, opts Options) *Cluster {
 	t.Cleanup(c.Close)
 	c.startMockHosts()
 	c.startClouds()
+	c.startCHHosts()
 	c.newMembers()
 	for _, m := range c.Members {
 		m.startServer()
@@ -385,6 +396,7 @@ func (c *Cluster) shutdown() {
 		m.Stop()
 	}
 	c.stopClouds()
+	c.stopCHHosts()
 	c.closeLinks()
 	if !c.opts.KeepInstances && c.opts.Runtime == "process" {
 		killLeftovers(c.Dir)

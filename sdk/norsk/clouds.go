@@ -104,12 +104,41 @@ func (m *Manager) CreateOciNode(ctx context.Context, n OciNode) (*CloudNode, err
 	return res.Msg, nil
 }
 
+// CloudHypervisorNode asks CreateCloudHypervisorNode for a microVM node.
+type CloudHypervisorNode struct {
+	NodeID string
+	// Shape is required; Host "" = the host with the most room for it.
+	Shape         string
+	Host          string
+	Pool          string
+	Tags          map[string]string
+	WorkerVersion string
+}
+
+// CreateCloudHypervisorNode runs a worker as a Cloud Hypervisor microVM on
+// one of the Manager's host agents (the seed's createCloudHypervisorNode);
+// as CreateAwsNode. ErrResourceExhausted: no host has room for the shape.
+func (m *Manager) CreateCloudHypervisorNode(ctx context.Context, n CloudHypervisorNode) (*CloudNode, error) {
+	const op = "CreateCloudHypervisorNode"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.CreateCloudHypervisorNode(ctx, connect.NewRequest(&managerv1.CreateCloudHypervisorNodeRequest{
+		NodeId: n.NodeID, Tags: n.Tags, Host: n.Host, Shape: n.Shape, Pool: n.Pool, WorkerVersion: n.WorkerVersion,
+	}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg, nil
+}
+
 // InstanceTypeOptions are describeInstanceType's and listInstanceTypes'
 // options.
 type InstanceTypeOptions struct {
-	// Provider is "aws" (the default), or "oci".
+	// Provider is "aws" (the default), "oci" or "cloud-hypervisor".
 	Provider string
-	// Region is an AWS region / OCI availability domain ("" = any).
+	// Region is an AWS region / OCI availability domain / Cloud Hypervisor
+	// host ("" = any).
 	Region string
 }
 
@@ -191,4 +220,51 @@ func (m *Manager) ReloadExternalConfig(ctx context.Context) (*ReloadExternalConf
 		return nil, wrapError(op, err)
 	}
 	return res.Msg, nil
+}
+
+// HostAgentToken is AddHostAgent's answer: the host and its one-shot
+// registration token.
+type HostAgentToken = managerv1.AddHostAgentResponse
+
+// RegisteredHostAgent is a host agent the Manager knows (ListHostAgents).
+type RegisteredHostAgent = managerv1.RegisteredHostAgent
+
+// AddHostAgent makes a one-shot registration token for a Cloud Hypervisor
+// host agent to come: `norsk-ctl host-agent --registration-token` registers
+// with it and is given its host secret. Errors: ErrAlreadyExists,
+// ErrInvalidArgument (a name that is not a DNS label).
+func (m *Manager) AddHostAgent(ctx context.Context, name string) (*HostAgentToken, error) {
+	const op = "AddHostAgent"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.AddHostAgent(ctx, connect.NewRequest(&managerv1.AddHostAgentRequest{Name: name}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg, nil
+}
+
+// ListHostAgents lists the host agents added at run time, registered or
+// not (secrets left out).
+func (m *Manager) ListHostAgents(ctx context.Context) ([]*RegisteredHostAgent, error) {
+	const op = "ListHostAgents"
+	if err := m.alive(op); err != nil {
+		return nil, err
+	}
+	res, err := m.client.ListHostAgents(ctx, connect.NewRequest(&managerv1.ListHostAgentsRequest{}))
+	if err != nil {
+		return nil, wrapError(op, err)
+	}
+	return res.Msg.GetHostAgents(), nil
+}
+
+// RemoveHostAgent forgets a host agent added at run time. ErrNotFound.
+func (m *Manager) RemoveHostAgent(ctx context.Context, name string) error {
+	const op = "RemoveHostAgent"
+	if err := m.alive(op); err != nil {
+		return err
+	}
+	_, err := m.client.RemoveHostAgent(ctx, connect.NewRequest(&managerv1.RemoveHostAgentRequest{Name: name}))
+	return wrapError(op, err)
 }

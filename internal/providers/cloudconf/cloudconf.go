@@ -167,3 +167,68 @@ func (c OCI) Validate() error {
 	}
 	return nil
 }
+
+// CloudHypervisorName is the cloud-hypervisor provider's name.
+const CloudHypervisorName = "cloud-hypervisor"
+
+// CloudHypervisor is config.yaml's providers.cloudHypervisor: the host
+// agents the Manager runs microVM nodes on.
+type CloudHypervisor struct {
+	// Hosts are host agents by name (the provider's "regions"; the
+	// overrides file names the ones run, with their base images). Agents
+	// may instead register at run time (AddHostAgent, then the agent's
+	// RegisterHostAgent); this may then be empty.
+	Hosts map[string]CloudHypervisorHost `json:"hosts,omitempty"`
+	// Pools are elastic pool tiers created on the hosts when nothing fits.
+	Pools map[string]CloudHypervisorPool `json:"pools,omitempty"`
+}
+
+// CloudHypervisorHost is one host agent.
+type CloudHypervisorHost struct {
+	// URL is the agent's HostAgent endpoint (http(s)://host:port).
+	URL string `json:"url"`
+	// Token is the host secret the agent was started with ("" = read it
+	// from TokenFile).
+	Token     string `json:"token,omitempty"`
+	TokenFile string `json:"tokenFile,omitempty"`
+}
+
+// CloudHypervisorPool is an elastic pool tier on the host agents.
+type CloudHypervisorPool struct {
+	// Hosts to create VMs on ("" = every host), in order of preference
+	// when they have the same room.
+	Hosts []string `json:"hosts,omitempty"`
+	// Shapes, smallest first: placement picks the first a new node of
+	// which takes the work.
+	Shapes []string `json:"shapes"`
+}
+
+// Validate checks the configuration.
+func (c CloudHypervisor) Validate() error {
+	for name, h := range c.Hosts {
+		where := "providers.cloudHypervisor.hosts." + name
+		switch {
+		case name == "":
+			return errors.New("providers.cloudHypervisor.hosts: a host has an empty name")
+		case !strings.HasPrefix(h.URL, "http://") && !strings.HasPrefix(h.URL, "https://"):
+			return fmt.Errorf("%s.url: %q is not an http(s) URL", where, h.URL)
+		case h.Token == "" && h.TokenFile == "":
+			return fmt.Errorf("%s: give the host secret (token or tokenFile)", where)
+		}
+	}
+	for name, p := range c.Pools {
+		where := "providers.cloudHypervisor.pools." + name
+		switch {
+		case name == "":
+			return errors.New("providers.cloudHypervisor.pools: a pool has an empty name")
+		case len(p.Shapes) == 0:
+			return fmt.Errorf("%s.shapes: name at least one shape, smallest first", where)
+		}
+		for i, h := range p.Hosts {
+			if h == "" {
+				return fmt.Errorf("%s.hosts[%d]: empty host name", where, i)
+			}
+		}
+	}
+	return nil
+}

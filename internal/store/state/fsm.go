@@ -227,6 +227,12 @@ func (t *tx) dispatch(cmd *storev1.Command) (any, error) {
 		return t.kvCommit(c.KvCommit)
 	case *storev1.Command_MigrateSchema:
 		return nil, t.migrateSchema(c.MigrateSchema)
+	case *storev1.Command_AddHostAgent:
+		return nil, t.addHostAgent(c.AddHostAgent)
+	case *storev1.Command_RegisterHostAgent:
+		return nil, t.registerHostAgent(c.RegisterHostAgent)
+	case *storev1.Command_RemoveHostAgent:
+		return nil, t.removeHostAgent(c.RemoveHostAgent)
 	case *storev1.Command_CreateToken:
 		return nil, t.createToken(c.CreateToken)
 	case *storev1.Command_RevokeToken:

@@ -25,6 +25,7 @@ const (
 	tableMembers    = "members"
 	tableBundles    = "bundles"
 	tableMigrations = "migrations"
+	tableHostAgents = "host_agents"
 )
 
 // singleton is a row of the singletons table: one message per name (the
@@ -131,6 +132,14 @@ func schema() *memdb.DBSchema {
 				Indexes: map[string]*memdb.IndexSchema{
 					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
 						return o.(*storev1.TokenRecord).GetToken().GetId()
+					})},
+				},
+			},
+			tableHostAgents: {
+				Name: tableHostAgents,
+				Indexes: map[string]*memdb.IndexSchema{
+					"id": {Name: "id", Unique: true, Indexer: strIndex(func(o any) string {
+						return o.(*storev1.HostAgentRecord).GetName()
 					})},
 				},
 			},

@@ -70,6 +70,11 @@ func (r *Read) WriteTo(w io.Writer) (int64, error) {
 			return 0, err
 		}
 	}
+	for _, h := range r.HostAgents() {
+		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_HostAgent{HostAgent: h}}); err != nil {
+			return 0, err
+		}
+	}
 	for _, m := range r.Migrations(nil, "") {
 		if err := put(&storev1.SnapshotRecord{Record: &storev1.SnapshotRecord_Migration{Migration: m}}); err != nil {
 			return 0, err
@@ -171,6 +176,8 @@ func (s *State) Restore(rd io.Reader) (*storev1.SnapshotHeader, error) {
 			err = txn.Insert(tableSingletons, &singleton{Key: singletonLeases, Msg: x.LeaseState})
 		case *storev1.SnapshotRecord_Token:
 			err = txn.Insert(tableTokens, x.Token)
+		case *storev1.SnapshotRecord_HostAgent:
+			err = txn.Insert(tableHostAgents, x.HostAgent)
 		case *storev1.SnapshotRecord_Discovery:
 			err = txn.Insert(tableSingletons, &singleton{Key: singletonDiscovery, Msg: x.Discovery})
 		case *storev1.SnapshotRecord_AccessReplica:

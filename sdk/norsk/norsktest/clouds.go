@@ -45,6 +45,15 @@ func (s *Server) CreateOciNode(_ context.Context, req *connect.Request[managerv1
 	return nil, noProvider("oci")
 }
 
+// CreateCloudHypervisorNode implements the Manager service: shape is
+// required, then FAILED_PRECONDITION, no provider.
+func (s *Server) CreateCloudHypervisorNode(_ context.Context, req *connect.Request[managerv1.CreateCloudHypervisorNodeRequest]) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
+	if req.Msg.GetShape() == "" {
+		return nil, errorf(connect.CodeInvalidArgument, "shape: is required")
+	}
+	return nil, noProvider("cloud-hypervisor")
+}
+
 // DescribeInstanceType implements the Manager service: instanceType is
 // required, then FAILED_PRECONDITION, the provider is not run.
 func (s *Server) DescribeInstanceType(_ context.Context, req *connect.Request[managerv1.DescribeInstanceTypeRequest]) (*connect.Response[managerv1.DescribeInstanceTypeResponse], error) {
@@ -73,4 +82,28 @@ func (s *Server) ListWorkerSecurityGroups(_ context.Context, req *connect.Reques
 // FAILED_PRECONDITION, no overrides file is configured.
 func (s *Server) ReloadExternalConfig(context.Context, *connect.Request[managerv1.ReloadExternalConfigRequest]) (*connect.Response[managerv1.ReloadExternalConfigResponse], error) {
 	return nil, errorf(connect.CodeFailedPrecondition, "no overrides file is configured (providers.overridesFile in config.yaml)")
+}
+
+// AddHostAgent implements the Manager service: the fake runs no
+// cloud-hypervisor provider.
+func (s *Server) AddHostAgent(_ context.Context, req *connect.Request[managerv1.AddHostAgentRequest]) (*connect.Response[managerv1.AddHostAgentResponse], error) {
+	if req.Msg.GetName() == "" {
+		return nil, errorf(connect.CodeInvalidArgument, "name: is required")
+	}
+	return nil, noProvider("cloud-hypervisor")
+}
+
+// RegisterHostAgent implements the Manager service: no token is known.
+func (s *Server) RegisterHostAgent(context.Context, *connect.Request[managerv1.RegisterHostAgentRequest]) (*connect.Response[managerv1.RegisterHostAgentResponse], error) {
+	return nil, errorf(connect.CodeUnauthenticated, "host agent registration token is unknown")
+}
+
+// ListHostAgents implements the Manager service: none.
+func (s *Server) ListHostAgents(context.Context, *connect.Request[managerv1.ListHostAgentsRequest]) (*connect.Response[managerv1.ListHostAgentsResponse], error) {
+	return connect.NewResponse(&managerv1.ListHostAgentsResponse{}), nil
+}
+
+// RemoveHostAgent implements the Manager service: none is known.
+func (s *Server) RemoveHostAgent(_ context.Context, req *connect.Request[managerv1.RemoveHostAgentRequest]) (*connect.Response[managerv1.RemoveHostAgentResponse], error) {
+	return nil, errorf(connect.CodeNotFound, "no host agent %q", req.Msg.GetName())
 }

@@ -287,6 +287,98 @@ func (x *CreateOciNodeRequest) GetMemoryGbs() float32 {
 	return 0
 }
 
+// CreateCloudHypervisorNodeRequest asks for a microVM node on a host
+// agent (the seed's createCloudHypervisorNode).
+type CreateCloudHypervisorNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node's id; "" = the Manager names it (cloud-hypervisor-<random>).
+	NodeId string            `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Tags   map[string]string `protobuf:"bytes,2,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The host agent's name ("" = the host with the most room for the
+	// shape).
+	Host string `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	// The shape (an instance type of provider cloud-hypervisor).
+	Shape string `protobuf:"bytes,4,opt,name=shape,proto3" json:"shape,omitempty"`
+	Pool  string `protobuf:"bytes,5,opt,name=pool,proto3" json:"pool,omitempty"`
+	// The worker version whose base image boots ("" = this Manager's
+	// version): the overrides file's version table for the host names it.
+	WorkerVersion string `protobuf:"bytes,6,opt,name=worker_version,json=workerVersion,proto3" json:"worker_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateCloudHypervisorNodeRequest) Reset() {
+	*x = CreateCloudHypervisorNodeRequest{}
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateCloudHypervisorNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateCloudHypervisorNodeRequest) ProtoMessage() {}
+
+func (x *CreateCloudHypervisorNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateCloudHypervisorNodeRequest.ProtoReflect.Descriptor instead.
+func (*CreateCloudHypervisorNodeRequest) Descriptor() ([]byte, []int) {
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CreateCloudHypervisorNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CreateCloudHypervisorNodeRequest) GetTags() map[string]string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *CreateCloudHypervisorNodeRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *CreateCloudHypervisorNodeRequest) GetShape() string {
+	if x != nil {
+		return x.Shape
+	}
+	return ""
+}
+
+func (x *CreateCloudHypervisorNodeRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *CreateCloudHypervisorNodeRequest) GetWorkerVersion() string {
+	if x != nil {
+		return x.WorkerVersion
+	}
+	return ""
+}
+
 // CreateCloudNodeResponse is the answer of CreateAwsNode and CreateOciNode:
 // the node (STARTING until its worker calls in, then ONLINE) and the
 // instance launched for it.
@@ -312,7 +404,7 @@ type CreateCloudNodeResponse struct {
 
 func (x *CreateCloudNodeResponse) Reset() {
 	*x = CreateCloudNodeResponse{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[2]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -324,7 +416,7 @@ func (x *CreateCloudNodeResponse) String() string {
 func (*CreateCloudNodeResponse) ProtoMessage() {}
 
 func (x *CreateCloudNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[2]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -337,7 +429,7 @@ func (x *CreateCloudNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCloudNodeResponse.ProtoReflect.Descriptor instead.
 func (*CreateCloudNodeResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{2}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateCloudNodeResponse) GetNodeId() string {
@@ -429,7 +521,7 @@ type CloudInstance struct {
 
 func (x *CloudInstance) Reset() {
 	*x = CloudInstance{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[3]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +533,7 @@ func (x *CloudInstance) String() string {
 func (*CloudInstance) ProtoMessage() {}
 
 func (x *CloudInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[3]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +546,7 @@ func (x *CloudInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloudInstance.ProtoReflect.Descriptor instead.
 func (*CloudInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{3}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CloudInstance) GetRegion() string {
@@ -565,9 +657,10 @@ func (x *CloudInstance) GetMemoryGbs() float32 {
 type DescribeInstanceTypeRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	InstanceType string                 `protobuf:"bytes,1,opt,name=instance_type,json=instanceType,proto3" json:"instance_type,omitempty"`
-	// aws (default), oci.
+	// aws (default), oci, cloud-hypervisor.
 	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
-	// An AWS region / OCI availability domain ("" = any).
+	// An AWS region / OCI availability domain / Cloud Hypervisor host ("" =
+	// any).
 	Region        string `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -575,7 +668,7 @@ type DescribeInstanceTypeRequest struct {
 
 func (x *DescribeInstanceTypeRequest) Reset() {
 	*x = DescribeInstanceTypeRequest{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[4]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +680,7 @@ func (x *DescribeInstanceTypeRequest) String() string {
 func (*DescribeInstanceTypeRequest) ProtoMessage() {}
 
 func (x *DescribeInstanceTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[4]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +693,7 @@ func (x *DescribeInstanceTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeInstanceTypeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeInstanceTypeRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{4}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DescribeInstanceTypeRequest) GetInstanceType() string {
@@ -642,7 +735,7 @@ type InstanceTypeInfo struct {
 
 func (x *InstanceTypeInfo) Reset() {
 	*x = InstanceTypeInfo{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +747,7 @@ func (x *InstanceTypeInfo) String() string {
 func (*InstanceTypeInfo) ProtoMessage() {}
 
 func (x *InstanceTypeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[5]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +760,7 @@ func (x *InstanceTypeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceTypeInfo.ProtoReflect.Descriptor instead.
 func (*InstanceTypeInfo) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{5}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InstanceTypeInfo) GetInstanceType() string {
@@ -724,7 +817,7 @@ type DescribeInstanceTypeResponse struct {
 
 func (x *DescribeInstanceTypeResponse) Reset() {
 	*x = DescribeInstanceTypeResponse{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +829,7 @@ func (x *DescribeInstanceTypeResponse) String() string {
 func (*DescribeInstanceTypeResponse) ProtoMessage() {}
 
 func (x *DescribeInstanceTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[6]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +842,7 @@ func (x *DescribeInstanceTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeInstanceTypeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeInstanceTypeResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{6}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DescribeInstanceTypeResponse) GetInstanceType() *InstanceTypeInfo {
@@ -776,7 +869,7 @@ type ListInstanceTypesRequest struct {
 
 func (x *ListInstanceTypesRequest) Reset() {
 	*x = ListInstanceTypesRequest{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +881,7 @@ func (x *ListInstanceTypesRequest) String() string {
 func (*ListInstanceTypesRequest) ProtoMessage() {}
 
 func (x *ListInstanceTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[7]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +894,7 @@ func (x *ListInstanceTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstanceTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstanceTypesRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{7}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListInstanceTypesRequest) GetProvider() string {
@@ -830,7 +923,7 @@ type ListInstanceTypesResponse struct {
 
 func (x *ListInstanceTypesResponse) Reset() {
 	*x = ListInstanceTypesResponse{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +935,7 @@ func (x *ListInstanceTypesResponse) String() string {
 func (*ListInstanceTypesResponse) ProtoMessage() {}
 
 func (x *ListInstanceTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[8]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +948,7 @@ func (x *ListInstanceTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstanceTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstanceTypesResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{8}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListInstanceTypesResponse) GetKnown() bool {
@@ -882,7 +975,7 @@ type ListWorkerSecurityGroupsRequest struct {
 
 func (x *ListWorkerSecurityGroupsRequest) Reset() {
 	*x = ListWorkerSecurityGroupsRequest{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +987,7 @@ func (x *ListWorkerSecurityGroupsRequest) String() string {
 func (*ListWorkerSecurityGroupsRequest) ProtoMessage() {}
 
 func (x *ListWorkerSecurityGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[9]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1000,7 @@ func (x *ListWorkerSecurityGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkerSecurityGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkerSecurityGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{9}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListWorkerSecurityGroupsRequest) GetRegion() string {
@@ -934,7 +1027,7 @@ type SecurityGroupRule struct {
 
 func (x *SecurityGroupRule) Reset() {
 	*x = SecurityGroupRule{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1039,7 @@ func (x *SecurityGroupRule) String() string {
 func (*SecurityGroupRule) ProtoMessage() {}
 
 func (x *SecurityGroupRule) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[10]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1052,7 @@ func (x *SecurityGroupRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SecurityGroupRule.ProtoReflect.Descriptor instead.
 func (*SecurityGroupRule) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{10}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SecurityGroupRule) GetProtocol() string {
@@ -1021,7 +1114,7 @@ type WorkerSecurityGroup struct {
 
 func (x *WorkerSecurityGroup) Reset() {
 	*x = WorkerSecurityGroup{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[11]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1126,7 @@ func (x *WorkerSecurityGroup) String() string {
 func (*WorkerSecurityGroup) ProtoMessage() {}
 
 func (x *WorkerSecurityGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[11]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1139,7 @@ func (x *WorkerSecurityGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerSecurityGroup.ProtoReflect.Descriptor instead.
 func (*WorkerSecurityGroup) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{11}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkerSecurityGroup) GetGroupId() string {
@@ -1107,7 +1200,7 @@ type ListWorkerSecurityGroupsResponse struct {
 
 func (x *ListWorkerSecurityGroupsResponse) Reset() {
 	*x = ListWorkerSecurityGroupsResponse{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[12]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1212,7 @@ func (x *ListWorkerSecurityGroupsResponse) String() string {
 func (*ListWorkerSecurityGroupsResponse) ProtoMessage() {}
 
 func (x *ListWorkerSecurityGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[12]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1225,7 @@ func (x *ListWorkerSecurityGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkerSecurityGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkerSecurityGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{12}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListWorkerSecurityGroupsResponse) GetGroups() []*WorkerSecurityGroup {
@@ -1150,7 +1243,7 @@ type ReloadExternalConfigRequest struct {
 
 func (x *ReloadExternalConfigRequest) Reset() {
 	*x = ReloadExternalConfigRequest{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[13]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1255,7 @@ func (x *ReloadExternalConfigRequest) String() string {
 func (*ReloadExternalConfigRequest) ProtoMessage() {}
 
 func (x *ReloadExternalConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[13]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1268,7 @@ func (x *ReloadExternalConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadExternalConfigRequest.ProtoReflect.Descriptor instead.
 func (*ReloadExternalConfigRequest) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{13}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{14}
 }
 
 // ExternalConfigReload is one member's reload of its overrides file.
@@ -1197,7 +1290,7 @@ type ExternalConfigReload struct {
 
 func (x *ExternalConfigReload) Reset() {
 	*x = ExternalConfigReload{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[14]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1302,7 @@ func (x *ExternalConfigReload) String() string {
 func (*ExternalConfigReload) ProtoMessage() {}
 
 func (x *ExternalConfigReload) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[14]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1315,7 @@ func (x *ExternalConfigReload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalConfigReload.ProtoReflect.Descriptor instead.
 func (*ExternalConfigReload) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{14}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExternalConfigReload) GetMember() string {
@@ -1272,7 +1365,7 @@ type ReloadExternalConfigResponse struct {
 
 func (x *ReloadExternalConfigResponse) Reset() {
 	*x = ReloadExternalConfigResponse{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[15]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1377,7 @@ func (x *ReloadExternalConfigResponse) String() string {
 func (*ReloadExternalConfigResponse) ProtoMessage() {}
 
 func (x *ReloadExternalConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[15]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1390,7 @@ func (x *ReloadExternalConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadExternalConfigResponse.ProtoReflect.Descriptor instead.
 func (*ReloadExternalConfigResponse) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{15}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReloadExternalConfigResponse) GetMembers() []*ExternalConfigReload {
@@ -1333,7 +1426,7 @@ type ElasticChoice struct {
 
 func (x *ElasticChoice) Reset() {
 	*x = ElasticChoice{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[16]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1438,7 @@ func (x *ElasticChoice) String() string {
 func (*ElasticChoice) ProtoMessage() {}
 
 func (x *ElasticChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[16]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1451,7 @@ func (x *ElasticChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElasticChoice.ProtoReflect.Descriptor instead.
 func (*ElasticChoice) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{16}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ElasticChoice) GetProvider() string {
@@ -1421,7 +1514,7 @@ type ElasticRejection struct {
 
 func (x *ElasticRejection) Reset() {
 	*x = ElasticRejection{}
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[17]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1526,7 @@ func (x *ElasticRejection) String() string {
 func (*ElasticRejection) ProtoMessage() {}
 
 func (x *ElasticRejection) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[17]
+	mi := &file_norsk_manager_v1_cloud_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1539,7 @@ func (x *ElasticRejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElasticRejection.ProtoReflect.Descriptor instead.
 func (*ElasticRejection) Descriptor() ([]byte, []int) {
-	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{17}
+	return file_norsk_manager_v1_cloud_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ElasticRejection) GetInstanceType() string {
@@ -1504,6 +1597,16 @@ const file_norsk_manager_v1_cloud_proto_rawDesc = "" +
 	" \x01(\x02R\x05ocpus\x12\x1d\n" +
 	"\n" +
 	"memory_gbs\x18\v \x01(\x02R\tmemoryGbs\x1a7\n" +
+	"\tTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x02\n" +
+	" CreateCloudHypervisorNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12P\n" +
+	"\x04tags\x18\x02 \x03(\v2<.norsk.manager.v1.CreateCloudHypervisorNodeRequest.TagsEntryR\x04tags\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x14\n" +
+	"\x05shape\x18\x04 \x01(\tR\x05shape\x12\x12\n" +
+	"\x04pool\x18\x05 \x01(\tR\x04pool\x12%\n" +
+	"\x0eworker_version\x18\x06 \x01(\tR\rworkerVersion\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf2\x01\n" +
@@ -1613,43 +1716,46 @@ func file_norsk_manager_v1_cloud_proto_rawDescGZIP() []byte {
 	return file_norsk_manager_v1_cloud_proto_rawDescData
 }
 
-var file_norsk_manager_v1_cloud_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_norsk_manager_v1_cloud_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_norsk_manager_v1_cloud_proto_goTypes = []any{
 	(*CreateAwsNodeRequest)(nil),             // 0: norsk.manager.v1.CreateAwsNodeRequest
 	(*CreateOciNodeRequest)(nil),             // 1: norsk.manager.v1.CreateOciNodeRequest
-	(*CreateCloudNodeResponse)(nil),          // 2: norsk.manager.v1.CreateCloudNodeResponse
-	(*CloudInstance)(nil),                    // 3: norsk.manager.v1.CloudInstance
-	(*DescribeInstanceTypeRequest)(nil),      // 4: norsk.manager.v1.DescribeInstanceTypeRequest
-	(*InstanceTypeInfo)(nil),                 // 5: norsk.manager.v1.InstanceTypeInfo
-	(*DescribeInstanceTypeResponse)(nil),     // 6: norsk.manager.v1.DescribeInstanceTypeResponse
-	(*ListInstanceTypesRequest)(nil),         // 7: norsk.manager.v1.ListInstanceTypesRequest
-	(*ListInstanceTypesResponse)(nil),        // 8: norsk.manager.v1.ListInstanceTypesResponse
-	(*ListWorkerSecurityGroupsRequest)(nil),  // 9: norsk.manager.v1.ListWorkerSecurityGroupsRequest
-	(*SecurityGroupRule)(nil),                // 10: norsk.manager.v1.SecurityGroupRule
-	(*WorkerSecurityGroup)(nil),              // 11: norsk.manager.v1.WorkerSecurityGroup
-	(*ListWorkerSecurityGroupsResponse)(nil), // 12: norsk.manager.v1.ListWorkerSecurityGroupsResponse
-	(*ReloadExternalConfigRequest)(nil),      // 13: norsk.manager.v1.ReloadExternalConfigRequest
-	(*ExternalConfigReload)(nil),             // 14: norsk.manager.v1.ExternalConfigReload
-	(*ReloadExternalConfigResponse)(nil),     // 15: norsk.manager.v1.ReloadExternalConfigResponse
-	(*ElasticChoice)(nil),                    // 16: norsk.manager.v1.ElasticChoice
-	(*ElasticRejection)(nil),                 // 17: norsk.manager.v1.ElasticRejection
-	nil,                                      // 18: norsk.manager.v1.CreateAwsNodeRequest.TagsEntry
-	nil,                                      // 19: norsk.manager.v1.CreateOciNodeRequest.TagsEntry
+	(*CreateCloudHypervisorNodeRequest)(nil), // 2: norsk.manager.v1.CreateCloudHypervisorNodeRequest
+	(*CreateCloudNodeResponse)(nil),          // 3: norsk.manager.v1.CreateCloudNodeResponse
+	(*CloudInstance)(nil),                    // 4: norsk.manager.v1.CloudInstance
+	(*DescribeInstanceTypeRequest)(nil),      // 5: norsk.manager.v1.DescribeInstanceTypeRequest
+	(*InstanceTypeInfo)(nil),                 // 6: norsk.manager.v1.InstanceTypeInfo
+	(*DescribeInstanceTypeResponse)(nil),     // 7: norsk.manager.v1.DescribeInstanceTypeResponse
+	(*ListInstanceTypesRequest)(nil),         // 8: norsk.manager.v1.ListInstanceTypesRequest
+	(*ListInstanceTypesResponse)(nil),        // 9: norsk.manager.v1.ListInstanceTypesResponse
+	(*ListWorkerSecurityGroupsRequest)(nil),  // 10: norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	(*SecurityGroupRule)(nil),                // 11: norsk.manager.v1.SecurityGroupRule
+	(*WorkerSecurityGroup)(nil),              // 12: norsk.manager.v1.WorkerSecurityGroup
+	(*ListWorkerSecurityGroupsResponse)(nil), // 13: norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	(*ReloadExternalConfigRequest)(nil),      // 14: norsk.manager.v1.ReloadExternalConfigRequest
+	(*ExternalConfigReload)(nil),             // 15: norsk.manager.v1.ExternalConfigReload
+	(*ReloadExternalConfigResponse)(nil),     // 16: norsk.manager.v1.ReloadExternalConfigResponse
+	(*ElasticChoice)(nil),                    // 17: norsk.manager.v1.ElasticChoice
+	(*ElasticRejection)(nil),                 // 18: norsk.manager.v1.ElasticRejection
+	nil,                                      // 19: norsk.manager.v1.CreateAwsNodeRequest.TagsEntry
+	nil,                                      // 20: norsk.manager.v1.CreateOciNodeRequest.TagsEntry
+	nil,                                      // 21: norsk.manager.v1.CreateCloudHypervisorNodeRequest.TagsEntry
 }
 var file_norsk_manager_v1_cloud_proto_depIdxs = []int32{
-	18, // 0: norsk.manager.v1.CreateAwsNodeRequest.tags:type_name -> norsk.manager.v1.CreateAwsNodeRequest.TagsEntry
-	19, // 1: norsk.manager.v1.CreateOciNodeRequest.tags:type_name -> norsk.manager.v1.CreateOciNodeRequest.TagsEntry
-	5,  // 2: norsk.manager.v1.DescribeInstanceTypeResponse.instance_type:type_name -> norsk.manager.v1.InstanceTypeInfo
-	5,  // 3: norsk.manager.v1.ListInstanceTypesResponse.instance_types:type_name -> norsk.manager.v1.InstanceTypeInfo
-	10, // 4: norsk.manager.v1.WorkerSecurityGroup.ingress:type_name -> norsk.manager.v1.SecurityGroupRule
-	11, // 5: norsk.manager.v1.ListWorkerSecurityGroupsResponse.groups:type_name -> norsk.manager.v1.WorkerSecurityGroup
-	14, // 6: norsk.manager.v1.ReloadExternalConfigResponse.members:type_name -> norsk.manager.v1.ExternalConfigReload
-	17, // 7: norsk.manager.v1.ElasticChoice.cheaper:type_name -> norsk.manager.v1.ElasticRejection
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	19, // 0: norsk.manager.v1.CreateAwsNodeRequest.tags:type_name -> norsk.manager.v1.CreateAwsNodeRequest.TagsEntry
+	20, // 1: norsk.manager.v1.CreateOciNodeRequest.tags:type_name -> norsk.manager.v1.CreateOciNodeRequest.TagsEntry
+	21, // 2: norsk.manager.v1.CreateCloudHypervisorNodeRequest.tags:type_name -> norsk.manager.v1.CreateCloudHypervisorNodeRequest.TagsEntry
+	6,  // 3: norsk.manager.v1.DescribeInstanceTypeResponse.instance_type:type_name -> norsk.manager.v1.InstanceTypeInfo
+	6,  // 4: norsk.manager.v1.ListInstanceTypesResponse.instance_types:type_name -> norsk.manager.v1.InstanceTypeInfo
+	11, // 5: norsk.manager.v1.WorkerSecurityGroup.ingress:type_name -> norsk.manager.v1.SecurityGroupRule
+	12, // 6: norsk.manager.v1.ListWorkerSecurityGroupsResponse.groups:type_name -> norsk.manager.v1.WorkerSecurityGroup
+	15, // 7: norsk.manager.v1.ReloadExternalConfigResponse.members:type_name -> norsk.manager.v1.ExternalConfigReload
+	18, // 8: norsk.manager.v1.ElasticChoice.cheaper:type_name -> norsk.manager.v1.ElasticRejection
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_norsk_manager_v1_cloud_proto_init() }
@@ -1663,7 +1769,7 @@ func file_norsk_manager_v1_cloud_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_manager_v1_cloud_proto_rawDesc), len(file_norsk_manager_v1_cloud_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

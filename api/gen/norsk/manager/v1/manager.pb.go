@@ -4517,7 +4517,7 @@ var File_norsk_manager_v1_manager_proto protoreflect.FileDescriptor
 
 const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\n" +
-	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
+	"\x1enorsk/manager/v1/manager.proto\x12\x10norsk.manager.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1enorsk/manager/v1/cluster.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a!norsk/manager/v1/host_agent.proto\x1a\x1cnorsk/manager/v1/event.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a\x1cnorsk/manager/v1/lease.proto\x1a norsk/manager/v1/migration.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a norsk/manager/v1/placement.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a!norsk/manager/v1/store_info.proto\"\\\n" +
 	"\fHelloRequest\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\tR\x0fprotocolVersion\x12!\n" +
 	"\fclient_label\x18\x02 \x01(\tR\vclientLabel\"\xc2\x02\n" +
@@ -4802,7 +4802,7 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\tDateField\x12\x16\n" +
 	"\x12DATE_FIELD_CREATED\x10\x00\x12\x16\n" +
 	"\x12DATE_FIELD_UPDATED\x10\x01\x12\x14\n" +
-	"\x10DATE_FIELD_START\x10\x022\xc7C\n" +
+	"\x10DATE_FIELD_START\x10\x022\x81H\n" +
 	"\aManager\x12M\n" +
 	"\x05Hello\x12\x1e.norsk.manager.v1.HelloRequest\x1a\x1d.norsk.manager.v1.DaemonHello\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
 	"\aVersion\x12 .norsk.manager.v1.VersionRequest\x1a\x1d.norsk.manager.v1.VersionInfo\"\x05\x8a\xb5\x18\x01\x01\x12Q\n" +
@@ -4830,7 +4830,12 @@ const file_norsk_manager_v1_manager_proto_rawDesc = "" +
 	"\x0ePrefetchImages\x12'.norsk.manager.v1.PrefetchImagesRequest\x1a(.norsk.manager.v1.PrefetchImagesResponse\"\x05\x8a\xb5\x18\x01\x03\x12j\n" +
 	"\x0eCreateMockNode\x12'.norsk.manager.v1.CreateMockNodeRequest\x1a(.norsk.manager.v1.CreateMockNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12i\n" +
 	"\rCreateAwsNode\x12&.norsk.manager.v1.CreateAwsNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12i\n" +
-	"\rCreateOciNode\x12&.norsk.manager.v1.CreateOciNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12|\n" +
+	"\rCreateOciNode\x12&.norsk.manager.v1.CreateOciNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12d\n" +
+	"\fAddHostAgent\x12%.norsk.manager.v1.AddHostAgentRequest\x1a&.norsk.manager.v1.AddHostAgentResponse\"\x05\x8a\xb5\x18\x01\x04\x12s\n" +
+	"\x11RegisterHostAgent\x12*.norsk.manager.v1.RegisterHostAgentRequest\x1a+.norsk.manager.v1.RegisterHostAgentResponse\"\x05\x8a\xb5\x18\x01\x06\x12j\n" +
+	"\x0eListHostAgents\x12'.norsk.manager.v1.ListHostAgentsRequest\x1a(.norsk.manager.v1.ListHostAgentsResponse\"\x05\x8a\xb5\x18\x01\x02\x12m\n" +
+	"\x0fRemoveHostAgent\x12(.norsk.manager.v1.RemoveHostAgentRequest\x1a).norsk.manager.v1.RemoveHostAgentResponse\"\x05\x8a\xb5\x18\x01\x04\x12\x81\x01\n" +
+	"\x19CreateCloudHypervisorNode\x122.norsk.manager.v1.CreateCloudHypervisorNodeRequest\x1a).norsk.manager.v1.CreateCloudNodeResponse\"\x05\x8a\xb5\x18\x01\x03\x12|\n" +
 	"\x14DescribeInstanceType\x12-.norsk.manager.v1.DescribeInstanceTypeRequest\x1a..norsk.manager.v1.DescribeInstanceTypeResponse\"\x05\x8a\xb5\x18\x01\x02\x12s\n" +
 	"\x11ListInstanceTypes\x12*.norsk.manager.v1.ListInstanceTypesRequest\x1a+.norsk.manager.v1.ListInstanceTypesResponse\"\x05\x8a\xb5\x18\x01\x02\x12\x88\x01\n" +
 	"\x18ListWorkerSecurityGroups\x121.norsk.manager.v1.ListWorkerSecurityGroupsRequest\x1a2.norsk.manager.v1.ListWorkerSecurityGroupsResponse\"\x05\x8a\xb5\x18\x01\x02\x12|\n" +
@@ -4999,88 +5004,97 @@ var file_norsk_manager_v1_manager_proto_goTypes = []any{
 	(*NodeDrain)(nil),                          // 92: norsk.manager.v1.NodeDrain
 	(*CreateAwsNodeRequest)(nil),               // 93: norsk.manager.v1.CreateAwsNodeRequest
 	(*CreateOciNodeRequest)(nil),               // 94: norsk.manager.v1.CreateOciNodeRequest
-	(*DescribeInstanceTypeRequest)(nil),        // 95: norsk.manager.v1.DescribeInstanceTypeRequest
-	(*ListInstanceTypesRequest)(nil),           // 96: norsk.manager.v1.ListInstanceTypesRequest
-	(*ListWorkerSecurityGroupsRequest)(nil),    // 97: norsk.manager.v1.ListWorkerSecurityGroupsRequest
-	(*ReloadExternalConfigRequest)(nil),        // 98: norsk.manager.v1.ReloadExternalConfigRequest
-	(*AppendAuditEntryRequest)(nil),            // 99: norsk.manager.v1.AppendAuditEntryRequest
-	(*GetAuditLogRequest)(nil),                 // 100: norsk.manager.v1.GetAuditLogRequest
-	(*PruneAuditLogRequest)(nil),               // 101: norsk.manager.v1.PruneAuditLogRequest
-	(*KvCommitRequest)(nil),                    // 102: norsk.manager.v1.KvCommitRequest
-	(*KvGetRequest)(nil),                       // 103: norsk.manager.v1.KvGetRequest
-	(*KvListRequest)(nil),                      // 104: norsk.manager.v1.KvListRequest
-	(*GetStoreInfoRequest)(nil),                // 105: norsk.manager.v1.GetStoreInfoRequest
-	(*SnapshotSaveRequest)(nil),                // 106: norsk.manager.v1.SnapshotSaveRequest
-	(*CreateTokenRequest)(nil),                 // 107: norsk.manager.v1.CreateTokenRequest
-	(*ListTokensRequest)(nil),                  // 108: norsk.manager.v1.ListTokensRequest
-	(*RevokeTokenRequest)(nil),                 // 109: norsk.manager.v1.RevokeTokenRequest
-	(*PublishDiscoveryFleetRequest)(nil),       // 110: norsk.manager.v1.PublishDiscoveryFleetRequest
-	(*GetDiscoveryFleetRequest)(nil),           // 111: norsk.manager.v1.GetDiscoveryFleetRequest
-	(*RotateDiscoveryTierSecretRequest)(nil),   // 112: norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	(*PublishAccessReplicaRequest)(nil),        // 113: norsk.manager.v1.PublishAccessReplicaRequest
-	(*AddClusterMemberRequest)(nil),            // 114: norsk.manager.v1.AddClusterMemberRequest
-	(*RemoveClusterMemberRequest)(nil),         // 115: norsk.manager.v1.RemoveClusterMemberRequest
-	(*ForceStandaloneRequest)(nil),             // 116: norsk.manager.v1.ForceStandaloneRequest
-	(*LeaveQuorumRequest)(nil),                 // 117: norsk.manager.v1.LeaveQuorumRequest
-	(*GetClusterStatusRequest)(nil),            // 118: norsk.manager.v1.GetClusterStatusRequest
-	(*GetClusterEventsRequest)(nil),            // 119: norsk.manager.v1.GetClusterEventsRequest
-	(*AnnounceControlPlaneRequest)(nil),        // 120: norsk.manager.v1.AnnounceControlPlaneRequest
-	(*ExplainPlacementRequest)(nil),            // 121: norsk.manager.v1.ExplainPlacementRequest
-	(*CreateBundleRequest)(nil),                // 122: norsk.manager.v1.CreateBundleRequest
-	(*UpdateBundleRequest)(nil),                // 123: norsk.manager.v1.UpdateBundleRequest
-	(*DeleteBundleRequest)(nil),                // 124: norsk.manager.v1.DeleteBundleRequest
-	(*BundleByIdRequest)(nil),                  // 125: norsk.manager.v1.BundleByIdRequest
-	(*ListBundlesRequest)(nil),                 // 126: norsk.manager.v1.ListBundlesRequest
-	(*StartBundleJobRequest)(nil),              // 127: norsk.manager.v1.StartBundleJobRequest
-	(*StopBundleJobRequest)(nil),               // 128: norsk.manager.v1.StopBundleJobRequest
-	(*SetBundleStopTimeRequest)(nil),           // 129: norsk.manager.v1.SetBundleStopTimeRequest
-	(*RenewBundleLeaseRequest)(nil),            // 130: norsk.manager.v1.RenewBundleLeaseRequest
-	(*PauseLeasesRequest)(nil),                 // 131: norsk.manager.v1.PauseLeasesRequest
-	(*ResumeLeasesRequest)(nil),                // 132: norsk.manager.v1.ResumeLeasesRequest
-	(*GetLeaseStatusRequest)(nil),              // 133: norsk.manager.v1.GetLeaseStatusRequest
-	(*EventStreamRequest)(nil),                 // 134: norsk.manager.v1.EventStreamRequest
-	(*JobHash)(nil),                            // 135: norsk.manager.v1.JobHash
-	(*CreateCloudNodeResponse)(nil),            // 136: norsk.manager.v1.CreateCloudNodeResponse
-	(*DescribeInstanceTypeResponse)(nil),       // 137: norsk.manager.v1.DescribeInstanceTypeResponse
-	(*ListInstanceTypesResponse)(nil),          // 138: norsk.manager.v1.ListInstanceTypesResponse
-	(*ListWorkerSecurityGroupsResponse)(nil),   // 139: norsk.manager.v1.ListWorkerSecurityGroupsResponse
-	(*ReloadExternalConfigResponse)(nil),       // 140: norsk.manager.v1.ReloadExternalConfigResponse
-	(*AppendAuditEntryResponse)(nil),           // 141: norsk.manager.v1.AppendAuditEntryResponse
-	(*GetAuditLogResponse)(nil),                // 142: norsk.manager.v1.GetAuditLogResponse
-	(*PruneAuditLogResponse)(nil),              // 143: norsk.manager.v1.PruneAuditLogResponse
-	(*KvCommitResponse)(nil),                   // 144: norsk.manager.v1.KvCommitResponse
-	(*KvGetResponse)(nil),                      // 145: norsk.manager.v1.KvGetResponse
-	(*KvListResponse)(nil),                     // 146: norsk.manager.v1.KvListResponse
-	(*StoreInfo)(nil),                          // 147: norsk.manager.v1.StoreInfo
-	(*SnapshotChunk)(nil),                      // 148: norsk.manager.v1.SnapshotChunk
-	(*CreateTokenResponse)(nil),                // 149: norsk.manager.v1.CreateTokenResponse
-	(*ListTokensResponse)(nil),                 // 150: norsk.manager.v1.ListTokensResponse
-	(*RevokeTokenResponse)(nil),                // 151: norsk.manager.v1.RevokeTokenResponse
-	(*PublishDiscoveryFleetResponse)(nil),      // 152: norsk.manager.v1.PublishDiscoveryFleetResponse
-	(*GetDiscoveryFleetResponse)(nil),          // 153: norsk.manager.v1.GetDiscoveryFleetResponse
-	(*RotateDiscoveryTierSecretResponse)(nil),  // 154: norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	(*PublishAccessReplicaResponse)(nil),       // 155: norsk.manager.v1.PublishAccessReplicaResponse
-	(*AddClusterMemberResponse)(nil),           // 156: norsk.manager.v1.AddClusterMemberResponse
-	(*RemoveClusterMemberResponse)(nil),        // 157: norsk.manager.v1.RemoveClusterMemberResponse
-	(*ForceStandaloneResponse)(nil),            // 158: norsk.manager.v1.ForceStandaloneResponse
-	(*LeaveQuorumResponse)(nil),                // 159: norsk.manager.v1.LeaveQuorumResponse
-	(*ClusterStatus)(nil),                      // 160: norsk.manager.v1.ClusterStatus
-	(*GetClusterEventsResponse)(nil),           // 161: norsk.manager.v1.GetClusterEventsResponse
-	(*AnnounceControlPlaneResponse)(nil),       // 162: norsk.manager.v1.AnnounceControlPlaneResponse
-	(*ExplainPlacementResponse)(nil),           // 163: norsk.manager.v1.ExplainPlacementResponse
-	(*CreateBundleResponse)(nil),               // 164: norsk.manager.v1.CreateBundleResponse
-	(*UpdateBundleResponse)(nil),               // 165: norsk.manager.v1.UpdateBundleResponse
-	(*DeleteBundleResponse)(nil),               // 166: norsk.manager.v1.DeleteBundleResponse
-	(*BundleWithJobs)(nil),                     // 167: norsk.manager.v1.BundleWithJobs
-	(*ListBundlesResponse)(nil),                // 168: norsk.manager.v1.ListBundlesResponse
-	(*StartBundleJobResponse)(nil),             // 169: norsk.manager.v1.StartBundleJobResponse
-	(*StopBundleJobResponse)(nil),              // 170: norsk.manager.v1.StopBundleJobResponse
-	(*SetBundleStopTimeResponse)(nil),          // 171: norsk.manager.v1.SetBundleStopTimeResponse
-	(*RenewBundleLeaseResponse)(nil),           // 172: norsk.manager.v1.RenewBundleLeaseResponse
-	(*PauseLeasesResponse)(nil),                // 173: norsk.manager.v1.PauseLeasesResponse
-	(*ResumeLeasesResponse)(nil),               // 174: norsk.manager.v1.ResumeLeasesResponse
-	(*LeaseStatus)(nil),                        // 175: norsk.manager.v1.LeaseStatus
-	(*Event)(nil),                              // 176: norsk.manager.v1.Event
+	(*AddHostAgentRequest)(nil),                // 95: norsk.manager.v1.AddHostAgentRequest
+	(*RegisterHostAgentRequest)(nil),           // 96: norsk.manager.v1.RegisterHostAgentRequest
+	(*ListHostAgentsRequest)(nil),              // 97: norsk.manager.v1.ListHostAgentsRequest
+	(*RemoveHostAgentRequest)(nil),             // 98: norsk.manager.v1.RemoveHostAgentRequest
+	(*CreateCloudHypervisorNodeRequest)(nil),   // 99: norsk.manager.v1.CreateCloudHypervisorNodeRequest
+	(*DescribeInstanceTypeRequest)(nil),        // 100: norsk.manager.v1.DescribeInstanceTypeRequest
+	(*ListInstanceTypesRequest)(nil),           // 101: norsk.manager.v1.ListInstanceTypesRequest
+	(*ListWorkerSecurityGroupsRequest)(nil),    // 102: norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	(*ReloadExternalConfigRequest)(nil),        // 103: norsk.manager.v1.ReloadExternalConfigRequest
+	(*AppendAuditEntryRequest)(nil),            // 104: norsk.manager.v1.AppendAuditEntryRequest
+	(*GetAuditLogRequest)(nil),                 // 105: norsk.manager.v1.GetAuditLogRequest
+	(*PruneAuditLogRequest)(nil),               // 106: norsk.manager.v1.PruneAuditLogRequest
+	(*KvCommitRequest)(nil),                    // 107: norsk.manager.v1.KvCommitRequest
+	(*KvGetRequest)(nil),                       // 108: norsk.manager.v1.KvGetRequest
+	(*KvListRequest)(nil),                      // 109: norsk.manager.v1.KvListRequest
+	(*GetStoreInfoRequest)(nil),                // 110: norsk.manager.v1.GetStoreInfoRequest
+	(*SnapshotSaveRequest)(nil),                // 111: norsk.manager.v1.SnapshotSaveRequest
+	(*CreateTokenRequest)(nil),                 // 112: norsk.manager.v1.CreateTokenRequest
+	(*ListTokensRequest)(nil),                  // 113: norsk.manager.v1.ListTokensRequest
+	(*RevokeTokenRequest)(nil),                 // 114: norsk.manager.v1.RevokeTokenRequest
+	(*PublishDiscoveryFleetRequest)(nil),       // 115: norsk.manager.v1.PublishDiscoveryFleetRequest
+	(*GetDiscoveryFleetRequest)(nil),           // 116: norsk.manager.v1.GetDiscoveryFleetRequest
+	(*RotateDiscoveryTierSecretRequest)(nil),   // 117: norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	(*PublishAccessReplicaRequest)(nil),        // 118: norsk.manager.v1.PublishAccessReplicaRequest
+	(*AddClusterMemberRequest)(nil),            // 119: norsk.manager.v1.AddClusterMemberRequest
+	(*RemoveClusterMemberRequest)(nil),         // 120: norsk.manager.v1.RemoveClusterMemberRequest
+	(*ForceStandaloneRequest)(nil),             // 121: norsk.manager.v1.ForceStandaloneRequest
+	(*LeaveQuorumRequest)(nil),                 // 122: norsk.manager.v1.LeaveQuorumRequest
+	(*GetClusterStatusRequest)(nil),            // 123: norsk.manager.v1.GetClusterStatusRequest
+	(*GetClusterEventsRequest)(nil),            // 124: norsk.manager.v1.GetClusterEventsRequest
+	(*AnnounceControlPlaneRequest)(nil),        // 125: norsk.manager.v1.AnnounceControlPlaneRequest
+	(*ExplainPlacementRequest)(nil),            // 126: norsk.manager.v1.ExplainPlacementRequest
+	(*CreateBundleRequest)(nil),                // 127: norsk.manager.v1.CreateBundleRequest
+	(*UpdateBundleRequest)(nil),                // 128: norsk.manager.v1.UpdateBundleRequest
+	(*DeleteBundleRequest)(nil),                // 129: norsk.manager.v1.DeleteBundleRequest
+	(*BundleByIdRequest)(nil),                  // 130: norsk.manager.v1.BundleByIdRequest
+	(*ListBundlesRequest)(nil),                 // 131: norsk.manager.v1.ListBundlesRequest
+	(*StartBundleJobRequest)(nil),              // 132: norsk.manager.v1.StartBundleJobRequest
+	(*StopBundleJobRequest)(nil),               // 133: norsk.manager.v1.StopBundleJobRequest
+	(*SetBundleStopTimeRequest)(nil),           // 134: norsk.manager.v1.SetBundleStopTimeRequest
+	(*RenewBundleLeaseRequest)(nil),            // 135: norsk.manager.v1.RenewBundleLeaseRequest
+	(*PauseLeasesRequest)(nil),                 // 136: norsk.manager.v1.PauseLeasesRequest
+	(*ResumeLeasesRequest)(nil),                // 137: norsk.manager.v1.ResumeLeasesRequest
+	(*GetLeaseStatusRequest)(nil),              // 138: norsk.manager.v1.GetLeaseStatusRequest
+	(*EventStreamRequest)(nil),                 // 139: norsk.manager.v1.EventStreamRequest
+	(*JobHash)(nil),                            // 140: norsk.manager.v1.JobHash
+	(*CreateCloudNodeResponse)(nil),            // 141: norsk.manager.v1.CreateCloudNodeResponse
+	(*AddHostAgentResponse)(nil),               // 142: norsk.manager.v1.AddHostAgentResponse
+	(*RegisterHostAgentResponse)(nil),          // 143: norsk.manager.v1.RegisterHostAgentResponse
+	(*ListHostAgentsResponse)(nil),             // 144: norsk.manager.v1.ListHostAgentsResponse
+	(*RemoveHostAgentResponse)(nil),            // 145: norsk.manager.v1.RemoveHostAgentResponse
+	(*DescribeInstanceTypeResponse)(nil),       // 146: norsk.manager.v1.DescribeInstanceTypeResponse
+	(*ListInstanceTypesResponse)(nil),          // 147: norsk.manager.v1.ListInstanceTypesResponse
+	(*ListWorkerSecurityGroupsResponse)(nil),   // 148: norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	(*ReloadExternalConfigResponse)(nil),       // 149: norsk.manager.v1.ReloadExternalConfigResponse
+	(*AppendAuditEntryResponse)(nil),           // 150: norsk.manager.v1.AppendAuditEntryResponse
+	(*GetAuditLogResponse)(nil),                // 151: norsk.manager.v1.GetAuditLogResponse
+	(*PruneAuditLogResponse)(nil),              // 152: norsk.manager.v1.PruneAuditLogResponse
+	(*KvCommitResponse)(nil),                   // 153: norsk.manager.v1.KvCommitResponse
+	(*KvGetResponse)(nil),                      // 154: norsk.manager.v1.KvGetResponse
+	(*KvListResponse)(nil),                     // 155: norsk.manager.v1.KvListResponse
+	(*StoreInfo)(nil),                          // 156: norsk.manager.v1.StoreInfo
+	(*SnapshotChunk)(nil),                      // 157: norsk.manager.v1.SnapshotChunk
+	(*CreateTokenResponse)(nil),                // 158: norsk.manager.v1.CreateTokenResponse
+	(*ListTokensResponse)(nil),                 // 159: norsk.manager.v1.ListTokensResponse
+	(*RevokeTokenResponse)(nil),                // 160: norsk.manager.v1.RevokeTokenResponse
+	(*PublishDiscoveryFleetResponse)(nil),      // 161: norsk.manager.v1.PublishDiscoveryFleetResponse
+	(*GetDiscoveryFleetResponse)(nil),          // 162: norsk.manager.v1.GetDiscoveryFleetResponse
+	(*RotateDiscoveryTierSecretResponse)(nil),  // 163: norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	(*PublishAccessReplicaResponse)(nil),       // 164: norsk.manager.v1.PublishAccessReplicaResponse
+	(*AddClusterMemberResponse)(nil),           // 165: norsk.manager.v1.AddClusterMemberResponse
+	(*RemoveClusterMemberResponse)(nil),        // 166: norsk.manager.v1.RemoveClusterMemberResponse
+	(*ForceStandaloneResponse)(nil),            // 167: norsk.manager.v1.ForceStandaloneResponse
+	(*LeaveQuorumResponse)(nil),                // 168: norsk.manager.v1.LeaveQuorumResponse
+	(*ClusterStatus)(nil),                      // 169: norsk.manager.v1.ClusterStatus
+	(*GetClusterEventsResponse)(nil),           // 170: norsk.manager.v1.GetClusterEventsResponse
+	(*AnnounceControlPlaneResponse)(nil),       // 171: norsk.manager.v1.AnnounceControlPlaneResponse
+	(*ExplainPlacementResponse)(nil),           // 172: norsk.manager.v1.ExplainPlacementResponse
+	(*CreateBundleResponse)(nil),               // 173: norsk.manager.v1.CreateBundleResponse
+	(*UpdateBundleResponse)(nil),               // 174: norsk.manager.v1.UpdateBundleResponse
+	(*DeleteBundleResponse)(nil),               // 175: norsk.manager.v1.DeleteBundleResponse
+	(*BundleWithJobs)(nil),                     // 176: norsk.manager.v1.BundleWithJobs
+	(*ListBundlesResponse)(nil),                // 177: norsk.manager.v1.ListBundlesResponse
+	(*StartBundleJobResponse)(nil),             // 178: norsk.manager.v1.StartBundleJobResponse
+	(*StopBundleJobResponse)(nil),              // 179: norsk.manager.v1.StopBundleJobResponse
+	(*SetBundleStopTimeResponse)(nil),          // 180: norsk.manager.v1.SetBundleStopTimeResponse
+	(*RenewBundleLeaseResponse)(nil),           // 181: norsk.manager.v1.RenewBundleLeaseResponse
+	(*PauseLeasesResponse)(nil),                // 182: norsk.manager.v1.PauseLeasesResponse
+	(*ResumeLeasesResponse)(nil),               // 183: norsk.manager.v1.ResumeLeasesResponse
+	(*LeaseStatus)(nil),                        // 184: norsk.manager.v1.LeaseStatus
+	(*Event)(nil),                              // 185: norsk.manager.v1.Event
 }
 var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	4,   // 0: norsk.manager.v1.DaemonHello.version:type_name -> norsk.manager.v1.VersionInfo
@@ -5151,143 +5165,153 @@ var file_norsk_manager_v1_manager_proto_depIdxs = []int32{
 	48,  // 65: norsk.manager.v1.Manager.CreateMockNode:input_type -> norsk.manager.v1.CreateMockNodeRequest
 	93,  // 66: norsk.manager.v1.Manager.CreateAwsNode:input_type -> norsk.manager.v1.CreateAwsNodeRequest
 	94,  // 67: norsk.manager.v1.Manager.CreateOciNode:input_type -> norsk.manager.v1.CreateOciNodeRequest
-	95,  // 68: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
-	96,  // 69: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
-	97,  // 70: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
-	98,  // 71: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
-	99,  // 72: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
-	100, // 73: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
-	101, // 74: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
-	102, // 75: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
-	103, // 76: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
-	104, // 77: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
-	105, // 78: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
-	106, // 79: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
-	107, // 80: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
-	108, // 81: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
-	109, // 82: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
-	110, // 83: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
-	111, // 84: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
-	112, // 85: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
-	113, // 86: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
-	114, // 87: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
-	115, // 88: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
-	116, // 89: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
-	117, // 90: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
-	118, // 91: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
-	119, // 92: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
-	120, // 93: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
-	121, // 94: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
-	122, // 95: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
-	123, // 96: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
-	124, // 97: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
-	125, // 98: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
-	126, // 99: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
-	127, // 100: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
-	128, // 101: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
-	129, // 102: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
-	130, // 103: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
-	131, // 104: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
-	132, // 105: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
-	133, // 106: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
-	55,  // 107: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
-	56,  // 108: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
-	57,  // 109: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
-	59,  // 110: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
-	61,  // 111: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
-	63,  // 112: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
-	65,  // 113: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
-	66,  // 114: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
-	67,  // 115: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
-	69,  // 116: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
-	71,  // 117: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
-	73,  // 118: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
-	75,  // 119: norsk.manager.v1.Manager.DrainNode:input_type -> norsk.manager.v1.DrainNodeRequest
-	77,  // 120: norsk.manager.v1.Manager.RecordNodeDrain:input_type -> norsk.manager.v1.RecordNodeDrainRequest
-	134, // 121: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
-	2,   // 122: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
-	4,   // 123: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
-	135, // 124: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
-	135, // 125: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
-	8,   // 126: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
-	83,  // 127: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
-	16,  // 128: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
-	19,  // 129: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
-	22,  // 130: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
-	25,  // 131: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
-	27,  // 132: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
-	29,  // 133: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
-	31,  // 134: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
-	33,  // 135: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
-	35,  // 136: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
-	37,  // 137: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
-	39,  // 138: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
-	41,  // 139: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
-	43,  // 140: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
-	45,  // 141: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
-	47,  // 142: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
-	54,  // 143: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	54,  // 144: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
-	52,  // 145: norsk.manager.v1.Manager.PrefetchImages:output_type -> norsk.manager.v1.PrefetchImagesResponse
-	49,  // 146: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
-	136, // 147: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	136, // 148: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
-	137, // 149: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
-	138, // 150: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
-	139, // 151: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
-	140, // 152: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
-	141, // 153: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
-	142, // 154: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
-	143, // 155: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
-	144, // 156: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
-	145, // 157: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
-	146, // 158: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
-	147, // 159: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
-	148, // 160: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
-	149, // 161: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
-	150, // 162: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
-	151, // 163: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
-	152, // 164: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
-	153, // 165: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
-	154, // 166: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
-	155, // 167: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
-	156, // 168: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
-	157, // 169: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
-	158, // 170: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
-	159, // 171: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
-	160, // 172: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
-	161, // 173: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
-	162, // 174: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
-	163, // 175: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
-	164, // 176: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
-	165, // 177: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
-	166, // 178: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
-	167, // 179: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
-	168, // 180: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
-	169, // 181: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
-	170, // 182: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
-	171, // 183: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
-	172, // 184: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
-	173, // 185: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
-	174, // 186: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
-	175, // 187: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
-	58,  // 188: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	58,  // 189: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	58,  // 190: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
-	60,  // 191: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
-	62,  // 192: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
-	64,  // 193: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
-	91,  // 194: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
-	91,  // 195: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
-	68,  // 196: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
-	70,  // 197: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
-	72,  // 198: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
-	74,  // 199: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
-	76,  // 200: norsk.manager.v1.Manager.DrainNode:output_type -> norsk.manager.v1.DrainNodeResponse
-	78,  // 201: norsk.manager.v1.Manager.RecordNodeDrain:output_type -> norsk.manager.v1.RecordNodeDrainResponse
-	176, // 202: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
-	122, // [122:203] is the sub-list for method output_type
-	41,  // [41:122] is the sub-list for method input_type
+	95,  // 68: norsk.manager.v1.Manager.AddHostAgent:input_type -> norsk.manager.v1.AddHostAgentRequest
+	96,  // 69: norsk.manager.v1.Manager.RegisterHostAgent:input_type -> norsk.manager.v1.RegisterHostAgentRequest
+	97,  // 70: norsk.manager.v1.Manager.ListHostAgents:input_type -> norsk.manager.v1.ListHostAgentsRequest
+	98,  // 71: norsk.manager.v1.Manager.RemoveHostAgent:input_type -> norsk.manager.v1.RemoveHostAgentRequest
+	99,  // 72: norsk.manager.v1.Manager.CreateCloudHypervisorNode:input_type -> norsk.manager.v1.CreateCloudHypervisorNodeRequest
+	100, // 73: norsk.manager.v1.Manager.DescribeInstanceType:input_type -> norsk.manager.v1.DescribeInstanceTypeRequest
+	101, // 74: norsk.manager.v1.Manager.ListInstanceTypes:input_type -> norsk.manager.v1.ListInstanceTypesRequest
+	102, // 75: norsk.manager.v1.Manager.ListWorkerSecurityGroups:input_type -> norsk.manager.v1.ListWorkerSecurityGroupsRequest
+	103, // 76: norsk.manager.v1.Manager.ReloadExternalConfig:input_type -> norsk.manager.v1.ReloadExternalConfigRequest
+	104, // 77: norsk.manager.v1.Manager.AppendAuditEntry:input_type -> norsk.manager.v1.AppendAuditEntryRequest
+	105, // 78: norsk.manager.v1.Manager.GetAuditLog:input_type -> norsk.manager.v1.GetAuditLogRequest
+	106, // 79: norsk.manager.v1.Manager.PruneAuditLog:input_type -> norsk.manager.v1.PruneAuditLogRequest
+	107, // 80: norsk.manager.v1.Manager.KvCommit:input_type -> norsk.manager.v1.KvCommitRequest
+	108, // 81: norsk.manager.v1.Manager.KvGet:input_type -> norsk.manager.v1.KvGetRequest
+	109, // 82: norsk.manager.v1.Manager.KvList:input_type -> norsk.manager.v1.KvListRequest
+	110, // 83: norsk.manager.v1.Manager.GetStoreInfo:input_type -> norsk.manager.v1.GetStoreInfoRequest
+	111, // 84: norsk.manager.v1.Manager.SnapshotSave:input_type -> norsk.manager.v1.SnapshotSaveRequest
+	112, // 85: norsk.manager.v1.Manager.CreateToken:input_type -> norsk.manager.v1.CreateTokenRequest
+	113, // 86: norsk.manager.v1.Manager.ListTokens:input_type -> norsk.manager.v1.ListTokensRequest
+	114, // 87: norsk.manager.v1.Manager.RevokeToken:input_type -> norsk.manager.v1.RevokeTokenRequest
+	115, // 88: norsk.manager.v1.Manager.PublishDiscoveryFleet:input_type -> norsk.manager.v1.PublishDiscoveryFleetRequest
+	116, // 89: norsk.manager.v1.Manager.GetDiscoveryFleet:input_type -> norsk.manager.v1.GetDiscoveryFleetRequest
+	117, // 90: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:input_type -> norsk.manager.v1.RotateDiscoveryTierSecretRequest
+	118, // 91: norsk.manager.v1.Manager.PublishAccessReplica:input_type -> norsk.manager.v1.PublishAccessReplicaRequest
+	119, // 92: norsk.manager.v1.Manager.AddClusterMember:input_type -> norsk.manager.v1.AddClusterMemberRequest
+	120, // 93: norsk.manager.v1.Manager.RemoveClusterMember:input_type -> norsk.manager.v1.RemoveClusterMemberRequest
+	121, // 94: norsk.manager.v1.Manager.ForceStandalone:input_type -> norsk.manager.v1.ForceStandaloneRequest
+	122, // 95: norsk.manager.v1.Manager.LeaveQuorum:input_type -> norsk.manager.v1.LeaveQuorumRequest
+	123, // 96: norsk.manager.v1.Manager.GetClusterStatus:input_type -> norsk.manager.v1.GetClusterStatusRequest
+	124, // 97: norsk.manager.v1.Manager.GetClusterEvents:input_type -> norsk.manager.v1.GetClusterEventsRequest
+	125, // 98: norsk.manager.v1.Manager.AnnounceControlPlane:input_type -> norsk.manager.v1.AnnounceControlPlaneRequest
+	126, // 99: norsk.manager.v1.Manager.ExplainPlacement:input_type -> norsk.manager.v1.ExplainPlacementRequest
+	127, // 100: norsk.manager.v1.Manager.CreateBundle:input_type -> norsk.manager.v1.CreateBundleRequest
+	128, // 101: norsk.manager.v1.Manager.UpdateBundle:input_type -> norsk.manager.v1.UpdateBundleRequest
+	129, // 102: norsk.manager.v1.Manager.DeleteBundle:input_type -> norsk.manager.v1.DeleteBundleRequest
+	130, // 103: norsk.manager.v1.Manager.BundleById:input_type -> norsk.manager.v1.BundleByIdRequest
+	131, // 104: norsk.manager.v1.Manager.ListBundles:input_type -> norsk.manager.v1.ListBundlesRequest
+	132, // 105: norsk.manager.v1.Manager.StartBundleJob:input_type -> norsk.manager.v1.StartBundleJobRequest
+	133, // 106: norsk.manager.v1.Manager.StopBundleJob:input_type -> norsk.manager.v1.StopBundleJobRequest
+	134, // 107: norsk.manager.v1.Manager.SetBundleStopTime:input_type -> norsk.manager.v1.SetBundleStopTimeRequest
+	135, // 108: norsk.manager.v1.Manager.RenewBundleLease:input_type -> norsk.manager.v1.RenewBundleLeaseRequest
+	136, // 109: norsk.manager.v1.Manager.PauseLeases:input_type -> norsk.manager.v1.PauseLeasesRequest
+	137, // 110: norsk.manager.v1.Manager.ResumeLeases:input_type -> norsk.manager.v1.ResumeLeasesRequest
+	138, // 111: norsk.manager.v1.Manager.GetLeaseStatus:input_type -> norsk.manager.v1.GetLeaseStatusRequest
+	55,  // 112: norsk.manager.v1.Manager.NotifyMigrationGetState:input_type -> norsk.manager.v1.NotifyMigrationGetStateRequest
+	56,  // 113: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:input_type -> norsk.manager.v1.NotifyMigrationCutoverReadyRequest
+	57,  // 114: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:input_type -> norsk.manager.v1.NotifyMigrationCutoverApplyRequest
+	59,  // 115: norsk.manager.v1.Manager.AbortMigration:input_type -> norsk.manager.v1.AbortMigrationRequest
+	61,  // 116: norsk.manager.v1.Manager.MigrateJob:input_type -> norsk.manager.v1.MigrateJobRequest
+	63,  // 117: norsk.manager.v1.Manager.ListMigrations:input_type -> norsk.manager.v1.ListMigrationsRequest
+	65,  // 118: norsk.manager.v1.Manager.GetMigration:input_type -> norsk.manager.v1.GetMigrationRequest
+	66,  // 119: norsk.manager.v1.Manager.MigrationForJob:input_type -> norsk.manager.v1.MigrationForJobRequest
+	67,  // 120: norsk.manager.v1.Manager.ForgetMigration:input_type -> norsk.manager.v1.ForgetMigrationRequest
+	69,  // 121: norsk.manager.v1.Manager.ForgetTerminalMigrations:input_type -> norsk.manager.v1.ForgetTerminalMigrationsRequest
+	71,  // 122: norsk.manager.v1.Manager.RecordMigration:input_type -> norsk.manager.v1.RecordMigrationRequest
+	73,  // 123: norsk.manager.v1.Manager.SetNodeDraining:input_type -> norsk.manager.v1.SetNodeDrainingRequest
+	75,  // 124: norsk.manager.v1.Manager.DrainNode:input_type -> norsk.manager.v1.DrainNodeRequest
+	77,  // 125: norsk.manager.v1.Manager.RecordNodeDrain:input_type -> norsk.manager.v1.RecordNodeDrainRequest
+	139, // 126: norsk.manager.v1.Manager.EventStream:input_type -> norsk.manager.v1.EventStreamRequest
+	2,   // 127: norsk.manager.v1.Manager.Hello:output_type -> norsk.manager.v1.DaemonHello
+	4,   // 128: norsk.manager.v1.Manager.Version:output_type -> norsk.manager.v1.VersionInfo
+	140, // 129: norsk.manager.v1.Manager.CreateJob:output_type -> norsk.manager.v1.JobHash
+	140, // 130: norsk.manager.v1.Manager.UpdateJob:output_type -> norsk.manager.v1.JobHash
+	8,   // 131: norsk.manager.v1.Manager.DeleteJob:output_type -> norsk.manager.v1.DeleteJobResponse
+	83,  // 132: norsk.manager.v1.Manager.JobById:output_type -> norsk.manager.v1.JobWithHistory
+	16,  // 133: norsk.manager.v1.Manager.JobSearch:output_type -> norsk.manager.v1.JobSearchResponse
+	19,  // 134: norsk.manager.v1.Manager.StartJob:output_type -> norsk.manager.v1.StartJobResponse
+	22,  // 135: norsk.manager.v1.Manager.StartJobs:output_type -> norsk.manager.v1.StartJobsResponse
+	25,  // 136: norsk.manager.v1.Manager.StopJob:output_type -> norsk.manager.v1.StopJobResponse
+	27,  // 137: norsk.manager.v1.Manager.StartPreparedJob:output_type -> norsk.manager.v1.StartPreparedJobResponse
+	29,  // 138: norsk.manager.v1.Manager.CompleteJob:output_type -> norsk.manager.v1.CompleteJobResponse
+	31,  // 139: norsk.manager.v1.Manager.MarkJobFailed:output_type -> norsk.manager.v1.MarkJobFailedResponse
+	33,  // 140: norsk.manager.v1.Manager.RegisterClusterNode:output_type -> norsk.manager.v1.RegisterClusterNodeResponse
+	35,  // 141: norsk.manager.v1.Manager.ClusterMemberRegister:output_type -> norsk.manager.v1.ClusterMemberRegisterResponse
+	37,  // 142: norsk.manager.v1.Manager.ListClusterNodes:output_type -> norsk.manager.v1.ListClusterNodesResponse
+	39,  // 143: norsk.manager.v1.Manager.DeregisterClusterNode:output_type -> norsk.manager.v1.DeregisterClusterNodeResponse
+	41,  // 144: norsk.manager.v1.Manager.SetClusterNodePool:output_type -> norsk.manager.v1.SetClusterNodePoolResponse
+	43,  // 145: norsk.manager.v1.Manager.ListNodes:output_type -> norsk.manager.v1.ListNodesResponse
+	45,  // 146: norsk.manager.v1.Manager.TerminateNode:output_type -> norsk.manager.v1.TerminateNodeResponse
+	47,  // 147: norsk.manager.v1.Manager.SetNodeTags:output_type -> norsk.manager.v1.SetNodeTagsResponse
+	54,  // 148: norsk.manager.v1.Manager.GetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	54,  // 149: norsk.manager.v1.Manager.SetNodeIdleExpiry:output_type -> norsk.manager.v1.NodeIdleExpiry
+	52,  // 150: norsk.manager.v1.Manager.PrefetchImages:output_type -> norsk.manager.v1.PrefetchImagesResponse
+	49,  // 151: norsk.manager.v1.Manager.CreateMockNode:output_type -> norsk.manager.v1.CreateMockNodeResponse
+	141, // 152: norsk.manager.v1.Manager.CreateAwsNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	141, // 153: norsk.manager.v1.Manager.CreateOciNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	142, // 154: norsk.manager.v1.Manager.AddHostAgent:output_type -> norsk.manager.v1.AddHostAgentResponse
+	143, // 155: norsk.manager.v1.Manager.RegisterHostAgent:output_type -> norsk.manager.v1.RegisterHostAgentResponse
+	144, // 156: norsk.manager.v1.Manager.ListHostAgents:output_type -> norsk.manager.v1.ListHostAgentsResponse
+	145, // 157: norsk.manager.v1.Manager.RemoveHostAgent:output_type -> norsk.manager.v1.RemoveHostAgentResponse
+	141, // 158: norsk.manager.v1.Manager.CreateCloudHypervisorNode:output_type -> norsk.manager.v1.CreateCloudNodeResponse
+	146, // 159: norsk.manager.v1.Manager.DescribeInstanceType:output_type -> norsk.manager.v1.DescribeInstanceTypeResponse
+	147, // 160: norsk.manager.v1.Manager.ListInstanceTypes:output_type -> norsk.manager.v1.ListInstanceTypesResponse
+	148, // 161: norsk.manager.v1.Manager.ListWorkerSecurityGroups:output_type -> norsk.manager.v1.ListWorkerSecurityGroupsResponse
+	149, // 162: norsk.manager.v1.Manager.ReloadExternalConfig:output_type -> norsk.manager.v1.ReloadExternalConfigResponse
+	150, // 163: norsk.manager.v1.Manager.AppendAuditEntry:output_type -> norsk.manager.v1.AppendAuditEntryResponse
+	151, // 164: norsk.manager.v1.Manager.GetAuditLog:output_type -> norsk.manager.v1.GetAuditLogResponse
+	152, // 165: norsk.manager.v1.Manager.PruneAuditLog:output_type -> norsk.manager.v1.PruneAuditLogResponse
+	153, // 166: norsk.manager.v1.Manager.KvCommit:output_type -> norsk.manager.v1.KvCommitResponse
+	154, // 167: norsk.manager.v1.Manager.KvGet:output_type -> norsk.manager.v1.KvGetResponse
+	155, // 168: norsk.manager.v1.Manager.KvList:output_type -> norsk.manager.v1.KvListResponse
+	156, // 169: norsk.manager.v1.Manager.GetStoreInfo:output_type -> norsk.manager.v1.StoreInfo
+	157, // 170: norsk.manager.v1.Manager.SnapshotSave:output_type -> norsk.manager.v1.SnapshotChunk
+	158, // 171: norsk.manager.v1.Manager.CreateToken:output_type -> norsk.manager.v1.CreateTokenResponse
+	159, // 172: norsk.manager.v1.Manager.ListTokens:output_type -> norsk.manager.v1.ListTokensResponse
+	160, // 173: norsk.manager.v1.Manager.RevokeToken:output_type -> norsk.manager.v1.RevokeTokenResponse
+	161, // 174: norsk.manager.v1.Manager.PublishDiscoveryFleet:output_type -> norsk.manager.v1.PublishDiscoveryFleetResponse
+	162, // 175: norsk.manager.v1.Manager.GetDiscoveryFleet:output_type -> norsk.manager.v1.GetDiscoveryFleetResponse
+	163, // 176: norsk.manager.v1.Manager.RotateDiscoveryTierSecret:output_type -> norsk.manager.v1.RotateDiscoveryTierSecretResponse
+	164, // 177: norsk.manager.v1.Manager.PublishAccessReplica:output_type -> norsk.manager.v1.PublishAccessReplicaResponse
+	165, // 178: norsk.manager.v1.Manager.AddClusterMember:output_type -> norsk.manager.v1.AddClusterMemberResponse
+	166, // 179: norsk.manager.v1.Manager.RemoveClusterMember:output_type -> norsk.manager.v1.RemoveClusterMemberResponse
+	167, // 180: norsk.manager.v1.Manager.ForceStandalone:output_type -> norsk.manager.v1.ForceStandaloneResponse
+	168, // 181: norsk.manager.v1.Manager.LeaveQuorum:output_type -> norsk.manager.v1.LeaveQuorumResponse
+	169, // 182: norsk.manager.v1.Manager.GetClusterStatus:output_type -> norsk.manager.v1.ClusterStatus
+	170, // 183: norsk.manager.v1.Manager.GetClusterEvents:output_type -> norsk.manager.v1.GetClusterEventsResponse
+	171, // 184: norsk.manager.v1.Manager.AnnounceControlPlane:output_type -> norsk.manager.v1.AnnounceControlPlaneResponse
+	172, // 185: norsk.manager.v1.Manager.ExplainPlacement:output_type -> norsk.manager.v1.ExplainPlacementResponse
+	173, // 186: norsk.manager.v1.Manager.CreateBundle:output_type -> norsk.manager.v1.CreateBundleResponse
+	174, // 187: norsk.manager.v1.Manager.UpdateBundle:output_type -> norsk.manager.v1.UpdateBundleResponse
+	175, // 188: norsk.manager.v1.Manager.DeleteBundle:output_type -> norsk.manager.v1.DeleteBundleResponse
+	176, // 189: norsk.manager.v1.Manager.BundleById:output_type -> norsk.manager.v1.BundleWithJobs
+	177, // 190: norsk.manager.v1.Manager.ListBundles:output_type -> norsk.manager.v1.ListBundlesResponse
+	178, // 191: norsk.manager.v1.Manager.StartBundleJob:output_type -> norsk.manager.v1.StartBundleJobResponse
+	179, // 192: norsk.manager.v1.Manager.StopBundleJob:output_type -> norsk.manager.v1.StopBundleJobResponse
+	180, // 193: norsk.manager.v1.Manager.SetBundleStopTime:output_type -> norsk.manager.v1.SetBundleStopTimeResponse
+	181, // 194: norsk.manager.v1.Manager.RenewBundleLease:output_type -> norsk.manager.v1.RenewBundleLeaseResponse
+	182, // 195: norsk.manager.v1.Manager.PauseLeases:output_type -> norsk.manager.v1.PauseLeasesResponse
+	183, // 196: norsk.manager.v1.Manager.ResumeLeases:output_type -> norsk.manager.v1.ResumeLeasesResponse
+	184, // 197: norsk.manager.v1.Manager.GetLeaseStatus:output_type -> norsk.manager.v1.LeaseStatus
+	58,  // 198: norsk.manager.v1.Manager.NotifyMigrationGetState:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 199: norsk.manager.v1.Manager.NotifyMigrationCutoverReady:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	58,  // 200: norsk.manager.v1.Manager.NotifyMigrationCutoverApply:output_type -> norsk.manager.v1.NotifyMigrationResponse
+	60,  // 201: norsk.manager.v1.Manager.AbortMigration:output_type -> norsk.manager.v1.AbortMigrationResponse
+	62,  // 202: norsk.manager.v1.Manager.MigrateJob:output_type -> norsk.manager.v1.MigrateJobResponse
+	64,  // 203: norsk.manager.v1.Manager.ListMigrations:output_type -> norsk.manager.v1.ListMigrationsResponse
+	91,  // 204: norsk.manager.v1.Manager.GetMigration:output_type -> norsk.manager.v1.MigrationState
+	91,  // 205: norsk.manager.v1.Manager.MigrationForJob:output_type -> norsk.manager.v1.MigrationState
+	68,  // 206: norsk.manager.v1.Manager.ForgetMigration:output_type -> norsk.manager.v1.ForgetMigrationResponse
+	70,  // 207: norsk.manager.v1.Manager.ForgetTerminalMigrations:output_type -> norsk.manager.v1.ForgetTerminalMigrationsResponse
+	72,  // 208: norsk.manager.v1.Manager.RecordMigration:output_type -> norsk.manager.v1.RecordMigrationResponse
+	74,  // 209: norsk.manager.v1.Manager.SetNodeDraining:output_type -> norsk.manager.v1.SetNodeDrainingResponse
+	76,  // 210: norsk.manager.v1.Manager.DrainNode:output_type -> norsk.manager.v1.DrainNodeResponse
+	78,  // 211: norsk.manager.v1.Manager.RecordNodeDrain:output_type -> norsk.manager.v1.RecordNodeDrainResponse
+	185, // 212: norsk.manager.v1.Manager.EventStream:output_type -> norsk.manager.v1.Event
+	127, // [127:213] is the sub-list for method output_type
+	41,  // [41:127] is the sub-list for method input_type
 	41,  // [41:41] is the sub-list for extension type_name
 	41,  // [41:41] is the sub-list for extension extendee
 	0,   // [0:41] is the sub-list for field type_name
@@ -5303,6 +5327,7 @@ func file_norsk_manager_v1_manager_proto_init() {
 	file_norsk_manager_v1_cloud_proto_init()
 	file_norsk_manager_v1_cluster_proto_init()
 	file_norsk_manager_v1_drain_proto_init()
+	file_norsk_manager_v1_host_agent_proto_init()
 	file_norsk_manager_v1_event_proto_init()
 	file_norsk_manager_v1_job_proto_init()
 	file_norsk_manager_v1_kv_proto_init()

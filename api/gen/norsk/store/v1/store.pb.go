@@ -89,6 +89,9 @@ type Command struct {
 	//	*Command_PutNodeDrain
 	//	*Command_SetNodeImages
 	//	*Command_RecordImagesPrefetched
+	//	*Command_AddHostAgent
+	//	*Command_RegisterHostAgent
+	//	*Command_RemoveHostAgent
 	Cmd           isCommand_Cmd `protobuf_oneof:"cmd"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -604,6 +607,33 @@ func (x *Command) GetRecordImagesPrefetched() *RecordImagesPrefetched {
 	return nil
 }
 
+func (x *Command) GetAddHostAgent() *AddHostAgent {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_AddHostAgent); ok {
+			return x.AddHostAgent
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRegisterHostAgent() *RegisterHostAgent {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RegisterHostAgent); ok {
+			return x.RegisterHostAgent
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRemoveHostAgent() *RemoveHostAgent {
+	if x != nil {
+		if x, ok := x.Cmd.(*Command_RemoveHostAgent); ok {
+			return x.RemoveHostAgent
+		}
+	}
+	return nil
+}
+
 type isCommand_Cmd interface {
 	isCommand_Cmd()
 }
@@ -816,6 +846,19 @@ type Command_RecordImagesPrefetched struct {
 	RecordImagesPrefetched *RecordImagesPrefetched `protobuf:"bytes,151,opt,name=record_images_prefetched,json=recordImagesPrefetched,proto3,oneof"`
 }
 
+type Command_AddHostAgent struct {
+	// Cloud Hypervisor host agents (issue 18) use 170-179.
+	AddHostAgent *AddHostAgent `protobuf:"bytes,170,opt,name=add_host_agent,json=addHostAgent,proto3,oneof"`
+}
+
+type Command_RegisterHostAgent struct {
+	RegisterHostAgent *RegisterHostAgent `protobuf:"bytes,171,opt,name=register_host_agent,json=registerHostAgent,proto3,oneof"`
+}
+
+type Command_RemoveHostAgent struct {
+	RemoveHostAgent *RemoveHostAgent `protobuf:"bytes,172,opt,name=remove_host_agent,json=removeHostAgent,proto3,oneof"`
+}
+
 func (*Command_CreateJob) isCommand_Cmd() {}
 
 func (*Command_UpdateJob) isCommand_Cmd() {}
@@ -918,6 +961,281 @@ func (*Command_SetNodeImages) isCommand_Cmd() {}
 
 func (*Command_RecordImagesPrefetched) isCommand_Cmd() {}
 
+func (*Command_AddHostAgent) isCommand_Cmd() {}
+
+func (*Command_RegisterHostAgent) isCommand_Cmd() {}
+
+func (*Command_RemoveHostAgent) isCommand_Cmd() {}
+
+// HostAgentRecord is a Cloud Hypervisor host agent the Manager knows: made
+// with a one-shot registration token (AddHostAgent), registered with it
+// (RegisterHostAgent: its URL and the host secret the Manager then calls it
+// with).
+type HostAgentRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The one-shot registration token ("nht_…"); kept, marked used, once
+	// the agent registered.
+	Token     string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	TokenUsed bool   `protobuf:"varint,3,opt,name=token_used,json=tokenUsed,proto3" json:"token_used,omitempty"`
+	// Where the agent serves the HostAgent service, and the bearer token
+	// (the host secret) it takes.
+	Url           string                 `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
+	Secret        string                 `protobuf:"bytes,5,opt,name=secret,proto3" json:"secret,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	RegisteredAt  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostAgentRecord) Reset() {
+	*x = HostAgentRecord{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostAgentRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostAgentRecord) ProtoMessage() {}
+
+func (x *HostAgentRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostAgentRecord.ProtoReflect.Descriptor instead.
+func (*HostAgentRecord) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HostAgentRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HostAgentRecord) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *HostAgentRecord) GetTokenUsed() bool {
+	if x != nil {
+		return x.TokenUsed
+	}
+	return false
+}
+
+func (x *HostAgentRecord) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *HostAgentRecord) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *HostAgentRecord) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *HostAgentRecord) GetRegisteredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RegisteredAt
+	}
+	return nil
+}
+
+// AddHostAgent records a host agent to come, with its one-shot
+// registration token (stamped by the handler).
+type AddHostAgent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         string                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddHostAgent) Reset() {
+	*x = AddHostAgent{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddHostAgent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddHostAgent) ProtoMessage() {}
+
+func (x *AddHostAgent) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddHostAgent.ProtoReflect.Descriptor instead.
+func (*AddHostAgent) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AddHostAgent) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AddHostAgent) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+// RegisterHostAgent is a host agent registering with its token: the FSM
+// refuses an unknown or used token; the handler stamps the secret.
+type RegisterHostAgent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         string                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	Url           string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	Secret        string                 `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterHostAgent) Reset() {
+	*x = RegisterHostAgent{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterHostAgent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterHostAgent) ProtoMessage() {}
+
+func (x *RegisterHostAgent) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterHostAgent.ProtoReflect.Descriptor instead.
+func (*RegisterHostAgent) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RegisterHostAgent) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RegisterHostAgent) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *RegisterHostAgent) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *RegisterHostAgent) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+// RemoveHostAgent forgets a host agent (its VMs are the fleet's to end).
+type RemoveHostAgent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveHostAgent) Reset() {
+	*x = RemoveHostAgent{}
+	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveHostAgent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveHostAgent) ProtoMessage() {}
+
+func (x *RemoveHostAgent) ProtoReflect() protoreflect.Message {
+	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveHostAgent.ProtoReflect.Descriptor instead.
+func (*RemoveHostAgent) Descriptor() ([]byte, []int) {
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RemoveHostAgent) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 // SetNodeImages replaces a node's held_images with what its worker now
 // reports (node_images_updated when they changed).
 type SetNodeImages struct {
@@ -930,7 +1248,7 @@ type SetNodeImages struct {
 
 func (x *SetNodeImages) Reset() {
 	*x = SetNodeImages{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1260,7 @@ func (x *SetNodeImages) String() string {
 func (*SetNodeImages) ProtoMessage() {}
 
 func (x *SetNodeImages) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[1]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1273,7 @@ func (x *SetNodeImages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeImages.ProtoReflect.Descriptor instead.
 func (*SetNodeImages) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{1}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetNodeImages) GetNodeId() string {
@@ -984,7 +1302,7 @@ type RecordImagesPrefetched struct {
 
 func (x *RecordImagesPrefetched) Reset() {
 	*x = RecordImagesPrefetched{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1314,7 @@ func (x *RecordImagesPrefetched) String() string {
 func (*RecordImagesPrefetched) ProtoMessage() {}
 
 func (x *RecordImagesPrefetched) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[2]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1327,7 @@ func (x *RecordImagesPrefetched) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordImagesPrefetched.ProtoReflect.Descriptor instead.
 func (*RecordImagesPrefetched) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{2}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RecordImagesPrefetched) GetPrefetched() *v1.ImagesPrefetched {
@@ -1030,7 +1348,7 @@ type CreateBundle struct {
 
 func (x *CreateBundle) Reset() {
 	*x = CreateBundle{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1360,7 @@ func (x *CreateBundle) String() string {
 func (*CreateBundle) ProtoMessage() {}
 
 func (x *CreateBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[3]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1373,7 @@ func (x *CreateBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBundle.ProtoReflect.Descriptor instead.
 func (*CreateBundle) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{3}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateBundle) GetBundle() *v1.Bundle {
@@ -1077,7 +1395,7 @@ type UpdateBundle struct {
 
 func (x *UpdateBundle) Reset() {
 	*x = UpdateBundle{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1407,7 @@ func (x *UpdateBundle) String() string {
 func (*UpdateBundle) ProtoMessage() {}
 
 func (x *UpdateBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[4]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1420,7 @@ func (x *UpdateBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBundle.ProtoReflect.Descriptor instead.
 func (*UpdateBundle) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{4}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateBundle) GetBundle() *v1.Bundle {
@@ -1124,7 +1442,7 @@ type DeleteBundle struct {
 
 func (x *DeleteBundle) Reset() {
 	*x = DeleteBundle{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1454,7 @@ func (x *DeleteBundle) String() string {
 func (*DeleteBundle) ProtoMessage() {}
 
 func (x *DeleteBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[5]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1467,7 @@ func (x *DeleteBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBundle.ProtoReflect.Descriptor instead.
 func (*DeleteBundle) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{5}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteBundle) GetBundleId() string {
@@ -1177,7 +1495,7 @@ type RemoveBundle struct {
 
 func (x *RemoveBundle) Reset() {
 	*x = RemoveBundle{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1507,7 @@ func (x *RemoveBundle) String() string {
 func (*RemoveBundle) ProtoMessage() {}
 
 func (x *RemoveBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[6]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1520,7 @@ func (x *RemoveBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBundle.ProtoReflect.Descriptor instead.
 func (*RemoveBundle) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{6}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RemoveBundle) GetBundleId() string {
@@ -1227,7 +1545,7 @@ type SetBundleJobDormant struct {
 
 func (x *SetBundleJobDormant) Reset() {
 	*x = SetBundleJobDormant{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1557,7 @@ func (x *SetBundleJobDormant) String() string {
 func (*SetBundleJobDormant) ProtoMessage() {}
 
 func (x *SetBundleJobDormant) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[7]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1570,7 @@ func (x *SetBundleJobDormant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBundleJobDormant.ProtoReflect.Descriptor instead.
 func (*SetBundleJobDormant) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{7}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetBundleJobDormant) GetBundleId() string {
@@ -1300,7 +1618,7 @@ type SetBundleStopTime struct {
 
 func (x *SetBundleStopTime) Reset() {
 	*x = SetBundleStopTime{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1630,7 @@ func (x *SetBundleStopTime) String() string {
 func (*SetBundleStopTime) ProtoMessage() {}
 
 func (x *SetBundleStopTime) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[8]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1643,7 @@ func (x *SetBundleStopTime) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBundleStopTime.ProtoReflect.Descriptor instead.
 func (*SetBundleStopTime) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{8}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetBundleStopTime) GetBundleId() string {
@@ -1352,7 +1670,7 @@ type RenewBundleLease struct {
 
 func (x *RenewBundleLease) Reset() {
 	*x = RenewBundleLease{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1682,7 @@ func (x *RenewBundleLease) String() string {
 func (*RenewBundleLease) ProtoMessage() {}
 
 func (x *RenewBundleLease) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[9]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1695,7 @@ func (x *RenewBundleLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewBundleLease.ProtoReflect.Descriptor instead.
 func (*RenewBundleLease) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{9}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RenewBundleLease) GetBundleId() string {
@@ -1405,7 +1723,7 @@ type SetLeasesPaused struct {
 
 func (x *SetLeasesPaused) Reset() {
 	*x = SetLeasesPaused{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1735,7 @@ func (x *SetLeasesPaused) String() string {
 func (*SetLeasesPaused) ProtoMessage() {}
 
 func (x *SetLeasesPaused) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[10]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1748,7 @@ func (x *SetLeasesPaused) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLeasesPaused.ProtoReflect.Descriptor instead.
 func (*SetLeasesPaused) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{10}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetLeasesPaused) GetPaused() bool {
@@ -1470,7 +1788,7 @@ type LeaseState struct {
 
 func (x *LeaseState) Reset() {
 	*x = LeaseState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1800,7 @@ func (x *LeaseState) String() string {
 func (*LeaseState) ProtoMessage() {}
 
 func (x *LeaseState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[11]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1813,7 @@ func (x *LeaseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseState.ProtoReflect.Descriptor instead.
 func (*LeaseState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{11}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LeaseState) GetPaused() bool {
@@ -1549,7 +1867,7 @@ type MemberRecord struct {
 
 func (x *MemberRecord) Reset() {
 	*x = MemberRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1879,7 @@ func (x *MemberRecord) String() string {
 func (*MemberRecord) ProtoMessage() {}
 
 func (x *MemberRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[12]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1892,7 @@ func (x *MemberRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRecord.ProtoReflect.Descriptor instead.
 func (*MemberRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{12}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MemberRecord) GetName() string {
@@ -1635,7 +1953,7 @@ type ClusterMeta struct {
 
 func (x *ClusterMeta) Reset() {
 	*x = ClusterMeta{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1965,7 @@ func (x *ClusterMeta) String() string {
 func (*ClusterMeta) ProtoMessage() {}
 
 func (x *ClusterMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[13]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1978,7 @@ func (x *ClusterMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMeta.ProtoReflect.Descriptor instead.
 func (*ClusterMeta) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{13}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ClusterMeta) GetGeneration() uint64 {
@@ -1692,7 +2010,7 @@ type InitCluster struct {
 
 func (x *InitCluster) Reset() {
 	*x = InitCluster{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +2022,7 @@ func (x *InitCluster) String() string {
 func (*InitCluster) ProtoMessage() {}
 
 func (x *InitCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[14]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +2035,7 @@ func (x *InitCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitCluster.ProtoReflect.Descriptor instead.
 func (*InitCluster) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{14}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InitCluster) GetMembers() []*MemberRecord {
@@ -1747,7 +2065,7 @@ type ExpectMember struct {
 
 func (x *ExpectMember) Reset() {
 	*x = ExpectMember{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +2077,7 @@ func (x *ExpectMember) String() string {
 func (*ExpectMember) ProtoMessage() {}
 
 func (x *ExpectMember) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[15]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +2090,7 @@ func (x *ExpectMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpectMember.ProtoReflect.Descriptor instead.
 func (*ExpectMember) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{15}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExpectMember) GetName() string {
@@ -1810,7 +2128,7 @@ type MemberJoined struct {
 
 func (x *MemberJoined) Reset() {
 	*x = MemberJoined{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +2140,7 @@ func (x *MemberJoined) String() string {
 func (*MemberJoined) ProtoMessage() {}
 
 func (x *MemberJoined) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[16]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +2153,7 @@ func (x *MemberJoined) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberJoined.ProtoReflect.Descriptor instead.
 func (*MemberJoined) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{16}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MemberJoined) GetName() string {
@@ -1875,7 +2193,7 @@ type MemberRetired struct {
 
 func (x *MemberRetired) Reset() {
 	*x = MemberRetired{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2205,7 @@ func (x *MemberRetired) String() string {
 func (*MemberRetired) ProtoMessage() {}
 
 func (x *MemberRetired) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[17]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2218,7 @@ func (x *MemberRetired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRetired.ProtoReflect.Descriptor instead.
 func (*MemberRetired) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{17}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MemberRetired) GetName() string {
@@ -1923,7 +2241,7 @@ type SetGeneration struct {
 
 func (x *SetGeneration) Reset() {
 	*x = SetGeneration{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2253,7 @@ func (x *SetGeneration) String() string {
 func (*SetGeneration) ProtoMessage() {}
 
 func (x *SetGeneration) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[18]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2266,7 @@ func (x *SetGeneration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGeneration.ProtoReflect.Descriptor instead.
 func (*SetGeneration) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{18}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetGeneration) GetGeneration() uint64 {
@@ -1984,7 +2302,7 @@ type CreateToken struct {
 
 func (x *CreateToken) Reset() {
 	*x = CreateToken{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2314,7 @@ func (x *CreateToken) String() string {
 func (*CreateToken) ProtoMessage() {}
 
 func (x *CreateToken) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[19]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2327,7 @@ func (x *CreateToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateToken.ProtoReflect.Descriptor instead.
 func (*CreateToken) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{19}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateToken) GetToken() *v1.ApiToken {
@@ -2035,7 +2353,7 @@ type RevokeToken struct {
 
 func (x *RevokeToken) Reset() {
 	*x = RevokeToken{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2365,7 @@ func (x *RevokeToken) String() string {
 func (*RevokeToken) ProtoMessage() {}
 
 func (x *RevokeToken) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[20]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2378,7 @@ func (x *RevokeToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeToken.ProtoReflect.Descriptor instead.
 func (*RevokeToken) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{20}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RevokeToken) GetId() string {
@@ -2081,7 +2399,7 @@ type PublishDiscovery struct {
 
 func (x *PublishDiscovery) Reset() {
 	*x = PublishDiscovery{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2411,7 @@ func (x *PublishDiscovery) String() string {
 func (*PublishDiscovery) ProtoMessage() {}
 
 func (x *PublishDiscovery) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[21]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2424,7 @@ func (x *PublishDiscovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishDiscovery.ProtoReflect.Descriptor instead.
 func (*PublishDiscovery) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{21}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PublishDiscovery) GetFleet() *v1.DiscoveryFleet {
@@ -2126,7 +2444,7 @@ type PublishDiscoveryResult struct {
 
 func (x *PublishDiscoveryResult) Reset() {
 	*x = PublishDiscoveryResult{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2456,7 @@ func (x *PublishDiscoveryResult) String() string {
 func (*PublishDiscoveryResult) ProtoMessage() {}
 
 func (x *PublishDiscoveryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[22]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2469,7 @@ func (x *PublishDiscoveryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishDiscoveryResult.ProtoReflect.Descriptor instead.
 func (*PublishDiscoveryResult) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{22}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PublishDiscoveryResult) GetFleet() *v1.DiscoveryFleet {
@@ -2180,7 +2498,7 @@ type RotateDiscovery struct {
 
 func (x *RotateDiscovery) Reset() {
 	*x = RotateDiscovery{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2510,7 @@ func (x *RotateDiscovery) String() string {
 func (*RotateDiscovery) ProtoMessage() {}
 
 func (x *RotateDiscovery) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[23]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2523,7 @@ func (x *RotateDiscovery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateDiscovery.ProtoReflect.Descriptor instead.
 func (*RotateDiscovery) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{23}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RotateDiscovery) GetStep() string {
@@ -2240,7 +2558,7 @@ type PublishAccessReplica struct {
 
 func (x *PublishAccessReplica) Reset() {
 	*x = PublishAccessReplica{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2570,7 @@ func (x *PublishAccessReplica) String() string {
 func (*PublishAccessReplica) ProtoMessage() {}
 
 func (x *PublishAccessReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[24]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2583,7 @@ func (x *PublishAccessReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishAccessReplica.ProtoReflect.Descriptor instead.
 func (*PublishAccessReplica) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{24}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PublishAccessReplica) GetPublication() *v1.AccessReplicaPublication {
@@ -2314,7 +2632,7 @@ type AuditStamp struct {
 
 func (x *AuditStamp) Reset() {
 	*x = AuditStamp{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2644,7 @@ func (x *AuditStamp) String() string {
 func (*AuditStamp) ProtoMessage() {}
 
 func (x *AuditStamp) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[25]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2657,7 @@ func (x *AuditStamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditStamp.ProtoReflect.Descriptor instead.
 func (*AuditStamp) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{25}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AuditStamp) GetWho() string {
@@ -2398,7 +2716,7 @@ type AppendAudit struct {
 
 func (x *AppendAudit) Reset() {
 	*x = AppendAudit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2728,7 @@ func (x *AppendAudit) String() string {
 func (*AppendAudit) ProtoMessage() {}
 
 func (x *AppendAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[26]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2741,7 @@ func (x *AppendAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendAudit.ProtoReflect.Descriptor instead.
 func (*AppendAudit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{26}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AppendAudit) GetSource() string {
@@ -2459,7 +2777,7 @@ type PruneAudit struct {
 
 func (x *PruneAudit) Reset() {
 	*x = PruneAudit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2789,7 @@ func (x *PruneAudit) String() string {
 func (*PruneAudit) ProtoMessage() {}
 
 func (x *PruneAudit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[27]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2802,7 @@ func (x *PruneAudit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneAudit.ProtoReflect.Descriptor instead.
 func (*PruneAudit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{27}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PruneAudit) GetBeforeTimestampMs() float64 {
@@ -2504,7 +2822,7 @@ type PruneAuditResult struct {
 
 func (x *PruneAuditResult) Reset() {
 	*x = PruneAuditResult{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2834,7 @@ func (x *PruneAuditResult) String() string {
 func (*PruneAuditResult) ProtoMessage() {}
 
 func (x *PruneAuditResult) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[28]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2847,7 @@ func (x *PruneAuditResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneAuditResult.ProtoReflect.Descriptor instead.
 func (*PruneAuditResult) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{28}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PruneAuditResult) GetRemoved() int64 {
@@ -2558,7 +2876,7 @@ type KvCommit struct {
 
 func (x *KvCommit) Reset() {
 	*x = KvCommit{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2570,7 +2888,7 @@ func (x *KvCommit) String() string {
 func (*KvCommit) ProtoMessage() {}
 
 func (x *KvCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[29]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2583,7 +2901,7 @@ func (x *KvCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvCommit.ProtoReflect.Descriptor instead.
 func (*KvCommit) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{29}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KvCommit) GetNamespace() string {
@@ -2619,7 +2937,7 @@ type MigrateSchema struct {
 
 func (x *MigrateSchema) Reset() {
 	*x = MigrateSchema{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2949,7 @@ func (x *MigrateSchema) String() string {
 func (*MigrateSchema) ProtoMessage() {}
 
 func (x *MigrateSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[30]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2962,7 @@ func (x *MigrateSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateSchema.ProtoReflect.Descriptor instead.
 func (*MigrateSchema) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{30}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MigrateSchema) GetFrom() uint32 {
@@ -2670,7 +2988,7 @@ type CreateJob struct {
 
 func (x *CreateJob) Reset() {
 	*x = CreateJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +3000,7 @@ func (x *CreateJob) String() string {
 func (*CreateJob) ProtoMessage() {}
 
 func (x *CreateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[31]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +3013,7 @@ func (x *CreateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJob.ProtoReflect.Descriptor instead.
 func (*CreateJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{31}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateJob) GetJob() *v1.Job {
@@ -2714,7 +3032,7 @@ type UpdateJob struct {
 
 func (x *UpdateJob) Reset() {
 	*x = UpdateJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +3044,7 @@ func (x *UpdateJob) String() string {
 func (*UpdateJob) ProtoMessage() {}
 
 func (x *UpdateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[32]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +3057,7 @@ func (x *UpdateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJob.ProtoReflect.Descriptor instead.
 func (*UpdateJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{32}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *UpdateJob) GetJob() *v1.Job {
@@ -2758,7 +3076,7 @@ type DeleteJob struct {
 
 func (x *DeleteJob) Reset() {
 	*x = DeleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2770,7 +3088,7 @@ func (x *DeleteJob) String() string {
 func (*DeleteJob) ProtoMessage() {}
 
 func (x *DeleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[33]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2783,7 +3101,7 @@ func (x *DeleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJob.ProtoReflect.Descriptor instead.
 func (*DeleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{33}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteJob) GetJobId() string {
@@ -2805,7 +3123,7 @@ type BindInstance struct {
 
 func (x *BindInstance) Reset() {
 	*x = BindInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +3135,7 @@ func (x *BindInstance) String() string {
 func (*BindInstance) ProtoMessage() {}
 
 func (x *BindInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[34]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +3148,7 @@ func (x *BindInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindInstance.ProtoReflect.Descriptor instead.
 func (*BindInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{34}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BindInstance) GetJobId() string {
@@ -2873,7 +3191,7 @@ type BindInstances struct {
 
 func (x *BindInstances) Reset() {
 	*x = BindInstances{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +3203,7 @@ func (x *BindInstances) String() string {
 func (*BindInstances) ProtoMessage() {}
 
 func (x *BindInstances) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[35]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +3216,7 @@ func (x *BindInstances) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BindInstances.ProtoReflect.Descriptor instead.
 func (*BindInstances) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{35}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BindInstances) GetBinds() []*BindInstance {
@@ -2921,7 +3239,7 @@ type MigrationReports struct {
 
 func (x *MigrationReports) Reset() {
 	*x = MigrationReports{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3251,7 @@ func (x *MigrationReports) String() string {
 func (*MigrationReports) ProtoMessage() {}
 
 func (x *MigrationReports) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[36]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3264,7 @@ func (x *MigrationReports) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationReports.ProtoReflect.Descriptor instead.
 func (*MigrationReports) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{36}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MigrationReports) GetNodeId() string {
@@ -2977,7 +3295,7 @@ type PutMigration struct {
 
 func (x *PutMigration) Reset() {
 	*x = PutMigration{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3307,7 @@ func (x *PutMigration) String() string {
 func (*PutMigration) ProtoMessage() {}
 
 func (x *PutMigration) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[37]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3320,7 @@ func (x *PutMigration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutMigration.ProtoReflect.Descriptor instead.
 func (*PutMigration) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{37}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PutMigration) GetMigration() *v1.MigrationState {
@@ -3038,7 +3356,7 @@ type ForgetMigrations struct {
 
 func (x *ForgetMigrations) Reset() {
 	*x = ForgetMigrations{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3050,7 +3368,7 @@ func (x *ForgetMigrations) String() string {
 func (*ForgetMigrations) ProtoMessage() {}
 
 func (x *ForgetMigrations) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[38]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3063,7 +3381,7 @@ func (x *ForgetMigrations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetMigrations.ProtoReflect.Descriptor instead.
 func (*ForgetMigrations) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{38}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ForgetMigrations) GetMigrationIds() []string {
@@ -3092,7 +3410,7 @@ type StartNodeDrain struct {
 
 func (x *StartNodeDrain) Reset() {
 	*x = StartNodeDrain{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3422,7 @@ func (x *StartNodeDrain) String() string {
 func (*StartNodeDrain) ProtoMessage() {}
 
 func (x *StartNodeDrain) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[39]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3435,7 @@ func (x *StartNodeDrain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartNodeDrain.ProtoReflect.Descriptor instead.
 func (*StartNodeDrain) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{39}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StartNodeDrain) GetDrain() *v1.NodeDrain {
@@ -3139,7 +3457,7 @@ type PutNodeDrain struct {
 
 func (x *PutNodeDrain) Reset() {
 	*x = PutNodeDrain{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3469,7 @@ func (x *PutNodeDrain) String() string {
 func (*PutNodeDrain) ProtoMessage() {}
 
 func (x *PutNodeDrain) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[40]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3482,7 @@ func (x *PutNodeDrain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutNodeDrain.ProtoReflect.Descriptor instead.
 func (*PutNodeDrain) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{40}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PutNodeDrain) GetDrain() *v1.NodeDrain {
@@ -3193,7 +3511,7 @@ type SetNodeDraining struct {
 
 func (x *SetNodeDraining) Reset() {
 	*x = SetNodeDraining{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +3523,7 @@ func (x *SetNodeDraining) String() string {
 func (*SetNodeDraining) ProtoMessage() {}
 
 func (x *SetNodeDraining) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[41]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +3536,7 @@ func (x *SetNodeDraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeDraining.ProtoReflect.Descriptor instead.
 func (*SetNodeDraining) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{41}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetNodeDraining) GetNodeId() string {
@@ -3250,7 +3568,7 @@ type StopInstance struct {
 
 func (x *StopInstance) Reset() {
 	*x = StopInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3580,7 @@ func (x *StopInstance) String() string {
 func (*StopInstance) ProtoMessage() {}
 
 func (x *StopInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[42]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3593,7 @@ func (x *StopInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopInstance.ProtoReflect.Descriptor instead.
 func (*StopInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{42}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StopInstance) GetJobId() string {
@@ -3331,7 +3649,7 @@ type StartPreparedInstance struct {
 
 func (x *StartPreparedInstance) Reset() {
 	*x = StartPreparedInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3343,7 +3661,7 @@ func (x *StartPreparedInstance) String() string {
 func (*StartPreparedInstance) ProtoMessage() {}
 
 func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[43]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3356,7 +3674,7 @@ func (x *StartPreparedInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPreparedInstance.ProtoReflect.Descriptor instead.
 func (*StartPreparedInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{43}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StartPreparedInstance) GetJobId() string {
@@ -3389,7 +3707,7 @@ type CompleteJob struct {
 
 func (x *CompleteJob) Reset() {
 	*x = CompleteJob{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3719,7 @@ func (x *CompleteJob) String() string {
 func (*CompleteJob) ProtoMessage() {}
 
 func (x *CompleteJob) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[44]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3732,7 @@ func (x *CompleteJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteJob.ProtoReflect.Descriptor instead.
 func (*CompleteJob) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{44}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CompleteJob) GetJobId() string {
@@ -3434,7 +3752,7 @@ type MarkJobFailed struct {
 
 func (x *MarkJobFailed) Reset() {
 	*x = MarkJobFailed{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3764,7 @@ func (x *MarkJobFailed) String() string {
 func (*MarkJobFailed) ProtoMessage() {}
 
 func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[45]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3777,7 @@ func (x *MarkJobFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFailed.ProtoReflect.Descriptor instead.
 func (*MarkJobFailed) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{45}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MarkJobFailed) GetJobId() string {
@@ -3492,7 +3810,7 @@ type InstanceReports struct {
 
 func (x *InstanceReports) Reset() {
 	*x = InstanceReports{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3822,7 @@ func (x *InstanceReports) String() string {
 func (*InstanceReports) ProtoMessage() {}
 
 func (x *InstanceReports) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[46]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3835,7 @@ func (x *InstanceReports) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceReports.ProtoReflect.Descriptor instead.
 func (*InstanceReports) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{46}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *InstanceReports) GetNodeId() string {
@@ -3566,7 +3884,7 @@ type RegisterSlot struct {
 
 func (x *RegisterSlot) Reset() {
 	*x = RegisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +3896,7 @@ func (x *RegisterSlot) String() string {
 func (*RegisterSlot) ProtoMessage() {}
 
 func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[47]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +3909,7 @@ func (x *RegisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterSlot.ProtoReflect.Descriptor instead.
 func (*RegisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{47}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RegisterSlot) GetNodeId() string {
@@ -3680,7 +3998,7 @@ type SetNodeInstance struct {
 
 func (x *SetNodeInstance) Reset() {
 	*x = SetNodeInstance{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3692,7 +4010,7 @@ func (x *SetNodeInstance) String() string {
 func (*SetNodeInstance) ProtoMessage() {}
 
 func (x *SetNodeInstance) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[48]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3705,7 +4023,7 @@ func (x *SetNodeInstance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeInstance.ProtoReflect.Descriptor instead.
 func (*SetNodeInstance) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{48}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SetNodeInstance) GetNodeId() string {
@@ -3751,7 +4069,7 @@ type MemberRegister struct {
 
 func (x *MemberRegister) Reset() {
 	*x = MemberRegister{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3763,7 +4081,7 @@ func (x *MemberRegister) String() string {
 func (*MemberRegister) ProtoMessage() {}
 
 func (x *MemberRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[49]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3776,7 +4094,7 @@ func (x *MemberRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberRegister.ProtoReflect.Descriptor instead.
 func (*MemberRegister) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{49}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MemberRegister) GetToken() string {
@@ -3854,7 +4172,7 @@ type DeregisterSlot struct {
 
 func (x *DeregisterSlot) Reset() {
 	*x = DeregisterSlot{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3866,7 +4184,7 @@ func (x *DeregisterSlot) String() string {
 func (*DeregisterSlot) ProtoMessage() {}
 
 func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[50]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3879,7 +4197,7 @@ func (x *DeregisterSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterSlot.ProtoReflect.Descriptor instead.
 func (*DeregisterSlot) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{50}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeregisterSlot) GetNodeId() string {
@@ -3899,7 +4217,7 @@ type SetSlotPool struct {
 
 func (x *SetSlotPool) Reset() {
 	*x = SetSlotPool{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3911,7 +4229,7 @@ func (x *SetSlotPool) String() string {
 func (*SetSlotPool) ProtoMessage() {}
 
 func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[51]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3924,7 +4242,7 @@ func (x *SetSlotPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSlotPool.ProtoReflect.Descriptor instead.
 func (*SetSlotPool) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{51}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SetSlotPool) GetNodeId() string {
@@ -3953,7 +4271,7 @@ type NodeOnline struct {
 
 func (x *NodeOnline) Reset() {
 	*x = NodeOnline{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3965,7 +4283,7 @@ func (x *NodeOnline) String() string {
 func (*NodeOnline) ProtoMessage() {}
 
 func (x *NodeOnline) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[52]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3978,7 +4296,7 @@ func (x *NodeOnline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOnline.ProtoReflect.Descriptor instead.
 func (*NodeOnline) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{52}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *NodeOnline) GetNodeId() string {
@@ -4005,7 +4323,7 @@ type NodeLost struct {
 
 func (x *NodeLost) Reset() {
 	*x = NodeLost{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4017,7 +4335,7 @@ func (x *NodeLost) String() string {
 func (*NodeLost) ProtoMessage() {}
 
 func (x *NodeLost) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[53]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4030,7 +4348,7 @@ func (x *NodeLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLost.ProtoReflect.Descriptor instead.
 func (*NodeLost) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{53}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NodeLost) GetNodeId() string {
@@ -4064,7 +4382,7 @@ type TerminateNode struct {
 
 func (x *TerminateNode) Reset() {
 	*x = TerminateNode{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4076,7 +4394,7 @@ func (x *TerminateNode) String() string {
 func (*TerminateNode) ProtoMessage() {}
 
 func (x *TerminateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[54]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4089,7 +4407,7 @@ func (x *TerminateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateNode.ProtoReflect.Descriptor instead.
 func (*TerminateNode) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{54}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TerminateNode) GetNodeId() string {
@@ -4125,7 +4443,7 @@ type NodeTerminated struct {
 
 func (x *NodeTerminated) Reset() {
 	*x = NodeTerminated{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4137,7 +4455,7 @@ func (x *NodeTerminated) String() string {
 func (*NodeTerminated) ProtoMessage() {}
 
 func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[55]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4150,7 +4468,7 @@ func (x *NodeTerminated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeTerminated.ProtoReflect.Descriptor instead.
 func (*NodeTerminated) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{55}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NodeTerminated) GetNodeId() string {
@@ -4181,7 +4499,7 @@ type SetNodeTags struct {
 
 func (x *SetNodeTags) Reset() {
 	*x = SetNodeTags{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4193,7 +4511,7 @@ func (x *SetNodeTags) String() string {
 func (*SetNodeTags) ProtoMessage() {}
 
 func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[56]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4206,7 +4524,7 @@ func (x *SetNodeTags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeTags.ProtoReflect.Descriptor instead.
 func (*SetNodeTags) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{56}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SetNodeTags) GetNodeId() string {
@@ -4240,7 +4558,7 @@ type SetNodeIdleExpiry struct {
 
 func (x *SetNodeIdleExpiry) Reset() {
 	*x = SetNodeIdleExpiry{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4252,7 +4570,7 @@ func (x *SetNodeIdleExpiry) String() string {
 func (*SetNodeIdleExpiry) ProtoMessage() {}
 
 func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[57]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4265,7 +4583,7 @@ func (x *SetNodeIdleExpiry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNodeIdleExpiry.ProtoReflect.Descriptor instead.
 func (*SetNodeIdleExpiry) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{57}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *SetNodeIdleExpiry) GetNodeId() string {
@@ -4298,7 +4616,7 @@ type JobRecord struct {
 
 func (x *JobRecord) Reset() {
 	*x = JobRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4310,7 +4628,7 @@ func (x *JobRecord) String() string {
 func (*JobRecord) ProtoMessage() {}
 
 func (x *JobRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[58]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4323,7 +4641,7 @@ func (x *JobRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRecord.ProtoReflect.Descriptor instead.
 func (*JobRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{58}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *JobRecord) GetJob() *v1.Job {
@@ -4384,7 +4702,7 @@ type NodeRecord struct {
 
 func (x *NodeRecord) Reset() {
 	*x = NodeRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4714,7 @@ func (x *NodeRecord) String() string {
 func (*NodeRecord) ProtoMessage() {}
 
 func (x *NodeRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[59]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4727,7 @@ func (x *NodeRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRecord.ProtoReflect.Descriptor instead.
 func (*NodeRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{59}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *NodeRecord) GetNode() *v1.Node {
@@ -4465,7 +4783,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4795,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[60]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4808,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{60}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SnapshotHeader) GetSchemaVersion() uint32 {
@@ -4520,7 +4838,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4532,7 +4850,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[61]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4545,7 +4863,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{61}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SnapshotTrailer) GetRecords() uint64 {
@@ -4585,6 +4903,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Bundle
 	//	*SnapshotRecord_LeaseState
 	//	*SnapshotRecord_Migration
+	//	*SnapshotRecord_HostAgent
 	Record        isSnapshotRecord_Record `protobuf_oneof:"record"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4592,7 +4911,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4604,7 +4923,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[62]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4617,7 +4936,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{62}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SnapshotRecord) GetRecord() isSnapshotRecord_Record {
@@ -4789,6 +5108,15 @@ func (x *SnapshotRecord) GetMigration() *v1.MigrationState {
 	return nil
 }
 
+func (x *SnapshotRecord) GetHostAgent() *HostAgentRecord {
+	if x != nil {
+		if x, ok := x.Record.(*SnapshotRecord_HostAgent); ok {
+			return x.HostAgent
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Record interface {
 	isSnapshotRecord_Record()
 }
@@ -4865,6 +5193,11 @@ type SnapshotRecord_Migration struct {
 	Migration *v1.MigrationState `protobuf:"bytes,18,opt,name=migration,proto3,oneof"`
 }
 
+type SnapshotRecord_HostAgent struct {
+	// Cloud Hypervisor host agents (issue 18).
+	HostAgent *HostAgentRecord `protobuf:"bytes,40,opt,name=host_agent,json=hostAgent,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Header) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Job) isSnapshotRecord_Record() {}
@@ -4901,6 +5234,8 @@ func (*SnapshotRecord_LeaseState) isSnapshotRecord_Record() {}
 
 func (*SnapshotRecord_Migration) isSnapshotRecord_Record() {}
 
+func (*SnapshotRecord_HostAgent) isSnapshotRecord_Record() {}
+
 // TokenRecord is an API token: its metadata and the SHA-256 (hex) of its
 // secret.
 type TokenRecord struct {
@@ -4913,7 +5248,7 @@ type TokenRecord struct {
 
 func (x *TokenRecord) Reset() {
 	*x = TokenRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4925,7 +5260,7 @@ func (x *TokenRecord) String() string {
 func (*TokenRecord) ProtoMessage() {}
 
 func (x *TokenRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[63]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4938,7 +5273,7 @@ func (x *TokenRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRecord.ProtoReflect.Descriptor instead.
 func (*TokenRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{63}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *TokenRecord) GetToken() *v1.ApiToken {
@@ -4967,7 +5302,7 @@ type AccessReplicaState struct {
 
 func (x *AccessReplicaState) Reset() {
 	*x = AccessReplicaState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4979,7 +5314,7 @@ func (x *AccessReplicaState) String() string {
 func (*AccessReplicaState) ProtoMessage() {}
 
 func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[64]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4992,7 +5327,7 @@ func (x *AccessReplicaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessReplicaState.ProtoReflect.Descriptor instead.
 func (*AccessReplicaState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{64}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AccessReplicaState) GetVersion() uint64 {
@@ -5028,7 +5363,7 @@ type AuditState struct {
 
 func (x *AuditState) Reset() {
 	*x = AuditState{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[65]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5040,7 +5375,7 @@ func (x *AuditState) String() string {
 func (*AuditState) ProtoMessage() {}
 
 func (x *AuditState) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[65]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5053,7 +5388,7 @@ func (x *AuditState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditState.ProtoReflect.Descriptor instead.
 func (*AuditState) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{65}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AuditState) GetNextSeq() int64 {
@@ -5088,7 +5423,7 @@ type KvRecord struct {
 
 func (x *KvRecord) Reset() {
 	*x = KvRecord{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[66]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5100,7 +5435,7 @@ func (x *KvRecord) String() string {
 func (*KvRecord) ProtoMessage() {}
 
 func (x *KvRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[66]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5113,7 +5448,7 @@ func (x *KvRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvRecord.ProtoReflect.Descriptor instead.
 func (*KvRecord) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{66}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *KvRecord) GetNamespace() string {
@@ -5141,7 +5476,7 @@ type KvNamespace struct {
 
 func (x *KvNamespace) Reset() {
 	*x = KvNamespace{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[67]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5153,7 +5488,7 @@ func (x *KvNamespace) String() string {
 func (*KvNamespace) ProtoMessage() {}
 
 func (x *KvNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[67]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5166,7 +5501,7 @@ func (x *KvNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvNamespace.ProtoReflect.Descriptor instead.
 func (*KvNamespace) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{67}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *KvNamespace) GetName() string {
@@ -5193,7 +5528,7 @@ type StoreMeta struct {
 
 func (x *StoreMeta) Reset() {
 	*x = StoreMeta{}
-	mi := &file_norsk_store_v1_store_proto_msgTypes[68]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5205,7 +5540,7 @@ func (x *StoreMeta) String() string {
 func (*StoreMeta) ProtoMessage() {}
 
 func (x *StoreMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_norsk_store_v1_store_proto_msgTypes[68]
+	mi := &file_norsk_store_v1_store_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5218,7 +5553,7 @@ func (x *StoreMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreMeta.ProtoReflect.Descriptor instead.
 func (*StoreMeta) Descriptor() ([]byte, []int) {
-	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{68}
+	return file_norsk_store_v1_store_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *StoreMeta) GetSchemaVersion() uint32 {
@@ -5232,7 +5567,7 @@ var File_norsk_store_v1_store_proto protoreflect.FileDescriptor
 
 const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a norsk/manager/v1/migration.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xef\x1d\n" +
+	"\x1anorsk/store/v1/store.proto\x12\x0enorsk.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1cnorsk/manager/v1/audit.proto\x1a\x1dnorsk/manager/v1/bundle.proto\x1a\x1cnorsk/manager/v1/cloud.proto\x1a\x1cnorsk/manager/v1/drain.proto\x1a\x1anorsk/manager/v1/job.proto\x1a\x19norsk/manager/v1/kv.proto\x1a norsk/manager/v1/migration.proto\x1a\x1enorsk/manager/v1/manager.proto\x1a\x1fnorsk/manager/v1/security.proto\x1a\x1bnorsk/manager/v1/node.proto\x1a&norsk/manager/v1/node_controller.proto\"\xdc\x1f\n" +
 	"\aCommand\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x05audit\x18\x02 \x01(\v2\x1a.norsk.store.v1.AuditStampR\x05audit\x12:\n" +
@@ -5292,8 +5627,31 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x10start_node_drain\x18V \x01(\v2\x1e.norsk.store.v1.StartNodeDrainH\x00R\x0estartNodeDrain\x12D\n" +
 	"\x0eput_node_drain\x18W \x01(\v2\x1c.norsk.store.v1.PutNodeDrainH\x00R\fputNodeDrain\x12H\n" +
 	"\x0fset_node_images\x18\x96\x01 \x01(\v2\x1d.norsk.store.v1.SetNodeImagesH\x00R\rsetNodeImages\x12c\n" +
-	"\x18record_images_prefetched\x18\x97\x01 \x01(\v2&.norsk.store.v1.RecordImagesPrefetchedH\x00R\x16recordImagesPrefetchedB\x05\n" +
-	"\x03cmd\"]\n" +
+	"\x18record_images_prefetched\x18\x97\x01 \x01(\v2&.norsk.store.v1.RecordImagesPrefetchedH\x00R\x16recordImagesPrefetched\x12E\n" +
+	"\x0eadd_host_agent\x18\xaa\x01 \x01(\v2\x1c.norsk.store.v1.AddHostAgentH\x00R\faddHostAgent\x12T\n" +
+	"\x13register_host_agent\x18\xab\x01 \x01(\v2!.norsk.store.v1.RegisterHostAgentH\x00R\x11registerHostAgent\x12N\n" +
+	"\x11remove_host_agent\x18\xac\x01 \x01(\v2\x1f.norsk.store.v1.RemoveHostAgentH\x00R\x0fremoveHostAgentB\x05\n" +
+	"\x03cmd\"\x80\x02\n" +
+	"\x0fHostAgentRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1d\n" +
+	"\n" +
+	"token_used\x18\x03 \x01(\bR\ttokenUsed\x12\x10\n" +
+	"\x03url\x18\x04 \x01(\tR\x03url\x12\x16\n" +
+	"\x06secret\x18\x05 \x01(\tR\x06secret\x129\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12?\n" +
+	"\rregistered_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\"8\n" +
+	"\fAddHostAgent\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"g\n" +
+	"\x11RegisterHostAgent\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\tR\x06secret\"%\n" +
+	"\x0fRemoveHostAgent\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"]\n" +
 	"\rSetNodeImages\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x123\n" +
 	"\x06images\x18\x02 \x03(\v2\x1b.norsk.manager.v1.HeldImageR\x06images\"\\\n" +
@@ -5546,7 +5904,7 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\"C\n" +
 	"\x0fSnapshotTrailer\x12\x18\n" +
 	"\arecords\x18\x01 \x01(\x04R\arecords\x12\x16\n" +
-	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\xcc\b\n" +
+	"\x06crc32c\x18\x02 \x01(\rR\x06crc32c\"\x8e\t\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.norsk.store.v1.SnapshotHeaderH\x00R\x06header\x12-\n" +
 	"\x03job\x18\x02 \x01(\v2\x19.norsk.store.v1.JobRecordH\x00R\x03job\x128\n" +
@@ -5570,7 +5928,9 @@ const file_norsk_store_v1_store_proto_rawDesc = "" +
 	"\x06bundle\x18\x10 \x01(\v2\x18.norsk.manager.v1.BundleH\x00R\x06bundle\x12=\n" +
 	"\vlease_state\x18\x11 \x01(\v2\x1a.norsk.store.v1.LeaseStateH\x00R\n" +
 	"leaseState\x12@\n" +
-	"\tmigration\x18\x12 \x01(\v2 .norsk.manager.v1.MigrationStateH\x00R\tmigrationB\b\n" +
+	"\tmigration\x18\x12 \x01(\v2 .norsk.manager.v1.MigrationStateH\x00R\tmigration\x12@\n" +
+	"\n" +
+	"host_agent\x18( \x01(\v2\x1f.norsk.store.v1.HostAgentRecordH\x00R\thostAgentB\b\n" +
 	"\x06record\"`\n" +
 	"\vTokenRecord\x120\n" +
 	"\x05token\x18\x01 \x01(\v2\x1a.norsk.manager.v1.ApiTokenR\x05token\x12\x1f\n" +
@@ -5609,224 +5969,234 @@ func file_norsk_store_v1_store_proto_rawDescGZIP() []byte {
 	return file_norsk_store_v1_store_proto_rawDescData
 }
 
-var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_norsk_store_v1_store_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_norsk_store_v1_store_proto_goTypes = []any{
 	(*Command)(nil),                     // 0: norsk.store.v1.Command
-	(*SetNodeImages)(nil),               // 1: norsk.store.v1.SetNodeImages
-	(*RecordImagesPrefetched)(nil),      // 2: norsk.store.v1.RecordImagesPrefetched
-	(*CreateBundle)(nil),                // 3: norsk.store.v1.CreateBundle
-	(*UpdateBundle)(nil),                // 4: norsk.store.v1.UpdateBundle
-	(*DeleteBundle)(nil),                // 5: norsk.store.v1.DeleteBundle
-	(*RemoveBundle)(nil),                // 6: norsk.store.v1.RemoveBundle
-	(*SetBundleJobDormant)(nil),         // 7: norsk.store.v1.SetBundleJobDormant
-	(*SetBundleStopTime)(nil),           // 8: norsk.store.v1.SetBundleStopTime
-	(*RenewBundleLease)(nil),            // 9: norsk.store.v1.RenewBundleLease
-	(*SetLeasesPaused)(nil),             // 10: norsk.store.v1.SetLeasesPaused
-	(*LeaseState)(nil),                  // 11: norsk.store.v1.LeaseState
-	(*MemberRecord)(nil),                // 12: norsk.store.v1.MemberRecord
-	(*ClusterMeta)(nil),                 // 13: norsk.store.v1.ClusterMeta
-	(*InitCluster)(nil),                 // 14: norsk.store.v1.InitCluster
-	(*ExpectMember)(nil),                // 15: norsk.store.v1.ExpectMember
-	(*MemberJoined)(nil),                // 16: norsk.store.v1.MemberJoined
-	(*MemberRetired)(nil),               // 17: norsk.store.v1.MemberRetired
-	(*SetGeneration)(nil),               // 18: norsk.store.v1.SetGeneration
-	(*CreateToken)(nil),                 // 19: norsk.store.v1.CreateToken
-	(*RevokeToken)(nil),                 // 20: norsk.store.v1.RevokeToken
-	(*PublishDiscovery)(nil),            // 21: norsk.store.v1.PublishDiscovery
-	(*PublishDiscoveryResult)(nil),      // 22: norsk.store.v1.PublishDiscoveryResult
-	(*RotateDiscovery)(nil),             // 23: norsk.store.v1.RotateDiscovery
-	(*PublishAccessReplica)(nil),        // 24: norsk.store.v1.PublishAccessReplica
-	(*AuditStamp)(nil),                  // 25: norsk.store.v1.AuditStamp
-	(*AppendAudit)(nil),                 // 26: norsk.store.v1.AppendAudit
-	(*PruneAudit)(nil),                  // 27: norsk.store.v1.PruneAudit
-	(*PruneAuditResult)(nil),            // 28: norsk.store.v1.PruneAuditResult
-	(*KvCommit)(nil),                    // 29: norsk.store.v1.KvCommit
-	(*MigrateSchema)(nil),               // 30: norsk.store.v1.MigrateSchema
-	(*CreateJob)(nil),                   // 31: norsk.store.v1.CreateJob
-	(*UpdateJob)(nil),                   // 32: norsk.store.v1.UpdateJob
-	(*DeleteJob)(nil),                   // 33: norsk.store.v1.DeleteJob
-	(*BindInstance)(nil),                // 34: norsk.store.v1.BindInstance
-	(*BindInstances)(nil),               // 35: norsk.store.v1.BindInstances
-	(*MigrationReports)(nil),            // 36: norsk.store.v1.MigrationReports
-	(*PutMigration)(nil),                // 37: norsk.store.v1.PutMigration
-	(*ForgetMigrations)(nil),            // 38: norsk.store.v1.ForgetMigrations
-	(*StartNodeDrain)(nil),              // 39: norsk.store.v1.StartNodeDrain
-	(*PutNodeDrain)(nil),                // 40: norsk.store.v1.PutNodeDrain
-	(*SetNodeDraining)(nil),             // 41: norsk.store.v1.SetNodeDraining
-	(*StopInstance)(nil),                // 42: norsk.store.v1.StopInstance
-	(*StartPreparedInstance)(nil),       // 43: norsk.store.v1.StartPreparedInstance
-	(*CompleteJob)(nil),                 // 44: norsk.store.v1.CompleteJob
-	(*MarkJobFailed)(nil),               // 45: norsk.store.v1.MarkJobFailed
-	(*InstanceReports)(nil),             // 46: norsk.store.v1.InstanceReports
-	(*RegisterSlot)(nil),                // 47: norsk.store.v1.RegisterSlot
-	(*SetNodeInstance)(nil),             // 48: norsk.store.v1.SetNodeInstance
-	(*MemberRegister)(nil),              // 49: norsk.store.v1.MemberRegister
-	(*DeregisterSlot)(nil),              // 50: norsk.store.v1.DeregisterSlot
-	(*SetSlotPool)(nil),                 // 51: norsk.store.v1.SetSlotPool
-	(*NodeOnline)(nil),                  // 52: norsk.store.v1.NodeOnline
-	(*NodeLost)(nil),                    // 53: norsk.store.v1.NodeLost
-	(*TerminateNode)(nil),               // 54: norsk.store.v1.TerminateNode
-	(*NodeTerminated)(nil),              // 55: norsk.store.v1.NodeTerminated
-	(*SetNodeTags)(nil),                 // 56: norsk.store.v1.SetNodeTags
-	(*SetNodeIdleExpiry)(nil),           // 57: norsk.store.v1.SetNodeIdleExpiry
-	(*JobRecord)(nil),                   // 58: norsk.store.v1.JobRecord
-	(*NodeRecord)(nil),                  // 59: norsk.store.v1.NodeRecord
-	(*SnapshotHeader)(nil),              // 60: norsk.store.v1.SnapshotHeader
-	(*SnapshotTrailer)(nil),             // 61: norsk.store.v1.SnapshotTrailer
-	(*SnapshotRecord)(nil),              // 62: norsk.store.v1.SnapshotRecord
-	(*TokenRecord)(nil),                 // 63: norsk.store.v1.TokenRecord
-	(*AccessReplicaState)(nil),          // 64: norsk.store.v1.AccessReplicaState
-	(*AuditState)(nil),                  // 65: norsk.store.v1.AuditState
-	(*KvRecord)(nil),                    // 66: norsk.store.v1.KvRecord
-	(*KvNamespace)(nil),                 // 67: norsk.store.v1.KvNamespace
-	(*StoreMeta)(nil),                   // 68: norsk.store.v1.StoreMeta
-	nil,                                 // 69: norsk.store.v1.RegisterSlot.TagsEntry
-	nil,                                 // 70: norsk.store.v1.SetNodeTags.TagsEntry
-	(*timestamppb.Timestamp)(nil),       // 71: google.protobuf.Timestamp
-	(*v1.HeldImage)(nil),                // 72: norsk.manager.v1.HeldImage
-	(*v1.ImagesPrefetched)(nil),         // 73: norsk.manager.v1.ImagesPrefetched
-	(*v1.Bundle)(nil),                   // 74: norsk.manager.v1.Bundle
-	(*v1.ApiToken)(nil),                 // 75: norsk.manager.v1.ApiToken
-	(*v1.DiscoveryFleet)(nil),           // 76: norsk.manager.v1.DiscoveryFleet
-	(*v1.AccessReplicaPublication)(nil), // 77: norsk.manager.v1.AccessReplicaPublication
-	(*v1.KvWrite)(nil),                  // 78: norsk.manager.v1.KvWrite
-	(*v1.KvCommitOptions)(nil),          // 79: norsk.manager.v1.KvCommitOptions
-	(*v1.Job)(nil),                      // 80: norsk.manager.v1.Job
-	(*v1.StartJobOptions)(nil),          // 81: norsk.manager.v1.StartJobOptions
-	(*v1.MigrationReport)(nil),          // 82: norsk.manager.v1.MigrationReport
-	(*v1.MigrationState)(nil),           // 83: norsk.manager.v1.MigrationState
-	(*v1.NodeDrain)(nil),                // 84: norsk.manager.v1.NodeDrain
-	(*v1.InstanceReport)(nil),           // 85: norsk.manager.v1.InstanceReport
-	(*v1.WorkerNotice)(nil),             // 86: norsk.manager.v1.WorkerNotice
-	(*v1.Hardware)(nil),                 // 87: norsk.manager.v1.Hardware
-	(*v1.CloudInstance)(nil),            // 88: norsk.manager.v1.CloudInstance
-	(*v1.Capability)(nil),               // 89: norsk.manager.v1.Capability
-	(*v1.WorkerHello)(nil),              // 90: norsk.manager.v1.WorkerHello
-	(*v1.JobHistoryEntry)(nil),          // 91: norsk.manager.v1.JobHistoryEntry
-	(*v1.Node)(nil),                     // 92: norsk.manager.v1.Node
-	(*v1.Instance)(nil),                 // 93: norsk.manager.v1.Instance
-	(*v1.AuditLogEntry)(nil),            // 94: norsk.manager.v1.AuditLogEntry
-	(*v1.AuditCheckpoint)(nil),          // 95: norsk.manager.v1.AuditCheckpoint
-	(*v1.KvEntry)(nil),                  // 96: norsk.manager.v1.KvEntry
+	(*HostAgentRecord)(nil),             // 1: norsk.store.v1.HostAgentRecord
+	(*AddHostAgent)(nil),                // 2: norsk.store.v1.AddHostAgent
+	(*RegisterHostAgent)(nil),           // 3: norsk.store.v1.RegisterHostAgent
+	(*RemoveHostAgent)(nil),             // 4: norsk.store.v1.RemoveHostAgent
+	(*SetNodeImages)(nil),               // 5: norsk.store.v1.SetNodeImages
+	(*RecordImagesPrefetched)(nil),      // 6: norsk.store.v1.RecordImagesPrefetched
+	(*CreateBundle)(nil),                // 7: norsk.store.v1.CreateBundle
+	(*UpdateBundle)(nil),                // 8: norsk.store.v1.UpdateBundle
+	(*DeleteBundle)(nil),                // 9: norsk.store.v1.DeleteBundle
+	(*RemoveBundle)(nil),                // 10: norsk.store.v1.RemoveBundle
+	(*SetBundleJobDormant)(nil),         // 11: norsk.store.v1.SetBundleJobDormant
+	(*SetBundleStopTime)(nil),           // 12: norsk.store.v1.SetBundleStopTime
+	(*RenewBundleLease)(nil),            // 13: norsk.store.v1.RenewBundleLease
+	(*SetLeasesPaused)(nil),             // 14: norsk.store.v1.SetLeasesPaused
+	(*LeaseState)(nil),                  // 15: norsk.store.v1.LeaseState
+	(*MemberRecord)(nil),                // 16: norsk.store.v1.MemberRecord
+	(*ClusterMeta)(nil),                 // 17: norsk.store.v1.ClusterMeta
+	(*InitCluster)(nil),                 // 18: norsk.store.v1.InitCluster
+	(*ExpectMember)(nil),                // 19: norsk.store.v1.ExpectMember
+	(*MemberJoined)(nil),                // 20: norsk.store.v1.MemberJoined
+	(*MemberRetired)(nil),               // 21: norsk.store.v1.MemberRetired
+	(*SetGeneration)(nil),               // 22: norsk.store.v1.SetGeneration
+	(*CreateToken)(nil),                 // 23: norsk.store.v1.CreateToken
+	(*RevokeToken)(nil),                 // 24: norsk.store.v1.RevokeToken
+	(*PublishDiscovery)(nil),            // 25: norsk.store.v1.PublishDiscovery
+	(*PublishDiscoveryResult)(nil),      // 26: norsk.store.v1.PublishDiscoveryResult
+	(*RotateDiscovery)(nil),             // 27: norsk.store.v1.RotateDiscovery
+	(*PublishAccessReplica)(nil),        // 28: norsk.store.v1.PublishAccessReplica
+	(*AuditStamp)(nil),                  // 29: norsk.store.v1.AuditStamp
+	(*AppendAudit)(nil),                 // 30: norsk.store.v1.AppendAudit
+	(*PruneAudit)(nil),                  // 31: norsk.store.v1.PruneAudit
+	(*PruneAuditResult)(nil),            // 32: norsk.store.v1.PruneAuditResult
+	(*KvCommit)(nil),                    // 33: norsk.store.v1.KvCommit
+	(*MigrateSchema)(nil),               // 34: norsk.store.v1.MigrateSchema
+	(*CreateJob)(nil),                   // 35: norsk.store.v1.CreateJob
+	(*UpdateJob)(nil),                   // 36: norsk.store.v1.UpdateJob
+	(*DeleteJob)(nil),                   // 37: norsk.store.v1.DeleteJob
+	(*BindInstance)(nil),                // 38: norsk.store.v1.BindInstance
+	(*BindInstances)(nil),               // 39: norsk.store.v1.BindInstances
+	(*MigrationReports)(nil),            // 40: norsk.store.v1.MigrationReports
+	(*PutMigration)(nil),                // 41: norsk.store.v1.PutMigration
+	(*ForgetMigrations)(nil),            // 42: norsk.store.v1.ForgetMigrations
+	(*StartNodeDrain)(nil),              // 43: norsk.store.v1.StartNodeDrain
+	(*PutNodeDrain)(nil),                // 44: norsk.store.v1.PutNodeDrain
+	(*SetNodeDraining)(nil),             // 45: norsk.store.v1.SetNodeDraining
+	(*StopInstance)(nil),                // 46: norsk.store.v1.StopInstance
+	(*StartPreparedInstance)(nil),       // 47: norsk.store.v1.StartPreparedInstance
+	(*CompleteJob)(nil),                 // 48: norsk.store.v1.CompleteJob
+	(*MarkJobFailed)(nil),               // 49: norsk.store.v1.MarkJobFailed
+	(*InstanceReports)(nil),             // 50: norsk.store.v1.InstanceReports
+	(*RegisterSlot)(nil),                // 51: norsk.store.v1.RegisterSlot
+	(*SetNodeInstance)(nil),             // 52: norsk.store.v1.SetNodeInstance
+	(*MemberRegister)(nil),              // 53: norsk.store.v1.MemberRegister
+	(*DeregisterSlot)(nil),              // 54: norsk.store.v1.DeregisterSlot
+	(*SetSlotPool)(nil),                 // 55: norsk.store.v1.SetSlotPool
+	(*NodeOnline)(nil),                  // 56: norsk.store.v1.NodeOnline
+	(*NodeLost)(nil),                    // 57: norsk.store.v1.NodeLost
+	(*TerminateNode)(nil),               // 58: norsk.store.v1.TerminateNode
+	(*NodeTerminated)(nil),              // 59: norsk.store.v1.NodeTerminated
+	(*SetNodeTags)(nil),                 // 60: norsk.store.v1.SetNodeTags
+	(*SetNodeIdleExpiry)(nil),           // 61: norsk.store.v1.SetNodeIdleExpiry
+	(*JobRecord)(nil),                   // 62: norsk.store.v1.JobRecord
+	(*NodeRecord)(nil),                  // 63: norsk.store.v1.NodeRecord
+	(*SnapshotHeader)(nil),              // 64: norsk.store.v1.SnapshotHeader
+	(*SnapshotTrailer)(nil),             // 65: norsk.store.v1.SnapshotTrailer
+	(*SnapshotRecord)(nil),              // 66: norsk.store.v1.SnapshotRecord
+	(*TokenRecord)(nil),                 // 67: norsk.store.v1.TokenRecord
+	(*AccessReplicaState)(nil),          // 68: norsk.store.v1.AccessReplicaState
+	(*AuditState)(nil),                  // 69: norsk.store.v1.AuditState
+	(*KvRecord)(nil),                    // 70: norsk.store.v1.KvRecord
+	(*KvNamespace)(nil),                 // 71: norsk.store.v1.KvNamespace
+	(*StoreMeta)(nil),                   // 72: norsk.store.v1.StoreMeta
+	nil,                                 // 73: norsk.store.v1.RegisterSlot.TagsEntry
+	nil,                                 // 74: norsk.store.v1.SetNodeTags.TagsEntry
+	(*timestamppb.Timestamp)(nil),       // 75: google.protobuf.Timestamp
+	(*v1.HeldImage)(nil),                // 76: norsk.manager.v1.HeldImage
+	(*v1.ImagesPrefetched)(nil),         // 77: norsk.manager.v1.ImagesPrefetched
+	(*v1.Bundle)(nil),                   // 78: norsk.manager.v1.Bundle
+	(*v1.ApiToken)(nil),                 // 79: norsk.manager.v1.ApiToken
+	(*v1.DiscoveryFleet)(nil),           // 80: norsk.manager.v1.DiscoveryFleet
+	(*v1.AccessReplicaPublication)(nil), // 81: norsk.manager.v1.AccessReplicaPublication
+	(*v1.KvWrite)(nil),                  // 82: norsk.manager.v1.KvWrite
+	(*v1.KvCommitOptions)(nil),          // 83: norsk.manager.v1.KvCommitOptions
+	(*v1.Job)(nil),                      // 84: norsk.manager.v1.Job
+	(*v1.StartJobOptions)(nil),          // 85: norsk.manager.v1.StartJobOptions
+	(*v1.MigrationReport)(nil),          // 86: norsk.manager.v1.MigrationReport
+	(*v1.MigrationState)(nil),           // 87: norsk.manager.v1.MigrationState
+	(*v1.NodeDrain)(nil),                // 88: norsk.manager.v1.NodeDrain
+	(*v1.InstanceReport)(nil),           // 89: norsk.manager.v1.InstanceReport
+	(*v1.WorkerNotice)(nil),             // 90: norsk.manager.v1.WorkerNotice
+	(*v1.Hardware)(nil),                 // 91: norsk.manager.v1.Hardware
+	(*v1.CloudInstance)(nil),            // 92: norsk.manager.v1.CloudInstance
+	(*v1.Capability)(nil),               // 93: norsk.manager.v1.Capability
+	(*v1.WorkerHello)(nil),              // 94: norsk.manager.v1.WorkerHello
+	(*v1.JobHistoryEntry)(nil),          // 95: norsk.manager.v1.JobHistoryEntry
+	(*v1.Node)(nil),                     // 96: norsk.manager.v1.Node
+	(*v1.Instance)(nil),                 // 97: norsk.manager.v1.Instance
+	(*v1.AuditLogEntry)(nil),            // 98: norsk.manager.v1.AuditLogEntry
+	(*v1.AuditCheckpoint)(nil),          // 99: norsk.manager.v1.AuditCheckpoint
+	(*v1.KvEntry)(nil),                  // 100: norsk.manager.v1.KvEntry
 }
 var file_norsk_store_v1_store_proto_depIdxs = []int32{
-	71,  // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
-	25,  // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
-	31,  // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
-	32,  // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
-	33,  // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
-	34,  // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
-	42,  // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
-	43,  // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
-	44,  // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
-	45,  // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
-	46,  // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
-	47,  // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
-	49,  // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
-	50,  // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
-	51,  // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
-	52,  // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
-	53,  // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
-	54,  // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
-	55,  // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
-	56,  // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
-	57,  // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
-	26,  // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
-	27,  // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
-	29,  // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
-	30,  // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
-	19,  // 25: norsk.store.v1.Command.create_token:type_name -> norsk.store.v1.CreateToken
-	20,  // 26: norsk.store.v1.Command.revoke_token:type_name -> norsk.store.v1.RevokeToken
-	21,  // 27: norsk.store.v1.Command.publish_discovery:type_name -> norsk.store.v1.PublishDiscovery
-	23,  // 28: norsk.store.v1.Command.rotate_discovery:type_name -> norsk.store.v1.RotateDiscovery
-	24,  // 29: norsk.store.v1.Command.publish_access_replica:type_name -> norsk.store.v1.PublishAccessReplica
-	14,  // 30: norsk.store.v1.Command.init_cluster:type_name -> norsk.store.v1.InitCluster
-	15,  // 31: norsk.store.v1.Command.expect_member:type_name -> norsk.store.v1.ExpectMember
-	16,  // 32: norsk.store.v1.Command.member_joined:type_name -> norsk.store.v1.MemberJoined
-	17,  // 33: norsk.store.v1.Command.member_retired:type_name -> norsk.store.v1.MemberRetired
-	18,  // 34: norsk.store.v1.Command.set_generation:type_name -> norsk.store.v1.SetGeneration
-	3,   // 35: norsk.store.v1.Command.create_bundle:type_name -> norsk.store.v1.CreateBundle
-	4,   // 36: norsk.store.v1.Command.update_bundle:type_name -> norsk.store.v1.UpdateBundle
-	5,   // 37: norsk.store.v1.Command.delete_bundle:type_name -> norsk.store.v1.DeleteBundle
-	6,   // 38: norsk.store.v1.Command.remove_bundle:type_name -> norsk.store.v1.RemoveBundle
-	7,   // 39: norsk.store.v1.Command.set_bundle_job_dormant:type_name -> norsk.store.v1.SetBundleJobDormant
-	8,   // 40: norsk.store.v1.Command.set_bundle_stop_time:type_name -> norsk.store.v1.SetBundleStopTime
-	9,   // 41: norsk.store.v1.Command.renew_bundle_lease:type_name -> norsk.store.v1.RenewBundleLease
-	10,  // 42: norsk.store.v1.Command.set_leases_paused:type_name -> norsk.store.v1.SetLeasesPaused
-	35,  // 43: norsk.store.v1.Command.bind_instances:type_name -> norsk.store.v1.BindInstances
-	36,  // 44: norsk.store.v1.Command.migration_reports:type_name -> norsk.store.v1.MigrationReports
-	37,  // 45: norsk.store.v1.Command.put_migration:type_name -> norsk.store.v1.PutMigration
-	38,  // 46: norsk.store.v1.Command.forget_migrations:type_name -> norsk.store.v1.ForgetMigrations
-	41,  // 47: norsk.store.v1.Command.set_node_draining:type_name -> norsk.store.v1.SetNodeDraining
-	48,  // 48: norsk.store.v1.Command.set_node_instance:type_name -> norsk.store.v1.SetNodeInstance
-	39,  // 49: norsk.store.v1.Command.start_node_drain:type_name -> norsk.store.v1.StartNodeDrain
-	40,  // 50: norsk.store.v1.Command.put_node_drain:type_name -> norsk.store.v1.PutNodeDrain
-	1,   // 51: norsk.store.v1.Command.set_node_images:type_name -> norsk.store.v1.SetNodeImages
-	2,   // 52: norsk.store.v1.Command.record_images_prefetched:type_name -> norsk.store.v1.RecordImagesPrefetched
-	72,  // 53: norsk.store.v1.SetNodeImages.images:type_name -> norsk.manager.v1.HeldImage
-	73,  // 54: norsk.store.v1.RecordImagesPrefetched.prefetched:type_name -> norsk.manager.v1.ImagesPrefetched
-	74,  // 55: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
-	74,  // 56: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
-	71,  // 57: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
-	71,  // 58: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
-	71,  // 59: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
-	12,  // 60: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
-	75,  // 61: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
-	76,  // 62: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	76,  // 63: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
-	77,  // 64: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	78,  // 65: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
-	79,  // 66: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
-	80,  // 67: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
-	80,  // 68: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
-	81,  // 69: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
-	34,  // 70: norsk.store.v1.BindInstances.binds:type_name -> norsk.store.v1.BindInstance
-	82,  // 71: norsk.store.v1.MigrationReports.reports:type_name -> norsk.manager.v1.MigrationReport
-	83,  // 72: norsk.store.v1.PutMigration.migration:type_name -> norsk.manager.v1.MigrationState
-	84,  // 73: norsk.store.v1.StartNodeDrain.drain:type_name -> norsk.manager.v1.NodeDrain
-	84,  // 74: norsk.store.v1.PutNodeDrain.drain:type_name -> norsk.manager.v1.NodeDrain
-	85,  // 75: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
-	86,  // 76: norsk.store.v1.InstanceReports.notices:type_name -> norsk.manager.v1.WorkerNotice
-	87,  // 77: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
-	69,  // 78: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
-	88,  // 79: norsk.store.v1.RegisterSlot.cloud:type_name -> norsk.manager.v1.CloudInstance
-	88,  // 80: norsk.store.v1.SetNodeInstance.cloud:type_name -> norsk.manager.v1.CloudInstance
-	87,  // 81: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
-	89,  // 82: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
-	90,  // 83: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
-	70,  // 84: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
-	80,  // 85: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
-	91,  // 86: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
-	71,  // 87: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
-	71,  // 88: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
-	92,  // 89: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
-	60,  // 90: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
-	58,  // 91: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
-	93,  // 92: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
-	59,  // 93: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
-	61,  // 94: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
-	94,  // 95: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
-	65,  // 96: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
-	66,  // 97: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
-	67,  // 98: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
-	68,  // 99: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
-	63,  // 100: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
-	76,  // 101: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
-	64,  // 102: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
-	12,  // 103: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
-	13,  // 104: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
-	74,  // 105: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
-	11,  // 106: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
-	83,  // 107: norsk.store.v1.SnapshotRecord.migration:type_name -> norsk.manager.v1.MigrationState
-	75,  // 108: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
-	77,  // 109: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
-	95,  // 110: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
-	96,  // 111: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
-	112, // [112:112] is the sub-list for method output_type
-	112, // [112:112] is the sub-list for method input_type
-	112, // [112:112] is the sub-list for extension type_name
-	112, // [112:112] is the sub-list for extension extendee
-	0,   // [0:112] is the sub-list for field type_name
+	75,  // 0: norsk.store.v1.Command.time:type_name -> google.protobuf.Timestamp
+	29,  // 1: norsk.store.v1.Command.audit:type_name -> norsk.store.v1.AuditStamp
+	35,  // 2: norsk.store.v1.Command.create_job:type_name -> norsk.store.v1.CreateJob
+	36,  // 3: norsk.store.v1.Command.update_job:type_name -> norsk.store.v1.UpdateJob
+	37,  // 4: norsk.store.v1.Command.delete_job:type_name -> norsk.store.v1.DeleteJob
+	38,  // 5: norsk.store.v1.Command.bind_instance:type_name -> norsk.store.v1.BindInstance
+	46,  // 6: norsk.store.v1.Command.stop_instance:type_name -> norsk.store.v1.StopInstance
+	47,  // 7: norsk.store.v1.Command.start_prepared:type_name -> norsk.store.v1.StartPreparedInstance
+	48,  // 8: norsk.store.v1.Command.complete_job:type_name -> norsk.store.v1.CompleteJob
+	49,  // 9: norsk.store.v1.Command.mark_job_failed:type_name -> norsk.store.v1.MarkJobFailed
+	50,  // 10: norsk.store.v1.Command.instance_reports:type_name -> norsk.store.v1.InstanceReports
+	51,  // 11: norsk.store.v1.Command.register_slot:type_name -> norsk.store.v1.RegisterSlot
+	53,  // 12: norsk.store.v1.Command.member_register:type_name -> norsk.store.v1.MemberRegister
+	54,  // 13: norsk.store.v1.Command.deregister_slot:type_name -> norsk.store.v1.DeregisterSlot
+	55,  // 14: norsk.store.v1.Command.set_slot_pool:type_name -> norsk.store.v1.SetSlotPool
+	56,  // 15: norsk.store.v1.Command.node_online:type_name -> norsk.store.v1.NodeOnline
+	57,  // 16: norsk.store.v1.Command.node_lost:type_name -> norsk.store.v1.NodeLost
+	58,  // 17: norsk.store.v1.Command.terminate_node:type_name -> norsk.store.v1.TerminateNode
+	59,  // 18: norsk.store.v1.Command.node_terminated:type_name -> norsk.store.v1.NodeTerminated
+	60,  // 19: norsk.store.v1.Command.set_node_tags:type_name -> norsk.store.v1.SetNodeTags
+	61,  // 20: norsk.store.v1.Command.set_node_idle_expiry:type_name -> norsk.store.v1.SetNodeIdleExpiry
+	30,  // 21: norsk.store.v1.Command.append_audit:type_name -> norsk.store.v1.AppendAudit
+	31,  // 22: norsk.store.v1.Command.prune_audit:type_name -> norsk.store.v1.PruneAudit
+	33,  // 23: norsk.store.v1.Command.kv_commit:type_name -> norsk.store.v1.KvCommit
+	34,  // 24: norsk.store.v1.Command.migrate_schema:type_name -> norsk.store.v1.MigrateSchema
+	23,  // 25: norsk.store.v1.Command.create_token:type_name -> norsk.store.v1.CreateToken
+	24,  // 26: norsk.store.v1.Command.revoke_token:type_name -> norsk.store.v1.RevokeToken
+	25,  // 27: norsk.store.v1.Command.publish_discovery:type_name -> norsk.store.v1.PublishDiscovery
+	27,  // 28: norsk.store.v1.Command.rotate_discovery:type_name -> norsk.store.v1.RotateDiscovery
+	28,  // 29: norsk.store.v1.Command.publish_access_replica:type_name -> norsk.store.v1.PublishAccessReplica
+	18,  // 30: norsk.store.v1.Command.init_cluster:type_name -> norsk.store.v1.InitCluster
+	19,  // 31: norsk.store.v1.Command.expect_member:type_name -> norsk.store.v1.ExpectMember
+	20,  // 32: norsk.store.v1.Command.member_joined:type_name -> norsk.store.v1.MemberJoined
+	21,  // 33: norsk.store.v1.Command.member_retired:type_name -> norsk.store.v1.MemberRetired
+	22,  // 34: norsk.store.v1.Command.set_generation:type_name -> norsk.store.v1.SetGeneration
+	7,   // 35: norsk.store.v1.Command.create_bundle:type_name -> norsk.store.v1.CreateBundle
+	8,   // 36: norsk.store.v1.Command.update_bundle:type_name -> norsk.store.v1.UpdateBundle
+	9,   // 37: norsk.store.v1.Command.delete_bundle:type_name -> norsk.store.v1.DeleteBundle
+	10,  // 38: norsk.store.v1.Command.remove_bundle:type_name -> norsk.store.v1.RemoveBundle
+	11,  // 39: norsk.store.v1.Command.set_bundle_job_dormant:type_name -> norsk.store.v1.SetBundleJobDormant
+	12,  // 40: norsk.store.v1.Command.set_bundle_stop_time:type_name -> norsk.store.v1.SetBundleStopTime
+	13,  // 41: norsk.store.v1.Command.renew_bundle_lease:type_name -> norsk.store.v1.RenewBundleLease
+	14,  // 42: norsk.store.v1.Command.set_leases_paused:type_name -> norsk.store.v1.SetLeasesPaused
+	39,  // 43: norsk.store.v1.Command.bind_instances:type_name -> norsk.store.v1.BindInstances
+	40,  // 44: norsk.store.v1.Command.migration_reports:type_name -> norsk.store.v1.MigrationReports
+	41,  // 45: norsk.store.v1.Command.put_migration:type_name -> norsk.store.v1.PutMigration
+	42,  // 46: norsk.store.v1.Command.forget_migrations:type_name -> norsk.store.v1.ForgetMigrations
+	45,  // 47: norsk.store.v1.Command.set_node_draining:type_name -> norsk.store.v1.SetNodeDraining
+	52,  // 48: norsk.store.v1.Command.set_node_instance:type_name -> norsk.store.v1.SetNodeInstance
+	43,  // 49: norsk.store.v1.Command.start_node_drain:type_name -> norsk.store.v1.StartNodeDrain
+	44,  // 50: norsk.store.v1.Command.put_node_drain:type_name -> norsk.store.v1.PutNodeDrain
+	5,   // 51: norsk.store.v1.Command.set_node_images:type_name -> norsk.store.v1.SetNodeImages
+	6,   // 52: norsk.store.v1.Command.record_images_prefetched:type_name -> norsk.store.v1.RecordImagesPrefetched
+	2,   // 53: norsk.store.v1.Command.add_host_agent:type_name -> norsk.store.v1.AddHostAgent
+	3,   // 54: norsk.store.v1.Command.register_host_agent:type_name -> norsk.store.v1.RegisterHostAgent
+	4,   // 55: norsk.store.v1.Command.remove_host_agent:type_name -> norsk.store.v1.RemoveHostAgent
+	75,  // 56: norsk.store.v1.HostAgentRecord.created_at:type_name -> google.protobuf.Timestamp
+	75,  // 57: norsk.store.v1.HostAgentRecord.registered_at:type_name -> google.protobuf.Timestamp
+	76,  // 58: norsk.store.v1.SetNodeImages.images:type_name -> norsk.manager.v1.HeldImage
+	77,  // 59: norsk.store.v1.RecordImagesPrefetched.prefetched:type_name -> norsk.manager.v1.ImagesPrefetched
+	78,  // 60: norsk.store.v1.CreateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	78,  // 61: norsk.store.v1.UpdateBundle.bundle:type_name -> norsk.manager.v1.Bundle
+	75,  // 62: norsk.store.v1.SetBundleStopTime.stop_at:type_name -> google.protobuf.Timestamp
+	75,  // 63: norsk.store.v1.RenewBundleLease.expires_at:type_name -> google.protobuf.Timestamp
+	75,  // 64: norsk.store.v1.LeaseState.since:type_name -> google.protobuf.Timestamp
+	16,  // 65: norsk.store.v1.InitCluster.members:type_name -> norsk.store.v1.MemberRecord
+	79,  // 66: norsk.store.v1.CreateToken.token:type_name -> norsk.manager.v1.ApiToken
+	80,  // 67: norsk.store.v1.PublishDiscovery.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	80,  // 68: norsk.store.v1.PublishDiscoveryResult.fleet:type_name -> norsk.manager.v1.DiscoveryFleet
+	81,  // 69: norsk.store.v1.PublishAccessReplica.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	82,  // 70: norsk.store.v1.KvCommit.writes:type_name -> norsk.manager.v1.KvWrite
+	83,  // 71: norsk.store.v1.KvCommit.options:type_name -> norsk.manager.v1.KvCommitOptions
+	84,  // 72: norsk.store.v1.CreateJob.job:type_name -> norsk.manager.v1.Job
+	84,  // 73: norsk.store.v1.UpdateJob.job:type_name -> norsk.manager.v1.Job
+	85,  // 74: norsk.store.v1.BindInstance.options:type_name -> norsk.manager.v1.StartJobOptions
+	38,  // 75: norsk.store.v1.BindInstances.binds:type_name -> norsk.store.v1.BindInstance
+	86,  // 76: norsk.store.v1.MigrationReports.reports:type_name -> norsk.manager.v1.MigrationReport
+	87,  // 77: norsk.store.v1.PutMigration.migration:type_name -> norsk.manager.v1.MigrationState
+	88,  // 78: norsk.store.v1.StartNodeDrain.drain:type_name -> norsk.manager.v1.NodeDrain
+	88,  // 79: norsk.store.v1.PutNodeDrain.drain:type_name -> norsk.manager.v1.NodeDrain
+	89,  // 80: norsk.store.v1.InstanceReports.reports:type_name -> norsk.manager.v1.InstanceReport
+	90,  // 81: norsk.store.v1.InstanceReports.notices:type_name -> norsk.manager.v1.WorkerNotice
+	91,  // 82: norsk.store.v1.RegisterSlot.hardware:type_name -> norsk.manager.v1.Hardware
+	73,  // 83: norsk.store.v1.RegisterSlot.tags:type_name -> norsk.store.v1.RegisterSlot.TagsEntry
+	92,  // 84: norsk.store.v1.RegisterSlot.cloud:type_name -> norsk.manager.v1.CloudInstance
+	92,  // 85: norsk.store.v1.SetNodeInstance.cloud:type_name -> norsk.manager.v1.CloudInstance
+	91,  // 86: norsk.store.v1.MemberRegister.hardware:type_name -> norsk.manager.v1.Hardware
+	93,  // 87: norsk.store.v1.MemberRegister.capabilities:type_name -> norsk.manager.v1.Capability
+	94,  // 88: norsk.store.v1.NodeOnline.hello:type_name -> norsk.manager.v1.WorkerHello
+	74,  // 89: norsk.store.v1.SetNodeTags.tags:type_name -> norsk.store.v1.SetNodeTags.TagsEntry
+	84,  // 90: norsk.store.v1.JobRecord.job:type_name -> norsk.manager.v1.Job
+	95,  // 91: norsk.store.v1.JobRecord.history:type_name -> norsk.manager.v1.JobHistoryEntry
+	75,  // 92: norsk.store.v1.JobRecord.created_at:type_name -> google.protobuf.Timestamp
+	75,  // 93: norsk.store.v1.JobRecord.updated_at:type_name -> google.protobuf.Timestamp
+	96,  // 94: norsk.store.v1.NodeRecord.node:type_name -> norsk.manager.v1.Node
+	64,  // 95: norsk.store.v1.SnapshotRecord.header:type_name -> norsk.store.v1.SnapshotHeader
+	62,  // 96: norsk.store.v1.SnapshotRecord.job:type_name -> norsk.store.v1.JobRecord
+	97,  // 97: norsk.store.v1.SnapshotRecord.instance:type_name -> norsk.manager.v1.Instance
+	63,  // 98: norsk.store.v1.SnapshotRecord.node:type_name -> norsk.store.v1.NodeRecord
+	65,  // 99: norsk.store.v1.SnapshotRecord.trailer:type_name -> norsk.store.v1.SnapshotTrailer
+	98,  // 100: norsk.store.v1.SnapshotRecord.audit_entry:type_name -> norsk.manager.v1.AuditLogEntry
+	69,  // 101: norsk.store.v1.SnapshotRecord.audit_state:type_name -> norsk.store.v1.AuditState
+	70,  // 102: norsk.store.v1.SnapshotRecord.kv:type_name -> norsk.store.v1.KvRecord
+	71,  // 103: norsk.store.v1.SnapshotRecord.kv_namespace:type_name -> norsk.store.v1.KvNamespace
+	72,  // 104: norsk.store.v1.SnapshotRecord.store_meta:type_name -> norsk.store.v1.StoreMeta
+	67,  // 105: norsk.store.v1.SnapshotRecord.token:type_name -> norsk.store.v1.TokenRecord
+	80,  // 106: norsk.store.v1.SnapshotRecord.discovery:type_name -> norsk.manager.v1.DiscoveryFleet
+	68,  // 107: norsk.store.v1.SnapshotRecord.access_replica:type_name -> norsk.store.v1.AccessReplicaState
+	16,  // 108: norsk.store.v1.SnapshotRecord.member:type_name -> norsk.store.v1.MemberRecord
+	17,  // 109: norsk.store.v1.SnapshotRecord.cluster_meta:type_name -> norsk.store.v1.ClusterMeta
+	78,  // 110: norsk.store.v1.SnapshotRecord.bundle:type_name -> norsk.manager.v1.Bundle
+	15,  // 111: norsk.store.v1.SnapshotRecord.lease_state:type_name -> norsk.store.v1.LeaseState
+	87,  // 112: norsk.store.v1.SnapshotRecord.migration:type_name -> norsk.manager.v1.MigrationState
+	1,   // 113: norsk.store.v1.SnapshotRecord.host_agent:type_name -> norsk.store.v1.HostAgentRecord
+	79,  // 114: norsk.store.v1.TokenRecord.token:type_name -> norsk.manager.v1.ApiToken
+	81,  // 115: norsk.store.v1.AccessReplicaState.publication:type_name -> norsk.manager.v1.AccessReplicaPublication
+	99,  // 116: norsk.store.v1.AuditState.checkpoint:type_name -> norsk.manager.v1.AuditCheckpoint
+	100, // 117: norsk.store.v1.KvRecord.entry:type_name -> norsk.manager.v1.KvEntry
+	118, // [118:118] is the sub-list for method output_type
+	118, // [118:118] is the sub-list for method input_type
+	118, // [118:118] is the sub-list for extension type_name
+	118, // [118:118] is the sub-list for extension extendee
+	0,   // [0:118] is the sub-list for field type_name
 }
 
 func init() { file_norsk_store_v1_store_proto_init() }
@@ -5886,8 +6256,11 @@ func file_norsk_store_v1_store_proto_init() {
 		(*Command_PutNodeDrain)(nil),
 		(*Command_SetNodeImages)(nil),
 		(*Command_RecordImagesPrefetched)(nil),
+		(*Command_AddHostAgent)(nil),
+		(*Command_RegisterHostAgent)(nil),
+		(*Command_RemoveHostAgent)(nil),
 	}
-	file_norsk_store_v1_store_proto_msgTypes[62].OneofWrappers = []any{
+	file_norsk_store_v1_store_proto_msgTypes[66].OneofWrappers = []any{
 		(*SnapshotRecord_Header)(nil),
 		(*SnapshotRecord_Job)(nil),
 		(*SnapshotRecord_Instance)(nil),
@@ -5906,6 +6279,7 @@ func file_norsk_store_v1_store_proto_init() {
 		(*SnapshotRecord_Bundle)(nil),
 		(*SnapshotRecord_LeaseState)(nil),
 		(*SnapshotRecord_Migration)(nil),
+		(*SnapshotRecord_HostAgent)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5913,7 +6287,7 @@ func file_norsk_store_v1_store_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_norsk_store_v1_store_proto_rawDesc), len(file_norsk_store_v1_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   71,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

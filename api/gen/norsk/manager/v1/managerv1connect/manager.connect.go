@@ -95,6 +95,18 @@ const (
 	ManagerCreateAwsNodeProcedure = "/norsk.manager.v1.Manager/CreateAwsNode"
 	// ManagerCreateOciNodeProcedure is the fully-qualified name of the Manager's CreateOciNode RPC.
 	ManagerCreateOciNodeProcedure = "/norsk.manager.v1.Manager/CreateOciNode"
+	// ManagerAddHostAgentProcedure is the fully-qualified name of the Manager's AddHostAgent RPC.
+	ManagerAddHostAgentProcedure = "/norsk.manager.v1.Manager/AddHostAgent"
+	// ManagerRegisterHostAgentProcedure is the fully-qualified name of the Manager's RegisterHostAgent
+	// RPC.
+	ManagerRegisterHostAgentProcedure = "/norsk.manager.v1.Manager/RegisterHostAgent"
+	// ManagerListHostAgentsProcedure is the fully-qualified name of the Manager's ListHostAgents RPC.
+	ManagerListHostAgentsProcedure = "/norsk.manager.v1.Manager/ListHostAgents"
+	// ManagerRemoveHostAgentProcedure is the fully-qualified name of the Manager's RemoveHostAgent RPC.
+	ManagerRemoveHostAgentProcedure = "/norsk.manager.v1.Manager/RemoveHostAgent"
+	// ManagerCreateCloudHypervisorNodeProcedure is the fully-qualified name of the Manager's
+	// CreateCloudHypervisorNode RPC.
+	ManagerCreateCloudHypervisorNodeProcedure = "/norsk.manager.v1.Manager/CreateCloudHypervisorNode"
 	// ManagerDescribeInstanceTypeProcedure is the fully-qualified name of the Manager's
 	// DescribeInstanceType RPC.
 	ManagerDescribeInstanceTypeProcedure = "/norsk.manager.v1.Manager/DescribeInstanceType"
@@ -300,6 +312,31 @@ type ManagerClient interface {
 	// CreateOciNode launches an OCI instance, as CreateAwsNode does (the
 	// launch carries opc-retry-token).
 	CreateOciNode(context.Context, *connect.Request[v1.CreateOciNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error)
+	// CreateCloudHypervisorNode runs a worker as a Cloud Hypervisor microVM
+	// on one of the Manager's host agents (the named host, or the host with
+	// the most room for the shape), booting the base image the overrides
+	// file names for the host, as CreateAwsNode does. FAILED_PRECONDITION:
+	// no cloud-hypervisor provider, a host the Manager does not run, no
+	// worker image for the version. INVALID_ARGUMENT: a bad field, a shape
+	// the host does not offer. RESOURCE_EXHAUSTED: no host has room for the
+	// shape (the node is recorded terminated). UNAVAILABLE: the host's
+	// shapes are not loaded yet, or the host agent did not answer.
+	// AddHostAgent makes a one-shot registration token for a Cloud
+	// Hypervisor host agent to come (`norsk-ctl host-agent add NAME`): the
+	// agent registers with it (RegisterHostAgent) and is given its host
+	// secret. ALREADY_EXISTS: a host of that name is registered (or in
+	// config.yaml). INVALID_ARGUMENT: a name that is not a DNS label.
+	AddHostAgent(context.Context, *connect.Request[v1.AddHostAgentRequest]) (*connect.Response[v1.AddHostAgentResponse], error)
+	// RegisterHostAgent is a host agent registering, its bearer the one-shot
+	// token AddHostAgent made: the Manager records where it serves and
+	// answers the host secret it will call it with (the token is then used
+	// up). UNAUTHENTICATED: an unknown or used token.
+	RegisterHostAgent(context.Context, *connect.Request[v1.RegisterHostAgentRequest]) (*connect.Response[v1.RegisterHostAgentResponse], error)
+	// ListHostAgents lists the registered host agents (secrets left out).
+	ListHostAgents(context.Context, *connect.Request[v1.ListHostAgentsRequest]) (*connect.Response[v1.ListHostAgentsResponse], error)
+	// RemoveHostAgent forgets a registered host agent. NOT_FOUND.
+	RemoveHostAgent(context.Context, *connect.Request[v1.RemoveHostAgentRequest]) (*connect.Response[v1.RemoveHostAgentResponse], error)
+	CreateCloudHypervisorNode(context.Context, *connect.Request[v1.CreateCloudHypervisorNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error)
 	// DescribeInstanceType answers from the instance-type cache: vCPUs,
 	// memory, architectures and, with a region, whether the type is offered
 	// there; no instance_type when the provider does not know it.
@@ -620,6 +657,36 @@ func NewManagerClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			httpClient,
 			baseURL+ManagerCreateOciNodeProcedure,
 			connect.WithSchema(managerMethods.ByName("CreateOciNode")),
+			connect.WithClientOptions(opts...),
+		),
+		addHostAgent: connect.NewClient[v1.AddHostAgentRequest, v1.AddHostAgentResponse](
+			httpClient,
+			baseURL+ManagerAddHostAgentProcedure,
+			connect.WithSchema(managerMethods.ByName("AddHostAgent")),
+			connect.WithClientOptions(opts...),
+		),
+		registerHostAgent: connect.NewClient[v1.RegisterHostAgentRequest, v1.RegisterHostAgentResponse](
+			httpClient,
+			baseURL+ManagerRegisterHostAgentProcedure,
+			connect.WithSchema(managerMethods.ByName("RegisterHostAgent")),
+			connect.WithClientOptions(opts...),
+		),
+		listHostAgents: connect.NewClient[v1.ListHostAgentsRequest, v1.ListHostAgentsResponse](
+			httpClient,
+			baseURL+ManagerListHostAgentsProcedure,
+			connect.WithSchema(managerMethods.ByName("ListHostAgents")),
+			connect.WithClientOptions(opts...),
+		),
+		removeHostAgent: connect.NewClient[v1.RemoveHostAgentRequest, v1.RemoveHostAgentResponse](
+			httpClient,
+			baseURL+ManagerRemoveHostAgentProcedure,
+			connect.WithSchema(managerMethods.ByName("RemoveHostAgent")),
+			connect.WithClientOptions(opts...),
+		),
+		createCloudHypervisorNode: connect.NewClient[v1.CreateCloudHypervisorNodeRequest, v1.CreateCloudNodeResponse](
+			httpClient,
+			baseURL+ManagerCreateCloudHypervisorNodeProcedure,
+			connect.WithSchema(managerMethods.ByName("CreateCloudHypervisorNode")),
 			connect.WithClientOptions(opts...),
 		),
 		describeInstanceType: connect.NewClient[v1.DescribeInstanceTypeRequest, v1.DescribeInstanceTypeResponse](
@@ -978,6 +1045,11 @@ type managerClient struct {
 	createMockNode              *connect.Client[v1.CreateMockNodeRequest, v1.CreateMockNodeResponse]
 	createAwsNode               *connect.Client[v1.CreateAwsNodeRequest, v1.CreateCloudNodeResponse]
 	createOciNode               *connect.Client[v1.CreateOciNodeRequest, v1.CreateCloudNodeResponse]
+	addHostAgent                *connect.Client[v1.AddHostAgentRequest, v1.AddHostAgentResponse]
+	registerHostAgent           *connect.Client[v1.RegisterHostAgentRequest, v1.RegisterHostAgentResponse]
+	listHostAgents              *connect.Client[v1.ListHostAgentsRequest, v1.ListHostAgentsResponse]
+	removeHostAgent             *connect.Client[v1.RemoveHostAgentRequest, v1.RemoveHostAgentResponse]
+	createCloudHypervisorNode   *connect.Client[v1.CreateCloudHypervisorNodeRequest, v1.CreateCloudNodeResponse]
 	describeInstanceType        *connect.Client[v1.DescribeInstanceTypeRequest, v1.DescribeInstanceTypeResponse]
 	listInstanceTypes           *connect.Client[v1.ListInstanceTypesRequest, v1.ListInstanceTypesResponse]
 	listWorkerSecurityGroups    *connect.Client[v1.ListWorkerSecurityGroupsRequest, v1.ListWorkerSecurityGroupsResponse]
@@ -1167,6 +1239,31 @@ func (c *managerClient) CreateAwsNode(ctx context.Context, req *connect.Request[
 // CreateOciNode calls norsk.manager.v1.Manager.CreateOciNode.
 func (c *managerClient) CreateOciNode(ctx context.Context, req *connect.Request[v1.CreateOciNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error) {
 	return c.createOciNode.CallUnary(ctx, req)
+}
+
+// AddHostAgent calls norsk.manager.v1.Manager.AddHostAgent.
+func (c *managerClient) AddHostAgent(ctx context.Context, req *connect.Request[v1.AddHostAgentRequest]) (*connect.Response[v1.AddHostAgentResponse], error) {
+	return c.addHostAgent.CallUnary(ctx, req)
+}
+
+// RegisterHostAgent calls norsk.manager.v1.Manager.RegisterHostAgent.
+func (c *managerClient) RegisterHostAgent(ctx context.Context, req *connect.Request[v1.RegisterHostAgentRequest]) (*connect.Response[v1.RegisterHostAgentResponse], error) {
+	return c.registerHostAgent.CallUnary(ctx, req)
+}
+
+// ListHostAgents calls norsk.manager.v1.Manager.ListHostAgents.
+func (c *managerClient) ListHostAgents(ctx context.Context, req *connect.Request[v1.ListHostAgentsRequest]) (*connect.Response[v1.ListHostAgentsResponse], error) {
+	return c.listHostAgents.CallUnary(ctx, req)
+}
+
+// RemoveHostAgent calls norsk.manager.v1.Manager.RemoveHostAgent.
+func (c *managerClient) RemoveHostAgent(ctx context.Context, req *connect.Request[v1.RemoveHostAgentRequest]) (*connect.Response[v1.RemoveHostAgentResponse], error) {
+	return c.removeHostAgent.CallUnary(ctx, req)
+}
+
+// CreateCloudHypervisorNode calls norsk.manager.v1.Manager.CreateCloudHypervisorNode.
+func (c *managerClient) CreateCloudHypervisorNode(ctx context.Context, req *connect.Request[v1.CreateCloudHypervisorNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error) {
+	return c.createCloudHypervisorNode.CallUnary(ctx, req)
 }
 
 // DescribeInstanceType calls norsk.manager.v1.Manager.DescribeInstanceType.
@@ -1513,6 +1610,31 @@ type ManagerHandler interface {
 	// CreateOciNode launches an OCI instance, as CreateAwsNode does (the
 	// launch carries opc-retry-token).
 	CreateOciNode(context.Context, *connect.Request[v1.CreateOciNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error)
+	// CreateCloudHypervisorNode runs a worker as a Cloud Hypervisor microVM
+	// on one of the Manager's host agents (the named host, or the host with
+	// the most room for the shape), booting the base image the overrides
+	// file names for the host, as CreateAwsNode does. FAILED_PRECONDITION:
+	// no cloud-hypervisor provider, a host the Manager does not run, no
+	// worker image for the version. INVALID_ARGUMENT: a bad field, a shape
+	// the host does not offer. RESOURCE_EXHAUSTED: no host has room for the
+	// shape (the node is recorded terminated). UNAVAILABLE: the host's
+	// shapes are not loaded yet, or the host agent did not answer.
+	// AddHostAgent makes a one-shot registration token for a Cloud
+	// Hypervisor host agent to come (`norsk-ctl host-agent add NAME`): the
+	// agent registers with it (RegisterHostAgent) and is given its host
+	// secret. ALREADY_EXISTS: a host of that name is registered (or in
+	// config.yaml). INVALID_ARGUMENT: a name that is not a DNS label.
+	AddHostAgent(context.Context, *connect.Request[v1.AddHostAgentRequest]) (*connect.Response[v1.AddHostAgentResponse], error)
+	// RegisterHostAgent is a host agent registering, its bearer the one-shot
+	// token AddHostAgent made: the Manager records where it serves and
+	// answers the host secret it will call it with (the token is then used
+	// up). UNAUTHENTICATED: an unknown or used token.
+	RegisterHostAgent(context.Context, *connect.Request[v1.RegisterHostAgentRequest]) (*connect.Response[v1.RegisterHostAgentResponse], error)
+	// ListHostAgents lists the registered host agents (secrets left out).
+	ListHostAgents(context.Context, *connect.Request[v1.ListHostAgentsRequest]) (*connect.Response[v1.ListHostAgentsResponse], error)
+	// RemoveHostAgent forgets a registered host agent. NOT_FOUND.
+	RemoveHostAgent(context.Context, *connect.Request[v1.RemoveHostAgentRequest]) (*connect.Response[v1.RemoveHostAgentResponse], error)
+	CreateCloudHypervisorNode(context.Context, *connect.Request[v1.CreateCloudHypervisorNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error)
 	// DescribeInstanceType answers from the instance-type cache: vCPUs,
 	// memory, architectures and, with a region, whether the type is offered
 	// there; no instance_type when the provider does not know it.
@@ -1829,6 +1951,36 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 		ManagerCreateOciNodeProcedure,
 		svc.CreateOciNode,
 		connect.WithSchema(managerMethods.ByName("CreateOciNode")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerAddHostAgentHandler := connect.NewUnaryHandler(
+		ManagerAddHostAgentProcedure,
+		svc.AddHostAgent,
+		connect.WithSchema(managerMethods.ByName("AddHostAgent")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerRegisterHostAgentHandler := connect.NewUnaryHandler(
+		ManagerRegisterHostAgentProcedure,
+		svc.RegisterHostAgent,
+		connect.WithSchema(managerMethods.ByName("RegisterHostAgent")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerListHostAgentsHandler := connect.NewUnaryHandler(
+		ManagerListHostAgentsProcedure,
+		svc.ListHostAgents,
+		connect.WithSchema(managerMethods.ByName("ListHostAgents")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerRemoveHostAgentHandler := connect.NewUnaryHandler(
+		ManagerRemoveHostAgentProcedure,
+		svc.RemoveHostAgent,
+		connect.WithSchema(managerMethods.ByName("RemoveHostAgent")),
+		connect.WithHandlerOptions(opts...),
+	)
+	managerCreateCloudHypervisorNodeHandler := connect.NewUnaryHandler(
+		ManagerCreateCloudHypervisorNodeProcedure,
+		svc.CreateCloudHypervisorNode,
+		connect.WithSchema(managerMethods.ByName("CreateCloudHypervisorNode")),
 		connect.WithHandlerOptions(opts...),
 	)
 	managerDescribeInstanceTypeHandler := connect.NewUnaryHandler(
@@ -2211,6 +2363,16 @@ func NewManagerHandler(svc ManagerHandler, opts ...connect.HandlerOption) (strin
 			managerCreateAwsNodeHandler.ServeHTTP(w, r)
 		case ManagerCreateOciNodeProcedure:
 			managerCreateOciNodeHandler.ServeHTTP(w, r)
+		case ManagerAddHostAgentProcedure:
+			managerAddHostAgentHandler.ServeHTTP(w, r)
+		case ManagerRegisterHostAgentProcedure:
+			managerRegisterHostAgentHandler.ServeHTTP(w, r)
+		case ManagerListHostAgentsProcedure:
+			managerListHostAgentsHandler.ServeHTTP(w, r)
+		case ManagerRemoveHostAgentProcedure:
+			managerRemoveHostAgentHandler.ServeHTTP(w, r)
+		case ManagerCreateCloudHypervisorNodeProcedure:
+			managerCreateCloudHypervisorNodeHandler.ServeHTTP(w, r)
 		case ManagerDescribeInstanceTypeProcedure:
 			managerDescribeInstanceTypeHandler.ServeHTTP(w, r)
 		case ManagerListInstanceTypesProcedure:
@@ -2434,6 +2596,26 @@ func (UnimplementedManagerHandler) CreateAwsNode(context.Context, *connect.Reque
 
 func (UnimplementedManagerHandler) CreateOciNode(context.Context, *connect.Request[v1.CreateOciNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.CreateOciNode is not implemented"))
+}
+
+func (UnimplementedManagerHandler) AddHostAgent(context.Context, *connect.Request[v1.AddHostAgentRequest]) (*connect.Response[v1.AddHostAgentResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.AddHostAgent is not implemented"))
+}
+
+func (UnimplementedManagerHandler) RegisterHostAgent(context.Context, *connect.Request[v1.RegisterHostAgentRequest]) (*connect.Response[v1.RegisterHostAgentResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.RegisterHostAgent is not implemented"))
+}
+
+func (UnimplementedManagerHandler) ListHostAgents(context.Context, *connect.Request[v1.ListHostAgentsRequest]) (*connect.Response[v1.ListHostAgentsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.ListHostAgents is not implemented"))
+}
+
+func (UnimplementedManagerHandler) RemoveHostAgent(context.Context, *connect.Request[v1.RemoveHostAgentRequest]) (*connect.Response[v1.RemoveHostAgentResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.RemoveHostAgent is not implemented"))
+}
+
+func (UnimplementedManagerHandler) CreateCloudHypervisorNode(context.Context, *connect.Request[v1.CreateCloudHypervisorNodeRequest]) (*connect.Response[v1.CreateCloudNodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("norsk.manager.v1.Manager.CreateCloudHypervisorNode is not implemented"))
 }
 
 func (UnimplementedManagerHandler) DescribeInstanceType(context.Context, *connect.Request[v1.DescribeInstanceTypeRequest]) (*connect.Response[v1.DescribeInstanceTypeResponse], error) {

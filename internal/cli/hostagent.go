@@ -1,0 +1,288 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/chsim"
+	"github.com/norsk-go/norsk-manager/internal/hostagent"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+)
+
+// The Cloud Hypervisor commands: host-agent (one per hypervisor host),
+// ch-vmm (the local VMM, test equipment) and node create-ch.
+
+func newHostAgentCommand(g *globals) *cobra.Command {
+	var (
+		cfg              hostagent.Config
+		shapes, images   []string
+		tokenFile, vmm   string
+		vmmArgs          []string
+		memory, logLevel string
+		localVMM         string
+		reg              hostagent.Registration
+		regManagers      string
+	)
+	c := &cobra.Command{
+		Use:   "host-agent --name NAME --dir DIR --token-file FILE --shape S… --image NAME=PATH --kernel PATH",
+		Short: "Run this hypervisor host's agent: the Manager's cloud-hypervisor provider runs workers here as microVMs",
+		Long: `Run a Cloud Hypervisor host agent. The Manager's cloud-hypervisor provider
+(providers.cloudHypervisor in its config.yaml, with this host's URL and the
+secret in --token-file) asks it for a microVM per elastic node: the agent
+makes the VM's root disk from the base image (--image; copy-on-write where
+the file system clones files), writes the worker's first-boot data on a
+second disk, starts one VMM per VM (--vmm, default cloud-hypervisor) with
+--api-socket path=<dir>/vms/<vm>/api.sock, and drives it only through Cloud
+Hypervisor's REST API on that socket. The VMs outlive the agent; a restarted
+agent finds them again through their sockets, and reports (never kills) a
+VMM it cannot account for.
+
+--shape NAME:VCPUS:MEMORY[:GPUS] (repeatable) are the sizes offered;
+--vcpus and --memory what the VMs may take in all. --bridge names the host
+bridge each VM's tap joins. --local-vmm runs the local VMM (test equipment
+serving the same REST API, its guest a worker process or, with --local-vmm
+docker, a container) instead of cloud-hypervisor, on a machine without KVM.`,
+		Example: `  norsk-ctl host-agent --name enc-01 --dir /var/lib/norsk-host-agent --listen 10.0.0.5:6797 \
+    --token-file /etc/norsk/host-secret --shape ch.small:2:2G --shape ch.large:8:8G \
+    --image norsk-worker-1.4.0=/var/lib/norsk/images/worker-1.4.0.raw \
+    --kernel /var/lib/norsk/vmlinux --cmdline "console=ttyS0 root=/dev/vda rw" --bridge br0`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return usageErrorf("--log-level %q: want debug, info, warn or error", logLevel)
+			}
+			log := slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: level}))
+			cfg.Logger = log
+			for _, s := range shapes {
+				sh, err := hostagent.ParseShape(s)
+				if err != nil {
+					return usageErrorf("--shape: %v", err)
+				}
+				cfg.Shapes = append(cfg.Shapes, sh)
+			}
+			cfg.Images = map[string]string{}
+			for _, kv := range images {
+				k, v, err := splitKV("--image", kv)
+				if err != nil {
+					return err
+				}
+				cfg.Images[k] = v
+			}
+			if memory != "" {
+				sh, err := hostagent.ParseShape("x:1:" + memory)
+				if err != nil {
+					return usageErrorf("--memory %q: want a size (16G, 512M)", memory)
+				}
+				cfg.MemoryBytes = sh.MemoryBytes
+			}
+			if tokenFile != "" {
+				b, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return fmt.Errorf("--token-file: %w", err)
+				}
+				cfg.Token = strings.TrimSpace(string(b))
+			}
+			switch localVMM {
+			case "":
+				cfg.VMM = hostagent.Exec{Path: vmm, Args: vmmArgs}
+			case "process", "docker":
+				self, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				cfg.VMM = hostagent.Exec{Path: self, Args: []string{"ch-vmm", "--guest", localVMM}}
+			default:
+				return usageErrorf("--local-vmm %q: want process or docker", localVMM)
+			}
+			if reg.Token != "" {
+				for _, u := range strings.Split(regManagers, ",") {
+					if u = strings.TrimSpace(u); u != "" {
+						if !strings.Contains(u, "://") {
+							u = "http://" + u
+						}
+						reg.ManagerURLs = append(reg.ManagerURLs, u)
+					}
+				}
+				if len(reg.ManagerURLs) == 0 {
+					return usageErrorf("--registration-token needs --manager-url")
+				}
+				cfg.Register = &reg
+			}
+			a, err := hostagent.Start(cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.errOut, "host agent %s serving at %s\n", cfg.Name, a.URL())
+			<-cmd.Context().Done()
+			return a.Close()
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&cfg.Name, "name", "", "the host's name (the provider's region; the overrides file names it)")
+	f.StringVar(&cfg.Dir, "dir", "/var/lib/norsk-host-agent", "where the VMs' disks, records and API sockets live")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:6797", "where the agent serves the Manager")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the host secret the Manager presents")
+	f.StringArrayVar(&shapes, "shape", nil, "a shape offered, NAME:VCPUS:MEMORY[:GPUS] (repeatable)")
+	f.StringArrayVar(&images, "image", nil, "a base image, NAME=PATH of a raw disk image with the worker installed (repeatable)")
+	f.StringVar(&cfg.Kernel, "kernel", "", "the kernel the VMs boot (vmlinux, PVH)")
+	f.StringVar(&cfg.Cmdline, "cmdline", "console=ttyS0 root=/dev/vda rw", "the kernel command line")
+	f.StringVar(&cfg.Initramfs, "initramfs", "", "an initramfs")
+	f.StringVar(&cfg.Firmware, "firmware", "", "firmware to boot instead of a kernel (e.g. hypervisor-fw)")
+	f.StringVar(&cfg.Bridge, "bridge", "", "the host bridge each VM's tap device joins")
+	f.Uint32Var(&cfg.VCPUs, "vcpus", 0, "vCPUs the VMs may take in all (default: the host's CPUs)")
+	f.StringVar(&memory, "memory", "", "memory the VMs may take in all (default 8G)")
+	f.StringArrayVar(&cfg.GPUDevices, "gpu", nil, "a VFIO device (/sys/bus/pci/devices/…) to pass through (repeatable)")
+	f.StringVar(&vmm, "vmm", "cloud-hypervisor", "the VMM binary")
+	f.StringArrayVar(&vmmArgs, "vmm-arg", nil, "an argument to the VMM before --api-socket (repeatable)")
+	f.StringVar(&localVMM, "local-vmm", "", "run the local VMM (test equipment) instead: its guest a worker process or docker container")
+	f.StringVar(&reg.Token, "registration-token", "", "register with the Manager (--manager-url) with this one-shot token from 'norsk-ctl host-agent add NAME'; the host secret it answers is kept in --dir")
+	f.StringVar(&reg.AdvertiseURL, "advertise-url", "", "where the Manager reaches the agent (default http://<--listen>)")
+	f.StringVar(&reg.TLS.Fingerprint, "manager-ca-hash", "", "the Manager's CA fingerprint (sha256:…) for an https Manager")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	c.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		regManagers = g.managerURL
+		return nil
+	}
+	c.AddCommand(newHostAgentAddCommand(g), newHostAgentListCommand(g), newHostAgentRemoveCommand(g))
+	return c
+}
+
+func newHostAgentAddCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "add NAME",
+		Short: "Make a one-shot registration token for a host agent to come",
+		Long: `Make a one-shot registration token for the host agent NAME (a DNS label;
+the overrides file names the host, with its base images). Start the agent
+with --registration-token TOKEN and --manager-url: it registers, and the
+Manager answers the host secret it will call the agent with (kept in the
+agent's --dir). Hosts may instead be listed in config.yaml
+(providers.cloudHypervisor.hosts) with their secret.`,
+		Example: `  norsk-ctl host-agent add enc-03`,
+		Args:    exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (*norsk.HostAgentToken, error) {
+				return m.AddHostAgent(ctx, args[0])
+			}, "add host agent %s", args[0])
+			if err != nil {
+				return err
+			}
+			return g.printer().Print(result{data: t, table: func(w io.Writer) {
+				fmt.Fprintf(w, "Host agent %s: start it with\n  norsk-ctl host-agent --name %s --registration-token %s --manager-url %s …\n", t.GetName(), t.GetName(), t.GetToken(), g.managerURL)
+			}})
+		},
+	}
+}
+
+func newHostAgentListCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the host agents added at run time",
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			hs, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]*norsk.RegisteredHostAgent, error) {
+				return m.ListHostAgents(ctx)
+			}, "list host agents")
+			if err != nil {
+				return err
+			}
+			return g.printer().Print(result{data: &managerv1.ListHostAgentsResponse{HostAgents: hs}, table: func(w io.Writer) {
+				fmt.Fprintln(w, "NAME\tREGISTERED\tURL")
+				for _, h := range hs {
+					fmt.Fprintf(w, "%s\t%v\t%s\n", h.GetName(), h.GetRegistered(), dash(h.GetUrl()))
+				}
+			}})
+		},
+	}
+}
+
+func newHostAgentRemoveCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Forget a host agent added at run time",
+		Args:  exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, err := ask(g, cmd, func(ctx context.Context, m *norsk.Manager) (struct{}, error) {
+				return struct{}{}, m.RemoveHostAgent(ctx, args[0])
+			}, "remove host agent %s", args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "Host agent %s removed.\n", args[0])
+			return nil
+		},
+	}
+}
+
+// newCHVMMCommand is the local VMM's program form: one process per VM,
+// serving Cloud Hypervisor's REST API on --api-socket.
+func newCHVMMCommand(g *globals) *cobra.Command {
+	var apiSocket, guest, logLevel string
+	c := &cobra.Command{
+		Use:    "ch-vmm --api-socket path=SOCKET",
+		Short:  "The local VMM: Cloud Hypervisor's REST API on a socket, its VM a worker (test equipment)",
+		Hidden: true,
+		Args:   exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return usageErrorf("--log-level %q: want debug, info, warn or error", logLevel)
+			}
+			log := slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: level}))
+			return chsim.Program(cmd.Context(), apiSocket, guest, clientVersion(), log)
+		},
+	}
+	c.Flags().StringVar(&apiSocket, "api-socket", "", "path=SOCKET: where the API is served")
+	c.Flags().StringVar(&guest, "guest", chsim.GuestProcess, "how the VM's worker runs: process (its jobs as processes) or docker (a container)")
+	c.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return c
+}
+
+func newNodeCreateCHCommand(g *globals) *cobra.Command {
+	var (
+		n norsk.CloudHypervisorNode
+		f cloudCreateFlags
+	)
+	c := &cobra.Command{
+		Use:   "create-ch [ID] --shape SHAPE [--host HOST]",
+		Short: "Create a node on a new Cloud Hypervisor microVM and follow it until it is online",
+		Long: `Have a host agent run a microVM of the shape, booting the base image the
+Manager's overrides file names for the host (and this Manager's version, or
+--worker-version); its first-boot disk carries the node's one-shot
+registration token, the Manager members' URLs and the CA pin, so its worker
+registers by itself. Without --host the host with the most room for the
+shape is used. 'norsk-ctl instance-types --provider cloud-hypervisor' lists
+the shapes and the hosts offering each.`,
+		Example: `  norsk-ctl node create-ch --host enc-01 --shape ch.small --pool encoders`,
+		Args:    optionalArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				n.NodeID = args[0]
+			}
+			if n.Shape == "" {
+				return usageErrorf("give --shape")
+			}
+			tags, err := f.tagMap()
+			if err != nil {
+				return err
+			}
+			n.Tags = tags
+			return g.createCloudNode(cmd, f, "create a microVM node", func(ctx context.Context, m *norsk.Manager) (*norsk.CloudNode, error) {
+				return m.CreateCloudHypervisorNode(ctx, n)
+			})
+		},
+	}
+	c.Flags().StringVar(&n.Host, "host", "", "the host agent (default: the one with the most room)")
+	c.Flags().StringVar(&n.Shape, "shape", "", "the shape, e.g. ch.small")
+	c.Flags().StringVar(&n.Pool, "pool", "", "the pool tier the node joins")
+	c.Flags().StringVar(&n.WorkerVersion, "worker-version", "", "the worker version whose base image boots (default: the Manager's)")
+	f.register(c)
+	return c
+}

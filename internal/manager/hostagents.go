@@ -1,0 +1,73 @@
+package manager
+
+import (
+	"context"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
+)
+
+// Cloud Hypervisor host agents registering at run time: a one-shot token
+// (AddHostAgent), then the agent's registration with it, which records
+// where it serves and the host secret the cloud-hypervisor provider calls
+// it with (decision 0043).
+
+func (h *handler) AddHostAgent(ctx context.Context, req *connect.Request[managerv1.AddHostAgentRequest]) (*connect.Response[managerv1.AddHostAgentResponse], error) {
+	name := req.Msg.GetName()
+	if err := state.ValidateHostAgentName(name); err != nil {
+		return nil, toConnect(err)
+	}
+	if c := h.s.cfg.CloudHypervisor; c != nil {
+		if _, ok := c.Hosts[name]; ok {
+			return nil, toConnect(apierr.AlreadyExistsf("host %s is in config.yaml (providers.cloudHypervisor.hosts)", apierr.Quote(name)))
+		}
+	}
+	token := randomToken(state.HostAgentTokenPrefix, 24)
+	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_AddHostAgent{AddHostAgent: &storev1.AddHostAgent{Name: name, Token: token}}}); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.AddHostAgentResponse{Name: name, Token: token}), nil
+}
+
+func (h *handler) RegisterHostAgent(ctx context.Context, req *connect.Request[managerv1.RegisterHostAgentRequest]) (*connect.Response[managerv1.RegisterHostAgentResponse], error) {
+	m := req.Msg
+	if err := state.ValidateHostAgentName(m.GetName()); err != nil {
+		return nil, toConnect(err)
+	}
+	if u := m.GetUrl(); !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		return nil, toConnect(apierr.Invalid("url", "%s is not an http(s) URL", apierr.Quote(u)))
+	}
+	token, _ := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
+	if !strings.HasPrefix(token, state.HostAgentTokenPrefix) {
+		return nil, toConnect(apierr.Unauthenticatedf("a host agent registers with its one-shot registration token (%s…)", state.HostAgentTokenPrefix))
+	}
+	secret := randomToken("nhs_", 32)
+	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RegisterHostAgent{RegisterHostAgent: &storev1.RegisterHostAgent{
+		Name: m.GetName(), Token: token, Url: m.GetUrl(), Secret: secret,
+	}}}); err != nil {
+		return nil, toConnect(err)
+	}
+	h.s.log.Info("host agent registered", "host", m.GetName(), "url", m.GetUrl())
+	return connect.NewResponse(&managerv1.RegisterHostAgentResponse{HostSecret: secret}), nil
+}
+
+func (h *handler) ListHostAgents(ctx context.Context, _ *connect.Request[managerv1.ListHostAgentsRequest]) (*connect.Response[managerv1.ListHostAgentsResponse], error) {
+	out := &managerv1.ListHostAgentsResponse{}
+	for _, r := range h.read().HostAgents() {
+		out.HostAgents = append(out.HostAgents, &managerv1.RegisteredHostAgent{Name: r.GetName(), Url: r.GetUrl(), Registered: r.GetTokenUsed(),
+			CreatedAt: r.GetCreatedAt(), RegisteredAt: r.GetRegisteredAt()})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h *handler) RemoveHostAgent(ctx context.Context, req *connect.Request[managerv1.RemoveHostAgentRequest]) (*connect.Response[managerv1.RemoveHostAgentResponse], error) {
+	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RemoveHostAgent{RemoveHostAgent: &storev1.RemoveHostAgent{Name: req.Msg.GetName()}}}); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&managerv1.RemoveHostAgentResponse{}), nil
+}
