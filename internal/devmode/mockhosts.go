@@ -164,21 +164,11 @@ func (p *hostProc) supervise(ctx context.Context) {
 		p.mu.Lock()
 		cmd := p.cmd
 		p.mu.Unlock()
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		select {
-		case <-ctx.Done():
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
-			}
+		stopped, err := waitOrStop(ctx, cmd)
+		if stopped {
 			return
-		case err := <-exited:
-			p.log.Warn("dev: a mock host died, and its node with it; a fresh, empty host takes its address", "host", p.name, "err", err, "in", MockHostReboot)
 		}
+		p.log.Warn("dev: a mock host died, and its node with it; a fresh, empty host takes its address", "host", p.name, "err", err, "in", MockHostReboot)
 		select {
 		case <-ctx.Done():
 			return

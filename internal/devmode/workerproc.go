@@ -106,21 +106,11 @@ func (p *workerProc) supervise(ctx, running context.Context) {
 			}
 			p.log.Warn("dev: the worker kept from an earlier run exited; it is started again like a rebooted node", "worker", p.name, "pid", adoptedPID, "in", p.reboot)
 		} else {
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
-			select {
-			case <-ctx.Done():
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case <-exited:
-				case <-time.After(10 * time.Second):
-					_ = cmd.Process.Kill()
-					<-exited
-				}
+			stopped, err := waitOrStop(ctx, cmd)
+			if stopped {
 				return
-			case err := <-exited:
-				p.log.Warn("dev: a worker process exited; it is started again like a rebooted node", "worker", p.name, "err", err, "in", p.reboot)
 			}
+			p.log.Warn("dev: a worker process exited; it is started again like a rebooted node", "worker", p.name, "err", err, "in", p.reboot)
 		}
 		select {
 		case <-ctx.Done():
@@ -189,4 +179,24 @@ func keepAdopted(ctx context.Context, dir string, pid int, name string, log *slo
 		time.Sleep(lockPoll)
 	}
 	return false
+}
+
+// waitOrStop waits for cmd to exit (its error) or for ctx to end; then it
+// stops cmd — SIGTERM, SIGKILL after ten seconds — and reports stopped.
+func waitOrStop(ctx context.Context, cmd *exec.Cmd) (stopped bool, err error) {
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		return false, err
+	case <-ctx.Done():
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	return true, nil
 }
