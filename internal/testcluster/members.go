@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 	"github.com/norsk-go/norsk-manager/internal/testcluster/faultnet"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -134,10 +135,13 @@ func FreePort(t interface{ Fatalf(string, ...any) }, host string) int {
 	return 0
 }
 
-// The range reserve and FreePort draw from: below Linux's ephemeral ports.
+// The range reserve and FreePort draw from: below Linux's ephemeral ports,
+// and below the process runtime's range for jobs' ephemeral host ports
+// (process.EphemeralPortMin), so a test's listener never takes a port a
+// job was just given.
 const (
 	freePortLow  = 20000
-	freePortHigh = 32000
+	freePortHigh = process.EphemeralPortMin
 )
 
 // ClusterNodes is the members as config.yaml names them.

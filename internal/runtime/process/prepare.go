@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -339,15 +340,29 @@ func allocatePort(pm *managerv1.PortMapping, reserved map[string]bool, holds *[]
 		}
 		return p, fmt.Errorf("port %d: no free %s port in %d-%d", p.ContainerPort, p.Protocol, hp.Range.GetMinPort(), hp.Range.GetMaxPort())
 	default: // ephemeral
-		for range 20 {
-			if got, ok := take(0); ok {
+		// Drawn from EphemeralPortMin..Max, below the kernel's range for
+		// outgoing connections: the port is free when chosen but released
+		// until the service binds it, and a port the kernel may hand to a
+		// client socket meanwhile is one the service then cannot bind.
+		span := EphemeralPortMax - EphemeralPortMin + 1
+		start := rand.IntN(span)
+		for i := range min(span, 256) {
+			if got, ok := take(uint32(EphemeralPortMin + (start+i*7919)%span)); ok {
 				p.HostPort = got
 				return p, nil
 			}
 		}
-		return p, fmt.Errorf("port %d: no free ephemeral %s port", p.ContainerPort, p.Protocol)
+		return p, fmt.Errorf("port %d: no free ephemeral %s port in %d-%d", p.ContainerPort, p.Protocol, EphemeralPortMin, EphemeralPortMax)
 	}
 }
+
+// The range an ephemeral host port is drawn from: Kubernetes' NodePort
+// range, below Linux's default ip_local_port_range (32768-60999), from
+// which the kernel takes the local ports of outgoing connections.
+const (
+	EphemeralPortMin = 30000
+	EphemeralPortMax = 32767
+)
 
 // bindPort binds proto (tcp or udp) on host:port and returns the socket and
 // the port bound.
