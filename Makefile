@@ -67,7 +67,7 @@ bench-compare:
 
 fuzz:
 	$(GO) test ./sdk/norsk -run '^$$' -fuzz FuzzDecodeJobSpec -fuzztime 30s
-	$(GO) test ./internal/jobspec -run '^$$' -fuzz FuzzValidateJob -fuzztime 30s
+	$(GO) test ./pkg/jobspec -run '^$$' -fuzz FuzzValidateJob -fuzztime 30s
 	$(GO) test ./internal/store/state -run '^$$' -fuzz FuzzApply -fuzztime 30s
 	$(GO) test ./internal/store -run '^$$' -fuzz FuzzVerifyChecksum -fuzztime 30s
 	$(GO) test ./pkg/discovery -run '^$$' -fuzz FuzzParseNodeToken -fuzztime 30s

@@ -13,7 +13,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/examples/jobs"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 

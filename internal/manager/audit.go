@@ -11,8 +11,9 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // callInfo is who made an API call and which; the audit interceptor puts it
@@ -160,7 +161,7 @@ func auditTarget(cmd *storev1.Command) string {
 // MaxAuditSubSourceLen bounds the sub-source a caller gives
 // AppendAuditEntry: with the external prefix it is at most the stored
 // source's limit.
-const MaxAuditSubSourceLen = state.MaxAuditSourceLen - len(state.AuditSourceExternal)
+const MaxAuditSubSourceLen = jobspec.MaxAuditSourceLen - len(state.AuditSourceExternal)
 
 // externalAuditSource is the source an AppendAuditEntry is stored under:
 // the caller's sub-source under the Manager's external source (given with
@@ -186,7 +187,7 @@ func (h *handler) AppendAuditEntry(ctx context.Context, req *connect.Request[man
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if err := state.ValidateAuditAppend(source, m.GetKind(), m.GetPayload()); err != nil {
+	if err := jobspec.ValidateAuditAppend(source, m.GetKind(), m.GetPayload()); err != nil {
 		return nil, toConnect(err)
 	}
 	if ci, ok := ctx.Value(callInfoKey{}).(callInfo); !ok || ci.caller == "" {

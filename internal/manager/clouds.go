@@ -16,11 +16,11 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // The cloud providers' RPCs: thin handlers over the fleet

@@ -8,8 +8,9 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // The discovery fleet's secrets (the tier secret, the leaf token) are never
@@ -22,7 +23,7 @@ const MinTierSecretLen = 32
 
 func (h *handler) PublishDiscoveryFleet(ctx context.Context, req *connect.Request[managerv1.PublishDiscoveryFleetRequest]) (*connect.Response[managerv1.PublishDiscoveryFleetResponse], error) {
 	f := req.Msg.GetFleet()
-	if err := state.ValidateDiscoveryFleet(f); err != nil {
+	if err := jobspec.ValidateDiscoveryFleet(f); err != nil {
 		return nil, toConnect(err)
 	}
 	// A shorter secret is refused unless it is the one already in force

@@ -9,8 +9,9 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // Drain bounds and defaults (DrainNode).
@@ -118,6 +119,9 @@ func (h *handler) RecordNodeDrain(ctx context.Context, req *connect.Request[mana
 	d := req.Msg.GetDrain()
 	if d == nil {
 		return nil, toConnect(apierr.Invalid("drain", "is required"))
+	}
+	if err := jobspec.ValidateDrain(d); err != nil {
+		return nil, toConnect(err)
 	}
 	if _, err := h.requireNode(d.GetNodeId()); err != nil {
 		return nil, toConnect(err)

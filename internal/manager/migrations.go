@@ -11,10 +11,10 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // Migrator is the AutoManager's migration surface the Manager serves
@@ -314,8 +314,8 @@ func (h *handler) ForgetTerminalMigrations(ctx context.Context, req *connect.Req
 
 func (h *handler) RecordMigration(ctx context.Context, req *connect.Request[managerv1.RecordMigrationRequest]) (*connect.Response[managerv1.RecordMigrationResponse], error) {
 	m := req.Msg
-	if m.GetMigration() == nil {
-		return nil, toConnect(apierr.Invalid("migration", "is required"))
+	if err := jobspec.ValidateMigration(m.GetMigration()); err != nil {
+		return nil, toConnect(err)
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PutMigration{PutMigration: &storev1.PutMigration{
 		Migration: m.GetMigration(), ExpectedRevision: m.GetExpectedRevision(), Create: m.GetCreate(),

@@ -9,10 +9,10 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // nodeView renders a node with the live facts of its connection.

@@ -9,7 +9,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // MaxPrefetchRefs bounds one PrefetchImages call.

@@ -11,7 +11,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/auditchain"
 )
 
@@ -27,30 +27,6 @@ const (
 	// write an entry of the Manager's own sources.
 	AuditSourceExternal = "external/"
 )
-
-// Limits of a caller's own audit entry.
-const (
-	MaxAuditSourceLen  = 128
-	MaxAuditKindLen    = 128
-	MaxAuditPayloadLen = 64 << 10
-)
-
-// ValidateAuditAppend checks an AppendAuditEntry's fields.
-func ValidateAuditAppend(source, kind, payload string) error {
-	switch {
-	case source == "":
-		return apierr.Invalid("source", "must not be empty")
-	case len(source) > MaxAuditSourceLen:
-		return apierr.Invalid("source", "is %d bytes (at most %d)", len(source), MaxAuditSourceLen)
-	case kind == "":
-		return apierr.Invalid("kind", "must not be empty")
-	case len(kind) > MaxAuditKindLen:
-		return apierr.Invalid("kind", "is %d bytes (at most %d)", len(kind), MaxAuditKindLen)
-	case len(payload) > MaxAuditPayloadLen:
-		return apierr.Invalid("payload", "is %d bytes (at most %d)", len(payload), MaxAuditPayloadLen)
-	}
-	return nil
-}
 
 // auditState returns the chain's state (zero before the first entry).
 func (r *Read) auditState() *storev1.AuditState {
@@ -211,9 +187,6 @@ func (t *tx) auditCall(stamp *storev1.AuditStamp) {
 // a caller's words can never pass for the Manager's. Older commands replay
 // as they were written.
 func (t *tx) appendAuditCmd(c *storev1.AppendAudit, stamp *storev1.AuditStamp) (*managerv1.AuditLogEntry, error) {
-	if err := ValidateAuditAppend(c.GetSource(), c.GetKind(), c.GetPayload()); err != nil {
-		return nil, err
-	}
 	managersOwn := c.GetSource() == AuditSourceManager && c.GetKind() == stamp.GetMethod()
 	if stamp.GetCaller() != "" && !managersOwn && (!strings.HasPrefix(c.GetSource(), AuditSourceExternal) || len(c.GetSource()) == len(AuditSourceExternal)) {
 		return nil, apierr.Invalid("source", "%s is not under %q: a caller's entry is stored under the Manager's external source", apierr.Quote(c.GetSource()), AuditSourceExternal)

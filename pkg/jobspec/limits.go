@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // Limits the API boundary adds to ValidateJob's on what a job's services

@@ -3,8 +3,12 @@
 // is an apierr InvalidArgument naming the field by its API (JSON) path, so a
 // user reading the error knows which line of their spec to fix.
 //
-// The package is pure (no I/O, no clock) so the FSM can re-check what a
-// handler checked.
+// It is public (decision 0045) so that the Manager's handlers and the SDK's
+// fake Manager (sdk/norsk/norsktest) refuse the same input with the same
+// error, from one copy of the rules. The package is pure (no I/O, no clock).
+// The FSM does not call the validators: a command is validated once, where it
+// enters (decision 0046); the FSM uses only the expansion helpers (bundle
+// jobs, slots), which must stay as they are for stored data.
 package jobspec
 
 import (
@@ -18,7 +22,7 @@ import (
 	"unicode/utf8"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // Limits on a job specification.
