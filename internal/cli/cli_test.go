@@ -208,7 +208,7 @@ func TestJobCommands(t *testing.T) {
 	f.fails(ExitError, `unknown value "sometimes"`, "job", "create", "-f", writeFile(t, "bad.yaml", "jobId: x\nservices: [{name: a, restart: {mode: sometimes}}]"))
 
 	// From stdin, two documents, JSON output.
-	code, out, errOut := f.run("jobId: a\ntags: {env: dev}\n---\njobId: b\n", "job", "create", "-f", "-", "-o", "json")
+	code, out, errOut := f.run("jobId: a\ntags: {env: dev}\nservices: [{name: main, image: hello}]\n---\njobId: b\nservices: [{name: main, image: hello}]\n", "job", "create", "-f", "-", "-o", "json")
 	if code != 0 {
 		t.Fatalf("create from stdin: %d %s", code, errOut)
 	}
@@ -336,7 +336,7 @@ func TestJobCommands(t *testing.T) {
 
 	// Complete, fail, delete.
 	f.ok("job", "complete", "a")
-	f.fails(ExitError, "already completed", "job", "fail", "a", "--reason", "x")
+	f.fails(ExitError, "has completed; it cannot be marked failed", "job", "fail", "a", "--reason", "x")
 	out = f.ok("job", "fail", "b", "--reason", "restart ceiling")
 	if !strings.Contains(out, "Job b marked failed") {
 		t.Errorf("job fail: %s", out)
@@ -484,7 +484,7 @@ func TestEventsCommand(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-1"})
-	f.ok("job", "create", "-f", writeFile(t, "j.yaml", "jobId: j1"))
+	f.ok("job", "create", "-f", writeFile(t, "j.yaml", "jobId: j1\nservices: [{name: main, image: hello}]"))
 
 	out := newLockedBuffer()
 	stop := f.runEvents(out, "-o", "json")
@@ -524,8 +524,8 @@ func TestEventsCommand(t *testing.T) {
 
 	// Filters (the Manager applies them): by kind (either spelling), by
 	// job, by node.
-	f.ok("job", "create", "-f", writeFile(t, "j2.yaml", "jobId: j2"))
-	f.ok("job", "create", "-f", writeFile(t, "j3.yaml", "jobId: j3"))
+	f.ok("job", "create", "-f", writeFile(t, "j2.yaml", "jobId: j2\nservices: [{name: main, image: hello}]"))
+	f.ok("job", "create", "-f", writeFile(t, "j3.yaml", "jobId: j3\nservices: [{name: main, image: hello}]"))
 	f.ok("job", "delete", "j3")
 	for _, tc := range []struct {
 		args      []string

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -159,31 +158,15 @@ func auditTarget(cmd *storev1.Command) string {
 }
 
 // MaxAuditSubSourceLen bounds the sub-source a caller gives
-// AppendAuditEntry: with the external prefix it is at most the stored
-// source's limit.
-const MaxAuditSubSourceLen = jobspec.MaxAuditSourceLen - len(state.AuditSourceExternal)
-
-// externalAuditSource is the source an AppendAuditEntry is stored under:
-// the caller's sub-source under the Manager's external source (given with
-// the prefix already, it is not repeated). A caller cannot choose "api",
-// "manager" or any source the Manager writes itself.
-func externalAuditSource(sub string) (string, error) {
-	sub = strings.TrimPrefix(sub, state.AuditSourceExternal)
-	switch {
-	case sub == "":
-		return "", apierr.Invalid("source", "must name a sub-source (stored as %q + it)", state.AuditSourceExternal)
-	case len(sub) > MaxAuditSubSourceLen:
-		return "", apierr.Invalid("source", "is %d bytes (at most %d)", len(sub), MaxAuditSubSourceLen)
-	}
-	return state.AuditSourceExternal + sub, nil
-}
+// AppendAuditEntry (jobspec.ExternalAuditSource).
+const MaxAuditSubSourceLen = jobspec.MaxAuditSubSourceLen
 
 // AppendAuditEntry stores a caller's entry under the external source with
 // the caller recorded beside it, so it can never pass for one the Manager
 // wrote.
 func (h *handler) AppendAuditEntry(ctx context.Context, req *connect.Request[managerv1.AppendAuditEntryRequest]) (*connect.Response[managerv1.AppendAuditEntryResponse], error) {
 	m := req.Msg
-	source, err := externalAuditSource(m.GetSource())
+	source, err := jobspec.ExternalAuditSource(m.GetSource())
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -46,9 +46,9 @@ func (m *Manager) UpdateJob(ctx context.Context, job *Job) (int64, error) {
 	return res.Msg.GetHash(), nil
 }
 
-// DeleteJob deletes the job jobID. Errors: ErrNotFound,
-// ErrFailedPrecondition (an instance of the job is still bound to a node:
-// stop it first), ErrUnavailable.
+// DeleteJob deletes the job jobID; its live instances are stopped (reason
+// userRequested, "job deleted") and leave their nodes once their workers
+// confirm. Errors: ErrNotFound, ErrUnavailable.
 func (m *Manager) DeleteJob(ctx context.Context, jobID string) error {
 	const op = "DeleteJob"
 	if err := m.alive(op); err != nil {

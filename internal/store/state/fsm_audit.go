@@ -13,6 +13,7 @@ import (
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/auditchain"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // Audit entry sources and kinds the Manager writes itself.
@@ -25,7 +26,7 @@ const (
 	// AuditSourceExternal is the source under which every AppendAuditEntry
 	// is stored ("external/<the caller's sub-source>"): a caller cannot
 	// write an entry of the Manager's own sources.
-	AuditSourceExternal = "external/"
+	AuditSourceExternal = jobspec.AuditSourceExternal
 )
 
 // auditState returns the chain's state (zero before the first entry).

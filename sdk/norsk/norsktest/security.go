@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // The fake's security calls: tokens, the discovery fleet and its rotation,
@@ -41,13 +42,8 @@ func randHex(n int) string {
 
 // CreateToken implements the Manager service.
 func (s *Server) CreateToken(_ context.Context, req *connect.Request[managerv1.CreateTokenRequest]) (*connect.Response[managerv1.CreateTokenResponse], error) {
-	if req.Msg.GetName() == "" {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("name: must not be empty"))
-	}
-	switch req.Msg.GetRole() {
-	case "admin", "operator", "read-only", "worker", "publisher":
-	default:
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("role: %q is not a role", req.Msg.GetRole()))
+	if err := jobspec.ValidateTokenRequest(req.Msg.GetName(), req.Msg.GetRole(), req.Msg.GetTtlS()); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -82,8 +78,8 @@ func (s *Server) RevokeToken(_ context.Context, req *connect.Request[managerv1.R
 // PublishDiscoveryFleet implements the Manager service.
 func (s *Server) PublishDiscoveryFleet(_ context.Context, req *connect.Request[managerv1.PublishDiscoveryFleetRequest]) (*connect.Response[managerv1.PublishDiscoveryFleetResponse], error) {
 	f := req.Msg.GetFleet()
-	if f.GetTierSecret() == "" || f.GetTierSecret() == f.GetLeafToken() {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("fleet.tierSecret: must be set and differ from the leaf token"))
+	if err := jobspec.ValidateDiscoveryFleet(f); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

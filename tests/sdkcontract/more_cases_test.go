@@ -1,0 +1,392 @@
+package sdkcontract
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+)
+
+// invalidArguments: malformed input is INVALID_ARGUMENT and the message
+// names the field by its API path, as the seed asks; nothing is written.
+func invalidArguments(t *testing.T, e *env) {
+	c := ctx(t)
+	_, err := e.m.CreateJob(c, e.job("inv-ok", nil))
+	must(t, "CreateJob", err)
+	_, err = e.m.CreateBundle(c, &norsk.Bundle{BundleId: "inv-bundle", Jobs: []*norsk.BundleJobSpec{{JobName: "a", StartMode: "manual", Job: e.job("", nil)}}})
+	must(t, "CreateBundle", err)
+	badService := e.job("inv-svc", nil)
+	badService.Services[0].Name = "Bad_Name"
+	tests := []struct {
+		name, field string
+		call        func() error
+	}{
+		{"CreateJob bad id", "job.jobId", func() error { _, err := e.m.CreateJob(c, e.job("has space", nil)); return err }},
+		{"CreateJob no services", "job.services", func() error { _, err := e.m.CreateJob(c, &norsk.Job{JobId: "inv-empty"}); return err }},
+		{"CreateJob bad service name", "job.services[0].name", func() error { _, err := e.m.CreateJob(c, badService); return err }},
+		{"UpdateJob bad service name", "job.services[0].name", func() error { _, err := e.m.UpdateJob(c, badService); return err }},
+		{"JobById empty id", "jobId", func() error { _, err := e.m.JobById(c, ""); return err }},
+		{"StartJob empty role", "role", func() error { _, err := e.m.StartJob(c, "inv-ok", "", e.node, norsk.StartJobOptions{}); return err }},
+		{"StartJob bad runtime role", "options.runtimeRole", func() error {
+			_, err := e.m.StartJob(c, "inv-ok", "primary", e.node, norsk.StartJobOptions{RuntimeRole: "-x"})
+			return err
+		}},
+		{"StopJob grace over an hour", "options.graceMs", func() error {
+			return e.m.StopJob(c, "inv-ok", "primary", e.node, norsk.StopJobOptions{Grace: 2 * time.Hour})
+		}},
+		{"MarkJobFailed no reason", "reason", func() error { return e.m.MarkJobFailed(c, "inv-ok", "") }},
+		{"JobSearch bad regexp", "filters[0].id.re", func() error {
+			_, err := e.m.JobSearch(c, norsk.JobSearchSettings{Filters: []*norsk.JobFilter{norsk.IdRegex("(")}})
+			return err
+		}},
+		{"SetNodeTags bad name", "tags", func() error { _, err := e.m.SetNodeTags(c, e.node, map[string]string{"bad key": "v"}); return err }},
+		{"SetNodeTags none", "tags", func() error { _, err := e.m.SetNodeTags(c, e.node, nil); return err }},
+		{"SetNodeIdleExpiry negative", "idleExpiryMs", func() error { _, err := e.m.SetNodeIdleExpiry(c, e.node, -time.Second); return err }},
+		{"RegisterClusterNode bad name", "nodeName", func() error { _, err := e.m.RegisterClusterNode(c, "a b", ""); return err }},
+		{"KvCommit no namespace", "namespace", func() error {
+			_, err := e.m.KvCommit(c, "", []norsk.KvWrite{norsk.KvPut("k", nil)}, norsk.KvCommitOptions{})
+			return err
+		}},
+		{"KvCommit a key twice", "writes[1].key", func() error {
+			_, err := e.m.KvCommit(c, "inv", []norsk.KvWrite{norsk.KvPut("k", nil), norsk.KvDelete("k")}, norsk.KvCommitOptions{})
+			return err
+		}},
+		{"KvGet no key", "key", func() error { _, err := e.m.KvGet(c, "inv", ""); return err }},
+		{"CreateToken bad role", "role", func() error { _, _, err := e.m.CreateToken(c, "inv", "root", 0); return err }},
+		{"PauseLeases no reason", "reason", func() error { return e.m.PauseLeases(c, "", "me") }},
+		{"ResumeLeases nobody", "by", func() error { return e.m.ResumeLeases(c, "") }},
+		{"CreateBundle bad start mode", "bundle.jobs[0].startMode", func() error {
+			_, err := e.m.CreateBundle(c, &norsk.Bundle{BundleId: "inv-b", Jobs: []*norsk.BundleJobSpec{{JobName: "a", StartMode: "later", Job: e.job("", nil)}}})
+			return err
+		}},
+		{"CreateBundle bad template", "bundle.jobs[0].job.services", func() error {
+			_, err := e.m.CreateBundle(c, &norsk.Bundle{BundleId: "inv-b", Jobs: []*norsk.BundleJobSpec{{JobName: "a", Job: &norsk.Job{}}}})
+			return err
+		}},
+		{"RenewBundleLease too short", "ttlMs", func() error { _, err := e.m.RenewBundleLease(c, "inv-bundle", time.Millisecond); return err }},
+		{"StopBundleJob grace over an hour", "graceMs", func() error {
+			return e.m.StopBundleJob(c, "inv-bundle", 0, "a", norsk.StopBundleJobOptions{Grace: 2 * time.Hour})
+		}},
+		{"AppendAuditEntry no source", "source", func() error { _, err := e.m.AppendAuditEntry(c, "", "deploy", ""); return err }},
+	}
+	for _, tc := range tests {
+		err := tc.call()
+		wantCode(t, tc.name, err, norsk.ErrInvalidArgument, tc.field+":")
+	}
+	if _, err := e.m.JobById(c, "inv-empty"); !errors.Is(err, norsk.ErrNotFound) {
+		t.Errorf("a refused CreateJob left a job: JobById = %v", err)
+	}
+}
+
+// notFound: an unknown job, node, slot, bundle, token or key is NOT_FOUND
+// naming it.
+func notFound(t *testing.T, e *env) {
+	c := ctx(t)
+	_, err := e.m.CreateJob(c, e.job("nf-job", nil))
+	must(t, "CreateJob", err)
+	tests := []struct {
+		name string
+		call func() error
+	}{
+		{"JobById", func() error { _, err := e.m.JobById(c, "nf-nope"); return err }},
+		{"UpdateJob", func() error { _, err := e.m.UpdateJob(c, e.job("nf-nope", nil)); return err }},
+		{"DeleteJob", func() error { return e.m.DeleteJob(c, "nf-nope") }},
+		{"StartJob unknown job", func() error {
+			_, err := e.m.StartJob(c, "nf-nope", "primary", e.node, norsk.StartJobOptions{})
+			return err
+		}},
+		{"StartJob unknown node", func() error {
+			_, err := e.m.StartJob(c, "nf-job", "primary", "nf-nope", norsk.StartJobOptions{})
+			return err
+		}},
+		{"StopJob", func() error { return e.m.StopJob(c, "nf-nope", "primary", e.node, norsk.StopJobOptions{}) }},
+		{"CompleteJob", func() error { return e.m.CompleteJob(c, "nf-nope") }},
+		{"MarkJobFailed", func() error { return e.m.MarkJobFailed(c, "nf-nope", "x") }},
+		{"TerminateNode", func() error { return e.m.TerminateNode(c, "nf-nope") }},
+		{"SetNodeTags", func() error { _, err := e.m.SetNodeTags(c, "nf-nope", map[string]string{"a": "b"}); return err }},
+		{"GetNodeIdleExpiry", func() error { _, err := e.m.GetNodeIdleExpiry(c, "nf-nope"); return err }},
+		{"DeregisterClusterNode", func() error { return e.m.DeregisterClusterNode(c, "nf-nope") }},
+		{"SetClusterNodePool", func() error { return e.m.SetClusterNodePool(c, "nf-nope", "gold") }},
+		{"BundleById", func() error { _, err := e.m.BundleById(c, "nf-nope"); return err }},
+		{"DeleteBundle", func() error { return e.m.DeleteBundle(c, "nf-nope") }},
+		{"KvGet", func() error { _, err := e.m.KvGet(c, "nf", "nf-nope"); return err }},
+	}
+	for _, tc := range tests {
+		err := tc.call()
+		wantCode(t, tc.name, err, norsk.ErrNotFound, "nf-nope")
+	}
+	err = e.m.RevokeToken(c, "0123456789abcdef")
+	wantCode(t, "RevokeToken", err, norsk.ErrNotFound, "0123456789abcdef")
+}
+
+func nodes(t *testing.T, e *env) {
+	c := ctx(t)
+	list, err := e.m.ListNodes(c)
+	must(t, "ListNodes", err)
+	var n *norsk.Node
+	for _, x := range list {
+		if x.GetNodeId() == e.node {
+			n = x
+		}
+	}
+	if n == nil || n.GetState() != norsk.NodeStateOnline || !n.GetConnected() {
+		t.Fatalf("ListNodes: node %s = %v; want online and connected", e.node, n)
+	}
+	got, err := e.m.SetNodeTags(c, e.node, map[string]string{"contract": "yes"})
+	must(t, "SetNodeTags", err)
+	if got.GetTags()["contract"] != "yes" || got.GetNodeId() != e.node {
+		t.Errorf("SetNodeTags answered %v", got)
+	}
+	ie, err := e.m.GetNodeIdleExpiry(c, e.node)
+	must(t, "GetNodeIdleExpiry", err)
+	if ie.GetIdleExpiryMs() != 0 || ie.GetEffectiveIdleExpiryMs() <= 0 {
+		t.Errorf("GetNodeIdleExpiry = %v; want no override and a daemon-wide value", ie)
+	}
+	ie, err = e.m.SetNodeIdleExpiry(c, e.node, 90*time.Second)
+	must(t, "SetNodeIdleExpiry", err)
+	if ie.GetIdleExpiryMs() != 90_000 || ie.GetEffectiveIdleExpiryMs() != 90_000 {
+		t.Errorf("SetNodeIdleExpiry = %v; want 90000 in force", ie)
+	}
+}
+
+func slots(t *testing.T, e *env) {
+	c := ctx(t)
+	res, err := e.m.RegisterClusterNode(c, "slot-a", "gold")
+	must(t, "RegisterClusterNode", err)
+	if res.GetNodeId() == "" || res.GetToken() == "" {
+		t.Fatalf("RegisterClusterNode = %v; want a node id and a token", res)
+	}
+	_, err = e.m.RegisterClusterNode(c, "slot-a", "")
+	wantCode(t, "RegisterClusterNode of a name taken", err, norsk.ErrAlreadyExists, "slot-a")
+	find := func() *norsk.ClusterSlot {
+		slots, err := e.m.ListClusterNodes(c)
+		must(t, "ListClusterNodes", err)
+		for _, s := range slots {
+			if s.GetNodeId() == res.GetNodeId() {
+				return s
+			}
+		}
+		return nil
+	}
+	s := find()
+	if s == nil || s.GetNodeName() != "slot-a" || s.GetPool() != "gold" || s.GetState() != norsk.NodeStateRegistered || s.GetTokenUsed() {
+		t.Errorf("ListClusterNodes: slot = %v; want slot-a in pool gold, registered, token unused", s)
+	}
+	must(t, "SetClusterNodePool", e.m.SetClusterNodePool(c, res.GetNodeId(), "silver"))
+	if s := find(); s.GetPool() != "silver" {
+		t.Errorf("after SetClusterNodePool: pool %q", s.GetPool())
+	}
+	must(t, "DeregisterClusterNode", e.m.DeregisterClusterNode(c, res.GetNodeId()))
+	eventually(t, "the deregistered slot leaves the list", func() error {
+		if s := find(); s != nil {
+			return errors.New("still listed")
+		}
+		return nil
+	})
+}
+
+func kv(t *testing.T, e *env) {
+	c := ctx(t)
+	rev, err := e.m.KvCommit(c, "contract", []norsk.KvWrite{norsk.KvPut("app/a", []byte("1")).IfAbsent(), norsk.KvPut("app/b", []byte("2"))}, norsk.KvCommitOptions{})
+	must(t, "KvCommit", err)
+	got, err := e.m.KvGet(c, "contract", "app/a")
+	must(t, "KvGet", err)
+	if string(got.GetValue()) != "1" || got.GetRevision() != rev || got.GetCreateRevision() != rev {
+		t.Errorf("KvGet = %v; want value 1 at revision %d", got, rev)
+	}
+	_, err = e.m.KvCommit(c, "contract", []norsk.KvWrite{norsk.KvPut("app/a", []byte("x")).IfAbsent()}, norsk.KvCommitOptions{})
+	wantCode(t, "KvCommit IfAbsent of a key that exists", err, norsk.ErrFailedPrecondition, "app/a")
+	one := int64(1)
+	rev2, err := e.m.KvCommit(c, "contract", []norsk.KvWrite{norsk.KvPut("app/a", []byte("3")).IfRevision(rev), norsk.KvDelete("app/b")}, norsk.KvCommitOptions{SetSchemaVersion: &one})
+	must(t, "KvCommit", err)
+	if rev2 <= rev {
+		t.Errorf("second commit's revision %d is not after %d", rev2, rev)
+	}
+	entries, schema, err := e.m.KvList(c, "contract", "app/")
+	must(t, "KvList", err)
+	if len(entries) != 1 || entries[0].GetKey() != "app/a" || string(entries[0].GetValue()) != "3" || entries[0].GetCreateRevision() != rev || schema != 1 {
+		t.Errorf("KvList = %v schema %d; want app/a=3 created at %d, schema 1", entries, schema, rev)
+	}
+	_, err = e.m.KvGet(c, "contract", "app/b")
+	wantCode(t, "KvGet of a deleted key", err, norsk.ErrNotFound, "app/b")
+	zero := int64(0)
+	_, err = e.m.KvCommit(c, "contract", []norsk.KvWrite{norsk.KvPut("app/c", nil)}, norsk.KvCommitOptions{ExpectSchemaVersion: &zero})
+	wantCode(t, "KvCommit at the wrong schema version", err, norsk.ErrFailedPrecondition, "contract")
+}
+
+func leases(t *testing.T, e *env) {
+	c := ctx(t)
+	must(t, "PauseLeases", e.m.PauseLeases(c, "maintenance", "contract"))
+	st, err := e.m.GetLeaseStatus(c)
+	must(t, "GetLeaseStatus", err)
+	if !st.GetPaused() || st.GetReason() != "maintenance" || st.GetBy() != "contract" || st.GetSince() == nil || st.GetTtlMs() <= 0 {
+		t.Errorf("GetLeaseStatus after a pause = %v", st)
+	}
+	must(t, "PauseLeases again (idempotent)", e.m.PauseLeases(c, "maintenance", "contract"))
+	must(t, "ResumeLeases", e.m.ResumeLeases(c, "contract"))
+	st, err = e.m.GetLeaseStatus(c)
+	must(t, "GetLeaseStatus", err)
+	if st.GetPaused() {
+		t.Errorf("GetLeaseStatus after resuming = %v", st)
+	}
+}
+
+func bundles(t *testing.T, e *env) {
+	c := ctx(t)
+	b := &norsk.Bundle{
+		BundleId:         "channel",
+		ResiliencePolicy: &norsk.ResiliencePolicy{Replicas: 2},
+		Jobs:             []*norsk.BundleJobSpec{{JobName: "enc", StartMode: "manual", Job: e.job("", map[string]string{"app": "tv"})}},
+	}
+	id, err := e.m.CreateBundle(c, b)
+	must(t, "CreateBundle", err)
+	if id != "channel" {
+		t.Errorf("CreateBundle = %q", id)
+	}
+	_, err = e.m.CreateBundle(c, b)
+	wantCode(t, "CreateBundle of an existing id", err, norsk.ErrAlreadyExists, "channel")
+	bw, err := e.m.BundleById(c, "channel")
+	must(t, "BundleById", err)
+	if bw.GetBundle().GetState() != norsk.BundleStateLive || bw.GetBundle().GetRevision() == 0 || len(bw.GetJobs()) != 2 {
+		t.Fatalf("BundleById = %v", bw)
+	}
+	for i, st := range bw.GetJobs() {
+		role := []string{"primary", "backup"}[i]
+		if st.GetJobId() != "channel.enc."+string(rune('0'+i)) || st.GetRole() != role || !st.GetDormant() || st.GetJobName() != "enc" {
+			t.Errorf("bundle job %d = %v; want channel.enc.%d, %s, dormant", i, st, i, role)
+		}
+	}
+	j, err := e.m.JobById(c, "channel.enc.1")
+	must(t, "JobById of a replica job", err)
+	tags := j.GetJob().GetTags()
+	if tags["bundleId"] != "channel" || tags["replicaIndex"] != "1" || tags["jobName"] != "enc" || tags["dormant"] != "true" || tags["app"] != "tv" {
+		t.Errorf("replica job tags = %v", tags)
+	}
+	at, err := e.m.RenewBundleLease(c, "channel", time.Hour)
+	must(t, "RenewBundleLease", err)
+	if d := time.Until(at); d < 50*time.Minute || d > 70*time.Minute {
+		t.Errorf("RenewBundleLease expires at %v; want about an hour from now", at)
+	}
+	must(t, "StopBundleJob of a dormant job (idempotent)", e.m.StopBundleJob(c, "channel", 0, "enc", norsk.StopBundleJobOptions{}))
+	err = e.m.StartBundleJob(c, "channel", 5, "enc")
+	wantCode(t, "StartBundleJob of a replica the bundle does not have", err, norsk.ErrInvalidArgument, "replicaIndex:")
+	must(t, "DeleteBundle", e.m.DeleteBundle(c, "channel"))
+	eventually(t, "the deleted bundle and its jobs go", func() error {
+		if _, err := e.m.BundleById(c, "channel"); !errors.Is(err, norsk.ErrNotFound) {
+			return errors.New("BundleById: " + errString(err))
+		}
+		if _, err := e.m.JobById(c, "channel.enc.0"); !errors.Is(err, norsk.ErrNotFound) {
+			return errors.New("JobById: " + errString(err))
+		}
+		return nil
+	})
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "found"
+	}
+	return err.Error()
+}
+
+func events(t *testing.T, e *env) {
+	c := ctx(t)
+	s := e.m.EventStream(c, norsk.EventStreamSettings{})
+	defer s.Close()
+	// The snapshot ends with initial_data_complete.
+	for s.Next() {
+		if s.Event().GetInitialDataComplete() != nil {
+			break
+		}
+	}
+	hash, err := e.m.CreateJob(c, e.job("ev-job", nil))
+	must(t, "CreateJob", err)
+	for s.Next() {
+		ev := s.Event()
+		if ev.GetJobCreated() == nil || norsk.EventJobID(ev) != "ev-job" {
+			continue
+		}
+		if int64(ev.GetIndex()) != hash || ev.GetJobCreated().GetEntry().GetCreated() == nil || norsk.EventJob(ev).GetJob().GetCurrentHash() != hash {
+			t.Errorf("jobCreated = index %d, %v; want index %d, the created entry and the job", ev.GetIndex(), ev.GetJobCreated(), hash)
+		}
+		break
+	}
+	if err := s.Err(); err != nil {
+		t.Fatalf("event stream: %v", err)
+	}
+	// Resuming after the create's index starts after it.
+	must(t, "DeleteJob", e.m.DeleteJob(c, "ev-job"))
+	r := e.m.EventStream(c, norsk.EventStreamSettings{AfterIndex: uint64(hash)})
+	defer r.Close()
+	for r.Next() {
+		ev := r.Event()
+		if ev.GetIndex() <= uint64(hash) {
+			t.Fatalf("resumed after %d, got %v at %d", hash, norsk.EventKindOf(ev), ev.GetIndex())
+		}
+		if ev.GetJobDeleted().GetJobId() == "ev-job" {
+			return
+		}
+	}
+	t.Fatalf("the resumed stream ended without jobDeleted: %v", r.Err())
+}
+
+func tokens(t *testing.T, e *env) {
+	c := ctx(t)
+	tok, secret, err := e.m.CreateToken(c, "contract-ci", "read-only", 0)
+	must(t, "CreateToken", err)
+	if tok.GetId() == "" || secret == "" || tok.GetRole() != "read-only" || tok.GetName() != "contract-ci" {
+		t.Fatalf("CreateToken = %v, %q", tok, secret)
+	}
+	list, err := e.m.ListTokens(c)
+	must(t, "ListTokens", err)
+	if !hasToken(list, tok.GetId(), false) {
+		t.Errorf("ListTokens does not list %s", tok.GetId())
+	}
+	must(t, "RevokeToken", e.m.RevokeToken(c, tok.GetId()))
+	list, err = e.m.ListTokens(c)
+	must(t, "ListTokens", err)
+	if !hasToken(list, tok.GetId(), true) {
+		t.Errorf("ListTokens does not list %s revoked", tok.GetId())
+	}
+}
+
+func hasToken(list []*norsk.ApiToken, id string, revoked bool) bool {
+	for _, t := range list {
+		if t.GetId() == id && t.GetRevoked() == revoked {
+			return true
+		}
+	}
+	return false
+}
+
+func audit(t *testing.T, e *env) {
+	c := ctx(t)
+	entry, err := e.m.AppendAuditEntry(c, "contract", "deploy", `{"v":1}`)
+	must(t, "AppendAuditEntry", err)
+	if entry.GetSource() != "external/contract" || entry.GetKind() != "deploy" || entry.GetPayload() != `{"v":1}` || entry.GetSeq() <= 0 {
+		t.Errorf("AppendAuditEntry = %v; want it stored under external/contract", entry)
+	}
+	page, err := e.m.GetAuditLog(c, norsk.AuditLogQuery{Source: "external/contract"})
+	must(t, "GetAuditLog", err)
+	if len(page.GetEntries()) != 1 || page.GetEntries()[0].GetSeq() != entry.GetSeq() {
+		t.Errorf("GetAuditLog(external/contract) = %v", page.GetEntries())
+	}
+	v, err := e.m.VerifyAuditLog(c)
+	must(t, "VerifyAuditLog", err)
+	if v.Broken != nil || v.Checked == 0 {
+		t.Errorf("VerifyAuditLog = %+v", v)
+	}
+}
+
+func version(t *testing.T, e *env) {
+	v, err := e.m.Version(ctx(t))
+	must(t, "Version", err)
+	if v.GetMajorVersion() != 1 || v.GetGoVersion() == "" {
+		t.Errorf("Version = %v", v)
+	}
+	if h := e.m.Hello(); !h.GetCompatible() || !strings.HasPrefix(h.GetProtocolVersion(), "1.") {
+		t.Errorf("Hello = %v", h)
+	}
+}
