@@ -26,6 +26,8 @@ var cases = []testCase{
 	{name: "jobs/defer-start", run: jobDeferStart},
 	{name: "jobs/complete-and-fail", run: jobTerminal},
 	{name: "jobs/search", run: jobSearch},
+	{name: "jobs/start-many", run: jobStartMany},
+	{name: "jobs/start-on-a-node-not-online", run: jobStartOffline},
 	{name: "errors/invalid-argument", run: invalidArguments},
 	{name: "errors/not-found", run: notFound},
 	{name: "nodes", run: nodes},
@@ -34,6 +36,8 @@ var cases = []testCase{
 	{name: "leases", serial: true, run: leases},
 	{name: "bundles", run: bundles},
 	{name: "events", run: events},
+	{name: "events/live-only", run: eventsLiveOnly},
+	{name: "cluster-status", run: clusterStatus},
 	{name: "tokens", run: tokens},
 	{name: "audit", run: audit},
 	{name: "version", run: version},
@@ -259,4 +263,48 @@ func jobSearch(t *testing.T, e *env) {
 	if got := ids(norsk.JobSearchSettings{Filters: []*norsk.JobFilter{norsk.IdRegex("search-.*"), norsk.DateAfter(norsk.DateFieldCreated, time.Now().Add(-time.Hour))}}); len(got) != 3 {
 		t.Errorf("created within the hour = %v", got)
 	}
+}
+
+func jobStartMany(t *testing.T, e *env) {
+	c := ctx(t)
+	_, err := e.m.CreateJob(c, e.job("many", nil))
+	must(t, "CreateJob", err)
+	out, err := e.m.StartJobs(c, []norsk.Start{
+		{JobID: "many", Role: "primary", NodeID: e.node},
+		{JobID: "many-nope", Role: "primary", NodeID: e.node},
+		{JobID: "many", Role: "backup", NodeID: "many-no-node"},
+	})
+	must(t, "StartJobs", err)
+	if len(out) != 3 || out[0].Err != nil || out[0].FencingToken == 0 {
+		t.Fatalf("StartJobs = %+v; want the first bound", out)
+	}
+	wantCode(t, "StartJobs of an unknown job", out[1].Err, norsk.ErrNotFound, "many-nope")
+	wantCode(t, "StartJobs on an unknown node", out[2].Err, norsk.ErrNotFound, "many-no-node")
+	if strings.Contains(out[1].Err.Error(), "not_found: ") {
+		t.Errorf("a start's error repeats its code in the message: %v", out[1].Err)
+	}
+	_, err = e.m.WaitForJob(c, "many", "primary", norsk.InstancePhaseRunning)
+	must(t, "WaitForJob", err)
+	_, err = e.m.StartJobs(c, []norsk.Start{{JobID: "many", Role: "backup", NodeID: e.node}, {JobID: "many", Role: "backup", NodeID: e.node}})
+	wantCode(t, "StartJobs of one instance twice", err, norsk.ErrInvalidArgument, "starts[1].role:")
+	_, err = e.m.StartJobs(c, []norsk.Start{{JobID: "many", Role: "backup", NodeID: e.node}, {JobID: "many", Role: "", NodeID: e.node}})
+	wantCode(t, "StartJobs with a malformed start", err, norsk.ErrInvalidArgument, "starts[1].role:")
+	_, err = e.m.StartJobs(c, nil)
+	wantCode(t, "StartJobs of nothing", err, norsk.ErrInvalidArgument, "starts:")
+	j, err := e.m.JobById(c, "many")
+	must(t, "JobById", err)
+	if len(j.GetInstances()) != 1 {
+		t.Errorf("refused StartJobs calls bound something: %v", j.GetInstances())
+	}
+	must(t, "StopJob", e.m.StopJob(c, "many", "primary", e.node, norsk.StopJobOptions{}))
+}
+
+func jobStartOffline(t *testing.T, e *env) {
+	c := ctx(t)
+	slot, err := e.m.RegisterClusterNode(c, "offline-slot", "")
+	must(t, "RegisterClusterNode", err)
+	_, err = e.m.CreateJob(c, e.job("offline", nil))
+	must(t, "CreateJob", err)
+	_, err = e.m.StartJob(c, "offline", "primary", slot.GetNodeId(), norsk.StartJobOptions{})
+	wantCode(t, "StartJob on a registered node no worker holds", err, norsk.ErrFailedPrecondition, slot.GetNodeId())
 }

@@ -390,3 +390,32 @@ func version(t *testing.T, e *env) {
 		t.Errorf("Hello = %v", h)
 	}
 }
+
+func eventsLiveOnly(t *testing.T, e *env) {
+	c := ctx(t)
+	s := e.m.EventStream(c, norsk.EventStreamSettings{SkipSnapshot: true})
+	defer s.Close()
+	hash, err := e.m.CreateJob(c, e.job("live-only", nil))
+	must(t, "CreateJob", err)
+	for s.Next() {
+		ev := s.Event()
+		if ev.GetJobSnapshot() != nil || ev.GetNodeSnapshot() != nil {
+			t.Fatalf("a live-only stream sent a snapshot: %v", norsk.EventKindOf(ev))
+		}
+		if ev.GetJobCreated() != nil && norsk.EventJobID(ev) == "live-only" {
+			if int64(ev.GetIndex()) != hash {
+				t.Errorf("jobCreated at index %d; want %d", ev.GetIndex(), hash)
+			}
+			return
+		}
+	}
+	t.Fatalf("the stream ended: %v", s.Err())
+}
+
+func clusterStatus(t *testing.T, e *env) {
+	st, err := e.m.GetClusterStatus(ctx(t))
+	must(t, "GetClusterStatus", err)
+	if len(st.GetMembers()) != 1 || st.GetPrimary() == "" || st.GetPrimary() != st.GetAnsweredBy() || !st.GetQuorumHealthy() || st.GetVoters() != 1 || st.GetQuorum() != 1 {
+		t.Errorf("GetClusterStatus of a standalone Manager = %v", st)
+	}
+}
