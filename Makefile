@@ -4,7 +4,7 @@ PKGS_RACE = ./internal/events/... ./internal/store/... ./internal/nodes/... \
             ./internal/worker/... ./internal/manager/... ./internal/runtime/... \
             ./sdk/... ./internal/cli/... ./internal/automanager/... ./internal/providers \
             ./internal/providers/mock/... \
-            ./pkg/jobsocket/...
+            ./pkg/jobsocket/... ./tests/sdkcontract
 
 .PHONY: all build test test-fast test-race vet dev images proto bench bench-compare fuzz clean
 

@@ -9,8 +9,8 @@ import (
 
 // Limits the API boundary adds to ValidateJob's on what a job's services
 // hand the operating system (the Manager's table of field bounds uses the
-// per-field ones; CheckLimits the totals). The FSM does not re-check them: a
-// log written before they existed replays as it was committed.
+// per-field ones; CheckLimits the totals). The FSM checks no input rule
+// (decision 0046): a log written before they existed replays as committed.
 const (
 	// MaxArgBytes is the longest single command or argument (Linux's
 	// MAX_ARG_STRLEN).

@@ -10,6 +10,15 @@
 // index, and the event stream implements after_index, skip_snapshot and the
 // resync snapshot of a Manager that no longer holds the events asked for.
 //
+// Input is checked by the Manager's own validators (pkg/jobspec) and
+// refused with the Manager's codes (pkg/apierr), so a malformed request gets
+// the INVALID_ARGUMENT, field name and words the Manager gives it.
+// tests/sdkcontract runs one suite of the SDK's behaviour against this fake
+// and a real Manager (decision 0045); what it checks is what a program may
+// rely on from both. The fake does not apply the Manager's bounds table
+// (field sizes beyond what pkg/jobspec checks), runs no AutoManager, and its
+// simulated workers confirm every start and stop at once.
+//
 // The audit log, the key/value store and the store calls are simple
 // in-memory stand-ins, enough for unit tests of their clients: the audit log
 // is a real hash chain (pkg/auditchain) with paging, filters and pruning,
