@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"fmt"
+	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -9,6 +10,41 @@ import (
 
 // MaxDrainItems bounds the instances one drain records.
 const MaxDrainItems = 10000
+
+// Bounds of DrainNode's request.
+const (
+	// DefaultDrainDeadline is a drain's deadline when the request gives none.
+	DefaultDrainDeadline = time.Hour
+	// MaxDrainDeadline is the longest deadline DrainNode takes.
+	MaxDrainDeadline = 7 * 24 * time.Hour
+	// MaxDrainParallel bounds a drain's parallelism.
+	MaxDrainParallel = 64
+)
+
+// ValidateDrainRequest checks DrainNode's options (not the node: that is
+// the store's to say).
+func ValidateDrainRequest(m *managerv1.DrainNodeRequest) error {
+	if m.GetUndo() {
+		if m.GetDeadlineMs() != 0 || m.GetNoDeadline() || m.GetParallel() != 0 || m.GetStrategy() != managerv1.MigrationStrategy_MIGRATION_STRATEGY_UNSPECIFIED {
+			return apierr.Invalid("undo", "undo takes no other option (strategy, deadlineMs, noDeadline, parallel)")
+		}
+		return nil
+	}
+	if _, ok := managerv1.MigrationStrategy_name[int32(m.GetStrategy())]; !ok {
+		return apierr.Invalid("strategy", "%d is not a strategy (stopThenStart, overlap, handover)", m.GetStrategy())
+	}
+	switch {
+	case m.GetDeadlineMs() < 0:
+		return apierr.Invalid("deadlineMs", "is %d: want 0 (the default, %s) or more", m.GetDeadlineMs(), DefaultDrainDeadline)
+	case m.GetDeadlineMs() > MaxDrainDeadline.Milliseconds():
+		return apierr.Invalid("deadlineMs", "is %d (at most %d, 7 days)", m.GetDeadlineMs(), MaxDrainDeadline.Milliseconds())
+	case m.GetNoDeadline() && m.GetDeadlineMs() != 0:
+		return apierr.Invalid("noDeadline", "give a deadline or none, not both")
+	case m.GetParallel() > MaxDrainParallel:
+		return apierr.Invalid("parallel", "is %d (at most %d)", m.GetParallel(), MaxDrainParallel)
+	}
+	return nil
+}
 
 // MaxMigrationPayload bounds a handshake payload (the job's own state) in a
 // report or a migration record.

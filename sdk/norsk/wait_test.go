@@ -147,7 +147,7 @@ func TestWaitForMigration(t *testing.T) {
 	x := t.Context()
 	record := func(id string, phase norsk.MigrationPhase, create bool) {
 		t.Helper()
-		if _, err := m.RecordMigration(x, &norsk.MigrationState{MigrationId: id, SourceJobId: "j-" + id, Phase: phase}, 0, create); err != nil {
+		if _, err := m.RecordMigration(x, &norsk.MigrationState{MigrationId: id, SourceJobId: "j-" + id, SourceRole: "primary", TargetRole: "primary@" + id, Phase: phase}, 0, create); err != nil {
 			t.Fatal(err)
 		}
 	}

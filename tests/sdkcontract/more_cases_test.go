@@ -70,6 +70,23 @@ func invalidArguments(t *testing.T, e *env) {
 			return e.m.StopBundleJob(c, "inv-bundle", 0, "a", norsk.StopBundleJobOptions{Grace: 2 * time.Hour})
 		}},
 		{"AppendAuditEntry no source", "source", func() error { _, err := e.m.AppendAuditEntry(c, "", "deploy", ""); return err }},
+		{"DrainNode too parallel", "parallel", func() error { _, _, err := e.m.DrainNode(c, e.node, norsk.DrainOptions{Parallel: 65}); return err }},
+		{"DrainNode undo with options", "undo", func() error {
+			_, _, err := e.m.DrainNode(c, e.node, norsk.DrainOptions{Undo: true, Parallel: 3})
+			return err
+		}},
+		{"DrainNode deadline and none", "noDeadline", func() error {
+			_, _, err := e.m.DrainNode(c, e.node, norsk.DrainOptions{Deadline: time.Minute, NoDeadline: true})
+			return err
+		}},
+		{"RecordMigration no role", "migration.sourceRole", func() error {
+			_, err := e.m.RecordMigration(c, &norsk.MigrationState{MigrationId: "inv-m", SourceJobId: "inv-ok", Phase: norsk.PhasePlacing}, 0, true)
+			return err
+		}},
+		{"RecordNodeDrain malformed item", "drain.items[0].jobId", func() error {
+			_, err := e.m.RecordNodeDrain(c, &norsk.NodeDrain{NodeId: e.node, Items: []*norsk.DrainItem{{Role: "primary"}}}, 0)
+			return err
+		}},
 	}
 	for _, tc := range tests {
 		err := tc.call()

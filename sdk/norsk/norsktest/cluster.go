@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // The fake's Manager cluster: a small in-memory model of membership. The
@@ -175,20 +175,9 @@ func (s *Server) memberURL(name string) string {
 	return "http://" + name + ":6790"
 }
 
-// memberIDPattern is the Manager's rule for node names (jobspec.ValidateID).
-var memberIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-
-// validateNode checks a node name as the Manager does.
+// validateNode checks a member's node name as the Manager does.
 func validateNode(node string) error {
-	switch {
-	case node == "":
-		return errorf(connect.CodeInvalidArgument, "node: must not be empty")
-	case len(node) > 128:
-		return errorf(connect.CodeInvalidArgument, "node: is %d characters long (at most 128)", len(node))
-	case !memberIDPattern.MatchString(node):
-		return errorf(connect.CodeInvalidArgument, "node: %q: use letters, digits, '.', '_' and '-', starting with a letter or digit", node)
-	}
-	return nil
+	return refuse(jobspec.ValidateID("node", node))
 }
 
 // requireClustered refuses membership calls on a standalone fake. Callers
