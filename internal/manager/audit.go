@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -189,21 +188,14 @@ func (h *handler) AppendAuditEntry(ctx context.Context, req *connect.Request[man
 
 // Paging limits of GetAuditLog.
 const (
-	DefaultAuditPage = 100
-	MaxAuditPage     = 1000
+	DefaultAuditPage = jobspec.DefaultAuditPage
+	MaxAuditPage     = jobspec.MaxAuditPage
 )
 
 func (h *handler) GetAuditLog(ctx context.Context, req *connect.Request[managerv1.GetAuditLogRequest]) (*connect.Response[managerv1.GetAuditLogResponse], error) {
 	q := req.Msg
-	switch {
-	case q.GetLimit() > MaxAuditPage:
-		return nil, toConnect(apierr.Invalid("limit", "%d is more than %d", q.GetLimit(), MaxAuditPage))
-	case q.GetBeforeSeq() < 0:
-		return nil, toConnect(apierr.Invalid("beforeSeq", "%d must not be negative", q.GetBeforeSeq()))
-	case q.GetFromMs() < 0 || q.GetToMs() < 0 || math.IsNaN(q.GetFromMs()) || math.IsNaN(q.GetToMs()):
-		return nil, toConnect(apierr.Invalid("fromMs", "times are ms since the epoch"))
-	case q.GetToMs() != 0 && q.GetFromMs() > q.GetToMs():
-		return nil, toConnect(apierr.Invalid("toMs", "%.0f is before fromMs %.0f", q.GetToMs(), q.GetFromMs()))
+	if err := jobspec.ValidateAuditQuery(q); err != nil {
+		return nil, toConnect(err)
 	}
 	limit := int(q.GetLimit())
 	if limit == 0 {
@@ -236,11 +228,8 @@ func (h *handler) GetAuditLog(ctx context.Context, req *connect.Request[managerv
 func (h *handler) PruneAuditLog(ctx context.Context, req *connect.Request[managerv1.PruneAuditLogRequest]) (*connect.Response[managerv1.PruneAuditLogResponse], error) {
 	before := req.Msg.GetBeforeTimestampMs()
 	now := float64(h.s.cfg.Clock.Now().UnixNano()) / 1e6
-	switch {
-	case before < 0 || math.IsNaN(before) || math.IsInf(before, 0):
-		return nil, toConnect(apierr.Invalid("beforeTimestampMs", "%v must be a time in ms since the epoch (0 = everything)", before))
-	case before > now:
-		return nil, toConnect(apierr.Invalid("beforeTimestampMs", "%.0f is in the future (now is %.0f); pruning only removes the past", before, now))
+	if err := jobspec.ValidatePruneBefore(before, now); err != nil {
+		return nil, toConnect(err)
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PruneAudit{PruneAudit: &storev1.PruneAudit{BeforeTimestampMs: before}}})
 	if err != nil {

@@ -1,7 +1,10 @@
 package jobspec
 
 import (
+	"math"
 	"strings"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
@@ -53,4 +56,37 @@ func ExternalAuditSource(sub string) (string, error) {
 		return "", apierr.Invalid("source", "is %d bytes (at most %d)", len(sub), MaxAuditSubSourceLen)
 	}
 	return AuditSourceExternal + sub, nil
+}
+
+// Paging limits of GetAuditLog.
+const (
+	DefaultAuditPage = 100
+	MaxAuditPage     = 1000
+)
+
+// ValidateAuditQuery checks GetAuditLog's paging and time bounds.
+func ValidateAuditQuery(q *managerv1.GetAuditLogRequest) error {
+	switch {
+	case q.GetLimit() > MaxAuditPage:
+		return apierr.Invalid("limit", "%d is more than %d", q.GetLimit(), MaxAuditPage)
+	case q.GetBeforeSeq() < 0:
+		return apierr.Invalid("beforeSeq", "%d must not be negative", q.GetBeforeSeq())
+	case q.GetFromMs() < 0 || q.GetToMs() < 0 || math.IsNaN(q.GetFromMs()) || math.IsNaN(q.GetToMs()):
+		return apierr.Invalid("fromMs", "times are ms since the epoch")
+	case q.GetToMs() != 0 && q.GetFromMs() > q.GetToMs():
+		return apierr.Invalid("toMs", "%.0f is before fromMs %.0f", q.GetToMs(), q.GetFromMs())
+	}
+	return nil
+}
+
+// ValidatePruneBefore checks PruneAuditLog's time against now (both ms
+// since the epoch; 0 prunes everything).
+func ValidatePruneBefore(before, nowMs float64) error {
+	switch {
+	case before < 0 || math.IsNaN(before) || math.IsInf(before, 0):
+		return apierr.Invalid("beforeTimestampMs", "%v must be a time in ms since the epoch (0 = everything)", before)
+	case before > nowMs:
+		return apierr.Invalid("beforeTimestampMs", "%.0f is in the future (now is %.0f); pruning only removes the past", before, nowMs)
+	}
+	return nil
 }

@@ -70,6 +70,10 @@ func invalidArguments(t *testing.T, e *env) {
 			return e.m.StopBundleJob(c, "inv-bundle", 0, "a", norsk.StopBundleJobOptions{Grace: 2 * time.Hour})
 		}},
 		{"AppendAuditEntry no source", "source", func() error { _, err := e.m.AppendAuditEntry(c, "", "deploy", ""); return err }},
+		{"GetAuditLog page too long", "limit", func() error { _, err := e.m.GetAuditLog(c, norsk.AuditLogQuery{Limit: 1001}); return err }},
+		{"PruneAuditLog in the future", "beforeTimestampMs", func() error { _, _, err := e.m.PruneAuditLog(c, time.Now().Add(time.Hour)); return err }},
+		{"PrefetchImages no image", "imageRefs", func() error { _, err := e.m.PrefetchImages(c, e.node, nil); return err }},
+		{"PrefetchImages bad reference", "imageRefs[1]", func() error { _, err := e.m.PrefetchImages(c, e.node, []string{"hello:dev", "Not A Ref"}); return err }},
 		{"DrainNode too parallel", "parallel", func() error { _, _, err := e.m.DrainNode(c, e.node, norsk.DrainOptions{Parallel: 65}); return err }},
 		{"DrainNode undo with options", "undo", func() error {
 			_, _, err := e.m.DrainNode(c, e.node, norsk.DrainOptions{Undo: true, Parallel: 3})

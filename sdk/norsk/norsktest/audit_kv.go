@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"math"
 	"slices"
 	"strings"
 
@@ -21,12 +20,6 @@ import (
 // SchemaVersion is the store schema version the fake reports and writes in
 // its snapshots.
 const SchemaVersion = 2
-
-// Limits the fake enforces, as the Manager does.
-const (
-	maxAuditPage     = 1000
-	defaultAuditPage = 100
-)
 
 // TamperAuditEntry applies edit to the stored audit entry seq in place,
 // without re-hashing it — as someone editing the store behind the Manager's
@@ -133,19 +126,12 @@ func (s *Server) AppendAuditEntry(_ context.Context, req *connect.Request[manage
 // before_seq, filtered as the Manager filters.
 func (s *Server) GetAuditLog(_ context.Context, req *connect.Request[managerv1.GetAuditLogRequest]) (*connect.Response[managerv1.GetAuditLogResponse], error) {
 	q := req.Msg
-	switch {
-	case q.GetLimit() > maxAuditPage:
-		return nil, errorf(connect.CodeInvalidArgument, "limit: %d is more than %d", q.GetLimit(), maxAuditPage)
-	case q.GetBeforeSeq() < 0:
-		return nil, errorf(connect.CodeInvalidArgument, "beforeSeq: %d must not be negative", q.GetBeforeSeq())
-	case q.GetFromMs() < 0 || q.GetToMs() < 0 || math.IsNaN(q.GetFromMs()) || math.IsNaN(q.GetToMs()):
-		return nil, errorf(connect.CodeInvalidArgument, "fromMs: times are ms since the epoch")
-	case q.GetToMs() != 0 && q.GetFromMs() > q.GetToMs():
-		return nil, errorf(connect.CodeInvalidArgument, "toMs: %.0f is before fromMs %.0f", q.GetToMs(), q.GetFromMs())
+	if err := jobspec.ValidateAuditQuery(q); err != nil {
+		return nil, refuse(err)
 	}
 	limit := int(q.GetLimit())
 	if limit == 0 {
-		limit = defaultAuditPage
+		limit = jobspec.DefaultAuditPage
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -184,11 +170,8 @@ func (s *Server) PruneAuditLog(_ context.Context, req *connect.Request[managerv1
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.nowMs()
-	switch {
-	case before < 0 || math.IsNaN(before) || math.IsInf(before, 0):
-		return nil, errorf(connect.CodeInvalidArgument, "beforeTimestampMs: %v must be a time in ms since the epoch (0 = everything)", before)
-	case before > now:
-		return nil, errorf(connect.CodeInvalidArgument, "beforeTimestampMs: %.0f is in the future (now is %.0f); pruning only removes the past", before, now)
+	if err := jobspec.ValidatePruneBefore(before, now); err != nil {
+		return nil, refuse(err)
 	}
 	var removed int64
 	for len(s.audit) > 0 && (before == 0 || s.audit[0].TimestampMs < before) {
