@@ -106,3 +106,51 @@ func ValidateMigration(m *managerv1.MigrationState) error {
 	}
 	return nil
 }
+
+// ValidateJobKey checks a (job, role) key; field names it ("sourceJobKey").
+func ValidateJobKey(field string, k *managerv1.JobKey) error {
+	if k == nil {
+		return apierr.Invalid(field, "is required")
+	}
+	if err := ValidateID(field+".jobId", k.GetJobId()); err != nil {
+		return err
+	}
+	return ValidateRole(field+".role", k.GetRole())
+}
+
+// ValidateMigrationID checks a migration id: 1 to 64 characters.
+func ValidateMigrationID(id string) error {
+	switch {
+	case id == "":
+		return apierr.Invalid("migrationId", "is required")
+	case len(id) > 64:
+		return apierr.Invalid("migrationId", "is %d characters (at most 64)", len(id))
+	}
+	return nil
+}
+
+// ValidateMigrationRelay checks a NotifyMigration… call: the instance's
+// key (field names it), the migration id and the payload.
+func ValidateMigrationRelay(field string, key *managerv1.JobKey, id string, payload []byte) error {
+	if err := ValidateJobKey(field, key); err != nil {
+		return err
+	}
+	if err := ValidateMigrationID(id); err != nil {
+		return err
+	}
+	if len(payload) > MaxMigrationPayload {
+		return apierr.Invalid("payload", "is %d bytes (at most %d)", len(payload), MaxMigrationPayload)
+	}
+	return nil
+}
+
+// ValidateAbortMigration checks AbortMigration's id and reason.
+func ValidateAbortMigration(m *managerv1.AbortMigrationRequest) error {
+	if err := ValidateMigrationID(m.GetMigrationId()); err != nil {
+		return err
+	}
+	if len(m.GetReason()) > 1024 {
+		return apierr.Invalid("reason", "is %d bytes (at most 1024)", len(m.GetReason()))
+	}
+	return nil
+}

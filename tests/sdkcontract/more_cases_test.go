@@ -74,6 +74,18 @@ func invalidArguments(t *testing.T, e *env) {
 		{"PruneAuditLog in the future", "beforeTimestampMs", func() error { _, _, err := e.m.PruneAuditLog(c, time.Now().Add(time.Hour)); return err }},
 		{"PrefetchImages no image", "imageRefs", func() error { _, err := e.m.PrefetchImages(c, e.node, nil); return err }},
 		{"PrefetchImages bad reference", "imageRefs[1]", func() error { _, err := e.m.PrefetchImages(c, e.node, []string{"hello:dev", "Not A Ref"}); return err }},
+		{"NotifyMigrationGetState no role", "sourceJobKey.role", func() error {
+			return e.m.NotifyMigrationGetState(c, &norsk.JobKey{JobId: "inv-ok"}, "m1")
+		}},
+		{"NotifyMigrationCutoverApply no id", "migrationId", func() error {
+			return e.m.NotifyMigrationCutoverApply(c, &norsk.JobKey{JobId: "inv-ok", Role: "primary"}, "", nil)
+		}},
+		{"GetClusterEvents page too long", "limit", func() error { _, err := e.m.GetClusterEvents(c, norsk.ClusterEventsQuery{Limit: 1001}); return err }},
+		{"AnnounceControlPlane not a URL", "url", func() error { return e.m.AnnounceControlPlane(c, "ftp://x", time.Second) }},
+		{"AddClusterMember bad name", "node", func() error {
+			_, err := e.m.AddClusterMember(c, "a b", "me", norsk.AddClusterMemberOptions{})
+			return err
+		}},
 		{"DrainNode too parallel", "parallel", func() error { _, _, err := e.m.DrainNode(c, e.node, norsk.DrainOptions{Parallel: 65}); return err }},
 		{"DrainNode undo with options", "undo", func() error {
 			_, _, err := e.m.DrainNode(c, e.node, norsk.DrainOptions{Undo: true, Parallel: 3})

@@ -3,7 +3,6 @@ package norsktest
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -391,19 +390,9 @@ func (s *Server) GetClusterStatus(context.Context, *connect.Request[managerv1.Ge
 // GetClusterEvents implements the Manager service: the fake's own cluster
 // event log, newest first.
 func (s *Server) GetClusterEvents(_ context.Context, req *connect.Request[managerv1.GetClusterEventsRequest]) (*connect.Response[managerv1.GetClusterEventsResponse], error) {
-	limit := int(req.Msg.GetLimit())
-	switch {
-	case limit == 0:
-		limit = 100
-	case limit > 1000:
-		return nil, errorf(connect.CodeInvalidArgument, "limit: %d is more than 1000", limit)
-	}
-	var since time.Time
-	if ts := req.Msg.GetSince(); ts != nil {
-		if err := ts.CheckValid(); err != nil {
-			return nil, errorf(connect.CodeInvalidArgument, "since: %v", err)
-		}
-		since = ts.AsTime()
+	limit, since, err := jobspec.ClusterEventsQuery(req.Msg)
+	if err != nil {
+		return nil, refuse(err)
 	}
 	kinds := req.Msg.GetKinds()
 	s.mu.Lock()
@@ -428,9 +417,8 @@ func (s *Server) GetClusterEvents(_ context.Context, req *connect.Request[manage
 // the fake's clock pass without another announcement.
 func (s *Server) AnnounceControlPlane(_ context.Context, req *connect.Request[managerv1.AnnounceControlPlaneRequest]) (*connect.Response[managerv1.AnnounceControlPlaneResponse], error) {
 	raw := req.Msg.GetUrl()
-	u, err := url.Parse(raw)
-	if raw == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "url: %q is not an http(s) URL", raw)
+	if err := jobspec.ValidateControlPlaneURL(raw); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

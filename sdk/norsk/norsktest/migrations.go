@@ -48,9 +48,9 @@ func (s *Server) liveInstance(jobID, role string) *managerv1.Instance {
 	return in
 }
 
-func (s *Server) relay(method string, key *managerv1.JobKey, id string, payload []byte) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-	if key.GetJobId() == "" || key.GetRole() == "" || id == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "job key and migrationId are required")
+func (s *Server) relay(method, field string, key *managerv1.JobKey, id string, payload []byte) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+	if err := jobspec.ValidateMigrationRelay(field, key, id, payload); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -64,24 +64,24 @@ func (s *Server) relay(method string, key *managerv1.JobKey, id string, payload 
 
 // NotifyMigrationGetState implements the Manager service.
 func (s *Server) NotifyMigrationGetState(_ context.Context, req *connect.Request[managerv1.NotifyMigrationGetStateRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-	return s.relay("NotifyMigrationGetState", req.Msg.GetSourceJobKey(), req.Msg.GetMigrationId(), nil)
+	return s.relay("NotifyMigrationGetState", "sourceJobKey", req.Msg.GetSourceJobKey(), req.Msg.GetMigrationId(), nil)
 }
 
 // NotifyMigrationCutoverReady implements the Manager service.
 func (s *Server) NotifyMigrationCutoverReady(_ context.Context, req *connect.Request[managerv1.NotifyMigrationCutoverReadyRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-	return s.relay("NotifyMigrationCutoverReady", req.Msg.GetSourceJobKey(), req.Msg.GetMigrationId(), req.Msg.GetPayload())
+	return s.relay("NotifyMigrationCutoverReady", "sourceJobKey", req.Msg.GetSourceJobKey(), req.Msg.GetMigrationId(), req.Msg.GetPayload())
 }
 
 // NotifyMigrationCutoverApply implements the Manager service.
 func (s *Server) NotifyMigrationCutoverApply(_ context.Context, req *connect.Request[managerv1.NotifyMigrationCutoverApplyRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-	return s.relay("NotifyMigrationCutoverApply", req.Msg.GetTargetJobKey(), req.Msg.GetMigrationId(), req.Msg.GetPayload())
+	return s.relay("NotifyMigrationCutoverApply", "targetJobKey", req.Msg.GetTargetJobKey(), req.Msg.GetMigrationId(), req.Msg.GetPayload())
 }
 
 // AbortMigration implements the Manager service.
 func (s *Server) AbortMigration(_ context.Context, req *connect.Request[managerv1.AbortMigrationRequest]) (*connect.Response[managerv1.AbortMigrationResponse], error) {
 	m := req.Msg
-	if m.GetMigrationId() == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "migrationId: is required")
+	if err := jobspec.ValidateAbortMigration(m); err != nil {
+		return nil, refuse(err)
 	}
 	if m.GetSourceRole() == "" && m.GetTargetRole() == "" {
 		return nil, errorf(connect.CodeUnavailable, "no AutoManager runs on this (fake) Manager")
