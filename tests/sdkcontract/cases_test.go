@@ -38,6 +38,8 @@ var cases = []testCase{
 	{name: "events", run: events},
 	{name: "events/live-only", run: eventsLiveOnly},
 	{name: "cluster-status", run: clusterStatus},
+	{name: "events/node-tags", run: eventsNodeTags},
+	{name: "store-info", run: storeInfo},
 	{name: "tokens", run: tokens},
 	{name: "audit", run: audit},
 	{name: "version", run: version},

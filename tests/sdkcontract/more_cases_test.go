@@ -452,3 +452,33 @@ func clusterStatus(t *testing.T, e *env) {
 		t.Errorf("GetClusterStatus of a standalone Manager = %v", st)
 	}
 }
+
+func eventsNodeTags(t *testing.T, e *env) {
+	c := ctx(t)
+	s := e.m.EventStream(c, norsk.EventStreamSettings{SkipSnapshot: true})
+	defer s.Close()
+	n, err := e.m.SetNodeTags(c, e.node, map[string]string{"evtag": "1"})
+	must(t, "SetNodeTags", err)
+	for s.Next() {
+		ev := s.Event()
+		if ev.GetNodeTagsUpdated() == nil || norsk.EventNode(ev).GetTags()["evtag"] != "1" {
+			continue
+		}
+		if got := norsk.EventNode(ev); got.GetNodeId() != e.node || got.GetTags()["evtag"] != n.GetTags()["evtag"] {
+			t.Errorf("nodeTagsUpdated = %v", got)
+		}
+		return
+	}
+	t.Fatalf("the stream ended: %v", s.Err())
+}
+
+func storeInfo(t *testing.T, e *env) {
+	info, err := e.m.GetStoreInfo(ctx(t))
+	must(t, "GetStoreInfo", err)
+	if len(info.GetStores()) == 0 || info.GetStores()[0].GetSchemaVersion() == 0 || info.GetStores()[0].GetSchemaVersion() != info.GetStores()[0].GetBinarySchemaVersion() {
+		t.Errorf("GetStoreInfo stores = %v", info.GetStores())
+	}
+	if info.GetAppliedIndex() == 0 || info.GetBoot().GetBootedAt() == nil || info.GetDataDir() == "" {
+		t.Errorf("GetStoreInfo = applied %d, boot %v, data dir %q", info.GetAppliedIndex(), info.GetBoot(), info.GetDataDir())
+	}
+}
