@@ -100,3 +100,28 @@ func ValidateDiscoveryFleet(f *managerv1.DiscoveryFleet) error {
 	}
 	return nil
 }
+
+// Steps of a tier-secret rotation (RotateDiscoveryTierSecret).
+const (
+	RotationStage  = "stage"
+	RotationFlip   = "flip"
+	RotationFinish = "finish"
+)
+
+// ValidateRotation checks a rotation step and the new tier secret it gives
+// ("" at stage: the Manager makes one).
+func ValidateRotation(step, newTierSecret string) error {
+	switch step {
+	case RotationStage:
+		if len(newTierSecret) > 1024 {
+			return apierr.Invalid("newTierSecret", "is at most 1024 bytes")
+		}
+	case RotationFlip, RotationFinish:
+		if newTierSecret != "" {
+			return apierr.Invalid("newTierSecret", "only stage takes a new tier secret (this step is %s)", step)
+		}
+	default:
+		return apierr.Invalid("step", "%s is not a rotation step (want stage, flip or finish)", apierr.Quote(step))
+	}
+	return nil
+}

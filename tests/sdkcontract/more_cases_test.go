@@ -86,6 +86,8 @@ func invalidArguments(t *testing.T, e *env) {
 			_, err := e.m.AddClusterMember(c, "a b", "me", norsk.AddClusterMemberOptions{})
 			return err
 		}},
+		{"RotateDiscoveryTierSecret unknown step", "step", func() error { _, err := e.m.RotateDiscoveryTierSecret(c, "spin", ""); return err }},
+		{"RotateDiscoveryTierSecret secret at flip", "newTierSecret", func() error { _, err := e.m.RotateDiscoveryTierSecret(c, "flip", "x"); return err }},
 		{"DrainNode too parallel", "parallel", func() error { _, _, err := e.m.DrainNode(c, e.node, norsk.DrainOptions{Parallel: 65}); return err }},
 		{"DrainNode undo with options", "undo", func() error {
 			_, _, err := e.m.DrainNode(c, e.node, norsk.DrainOptions{Undo: true, Parallel: 3})

@@ -442,6 +442,9 @@ func TestPruneAuditEmptyLog(t *testing.T) {
 	checkLinked(t, f.read())
 }
 
+// TestPruneAuditRefusals: the handler refuses a prune time that is not a
+// past time (pkg/jobspec); the FSM applies what it is given (decision 0046)
+// and never panics on it.
 func TestPruneAuditRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -459,11 +462,13 @@ func TestPruneAuditRefusals(t *testing.T) {
 			f.must(cAppendAudit("ops", "a", ""))
 			f.must(cAppendAudit("ops", "b", ""))
 			now := msAt(f.index + 1) // the prune's own time
-			err := f.refused(withStamp(cPruneAudit(tc.before(now)), "PruneAuditLog", "audit"), apierr.InvalidArgument)
+			err := jobspec.ValidatePruneBefore(tc.before(now), now)
 			var ae *apierr.Error
-			if !errors.As(err, &ae) || ae.Field != "beforeTimestampMs" {
-				t.Errorf("error %v does not name beforeTimestampMs", err)
+			if !errors.As(err, &ae) || ae.Code != apierr.InvalidArgument || ae.Field != "beforeTimestampMs" {
+				t.Errorf("ValidatePruneBefore = %v; want INVALID_ARGUMENT naming beforeTimestampMs", err)
 			}
+			f.must(withStamp(cPruneAudit(tc.before(now)), "PruneAuditLog", "audit"))
+			checkLinked(t, f.read())
 		})
 	}
 }

@@ -3,7 +3,6 @@ package state
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/hashicorp/go-memdb"
@@ -205,13 +204,6 @@ type prunedPayload struct {
 // pruneAudit front-prunes the chain; the answer is a *storev1.PruneAuditResult.
 func (t *tx) pruneAudit(c *storev1.PruneAudit, stamp *storev1.AuditStamp) (*storev1.PruneAuditResult, error) {
 	before := c.GetBeforeTimestampMs()
-	now := float64(t.now.AsTime().UnixNano()) / 1e6
-	switch {
-	case before < 0 || math.IsNaN(before) || math.IsInf(before, 0):
-		return nil, apierr.Invalid("beforeTimestampMs", "%v must be a time in ms since the epoch (0 = everything)", before)
-	case before > now:
-		return nil, apierr.Invalid("beforeTimestampMs", "%.0f is in the future (now is %.0f); pruning only removes the past", before, now)
-	}
 	r := t.read()
 	var last *managerv1.AuditLogEntry
 	var removed int64

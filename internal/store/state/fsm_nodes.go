@@ -354,9 +354,6 @@ func (t *tx) setNodeTags(c *storev1.SetNodeTags) error {
 }
 
 func (t *tx) setNodeIdleExpiry(c *storev1.SetNodeIdleExpiry) error {
-	if c.GetIdleExpiryMs() < 0 {
-		return apierr.Invalid("idleExpiryMs", "%d must not be negative (0 clears the override)", c.GetIdleExpiryMs())
-	}
 	rec, err := t.node(c.GetNodeId())
 	if err != nil {
 		return err

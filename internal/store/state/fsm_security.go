@@ -119,9 +119,9 @@ func (t *tx) publishDiscovery(c *storev1.PublishDiscovery) (*storev1.PublishDisc
 
 // Rotation steps and phases.
 const (
-	RotationStage  = "stage"
-	RotationFlip   = "flip"
-	RotationFinish = "finish"
+	RotationStage  = jobspec.RotationStage
+	RotationFlip   = jobspec.RotationFlip
+	RotationFinish = jobspec.RotationFinish
 )
 
 // rotateDiscovery answers with the fleet in force.
@@ -145,8 +145,6 @@ func (t *tx) rotateDiscovery(c *storev1.RotateDiscovery) (*managerv1.DiscoveryFl
 			return nil, apierr.Invalid("newTierSecret", "is the tier secret in force")
 		case n == cur.GetLeafToken():
 			return nil, apierr.Invalid("newTierSecret", "must differ from the leaf token")
-		case len(n) > 1024:
-			return nil, apierr.Invalid("newTierSecret", "is at most 1024 bytes")
 		}
 		f.TierSecretAlt = n
 		f.RotationPhase = RotationStage

@@ -192,7 +192,6 @@ func TestApplyRefusals(t *testing.T) {
 		{name: "tags/spare with instances", cmd: fixed(cTags("n-online", map[string]string{"spare": "true"})), code: apierr.FailedPrecondition, names: []string{`"n-online"`, "hot spare"}},
 
 		// SetNodeIdleExpiry
-		{name: "idle/negative", cmd: fixed(cIdle("n-online", -1)), code: apierr.InvalidArgument, field: "idleExpiryMs"},
 		{name: "idle/unknown", cmd: fixed(cIdle("n-nope", 5)), code: apierr.NotFound, names: []string{`"n-nope"`}},
 	}
 	for _, tt := range tests {

@@ -106,6 +106,9 @@ func (s *Server) GetDiscoveryFleet(context.Context, *connect.Request[managerv1.G
 
 // RotateDiscoveryTierSecret implements the Manager service.
 func (s *Server) RotateDiscoveryTierSecret(_ context.Context, req *connect.Request[managerv1.RotateDiscoveryTierSecretRequest]) (*connect.Response[managerv1.RotateDiscoveryTierSecretResponse], error) {
+	if err := jobspec.ValidateRotation(req.Msg.GetStep(), req.Msg.GetNewTierSecret()); err != nil {
+		return nil, refuse(err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.sec().fleet
