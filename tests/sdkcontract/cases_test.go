@@ -40,6 +40,8 @@ var cases = []testCase{
 	{name: "cluster-status", run: clusterStatus},
 	{name: "events/node-tags", run: eventsNodeTags},
 	{name: "store-info", run: storeInfo},
+	{name: "snapshot", run: snapshot},
+	{name: "discovery", serial: true, run: discovery},
 	{name: "tokens", run: tokens},
 	{name: "audit", run: audit},
 	{name: "version", run: version},

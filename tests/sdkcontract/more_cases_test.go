@@ -1,11 +1,14 @@
 package sdkcontract
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -483,4 +486,55 @@ func storeInfo(t *testing.T, e *env) {
 	if info.GetAppliedIndex() == 0 || info.GetBoot().GetBootedAt() == nil || info.GetDataDir() == "" {
 		t.Errorf("GetStoreInfo = applied %d, boot %v, data dir %q", info.GetAppliedIndex(), info.GetBoot(), info.GetDataDir())
 	}
+}
+
+// snapshot: SnapshotSave streams a pkg/snapshotfile snapshot that verifies
+// and holds a job created before it.
+func snapshot(t *testing.T, e *env) {
+	c := ctx(t)
+	_, err := e.m.CreateJob(c, e.job("snap-job", nil))
+	must(t, "CreateJob", err)
+	var buf bytes.Buffer
+	n, err := e.m.SnapshotSave(c, &buf)
+	must(t, "SnapshotSave", err)
+	if n != int64(buf.Len()) || n == 0 {
+		t.Fatalf("SnapshotSave = %d bytes, wrote %d", n, buf.Len())
+	}
+	r := snapshotfile.NewReader(&buf)
+	found := false
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		must(t, "read the snapshot", err)
+		found = found || rec.GetJob().GetJob().GetJobId() == "snap-job"
+	}
+	if !found {
+		t.Error("the snapshot does not hold snap-job")
+	}
+}
+
+// discovery: the first fleet published is in force; a later one changes
+// the addresses and keeps the secrets in force, saying so.
+func discovery(t *testing.T, e *env) {
+	c := ctx(t)
+	secret := strings.Repeat("s", 40)
+	f, kept, err := e.m.PublishDiscoveryFleet(c, &norsk.DiscoveryFleet{Addresses: []string{"10.0.0.1:7000"}, TierSecret: secret, LeafToken: "leaf"})
+	must(t, "PublishDiscoveryFleet", err)
+	if kept || f.GetTierSecret() != secret || len(f.GetAddresses()) != 1 {
+		t.Errorf("first publication: %v kept=%v", f, kept)
+	}
+	f, kept, err = e.m.PublishDiscoveryFleet(c, &norsk.DiscoveryFleet{Addresses: []string{"10.0.0.2:7000", "10.0.0.3:7000"}, TierSecret: strings.Repeat("t", 40), LeafToken: "leaf"})
+	must(t, "PublishDiscoveryFleet", err)
+	if !kept || f.GetTierSecret() != secret || len(f.GetAddresses()) != 2 {
+		t.Errorf("second publication: %v kept=%v; want the first secret kept and the new addresses", f, kept)
+	}
+	got, err := e.m.GetDiscoveryFleet(c)
+	must(t, "GetDiscoveryFleet", err)
+	if got.GetTierSecret() != secret || len(got.GetAddresses()) != 2 {
+		t.Errorf("GetDiscoveryFleet = %v", got)
+	}
+	_, _, err = e.m.PublishDiscoveryFleet(c, &norsk.DiscoveryFleet{Addresses: []string{"no-port"}, TierSecret: secret})
+	wantCode(t, "PublishDiscoveryFleet of a bad address", err, norsk.ErrInvalidArgument, "fleet.addresses[0]:")
 }
