@@ -91,6 +91,9 @@ func invalidArguments(t *testing.T, e *env) {
 		}},
 		{"RotateDiscoveryTierSecret unknown step", "step", func() error { _, err := e.m.RotateDiscoveryTierSecret(c, "spin", ""); return err }},
 		{"RotateDiscoveryTierSecret secret at flip", "newTierSecret", func() error { _, err := e.m.RotateDiscoveryTierSecret(c, "flip", "x"); return err }},
+		{"CreateOciNode no availability domain", "availabilityDomain", func() error { _, err := e.m.CreateOciNode(c, norsk.OciNode{Shape: "VM.Standard.E4.Flex"}); return err }},
+		{"DescribeInstanceType no type", "instanceType", func() error { _, err := e.m.DescribeInstanceType(c, " ", norsk.InstanceTypeOptions{}); return err }},
+		{"ListWorkerSecurityGroups no region", "region", func() error { _, err := e.m.ListWorkerSecurityGroups(c, ""); return err }},
 		{"DrainNode too parallel", "parallel", func() error { _, _, err := e.m.DrainNode(c, e.node, norsk.DrainOptions{Parallel: 65}); return err }},
 		{"DrainNode undo with options", "undo", func() error {
 			_, _, err := e.m.DrainNode(c, e.node, norsk.DrainOptions{Undo: true, Parallel: 3})
