@@ -172,28 +172,15 @@ const MaxStartJobs = jobspec.MaxStartJobs
 // others still bind.
 func (h *handler) StartJobs(ctx context.Context, req *connect.Request[managerv1.StartJobsRequest]) (*connect.Response[managerv1.StartJobsResponse], error) {
 	starts := req.Msg.GetStarts()
-	switch {
-	case len(starts) == 0:
-		return nil, toConnect(apierr.Invalid("starts", "give at least one start"))
-	case len(starts) > MaxStartJobs:
-		return nil, toConnect(apierr.Invalid("starts", "%d starts (at most %d in one call)", len(starts), MaxStartJobs))
+	if err := jobspec.ValidateStarts(starts); err != nil {
+		return nil, toConnect(err)
 	}
 	r := h.read()
 	out := make([]*managerv1.StartResult, len(starts))
 	cmd := &storev1.BindInstances{}
 	var which []int
-	seen := make(map[string]int, len(starts))
 	for i, m := range starts {
-		field := fmt.Sprintf("starts[%d].", i)
-		key := m.GetJobId() + "\x00" + m.GetRole()
-		if j, dup := seen[key]; dup {
-			return nil, toConnect(apierr.Invalid(field+"role", "instance %s/%s is also starts[%d]", m.GetJobId(), m.GetRole(), j))
-		}
-		seen[key] = i
-		if err := h.checkStart(r, field, m); err != nil {
-			if apierr.Is(err, apierr.InvalidArgument) {
-				return nil, toConnect(err)
-			}
+		if err := h.checkStart(r, fmt.Sprintf("starts[%d].", i), m); err != nil {
 			out[i] = resultOf(err)
 			continue
 		}

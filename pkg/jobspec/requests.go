@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"fmt"
 	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -45,6 +46,31 @@ func ValidateStart(field string, m *managerv1.StartJobRequest) error {
 	}
 	if n := len(m.GetOptions().GetMigrationInitialState()); n > MaxMigrationPayload {
 		return apierr.Invalid(field+"options.migrationInitialState", "is %d bytes (at most 4 MiB)", n)
+	}
+	return nil
+}
+
+// ValidateStarts checks a StartJobs call's starts: 1 to MaxStartJobs, no
+// instance twice, each well formed (ValidateStart). Whether each job and
+// node exist is the store's to say, start by start.
+func ValidateStarts(starts []*managerv1.StartJobRequest) error {
+	switch {
+	case len(starts) == 0:
+		return apierr.Invalid("starts", "give at least one start")
+	case len(starts) > MaxStartJobs:
+		return apierr.Invalid("starts", "%d starts (at most %d in one call)", len(starts), MaxStartJobs)
+	}
+	seen := make(map[[2]string]int, len(starts))
+	for i, m := range starts {
+		field := fmt.Sprintf("starts[%d].", i)
+		key := [2]string{m.GetJobId(), m.GetRole()}
+		if j, dup := seen[key]; dup {
+			return apierr.Invalid(field+"role", "instance %s/%s is also starts[%d]", m.GetJobId(), m.GetRole(), j)
+		}
+		seen[key] = i
+		if err := ValidateStart(field, m); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -96,6 +96,22 @@ func ValidateTags(field string, tags map[string]string) error {
 	return nil
 }
 
+// ValidateNodeTags checks SetNodeTags' tags: at least one, each valid.
+func ValidateNodeTags(tags map[string]string) error {
+	if len(tags) == 0 {
+		return apierr.Invalid("tags", "give at least one tag to set")
+	}
+	return ValidateTags("tags", tags)
+}
+
+// ValidateIdleExpiry checks SetNodeIdleExpiry's value (0 clears it).
+func ValidateIdleExpiry(ms int64) error {
+	if ms < 0 {
+		return apierr.Invalid("idleExpiryMs", "%d must not be negative (0 clears the override)", ms)
+	}
+	return nil
+}
+
 // ValidatePool checks a pool name (a tag value; "" = no pool).
 func ValidatePool(field, pool string) error {
 	if len(pool) > MaxTagValueLen || !printable(pool) {

@@ -148,6 +148,10 @@ func notFound(t *testing.T, e *env) {
 		{"TerminateNode", func() error { return e.m.TerminateNode(c, "nf-nope") }},
 		{"SetNodeTags", func() error { _, err := e.m.SetNodeTags(c, "nf-nope", map[string]string{"a": "b"}); return err }},
 		{"GetNodeIdleExpiry", func() error { _, err := e.m.GetNodeIdleExpiry(c, "nf-nope"); return err }},
+		// The node is looked up before the tags are checked. (Not so a
+		// negative idle expiry: the Manager's bounds table refuses it
+		// before the handler runs, and the fake has no bounds table.)
+		{"SetNodeTags with bad tags", func() error { _, err := e.m.SetNodeTags(c, "nf-nope", map[string]string{"bad key": "b"}); return err }},
 		{"DeregisterClusterNode", func() error { return e.m.DeregisterClusterNode(c, "nf-nope") }},
 		{"SetClusterNodePool", func() error { return e.m.SetClusterNodePool(c, "nf-nope", "gold") }},
 		{"BundleById", func() error { _, err := e.m.BundleById(c, "nf-nope"); return err }},

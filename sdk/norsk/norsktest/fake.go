@@ -1109,17 +1109,14 @@ func (s *Server) TerminateNode(_ context.Context, req *connect.Request[managerv1
 
 // SetNodeTags implements the Manager service.
 func (s *Server) SetNodeTags(_ context.Context, req *connect.Request[managerv1.SetNodeTagsRequest]) (*connect.Response[managerv1.SetNodeTagsResponse], error) {
-	if len(req.Msg.GetTags()) == 0 {
-		return nil, invalid("tags", "give at least one tag to set")
-	}
-	if err := jobspec.ValidateTags("tags", req.Msg.GetTags()); err != nil {
-		return nil, refuse(err)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n, err := s.requireNode(req.Msg.GetNodeId())
 	if err != nil {
 		return nil, err
+	}
+	if err := jobspec.ValidateNodeTags(req.Msg.GetTags()); err != nil {
+		return nil, refuse(err)
 	}
 	if _, spare := req.Msg.GetTags()["spare"]; spare && n.Provider != "cluster" {
 		return nil, errorf(connect.CodeFailedPrecondition, "node %q: the spare tag of an elastic node is the AutoManager's", n.NodeId)
@@ -1155,14 +1152,14 @@ func idleExpiry(n *managerv1.Node) *managerv1.NodeIdleExpiry {
 
 // SetNodeIdleExpiry implements the Manager service.
 func (s *Server) SetNodeIdleExpiry(_ context.Context, req *connect.Request[managerv1.SetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
-	if ms := req.Msg.GetIdleExpiryMs(); ms < 0 {
-		return nil, invalid("idleExpiryMs", "%d must not be negative (0 clears the override)", ms)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n, err := s.requireNode(req.Msg.GetNodeId())
 	if err != nil {
 		return nil, err
+	}
+	if err := jobspec.ValidateIdleExpiry(req.Msg.GetIdleExpiryMs()); err != nil {
+		return nil, refuse(err)
 	}
 	n.IdleExpiryMs = req.Msg.GetIdleExpiryMs()
 	s.nextIndex()

@@ -16,25 +16,10 @@ import (
 // answer it, in order.
 func (s *Server) StartJobs(ctx context.Context, req *connect.Request[managerv1.StartJobsRequest]) (*connect.Response[managerv1.StartJobsResponse], error) {
 	starts := req.Msg.GetStarts()
-	switch {
-	case len(starts) == 0:
-		return nil, invalid("starts", "give at least one start")
-	case len(starts) > jobspec.MaxStartJobs:
-		return nil, invalid("starts", "%d starts (at most %d in one call)", len(starts), jobspec.MaxStartJobs)
-	}
 	// Malformed input refuses the whole call, as the Manager's does; a
 	// start the store refuses is answered in its own result.
-	seen := map[[2]string]int{}
-	for i, st := range starts {
-		field := fmt.Sprintf("starts[%d].", i)
-		k := [2]string{st.GetJobId(), st.GetRole()}
-		if j, dup := seen[k]; dup {
-			return nil, invalid(field+"role", "instance %s/%s is also starts[%d]", k[0], k[1], j)
-		}
-		seen[k] = i
-		if err := jobspec.ValidateStart(field, st); err != nil {
-			return nil, refuse(err)
-		}
+	if err := jobspec.ValidateStarts(starts); err != nil {
+		return nil, refuse(err)
 	}
 	out := &managerv1.StartJobsResponse{}
 	for _, st := range starts {
