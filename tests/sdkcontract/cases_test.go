@@ -37,6 +37,7 @@ var cases = []testCase{
 	{name: "bundles", run: bundles},
 	{name: "events", run: events},
 	{name: "events/live-only", run: eventsLiveOnly},
+	{name: "events/snapshot", run: eventsSnapshot},
 	{name: "cluster-status", run: clusterStatus},
 	{name: "events/node-tags", run: eventsNodeTags},
 	{name: "store-info", run: storeInfo},

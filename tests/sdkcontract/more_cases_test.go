@@ -545,3 +545,59 @@ func discovery(t *testing.T, e *env) {
 	_, _, err = e.m.PublishDiscoveryFleet(c, &norsk.DiscoveryFleet{Addresses: []string{"no-port"}, TierSecret: secret})
 	wantCode(t, "PublishDiscoveryFleet of a bad address", err, norsk.ErrInvalidArgument, "fleet.addresses[0]:")
 }
+
+// eventsSnapshot: a stream from 0 starts with every job (with its history
+// and instances) and every node (with the instances bound to it), all at
+// one index, then initial_data_complete at that index.
+func eventsSnapshot(t *testing.T, e *env) {
+	c := ctx(t)
+	_, err := e.m.CreateJob(c, e.job("snap-ev", map[string]string{"k": "v"}))
+	must(t, "CreateJob", err)
+	token, err := e.m.StartJob(c, "snap-ev", "primary", e.node, norsk.StartJobOptions{})
+	must(t, "StartJob", err)
+	_, err = e.m.WaitForJob(c, "snap-ev", "primary", norsk.InstancePhaseRunning)
+	must(t, "WaitForJob", err)
+	s := e.m.EventStream(c, norsk.EventStreamSettings{})
+	defer s.Close()
+	var job *norsk.JobWithHistory
+	var node *norsk.Node
+	var at uint64
+	for s.Next() {
+		ev := s.Event()
+		if at == 0 {
+			at = ev.GetIndex()
+		}
+		if ev.GetIndex() != at {
+			t.Fatalf("snapshot events at %d and %d", at, ev.GetIndex())
+		}
+		switch {
+		case ev.GetJobSnapshot().GetJob().GetJobId() == "snap-ev":
+			job = ev.GetJobSnapshot()
+		case ev.GetNodeSnapshot().GetNodeId() == e.node:
+			node = ev.GetNodeSnapshot()
+		case ev.GetInitialDataComplete() != nil:
+			if ev.GetInitialDataComplete().GetIndex() != at || ev.GetInitialDataComplete().GetResync() {
+				t.Errorf("initial_data_complete = %v at %d", ev.GetInitialDataComplete(), at)
+			}
+			if job == nil || node == nil {
+				t.Fatalf("the snapshot lacks snap-ev (%v) or node %s (%v)", job != nil, e.node, node != nil)
+			}
+			if len(job.GetHistory()) < 3 || job.GetHistory()[len(job.GetHistory())-1].GetCreated() == nil || job.GetJob().GetTags()["k"] != "v" {
+				t.Errorf("snapshot of snap-ev: history %v, tags %v", kinds(job), job.GetJob().GetTags())
+			}
+			if len(job.GetInstances()) != 1 || job.GetInstances()[0].GetFencingToken() != token {
+				t.Errorf("snapshot of snap-ev: instances %v", job.GetInstances())
+			}
+			found := false
+			for _, in := range node.GetInstances() {
+				found = found || (in.GetJobId() == "snap-ev" && in.GetFencingToken() == token)
+			}
+			if !found {
+				t.Errorf("snapshot of node %s does not list snap-ev: %v", e.node, node.GetInstances())
+			}
+			must(t, "StopJob", e.m.StopJob(c, "snap-ev", "primary", e.node, norsk.StopJobOptions{}))
+			return
+		}
+	}
+	t.Fatalf("the stream ended: %v", s.Err())
+}

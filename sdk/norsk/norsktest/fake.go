@@ -16,8 +16,9 @@
 // tests/sdkcontract runs one suite of the SDK's behaviour against this fake
 // and a real Manager (decision 0045); what it checks is what a program may
 // rely on from both. The fake does not apply the Manager's bounds table
-// (field sizes beyond what pkg/jobspec checks), runs no AutoManager, and its
-// simulated workers confirm every start and stop at once.
+// (field sizes beyond what pkg/jobspec checks), enforces no token roles,
+// runs no AutoManager, and its simulated workers confirm every start and
+// stop at once.
 //
 // The audit log, the key/value store and the store calls are simple
 // in-memory stand-ins, enough for unit tests of their clients: the audit log
