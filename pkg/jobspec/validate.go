@@ -1,7 +1,12 @@
-// Package jobspec validates what callers send about jobs: the job
-// specification, instance roles, node ids and search filters. Every refusal
-// is an apierr InvalidArgument naming the field by its API (JSON) path, so a
-// user reading the error knows which line of their spec to fix.
+// Package jobspec holds every rule the Manager's API applies to a caller's
+// input beyond the field bounds (decision 0025): job specifications and
+// bundles (and how a bundle expands into its replica jobs), ids, roles,
+// tags, pools, search filters, starts, KV commits, audit appends and
+// queries, tokens, discovery fleets and rotations, drain and migration
+// records and requests, image references and the cloud calls' required
+// fields. Every refusal is an apierr InvalidArgument naming the field by its
+// API (JSON) path, so a user reading the error knows which line of their
+// spec to fix.
 //
 // It is public (decision 0045) so that the Manager's handlers and the SDK's
 // fake Manager (sdk/norsk/norsktest) refuse the same input with the same
