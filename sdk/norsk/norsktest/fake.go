@@ -55,6 +55,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -990,14 +991,8 @@ func (s *Server) ListClusterNodes(context.Context, *connect.Request[managerv1.Li
 	return connect.NewResponse(res), nil
 }
 
-func sortedIDs[V any](m map[string]V) []string {
-	ids := make([]string, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
+// sortedIDs are m's keys in order.
+func sortedIDs[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // DeregisterClusterNode implements the Manager service.
 func (s *Server) DeregisterClusterNode(_ context.Context, req *connect.Request[managerv1.DeregisterClusterNodeRequest]) (*connect.Response[managerv1.DeregisterClusterNodeResponse], error) {
