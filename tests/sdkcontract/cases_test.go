@@ -32,6 +32,7 @@ var cases = []testCase{
 	{name: "errors/not-found", run: notFound},
 	{name: "nodes", run: nodes},
 	{name: "slots", run: slots},
+	{name: "slots/terminate-registered", run: terminateRegistered},
 	{name: "kv", run: kv},
 	{name: "leases", serial: true, run: leases},
 	{name: "bundles", run: bundles},

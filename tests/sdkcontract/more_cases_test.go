@@ -3,6 +3,7 @@ package sdkcontract
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -600,4 +601,27 @@ func eventsSnapshot(t *testing.T, e *env) {
 		}
 	}
 	t.Fatalf("the stream ended: %v", s.Err())
+}
+
+// terminateRegistered: a slot no worker ever held can be terminated; its
+// node reads terminated (or leaves the list), and terminating it again
+// changes nothing and is no error.
+func terminateRegistered(t *testing.T, e *env) {
+	c := ctx(t)
+	slot, err := e.m.RegisterClusterNode(c, "term-slot", "")
+	must(t, "RegisterClusterNode", err)
+	must(t, "TerminateNode", e.m.TerminateNode(c, slot.GetNodeId()))
+	eventually(t, "the terminated node reads terminated or leaves the list", func() error {
+		nodes, err := e.m.ListNodes(c)
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			if n.GetNodeId() == slot.GetNodeId() && n.GetState() != norsk.NodeStateTerminated {
+				return fmt.Errorf("node %s is %v", n.GetNodeId(), n.GetState())
+			}
+		}
+		return nil
+	})
+	must(t, "TerminateNode again (idempotent)", e.m.TerminateNode(c, slot.GetNodeId()))
 }

@@ -1095,7 +1095,8 @@ func (s *Server) TerminateNode(_ context.Context, req *connect.Request[managerv1
 		return nil, err
 	}
 	if n.State == managerv1.NodeState_NODE_STATE_TERMINATED {
-		return nil, errorf(connect.CodeFailedPrecondition, "node %q is already terminated", n.NodeId)
+		// Idempotent, as the Manager's: the node is where it was asked to be.
+		return connect.NewResponse(&managerv1.TerminateNodeResponse{}), nil
 	}
 	s.stopNodeInstances(n.NodeId, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED)
 	n.State, n.Connected, n.StateSince, n.StateReason = managerv1.NodeState_NODE_STATE_TERMINATED, false, timestamppb.New(s.now()), "terminated by request"
