@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -224,6 +226,13 @@ func slots(t *testing.T, e *env) {
 	if s := find(); s.GetPool() != "silver" {
 		t.Errorf("after SetClusterNodePool: pool %q", s.GetPool())
 	}
+	nodes, err := e.m.ListNodes(c)
+	must(t, "ListNodes", err)
+	for _, n := range nodes {
+		if n.GetNodeId() == res.GetNodeId() && (n.GetTags()["pool"] != "silver" || n.GetState() != norsk.NodeStateRegistered || n.GetNodeName() != "slot-a") {
+			t.Errorf("ListNodes: the slot's node = %v; want registered slot-a with tag pool=silver", n)
+		}
+	}
 	must(t, "DeregisterClusterNode", e.m.DeregisterClusterNode(c, res.GetNodeId()))
 	eventually(t, "the deregistered slot leaves the list", func() error {
 		if s := find(); s != nil {
@@ -314,6 +323,28 @@ func bundles(t *testing.T, e *env) {
 	must(t, "RenewBundleLease", err)
 	if d := time.Until(at); d < 50*time.Minute || d > 70*time.Minute {
 		t.Errorf("RenewBundleLease expires at %v; want about an hour from now", at)
+	}
+	// An update against a stale revision is refused; one that adds a job
+	// creates its replicas (dormant, as manual) and keeps the others.
+	bw, err = e.m.BundleById(c, "channel")
+	must(t, "BundleById", err)
+	stale := proto.Clone(bw.GetBundle()).(*norsk.Bundle)
+	stale.Revision = bw.GetBundle().GetRevision() - 1
+	_, err = e.m.UpdateBundle(c, stale)
+	wantCode(t, "UpdateBundle at a stale revision", err, norsk.ErrFailedPrecondition, "channel")
+	upd := proto.Clone(bw.GetBundle()).(*norsk.Bundle)
+	upd.Jobs = append(upd.Jobs, &norsk.BundleJobSpec{JobName: "thumbs", StartMode: "manual", Job: e.job("", nil)})
+	rev, err := e.m.UpdateBundle(c, upd)
+	must(t, "UpdateBundle", err)
+	if rev <= bw.GetBundle().GetRevision() {
+		t.Errorf("UpdateBundle revision %d is not after %d", rev, bw.GetBundle().GetRevision())
+	}
+	for _, id := range []string{"channel.thumbs.0", "channel.thumbs.1", "channel.enc.0"} {
+		j, err := e.m.JobById(c, id)
+		must(t, "JobById "+id, err)
+		if j.GetJob().GetTags()["dormant"] != "true" {
+			t.Errorf("%s after the update: tags %v", id, j.GetJob().GetTags())
+		}
 	}
 	must(t, "StopBundleJob of a dormant job (idempotent)", e.m.StopBundleJob(c, "channel", 0, "enc", norsk.StopBundleJobOptions{}))
 	err = e.m.StartBundleJob(c, "channel", 5, "enc")
