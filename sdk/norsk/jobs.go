@@ -195,9 +195,10 @@ type StopJobOptions struct {
 
 // StopJob stops the instance (jobID, role) running on nodeID. It returns once
 // the Manager has recorded the stop; the instance's history then shows
-// stopping and, when its services have exited, stopped. Errors: ErrNotFound
-// (job, or no such instance on the node), ErrFailedPrecondition,
-// ErrUnavailable.
+// stopping and, when its services have exited, stopped. Stopping an
+// instance that is stopping or stopped changes nothing and is not an error.
+// Errors: ErrNotFound (job, or no such instance on the node),
+// ErrFailedPrecondition, ErrUnavailable.
 func (m *Manager) StopJob(ctx context.Context, jobID, role, nodeID string, opts StopJobOptions) error {
 	const op = "StopJob"
 	if err := m.alive(op); err != nil {

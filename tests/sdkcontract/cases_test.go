@@ -24,6 +24,8 @@ var cases = []testCase{
 	{name: "jobs/create-read-update-delete", run: jobLifecycle},
 	{name: "jobs/start-stop", run: jobStartStop},
 	{name: "jobs/defer-start", run: jobDeferStart},
+	{name: "jobs/stop-twice-and-start-again", run: jobStopTwice},
+	{name: "jobs/fail-a-running-job", run: jobFailRunning},
 	{name: "jobs/complete-and-fail", run: jobTerminal},
 	{name: "jobs/search", run: jobSearch},
 	{name: "jobs/start-many", run: jobStartMany},
@@ -313,4 +315,56 @@ func jobStartOffline(t *testing.T, e *env) {
 	must(t, "CreateJob", err)
 	_, err = e.m.StartJob(c, "offline", "primary", slot.GetNodeId(), norsk.StartJobOptions{})
 	wantCode(t, "StartJob on a registered node no worker holds", err, norsk.ErrFailedPrecondition, slot.GetNodeId())
+}
+
+func jobStopTwice(t *testing.T, e *env) {
+	c := ctx(t)
+	_, err := e.m.CreateJob(c, e.job("again", nil))
+	must(t, "CreateJob", err)
+	first, err := e.m.StartJob(c, "again", "primary", e.node, norsk.StartJobOptions{})
+	must(t, "StartJob", err)
+	_, err = e.m.WaitForJob(c, "again", "primary", norsk.InstancePhaseRunning)
+	must(t, "WaitForJob running", err)
+	must(t, "StopJob", e.m.StopJob(c, "again", "primary", e.node, norsk.StopJobOptions{}))
+	_, err = e.m.WaitForJob(c, "again", "primary", norsk.InstancePhaseStopped)
+	must(t, "WaitForJob stopped", err)
+	must(t, "StopJob of a stopped instance (idempotent)", e.m.StopJob(c, "again", "primary", e.node, norsk.StopJobOptions{}))
+	second, err := e.m.StartJob(c, "again", "primary", e.node, norsk.StartJobOptions{})
+	must(t, "StartJob of a stopped instance's slot", err)
+	if second <= first {
+		t.Errorf("the new binding's token %d is not above the old %d", second, first)
+	}
+	j, err := e.m.WaitForJob(c, "again", "primary", norsk.InstancePhaseRunning)
+	must(t, "WaitForJob running again", err)
+	if len(j.GetInstances()) != 1 || j.GetInstances()[0].GetFencingToken() != second {
+		t.Errorf("instances after the restart = %v", j.GetInstances())
+	}
+	must(t, "StopJob", e.m.StopJob(c, "again", "primary", e.node, norsk.StopJobOptions{}))
+}
+
+func jobFailRunning(t *testing.T, e *env) {
+	c := ctx(t)
+	_, err := e.m.CreateJob(c, e.job("doomed", nil))
+	must(t, "CreateJob", err)
+	_, err = e.m.StartJob(c, "doomed", "primary", e.node, norsk.StartJobOptions{})
+	must(t, "StartJob", err)
+	_, err = e.m.WaitForJob(c, "doomed", "primary", norsk.InstancePhaseRunning)
+	must(t, "WaitForJob running", err)
+	must(t, "MarkJobFailed", e.m.MarkJobFailed(c, "doomed", "bad input"))
+	j, err := e.m.WaitForJob(c, "doomed", "primary", norsk.InstancePhaseStopped)
+	must(t, "WaitForJob stopped", err)
+	if in := j.GetInstances()[0]; in.GetStopReason() != norsk.StoppingReasonJobFailed {
+		t.Errorf("the failed job's instance stopped for %v; want jobFailed", in.GetStopReason())
+	}
+	j, err = e.m.JobById(c, "doomed")
+	must(t, "JobById", err)
+	found := false
+	for _, h := range j.GetHistory() {
+		if r := h.GetRejected(); r != nil {
+			found = strings.Contains(r.GetReason(), "bad input")
+		}
+	}
+	if !found {
+		t.Errorf("history %v has no rejected entry naming the reason", kinds(j))
+	}
 }

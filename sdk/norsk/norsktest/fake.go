@@ -828,8 +828,13 @@ func (s *Server) StopJob(_ context.Context, req *connect.Request[managerv1.StopJ
 		return nil, err
 	}
 	in := instance(j, r.GetRole())
-	if in == nil || in.NodeId != r.GetNodeId() || in.Phase == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+	if in == nil || in.NodeId != r.GetNodeId() {
 		return nil, errorf(connect.CodeNotFound, "job %q has no %q instance on node %q", r.GetJobId(), r.GetRole(), r.GetNodeId())
+	}
+	if in.Phase == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+		// Idempotent, as the Manager's: the instance is where it was asked
+		// to be.
+		return connect.NewResponse(&managerv1.StopJobResponse{}), nil
 	}
 	in.StopGraceMs = r.GetOptions().GetGraceMs()
 	s.stopInstance(j, in, managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED, "", 0)
