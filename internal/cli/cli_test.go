@@ -396,26 +396,26 @@ func TestSlotCommands(t *testing.T) {
 	f := newFixture(t)
 	out := f.ok("slot", "register", "rack-1", "--pool", "gold")
 	m := regexp.MustCompile(`norsk-ctl worker --token (\S+) --manager-url (\S+)`).FindStringSubmatch(out)
-	if m == nil || m[2] != f.srv.URL || !strings.Contains(out, "as node node-1 in pool gold") || !strings.Contains(out, "is this machine") {
+	if m == nil || m[2] != f.srv.URL || !strings.Contains(out, "as node rack-1 in pool gold") || !strings.Contains(out, "is this machine") {
 		t.Fatalf("slot register:\n%s", out)
 	}
 	token := m[1]
 	out = f.ok("slot", "register", "rack-2", "-o", "json")
 	var reg registration
-	if err := json.Unmarshal([]byte(out), &reg); err != nil || reg.NodeID != "node-2" || !strings.HasPrefix(reg.WorkerCommand, "norsk-ctl worker --token "+reg.Token) {
+	if err := json.Unmarshal([]byte(out), &reg); err != nil || reg.NodeID != "rack-2" || !strings.HasPrefix(reg.WorkerCommand, "norsk-ctl worker --token "+reg.Token) {
 		t.Errorf("slot register -o json: %s", out)
 	}
 	out = f.ok("cluster-node", "list")
-	if !strings.Contains(out, token) || !regexp.MustCompile(`(?m)^node-1\s+rack-1\s+gold\s+registered\s+false`).MatchString(out) {
+	if !strings.Contains(out, token) || !regexp.MustCompile(`(?m)^rack-1\s+rack-1\s+gold\s+registered\s+false`).MatchString(out) {
 		t.Errorf("slot list:\n%s", out)
 	}
-	f.ok("slot", "set-pool", "node-1", "silver")
-	out = f.ok("slot", "set-pool", "node-1", "")
+	f.ok("slot", "set-pool", "rack-1", "silver")
+	out = f.ok("slot", "set-pool", "rack-1", "")
 	if !strings.Contains(out, "removed from its pool") {
 		t.Errorf("set-pool '': %s", out)
 	}
-	f.ok("slot", "deregister", "node-2")
-	f.fails(ExitError, "NOT_FOUND", "slot", "deregister", "node-2")
+	f.ok("slot", "deregister", "rack-2")
+	f.fails(ExitError, "NOT_FOUND", "slot", "deregister", "rack-2")
 	out = f.ok("slot", "list", "-o", "yaml")
 	if !strings.Contains(out, "nodeName: rack-1") || strings.Contains(out, "rack-2") {
 		t.Errorf("slot list -o yaml:\n%s", out)

@@ -26,6 +26,7 @@ var cases = []testCase{
 	{name: "jobs/defer-start", run: jobDeferStart},
 	{name: "jobs/stop-twice-and-start-again", run: jobStopTwice},
 	{name: "jobs/fail-a-running-job", run: jobFailRunning},
+	{name: "jobs/complete-a-running-job", run: jobCompleteRunning},
 	{name: "jobs/complete-and-fail", run: jobTerminal},
 	{name: "jobs/search", run: jobSearch},
 	{name: "jobs/start-many", run: jobStartMany},
@@ -366,5 +367,25 @@ func jobFailRunning(t *testing.T, e *env) {
 	}
 	if !found {
 		t.Errorf("history %v has no rejected entry naming the reason", kinds(j))
+	}
+}
+
+// jobCompleteRunning: StartPreparedJob of a running instance changes
+// nothing; CompleteJob stops the running instance (userRequested, "job
+// completed").
+func jobCompleteRunning(t *testing.T, e *env) {
+	c := ctx(t)
+	_, err := e.m.CreateJob(c, e.job("finish", nil))
+	must(t, "CreateJob", err)
+	_, err = e.m.StartJob(c, "finish", "primary", e.node, norsk.StartJobOptions{})
+	must(t, "StartJob", err)
+	_, err = e.m.WaitForJob(c, "finish", "primary", norsk.InstancePhaseRunning)
+	must(t, "WaitForJob running", err)
+	must(t, "StartPreparedJob of a running instance (idempotent)", e.m.StartPreparedJob(c, "finish", "primary", e.node))
+	must(t, "CompleteJob", e.m.CompleteJob(c, "finish"))
+	j, err := e.m.WaitForJob(c, "finish", "primary", norsk.InstancePhaseStopped)
+	must(t, "WaitForJob stopped", err)
+	if in := j.GetInstances()[0]; in.GetStopReason() != norsk.StoppingReasonUserRequested || in.GetStopAdditionalReason() != "job completed" {
+		t.Errorf("the completed job's instance stopped for %v %q; want userRequested, job completed", in.GetStopReason(), in.GetStopAdditionalReason())
 	}
 }

@@ -233,6 +233,9 @@ func slots(t *testing.T, e *env) {
 			t.Errorf("ListNodes: the slot's node = %v; want registered slot-a with tag pool=silver", n)
 		}
 	}
+	if res.GetNodeId() != "slot-a" {
+		t.Errorf("the slot's node id is %q; want its name (decision 0004)", res.GetNodeId())
+	}
 	must(t, "DeregisterClusterNode", e.m.DeregisterClusterNode(c, res.GetNodeId()))
 	eventually(t, "the deregistered slot leaves the list", func() error {
 		if s := find(); s != nil {
@@ -240,6 +243,8 @@ func slots(t *testing.T, e *env) {
 		}
 		return nil
 	})
+	err = e.m.DeregisterClusterNode(c, res.GetNodeId())
+	wantCode(t, "DeregisterClusterNode again", err, norsk.ErrNotFound, `"slot-a"`)
 }
 
 func kv(t *testing.T, e *env) {

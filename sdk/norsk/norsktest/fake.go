@@ -854,6 +854,10 @@ func (s *Server) StartPreparedJob(_ context.Context, req *connect.Request[manage
 		return nil, err
 	}
 	in := instance(j, r.GetRole())
+	if in != nil && in.NodeId == r.GetNodeId() && in.Phase == managerv1.InstancePhase_INSTANCE_PHASE_RUNNING {
+		// Idempotent, as the Manager's: it runs already.
+		return connect.NewResponse(&managerv1.StartPreparedJobResponse{}), nil
+	}
 	if in == nil || in.NodeId != r.GetNodeId() || in.Phase != managerv1.InstancePhase_INSTANCE_PHASE_PREPARED {
 		return nil, errorf(connect.CodeFailedPrecondition, "job %q has no prepared %q instance on node %q", r.GetJobId(), r.GetRole(), r.GetNodeId())
 	}
@@ -930,15 +934,16 @@ func (s *Server) RegisterClusterNode(_ context.Context, req *connect.Request[man
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, sl := range s.slots {
-		if sl.NodeName == name {
-			return nil, errorf(connect.CodeAlreadyExists, "a cluster slot named %q exists (%s)", name, sl.NodeId)
+	for _, n := range s.nodes {
+		if n.GetNodeName() == name || n.GetNodeId() == name {
+			return nil, refuse(apierr.AlreadyExistsf("a node named %q is already registered (node id %q)", name, n.GetNodeId()))
 		}
 	}
 	s.nextID++
 	i := s.nextIndex()
+	// A cluster slot's node id is its name (decision 0004).
 	sl := &managerv1.ClusterSlot{
-		NodeId: fmt.Sprintf("node-%d", s.nextID), NodeName: name, Pool: req.Msg.GetPool(),
+		NodeId: name, NodeName: name, Pool: req.Msg.GetPool(),
 		Token: fmt.Sprintf("nrt_%06d_%d", s.nextID, i), State: managerv1.NodeState_NODE_STATE_REGISTERED,
 		RegisteredAt: timestamppb.New(s.now()),
 	}
@@ -1005,7 +1010,7 @@ func (s *Server) DeregisterClusterNode(_ context.Context, req *connect.Request[m
 	defer s.mu.Unlock()
 	sl, ok := s.slots[req.Msg.GetNodeId()]
 	if !ok {
-		return nil, errorf(connect.CodeNotFound, "cluster slot %q not found", req.Msg.GetNodeId())
+		return nil, notFound("node", req.Msg.GetNodeId())
 	}
 	s.stopNodeInstances(sl.NodeId, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED)
 	delete(s.slots, sl.NodeId)
@@ -1038,7 +1043,7 @@ func (s *Server) SetClusterNodePool(_ context.Context, req *connect.Request[mana
 	defer s.mu.Unlock()
 	sl, ok := s.slots[req.Msg.GetNodeId()]
 	if !ok {
-		return nil, errorf(connect.CodeNotFound, "cluster slot %q not found", req.Msg.GetNodeId())
+		return nil, notFound("node", req.Msg.GetNodeId())
 	}
 	sl.Pool = req.Msg.GetPool()
 	if n := s.nodes[sl.NodeId]; n != nil {
