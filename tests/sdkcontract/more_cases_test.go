@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -425,6 +426,23 @@ func tokens(t *testing.T, e *env) {
 	must(t, "ListTokens", err)
 	if !hasToken(list, tok.GetId(), false) {
 		t.Errorf("ListTokens does not list %s", tok.GetId())
+	}
+	exp, _, err := e.m.CreateToken(c, "contract-ttl", "operator", time.Hour)
+	must(t, "CreateToken with a ttl", err)
+	if d := time.Until(exp.GetExpiresAt().AsTime()); exp.GetExpiresAt() == nil || d < 50*time.Minute || d > 70*time.Minute {
+		t.Errorf("CreateToken(ttl 1h) expires at %v; want about an hour from now", exp.GetExpiresAt())
+	}
+	if tok.GetExpiresAt() != nil {
+		t.Errorf("CreateToken(ttl 0) expires at %v; want never", tok.GetExpiresAt())
+	}
+	for i := 0; i < 4; i++ {
+		_, _, err := e.m.CreateToken(c, fmt.Sprintf("contract-%d", i), "read-only", 0)
+		must(t, "CreateToken", err)
+	}
+	list, err = e.m.ListTokens(c)
+	must(t, "ListTokens", err)
+	if !slices.IsSortedFunc(list, func(a, b *norsk.ApiToken) int { return strings.Compare(a.GetId(), b.GetId()) }) {
+		t.Errorf("ListTokens is not in id order")
 	}
 	must(t, "RevokeToken", e.m.RevokeToken(c, tok.GetId()))
 	list, err = e.m.ListTokens(c)

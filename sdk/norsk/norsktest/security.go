@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -48,6 +49,9 @@ func (s *Server) CreateToken(_ context.Context, req *connect.Request[managerv1.C
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	tok := &managerv1.ApiToken{Id: randHex(8), Name: req.Msg.GetName(), Role: req.Msg.GetRole(), CreatedAt: timestamppb.New(s.now())}
+	if ttl := req.Msg.GetTtlS(); ttl > 0 {
+		tok.ExpiresAt = timestamppb.New(s.now().Add(time.Duration(ttl) * time.Second))
+	}
 	s.sec().tokens[tok.GetId()] = tok
 	return connect.NewResponse(&managerv1.CreateTokenResponse{Token: proto.Clone(tok).(*managerv1.ApiToken), Secret: "nmt_" + tok.GetId() + "." + randHex(32)}), nil
 }
@@ -57,8 +61,8 @@ func (s *Server) ListTokens(context.Context, *connect.Request[managerv1.ListToke
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := &managerv1.ListTokensResponse{}
-	for _, t := range s.sec().tokens {
-		out.Tokens = append(out.Tokens, proto.Clone(t).(*managerv1.ApiToken))
+	for _, id := range sortedIDs(s.sec().tokens) {
+		out.Tokens = append(out.Tokens, proto.Clone(s.sec().tokens[id]).(*managerv1.ApiToken))
 	}
 	return connect.NewResponse(out), nil
 }
