@@ -166,6 +166,10 @@ func notFound(t *testing.T, e *env) {
 		err := tc.call()
 		wantCode(t, tc.name, err, norsk.ErrNotFound, "nf-nope")
 	}
+	err = e.m.StartPreparedJob(c, "nf-job", "primary", e.node)
+	wantCode(t, "StartPreparedJob of an instance never started", err, norsk.ErrNotFound, "nf-job")
+	err = e.m.StopJob(c, "nf-job", "primary", e.node, norsk.StopJobOptions{})
+	wantCode(t, "StopJob of an instance never started", err, norsk.ErrNotFound, "nf-job")
 	err = e.m.RevokeToken(c, "0123456789abcdef")
 	wantCode(t, "RevokeToken", err, norsk.ErrNotFound, "0123456789abcdef")
 }
@@ -275,6 +279,16 @@ func kv(t *testing.T, e *env) {
 	zero := int64(0)
 	_, err = e.m.KvCommit(c, "contract", []norsk.KvWrite{norsk.KvPut("app/c", nil)}, norsk.KvCommitOptions{ExpectSchemaVersion: &zero})
 	wantCode(t, "KvCommit at the wrong schema version", err, norsk.ErrFailedPrecondition, "contract")
+	_, err = e.m.KvCommit(c, "contract", []norsk.KvWrite{norsk.KvDelete("absent")}, norsk.KvCommitOptions{})
+	must(t, "KvCommit deleting an absent key", err)
+	_, err = e.m.KvCommit(c, "contract", []norsk.KvWrite{norsk.KvPut("absent", nil).IfRevision(5)}, norsk.KvCommitOptions{})
+	wantCode(t, "KvCommit expecting a revision of an absent key", err, norsk.ErrFailedPrecondition, "absent")
+	two := int64(2)
+	_, err = e.m.KvCommit(c, "contract", nil, norsk.KvCommitOptions{SetSchemaVersion: &two})
+	must(t, "KvCommit of a schema version alone", err)
+	if _, schema, err := e.m.KvList(c, "contract", "none/"); err != nil || schema != 2 {
+		t.Errorf("KvList after setting the schema = %d, %v; want 2", schema, err)
+	}
 }
 
 func leases(t *testing.T, e *env) {

@@ -752,6 +752,25 @@ func stateWord(st managerv1.NodeState) string {
 	return strings.ToLower(strings.TrimPrefix(st.String(), "NODE_STATE_"))
 }
 
+// instanceOn is the instance (role) of j bound to node, or the Manager's
+// NOT_FOUND.
+func instanceOn(j *managerv1.JobWithHistory, role, node string) (*managerv1.Instance, error) {
+	id := j.GetJob().GetJobId()
+	in := instance(j, role)
+	switch {
+	case in == nil:
+		return nil, refuse(apierr.NotFoundf("job %q has no instance with role %q", id, role))
+	case in.NodeId != node:
+		return nil, refuse(apierr.NotFoundf("instance %s/%s is bound to node %q, not %q", id, role, in.NodeId, node))
+	}
+	return in, nil
+}
+
+// phaseName is an instance phase as the Manager words it ("stopping").
+func phaseName(p managerv1.InstancePhase) string {
+	return strings.ToLower(strings.TrimPrefix(p.String(), "INSTANCE_PHASE_"))
+}
+
 func instance(j *managerv1.JobWithHistory, role string) *managerv1.Instance {
 	for _, in := range j.Instances {
 		if in.Role == role {
@@ -827,9 +846,9 @@ func (s *Server) StopJob(_ context.Context, req *connect.Request[managerv1.StopJ
 	if err != nil {
 		return nil, err
 	}
-	in := instance(j, r.GetRole())
-	if in == nil || in.NodeId != r.GetNodeId() {
-		return nil, errorf(connect.CodeNotFound, "job %q has no %q instance on node %q", r.GetJobId(), r.GetRole(), r.GetNodeId())
+	in, err := instanceOn(j, r.GetRole(), r.GetNodeId())
+	if err != nil {
+		return nil, err
 	}
 	if in.Phase == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
 		// Idempotent, as the Manager's: the instance is where it was asked
@@ -853,13 +872,16 @@ func (s *Server) StartPreparedJob(_ context.Context, req *connect.Request[manage
 	if err != nil {
 		return nil, err
 	}
-	in := instance(j, r.GetRole())
-	if in != nil && in.NodeId == r.GetNodeId() && in.Phase == managerv1.InstancePhase_INSTANCE_PHASE_RUNNING {
-		// Idempotent, as the Manager's: it runs already.
-		return connect.NewResponse(&managerv1.StartPreparedJobResponse{}), nil
+	in, err := instanceOn(j, r.GetRole(), r.GetNodeId())
+	if err != nil {
+		return nil, err
 	}
-	if in == nil || in.NodeId != r.GetNodeId() || in.Phase != managerv1.InstancePhase_INSTANCE_PHASE_PREPARED {
-		return nil, errorf(connect.CodeFailedPrecondition, "job %q has no prepared %q instance on node %q", r.GetJobId(), r.GetRole(), r.GetNodeId())
+	switch in.Desired {
+	case managerv1.InstanceDesired_INSTANCE_DESIRED_RUNNING:
+		// Idempotent, as the Manager's: it was started already.
+		return connect.NewResponse(&managerv1.StartPreparedJobResponse{}), nil
+	case managerv1.InstanceDesired_INSTANCE_DESIRED_STOPPED:
+		return nil, refuse(apierr.FailedPreconditionf("instance %s/%s is %s; only a prepared instance can be started", r.GetJobId(), r.GetRole(), phaseName(in.Phase)))
 	}
 	in.Desired = managerv1.InstanceDesired_INSTANCE_DESIRED_RUNNING
 	s.run(j, in, s.nodes[in.NodeId])
