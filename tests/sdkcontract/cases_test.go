@@ -39,6 +39,7 @@ var cases = []testCase{
 	{name: "kv", run: kv},
 	{name: "leases", serial: true, run: leases},
 	{name: "bundles", run: bundles},
+	{name: "bundles/stop-time-and-clashes", run: bundleStopTime},
 	{name: "events", run: events},
 	{name: "events/live-only", run: eventsLiveOnly},
 	{name: "events/snapshot", run: eventsSnapshot},

@@ -693,3 +693,32 @@ func terminateRegistered(t *testing.T, e *env) {
 	})
 	must(t, "TerminateNode again (idempotent)", e.m.TerminateNode(c, slot.GetNodeId()))
 }
+
+// bundleStopTime: a stop time already past deletes the bundle; a bundle
+// whose replica job id is taken is ALREADY_EXISTS; a job name the bundle
+// does not have is INVALID_ARGUMENT.
+func bundleStopTime(t *testing.T, e *env) {
+	c := ctx(t)
+	_, err := e.m.CreateBundle(c, &norsk.Bundle{BundleId: "timed", Jobs: []*norsk.BundleJobSpec{{JobName: "a", StartMode: "manual", Job: e.job("", nil)}}})
+	must(t, "CreateBundle", err)
+	err = e.m.StartBundleJob(c, "timed", 0, "zz")
+	wantCode(t, "StartBundleJob of a job the bundle lacks", err, norsk.ErrInvalidArgument, "jobName:", "zz")
+	past := time.Now().Add(-time.Minute)
+	must(t, "SetBundleStopTime in the past", e.m.SetBundleStopTime(c, "timed", &past))
+	eventually(t, "a bundle whose stop time passed is deleted", func() error {
+		if _, err := e.m.BundleById(c, "timed"); !errors.Is(err, norsk.ErrNotFound) {
+			return errors.New("BundleById: " + errString(err))
+		}
+		return nil
+	})
+	_, err = e.m.CreateJob(c, e.job("clash.y.0", nil))
+	must(t, "CreateJob", err)
+	_, err = e.m.CreateBundle(c, &norsk.Bundle{BundleId: "clash", Jobs: []*norsk.BundleJobSpec{{JobName: "y", StartMode: "manual", Job: e.job("", nil)}}})
+	wantCode(t, "CreateBundle whose replica job id is taken", err, norsk.ErrAlreadyExists, "clash.y.0")
+	id, err := e.m.CreateBundle(c, &norsk.Bundle{Jobs: []*norsk.BundleJobSpec{{JobName: "a", StartMode: "manual", Job: e.job("", nil)}}})
+	must(t, "CreateBundle without an id", err)
+	if !strings.HasPrefix(id, "b-") {
+		t.Errorf("CreateBundle without an id made %q; want b-…", id)
+	}
+	must(t, "DeleteBundle", e.m.DeleteBundle(c, id))
+}
