@@ -45,6 +45,7 @@ var cases = []testCase{
 	{name: "events/snapshot", run: eventsSnapshot},
 	{name: "cluster-status", run: clusterStatus},
 	{name: "events/node-tags", run: eventsNodeTags},
+	{name: "events/slot-life", run: eventsSlotLife},
 	{name: "store-info", run: storeInfo},
 	{name: "snapshot", run: snapshot},
 	{name: "discovery", serial: true, run: discovery},

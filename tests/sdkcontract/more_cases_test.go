@@ -722,3 +722,46 @@ func bundleStopTime(t *testing.T, e *env) {
 	}
 	must(t, "DeleteBundle", e.m.DeleteBundle(c, id))
 }
+
+// eventsSlotLife: a cluster slot's life on the event stream, write by write
+// (each line one index, in order), with no registration token in any event.
+func eventsSlotLife(t *testing.T, e *env) {
+	c := ctx(t)
+	s := e.m.EventStream(c, norsk.EventStreamSettings{SkipSnapshot: true})
+	defer s.Close()
+	slot, err := e.m.RegisterClusterNode(c, "life-slot", "")
+	must(t, "RegisterClusterNode", err)
+	must(t, "SetClusterNodePool", e.m.SetClusterNodePool(c, slot.GetNodeId(), "gold"))
+	must(t, "DeregisterClusterNode", e.m.DeregisterClusterNode(c, slot.GetNodeId()))
+	want := []string{
+		"cluster_slot_registered",
+		"node_tags_updated cluster_slot_updated",
+		"node_stopping cluster_slot_updated",
+		"node_terminated cluster_slot_deregistered",
+	}
+	var got []string
+	var at uint64
+	for len(got) < len(want) || (len(got) == len(want) && !strings.HasSuffix(got[len(got)-1], "cluster_slot_deregistered")) {
+		if !s.Next() {
+			t.Fatalf("the stream ended: %v (got %q)", s.Err(), got)
+		}
+		ev := s.Event()
+		if !slices.Contains(norsk.EventNodeIDs(ev), slot.GetNodeId()) {
+			continue
+		}
+		for _, x := range []*norsk.ClusterSlotEvent{ev.GetClusterSlotRegistered(), ev.GetClusterSlotUpdated(), ev.GetClusterSlotDeregistered()} {
+			if x.GetSlot().GetToken() != "" {
+				t.Errorf("%s carries the registration token", norsk.EventKindOf(ev))
+			}
+		}
+		if ev.GetIndex() == at {
+			got[len(got)-1] += " " + string(norsk.EventKindOf(ev))
+		} else {
+			got = append(got, string(norsk.EventKindOf(ev)))
+			at = ev.GetIndex()
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the slot's events, write by write:\n got %q\nwant %q", got, want)
+	}
+}

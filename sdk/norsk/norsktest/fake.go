@@ -976,7 +976,7 @@ func (s *Server) RegisterClusterNode(_ context.Context, req *connect.Request[man
 		n.Tags["pool"] = sl.Pool
 	}
 	s.nodes[n.NodeId] = n
-	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotRegistered{ClusterSlotRegistered: &managerv1.ClusterSlotEvent{Slot: proto.Clone(sl).(*managerv1.ClusterSlot)}}})
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotRegistered{ClusterSlotRegistered: slotEvent(sl)}})
 	return connect.NewResponse(&managerv1.RegisterClusterNodeResponse{NodeId: sl.NodeId, Token: sl.Token}), nil
 }
 
@@ -1034,17 +1034,36 @@ func (s *Server) DeregisterClusterNode(_ context.Context, req *connect.Request[m
 	if !ok {
 		return nil, notFound("node", req.Msg.GetNodeId())
 	}
-	s.stopNodeInstances(sl.NodeId, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED)
-	delete(s.slots, sl.NodeId)
+	// As the Manager: one write marks the node stopping (its instances
+	// told to stop), the next, once its worker is gone — at once here —
+	// removes it.
 	n := s.nodes[sl.NodeId]
-	delete(s.nodes, sl.NodeId)
 	i := s.nextIndex()
-	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotDeregistered{ClusterSlotDeregistered: &managerv1.ClusterSlotEvent{Slot: proto.Clone(sl).(*managerv1.ClusterSlot)}}})
+	s.stopNodeInstances(sl.NodeId, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED)
+	sl.State = managerv1.NodeState_NODE_STATE_STOPPING
 	if n != nil {
-		n.State = managerv1.NodeState_NODE_STATE_TERMINATED
-		s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node), Reason: "cluster slot deregistered"}}})
+		n.State, n.Connected, n.StateSince, n.StateReason = managerv1.NodeState_NODE_STATE_STOPPING, false, timestamppb.New(s.now()), "deregistering"
+		s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeStopping{NodeStopping: &managerv1.NodeEvent{Node: s.nodeView(n), Reason: "deregistering"}}})
 	}
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotUpdated{ClusterSlotUpdated: slotEvent(sl)}})
+	i = s.nextIndex()
+	delete(s.slots, sl.NodeId)
+	delete(s.nodes, sl.NodeId)
+	sl.State = managerv1.NodeState_NODE_STATE_TERMINATED
+	if n != nil {
+		n.State, n.StateReason = managerv1.NodeState_NODE_STATE_TERMINATED, "node deregistered"
+		s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node), Reason: "node deregistered"}}})
+	}
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotDeregistered{ClusterSlotDeregistered: slotEvent(sl)}})
 	return connect.NewResponse(&managerv1.DeregisterClusterNodeResponse{}), nil
+}
+
+// slotEvent is a cluster slot event as the Manager sends it: the slot
+// without its registration token (events carry no secrets).
+func slotEvent(sl *managerv1.ClusterSlot) *managerv1.ClusterSlotEvent {
+	c := proto.Clone(sl).(*managerv1.ClusterSlot)
+	c.Token = ""
+	return &managerv1.ClusterSlotEvent{Slot: c}
 }
 
 // stopNodeInstances stops every instance on node id. Callers hold mu.
@@ -1078,7 +1097,12 @@ func (s *Server) SetClusterNodePool(_ context.Context, req *connect.Request[mana
 			n.Tags["pool"] = sl.Pool
 		}
 	}
-	s.emit(s.nextIndex(), &managerv1.Event{Kind: &managerv1.Event_ClusterSlotUpdated{ClusterSlotUpdated: &managerv1.ClusterSlotEvent{Slot: proto.Clone(sl).(*managerv1.ClusterSlot)}}})
+	// As the Manager: the node's pool tag changed, and its slot, in one write.
+	i := s.nextIndex()
+	if n := s.nodes[sl.NodeId]; n != nil {
+		s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeTagsUpdated{NodeTagsUpdated: &managerv1.NodeEvent{Node: s.nodeView(n), Reason: "pool changed"}}})
+	}
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotUpdated{ClusterSlotUpdated: slotEvent(sl)}})
 	return connect.NewResponse(&managerv1.SetClusterNodePoolResponse{}), nil
 }
 
@@ -1130,9 +1154,20 @@ func (s *Server) TerminateNode(_ context.Context, req *connect.Request[managerv1
 		// Idempotent, as the Manager's: the node is where it was asked to be.
 		return connect.NewResponse(&managerv1.TerminateNodeResponse{}), nil
 	}
+	// As the Manager: one write marks the node stopping (its instances told
+	// to stop), the next, once its worker (or provider) confirms — at once
+	// here — terminated.
+	i := s.nextIndex()
 	s.stopNodeInstances(n.NodeId, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED)
-	n.State, n.Connected, n.StateSince, n.StateReason = managerv1.NodeState_NODE_STATE_TERMINATED, false, timestamppb.New(s.now()), "terminated by request"
-	s.emit(s.nextIndex(), &managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node), Reason: n.StateReason}}})
+	n.State, n.StateSince, n.StateReason = managerv1.NodeState_NODE_STATE_STOPPING, timestamppb.New(s.now()), "terminate requested"
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeStopping{NodeStopping: &managerv1.NodeEvent{Node: s.nodeView(n), Reason: n.StateReason}}})
+	i = s.nextIndex()
+	n.State, n.Connected, n.StateSince, n.StateReason = managerv1.NodeState_NODE_STATE_TERMINATED, false, timestamppb.New(s.now()), "node terminated"
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node), Reason: n.StateReason}}})
+	if sl := s.slots[n.NodeId]; sl != nil {
+		sl.State, sl.Active = managerv1.NodeState_NODE_STATE_TERMINATED, false
+		s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotUpdated{ClusterSlotUpdated: slotEvent(sl)}})
+	}
 	return connect.NewResponse(&managerv1.TerminateNodeResponse{}), nil
 }
 
