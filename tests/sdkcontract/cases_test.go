@@ -46,6 +46,7 @@ var cases = []testCase{
 	{name: "cluster-status", run: clusterStatus},
 	{name: "events/node-tags", run: eventsNodeTags},
 	{name: "events/slot-life", run: eventsSlotLife},
+	{name: "events/job-life", run: eventsJobLife},
 	{name: "store-info", run: storeInfo},
 	{name: "snapshot", run: snapshot},
 	{name: "discovery", serial: true, run: discovery},

@@ -765,3 +765,45 @@ func eventsSlotLife(t *testing.T, e *env) {
 		t.Errorf("the slot's events, write by write:\n got %q\nwant %q", got, want)
 	}
 }
+
+// eventsJobLife: a job's life on the event stream: each history entry
+// arrives once, in order, on a job event whose index is the entry's.
+func eventsJobLife(t *testing.T, e *env) {
+	c := ctx(t)
+	s := e.m.EventStream(c, norsk.EventStreamSettings{SkipSnapshot: true})
+	defer s.Close()
+	_, err := e.m.CreateJob(c, e.job("life-ev", nil))
+	must(t, "CreateJob", err)
+	_, err = e.m.StartJob(c, "life-ev", "primary", e.node, norsk.StartJobOptions{})
+	must(t, "StartJob", err)
+	_, err = e.m.WaitForJob(c, "life-ev", "primary", norsk.InstancePhaseRunning)
+	must(t, "WaitForJob running", err)
+	must(t, "StopJob", e.m.StopJob(c, "life-ev", "primary", e.node, norsk.StopJobOptions{}))
+	_, err = e.m.WaitForJob(c, "life-ev", "primary", norsk.InstancePhaseStopped)
+	must(t, "WaitForJob stopped", err)
+	must(t, "DeleteJob", e.m.DeleteJob(c, "life-ev"))
+	var got []string
+	for s.Next() {
+		ev := s.Event()
+		if norsk.EventJobID(ev) != "life-ev" {
+			continue
+		}
+		if ev.GetJobDeleted() != nil {
+			break
+		}
+		je := ev.GetJobCreated()
+		if je == nil {
+			je = ev.GetJobUpdated()
+		}
+		if je == nil {
+			continue
+		}
+		if je.GetEntry().GetIndex() != ev.GetIndex() {
+			t.Errorf("%s: entry at %d, event at %d", norsk.EventKindOf(ev), je.GetEntry().GetIndex(), ev.GetIndex())
+		}
+		got = append(got, kinds(&norsk.JobWithHistory{History: []*norsk.JobHistoryEntry{je.GetEntry()}})...)
+	}
+	if want := []string{"created", "provisioned", "running", "stopping", "stopped"}; !slices.Equal(got, want) {
+		t.Errorf("the job's entries on the stream = %q; want %q", got, want)
+	}
+}
