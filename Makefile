@@ -5,7 +5,7 @@ PKGS_RACE = ./internal/manager/... ./internal/worker/... ./internal/store/... \
             ./sdk/... ./internal/cli/... ./internal/automanager/... ./internal/providers \
             ./internal/providers/mock/... ./internal/providers/cloudhypervisor/... \
             ./internal/hostagent/... ./internal/chsim/... \
-            ./pkg/jobsocket/...
+            ./pkg/jobsocket/... ./tests/sdkcontract
 
 .PHONY: all build test test-fast test-race vet dev images proto bench bench-compare fuzz clean
 
@@ -74,7 +74,7 @@ bench-compare:
 
 fuzz:
 	$(GO) test ./sdk/norsk -run '^$$' -fuzz FuzzDecodeJobSpec -fuzztime 30s
-	$(GO) test ./internal/jobspec -run '^$$' -fuzz FuzzValidateJob -fuzztime 30s
+	$(GO) test ./pkg/jobspec -run '^$$' -fuzz FuzzValidateJob -fuzztime 30s
 	$(GO) test ./internal/store/state -run '^$$' -fuzz FuzzApply -fuzztime 30s
 	$(GO) test ./internal/store -run '^$$' -fuzz FuzzVerifyChecksum -fuzztime 30s
 	$(GO) test ./pkg/discovery -run '^$$' -fuzz FuzzParseNodeToken -fuzztime 30s

@@ -4,7 +4,7 @@
 // range of numbers (doubles must be finite), that enums hold a value the
 // schema names, and that timestamps are valid. It is the Manager API's one
 // generic validation layer; the rules that need meaning (an id's form, a
-// job's services) stay with the handlers and internal/jobspec.
+// job's services) stay with the handlers and pkg/jobspec.
 //
 // A table has defaults per kind of field and rules per field (by its full
 // name) or per field name (every field so named); the first that names a
@@ -28,7 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // Chars is what a string may contain. Every string must be valid UTF-8.

@@ -10,8 +10,8 @@ import (
 	"unicode/utf8"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
 	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )

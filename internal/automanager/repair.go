@@ -7,7 +7,7 @@ import (
 	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
 )
 

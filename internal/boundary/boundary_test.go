@@ -192,9 +192,9 @@ var rules = []rule{
 		forbidden: internalExcept(),
 	},
 	{
-		name: "the FSM imports only apierr and jobspec of the module, and no network, process or raft package",
+		name: "the FSM imports nothing under internal/ (pkg/apierr and pkg/jobspec are public), and no network, process or raft package",
 		from: []string{"internal/store/state"}, mustExist: []string{"internal/store/state"},
-		forbidden: both(internalExcept("internal/apierr", "internal/jobspec"),
+		forbidden: both(internalExcept(),
 			external("net/http", "os/exec", "github.com/hashicorp/raft")),
 	},
 	{
@@ -227,6 +227,11 @@ var rules = []rule{
 			}
 			return external("github.com/aws/aws-sdk-go-v2", "github.com/oracle/oci-go-sdk")(ip, rel)
 		},
+	},
+	{
+		name: "public packages import nothing under internal/ (the SDK and programs outside the module use them)",
+		from: []string{"pkg"}, mustExist: []string{"pkg/apierr", "pkg/jobspec"},
+		forbidden: internalExcept(),
 	},
 }
 
@@ -345,8 +350,11 @@ func TestBoundaryChecker(t *testing.T) {
 			m + "/sdk/norsk": {m + "/api/x"}, m + "/api/x": {m + "/internal/apierr"}, m + "/internal/apierr": nil,
 		}, 0, []string{"sdk/norsk → " + m + "/internal/apierr"}},
 		{"state allowed", map[string][]string{
-			m + "/internal/store/state": {m + "/internal/apierr", m + "/internal/jobspec", "net"}, m + "/internal/jobspec": {m + "/internal/apierr"}, m + "/internal/apierr": nil,
+			m + "/internal/store/state": {m + "/pkg/apierr", m + "/pkg/jobspec", "net"}, m + "/pkg/jobspec": {m + "/pkg/apierr"}, m + "/pkg/apierr": nil,
 		}, 1, nil},
+		{"state imports an internal package", map[string][]string{
+			m + "/internal/store/state": {m + "/internal/clock"}, m + "/internal/clock": nil,
+		}, 1, []string{"internal/store/state → " + m + "/internal/clock"}},
 		{"state imports raft", map[string][]string{
 			m + "/internal/store/state": {"github.com/hashicorp/raft"}, "github.com/hashicorp/raft": {"net"},
 		}, 1, []string{"internal/store/state → github.com/hashicorp/raft"}},

@@ -110,7 +110,7 @@ func TestAuditTableShowsCaller(t *testing.T) {
 func TestAuditCommands(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	out := f.ok("audit", "append", "--source", "deploy", "--kind", "release", "--payload", `{"version":"1.4.2"}`)
+	out := f.ok("audit", "append", "--source", "external/deploy", "--kind", "release", "--payload", `{"version":"1.4.2"}`)
 	if !regexp.MustCompile(`^Appended audit entry 1 at 2025-03-01T11:57:00.000Z \(hash [0-9a-f]{12}…\)\n$`).MatchString(out) {
 		t.Errorf("audit append: %q", out)
 	}
@@ -126,8 +126,8 @@ func TestAuditCommands(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^SEQ\s+TIME\s+SOURCE\s+CALLER\s+KIND\s+PAYLOAD$`,
 		`(?m)^3\s+2025-03-01T11:57:00.000Z\s+api\s+-\s+KvCommit\s+who=peer:127.0.0.1:\d+ method=KvCommit target=kv/app outcome=ok index=\d+$`,
-		`(?m)^2\s+\S+\s+ops\s+-\s+note\s+a note from stdin$`,
-		`(?m)^1\s+\S+\s+deploy\s+-\s+release\s+version=1.4.2$`,
+		`(?m)^2\s+\S+\s+external/ops\s+-\s+note\s+a note from stdin$`,
+		`(?m)^1\s+\S+\s+external/deploy\s+-\s+release\s+version=1.4.2$`,
 		`(?m)^Chain: verified by the Manager at boot$`,
 		`(?m)^Retained: seq 1–3, never pruned$`,
 	} {
@@ -150,7 +150,7 @@ func TestAuditCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Entries) != 1 || page.Entries[0].Seq != "2" || page.Entries[0].Hash == "" || page.NextBeforeSeq != "2" {
 		t.Errorf("audit log --before-seq 3 -o json = %+v (%v)\n%s", page, err, out)
 	}
-	if out := f.ok("audit", "log", "--source", "deploy", "--kind", "release", "--since", "1h", "--until", "2025-03-02"); !regexp.MustCompile(`(?m)^1\s`).MatchString(out) || strings.Contains(out, "KvCommit") {
+	if out := f.ok("audit", "log", "--source", "external/deploy", "--kind", "release", "--since", "1h", "--until", "2025-03-02"); !regexp.MustCompile(`(?m)^1\s`).MatchString(out) || strings.Contains(out, "KvCommit") {
 		t.Errorf("audit log with filters:\n%s", out)
 	}
 	if out := f.ok("audit", "log", "--since", "2m"); !strings.Contains(out, "No audit entries match.") {

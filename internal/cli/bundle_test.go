@@ -13,7 +13,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/examples/jobs"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -58,7 +58,7 @@ func TestBundleCommands(t *testing.T) {
 	f.fails(ExitError, "read the bundle spec", "bundle", "create", "-f", filepath.Join(t.TempDir(), "missing.yaml"))
 
 	// From stdin, JSON, with no id: the Manager makes one up.
-	code, out, errOut := f.run(`{"jobs": [{"jobName": "solo", "job": {}}]}`, "bundle", "create", "-f", "-", "-o", "json")
+	code, out, errOut := f.run(`{"jobs": [{"jobName": "solo", "job": {"services": [{"name": "main", "image": "hello"}]}}]}`, "bundle", "create", "-f", "-", "-o", "json")
 	var c bundleCreated
 	if code != 0 || json.Unmarshal([]byte(out), &c) != nil || !strings.HasPrefix(c.BundleID, "b-") {
 		t.Fatalf("bundle create from stdin -o json: %d %q %q", code, out, errOut)
@@ -137,7 +137,7 @@ func TestBundleCommands(t *testing.T) {
 	f.fails(ExitError, "renew the lease of bundle news: RenewBundleLease: INVALID_ARGUMENT: ttlMs", "bundle", "renew-lease", "news", "--ttl", "10ms")
 
 	// Update: a stale revision is refused; then a job is added.
-	upd := writeFile(t, "upd.yaml", newsBundle+"  - jobName: thumbs\n    job: {}\n")
+	upd := writeFile(t, "upd.yaml", newsBundle+"  - jobName: thumbs\n    job: {services: [{name: main, image: hello}]}\n")
 	f.fails(ExitError, "FAILED_PRECONDITION: bundle \"news\" has changed", "bundle", "update", "-f", upd, "--revision", "1")
 	out = f.ok("bundle", "update", "-f", upd)
 	if !regexp.MustCompile(`^Bundle news updated: revision \d+\n$`).MatchString(out) || f.srv.Job("news.thumbs.1") == nil {

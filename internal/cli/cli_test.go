@@ -212,7 +212,7 @@ func TestJobCommands(t *testing.T) {
 	f.fails(ExitError, `unknown value "sometimes"`, "job", "create", "-f", writeFile(t, "bad.yaml", "jobId: x\nservices: [{name: a, restart: {mode: sometimes}}]"))
 
 	// From stdin, two documents, JSON output.
-	code, out, errOut := f.run("jobId: a\ntags: {env: dev}\n---\njobId: b\n", "job", "create", "-f", "-", "-o", "json")
+	code, out, errOut := f.run("jobId: a\ntags: {env: dev}\nservices: [{name: main, image: hello}]\n---\njobId: b\nservices: [{name: main, image: hello}]\n", "job", "create", "-f", "-", "-o", "json")
 	if code != 0 {
 		t.Fatalf("create from stdin: %d %s", code, errOut)
 	}
@@ -340,7 +340,7 @@ func TestJobCommands(t *testing.T) {
 
 	// Complete, fail, delete.
 	f.ok("job", "complete", "a")
-	f.fails(ExitError, "already completed", "job", "fail", "a", "--reason", "x")
+	f.fails(ExitError, "has completed; it cannot be marked failed", "job", "fail", "a", "--reason", "x")
 	out = f.ok("job", "fail", "b", "--reason", "restart ceiling")
 	if !strings.Contains(out, "Job b marked failed") {
 		t.Errorf("job fail: %s", out)
@@ -392,7 +392,7 @@ func TestNodeCommands(t *testing.T) {
 		t.Errorf("idle-expiry --set 0 -o json: %s", out)
 	}
 	f.ok("node", "terminate", "node-1")
-	f.fails(ExitError, "already terminated", "node", "terminate", "node-1")
+	f.ok("node", "terminate", "node-1") // idempotent, as the Manager's
 }
 
 func TestSlotCommands(t *testing.T) {
@@ -400,26 +400,26 @@ func TestSlotCommands(t *testing.T) {
 	f := newFixture(t)
 	out := f.ok("slot", "register", "rack-1", "--pool", "gold")
 	m := regexp.MustCompile(`norsk-ctl worker --token (\S+) --manager-url (\S+)`).FindStringSubmatch(out)
-	if m == nil || m[2] != f.srv.URL || !strings.Contains(out, "as node node-1 in pool gold") || !strings.Contains(out, "is this machine") {
+	if m == nil || m[2] != f.srv.URL || !strings.Contains(out, "as node rack-1 in pool gold") || !strings.Contains(out, "is this machine") {
 		t.Fatalf("slot register:\n%s", out)
 	}
 	token := m[1]
 	out = f.ok("slot", "register", "rack-2", "-o", "json")
 	var reg registration
-	if err := json.Unmarshal([]byte(out), &reg); err != nil || reg.NodeID != "node-2" || !strings.HasPrefix(reg.WorkerCommand, "norsk-ctl worker --token "+reg.Token) {
+	if err := json.Unmarshal([]byte(out), &reg); err != nil || reg.NodeID != "rack-2" || !strings.HasPrefix(reg.WorkerCommand, "norsk-ctl worker --token "+reg.Token) {
 		t.Errorf("slot register -o json: %s", out)
 	}
 	out = f.ok("cluster-node", "list")
-	if !strings.Contains(out, token) || !regexp.MustCompile(`(?m)^node-1\s+rack-1\s+gold\s+registered\s+false`).MatchString(out) {
+	if !strings.Contains(out, token) || !regexp.MustCompile(`(?m)^rack-1\s+rack-1\s+gold\s+registered\s+false`).MatchString(out) {
 		t.Errorf("slot list:\n%s", out)
 	}
-	f.ok("slot", "set-pool", "node-1", "silver")
-	out = f.ok("slot", "set-pool", "node-1", "")
+	f.ok("slot", "set-pool", "rack-1", "silver")
+	out = f.ok("slot", "set-pool", "rack-1", "")
 	if !strings.Contains(out, "removed from its pool") {
 		t.Errorf("set-pool '': %s", out)
 	}
-	f.ok("slot", "deregister", "node-2")
-	f.fails(ExitError, "NOT_FOUND", "slot", "deregister", "node-2")
+	f.ok("slot", "deregister", "rack-2")
+	f.fails(ExitError, "NOT_FOUND", "slot", "deregister", "rack-2")
 	out = f.ok("slot", "list", "-o", "yaml")
 	if !strings.Contains(out, "nodeName: rack-1") || strings.Contains(out, "rack-2") {
 		t.Errorf("slot list -o yaml:\n%s", out)
@@ -488,7 +488,7 @@ func TestEventsCommand(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-1"})
-	f.ok("job", "create", "-f", writeFile(t, "j.yaml", "jobId: j1"))
+	f.ok("job", "create", "-f", writeFile(t, "j.yaml", "jobId: j1\nservices: [{name: main, image: hello}]"))
 
 	out := newLockedBuffer()
 	stop := f.runEvents(out, "-o", "json")
@@ -528,8 +528,8 @@ func TestEventsCommand(t *testing.T) {
 
 	// Filters (the Manager applies them): by kind (either spelling), by
 	// job, by node.
-	f.ok("job", "create", "-f", writeFile(t, "j2.yaml", "jobId: j2"))
-	f.ok("job", "create", "-f", writeFile(t, "j3.yaml", "jobId: j3"))
+	f.ok("job", "create", "-f", writeFile(t, "j2.yaml", "jobId: j2\nservices: [{name: main, image: hello}]"))
+	f.ok("job", "create", "-f", writeFile(t, "j3.yaml", "jobId: j3\nservices: [{name: main, image: hello}]"))
 	f.ok("job", "delete", "j3")
 	for _, tc := range []struct {
 		args      []string

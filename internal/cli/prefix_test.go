@@ -23,7 +23,7 @@ func TestIDPrefixes(t *testing.T) {
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-a1", Hardware: &managerv1.Hardware{Vcpus: 4}})
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-a2", Hardware: &managerv1.Hardware{Vcpus: 4}})
 	f.srv.AddNode(&managerv1.Node{NodeId: "node-b", Hardware: &managerv1.Hardware{Vcpus: 4}})
-	f.ok("bundle", "create", "-f", writeFile(t, "b.yaml", "bundleId: evening\njobs: [{jobName: solo, job: {}}]"))
+	f.ok("bundle", "create", "-f", writeFile(t, "b.yaml", "bundleId: evening\njobs: [{jobName: solo, job: {services: [{name: main, command: [sleep, '60']}]}}]"))
 	f.ok("slot", "register", "rack-1")
 
 	for _, tc := range []struct {
@@ -49,9 +49,9 @@ func TestIDPrefixes(t *testing.T) {
 	f.fails(ExitUsage, `--node: node "node-" is ambiguous`, "job", "start", "sport", "--node", "node-")
 	f.fails(ExitUsage, `--to: node "node-a" is ambiguous: it begins node-a1, node-a2`, "migrate", "sport-1", "--to", "node-a")
 	f.fails(ExitError, "NOT_FOUND", "job", "delete", "zzz")
-	f.fails(ExitError, `TerminateNode: NOT_FOUND: node "zzz" not found`, "node", "terminate", "zzz")
+	f.fails(ExitError, `TerminateNode: NOT_FOUND: no node "zzz"`, "node", "terminate", "zzz")
 	f.fails(ExitError, "NOT_FOUND", "bundle", "delete", "zzz")
-	f.ok("slot", "set-pool", "node-", "gold") // the one slot whose id begins node-
+	f.ok("slot", "set-pool", "rack", "gold") // the one slot whose id begins rack (a slot's id is its name)
 	if code, out, errOut := f.run("", "job", "delete", "spo"); code != 0 || !strings.Contains(out, "sport-1") {
 		t.Errorf("job delete spo: exit %d, %q, %q", code, out, errOut)
 	}

@@ -19,7 +19,7 @@ func TestOutputWide(t *testing.T) {
 		Cloud:      &managerv1.CloudInstance{Region: "eu-north-1", InstanceType: "c7g.2xlarge"}})
 	f.ok("job", "create", "-f", writeFile(t, "news.yaml", newsSpec))
 	f.ok("job", "start", "news-1", "--node", "node-1")
-	f.ok("bundle", "create", "-f", writeFile(t, "b.yaml", "bundleId: evening\njobs: [{jobName: solo, job: {}}]"))
+	f.ok("bundle", "create", "-f", writeFile(t, "b.yaml", "bundleId: evening\njobs: [{jobName: solo, job: {services: [{name: main, command: [sleep, '60']}]}}]"))
 	f.ok("kv", "put", "cfg", "k", "v")
 
 	for _, tc := range []struct {

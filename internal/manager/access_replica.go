@@ -9,8 +9,8 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/accessreplica"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // The access replica: norsk-mgr's role store, published as signed JWS

@@ -3,16 +3,15 @@ package manager
 import (
 	"context"
 	"fmt"
-	"math"
-	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // callInfo is who made an API call and which; the audit interceptor puts it
@@ -164,35 +163,19 @@ func auditTarget(cmd *storev1.Command) string {
 }
 
 // MaxAuditSubSourceLen bounds the sub-source a caller gives
-// AppendAuditEntry: with the external prefix it is at most the stored
-// source's limit.
-const MaxAuditSubSourceLen = state.MaxAuditSourceLen - len(state.AuditSourceExternal)
-
-// externalAuditSource is the source an AppendAuditEntry is stored under:
-// the caller's sub-source under the Manager's external source (given with
-// the prefix already, it is not repeated). A caller cannot choose "api",
-// "manager" or any source the Manager writes itself.
-func externalAuditSource(sub string) (string, error) {
-	sub = strings.TrimPrefix(sub, state.AuditSourceExternal)
-	switch {
-	case sub == "":
-		return "", apierr.Invalid("source", "must name a sub-source (stored as %q + it)", state.AuditSourceExternal)
-	case len(sub) > MaxAuditSubSourceLen:
-		return "", apierr.Invalid("source", "is %d bytes (at most %d)", len(sub), MaxAuditSubSourceLen)
-	}
-	return state.AuditSourceExternal + sub, nil
-}
+// AppendAuditEntry (jobspec.ExternalAuditSource).
+const MaxAuditSubSourceLen = jobspec.MaxAuditSubSourceLen
 
 // AppendAuditEntry stores a caller's entry under the external source with
 // the caller recorded beside it, so it can never pass for one the Manager
 // wrote.
 func (h *handler) AppendAuditEntry(ctx context.Context, req *connect.Request[managerv1.AppendAuditEntryRequest]) (*connect.Response[managerv1.AppendAuditEntryResponse], error) {
 	m := req.Msg
-	source, err := externalAuditSource(m.GetSource())
+	source, err := jobspec.ExternalAuditSource(m.GetSource())
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if err := state.ValidateAuditAppend(source, m.GetKind(), m.GetPayload()); err != nil {
+	if err := jobspec.ValidateAuditAppend(source, m.GetKind(), m.GetPayload()); err != nil {
 		return nil, toConnect(err)
 	}
 	if ci, ok := ctx.Value(callInfoKey{}).(callInfo); !ok || ci.caller == "" {
@@ -211,21 +194,14 @@ func (h *handler) AppendAuditEntry(ctx context.Context, req *connect.Request[man
 
 // Paging limits of GetAuditLog.
 const (
-	DefaultAuditPage = 100
-	MaxAuditPage     = 1000
+	DefaultAuditPage = jobspec.DefaultAuditPage
+	MaxAuditPage     = jobspec.MaxAuditPage
 )
 
 func (h *handler) GetAuditLog(ctx context.Context, req *connect.Request[managerv1.GetAuditLogRequest]) (*connect.Response[managerv1.GetAuditLogResponse], error) {
 	q := req.Msg
-	switch {
-	case q.GetLimit() > MaxAuditPage:
-		return nil, toConnect(apierr.Invalid("limit", "%d is more than %d", q.GetLimit(), MaxAuditPage))
-	case q.GetBeforeSeq() < 0:
-		return nil, toConnect(apierr.Invalid("beforeSeq", "%d must not be negative", q.GetBeforeSeq()))
-	case q.GetFromMs() < 0 || q.GetToMs() < 0 || math.IsNaN(q.GetFromMs()) || math.IsNaN(q.GetToMs()):
-		return nil, toConnect(apierr.Invalid("fromMs", "times are ms since the epoch"))
-	case q.GetToMs() != 0 && q.GetFromMs() > q.GetToMs():
-		return nil, toConnect(apierr.Invalid("toMs", "%.0f is before fromMs %.0f", q.GetToMs(), q.GetFromMs()))
+	if err := jobspec.ValidateAuditQuery(q); err != nil {
+		return nil, toConnect(err)
 	}
 	limit := int(q.GetLimit())
 	if limit == 0 {
@@ -258,11 +234,8 @@ func (h *handler) GetAuditLog(ctx context.Context, req *connect.Request[managerv
 func (h *handler) PruneAuditLog(ctx context.Context, req *connect.Request[managerv1.PruneAuditLogRequest]) (*connect.Response[managerv1.PruneAuditLogResponse], error) {
 	before := req.Msg.GetBeforeTimestampMs()
 	now := float64(h.s.cfg.Clock.Now().UnixNano()) / 1e6
-	switch {
-	case before < 0 || math.IsNaN(before) || math.IsInf(before, 0):
-		return nil, toConnect(apierr.Invalid("beforeTimestampMs", "%v must be a time in ms since the epoch (0 = everything)", before))
-	case before > now:
-		return nil, toConnect(apierr.Invalid("beforeTimestampMs", "%.0f is in the future (now is %.0f); pruning only removes the past", before, now))
+	if err := jobspec.ValidatePruneBefore(before, now); err != nil {
+		return nil, toConnect(err)
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PruneAudit{PruneAudit: &storev1.PruneAudit{BeforeTimestampMs: before}}})
 	if err != nil {

@@ -9,10 +9,10 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/norsk-go/norsk-manager/internal/apibounds"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/accessreplica"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // Bounds of the API's numbers that have no other home.
@@ -38,7 +38,7 @@ func msOf(d time.Duration) float64 { return float64(d.Milliseconds()) }
 // requestBounds are the bounds of every field of every request the Manager
 // and Members services take (docs/api.md, "Field bounds", is this table).
 // The boundsInterceptor applies them before any handler runs; the handlers
-// and internal/jobspec check what needs meaning (an id's form, a job's
+// and pkg/jobspec check what needs meaning (an id's form, a job's
 // services, whether a thing exists). Every string must be valid UTF-8.
 var requestBounds = &apibounds.Table{
 	Defaults: apibounds.Defaults{
@@ -70,7 +70,7 @@ var requestBounds = &apibounds.Table{
 		"by":                       apibounds.Str(256),
 		"reason":                   apibounds.TextOf(MaxReasonLen),
 		"tags":                     apibounds.Map(jobspec.MaxTags, apibounds.Str(jobspec.MaxTagKeyLen), apibounds.Str(jobspec.MaxTagValueLen)),
-		"namespace":                apibounds.Arg(state.MaxKVNamespaceLen),
+		"namespace":                apibounds.Arg(jobspec.MaxKVNamespaceLen),
 		"grace_ms":                 apibounds.Between(0, MaxGraceMs),
 	},
 	Fields: fieldBounds(map[string]apibounds.Rule{
@@ -127,21 +127,21 @@ var requestBounds = &apibounds.Table{
 		"SetNodeIdleExpiryRequest.idle_expiry_ms":     apibounds.Between(0, msOf(MaxIdleExpiry)).Because("0 clears the override; at most a year"),
 
 		// Audit and KV.
-		"AppendAuditEntryRequest.source":           apibounds.Str(state.MaxAuditSourceLen),
-		"AppendAuditEntryRequest.kind":             apibounds.Str(state.MaxAuditKindLen),
-		"AppendAuditEntryRequest.payload":          apibounds.TextOf(state.MaxAuditPayloadLen),
+		"AppendAuditEntryRequest.source":           apibounds.Str(jobspec.MaxAuditSourceLen),
+		"AppendAuditEntryRequest.kind":             apibounds.Str(jobspec.MaxAuditKindLen),
+		"AppendAuditEntryRequest.payload":          apibounds.TextOf(jobspec.MaxAuditPayloadLen),
 		"GetAuditLogRequest.limit":                 apibounds.Between(0, MaxAuditPage),
 		"GetAuditLogRequest.before_seq":            apibounds.Between(0, 1<<53).Because("a seq"),
-		"GetAuditLogRequest.source":                apibounds.Str(state.MaxAuditSourceLen),
-		"GetAuditLogRequest.kind":                  apibounds.Str(state.MaxAuditKindLen),
+		"GetAuditLogRequest.source":                apibounds.Str(jobspec.MaxAuditSourceLen),
+		"GetAuditLogRequest.kind":                  apibounds.Str(jobspec.MaxAuditKindLen),
 		"GetAuditLogRequest.from_ms":               apibounds.Between(0, MaxEpochMs).Because("ms since the epoch, up to year 9999"),
 		"GetAuditLogRequest.to_ms":                 apibounds.Between(0, MaxEpochMs).Because("ms since the epoch, up to year 9999"),
 		"PruneAuditLogRequest.before_timestamp_ms": apibounds.Between(0, MaxEpochMs).Because("ms since the epoch, up to year 9999"),
-		"KvCommitRequest.writes":                   apibounds.Rule{}.Items(state.MaxKVWrites),
-		"KvWrite.key":                              apibounds.Arg(state.MaxKVKeyLen),
-		"KvWrite.put":                              apibounds.Bytes(state.MaxKVValueLen).Because("at most 4 MiB per commit"),
-		"KvGetRequest.key":                         apibounds.Arg(state.MaxKVKeyLen),
-		"KvListRequest.key_prefix":                 apibounds.Arg(state.MaxKVKeyLen),
+		"KvCommitRequest.writes":                   apibounds.Rule{}.Items(jobspec.MaxKVWrites),
+		"KvWrite.key":                              apibounds.Arg(jobspec.MaxKVKeyLen),
+		"KvWrite.put":                              apibounds.Bytes(jobspec.MaxKVValueLen).Because("at most 4 MiB per commit"),
+		"KvGetRequest.key":                         apibounds.Arg(jobspec.MaxKVKeyLen),
+		"KvListRequest.key_prefix":                 apibounds.Arg(jobspec.MaxKVKeyLen),
 
 		// Security.
 		"CreateTokenRequest.name":                          apibounds.Str(64),

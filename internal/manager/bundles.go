@@ -10,15 +10,15 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
 )
 
 // Bounds of RenewBundleLease's ttl.
 const (
-	MinBundleLeaseTTL = time.Second
-	MaxBundleLeaseTTL = 7 * 24 * time.Hour
+	MinBundleLeaseTTL = jobspec.MinBundleLeaseTTL
+	MaxBundleLeaseTTL = jobspec.MaxBundleLeaseTTL
 )
 
 // knownPool reports whether a pool names something placement can use: a
@@ -164,8 +164,8 @@ func (h *handler) StopBundleJob(ctx context.Context, req *connect.Request[manage
 	if err := h.requireBundle(m.GetBundleId()); err != nil {
 		return nil, toConnect(err)
 	}
-	if m.GetGraceMs() > MaxGraceMs {
-		return nil, toConnect(apierr.Invalid("graceMs", "%d is more than an hour (%d)", m.GetGraceMs(), MaxGraceMs))
+	if err := jobspec.ValidateGrace("graceMs", m.GetGraceMs()); err != nil {
+		return nil, toConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetBundleJobDormant{SetBundleJobDormant: &storev1.SetBundleJobDormant{
 		BundleId: m.GetBundleId(), ReplicaIndex: m.GetReplicaIndex(), JobName: m.GetJobName(), Dormant: true, GraceMs: m.GetGraceMs(),
@@ -203,10 +203,10 @@ func (h *handler) RenewBundleLease(ctx context.Context, req *connect.Request[man
 	if err := h.requireBundle(m.GetBundleId()); err != nil {
 		return nil, toConnect(err)
 	}
-	ttl := time.Duration(m.GetTtlMs()) * time.Millisecond
-	if ttl < MinBundleLeaseTTL || ttl > MaxBundleLeaseTTL {
-		return nil, toConnect(apierr.Invalid("ttlMs", "%d: a lease lasts from %d ms to %d ms", m.GetTtlMs(), MinBundleLeaseTTL.Milliseconds(), MaxBundleLeaseTTL.Milliseconds()))
+	if err := jobspec.ValidateLeaseTTL(m.GetTtlMs()); err != nil {
+		return nil, toConnect(err)
 	}
+	ttl := time.Duration(m.GetTtlMs()) * time.Millisecond
 	at := timestamppb.New(h.s.cfg.Clock.Now().Add(ttl))
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RenewBundleLease{RenewBundleLease: &storev1.RenewBundleLease{
 		BundleId: m.GetBundleId(), ExpiresAt: at,

@@ -16,12 +16,13 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudhypervisor"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // The cloud providers' RPCs: thin handlers over the fleet
@@ -218,11 +219,8 @@ func (h *handler) CreateAwsNode(ctx context.Context, req *connect.Request[manage
 func (h *handler) CreateOciNode(ctx context.Context, req *connect.Request[managerv1.CreateOciNodeRequest]) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
 	ctx = spareReconcilerContext(ctx)
 	m := req.Msg
-	if m.GetAvailabilityDomain() == "" {
-		return nil, toConnect(apierr.Invalid("availabilityDomain", "is required"))
-	}
-	if m.GetOcpus() < 0 || m.GetMemoryGbs() < 0 {
-		return nil, toConnect(apierr.Invalid("ocpus", "ocpus and memoryGbs must not be negative"))
+	if err := jobspec.ValidateOciNode(m); err != nil {
+		return nil, toConnect(err)
 	}
 	cr := providers.CloudRequest{Provider: cloudconf.OCIName, NodeID: m.GetNodeId(), Pool: m.GetPool(), Tags: m.GetTags(), Region: m.GetRegion(),
 		Zone: m.GetAvailabilityDomain(), InstanceType: m.GetShape(), Fallbacks: m.GetFallbackShapes(), Subnet: m.GetSubnet(),
@@ -287,8 +285,8 @@ func infoOf(it providers.InstanceType) *managerv1.InstanceTypeInfo {
 
 func (h *handler) DescribeInstanceType(ctx context.Context, req *connect.Request[managerv1.DescribeInstanceTypeRequest]) (*connect.Response[managerv1.DescribeInstanceTypeResponse], error) {
 	m := req.Msg
-	if strings.TrimSpace(m.GetInstanceType()) == "" {
-		return nil, toConnect(apierr.Invalid("instanceType", "is required"))
+	if err := jobspec.ValidateInstanceTypeName(m.GetInstanceType()); err != nil {
+		return nil, toConnect(err)
 	}
 	it, found, offered, err := h.s.fleet.Registry().Types().Describe(providerOr(m.GetProvider()), m.GetInstanceType(), m.GetRegion())
 	if err != nil {
@@ -380,8 +378,8 @@ func (h *handler) CreateCloudHypervisorNode(ctx context.Context, req *connect.Re
 
 func (h *handler) ListWorkerSecurityGroups(ctx context.Context, req *connect.Request[managerv1.ListWorkerSecurityGroupsRequest]) (*connect.Response[managerv1.ListWorkerSecurityGroupsResponse], error) {
 	region := req.Msg.GetRegion()
-	if region == "" {
-		return nil, toConnect(apierr.Invalid("region", "is required"))
+	if err := jobspec.ValidateRegion(region); err != nil {
+		return nil, toConnect(err)
 	}
 	reg := h.s.fleet.Registry()
 	p, ok := reg.Provider(cloudconf.AWSName)

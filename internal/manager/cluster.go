@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,10 +20,10 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // forcedMarker, in the data directory, holds the generation a forced
@@ -297,9 +296,8 @@ func writeFileSync(path string, b []byte) error {
 
 func (h *handler) AnnounceControlPlane(ctx context.Context, req *connect.Request[managerv1.AnnounceControlPlaneRequest]) (*connect.Response[managerv1.AnnounceControlPlaneResponse], error) {
 	raw := req.Msg.GetUrl()
-	u, err := url.Parse(raw)
-	if raw == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, toConnect(apierr.Invalid("url", "%s is not an http(s) URL", apierr.Quote(raw)))
+	if err := jobspec.ValidateControlPlaneURL(raw); err != nil {
+		return nil, toConnect(err)
 	}
 	m := h.s.member
 	m.mu.Lock()
@@ -319,19 +317,9 @@ func (m *memberState) controlPlane(now time.Time) (a announcement, stale bool) {
 }
 
 func (h *handler) GetClusterEvents(ctx context.Context, req *connect.Request[managerv1.GetClusterEventsRequest]) (*connect.Response[managerv1.GetClusterEventsResponse], error) {
-	limit := int(req.Msg.GetLimit())
-	switch {
-	case limit == 0:
-		limit = 100
-	case limit > 1000:
-		return nil, toConnect(apierr.Invalid("limit", "%d is more than 1000", limit))
-	}
-	var since time.Time
-	if ts := req.Msg.GetSince(); ts != nil {
-		if err := ts.CheckValid(); err != nil {
-			return nil, toConnect(apierr.Invalid("since", "%v", err))
-		}
-		since = ts.AsTime()
+	limit, since, err := jobspec.ClusterEventsQuery(req.Msg)
+	if err != nil {
+		return nil, toConnect(err)
 	}
 	return connect.NewResponse(&managerv1.GetClusterEventsResponse{
 		Member: h.s.cfg.NodeName,

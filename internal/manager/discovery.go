@@ -8,8 +8,8 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // The discovery fleet's secrets (the tier secret, the leaf token) are never
@@ -22,7 +22,7 @@ const MinTierSecretLen = 32
 
 func (h *handler) PublishDiscoveryFleet(ctx context.Context, req *connect.Request[managerv1.PublishDiscoveryFleetRequest]) (*connect.Response[managerv1.PublishDiscoveryFleetResponse], error) {
 	f := req.Msg.GetFleet()
-	if err := state.ValidateDiscoveryFleet(f); err != nil {
+	if err := jobspec.ValidateDiscoveryFleet(f); err != nil {
 		return nil, toConnect(err)
 	}
 	// A shorter secret is refused unless it is the one already in force
@@ -62,17 +62,11 @@ const generatedTierSecretBytes = 32
 
 func (h *handler) RotateDiscoveryTierSecret(ctx context.Context, req *connect.Request[managerv1.RotateDiscoveryTierSecretRequest]) (*connect.Response[managerv1.RotateDiscoveryTierSecretResponse], error) {
 	step, secret := req.Msg.GetStep(), req.Msg.GetNewTierSecret()
-	switch step {
-	case state.RotationStage:
-		if secret == "" {
-			secret = randomToken("nts_", generatedTierSecretBytes)
-		}
-	case state.RotationFlip, state.RotationFinish:
-		if secret != "" {
-			return nil, toConnect(apierr.Invalid("newTierSecret", "only stage takes a new tier secret (this step is %s)", step))
-		}
-	default:
-		return nil, toConnect(apierr.Invalid("step", "%s is not a rotation step (want stage, flip or finish)", apierr.Quote(step)))
+	if err := jobspec.ValidateRotation(step, secret); err != nil {
+		return nil, toConnect(err)
+	}
+	if step == jobspec.RotationStage && secret == "" {
+		secret = randomToken("nts_", generatedTierSecretBytes)
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RotateDiscovery{RotateDiscovery: &storev1.RotateDiscovery{
 		Step: step, NewTierSecret: secret,

@@ -9,21 +9,22 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
-// Drain bounds and defaults (DrainNode).
+// Drain bounds and defaults (DrainNode; jobspec.ValidateDrainRequest).
 const (
 	// DefaultDrainDeadline is a drain's deadline when the request gives none.
-	DefaultDrainDeadline = time.Hour
+	DefaultDrainDeadline = jobspec.DefaultDrainDeadline
 	// MaxDrainDeadline is the longest deadline DrainNode takes.
-	MaxDrainDeadline = 7 * 24 * time.Hour
+	MaxDrainDeadline = jobspec.MaxDrainDeadline
 	// DefaultDrainParallel is how many migrations a drain runs at once by
 	// default.
 	DefaultDrainParallel = 2
 	// MaxDrainParallel bounds a drain's parallelism.
-	MaxDrainParallel = 64
+	MaxDrainParallel = jobspec.MaxDrainParallel
 )
 
 // DrainNode starts, re-attaches to, or undoes a node's drain (see the RPC's
@@ -35,29 +36,16 @@ func (h *handler) DrainNode(ctx context.Context, req *connect.Request[managerv1.
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	if err := jobspec.ValidateDrainRequest(m); err != nil {
+		return nil, toConnect(err)
+	}
 	if m.GetUndo() {
-		if m.GetDeadlineMs() != 0 || m.GetNoDeadline() || m.GetParallel() != 0 || m.GetStrategy() != managerv1.MigrationStrategy_MIGRATION_STRATEGY_UNSPECIFIED {
-			return nil, toConnect(apierr.Invalid("undo", "undo takes no other option (strategy, deadlineMs, noDeadline, parallel)"))
-		}
 		if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetNodeDraining{SetNodeDraining: &storev1.SetNodeDraining{
 			NodeId: m.GetNodeId(), Draining: false,
 		}}}); err != nil {
 			return nil, toConnect(err)
 		}
 		return h.drainAnswer(m.GetNodeId(), false)
-	}
-	if _, ok := managerv1.MigrationStrategy_name[int32(m.GetStrategy())]; !ok {
-		return nil, toConnect(apierr.Invalid("strategy", "%d is not a strategy (stopThenStart, overlap, handover)", m.GetStrategy()))
-	}
-	switch {
-	case m.GetDeadlineMs() < 0:
-		return nil, toConnect(apierr.Invalid("deadlineMs", "is %d: want 0 (the default, %s) or more", m.GetDeadlineMs(), DefaultDrainDeadline))
-	case m.GetDeadlineMs() > MaxDrainDeadline.Milliseconds():
-		return nil, toConnect(apierr.Invalid("deadlineMs", "is %d (at most %d, 7 days)", m.GetDeadlineMs(), MaxDrainDeadline.Milliseconds()))
-	case m.GetNoDeadline() && m.GetDeadlineMs() != 0:
-		return nil, toConnect(apierr.Invalid("noDeadline", "give a deadline or none, not both"))
-	case m.GetParallel() > MaxDrainParallel:
-		return nil, toConnect(apierr.Invalid("parallel", "is %d (at most %d)", m.GetParallel(), MaxDrainParallel))
 	}
 	if state.DrainRunning(rec.GetNode().GetDrain()) {
 		// A client re-attaching: the drain as it stands.
@@ -118,6 +106,9 @@ func (h *handler) RecordNodeDrain(ctx context.Context, req *connect.Request[mana
 	d := req.Msg.GetDrain()
 	if d == nil {
 		return nil, toConnect(apierr.Invalid("drain", "is required"))
+	}
+	if err := jobspec.ValidateDrain(d); err != nil {
+		return nil, toConnect(err)
 	}
 	if _, err := h.requireNode(d.GetNodeId()); err != nil {
 		return nil, toConnect(err)

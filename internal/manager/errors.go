@@ -6,27 +6,11 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
-// codes is the one table from domain error codes to gRPC codes.
-var codes = map[apierr.Code]connect.Code{
-	apierr.Internal:           connect.CodeInternal,
-	apierr.InvalidArgument:    connect.CodeInvalidArgument,
-	apierr.NotFound:           connect.CodeNotFound,
-	apierr.AlreadyExists:      connect.CodeAlreadyExists,
-	apierr.FailedPrecondition: connect.CodeFailedPrecondition,
-	apierr.Unauthenticated:    connect.CodeUnauthenticated,
-	apierr.PermissionDenied:   connect.CodePermissionDenied,
-	apierr.ResourceExhausted:  connect.CodeResourceExhausted,
-	apierr.Unavailable:        connect.CodeUnavailable,
-	apierr.Aborted:            connect.CodeAborted,
-	apierr.DeadlineExceeded:   connect.CodeDeadlineExceeded,
-	apierr.DataLoss:           connect.CodeDataLoss,
-}
-
 // toConnect turns any error a handler meets into the status the caller
-// sees: domain errors by the table, context errors as such, and anything
+// sees: domain errors by apierr's one table (Code.GRPCCode), context errors as such, and anything
 // else as INTERNAL (its text kept, so an operator can read it).
 func toConnect(err error) error {
 	if err == nil {
@@ -38,7 +22,7 @@ func toConnect(err error) error {
 	}
 	var de *apierr.Error
 	if errors.As(err, &de) {
-		return connect.NewError(codes[de.Code], errors.New(err.Error()))
+		return connect.NewError(connect.Code(de.Code.GRPCCode()), errors.New(err.Error()))
 	}
 	switch {
 	case errors.Is(err, context.Canceled):

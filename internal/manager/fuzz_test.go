@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // FuzzParseConfigFile: any bytes as a config.yaml either decode or are
@@ -57,19 +57,19 @@ func FuzzRequestValidators(f *testing.F) {
 			if opts == nil {
 				opts = &managerv1.KvCommitOptions{}
 			}
-			_ = state.ValidateKVCommit(kv.GetNamespace(), kv.GetWrites(), opts)
+			_ = jobspec.ValidateKVCommit(kv.GetNamespace(), kv.GetWrites(), opts)
 		}
 		au := &managerv1.AppendAuditEntryRequest{}
 		if proto.Unmarshal(b, au) == nil {
-			_ = state.ValidateAuditAppend(au.GetSource(), au.GetKind(), au.GetPayload())
+			_ = jobspec.ValidateAuditAppend(au.GetSource(), au.GetKind(), au.GetPayload())
 		}
 		df := &managerv1.PublishDiscoveryFleetRequest{}
 		if proto.Unmarshal(b, df) == nil {
-			_ = state.ValidateDiscoveryFleet(df.GetFleet())
+			_ = jobspec.ValidateDiscoveryFleet(df.GetFleet())
 		}
 		tk := &managerv1.CreateTokenRequest{}
 		if proto.Unmarshal(b, tk) == nil {
-			_ = state.ValidateTokenRequest(tk.GetName(), tk.GetRole(), tk.GetTtlS())
+			_ = jobspec.ValidateTokenRequest(tk.GetName(), tk.GetRole(), tk.GetTtlS())
 		}
 	})
 }

@@ -7,8 +7,8 @@ import (
 	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 func (h *handler) Hello(ctx context.Context, req *connect.Request[managerv1.HelloRequest]) (*connect.Response[managerv1.DaemonHello], error) {

@@ -8,13 +8,13 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // MaxGraceMs bounds a stop's grace period (one hour).
-const MaxGraceMs = 3_600_000
+const MaxGraceMs = jobspec.MaxGraceMs
 
 func (h *handler) CreateJob(ctx context.Context, req *connect.Request[managerv1.CreateJobRequest]) (*connect.Response[managerv1.JobHash], error) {
 	job := req.Msg.GetJob()
@@ -128,33 +128,16 @@ func searchable(rec *storev1.JobRecord) jobspec.Searchable {
 }
 
 // instanceArgs checks the (job, role, node) of an instance call.
-func instanceArgs(jobID, role, nodeID string) error { return instanceArgsAt("", jobID, role, nodeID) }
-
-// instanceArgsAt is instanceArgs with field names prefixed by field.
-func instanceArgsAt(field, jobID, role, nodeID string) error {
-	if err := jobspec.ValidateID(field+"jobId", jobID); err != nil {
-		return err
-	}
-	if err := jobspec.ValidateRole(field+"role", role); err != nil {
-		return err
-	}
-	return jobspec.ValidateID(field+"nodeId", nodeID)
+func instanceArgs(jobID, role, nodeID string) error {
+	return jobspec.ValidateInstance("", jobID, role, nodeID)
 }
 
 // checkStart validates one start (field prefixes the item's fields) and
 // checks its job and node exist, so an obviously refused start writes
 // nothing.
 func (h *handler) checkStart(r *state.Read, field string, m *managerv1.StartJobRequest) error {
-	if err := instanceArgsAt(field, m.GetJobId(), m.GetRole(), m.GetNodeId()); err != nil {
+	if err := jobspec.ValidateStart(field, m); err != nil {
 		return err
-	}
-	if rr := m.GetOptions().GetRuntimeRole(); rr != "" {
-		if err := jobspec.ValidateRole(field+"options.runtimeRole", rr); err != nil {
-			return err
-		}
-	}
-	if n := len(m.GetOptions().GetMigrationInitialState()); n > 4<<20 {
-		return apierr.Invalid(field+"options.migrationInitialState", "is %d bytes (at most 4 MiB)", n)
 	}
 	if r.Job(nil, m.GetJobId()) == nil {
 		return apierr.NotFoundf("no job %s", apierr.Quote(m.GetJobId()))
@@ -181,7 +164,7 @@ func (h *handler) StartJob(ctx context.Context, req *connect.Request[managerv1.S
 }
 
 // MaxStartJobs bounds the starts of one StartJobs call.
-const MaxStartJobs = 1000
+const MaxStartJobs = jobspec.MaxStartJobs
 
 // StartJobs binds many instances in one write. Malformed input refuses
 // the whole call; a start the store refuses (an unknown job or node, an
@@ -189,28 +172,15 @@ const MaxStartJobs = 1000
 // others still bind.
 func (h *handler) StartJobs(ctx context.Context, req *connect.Request[managerv1.StartJobsRequest]) (*connect.Response[managerv1.StartJobsResponse], error) {
 	starts := req.Msg.GetStarts()
-	switch {
-	case len(starts) == 0:
-		return nil, toConnect(apierr.Invalid("starts", "give at least one start"))
-	case len(starts) > MaxStartJobs:
-		return nil, toConnect(apierr.Invalid("starts", "%d starts (at most %d in one call)", len(starts), MaxStartJobs))
+	if err := jobspec.ValidateStarts(starts); err != nil {
+		return nil, toConnect(err)
 	}
 	r := h.read()
 	out := make([]*managerv1.StartResult, len(starts))
 	cmd := &storev1.BindInstances{}
 	var which []int
-	seen := make(map[string]int, len(starts))
 	for i, m := range starts {
-		field := fmt.Sprintf("starts[%d].", i)
-		key := m.GetJobId() + "\x00" + m.GetRole()
-		if j, dup := seen[key]; dup {
-			return nil, toConnect(apierr.Invalid(field+"role", "instance %s/%s is also starts[%d]", m.GetJobId(), m.GetRole(), j))
-		}
-		seen[key] = i
-		if err := h.checkStart(r, field, m); err != nil {
-			if apierr.Is(err, apierr.InvalidArgument) {
-				return nil, toConnect(err)
-			}
+		if err := h.checkStart(r, fmt.Sprintf("starts[%d].", i), m); err != nil {
 			out[i] = resultOf(err)
 			continue
 		}
@@ -243,8 +213,8 @@ func (h *handler) StopJob(ctx context.Context, req *connect.Request[managerv1.St
 	if err := instanceArgs(m.GetJobId(), m.GetRole(), m.GetNodeId()); err != nil {
 		return nil, toConnect(err)
 	}
-	if g := m.GetOptions().GetGraceMs(); g > MaxGraceMs {
-		return nil, toConnect(apierr.Invalid("options.graceMs", "%d is more than an hour (%d)", g, MaxGraceMs))
+	if err := jobspec.ValidateGrace("options.graceMs", m.GetOptions().GetGraceMs()); err != nil {
+		return nil, toConnect(err)
 	}
 	if err := h.requireJob("jobId", m.GetJobId()); err != nil {
 		return nil, toConnect(err)
@@ -285,18 +255,15 @@ func (h *handler) CompleteJob(ctx context.Context, req *connect.Request[managerv
 }
 
 // MaxReasonLen bounds a failure reason.
-const MaxReasonLen = 4096
+const MaxReasonLen = jobspec.MaxReasonLen
 
 func (h *handler) MarkJobFailed(ctx context.Context, req *connect.Request[managerv1.MarkJobFailedRequest]) (*connect.Response[managerv1.MarkJobFailedResponse], error) {
 	if err := h.requireJob("jobId", req.Msg.GetJobId()); err != nil {
 		return nil, toConnect(err)
 	}
 	reason := req.Msg.GetReason()
-	switch {
-	case reason == "":
-		return nil, toConnect(apierr.Invalid("reason", "must say why the job failed"))
-	case len(reason) > MaxReasonLen:
-		return nil, toConnect(apierr.Invalid("reason", "is %d bytes (at most %d)", len(reason), MaxReasonLen))
+	if err := jobspec.ValidateFailReason(reason); err != nil {
+		return nil, toConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_MarkJobFailed{MarkJobFailed: &storev1.MarkJobFailed{JobId: req.Msg.GetJobId(), Reason: reason}}}); err != nil {
 		return nil, toConnect(err)

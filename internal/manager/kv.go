@@ -8,7 +8,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 func (h *handler) KvCommit(ctx context.Context, req *connect.Request[managerv1.KvCommitRequest]) (*connect.Response[managerv1.KvCommitResponse], error) {
@@ -17,7 +17,7 @@ func (h *handler) KvCommit(ctx context.Context, req *connect.Request[managerv1.K
 	if opts == nil {
 		opts = &managerv1.KvCommitOptions{}
 	}
-	if err := state.ValidateKVCommit(m.GetNamespace(), m.GetWrites(), opts); err != nil {
+	if err := jobspec.ValidateKVCommit(m.GetNamespace(), m.GetWrites(), opts); err != nil {
 		return nil, toConnect(err)
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_KvCommit{KvCommit: &storev1.KvCommit{
@@ -30,10 +30,10 @@ func (h *handler) KvCommit(ctx context.Context, req *connect.Request[managerv1.K
 }
 
 func (h *handler) KvGet(ctx context.Context, req *connect.Request[managerv1.KvGetRequest]) (*connect.Response[managerv1.KvGetResponse], error) {
-	if err := state.ValidateKVNamespace(req.Msg.GetNamespace()); err != nil {
+	if err := jobspec.ValidateKVNamespace(req.Msg.GetNamespace()); err != nil {
 		return nil, toConnect(err)
 	}
-	if err := state.ValidateKVKey("key", req.Msg.GetKey()); err != nil {
+	if err := jobspec.ValidateKVKey("key", req.Msg.GetKey()); err != nil {
 		return nil, toConnect(err)
 	}
 	out := &managerv1.KvGetResponse{}
@@ -45,7 +45,7 @@ func (h *handler) KvGet(ctx context.Context, req *connect.Request[managerv1.KvGe
 
 func (h *handler) KvList(ctx context.Context, req *connect.Request[managerv1.KvListRequest]) (*connect.Response[managerv1.KvListResponse], error) {
 	ns := req.Msg.GetNamespace()
-	if err := state.ValidateKVNamespace(ns); err != nil {
+	if err := jobspec.ValidateKVNamespace(ns); err != nil {
 		return nil, toConnect(err)
 	}
 	r := h.read()

@@ -10,8 +10,9 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // PauseLeases freezes leases for a Manager's maintenance: workers keep
@@ -19,11 +20,8 @@ import (
 // holder was lost starts again until ResumeLeases.
 func (h *handler) PauseLeases(ctx context.Context, req *connect.Request[managerv1.PauseLeasesRequest]) (*connect.Response[managerv1.PauseLeasesResponse], error) {
 	m := req.Msg
-	if m.GetReason() == "" {
-		return nil, toConnect(apierr.Invalid("reason", "say why leases are paused (it is shown to every operator)"))
-	}
-	if m.GetBy() == "" {
-		return nil, toConnect(apierr.Invalid("by", "name who pauses leases"))
+	if err := jobspec.ValidateLeasePause(m.GetReason(), m.GetBy()); err != nil {
+		return nil, toConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetLeasesPaused{SetLeasesPaused: &storev1.SetLeasesPaused{
 		Paused: true, Reason: m.GetReason(), By: m.GetBy(),
@@ -35,8 +33,8 @@ func (h *handler) PauseLeases(ctx context.Context, req *connect.Request[managerv
 
 // ResumeLeases ends a pause; every lease's grace then runs from now.
 func (h *handler) ResumeLeases(ctx context.Context, req *connect.Request[managerv1.ResumeLeasesRequest]) (*connect.Response[managerv1.ResumeLeasesResponse], error) {
-	if req.Msg.GetBy() == "" {
-		return nil, toConnect(apierr.Invalid("by", "name who resumes leases"))
+	if err := jobspec.ValidateLeaseResume(req.Msg.GetBy()); err != nil {
+		return nil, toConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetLeasesPaused{SetLeasesPaused: &storev1.SetLeasesPaused{
 		Paused: false, By: req.Msg.GetBy(),

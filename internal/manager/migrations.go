@@ -11,10 +11,9 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
-	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // Migrator is the AutoManager's migration surface the Manager serves
@@ -41,26 +40,6 @@ func (r *migratorRef) set(m Migrator) (clear func()) {
 	return func() { r.p.CompareAndSwap(p, nil) }
 }
 
-func validateKey(field string, k *managerv1.JobKey) error {
-	if k == nil {
-		return apierr.Invalid(field, "is required")
-	}
-	if err := jobspec.ValidateID(field+".jobId", k.GetJobId()); err != nil {
-		return err
-	}
-	return jobspec.ValidateRole(field+".role", k.GetRole())
-}
-
-func validateMigrationID(id string) error {
-	switch {
-	case id == "":
-		return apierr.Invalid("migrationId", "is required")
-	case len(id) > 64:
-		return apierr.Invalid("migrationId", "is %d characters (at most 64)", len(id))
-	}
-	return nil
-}
-
 // relay sends a migration command to the worker holding the instance key,
 // on the primary (a follower asks it through ask).
 func (h *handler) relay(ctx context.Context, key *managerv1.JobKey, build func(in *managerv1.Instance) *managerv1.ControllerMessage) (string, error) {
@@ -84,14 +63,8 @@ func (h *handler) relay(ctx context.Context, key *managerv1.JobKey, build func(i
 func notify[Req any](ctx context.Context, h *handler, req *connect.Request[Req], field string, key *managerv1.JobKey, id string, payload []byte,
 	forward func(managerv1connect.ManagerClient, context.Context, *connect.Request[Req]) (*connect.Response[managerv1.NotifyMigrationResponse], error),
 	build func(in *managerv1.Instance) *managerv1.ControllerMessage) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-	if err := validateKey(field, key); err != nil {
+	if err := jobspec.ValidateMigrationRelay(field, key, id, payload); err != nil {
 		return nil, toConnect(err)
-	}
-	if err := validateMigrationID(id); err != nil {
-		return nil, toConnect(err)
-	}
-	if len(payload) > state.MaxMigrationPayload {
-		return nil, toConnect(apierr.Invalid("payload", "is %d bytes (at most %d)", len(payload), state.MaxMigrationPayload))
 	}
 	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
 		return forward(c, ctx, withAuth(req, connect.NewRequest(req.Msg)))
@@ -140,11 +113,8 @@ func (h *handler) NotifyMigrationCutoverApply(ctx context.Context, req *connect.
 // AutoManager's rollback of an in-flight migration.
 func (h *handler) AbortMigration(ctx context.Context, req *connect.Request[managerv1.AbortMigrationRequest]) (*connect.Response[managerv1.AbortMigrationResponse], error) {
 	m := req.Msg
-	if err := validateMigrationID(m.GetMigrationId()); err != nil {
+	if err := jobspec.ValidateAbortMigration(m); err != nil {
 		return nil, toConnect(err)
-	}
-	if len(m.GetReason()) > 1024 {
-		return nil, toConnect(apierr.Invalid("reason", "is %d bytes (at most 1024)", len(m.GetReason())))
 	}
 	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.AbortMigrationResponse], error) {
 		return c.AbortMigration(ctx, withAuth(req, connect.NewRequest(m)))
@@ -259,7 +229,7 @@ func (h *handler) ListMigrations(ctx context.Context, req *connect.Request[manag
 }
 
 func (h *handler) GetMigration(ctx context.Context, req *connect.Request[managerv1.GetMigrationRequest]) (*connect.Response[managerv1.MigrationState], error) {
-	if err := validateMigrationID(req.Msg.GetMigrationId()); err != nil {
+	if err := jobspec.ValidateMigrationID(req.Msg.GetMigrationId()); err != nil {
 		return nil, toConnect(err)
 	}
 	m := h.read().Migration(nil, req.Msg.GetMigrationId())
@@ -282,7 +252,7 @@ func (h *handler) MigrationForJob(ctx context.Context, req *connect.Request[mana
 
 func (h *handler) ForgetMigration(ctx context.Context, req *connect.Request[managerv1.ForgetMigrationRequest]) (*connect.Response[managerv1.ForgetMigrationResponse], error) {
 	id := req.Msg.GetMigrationId()
-	if err := validateMigrationID(id); err != nil {
+	if err := jobspec.ValidateMigrationID(id); err != nil {
 		return nil, toConnect(err)
 	}
 	if h.read().Migration(nil, id) == nil {
@@ -314,8 +284,8 @@ func (h *handler) ForgetTerminalMigrations(ctx context.Context, req *connect.Req
 
 func (h *handler) RecordMigration(ctx context.Context, req *connect.Request[managerv1.RecordMigrationRequest]) (*connect.Response[managerv1.RecordMigrationResponse], error) {
 	m := req.Msg
-	if m.GetMigration() == nil {
-		return nil, toConnect(apierr.Invalid("migration", "is required"))
+	if err := jobspec.ValidateMigration(m.GetMigration()); err != nil {
+		return nil, toConnect(err)
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PutMigration{PutMigration: &storev1.PutMigration{
 		Migration: m.GetMigration(), ExpectedRevision: m.GetExpectedRevision(), Create: m.GetCreate(),

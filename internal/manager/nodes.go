@@ -9,10 +9,10 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // nodeView renders a node with the live facts of its connection.
@@ -64,10 +64,7 @@ func (h *handler) SetNodeTags(ctx context.Context, req *connect.Request[managerv
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
 		return nil, toConnect(err)
 	}
-	if len(req.Msg.GetTags()) == 0 {
-		return nil, toConnect(apierr.Invalid("tags", "give at least one tag to set"))
-	}
-	if err := jobspec.ValidateTags("tags", req.Msg.GetTags()); err != nil {
+	if err := jobspec.ValidateNodeTags(req.Msg.GetTags()); err != nil {
 		return nil, toConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetNodeTags{SetNodeTags: &storev1.SetNodeTags{NodeId: req.Msg.GetNodeId(), Tags: req.Msg.GetTags(),
@@ -106,8 +103,8 @@ func (h *handler) SetNodeIdleExpiry(ctx context.Context, req *connect.Request[ma
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
 		return nil, toConnect(err)
 	}
-	if ms := req.Msg.GetIdleExpiryMs(); ms < 0 {
-		return nil, toConnect(apierr.Invalid("idleExpiryMs", "%d must not be negative (0 clears the override)", ms))
+	if err := jobspec.ValidateIdleExpiry(req.Msg.GetIdleExpiryMs()); err != nil {
+		return nil, toConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetNodeIdleExpiry{SetNodeIdleExpiry: &storev1.SetNodeIdleExpiry{
 		NodeId: req.Msg.GetNodeId(), IdleExpiryMs: req.Msg.GetIdleExpiryMs(),

@@ -5,45 +5,15 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
-	"github.com/distribution/reference"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
-// MaxPrefetchRefs bounds one PrefetchImages call.
-const MaxPrefetchRefs = 64
-
-// maxImageRefLen bounds one image reference (Docker's own limit on a
-// repository name is 255; a tag and a digest come on top).
-const maxImageRefLen = 512
-
-// validateImageRefs checks a PrefetchImages call's refs: 1 to 64, each a
-// parseable image reference, none twice.
-func validateImageRefs(refs []string) error {
-	switch {
-	case len(refs) == 0:
-		return apierr.Invalid("imageRefs", "must name at least one image")
-	case len(refs) > MaxPrefetchRefs:
-		return apierr.Invalid("imageRefs", "names %d images (at most %d)", len(refs), MaxPrefetchRefs)
-	}
-	seen := map[string]int{}
-	for i, ref := range refs {
-		f := fmt.Sprintf("imageRefs[%d]", i)
-		if len(ref) > maxImageRefLen {
-			return apierr.Invalid(f, "is %d characters (at most %d)", len(ref), maxImageRefLen)
-		}
-		if _, err := reference.ParseNormalizedNamed(ref); err != nil {
-			return apierr.Invalid(f, "%s is not an image reference: %v", apierr.Quote(ref), err)
-		}
-		if j, dup := seen[ref]; dup {
-			return apierr.Invalid(f, "%s is also imageRefs[%d]", apierr.Quote(ref), j)
-		}
-		seen[ref] = i
-	}
-	return nil
-}
+// MaxPrefetchRefs bounds one PrefetchImages call (jobspec.ValidateImageRefs).
+const MaxPrefetchRefs = jobspec.MaxPrefetchRefs
 
 // PrefetchImages tells a node's worker to pull images now; it answers once
 // the worker has acknowledged. The outcome comes on the event stream.
@@ -53,7 +23,7 @@ func (h *handler) PrefetchImages(ctx context.Context, req *connect.Request[manag
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if err := validateImageRefs(m.GetImageRefs()); err != nil {
+	if err := jobspec.ValidateImageRefs(m.GetImageRefs()); err != nil {
 		return nil, toConnect(err)
 	}
 	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.PrefetchImagesResponse], error) {

@@ -3,8 +3,8 @@ package manager
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/store"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // storeHealth is what /healthz says of this member's own store: "" while it

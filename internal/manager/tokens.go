@@ -16,9 +16,10 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // mintToken makes a new API token: its id, the bearer string and the hash
@@ -62,7 +63,7 @@ const maxTokenTTLSeconds = 100 * 365 * 24 * 3600
 
 func (h *handler) CreateToken(ctx context.Context, req *connect.Request[managerv1.CreateTokenRequest]) (*connect.Response[managerv1.CreateTokenResponse], error) {
 	m := req.Msg
-	if err := state.ValidateTokenRequest(m.GetName(), m.GetRole(), m.GetTtlS()); err != nil {
+	if err := jobspec.ValidateTokenRequest(m.GetName(), m.GetRole(), m.GetTtlS()); err != nil {
 		return nil, toConnect(err)
 	}
 	if m.GetTtlS() > maxTokenTTLSeconds {
@@ -142,7 +143,7 @@ func RecoverAdminToken(ctx context.Context, cfg Config, name string) (string, er
 	if err := cfg.defaults(); err != nil {
 		return "", err
 	}
-	if err := state.ValidateTokenRequest(name, state.RoleAdmin, 0); err != nil {
+	if err := jobspec.ValidateTokenRequest(name, state.RoleAdmin, 0); err != nil {
 		return "", err
 	}
 	member := MemberName(cfg.DataDir)

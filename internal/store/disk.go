@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // diskReserve is what the store keeps free beyond one log segment by

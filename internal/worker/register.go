@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 
 	"connectrpc.com/connect"
 

@@ -389,6 +389,11 @@ func TestAuditKVStoreErrors(t *testing.T) {
 		"GetStoreInfo": func(ctx context.Context) error { _, err := m.GetStoreInfo(ctx); return err },
 		"SnapshotSave": func(ctx context.Context) error { _, err := m.SnapshotSave(ctx, io.Discard); return err },
 	}
+	// KvGet of an absent key is ErrNotFound: the key exists whatever order
+	// the map gives the calls in.
+	if _, err := m.KvCommit(t.Context(), "ns", []norsk.KvWrite{norsk.KvPut("k", nil)}, norsk.KvCommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for method, call := range calls {
 		for code, want := range map[connect.Code]error{
 			connect.CodeUnavailable:        norsk.ErrUnavailable,

@@ -105,24 +105,24 @@ func TestBundles(t *testing.T) {
 	}
 
 	// An id is made up when none is given.
-	anon := &norsk.Bundle{Jobs: []*norsk.BundleJobSpec{{JobName: "x", Job: &norsk.Job{}}}}
+	anon := &norsk.Bundle{Jobs: []*norsk.BundleJobSpec{{JobName: "x", Job: testJob("")}}}
 	if id, err := m.CreateBundle(ctx, anon); err != nil || !strings.HasPrefix(id, "b-") {
 		t.Errorf("CreateBundle without an id = %q, %v", id, err)
 	}
 
 	// Malformed bundles: INVALID_ARGUMENT naming the field.
 	for _, tc := range []struct{ spec, field string }{
-		{"bundleId: bad\njobs: [{jobName: a, job: {}}, {jobName: a, job: {}}]", "bundle.jobs[1].jobName"},
-		{"bundleId: bad\njobs: [{jobName: a, coLocateWith: [nope], job: {}}]", "bundle.jobs[0].coLocateWith[0]"},
-		{"bundleId: bad\njobs: [{jobName: a, job: {}}, {jobName: b, separateFrom: [c], job: {}}]", "bundle.jobs[1].separateFrom[0]"},
-		{"bundleId: bad\njobs: [{jobName: a, requirements: {requiredCapacity: -1}, job: {}}]", "bundle.jobs[0].requirements.requiredCapacity"},
-		{"bundleId: bad\njobs: [{jobName: a, job: {}}, {jobName: b, coLocateWith: [a], separateFrom: [a], job: {}}]", "bundle.jobs[1].separateFrom[0]"},
-		{"bundleId: Bad\njobs: [{jobName: a, job: {}}]", "bundle.bundleId"},
+		{"bundleId: bad\njobs: [{jobName: a, job: {services: [{name: main, image: hello}]}}, {jobName: a, job: {services: [{name: main, image: hello}]}}]", "bundle.jobs[1].jobName"},
+		{"bundleId: bad\njobs: [{jobName: a, coLocateWith: [nope], job: {services: [{name: main, image: hello}]}}]", "bundle.jobs[0].coLocateWith[0]"},
+		{"bundleId: bad\njobs: [{jobName: a, job: {services: [{name: main, image: hello}]}}, {jobName: b, separateFrom: [c], job: {services: [{name: main, image: hello}]}}]", "bundle.jobs[1].separateFrom[0]"},
+		{"bundleId: bad\njobs: [{jobName: a, requirements: {requiredCapacity: -1}, job: {services: [{name: main, image: hello}]}}]", "bundle.jobs[0].requirements.requiredCapacity"},
+		{"bundleId: bad\njobs: [{jobName: a, job: {services: [{name: main, image: hello}]}}, {jobName: b, coLocateWith: [a], separateFrom: [a], job: {services: [{name: main, image: hello}]}}]", "bundle.jobs[1].separateFrom[0]"},
+		{"bundleId: Bad\njobs: [{jobName: a, job: {services: [{name: main, image: hello}]}}]", "bundle.bundleId"},
 		{"bundleId: bad\njobs: []", "bundle.jobs"},
 		{"bundleId: bad\njobs: [{jobName: a}]", "bundle.jobs[0].job"},
-		{"bundleId: bad\njobs: [{jobName: a, startMode: later, job: {}}]", "bundle.jobs[0].startMode"},
-		{"bundleId: bad\nresiliencePolicy: {replicas: 1}\njobs: [{jobName: a, job: {}}]", "bundle.resiliencePolicy.replicas"},
-		{"bundleId: bad\npool: gold\njobs: [{jobName: a, job: {}}]", "bundle.pool"},
+		{"bundleId: bad\njobs: [{jobName: a, startMode: later, job: {services: [{name: main, image: hello}]}}]", "bundle.jobs[0].startMode"},
+		{"bundleId: bad\nresiliencePolicy: {replicas: 1}\njobs: [{jobName: a, job: {services: [{name: main, image: hello}]}}]", "bundle.resiliencePolicy.replicas"},
+		{"bundleId: bad\npool: gold\njobs: [{jobName: a, job: {services: [{name: main, image: hello}]}}]", "bundle.pool"},
 	} {
 		bad, err := norsk.DecodeBundleSpec([]byte(tc.spec))
 		if err != nil {
@@ -201,7 +201,7 @@ func TestBundles(t *testing.T) {
 		t.Errorf("UpdateBundle at a stale revision = %v; want ErrFailedPrecondition", err)
 	}
 	upd.Revision = read
-	upd.Jobs = append(upd.Jobs[:1], &norsk.BundleJobSpec{JobName: "thumbs", Job: &norsk.Job{}})
+	upd.Jobs = append(upd.Jobs[:1], &norsk.BundleJobSpec{JobName: "thumbs", Job: testJob("")})
 	rev, err := m.UpdateBundle(ctx, upd)
 	if err != nil || rev <= upd.GetRevision() {
 		t.Fatalf("UpdateBundle = %d, %v", rev, err)

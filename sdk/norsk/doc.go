@@ -37,5 +37,9 @@
 // linearizable, Settings.LinearizableReads every read (ConsistencyHeader).
 //
 // The package imports nothing of the Manager's internals; a fake Manager for
-// unit tests is in package norsktest.
+// unit tests is in package norsktest. The fake checks input with the
+// Manager's own rules (package pkg/jobspec) and refuses with its codes
+// (pkg/apierr), and tests/sdkcontract runs one suite of this package's
+// behaviour against both, so a test that passes on the fake relies only on
+// what the Manager does too.
 package norsk

@@ -70,7 +70,7 @@ func TestEventStreamSnapshotThenLive(t *testing.T) {
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	srv.AddNode(&managerv1.Node{NodeId: "n1"})
-	if _, err := m.CreateJob(t.Context(), &norsk.Job{JobId: "a"}); err != nil {
+	if _, err := m.CreateJob(t.Context(), testJob("a")); err != nil {
 		t.Fatal(err)
 	}
 	s := m.EventStream(t.Context(), norsk.EventStreamSettings{})
@@ -79,7 +79,7 @@ func TestEventStreamSnapshotThenLive(t *testing.T) {
 	if idc := s.Event().GetInitialDataComplete(); idc.GetIndex() != srv.Index() {
 		t.Errorf("initial_data_complete.index = %d, want %d", idc.GetIndex(), srv.Index())
 	}
-	if _, err := m.CreateJob(t.Context(), &norsk.Job{JobId: "b"}); err != nil {
+	if _, err := m.CreateJob(t.Context(), testJob("b")); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, s, "created:b")
@@ -209,7 +209,7 @@ func TestEventStreamSnapshotInterrupted(t *testing.T) {
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
 	for _, id := range []string{"a", "b", "c"} {
-		if _, err := m.CreateJob(t.Context(), &norsk.Job{JobId: id}); err != nil {
+		if _, err := m.CreateJob(t.Context(), testJob(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -235,7 +235,7 @@ func TestEventStreamResync(t *testing.T) {
 	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
-	if _, err := m.CreateJob(t.Context(), &norsk.Job{JobId: "a"}); err != nil {
+	if _, err := m.CreateJob(t.Context(), testJob("a")); err != nil {
 		t.Fatal(err)
 	}
 	s := m.EventStream(t.Context(), norsk.EventStreamSettings{})
@@ -257,11 +257,11 @@ func TestEventStreamResync(t *testing.T) {
 		})
 		return err
 	})
-	if _, err := m.CreateJob(t.Context(), &norsk.Job{JobId: "b"}); err != nil {
+	if _, err := m.CreateJob(t.Context(), testJob("b")); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, s, "snap:a", "snap:b", "complete(resync=true)")
-	if _, err := m.CreateJob(t.Context(), &norsk.Job{JobId: "c"}); err != nil {
+	if _, err := m.CreateJob(t.Context(), testJob("c")); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, s, "created:c")
@@ -398,7 +398,7 @@ func TestEventStreamSubscribedWhenOpened(t *testing.T) {
 			m := connectTo(t, srv)
 			s := m.EventStream(t.Context(), tc.settings)
 			defer s.Close()
-			if _, err := m.CreateJob(t.Context(), &norsk.Job{JobId: "a"}); err != nil {
+			if _, err := m.CreateJob(t.Context(), testJob("a")); err != nil {
 				t.Fatal(err)
 			}
 			expect(t, s, append(tc.first, "created:a")...)

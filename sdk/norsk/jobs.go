@@ -46,9 +46,9 @@ func (m *Manager) UpdateJob(ctx context.Context, job *Job) (uint64, error) {
 	return res.Msg.GetHash(), nil
 }
 
-// DeleteJob deletes the job jobID. Errors: ErrNotFound,
-// ErrFailedPrecondition (an instance of the job is still bound to a node:
-// stop it first), ErrUnavailable.
+// DeleteJob deletes the job jobID; its live instances are stopped (reason
+// userRequested, "job deleted") and leave their nodes once their workers
+// confirm. Errors: ErrNotFound, ErrUnavailable.
 func (m *Manager) DeleteJob(ctx context.Context, jobID string) error {
 	const op = "DeleteJob"
 	if err := m.alive(op); err != nil {
@@ -195,9 +195,10 @@ type StopJobOptions struct {
 
 // StopJob stops the instance (jobID, role) running on nodeID. It returns once
 // the Manager has recorded the stop; the instance's history then shows
-// stopping and, when its services have exited, stopped. Errors: ErrNotFound
-// (job, or no such instance on the node), ErrFailedPrecondition,
-// ErrUnavailable.
+// stopping and, when its services have exited, stopped. Stopping an
+// instance that is stopping or stopped changes nothing and is not an error.
+// Errors: ErrNotFound (job, or no such instance on the node),
+// ErrFailedPrecondition, ErrUnavailable.
 func (m *Manager) StopJob(ctx context.Context, jobID, role, nodeID string, opts StopJobOptions) error {
 	const op = "StopJob"
 	if err := m.alive(op); err != nil {
@@ -218,9 +219,9 @@ func (m *Manager) StopJob(ctx context.Context, jobID, role, nodeID string, opts 
 
 // StartPreparedJob starts an instance that StartJob provisioned with
 // DeferStart (every container exists, none runs). The worker answers with a
-// running entry in the job's history. Errors: ErrNotFound,
-// ErrFailedPrecondition (the instance is not prepared on nodeID),
-// ErrUnavailable.
+// running entry in the job's history. Starting one that runs already changes
+// nothing and is not an error. Errors: ErrNotFound, ErrFailedPrecondition
+// (the instance is neither prepared nor running on nodeID), ErrUnavailable.
 func (m *Manager) StartPreparedJob(ctx context.Context, jobID, role, nodeID string) error {
 	const op = "StartPreparedJob"
 	if err := m.alive(op); err != nil {
@@ -231,8 +232,9 @@ func (m *Manager) StartPreparedJob(ctx context.Context, jobID, role, nodeID stri
 }
 
 // CompleteJob marks the job completed: its running instances are stopped and
-// it is never started again (its terminal state is completed). Errors:
-// ErrNotFound, ErrFailedPrecondition (already terminal), ErrUnavailable.
+// it is never started again (its terminal state is completed). Completing a
+// completed job changes nothing and is not an error. Errors: ErrNotFound,
+// ErrFailedPrecondition (the job has been marked failed), ErrUnavailable.
 func (m *Manager) CompleteJob(ctx context.Context, jobID string) error {
 	const op = "CompleteJob"
 	if err := m.alive(op); err != nil {
@@ -244,9 +246,10 @@ func (m *Manager) CompleteJob(ctx context.Context, jobID string) error {
 
 // MarkJobFailed records a durable, terminal failed verdict on the job with
 // reason (the AutoManager's writeback when it gives up), so that it is not
-// placed again, even after a restart. Errors: ErrNotFound,
-// ErrFailedPrecondition (already terminal), ErrInvalidArgument (empty
-// reason), ErrUnavailable.
+// placed again, even after a restart. Marking a failed job again changes
+// nothing (the first verdict and reason stand) and is not an error. Errors:
+// ErrNotFound, ErrFailedPrecondition (the job has completed),
+// ErrInvalidArgument (empty reason), ErrUnavailable.
 func (m *Manager) MarkJobFailed(ctx context.Context, jobID, reason string) error {
 	const op = "MarkJobFailed"
 	if err := m.alive(op); err != nil {

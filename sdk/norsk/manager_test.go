@@ -307,7 +307,7 @@ func TestJobLifecycle(t *testing.T) {
 	if err != nil || hash2 == hash {
 		t.Fatalf("UpdateJob = %d, %v", hash2, err)
 	}
-	if _, err := m.CreateJob(ctx, &norsk.Job{JobId: "j2", Tags: map[string]string{"env": "dev"}}); err != nil {
+	if _, err := m.CreateJob(ctx, &norsk.Job{JobId: "j2", Tags: map[string]string{"env": "dev"}, Services: testJob("j2").Services}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -362,9 +362,6 @@ func TestJobLifecycle(t *testing.T) {
 	}
 	if in := j.GetInstances(); len(in) != 1 || in[0].GetPhase() != norsk.InstancePhaseRunning || in[0].GetFencingToken() != token {
 		t.Errorf("instances = %v", in)
-	}
-	if err := m.DeleteJob(ctx, "j1"); !errors.Is(err, norsk.ErrFailedPrecondition) {
-		t.Errorf("DeleteJob of a running job: %v", err)
 	}
 	if err := m.StopJob(ctx, "j1", "primary", "n1", norsk.StopJobOptions{Grace: 2 * time.Second}); err != nil {
 		t.Fatalf("StopJob: %v", err)
@@ -445,8 +442,8 @@ func TestNodesAndSlots(t *testing.T) {
 	if err := m.TerminateNode(ctx, reg.NodeId); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.TerminateNode(ctx, reg.NodeId); !errors.Is(err, norsk.ErrFailedPrecondition) {
-		t.Errorf("TerminateNode twice: %v", err)
+	if err := m.TerminateNode(ctx, reg.NodeId); err != nil {
+		t.Errorf("TerminateNode twice (idempotent): %v", err)
 	}
 	if err := m.DeregisterClusterNode(ctx, reg.NodeId); err != nil {
 		t.Fatal(err)

@@ -99,8 +99,9 @@ func (m *Manager) ListNodes(ctx context.Context) ([]*Node, error) {
 }
 
 // TerminateNode forcibly stops the node nodeID: its instances are stopped
-// (reason node_terminated) and its provider releases it. Errors:
-// ErrNotFound, ErrFailedPrecondition (already terminated), ErrUnavailable.
+// (reason node_terminated) and its provider releases it. Terminating a node
+// already terminated (or being terminated) changes nothing and is not an
+// error. Errors: ErrNotFound, ErrUnavailable.
 func (m *Manager) TerminateNode(ctx context.Context, nodeID string) error {
 	const op = "TerminateNode"
 	if err := m.alive(op); err != nil {

@@ -7,19 +7,20 @@ import (
 	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // ApiToken is an API token's metadata (its secret is shown once, by
 // CreateToken).
 type ApiToken = managerv1.ApiToken
 
-// Token roles.
+// Token roles (pkg/jobspec lists the roles the Manager accepts).
 const (
-	RoleAdmin     = "admin"
-	RoleOperator  = "operator"
-	RoleReadOnly  = "read-only"
-	RoleWorker    = "worker"
-	RolePublisher = "publisher"
+	RoleAdmin     = jobspec.RoleAdmin
+	RoleOperator  = jobspec.RoleOperator
+	RoleReadOnly  = jobspec.RoleReadOnly
+	RoleWorker    = jobspec.RoleWorker
+	RolePublisher = jobspec.RolePublisher
 )
 
 // CreateToken makes an API token with a role (admin, operator, read-only,

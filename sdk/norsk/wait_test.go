@@ -54,7 +54,7 @@ func TestWaitForJob(t *testing.T) {
 	m := connectTo(t, srv)
 	srv.AddNode(&managerv1.Node{NodeId: "n1"})
 	x := t.Context()
-	if _, err := m.CreateJob(x, &norsk.Job{JobId: "a"}); err != nil {
+	if _, err := m.CreateJob(x, testJob("a")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.StartJob(x, "a", "primary", "n1", norsk.StartJobOptions{DeferStart: true}); err != nil {
@@ -117,7 +117,7 @@ func TestWaitForJobErrors(t *testing.T) {
 	t.Parallel()
 	srv := norsktest.NewServer(t)
 	m := connectTo(t, srv)
-	if _, err := m.CreateJob(t.Context(), &norsk.Job{JobId: "a"}); err != nil {
+	if _, err := m.CreateJob(t.Context(), testJob("a")); err != nil {
 		t.Fatal(err)
 	}
 	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
@@ -147,7 +147,7 @@ func TestWaitForMigration(t *testing.T) {
 	x := t.Context()
 	record := func(id string, phase norsk.MigrationPhase, create bool) {
 		t.Helper()
-		if _, err := m.RecordMigration(x, &norsk.MigrationState{MigrationId: id, SourceJobId: "j-" + id, Phase: phase}, 0, create); err != nil {
+		if _, err := m.RecordMigration(x, &norsk.MigrationState{MigrationId: id, SourceJobId: "j-" + id, SourceRole: "primary", TargetRole: "primary@" + id, Phase: phase}, 0, create); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -209,7 +209,7 @@ func TestEventStreamFilters(t *testing.T) {
 	byKind := m.EventStream(x, norsk.EventStreamSettings{SkipSnapshot: true, Kinds: []norsk.EventKind{norsk.EventKindJobDeleted}})
 	defer byKind.Close()
 	for _, id := range []string{"a", "b"} {
-		if _, err := m.CreateJob(x, &norsk.Job{JobId: id}); err != nil {
+		if _, err := m.CreateJob(x, testJob(id)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -14,9 +14,10 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/auditchain"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // --- audit helpers ---
@@ -116,7 +117,9 @@ func TestAuditEntryPerStampedCommand(t *testing.T) {
 		{name: "tags unstamped", cmd: func() *storev1.Command { return cTags("n1", map[string]string{"zone": "b"}) }},
 		{name: "kv stamped", cmd: func() *storev1.Command { return cKV("ns", nil, kvPut("k", "v", nil)) }, method: "KvCommit", target: "kv/ns", stamped: true},
 		{name: "kv failing precondition stamped is refused", cmd: func() *storev1.Command { return cKV("ns", nil, kvPut("k", "v", rev(0))) }, method: "KvCommit", target: "kv/ns", stamped: true, refused: apierr.FailedPrecondition},
-		{name: "kv invalid stamped is refused", cmd: func() *storev1.Command { return cKV("", nil, kvPut("k", "v", nil)) }, method: "KvCommit", target: "kv/", stamped: true, refused: apierr.InvalidArgument},
+		{name: "kv refused stamped", cmd: func() *storev1.Command {
+			return cKV("ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: schemaVersion(7)}, kvPut("k", "v", nil))
+		}, method: "KvCommit", target: "kv/ns", stamped: true, refused: apierr.FailedPrecondition},
 		{name: "delete stamped", cmd: func() *storev1.Command { return cDelete("b") }, method: "DeleteJob", target: "job/b", stamped: true},
 		{name: "idle expiry stamped", cmd: func() *storev1.Command { return cIdle("n1", 5000) }, method: "SetNodeIdleExpiry", target: "node/n1", stamped: true},
 	}
@@ -213,25 +216,26 @@ func TestAppendAudit(t *testing.T) {
 	}{
 		{"ok", "ops", "deploy", `{"v":1}`, ""},
 		{"empty payload", "ops", "deploy", "", ""},
-		{"limits exactly", strings.Repeat("s", state.MaxAuditSourceLen), strings.Repeat("k", state.MaxAuditKindLen), strings.Repeat("p", state.MaxAuditPayloadLen), ""},
+		{"limits exactly", strings.Repeat("s", jobspec.MaxAuditSourceLen), strings.Repeat("k", jobspec.MaxAuditKindLen), strings.Repeat("p", jobspec.MaxAuditPayloadLen), ""},
 		{"empty source", "", "deploy", "x", "source"},
-		{"long source", strings.Repeat("s", state.MaxAuditSourceLen+1), "deploy", "x", "source"},
+		{"long source", strings.Repeat("s", jobspec.MaxAuditSourceLen+1), "deploy", "x", "source"},
 		{"empty kind", "ops", "", "x", "kind"},
-		{"long kind", "ops", strings.Repeat("k", state.MaxAuditKindLen+1), "x", "kind"},
-		{"long payload", "ops", "deploy", strings.Repeat("p", state.MaxAuditPayloadLen+1), "payload"},
+		{"long kind", "ops", strings.Repeat("k", jobspec.MaxAuditKindLen+1), "x", "kind"},
+		{"long payload", "ops", "deploy", strings.Repeat("p", jobspec.MaxAuditPayloadLen+1), "payload"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			f.must(cAppendAudit("first", "x", ""))
-			if err := state.ValidateAuditAppend(tc.source, tc.kind, tc.payload); (err == nil) != (tc.field == "") {
+			if err := jobspec.ValidateAuditAppend(tc.source, tc.kind, tc.payload); (err == nil) != (tc.field == "") {
 				t.Errorf("ValidateAuditAppend = %v", err)
 			}
 			cmd := withStamp(cAppendAudit(tc.source, tc.kind, tc.payload), "AppendAuditEntry", "audit")
 			if tc.field != "" {
-				err := f.refused(cmd, apierr.InvalidArgument)
+				// The handler refuses it; the FSM does not validate
+				// again (decision 0046).
 				var ae *apierr.Error
-				if !errors.As(err, &ae) || ae.Field != tc.field {
+				if err := jobspec.ValidateAuditAppend(tc.source, tc.kind, tc.payload); !errors.As(err, &ae) || ae.Field != tc.field {
 					t.Errorf("error %v names field %q, want %q", err, ae.Field, tc.field)
 				}
 				return
@@ -438,6 +442,9 @@ func TestPruneAuditEmptyLog(t *testing.T) {
 	checkLinked(t, f.read())
 }
 
+// TestPruneAuditRefusals: the handler refuses a prune time that is not a
+// past time (pkg/jobspec); the FSM applies what it is given (decision 0046)
+// and never panics on it.
 func TestPruneAuditRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -455,11 +462,13 @@ func TestPruneAuditRefusals(t *testing.T) {
 			f.must(cAppendAudit("ops", "a", ""))
 			f.must(cAppendAudit("ops", "b", ""))
 			now := msAt(f.index + 1) // the prune's own time
-			err := f.refused(withStamp(cPruneAudit(tc.before(now)), "PruneAuditLog", "audit"), apierr.InvalidArgument)
+			err := jobspec.ValidatePruneBefore(tc.before(now), now)
 			var ae *apierr.Error
-			if !errors.As(err, &ae) || ae.Field != "beforeTimestampMs" {
-				t.Errorf("error %v does not name beforeTimestampMs", err)
+			if !errors.As(err, &ae) || ae.Code != apierr.InvalidArgument || ae.Field != "beforeTimestampMs" {
+				t.Errorf("ValidatePruneBefore = %v; want INVALID_ARGUMENT naming beforeTimestampMs", err)
 			}
+			f.must(withStamp(cPruneAudit(tc.before(now)), "PruneAuditLog", "audit"))
+			checkLinked(t, f.read())
 		})
 	}
 }

@@ -36,13 +36,24 @@ var clockCalls = map[string]bool{"Now": true, "Since": true, "Until": true}
 // it imports a clock, randomness, the file system or the network, or reads
 // the wall clock.
 func TestStateIsDeterministic(t *testing.T) {
-	files, err := filepath.Glob("*.go")
+	fset, files := stateSource(t)
+	for _, f := range files {
+		for _, msg := range nondeterminism(fset, f) {
+			t.Error(msg)
+		}
+	}
+}
+
+// stateSource parses the package's non-test source files.
+func stateSource(t *testing.T) (*token.FileSet, []*ast.File) {
+	t.Helper()
+	names, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fset := token.NewFileSet()
-	checked := 0
-	for _, name := range files {
+	var files []*ast.File
+	for _, name := range names {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
 		}
@@ -54,14 +65,12 @@ func TestStateIsDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parse %s: %v", name, err)
 		}
-		checked++
-		for _, msg := range nondeterminism(fset, f) {
-			t.Error(msg)
-		}
+		files = append(files, f)
 	}
-	if checked == 0 {
+	if len(files) == 0 {
 		t.Fatal("no source files found")
 	}
+	return fset, files
 }
 
 // nondeterminism lists what in f breaks the FSM's determinism.

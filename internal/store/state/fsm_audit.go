@@ -3,7 +3,6 @@ package state
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/hashicorp/go-memdb"
@@ -11,8 +10,9 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/auditchain"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // Audit entry sources and kinds the Manager writes itself.
@@ -25,32 +25,8 @@ const (
 	// AuditSourceExternal is the source under which every AppendAuditEntry
 	// is stored ("external/<the caller's sub-source>"): a caller cannot
 	// write an entry of the Manager's own sources.
-	AuditSourceExternal = "external/"
+	AuditSourceExternal = jobspec.AuditSourceExternal
 )
-
-// Limits of a caller's own audit entry.
-const (
-	MaxAuditSourceLen  = 128
-	MaxAuditKindLen    = 128
-	MaxAuditPayloadLen = 64 << 10
-)
-
-// ValidateAuditAppend checks an AppendAuditEntry's fields.
-func ValidateAuditAppend(source, kind, payload string) error {
-	switch {
-	case source == "":
-		return apierr.Invalid("source", "must not be empty")
-	case len(source) > MaxAuditSourceLen:
-		return apierr.Invalid("source", "is %d bytes (at most %d)", len(source), MaxAuditSourceLen)
-	case kind == "":
-		return apierr.Invalid("kind", "must not be empty")
-	case len(kind) > MaxAuditKindLen:
-		return apierr.Invalid("kind", "is %d bytes (at most %d)", len(kind), MaxAuditKindLen)
-	case len(payload) > MaxAuditPayloadLen:
-		return apierr.Invalid("payload", "is %d bytes (at most %d)", len(payload), MaxAuditPayloadLen)
-	}
-	return nil
-}
 
 // auditState returns the chain's state (zero before the first entry).
 func (r *Read) auditState() *storev1.AuditState {
@@ -211,9 +187,6 @@ func (t *tx) auditCall(stamp *storev1.AuditStamp) {
 // a caller's words can never pass for the Manager's. Older commands replay
 // as they were written.
 func (t *tx) appendAuditCmd(c *storev1.AppendAudit, stamp *storev1.AuditStamp) (*managerv1.AuditLogEntry, error) {
-	if err := ValidateAuditAppend(c.GetSource(), c.GetKind(), c.GetPayload()); err != nil {
-		return nil, err
-	}
 	managersOwn := c.GetSource() == AuditSourceManager && c.GetKind() == stamp.GetMethod()
 	if stamp.GetCaller() != "" && !managersOwn && (!strings.HasPrefix(c.GetSource(), AuditSourceExternal) || len(c.GetSource()) == len(AuditSourceExternal)) {
 		return nil, apierr.Invalid("source", "%s is not under %q: a caller's entry is stored under the Manager's external source", apierr.Quote(c.GetSource()), AuditSourceExternal)
@@ -231,13 +204,6 @@ type prunedPayload struct {
 // pruneAudit front-prunes the chain; the answer is a *storev1.PruneAuditResult.
 func (t *tx) pruneAudit(c *storev1.PruneAudit, stamp *storev1.AuditStamp) (*storev1.PruneAuditResult, error) {
 	before := c.GetBeforeTimestampMs()
-	now := float64(t.now.AsTime().UnixNano()) / 1e6
-	switch {
-	case before < 0 || math.IsNaN(before) || math.IsInf(before, 0):
-		return nil, apierr.Invalid("beforeTimestampMs", "%v must be a time in ms since the epoch (0 = everything)", before)
-	case before > now:
-		return nil, apierr.Invalid("beforeTimestampMs", "%.0f is in the future (now is %.0f); pruning only removes the past", before, now)
-	}
 	r := t.read()
 	var last *managerv1.AuditLogEntry
 	var removed int64

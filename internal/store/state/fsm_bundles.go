@@ -5,8 +5,8 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 func (t *tx) bundle(id string) (*managerv1.Bundle, error) {
@@ -40,10 +40,10 @@ func (t *tx) bundleEvent(b *managerv1.Bundle, reason string) *managerv1.BundleEv
 // createBundle stores the bundle and creates its replica jobs in the same
 // write: a bundle never exists without its jobs.
 func (t *tx) createBundle(c *storev1.CreateBundle) error {
-	b := proto.Clone(c.GetBundle()).(*managerv1.Bundle)
-	if err := jobspec.ValidateBundle(b); err != nil {
+	if err := needKey("bundle id", c.GetBundle().GetBundleId()); err != nil {
 		return err
 	}
+	b := proto.Clone(c.GetBundle()).(*managerv1.Bundle)
 	if t.read().Bundle(nil, b.GetBundleId()) != nil {
 		return apierr.AlreadyExistsf("bundle %q already exists", b.GetBundleId())
 	}
@@ -73,10 +73,10 @@ func (t *tx) createBundle(c *storev1.CreateBundle) error {
 // roll one replica at a time, so the bundle never restarts everywhere at
 // once. A job's dormant mark is kept.
 func (t *tx) updateBundle(c *storev1.UpdateBundle) error {
-	nb := proto.Clone(c.GetBundle()).(*managerv1.Bundle)
-	if err := jobspec.ValidateBundle(nb); err != nil {
-		return err
+	if c.GetBundle() == nil {
+		return errNoPayload("bundle")
 	}
+	nb := proto.Clone(c.GetBundle()).(*managerv1.Bundle)
 	old, err := t.bundle(nb.GetBundleId())
 	if err != nil {
 		return err

@@ -5,8 +5,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // Member statuses.
@@ -90,8 +89,8 @@ func (t *tx) initCluster(c *storev1.InitCluster) error {
 		}
 		return nil
 	}
-	for i, m := range c.GetMembers() {
-		if err := jobspec.ValidateID("members["+itoa(i)+"].name", m.GetName()); err != nil {
+	for _, m := range c.GetMembers() {
+		if err := needKey("member name", m.GetName()); err != nil {
 			return err
 		}
 		n := proto.Clone(m).(*storev1.MemberRecord)
@@ -123,7 +122,7 @@ func validateClusterID(id string) error {
 
 // expectMember answers with every expected or joined member's name.
 func (t *tx) expectMember(c *storev1.ExpectMember) (*managerv1.AddClusterMemberResponse, error) {
-	if err := jobspec.ValidateID("node", c.GetName()); err != nil {
+	if err := needKey("member name", c.GetName()); err != nil {
 		return nil, err
 	}
 	cur := t.read().Member(c.GetName())

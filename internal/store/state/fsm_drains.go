@@ -8,12 +8,12 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
-// MaxDrainItems bounds the instances one drain records.
-const MaxDrainItems = 10000
+// MaxDrainItems bounds the instances one drain records (jobspec.ValidateDrain).
+const MaxDrainItems = jobspec.MaxDrainItems
 
 // DrainRunning: the drain is running (the AutoManager moves its items).
 func DrainRunning(d *managerv1.NodeDrain) bool {
@@ -31,9 +31,6 @@ func (t *tx) startNodeDrain(c *storev1.StartNodeDrain) error {
 	}
 	if DrainRunning(rec.GetNode().GetDrain()) {
 		return apierr.FailedPreconditionf("node %s is already being drained (since index %d): undo that drain first", d.GetNodeId(), rec.GetNode().GetDrain().GetRevision())
-	}
-	if err := checkDrain(d); err != nil {
-		return err
 	}
 	nrec, n := t.withNode(rec)
 	nd := proto.Clone(d).(*managerv1.NodeDrain)
@@ -75,9 +72,6 @@ func (t *tx) putNodeDrain(c *storev1.PutNodeDrain) (uint64, error) {
 	default:
 		return 0, apierr.Invalid("drain.state", "%s: a drain's progress is running, drained or notDrained (undo cancels)", DrainStateName(d.GetState()))
 	}
-	if err := checkDrain(d); err != nil {
-		return 0, err
-	}
 	nrec, n := t.withNode(rec)
 	nd := proto.Clone(d).(*managerv1.NodeDrain)
 	// What the request set stays as it was asked.
@@ -106,35 +100,6 @@ func (t *tx) cancelDrain(n *managerv1.Node) bool {
 	n.Drain = nd
 	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeDrainUpdated{NodeDrainUpdated: proto.Clone(nd).(*managerv1.NodeDrain)}})
 	return true
-}
-
-// checkDrain refuses a malformed drain record.
-func checkDrain(d *managerv1.NodeDrain) error {
-	if _, ok := managerv1.MigrationStrategy_name[int32(d.GetStrategy())]; !ok {
-		return apierr.Invalid("drain.strategy", "%d is not a strategy", d.GetStrategy())
-	}
-	if len(d.GetItems()) > MaxDrainItems {
-		return apierr.Invalid("drain.items", "%d items (at most %d)", len(d.GetItems()), MaxDrainItems)
-	}
-	if len(d.GetRequestedBy()) > 256 {
-		return apierr.Invalid("drain.requestedBy", "is %d bytes (at most 256)", len(d.GetRequestedBy()))
-	}
-	for i, it := range d.GetItems() {
-		f := fmt.Sprintf("drain.items[%d]", i)
-		if err := jobspec.ValidateID(f+".jobId", it.GetJobId()); err != nil {
-			return err
-		}
-		if err := jobspec.ValidateRole(f+".role", it.GetRole()); err != nil {
-			return err
-		}
-		if _, ok := managerv1.DrainItemResult_name[int32(it.GetResult())]; !ok || it.GetResult() == managerv1.DrainItemResult_DRAIN_ITEM_RESULT_UNSPECIFIED {
-			return apierr.Invalid(f+".result", "%d is not a result", it.GetResult())
-		}
-		if len(it.GetReason()) > 2048 || len(it.GetMigrationId()) > 64 || len(it.GetTargetNodeId()) > 256 {
-			return apierr.Invalid(f, "a field is over its bound (reason 2048, migrationId 64, targetNodeId 256 bytes)")
-		}
-	}
-	return nil
 }
 
 // stampDrain sets the store's fields of a drain: revision, counts, summary.

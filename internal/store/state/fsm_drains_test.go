@@ -1,13 +1,15 @@
 package state_test
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 func startDrain(node string) *storev1.Command {
@@ -49,7 +51,11 @@ func TestNodeDrainLifecycle(t *testing.T) {
 	f.refused(putDrain(next, d.GetRevision()+1), apierr.FailedPrecondition, "revision")
 	bad := proto.Clone(next).(*managerv1.NodeDrain)
 	bad.Items[0].JobId = ""
-	f.refused(putDrain(bad, d.GetRevision()), apierr.InvalidArgument, "drain.items[0].jobId")
+	// The handler refuses a malformed record (the FSM does not validate
+	// again: decision 0046).
+	if err := jobspec.ValidateDrain(bad); apierr.CodeOf(err) != apierr.InvalidArgument || !strings.Contains(err.Error(), "drain.items[0].jobId") {
+		t.Errorf("ValidateDrain = %v, want INVALID_ARGUMENT naming drain.items[0].jobId", err)
+	}
 	bad = proto.Clone(next).(*managerv1.NodeDrain)
 	bad.State = managerv1.NodeDrainState_NODE_DRAIN_STATE_CANCELLED
 	f.refused(putDrain(bad, d.GetRevision()), apierr.InvalidArgument, "drain.state")

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // HostAgentTokenPrefix starts a host agent's one-shot registration token.

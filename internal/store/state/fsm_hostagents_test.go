@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 func cAddHost(name, token string) *storev1.Command {

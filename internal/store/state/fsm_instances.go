@@ -8,8 +8,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 const (
@@ -113,13 +112,8 @@ func (t *tx) markStopped(in *managerv1.Instance, reason managerv1.StoppingReason
 }
 
 func (t *tx) bindInstance(c *storev1.BindInstance) (uint64, error) {
-	if err := jobspec.ValidateRole("role", c.GetRole()); err != nil {
+	if err := needKey("role", c.GetRole()); err != nil {
 		return 0, err
-	}
-	if rr := c.GetOptions().GetRuntimeRole(); rr != "" {
-		if err := jobspec.ValidateRole("options.runtimeRole", rr); err != nil {
-			return 0, err
-		}
 	}
 	rec, err := t.job(c.GetJobId())
 	if err != nil {

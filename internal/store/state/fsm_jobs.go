@@ -5,8 +5,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 func (t *tx) job(id string) (*storev1.JobRecord, error) {
@@ -96,7 +95,10 @@ func (t *tx) deferView(pos int, jobID string, ev *managerv1.JobEvent, created bo
 
 func (t *tx) createJob(c *storev1.CreateJob) error {
 	job := c.GetJob()
-	if err := jobspec.ValidateJob(job); err != nil {
+	if job == nil {
+		return errNoPayload("job")
+	}
+	if err := needKey("job id", job.GetJobId()); err != nil {
 		return err
 	}
 	if t.read().Job(nil, job.GetJobId()) != nil {
@@ -121,8 +123,8 @@ func (t *tx) createJob(c *storev1.CreateJob) error {
 
 func (t *tx) updateJob(c *storev1.UpdateJob) error {
 	job := c.GetJob()
-	if err := jobspec.ValidateJob(job); err != nil {
-		return err
+	if job == nil {
+		return errNoPayload("job")
 	}
 	rec, err := t.job(job.GetJobId())
 	if err != nil {

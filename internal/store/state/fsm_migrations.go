@@ -5,38 +5,19 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // MaxMigrationPayload bounds a handshake payload (the job's own state) in a
 // report or a migration record.
-const MaxMigrationPayload = 4 << 20
+const MaxMigrationPayload = jobspec.MaxMigrationPayload
 
 // putMigration writes a migration record (the AutoManager's saga state)
 // and answers its new revision (the command's index). A job has at most
 // one migration in flight, and a done or aborted migration stays so.
 func (t *tx) putMigration(c *storev1.PutMigration) (uint64, error) {
 	m := c.GetMigration()
-	switch {
-	case m.GetMigrationId() == "":
-		return 0, apierr.Invalid("migration.migrationId", "is required")
-	case len(m.GetMigrationId()) > 64:
-		return 0, apierr.Invalid("migration.migrationId", "is %d characters (at most 64)", len(m.GetMigrationId()))
-	case m.GetPhase() == managerv1.MigrationPhase_MIGRATION_PHASE_UNSPECIFIED:
-		return 0, apierr.Invalid("migration.phase", "is required")
-	case len(m.GetInitialState()) > MaxMigrationPayload || len(m.GetTargetPayload()) > MaxMigrationPayload || len(m.GetSourcePayload()) > MaxMigrationPayload:
-		return 0, apierr.Invalid("migration", "a payload is over %d bytes", MaxMigrationPayload)
-	}
-	if err := jobspec.ValidateID("migration.sourceJobId", m.GetSourceJobId()); err != nil {
-		return 0, err
-	}
-	if err := jobspec.ValidateRole("migration.sourceRole", m.GetSourceRole()); err != nil {
-		return 0, err
-	}
-	if err := jobspec.ValidateRole("migration.targetRole", m.GetTargetRole()); err != nil {
-		return 0, err
-	}
 	r := t.read()
 	ex := r.Migration(nil, m.GetMigrationId())
 	switch {

@@ -8,8 +8,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // ProviderCluster is the provider of registered local servers.
@@ -76,18 +75,11 @@ func (t *tx) liveInstances(nodeID string) []*managerv1.Instance {
 	return out
 }
 
-func validatePool(pool string) error {
-	return jobspec.ValidatePool("pool", pool)
-}
-
 func (t *tx) registerSlot(c *storev1.RegisterSlot) error {
-	if err := jobspec.ValidateID("nodeName", c.GetNodeName()); err != nil {
+	if err := needKey("node id", c.GetNodeId()); err != nil {
 		return err
 	}
-	if err := jobspec.ValidateID("nodeId", c.GetNodeId()); err != nil {
-		return err
-	}
-	if err := validatePool(c.GetPool()); err != nil {
+	if err := needKey("node name", c.GetNodeName()); err != nil {
 		return err
 	}
 	if c.GetToken() == "" {
@@ -103,9 +95,6 @@ func (t *tx) registerSlot(c *storev1.RegisterSlot) error {
 		// memdb's unique index would silently move the token; never let two
 		// slots share one.
 		return apierr.AlreadyExistsf("that registration token belongs to another slot")
-	}
-	if err := jobspec.ValidateTags("tags", c.GetTags()); err != nil {
-		return err
 	}
 	n := &managerv1.Node{
 		NodeId:       c.GetNodeId(),
@@ -296,9 +285,6 @@ func (t *tx) nodeTerminated(c *storev1.NodeTerminated) error {
 }
 
 func (t *tx) setSlotPool(c *storev1.SetSlotPool) error {
-	if err := validatePool(c.GetPool()); err != nil {
-		return err
-	}
 	rec, err := t.node(c.GetNodeId())
 	if err != nil {
 		return err
@@ -332,9 +318,6 @@ func (t *tx) setSlotPool(c *storev1.SetSlotPool) error {
 }
 
 func (t *tx) setNodeTags(c *storev1.SetNodeTags) error {
-	if err := jobspec.ValidateTags("tags", c.GetTags()); err != nil {
-		return err
-	}
 	rec, err := t.node(c.GetNodeId())
 	if err != nil {
 		return err
@@ -362,8 +345,8 @@ func (t *tx) setNodeTags(c *storev1.SetNodeTags) error {
 	for _, k := range keys {
 		n.Tags[k] = c.GetTags()[k]
 	}
-	if len(n.Tags) > jobspec.MaxTags {
-		return apierr.Invalid("tags", "the node would have %d tags (at most %d)", len(n.Tags), jobspec.MaxTags)
+	if max := t.rules().maxNodeTags; len(n.Tags) > max {
+		return apierr.Invalid("tags", "the node would have %d tags (at most %d)", len(n.Tags), max)
 	}
 	t.insert(tableNodes, nrec)
 	t.emit(&managerv1.Event{Kind: &managerv1.Event_NodeTagsUpdated{NodeTagsUpdated: t.nodeEvent(nrec, "tags set")}})
@@ -371,9 +354,6 @@ func (t *tx) setNodeTags(c *storev1.SetNodeTags) error {
 }
 
 func (t *tx) setNodeIdleExpiry(c *storev1.SetNodeIdleExpiry) error {
-	if c.GetIdleExpiryMs() < 0 {
-		return apierr.Invalid("idleExpiryMs", "%d must not be negative (0 clears the override)", c.GetIdleExpiryMs())
-	}
 	rec, err := t.node(c.GetNodeId())
 	if err != nil {
 		return err

@@ -6,7 +6,7 @@ import (
 	"github.com/hashicorp/go-memdb"
 
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // SchemaVersion is the version of the state's record formats this binary

@@ -3,50 +3,29 @@ package state
 import (
 	"encoding/hex"
 	"regexp"
-	"strconv"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
-// Roles of API tokens.
+// Roles of API tokens (pkg/jobspec holds the list the API accepts).
 const (
-	RoleAdmin     = "admin"
-	RoleOperator  = "operator"
-	RoleReadOnly  = "read-only"
-	RoleWorker    = "worker"
-	RolePublisher = "publisher"
+	RoleAdmin     = jobspec.RoleAdmin
+	RoleOperator  = jobspec.RoleOperator
+	RoleReadOnly  = jobspec.RoleReadOnly
+	RoleWorker    = jobspec.RoleWorker
+	RolePublisher = jobspec.RolePublisher
 )
 
 // Roles lists every role.
-var Roles = []string{RoleAdmin, RoleOperator, RoleReadOnly, RoleWorker, RolePublisher}
+var Roles = jobspec.Roles
 
-var (
-	tokenIDRE   = regexp.MustCompile(`^[0-9a-f]{8,32}$`)
-	tokenNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
-)
-
-// ValidateTokenRequest checks a token's name and role.
-func ValidateTokenRequest(name, role string, ttlS int64) error {
-	if !tokenNameRE.MatchString(name) {
-		return apierr.Invalid("name", "%q: use 1-64 letters, digits, '.', '_', '@' and '-', starting with a letter or digit", name)
-	}
-	known := false
-	for _, r := range Roles {
-		known = known || r == role
-	}
-	if !known {
-		return apierr.Invalid("role", "%q is not a role (want admin, operator, read-only, worker or publisher)", role)
-	}
-	if ttlS < 0 {
-		return apierr.Invalid("ttlS", "%d must not be negative (0 = never expires)", ttlS)
-	}
-	return nil
-}
+// tokenIDRE is the form of a token id the handler stamps.
+var tokenIDRE = regexp.MustCompile(`^[0-9a-f]{8,32}$`)
 
 // Token returns an API token's record, or nil.
 func (r *Read) Token(id string) *storev1.TokenRecord {
@@ -68,8 +47,8 @@ func (r *Read) Tokens() []*storev1.TokenRecord {
 
 func (t *tx) createToken(c *storev1.CreateToken) error {
 	tok := c.GetToken()
-	if err := ValidateTokenRequest(tok.GetName(), tok.GetRole(), 0); err != nil {
-		return err
+	if tok == nil {
+		return errNoPayload("token")
 	}
 	if !tokenIDRE.MatchString(tok.GetId()) {
 		return apierr.New(apierr.Internal, "create token: bad id %q stamped", tok.GetId())
@@ -102,66 +81,6 @@ func (t *tx) revokeToken(c *storev1.RevokeToken) error {
 	return nil
 }
 
-// splitHostPort splits "host:port" or "[v6]:port" (net.SplitHostPort
-// without importing the network package into the FSM).
-func splitHostPort(addr string) (host, port string, ok bool) {
-	i := strings.LastIndexByte(addr, ':')
-	if i < 0 {
-		return "", "", false
-	}
-	host, port = addr[:i], addr[i+1:]
-	if strings.HasPrefix(host, "[") {
-		if !strings.HasSuffix(host, "]") {
-			return "", "", false
-		}
-		host = host[1 : len(host)-1]
-	} else if strings.ContainsAny(host, ":[]") {
-		return "", "", false
-	}
-	return host, port, !strings.ContainsAny(host, " /")
-}
-
-// ValidateHostPort checks a host:port address; field names it.
-func ValidateHostPort(field, addr string) error {
-	host, port, ok := splitHostPort(addr)
-	if !ok || host == "" {
-		return apierr.Invalid(field, "%q is not host:port", addr)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return apierr.Invalid(field, "%q: port must be 1-65535", addr)
-	}
-	return nil
-}
-
-// ValidateDiscoveryFleet checks a fleet as PublishDiscoveryFleet receives it.
-func ValidateDiscoveryFleet(f *managerv1.DiscoveryFleet) error {
-	switch {
-	case f == nil:
-		return apierr.Invalid("fleet", "is required")
-	case f.GetTierSecret() == "":
-		return apierr.Invalid("fleet.tierSecret", "must not be empty")
-	case f.GetTierSecret() == f.GetLeafToken():
-		return apierr.Invalid("fleet.tierSecret", "must differ from the leaf token")
-	case len(f.GetAddresses()) == 0 && f.GetAddress() == "":
-		return apierr.Invalid("fleet.addresses", "give at least one replica address (or address, for a single server)")
-	case len(f.GetAddresses()) > 64:
-		return apierr.Invalid("fleet.addresses", "has %d addresses (at most 64)", len(f.GetAddresses()))
-	case len(f.GetTierSecret()) > 1024 || len(f.GetLeafToken()) > 1024:
-		return apierr.Invalid("fleet", "secrets are at most 1024 bytes")
-	}
-	for i, a := range f.GetAddresses() {
-		if err := ValidateHostPort("fleet.addresses["+strconv.Itoa(i)+"]", a); err != nil {
-			return err
-		}
-	}
-	if a := f.GetAddress(); a != "" {
-		if err := ValidateHostPort("fleet.address", a); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // DiscoveryFleet is the fleet in force, or nil.
 func (r *Read) DiscoveryFleet() *managerv1.DiscoveryFleet {
 	if raw, err := r.txn.First(tableSingletons, "id", singletonDiscovery); err == nil && raw != nil {
@@ -177,8 +96,8 @@ func (t *tx) putDiscovery(f *managerv1.DiscoveryFleet) {
 // publishDiscovery answers with a *storev1.PublishDiscoveryResult.
 func (t *tx) publishDiscovery(c *storev1.PublishDiscovery) (*storev1.PublishDiscoveryResult, error) {
 	in := c.GetFleet()
-	if err := ValidateDiscoveryFleet(in); err != nil {
-		return nil, err
+	if in == nil {
+		return nil, errNoPayload("fleet")
 	}
 	cur := t.read().DiscoveryFleet()
 	if cur == nil {
@@ -200,9 +119,9 @@ func (t *tx) publishDiscovery(c *storev1.PublishDiscovery) (*storev1.PublishDisc
 
 // Rotation steps and phases.
 const (
-	RotationStage  = "stage"
-	RotationFlip   = "flip"
-	RotationFinish = "finish"
+	RotationStage  = jobspec.RotationStage
+	RotationFlip   = jobspec.RotationFlip
+	RotationFinish = jobspec.RotationFinish
 )
 
 // rotateDiscovery answers with the fleet in force.
@@ -226,8 +145,6 @@ func (t *tx) rotateDiscovery(c *storev1.RotateDiscovery) (*managerv1.DiscoveryFl
 			return nil, apierr.Invalid("newTierSecret", "is the tier secret in force")
 		case n == cur.GetLeafToken():
 			return nil, apierr.Invalid("newTierSecret", "must differ from the leaf token")
-		case len(n) > 1024:
-			return nil, apierr.Invalid("newTierSecret", "is at most 1024 bytes")
 		}
 		f.TierSecretAlt = n
 		f.RotationPhase = RotationStage

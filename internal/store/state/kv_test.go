@@ -13,8 +13,9 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // --- KV helpers ---
@@ -267,7 +268,7 @@ func TestKvListPrefixAndNamespaces(t *testing.T) {
 // --- limits ---
 
 func TestKvCommitLimits(t *testing.T) {
-	big := strings.Repeat("v", state.MaxKVValueLen)
+	big := strings.Repeat("v", jobspec.MaxKVValueLen)
 	many := func(n int) []*managerv1.KvWrite {
 		out := make([]*managerv1.KvWrite, n)
 		for i := range out {
@@ -290,22 +291,22 @@ func TestKvCommitLimits(t *testing.T) {
 		field  string // "" = accepted
 	}{
 		{"empty namespace", "", nil, []*managerv1.KvWrite{kvPut("k", "v", nil)}, "namespace"},
-		{"long namespace", strings.Repeat("n", state.MaxKVNamespaceLen+1), nil, []*managerv1.KvWrite{kvPut("k", "v", nil)}, "namespace"},
-		{"namespace at the limit", strings.Repeat("n", state.MaxKVNamespaceLen), nil, []*managerv1.KvWrite{kvPut("k", "v", nil)}, ""},
+		{"long namespace", strings.Repeat("n", jobspec.MaxKVNamespaceLen+1), nil, []*managerv1.KvWrite{kvPut("k", "v", nil)}, "namespace"},
+		{"namespace at the limit", strings.Repeat("n", jobspec.MaxKVNamespaceLen), nil, []*managerv1.KvWrite{kvPut("k", "v", nil)}, ""},
 		{"namespace not UTF-8", "ns\xff", nil, []*managerv1.KvWrite{kvPut("k", "v", nil)}, "namespace"},
 		{"namespace with NUL", "n\x00s", nil, []*managerv1.KvWrite{kvPut("k", "v", nil)}, "namespace"},
 		{"empty key", "ns", nil, []*managerv1.KvWrite{kvPut("", "v", nil)}, "writes[0].key"},
-		{"long key", "ns", nil, []*managerv1.KvWrite{kvPut("ok", "v", nil), kvPut(strings.Repeat("k", state.MaxKVKeyLen+1), "v", nil)}, "writes[1].key"},
-		{"key at the limit", "ns", nil, []*managerv1.KvWrite{kvPut(strings.Repeat("k", state.MaxKVKeyLen), "v", nil)}, ""},
+		{"long key", "ns", nil, []*managerv1.KvWrite{kvPut("ok", "v", nil), kvPut(strings.Repeat("k", jobspec.MaxKVKeyLen+1), "v", nil)}, "writes[1].key"},
+		{"key at the limit", "ns", nil, []*managerv1.KvWrite{kvPut(strings.Repeat("k", jobspec.MaxKVKeyLen), "v", nil)}, ""},
 		{"key with NUL", "ns", nil, []*managerv1.KvWrite{kvPut("a\x00b", "v", nil)}, "writes[0].key"},
 		{"key not UTF-8", "ns", nil, []*managerv1.KvWrite{kvPut("\xc3", "v", nil)}, "writes[0].key"},
 		{"oversize value", "ns", nil, []*managerv1.KvWrite{kvPut("k", big+"v", nil)}, "writes[0].put"},
 		{"value at the limit", "ns", nil, []*managerv1.KvWrite{kvPut("k", big, nil)}, ""},
-		{"values over the commit total", "ns", nil, bigWrites(state.MaxKVCommitPayload/state.MaxKVValueLen + 1), "writes"},
-		{"values at the commit total", "ns", nil, bigWrites(state.MaxKVCommitPayload / state.MaxKVValueLen), ""},
+		{"values over the commit total", "ns", nil, bigWrites(jobspec.MaxKVCommitPayload/jobspec.MaxKVValueLen + 1), "writes"},
+		{"values at the commit total", "ns", nil, bigWrites(jobspec.MaxKVCommitPayload / jobspec.MaxKVValueLen), ""},
 		{"duplicate key", "ns", nil, []*managerv1.KvWrite{kvPut("k", "v", nil), kvPut("j", "v", nil), kvDel("k", nil)}, "writes[2].key"},
-		{"too many writes", "ns", nil, many(state.MaxKVWrites + 1), "writes"},
-		{"writes at the limit", "ns", nil, many(state.MaxKVWrites), ""},
+		{"too many writes", "ns", nil, many(jobspec.MaxKVWrites + 1), "writes"},
+		{"writes at the limit", "ns", nil, many(jobspec.MaxKVWrites), ""},
 		{"empty commit", "ns", nil, nil, "writes"},
 		{"empty commit with only an expectation", "ns", &managerv1.KvCommitOptions{ExpectedSchemaVersion: schemaVersion(0)}, nil, "writes"},
 		{"nil write", "ns", nil, []*managerv1.KvWrite{nil}, "writes[0]"},
@@ -322,7 +323,7 @@ func TestKvCommitLimits(t *testing.T) {
 			if opts == nil {
 				opts = &managerv1.KvCommitOptions{}
 			}
-			verr := state.ValidateKVCommit(tc.ns, tc.writes, opts)
+			verr := jobspec.ValidateKVCommit(tc.ns, tc.writes, opts)
 			cmd := cKV(tc.ns, tc.opts, tc.writes...)
 			if tc.field == "" {
 				if verr != nil {
@@ -335,11 +336,8 @@ func TestKvCommitLimits(t *testing.T) {
 			if !errors.As(verr, &ve) || ve.Code != apierr.InvalidArgument || ve.Field != tc.field {
 				t.Errorf("ValidateKVCommit = %v, want INVALID_ARGUMENT on %s", verr, tc.field)
 			}
-			err := f.refused(cmd, apierr.InvalidArgument)
-			var ae *apierr.Error
-			if !errors.As(err, &ae) || ae.Field != tc.field {
-				t.Errorf("Apply = %v, want field %s", err, tc.field)
-			}
+			// The FSM does not validate (decision 0046): the handler
+			// refused the commit before it was proposed.
 		})
 	}
 }
@@ -463,6 +461,16 @@ func TestKvCommitMatchesModel(t *testing.T) {
 			cmd.Time = stamp(index)
 			before := snapBytes(t, s)
 			wantCode, wantWrite := m.commit(index, cmd.GetKvCommit())
+			if err := jobspec.ValidateKVCommit(ns, writes, opts); err != nil {
+				// The handler refuses it; it is never proposed, and the
+				// FSM does not validate again (decision 0046).
+				if wantCode != apierr.InvalidArgument {
+					t.Fatalf("step %d: commit %v: ValidateKVCommit refuses (%v), model says %v", step, cmd.GetKvCommit(), err, wantCode)
+				}
+				outcomes[apierr.InvalidArgument]++
+				s.ApplyNoop(index)
+				continue
+			}
 			res := s.Apply(index, cmd)
 			outcomes[codeOrZero(res.Err)]++
 			if got := codeOrZero(res.Err); got != wantCode {

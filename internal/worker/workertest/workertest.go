@@ -14,7 +14,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +21,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"

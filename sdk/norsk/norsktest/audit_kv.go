@@ -4,16 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"math"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/pkg/auditchain"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -22,19 +20,6 @@ import (
 // SchemaVersion is the store schema version the fake reports and writes in
 // its snapshots.
 const SchemaVersion = 2
-
-// Limits the fake enforces, as the Manager does.
-const (
-	maxAuditPage       = 1000
-	defaultAuditPage   = 100
-	maxAuditField      = 128
-	maxAuditPayload    = 64 << 10
-	maxKVNamespace     = 128
-	maxKVKey           = 512
-	maxKVValue         = 256 << 10
-	maxKVWrites        = 128
-	maxKVCommitPayload = 4 << 20
-)
 
 // TamperAuditEntry applies edit to the stored audit entry seq in place,
 // without re-hashing it — as someone editing the store behind the Manager's
@@ -123,18 +108,17 @@ func (s *Server) auditCall(peer, method, target string, index uint64) {
 // AppendAuditEntry implements the Manager service.
 func (s *Server) AppendAuditEntry(_ context.Context, req *connect.Request[managerv1.AppendAuditEntryRequest]) (*connect.Response[managerv1.AppendAuditEntryResponse], error) {
 	m := req.Msg
-	switch {
-	case m.GetSource() == "" || len(m.GetSource()) > maxAuditField:
-		return nil, errorf(connect.CodeInvalidArgument, "source: must be 1-%d bytes", maxAuditField)
-	case m.GetKind() == "" || len(m.GetKind()) > maxAuditField:
-		return nil, errorf(connect.CodeInvalidArgument, "kind: must be 1-%d bytes", maxAuditField)
-	case len(m.GetPayload()) > maxAuditPayload:
-		return nil, errorf(connect.CodeInvalidArgument, "payload: is %d bytes (at most %d)", len(m.GetPayload()), maxAuditPayload)
+	source, err := jobspec.ExternalAuditSource(m.GetSource())
+	if err != nil {
+		return nil, refuse(err)
+	}
+	if err := jobspec.ValidateAuditAppend(source, m.GetKind(), m.GetPayload()); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nextIndex()
-	e := s.appendAudit(m.GetSource(), m.GetKind(), m.GetPayload())
+	e := s.appendAudit(source, m.GetKind(), m.GetPayload())
 	return connect.NewResponse(&managerv1.AppendAuditEntryResponse{Entry: proto.Clone(e).(*managerv1.AuditLogEntry)}), nil
 }
 
@@ -142,19 +126,12 @@ func (s *Server) AppendAuditEntry(_ context.Context, req *connect.Request[manage
 // before_seq, filtered as the Manager filters.
 func (s *Server) GetAuditLog(_ context.Context, req *connect.Request[managerv1.GetAuditLogRequest]) (*connect.Response[managerv1.GetAuditLogResponse], error) {
 	q := req.Msg
-	switch {
-	case q.GetLimit() > maxAuditPage:
-		return nil, errorf(connect.CodeInvalidArgument, "limit: %d is more than %d", q.GetLimit(), maxAuditPage)
-	case q.GetBeforeSeq() < 0:
-		return nil, errorf(connect.CodeInvalidArgument, "beforeSeq: %d must not be negative", q.GetBeforeSeq())
-	case q.GetFromMs() < 0 || q.GetToMs() < 0 || math.IsNaN(q.GetFromMs()) || math.IsNaN(q.GetToMs()):
-		return nil, errorf(connect.CodeInvalidArgument, "fromMs: times are ms since the epoch")
-	case q.GetToMs() != 0 && q.GetFromMs() > q.GetToMs():
-		return nil, errorf(connect.CodeInvalidArgument, "toMs: %.0f is before fromMs %.0f", q.GetToMs(), q.GetFromMs())
+	if err := jobspec.ValidateAuditQuery(q); err != nil {
+		return nil, refuse(err)
 	}
 	limit := int(q.GetLimit())
 	if limit == 0 {
-		limit = defaultAuditPage
+		limit = jobspec.DefaultAuditPage
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -193,11 +170,8 @@ func (s *Server) PruneAuditLog(_ context.Context, req *connect.Request[managerv1
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.nowMs()
-	switch {
-	case before < 0 || math.IsNaN(before) || math.IsInf(before, 0):
-		return nil, errorf(connect.CodeInvalidArgument, "beforeTimestampMs: %v must be a time in ms since the epoch (0 = everything)", before)
-	case before > now:
-		return nil, errorf(connect.CodeInvalidArgument, "beforeTimestampMs: %.0f is in the future (now is %.0f); pruning only removes the past", before, now)
+	if err := jobspec.ValidatePruneBefore(before, now); err != nil {
+		return nil, refuse(err)
 	}
 	var removed int64
 	for len(s.audit) > 0 && (before == 0 || s.audit[0].TimestampMs < before) {
@@ -220,62 +194,16 @@ func whoOf(addr string) string {
 	return "peer:" + addr
 }
 
-func validKVName(field, v string, maxLen int) error {
-	switch {
-	case v == "":
-		return errorf(connect.CodeInvalidArgument, "%s: must not be empty", field)
-	case len(v) > maxLen:
-		return errorf(connect.CodeInvalidArgument, "%s: is %d bytes (at most %d)", field, len(v), maxLen)
-	case !utf8.ValidString(v) || strings.ContainsRune(v, 0):
-		return errorf(connect.CodeInvalidArgument, "%s: must be UTF-8 without NUL", field)
-	}
-	return nil
-}
-
 // KvCommit implements the Manager service: every precondition first, then
 // every write at one new index.
 func (s *Server) KvCommit(_ context.Context, req *connect.Request[managerv1.KvCommitRequest]) (*connect.Response[managerv1.KvCommitResponse], error) {
 	m := req.Msg
 	ns, opts := m.GetNamespace(), m.GetOptions()
-	if err := validKVName("namespace", ns, maxKVNamespace); err != nil {
-		return nil, err
+	if opts == nil {
+		opts = &managerv1.KvCommitOptions{}
 	}
-	if len(m.GetWrites()) > maxKVWrites {
-		return nil, errorf(connect.CodeInvalidArgument, "writes: has %d writes (at most %d per commit)", len(m.GetWrites()), maxKVWrites)
-	}
-	if len(m.GetWrites()) == 0 && opts.SetSchemaVersion == nil {
-		return nil, errorf(connect.CodeInvalidArgument, "writes: nothing to commit: give writes or options.setSchemaVersion")
-	}
-	if opts.GetExpectedSchemaVersion() < 0 || opts.GetSetSchemaVersion() < 0 {
-		return nil, errorf(connect.CodeInvalidArgument, "options: schema versions must not be negative")
-	}
-	seen := map[string]int{}
-	total := 0
-	for i, w := range m.GetWrites() {
-		f := fmt.Sprintf("writes[%d]", i)
-		if err := validKVName(f+".key", w.GetKey(), maxKVKey); err != nil {
-			return nil, err
-		}
-		if j, dup := seen[w.GetKey()]; dup {
-			return nil, errorf(connect.CodeInvalidArgument, "%s.key: %q is also written by writes[%d]; one write per key per commit", f, w.GetKey(), j)
-		}
-		seen[w.GetKey()] = i
-		switch op := w.GetOp().(type) {
-		case *managerv1.KvWrite_Put:
-			if len(op.Put) > maxKVValue {
-				return nil, errorf(connect.CodeInvalidArgument, "%s.put: value is %d bytes (at most %d)", f, len(op.Put), maxKVValue)
-			}
-			total += len(op.Put)
-		case *managerv1.KvWrite_Delete:
-			if !op.Delete {
-				return nil, errorf(connect.CodeInvalidArgument, "%s.delete: must be true for a delete", f)
-			}
-		default:
-			return nil, errorf(connect.CodeInvalidArgument, "%s: needs put or delete", f)
-		}
-	}
-	if total > maxKVCommitPayload {
-		return nil, errorf(connect.CodeInvalidArgument, "writes: values add up to %d bytes (at most %d per commit)", total, maxKVCommitPayload)
+	if err := jobspec.ValidateKVCommit(ns, m.GetWrites(), opts); err != nil {
+		return nil, refuse(err)
 	}
 
 	s.mu.Lock()
@@ -329,11 +257,11 @@ func (s *Server) KvCommit(_ context.Context, req *connect.Request[managerv1.KvCo
 
 // KvGet implements the Manager service.
 func (s *Server) KvGet(_ context.Context, req *connect.Request[managerv1.KvGetRequest]) (*connect.Response[managerv1.KvGetResponse], error) {
-	if err := validKVName("namespace", req.Msg.GetNamespace(), maxKVNamespace); err != nil {
-		return nil, err
+	if err := jobspec.ValidateKVNamespace(req.Msg.GetNamespace()); err != nil {
+		return nil, refuse(err)
 	}
-	if err := validKVName("key", req.Msg.GetKey(), maxKVKey); err != nil {
-		return nil, err
+	if err := jobspec.ValidateKVKey("key", req.Msg.GetKey()); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -347,8 +275,8 @@ func (s *Server) KvGet(_ context.Context, req *connect.Request[managerv1.KvGetRe
 // KvList implements the Manager service.
 func (s *Server) KvList(_ context.Context, req *connect.Request[managerv1.KvListRequest]) (*connect.Response[managerv1.KvListResponse], error) {
 	ns := req.Msg.GetNamespace()
-	if err := validKVName("namespace", ns, maxKVNamespace); err != nil {
-		return nil, err
+	if err := jobspec.ValidateKVNamespace(ns); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -3,19 +3,16 @@ package norsktest
 import (
 	"context"
 	"fmt"
-	"math"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
 )
 
@@ -50,31 +47,6 @@ import (
 
 // DefaultLeaseTTL is the lease TTL the fake reports, as the Manager's default.
 const DefaultLeaseTTL = 15 * time.Second
-
-// Limits of a bundle, as the Manager's.
-const (
-	maxBundleJobs     = 64
-	maxBundleReplicas = 16
-	maxBundleNameLen  = 63
-	maxTagKeyLen      = 253
-	maxTagValueLen    = 1024
-	maxGraceMs        = 3_600_000
-	minBundleLeaseTTL = time.Second
-	maxBundleLeaseTTL = 7 * 24 * time.Hour
-)
-
-// The tags a bundle's expansion stamps on each replica job.
-const (
-	tagBundleID     = "bundleId"
-	tagReplicaIndex = "replicaIndex"
-	tagJobName      = "jobName"
-	tagDormant      = "dormant"
-)
-
-var (
-	bundleNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
-	tagKeyPattern     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]*$`)
-)
 
 // leaseState is whether leases are paused, and the TTL reported.
 type leaseState struct {
@@ -133,204 +105,29 @@ func (s *Server) ExpireBundles() []string {
 	return gone
 }
 
+// invalid is an INVALID_ARGUMENT naming field, as the Manager words it.
 func invalid(field, format string, args ...any) error {
-	return errorf(connect.CodeInvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
-}
-
-// bundleReplicas is how many replicas a bundle runs: 1 without a resilience
-// policy, else its count (0 = 2).
-func bundleReplicas(b *managerv1.Bundle) int {
-	p := b.GetResiliencePolicy()
-	switch {
-	case p == nil:
-		return 1
-	case p.GetReplicas() == 0:
-		return 2
-	}
-	return int(p.GetReplicas())
-}
-
-// replicaRole is the role of a replica: 0 primary, 1 backup, n replica-n.
-func replicaRole(r int) string {
-	switch r {
-	case 0:
-		return "primary"
-	case 1:
-		return "backup"
-	}
-	return "replica-" + strconv.Itoa(r)
-}
-
-func bundleJobID(bundleID, jobName string, r int) string {
-	return bundleID + "." + jobName + "." + strconv.Itoa(r)
+	return refuse(apierr.Invalid(field, format, args...))
 }
 
 // bundleJobIDs are the ids of every replica job of b, replica by replica.
 func bundleJobIDs(b *managerv1.Bundle) []string {
 	var ids []string
-	for r := range bundleReplicas(b) {
+	for r := range jobspec.Replicas(b) {
 		for _, j := range b.GetJobs() {
-			ids = append(ids, bundleJobID(b.GetBundleId(), j.GetJobName(), r))
+			ids = append(ids, jobspec.BundleJobID(b.GetBundleId(), j.GetJobName(), r))
 		}
 	}
 	return ids
 }
 
-func checkBundleName(field, name string) error {
-	switch {
-	case name == "":
-		return invalid(field, "must not be empty")
-	case len(name) > maxBundleNameLen:
-		return invalid(field, "is %d characters long (at most %d)", len(name), maxBundleNameLen)
-	case !bundleNamePattern.MatchString(name):
-		return invalid(field, "%q: use lower-case letters, digits and '-', starting with a letter or digit", name)
-	}
-	return nil
-}
-
-func checkPool(field, pool string) error {
-	ok := len(pool) <= maxTagValueLen && utf8.ValidString(pool)
-	for _, r := range pool {
-		ok = ok && !unicode.IsControl(r)
-	}
-	if !ok {
-		return invalid(field, "%q: use at most %d printable characters", pool, maxTagValueLen)
-	}
-	return nil
-}
-
-func checkRequirements(f string, r *managerv1.JobRequirements) error {
-	if r == nil {
-		return nil
-	}
-	if c := r.GetRequiredCapacity(); c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
-		return invalid(f+".requiredCapacity", "%v must be a finite number >= 0", c)
-	}
-	if r.RequiredGpuCapacity != nil {
-		if c := float64(r.GetRequiredGpuCapacity()); c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
-			return invalid(f+".requiredGpuCapacity", "%v must be a finite number >= 0", c)
-		}
-	}
-	for i, c := range r.GetRequiredCapabilities() {
-		if c.GetName() == "" {
-			return invalid(fmt.Sprintf("%s.requiredCapabilities[%d].name", f, i), "must not be empty")
-		}
-	}
-	return nil
-}
-
 // validateBundle checks a bundle as the Manager does before storing it
 // (bundle_id set); the pools are checked by knownPools.
 func validateBundle(b *managerv1.Bundle) error {
-	if b == nil {
-		return invalid("bundle", "is required")
+	if err := jobspec.ValidateBundle(b); err != nil {
+		return refuse(err)
 	}
-	if err := checkBundleName("bundle.bundleId", b.GetBundleId()); err != nil {
-		return err
-	}
-	if err := checkPool("bundle.pool", b.GetPool()); err != nil {
-		return err
-	}
-	if p := b.GetResiliencePolicy(); p != nil {
-		if err := checkPool("bundle.resiliencePolicy.pool", p.GetPool()); err != nil {
-			return err
-		}
-		if p.GetReplicas() == 1 || p.GetReplicas() > maxBundleReplicas {
-			return invalid("bundle.resiliencePolicy.replicas", "%d: a resilience policy runs 2 to %d replicas (0 = 2)", p.GetReplicas(), maxBundleReplicas)
-		}
-		for _, a := range []struct {
-			field string
-			v     managerv1.AntiAffinity
-		}{{"sameNode", p.GetSameNode()}, {"sameAz", p.GetSameAz()}, {"sameCloud", p.GetSameCloud()}} {
-			if _, ok := managerv1.AntiAffinity_name[int32(a.v)]; !ok {
-				return invalid("bundle.resiliencePolicy."+a.field, "%d is not an anti-affinity (ALLOW or FORBID)", a.v)
-			}
-		}
-	}
-	if a := b.GetIntraReplicaPlacement().GetSpreadAttribute(); a != "" && (len(a) > maxTagKeyLen || !tagKeyPattern.MatchString(a)) {
-		return invalid("bundle.intraReplicaPlacement.spreadAttribute", "%q is not a tag name", a)
-	}
-	jobs := b.GetJobs()
-	switch {
-	case len(jobs) == 0:
-		return invalid("bundle.jobs", "a bundle needs at least one job")
-	case len(jobs) > maxBundleJobs:
-		return invalid("bundle.jobs", "has %d jobs (at most %d)", len(jobs), maxBundleJobs)
-	}
-	index := make(map[string]int, len(jobs))
-	for i, j := range jobs {
-		f := fmt.Sprintf("bundle.jobs[%d]", i)
-		if err := checkBundleName(f+".jobName", j.GetJobName()); err != nil {
-			return err
-		}
-		if prev, dup := index[j.GetJobName()]; dup {
-			return invalid(f+".jobName", "%q is also the name of jobs[%d]; job names are unique within a bundle", j.GetJobName(), prev)
-		}
-		index[j.GetJobName()] = i
-	}
-	// Co-location groups (the transitive closure of coLocateWith), to find a
-	// job that must both share and not share a node with another.
-	group := make([]int, len(jobs))
-	for i := range group {
-		group[i] = i
-	}
-	find := func(i int) int {
-		for group[i] != i {
-			group[i] = group[group[i]]
-			i = group[i]
-		}
-		return i
-	}
-	for i, j := range jobs {
-		f := fmt.Sprintf("bundle.jobs[%d]", i)
-		switch j.GetStartMode() {
-		case "", "auto", "manual":
-		default:
-			return invalid(f+".startMode", "%q: use auto or manual", j.GetStartMode())
-		}
-		if err := checkRequirements(f+".requirements", j.GetRequirements()); err != nil {
-			return err
-		}
-		if j.GetJob() == nil {
-			return invalid(f+".job", "is required (the job's template)")
-		}
-		for _, rule := range []struct {
-			name   string
-			others []string
-		}{{"coLocateWith", j.GetCoLocateWith()}, {"separateFrom", j.GetSeparateFrom()}} {
-			for k, other := range rule.others {
-				ff := fmt.Sprintf("%s.%s[%d]", f, rule.name, k)
-				o, ok := index[other]
-				switch {
-				case !ok:
-					return invalid(ff, "%q names no job of the bundle", other)
-				case o == i:
-					return invalid(ff, "a job cannot name itself")
-				}
-				if rule.name == "coLocateWith" {
-					group[find(i)] = find(o)
-				}
-			}
-		}
-	}
-	for i, j := range jobs {
-		for k, other := range j.GetSeparateFrom() {
-			if find(i) == find(index[other]) {
-				return invalid(fmt.Sprintf("bundle.jobs[%d].separateFrom[%d]", i, k),
-					"%q must share a node with %q (through coLocateWith) and cannot also be kept apart from it", other, j.GetJobName())
-			}
-		}
-	}
-	// Every expanded job must have a valid id (the fake checks no more of a
-	// job than CreateJob does).
-	for i, j := range jobs {
-		for r := range bundleReplicas(b) {
-			if id := bundleJobID(b.GetBundleId(), j.GetJobName(), r); !jobIDPattern.MatchString(id) {
-				return invalid(fmt.Sprintf("bundle.jobs[%d].job.jobId", i), "want 1-128 characters of [A-Za-z0-9._-], got %q", id)
-			}
-		}
-	}
-	return nil
+	return refuse(jobspec.CheckBundleLimits(b))
 }
 
 // knownPools checks that the bundle's pools are pools of some node. Callers
@@ -348,44 +145,18 @@ func (s *Server) knownPools(b *managerv1.Bundle) error {
 		return false
 	}
 	if !known(b.GetPool()) {
-		return invalid("bundle.pool", "%q is neither a pool of the Manager's configuration nor the pool of any node", b.GetPool())
+		return invalid("bundle.pool", "%s is neither a pool of the Manager's configuration nor the pool of any node", apierr.Quote(b.GetPool()))
 	}
 	if p := b.GetResiliencePolicy(); p != nil && !known(p.GetPool()) {
-		return invalid("bundle.resiliencePolicy.pool", "%q is neither a pool of the Manager's configuration nor the pool of any node", p.GetPool())
+		return invalid("bundle.resiliencePolicy.pool", "%s is neither a pool of the Manager's configuration nor the pool of any node", apierr.Quote(p.GetPool()))
 	}
 	return nil
 }
 
-// expandBundleJob is replica r of the bundle's job i, as stored.
-func expandBundleJob(b *managerv1.Bundle, i, r int) *managerv1.Job {
-	spec := b.GetJobs()[i]
-	job := proto.Clone(spec.GetJob()).(*managerv1.Job)
-	job.JobId = bundleJobID(b.GetBundleId(), spec.GetJobName(), r)
-	job.State = managerv1.JobState_JOB_STATE_PRE
-	job.TerminalState = nil
-	job.CurrentHash = 0
-	req := spec.GetRequirements()
-	if req == nil {
-		req = &managerv1.JobRequirements{}
-	}
-	job.AutoPlacement = &managerv1.AutoPlacement{Requirements: proto.Clone(req).(*managerv1.JobRequirements)}
-	if job.Tags == nil {
-		job.Tags = map[string]string{}
-	}
-	job.Tags[tagBundleID] = b.GetBundleId()
-	job.Tags[tagReplicaIndex] = strconv.Itoa(r)
-	job.Tags[tagJobName] = spec.GetJobName()
-	delete(job.Tags, tagDormant)
-	if spec.GetStartMode() == "manual" {
-		job.Tags[tagDormant] = "true"
-	}
-	return job
-}
-
 // requireBundle checks an id and returns the bundle. Callers hold mu.
 func (s *Server) requireBundle(id string) (*managerv1.Bundle, error) {
-	if err := checkBundleName("bundleId", id); err != nil {
-		return nil, err
+	if err := jobspec.ValidateBundleName("bundleId", id); err != nil {
+		return nil, refuse(err)
 	}
 	b, ok := s.bundles[id]
 	if !ok {
@@ -461,12 +232,12 @@ func (s *Server) deleteBundle(b *managerv1.Bundle, reason string) {
 // hold mu.
 func (s *Server) bundleView(b *managerv1.Bundle) *managerv1.BundleWithJobs {
 	out := &managerv1.BundleWithJobs{Bundle: proto.Clone(b).(*managerv1.Bundle)}
-	for r := range bundleReplicas(b) {
+	for r := range jobspec.Replicas(b) {
 		for _, spec := range b.GetJobs() {
-			id := bundleJobID(b.GetBundleId(), spec.GetJobName(), r)
-			st := &managerv1.BundleJobStatus{JobId: id, JobName: spec.GetJobName(), ReplicaIndex: uint32(r), Role: replicaRole(r)}
+			id := jobspec.BundleJobID(b.GetBundleId(), spec.GetJobName(), r)
+			st := &managerv1.BundleJobStatus{JobId: id, JobName: spec.GetJobName(), ReplicaIndex: uint32(r), Role: jobspec.ReplicaRole(r)}
 			if j, ok := s.jobs[id]; ok {
-				st.Dormant = j.GetJob().GetTags()[tagDormant] == "true"
+				st.Dormant = j.GetJob().GetTags()[jobspec.TagDormant] == "true"
 				if ts := j.GetJob().GetTerminalState(); ts != nil {
 					st.TerminalState = proto.Clone(ts).(*managerv1.TerminalState)
 				}
@@ -529,9 +300,9 @@ func (s *Server) CreateBundle(_ context.Context, req *connect.Request[managerv1.
 	b.CreatedAt = timestamppb.New(s.now())
 	// One write: the jobs, then the bundle, at one index.
 	i := s.nextIndex()
-	for r := range bundleReplicas(b) {
+	for r := range jobspec.Replicas(b) {
 		for k := range b.GetJobs() {
-			s.addJob(expandBundleJob(b, k, r), i)
+			s.addJob(jobspec.ExpandBundleJob(b, k, r), i)
 		}
 	}
 	s.putBundle(b, i, "created", true)
@@ -578,9 +349,9 @@ func (s *Server) UpdateBundle(_ context.Context, req *connect.Request[managerv1.
 	for _, id := range drop {
 		s.removeJob(id, i)
 	}
-	for r := range bundleReplicas(nb) {
+	for r := range jobspec.Replicas(nb) {
 		for k := range nb.GetJobs() {
-			if job := expandBundleJob(nb, k, r); s.jobs[job.GetJobId()] == nil {
+			if job := jobspec.ExpandBundleJob(nb, k, r); s.jobs[job.GetJobId()] == nil {
 				s.addJob(job, i)
 			}
 		}
@@ -636,7 +407,7 @@ func (s *Server) setDormant(bundleID string, replica uint32, jobName string, dor
 	if err := requireLive(b, ""); err != nil {
 		return err
 	}
-	if n := bundleReplicas(b); int(replica) >= n {
+	if n := jobspec.Replicas(b); int(replica) >= n {
 		return invalid("replicaIndex", "bundle %q has %d replica(s); %d is not one", bundleID, n, replica)
 	}
 	found := false
@@ -646,7 +417,7 @@ func (s *Server) setDormant(bundleID string, replica uint32, jobName string, dor
 	if !found {
 		return invalid("jobName", "bundle %q has no job %q", bundleID, jobName)
 	}
-	id := bundleJobID(bundleID, jobName, int(replica))
+	id := jobspec.BundleJobID(bundleID, jobName, int(replica))
 	j, ok := s.jobs[id]
 	if !ok {
 		return errorf(connect.CodeNotFound, "job %q not found", id)
@@ -654,7 +425,7 @@ func (s *Server) setDormant(bundleID string, replica uint32, jobName string, dor
 	if dormant {
 		s.stopJobInstances(id, "stopped by StopBundleJob", graceMs)
 	}
-	if (j.Job.Tags[tagDormant] == "true") == dormant {
+	if (j.Job.Tags[jobspec.TagDormant] == "true") == dormant {
 		return nil
 	}
 	i := s.nextIndex()
@@ -664,9 +435,9 @@ func (s *Server) setDormant(bundleID string, replica uint32, jobName string, dor
 		j.Job.Tags = map[string]string{}
 	}
 	if dormant {
-		j.Job.Tags[tagDormant] = "true"
+		j.Job.Tags[jobspec.TagDormant] = "true"
 	} else {
-		delete(j.Job.Tags, tagDormant)
+		delete(j.Job.Tags, jobspec.TagDormant)
 	}
 	j.Job.CurrentHash = i
 	s.jobUpdated(j, i, &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Updated{Updated: &managerv1.JobUpdated{PreviousHash: prev, Hash: i}}})
@@ -692,8 +463,8 @@ func (s *Server) StopBundleJob(_ context.Context, req *connect.Request[managerv1
 	if _, err := s.requireBundle(m.GetBundleId()); err != nil {
 		return nil, err
 	}
-	if m.GetGraceMs() > maxGraceMs {
-		return nil, invalid("graceMs", "%d is more than an hour (%d)", m.GetGraceMs(), maxGraceMs)
+	if err := jobspec.ValidateGrace("graceMs", m.GetGraceMs()); err != nil {
+		return nil, refuse(err)
 	}
 	if err := s.setDormant(m.GetBundleId(), m.GetReplicaIndex(), m.GetJobName(), true, m.GetGraceMs()); err != nil {
 		return nil, err
@@ -740,10 +511,10 @@ func (s *Server) RenewBundleLease(_ context.Context, req *connect.Request[manage
 	if err != nil {
 		return nil, err
 	}
-	ttl := time.Duration(m.GetTtlMs()) * time.Millisecond
-	if m.GetTtlMs() < minBundleLeaseTTL.Milliseconds() || m.GetTtlMs() > maxBundleLeaseTTL.Milliseconds() {
-		return nil, invalid("ttlMs", "%d: a lease lasts from %d ms to %d ms", m.GetTtlMs(), minBundleLeaseTTL.Milliseconds(), maxBundleLeaseTTL.Milliseconds())
+	if err := jobspec.ValidateLeaseTTL(m.GetTtlMs()); err != nil {
+		return nil, refuse(err)
 	}
+	ttl := time.Duration(m.GetTtlMs()) * time.Millisecond
 	if err := requireLive(b, "; its lease cannot be renewed"); err != nil {
 		return nil, err
 	}
@@ -757,11 +528,8 @@ func (s *Server) RenewBundleLease(_ context.Context, req *connect.Request[manage
 // PauseLeases implements the Manager service.
 func (s *Server) PauseLeases(_ context.Context, req *connect.Request[managerv1.PauseLeasesRequest]) (*connect.Response[managerv1.PauseLeasesResponse], error) {
 	m := req.Msg
-	if m.GetReason() == "" {
-		return nil, invalid("reason", "say why leases are paused (it is shown to every operator)")
-	}
-	if m.GetBy() == "" {
-		return nil, invalid("by", "name who pauses leases")
+	if err := jobspec.ValidateLeasePause(m.GetReason(), m.GetBy()); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -771,8 +539,8 @@ func (s *Server) PauseLeases(_ context.Context, req *connect.Request[managerv1.P
 
 // ResumeLeases implements the Manager service.
 func (s *Server) ResumeLeases(_ context.Context, req *connect.Request[managerv1.ResumeLeasesRequest]) (*connect.Response[managerv1.ResumeLeasesResponse], error) {
-	if req.Msg.GetBy() == "" {
-		return nil, invalid("by", "name who resumes leases")
+	if err := jobspec.ValidateLeaseResume(req.Msg.GetBy()); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

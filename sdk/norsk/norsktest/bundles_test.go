@@ -21,8 +21,9 @@ func TestFakeLeases(t *testing.T) {
 	srv.AddNode(&managerv1.Node{NodeId: "node-1"})
 	c := managerv1connect.NewManagerClient(http.DefaultClient, srv.URL) // the Connect protocol, over HTTP/1.1
 	ctx := t.Context()
+	svc := []*managerv1.Service{{Name: "main", Image: "hello:dev"}}
 
-	for _, j := range []*managerv1.Job{{JobId: "guarded", LeaseProtected: true}, {JobId: "plain"}} {
+	for _, j := range []*managerv1.Job{{JobId: "guarded", LeaseProtected: true, Services: svc}, {JobId: "plain", Services: svc}} {
 		if _, err := c.CreateJob(ctx, connect.NewRequest(&managerv1.CreateJobRequest{Job: j})); err != nil {
 			t.Fatal(err)
 		}

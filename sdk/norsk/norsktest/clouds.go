@@ -2,11 +2,11 @@ package norsktest
 
 import (
 	"context"
-	"strings"
 
 	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // The fake is a Manager configured with no cloud provider and no overrides
@@ -35,12 +35,8 @@ func (s *Server) CreateAwsNode(context.Context, *connect.Request[managerv1.Creat
 // CreateOciNode implements the Manager service: the request's fields are
 // checked, then FAILED_PRECONDITION, no oci provider is configured.
 func (s *Server) CreateOciNode(_ context.Context, req *connect.Request[managerv1.CreateOciNodeRequest]) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
-	m := req.Msg
-	if m.GetAvailabilityDomain() == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "availabilityDomain: is required")
-	}
-	if m.GetOcpus() < 0 || m.GetMemoryGbs() < 0 {
-		return nil, errorf(connect.CodeInvalidArgument, "ocpus: ocpus and memoryGbs must not be negative")
+	if err := jobspec.ValidateOciNode(req.Msg); err != nil {
+		return nil, refuse(err)
 	}
 	return nil, noProvider("oci")
 }
@@ -57,8 +53,8 @@ func (s *Server) CreateCloudHypervisorNode(_ context.Context, req *connect.Reque
 // DescribeInstanceType implements the Manager service: instanceType is
 // required, then FAILED_PRECONDITION, the provider is not run.
 func (s *Server) DescribeInstanceType(_ context.Context, req *connect.Request[managerv1.DescribeInstanceTypeRequest]) (*connect.Response[managerv1.DescribeInstanceTypeResponse], error) {
-	if strings.TrimSpace(req.Msg.GetInstanceType()) == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "instanceType: is required")
+	if err := jobspec.ValidateInstanceTypeName(req.Msg.GetInstanceType()); err != nil {
+		return nil, refuse(err)
 	}
 	return nil, errorf(connect.CodeFailedPrecondition, "provider not run: the Manager runs no %q provider (it runs none)", providerOr(req.Msg.GetProvider()))
 }
@@ -72,8 +68,8 @@ func (s *Server) ListInstanceTypes(_ context.Context, req *connect.Request[manag
 // ListWorkerSecurityGroups implements the Manager service: region is
 // required, then FAILED_PRECONDITION, no aws provider is configured.
 func (s *Server) ListWorkerSecurityGroups(_ context.Context, req *connect.Request[managerv1.ListWorkerSecurityGroupsRequest]) (*connect.Response[managerv1.ListWorkerSecurityGroupsResponse], error) {
-	if req.Msg.GetRegion() == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "region: is required")
+	if err := jobspec.ValidateRegion(req.Msg.GetRegion()); err != nil {
+		return nil, refuse(err)
 	}
 	return nil, errorf(connect.CodeFailedPrecondition, "this Manager runs no aws provider (worker security groups are EC2's)")
 }

@@ -3,8 +3,6 @@ package norsktest
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // The fake's Manager cluster: a small in-memory model of membership. The
@@ -175,20 +174,9 @@ func (s *Server) memberURL(name string) string {
 	return "http://" + name + ":6790"
 }
 
-// memberIDPattern is the Manager's rule for node names (jobspec.ValidateID).
-var memberIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-
-// validateNode checks a node name as the Manager does.
+// validateNode checks a member's node name as the Manager does.
 func validateNode(node string) error {
-	switch {
-	case node == "":
-		return errorf(connect.CodeInvalidArgument, "node: must not be empty")
-	case len(node) > 128:
-		return errorf(connect.CodeInvalidArgument, "node: is %d characters long (at most 128)", len(node))
-	case !memberIDPattern.MatchString(node):
-		return errorf(connect.CodeInvalidArgument, "node: %q: use letters, digits, '.', '_' and '-', starting with a letter or digit", node)
-	}
-	return nil
+	return refuse(jobspec.ValidateID("node", node))
 }
 
 // requireClustered refuses membership calls on a standalone fake. Callers
@@ -402,19 +390,9 @@ func (s *Server) GetClusterStatus(context.Context, *connect.Request[managerv1.Ge
 // GetClusterEvents implements the Manager service: the fake's own cluster
 // event log, newest first.
 func (s *Server) GetClusterEvents(_ context.Context, req *connect.Request[managerv1.GetClusterEventsRequest]) (*connect.Response[managerv1.GetClusterEventsResponse], error) {
-	limit := int(req.Msg.GetLimit())
-	switch {
-	case limit == 0:
-		limit = 100
-	case limit > 1000:
-		return nil, errorf(connect.CodeInvalidArgument, "limit: %d is more than 1000", limit)
-	}
-	var since time.Time
-	if ts := req.Msg.GetSince(); ts != nil {
-		if err := ts.CheckValid(); err != nil {
-			return nil, errorf(connect.CodeInvalidArgument, "since: %v", err)
-		}
-		since = ts.AsTime()
+	limit, since, err := jobspec.ClusterEventsQuery(req.Msg)
+	if err != nil {
+		return nil, refuse(err)
 	}
 	kinds := req.Msg.GetKinds()
 	s.mu.Lock()
@@ -439,9 +417,8 @@ func (s *Server) GetClusterEvents(_ context.Context, req *connect.Request[manage
 // the fake's clock pass without another announcement.
 func (s *Server) AnnounceControlPlane(_ context.Context, req *connect.Request[managerv1.AnnounceControlPlaneRequest]) (*connect.Response[managerv1.AnnounceControlPlaneResponse], error) {
 	raw := req.Msg.GetUrl()
-	u, err := url.Parse(raw)
-	if raw == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "url: %q is not an http(s) URL", raw)
+	if err := jobspec.ValidateControlPlaneURL(raw); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

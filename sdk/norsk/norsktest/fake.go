@@ -10,6 +10,16 @@
 // index, and the event stream implements after_index, skip_snapshot and the
 // resync snapshot of a Manager that no longer holds the events asked for.
 //
+// Input is checked by the Manager's own validators (pkg/jobspec) and
+// refused with the Manager's codes (pkg/apierr), so a malformed request gets
+// the INVALID_ARGUMENT, field name and words the Manager gives it.
+// tests/sdkcontract runs one suite of the SDK's behaviour against this fake
+// and a real Manager (decision 0045); what it checks is what a program may
+// rely on from both. The fake does not apply the Manager's bounds table
+// (field sizes beyond what pkg/jobspec checks), enforces no token roles,
+// runs no AutoManager, and its simulated workers confirm every start and
+// stop at once.
+//
 // The audit log, the key/value store and the store calls are simple
 // in-memory stand-ins, enough for unit tests of their clients: the audit log
 // is a real hash chain (pkg/auditchain) with paging, filters and pruning,
@@ -45,9 +55,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -63,7 +73,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/eventsubject"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // DefaultIdleExpiry is the daemon-wide idle expiry the fake reports.
@@ -428,6 +440,17 @@ func errorf(code connect.Code, format string, args ...any) error {
 	return connect.NewError(code, fmt.Errorf(format, args...))
 }
 
+// refuse answers a domain error (pkg/apierr: the Manager's own validators
+// and refusals) with the status and message the Manager answers it with;
+// nil stays nil and any other error is returned as it is.
+func refuse(err error) error {
+	var e *apierr.Error
+	if errors.As(err, &e) {
+		return connect.NewError(connect.Code(e.Code.GRPCCode()), errors.New(e.Error()))
+	}
+	return err
+}
+
 // Hello implements the Manager service.
 func (s *Server) Hello(_ context.Context, req *connect.Request[managerv1.HelloRequest]) (*connect.Response[managerv1.DaemonHello], error) {
 	s.mu.Lock()
@@ -474,22 +497,46 @@ func versionInfo() *managerv1.VersionInfo {
 	}
 }
 
-var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
 // CreateJob implements the Manager service.
 func (s *Server) CreateJob(_ context.Context, req *connect.Request[managerv1.CreateJobRequest]) (*connect.Response[managerv1.JobHash], error) {
 	job := req.Msg.GetJob()
-	if job == nil || !jobIDPattern.MatchString(job.GetJobId()) {
-		return nil, errorf(connect.CodeInvalidArgument, "job.job_id: want 1-128 characters of [A-Za-z0-9._-], got %q", job.GetJobId())
+	if err := validateJob(job); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.jobs[job.JobId]; ok {
-		return nil, errorf(connect.CodeAlreadyExists, "job %q already exists", job.JobId)
+		return nil, refuse(apierr.AlreadyExistsf("job %s already exists", apierr.Quote(job.GetJobId())))
 	}
 	i := s.nextIndex()
 	s.addJob(job, i)
 	return connect.NewResponse(&managerv1.JobHash{Hash: i}), nil
+}
+
+// validateJob checks a job as CreateJob and UpdateJob do.
+func validateJob(job *managerv1.Job) error {
+	if err := jobspec.ValidateJob(job); err != nil {
+		return refuse(err)
+	}
+	return refuse(jobspec.CheckLimits("job", job))
+}
+
+// requireJob checks an id (field names it) and returns its job. Callers
+// hold mu.
+func (s *Server) requireJob(field, id string) (*managerv1.JobWithHistory, error) {
+	if err := jobspec.ValidateID(field, id); err != nil {
+		return nil, refuse(err)
+	}
+	j, ok := s.jobs[id]
+	if !ok {
+		return nil, notFound("job", id)
+	}
+	return j, nil
+}
+
+// notFound is the Manager's NOT_FOUND for an unknown thing ("no job \"x\"").
+func notFound(what, id string) error {
+	return refuse(apierr.NotFoundf("no %s %s", what, apierr.Quote(id)))
 }
 
 // addJob stores a copy of job, created at index i (its hash). Callers hold
@@ -514,8 +561,13 @@ func (s *Server) record(j *managerv1.JobWithHistory, i uint64, entry *managerv1.
 	return entry
 }
 
+// jobEvent is a job event as the Manager sends it: the job as it now is,
+// without its history (a snapshot carries that), and the entry the change
+// added.
 func (s *Server) jobEvent(j *managerv1.JobWithHistory, entry *managerv1.JobHistoryEntry) *managerv1.JobEvent {
-	return &managerv1.JobEvent{Job: proto.Clone(j).(*managerv1.JobWithHistory), Entry: proto.Clone(entry).(*managerv1.JobHistoryEntry)}
+	v := proto.Clone(j).(*managerv1.JobWithHistory)
+	v.History = nil
+	return &managerv1.JobEvent{Job: v, Entry: proto.Clone(entry).(*managerv1.JobHistoryEntry)}
 }
 
 func (s *Server) jobUpdated(j *managerv1.JobWithHistory, i uint64, entry *managerv1.JobHistoryEntry) {
@@ -526,11 +578,14 @@ func (s *Server) jobUpdated(j *managerv1.JobWithHistory, i uint64, entry *manage
 // UpdateJob implements the Manager service.
 func (s *Server) UpdateJob(_ context.Context, req *connect.Request[managerv1.UpdateJobRequest]) (*connect.Response[managerv1.JobHash], error) {
 	job := req.Msg.GetJob()
+	if err := validateJob(job); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j, ok := s.jobs[job.GetJobId()]
 	if !ok {
-		return nil, errorf(connect.CodeNotFound, "job %q not found", job.GetJobId())
+		return nil, notFound("job", job.GetJobId())
 	}
 	if j.Job.TerminalState != nil {
 		return nil, errorf(connect.CodeFailedPrecondition, "job %q is %s", job.JobId, terminalWord(j.Job.TerminalState))
@@ -559,14 +614,14 @@ func terminalWord(t *managerv1.TerminalState) string {
 func (s *Server) DeleteJob(_ context.Context, req *connect.Request[managerv1.DeleteJobRequest]) (*connect.Response[managerv1.DeleteJobResponse], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	j, ok := s.jobs[req.Msg.GetJobId()]
-	if !ok {
-		return nil, errorf(connect.CodeNotFound, "job %q not found", req.Msg.GetJobId())
+	j, err := s.requireJob("jobId", req.Msg.GetJobId())
+	if err != nil {
+		return nil, err
 	}
+	// Its instances are stopped (decision 0006); the simulated workers
+	// confirm at once.
 	for _, in := range j.Instances {
-		if in.Phase != managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
-			return nil, errorf(connect.CodeFailedPrecondition, "job %q: instance %q is bound to node %q: stop it first", j.Job.JobId, in.Role, in.NodeId)
-		}
+		s.stopInstance(j, in, managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED, "job deleted", 0)
 	}
 	s.removeJob(j.Job.JobId, s.nextIndex())
 	return connect.NewResponse(&managerv1.DeleteJobResponse{}), nil
@@ -582,22 +637,18 @@ func (s *Server) removeJob(id string, i uint64) {
 func (s *Server) JobById(_ context.Context, req *connect.Request[managerv1.JobByIdRequest]) (*connect.Response[managerv1.JobWithHistory], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	j, ok := s.jobs[req.Msg.GetJobId()]
-	if !ok {
-		return nil, errorf(connect.CodeNotFound, "job %q not found", req.Msg.GetJobId())
+	j, err := s.requireJob("jobId", req.Msg.GetJobId())
+	if err != nil {
+		return nil, err
 	}
 	return connect.NewResponse(proto.Clone(j).(*managerv1.JobWithHistory)), nil
 }
 
 // JobSearch implements the Manager service.
 func (s *Server) JobSearch(_ context.Context, req *connect.Request[managerv1.JobSearchRequest]) (*connect.Response[managerv1.JobSearchResponse], error) {
-	var matchers []func(*managerv1.JobWithHistory) bool
-	for n, f := range req.Msg.GetFilters() {
-		m, err := matcher(f)
-		if err != nil {
-			return nil, errorf(connect.CodeInvalidArgument, "filters[%d]: %v", n, err)
-		}
-		matchers = append(matchers, m)
+	match, err := jobspec.CompileFilters(req.Msg.GetFilters())
+	if err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -607,16 +658,13 @@ func (s *Server) JobSearch(_ context.Context, req *connect.Request[managerv1.Job
 	}
 	slices.Sort(ids)
 	res := &managerv1.JobSearchResponse{Index: s.index}
-next:
 	for _, id := range ids {
 		if id <= req.Msg.GetAfterJobId() {
 			continue
 		}
 		j := s.jobs[id]
-		for _, m := range matchers {
-			if !m(j) {
-				continue next
-			}
+		if !match(searchable(j)) {
+			continue
 		}
 		j = proto.Clone(j).(*managerv1.JobWithHistory)
 		if !req.Msg.GetIncludeHistory() {
@@ -630,105 +678,39 @@ next:
 	return connect.NewResponse(res), nil
 }
 
-// matcher compiles one search filter.
-func matcher(f *managerv1.JobFilter) (func(*managerv1.JobWithHistory) bool, error) {
-	switch {
-	case f.GetTag() != nil:
-		t := f.GetTag()
-		switch m := t.GetMatch().(type) {
-		case *managerv1.TagFilter_Eq:
-			return func(j *managerv1.JobWithHistory) bool { v, ok := j.Job.Tags[t.TagName]; return ok && v == m.Eq }, nil
-		case *managerv1.TagFilter_Neq:
-			return func(j *managerv1.JobWithHistory) bool { v, ok := j.Job.Tags[t.TagName]; return !ok || v != m.Neq }, nil
-		case *managerv1.TagFilter_Exists:
-			return func(j *managerv1.JobWithHistory) bool { _, ok := j.Job.Tags[t.TagName]; return ok == m.Exists }, nil
-		case *managerv1.TagFilter_Re:
-			re, err := regexp.Compile("^(?:" + m.Re + ")$")
-			if err != nil {
-				return nil, fmt.Errorf("tag.re: %v", err)
-			}
-			return func(j *managerv1.JobWithHistory) bool { v, ok := j.Job.Tags[t.TagName]; return ok && re.MatchString(v) }, nil
-		}
-		return nil, fmt.Errorf("tag: no match set")
-	case f.GetId() != nil:
-		switch m := f.GetId().GetMatch().(type) {
-		case *managerv1.IdFilter_Eq:
-			return func(j *managerv1.JobWithHistory) bool { return j.Job.JobId == m.Eq }, nil
-		case *managerv1.IdFilter_Neq:
-			return func(j *managerv1.JobWithHistory) bool { return j.Job.JobId != m.Neq }, nil
-		case *managerv1.IdFilter_Re:
-			re, err := regexp.Compile("^(?:" + m.Re + ")$")
-			if err != nil {
-				return nil, fmt.Errorf("id.re: %v", err)
-			}
-			return func(j *managerv1.JobWithHistory) bool { return re.MatchString(j.Job.JobId) }, nil
-		}
-		return nil, fmt.Errorf("id: no match set")
-	case f.GetDate() != nil:
-		d := f.GetDate()
-		var cmp func(time.Time) bool
-		switch m := d.GetMatch().(type) {
-		case *managerv1.DateFilter_Eq:
-			cmp = func(t time.Time) bool { return t.Equal(m.Eq.AsTime()) }
-		case *managerv1.DateFilter_Lt:
-			cmp = func(t time.Time) bool { return t.Before(m.Lt.AsTime()) }
-		case *managerv1.DateFilter_Lte:
-			cmp = func(t time.Time) bool { return !t.After(m.Lte.AsTime()) }
-		case *managerv1.DateFilter_Gt:
-			cmp = func(t time.Time) bool { return t.After(m.Gt.AsTime()) }
-		case *managerv1.DateFilter_Gte:
-			cmp = func(t time.Time) bool { return !t.Before(m.Gte.AsTime()) }
-		case *managerv1.DateFilter_Within:
-			cmp = func(t time.Time) bool {
-				return !t.Before(m.Within.GetStartDate().AsTime()) && !t.After(m.Within.GetEndDate().AsTime())
-			}
-		default:
-			return nil, fmt.Errorf("date: no match set")
-		}
-		return func(j *managerv1.JobWithHistory) bool {
-			t, ok := jobDate(j, d.GetField())
-			return ok && cmp(t)
-		}, nil
+// searchable is what a search filter looks at of j: its id, tags, start
+// and the times of its created and last created-or-updated entries.
+func searchable(j *managerv1.JobWithHistory) jobspec.Searchable {
+	out := jobspec.Searchable{ID: j.GetJob().GetJobId(), Tags: j.GetJob().GetTags()}
+	if st := j.GetJob().GetStartDateTime(); st != nil {
+		out.StartAt = st.AsTime()
 	}
-	return nil, fmt.Errorf("no filter set")
-}
-
-// jobDate is the date of j that field selects.
-func jobDate(j *managerv1.JobWithHistory, field managerv1.DateField) (time.Time, bool) {
-	switch field {
-	case managerv1.DateField_DATE_FIELD_START:
-		return j.Job.GetStartDateTime().AsTime(), j.Job.GetStartDateTime() != nil
-	case managerv1.DateField_DATE_FIELD_UPDATED:
-		for _, e := range j.History {
-			if e.GetUpdated() != nil || e.GetCreated() != nil {
-				return e.Timestamp.AsTime(), true
-			}
+	for _, e := range j.GetHistory() { // newest first
+		if out.UpdatedAt.IsZero() && (e.GetUpdated() != nil || e.GetCreated() != nil) {
+			out.UpdatedAt = e.GetTimestamp().AsTime()
 		}
-	default:
-		for _, e := range j.History {
-			if e.GetCreated() != nil {
-				return e.Timestamp.AsTime(), true
-			}
+		if e.GetCreated() != nil {
+			out.CreatedAt = e.GetTimestamp().AsTime()
 		}
 	}
-	return time.Time{}, false
+	return out
 }
 
 // StartJob implements the Manager service.
 func (s *Server) StartJob(_ context.Context, req *connect.Request[managerv1.StartJobRequest]) (*connect.Response[managerv1.StartJobResponse], error) {
 	r := req.Msg
-	if r.GetRole() == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "role: required")
+	if err := jobspec.ValidateStart("", r); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j, ok := s.jobs[r.GetJobId()]
 	if !ok {
-		return nil, errorf(connect.CodeNotFound, "job %q not found", r.GetJobId())
+		return nil, notFound("job", r.GetJobId())
 	}
 	n, ok := s.nodes[r.GetNodeId()]
 	if !ok {
-		return nil, errorf(connect.CodeNotFound, "node %q not found", r.GetNodeId())
+		return nil, notFound("node", r.GetNodeId())
 	}
 	if n.State != managerv1.NodeState_NODE_STATE_ONLINE {
 		return nil, errorf(connect.CodeFailedPrecondition, "node %q is %s", n.NodeId, stateWord(n.State))
@@ -780,6 +762,25 @@ func cmp(a, b string) string {
 
 func stateWord(st managerv1.NodeState) string {
 	return strings.ToLower(strings.TrimPrefix(st.String(), "NODE_STATE_"))
+}
+
+// instanceOn is the instance (role) of j bound to node, or the Manager's
+// NOT_FOUND.
+func instanceOn(j *managerv1.JobWithHistory, role, node string) (*managerv1.Instance, error) {
+	id := j.GetJob().GetJobId()
+	in := instance(j, role)
+	switch {
+	case in == nil:
+		return nil, refuse(apierr.NotFoundf("job %q has no instance with role %q", id, role))
+	case in.NodeId != node:
+		return nil, refuse(apierr.NotFoundf("instance %s/%s is bound to node %q, not %q", id, role, in.NodeId, node))
+	}
+	return in, nil
+}
+
+// phaseName is an instance phase as the Manager words it ("stopping").
+func phaseName(p managerv1.InstancePhase) string {
+	return strings.ToLower(strings.TrimPrefix(p.String(), "INSTANCE_PHASE_"))
 }
 
 func instance(j *managerv1.JobWithHistory, role string) *managerv1.Instance {
@@ -845,15 +846,26 @@ func (s *Server) stopInstance(j *managerv1.JobWithHistory, in *managerv1.Instanc
 // StopJob implements the Manager service.
 func (s *Server) StopJob(_ context.Context, req *connect.Request[managerv1.StopJobRequest]) (*connect.Response[managerv1.StopJobResponse], error) {
 	r := req.Msg
+	if err := jobspec.ValidateInstance("", r.GetJobId(), r.GetRole(), r.GetNodeId()); err != nil {
+		return nil, refuse(err)
+	}
+	if err := jobspec.ValidateGrace("options.graceMs", r.GetOptions().GetGraceMs()); err != nil {
+		return nil, refuse(err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	j, ok := s.jobs[r.GetJobId()]
-	if !ok {
-		return nil, errorf(connect.CodeNotFound, "job %q not found", r.GetJobId())
+	j, err := s.requireJob("jobId", r.GetJobId())
+	if err != nil {
+		return nil, err
 	}
-	in := instance(j, r.GetRole())
-	if in == nil || in.NodeId != r.GetNodeId() || in.Phase == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
-		return nil, errorf(connect.CodeNotFound, "job %q has no %q instance on node %q", r.GetJobId(), r.GetRole(), r.GetNodeId())
+	in, err := instanceOn(j, r.GetRole(), r.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	if in.Phase == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
+		// Idempotent, as the Manager's: the instance is where it was asked
+		// to be.
+		return connect.NewResponse(&managerv1.StopJobResponse{}), nil
 	}
 	in.StopGraceMs = r.GetOptions().GetGraceMs()
 	s.stopInstance(j, in, managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED, "", 0)
@@ -863,15 +875,25 @@ func (s *Server) StopJob(_ context.Context, req *connect.Request[managerv1.StopJ
 // StartPreparedJob implements the Manager service.
 func (s *Server) StartPreparedJob(_ context.Context, req *connect.Request[managerv1.StartPreparedJobRequest]) (*connect.Response[managerv1.StartPreparedJobResponse], error) {
 	r := req.Msg
+	if err := jobspec.ValidateInstance("", r.GetJobId(), r.GetRole(), r.GetNodeId()); err != nil {
+		return nil, refuse(err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	j, ok := s.jobs[r.GetJobId()]
-	if !ok {
-		return nil, errorf(connect.CodeNotFound, "job %q not found", r.GetJobId())
+	j, err := s.requireJob("jobId", r.GetJobId())
+	if err != nil {
+		return nil, err
 	}
-	in := instance(j, r.GetRole())
-	if in == nil || in.NodeId != r.GetNodeId() || in.Phase != managerv1.InstancePhase_INSTANCE_PHASE_PREPARED {
-		return nil, errorf(connect.CodeFailedPrecondition, "job %q has no prepared %q instance on node %q", r.GetJobId(), r.GetRole(), r.GetNodeId())
+	in, err := instanceOn(j, r.GetRole(), r.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	switch in.Desired {
+	case managerv1.InstanceDesired_INSTANCE_DESIRED_RUNNING:
+		// Idempotent, as the Manager's: it was started already.
+		return connect.NewResponse(&managerv1.StartPreparedJobResponse{}), nil
+	case managerv1.InstanceDesired_INSTANCE_DESIRED_STOPPED:
+		return nil, refuse(apierr.FailedPreconditionf("instance %s/%s is %s; only a prepared instance can be started", r.GetJobId(), r.GetRole(), phaseName(in.Phase)))
 	}
 	in.Desired = managerv1.InstanceDesired_INSTANCE_DESIRED_RUNNING
 	s.run(j, in, s.nodes[in.NodeId])
@@ -888,8 +910,11 @@ func (s *Server) CompleteJob(_ context.Context, req *connect.Request[managerv1.C
 
 // MarkJobFailed implements the Manager service.
 func (s *Server) MarkJobFailed(_ context.Context, req *connect.Request[managerv1.MarkJobFailedRequest]) (*connect.Response[managerv1.MarkJobFailedResponse], error) {
-	if req.Msg.GetReason() == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "reason: required")
+	if err := jobspec.ValidateID("jobId", req.Msg.GetJobId()); err != nil {
+		return nil, refuse(err)
+	}
+	if err := jobspec.ValidateFailReason(req.Msg.GetReason()); err != nil {
+		return nil, refuse(err)
 	}
 	if err := s.terminate(req.Msg.GetJobId(), managerv1.TerminalKind_TERMINAL_KIND_FAILED, req.Msg.GetReason()); err != nil {
 		return nil, err
@@ -901,22 +926,32 @@ func (s *Server) MarkJobFailed(_ context.Context, req *connect.Request[managerv1
 func (s *Server) terminate(id string, kind managerv1.TerminalKind, reason string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	j, ok := s.jobs[id]
-	if !ok {
-		return errorf(connect.CodeNotFound, "job %q not found", id)
+	j, err := s.requireJob("jobId", id)
+	if err != nil {
+		return err
 	}
-	if j.Job.TerminalState != nil {
-		return errorf(connect.CodeFailedPrecondition, "job %q is already %s", id, terminalWord(j.Job.TerminalState))
+	switch cur := j.Job.TerminalState.GetKind(); {
+	case j.Job.TerminalState == nil:
+	case cur == kind:
+		return nil // idempotent: the first verdict stands
+	case cur == managerv1.TerminalKind_TERMINAL_KIND_FAILED:
+		return refuse(apierr.FailedPreconditionf("job %q has been marked failed (%s); it cannot be completed", id, j.Job.TerminalState.GetReason()))
+	default:
+		return refuse(apierr.FailedPreconditionf("job %q has completed; it cannot be marked failed", id))
 	}
 	for _, in := range j.Instances {
-		s.stopInstance(j, in, managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED, "job "+strings.ToLower(strings.TrimPrefix(kind.String(), "TERMINAL_KIND_")), 0)
+		if kind == managerv1.TerminalKind_TERMINAL_KIND_FAILED {
+			s.stopInstance(j, in, managerv1.StoppingReason_STOPPING_REASON_JOB_FAILED, reason, 0)
+		} else {
+			s.stopInstance(j, in, managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED, "job completed", 0)
+		}
 	}
 	i := s.nextIndex()
 	j.Job.TerminalState = &managerv1.TerminalState{Kind: kind, Reason: reason, At: timestamppb.New(s.now())}
 	j.Job.State = managerv1.JobState_JOB_STATE_POST
 	entry := &managerv1.JobHistoryEntry{Event: &managerv1.JobHistoryEntry_Completed{Completed: &managerv1.JobCompleted{}}}
 	if kind == managerv1.TerminalKind_TERMINAL_KIND_FAILED {
-		entry.Event = &managerv1.JobHistoryEntry_Rejected{Rejected: &managerv1.JobRejected{Reason: reason}}
+		entry.Event = &managerv1.JobHistoryEntry_Rejected{Rejected: &managerv1.JobRejected{Reason: "marked failed: " + reason}}
 	}
 	s.jobUpdated(j, i, entry)
 	return nil
@@ -925,20 +960,24 @@ func (s *Server) terminate(id string, kind managerv1.TerminalKind, reason string
 // RegisterClusterNode implements the Manager service.
 func (s *Server) RegisterClusterNode(_ context.Context, req *connect.Request[managerv1.RegisterClusterNodeRequest]) (*connect.Response[managerv1.RegisterClusterNodeResponse], error) {
 	name := req.Msg.GetNodeName()
-	if name == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "node_name: required")
+	if err := jobspec.ValidateID("nodeName", name); err != nil {
+		return nil, refuse(err)
+	}
+	if err := jobspec.ValidatePool("pool", req.Msg.GetPool()); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, sl := range s.slots {
-		if sl.NodeName == name {
-			return nil, errorf(connect.CodeAlreadyExists, "a cluster slot named %q exists (%s)", name, sl.NodeId)
+	for _, n := range s.nodes {
+		if n.GetNodeName() == name || n.GetNodeId() == name {
+			return nil, refuse(apierr.AlreadyExistsf("a node named %q is already registered (node id %q)", name, n.GetNodeId()))
 		}
 	}
 	s.nextID++
 	i := s.nextIndex()
+	// A cluster slot's node id is its name (decision 0004).
 	sl := &managerv1.ClusterSlot{
-		NodeId: fmt.Sprintf("node-%d", s.nextID), NodeName: name, Pool: req.Msg.GetPool(),
+		NodeId: name, NodeName: name, Pool: req.Msg.GetPool(),
 		Token: fmt.Sprintf("nrt_%06d_%d", s.nextID, i), State: managerv1.NodeState_NODE_STATE_REGISTERED,
 		RegisteredAt: timestamppb.New(s.now()),
 	}
@@ -949,7 +988,7 @@ func (s *Server) RegisterClusterNode(_ context.Context, req *connect.Request[man
 		n.Tags["pool"] = sl.Pool
 	}
 	s.nodes[n.NodeId] = n
-	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotRegistered{ClusterSlotRegistered: &managerv1.ClusterSlotEvent{Slot: proto.Clone(sl).(*managerv1.ClusterSlot)}}})
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotRegistered{ClusterSlotRegistered: slotEvent(sl)}})
 	return connect.NewResponse(&managerv1.RegisterClusterNodeResponse{NodeId: sl.NodeId, Token: sl.Token}), nil
 }
 
@@ -996,14 +1035,8 @@ func (s *Server) ListClusterNodes(context.Context, *connect.Request[managerv1.Li
 	return connect.NewResponse(res), nil
 }
 
-func sortedIDs[V any](m map[string]V) []string {
-	ids := make([]string, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
+// sortedIDs are m's keys in order.
+func sortedIDs[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // DeregisterClusterNode implements the Manager service.
 func (s *Server) DeregisterClusterNode(_ context.Context, req *connect.Request[managerv1.DeregisterClusterNodeRequest]) (*connect.Response[managerv1.DeregisterClusterNodeResponse], error) {
@@ -1011,19 +1044,38 @@ func (s *Server) DeregisterClusterNode(_ context.Context, req *connect.Request[m
 	defer s.mu.Unlock()
 	sl, ok := s.slots[req.Msg.GetNodeId()]
 	if !ok {
-		return nil, errorf(connect.CodeNotFound, "cluster slot %q not found", req.Msg.GetNodeId())
+		return nil, notFound("node", req.Msg.GetNodeId())
 	}
-	s.stopNodeInstances(sl.NodeId, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED)
-	delete(s.slots, sl.NodeId)
+	// As the Manager: one write marks the node stopping (its instances
+	// told to stop), the next, once its worker is gone — at once here —
+	// removes it.
 	n := s.nodes[sl.NodeId]
-	delete(s.nodes, sl.NodeId)
 	i := s.nextIndex()
-	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotDeregistered{ClusterSlotDeregistered: &managerv1.ClusterSlotEvent{Slot: proto.Clone(sl).(*managerv1.ClusterSlot)}}})
+	s.stopNodeInstances(sl.NodeId, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED)
+	sl.State = managerv1.NodeState_NODE_STATE_STOPPING
 	if n != nil {
-		n.State = managerv1.NodeState_NODE_STATE_TERMINATED
-		s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node), Reason: "cluster slot deregistered"}}})
+		n.State, n.Connected, n.StateSince, n.StateReason = managerv1.NodeState_NODE_STATE_STOPPING, false, timestamppb.New(s.now()), "deregistering"
+		s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeStopping{NodeStopping: &managerv1.NodeEvent{Node: s.nodeView(n), Reason: "deregistering"}}})
 	}
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotUpdated{ClusterSlotUpdated: slotEvent(sl)}})
+	i = s.nextIndex()
+	delete(s.slots, sl.NodeId)
+	delete(s.nodes, sl.NodeId)
+	sl.State = managerv1.NodeState_NODE_STATE_TERMINATED
+	if n != nil {
+		n.State, n.StateReason = managerv1.NodeState_NODE_STATE_TERMINATED, "node deregistered"
+		s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node), Reason: "node deregistered"}}})
+	}
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotDeregistered{ClusterSlotDeregistered: slotEvent(sl)}})
 	return connect.NewResponse(&managerv1.DeregisterClusterNodeResponse{}), nil
+}
+
+// slotEvent is a cluster slot event as the Manager sends it: the slot
+// without its registration token (events carry no secrets).
+func slotEvent(sl *managerv1.ClusterSlot) *managerv1.ClusterSlotEvent {
+	c := proto.Clone(sl).(*managerv1.ClusterSlot)
+	c.Token = ""
+	return &managerv1.ClusterSlotEvent{Slot: c}
 }
 
 // stopNodeInstances stops every instance on node id. Callers hold mu.
@@ -1044,7 +1096,7 @@ func (s *Server) SetClusterNodePool(_ context.Context, req *connect.Request[mana
 	defer s.mu.Unlock()
 	sl, ok := s.slots[req.Msg.GetNodeId()]
 	if !ok {
-		return nil, errorf(connect.CodeNotFound, "cluster slot %q not found", req.Msg.GetNodeId())
+		return nil, notFound("node", req.Msg.GetNodeId())
 	}
 	sl.Pool = req.Msg.GetPool()
 	if n := s.nodes[sl.NodeId]; n != nil {
@@ -1057,7 +1109,12 @@ func (s *Server) SetClusterNodePool(_ context.Context, req *connect.Request[mana
 			n.Tags["pool"] = sl.Pool
 		}
 	}
-	s.emit(s.nextIndex(), &managerv1.Event{Kind: &managerv1.Event_ClusterSlotUpdated{ClusterSlotUpdated: &managerv1.ClusterSlotEvent{Slot: proto.Clone(sl).(*managerv1.ClusterSlot)}}})
+	// As the Manager: the node's pool tag changed, and its slot, in one write.
+	i := s.nextIndex()
+	if n := s.nodes[sl.NodeId]; n != nil {
+		s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeTagsUpdated{NodeTagsUpdated: &managerv1.NodeEvent{Node: s.nodeView(n), Reason: "pool changed"}}})
+	}
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotUpdated{ClusterSlotUpdated: slotEvent(sl)}})
 	return connect.NewResponse(&managerv1.SetClusterNodePoolResponse{}), nil
 }
 
@@ -1085,20 +1142,44 @@ func (s *Server) nodeView(n *managerv1.Node) *managerv1.Node {
 	return n
 }
 
+// requireNode checks a node id and returns its node. Callers hold mu.
+func (s *Server) requireNode(id string) (*managerv1.Node, error) {
+	if err := jobspec.ValidateID("nodeId", id); err != nil {
+		return nil, refuse(err)
+	}
+	n, ok := s.nodes[id]
+	if !ok {
+		return nil, notFound("node", id)
+	}
+	return n, nil
+}
+
 // TerminateNode implements the Manager service.
 func (s *Server) TerminateNode(_ context.Context, req *connect.Request[managerv1.TerminateNodeRequest]) (*connect.Response[managerv1.TerminateNodeResponse], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, ok := s.nodes[req.Msg.GetNodeId()]
-	if !ok {
-		return nil, errorf(connect.CodeNotFound, "node %q not found", req.Msg.GetNodeId())
+	n, err := s.requireNode(req.Msg.GetNodeId())
+	if err != nil {
+		return nil, err
 	}
 	if n.State == managerv1.NodeState_NODE_STATE_TERMINATED {
-		return nil, errorf(connect.CodeFailedPrecondition, "node %q is already terminated", n.NodeId)
+		// Idempotent, as the Manager's: the node is where it was asked to be.
+		return connect.NewResponse(&managerv1.TerminateNodeResponse{}), nil
 	}
+	// As the Manager: one write marks the node stopping (its instances told
+	// to stop), the next, once its worker (or provider) confirms — at once
+	// here — terminated.
+	i := s.nextIndex()
 	s.stopNodeInstances(n.NodeId, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED)
-	n.State, n.Connected, n.StateSince, n.StateReason = managerv1.NodeState_NODE_STATE_TERMINATED, false, timestamppb.New(s.now()), "terminated by request"
-	s.emit(s.nextIndex(), &managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node), Reason: n.StateReason}}})
+	n.State, n.StateSince, n.StateReason = managerv1.NodeState_NODE_STATE_STOPPING, timestamppb.New(s.now()), "terminate requested"
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeStopping{NodeStopping: &managerv1.NodeEvent{Node: s.nodeView(n), Reason: n.StateReason}}})
+	i = s.nextIndex()
+	n.State, n.Connected, n.StateSince, n.StateReason = managerv1.NodeState_NODE_STATE_TERMINATED, false, timestamppb.New(s.now()), "node terminated"
+	s.emit(i, &managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node), Reason: n.StateReason}}})
+	if sl := s.slots[n.NodeId]; sl != nil {
+		sl.State, sl.Active = managerv1.NodeState_NODE_STATE_TERMINATED, false
+		s.emit(i, &managerv1.Event{Kind: &managerv1.Event_ClusterSlotUpdated{ClusterSlotUpdated: slotEvent(sl)}})
+	}
 	return connect.NewResponse(&managerv1.TerminateNodeResponse{}), nil
 }
 
@@ -1106,9 +1187,12 @@ func (s *Server) TerminateNode(_ context.Context, req *connect.Request[managerv1
 func (s *Server) SetNodeTags(_ context.Context, req *connect.Request[managerv1.SetNodeTagsRequest]) (*connect.Response[managerv1.SetNodeTagsResponse], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, ok := s.nodes[req.Msg.GetNodeId()]
-	if !ok {
-		return nil, errorf(connect.CodeNotFound, "node %q not found", req.Msg.GetNodeId())
+	n, err := s.requireNode(req.Msg.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	if err := jobspec.ValidateNodeTags(req.Msg.GetTags()); err != nil {
+		return nil, refuse(err)
 	}
 	if _, spare := req.Msg.GetTags()["spare"]; spare && n.Provider != "cluster" {
 		return nil, errorf(connect.CodeFailedPrecondition, "node %q: the spare tag of an elastic node is the AutoManager's", n.NodeId)
@@ -1117,9 +1201,6 @@ func (s *Server) SetNodeTags(_ context.Context, req *connect.Request[managerv1.S
 		n.Tags = map[string]string{}
 	}
 	for k, v := range req.Msg.GetTags() {
-		if k == "" {
-			return nil, errorf(connect.CodeInvalidArgument, "tags: empty key")
-		}
 		n.Tags[k] = v
 	}
 	s.emit(s.nextIndex(), &managerv1.Event{Kind: &managerv1.Event_NodeTagsUpdated{NodeTagsUpdated: &managerv1.NodeEvent{Node: proto.Clone(n).(*managerv1.Node)}}})
@@ -1130,9 +1211,9 @@ func (s *Server) SetNodeTags(_ context.Context, req *connect.Request[managerv1.S
 func (s *Server) GetNodeIdleExpiry(_ context.Context, req *connect.Request[managerv1.GetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, ok := s.nodes[req.Msg.GetNodeId()]
-	if !ok {
-		return nil, errorf(connect.CodeNotFound, "node %q not found", req.Msg.GetNodeId())
+	n, err := s.requireNode(req.Msg.GetNodeId())
+	if err != nil {
+		return nil, err
 	}
 	return connect.NewResponse(idleExpiry(n)), nil
 }
@@ -1147,14 +1228,14 @@ func idleExpiry(n *managerv1.Node) *managerv1.NodeIdleExpiry {
 
 // SetNodeIdleExpiry implements the Manager service.
 func (s *Server) SetNodeIdleExpiry(_ context.Context, req *connect.Request[managerv1.SetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
-	if req.Msg.GetIdleExpiryMs() < 0 {
-		return nil, errorf(connect.CodeInvalidArgument, "idle_expiry_ms: must not be negative")
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, ok := s.nodes[req.Msg.GetNodeId()]
-	if !ok {
-		return nil, errorf(connect.CodeNotFound, "node %q not found", req.Msg.GetNodeId())
+	n, err := s.requireNode(req.Msg.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	if err := jobspec.ValidateIdleExpiry(req.Msg.GetIdleExpiryMs()); err != nil {
+		return nil, refuse(err)
 	}
 	n.IdleExpiryMs = req.Msg.GetIdleExpiryMs()
 	s.nextIndex()

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // SetPrefetchFailure makes the fake's simulated workers fail to pull ref
@@ -37,22 +38,14 @@ func (s *Server) SetPrefetchFailure(ref, reason string) {
 // outcome is an images_prefetched event, then node_images_updated.
 func (s *Server) PrefetchImages(_ context.Context, req *connect.Request[managerv1.PrefetchImagesRequest]) (*connect.Response[managerv1.PrefetchImagesResponse], error) {
 	refs := req.Msg.GetImageRefs()
-	switch {
-	case len(refs) == 0:
-		return nil, errorf(connect.CodeInvalidArgument, "imageRefs: must name at least one image")
-	case len(refs) > 64:
-		return nil, errorf(connect.CodeInvalidArgument, "imageRefs: names %d images (at most 64)", len(refs))
-	}
-	for i, r := range refs {
-		if r == "" || strings.ContainsAny(r, " \t\n") {
-			return nil, errorf(connect.CodeInvalidArgument, "imageRefs[%d]: %q is not an image reference", i, r)
-		}
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, ok := s.nodes[req.Msg.GetNodeId()]
-	if !ok {
-		return nil, errorf(connect.CodeNotFound, "node %q not found", req.Msg.GetNodeId())
+	n, err := s.requireNode(req.Msg.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	if err := jobspec.ValidateImageRefs(refs); err != nil {
+		return nil, refuse(err)
 	}
 	if n.GetState() != managerv1.NodeState_NODE_STATE_ONLINE {
 		return nil, errorf(connect.CodeFailedPrecondition, "node %q is not online: its worker cannot pull", n.GetNodeId())

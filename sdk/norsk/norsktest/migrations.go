@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // The fake's migration surface: the Manager's relays (recorded, see
@@ -47,9 +48,9 @@ func (s *Server) liveInstance(jobID, role string) *managerv1.Instance {
 	return in
 }
 
-func (s *Server) relay(method string, key *managerv1.JobKey, id string, payload []byte) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-	if key.GetJobId() == "" || key.GetRole() == "" || id == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "job key and migrationId are required")
+func (s *Server) relay(method, field string, key *managerv1.JobKey, id string, payload []byte) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+	if err := jobspec.ValidateMigrationRelay(field, key, id, payload); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -63,24 +64,24 @@ func (s *Server) relay(method string, key *managerv1.JobKey, id string, payload 
 
 // NotifyMigrationGetState implements the Manager service.
 func (s *Server) NotifyMigrationGetState(_ context.Context, req *connect.Request[managerv1.NotifyMigrationGetStateRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-	return s.relay("NotifyMigrationGetState", req.Msg.GetSourceJobKey(), req.Msg.GetMigrationId(), nil)
+	return s.relay("NotifyMigrationGetState", "sourceJobKey", req.Msg.GetSourceJobKey(), req.Msg.GetMigrationId(), nil)
 }
 
 // NotifyMigrationCutoverReady implements the Manager service.
 func (s *Server) NotifyMigrationCutoverReady(_ context.Context, req *connect.Request[managerv1.NotifyMigrationCutoverReadyRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-	return s.relay("NotifyMigrationCutoverReady", req.Msg.GetSourceJobKey(), req.Msg.GetMigrationId(), req.Msg.GetPayload())
+	return s.relay("NotifyMigrationCutoverReady", "sourceJobKey", req.Msg.GetSourceJobKey(), req.Msg.GetMigrationId(), req.Msg.GetPayload())
 }
 
 // NotifyMigrationCutoverApply implements the Manager service.
 func (s *Server) NotifyMigrationCutoverApply(_ context.Context, req *connect.Request[managerv1.NotifyMigrationCutoverApplyRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-	return s.relay("NotifyMigrationCutoverApply", req.Msg.GetTargetJobKey(), req.Msg.GetMigrationId(), req.Msg.GetPayload())
+	return s.relay("NotifyMigrationCutoverApply", "targetJobKey", req.Msg.GetTargetJobKey(), req.Msg.GetMigrationId(), req.Msg.GetPayload())
 }
 
 // AbortMigration implements the Manager service.
 func (s *Server) AbortMigration(_ context.Context, req *connect.Request[managerv1.AbortMigrationRequest]) (*connect.Response[managerv1.AbortMigrationResponse], error) {
 	m := req.Msg
-	if m.GetMigrationId() == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "migrationId: is required")
+	if err := jobspec.ValidateAbortMigration(m); err != nil {
+		return nil, refuse(err)
 	}
 	if m.GetSourceRole() == "" && m.GetTargetRole() == "" {
 		return nil, errorf(connect.CodeUnavailable, "no AutoManager runs on this (fake) Manager")
@@ -196,8 +197,8 @@ func (s *Server) ForgetTerminalMigrations(context.Context, *connect.Request[mana
 // RecordMigration implements the Manager service.
 func (s *Server) RecordMigration(_ context.Context, req *connect.Request[managerv1.RecordMigrationRequest]) (*connect.Response[managerv1.RecordMigrationResponse], error) {
 	m := req.Msg.GetMigration()
-	if m.GetMigrationId() == "" || m.GetSourceJobId() == "" {
-		return nil, errorf(connect.CodeInvalidArgument, "migration: migrationId and sourceJobId are required")
+	if err := jobspec.ValidateMigration(m); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -251,9 +252,12 @@ func (s *Server) DrainNode(_ context.Context, req *connect.Request[managerv1.Dra
 	m := req.Msg
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, ok := s.nodes[m.GetNodeId()]
-	if !ok {
-		return nil, errorf(connect.CodeNotFound, "no node %q", m.GetNodeId())
+	n, err := s.requireNode(m.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	if err := jobspec.ValidateDrainRequest(m); err != nil {
+		return nil, refuse(err)
 	}
 	answer := func(attached bool) (*connect.Response[managerv1.DrainNodeResponse], error) {
 		c := proto.Clone(n).(*managerv1.Node)
@@ -269,14 +273,6 @@ func (s *Server) DrainNode(_ context.Context, req *connect.Request[managerv1.Dra
 			s.emit(n.Drain.Revision, &managerv1.Event{Kind: &managerv1.Event_NodeDrainUpdated{NodeDrainUpdated: proto.Clone(n.Drain).(*managerv1.NodeDrain)}})
 		}
 		return answer(false)
-	}
-	switch {
-	case m.GetDeadlineMs() < 0 || m.GetDeadlineMs() > 7*24*3600*1000:
-		return nil, errorf(connect.CodeInvalidArgument, "deadlineMs: %d is out of range (0 to 7 days)", m.GetDeadlineMs())
-	case m.GetNoDeadline() && m.GetDeadlineMs() != 0:
-		return nil, errorf(connect.CodeInvalidArgument, "noDeadline: give a deadline or none, not both")
-	case m.GetParallel() > 64:
-		return nil, errorf(connect.CodeInvalidArgument, "parallel: %d (at most 64)", m.GetParallel())
 	}
 	if running {
 		return answer(true)
@@ -306,12 +302,18 @@ func (s *Server) DrainNode(_ context.Context, req *connect.Request[managerv1.Dra
 // state checks).
 func (s *Server) RecordNodeDrain(_ context.Context, req *connect.Request[managerv1.RecordNodeDrainRequest]) (*connect.Response[managerv1.RecordNodeDrainResponse], error) {
 	d := req.Msg.GetDrain()
+	if d == nil {
+		return nil, invalid("drain", "is required")
+	}
+	if err := jobspec.ValidateDrain(d); err != nil {
+		return nil, refuse(err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, ok := s.nodes[d.GetNodeId()]
+	n, err := s.requireNode(d.GetNodeId())
 	switch {
-	case !ok:
-		return nil, errorf(connect.CodeNotFound, "no node %q", d.GetNodeId())
+	case err != nil:
+		return nil, err
 	case n.GetDrain().GetState() != managerv1.NodeDrainState_NODE_DRAIN_STATE_RUNNING:
 		return nil, errorf(connect.CodeFailedPrecondition, "node %s has no running drain", d.GetNodeId())
 	case req.Msg.GetExpectedRevision() != 0 && req.Msg.GetExpectedRevision() != n.GetDrain().GetRevision():

@@ -2,36 +2,36 @@ package norsktest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // StartJobs implements the Manager service: each start as StartJob would
 // answer it, in order.
 func (s *Server) StartJobs(ctx context.Context, req *connect.Request[managerv1.StartJobsRequest]) (*connect.Response[managerv1.StartJobsResponse], error) {
 	starts := req.Msg.GetStarts()
-	if len(starts) == 0 || len(starts) > 1000 {
-		return nil, errorf(connect.CodeInvalidArgument, "starts: give 1 to 1000 starts, not %d", len(starts))
-	}
-	seen := map[[2]string]int{}
-	for i, st := range starts {
-		k := [2]string{st.GetJobId(), st.GetRole()}
-		if j, dup := seen[k]; dup {
-			return nil, errorf(connect.CodeInvalidArgument, "starts[%d].role: instance %s/%s is also starts[%d]", i, k[0], k[1], j)
-		}
-		seen[k] = i
+	// Malformed input refuses the whole call, as the Manager's does; a
+	// start the store refuses is answered in its own result.
+	if err := jobspec.ValidateStarts(starts); err != nil {
+		return nil, refuse(err)
 	}
 	out := &managerv1.StartJobsResponse{}
 	for _, st := range starts {
 		res, err := s.StartJob(ctx, connect.NewRequest(st))
 		r := &managerv1.StartResult{}
-		if err != nil {
-			r.ErrorCode, r.ErrorMessage = connectCodeName(connect.CodeOf(err)), err.Error()
-		} else {
+		var ce *connect.Error
+		switch {
+		case errors.As(err, &ce):
+			r.ErrorCode, r.ErrorMessage = connectCodeName(ce.Code()), ce.Message()
+		case err != nil:
+			r.ErrorCode, r.ErrorMessage = connectCodeName(connect.CodeInternal), err.Error()
+		default:
 			r.FencingToken = res.Msg.GetFencingToken()
 		}
 		out.Results = append(out.Results, r)

@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // The fake's security calls: tokens, the discovery fleet and its rotation,
@@ -41,17 +43,15 @@ func randHex(n int) string {
 
 // CreateToken implements the Manager service.
 func (s *Server) CreateToken(_ context.Context, req *connect.Request[managerv1.CreateTokenRequest]) (*connect.Response[managerv1.CreateTokenResponse], error) {
-	if req.Msg.GetName() == "" {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("name: must not be empty"))
-	}
-	switch req.Msg.GetRole() {
-	case "admin", "operator", "read-only", "worker", "publisher":
-	default:
-		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("role: %q is not a role", req.Msg.GetRole()))
+	if err := jobspec.ValidateTokenRequest(req.Msg.GetName(), req.Msg.GetRole(), req.Msg.GetTtlS()); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	tok := &managerv1.ApiToken{Id: randHex(8), Name: req.Msg.GetName(), Role: req.Msg.GetRole(), CreatedAt: timestamppb.New(s.now())}
+	if ttl := req.Msg.GetTtlS(); ttl > 0 {
+		tok.ExpiresAt = timestamppb.New(s.now().Add(time.Duration(ttl) * time.Second))
+	}
 	s.sec().tokens[tok.GetId()] = tok
 	return connect.NewResponse(&managerv1.CreateTokenResponse{Token: proto.Clone(tok).(*managerv1.ApiToken), Secret: "nmt_" + tok.GetId() + "." + randHex(32)}), nil
 }
@@ -61,8 +61,8 @@ func (s *Server) ListTokens(context.Context, *connect.Request[managerv1.ListToke
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := &managerv1.ListTokensResponse{}
-	for _, t := range s.sec().tokens {
-		out.Tokens = append(out.Tokens, proto.Clone(t).(*managerv1.ApiToken))
+	for _, id := range sortedIDs(s.sec().tokens) {
+		out.Tokens = append(out.Tokens, proto.Clone(s.sec().tokens[id]).(*managerv1.ApiToken))
 	}
 	return connect.NewResponse(out), nil
 }
@@ -82,8 +82,8 @@ func (s *Server) RevokeToken(_ context.Context, req *connect.Request[managerv1.R
 // PublishDiscoveryFleet implements the Manager service.
 func (s *Server) PublishDiscoveryFleet(_ context.Context, req *connect.Request[managerv1.PublishDiscoveryFleetRequest]) (*connect.Response[managerv1.PublishDiscoveryFleetResponse], error) {
 	f := req.Msg.GetFleet()
-	if f.GetTierSecret() == "" || f.GetTierSecret() == f.GetLeafToken() {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("fleet.tierSecret: must be set and differ from the leaf token"))
+	if err := jobspec.ValidateDiscoveryFleet(f); err != nil {
+		return nil, refuse(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,6 +110,9 @@ func (s *Server) GetDiscoveryFleet(context.Context, *connect.Request[managerv1.G
 
 // RotateDiscoveryTierSecret implements the Manager service.
 func (s *Server) RotateDiscoveryTierSecret(_ context.Context, req *connect.Request[managerv1.RotateDiscoveryTierSecretRequest]) (*connect.Response[managerv1.RotateDiscoveryTierSecretResponse], error) {
+	if err := jobspec.ValidateRotation(req.Msg.GetStep(), req.Msg.GetNewTierSecret()); err != nil {
+		return nil, refuse(err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.sec().fleet

@@ -31,11 +31,11 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
 	"github.com/norsk-go/norsk-manager/internal/runtime/docker"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 	"github.com/norsk-go/norsk-manager/internal/worker"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // Config configures a Host.

@@ -1,8 +1,12 @@
 // Package apierr holds the Manager's domain errors: a code saying what kind of
 // refusal an error is, and a message saying what was wrong. Every layer (the
-// FSM, the handlers, the node controller) returns these; the API layer maps
-// the code to a gRPC status in one table (internal/manager/errors.go), and the
+// FSM, the handlers, the node controller) returns these; the API layer turns
+// the code into a gRPC status through the one table here (GRPCCode), and the
 // SDK maps the status back to a typed Go error.
+//
+// It is public (decision 0045) so that the SDK's fake Manager
+// (sdk/norsk/norsktest) refuses with the very codes and messages the Manager
+// does, from the same code.
 //
 // The package is pure: no I/O, no clock, safe to use from the FSM.
 package apierr
@@ -48,6 +52,32 @@ var codeNames = map[Code]string{
 	Aborted:            "ABORTED",
 	DeadlineExceeded:   "DEADLINE_EXCEEDED",
 	DataLoss:           "DATA_LOSS",
+}
+
+// grpcCodes is the one table from domain codes to gRPC status codes (the
+// numbers of google.rpc.Code, which connect.Code shares).
+var grpcCodes = map[Code]uint32{
+	Internal:           13,
+	InvalidArgument:    3,
+	NotFound:           5,
+	AlreadyExists:      6,
+	FailedPrecondition: 9,
+	Unauthenticated:    16,
+	PermissionDenied:   7,
+	ResourceExhausted:  8,
+	Unavailable:        14,
+	Aborted:            10,
+	DeadlineExceeded:   4,
+	DataLoss:           15,
+}
+
+// GRPCCode is the gRPC status code a refusal of code c is answered with
+// (connect.Code(c.GRPCCode())); an unknown code is INTERNAL (13).
+func (c Code) GRPCCode() uint32 {
+	if n, ok := grpcCodes[c]; ok {
+		return n
+	}
+	return 13
 }
 
 // String is the gRPC name of the code.

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"connectrpc.com/connect"
+
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // TestQuote: short values are quoted whole; long ones are cut at a rune
@@ -26,5 +28,22 @@ func TestQuote(t *testing.T) {
 		if !utf8.ValidString(got) {
 			t.Errorf("Quote(%.20q…) is not valid UTF-8", tc.in)
 		}
+	}
+}
+
+// TestGRPCCode: every code is answered with the gRPC status of its own name,
+// and a code the table does not know is INTERNAL.
+func TestGRPCCode(t *testing.T) {
+	for c := apierr.Internal; c <= apierr.DataLoss; c++ {
+		got := connect.Code(c.GRPCCode())
+		if name := strings.ToUpper(got.String()); name != c.String() {
+			t.Errorf("%s answers as %s", c, name)
+		}
+		if apierr.ParseCode(c.String()) != c {
+			t.Errorf("ParseCode(%s) is not %s", c, c)
+		}
+	}
+	if got := apierr.Code(99).GRPCCode(); connect.Code(got) != connect.CodeInternal {
+		t.Errorf("an unknown code answers as %d, want INTERNAL", got)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 func day(d int) time.Time             { return time.Date(2025, 1, d, 12, 0, 0, 0, time.UTC) }

@@ -1,10 +1,19 @@
-// Package jobspec validates what callers send about jobs: the job
-// specification, instance roles, node ids and search filters. Every refusal
-// is an apierr InvalidArgument naming the field by its API (JSON) path, so a
-// user reading the error knows which line of their spec to fix.
+// Package jobspec holds every rule the Manager's API applies to a caller's
+// input beyond the field bounds (decision 0025): job specifications and
+// bundles (and how a bundle expands into its replica jobs), ids, roles,
+// tags, pools, search filters, starts, KV commits, audit appends and
+// queries, tokens, discovery fleets and rotations, drain and migration
+// records and requests, image references and the cloud calls' required
+// fields. Every refusal is an apierr InvalidArgument naming the field by its
+// API (JSON) path, so a user reading the error knows which line of their
+// spec to fix.
 //
-// The package is pure (no I/O, no clock) so the FSM can re-check what a
-// handler checked.
+// It is public (decision 0045) so that the Manager's handlers and the SDK's
+// fake Manager (sdk/norsk/norsktest) refuse the same input with the same
+// error, from one copy of the rules. The package is pure (no I/O, no clock).
+// The FSM does not call the validators: a command is validated once, where it
+// enters (decision 0046); the FSM uses only the expansion helpers (bundle
+// jobs, slots), which must stay as they are for stored data.
 package jobspec
 
 import (
@@ -18,7 +27,7 @@ import (
 	"unicode/utf8"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // Limits on a job specification.
@@ -88,6 +97,22 @@ func ValidateTags(field string, tags map[string]string) error {
 		case !printable(v):
 			return apierr.Invalid(field+"."+k, "value must be printable UTF-8 (no control characters)")
 		}
+	}
+	return nil
+}
+
+// ValidateNodeTags checks SetNodeTags' tags: at least one, each valid.
+func ValidateNodeTags(tags map[string]string) error {
+	if len(tags) == 0 {
+		return apierr.Invalid("tags", "give at least one tag to set")
+	}
+	return ValidateTags("tags", tags)
+}
+
+// ValidateIdleExpiry checks SetNodeIdleExpiry's value (0 clears it).
+func ValidateIdleExpiry(ms int64) error {
+	if ms < 0 {
+		return apierr.Invalid("idleExpiryMs", "%d must not be negative (0 clears the override)", ms)
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
 )
 
@@ -211,7 +211,10 @@ func prefixField(prefix string, err error) error {
 // (StartBundleJob clears it).
 func ExpandBundleJob(b *managerv1.Bundle, i, r int) *managerv1.Job {
 	spec := b.GetJobs()[i]
-	job := proto.Clone(spec.GetJob()).(*managerv1.Job)
+	job := &managerv1.Job{}
+	if spec.GetJob() != nil {
+		job = proto.Clone(spec.GetJob()).(*managerv1.Job)
+	}
 	job.JobId = BundleJobID(b.GetBundleId(), spec.GetJobName(), r)
 	job.State = managerv1.JobState_JOB_STATE_PRE
 	job.TerminalState = nil

@@ -4,13 +4,13 @@ import (
 	"fmt"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // Limits the API boundary adds to ValidateJob's on what a job's services
 // hand the operating system (the Manager's table of field bounds uses the
-// per-field ones; CheckLimits the totals). The FSM does not re-check them: a
-// log written before they existed replays as it was committed.
+// per-field ones; CheckLimits the totals). The FSM checks no input rule
+// (decision 0046): a log written before they existed replays as committed.
 const (
 	// MaxArgBytes is the longest single command or argument (Linux's
 	// MAX_ARG_STRLEN).
