@@ -18,8 +18,9 @@ import (
 // changed (memdb's change set: table, row before, row after), turns every
 // changed row into the keys a reader could have read it by — the table as a
 // whole, and each index's value of the row before and after — and closes
-// the channels registered under those keys. A commit costs in proportion to
-// the rows it changed, never to the rows stored.
+// the channels registered under those keys. Only the indexes someone
+// watches are computed at commit; a commit costs in proportion to the rows
+// it changed, never to the rows stored.
 //
 // A reader registers a key with the index of the view it read (Read.Index):
 // a change that landed between that view and the registration is found in a
@@ -36,26 +37,34 @@ type watchKey struct {
 // watchHistory is how many commits a late registration is checked against.
 const watchHistory = 16
 
-// committed is what one commit changed.
+// committed is what one commit changed; keys is built from changes on the
+// first late registration that needs it.
 type committed struct {
 	prev, index uint64
+	changes     memdb.Changes
 	keys        map[watchKey]struct{}
 }
+
+// tableIndex is a watched index of a table ("" for the whole table).
+type tableIndex struct{ table, index string }
 
 // watches is one generation's notifier. Apply (one goroutine) calls commit;
 // readers call ch from any goroutine.
 type watches struct {
 	schema *memdb.DBSchema
 
-	mu      sync.Mutex
-	index   uint64 // the last index committed
-	chans   map[watchKey]chan struct{}
-	recent  []committed // oldest first, at most watchHistory
-	stopped bool        // the generation was replaced: every channel is closed
+	mu    sync.Mutex
+	index uint64 // the last index committed
+	chans map[watchKey]chan struct{}
+	// watched counts the open channels per table index, so that a commit
+	// computes only the keys someone waits on.
+	watched map[tableIndex]int
+	recent  []*committed // oldest first, at most watchHistory
+	stopped bool         // the generation was replaced: every channel is closed
 }
 
 func newWatches(schema *memdb.DBSchema, index uint64) *watches {
-	return &watches{schema: schema, index: index, chans: map[watchKey]chan struct{}{}}
+	return &watches{schema: schema, index: index, chans: map[watchKey]chan struct{}{}, watched: map[tableIndex]int{}}
 }
 
 // closedCh is a channel that is always closed.
@@ -87,6 +96,9 @@ func (w *watches) ch(key watchKey, viewIndex uint64) <-chan struct{} {
 				return closedCh // older than the history
 			}
 			covered = true
+			if c.keys == nil {
+				c.keys = w.keysOf(c.changes)
+			}
 			if _, ok := c.keys[key]; ok {
 				return closedCh
 			}
@@ -99,27 +111,53 @@ func (w *watches) ch(key watchKey, viewIndex uint64) <-chan struct{} {
 	if !ok {
 		ch = make(chan struct{})
 		w.chans[key] = ch
+		w.watched[tableIndex{key.table, key.index}]++
 	}
 	return ch
 }
 
-// commit records that index (applied after prev) changed the keys of
-// changes, and wakes their watchers.
+// wake closes key's channel, if any. Called with w.mu held.
+func (w *watches) wake(key watchKey) {
+	if ch, ok := w.chans[key]; ok {
+		close(ch)
+		delete(w.chans, key)
+		ti := tableIndex{key.table, key.index}
+		if w.watched[ti]--; w.watched[ti] == 0 {
+			delete(w.watched, ti)
+		}
+	}
+}
+
+// commit records that index (applied after the last one) made changes,
+// and wakes the watchers of what they touched.
 func (w *watches) commit(index uint64, changes memdb.Changes) {
-	keys := w.keysOf(changes)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for k := range keys {
-		if ch, ok := w.chans[k]; ok {
-			close(ch)
-			delete(w.chans, k)
+	if len(w.watched) > 0 {
+		for _, c := range changes {
+			if c.Table == tableMeta {
+				continue
+			}
+			if w.watched[tableIndex{table: c.Table}] > 0 {
+				w.wake(watchKey{table: c.Table})
+			}
+			for name, ix := range w.schema.Tables[c.Table].Indexes {
+				if w.watched[tableIndex{c.Table, name}] == 0 {
+					continue
+				}
+				for _, row := range []any{c.Before, c.After} {
+					if row != nil {
+						forIndexKeys(c.Table, name, ix.Indexer, row, w.wake)
+					}
+				}
+			}
 		}
 	}
 	if len(w.recent) == watchHistory {
-		copy(w.recent, w.recent[1:])
-		w.recent = w.recent[:watchHistory-1]
+		w.recent[0] = nil
+		w.recent = w.recent[1:]
 	}
-	w.recent = append(w.recent, committed{prev: w.index, index: index, keys: keys})
+	w.recent = append(w.recent, &committed{prev: w.index, index: index, changes: changes})
 	w.index = index
 }
 
@@ -131,6 +169,7 @@ func (w *watches) stop() {
 		close(ch)
 		delete(w.chans, k)
 	}
+	clear(w.watched)
 	w.stopped = true
 }
 
@@ -146,7 +185,7 @@ func (w *watches) keysOf(changes memdb.Changes) map[watchKey]struct{} {
 		for name, ix := range ts.Indexes {
 			for _, row := range []any{c.Before, c.After} {
 				if row != nil {
-					addIndexKeys(keys, c.Table, name, ix.Indexer, row)
+					forIndexKeys(c.Table, name, ix.Indexer, row, func(k watchKey) { keys[k] = struct{}{} })
 				}
 			}
 		}
@@ -154,17 +193,18 @@ func (w *watches) keysOf(changes memdb.Changes) map[watchKey]struct{} {
 	return keys
 }
 
-// addIndexKeys adds the keys of row's values under one index.
-func addIndexKeys(keys map[watchKey]struct{}, table, index string, ixr memdb.Indexer, row any) {
+// forIndexKeys calls fn with the key of each of row's values under one
+// index.
+func forIndexKeys(table, index string, ixr memdb.Indexer, row any, fn func(watchKey)) {
 	switch x := ixr.(type) {
 	case memdb.SingleIndexer:
 		if ok, v, err := x.FromObject(row); ok && err == nil {
-			keys[watchKey{table, index, string(v)}] = struct{}{}
+			fn(watchKey{table, index, string(v)})
 		}
 	case memdb.MultiIndexer:
 		if ok, vs, err := x.FromObject(row); ok && err == nil {
 			for _, v := range vs {
-				keys[watchKey{table, index, string(v)}] = struct{}{}
+				fn(watchKey{table, index, string(v)})
 			}
 		}
 	}
