@@ -37,6 +37,10 @@ type watchKey struct {
 // watchHistory is how many commits a late registration is checked against.
 const watchHistory = 16
 
+// minSweep is the fewest registered channels at which a sweep happens
+// (see watches.sweepAt).
+const minSweep = 1 << 16
+
 // committed is what one commit changed; keys is built from changes on the
 // first late registration that needs it.
 type committed struct {
@@ -59,12 +63,19 @@ type watches struct {
 	// watched counts the open channels per table index, so that a commit
 	// computes only the keys someone waits on.
 	watched map[tableIndex]int
+	// sweepAt bounds chans: a channel stays registered until its key
+	// changes, though its reader may have moved on (a job whose instance
+	// left the node). When chans grows past sweepAt every channel is
+	// closed — a wake that finds nothing changed is allowed — and the
+	// readers still waiting register again; the next sweep waits until
+	// the registrations have doubled.
+	sweepAt int
 	recent  []*committed // oldest first, at most watchHistory
 	stopped bool         // the generation was replaced: every channel is closed
 }
 
 func newWatches(schema *memdb.DBSchema, index uint64) *watches {
-	return &watches{schema: schema, index: index, chans: map[watchKey]chan struct{}{}, watched: map[tableIndex]int{}}
+	return &watches{schema: schema, index: index, chans: map[watchKey]chan struct{}{}, watched: map[tableIndex]int{}, sweepAt: minSweep}
 }
 
 // closedCh is a channel that is always closed.
@@ -109,11 +120,24 @@ func (w *watches) ch(key watchKey, viewIndex uint64) <-chan struct{} {
 	}
 	ch, ok := w.chans[key]
 	if !ok {
+		if len(w.chans) >= w.sweepAt {
+			w.sweepAt = max(minSweep, 2*len(w.chans))
+			w.closeAll()
+		}
 		ch = make(chan struct{})
 		w.chans[key] = ch
 		w.watched[tableIndex{key.table, key.index}]++
 	}
 	return ch
+}
+
+// closeAll closes every registered channel. Called with w.mu held.
+func (w *watches) closeAll() {
+	for k, ch := range w.chans {
+		close(ch)
+		delete(w.chans, k)
+	}
+	clear(w.watched)
 }
 
 // wake closes key's channel, if any. Called with w.mu held.
@@ -165,11 +189,7 @@ func (w *watches) commit(index uint64, changes memdb.Changes) {
 func (w *watches) stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for k, ch := range w.chans {
-		close(ch)
-		delete(w.chans, k)
-	}
-	clear(w.watched)
+	w.closeAll()
 	w.stopped = true
 }
 
