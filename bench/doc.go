@@ -11,7 +11,8 @@
 // has no tests, so run it with -run '^$'. Each reports what was done
 // (calls answered, bindings made), not what was asked for. The comparison
 // with etcd on the same machine is bench/compare (make bench-compare);
-// the FSM's commit cost against the store's size is commit_test.go.
+// the FSM's commit cost against the store's size is commit_test.go, the
+// CPU a worker heartbeat costs heartbeat_test.go.
 //
 // # Running
 //

@@ -8,8 +8,8 @@ package bench
 //	go test ./bench -run '^$' -bench Recovery -benchtime=3x
 //
 // Each iteration starts a cluster of its own (a few seconds) and waits for
-// one recovery (about 2 s after a stop, 5 s after a silent loss at the
-// default settings; -benchtime=3x runs each sub-benchmark once with b.N=1
+// one recovery (about 1.6 s after a stop or a silent loss at the default
+// settings; -benchtime=3x runs each sub-benchmark once with b.N=1
 // first): a few minutes on a 2-core machine, inside go test's default
 // 10-minute timeout; add -timeout 30m for more iterations.
 //
@@ -29,10 +29,11 @@ package bench
 // Settings:
 //
 //   - default: manager.Config's own defaults (manager.DefaultLostGrace
-//     2 s, manager.DefaultHeartbeatInterval 1 s, decision 0024; LeaseTTL
-//     15 s, not involved: the job is not lease-protected). testcluster's quick LostGrace and heartbeat are
-//     zeroed through Options.ManagerConfig, so manager.Config.defaults
-//     fills them in as the daemon does.
+//     1.5 s, manager.DefaultHeartbeatInterval 500 ms, decisions 0024 and
+//     0048; LeaseTTL 15 s, not involved: the job is not lease-protected).
+//     testcluster's quick LostGrace and heartbeat are zeroed through
+//     Options.ManagerConfig, so manager.Config.defaults fills them in as
+//     the daemon does.
 //   - quick: testcluster's settings (LostGrace 2 s, HeartbeatInterval
 //     100 ms).
 //
@@ -46,7 +47,8 @@ package bench
 //   - silent: the node's network goes silent first (testcluster's
 //     Link.Cut(CutSilent): no byte, FIN or reset reaches the Manager),
 //     then the node dies: a power loss or a dead switch. The Manager
-//     notices only by missing heartbeats.
+//     notices only by the worker's silence: lost once nothing has been
+//     heard from it for the lost grace (decision 0048).
 //
 // Reported (seconds, over the iterations of the run):
 //
@@ -79,8 +81,8 @@ var rcSettings = []struct {
 	name string
 	cfg  func(*manager.Config)
 }{
-	// Zero: manager.Config's defaults (manager.DefaultLostGrace 2 s,
-	// manager.DefaultHeartbeatInterval 1 s).
+	// Zero: manager.Config's defaults (manager.DefaultLostGrace 1.5 s,
+	// manager.DefaultHeartbeatInterval 500 ms).
 	{"default", func(cfg *manager.Config) { cfg.LostGrace, cfg.HeartbeatInterval = 0, 0 }},
 	// testcluster's own (LostGrace 2 s, heartbeat 100 ms).
 	{"quick", nil},

@@ -49,11 +49,13 @@ import (
 // DefaultPort is the Manager API's default port.
 const DefaultPort = 6790
 
-// Defaults of node liveness (decision 0024).
+// Defaults of node liveness (decisions 0024, 0048): a node is lost once
+// nothing has been heard from its worker for DefaultLostGrace — three
+// heartbeats — whether its stream was reset or fell silent.
 const (
-	DefaultLostGrace         = 2 * time.Second
+	DefaultLostGrace         = 1500 * time.Millisecond
 	DefaultTakeoverGrace     = 30 * time.Second
-	DefaultHeartbeatInterval = time.Second
+	DefaultHeartbeatInterval = 500 * time.Millisecond
 )
 
 // DefaultLeaseTTL is Config.LeaseTTL's default.

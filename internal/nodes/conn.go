@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -26,8 +27,11 @@ type conn struct {
 	c      *Controller
 	nodeID string
 	log    *slog.Logger
-	// downSince is when the stream was last lost (or when the controller
-	// started watching the node).
+	// downSince is when the node was last known up: when its stream ended
+	// (a reset or close reaches the Manager at once), or when its worker
+	// was last heard from (a stream that fell silent), or when the
+	// controller started watching the node. The node is lost at downSince
+	// plus its grace (decision 0048).
 	downSince time.Time
 	// tlsClient dials the worker over mutual TLS (tls.go); made on first
 	// use, closed when run returns.
@@ -46,6 +50,15 @@ func (cn *conn) grace() time.Duration {
 		return cn.c.cfg.TakeoverGrace
 	}
 	return cn.c.cfg.LostGrace
+}
+
+// silenceLimit is how long an open stream may carry nothing from its worker
+// before the session ends and the node, down since it was last heard from,
+// is lost: the lost grace, but never less than three heartbeats, so that a
+// grace set shorter than the heartbeat cannot lose a live worker between
+// two of them.
+func (cn *conn) silenceLimit() time.Duration {
+	return max(cn.c.cfg.LostGrace, 3*cn.c.cfg.HeartbeatInterval)
 }
 
 func newConn(c *Controller, nodeID string) *conn {
@@ -221,11 +234,21 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 	// One ordered channel carries the worker's messages and then the
 	// stream's end, so that everything received is handled before the end.
 	in := make(chan received, 256)
+	// heard is when the worker was last heard from (after since): stamped
+	// when a message arrives and again when the reader goes back to
+	// waiting, so that only time spent waiting on the worker counts as its
+	// silence — a session slowed by the store (a slow commit, a loaded
+	// machine) does not make a live worker look silent.
+	since := cfg.Clock.Now()
+	var heard atomic.Int64
+	heardAt := func() time.Time { return since.Add(time.Duration(heard.Load())) }
+	hear := func() { heard.Store(int64(cfg.Clock.Now().Sub(since))) }
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for {
 			m, err := stream.Receive()
+			hear()
 			select {
 			case in <- received{msg: m, err: err}:
 			case <-sctx.Done():
@@ -234,6 +257,7 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 			if err != nil {
 				return
 			}
+			hear()
 		}
 	}()
 
@@ -289,10 +313,18 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		// The hello told the list.
 		controlPlanes: controlPlanes,
 	}
+	// silentSince is set when the session ends because the worker fell
+	// silent: the node has been down since it was last heard from. Lost at
+	// silentSince + LostGrace: at once, unless the silence limit is three
+	// heartbeats longer than the grace.
+	var silentSince time.Time
 	defer func() {
 		s.failWaiters(cn.nodeID, err)
 		cn.failQueued()
 		cn.downSince = cfg.Clock.Now()
+		if !silentSince.IsZero() {
+			cn.downSince = silentSince
+		}
 		cn.c.setLive(cn.nodeID, func(l *Live) { l.Connected, l.Incarnation, l.Address = false, "", "" })
 		if m := cfg.Metrics; m != nil {
 			m.Connected.Dec()
@@ -303,7 +335,6 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 	for _, r := range wh.GetInventory() {
 		s.wv[state.InstanceID(r.GetJobId(), r.GetRole())] = held{token: r.GetFencingToken(), phase: r.GetPhase(), jobHash: r.GetJobHash()}
 	}
-	lastHeard := cfg.Clock.Now()
 	var terminateBy time.Time
 	for {
 		// Reconcile what the worker holds with what the store says.
@@ -391,7 +422,13 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 
 		wctx, wcancel := context.WithCancel(sctx)
 		changed := ws.WatchCh(wctx)
-		tick := cfg.Clock.NewTimer(cfg.HeartbeatInterval)
+		// Wake at the next heartbeat, or when the worker's silence would
+		// reach the lost grace, whichever is sooner.
+		wake := cfg.HeartbeatInterval
+		if until := heardAt().Add(cn.silenceLimit()).Sub(cfg.Clock.Now()); until < wake {
+			wake = max(until, time.Millisecond)
+		}
+		tick := cfg.Clock.NewTimer(wake)
 		var batch []*managerv1.InstanceReport
 		var ended error // the stream's end, once reached
 		select {
@@ -409,9 +446,8 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 			}
 		case r := <-in:
 			// Take it and what else has arrived, to batch the reports.
-			var heard bool
-			if batch, heard, ended = s.take(cn, r, batch); heard {
-				lastHeard = cfg.Clock.Now()
+			var took bool
+			if batch, took, ended = s.take(cn, r, batch); took {
 				batch, _, ended = s.drain(cn, in, batch, cap(in)-1)
 			}
 		}
@@ -439,8 +475,13 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		if err := cn.grantLease(stream, s); err != nil {
 			return fmt.Errorf("send lease grant: %w", err)
 		}
-		if silent := cfg.Clock.Now().Sub(lastHeard); silent > 3*cfg.HeartbeatInterval {
-			return fmt.Errorf("no heartbeat from the worker for %s", silent.Round(time.Millisecond))
+		// A worker silent for the lost grace is down since it was last
+		// heard from: the session ends and the node is lost at once (a host
+		// that vanished sends no reset; decision 0048).
+		last := heardAt()
+		if silent := cfg.Clock.Now().Sub(last); silent >= cn.silenceLimit() {
+			silentSince = last
+			return fmt.Errorf("nothing from the worker for %s", silent.Round(time.Millisecond))
 		}
 	}
 }

@@ -29,16 +29,19 @@ type Config struct {
 	Store  Store
 	Clock  clock.Clock
 	Logger *slog.Logger
-	// LostGrace is how long a worker's stream may be gone before its node
-	// is lost (default 2 s).
+	// LostGrace is how long a worker may go unheard before its node is
+	// lost (default 1.5 s): counted from its stream's end when the stream
+	// is reset or closed, from the last message received when the stream
+	// falls silent (decision 0048).
 	LostGrace time.Duration
 	// TakeoverGrace is the grace of a node this controller has not yet
 	// had a stream with (a new primary's first round of dials, default
 	// 30 s, never less than LostGrace): a failover must not declare the
 	// fleet lost while it reconnects.
 	TakeoverGrace time.Duration
-	// HeartbeatInterval is what workers are told (default 5 s); a stream
-	// with no heartbeat for three intervals is dropped.
+	// HeartbeatInterval is what workers are told (default 500 ms); a
+	// stream that carries nothing for max(LostGrace, three intervals) is
+	// dropped and its node lost.
 	HeartbeatInterval time.Duration
 	// ResendAfter is how long an unacknowledged command waits before it is
 	// sent again (default 30 s).
@@ -94,14 +97,14 @@ func (c *Config) defaults() {
 		c.Logger = slog.Default()
 	}
 	if c.LostGrace <= 0 {
-		c.LostGrace = 2 * time.Second
+		c.LostGrace = 1500 * time.Millisecond
 	}
 	if c.TakeoverGrace <= 0 {
 		c.TakeoverGrace = 30 * time.Second
 	}
 	c.TakeoverGrace = max(c.TakeoverGrace, c.LostGrace)
 	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = 5 * time.Second
+		c.HeartbeatInterval = 500 * time.Millisecond
 	}
 	if c.ResendAfter <= 0 {
 		c.ResendAfter = 30 * time.Second

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -41,8 +42,46 @@ type Link struct {
 	// deferred are connections closed during a silent cut: their sockets
 	// stay open (a dead host sends no FIN) until the cut ends.
 	deferred []net.Conn
-	closed   bool
-	wg       sync.WaitGroup
+	// faults degrade the traffic while the link is up (Degrade).
+	faults Faults
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// Faults degrade a link that is up, both ways, on the connections the
+// Manager opens to the worker (its NodeController stream): each chunk of
+// bytes is held for Delay plus a uniform random part of Jitter, and a
+// fraction StallRate of chunks is held Stall longer — a lost segment that
+// waits for its retransmission, holding up what follows it (TCP delivers
+// in order). Delays overlap as on a real path: they add latency, not a
+// queue of their own. The zero Faults is a clean link.
+type Faults struct {
+	Delay, Jitter time.Duration
+	StallRate     float64
+	Stall         time.Duration
+}
+
+// Degrade sets the link's faults (the zero Faults: none). It applies to
+// bytes read from now on, open connections included.
+func (l *Link) Degrade(f Faults) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.faults = f
+}
+
+// lag is how long the next chunk is held.
+func (l *Link) lag() time.Duration {
+	l.mu.Lock()
+	f := l.faults
+	l.mu.Unlock()
+	d := f.Delay
+	if f.Jitter > 0 {
+		d += rand.N(f.Jitter)
+	}
+	if f.StallRate > 0 && rand.Float64() < f.StallRate {
+		d += f.Stall
+	}
+	return d
 }
 
 // CutMode is how a cut link fails.
@@ -298,9 +337,9 @@ func (l *Link) forward(c *linkConn) {
 	}
 	defer out.Close()
 	done := make(chan struct{}, 2)
-	go func() { _, _ = copyConn(out, c); closeWrite(out); done <- struct{}{} }()
+	go func() { _, _ = l.copyDelayed(out, c); closeWrite(out); done <- struct{}{} }()
 	go func() {
-		_, _ = copyConn(c, out)
+		_, _ = l.copyDelayed(c, out)
 		if c.l.pass(c) == nil { // the worker's FIN, once it may pass
 			closeWrite(c.Conn)
 		}
@@ -310,24 +349,59 @@ func (l *Link) forward(c *linkConn) {
 	<-done
 }
 
-// copyConn copies src to dst until either fails.
-func copyConn(dst, src net.Conn) (int64, error) {
-	buf := make([]byte, 32<<10)
+// copyDelayed copies src to dst until either fails (a failed write closes
+// src), each chunk held for the link's lag (Faults) from when it was read,
+// in order.
+func (l *Link) copyDelayed(dst, src net.Conn) (int64, error) {
+	type chunk struct {
+		b   []byte
+		due time.Time
+		err error
+	}
+	q := make(chan chunk, 1024)
+	l.wg.Add(1)
+	go func() { // reads ahead, so that delays overlap
+		defer l.wg.Done()
+		defer close(q)
+		buf := make([]byte, 32<<10)
+		var last time.Time
+		for {
+			k, err := src.Read(buf)
+			due := time.Now().Add(l.lag())
+			if due.Before(last) {
+				due = last // in order: never before the chunk ahead
+			}
+			last = due
+			q <- chunk{b: append([]byte(nil), buf[:k]...), due: due, err: err}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	var n int64
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			w, werr := dst.Write(buf[:k])
+	for c := range q {
+		if d := time.Until(c.due); d > 0 {
+			time.Sleep(d)
+		}
+		if len(c.b) > 0 {
+			w, werr := dst.Write(c.b)
 			n += int64(w)
 			if werr != nil {
 				_ = src.Close()
+				l.wg.Add(1)
+				go func() { // until the reader sees the close
+					defer l.wg.Done()
+					for range q {
+					}
+				}()
 				return n, werr
 			}
 		}
-		if err != nil {
-			return n, err
+		if c.err != nil {
+			return n, c.err
 		}
 	}
+	return n, nil
 }
 
 func closeWrite(c net.Conn) {

@@ -90,6 +90,7 @@ func (t *tx) dropPendingViews(jobID string) {
 func (s *State) Apply(index uint64, cmd *storev1.Command) Result {
 	g := s.cur.Load()
 	t := &tx{s: s, txn: g.db.Txn(true), index: index, now: cmd.GetTime()}
+	t.txn.TrackChanges() // what the commit wakes (watch.go)
 	if t.now == nil {
 		t.now = &timestamppb.Timestamp{}
 	}
@@ -97,6 +98,7 @@ func (s *State) Apply(index uint64, cmd *storev1.Command) Result {
 	if err != nil {
 		t.txn.Abort()
 		t.txn = g.db.Txn(true)
+		t.txn.TrackChanges()
 		t.events = nil
 		t.delta = countDelta{}
 	} else {
@@ -107,7 +109,9 @@ func (s *State) Apply(index uint64, cmd *storev1.Command) Result {
 		}
 	}
 	t.setIndex(index)
+	changes := t.txn.Changes()
 	t.txn.Commit()
+	g.watches.commit(index, changes)
 	if err == nil {
 		g.counts.add(&t.delta)
 	}

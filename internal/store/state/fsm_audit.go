@@ -72,7 +72,7 @@ func (r *Read) AuditEntries(ws memdb.WatchSet, before int64, fn func(*managerv1.
 	if err != nil {
 		panic("state read: " + err.Error())
 	}
-	watch(ws, it.WatchCh())
+	r.watch(ws, tableAudit, "id_prefix")
 	for raw := it.Next(); raw != nil; raw = it.Next() {
 		if !fn(raw.(*managerv1.AuditLogEntry)) {
 			return

@@ -14,11 +14,17 @@ import (
 type Read struct {
 	txn     *memdb.Txn
 	abandon chan struct{}
+	// w and index: the notifier of the view's generation and the index the
+	// view was taken at (nil and 0 inside the FSM, where nothing watches).
+	w     *watches
+	index uint64
 }
 
-func watch(ws memdb.WatchSet, ch <-chan struct{}) {
+// watch adds to ws (may be nil) a channel closed once a commit after this
+// view changes what a read of table by index with args returned.
+func (r *Read) watch(ws memdb.WatchSet, table, index string, args ...any) {
 	if ws != nil {
-		ws.Add(ch)
+		ws.Add(r.w.ch(r.w.keyFor(table, index, args...), r.index))
 	}
 }
 
@@ -36,11 +42,11 @@ func (r *Read) Index() uint64 {
 }
 
 func (r *Read) first(ws memdb.WatchSet, table, index string, arg string) any {
-	ch, raw, err := r.txn.FirstWatch(table, index, arg)
+	raw, err := r.txn.First(table, index, arg)
 	if err != nil {
 		panic("state read: " + err.Error())
 	}
-	watch(ws, ch)
+	r.watch(ws, table, index, arg)
 	return raw
 }
 
@@ -49,7 +55,7 @@ func (r *Read) iter(ws memdb.WatchSet, table, index string, args ...any) memdb.R
 	if err != nil {
 		panic("state read: " + err.Error())
 	}
-	watch(ws, it.WatchCh())
+	r.watch(ws, table, index, args...)
 	return it
 }
 
@@ -73,7 +79,7 @@ func (r *Read) Jobs(ws memdb.WatchSet, afterID string, fn func(*storev1.JobRecor
 		if err != nil {
 			panic("state read: " + err.Error())
 		}
-		watch(ws, it.WatchCh())
+		r.watch(ws, tableJobs, "id_prefix")
 	}
 	for raw := it.Next(); raw != nil; raw = it.Next() {
 		rec := raw.(*storev1.JobRecord)

@@ -42,14 +42,23 @@ type generation struct {
 	db      *memdb.MemDB
 	abandon chan struct{}
 	counts  *counts
+	// watches wakes readers on change, in place of memdb's watch channels
+	// (watch.go).
+	watches *watches
 }
 
 func newGeneration() *generation {
-	db, err := memdb.NewMemDB(schema())
+	sch := schema()
+	db, err := memdb.NewMemDB(sch)
 	if err != nil {
 		panic("state schema: " + err.Error()) // a programming error
 	}
-	return &generation{db: db, abandon: make(chan struct{}), counts: newCounts()}
+	// A memdb snapshot tracks no mutations: its commits close no radix
+	// watch channels, so their cost does not grow with the tables (memdb
+	// walks the whole tree when a commit touches more than 8,192 nodes).
+	// The state wakes its readers itself (watch.go).
+	db = db.Snapshot()
+	return &generation{db: db, abandon: make(chan struct{}), counts: newCounts(), watches: newWatches(sch, 0)}
 }
 
 // New returns an empty state.
@@ -65,5 +74,7 @@ func New(limits Limits) *State {
 // Snapshot returns a consistent read-only view of the tables.
 func (s *State) Snapshot() *Read {
 	g := s.cur.Load()
-	return &Read{txn: g.db.Txn(false), abandon: g.abandon}
+	r := &Read{txn: g.db.Txn(false), abandon: g.abandon, w: g.watches}
+	r.index = r.Index()
+	return r
 }
