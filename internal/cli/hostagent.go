@@ -144,7 +144,8 @@ docker, a container) instead of cloud-hypervisor, on a machine without KVM.`,
 	f.StringArrayVar(&vmmArgs, "vmm-arg", nil, "an argument to the VMM before --api-socket (repeatable)")
 	f.StringVar(&localVMM, "local-vmm", "", "run the local VMM (test equipment) instead: its guest a worker process or docker container")
 	f.StringVar(&reg.Token, "registration-token", "", "register with the Manager (--manager-url) with this one-shot token from 'norsk-ctl host-agent add NAME'; the host secret it answers is kept in --dir")
-	f.StringVar(&reg.AdvertiseURL, "advertise-url", "", "where the Manager reaches the agent (default http://<--listen>)")
+	f.StringVar(&reg.AdvertiseURL, "advertise-url", "", "where the Manager reaches the agent (default https://<--listen> with an https Manager, which signs the agent's certificate; else http://<--listen>)")
+	f.BoolVar(&cfg.AllowPlaintext, "insecure-plaintext", false, "serve cleartext HTTP off loopback when the agent has no certificate from the Manager (default: refuse to start)")
 	f.StringVar(&reg.TLS.Fingerprint, "manager-ca-hash", "", "the Manager's CA fingerprint (sha256:…) for an https Manager")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	c.PreRunE = func(cmd *cobra.Command, _ []string) error {

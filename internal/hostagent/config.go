@@ -56,7 +56,15 @@ type Config struct {
 	// from an earlier registration (Dir/host-secret), else Register's.
 	Token string
 	// Register registers the agent with the Manager when it has no secret.
+	// With an https Manager the registration carries a CSR and the Manager
+	// answers a certificate its cluster CA signed: the agent then serves
+	// mutual TLS (Dir/tls keeps the key and certificate across restarts).
 	Register *Registration
+	// AllowPlaintext lets an agent without a certificate from the Manager
+	// serve cleartext HTTP off loopback (logged loudly at every start);
+	// without it such an agent refuses to start. On loopback an agent with
+	// no certificate always serves cleartext.
+	AllowPlaintext bool
 	// Shapes are the VM sizes offered.
 	Shapes []Shape
 	// VCPUs, MemoryBytes and GPUs are what the host gives its VMs in all

@@ -2,6 +2,7 @@ package hostagent
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/pkg/certpin"
 )
 
@@ -30,7 +32,8 @@ type Registration struct {
 	// Token is the one-shot registration token ("nht_…").
 	Token string
 	// AdvertiseURL is where the Manager reaches the agent ("" =
-	// http://<the listen address>).
+	// https://<the listen address> when registering with an https Manager,
+	// which answers the agent's certificate; http://… otherwise).
 	AdvertiseURL string
 	// TLS verifies an https Manager (a CA file or pin; empty: the system's
 	// roots).
@@ -53,9 +56,20 @@ func (a *Agent) secret(ctx context.Context, listen string) (string, error) {
 	if reg == nil || reg.Token == "" {
 		return "", errors.New("host-agent: no token: give the host secret (--token-file), or a registration token from 'norsk-ctl host-agent add' with the Manager's URL")
 	}
+	// An https Manager has a cluster CA: the agent asks it for a
+	// certificate and serves mutual TLS with it.
+	var csr []byte
+	if reg.https() {
+		csr = a.served.CSR()
+	}
 	url := reg.AdvertiseURL
-	if url == "" {
+	switch {
+	case url == "" && csr != nil:
+		url = "https://" + listen
+	case url == "":
 		url = "http://" + listen
+	case csr != nil && !strings.HasPrefix(url, "https://"):
+		return "", fmt.Errorf("host-agent: --advertise-url %s: registering with an https Manager, the agent serves mutual TLS; advertise https://", url)
 	}
 	hc := &http.Client{Timeout: 30 * time.Second}
 	if tc, err := certpin.ClientConfig(reg.TLS); err != nil {
@@ -66,7 +80,7 @@ func (a *Agent) secret(ctx context.Context, listen string) (string, error) {
 	var errs []error
 	for _, m := range reg.ManagerURLs {
 		c := managerv1connect.NewManagerClient(hc, strings.TrimRight(m, "/"))
-		req := connect.NewRequest(&managerv1.RegisterHostAgentRequest{Name: a.cfg.Name, Url: url})
+		req := connect.NewRequest(&managerv1.RegisterHostAgentRequest{Name: a.cfg.Name, Url: url, CsrDer: csr})
 		req.Header().Set("Authorization", "Bearer "+reg.Token)
 		res, err := c.RegisterHostAgent(ctx, req)
 		if err != nil {
@@ -77,11 +91,53 @@ func (a *Agent) secret(ctx context.Context, listen string) (string, error) {
 			continue
 		}
 		secret := res.Msg.GetHostSecret()
+		if err := a.takeCertificate(res.Msg, csr != nil); err != nil {
+			return "", err
+		}
 		if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
 			return "", fmt.Errorf("host-agent: keep the host secret: %w", err)
 		}
-		a.log.Info("host-agent: registered with the Manager", "manager", m, "url", url)
+		a.log.Info("host-agent: registered with the Manager", "manager", m, "url", url, "mutual_tls", a.served.Serving())
 		return secret, nil
 	}
 	return "", fmt.Errorf("host-agent: register with the Manager: %w", errors.Join(errs...))
+}
+
+// https reports whether the Managers are reached over https (they then
+// have a cluster CA that signs the agent's certificate).
+func (r *Registration) https() bool {
+	for _, u := range r.ManagerURLs {
+		if !strings.HasPrefix(u, "https://") {
+			return false
+		}
+	}
+	return len(r.ManagerURLs) > 0
+}
+
+// takeCertificate takes the certificate a registration answered: checked
+// (the agent's key, the CA it came with, norsk://host/<name>), kept in
+// Dir/tls and served from the first connection on. asked says a CSR was
+// sent: an answer without a certificate is then an error (the agent
+// advertised https).
+func (a *Agent) takeCertificate(res *managerv1.RegisterHostAgentResponse, asked bool) error {
+	if len(res.GetCertificateDer()) == 0 {
+		if asked {
+			return errors.New("host-agent: the Manager answered no certificate for the agent's request (has it no cluster CA?)")
+		}
+		return nil
+	}
+	cert, err := a.served.Accept(res.GetCertificateDer(), res.GetCaCertificatesDer(), func(c *x509.Certificate) error {
+		if name, ok := pki.HostAgentOf(c); !ok || name != a.cfg.Name {
+			return fmt.Errorf("the certificate names host %q, not %q", name, a.cfg.Name)
+		}
+		return nil
+	})
+	if cert == nil {
+		return fmt.Errorf("host-agent: the Manager's certificate: %w", err)
+	}
+	if err != nil {
+		a.log.Warn("host-agent: serving the Manager's certificate, but cannot keep it for the next start", "err", err)
+	}
+	a.log.Info("host-agent: certificate from the cluster CA", "expires", cert.NotAfter, "ca", pki.Fingerprint(res.GetCaCertificatesDer()[0]))
+	return nil
 }

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"net/url"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -9,6 +10,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/apierr"
+	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
 
@@ -46,14 +48,40 @@ func (h *handler) RegisterHostAgent(ctx context.Context, req *connect.Request[ma
 	if !strings.HasPrefix(token, state.HostAgentTokenPrefix) {
 		return nil, toConnect(apierr.Unauthenticatedf("a host agent registers with its one-shot registration token (%s…)", state.HostAgentTokenPrefix))
 	}
+	cert, cas, err := h.hostAgentCertificate(m)
+	if err != nil {
+		return nil, toConnect(err)
+	}
 	secret := randomToken("nhs_", 32)
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RegisterHostAgent{RegisterHostAgent: &storev1.RegisterHostAgent{
 		Name: m.GetName(), Token: token, Url: m.GetUrl(), Secret: secret,
 	}}}); err != nil {
 		return nil, toConnect(err)
 	}
-	h.s.log.Info("host agent registered", "host", m.GetName(), "url", m.GetUrl())
-	return connect.NewResponse(&managerv1.RegisterHostAgentResponse{HostSecret: secret}), nil
+	h.s.log.Info("host agent registered", "host", m.GetName(), "url", m.GetUrl(), "mutual_tls", cert != nil)
+	return connect.NewResponse(&managerv1.RegisterHostAgentResponse{HostSecret: secret, CertificateDer: cert, CaCertificatesDer: cas}), nil
+}
+
+// hostAgentCertificate signs a registering host agent's CSR with the
+// cluster CA (URI SAN norsk://host/<name>, its URL's host as a SAN), as
+// workerCertificate does a worker's: nil, nil without a CA or a CSR (the
+// agent then serves in cleartext, on loopback only). An agent given a
+// certificate serves TLS, so its URL must be https. It is signed before
+// the token is checked, and answered only once the registration applied.
+func (h *handler) hostAgentCertificate(m *managerv1.RegisterHostAgentRequest) (cert []byte, cas [][]byte, err error) {
+	t := h.s.tls
+	if t == nil || t.ca == nil || len(m.GetCsrDer()) == 0 {
+		return nil, nil, nil
+	}
+	u, err := url.Parse(m.GetUrl())
+	if err != nil || u.Scheme != "https" {
+		return nil, nil, apierr.Invalid("url", "%s: an agent sending a certificate request serves mutual TLS; advertise an https:// URL", apierr.Quote(m.GetUrl()))
+	}
+	der, err := pki.SignHostAgentCSR(t.ca, m.GetCsrDer(), m.GetName(), u.Hostname(), 0)
+	if err != nil {
+		return nil, nil, apierr.Invalid("csrDer", "%v", err)
+	}
+	return der, [][]byte{t.ca.Cert.Raw}, nil
 }
 
 func (h *handler) ListHostAgents(ctx context.Context, _ *connect.Request[managerv1.ListHostAgentsRequest]) (*connect.Response[managerv1.ListHostAgentsResponse], error) {
