@@ -48,7 +48,13 @@ VMM it cannot account for.
 --vcpus and --memory what the VMs may take in all. --bridge names the host
 bridge each VM's tap joins. --local-vmm runs the local VMM (test equipment
 serving the same REST API, its guest a worker process or, with --local-vmm
-docker, a container) instead of cloud-hypervisor, on a machine without KVM.`,
+docker, a container) instead of cloud-hypervisor, on a machine without KVM.
+
+Registered with an https Manager (--registration-token, --manager-url
+https://…), the agent sends a certificate request and serves mutual TLS with
+the certificate the Manager's cluster CA signs, accepting only the Manager's
+client certificate (kept in <dir>/tls across restarts). Without one it serves
+cleartext, which it does off loopback only with --insecure-plaintext.`,
 		Example: `  norsk-ctl host-agent --name enc-01 --dir /var/lib/norsk-host-agent --listen 10.0.0.5:6797 \
     --token-file /etc/norsk/host-secret --shape ch.small:2:2G --shape ch.large:8:8G \
     --image norsk-worker-1.4.0=/var/lib/norsk/images/worker-1.4.0.raw \
