@@ -2,6 +2,8 @@ package tests
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"net/http"
 	"os"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
 	"github.com/norsk-go/norsk-manager/internal/testcluster"
+	"github.com/norsk-go/norsk-manager/pkg/certpin"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -514,4 +517,61 @@ func TestCHFailover(t *testing.T) {
 	c.Eventually("both VMs deleted by the new primary", func() bool {
 		return len(hostVMs(t, c, 0)) == 0 && c.CH.VMMs.Running() == 0
 	})
+}
+
+// With TLS on, a host agent registering at run time gets its certificate
+// from the cluster CA (the real Manager signs its CSR) and serves mutual
+// TLS; the Manager's provider reaches it with its client certificate (its
+// shapes load, a microVM node comes online and is terminated), and a
+// client without the Manager's certificate is refused.
+func TestCHHostAgentMutualTLS(t *testing.T) {
+	t.Parallel()
+	c := chCluster(t, testcluster.Options{TLS: "on"})
+	cl, x := c.Client(), ctx(t)
+	tok, err := cl.AddHostAgent(x, "ch-tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.CH.Configs[0]
+	cfg.Name, cfg.Dir, cfg.Token, cfg.Listen = "ch-tls", t.TempDir()+"/tls", "", "127.0.0.1:0"
+	cfg.Register = &hostagent.Registration{ManagerURLs: []string{c.URL()}, Token: tok.GetToken(),
+		TLS: certpin.Options{Fingerprint: c.Manager().CAFingerprint()}}
+	a, err := hostagent.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Close() }()
+	if !strings.HasPrefix(a.URL(), "https://") {
+		t.Fatalf("the agent serves at %s, want https", a.URL())
+	}
+	hs, err := cl.ListHostAgents(x)
+	if err != nil || len(hs) != 1 || hs[0].GetUrl() != a.URL() {
+		t.Fatalf("ListHostAgents = %v, %v", hs, err)
+	}
+	// Without the Manager's client certificate: refused in the handshake.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.Manager().CACertPEM())
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	noCert := managerv1connect.NewHostAgentClient(&http.Client{Transport: tr, Timeout: 10 * time.Second}, a.URL())
+	if _, err := noCert.GetHost(x, connect.NewRequest(&managerv1.GetHostRequest{})); err == nil || !strings.Contains(err.Error(), "certificate required") {
+		t.Errorf("a client without the Manager's certificate: %v", err)
+	}
+	c.WriteOverridesFile("version: 1\n" + testcluster.CHOverrides(1) + "    ch-tls:\n      workerImages:\n        \"" + buildinfo.Version + "\": " + testcluster.CHImage + "\n")
+	if _, err := cl.ReloadExternalConfig(x); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the TLS host's shapes loaded", func() bool {
+		types, known, err := cl.ListInstanceTypes(x, norsk.InstanceTypeOptions{Provider: chProvider, Region: "ch-tls"})
+		return err == nil && known && len(types) == len(testcluster.CHShapes)
+	})
+	n, err := cl.CreateCloudHypervisorNode(x, norsk.CloudHypervisorNode{Host: "ch-tls", Shape: "ch.small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitNodeState(n.GetNodeId(), norsk.NodeStateOnline)
+	if err := cl.TerminateNode(x, n.GetNodeId()); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitNodeState(n.GetNodeId(), norsk.NodeStateTerminated)
 }
