@@ -18,6 +18,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/cloudsim"
 	"github.com/norsk-go/norsk-manager/internal/hostagent"
 	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
 	"github.com/norsk-go/norsk-manager/internal/testcluster"
@@ -532,6 +533,40 @@ func TestCHHostAgentMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Bad input is refused, naming the field, and uses nothing up: the
+	// agent registers with the same token below.
+	pin, err := certpin.ClientConfig(certpin.Options{Fingerprint: c.Manager().CAFingerprint()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mtr := &http.Transport{TLSClientConfig: pin, ForceAttemptHTTP2: true}
+	defer mtr.CloseIdleConnections()
+	mc := managerv1connect.NewManagerClient(&http.Client{Transport: mtr, Timeout: 10 * time.Second}, c.URL())
+	csr := func() []byte {
+		k, err := pki.NewKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, err := pki.CreateCSR(k, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}()
+	for _, bad := range []struct {
+		url   string
+		csr   []byte
+		field string
+	}{
+		{"http://127.0.0.1:1", csr, "url"},
+		{"https://127.0.0.1:1", []byte("not a CSR"), "csrDer"},
+	} {
+		req := connect.NewRequest(&managerv1.RegisterHostAgentRequest{Name: "ch-tls", Url: bad.url, CsrDer: bad.csr})
+		req.Header().Set("Authorization", "Bearer "+tok.GetToken())
+		if _, err := mc.RegisterHostAgent(x, req); connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), bad.field) {
+			t.Errorf("RegisterHostAgent(%s, %d-byte CSR): %v, want INVALID_ARGUMENT naming %s", bad.url, len(bad.csr), err, bad.field)
+		}
+	}
 	cfg := c.CH.Configs[0]
 	cfg.Name, cfg.Dir, cfg.Token, cfg.Listen = "ch-tls", t.TempDir()+"/tls", "", "127.0.0.1:0"
 	cfg.Register = &hostagent.Registration{ManagerURLs: []string{c.URL()}, Token: tok.GetToken(),
@@ -554,8 +589,15 @@ func TestCHHostAgentMutualTLS(t *testing.T) {
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
 	noCert := managerv1connect.NewHostAgentClient(&http.Client{Transport: tr, Timeout: 10 * time.Second}, a.URL())
-	if _, err := noCert.GetHost(x, connect.NewRequest(&managerv1.GetHostRequest{})); err == nil || !strings.Contains(err.Error(), "certificate required") {
-		t.Errorf("a client without the Manager's certificate: %v", err)
+	secret, err := os.ReadFile(cfg.Dir + "/host-secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := connect.NewRequest(&managerv1.GetHostRequest{})
+	req.Header().Set("Authorization", "Bearer "+strings.TrimSpace(string(secret)))
+	// The host secret is right, but the handshake fails before any request.
+	if _, err := noCert.GetHost(x, req); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("a client with the host secret but without the Manager's certificate: %v, want the connection refused", err)
 	}
 	c.WriteOverridesFile("version: 1\n" + testcluster.CHOverrides(1) + "    ch-tls:\n      workerImages:\n        \"" + buildinfo.Version + "\": " + testcluster.CHImage + "\n")
 	if _, err := cl.ReloadExternalConfig(x); err != nil {

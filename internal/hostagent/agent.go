@@ -125,7 +125,9 @@ func Start(cfg Config) (*Agent, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(a.metrics)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		// Refused handshakes (a client without the Manager's certificate).
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
