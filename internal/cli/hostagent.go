@@ -56,7 +56,8 @@ the certificate the Manager's cluster CA signs, accepting only the Manager's
 client certificate (kept in <dir>/tls across restarts). Without one it serves
 cleartext, which it does off loopback only with --insecure-plaintext.`,
 		Example: `  norsk-ctl host-agent --name enc-01 --dir /var/lib/norsk-host-agent --listen 10.0.0.5:6797 \
-    --token-file /etc/norsk/host-secret --shape ch.small:2:2G --shape ch.large:8:8G \
+    --registration-token nht_… --manager-url https://mgr-1:6790 --manager-ca-hash sha256:… \
+    --shape ch.small:2:2G --shape ch.large:8:8G \
     --image norsk-worker-1.4.0=/var/lib/norsk/images/worker-1.4.0.raw \
     --kernel /var/lib/norsk/vmlinux --cmdline "console=ttyS0 root=/dev/vda rw" --bridge br0`,
 		Args: exactArgs(),
