@@ -595,6 +595,38 @@ func TestCHHostAgentMutualTLS(t *testing.T) {
 	}
 	req := connect.NewRequest(&managerv1.GetHostRequest{})
 	req.Header().Set("Authorization", "Bearer "+strings.TrimSpace(string(secret)))
+	// The agent renews its certificate with its host secret: the same URL
+	// and a CSR; another URL, or a secret that is not the host's, is refused.
+	for _, tc := range []struct {
+		bearer, url string
+		csr         []byte
+		code        connect.Code
+	}{
+		{strings.TrimSpace(string(secret)), a.URL(), csr, 0},
+		{strings.TrimSpace(string(secret)), "https://127.0.0.1:1", csr, connect.CodeInvalidArgument},
+		{strings.TrimSpace(string(secret)), a.URL(), nil, connect.CodeInvalidArgument},
+		{"nhs_not-the-secret", a.URL(), csr, connect.CodeUnauthenticated},
+	} {
+		req := connect.NewRequest(&managerv1.RegisterHostAgentRequest{Name: "ch-tls", Url: tc.url, CsrDer: tc.csr})
+		req.Header().Set("Authorization", "Bearer "+tc.bearer)
+		res, err := mc.RegisterHostAgent(x, req)
+		if tc.code != 0 {
+			if connect.CodeOf(err) != tc.code {
+				t.Errorf("renewal (%s, %s, %d-byte CSR): %v, want %v", tc.bearer[:6], tc.url, len(tc.csr), err, tc.code)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("renewal: %v", err)
+		}
+		c, err := x509.ParseCertificate(res.Msg.GetCertificateDer())
+		if err != nil || res.Msg.GetHostSecret() != tc.bearer {
+			t.Fatalf("renewal answered %v, %v", c, err)
+		}
+		if name, ok := pki.HostAgentOf(c); !ok || name != "ch-tls" {
+			t.Errorf("the renewed certificate names %q", name)
+		}
+	}
 	// The host secret is right, but the handshake fails before any request.
 	if _, err := noCert.GetHost(x, req); err == nil || connect.CodeOf(err) == connect.CodeUnauthenticated {
 		t.Errorf("a client with the host secret but without the Manager's certificate: %v, want the connection refused", err)

@@ -67,7 +67,9 @@ type Agent struct {
 	// served is the agent's TLS identity (Dir/tls): TLS with the Manager's
 	// client certificate required while it holds a certificate.
 	served *pki.Served
-	wg     sync.WaitGroup
+	// stopRenew ends the certificate renewal loop (nil: none runs).
+	stopRenew context.CancelFunc
+	wg        sync.WaitGroup
 
 	// mu serialises creates and deletes (capacity is counted under it) and
 	// guards vms.
@@ -135,6 +137,17 @@ func Start(cfg Config) (*Agent, error) {
 			a.log.Error("host-agent: server ended", "err", err)
 		}
 	}()
+	if r := a.cfg.Register; r != nil && r.https() && a.served.Serving() {
+		ctx, cancel := context.WithCancel(context.Background())
+		a.stopRenew = cancel
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.renewTLS(ctx)
+		}()
+	} else if a.served.Serving() {
+		a.log.Warn("host-agent: serving mutual TLS without the Managers' https URLs (--manager-url): the certificate is not renewed before it expires", "expires", a.served.Expires())
+	}
 	a.log.Info("host agent serving", "url", a.URL(), "vms", len(a.vms), "dir", cfg.Dir, "mutual_tls", a.served.Serving())
 	return a, nil
 }
@@ -184,6 +197,9 @@ func (a *Agent) Addr() string { return a.ln.Addr().String() }
 func (a *Agent) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if a.stopRenew != nil {
+		a.stopRenew()
+	}
 	err := a.srv.Shutdown(ctx)
 	a.wg.Wait()
 	return err

@@ -62,26 +62,58 @@ func (a *Agent) secret(ctx context.Context, listen string) (string, error) {
 	if reg.https() {
 		csr = a.served.CSR()
 	}
-	url := reg.AdvertiseURL
+	url, err := reg.url(listen, csr != nil)
+	if err != nil {
+		return "", err
+	}
+	res, m, err := a.register(ctx, reg, reg.Token, url, csr)
+	if err != nil {
+		return "", fmt.Errorf("host-agent: register with the Manager: %w", err)
+	}
+	secret := res.GetHostSecret()
+	if err := a.takeCertificate(res, csr != nil); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("host-agent: keep the host secret: %w", err)
+	}
+	a.log.Info("host-agent: registered with the Manager", "manager", m, "url", url, "mutual_tls", a.served.Serving())
+	return secret, nil
+}
+
+// url is the URL the agent registers (and renews) with: AdvertiseURL, else
+// http(s)://listen; https when tls (the agent asks for a certificate).
+func (r *Registration) url(listen string, tls bool) (string, error) {
+	url := r.AdvertiseURL
 	switch {
-	case url == "" && csr != nil:
+	case url == "" && tls:
 		url = "https://" + listen
 	case url == "":
 		url = "http://" + listen
-	case csr != nil && !strings.HasPrefix(url, "https://"):
+	case tls && !strings.HasPrefix(url, "https://"):
 		return "", fmt.Errorf("host-agent: --advertise-url %s: registering with an https Manager, the agent serves mutual TLS; advertise https://", url)
 	}
+	return url, nil
+}
+
+// register calls RegisterHostAgent on each Manager member in turn with
+// bearer (the one-shot token, or the host secret to renew), until one
+// answers; an UNAUTHENTICATED or INVALID_ARGUMENT answer ends the round
+// (another member answers the same). It returns the answer and the member.
+func (a *Agent) register(ctx context.Context, reg *Registration, bearer, url string, csr []byte) (*managerv1.RegisterHostAgentResponse, string, error) {
 	hc := &http.Client{Timeout: 30 * time.Second}
 	if tc, err := certpin.ClientConfig(reg.TLS); err != nil {
-		return "", fmt.Errorf("host-agent: the Manager's TLS: %w", err)
+		return nil, "", fmt.Errorf("the Manager's TLS: %w", err)
 	} else if tc != nil {
-		hc.Transport = &http.Transport{TLSClientConfig: tc}
+		tr := &http.Transport{TLSClientConfig: tc}
+		defer tr.CloseIdleConnections()
+		hc.Transport = tr
 	}
 	var errs []error
 	for _, m := range reg.ManagerURLs {
 		c := managerv1connect.NewManagerClient(hc, strings.TrimRight(m, "/"))
 		req := connect.NewRequest(&managerv1.RegisterHostAgentRequest{Name: a.cfg.Name, Url: url, CsrDer: csr})
-		req.Header().Set("Authorization", "Bearer "+reg.Token)
+		req.Header().Set("Authorization", "Bearer "+bearer)
 		res, err := c.RegisterHostAgent(ctx, req)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", m, err))
@@ -90,18 +122,67 @@ func (a *Agent) secret(ctx context.Context, listen string) (string, error) {
 			}
 			continue
 		}
-		secret := res.Msg.GetHostSecret()
-		if err := a.takeCertificate(res.Msg, csr != nil); err != nil {
-			return "", err
-		}
-		if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
-			return "", fmt.Errorf("host-agent: keep the host secret: %w", err)
-		}
-		a.log.Info("host-agent: registered with the Manager", "manager", m, "url", url, "mutual_tls", a.served.Serving())
-		return secret, nil
+		return res.Msg, m, nil
 	}
-	return "", fmt.Errorf("host-agent: register with the Manager: %w", errors.Join(errs...))
+	return nil, "", errors.Join(errs...)
 }
+
+// renewTLS registers again with the host secret once two thirds of the
+// certificate's lifetime have passed, and serves the new certificate, so an
+// agent running for months never serves an expired one. It needs the
+// Managers' https URLs (Register); it ends with ctx.
+func (a *Agent) renewTLS(ctx context.Context) {
+	reg := a.cfg.Register
+	for {
+		wait := renewRecheck
+		if c, _ := a.served.State(); c != nil && c.Leaf != nil {
+			life := c.Leaf.NotAfter.Sub(c.Leaf.NotBefore)
+			due := c.Leaf.NotBefore.Add(life * 2 / 3)
+			wait = min(max(due.Sub(a.cfg.Clock.Now()), 0), renewRecheck)
+			if wait == 0 {
+				wait = renewRetry
+				if err := a.renew(ctx, reg); err != nil {
+					a.log.Warn("host-agent: cannot renew the TLS certificate; trying again", "expires", c.Leaf.NotAfter, "err", err)
+				} else {
+					continue
+				}
+			}
+		}
+		t := a.cfg.Clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// renew asks the Manager for a new certificate with the host secret.
+func (a *Agent) renew(ctx context.Context, reg *Registration) error {
+	url, err := reg.url(a.ln.Addr().String(), true)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	res, m, err := a.register(rctx, reg, a.cfg.Token, url, a.served.CSR())
+	if err != nil {
+		return err
+	}
+	if err := a.takeCertificate(res, true); err != nil {
+		return err
+	}
+	a.log.Info("host-agent: TLS certificate renewed", "manager", m)
+	return nil
+}
+
+// The renewal loop's pace: how long it sleeps at most before looking at
+// the certificate again, and after a failed renewal.
+const (
+	renewRecheck = time.Hour
+	renewRetry   = time.Minute
+)
 
 // https reports whether the Managers are reached over https (they then
 // have a cluster CA that signs the agent's certificate).

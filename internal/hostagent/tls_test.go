@@ -19,6 +19,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/chsim"
+	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudhypervisor"
@@ -32,21 +33,28 @@ type registrar struct {
 	managerv1connect.UnimplementedManagerHandler
 	ca *pki.CA
 
-	mu   sync.Mutex
-	last *managerv1.RegisterHostAgentRequest
+	mu    sync.Mutex
+	last  *managerv1.RegisterHostAgentRequest
+	calls int
 }
 
 func (r *registrar) RegisterHostAgent(_ context.Context, req *connect.Request[managerv1.RegisterHostAgentRequest]) (*connect.Response[managerv1.RegisterHostAgentResponse], error) {
-	if req.Header().Get("Authorization") != "Bearer nht_ok" {
+	ttl := time.Hour
+	switch req.Header().Get("Authorization") {
+	case "Bearer nht_ok":
+	case "Bearer nhs_secret": // a renewal: a day, so the fake clock leaves it alone
+		ttl = 24 * time.Hour
+	default:
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("token"))
 	}
 	r.mu.Lock()
 	r.last = req.Msg
+	r.calls++
 	r.mu.Unlock()
 	out := &managerv1.RegisterHostAgentResponse{HostSecret: "nhs_secret"}
 	if len(req.Msg.GetCsrDer()) > 0 && r.ca != nil {
 		u, _ := url.Parse(req.Msg.GetUrl())
-		der, err := pki.SignHostAgentCSR(r.ca, req.Msg.GetCsrDer(), req.Msg.GetName(), u.Hostname(), time.Hour)
+		der, err := pki.SignHostAgentCSR(r.ca, req.Msg.GetCsrDer(), req.Msg.GetName(), u.Hostname(), ttl)
 		if err != nil {
 			return nil, connect.NewError(connect.CodeInvalidArgument, err)
 		}
@@ -260,5 +268,58 @@ func TestPlaintext(t *testing.T) {
 	defer func() { _ = b.Close() }()
 	if !strings.HasPrefix(b.URL(), "http://") {
 		t.Errorf("URL %s", b.URL())
+	}
+}
+
+// Two thirds into its certificate's life, the agent registers again with
+// its host secret and serves the new certificate (kept for the next start).
+func TestRenewal(t *testing.T) {
+	t.Parallel()
+	ca, err := pki.InitCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &registrar{ca: ca}
+	mgrURL := serveRegistrar(t, r)
+	vmms := &chsim.Launcher{Runner: &nopRunner{}}
+	t.Cleanup(vmms.Close)
+	fake := clock.NewFake(time.Now())
+	cfg := testConfig(t, vmms)
+	cfg.Token, cfg.Clock = "", fake
+	cfg.Register = &Registration{ManagerURLs: []string{mgrURL}, Token: "nht_ok", TLS: certpin.Options{Fingerprint: ca.Fingerprint()}}
+	a, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	first, _ := a.served.State()
+	<-fake.TimerCreated() // the renewal loop waits for its due time
+	fake.Advance(45 * time.Minute)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, _ := a.served.State()
+		if c.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) != 0 {
+			if life := c.Leaf.NotAfter.Sub(c.Leaf.NotBefore); life < 24*time.Hour {
+				t.Errorf("the renewed certificate lives %v", life)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the certificate was not renewed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.mu.Lock()
+	if r.calls != 2 || r.last.GetUrl() != a.URL() || len(r.last.GetCsrDer()) == 0 {
+		t.Errorf("%d registrations, the last with url %q", r.calls, r.last.GetUrl())
+	}
+	r.mu.Unlock()
+	b, err := os.ReadFile(filepath.Join(cfg.Dir, "tls", "host.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := certpin.ParsePEMCertificates(b)
+	if err != nil || kept[0].SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
+		t.Errorf("the kept certificate is the first: %v", err)
 	}
 }

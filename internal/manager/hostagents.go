@@ -45,6 +45,9 @@ func (h *handler) RegisterHostAgent(ctx context.Context, req *connect.Request[ma
 		return nil, toConnect(apierr.Invalid("url", "%s is not an http(s) URL", apierr.Quote(u)))
 	}
 	token, _ := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
+	if strings.HasPrefix(token, state.HostAgentSecretPrefix) {
+		return h.renewHostAgent(m, token)
+	}
 	if !strings.HasPrefix(token, state.HostAgentTokenPrefix) {
 		return nil, toConnect(apierr.Unauthenticatedf("a host agent registers with its one-shot registration token (%s…)", state.HostAgentTokenPrefix))
 	}
@@ -52,13 +55,36 @@ func (h *handler) RegisterHostAgent(ctx context.Context, req *connect.Request[ma
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	secret := randomToken("nhs_", 32)
+	secret := randomToken(state.HostAgentSecretPrefix, 32)
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RegisterHostAgent{RegisterHostAgent: &storev1.RegisterHostAgent{
 		Name: m.GetName(), Token: token, Url: m.GetUrl(), Secret: secret,
 	}}}); err != nil {
 		return nil, toConnect(err)
 	}
 	h.s.log.Info("host agent registered", "host", m.GetName(), "url", m.GetUrl(), "mutual_tls", cert != nil)
+	return connect.NewResponse(&managerv1.RegisterHostAgentResponse{HostSecret: secret, CertificateDer: cert, CaCertificatesDer: cas}), nil
+}
+
+// renewHostAgent answers a registered agent's registration with its host
+// secret: a new certificate for its CSR (the renewal before the old one
+// expires). Nothing is written: the URL and the secret stay.
+func (h *handler) renewHostAgent(m *managerv1.RegisterHostAgentRequest, secret string) (*connect.Response[managerv1.RegisterHostAgentResponse], error) {
+	rec := h.read().HostAgentBySecret(secret)
+	switch {
+	case rec == nil || rec.GetName() != m.GetName():
+		return nil, toConnect(apierr.Unauthenticatedf("the host secret is not host agent %s's", apierr.Quote(m.GetName())))
+	case m.GetUrl() != rec.GetUrl():
+		return nil, toConnect(apierr.Invalid("url", "%s: a renewal keeps the registered URL %s (remove and add the host to move it)", apierr.Quote(m.GetUrl()), rec.GetUrl()))
+	case len(m.GetCsrDer()) == 0:
+		return nil, toConnect(apierr.Invalid("csrDer", "a registered agent registers again only to renew its certificate: send a certificate request"))
+	case h.s.tls == nil || h.s.tls.ca == nil:
+		return nil, toConnect(apierr.FailedPreconditionf("this Manager has no cluster CA to sign host agent %s's certificate", m.GetName()))
+	}
+	cert, cas, err := h.hostAgentCertificate(m)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	h.s.log.Info("host agent certificate renewed", "host", m.GetName())
 	return connect.NewResponse(&managerv1.RegisterHostAgentResponse{HostSecret: secret, CertificateDer: cert, CaCertificatesDer: cas}), nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/pkg/certpin"
@@ -166,6 +167,15 @@ func (s *Served) State() (*tls.Certificate, *x509.CertPool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cert, s.cas
+}
+
+// Expires is when the certificate served now expires (zero: none).
+func (s *Served) Expires() time.Time {
+	c, _ := s.State()
+	if c == nil || c.Leaf == nil {
+		return time.Time{}
+	}
+	return c.Leaf.NotAfter
 }
 
 // Serving reports whether connections are served with TLS now.
