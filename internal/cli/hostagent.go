@@ -136,6 +136,7 @@ cleartext, which it does off loopback only with --insecure-plaintext.`,
 	f.StringVar(&cfg.Name, "name", "", "the host's name (the provider's region; the overrides file names it)")
 	f.StringVar(&cfg.Dir, "dir", "/var/lib/norsk-host-agent", "where the VMs' disks, records and API sockets live")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:6797", "where the agent serves the Manager")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "also serve /metrics alone here, in cleartext (the --listen address serves it behind mutual TLS once the agent has a certificate)")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the host secret the Manager presents")
 	f.StringArrayVar(&shapes, "shape", nil, "a shape offered, NAME:VCPUS:MEMORY[:GPUS] (repeatable)")
 	f.StringArrayVar(&images, "image", nil, "a base image, NAME=PATH of a raw disk image with the worker installed (repeatable)")

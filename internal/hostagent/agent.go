@@ -67,6 +67,10 @@ type Agent struct {
 	// served is the agent's TLS identity (Dir/tls): TLS with the Manager's
 	// client certificate required while it holds a certificate.
 	served *pki.Served
+	// metricsSrv serves /metrics alone on MetricsListen (nil: none), at
+	// metricsAddr.
+	metricsSrv  *http.Server
+	metricsAddr string
 	// stopRenew ends the certificate renewal loop (nil: none runs).
 	stopRenew context.CancelFunc
 	wg        sync.WaitGroup
@@ -126,7 +130,26 @@ func Start(cfg Config) (*Agent, error) {
 	a.metrics = newMetrics(a)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(a.metrics)
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	metricsH := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	mux.Handle("/metrics", metricsH)
+	if cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("host-agent: metrics listener: %w", err)
+		}
+		mm := http.NewServeMux()
+		mm.Handle("/metrics", metricsH)
+		a.metricsSrv = &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
+		a.metricsAddr = mln.Addr().String()
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			if err := a.metricsSrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("host-agent: metrics server ended", "err", err)
+			}
+		}()
+	}
 	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		// Refused handshakes (a client without the Manager's certificate).
 		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
@@ -190,6 +213,10 @@ func (a *Agent) URL() string {
 	return "http://" + a.ln.Addr().String()
 }
 
+// MetricsAddr is where /metrics is served alone ("" without
+// MetricsListen).
+func (a *Agent) MetricsAddr() string { return a.metricsAddr }
+
 // Addr is the address the agent listens on.
 func (a *Agent) Addr() string { return a.ln.Addr().String() }
 
@@ -201,6 +228,9 @@ func (a *Agent) Close() error {
 		a.stopRenew()
 	}
 	err := a.srv.Shutdown(ctx)
+	if a.metricsSrv != nil {
+		err = errors.Join(err, a.metricsSrv.Shutdown(ctx))
+	}
 	a.wg.Wait()
 	return err
 }

@@ -51,6 +51,10 @@ type Config struct {
 	Dir string
 	// Listen is the HostAgent server's address (default 127.0.0.1:0).
 	Listen string
+	// MetricsListen, if set, serves /metrics alone there, in cleartext
+	// (the API's listener serves it too, but behind mutual TLS once the
+	// agent has a certificate, which a scraper does not hold).
+	MetricsListen string
 	// Token is the bearer token every call must carry: the host secret the
 	// Manager's config names for this host. Without it, the secret kept
 	// from an earlier registration (Dir/host-secret), else Register's.

@@ -141,7 +141,9 @@ func (a *Agent) renewTLS(ctx context.Context) {
 			wait = min(max(due.Sub(a.cfg.Clock.Now()), 0), renewRecheck)
 			if wait == 0 {
 				wait = renewRetry
-				if err := a.renew(ctx, reg); err != nil {
+				err := a.renew(ctx, reg)
+				a.metrics.renew.WithLabelValues(map[bool]string{true: "ok", false: "failed"}[err == nil]).Inc()
+				if err != nil {
 					a.log.Warn("host-agent: cannot renew the TLS certificate; trying again", "expires", c.Leaf.NotAfter, "err", err)
 				} else {
 					continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -285,7 +286,7 @@ func TestRenewal(t *testing.T) {
 	t.Cleanup(vmms.Close)
 	fake := clock.NewFake(time.Now())
 	cfg := testConfig(t, vmms)
-	cfg.Token, cfg.Clock = "", fake
+	cfg.Token, cfg.Clock, cfg.MetricsListen = "", fake, "127.0.0.1:0"
 	cfg.Register = &Registration{ManagerURLs: []string{mgrURL}, Token: "nht_ok", TLS: certpin.Options{Fingerprint: ca.Fingerprint()}}
 	a, err := Start(cfg)
 	if err != nil {
@@ -314,6 +315,19 @@ func TestRenewal(t *testing.T) {
 		t.Errorf("%d registrations, the last with url %q", r.calls, r.last.GetUrl())
 	}
 	r.mu.Unlock()
+	// The metrics say so, in cleartext on the metrics listener (the API's
+	// listener wants the Manager's certificate).
+	resp, err := http.Get("http://" + a.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`norsk_host_agent_tls_renewals_total{outcome="ok"} 1`, "norsk_host_agent_tls_certificate_expiry_timestamp_seconds "} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics has no %q", want)
+		}
+	}
 	b, err := os.ReadFile(filepath.Join(cfg.Dir, "tls", "host.pem"))
 	if err != nil {
 		t.Fatal(err)
