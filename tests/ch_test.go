@@ -2,6 +2,8 @@ package tests
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"net/http"
 	"os"
 	"strings"
@@ -16,9 +18,11 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/cloudsim"
 	"github.com/norsk-go/norsk-manager/internal/hostagent"
 	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
 	"github.com/norsk-go/norsk-manager/internal/testcluster"
+	"github.com/norsk-go/norsk-manager/pkg/certpin"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -514,4 +518,134 @@ func TestCHFailover(t *testing.T) {
 	c.Eventually("both VMs deleted by the new primary", func() bool {
 		return len(hostVMs(t, c, 0)) == 0 && c.CH.VMMs.Running() == 0
 	})
+}
+
+// With TLS on, a host agent registering at run time gets its certificate
+// from the cluster CA (the real Manager signs its CSR) and serves mutual
+// TLS; the Manager's provider reaches it with its client certificate (its
+// shapes load, a microVM node comes online and is terminated), and a
+// client without the Manager's certificate is refused.
+func TestCHHostAgentMutualTLS(t *testing.T) {
+	t.Parallel()
+	c := chCluster(t, testcluster.Options{TLS: "on"})
+	cl, x := c.Client(), ctx(t)
+	tok, err := cl.AddHostAgent(x, "ch-tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Bad input is refused, naming the field, and uses nothing up: the
+	// agent registers with the same token below.
+	pin, err := certpin.ClientConfig(certpin.Options{Fingerprint: c.Manager().CAFingerprint()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mtr := &http.Transport{TLSClientConfig: pin, ForceAttemptHTTP2: true}
+	defer mtr.CloseIdleConnections()
+	mc := managerv1connect.NewManagerClient(&http.Client{Transport: mtr, Timeout: 10 * time.Second}, c.URL())
+	csr := func() []byte {
+		k, err := pki.NewKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, err := pki.CreateCSR(k, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}()
+	for _, bad := range []struct {
+		url   string
+		csr   []byte
+		field string
+	}{
+		{"http://127.0.0.1:1", csr, "url"},
+		{"https://127.0.0.1:1", []byte("not a CSR"), "csrDer"},
+	} {
+		req := connect.NewRequest(&managerv1.RegisterHostAgentRequest{Name: "ch-tls", Url: bad.url, CsrDer: bad.csr})
+		req.Header().Set("Authorization", "Bearer "+tok.GetToken())
+		if _, err := mc.RegisterHostAgent(x, req); connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), bad.field) {
+			t.Errorf("RegisterHostAgent(%s, %d-byte CSR): %v, want INVALID_ARGUMENT naming %s", bad.url, len(bad.csr), err, bad.field)
+		}
+	}
+	cfg := c.CH.Configs[0]
+	cfg.Name, cfg.Dir, cfg.Token, cfg.Listen = "ch-tls", t.TempDir()+"/tls", "", "127.0.0.1:0"
+	cfg.Register = &hostagent.Registration{ManagerURLs: []string{c.URL()}, Token: tok.GetToken(),
+		TLS: certpin.Options{Fingerprint: c.Manager().CAFingerprint()}}
+	a, err := hostagent.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Close() }()
+	if !strings.HasPrefix(a.URL(), "https://") {
+		t.Fatalf("the agent serves at %s, want https", a.URL())
+	}
+	hs, err := cl.ListHostAgents(x)
+	if err != nil || len(hs) != 1 || hs[0].GetUrl() != a.URL() {
+		t.Fatalf("ListHostAgents = %v, %v", hs, err)
+	}
+	// Without the Manager's client certificate: refused in the handshake.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.Manager().CACertPEM())
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	noCert := managerv1connect.NewHostAgentClient(&http.Client{Transport: tr, Timeout: 10 * time.Second}, a.URL())
+	secret, err := os.ReadFile(cfg.Dir + "/host-secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := connect.NewRequest(&managerv1.GetHostRequest{})
+	req.Header().Set("Authorization", "Bearer "+strings.TrimSpace(string(secret)))
+	// The agent renews its certificate with its host secret: the same URL
+	// and a CSR; another URL, or a secret that is not the host's, is refused.
+	for _, tc := range []struct {
+		bearer, url string
+		csr         []byte
+		code        connect.Code
+	}{
+		{strings.TrimSpace(string(secret)), a.URL(), csr, 0},
+		{strings.TrimSpace(string(secret)), "https://127.0.0.1:1", csr, connect.CodeInvalidArgument},
+		{strings.TrimSpace(string(secret)), a.URL(), nil, connect.CodeInvalidArgument},
+		{"nhs_not-the-secret", a.URL(), csr, connect.CodeUnauthenticated},
+	} {
+		req := connect.NewRequest(&managerv1.RegisterHostAgentRequest{Name: "ch-tls", Url: tc.url, CsrDer: tc.csr})
+		req.Header().Set("Authorization", "Bearer "+tc.bearer)
+		res, err := mc.RegisterHostAgent(x, req)
+		if tc.code != 0 {
+			if connect.CodeOf(err) != tc.code {
+				t.Errorf("renewal (%s, %s, %d-byte CSR): %v, want %v", tc.bearer[:6], tc.url, len(tc.csr), err, tc.code)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("renewal: %v", err)
+		}
+		c, err := x509.ParseCertificate(res.Msg.GetCertificateDer())
+		if err != nil || res.Msg.GetHostSecret() != tc.bearer {
+			t.Fatalf("renewal answered %v, %v", c, err)
+		}
+		if name, ok := pki.HostAgentOf(c); !ok || name != "ch-tls" {
+			t.Errorf("the renewed certificate names %q", name)
+		}
+	}
+	// The host secret is right, but the handshake fails before any request.
+	if _, err := noCert.GetHost(x, req); err == nil || connect.CodeOf(err) == connect.CodeUnauthenticated {
+		t.Errorf("a client with the host secret but without the Manager's certificate: %v, want the connection refused", err)
+	}
+	c.WriteOverridesFile("version: 1\n" + testcluster.CHOverrides(1) + "    ch-tls:\n      workerImages:\n        \"" + buildinfo.Version + "\": " + testcluster.CHImage + "\n")
+	if _, err := cl.ReloadExternalConfig(x); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("the TLS host's shapes loaded", func() bool {
+		types, known, err := cl.ListInstanceTypes(x, norsk.InstanceTypeOptions{Provider: chProvider, Region: "ch-tls"})
+		return err == nil && known && len(types) == len(testcluster.CHShapes)
+	})
+	n, err := cl.CreateCloudHypervisorNode(x, norsk.CloudHypervisorNode{Host: "ch-tls", Shape: "ch.small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitNodeState(n.GetNodeId(), norsk.NodeStateOnline)
+	if err := cl.TerminateNode(x, n.GetNodeId()); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitNodeState(n.GetNodeId(), norsk.NodeStateTerminated)
 }

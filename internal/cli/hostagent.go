@@ -48,9 +48,16 @@ VMM it cannot account for.
 --vcpus and --memory what the VMs may take in all. --bridge names the host
 bridge each VM's tap joins. --local-vmm runs the local VMM (test equipment
 serving the same REST API, its guest a worker process or, with --local-vmm
-docker, a container) instead of cloud-hypervisor, on a machine without KVM.`,
+docker, a container) instead of cloud-hypervisor, on a machine without KVM.
+
+Registered with an https Manager (--registration-token, --manager-url
+https://…), the agent sends a certificate request and serves mutual TLS with
+the certificate the Manager's cluster CA signs, accepting only the Manager's
+client certificate (kept in <dir>/tls across restarts). Without one it serves
+cleartext, which it does off loopback only with --insecure-plaintext.`,
 		Example: `  norsk-ctl host-agent --name enc-01 --dir /var/lib/norsk-host-agent --listen 10.0.0.5:6797 \
-    --token-file /etc/norsk/host-secret --shape ch.small:2:2G --shape ch.large:8:8G \
+    --registration-token nht_… --manager-url https://mgr-1:6790 --manager-ca-hash sha256:… \
+    --shape ch.small:2:2G --shape ch.large:8:8G \
     --image norsk-worker-1.4.0=/var/lib/norsk/images/worker-1.4.0.raw \
     --kernel /var/lib/norsk/vmlinux --cmdline "console=ttyS0 root=/dev/vda rw" --bridge br0`,
 		Args: exactArgs(),
@@ -129,6 +136,7 @@ docker, a container) instead of cloud-hypervisor, on a machine without KVM.`,
 	f.StringVar(&cfg.Name, "name", "", "the host's name (the provider's region; the overrides file names it)")
 	f.StringVar(&cfg.Dir, "dir", "/var/lib/norsk-host-agent", "where the VMs' disks, records and API sockets live")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:6797", "where the agent serves the Manager")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", "", "also serve /metrics alone here, in cleartext (the --listen address serves it behind mutual TLS once the agent has a certificate)")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the host secret the Manager presents")
 	f.StringArrayVar(&shapes, "shape", nil, "a shape offered, NAME:VCPUS:MEMORY[:GPUS] (repeatable)")
 	f.StringArrayVar(&images, "image", nil, "a base image, NAME=PATH of a raw disk image with the worker installed (repeatable)")
@@ -144,7 +152,8 @@ docker, a container) instead of cloud-hypervisor, on a machine without KVM.`,
 	f.StringArrayVar(&vmmArgs, "vmm-arg", nil, "an argument to the VMM before --api-socket (repeatable)")
 	f.StringVar(&localVMM, "local-vmm", "", "run the local VMM (test equipment) instead: its guest a worker process or docker container")
 	f.StringVar(&reg.Token, "registration-token", "", "register with the Manager (--manager-url) with this one-shot token from 'norsk-ctl host-agent add NAME'; the host secret it answers is kept in --dir")
-	f.StringVar(&reg.AdvertiseURL, "advertise-url", "", "where the Manager reaches the agent (default http://<--listen>)")
+	f.StringVar(&reg.AdvertiseURL, "advertise-url", "", "where the Manager reaches the agent (default https://<--listen> with an https Manager, which signs the agent's certificate; else http://<--listen>)")
+	f.BoolVar(&cfg.AllowPlaintext, "insecure-plaintext", false, "serve cleartext HTTP off loopback when the agent has no certificate from the Manager (default: refuse to start)")
 	f.StringVar(&reg.TLS.Fingerprint, "manager-ca-hash", "", "the Manager's CA fingerprint (sha256:…) for an https Manager")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	c.PreRunE = func(cmd *cobra.Command, _ []string) error {

@@ -25,6 +25,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/chapi"
+	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 )
 
@@ -63,7 +64,16 @@ type Agent struct {
 	log *slog.Logger
 	ln  net.Listener
 	srv *http.Server
-	wg  sync.WaitGroup
+	// served is the agent's TLS identity (Dir/tls): TLS with the Manager's
+	// client certificate required while it holds a certificate.
+	served *pki.Served
+	// metricsSrv serves /metrics alone on MetricsListen (nil: none), at
+	// metricsAddr.
+	metricsSrv  *http.Server
+	metricsAddr string
+	// stopRenew ends the certificate renewal loop (nil: none runs).
+	stopRenew context.CancelFunc
+	wg        sync.WaitGroup
 
 	// mu serialises creates and deletes (capacity is counted under it) and
 	// guards vms.
@@ -93,6 +103,17 @@ func Start(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("host-agent: %w", err)
 	}
 	a.ln = ln
+	tlsDir := filepath.Join(cfg.Dir, tlsDirName)
+	if a.served, err = pki.LoadServed(tlsDir, tlsName, "norsk-host "+cfg.Name, func(msg string, err error) {
+		a.log.Warn("host-agent: "+msg, "dir", tlsDir, "err", err)
+	}); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("host-agent: %w", err)
+	}
+	if err := a.checkPlaintext(); err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
 	rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	a.cfg.Token, err = a.secret(rctx, ln.Addr().String())
 	cancel()
@@ -100,33 +121,116 @@ func Start(cfg Config) (*Agent, error) {
 		_ = ln.Close()
 		return nil, err
 	}
+	if !a.served.Serving() && !onLoopback(ln.Addr()) {
+		a.log.Warn("host-agent: SERVING CLEARTEXT HTTP OFF LOOPBACK: the host secret and the VMs' first-boot data (registration tokens) travel unencrypted; register with an https Manager to get mutual TLS", "listen", ln.Addr().String())
+	}
 	mux := http.NewServeMux()
 	path, h := managerv1connect.NewHostAgentHandler(a)
 	mux.Handle(path, a.auth(h))
 	a.metrics = newMetrics(a)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(a.metrics)
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	metricsH := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	mux.Handle("/metrics", metricsH)
+	if cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("host-agent: metrics listener: %w", err)
+		}
+		mm := http.NewServeMux()
+		mm.Handle("/metrics", metricsH)
+		a.metricsSrv = &http.Server{Handler: mm, ReadHeaderTimeout: 10 * time.Second}
+		a.metricsAddr = mln.Addr().String()
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			if err := a.metricsSrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("host-agent: metrics server ended", "err", err)
+			}
+		}()
+	}
+	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		// Refused handshakes (a client without the Manager's certificate).
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := a.srv.Serve(a.served.Listener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("host-agent: server ended", "err", err)
 		}
 	}()
-	a.log.Info("host agent serving", "url", a.URL(), "vms", len(a.vms), "dir", cfg.Dir)
+	if r := a.cfg.Register; r != nil && r.https() && a.served.Serving() {
+		ctx, cancel := context.WithCancel(context.Background())
+		a.stopRenew = cancel
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.renewTLS(ctx)
+		}()
+	} else if a.served.Serving() {
+		a.log.Warn("host-agent: serving mutual TLS without the Managers' https URLs (--manager-url): the certificate is not renewed before it expires", "expires", a.served.Expires())
+	}
+	a.log.Info("host agent serving", "url", a.URL(), "vms", len(a.vms), "dir", cfg.Dir, "mutual_tls", a.served.Serving())
 	return a, nil
 }
 
-// URL is where the agent serves (http://host:port).
-func (a *Agent) URL() string { return "http://" + a.ln.Addr().String() }
+// The agent's TLS material, in Dir/tls (pki.Served): host-key.pem,
+// host.pem (the certificate the cluster CA signed) and ca.pem.
+const (
+	tlsDirName = "tls"
+	tlsName    = "host"
+)
+
+// onLoopback reports whether addr is a loopback address.
+func onLoopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
+// checkPlaintext refuses, before anything is registered, an agent that
+// would serve cleartext off loopback: it has no certificate kept and will
+// not get one (no registration with an https Manager), unless
+// AllowPlaintext.
+func (a *Agent) checkPlaintext() error {
+	if a.served.Serving() || onLoopback(a.ln.Addr()) || a.cfg.AllowPlaintext {
+		return nil
+	}
+	if r := a.cfg.Register; r != nil && r.Token != "" && r.https() {
+		if _, err := os.Stat(filepath.Join(a.cfg.Dir, secretFile)); errors.Is(err, os.ErrNotExist) && a.cfg.Token == "" {
+			return nil // the registration asks for a certificate
+		}
+	}
+	return fmt.Errorf("host-agent: listening on %s, off loopback, with no certificate from the Manager: the agent serves mutual TLS there. Register it with an https Manager (--registration-token, --manager-url https://…), listen on loopback, or accept cleartext with --insecure-plaintext", a.ln.Addr())
+}
+
+// URL is where the agent serves: https://host:port while it serves mutual
+// TLS, http://host:port otherwise.
+func (a *Agent) URL() string {
+	if a.served != nil && a.served.Serving() {
+		return "https://" + a.ln.Addr().String()
+	}
+	return "http://" + a.ln.Addr().String()
+}
+
+// MetricsAddr is where /metrics is served alone ("" without
+// MetricsListen).
+func (a *Agent) MetricsAddr() string { return a.metricsAddr }
+
+// Addr is the address the agent listens on.
+func (a *Agent) Addr() string { return a.ln.Addr().String() }
 
 // Close stops serving. The VMs keep running: they are the VMMs'.
 func (a *Agent) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if a.stopRenew != nil {
+		a.stopRenew()
+	}
 	err := a.srv.Shutdown(ctx)
+	if a.metricsSrv != nil {
+		err = errors.Join(err, a.metricsSrv.Shutdown(ctx))
+	}
 	a.wg.Wait()
 	return err
 }

@@ -51,12 +51,24 @@ type Config struct {
 	Dir string
 	// Listen is the HostAgent server's address (default 127.0.0.1:0).
 	Listen string
+	// MetricsListen, if set, serves /metrics alone there, in cleartext
+	// (the API's listener serves it too, but behind mutual TLS once the
+	// agent has a certificate, which a scraper does not hold).
+	MetricsListen string
 	// Token is the bearer token every call must carry: the host secret the
 	// Manager's config names for this host. Without it, the secret kept
 	// from an earlier registration (Dir/host-secret), else Register's.
 	Token string
 	// Register registers the agent with the Manager when it has no secret.
+	// With an https Manager the registration carries a CSR and the Manager
+	// answers a certificate its cluster CA signed: the agent then serves
+	// mutual TLS (Dir/tls keeps the key and certificate across restarts).
 	Register *Registration
+	// AllowPlaintext lets an agent without a certificate from the Manager
+	// serve cleartext HTTP off loopback (logged loudly at every start);
+	// without it such an agent refuses to start. On loopback an agent with
+	// no certificate always serves cleartext.
+	AllowPlaintext bool
 	// Shapes are the VM sizes offered.
 	Shapes []Shape
 	// VCPUs, MemoryBytes and GPUs are what the host gives its VMs in all

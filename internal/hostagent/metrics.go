@@ -14,6 +14,8 @@ import (
 //	norsk_host_agent_vcpus{kind=total|used}  the room the VMs may take, and what they take
 //	norsk_host_agent_memory_bytes{kind=…}
 //	norsk_host_agent_vm_creates_total{outcome=ok|capacity|failed}
+//	norsk_host_agent_tls_certificate_expiry_timestamp_seconds  when the served certificate expires (absent: cleartext)
+//	norsk_host_agent_tls_renewals_total{outcome=ok|failed}
 type metrics struct {
 	a       *Agent
 	vms     *prometheus.Desc
@@ -21,6 +23,8 @@ type metrics struct {
 	vcpus   *prometheus.Desc
 	memory  *prometheus.Desc
 	creates *prometheus.CounterVec
+	expiry  *prometheus.Desc
+	renew   *prometheus.CounterVec
 }
 
 func newMetrics(a *Agent) *metrics {
@@ -32,6 +36,10 @@ func newMetrics(a *Agent) *metrics {
 		memory: prometheus.NewDesc("norsk_host_agent_memory_bytes", "Memory the VMs may take in all (total) and take now (used).", []string{"kind"}, nil),
 		creates: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "norsk_host_agent_vm_creates_total",
 			Help: "VM creates by outcome: ok, capacity (the host had no room), failed."}, []string{"outcome"}),
+		expiry: prometheus.NewDesc("norsk_host_agent_tls_certificate_expiry_timestamp_seconds",
+			"When the certificate the agent serves its API with expires (Unix seconds); absent while it serves cleartext.", nil, nil),
+		renew: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "norsk_host_agent_tls_renewals_total",
+			Help: "Certificate renewals with the Manager by outcome: ok, failed."}, []string{"outcome"}),
 	}
 }
 
@@ -42,6 +50,8 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.vcpus
 	ch <- m.memory
 	m.creates.Describe(ch)
+	ch <- m.expiry
+	m.renew.Describe(ch)
 }
 
 // Collect implements prometheus.Collector: it asks each VM's VMM its
@@ -71,4 +81,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.memory, prometheus.GaugeValue, float64(a.cfg.MemoryBytes), "total")
 	ch <- prometheus.MustNewConstMetric(m.memory, prometheus.GaugeValue, float64(um), "used")
 	m.creates.Collect(ch)
+	if exp := a.served.Expires(); !exp.IsZero() {
+		ch <- prometheus.MustNewConstMetric(m.expiry, prometheus.GaugeValue, float64(exp.Unix()))
+	}
+	m.renew.Collect(ch)
 }

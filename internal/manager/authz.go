@@ -286,6 +286,14 @@ func (a *authorizer) authenticate(header string) (identity, error) {
 			return identity{}, apierr.Unauthenticatedf("host agent %s's registration token has already been used", rec.GetName())
 		}
 		return identity{name: "host-agent:" + rec.GetName(), role: roleHostAgent, key: "h:" + rec.GetName()}, nil
+	case strings.HasPrefix(cred, state.HostAgentSecretPrefix):
+		// A registered host agent renewing its certificate with its host
+		// secret (RegisterHostAgent checks the secret is this host's).
+		rec := r.HostAgentBySecret(cred)
+		if rec == nil {
+			return identity{}, unknownCredential{err: apierr.Unauthenticatedf("host secret is unknown")}
+		}
+		return identity{name: "host-agent:" + rec.GetName(), role: roleHostAgent, key: "h:" + rec.GetName()}, nil
 	case strings.HasPrefix(cred, nodeSecretPrefix):
 		rec := r.NodeBySecret(cred)
 		if rec == nil {

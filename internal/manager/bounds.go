@@ -120,6 +120,8 @@ var requestBounds = &apibounds.Table{
 		"ClusterMemberRegisterRequest.runtime":        apibounds.Str(64),
 		"ClusterMemberRegisterRequest.worker_version": apibounds.Str(128),
 		"ClusterMemberRegisterRequest.csr_der":        apibounds.Bytes(16 << 10),
+		"RegisterHostAgentRequest.url":                apibounds.Str(512),
+		"RegisterHostAgentRequest.csr_der":            apibounds.Bytes(16 << 10),
 		"Hardware.hostname":                           apibounds.Str(253),
 		"Hardware.gpus":                               apibounds.Rule{}.Items(64),
 		"Gpu.model":                                   apibounds.Str(256),

@@ -2,12 +2,14 @@ package manager
 
 import (
 	"context"
+	"net/url"
 	"strings"
 
 	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
@@ -43,17 +45,69 @@ func (h *handler) RegisterHostAgent(ctx context.Context, req *connect.Request[ma
 		return nil, toConnect(apierr.Invalid("url", "%s is not an http(s) URL", apierr.Quote(u)))
 	}
 	token, _ := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
+	if strings.HasPrefix(token, state.HostAgentSecretPrefix) {
+		return h.renewHostAgent(m, token)
+	}
 	if !strings.HasPrefix(token, state.HostAgentTokenPrefix) {
 		return nil, toConnect(apierr.Unauthenticatedf("a host agent registers with its one-shot registration token (%s…)", state.HostAgentTokenPrefix))
 	}
-	secret := randomToken("nhs_", 32)
+	cert, cas, err := h.hostAgentCertificate(m)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	secret := randomToken(state.HostAgentSecretPrefix, 32)
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RegisterHostAgent{RegisterHostAgent: &storev1.RegisterHostAgent{
 		Name: m.GetName(), Token: token, Url: m.GetUrl(), Secret: secret,
 	}}}); err != nil {
 		return nil, toConnect(err)
 	}
-	h.s.log.Info("host agent registered", "host", m.GetName(), "url", m.GetUrl())
-	return connect.NewResponse(&managerv1.RegisterHostAgentResponse{HostSecret: secret}), nil
+	h.s.log.Info("host agent registered", "host", m.GetName(), "url", m.GetUrl(), "mutual_tls", cert != nil)
+	return connect.NewResponse(&managerv1.RegisterHostAgentResponse{HostSecret: secret, CertificateDer: cert, CaCertificatesDer: cas}), nil
+}
+
+// renewHostAgent answers a registered agent's registration with its host
+// secret: a new certificate for its CSR (the renewal before the old one
+// expires). Nothing is written: the URL and the secret stay.
+func (h *handler) renewHostAgent(m *managerv1.RegisterHostAgentRequest, secret string) (*connect.Response[managerv1.RegisterHostAgentResponse], error) {
+	rec := h.read().HostAgentBySecret(secret)
+	switch {
+	case rec == nil || rec.GetName() != m.GetName():
+		return nil, toConnect(apierr.Unauthenticatedf("the host secret is not host agent %s's", apierr.Quote(m.GetName())))
+	case m.GetUrl() != rec.GetUrl():
+		return nil, toConnect(apierr.Invalid("url", "%s: a renewal keeps the registered URL %s (remove and add the host to move it)", apierr.Quote(m.GetUrl()), rec.GetUrl()))
+	case len(m.GetCsrDer()) == 0:
+		return nil, toConnect(apierr.Invalid("csrDer", "a registered agent registers again only to renew its certificate: send a certificate request"))
+	case h.s.tls == nil || h.s.tls.ca == nil:
+		return nil, toConnect(apierr.FailedPreconditionf("this Manager has no cluster CA to sign host agent %s's certificate", m.GetName()))
+	}
+	cert, cas, err := h.hostAgentCertificate(m)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	h.s.log.Info("host agent certificate renewed", "host", m.GetName())
+	return connect.NewResponse(&managerv1.RegisterHostAgentResponse{HostSecret: secret, CertificateDer: cert, CaCertificatesDer: cas}), nil
+}
+
+// hostAgentCertificate signs a registering host agent's CSR with the
+// cluster CA (URI SAN norsk://host/<name>, its URL's host as a SAN), as
+// workerCertificate does a worker's: nil, nil without a CA or a CSR (the
+// agent then serves in cleartext, on loopback only). An agent given a
+// certificate serves TLS, so its URL must be https. It is signed before
+// the token is checked, and answered only once the registration applied.
+func (h *handler) hostAgentCertificate(m *managerv1.RegisterHostAgentRequest) (cert []byte, cas [][]byte, err error) {
+	t := h.s.tls
+	if t == nil || t.ca == nil || len(m.GetCsrDer()) == 0 {
+		return nil, nil, nil
+	}
+	u, err := url.Parse(m.GetUrl())
+	if err != nil || u.Scheme != "https" {
+		return nil, nil, apierr.Invalid("url", "%s: an agent sending a certificate request serves mutual TLS; advertise an https:// URL", apierr.Quote(m.GetUrl()))
+	}
+	der, err := pki.SignHostAgentCSR(t.ca, m.GetCsrDer(), m.GetName(), u.Hostname(), 0)
+	if err != nil {
+		return nil, nil, apierr.Invalid("csrDer", "%v", err)
+	}
+	return der, [][]byte{t.ca.Cert.Raw}, nil
 }
 
 func (h *handler) ListHostAgents(ctx context.Context, _ *connect.Request[managerv1.ListHostAgentsRequest]) (*connect.Response[managerv1.ListHostAgentsResponse], error) {

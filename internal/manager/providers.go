@@ -52,6 +52,9 @@ func (s *Server) newFleet() error {
 				}
 				return out
 			})
+			if f := s.tls.hostAgentTLS(); f != nil {
+				ch.SetTLS(f)
+			}
 		}
 	}
 	ps = append(ps, clouds...)

@@ -297,6 +297,17 @@ func (t *tlsState) workerTLS() func(nodeID string) *tls.Config {
 	return func(nodeID string) *tls.Config { return pki.ManagerClientConfig(roots, t.clientCert, nodeID) }
 }
 
+// hostAgentTLS is the client configuration for a registered host agent's
+// https URL (mutual TLS, the agent's certificate naming the host); nil
+// without a cluster CA.
+func (t *tlsState) hostAgentTLS() func(host string) *tls.Config {
+	if t == nil || t.ca == nil {
+		return nil
+	}
+	roots := t.ca.Pool()
+	return func(host string) *tls.Config { return pki.HostAgentClientConfig(roots, t.clientCert, host) }
+}
+
 // scheme is the API's URL scheme.
 func (t *tlsState) scheme() string {
 	if t != nil && t.on {

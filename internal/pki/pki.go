@@ -15,12 +15,18 @@
 //     checked) into a serving certificate for that node: URI SAN
 //     norsk://node/<nodeID> plus the host it advertises as a DNS or IP SAN.
 //     Only the public key of the request is used; its subject and
-//     extensions are ignored.
+//     extensions are ignored. SignHostAgentCSR does the same for a Cloud
+//     Hypervisor host agent: URI SAN norsk://host/<name>.
 //   - The TLS configurations: APIServerConfig (TLS 1.2+, ALPN h2 and
 //     http/1.1), ManagerClientConfig (the Manager's client certificate;
 //     the worker's chain must verify to the CA and carry the URI SAN of
-//     the node dialled), WorkerServerConfig (a client certificate is
-//     required, must verify to the CA and carry norsk://manager).
+//     the node dialled; HostAgentClientConfig likewise for a host agent
+//     and norsk://host/<name>), WorkerServerConfig (a worker's or a host
+//     agent's server: a client certificate is required, must verify to the
+//     CA and carry norsk://manager).
+//   - Served is a server's identity from the CA, kept on disk: its key,
+//     the CSR it registers with, the certificate and CAs the Manager
+//     answered, and a listener that serves TLS while it holds one.
 //   - Fingerprint ("sha256:<hex>" of a certificate's DER) is how clients
 //     pin the CA (pkg/certpin).
 //
@@ -80,6 +86,21 @@ func ManagerURI() *url.URL { return &url.URL{Scheme: "norsk", Host: "manager"} }
 // NodeURI is the URI SAN of node nodeID's serving certificate.
 func NodeURI(nodeID string) *url.URL {
 	return &url.URL{Scheme: "norsk", Host: "node", Path: "/" + nodeID}
+}
+
+// HostAgentURI is the URI SAN of host agent name's serving certificate.
+func HostAgentURI(name string) *url.URL {
+	return &url.URL{Scheme: "norsk", Host: "host", Path: "/" + name}
+}
+
+// HostAgentOf returns the host agent a certificate's URI SAN names, if any.
+func HostAgentOf(c *x509.Certificate) (string, bool) {
+	for _, u := range c.URIs {
+		if u.Scheme == "norsk" && u.Host == "host" && len(u.Path) > 1 {
+			return strings.TrimPrefix(u.Path, "/"), true
+		}
+	}
+	return "", false
 }
 
 // MemberURI is the URI SAN of Manager member name's raft certificate.
@@ -374,6 +395,23 @@ func SignWorkerCSR(ca *CA, csrDER []byte, nodeID, advertiseHost string, ttl time
 	if nodeID == "" {
 		return nil, errors.New("pki: no node id")
 	}
+	return signCSR(ca, csrDER, "norsk-node "+nodeID, NodeURI(nodeID), advertiseHost, ttl)
+}
+
+// SignHostAgentCSR signs a Cloud Hypervisor host agent's certificate
+// request (PKCS#10 DER) for host name reached at advertiseHost, as
+// SignWorkerCSR does a worker's: URI SAN norsk://host/<name>.
+func SignHostAgentCSR(ca *CA, csrDER []byte, name, advertiseHost string, ttl time.Duration) ([]byte, error) {
+	if name == "" {
+		return nil, errors.New("pki: no host name")
+	}
+	return signCSR(ca, csrDER, "norsk-host "+name, HostAgentURI(name), advertiseHost, ttl)
+}
+
+// signCSR signs a serving certificate for the public key of a checked
+// certificate request: CN cn, URI SAN id, and advertiseHost as a DNS or IP
+// SAN.
+func signCSR(ca *CA, csrDER []byte, cn string, id *url.URL, advertiseHost string, ttl time.Duration) ([]byte, error) {
 	if len(csrDER) == 0 {
 		return nil, errors.New("pki: empty certificate request")
 	}
@@ -402,9 +440,9 @@ func SignWorkerCSR(ca *CA, csrDER []byte, nodeID, advertiseHost string, ttl time
 	if h, _, err := net.SplitHostPort(advertiseHost); err == nil {
 		advertiseHost = h
 	}
-	tmpl := leafTemplate("norsk-node "+nodeID, ttl)
+	tmpl := leafTemplate(cn, ttl)
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	tmpl.URIs = []*url.URL{NodeURI(nodeID)}
+	tmpl.URIs = []*url.URL{id}
 	if advertiseHost != "" {
 		tmpl.DNSNames, tmpl.IPAddresses = splitHosts([]string{advertiseHost})
 	}

@@ -34,6 +34,40 @@ func APIServerConfig(get CertGetter) *tls.Config {
 // and its certificate names norsk://node/<nodeID>. The host name is not
 // checked: the node id is the identity.
 func ManagerClientConfig(roots *x509.CertPool, get CertGetter, nodeID string) *tls.Config {
+	return managerClientConfig(get, func(cs tls.ConnectionState) error {
+		return VerifyWorker(cs.PeerCertificates, roots, nodeID)
+	})
+}
+
+// HostAgentClientConfig is the Manager's configuration for dialling the
+// host agent of host name: as ManagerClientConfig, the agent's certificate
+// verifying to roots and naming norsk://host/<name>.
+func HostAgentClientConfig(roots *x509.CertPool, get CertGetter, name string) *tls.Config {
+	return managerClientConfig(get, func(cs tls.ConnectionState) error {
+		return VerifyHostAgent(cs.PeerCertificates, roots, name)
+	})
+}
+
+// VerifyHostAgent checks a host agent's presented chain (leaf first): it
+// verifies to roots for server auth and the leaf names host name.
+func VerifyHostAgent(presented []*x509.Certificate, roots *x509.CertPool, name string) error {
+	leaf, err := verifyChain("the host agent", presented, roots, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return err
+	}
+	got, ok := HostAgentOf(leaf)
+	if !ok {
+		return errors.New("the host agent's certificate names no host (no norsk://host/… URI)")
+	}
+	if got != name {
+		return fmt.Errorf("the host agent's certificate is for host %q, not %q", got, name)
+	}
+	return nil
+}
+
+// managerClientConfig presents the Manager's client certificate and checks
+// the server with verify (the chain and its identity, not the host name).
+func managerClientConfig(get CertGetter, verify func(tls.ConnectionState) error) *tls.Config {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS12,
 		NextProtos:           []string{"h2"},
@@ -41,9 +75,7 @@ func ManagerClientConfig(roots *x509.CertPool, get CertGetter, nodeID string) *t
 		// The standard check would match the host name; VerifyConnection
 		// checks the chain and the node id instead.
 		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			return VerifyWorker(cs.PeerCertificates, roots, nodeID)
-		},
+		VerifyConnection:   verify,
 	}
 }
 
@@ -85,7 +117,8 @@ func verifyChain(who string, presented []*x509.Certificate, roots *x509.CertPool
 // A nil certificate fails the handshake.
 type WorkerState func() (cert *tls.Certificate, cas *x509.CertPool)
 
-// WorkerServerConfig is a worker's NodeController server configuration:
+// WorkerServerConfig is a worker's NodeController server configuration
+// (and a host agent's HostAgent server's):
 // TLS 1.2+, ALPN h2 and http/1.1, a client certificate required, verified
 // to the CAs of state and carrying norsk://manager. state is read at every
 // handshake, so a certificate renewed at re-registration is served at once.

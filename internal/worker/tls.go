@@ -2,31 +2,27 @@ package worker
 
 import (
 	"context"
-	"crypto"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/pkg/certpin"
 )
 
-// The worker's TLS material, in DataDir/tls.
+// The worker's TLS material, in DataDir/tls (pki.Served): node-key.pem
+// (the serving key, 0600, made once), node.pem (the certificate the
+// Manager signed) and ca.pem (the cluster CA(s) it came with).
 const (
-	tlsDirName  = "tls"
-	tlsKeyFile  = "node-key.pem" // the serving key (0600), made once
-	tlsCertFile = "node.pem"     // the certificate the Manager signed
-	tlsCAFile   = "ca.pem"       // the cluster CA(s) it came with
+	tlsDirName = "tls"
+	tlsName    = "node"
+	tlsKeyFile = tlsName + "-key.pem"
 )
 
 // tlsRecheck bounds how long the renewal loop sleeps before looking again.
@@ -37,16 +33,11 @@ const tlsRecheck = time.Hour
 // registration, and serves the NodeController stream with the certificate
 // the Manager returns, accepting only the Manager's client certificate. A
 // registration answered without a certificate (a Manager with no cluster
-// CA) puts the stream back to cleartext HTTP/2.
+// CA) puts the stream back to cleartext HTTP/2. The key, the certificate
+// and the listener are pki.Served's (as a host agent's are).
 type workerTLS struct {
 	enabled bool // the Manager URL is https
-	dir     string
-	key     crypto.Signer
-	csr     []byte
-
-	mu   sync.Mutex
-	cert *tls.Certificate // nil: the stream is served in cleartext
-	cas  *x509.CertPool
+	served  *pki.Served
 }
 
 // managerTLSConfig is the TLS client configuration for the Manager's API
@@ -67,52 +58,14 @@ func (a *Agent) initTLS() error {
 	if !t.enabled {
 		return nil
 	}
-	t.dir = filepath.Join(a.cfg.DataDir, tlsDirName)
-	if err := os.MkdirAll(t.dir, 0o700); err != nil {
-		return fmt.Errorf("worker: TLS directory: %w", err)
-	}
-	keyPath := filepath.Join(t.dir, tlsKeyFile)
-	b, err := os.ReadFile(keyPath)
-	switch {
-	case err == nil:
-		if t.key, err = pki.ParseKeyPEM(b); err != nil {
-			return fmt.Errorf("worker: TLS key %s: %w", keyPath, err)
-		}
-	case errors.Is(err, fs.ErrNotExist):
-		k, err := pki.NewKey()
-		if err != nil {
-			return err
-		}
-		pemKey, err := pki.KeyPEM(k)
-		if err != nil {
-			return err
-		}
-		if err := atomicfile.WriteFile(keyPath, pemKey, 0o600); err != nil {
-			return fmt.Errorf("worker: TLS key: %w", err)
-		}
-		t.key = k
-	default:
-		return fmt.Errorf("worker: TLS key: %w", err)
-	}
 	host, _ := os.Hostname()
-	if t.csr, err = pki.CreateCSR(t.key, "norsk-worker "+host); err != nil {
-		return fmt.Errorf("worker: TLS certificate request: %w", err)
+	s, err := pki.LoadServed(filepath.Join(a.cfg.DataDir, tlsDirName), tlsName, "norsk-worker "+host, func(msg string, err error) {
+		a.logger().Warn(msg, "dir", filepath.Join(a.cfg.DataDir, tlsDirName), "err", err)
+	})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
 	}
-	// The certificate of an earlier run, if it still fits the key.
-	certPEM, err1 := os.ReadFile(filepath.Join(t.dir, tlsCertFile))
-	caPEM, err2 := os.ReadFile(filepath.Join(t.dir, tlsCAFile))
-	if err1 != nil || err2 != nil {
-		return nil
-	}
-	certs, err1 := certpin.ParsePEMCertificates(certPEM)
-	cas, err2 := certpin.ParsePEMCertificates(caPEM)
-	if err1 != nil || err2 != nil {
-		a.logger().Warn("ignoring unreadable TLS certificate files; the next registration replaces them", "dir", t.dir)
-		return nil
-	}
-	if err := t.install(certs[0], cas); err != nil {
-		a.logger().Warn("ignoring the stored TLS certificate; the next registration replaces it", "err", err)
-	}
+	t.served = s
 	return nil
 }
 
@@ -123,33 +76,15 @@ func (a *Agent) csrDER() []byte {
 	if !a.tlsw.enabled {
 		return nil
 	}
-	return a.tlsw.csr
-}
-
-// install checks a certificate against the key and the CAs and serves it.
-func (t *workerTLS) install(cert *x509.Certificate, cas []*x509.Certificate) error {
-	if !pki.PublicKeysEqual(cert.PublicKey, t.key.Public()) {
-		return errors.New("the certificate is not for this worker's key")
-	}
-	pool := x509.NewCertPool()
-	for _, c := range cas {
-		pool.AddCert(c)
-	}
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-		return fmt.Errorf("the certificate does not verify against the CA it came with: %w", err)
-	}
-	tc := &tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: t.key, Leaf: cert}
-	t.mu.Lock()
-	t.cert, t.cas = tc, pool
-	t.mu.Unlock()
-	return nil
+	return a.tlsw.served.CSR()
 }
 
 // state is what the TLS server serves now.
 func (t *workerTLS) state() (*tls.Certificate, *x509.CertPool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cert, t.cas
+	if t.served == nil {
+		return nil, nil
+	}
+	return t.served.State()
 }
 
 // serving reports whether the stream is served with TLS now.
@@ -171,45 +106,23 @@ func (a *Agent) onRegistered(resp *managerv1.ClusterMemberRegisterResponse) {
 		if t.serving() {
 			log.Warn("the Manager answered without a certificate: serving the NodeController stream in cleartext from now on")
 		}
-		t.mu.Lock()
-		t.cert, t.cas = nil, nil
-		t.mu.Unlock()
-		_ = os.Remove(filepath.Join(t.dir, tlsCertFile))
+		t.served.Clear()
 		return
 	}
-	cert, err := x509.ParseCertificate(resp.GetCertificateDer())
-	if err != nil {
-		log.Error("the Manager's certificate for this worker is unreadable; keeping the previous one", "err", err)
-		return
-	}
-	var cas []*x509.Certificate
-	for _, der := range resp.GetCaCertificatesDer() {
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			log.Error("a CA certificate from the Manager is unreadable; keeping the previous certificate", "err", err)
-			return
+	cert, err := t.served.Accept(resp.GetCertificateDer(), resp.GetCaCertificatesDer(), func(c *x509.Certificate) error {
+		if id, ok := pki.NodeIDOf(c); !ok || (resp.GetNodeId() != "" && id != resp.GetNodeId()) {
+			return fmt.Errorf("the Manager's certificate names another node (%q, not %q)", id, resp.GetNodeId())
 		}
-		cas = append(cas, c)
-	}
-	if id, ok := pki.NodeIDOf(cert); !ok || (resp.GetNodeId() != "" && id != resp.GetNodeId()) {
-		log.Error("the Manager's certificate names another node; keeping the previous one", "names", id, "node", resp.GetNodeId())
-		return
-	}
-	if err := t.install(cert, cas); err != nil {
+		return nil
+	})
+	switch {
+	case cert == nil:
 		log.Error("cannot use the Manager's certificate; keeping the previous one", "err", err)
 		return
+	case err != nil:
+		log.Warn("serving the Manager's certificate, but cannot keep it for the next start", "err", err)
 	}
-	var caPEM []byte
-	for _, c := range cas {
-		caPEM = append(caPEM, pki.CertPEM(c.Raw)...)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(t.dir, tlsCAFile), caPEM, 0o600); err != nil {
-		log.Warn("cannot store the cluster CA", "err", err)
-	}
-	if err := atomicfile.WriteFile(filepath.Join(t.dir, tlsCertFile), pki.CertPEM(cert.Raw), 0o600); err != nil {
-		log.Warn("cannot store the TLS certificate", "err", err)
-	}
-	log.Info("serving the NodeController stream with mutual TLS", "certificate_expires", cert.NotAfter, "ca", pki.Fingerprint(cas[0].Raw))
+	log.Info("serving the NodeController stream with mutual TLS", "certificate_expires", cert.NotAfter, "ca", pki.Fingerprint(resp.GetCaCertificatesDer()[0]))
 }
 
 // tlsListener accepts connections for the NodeController server: TLS (the
@@ -219,24 +132,7 @@ func (a *Agent) tlsListener(ln net.Listener) net.Listener {
 	if !a.tlsw.enabled {
 		return ln
 	}
-	return &modeListener{Listener: ln, t: &a.tlsw, cfg: pki.WorkerServerConfig(a.tlsw.state)}
-}
-
-type modeListener struct {
-	net.Listener
-	t   *workerTLS
-	cfg *tls.Config
-}
-
-func (l *modeListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	if l.t.serving() {
-		return tls.Server(c, l.cfg), nil
-	}
-	return c, nil
+	return a.tlsw.served.Listener(ln)
 }
 
 // renewTLS registers again (with a new CSR's certificate in the answer)

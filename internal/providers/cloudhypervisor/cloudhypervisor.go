@@ -13,6 +13,7 @@ package cloudhypervisor
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +45,9 @@ type Provider struct {
 	// registered are the host agents registered at run time (the store's),
 	// set once before the provider is used (SetRegistered).
 	registered func() map[string]Host
+	// tlsFor is the mutual-TLS client configuration for a registered
+	// host's https URL (SetTLS; nil: the plain client's).
+	tlsFor func(host string) *tls.Config
 	// StartTimeoutD is how long a VM's worker may take to register (0 =
 	// the fleet's default).
 	StartTimeoutD time.Duration
@@ -113,12 +117,32 @@ type Host struct {
 type dynClient struct {
 	host   Host
 	client managerv1connect.HostAgentClient
+	// tr is the client's own transport (mutual TLS), closed when replaced.
+	tr *http.Transport
 }
 
 // SetRegistered gives the provider the host agents registered at run time
 // (read on every call; config.yaml's hosts win on a name in both). Call it
 // before the provider is used.
 func (p *Provider) SetRegistered(f func() map[string]Host) { p.registered = f }
+
+// SetTLS gives the provider the mutual-TLS configuration it dials a
+// registered host agent's https URL with: the Manager's client certificate
+// presented, the agent's certificate verified to the cluster CA and naming
+// the host (pki.HostAgentClientConfig). Hosts listed in config.yaml keep
+// the plain client. Call it before the provider is used.
+func (p *Provider) SetTLS(f func(host string) *tls.Config) { p.tlsFor = f }
+
+// registeredClient is the HTTP client for registered host h at url: mutual
+// TLS for an https URL when SetTLS was given, else the plain client.
+func (p *Provider) registeredClient(host, url string) *http.Client {
+	if p.tlsFor == nil || !strings.HasPrefix(url, "https://") {
+		return p.hc
+	}
+	tr := &http.Transport{TLSClientConfig: p.tlsFor(host), ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second}
+	return &http.Client{Transport: tr, Timeout: p.hc.Timeout}
+}
 
 // ApplyOverrides takes the hosts the overrides file runs. A host neither
 // config.yaml names nor has registered yet is run once it registers; until
@@ -149,8 +173,16 @@ func (p *Provider) client(host string) (managerv1connect.HostAgentClient, error)
 			if d, ok := p.dyn[host]; ok && d.host == h {
 				return d.client, nil
 			}
-			c := managerv1connect.NewHostAgentClient(p.hc, strings.TrimRight(h.URL, "/"), connect.WithInterceptors(bearer(h.Secret)))
-			p.dyn[host] = dynClient{host: h, client: c}
+			if d, ok := p.dyn[host]; ok && d.tr != nil {
+				d.tr.CloseIdleConnections()
+			}
+			hc := p.registeredClient(host, h.URL)
+			c := managerv1connect.NewHostAgentClient(hc, strings.TrimRight(h.URL, "/"), connect.WithInterceptors(bearer(h.Secret)))
+			d := dynClient{host: h, client: c}
+			if hc != p.hc {
+				d.tr, _ = hc.Transport.(*http.Transport)
+			}
+			p.dyn[host] = d
 			return c, nil
 		}
 	}

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"crypto/subtle"
 	"regexp"
 	"strings"
 
@@ -13,6 +14,9 @@ import (
 // HostAgentTokenPrefix starts a host agent's one-shot registration token.
 const HostAgentTokenPrefix = "nht_"
 
+// HostAgentSecretPrefix starts a host secret (stamped at registration).
+const HostAgentSecretPrefix = "nhs_"
+
 var hostAgentNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$`)
 
 // ValidateHostAgentName checks a host agent's name: a DNS label (it is the
@@ -20,6 +24,20 @@ var hostAgentNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$`
 func ValidateHostAgentName(name string) error {
 	if !hostAgentNameRE.MatchString(name) {
 		return apierr.Invalid("name", "%q is not a host name (a DNS label: a-z, 0-9, '-', '.')", name)
+	}
+	return nil
+}
+
+// HostAgentBySecret returns the registered host agent whose host secret
+// is secret, or nil (compared in constant time).
+func (r *Read) HostAgentBySecret(secret string) *storev1.HostAgentRecord {
+	if secret == "" {
+		return nil
+	}
+	for _, h := range r.HostAgents() {
+		if h.GetTokenUsed() && subtle.ConstantTimeCompare([]byte(h.GetSecret()), []byte(secret)) == 1 {
+			return h
+		}
 	}
 	return nil
 }

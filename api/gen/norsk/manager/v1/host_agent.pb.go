@@ -771,7 +771,12 @@ type RegisterHostAgentRequest struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Where the agent serves the HostAgent service (http(s)://host:port),
 	// as the Manager reaches it.
-	Url           string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// A PKCS#10 certificate request (DER) for the agent's serving key, sent
+	// when the Manager's URL is https: the Manager answers a certificate
+	// its cluster CA signed (URI SAN norsk://host/<name>), and the agent
+	// serves over mutual TLS with it (url is then https://).
+	CsrDer        []byte `protobuf:"bytes,40,opt,name=csr_der,json=csrDer,proto3" json:"csr_der,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -820,12 +825,24 @@ func (x *RegisterHostAgentRequest) GetUrl() string {
 	return ""
 }
 
+func (x *RegisterHostAgentRequest) GetCsrDer() []byte {
+	if x != nil {
+		return x.CsrDer
+	}
+	return nil
+}
+
 type RegisterHostAgentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The bearer token the Manager calls the agent with; the agent keeps it.
-	HostSecret    string `protobuf:"bytes,1,opt,name=host_secret,json=hostSecret,proto3" json:"host_secret,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	HostSecret string `protobuf:"bytes,1,opt,name=host_secret,json=hostSecret,proto3" json:"host_secret,omitempty"`
+	// The agent's serving certificate (DER), when the request carried a CSR
+	// and the Manager has a cluster CA; empty otherwise.
+	CertificateDer []byte `protobuf:"bytes,40,opt,name=certificate_der,json=certificateDer,proto3" json:"certificate_der,omitempty"`
+	// The cluster CA(s) (DER) the Manager's client certificate chains to.
+	CaCertificatesDer [][]byte `protobuf:"bytes,41,rep,name=ca_certificates_der,json=caCertificatesDer,proto3" json:"ca_certificates_der,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RegisterHostAgentResponse) Reset() {
@@ -863,6 +880,20 @@ func (x *RegisterHostAgentResponse) GetHostSecret() string {
 		return x.HostSecret
 	}
 	return ""
+}
+
+func (x *RegisterHostAgentResponse) GetCertificateDer() []byte {
+	if x != nil {
+		return x.CertificateDer
+	}
+	return nil
+}
+
+func (x *RegisterHostAgentResponse) GetCaCertificatesDer() [][]byte {
+	if x != nil {
+		return x.CaCertificatesDer
+	}
+	return nil
 }
 
 type ListHostAgentsRequest struct {
@@ -1180,13 +1211,16 @@ const file_norsk_manager_v1_host_agent_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"@\n" +
 	"\x14AddHostAgentResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\"@\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"Y\n" +
 	"\x18RegisterHostAgentRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
-	"\x03url\x18\x02 \x01(\tR\x03url\"<\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x17\n" +
+	"\acsr_der\x18( \x01(\fR\x06csrDer\"\x95\x01\n" +
 	"\x19RegisterHostAgentResponse\x12\x1f\n" +
 	"\vhost_secret\x18\x01 \x01(\tR\n" +
-	"hostSecret\"\x17\n" +
+	"hostSecret\x12'\n" +
+	"\x0fcertificate_der\x18( \x01(\fR\x0ecertificateDer\x12.\n" +
+	"\x13ca_certificates_der\x18) \x03(\fR\x11caCertificatesDer\"\x17\n" +
 	"\x15ListHostAgentsRequest\"\xd7\x01\n" +
 	"\x13RegisteredHostAgent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +

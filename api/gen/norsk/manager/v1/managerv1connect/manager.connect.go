@@ -330,7 +330,12 @@ type ManagerClient interface {
 	// RegisterHostAgent is a host agent registering, its bearer the one-shot
 	// token AddHostAgent made: the Manager records where it serves and
 	// answers the host secret it will call it with (the token is then used
-	// up). UNAUTHENTICATED: an unknown or used token.
+	// up), and, for a CSR, the agent's certificate from the cluster CA (it
+	// then serves mutual TLS at its https URL). Its bearer the host secret
+	// instead, it renews the certificate: the same URL and a new CSR, nothing
+	// written. UNAUTHENTICATED: an unknown or used token, a secret that is
+	// not the host's. INVALID_ARGUMENT: a CSR with an http URL, an unreadable
+	// CSR, a renewal without a CSR or with another URL.
 	RegisterHostAgent(context.Context, *connect.Request[v1.RegisterHostAgentRequest]) (*connect.Response[v1.RegisterHostAgentResponse], error)
 	// ListHostAgents lists the registered host agents (secrets left out).
 	ListHostAgents(context.Context, *connect.Request[v1.ListHostAgentsRequest]) (*connect.Response[v1.ListHostAgentsResponse], error)
@@ -1628,7 +1633,12 @@ type ManagerHandler interface {
 	// RegisterHostAgent is a host agent registering, its bearer the one-shot
 	// token AddHostAgent made: the Manager records where it serves and
 	// answers the host secret it will call it with (the token is then used
-	// up). UNAUTHENTICATED: an unknown or used token.
+	// up), and, for a CSR, the agent's certificate from the cluster CA (it
+	// then serves mutual TLS at its https URL). Its bearer the host secret
+	// instead, it renews the certificate: the same URL and a new CSR, nothing
+	// written. UNAUTHENTICATED: an unknown or used token, a secret that is
+	// not the host's. INVALID_ARGUMENT: a CSR with an http URL, an unreadable
+	// CSR, a renewal without a CSR or with another URL.
 	RegisterHostAgent(context.Context, *connect.Request[v1.RegisterHostAgentRequest]) (*connect.Response[v1.RegisterHostAgentResponse], error)
 	// ListHostAgents lists the registered host agents (secrets left out).
 	ListHostAgents(context.Context, *connect.Request[v1.ListHostAgentsRequest]) (*connect.Response[v1.ListHostAgentsResponse], error)
