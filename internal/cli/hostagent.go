@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/chapi"
+	"github.com/norsk-go/norsk-manager/internal/chqemu"
 	"github.com/norsk-go/norsk-manager/internal/chsim"
 	"github.com/norsk-go/norsk-manager/internal/hostagent"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
@@ -224,7 +226,7 @@ func newHostAgentRemoveCommand(g *globals) *cobra.Command {
 // newCHVMMCommand is the local VMM's program form: one process per VM,
 // serving Cloud Hypervisor's REST API on --api-socket.
 func newCHVMMCommand(g *globals) *cobra.Command {
-	var apiSocket, guest, logLevel string
+	var apiSocket, guest, logLevel, backend, qemu, accel string
 	c := &cobra.Command{
 		Use:    "ch-vmm --api-socket path=SOCKET",
 		Short:  "The local VMM: Cloud Hypervisor's REST API on a socket, its VM a worker (test equipment)",
@@ -236,9 +238,23 @@ func newCHVMMCommand(g *globals) *cobra.Command {
 				return usageErrorf("--log-level %q: want debug, info, warn or error", logLevel)
 			}
 			log := slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: level}))
-			return chsim.Program(cmd.Context(), apiSocket, guest, clientVersion(), log)
+			switch backend {
+			case "local":
+				return chsim.Program(cmd.Context(), apiSocket, guest, clientVersion(), log)
+			case "qemu":
+				sock, err := chapi.ParseAPISocketFlag(apiSocket)
+				if err != nil {
+					return usageErrorf("%v", err)
+				}
+				return chqemu.Run(cmd.Context(), chqemu.Options{APISocket: sock, QEMU: qemu, Accel: accel, Logger: log})
+			default:
+				return usageErrorf("--backend %q: want local or qemu", backend)
+			}
 		},
 	}
+	c.Flags().StringVar(&backend, "backend", "local", "local (the VM's guest is a worker on this host) or qemu (a real microVM: QEMU's microvm machine under KVM)")
+	c.Flags().StringVar(&qemu, "qemu", "qemu-system-x86_64", "the qemu backend's emulator binary")
+	c.Flags().StringVar(&accel, "accel", chqemu.AccelKVM, "the qemu backend's accelerator: kvm, or tcg (emulation) where /dev/kvm cannot run the guest's kernel")
 	c.Flags().StringVar(&apiSocket, "api-socket", "", "path=SOCKET: where the API is served")
 	c.Flags().StringVar(&guest, "guest", chsim.GuestProcess, "how the VM's worker runs: process (its jobs as processes) or docker (a container)")
 	c.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
