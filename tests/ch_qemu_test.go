@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/norsk-go/norsk-manager/internal/chapi"
 	"github.com/norsk-go/norsk-manager/internal/chqemu"
@@ -57,7 +58,18 @@ func TestCHQEMUMicroVM(t *testing.T) {
 	if err != nil || info.State != chapi.VmRunning || info.Config.Payload.Initramfs != g.Initramfs || info.Config.Cpus.BootVcpus != 2 {
 		t.Fatalf("vm.info = %+v, %v", info, err)
 	}
-	node := c.WaitNodeState(n.GetNodeId(), norsk.NodeStateOnline)
+	// The kernel boots first (emulated, on a busy machine, tens of
+	// seconds): wait up to the start timeout, not WaitTimeout.
+	var node *norsk.Node
+	for deadline := time.Now().Add(testcluster.RealVMStart); ; time.Sleep(200 * time.Millisecond) {
+		node = c.Node(n.GetNodeId())
+		if node != nil && node.GetState() == norsk.NodeStateOnline {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %v not online after %s", node, testcluster.RealVMStart)
+		}
+	}
 	if node.GetProvider() != chProvider || node.GetProviderInstance() != n.GetInstanceId() || node.GetHardware().GetVcpus() != 2 {
 		t.Fatalf("node %v", node)
 	}

@@ -121,6 +121,10 @@ func (c *Cluster) startCHHosts() {
 	c.CH = ch
 }
 
+// RealVMStart bounds a real microVM's boot to its worker's registration
+// (Options.CHVMM).
+const RealVMStart = 4 * time.Minute
+
 // chProvider gives a member's configuration the cloud-hypervisor provider.
 func (c *Cluster) chProvider(cfg *manager.Config) {
 	ch := c.CH
@@ -137,6 +141,11 @@ func (c *Cluster) chProvider(cfg *manager.Config) {
 	cfg.ReconcileInterval = 300 * time.Millisecond
 	cfg.ListGrace = time.Second
 	cfg.CloudStartTimeout = 30 * time.Second
+	if c.opts.CHVMM != nil {
+		// A real microVM boots its kernel first; emulated (TCG) on a busy
+		// machine that is tens of seconds.
+		cfg.CloudStartTimeout = RealVMStart
+	}
 	cfg.InstanceTypeRefresh = time.Second
 	cfg.ProviderBackoff = providers.Backoff{Attempts: 3, Base: time.Millisecond, Max: 10 * time.Millisecond}
 }
