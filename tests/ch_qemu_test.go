@@ -33,6 +33,7 @@ func TestCHQEMUMicroVM(t *testing.T) {
 		CHVMM:    hostagent.Exec{Path: g.NorskCtl, Args: []string{"ch-vmm", "--backend", "qemu", "--accel", g.Accel}},
 		CHKernel: g.Kernel, CHInitramfs: g.Initramfs, CHCmdline: "console=ttyS0 panic=-1"})
 	cl, x := c.Client(), ctx(t)
+	created := time.Now()
 	n, err := cl.CreateCloudHypervisorNode(x, norsk.CloudHypervisorNode{Host: testcluster.CHHostName(0), Shape: "ch.small", Pool: testcluster.CHPool})
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +71,7 @@ func TestCHQEMUMicroVM(t *testing.T) {
 			t.Fatalf("node %v not online after %s", node, testcluster.RealVMStart)
 		}
 	}
+	t.Logf("create → online (%s): %s", g.Accel, time.Since(created).Round(100*time.Millisecond)) // a figure, not asserted
 	if node.GetProvider() != chProvider || node.GetProviderInstance() != n.GetInstanceId() || node.GetHardware().GetVcpus() != 2 {
 		t.Fatalf("node %v", node)
 	}
