@@ -302,3 +302,44 @@ the shapes and the hosts offering each.`,
 	f.register(c)
 	return c
 }
+
+// newCHInitramfsCommand builds the initramfs the qemu backend's microVMs
+// boot: norsk-guest-init as /init, the worker binary, the kernel's virtio
+// modules.
+func newCHInitramfsCommand(g *globals) *cobra.Command {
+	var out, init, worker, kernel, modRoot string
+	c := &cobra.Command{
+		Use:    "ch-initramfs -o FILE --init PATH --worker PATH --kernel /boot/vmlinuz-RELEASE",
+		Short:  "Build the initramfs a ch-vmm --backend qemu microVM boots (its worker from the first-boot disk)",
+		Hidden: true,
+		Args:   exactArgs(),
+		RunE: func(_ *cobra.Command, _ []string) error {
+			for flag, v := range map[string]string{"-o": out, "--init": init, "--worker": worker, "--kernel": kernel} {
+				if v == "" {
+					return usageErrorf("give %s", flag)
+				}
+			}
+			rel, err := chqemu.KernelRelease(kernel)
+			if err != nil {
+				return usageErrorf("--kernel: %v", err)
+			}
+			mods, err := chqemu.ModulesFor(modRoot, rel, chqemu.GuestModules...)
+			if err != nil {
+				return err
+			}
+			if err := chqemu.WriteInitramfs(out, chqemu.Initramfs{Init: init, Modules: mods,
+				Files: []chqemu.InitramfsFile{{Path: "/bin/norsk-ctl", Source: worker, Mode: 0o755}}}); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "%s: /init, /bin/norsk-ctl and %d modules of %s\n", out, len(mods), rel)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVarP(&out, "output", "o", "", "the initramfs file to write")
+	f.StringVar(&init, "init", "", "a static norsk-guest-init binary (go build ./cmd/norsk-guest-init with CGO_ENABLED=0)")
+	f.StringVar(&worker, "worker", "", "a static norsk-ctl binary (CGO_ENABLED=0) for the guest's worker")
+	f.StringVar(&kernel, "kernel", "", "the kernel the VMs boot (/boot/vmlinuz-RELEASE): its modules go in")
+	f.StringVar(&modRoot, "modules", "/lib/modules", "where the kernel's modules are")
+	return c
+}
