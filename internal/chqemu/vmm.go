@@ -284,7 +284,8 @@ func withParam(cmdline, param string) string {
 // forwarding hostPort on 127.0.0.1 to GuestWorkerPort when cfg has none),
 // the serial port and the QMP socket. Under TCG the machine gets the
 // emulated PIT and PIC (without them the guest kernel finds no timer).
-func Args(cfg chapi.VmConfig, qmpSocket string, hostPort int, accel string) []string {
+// tscKHz is the host's TSC rate (0 = unknown).
+func Args(cfg chapi.VmConfig, qmpSocket string, hostPort int, accel string, tscKHz int) []string {
 	machine := "microvm,x-option-roms=off,rtc=on,isa-serial=on"
 	if accel == AccelTCG {
 		machine += ",pit=on,pic=on"
@@ -329,6 +330,13 @@ func Args(cfg chapi.VmConfig, qmpSocket string, hostPort int, accel string) []st
 		}
 		args = append(args, "-device", dev)
 	}
+	if accel == AccelTCG && tscKHz > 0 {
+		// Under TCG the guest's TSC runs at the host's rate, and the
+		// kernel's calibration of it against the emulated PIT fails when
+		// the host is busy (then it finds no clocksource and hangs): give
+		// it the rate.
+		cmdline = withParam(cmdline, fmt.Sprintf("tsc_early_khz=%d", tscKHz))
+	}
 	args = append(args, "-append", cmdline)
 	switch {
 	case cfg.Serial != nil && strings.EqualFold(cfg.Serial.Mode, "File") && cfg.Serial.File != "":
@@ -338,6 +346,32 @@ func Args(cfg chapi.VmConfig, qmpSocket string, hostPort int, accel string) []st
 	}
 	args = append(args, "-qmp", "unix:"+qemuEscape(qmpSocket)+",server=on,wait=off")
 	return args
+}
+
+// hostTSCKHz is the host's TSC rate in kHz, as the host kernel reports
+// its CPU clock ("cpu MHz" in /proc/cpuinfo; with a constant TSC that is
+// the TSC's rate), or 0.
+func hostTSCKHz() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	return parseCPUMHz(string(b))
+}
+
+func parseCPUMHz(cpuinfo string) int {
+	for _, line := range strings.Split(cpuinfo, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(k) != "cpu MHz" {
+			continue
+		}
+		mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || mhz <= 0 {
+			return 0
+		}
+		return int(mhz * 1000)
+	}
+	return 0
 }
 
 // qemuEscape doubles commas, QEMU's option separator.
@@ -369,7 +403,7 @@ func (v *VMM) boot(ctx context.Context, w http.ResponseWriter) {
 		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
 		return
 	}
-	args := Args(*v.cfg, v.qmpSocket(), port, v.opts.Accel)
+	args := Args(*v.cfg, v.qmpSocket(), port, v.opts.Accel, hostTSCKHz())
 	cmd := exec.Command(v.opts.QEMU, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

@@ -109,7 +109,7 @@ func TestArgs(t *testing.T) {
 		Cpus: &chapi.CpusConfig{BootVcpus: 2, MaxVcpus: 2}, Memory: &chapi.MemoryConfig{Size: 1 << 30},
 		Disks:  []chapi.DiskConfig{{Path: "/r,oot"}, {Path: "/b", Readonly: true, Serial: "norsk-first-boot"}},
 		Serial: &chapi.ConsoleConfig{Mode: "File", File: "/s.log"}}
-	got := strings.Join(Args(cfg, "/q.sock", 4242, AccelKVM), " ")
+	got := strings.Join(Args(cfg, "/q.sock", 4242, AccelKVM, 2596100), " ")
 	for _, want := range []string{"-M microvm", "-enable-kvm", "-smp 2", "-m 1024M", "-kernel /k", "-initrd /i",
 		"file=/r,,oot", "readonly=on", "serial=norsk-first-boot", "hostfwd=tcp:127.0.0.1:4242-:6791",
 		"-append console=ttyS0 norsk.hostfwd=127.0.0.1:4242 -- x", "-serial file:/s.log", "-qmp unix:/q.sock,server=on,wait=off"} {
@@ -118,9 +118,19 @@ func TestArgs(t *testing.T) {
 		}
 	}
 	cfg.Net = []chapi.NetConfig{{Tap: "nt1", Mac: "52:54:00:00:00:01"}}
-	got = strings.Join(Args(cfg, "/q.sock", 0, AccelTCG), " ")
-	if strings.Contains(got, "hostfwd") || strings.Contains(got, "norsk.hostfwd") || !strings.Contains(got, "tap,id=net0,ifname=nt1") || strings.Contains(got, "-enable-kvm") {
+	got = strings.Join(Args(cfg, "/q.sock", 0, AccelTCG, 2596100), " ")
+	if !strings.Contains(got, "tsc_early_khz=2596100") || strings.Contains(got, "hostfwd") || strings.Contains(got, "norsk.hostfwd") || !strings.Contains(got, "tap,id=net0,ifname=nt1") || strings.Contains(got, "-enable-kvm") {
 		t.Errorf("a tap VM without KVM: %s", got)
+	}
+}
+
+func TestParseCPUMHz(t *testing.T) {
+	t.Parallel()
+	if got := parseCPUMHz("processor\t: 0\ncpu MHz\t\t: 2596.100\ncpu MHz\t\t: 1.0\n"); got != 2596100 {
+		t.Errorf("parseCPUMHz = %d", got)
+	}
+	if got := parseCPUMHz("processor\t: 0\n"); got != 0 {
+		t.Errorf("no cpu MHz: %d", got)
 	}
 }
 
