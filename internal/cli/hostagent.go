@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/chapi"
+	"github.com/norsk-go/norsk-manager/internal/chqemu"
 	"github.com/norsk-go/norsk-manager/internal/chsim"
 	"github.com/norsk-go/norsk-manager/internal/hostagent"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
@@ -233,7 +235,7 @@ func newHostAgentRemoveCommand(g *globals) *cobra.Command {
 // newCHVMMCommand is the local VMM's program form: one process per VM,
 // serving Cloud Hypervisor's REST API on --api-socket.
 func newCHVMMCommand(g *globals) *cobra.Command {
-	var apiSocket, guest, logLevel string
+	var apiSocket, guest, logLevel, backend, qemu, accel string
 	c := &cobra.Command{
 		Use:    "ch-vmm --api-socket path=SOCKET",
 		Short:  "The local VMM: Cloud Hypervisor's REST API on a socket, its VM a worker (test equipment)",
@@ -245,9 +247,23 @@ func newCHVMMCommand(g *globals) *cobra.Command {
 				return usageErrorf("--log-level %q: want debug, info, warn or error", logLevel)
 			}
 			log := slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: level}))
-			return chsim.Program(cmd.Context(), apiSocket, guest, clientVersion(), log)
+			switch backend {
+			case "local":
+				return chsim.Program(cmd.Context(), apiSocket, guest, clientVersion(), log)
+			case "qemu":
+				sock, err := chapi.ParseAPISocketFlag(apiSocket)
+				if err != nil {
+					return usageErrorf("%v", err)
+				}
+				return chqemu.Run(cmd.Context(), chqemu.Options{APISocket: sock, QEMU: qemu, Accel: accel, Logger: log})
+			default:
+				return usageErrorf("--backend %q: want local or qemu", backend)
+			}
 		},
 	}
+	c.Flags().StringVar(&backend, "backend", "local", "local (the VM's guest is a worker on this host) or qemu (a real microVM: QEMU's microvm machine under KVM)")
+	c.Flags().StringVar(&qemu, "qemu", "qemu-system-x86_64", "the qemu backend's emulator binary")
+	c.Flags().StringVar(&accel, "accel", chqemu.AccelKVM, "the qemu backend's accelerator: kvm, or tcg (emulation) where /dev/kvm cannot run the guest's kernel")
 	c.Flags().StringVar(&apiSocket, "api-socket", "", "path=SOCKET: where the API is served")
 	c.Flags().StringVar(&guest, "guest", chsim.GuestProcess, "how the VM's worker runs: process (its jobs as processes) or docker (a container)")
 	c.Flags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -293,5 +309,46 @@ the shapes and the hosts offering each.`,
 	c.Flags().StringVar(&n.Pool, "pool", "", "the pool tier the node joins")
 	c.Flags().StringVar(&n.WorkerVersion, "worker-version", "", "the worker version whose base image boots (default: the Manager's)")
 	f.register(c)
+	return c
+}
+
+// newCHInitramfsCommand builds the initramfs the qemu backend's microVMs
+// boot: norsk-guest-init as /init, the worker binary, the kernel's virtio
+// modules.
+func newCHInitramfsCommand(g *globals) *cobra.Command {
+	var out, init, worker, kernel, modRoot string
+	c := &cobra.Command{
+		Use:    "ch-initramfs -o FILE --init PATH --worker PATH --kernel /boot/vmlinuz-RELEASE",
+		Short:  "Build the initramfs a ch-vmm --backend qemu microVM boots (its worker from the first-boot disk)",
+		Hidden: true,
+		Args:   exactArgs(),
+		RunE: func(_ *cobra.Command, _ []string) error {
+			for flag, v := range map[string]string{"-o": out, "--init": init, "--worker": worker, "--kernel": kernel} {
+				if v == "" {
+					return usageErrorf("give %s", flag)
+				}
+			}
+			rel, err := chqemu.KernelRelease(kernel)
+			if err != nil {
+				return usageErrorf("--kernel: %v", err)
+			}
+			mods, err := chqemu.ModulesFor(modRoot, rel, chqemu.GuestModules...)
+			if err != nil {
+				return err
+			}
+			if err := chqemu.WriteInitramfs(out, chqemu.Initramfs{Init: init, Modules: mods,
+				Files: []chqemu.InitramfsFile{{Path: "/bin/norsk-ctl", Source: worker, Mode: 0o755}}}); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.out, "%s: /init, /bin/norsk-ctl and %d modules of %s\n", out, len(mods), rel)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVarP(&out, "output", "o", "", "the initramfs file to write")
+	f.StringVar(&init, "init", "", "a static norsk-guest-init binary (go build ./cmd/norsk-guest-init with CGO_ENABLED=0)")
+	f.StringVar(&worker, "worker", "", "a static norsk-ctl binary (CGO_ENABLED=0) for the guest's worker")
+	f.StringVar(&kernel, "kernel", "", "the kernel the VMs boot (/boot/vmlinuz-RELEASE): its modules go in")
+	f.StringVar(&modRoot, "modules", "/lib/modules", "where the kernel's modules are")
 	return c
 }

@@ -56,6 +56,7 @@ var rootCommands = []func(*globals) *cobra.Command{
 	newWorkerCommand,
 	newHostAgentCommand,
 	newCHVMMCommand,
+	newCHInitramfsCommand,
 	newTokenCommand,
 	newDiscoveryCommand,
 	newAccessReplicaCommand,

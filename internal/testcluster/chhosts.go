@@ -1,6 +1,7 @@
 package testcluster
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -87,12 +88,17 @@ func (c *Cluster) startCHHosts() {
 	}
 	ch := &CHHosts{VMMs: &chsim.Launcher{Logger: c.opts.Logger.With("process", "vmm"), Runner: runner}}
 	ch.cfg.Hosts = map[string]cloudconf.CloudHypervisorHost{}
+	var vmm hostagent.Launcher = ch.VMMs
+	initramfs, cmdline := "", "console=ttyS0 root=/dev/vda rw"
+	if c.opts.CHVMM != nil {
+		vmm, kernel, initramfs, cmdline = c.opts.CHVMM, c.opts.CHKernel, c.opts.CHInitramfs, c.opts.CHCmdline
+	}
 	for i := range c.opts.CHHosts {
 		cfg := hostagent.Config{
 			Name: CHHostName(i), Dir: filepath.Join(dir, CHHostName(i)), Token: "host-secret-" + CHHostName(i),
 			Shapes: CHShapes, VCPUs: CHHostVCPUs, MemoryBytes: CHHostMemory,
-			Images: map[string]string{CHImage: base}, Kernel: kernel, Cmdline: "console=ttyS0 root=/dev/vda rw",
-			VMM: ch.VMMs, Logger: c.opts.Logger.With("process", "host-agent", "host", CHHostName(i)),
+			Images: map[string]string{CHImage: base}, Kernel: kernel, Initramfs: initramfs, Cmdline: cmdline,
+			VMM: vmm, Logger: c.opts.Logger.With("process", "host-agent", "host", CHHostName(i)),
 		}
 		a, err := hostagent.Start(cfg)
 		if err != nil {
@@ -115,6 +121,10 @@ func (c *Cluster) startCHHosts() {
 	c.CH = ch
 }
 
+// RealVMStart bounds a real microVM's boot to its worker's registration
+// (Options.CHVMM).
+const RealVMStart = 4 * time.Minute
+
 // chProvider gives a member's configuration the cloud-hypervisor provider.
 func (c *Cluster) chProvider(cfg *manager.Config) {
 	ch := c.CH
@@ -131,6 +141,11 @@ func (c *Cluster) chProvider(cfg *manager.Config) {
 	cfg.ReconcileInterval = 300 * time.Millisecond
 	cfg.ListGrace = time.Second
 	cfg.CloudStartTimeout = 30 * time.Second
+	if c.opts.CHVMM != nil {
+		// A real microVM boots its kernel first; emulated (TCG) on a busy
+		// machine that is tens of seconds.
+		cfg.CloudStartTimeout = RealVMStart
+	}
 	cfg.InstanceTypeRefresh = time.Second
 	cfg.ProviderBackoff = providers.Backoff{Attempts: 3, Base: time.Millisecond, Max: 10 * time.Millisecond}
 }
@@ -153,6 +168,11 @@ func (c *Cluster) stopCHHosts() {
 		return
 	}
 	for _, a := range c.CH.Agents {
+		if c.opts.CHVMM != nil { // VMM processes of their own: end them
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			a.DeleteAll(ctx)
+			cancel()
+		}
 		_ = a.Close()
 	}
 	c.CH.VMMs.Close()

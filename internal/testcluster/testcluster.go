@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/norsk-go/norsk-manager/internal/cloudsim"
+	"github.com/norsk-go/norsk-manager/internal/hostagent"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -103,6 +104,12 @@ type Options struct {
 	// CHRunner boots the host agents' VMs' guests (nil: an in-process
 	// worker on the process runtime).
 	CHRunner cloudsim.Runner
+	// CHVMM, when set, launches the host agents' VMMs in place of local
+	// VMMs in this process (e.g. hostagent.Exec of `norsk-ctl ch-vmm
+	// --backend qemu`: real microVMs); CHKernel, CHInitramfs and CHCmdline
+	// are then what each VM boots. The cluster's end deletes every VM.
+	CHVMM                            hostagent.Launcher
+	CHKernel, CHInitramfs, CHCmdline string
 }
 
 // Cluster is a running in-process system.
