@@ -104,7 +104,7 @@ func Start(opts Options) (*VMM, error) {
 		return nil, fmt.Errorf("chqemu: %w", err)
 	}
 	v := &VMM{opts: opts, log: opts.Logger.With("component", "chqemu", "socket", opts.APISocket), ln: ln, done: make(chan struct{}), build: build}
-	v.srv = &http.Server{Handler: http.HandlerFunc(v.serve), ReadHeaderTimeout: 10 * time.Second}
+	v.srv = &http.Server{Handler: chapi.Handler(api{v}), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(v.done)
 		if err := v.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -154,79 +154,40 @@ func Run(ctx context.Context, opts Options) error {
 func (v *VMM) qmpSocket() string { return filepath.Join(filepath.Dir(v.opts.APISocket), "qmp.sock") }
 func (v *VMM) qemuLog() string   { return filepath.Join(filepath.Dir(v.opts.APISocket), "qemu.log") }
 
-func write(w http.ResponseWriter, status int, body []byte) {
-	if body != nil {
-		w.Header().Set("Content-Type", "application/json")
-	}
-	w.WriteHeader(status)
-	if body != nil {
-		_, _ = w.Write(body)
-	}
-}
+// api is v's side of chapi.Handler.
+type api struct{ v *VMM }
 
-func apiError(w http.ResponseWriter, status int, msgs ...string) {
-	write(w, status, chapi.ErrorBody(msgs...))
+func (a api) Ping() chapi.VmmPingResponse {
+	return chapi.VmmPingResponse{BuildVersion: a.v.build, Version: Version, PID: int64(os.Getpid())}
 }
-
-var endpoints = map[string]string{
-	"vmm.ping": http.MethodGet, "vmm.shutdown": http.MethodPut,
-	"vm.create": http.MethodPut, "vm.boot": http.MethodPut, "vm.info": http.MethodGet,
-	"vm.shutdown": http.MethodPut, "vm.delete": http.MethodPut,
-}
-
-func (v *VMM) serve(w http.ResponseWriter, r *http.Request) {
-	ep, ok := strings.CutPrefix(r.URL.Path, chapi.Root+"/")
-	method, known := endpoints[ep]
-	if !ok || !known {
-		write(w, http.StatusNotFound, nil)
-		return
-	}
-	if r.Method != method {
-		apiError(w, http.StatusBadRequest, "Bad Request")
-		return
-	}
-	switch ep {
-	case "vmm.ping":
-		b, _ := json.Marshal(chapi.VmmPingResponse{BuildVersion: v.build, Version: Version, PID: int64(os.Getpid())})
-		write(w, http.StatusOK, b)
-	case "vmm.shutdown":
-		write(w, http.StatusNoContent, nil)
-		if f, ok := w.(http.Flusher); ok {
-			f.Flush()
-		}
-		go func() { _ = v.Close() }()
-	case "vm.create":
-		v.create(w, r)
-	case "vm.boot":
-		v.boot(r.Context(), w)
-	case "vm.info":
-		v.info(r.Context(), w)
-	case "vm.shutdown":
-		v.shutdown(w)
-	case "vm.delete":
-		v.mu.Lock()
-		v.stopQEMU()
-		v.cfg, v.state = nil, ""
-		v.mu.Unlock()
-		write(w, http.StatusNoContent, nil)
-	}
+func (a api) ShutdownVMM()                                      { _ = a.v.Close() }
+func (a api) Create(w http.ResponseWriter, r *http.Request)     { a.v.create(w, r) }
+func (a api) Boot(w http.ResponseWriter, r *http.Request)       { a.v.boot(r.Context(), w) }
+func (a api) Info(w http.ResponseWriter, r *http.Request)       { a.v.info(r.Context(), w) }
+func (a api) ShutdownVM(w http.ResponseWriter, _ *http.Request) { a.v.shutdown(w) }
+func (a api) Delete(w http.ResponseWriter, _ *http.Request) {
+	a.v.mu.Lock()
+	a.v.stopQEMU()
+	a.v.cfg, a.v.state = nil, ""
+	a.v.mu.Unlock()
+	chapi.Write(w, http.StatusNoContent, nil)
 }
 
 func (v *VMM) create(w http.ResponseWriter, r *http.Request) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
 	if err != nil {
-		apiError(w, http.StatusBadRequest, "Failed to deserialize JSON", err.Error())
+		chapi.WriteError(w, http.StatusBadRequest, "Failed to deserialize JSON", err.Error())
 		return
 	}
 	var cfg chapi.VmConfig
 	if err := json.Unmarshal(b, &cfg); err != nil {
-		apiError(w, http.StatusBadRequest, "Failed to deserialize JSON", err.Error())
+		chapi.WriteError(w, http.StatusBadRequest, "Failed to deserialize JSON", err.Error())
 		return
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.cfg != nil {
-		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not be created", "The VM is already created")
+		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not be created", "The VM is already created")
 		return
 	}
 	if err := cfg.Validate(); err != nil {
@@ -235,15 +196,15 @@ func (v *VMM) create(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &ce) {
 			status = http.StatusConflict
 		}
-		apiError(w, status, "Error from API", "The VM could not be created", err.Error())
+		chapi.WriteError(w, status, "Error from API", "The VM could not be created", err.Error())
 		return
 	}
 	if cfg.Payload.Kernel == "" {
-		apiError(w, http.StatusBadRequest, "Error from API", "The VM could not be created", "Error validating configuration: this VMM boots a kernel (payload.kernel), not firmware")
+		chapi.WriteError(w, http.StatusBadRequest, "Error from API", "The VM could not be created", "Error validating configuration: this VMM boots a kernel (payload.kernel), not firmware")
 		return
 	}
 	if len(cfg.Devices) > 0 {
-		apiError(w, http.StatusBadRequest, "Error from API", "The VM could not be created", "Error validating configuration: VFIO devices are not supported by the QEMU microvm backend")
+		chapi.WriteError(w, http.StatusBadRequest, "Error from API", "The VM could not be created", "Error validating configuration: VFIO devices are not supported by the QEMU microvm backend")
 		return
 	}
 	if cfg.Cpus == nil {
@@ -254,7 +215,7 @@ func (v *VMM) create(w http.ResponseWriter, r *http.Request) {
 	}
 	v.cfg, v.state = &cfg, chapi.VmCreated
 	v.log.Info("chqemu: VM created", "vcpus", cfg.Cpus.BootVcpus, "memory", cfg.Memory.Size, "disks", len(cfg.Disks))
-	write(w, http.StatusNoContent, nil)
+	chapi.Write(w, http.StatusNoContent, nil)
 }
 
 // freeLoopbackPort picks a free TCP port on 127.0.0.1 for QEMU to forward.
@@ -382,17 +343,17 @@ func (v *VMM) boot(ctx context.Context, w http.ResponseWriter) {
 	defer v.mu.Unlock()
 	switch {
 	case v.cfg == nil:
-		apiError(w, http.StatusNotFound, "Error from API", "The VM could not boot", "The VM is not created")
+		chapi.WriteError(w, http.StatusNotFound, "Error from API", "The VM could not boot", "The VM is not created")
 		return
 	case v.running():
-		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", "The VM is already running")
+		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", "The VM is already running")
 		return
 	}
 	port := 0
 	if len(v.cfg.Net) == 0 {
 		p, err := freeLoopbackPort()
 		if err != nil {
-			apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
+			chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
 			return
 		}
 		port = p
@@ -400,7 +361,7 @@ func (v *VMM) boot(ctx context.Context, w http.ResponseWriter) {
 	_ = os.Remove(v.qmpSocket())
 	logf, err := os.OpenFile(v.qemuLog(), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
-		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
+		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
 		return
 	}
 	args := Args(*v.cfg, v.qmpSocket(), port, v.opts.Accel, hostTSCKHz())
@@ -408,7 +369,7 @@ func (v *VMM) boot(ctx context.Context, w http.ResponseWriter) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
-		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
+		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
 		return
 	}
 	_ = logf.Close()
@@ -433,18 +394,18 @@ func (v *VMM) boot(ctx context.Context, w http.ResponseWriter) {
 		case <-exited:
 			msg := tail(v.qemuLog())
 			v.qemu, v.exited = nil, nil
-			apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", "QEMU exited: "+msg)
+			chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", "QEMU exited: "+msg)
 			return
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			v.stopQEMU()
-			apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", "QEMU's QMP socket did not answer: "+err.Error())
+			chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", "QEMU's QMP socket did not answer: "+err.Error())
 			return
 		}
 	}
 	v.state = chapi.VmRunning
-	write(w, http.StatusNoContent, nil)
+	chapi.Write(w, http.StatusNoContent, nil)
 }
 
 // tail is the end of a log file, for an error message.
@@ -499,7 +460,7 @@ func (v *VMM) info(ctx context.Context, w http.ResponseWriter) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.cfg == nil {
-		apiError(w, http.StatusNotFound, "Error from API", "The VM information could not be retrieved", "The VM is not created")
+		chapi.WriteError(w, http.StatusNotFound, "Error from API", "The VM information could not be retrieved", "The VM is not created")
 		return
 	}
 	state := v.state
@@ -512,7 +473,7 @@ func (v *VMM) info(ctx context.Context, w http.ResponseWriter) {
 			err := qmpCall(qctx, v.qmpSocket(), "query-status", &st)
 			cancel()
 			if err != nil {
-				apiError(w, http.StatusInternalServerError, "Error from API", "The VM information could not be retrieved", err.Error())
+				chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM information could not be retrieved", err.Error())
 				return
 			}
 			state = stateOf(st)
@@ -520,7 +481,7 @@ func (v *VMM) info(ctx context.Context, w http.ResponseWriter) {
 		v.state = state
 	}
 	b, _ := json.Marshal(chapi.VmInfo{Config: *v.cfg, State: state, MemoryActualSize: v.cfg.Memory.Size})
-	write(w, http.StatusOK, b)
+	chapi.Write(w, http.StatusOK, b)
 }
 
 // stateOf maps QEMU's run state to Cloud Hypervisor's VmState.
@@ -546,14 +507,14 @@ func (v *VMM) shutdown(w http.ResponseWriter) {
 	defer v.mu.Unlock()
 	switch {
 	case v.cfg == nil:
-		apiError(w, http.StatusNotFound, "Error from API", "The VM could not shut down", "The VM is not created")
+		chapi.WriteError(w, http.StatusNotFound, "Error from API", "The VM could not shut down", "The VM is not created")
 		return
 	case v.state != chapi.VmRunning && v.state != chapi.VmPaused:
-		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not shut down", "The VM is not booted")
+		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not shut down", "The VM is not booted")
 		return
 	}
 	v.stopQEMU()
 	v.state = chapi.VmShutdown
 	v.log.Info("chqemu: VM shut down")
-	write(w, http.StatusNoContent, nil)
+	chapi.Write(w, http.StatusNoContent, nil)
 }

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -68,7 +67,7 @@ func Start(opts Options) (*VMM, error) {
 		return nil, fmt.Errorf("chsim: %w", err)
 	}
 	v := &VMM{opts: opts, log: opts.Logger.With("component", "chsim", "vm", opts.ID), ln: ln, done: make(chan struct{})}
-	v.srv = &http.Server{Handler: http.HandlerFunc(v.serve), ReadHeaderTimeout: 10 * time.Second}
+	v.srv = &http.Server{Handler: chapi.Handler(api{v}), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(v.done)
 		if err := v.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -107,79 +106,34 @@ func (v *VMM) Close() error {
 	return err
 }
 
-// write answers status with body (nil = none).
-func write(w http.ResponseWriter, status int, body []byte) {
-	if body != nil {
-		w.Header().Set("Content-Type", "application/json")
-	}
-	w.WriteHeader(status)
-	if body != nil {
-		_, _ = w.Write(body)
-	}
-}
+// api is v's side of chapi.Handler.
+type api struct{ v *VMM }
 
-// apiError answers the VMM's error answer: status and the error chain.
-func apiError(w http.ResponseWriter, status int, msgs ...string) {
-	write(w, status, chapi.ErrorBody(msgs...))
+func (a api) Ping() chapi.VmmPingResponse {
+	return chapi.VmmPingResponse{BuildVersion: Version, Version: Version, PID: int64(os.Getpid())}
 }
-
-// endpoints are the ones served, with their method; every other endpoint
-// of the real API answers 404 here as an unknown one does there.
-var endpoints = map[string]string{
-	"vmm.ping": http.MethodGet, "vmm.shutdown": http.MethodPut,
-	"vm.create": http.MethodPut, "vm.boot": http.MethodPut, "vm.info": http.MethodGet,
-	"vm.shutdown": http.MethodPut, "vm.delete": http.MethodPut,
-}
-
-func (v *VMM) serve(w http.ResponseWriter, r *http.Request) {
-	ep, ok := strings.CutPrefix(r.URL.Path, chapi.Root+"/")
-	method, known := endpoints[ep]
-	if !ok || !known {
-		write(w, http.StatusNotFound, nil)
-		return
-	}
-	if r.Method != method {
-		apiError(w, http.StatusBadRequest, "Bad Request")
-		return
-	}
-	switch ep {
-	case "vmm.ping":
-		b, _ := json.Marshal(chapi.VmmPingResponse{BuildVersion: Version, Version: Version, PID: int64(os.Getpid())})
-		write(w, http.StatusOK, b)
-	case "vmm.shutdown":
-		write(w, http.StatusNoContent, nil)
-		if f, ok := w.(http.Flusher); ok {
-			f.Flush()
-		}
-		go func() { _ = v.Close() }()
-	case "vm.create":
-		v.create(w, r)
-	case "vm.boot":
-		v.boot(w)
-	case "vm.info":
-		v.info(w)
-	case "vm.shutdown":
-		v.shutdown(w)
-	case "vm.delete":
-		v.delete(w)
-	}
-}
+func (a api) ShutdownVMM()                                      { _ = a.v.Close() }
+func (a api) Create(w http.ResponseWriter, r *http.Request)     { a.v.create(w, r) }
+func (a api) Boot(w http.ResponseWriter, _ *http.Request)       { a.v.boot(w) }
+func (a api) Info(w http.ResponseWriter, _ *http.Request)       { a.v.info(w) }
+func (a api) ShutdownVM(w http.ResponseWriter, _ *http.Request) { a.v.shutdown(w) }
+func (a api) Delete(w http.ResponseWriter, _ *http.Request)     { a.v.delete(w) }
 
 func (v *VMM) create(w http.ResponseWriter, r *http.Request) {
 	b, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
 	if err != nil {
-		apiError(w, http.StatusBadRequest, "Failed to deserialize JSON", err.Error())
+		chapi.WriteError(w, http.StatusBadRequest, "Failed to deserialize JSON", err.Error())
 		return
 	}
 	var cfg chapi.VmConfig
 	if err := json.Unmarshal(b, &cfg); err != nil {
-		apiError(w, http.StatusBadRequest, "Failed to deserialize JSON", err.Error())
+		chapi.WriteError(w, http.StatusBadRequest, "Failed to deserialize JSON", err.Error())
 		return
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.cfg != nil {
-		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not be created", "The VM is already created")
+		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not be created", "The VM is already created")
 		return
 	}
 	if err := cfg.Validate(); err != nil {
@@ -188,7 +142,7 @@ func (v *VMM) create(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &ce) {
 			status = http.StatusConflict
 		}
-		apiError(w, status, "Error from API", "The VM could not be created", err.Error())
+		chapi.WriteError(w, status, "Error from API", "The VM could not be created", err.Error())
 		return
 	}
 	if cfg.Cpus == nil {
@@ -199,7 +153,7 @@ func (v *VMM) create(w http.ResponseWriter, r *http.Request) {
 	}
 	v.cfg, v.state = &cfg, chapi.VmCreated
 	v.log.Info("chsim: VM created", "vcpus", cfg.Cpus.BootVcpus, "memory", cfg.Memory.Size, "disks", len(cfg.Disks))
-	write(w, http.StatusNoContent, nil)
+	chapi.Write(w, http.StatusNoContent, nil)
 }
 
 func (v *VMM) boot(w http.ResponseWriter) {
@@ -207,46 +161,46 @@ func (v *VMM) boot(w http.ResponseWriter) {
 	defer v.mu.Unlock()
 	switch {
 	case v.cfg == nil:
-		apiError(w, http.StatusNotFound, "Error from API", "The VM could not boot", "The VM is not created")
+		chapi.WriteError(w, http.StatusNotFound, "Error from API", "The VM could not boot", "The VM is not created")
 		return
 	case v.state == chapi.VmRunning:
-		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", "The VM is already running")
+		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", "The VM is already running")
 		return
 	}
 	// The guest's first boot: the root disk must be readable, and the
 	// worker boots from the first-boot disk (the second).
 	if len(v.cfg.Disks) < 2 {
-		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", "The guest found no first-boot disk (the VM's second disk)")
+		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", "The guest found no first-boot disk (the VM's second disk)")
 		return
 	}
 	if _, err := os.Stat(v.cfg.Disks[0].Path); err != nil {
-		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
+		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
 		return
 	}
 	raw, err := os.ReadFile(v.cfg.Disks[1].Path)
 	if err != nil {
-		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
+		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
 		return
 	}
 	m, err := v.opts.Runner.Boot(v.opts.ID, chapi.FirstBootData(raw))
 	if err != nil {
-		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
+		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not boot", err.Error())
 		return
 	}
 	v.machine, v.state = m, chapi.VmRunning
 	v.log.Info("chsim: VM booted")
-	write(w, http.StatusNoContent, nil)
+	chapi.Write(w, http.StatusNoContent, nil)
 }
 
 func (v *VMM) info(w http.ResponseWriter) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.cfg == nil {
-		apiError(w, http.StatusNotFound, "Error from API", "The VM information could not be retrieved", "The VM is not created")
+		chapi.WriteError(w, http.StatusNotFound, "Error from API", "The VM information could not be retrieved", "The VM is not created")
 		return
 	}
 	b, _ := json.Marshal(chapi.VmInfo{Config: *v.cfg, State: v.state, MemoryActualSize: v.cfg.Memory.Size})
-	write(w, http.StatusOK, b)
+	chapi.Write(w, http.StatusOK, b)
 }
 
 // stopMachine ends the guest (v.mu held).
@@ -267,16 +221,16 @@ func (v *VMM) shutdown(w http.ResponseWriter) {
 	defer v.mu.Unlock()
 	switch {
 	case v.cfg == nil:
-		apiError(w, http.StatusNotFound, "Error from API", "The VM could not shut down", "The VM is not created")
+		chapi.WriteError(w, http.StatusNotFound, "Error from API", "The VM could not shut down", "The VM is not created")
 		return
 	case v.state != chapi.VmRunning && v.state != chapi.VmPaused:
-		apiError(w, http.StatusInternalServerError, "Error from API", "The VM could not shut down", "The VM is not booted")
+		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not shut down", "The VM is not booted")
 		return
 	}
 	v.stopMachine()
 	v.state = chapi.VmShutdown
 	v.log.Info("chsim: VM shut down")
-	write(w, http.StatusNoContent, nil)
+	chapi.Write(w, http.StatusNoContent, nil)
 }
 
 func (v *VMM) delete(w http.ResponseWriter) {
@@ -284,7 +238,7 @@ func (v *VMM) delete(w http.ResponseWriter) {
 	defer v.mu.Unlock()
 	v.stopMachine()
 	v.cfg, v.state = nil, ""
-	write(w, http.StatusNoContent, nil)
+	chapi.Write(w, http.StatusNoContent, nil)
 }
 
 // Run serves until ctx ends (the VM is shut down then) or a PUT

@@ -1,0 +1,94 @@
+package chapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// VMM is what serves the API's endpoints behind Handler: a local VMM
+// (internal/chsim) or the QEMU backend (internal/chqemu). Each method
+// answers its endpoint in full with Write or WriteError; Handler has
+// checked the path and the method.
+type VMM interface {
+	Ping() VmmPingResponse
+	// ShutdownVMM ends the VMM; Handler calls it once the 204 is sent.
+	ShutdownVMM()
+	Create(w http.ResponseWriter, r *http.Request)
+	Boot(w http.ResponseWriter, r *http.Request)
+	Info(w http.ResponseWriter, r *http.Request)
+	ShutdownVM(w http.ResponseWriter, r *http.Request)
+	Delete(w http.ResponseWriter, r *http.Request)
+}
+
+// endpoints are the ones served, with their method; every other endpoint
+// of the real API answers 404 here as an unknown one does there.
+var endpoints = map[string]string{
+	"vmm.ping": http.MethodGet, "vmm.shutdown": http.MethodPut,
+	"vm.create": http.MethodPut, "vm.boot": http.MethodPut, "vm.info": http.MethodGet,
+	"vm.shutdown": http.MethodPut, "vm.delete": http.MethodPut,
+}
+
+// Handler serves Cloud Hypervisor's REST API under Root on v, as
+// `cloud-hypervisor --api-socket` does: an unknown endpoint is 404 with no
+// body, a known one with the wrong method 400.
+func Handler(v VMM) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ep, ok := strings.CutPrefix(r.URL.Path, Root+"/")
+		method, known := endpoints[ep]
+		if !ok || !known {
+			Write(w, http.StatusNotFound, nil)
+			return
+		}
+		if r.Method != method {
+			WriteError(w, http.StatusBadRequest, "Bad Request")
+			return
+		}
+		switch ep {
+		case "vmm.ping":
+			WriteJSON(w, http.StatusOK, v.Ping())
+		case "vmm.shutdown":
+			Write(w, http.StatusNoContent, nil)
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+			go v.ShutdownVMM()
+		case "vm.create":
+			v.Create(w, r)
+		case "vm.boot":
+			v.Boot(w, r)
+		case "vm.info":
+			v.Info(w, r)
+		case "vm.shutdown":
+			v.ShutdownVM(w, r)
+		case "vm.delete":
+			v.Delete(w, r)
+		}
+	})
+}
+
+// Write answers status with body (nil = none).
+func Write(w http.ResponseWriter, status int, body []byte) {
+	if body != nil {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(status)
+	if body != nil {
+		_, _ = w.Write(body)
+	}
+}
+
+// WriteJSON answers status with v as JSON.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		WriteError(w, http.StatusInternalServerError, "Internal Server Error", err.Error())
+		return
+	}
+	Write(w, status, b)
+}
+
+// WriteError answers the VMM's error answer: status and the error chain.
+func WriteError(w http.ResponseWriter, status int, msgs ...string) {
+	Write(w, status, ErrorBody(msgs...))
+}
