@@ -2,6 +2,8 @@ package chapi
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"strings"
 )
@@ -91,4 +93,34 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 // WriteError answers the VMM's error answer: status and the error chain.
 func WriteError(w http.ResponseWriter, status int, msgs ...string) {
 	Write(w, status, ErrorBody(msgs...))
+}
+
+// ReadVmConfig decodes a vm.create body (at most 4 MiB); when it cannot,
+// it has answered 400 as the real VMM does, and ok is false.
+func ReadVmConfig(w http.ResponseWriter, r *http.Request) (cfg VmConfig, ok bool) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	if err == nil {
+		err = json.Unmarshal(b, &cfg)
+	}
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, "Failed to deserialize JSON", err.Error())
+		return VmConfig{}, false
+	}
+	return cfg, true
+}
+
+// WriteCreateRefused answers a vm.create the VMM refuses: a VM that exists
+// already (err nil: 500, as the real VMM answers), a configuration
+// Validate refuses (400, or 409 for a ConflictError).
+func WriteCreateRefused(w http.ResponseWriter, err error) {
+	if err == nil {
+		WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not be created", "The VM is already created")
+		return
+	}
+	status := http.StatusBadRequest
+	var ce *ConflictError
+	if errors.As(err, &ce) {
+		status = http.StatusConflict
+	}
+	WriteError(w, status, "Error from API", "The VM could not be created", err.Error())
 }

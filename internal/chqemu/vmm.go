@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -174,29 +173,18 @@ func (a api) Delete(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (v *VMM) create(w http.ResponseWriter, r *http.Request) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
-	if err != nil {
-		chapi.WriteError(w, http.StatusBadRequest, "Failed to deserialize JSON", err.Error())
-		return
-	}
-	var cfg chapi.VmConfig
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		chapi.WriteError(w, http.StatusBadRequest, "Failed to deserialize JSON", err.Error())
+	cfg, ok := chapi.ReadVmConfig(w, r)
+	if !ok {
 		return
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.cfg != nil {
-		chapi.WriteError(w, http.StatusInternalServerError, "Error from API", "The VM could not be created", "The VM is already created")
+		chapi.WriteCreateRefused(w, nil)
 		return
 	}
 	if err := cfg.Validate(); err != nil {
-		status := http.StatusBadRequest
-		var ce *chapi.ConflictError
-		if errors.As(err, &ce) {
-			status = http.StatusConflict
-		}
-		chapi.WriteError(w, status, "Error from API", "The VM could not be created", err.Error())
+		chapi.WriteCreateRefused(w, err)
 		return
 	}
 	if cfg.Payload.Kernel == "" {
