@@ -129,7 +129,7 @@ type devProcess struct {
 func startDevProcess(t *testing.T, bin, dir, listen string) *devProcess {
 	t.Helper()
 	cmd := exec.Command(bin, "dev", "--workers", "3", "--data-dir", dir, "--listen", listen, "--runtime", "docker",
-		"--no-demo", "--lost-grace", "2s", "--log-level", "warn")
+		"--no-demo", "--no-console", "--lost-grace", "2s", "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if !testing.Verbose() {
 		cmd.Stdout, cmd.Stderr = nil, nil

@@ -48,6 +48,7 @@ func TestDevKeepsALiveWorker(t *testing.T) {
 		Listen:    listen,
 		Runtime:   "process",
 		NoDemo:    true,
+		NoConsole: true,
 		LostGrace: 30 * time.Second,
 		Logger:    logger,
 	}

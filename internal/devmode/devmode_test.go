@@ -183,7 +183,7 @@ func TestDevLocalClouds(t *testing.T) {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Options{DataDir: dir, Workers: 0, Clouds: CloudsLocal, Listen: "127.0.0.1:0", Runtime: "process",
+		done <- Run(ctx, Options{DataDir: dir, Workers: 0, Clouds: CloudsLocal, Listen: "127.0.0.1:0", Runtime: "process", NoConsole: true,
 			IdleExpiry: 500 * time.Millisecond, Logger: logger, Out: out, Ready: func(url string) { ready <- url }})
 	}()
 	var url string
