@@ -1,11 +1,16 @@
 package chapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strings"
+	"time"
 )
 
 // VMM is what serves the API's endpoints behind Handler: a local VMM
@@ -123,4 +128,44 @@ func WriteCreateRefused(w http.ResponseWriter, err error) {
 		status = http.StatusConflict
 	}
 	WriteError(w, status, "Error from API", "The VM could not be created", err.Error())
+}
+
+// Server serves a VMM's API on its Unix socket, as one cloud-hypervisor
+// process does on --api-socket.
+type Server struct {
+	socket string
+	srv    *http.Server
+	done   chan struct{}
+}
+
+// Listen replaces a stale socket file, listens on socket and serves v
+// until Shutdown; log hears a server that ends on its own.
+func Listen(socket string, v VMM, log *slog.Logger) (*Server, error) {
+	_ = os.Remove(socket)
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{socket: socket, srv: &http.Server{Handler: Handler(v), ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("VMM API server ended", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// Done is closed once the server has ended.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Shutdown stops serving (calls in flight get 5 s), waits for the server
+// to end and removes the socket file.
+func (s *Server) Shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	<-s.done
+	_ = os.Remove(s.socket)
+	return err
 }

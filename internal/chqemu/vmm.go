@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -59,9 +58,7 @@ type Options struct {
 type VMM struct {
 	opts  Options
 	log   *slog.Logger
-	ln    net.Listener
-	srv   *http.Server
-	done  chan struct{}
+	api   *chapi.Server
 	build string
 
 	mu     sync.Mutex
@@ -97,24 +94,15 @@ func Start(opts Options) (*VMM, error) {
 	if out, err := exec.Command(qemu, "--version").Output(); err == nil {
 		build, _, _ = strings.Cut(strings.TrimSpace(string(out)), "\n")
 	}
-	_ = os.Remove(opts.APISocket)
-	ln, err := net.Listen("unix", opts.APISocket)
-	if err != nil {
+	v := &VMM{opts: opts, log: opts.Logger.With("component", "chqemu", "socket", opts.APISocket), build: build}
+	if v.api, err = chapi.Listen(opts.APISocket, api{v}, v.log); err != nil {
 		return nil, fmt.Errorf("chqemu: %w", err)
 	}
-	v := &VMM{opts: opts, log: opts.Logger.With("component", "chqemu", "socket", opts.APISocket), ln: ln, done: make(chan struct{}), build: build}
-	v.srv = &http.Server{Handler: chapi.Handler(api{v}), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		defer close(v.done)
-		if err := v.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			v.log.Warn("chqemu: API server ended", "err", err)
-		}
-	}()
 	return v, nil
 }
 
 // Done is closed once the API server has ended.
-func (v *VMM) Done() <-chan struct{} { return v.done }
+func (v *VMM) Done() <-chan struct{} { return v.api.Done() }
 
 // Close ends the VM's QEMU process and the API server; the socket file is
 // removed.
@@ -122,18 +110,13 @@ func (v *VMM) Close() error {
 	v.mu.Lock()
 	if v.closed {
 		v.mu.Unlock()
-		<-v.done
+		<-v.api.Done()
 		return nil
 	}
 	v.closed = true
 	v.stopQEMU()
 	v.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := v.srv.Shutdown(ctx)
-	<-v.done
-	_ = os.Remove(v.opts.APISocket)
-	return err
+	return v.api.Shutdown()
 }
 
 // Run serves until ctx ends or a PUT /vmm.shutdown: the program form's

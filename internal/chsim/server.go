@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -37,9 +36,7 @@ type Options struct {
 type VMM struct {
 	opts Options
 	log  *slog.Logger
-	ln   net.Listener
-	srv  *http.Server
-	done chan struct{}
+	api  *chapi.Server
 
 	mu      sync.Mutex
 	cfg     *chapi.VmConfig
@@ -60,24 +57,16 @@ func Start(opts Options) (*VMM, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	_ = os.Remove(opts.APISocket)
-	ln, err := net.Listen("unix", opts.APISocket)
-	if err != nil {
+	v := &VMM{opts: opts, log: opts.Logger.With("component", "chsim", "vm", opts.ID)}
+	var err error
+	if v.api, err = chapi.Listen(opts.APISocket, api{v}, v.log); err != nil {
 		return nil, fmt.Errorf("chsim: %w", err)
 	}
-	v := &VMM{opts: opts, log: opts.Logger.With("component", "chsim", "vm", opts.ID), ln: ln, done: make(chan struct{})}
-	v.srv = &http.Server{Handler: chapi.Handler(api{v}), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		defer close(v.done)
-		if err := v.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			v.log.Warn("chsim: API server ended", "err", err)
-		}
-	}()
 	return v, nil
 }
 
 // Done is closed once the VMM has shut down.
-func (v *VMM) Done() <-chan struct{} { return v.done }
+func (v *VMM) Done() <-chan struct{} { return v.api.Done() }
 
 // Close shuts the VM down (its worker stops) and ends the API server; the
 // socket file is removed.
@@ -85,7 +74,7 @@ func (v *VMM) Close() error {
 	v.mu.Lock()
 	if v.closed {
 		v.mu.Unlock()
-		<-v.done
+		<-v.api.Done()
 		return nil
 	}
 	v.closed = true
@@ -97,12 +86,7 @@ func (v *VMM) Close() error {
 		_ = m.Stop(ctx)
 		cancel()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := v.srv.Shutdown(ctx)
-	<-v.done
-	_ = os.Remove(v.opts.APISocket)
-	return err
+	return v.api.Shutdown()
 }
 
 // api is v's side of chapi.Handler.
