@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -169,106 +168,20 @@ func TestDevLocalClouds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sleep, err := exec.LookPath("sleep")
-	if err != nil {
-		t.Skip("no sleep command to run as the job")
-	}
-	dir := t.TempDir()
-	logger := slog.New(slog.DiscardHandler)
-	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	out := &syncBuffer{}
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{DataDir: dir, Workers: 0, Clouds: CloudsLocal, Listen: "127.0.0.1:0", Runtime: "process", NoConsole: true,
-			IdleExpiry: 500 * time.Millisecond, Logger: logger, Out: out, Ready: func(url string) { ready <- url }})
-	}()
-	var url string
-	select {
-	case url = <-ready:
-	case err := <-done:
-		t.Fatalf("Run ended before it was ready: %v\n%s", err, out.String())
-	case <-time.After(90 * time.Second):
-		cancel()
-		t.Fatalf("dev was not ready after 90s:\n%s", out.String())
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	for _, want := range []string{"norsk-ctl node create-aws --region eu-west-1 --type c6i.xlarge --pool burst", "Local clouds", "examples/bundles/elastic-process.yaml"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("the banner lacks %q:\n%s", want, out.String())
-		}
-	}
-	token, err := os.ReadFile(filepath.Join(dir, TokenFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := managerv1connect.NewManagerClient(nodes.H2CClient(), url, connect.WithGRPC(), manager.WithBearer(strings.TrimSpace(string(token))))
-	eventually := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	nodeOf := func(id string) *managerv1.Node {
-		resp, err := api.ListNodes(t.Context(), connect.NewRequest(&managerv1.ListNodesRequest{}))
-		if err != nil {
-			return nil
-		}
-		for _, n := range resp.Msg.GetNodes() {
-			if n.GetNodeId() == id {
-				return n
-			}
-		}
-		return nil
-	}
-	eventually("the instance-type cache", func() bool {
+	d := startElasticDev(t, Options{Clouds: CloudsLocal})
+	d.wantBanner("norsk-ctl node create-aws --region eu-west-1 --type c6i.xlarge --pool burst", "Local clouds", "examples/bundles/elastic-process.yaml")
+	api := d.api
+	d.eventually("the instance-type cache", func() bool {
 		r, err := api.DescribeInstanceType(t.Context(), connect.NewRequest(&managerv1.DescribeInstanceTypeRequest{InstanceType: "c6i.xlarge"}))
 		return err == nil && r.Msg.GetInstanceType().GetVcpus() == 4
 	})
-	_, err = api.CreateBundle(t.Context(), connect.NewRequest(&managerv1.CreateBundleRequest{Bundle: &managerv1.Bundle{
-		BundleId: "elastic", Pool: CloudPool, Jobs: []*managerv1.BundleJobSpec{{
-			JobName: "channel", Requirements: &managerv1.JobRequirements{RequiredCapacity: 1.5},
-			Job: &managerv1.Job{Services: []*managerv1.Service{{Name: "main", Command: []string{sleep, "600"}}}},
-		}},
-	}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodeID string
-	eventually("the bundle's job running on a new EC2 node", func() bool {
-		jh, err := api.JobById(t.Context(), connect.NewRequest(&managerv1.JobByIdRequest{JobId: "elastic.channel.0"}))
-		if err != nil {
-			return false
-		}
-		for _, in := range jh.Msg.GetInstances() {
-			if in.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_RUNNING {
-				nodeID = in.GetNodeId()
-				return true
-			}
-		}
-		return false
-	})
-	if n := nodeOf(nodeID); n.GetProvider() != "aws" || n.GetCloud().GetInstanceType() != "c6i.xlarge" {
+	n := d.bundleOnNewNode("elastic", CloudPool, "a new EC2 node")
+	if n.GetProvider() != "aws" || n.GetCloud().GetInstanceType() != "c6i.xlarge" {
 		t.Fatalf("the job runs on %v; want an aws c6i.xlarge node", n)
 	}
-	if _, err := api.DeleteBundle(t.Context(), connect.NewRequest(&managerv1.DeleteBundleRequest{BundleId: "elastic"})); err != nil {
-		t.Fatal(err)
-	}
-	eventually("the reaper to terminate the node", func() bool { return nodeOf(nodeID).GetState() == managerv1.NodeState_NODE_STATE_TERMINATED })
-	eventually("no instance running on the EC2 endpoint", func() bool {
-		b, err := os.ReadFile(filepath.Join(dir, "clouds", "ec2-state.json"))
+	d.deleteUntilReaped("elastic", n.GetNodeId())
+	d.eventually("no instance running on the EC2 endpoint", func() bool {
+		b, err := os.ReadFile(filepath.Join(d.dir, "clouds", "ec2-state.json"))
 		return err == nil && strings.Contains(string(b), `"terminated"`) && !strings.Contains(string(b), `"running"`) && !strings.Contains(string(b), `"pending"`)
 	})
 
@@ -276,12 +189,12 @@ func TestDevLocalClouds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually("the OCI node online", func() bool { return nodeOf(oci.Msg.GetNodeId()).GetState() == managerv1.NodeState_NODE_STATE_ONLINE })
+	d.eventually("the OCI node online", func() bool { return d.node(oci.Msg.GetNodeId()).GetState() == managerv1.NodeState_NODE_STATE_ONLINE })
 	if _, err := api.TerminateNode(t.Context(), connect.NewRequest(&managerv1.TerminateNodeRequest{NodeId: oci.Msg.GetNodeId()})); err != nil {
 		t.Fatal(err)
 	}
-	eventually("no instance running on the OCI endpoint", func() bool {
-		b, err := os.ReadFile(filepath.Join(dir, "clouds", "oci-state.json"))
+	d.eventually("no instance running on the OCI endpoint", func() bool {
+		b, err := os.ReadFile(filepath.Join(d.dir, "clouds", "oci-state.json"))
 		return err == nil && strings.Contains(string(b), `"TERMINATED"`) && !strings.Contains(string(b), `"RUNNING"`)
 	})
 }
