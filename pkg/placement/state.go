@@ -35,12 +35,13 @@ type State struct {
 	spreadByGroup map[string][]*spreadTable
 	spreadTables  map[[2]string]*spreadTable
 
-	static map[string]*staticEntry
-	// removals counts Remove calls: nodes a static entry set aside as full
-	// come back after one (staticEntry.track).
-	removals uint64
-	// nodeCommits counts the allocations committed to each node.
-	nodeCommits []uint32
+	// classes group the nodes alike for the static rules (classOf: each
+	// node's); static holds an index entry per request shape, indexedCost
+	// what they hold between them (index.go).
+	classes     []nodeClass
+	classOf     []int32
+	static      map[string]*shapeEntry
+	indexedCost int
 }
 
 type allocKey struct{ job, role string }
@@ -113,7 +114,7 @@ func NewState(cfg Config, nodes []Node, allocs []Allocation) (*State, error) {
 		attrs:         map[string]*attrIndex{},
 		spreadByGroup: map[string][]*spreadTable{},
 		spreadTables:  map[[2]string]*spreadTable{},
-		static:        map[string]*staticEntry{},
+		static:        map[string]*shapeEntry{},
 	}
 	if s.unit <= 0 {
 		s.unit = MilliUnitsPerVCPU
@@ -152,7 +153,7 @@ func NewState(cfg Config, nodes []Node, allocs []Allocation) (*State, error) {
 		s.index[n.ID] = int32(i)
 	}
 	s.capFree = slices.Clone(s.capTotal)
-	s.nodeCommits = make([]uint32, len(sorted))
+	s.classify()
 	as := slices.Clone(allocs)
 	slices.SortFunc(as, func(a, b Allocation) int {
 		return cmp.Or(cmp.Compare(a.JobID, b.JobID), cmp.Compare(a.Role, b.Role))
@@ -185,7 +186,6 @@ func (s *State) Commit(a Allocation) error {
 	rec := allocRec{a: a, node: ni, need: nd, gpu: -1, alive: true}
 	if ni >= 0 {
 		n, h := &s.nodes[ni], &s.hot[ni]
-		s.nodeCommits[ni]++
 		h.cpuUsed += nd.demand
 		h.coresUsed += nd.cores
 		for _, c := range nd.caps {
@@ -197,7 +197,7 @@ func (s *State) Commit(a Allocation) error {
 			rec.gpu = int32(a.GPU)
 			n.gpuUsed[rec.gpu] += nd.gpu
 		}
-		s.account(ni, &nd, -1)
+		s.touch(ni)
 	}
 	idx := int32(len(s.allocs))
 	s.allocs = append(s.allocs, rec)
@@ -227,7 +227,6 @@ func (s *State) Remove(jobID, role string) bool {
 		return false
 	}
 	delete(s.byKey, k)
-	s.removals++
 	rec := &s.allocs[idx]
 	rec.alive = false
 	if ni := rec.node; ni >= 0 {
@@ -242,7 +241,7 @@ func (s *State) Remove(jobID, role string) bool {
 		if rec.gpu >= 0 {
 			n.gpuUsed[rec.gpu] -= rec.need.gpu
 		}
-		s.account(ni, &rec.need, +1)
+		s.touch(ni)
 		if g := rec.a.SpreadGroup; g != "" {
 			for _, t := range s.spreadByGroup[g] {
 				if v := t.attr.val[ni]; v >= 0 {
