@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 	"strconv"
@@ -53,8 +54,9 @@ func (s *State) classify() {
 	byKey := map[string]int32{}
 	s.classOf = make([]int32, len(s.nodes))
 	var b []byte
+	var keys []string
 	for i := range s.nodes {
-		b = s.classKey(b[:0], int32(i))
+		b, keys = s.classKey(b[:0], keys[:0], int32(i))
 		c, ok := byKey[string(b)]
 		if !ok {
 			c = int32(len(s.classes))
@@ -67,49 +69,52 @@ func (s *State) classify() {
 }
 
 // classKey appends to b everything of node ni the static rules, the static
-// rank and the grouping read: every field but the ID and the vCPUs.
-func (s *State) classKey(b []byte, ni int32) []byte {
+// rank and the grouping read: every field but the ID and the vCPUs. Each
+// string is written after its length, so distinct nodes never share a key.
+// keys is scratch space for the attribute names.
+func (s *State) classKey(b []byte, keys []string, ni int32) ([]byte, []string) {
 	n := &s.nodes[ni]
-	q := func(v string) { b = strconv.AppendQuote(b, v) }
+	q := func(v string) {
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	num := func(v int64) { b = binary.AppendVarint(b, v) }
 	q(n.Pool)
 	q(n.Zone)
 	q(n.Cloud)
 	q(n.Runtime)
-	keys := make([]string, 0, len(n.Attributes))
 	for k := range n.Attributes {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	b = append(b, '{')
+	num(int64(len(keys)))
 	for _, k := range keys {
 		q(k)
 		q(n.Attributes[k])
 	}
-	b = append(b, '}')
+	num(int64(len(n.gpuCap)))
 	for i := range n.gpuCap {
 		q(n.GPUs[i].Model)
-		b = strconv.AppendInt(b, n.gpuCap[i], 10)
+		num(n.gpuCap[i])
 	}
-	b = append(b, '|')
 	for _, c := range s.capTotal[int(ni)*s.ncap : int(ni+1)*s.ncap] {
-		b = strconv.AppendInt(b, c, 10)
-		b = append(b, ',')
+		num(c)
 	}
-	b = append(b, '|')
-	b = strconv.AppendBool(b, n.Spare.Enabled)
-	b = strconv.AppendBool(b, n.Spare.Exclusive)
-	for _, t := range n.Spare.ReservedFor {
-		q(t)
+	var spare int64
+	if n.Spare.Enabled {
+		spare |= 1
 	}
-	b = append(b, '|')
-	for _, t := range n.Spare.WarmFor {
-		q(t)
+	if n.Spare.Exclusive {
+		spare |= 2
 	}
-	b = append(b, '|')
-	for _, img := range n.Images {
-		q(img)
+	num(spare)
+	for _, list := range [][]string{n.Spare.ReservedFor, n.Spare.WarmFor, n.Images} {
+		num(int64(len(list)))
+		for _, v := range list {
+			q(v)
+		}
 	}
-	return b
+	return b, keys
 }
 
 // shapeEntry indexes the nodes that pass the static rules for one request
@@ -124,7 +129,7 @@ type shapeEntry struct {
 	refused [numRids]int // nodes the static rules refuse, by first rule
 	counts  [numRids]int // indexed nodes by current verdict (ridNone: eligible)
 
-	loc    []int32 // per State node: its position in pos, -1 = not indexed
+	loc    []int32 // per State node: its position in pos plus one, 0 = not indexed
 	pos    []indexed
 	groups []group
 	tree   []slot // every group's segment tree, one after another
@@ -229,9 +234,6 @@ func (s *State) buildEntry(p *prepared) *shapeEntry {
 		e.spread = p.spread.attr
 	}
 	e.loc = make([]int32, len(s.nodes))
-	for i := range e.loc {
-		e.loc[i] = -1
-	}
 	// The class rules are judged on a request naming no node; pin and
 	// exclusion are applied to the nodes they name.
 	anon := *req
@@ -280,7 +282,7 @@ func (s *State) buildEntry(p *prepared) *shapeEntry {
 		tier := int32(p.tier(n))
 		k := groupKey{srank: staticRank(tier, spareRank(&n.Node, p), req.Recovery, missingImages(&n.Node, p)), tier: tier, spreadVal: -1}
 		if e.spread != nil {
-			k.spreadVal = e.spread.val[c.rep]
+			k.spreadVal = e.spread.at(c.rep)
 		}
 		if e.byZone {
 			k.zone = n.Zone
@@ -315,13 +317,14 @@ func (s *State) buildEntry(p *prepared) *shapeEntry {
 		total += 2 * int(size)
 	}
 	e.tree = make([]slot, total)
-	for i := range e.tree {
-		e.tree[i] = noSlot
-	}
+	e.pos = make([]indexed, 0, countAll(members))
 	for g, ms := range members {
 		gr := &e.groups[g]
+		for j := gr.base + gr.size + int32(len(ms)); j < gr.base+2*gr.size; j++ {
+			e.tree[j] = noSlot
+		}
 		for j, ni := range ms {
-			e.loc[ni] = int32(len(e.pos))
+			e.loc[ni] = int32(len(e.pos)) + 1
 			rec := indexed{ni: ni, grp: int32(g), leaf: gr.base + gr.size + int32(j)}
 			rec.rid = s.shapeRid(ni, e)
 			e.counts[rec.rid]++
@@ -333,6 +336,14 @@ func (s *State) buildEntry(p *prepared) *shapeEntry {
 		}
 	}
 	return e
+}
+
+func countAll(members [][]int32) int {
+	n := 0
+	for _, m := range members {
+		n += len(m)
+	}
+	return n
 }
 
 // shapeRid is dynamicCheck's first refusal for a node that passed the
@@ -388,7 +399,7 @@ func (e *shapeEntry) setLeaf(rec *indexed, v slot) {
 // touch re-judges node ni in every entry after its allocations changed.
 func (s *State) touch(ni int32) {
 	for _, e := range s.static {
-		p := e.loc[ni]
+		p := e.loc[ni] - 1
 		if p < 0 {
 			continue
 		}
@@ -429,7 +440,7 @@ func (s *State) placeIndexed(p *prepared) (refused [numRids]int, eligible int, b
 		if ni < 0 {
 			return -1, false
 		}
-		i := e.loc[ni]
+		i := e.loc[ni] - 1
 		return i, i >= 0 && e.pos[i].rid == ridNone
 	}
 	separated := func(ni int32) bool {

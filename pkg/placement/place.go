@@ -460,7 +460,7 @@ func (s *State) rank(ni int32, p *prepared, static rankKey) rankKey {
 	}
 	if p.spread != nil {
 		spread := int32(maxSpread)
-		if v := p.spread.attr.val[ni]; v >= 0 {
+		if v := p.spread.attr.at(ni); v >= 0 {
 			spread = min(p.spread.counts[v], maxSpread)
 		}
 		k |= rankKey(spread) << 31
@@ -661,7 +661,7 @@ func (s *State) notes(ni int32, p *prepared) []string {
 		}
 	}
 	if p.spread != nil {
-		if v := p.spread.attr.val[ni]; v >= 0 {
+		if v := p.spread.attr.at(ni); v >= 0 {
 			out = append(out, fmt.Sprintf("spread: %s=%q holds %d of the group's jobs", p.req.Spread.Attribute, p.spread.attr.names[v], p.spread.counts[v]))
 		} else {
 			out = append(out, fmt.Sprintf("spread: no attribute %q, ranked last", p.req.Spread.Attribute))

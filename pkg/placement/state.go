@@ -83,12 +83,17 @@ type capNeed struct {
 	consume bool
 }
 
-// attrIndex numbers the values of one node attribute.
+// attrIndex numbers the values of one node attribute. Nodes of a class
+// share their attributes, so values are kept per class.
 type attrIndex struct {
-	val    []int32 // per node; -1 = attribute missing
-	names  []string
-	byName map[string]int32
+	val     []int32 // per class; -1 = attribute missing
+	classOf []int32 // the State's
+	names   []string
+	byName  map[string]int32
 }
+
+// at is node ni's value, -1 when it lacks the attribute.
+func (a *attrIndex) at(ni int32) int32 { return a.val[a.classOf[ni]] }
 
 // spreadTable counts a spread group's live allocations per attribute value.
 type spreadTable struct {
@@ -209,7 +214,7 @@ func (s *State) Commit(a Allocation) error {
 		s.byGroup[a.SpreadGroup] = append(s.byGroup[a.SpreadGroup], idx)
 		if ni >= 0 {
 			for _, t := range s.spreadByGroup[a.SpreadGroup] {
-				if v := t.attr.val[ni]; v >= 0 {
+				if v := t.attr.at(ni); v >= 0 {
 					t.counts[v]++
 				}
 			}
@@ -244,7 +249,7 @@ func (s *State) Remove(jobID, role string) bool {
 		s.touch(ni)
 		if g := rec.a.SpreadGroup; g != "" {
 			for _, t := range s.spreadByGroup[g] {
-				if v := t.attr.val[ni]; v >= 0 {
+				if v := t.attr.at(ni); v >= 0 {
 					t.counts[v]--
 				}
 			}
@@ -376,11 +381,11 @@ func (s *State) attr(name string) *attrIndex {
 	if a, ok := s.attrs[name]; ok {
 		return a
 	}
-	a := &attrIndex{val: make([]int32, len(s.nodes)), byName: map[string]int32{}}
-	for i := range s.nodes {
-		v, ok := s.nodes[i].Attributes[name]
+	a := &attrIndex{val: make([]int32, len(s.classes)), classOf: s.classOf, byName: map[string]int32{}}
+	for c := range s.classes {
+		v, ok := s.nodes[s.classes[c].rep].Attributes[name]
 		if !ok {
-			a.val[i] = -1
+			a.val[c] = -1
 			continue
 		}
 		id, ok := a.byName[v]
@@ -389,7 +394,7 @@ func (s *State) attr(name string) *attrIndex {
 			a.names = append(a.names, v)
 			a.byName[v] = id
 		}
-		a.val[i] = id
+		a.val[c] = id
 	}
 	s.attrs[name] = a
 	return a
@@ -407,7 +412,7 @@ func (s *State) spreadTable(group, attribute string) *spreadTable {
 	t := &spreadTable{attr: a, counts: make([]int32, len(a.names))}
 	for _, idx := range s.byGroup[group] {
 		if r := &s.allocs[idx]; r.alive && r.node >= 0 {
-			if v := a.val[r.node]; v >= 0 {
+			if v := a.at(r.node); v >= 0 {
 				t.counts[v]++
 			}
 		}
