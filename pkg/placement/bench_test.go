@@ -143,3 +143,19 @@ func BenchmarkPlacementFill(b *testing.B) {
 	}
 	runPlacementBench(b, nodes, reqs, len(reqs))
 }
+
+// BenchmarkNewState indexes the nodes of BenchmarkPlacementAtScale (1,000
+// and 50,000), which its placing time leaves out: sorting them, their
+// capability tables and, since decision 0054, their classes.
+func BenchmarkNewState(b *testing.B) {
+	for _, clusterSize := range []int{1000, 50000} {
+		nodes := benchNodes(clusterSize)
+		b.Run(fmt.Sprintf("nodes=%d", clusterSize), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := NewState(Config{}, nodes, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -15,9 +15,22 @@
 //
 // For throughput, NewState indexes nodes and allocations once; Place reads
 // it, Commit and Remove update it incrementally, and PlaceBatch places many
-// requests in order, committing each. A placement costs time proportional
-// to the number of nodes, never to the number of allocations (spread counts
-// are kept per attribute value as bindings are committed).
+// requests in order, committing each. Nodes alike in everything but their
+// ID and CPU form a class, and per request shape the State keeps an index
+// (decision 0054): the nodes that pass the static rules, grouped by what
+// their rank shares (tier, spare preference, images, spread value, zone and
+// cloud when FORBID sameAz / sameCloud applies), each group a segment tree
+// over free CPU whose root is its best node, with every node's refusal by
+// the dynamic rules kept exact on Commit and Remove. A placement without an
+// explanation therefore costs time proportional to the number of such
+// groups plus the placed jobs of the request's bundle — not to the number
+// of nodes, nor of allocations (spread counts are kept per attribute value
+// as bindings are committed). Its refusal counts and eligible count are
+// read from the index, not recounted. A shape's first placement builds its
+// index: one static check per class and a constant per node. A Commit or
+// Remove costs the number of indexed shapes times the trees' depth. A
+// request that asks for an explanation falls back to the full scan, one
+// verdict per node, and gives the same Result otherwise.
 //
 // # Rules
 //

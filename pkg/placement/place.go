@@ -524,6 +524,10 @@ func staticKey(p *prepared) string {
 // (ordinary placement) non-spares first, then the least-used spread value,
 // then best fit (least CPU left), then the lowest node ID. The error is
 // for invalid requirements only.
+//
+// Without Request.Explain the choice and the refusal counts are read from
+// the State's index for the request's shape (index.go), built on the
+// shape's first placement; with it every node is checked and explained.
 func (s *State) Place(req Request) (Result, error) {
 	p, err := s.prepare(&req)
 	if err != nil {

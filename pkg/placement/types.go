@@ -175,7 +175,8 @@ type Request struct {
 	// other templates.
 	OverrideReservation bool
 	// Explain asks for the per-node Explanation. It never changes the
-	// chosen node; it costs one record per node.
+	// Result otherwise; it costs a scan of every node and one record per
+	// node, where a placement without it reads the State's index.
 	Explain bool
 }
 
