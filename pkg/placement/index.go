@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"slices"
-	"strconv"
-	"strings"
 )
 
 // The placement index (decision 0054). A placement without an explanation
@@ -190,8 +188,8 @@ const (
 
 // entryFor is the entry of p's shape, built on first use.
 func (s *State) entryFor(p *prepared) *shapeEntry {
-	key := shapeKey(p)
-	if e, ok := s.static[key]; ok {
+	s.keyBuf = appendShapeKey(s.keyBuf[:0], p)
+	if e, ok := s.static[string(s.keyBuf)]; ok {
 		return e
 	}
 	e := s.buildEntry(p)
@@ -200,30 +198,74 @@ func (s *State) entryFor(p *prepared) *shapeEntry {
 		clear(s.static)
 		s.indexedCost = 0
 	}
-	s.static[key] = e
+	s.static[string(s.keyBuf)] = e
 	s.indexedCost += cost
 	return e
 }
 
-// shapeKey is everything of a request an entry depends on: what the
-// static rules, the static rank and the dynamic rules read, the spread
-// attribute and which anti-affinity rules split the groups.
-func shapeKey(p *prepared) string {
-	var b strings.Builder
-	b.WriteString(staticKey(p))
-	b.WriteByte('|')
-	b.WriteString(strconv.FormatInt(p.need.demand, 10))
-	b.WriteByte('/')
-	b.WriteString(strconv.FormatInt(p.need.cores, 10))
-	b.WriteByte('/')
-	b.WriteString(strconv.FormatInt(p.ceiling, 10))
-	b.WriteByte('|')
-	if p.spread != nil {
-		b.WriteString(strconv.Quote(p.req.Spread.Attribute))
+// appendShapeKey appends everything of a request an entry depends on:
+// what the static rules, the static rank and the dynamic rules read, the
+// spread attribute and which anti-affinity rules split the groups. Strings
+// are written after their length and lists after theirs, so two shapes
+// never share a key.
+func appendShapeKey(b []byte, p *prepared) []byte {
+	r := p.req
+	str := func(v string) {
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
 	}
-	b.WriteString(strconv.FormatBool(p.antiAffinity && p.forbidAz))
-	b.WriteString(strconv.FormatBool(p.antiAffinity && p.forbidCloud))
-	return b.String()
+	num := func(v int64) { b = binary.AppendVarint(b, v) }
+	flag := func(v bool) {
+		if v {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+	}
+	str(r.PinNode)
+	str(r.Pool)
+	str(r.Template)
+	flag(r.Recovery)
+	flag(r.OverrideReservation)
+	flag(len(p.runtime.noImage) > 0)
+	flag(len(p.runtime.noCommand) > 0)
+	num(int64(len(p.images)))
+	for _, img := range p.images {
+		str(img)
+	}
+	num(int64(len(p.selector)))
+	for _, k := range p.selector {
+		str(k)
+		str(r.NodeSelector[k])
+	}
+	num(int64(len(p.need.caps)))
+	for _, c := range p.need.caps {
+		str(c.name)
+		num(c.count)
+	}
+	str(p.need.gpuModel)
+	num(p.need.gpu)
+	num(int64(len(r.Exclude)))
+	if len(r.Exclude) > 0 {
+		ex := make([]string, 0, len(r.Exclude))
+		for k := range r.Exclude {
+			ex = append(ex, k)
+		}
+		slices.Sort(ex)
+		for _, k := range ex {
+			str(k)
+		}
+	}
+	num(p.need.demand)
+	num(p.need.cores)
+	num(p.ceiling)
+	flag(p.spread != nil)
+	if p.spread != nil {
+		str(r.Spread.Attribute)
+	}
+	flag(p.antiAffinity && p.forbidAz)
+	flag(p.antiAffinity && p.forbidCloud)
+	return b
 }
 
 // buildEntry indexes the nodes passing the static rules for p's shape.

@@ -469,48 +469,6 @@ func (s *State) rank(ni int32, p *prepared, static rankKey) rankKey {
 	return k | rankKey(min(max(h.cpuCap-h.cpuUsed-p.need.demand, 0), maxRemaining))
 }
 
-// staticKey is everything staticCheck, tier and spareRank read of a request.
-func staticKey(p *prepared) string {
-	r := p.req
-	var b strings.Builder
-	w := func(s string) { b.WriteString(strconv.Quote(s)) }
-	w(r.PinNode)
-	w(r.Pool)
-	w(r.Template)
-	b.WriteString(strconv.FormatBool(r.Recovery))
-	b.WriteString(strconv.FormatBool(r.OverrideReservation))
-	b.WriteString(strconv.FormatBool(len(p.runtime.noImage) > 0))
-	b.WriteString(strconv.FormatBool(len(p.runtime.noCommand) > 0))
-	for _, img := range p.images {
-		w(img)
-	}
-	b.WriteByte('|')
-	for _, k := range p.selector {
-		w(k)
-		w(r.NodeSelector[k])
-	}
-	b.WriteByte('|')
-	for _, c := range p.need.caps {
-		w(c.name)
-		b.WriteString(strconv.FormatInt(c.count, 10))
-	}
-	b.WriteByte('|')
-	w(p.need.gpuModel)
-	b.WriteString(strconv.FormatInt(p.need.gpu, 10))
-	b.WriteByte('|')
-	if len(r.Exclude) > 0 {
-		ex := make([]string, 0, len(r.Exclude))
-		for k := range r.Exclude {
-			ex = append(ex, k)
-		}
-		slices.Sort(ex)
-		for _, k := range ex {
-			w(k)
-		}
-	}
-	return b.String()
-}
-
 // Place chooses a node for req given the State's nodes and allocations,
 // without changing the State (Commit binds the choice). The choice is a
 // pure function of the State's content and req: it does not depend on the

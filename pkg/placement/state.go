@@ -42,6 +42,7 @@ type State struct {
 	classOf     []int32
 	static      map[string]*shapeEntry
 	indexedCost int
+	keyBuf      []byte // scratch for shape keys
 }
 
 type allocKey struct{ job, role string }
