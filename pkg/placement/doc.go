@@ -16,7 +16,7 @@
 // For throughput, NewState indexes nodes and allocations once; Place reads
 // it, Commit and Remove update it incrementally, and PlaceBatch places many
 // requests in order, committing each. Nodes alike in everything but their
-// ID and CPU form a class, and per request shape the State keeps an index
+// ID form a class, and per request shape the State keeps an index
 // (decision 0054): the nodes that pass the static rules, grouped by what
 // their rank shares (tier, spare preference, images, spread value, zone and
 // cloud when FORBID sameAz / sameCloud applies), each group a segment tree

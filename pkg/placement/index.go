@@ -9,11 +9,11 @@ import (
 // The placement index (decision 0054). A placement without an explanation
 // visits only candidates that can win, not every eligible node:
 //
-//   - Nodes alike in everything the static rules, the static rank and the
-//     grouping below read (all but their ID and CPU) form a class, found
-//     once by NewState. For a request shape the static rules are applied
-//     once per class, not once per node; pin and exclusion, which name
-//     nodes by ID, are applied to the nodes they name.
+//   - Nodes alike in everything but their ID form a class, found once by
+//     NewState. For a request shape the static rules are applied once per
+//     class, not once per node; pin and exclusion, which name nodes by ID,
+//     are applied to the nodes they name. A node no allocation holds is
+//     judged as its class's empty node is, without reading its own state.
 //   - A shape entry (one per request shape: what the static rules and the
 //     dynamic rules read of a request, and what ranks nodes) holds every
 //     node that passes the static rules with its current verdict under the
@@ -39,9 +39,10 @@ import (
 // on a shape's first placement, costs one static check per class and a
 // constant per node.
 
-// nodeClass is a set of nodes alike in everything but their ID and CPU:
-// for one request the static rules (save pin and exclusion), the static
-// rank and the index's grouping treat them alike.
+// nodeClass is a set of nodes alike in everything but their ID: for one
+// request the static rules (save pin and exclusion), the static rank and
+// the index's grouping treat them alike, and the dynamic rules too while
+// no allocation holds them.
 type nodeClass struct {
 	rep   int32   // the lowest node of the class
 	nodes []int32 // ascending
@@ -67,7 +68,7 @@ func (s *State) classify() {
 }
 
 // classKey appends to b everything of node ni the static rules, the static
-// rank and the grouping read: every field but the ID and the vCPUs. Each
+// rank, the grouping and the dynamic rules read: every field but the ID. Each
 // string is written after its length, so distinct nodes never share a key.
 // keys is scratch space for the attribute names.
 func (s *State) classKey(b []byte, keys []string, ni int32) ([]byte, []string) {
@@ -77,6 +78,7 @@ func (s *State) classKey(b []byte, keys []string, ni int32) ([]byte, []string) {
 		b = append(b, v...)
 	}
 	num := func(v int64) { b = binary.AppendVarint(b, v) }
+	num(int64(n.VCPUs))
 	q(n.Pool)
 	q(n.Zone)
 	q(n.Cloud)
@@ -284,16 +286,17 @@ func (s *State) buildEntry(p *prepared) *shapeEntry {
 	q.req = &anon
 
 	classes := s.classes
-	var only []int32 // the pinned node's class holds only it
+	classID := func(ci int) int32 { return int32(ci) }
 	if req.PinNode != "" {
 		ni, ok := s.index[req.PinNode]
 		if !ok {
 			e.refused[ridPin] = len(s.nodes)
 			return e
 		}
+		// Only the pinned node, as a class of its own.
 		e.refused[ridPin] = len(s.nodes) - 1
 		classes = []nodeClass{{rep: ni, nodes: []int32{ni}}}
-		only = []int32{s.classOf[ni]}
+		classID = func(int) int32 { return s.classOf[ni] }
 	}
 	var excluded map[int32]int // class → excluded nodes of it
 	for id := range req.Exclude {
@@ -305,18 +308,21 @@ func (s *State) buildEntry(p *prepared) *shapeEntry {
 		}
 	}
 
+	// First the classes: their verdict under the static rules, their
+	// group, and how many nodes each group gets.
+	type passing struct {
+		c   *nodeClass
+		ex  int // excluded nodes of it
+		grp int32
+	}
+	var pass []passing
+	var sizes []int
 	groupOf := map[groupKey]int32{}
-	var members [][]int32
 	for ci := range classes {
 		c := &classes[ci]
-		cid := int32(ci)
-		if only != nil {
-			cid = only[0]
-		}
-		ex := excluded[cid]
+		ex := excluded[classID(ci)]
 		e.refused[ridExclusion] += ex
-		r := s.staticCheck(c.rep, &q, nil)
-		if r != ridNone {
+		if r := s.staticCheck(c.rep, &q, nil); r != ridNone {
 			e.refused[r] += len(c.nodes) - ex
 			continue
 		}
@@ -337,41 +343,59 @@ func (s *State) buildEntry(p *prepared) *shapeEntry {
 			g = int32(len(e.groups))
 			groupOf[k] = g
 			e.groups = append(e.groups, group{srank: k.srank, tier: k.tier, spreadVal: k.spreadVal, zone: k.zone, cloud: k.cloud})
-			members = append(members, nil)
+			sizes = append(sizes, 0)
 		}
-		for _, ni := range c.nodes {
-			if ex > 0 {
-				if _, out := req.Exclude[s.nodes[ni].ID]; out {
-					continue
-				}
-			}
-			members[g] = append(members[g], ni)
-		}
+		sizes[g] += len(c.nodes) - ex
+		pass = append(pass, passing{c: c, ex: ex, grp: g})
 	}
 
-	total := 0
+	// Then the trees, one after another, and the nodes in their leaves.
+	total, nIndexed := 0, 0
 	for g := range e.groups {
 		size := int32(1)
-		for int(size) < len(members[g]) {
+		for int(size) < sizes[g] {
 			size <<= 1
 		}
 		e.groups[g].base, e.groups[g].size = int32(total), size
 		total += 2 * int(size)
+		nIndexed += sizes[g]
 	}
 	e.tree = make([]slot, total)
-	e.pos = make([]indexed, 0, countAll(members))
-	for g, ms := range members {
-		gr := &e.groups[g]
-		for j := gr.base + gr.size + int32(len(ms)); j < gr.base+2*gr.size; j++ {
-			e.tree[j] = noSlot
-		}
-		for j, ni := range ms {
+	e.pos = make([]indexed, 0, nIndexed)
+	fill := make([]int32, len(e.groups)) // leaves filled per group
+	for _, pc := range pass {
+		gr := &e.groups[pc.grp]
+		// A node no allocation holds is as its class's pristine node is.
+		pristine := s.pristineRid(pc.c.rep, e)
+		pristineKey := s.pristineKey(pc.c.rep, e, gr)
+		for _, ni := range pc.c.nodes {
+			if pc.ex > 0 {
+				if _, out := req.Exclude[s.nodes[ni].ID]; out {
+					continue
+				}
+			}
 			e.loc[ni] = int32(len(e.pos)) + 1
-			rec := indexed{ni: ni, grp: int32(g), leaf: gr.base + gr.size + int32(j)}
-			rec.rid = s.shapeRid(ni, e)
+			rec := indexed{ni: ni, grp: pc.grp, leaf: gr.base + gr.size + fill[pc.grp]}
+			fill[pc.grp]++
+			if s.allocsOn[ni] == 0 {
+				rec.rid = pristine
+				if rec.rid == ridNone {
+					e.tree[rec.leaf] = slot{k: pristineKey, ni: ni}
+				} else {
+					e.tree[rec.leaf] = noSlot
+				}
+			} else {
+				rec.rid = s.shapeRid(ni, e)
+				e.tree[rec.leaf] = s.leafSlot(e, &rec)
+			}
 			e.counts[rec.rid]++
-			e.tree[rec.leaf] = s.leafSlot(e, &rec)
 			e.pos = append(e.pos, rec)
+		}
+	}
+	for g := range e.groups {
+		gr := &e.groups[g]
+		for j := gr.base + gr.size + fill[g]; j < gr.base+2*gr.size; j++ {
+			e.tree[j] = noSlot
 		}
 		for j := gr.size - 1; j >= 1; j-- {
 			e.tree[gr.base+j] = minSlot(e.tree[gr.base+2*j], e.tree[gr.base+2*j+1])
@@ -380,12 +404,26 @@ func (s *State) buildEntry(p *prepared) *shapeEntry {
 	return e
 }
 
-func countAll(members [][]int32) int {
-	n := 0
-	for _, m := range members {
-		n += len(m)
+// pristineRid is shapeRid for a node of ni's class that no allocation
+// holds: all its capacity free. Its class passed the static rules, so its
+// capabilities and a GPU suffice when free.
+func (s *State) pristineRid(ni int32, e *shapeEntry) rid {
+	h := &s.hot[ni]
+	nd := &e.need
+	switch {
+	case nd.cores > 0 && nd.cores > h.cores:
+		return ridCores
+	case nd.demand > h.cpuCap:
+		return ridCapacity
+	case e.ceiling < 100 && nd.demand*100 > h.cpuCap*e.ceiling:
+		return ridBand
 	}
-	return n
+	return ridNone
+}
+
+// pristineKey is leafSlot's key for such a node.
+func (s *State) pristineKey(ni int32, e *shapeEntry, g *group) rankKey {
+	return g.srank | rankKey(min(max(s.hot[ni].cpuCap-e.need.demand, 0), maxRemaining))
 }
 
 // shapeRid is dynamicCheck's first refusal for a node that passed the

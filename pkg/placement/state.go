@@ -42,7 +42,8 @@ type State struct {
 	classOf     []int32
 	static      map[string]*shapeEntry
 	indexedCost int
-	keyBuf      []byte // scratch for shape keys
+	keyBuf      []byte  // scratch for shape keys
+	allocsOn    []int32 // per node: live allocations bound to it
 }
 
 type allocKey struct{ job, role string }
@@ -159,6 +160,7 @@ func NewState(cfg Config, nodes []Node, allocs []Allocation) (*State, error) {
 		s.index[n.ID] = int32(i)
 	}
 	s.capFree = slices.Clone(s.capTotal)
+	s.allocsOn = make([]int32, len(sorted))
 	s.classify()
 	as := slices.Clone(allocs)
 	slices.SortFunc(as, func(a, b Allocation) int {
@@ -192,6 +194,7 @@ func (s *State) Commit(a Allocation) error {
 	rec := allocRec{a: a, node: ni, need: nd, gpu: -1, alive: true}
 	if ni >= 0 {
 		n, h := &s.nodes[ni], &s.hot[ni]
+		s.allocsOn[ni]++
 		h.cpuUsed += nd.demand
 		h.coresUsed += nd.cores
 		for _, c := range nd.caps {
@@ -237,6 +240,7 @@ func (s *State) Remove(jobID, role string) bool {
 	rec.alive = false
 	if ni := rec.node; ni >= 0 {
 		n, h := &s.nodes[ni], &s.hot[ni]
+		s.allocsOn[ni]--
 		h.cpuUsed -= rec.need.demand
 		h.coresUsed -= rec.need.cores
 		for _, c := range rec.need.caps {
