@@ -192,4 +192,3 @@ func fieldBounds(short map[string]Rule) map[protoreflect.FullName]Rule {
 	}
 	return out
 }
-
