@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/apibounds"
+	"github.com/norsk-go/norsk-manager/pkg/apibounds"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
