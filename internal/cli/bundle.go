@@ -574,19 +574,3 @@ bundle that was never renewed has no lease. Prints when it now runs out.`,
 	cmd.Flags().StringVar(&ttl, "ttl", "", "how long the lease lasts from now (30s, 10m, 1d; 1s to 7d)")
 	return cmd
 }
-
-// completeBundleIDs offers the ids of the Manager's bundles (first argument
-// only).
-func (g *globals) completeBundleIDs(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-	if len(args) > 0 {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	return completeFrom(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]string, error) {
-		list, err := m.ListBundles(ctx)
-		ids := make([]string, 0, len(list))
-		for _, bw := range list {
-			ids = append(ids, bw.GetBundle().GetBundleId()+"\t"+enumWord(bw.GetBundle().GetState()))
-		}
-		return ids, err
-	})
-}

@@ -312,7 +312,7 @@ func TestBundleCreateWait(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
 			var out, e strings.Builder
-			g := newGlobals(strings.NewReader(""), &out, &e)
+			g := globalsFor(strings.NewReader(""), &out, &e)
 			if run(t.Context(), g, []string{"--manager-url", f.srv.URL, "job", "start", "w2.channel.0", "--node", "node-1", "--wait=false"}) == 0 {
 				return
 			}

@@ -44,7 +44,7 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) run(stdin string, args ...string) (int, string, string) {
 	f.t.Helper()
 	var out, errOut bytes.Buffer
-	g := newGlobals(strings.NewReader(stdin), &out, &errOut)
+	g := globalsFor(strings.NewReader(stdin), &out, &errOut)
 	g.now = func() time.Time { return now }
 	url := "http://127.0.0.1:1"
 	if f.srv != nil {
@@ -475,7 +475,7 @@ func (f *fixture) runEvents(out io.Writer, args ...string) (stop func() int) {
 	ctx, cancel := context.WithCancel(f.t.Context())
 	done := make(chan int, 1)
 	go func() {
-		g := newGlobals(strings.NewReader(""), out, io.Discard)
+		g := globalsFor(strings.NewReader(""), out, io.Discard)
 		done <- run(ctx, g, append([]string{"--manager-url", f.srv.URL, "events"}, args...))
 	}()
 	return func() int {

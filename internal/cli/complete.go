@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -44,4 +45,69 @@ func (g *globals) completeMigrationIDs(cmd *cobra.Command, args []string, _ stri
 // completeEnum registers fixed completions for an enum-valued flag.
 func completeEnum(cmd *cobra.Command, flag string, values ...string) {
 	_ = cmd.RegisterFlagCompletionFunc(flag, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// completeJobIDs offers the ids of the Manager's jobs.
+func (g *globals) completeJobIDs(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return completeFrom(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]string, error) {
+		jobs, err := m.JobSearch(ctx, norsk.JobSearchSettings{})
+		ids := make([]string, 0, len(jobs))
+		for _, j := range jobs {
+			ids = append(ids, j.GetJob().GetJobId()+"\t"+enumWord(j.GetJob().GetState()))
+		}
+		return ids, err
+	})
+}
+
+// completeNodeIDs offers the ids of the Manager's nodes.
+func (g *globals) completeNodeIDs(cmd *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
+	return completeFrom(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]string, error) {
+		nodes, err := m.ListNodes(ctx)
+		ids := make([]string, 0, len(nodes))
+		for _, n := range nodes {
+			ids = append(ids, n.GetNodeId()+"\t"+strings.TrimSpace(n.GetNodeName()+" "+enumWord(n.GetState())))
+		}
+		return ids, err
+	})
+}
+
+// completeBundleIDs offers the ids of the Manager's bundles (first argument
+// only).
+func (g *globals) completeBundleIDs(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return completeFrom(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]string, error) {
+		list, err := m.ListBundles(ctx)
+		ids := make([]string, 0, len(list))
+		for _, bw := range list {
+			ids = append(ids, bw.GetBundle().GetBundleId()+"\t"+enumWord(bw.GetBundle().GetState()))
+		}
+		return ids, err
+	})
+}
+
+// completeSlotIDs offers the ids of the cluster slots.
+func (g *globals) completeSlotIDs(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	m, err := g.manager(cmd.Context())
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := g.call(cmd.Context())
+	defer cancel()
+	slots, err := m.ListClusterNodes(ctx)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var ids []string
+	for _, s := range slots {
+		ids = append(ids, s.GetNodeId()+"\t"+s.GetNodeName())
+	}
+	return ids, cobra.ShellCompDirectiveNoFileComp
 }

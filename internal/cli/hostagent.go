@@ -249,7 +249,7 @@ func newCHVMMCommand(g *globals) *cobra.Command {
 			log := slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: level}))
 			switch backend {
 			case "local":
-				return chsim.Program(cmd.Context(), apiSocket, guest, clientVersion(), log)
+				return chsim.Program(cmd.Context(), apiSocket, guest, g.version, log)
 			case "qemu":
 				sock, err := chapi.ParseAPISocketFlag(apiSocket)
 				if err != nil {

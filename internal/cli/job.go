@@ -397,21 +397,6 @@ func (g *globals) printDone(kind, id, what string) error {
 	}})
 }
 
-// completeJobIDs offers the ids of the Manager's jobs.
-func (g *globals) completeJobIDs(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-	if len(args) > 0 {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	return completeFrom(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]string, error) {
-		jobs, err := m.JobSearch(ctx, norsk.JobSearchSettings{})
-		ids := make([]string, 0, len(jobs))
-		for _, j := range jobs {
-			ids = append(ids, j.GetJob().GetJobId()+"\t"+enumWord(j.GetJob().GetState()))
-		}
-		return ids, err
-	})
-}
-
 func newJobWhyCommand(g *globals) *cobra.Command {
 	var role, pool string
 	cmd := &cobra.Command{

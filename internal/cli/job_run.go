@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -428,16 +427,4 @@ func (g *globals) printInstance(in *norsk.Instance, what string) error {
 			}
 		}
 	}})
-}
-
-// completeNodeIDs offers the ids of the Manager's nodes.
-func (g *globals) completeNodeIDs(cmd *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
-	return completeFrom(g, cmd, func(ctx context.Context, m *norsk.Manager) ([]string, error) {
-		nodes, err := m.ListNodes(ctx)
-		ids := make([]string, 0, len(nodes))
-		for _, n := range nodes {
-			ids = append(ids, n.GetNodeId()+"\t"+strings.TrimSpace(n.GetNodeName()+" "+enumWord(n.GetState())))
-		}
-		return ids, err
-	})
 }

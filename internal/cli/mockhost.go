@@ -42,7 +42,7 @@ exits, and the host is free for the next.`,
 				cfg.DataDir = filepath.Join(os.TempDir(), "norsk-mock-host")
 			}
 			cfg.Logger = slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: level}))
-			cfg.Worker = worker.Config{Runtime: runtime, Version: clientVersion()}
+			cfg.Worker = worker.Config{Runtime: runtime, Version: g.version}
 			h, err := mockhost.Start(cfg)
 			if err != nil {
 				return err

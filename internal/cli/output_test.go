@@ -96,7 +96,7 @@ func TestListWatch(t *testing.T) {
 	f := newFixture(t)
 	f.ok("job", "create", "-f", writeFile(t, "f.yaml", "jobId: first\nservices: [{name: main, image: x}]"))
 	out := &syncBuffer{}
-	g := newGlobals(strings.NewReader(""), out, io.Discard)
+	g := globalsFor(strings.NewReader(""), out, io.Discard)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int)
 	go func() { done <- run(ctx, g, []string{"--manager-url", f.srv.URL, "job", "list", "-w", "-o", "name"}) }()

@@ -186,25 +186,3 @@ containers survive. Make sure no job is being placed on it meanwhile.`,
 		},
 	}
 }
-
-// completeSlotIDs offers the ids of the cluster slots.
-func (g *globals) completeSlotIDs(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-	if len(args) > 0 {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	m, err := g.manager(cmd.Context())
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	ctx, cancel := g.call(cmd.Context())
-	defer cancel()
-	slots, err := m.ListClusterNodes(ctx)
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	var ids []string
-	for _, s := range slots {
-		ids = append(ids, s.GetNodeId()+"\t"+s.GetNodeName())
-	}
-	return ids, cobra.ShellCompDirectiveNoFileComp
-}
