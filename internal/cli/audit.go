@@ -1,17 +1,14 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -241,15 +238,6 @@ func flatJSON(p string) (string, bool) {
 	return strings.Join(parts, " "), true
 }
 
-// truncate shortens s to n runes, marking the cut with "…".
-func truncate(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
-}
-
 func newAuditAppendCommand(g *globals) *cobra.Command {
 	var source, kind, payload, payloadFile string
 	cmd := &cobra.Command{
@@ -294,22 +282,6 @@ most 64 KiB, hashed exactly as given.`,
 	f.StringVar(&payload, "payload", "", "the entry's text")
 	f.StringVar(&payloadFile, "payload-file", "", "read the entry's text from FILE (- for stdin)")
 	return cmd
-}
-
-// readInput reads the file name ("-" = stdin); what names it in errors.
-func (g *globals) readInput(name, what string) ([]byte, error) {
-	if name == "-" {
-		data, err := io.ReadAll(g.in)
-		if err != nil {
-			return nil, fmt.Errorf("read %s from stdin: %w", what, err)
-		}
-		return data, nil
-	}
-	data, err := os.ReadFile(name)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", what, err)
-	}
-	return data, nil
 }
 
 func shortHash(h string) string {
@@ -455,23 +427,4 @@ func verifyTable(w io.Writer, v norsk.AuditVerification) {
 	} else {
 		fmt.Fprintf(w, "Manager's check at boot: NOT verified: %s\n", dash(v.VerificationDetail))
 	}
-}
-
-// bytesPreview is a value as a table shows it: text shortened to n runes,
-// or "(binary, N bytes)".
-func bytesPreview(b []byte, n int) string {
-	if !printable(b) {
-		return fmt.Sprintf("(binary, %d bytes)", len(b))
-	}
-	return truncate(strings.Join(strings.Fields(string(b)), " "), n)
-}
-
-// printable: valid UTF-8 without control characters other than white space.
-func printable(b []byte) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	return !bytes.ContainsFunc(b, func(r rune) bool {
-		return r < 0x20 && r != '\n' && r != '\t' && r != '\r' || r == 0x7f
-	})
 }

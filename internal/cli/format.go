@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"maps"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -411,4 +413,46 @@ func shortDigest(d string) string {
 		return alg + ":" + hex[:12]
 	}
 	return dash(d)
+}
+
+// bytesPreview is a value as a table shows it: text shortened to n runes,
+// or "(binary, N bytes)".
+func bytesPreview(b []byte, n int) string {
+	if !printable(b) {
+		return fmt.Sprintf("(binary, %d bytes)", len(b))
+	}
+	return truncate(strings.Join(strings.Fields(string(b)), " "), n)
+}
+
+// printable: valid UTF-8 without control characters other than white space.
+func printable(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	return !bytes.ContainsFunc(b, func(r rune) bool {
+		return r < 0x20 && r != '\n' && r != '\t' && r != '\r' || r == 0x7f
+	})
+}
+
+func fmtDur(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
+
+// truncate shortens s to n runes, marking the cut with "…".
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// shortImage is a ref as people write it: without Docker Hub's
+// "docker.io/library/" or "docker.io/".
+func shortImage(ref string) string {
+	ref = strings.TrimPrefix(ref, "docker.io/library/")
+	return strings.TrimPrefix(ref, "docker.io/")
 }

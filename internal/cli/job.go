@@ -368,13 +368,6 @@ func newJobFailCommand(g *globals) *cobra.Command {
 	return cmd
 }
 
-// done is what a command without an answer of its own prints.
-type done struct {
-	Kind   string `json:"kind"`
-	ID     string `json:"id"`
-	Result string `json:"result"`
-}
-
 // jobAction runs one call about job id and reports it.
 func (g *globals) jobAction(cmd *cobra.Command, id, what string, call func(*norsk.Manager, context.Context) error) error {
 	m, err := g.manager(cmd.Context())
@@ -387,14 +380,6 @@ func (g *globals) jobAction(cmd *cobra.Command, id, what string, call func(*nors
 		return fmt.Errorf("%s job %s: %w", strings.Fields(cmd.Use)[0], id, err)
 	}
 	return g.printDone("job", id, what)
-}
-
-// printDone reports a call that returns nothing.
-func (g *globals) printDone(kind, id, what string) error {
-	d := done{Kind: kind, ID: id, Result: what}
-	return g.printer().Print(result{data: d, table: func(w io.Writer) {
-		fmt.Fprintf(w, "%s %s %s\n", strings.ToUpper(kind[:1])+kind[1:], id, what)
-	}})
 }
 
 func newJobWhyCommand(g *globals) *cobra.Command {

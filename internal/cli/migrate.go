@@ -146,13 +146,6 @@ func printPhaseLine(w io.Writer, st *norsk.MigrationState, i int) {
 	fmt.Fprintf(w, "%s  +%-8s %-22s %s\n", e.GetAt().AsTime().Local().Format("15:04:05.000"), fmtDur(since), norsk.PhaseName(e.GetPhase()), detail)
 }
 
-func fmtDur(d time.Duration) string {
-	if d < time.Second {
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	}
-	return d.Round(10 * time.Millisecond).String()
-}
-
 // followMigration follows the event stream from the record's revision
 // until the migration is done or aborted (calling phase for each new phase
 // entry, the ones already recorded included) and returns its last record.

@@ -153,13 +153,6 @@ func heldSummary(images []*norsk.HeldImage) string {
 	return s
 }
 
-// shortImage is a ref as people write it: without Docker Hub's
-// "docker.io/library/" or "docker.io/".
-func shortImage(ref string) string {
-	ref = strings.TrimPrefix(ref, "docker.io/library/")
-	return strings.TrimPrefix(ref, "docker.io/")
-}
-
 // heldImagesTable lists a node's images for node get.
 func heldImagesTable(w io.Writer, now time.Time, images []*norsk.HeldImage) {
 	fmt.Fprintln(w)
