@@ -15,6 +15,9 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/cli/audit"
+	"github.com/norsk-go/norsk-manager/internal/cli/kv"
+	"github.com/norsk-go/norsk-manager/internal/cli/store"
 	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
 )
 
@@ -133,7 +136,7 @@ func TestAuditCommands(t *testing.T) {
 		t.Errorf("audit verify of a tampered chain: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	code, out, _ = f.run("", "audit", "verify", "-o", "json")
-	var v verification
+	var v audit.Verification
 	if code != ExitError || json.Unmarshal([]byte(out), &v) != nil || v.Verified || v.BrokenAtSeq != "2" || v.Checked != 6 || v.ChainVerifiedAtBoot {
 		t.Errorf("audit verify -o json of a tampered chain: %d %+v", code, v)
 	}
@@ -147,7 +150,7 @@ func TestAuditCommands(t *testing.T) {
 	}
 	f.fails(ExitError, "in the future", "audit", "prune", "--before", "2099-01-01")
 	out = f.ok("audit", "prune", "--before", "0", "--yes", "-o", "json")
-	var p pruned
+	var p audit.Pruned
 	if err := json.Unmarshal([]byte(out), &p); err != nil || p.Removed != "7" || p.CheckpointSeq != "7" {
 		t.Errorf("audit prune --before 0 --yes -o json = %+v (%v)\n%s", p, err, out)
 	}
@@ -266,7 +269,7 @@ writes:
 		t.Errorf("a refused commit wrote key a")
 	}
 	out = f.ok("kv", "commit", "app", "-f", writeFile(t, "c.json", `[{"key": "a", "put": "1"}, {"key": "logo", "delete": true}]`), "-o", "json")
-	var c committed
+	var c kv.Committed
 	if err := json.Unmarshal([]byte(out), &c); err != nil || c.Writes != 2 || c.Namespace != "app" || c.Revision == "" {
 		t.Errorf("kv commit -o json = %+v (%v)", c, err)
 	}
@@ -386,7 +389,7 @@ func TestSnapshotInspect(t *testing.T) {
 		}
 	}
 	out = f.ok("operator", "snapshot", "inspect", good, "-o", "json")
-	var s snapshotSummary
+	var s store.SnapshotSummary
 	if err := json.Unmarshal([]byte(out), &s); err != nil || s.Index != "77" || s.Counts["KV keys"] != 2 || s.Counts["jobs"] != 2 || s.Bytes != fmt.Sprint(len(data)) {
 		t.Errorf("inspect -o json = %+v (%v)\n%s", s, err, out)
 	}
@@ -431,7 +434,7 @@ func TestSnapshotSave(t *testing.T) {
 	f.fails(ExitError, "exists (--force replaces it)", "operator", "snapshot", "save", file)
 	f.ok("kv", "put", "app", "c", "3")
 	out = f.ok("operator", "snapshot", "save", file, "--force", "-o", "json")
-	var s snapshotSummary
+	var s store.SnapshotSummary
 	if err := json.Unmarshal([]byte(out), &s); err != nil || s.Counts["KV keys"] != 3 || s.Index != fmt.Sprint(f.srv.Index()) {
 		t.Errorf("save --force -o json = %+v (%v)", s, err)
 	}

@@ -5,11 +5,14 @@
 // files with pkg/snapshotfile and needs no Manager. cmd/norsk-ctl is a thin
 // main around Main.
 //
-// Each command group lives in its own file and is built by a
-// newXxxCommand(*globals) constructor listed in rootCommands; a new group (or
-// the worker command) is plugged in by appending its constructor there.
-// Results are written by a printer (printer.go) chosen with -o: a table for
-// people, or the API's protobuf JSON (or its YAML form) for scripts.
+// Each command group lives in its own subpackage (internal/cli/jobs, nodes,
+// bundles, …) and is built by a NewXxxCommand(*cmdutil.Globals) constructor
+// listed in rootCommands; a new group is plugged in by appending its
+// constructor there. What the groups share — the global flags and the
+// connection, argument checks, and the printer chosen with -o (a table for
+// people, or the API's protobuf JSON or its YAML form for scripts) — is
+// internal/cli/cmdutil. This package keeps the root command, Main, version and
+// the worker command.
 package cli
 
 import (
@@ -24,6 +27,20 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/norsk-go/norsk-manager/internal/cli/audit"
+	"github.com/norsk-go/norsk-manager/internal/cli/bundles"
+	"github.com/norsk-go/norsk-manager/internal/cli/cluster"
+	"github.com/norsk-go/norsk-manager/internal/cli/cmdutil"
+	"github.com/norsk-go/norsk-manager/internal/cli/console"
+	"github.com/norsk-go/norsk-manager/internal/cli/discovery"
+	"github.com/norsk-go/norsk-manager/internal/cli/events"
+	"github.com/norsk-go/norsk-manager/internal/cli/jobs"
+	"github.com/norsk-go/norsk-manager/internal/cli/kv"
+	"github.com/norsk-go/norsk-manager/internal/cli/migrations"
+	"github.com/norsk-go/norsk-manager/internal/cli/nodes"
+	"github.com/norsk-go/norsk-manager/internal/cli/slots"
+	"github.com/norsk-go/norsk-manager/internal/cli/store"
+	"github.com/norsk-go/norsk-manager/internal/cli/tokens"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -34,33 +51,33 @@ var Version = ""
 
 // rootCommands are the constructors of the top-level commands, in the order
 // help lists them. To add a command group, write its constructor in its own
-// file and append it here (e.g. newWorkerCommand).
-var rootCommands = []func(*globals) *cobra.Command{
+// subpackage (or, for a noun's new verb, in the noun's) and append it here.
+var rootCommands = []func(*cmdutil.Globals) *cobra.Command{
 	newVersionCommand,
-	newMgrCommand,
-	newJobCommand,
-	newBundleCommand,
-	newMigrateCommand,
-	newMigrationCommand,
-	newNodeCommand,
-	newSlotCommand,
-	newEventsCommand,
-	newAuditCommand,
-	newKVCommand,
-	newStoreCommand,
-	newOperatorCommand,
+	console.NewMgrCommand,
+	jobs.NewJobCommand,
+	bundles.NewBundleCommand,
+	migrations.NewMigrateCommand,
+	migrations.NewMigrationCommand,
+	nodes.NewNodeCommand,
+	slots.NewSlotCommand,
+	events.NewEventsCommand,
+	audit.NewAuditCommand,
+	kv.NewKVCommand,
+	store.NewStoreCommand,
+	store.NewOperatorCommand,
 	newWorkerCommand,
-	newHostAgentCommand,
-	newCHVMMCommand,
-	newCHInitramfsCommand,
-	newTokenCommand,
-	newDiscoveryCommand,
-	newAccessReplicaCommand,
-	newClusterCommand,
-	newLeaseCommand,
-	newInstanceTypesCommand,
-	newSecurityGroupsCommand,
-	newReloadConfigCommand,
+	nodes.NewHostAgentCommand,
+	nodes.NewCHVMMCommand,
+	nodes.NewCHInitramfsCommand,
+	tokens.NewTokenCommand,
+	discovery.NewDiscoveryCommand,
+	discovery.NewAccessReplicaCommand,
+	cluster.NewClusterCommand,
+	cluster.NewLeaseCommand,
+	nodes.NewInstanceTypesCommand,
+	nodes.NewSecurityGroupsCommand,
+	nodes.NewReloadConfigCommand,
 }
 
 // streams. Main runs it; it is exported for documentation generators.
@@ -68,7 +85,7 @@ func NewRootCommand() *cobra.Command {
 	return newRootCommand(globalsFor(os.Stdin, os.Stdout, os.Stderr))
 }
 
-func newRootCommand(g *globals) *cobra.Command {
+func newRootCommand(g *cmdutil.Globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "norsk-ctl",
 		Short: "Control a Norsk Manager: jobs, nodes, cluster slots, events, audit log, KV store, Manager cluster",
@@ -92,33 +109,33 @@ and -o go-template=TEMPLATE runs a Go template on the JSON form
 ('-o go-template={{range .}}{{.jobId}} {{end}}').`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
-		Args:              noSubcommand,
-		RunE:              groupRun,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return g.validate() },
+		Args:              cmdutil.NoSubcommand,
+		RunE:              cmdutil.GroupRun,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return g.Validate() },
 	}
-	root.SetIn(g.in)
-	root.SetOut(g.out)
-	root.SetErr(g.errOut)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetIn(g.In)
+	root.SetOut(g.Out)
+	root.SetErr(g.ErrOut)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cmdutil.AsUsageError(err) })
 
 	defaultURL := os.Getenv(norsk.EnvManagerURL)
 	if defaultURL == "" {
 		defaultURL = norsk.DefaultURL
 	}
 	f := root.PersistentFlags()
-	f.StringVar(&g.managerURL, "manager-url", defaultURL, "URL of the Manager: host:port, http://… or https://…; in a cluster, several members comma-separated (the first that answers is used) (env "+norsk.EnvManagerURL+")")
-	f.StringVar(&g.token, "token", "", "API bearer token (env "+norsk.EnvToken+")")
-	f.StringVar(&g.tokenFile, "token-file", os.Getenv("NORSK_TOKEN_FILE"), "file holding the API bearer token (env NORSK_TOKEN_FILE)")
-	registerTLSFlags(f, g)
-	f.StringVarP(&g.output, "output", "o", "table", "output format: table, wide (the table with more columns), json, yaml, name (NOUN/ID per object) or go-template=TEMPLATE (on the JSON form)")
-	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the Manager")
-	f.BoolVar(&g.linearizable, "linearizable", false, "linearizable reads: a read sees every write committed before it, on any member (needs a primary)")
-	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
+	f.StringVar(&g.ManagerURL, "manager-url", defaultURL, "URL of the Manager: host:port, http://… or https://…; in a cluster, several members comma-separated (the first that answers is used) (env "+norsk.EnvManagerURL+")")
+	f.StringVar(&g.Token, "token", "", "API bearer token (env "+norsk.EnvToken+")")
+	f.StringVar(&g.TokenFile, "token-file", os.Getenv("NORSK_TOKEN_FILE"), "file holding the API bearer token (env NORSK_TOKEN_FILE)")
+	cmdutil.RegisterTLSFlags(f, g)
+	f.StringVarP(&g.Output, "output", "o", "table", "output format: table, wide (the table with more columns), json, yaml, name (NOUN/ID per object) or go-template=TEMPLATE (on the JSON form)")
+	f.DurationVar(&g.Timeout, "timeout", 30*time.Second, "timeout of each call to the Manager")
+	f.BoolVar(&g.Linearizable, "linearizable", false, "linearizable reads: a read sees every write committed before it, on any member (needs a primary)")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(cmdutil.OutputFormats, cobra.ShellCompDirectiveNoFileComp))
 
 	for _, c := range rootCommands {
 		root.AddCommand(c(g))
 	}
-	resolvePrefixes(g, root)
+	cmdutil.ResolvePrefixes(g, root)
 	return root
 }
 
@@ -137,22 +154,22 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	return run(ctx, globalsFor(stdin, stdout, stderr), args)
 }
 
-func run(ctx context.Context, g *globals, args []string) int {
+func run(ctx context.Context, g *cmdutil.Globals, args []string) int {
 	root := newRootCommand(g)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
-	g.close()
+	g.Close()
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintf(g.errOut, "Error: %s\n", err)
+	fmt.Fprintf(g.ErrOut, "Error: %s\n", err)
 	if errors.Is(err, norsk.ErrUnauthenticated) {
-		fmt.Fprintln(g.errOut, g.unauthenticatedHint())
+		fmt.Fprintln(g.ErrOut, g.UnauthenticatedHint())
 	}
-	var ue usageError
+	var ue cmdutil.UsageError
 	if errors.As(err, &ue) {
 		if cmd != nil {
-			fmt.Fprintf(g.errOut, "Run '%s --help' for usage.\n", cmd.CommandPath())
+			fmt.Fprintf(g.ErrOut, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 		return ExitUsage
 	}
@@ -191,6 +208,6 @@ func clientVersion() string {
 
 // globalsFor returns the shared settings of a run on these streams, with the
 // client's version.
-func globalsFor(in io.Reader, out, errOut io.Writer) *globals {
-	return newGlobals(in, out, errOut, clientVersion())
+func globalsFor(in io.Reader, out, errOut io.Writer) *cmdutil.Globals {
+	return cmdutil.NewGlobals(in, out, errOut, clientVersion())
 }
