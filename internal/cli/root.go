@@ -80,6 +80,7 @@ var rootCommands = []func(*cmdutil.Globals) *cobra.Command{
 	nodes.NewReloadConfigCommand,
 }
 
+// NewRootCommand builds the norsk-ctl command tree writing to the standard
 // streams. Main runs it; it is exported for documentation generators.
 func NewRootCommand() *cobra.Command {
 	return newRootCommand(globalsFor(os.Stdin, os.Stdout, os.Stderr))

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// NewGroup returns a command that only holds subcommands: without one it
 // prints its help, with an unknown one it is a usage error.
 func NewGroup(use, short string, aliases ...string) *cobra.Command {
 	return &cobra.Command{Use: use, Short: short, Aliases: aliases, Args: NoSubcommand, RunE: GroupRun}

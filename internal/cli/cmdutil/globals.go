@@ -21,7 +21,7 @@ import (
 // connection to the Manager, made on first use.
 type Globals struct {
 	// ManagerURL is --manager-url ($NORSK_MANAGER_URL, else the local dev
-	// Manager); token is --token ($NORSK_TOKEN).
+	// Manager); Token is --token ($NORSK_TOKEN), TokenFile --token-file.
 	ManagerURL string
 	Token      string
 	TokenFile  string
@@ -40,6 +40,8 @@ type Globals struct {
 	// Linearizable is --linearizable: every read is linearizable.
 	Linearizable bool
 
+	// In, Out and ErrOut are the run's standard streams; Now is its clock
+	// (fixed in tests).
 	In     io.Reader
 	Out    io.Writer
 	ErrOut io.Writer
@@ -179,8 +181,6 @@ func (g *Globals) Human() bool {
 	return g.Output == "" || g.Output == "table" || g.Output == "wide"
 }
 
-// NewRootCommand builds the norsk-ctl command tree writing to the standard
-
 // OutputFormats are the values -o takes (go-template= takes a template).
 var OutputFormats = []string{"table", "wide", "json", "yaml", "name", templateOutput}
 
@@ -204,8 +204,6 @@ func (g *Globals) Validate() error {
 	}
 	return nil
 }
-
-// newGroup returns a command that only holds subcommands: without one it
 
 // Ask connects to the Manager (once) and makes one call, bounded by
 // --timeout; a failure is wrapped as "<what>: <error>" (what formatted with
