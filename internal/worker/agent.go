@@ -23,6 +23,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/runtime"
 	"github.com/norsk-go/norsk-manager/internal/runtime/docker"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
 
@@ -415,7 +416,7 @@ func (a *Agent) shutdown(srv *http.Server) {
 func (a *Agent) shutdownNode(sess *session, seq uint64, reason string, deregistered bool) {
 	if !a.terminating.CompareAndSwap(false, true) {
 		if sess != nil {
-			sess.enqueue(ackMessage(seq, nil))
+			sess.enqueue(ack.Message(seq, nil))
 		}
 		return
 	}
@@ -443,7 +444,7 @@ func (a *Agent) shutdownNode(sess *session, seq uint64, reason string, deregiste
 		}
 		if sess != nil {
 			sent := make(chan struct{})
-			sess.enqueueThen(ackMessage(seq, nil), func() { close(sent) })
+			sess.enqueueThen(ack.Message(seq, nil), func() { close(sent) })
 			t := a.clock.NewTimer(terminateFlushTimeout)
 			select {
 			case <-sent:

@@ -10,27 +10,24 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 )
 
-func refuse(code connect.Code, format string, args ...any) *cmdError {
-	return &cmdError{code: code, msg: fmt.Sprintf(format, args...)}
-}
-
-var errShuttingDown = &cmdError{code: connect.CodeUnavailable, msg: "the worker is shutting down"}
+var errShuttingDown = ack.Refuse(connect.CodeUnavailable, "the worker is shutting down")
 
 // start runs (or, with defer_start, prepares) an instance under a fencing
 // token: an older token than the one held is refused, the same one changes
 // nothing, a newer one replaces the held instance.
-func (in *instance) start(cmd *managerv1.StartInstance) *cmdError {
+func (in *instance) start(cmd *managerv1.StartInstance) *ack.Refusal {
 	token := cmd.GetFencingToken()
 	if token == 0 {
-		return refuse(connect.CodeInvalidArgument, "start of %s carries no fencing token", in.key)
+		return ack.Refuse(connect.CodeInvalidArgument, "start of %s carries no fencing token", in.key)
 	}
 	if rec := in.rec; rec != nil {
 		held := rec.token()
 		switch {
 		case held > token:
-			return refuse(connect.CodeFailedPrecondition, "instance %s: token %d superseded by token %d", in.key, token, held)
+			return ack.Refuse(connect.CodeFailedPrecondition, "instance %s: token %d superseded by token %d", in.key, token, held)
 		case held == token:
 			in.publish()
 			return nil
@@ -40,15 +37,15 @@ func (in *instance) start(cmd *managerv1.StartInstance) *cmdError {
 			return errShuttingDown
 		}
 	} else if f := in.sup.fenceOf(in.key); token < f {
-		return refuse(connect.CodeFailedPrecondition, "instance %s: token %d superseded by token %d (which has stopped)", in.key, token, f)
+		return ack.Refuse(connect.CodeFailedPrecondition, "instance %s: token %d superseded by token %d (which has stopped)", in.key, token, f)
 	}
 	if in.sup.a.terminating.Load() {
-		return refuse(connect.CodeFailedPrecondition, "the node is terminating")
+		return ack.Refuse(connect.CodeFailedPrecondition, "the node is terminating")
 	}
 	rec := newRecord(cmd, in.sup.a.runtimeName)
 	if err := in.save(rec); err != nil {
 		in.rec = nil
-		return refuse(connect.CodeInternal, "%v", err)
+		return ack.Refuse(connect.CodeInternal, "%v", err)
 	}
 	in.rec = rec
 	if in.unowned != nil {
@@ -100,7 +97,7 @@ func (in *instance) replace(newToken uint64) {
 
 // failStart handles a start that failed: the instance is reported STOPPING
 // (JOB_FAILED) and STOPPED and removed, and the refusal is returned.
-func (in *instance) failStart(err error) *cmdError {
+func (in *instance) failStart(err error) *ack.Refusal {
 	if in.ctx().Err() != nil {
 		return errShuttingDown
 	}
@@ -109,7 +106,7 @@ func (in *instance) failStart(err error) *cmdError {
 		// worker acted on: it is not ours to remove.
 		in.log.Warn("the runtime holds a newer binding of the instance", "err", err)
 		in.forget()
-		return refuse(connect.CodeFailedPrecondition, "%v", err)
+		return ack.Refuse(connect.CodeFailedPrecondition, "%v", err)
 	}
 	in.log.Warn("instance failed to start", "err", err)
 	in.shutdown(managerv1.StoppingReason_STOPPING_REASON_JOB_FAILED, err.Error(), DefaultStopGrace, true)
@@ -117,16 +114,16 @@ func (in *instance) failStart(err error) *cmdError {
 	if errors.Is(err, runtime.ErrImageNotFound) || errors.Is(err, runtime.ErrImagePull) || errors.Is(err, runtime.ErrInvalidSpec) {
 		code = connect.CodeFailedPrecondition
 	}
-	return &cmdError{code: code, msg: err.Error()}
+	return ack.Refuse(code, "%s", err.Error())
 }
 
 // startPrepared starts the services of a prepared instance.
-func (in *instance) startPrepared(cmd *managerv1.StartPreparedInstance) *cmdError {
+func (in *instance) startPrepared(cmd *managerv1.StartPreparedInstance) *ack.Refusal {
 	if in.rec == nil {
-		return refuse(connect.CodeNotFound, "no instance %s on this node", in.key)
+		return ack.Refuse(connect.CodeNotFound, "no instance %s on this node", in.key)
 	}
 	if held := in.rec.token(); cmd.GetFencingToken() != held {
-		return refuse(connect.CodeFailedPrecondition, "instance %s holds token %d, not %d", in.key, held, cmd.GetFencingToken())
+		return ack.Refuse(connect.CodeFailedPrecondition, "instance %s holds token %d, not %d", in.key, held, cmd.GetFencingToken())
 	}
 	switch in.phase {
 	case managerv1.InstancePhase_INSTANCE_PHASE_RUNNING:
@@ -134,12 +131,12 @@ func (in *instance) startPrepared(cmd *managerv1.StartPreparedInstance) *cmdErro
 		return nil
 	case managerv1.InstancePhase_INSTANCE_PHASE_PREPARED:
 	default:
-		return refuse(connect.CodeFailedPrecondition, "instance %s is %s, not prepared", in.key, phaseName(in.phase))
+		return ack.Refuse(connect.CodeFailedPrecondition, "instance %s is %s, not prepared", in.key, phaseName(in.phase))
 	}
 	in.rec.Desired = desiredRunning
 	if err := in.save(in.rec); err != nil {
 		in.rec.Desired = desiredPrepared
-		return refuse(connect.CodeInternal, "%v", err)
+		return ack.Refuse(connect.CodeInternal, "%v", err)
 	}
 	in.log.Info("starting prepared instance", "token", in.rec.token())
 	// Prepare again (idempotent): an update may have added services.
@@ -162,7 +159,7 @@ func (in *instance) startPrepared(cmd *managerv1.StartPreparedInstance) *cmdErro
 // reported STOPPED so that the Manager can close its books; services of the
 // key kept for an unreadable record (unowned) are stopped and removed first,
 // unless they carry a newer token than the stop's.
-func (in *instance) stopCommand(cmd *managerv1.StopInstance) *cmdError {
+func (in *instance) stopCommand(cmd *managerv1.StopInstance) *ack.Refusal {
 	if in.rec == nil {
 		if in.unowned != nil && !unownedNewer(in.unowned, cmd.GetFencingToken()) {
 			grace := time.Duration(cmd.GetGraceMs()) * time.Millisecond
@@ -206,24 +203,24 @@ func (in *instance) stopCommand(cmd *managerv1.StopInstance) *cmdError {
 
 // update keeps a new job spec for the instance's later restarts; running
 // services are not recreated.
-func (in *instance) update(cmd *managerv1.UpdateInstance) *cmdError {
+func (in *instance) update(cmd *managerv1.UpdateInstance) *ack.Refusal {
 	if in.rec == nil {
-		return refuse(connect.CodeNotFound, "no instance %s on this node", in.key)
+		return ack.Refuse(connect.CodeNotFound, "no instance %s on this node", in.key)
 	}
 	if held := in.rec.token(); cmd.GetFencingToken() != held {
-		return refuse(connect.CodeFailedPrecondition, "instance %s holds token %d, not %d", in.key, held, cmd.GetFencingToken())
+		return ack.Refuse(connect.CodeFailedPrecondition, "instance %s holds token %d, not %d", in.key, held, cmd.GetFencingToken())
 	}
 	if in.rec.Stopped {
-		return refuse(connect.CodeFailedPrecondition, "instance %s has stopped", in.key)
+		return ack.Refuse(connect.CodeFailedPrecondition, "instance %s has stopped", in.key)
 	}
 	if _, err := startOrder(cmd.GetJob()); err != nil {
-		return refuse(connect.CodeInvalidArgument, "%v", err)
+		return ack.Refuse(connect.CodeInvalidArgument, "%v", err)
 	}
 	old := in.rec.start.Job
 	in.rec.start.Job = proto.Clone(cmd.GetJob()).(*managerv1.Job)
 	if err := in.save(in.rec); err != nil {
 		in.rec.start.Job = old
-		return refuse(connect.CodeInternal, "%v", err)
+		return ack.Refuse(connect.CodeInternal, "%v", err)
 	}
 	in.log.Info("job spec updated", "job_hash", cmd.GetJob().GetCurrentHash())
 	in.publish()

@@ -15,6 +15,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/atomicfile"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 	"github.com/norsk-go/norsk-manager/pkg/discovery"
 )
 
@@ -91,11 +92,11 @@ func (a *Agent) loadDiscovery() {
 // node is refused. Neither token is ever logged.
 func (a *Agent) onDiscoveryAccess(sess *session, seq uint64, acc *managerv1.DiscoveryAccess) {
 	if acc == nil || acc.GetNodeToken() == "" {
-		sess.enqueue(ackMessage(seq, &cmdError{connect.CodeInvalidArgument, "the discovery access carries no node token"}))
+		sess.enqueue(ack.Message(seq, ack.Refuse(connect.CodeInvalidArgument, "the discovery access carries no node token")))
 		return
 	}
 	if id, _, err := discovery.ParseNodeToken(acc.GetNodeToken()); err != nil || id != a.NodeID() {
-		sess.enqueue(ackMessage(seq, &cmdError{connect.CodeInvalidArgument, "the discovery access's node token is not this node's"}))
+		sess.enqueue(ack.Message(seq, ack.Refuse(connect.CodeInvalidArgument, "the discovery access's node token is not this node's")))
 		return
 	}
 	acc = proto.Clone(acc).(*managerv1.DiscoveryAccess)
@@ -112,11 +113,11 @@ func (a *Agent) onDiscoveryAccess(sess *session, seq uint64, acc *managerv1.Disc
 	}
 	if err != nil {
 		a.logger().Error("cannot keep the discovery access", "err", err)
-		sess.enqueue(ackMessage(seq, &cmdError{connect.CodeInternal, "the discovery access is in force but could not be kept: " + err.Error()}))
+		sess.enqueue(ack.Message(seq, ack.Refuse(connect.CodeInternal, "the discovery access is in force but could not be kept: %s", err)))
 		return
 	}
 	a.logger().Info("discovery access received", "addresses", len(acc.GetAddresses()))
-	sess.enqueue(ackMessage(seq, nil))
+	sess.enqueue(ack.Message(seq, nil))
 }
 
 // forgetDiscovery removes the kept access (the node was deregistered).

@@ -18,6 +18,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
 	"github.com/norsk-go/norsk-manager/internal/runtime/docker"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 )
 
 // imagesFile keeps, in the data directory, when this worker last used each
@@ -239,17 +240,17 @@ func (inv *imageInventory) relist(ctx context.Context) (bool, error) {
 // background, each on its own, and every outcome reported in one
 // ImagesPrefetched with the inventory after them.
 func (a *Agent) onPrefetch(sess *session, seq uint64, cmd *managerv1.PrefetchImages) {
-	reply := func(e *cmdError) { sess.enqueue(ackMessage(seq, e)) }
+	reply := func(e *ack.Refusal) { sess.enqueue(ack.Message(seq, e)) }
 	inv := a.images
 	switch {
 	case inv == nil || inv.rt == nil:
-		reply(refuse(connect.CodeFailedPrecondition, "the %s runtime of this node holds no images", a.runtimeName))
+		reply(ack.Refuse(connect.CodeFailedPrecondition, "the %s runtime of this node holds no images", a.runtimeName))
 		return
 	case len(cmd.GetImageRefs()) == 0:
-		reply(refuse(connect.CodeInvalidArgument, "no image refs to prefetch"))
+		reply(ack.Refuse(connect.CodeInvalidArgument, "no image refs to prefetch"))
 		return
 	case len(cmd.GetImageRefs()) > maxPrefetchRefs:
-		reply(refuse(connect.CodeInvalidArgument, "%d image refs to prefetch (at most %d)", len(cmd.GetImageRefs()), maxPrefetchRefs))
+		reply(ack.Refuse(connect.CodeInvalidArgument, "%d image refs to prefetch (at most %d)", len(cmd.GetImageRefs()), maxPrefetchRefs))
 		return
 	}
 	refs := slices.Clone(cmd.GetImageRefs())

@@ -14,6 +14,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 )
 
 // Events an instance's actor handles, in the order they were queued.
@@ -24,7 +25,7 @@ type (
 	// acknowledgement (nil error: carried out).
 	commandEvent struct {
 		msg   *managerv1.ControllerMessage
-		reply func(*cmdError)
+		reply func(*ack.Refusal)
 	}
 	// stopEvent stops whatever the instance holds (node termination);
 	// done is closed once it has stopped.
@@ -176,7 +177,7 @@ func (in *instance) run() {
 func (in *instance) handle(ev event) {
 	switch ev := ev.(type) {
 	case commandEvent:
-		var err *cmdError
+		var err *ack.Refusal
 		switch m := ev.msg.GetMsg().(type) {
 		case *managerv1.ControllerMessage_Start:
 			err = in.start(m.Start)
@@ -188,7 +189,7 @@ func (in *instance) handle(ev event) {
 			err = in.update(m.Update)
 		}
 		if err != nil {
-			in.log.Info("command refused", "seq", ev.msg.GetSeq(), "code", err.codeName(), "err", err.msg)
+			in.log.Info("command refused", "seq", ev.msg.GetSeq(), "code", err.CodeName(), "err", err.Msg)
 		}
 		ev.reply(err)
 	case stopEvent:

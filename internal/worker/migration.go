@@ -8,6 +8,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 )
 
 // The handover handshake on the worker: the Manager's migration commands are
@@ -125,14 +126,14 @@ func (h handover) holds() bool {
 func (a *Agent) onMigrationCommand(sess *session, msg *managerv1.ControllerMessage) {
 	seq := msg.GetSeq()
 	log := a.logger()
-	reply := func(e *cmdError) {
+	reply := func(e *ack.Refusal) {
 		if e != nil {
-			log.Info("migration command refused", "seq", seq, "code", e.codeName(), "err", e.msg)
+			log.Info("migration command refused", "seq", seq, "code", e.CodeName(), "err", e.Msg)
 		}
-		sess.enqueue(ackMessage(seq, e))
+		sess.enqueue(ack.Message(seq, e))
 	}
 	if a.js == nil {
-		reply(refuse(connect.CodeFailedPrecondition, "this worker serves no job sockets (start it with --job-socket)"))
+		reply(ack.Refuse(connect.CodeFailedPrecondition, "this worker serves no job sockets (start it with --job-socket)"))
 		return
 	}
 	switch m := msg.GetMsg().(type) {
@@ -160,65 +161,65 @@ func (a *Agent) onMigrationCommand(sess *session, msg *managerv1.ControllerMessa
 	case *managerv1.ControllerMessage_MigrationAbort:
 		c := m.MigrationAbort
 		if c.GetJobId() == "" || c.GetMigrationId() == "" {
-			reply(refuse(connect.CodeInvalidArgument, "the migration abort names no job id or no migration id"))
+			reply(ack.Refuse(connect.CodeInvalidArgument, "the migration abort names no job id or no migration id"))
 			return
 		}
 		a.js.abort(c.GetJobId(), c.GetRole(), c.GetMigrationId(), c.GetReason(), reply)
 	}
 }
 
-func checkMigrationCommand(jobID, role, migrationID string) *cmdError {
+func checkMigrationCommand(jobID, role, migrationID string) *ack.Refusal {
 	if jobID == "" || role == "" || migrationID == "" {
-		return refuse(connect.CodeInvalidArgument, "the migration command names no job id, role or migration id")
+		return ack.Refuse(connect.CodeInvalidArgument, "the migration command names no job id, role or migration id")
 	}
 	return nil
 }
 
 // held returns the socket of an instance the worker holds under token (0:
 // whatever it holds), or the refusal.
-func (m *jobSockets) held(key runtime.Key, token uint64) (*jobSocket, *cmdError) {
+func (m *jobSockets) held(key runtime.Key, token uint64) (*jobSocket, *ack.Refusal) {
 	m.a.pubMu.Lock()
 	snap := m.a.snaps[key]
 	m.a.pubMu.Unlock()
 	switch {
 	case snap == nil:
-		return nil, refuse(connect.CodeNotFound, "no instance %s on this node", key)
+		return nil, ack.Refuse(connect.CodeNotFound, "no instance %s on this node", key)
 	case snap.report.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED:
-		return nil, refuse(connect.CodeNotFound, "instance %s has stopped (token %d)", key, snap.report.GetFencingToken())
+		return nil, ack.Refuse(connect.CodeNotFound, "instance %s has stopped (token %d)", key, snap.report.GetFencingToken())
 	case token != 0 && snap.report.GetFencingToken() != token:
-		return nil, refuse(connect.CodeNotFound, "instance %s is held under token %d, not %d", key, snap.report.GetFencingToken(), token)
+		return nil, ack.Refuse(connect.CodeNotFound, "instance %s is held under token %d, not %d", key, snap.report.GetFencingToken(), token)
 	}
 	s := m.find(key)
 	switch {
 	case s == nil:
-		return nil, refuse(connect.CodeFailedPrecondition, "instance %s has no job socket (it could not be made: see the worker's log)", key)
+		return nil, ack.Refuse(connect.CodeFailedPrecondition, "instance %s has no job socket (it could not be made: see the worker's log)", key)
 	case token != 0 && s.token != token:
-		return nil, refuse(connect.CodeNotFound, "instance %s is held under token %d, not %d", key, s.token, token)
+		return nil, ack.Refuse(connect.CodeNotFound, "instance %s is held under token %d, not %d", key, s.token, token)
 	}
 	return s, nil
 }
 
 // noSession is the refusal of a command for a job that is not attached.
-func (s *jobSocket) noSession() *cmdError {
-	return refuse(connect.CodeFailedPrecondition, "instance %s has no job socket session (is --job-socket on and does the job attach?)", s.key)
+func (s *jobSocket) noSession() *ack.Refusal {
+	return ack.Refuse(connect.CodeFailedPrecondition, "instance %s has no job socket session (is --job-socket on and does the job attach?)", s.key)
 }
 
 // lockedFor refuses a command of migration id when the instance takes part
 // in another migration that holds it, or is that migration's target; s.mu
 // held.
-func (s *jobSocket) lockedFor(id string) *cmdError {
+func (s *jobSocket) lockedFor(id string) *ack.Refusal {
 	if s.mig.id != "" && s.mig.id != id && s.mig.holds() {
-		return refuse(connect.CodeFailedPrecondition, "instance %s is already in migration %s (%s, %s)", s.key, s.mig.id, s.mig.side, s.mig.stage)
+		return ack.Refuse(connect.CodeFailedPrecondition, "instance %s is already in migration %s (%s, %s)", s.key, s.mig.id, s.mig.side, s.mig.stage)
 	}
 	return nil
 }
 
 // told returns what acknowledges a command once its message has been sent
 // to the job (or refuses it when the stream ended first).
-func (s *jobSocket) told(what string, reply func(*cmdError)) func(error) {
+func (s *jobSocket) told(what string, reply func(*ack.Refusal)) func(error) {
 	return func(err error) {
 		if err != nil {
-			reply(refuse(connect.CodeFailedPrecondition, "instance %s: the job's stream ended before it was sent %s: %v", s.key, what, err))
+			reply(ack.Refuse(connect.CodeFailedPrecondition, "instance %s: the job's stream ended before it was sent %s: %v", s.key, what, err))
 			return
 		}
 		reply(nil)
@@ -226,7 +227,7 @@ func (s *jobSocket) told(what string, reply func(*cmdError)) func(error) {
 }
 
 // getState (the propose) asks the source for its state.
-func (m *jobSockets) getState(key runtime.Key, token uint64, id string, reply func(*cmdError)) {
+func (m *jobSockets) getState(key runtime.Key, token uint64, id string, reply func(*ack.Refusal)) {
 	s, e := m.held(key, token)
 	if e != nil {
 		reply(e)
@@ -236,10 +237,10 @@ func (m *jobSockets) getState(key runtime.Key, token uint64, id string, reply fu
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
-		reply(refuse(connect.CodeNotFound, "instance %s has stopped", key))
+		reply(ack.Refuse(connect.CodeNotFound, "instance %s has stopped", key))
 		return
 	case s.mig.side == sideTarget && s.mig.id == id:
-		reply(refuse(connect.CodeFailedPrecondition, "instance %s is the target of migration %s, not its source", key, id))
+		reply(ack.Refuse(connect.CodeFailedPrecondition, "instance %s is the target of migration %s, not its source", key, id))
 		return
 	}
 	if e := s.lockedFor(id); e != nil {
@@ -260,7 +261,7 @@ func (m *jobSockets) getState(key runtime.Key, token uint64, id string, reply fu
 }
 
 // cutoverReady tells the source where the target is ready: stop output.
-func (m *jobSockets) cutoverReady(key runtime.Key, token uint64, id string, payload []byte, reply func(*cmdError)) {
+func (m *jobSockets) cutoverReady(key runtime.Key, token uint64, id string, payload []byte, reply func(*ack.Refusal)) {
 	s, e := m.held(key, token)
 	if e != nil {
 		reply(e)
@@ -269,7 +270,7 @@ func (m *jobSockets) cutoverReady(key runtime.Key, token uint64, id string, payl
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		reply(refuse(connect.CodeNotFound, "instance %s has stopped", key))
+		reply(ack.Refuse(connect.CodeNotFound, "instance %s has stopped", key))
 		return
 	}
 	if s.mig.side != sideSource || s.mig.id != id {
@@ -277,7 +278,7 @@ func (m *jobSockets) cutoverReady(key runtime.Key, token uint64, id string, payl
 			reply(e)
 			return
 		}
-		reply(refuse(connect.CodeFailedPrecondition, "instance %s is not the source of migration %s (it was not asked for its state, or the migration was aborted)", key, id))
+		reply(ack.Refuse(connect.CodeFailedPrecondition, "instance %s is not the source of migration %s (it was not asked for its state, or the migration was aborted)", key, id))
 		return
 	}
 	switch {
@@ -306,7 +307,7 @@ func (m *jobSockets) cutoverReady(key runtime.Key, token uint64, id string, payl
 }
 
 // cutoverApply tells the target where the source stopped: start output.
-func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payload []byte, reply func(*cmdError)) {
+func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payload []byte, reply func(*ack.Refusal)) {
 	s, e := m.held(key, token)
 	if e != nil {
 		reply(e)
@@ -316,7 +317,7 @@ func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payl
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
-		reply(refuse(connect.CodeNotFound, "instance %s has stopped", key))
+		reply(ack.Refuse(connect.CodeNotFound, "instance %s has stopped", key))
 		return
 	case s.appliedID == id:
 		// Applied already: nothing more to tell the job, but its answer
@@ -332,10 +333,10 @@ func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payl
 			reply(e)
 			return
 		}
-		reply(refuse(connect.CodeFailedPrecondition, "instance %s is not the target of migration %s", key, id))
+		reply(ack.Refuse(connect.CodeFailedPrecondition, "instance %s is not the target of migration %s", key, id))
 		return
 	case s.mig.stage == stageAborted:
-		reply(refuse(connect.CodeFailedPrecondition, "migration %s was aborted on instance %s", id, key))
+		reply(ack.Refuse(connect.CodeFailedPrecondition, "migration %s was aborted on instance %s", id, key))
 		return
 	case s.att == nil:
 		reply(s.noSession())
@@ -355,7 +356,7 @@ func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payl
 // instance of the job the worker holds when role is empty. It is
 // acknowledged once every job concerned has been told (or will be, after
 // its next attach).
-func (m *jobSockets) abort(jobID, role, id, reason string, reply func(*cmdError)) {
+func (m *jobSockets) abort(jobID, role, id, reason string, reply func(*ack.Refusal)) {
 	var socks []*jobSocket
 	if role == "" {
 		socks = m.ofJob(jobID)

@@ -3,10 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
-
-	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
@@ -207,24 +204,4 @@ func (a *Agent) sendReport(r *managerv1.InstanceReport) {
 
 func reportMessage(r *managerv1.InstanceReport) *managerv1.WorkerMessage {
 	return &managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Report{Report: r}}
-}
-
-// cmdError is a command's refusal: a gRPC code and a message.
-type cmdError struct {
-	code connect.Code
-	msg  string
-}
-
-func (e *cmdError) Error() string { return e.msg }
-
-// codeName is the gRPC name of the code ("FAILED_PRECONDITION").
-func (e *cmdError) codeName() string { return strings.ToUpper(e.code.String()) }
-
-func ackMessage(seq uint64, e *cmdError) *managerv1.WorkerMessage {
-	ack := &managerv1.CommandAck{Seq: seq}
-	if e != nil {
-		ack.Error = e.msg
-		ack.ErrorCode = e.codeName()
-	}
-	return &managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Ack{Ack: ack}}
 }

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 
@@ -11,6 +10,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 )
 
 // supervisor holds the instances and routes events to them. Each instance
@@ -138,7 +138,7 @@ func (s *supervisor) stopAll(ctx context.Context, reason managerv1.StoppingReaso
 // queued on that stream once the command has been acted on.
 func (a *Agent) onCommand(sess *session, msg *managerv1.ControllerMessage) {
 	seq := msg.GetSeq()
-	reply := func(e *cmdError) { sess.enqueue(ackMessage(seq, e)) }
+	reply := func(e *ack.Refusal) { sess.enqueue(ack.Message(seq, e)) }
 	var key runtime.Key
 	switch m := msg.GetMsg().(type) {
 	case *managerv1.ControllerMessage_Start:
@@ -175,17 +175,17 @@ func (a *Agent) onCommand(sess *session, msg *managerv1.ControllerMessage) {
 		a.onMigrationCommand(sess, msg) // relayed to the job socket (migration.go)
 		return
 	case *managerv1.ControllerMessage_Hello:
-		reply(&cmdError{connect.CodeInvalidArgument, "hello was already received on this stream"})
+		reply(ack.Refuse(connect.CodeInvalidArgument, "hello was already received on this stream"))
 		return
 	default:
-		reply(&cmdError{connect.CodeInvalidArgument, fmt.Sprintf("unknown command %T", m)})
+		reply(ack.Refuse(connect.CodeInvalidArgument, "unknown command %T", m))
 		return
 	}
 	if key.JobID == "" || key.Role == "" {
-		reply(&cmdError{connect.CodeInvalidArgument, "the command names no job id or no role"})
+		reply(ack.Refuse(connect.CodeInvalidArgument, "the command names no job id or no role"))
 		return
 	}
 	if !a.sup.dispatch(key, commandEvent{msg: msg, reply: reply}) {
-		reply(&cmdError{connect.CodeUnavailable, "the worker is shutting down"})
+		reply(ack.Refuse(connect.CodeUnavailable, "the worker is shutting down"))
 	}
 }
