@@ -24,7 +24,8 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/runtime/docker"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 	"github.com/norsk-go/norsk-manager/internal/worker/ack"
-	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
+	"github.com/norsk-go/norsk-manager/internal/worker/jobsocket"
+	jsapi "github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
 
 // dockerProbeTimeout bounds the check whether a Docker engine answers.
@@ -83,9 +84,9 @@ type Agent struct {
 	// before the server starts.
 	images *imageInventory
 
-	// js serves the job sockets (jobsocket.go); nil unless
+	// js serves the job sockets (internal/worker/jobsocket); nil unless
 	// Config.JobSocket. Set by Run before the instances' actors start.
-	js *jobSockets
+	js *jobsocket.Sockets
 
 	disco  discoveryStore     // the discovery access (discovery.go)
 	planes controlPlanes      // the cluster's norsk-mgr URLs (control_planes.go)
@@ -124,7 +125,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	log := cfg.Logger.With("component", "worker")
 	if !cfg.JobSocket && len(cfg.Capabilities) < given {
-		log.Warn("not advertising the " + jobsocket.Capability + " capability: it is this worker's only with --job-socket")
+		log.Warn("not advertising the " + jsapi.Capability + " capability: it is this worker's only with --job-socket")
 	}
 	apiTLS, err := managerTLSConfig(cfg)
 	if err != nil {
@@ -327,11 +328,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.loadAccessReplica()
 
 	if a.cfg.JobSocket {
-		if a.js, err = newJobSockets(a, a.cfg.JobSocketDir); err != nil {
+		if a.js, err = a.newJobSockets(); err != nil {
 			return err
 		}
-		defer a.js.closeAll() // shutdown closes them first; this covers the early returns
-		log.Info("serving job sockets", "dir", a.js.base)
+		defer a.js.CloseAll() // shutdown closes them first; this covers the early returns
+		log.Info("serving job sockets", "dir", a.js.Base())
 	}
 	rt, ownRT, err := a.openRuntime(runCtx, id.NodeID)
 	if err != nil {
@@ -404,7 +405,7 @@ func (a *Agent) shutdown(srv *http.Server) {
 	a.streams.Wait()
 	a.sup.close()
 	if a.js != nil {
-		a.js.closeAll()
+		a.js.CloseAll()
 	}
 	a.wg.Wait()
 }

@@ -126,9 +126,10 @@
 // worker adopts the instance, and removed when the instance stops. Over it
 // the worker relays the handover migration's handshake between the
 // Manager's migration_* commands and the job, and reports the job's answers
-// as MigrationReports; see jobsocket.go (paths, lifetime), migration.go
-// (commands, locking, aborts), migration_report.go (reports while no
-// stream is up) and docs/job-socket.md.
+// as MigrationReports; see internal/worker/jobsocket (paths, lifetime,
+// the handshake, its locking and aborts), jobsockets.go (the commands'
+// routing), migration_report.go (reports while no stream is up) and
+// docs/job-socket.md.
 //
 // # Images
 //

@@ -69,7 +69,7 @@ type record struct {
 	ExitCodes        map[string]int32 `json:"exitCodes,omitempty"`
 	// HandoverApplied: the instance was started as the target of a
 	// migration (Start.migration_id) and its job has applied the handover;
-	// it is no longer told it is a target (jobsocket.go).
+	// it is no longer told it is a target (internal/worker/jobsocket).
 	HandoverApplied bool `json:"handoverApplied,omitempty"`
 	// UnlabelledNoted: the Manager was told (a notice in the job's
 	// history) that the instance runs on services made before cluster ids,

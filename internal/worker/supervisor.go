@@ -172,7 +172,7 @@ func (a *Agent) onCommand(sess *session, msg *managerv1.ControllerMessage) {
 		return
 	case *managerv1.ControllerMessage_MigrationGetState, *managerv1.ControllerMessage_MigrationCutoverReady,
 		*managerv1.ControllerMessage_MigrationCutoverApply, *managerv1.ControllerMessage_MigrationAbort:
-		a.onMigrationCommand(sess, msg) // relayed to the job socket (migration.go)
+		a.onMigrationCommand(sess, msg) // relayed to the job socket (jobsockets.go)
 		return
 	case *managerv1.ControllerMessage_Hello:
 		reply(ack.Refuse(connect.CodeInvalidArgument, "hello was already received on this stream"))

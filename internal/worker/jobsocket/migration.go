@@ -1,4 +1,4 @@
-package worker
+package jobsocket
 
 import (
 	"fmt"
@@ -121,73 +121,17 @@ func (h handover) holds() bool {
 	return false
 }
 
-// onMigrationCommand handles a migration command from a Control stream; its
-// acknowledgement is queued on that stream.
-func (a *Agent) onMigrationCommand(sess *session, msg *managerv1.ControllerMessage) {
-	seq := msg.GetSeq()
-	log := a.logger()
-	reply := func(e *ack.Refusal) {
-		if e != nil {
-			log.Info("migration command refused", "seq", seq, "code", e.CodeName(), "err", e.Msg)
-		}
-		sess.enqueue(ack.Message(seq, e))
-	}
-	if a.js == nil {
-		reply(ack.Refuse(connect.CodeFailedPrecondition, "this worker serves no job sockets (start it with --job-socket)"))
-		return
-	}
-	switch m := msg.GetMsg().(type) {
-	case *managerv1.ControllerMessage_MigrationGetState:
-		c := m.MigrationGetState
-		if e := checkMigrationCommand(c.GetJobId(), c.GetRole(), c.GetMigrationId()); e != nil {
-			reply(e)
-			return
-		}
-		a.js.getState(runtime.Key{JobID: c.GetJobId(), Role: c.GetRole()}, c.GetFencingToken(), c.GetMigrationId(), reply)
-	case *managerv1.ControllerMessage_MigrationCutoverReady:
-		c := m.MigrationCutoverReady
-		if e := checkMigrationCommand(c.GetJobId(), c.GetRole(), c.GetMigrationId()); e != nil {
-			reply(e)
-			return
-		}
-		a.js.cutoverReady(runtime.Key{JobID: c.GetJobId(), Role: c.GetRole()}, c.GetFencingToken(), c.GetMigrationId(), c.GetPayload(), reply)
-	case *managerv1.ControllerMessage_MigrationCutoverApply:
-		c := m.MigrationCutoverApply
-		if e := checkMigrationCommand(c.GetJobId(), c.GetRole(), c.GetMigrationId()); e != nil {
-			reply(e)
-			return
-		}
-		a.js.cutoverApply(runtime.Key{JobID: c.GetJobId(), Role: c.GetRole()}, c.GetFencingToken(), c.GetMigrationId(), c.GetPayload(), reply)
-	case *managerv1.ControllerMessage_MigrationAbort:
-		c := m.MigrationAbort
-		if c.GetJobId() == "" || c.GetMigrationId() == "" {
-			reply(ack.Refuse(connect.CodeInvalidArgument, "the migration abort names no job id or no migration id"))
-			return
-		}
-		a.js.abort(c.GetJobId(), c.GetRole(), c.GetMigrationId(), c.GetReason(), reply)
-	}
-}
-
-func checkMigrationCommand(jobID, role, migrationID string) *ack.Refusal {
-	if jobID == "" || role == "" || migrationID == "" {
-		return ack.Refuse(connect.CodeInvalidArgument, "the migration command names no job id, role or migration id")
-	}
-	return nil
-}
-
 // held returns the socket of an instance the worker holds under token (0:
 // whatever it holds), or the refusal.
-func (m *jobSockets) held(key runtime.Key, token uint64) (*jobSocket, *ack.Refusal) {
-	m.a.pubMu.Lock()
-	snap := m.a.snaps[key]
-	m.a.pubMu.Unlock()
+func (m *Sockets) held(key runtime.Key, token uint64) (*jobSocket, *ack.Refusal) {
+	rep := m.cfg.Held(key)
 	switch {
-	case snap == nil:
+	case rep == nil:
 		return nil, ack.Refuse(connect.CodeNotFound, "no instance %s on this node", key)
-	case snap.report.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED:
-		return nil, ack.Refuse(connect.CodeNotFound, "instance %s has stopped (token %d)", key, snap.report.GetFencingToken())
-	case token != 0 && snap.report.GetFencingToken() != token:
-		return nil, ack.Refuse(connect.CodeNotFound, "instance %s is held under token %d, not %d", key, snap.report.GetFencingToken(), token)
+	case rep.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED:
+		return nil, ack.Refuse(connect.CodeNotFound, "instance %s has stopped (token %d)", key, rep.GetFencingToken())
+	case token != 0 && rep.GetFencingToken() != token:
+		return nil, ack.Refuse(connect.CodeNotFound, "instance %s is held under token %d, not %d", key, rep.GetFencingToken(), token)
 	}
 	s := m.find(key)
 	switch {
@@ -227,7 +171,7 @@ func (s *jobSocket) told(what string, reply func(*ack.Refusal)) func(error) {
 }
 
 // getState (the propose) asks the source for its state.
-func (m *jobSockets) getState(key runtime.Key, token uint64, id string, reply func(*ack.Refusal)) {
+func (m *Sockets) GetState(key runtime.Key, token uint64, id string, reply func(*ack.Refusal)) {
 	s, e := m.held(key, token)
 	if e != nil {
 		reply(e)
@@ -261,7 +205,7 @@ func (m *jobSockets) getState(key runtime.Key, token uint64, id string, reply fu
 }
 
 // cutoverReady tells the source where the target is ready: stop output.
-func (m *jobSockets) cutoverReady(key runtime.Key, token uint64, id string, payload []byte, reply func(*ack.Refusal)) {
+func (m *Sockets) CutoverReady(key runtime.Key, token uint64, id string, payload []byte, reply func(*ack.Refusal)) {
 	s, e := m.held(key, token)
 	if e != nil {
 		reply(e)
@@ -307,7 +251,7 @@ func (m *jobSockets) cutoverReady(key runtime.Key, token uint64, id string, payl
 }
 
 // cutoverApply tells the target where the source stopped: start output.
-func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payload []byte, reply func(*ack.Refusal)) {
+func (m *Sockets) CutoverApply(key runtime.Key, token uint64, id string, payload []byte, reply func(*ack.Refusal)) {
 	s, e := m.held(key, token)
 	if e != nil {
 		reply(e)
@@ -356,7 +300,7 @@ func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payl
 // instance of the job the worker holds when role is empty. It is
 // acknowledged once every job concerned has been told (or will be, after
 // its next attach).
-func (m *jobSockets) abort(jobID, role, id, reason string, reply func(*ack.Refusal)) {
+func (m *Sockets) Abort(jobID, role, id, reason string, reply func(*ack.Refusal)) {
 	var socks []*jobSocket
 	if role == "" {
 		socks = m.ofJob(jobID)
@@ -461,7 +405,7 @@ func (s *jobSocket) initialStateSent(id string) func(error) {
 // state; s.mu held.
 func (s *jobSocket) deliveredLocked() {
 	s.mig.stage = stageStateDelivered
-	s.log.Info("migration: initial state delivered to the target", "migration_id", s.mig.id, "bytes", len(s.info.initialState))
+	s.log.Info("migration: initial state delivered to the target", "migration_id", s.mig.id, "bytes", len(s.info.InitialState))
 	s.reportLocked(managerv1.MigrationReportKind_MIGRATION_REPORT_KIND_INITIAL_STATE_DELIVERED, s.mig.id, nil)
 }
 
@@ -530,7 +474,7 @@ func (s *jobSocket) fromJob(att *attachment, msg *managerv1.JobSocketFromJob) {
 		})
 		// The job runs as itself from here on: it may be migrated again.
 		s.mig, s.appliedID, s.appliedSummary = handover{}, id, m.Applied.GetPayload()
-		s.info.migrationID, s.info.handover, s.info.initialState = "", false, nil
+		s.info.MigrationID, s.info.Handover, s.info.InitialState = "", false, nil
 		applied = id
 	case *managerv1.JobSocketFromJob_Abort:
 		id := m.Abort.GetMigrationId()
@@ -554,7 +498,7 @@ func (s *jobSocket) fromJob(att *attachment, msg *managerv1.JobSocketFromJob) {
 	if applied != "" {
 		// Kept in the record: a restarted worker does not treat the
 		// instance as a target again.
-		s.m.a.sup.dispatch(s.key, handoverAppliedEvent{token: s.token, migrationID: applied})
+		s.m.cfg.Applied(s.key, s.token, applied)
 	}
 }
 
@@ -583,5 +527,5 @@ func (s *jobSocket) reportLocked(kind managerv1.MigrationReportKind, id string, 
 	if fill != nil {
 		fill(r)
 	}
-	s.m.a.reportMigration(r)
+	s.m.cfg.Report(r)
 }
