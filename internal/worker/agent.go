@@ -24,6 +24,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/runtime/docker"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 	"github.com/norsk-go/norsk-manager/internal/worker/ack"
+	"github.com/norsk-go/norsk-manager/internal/worker/instance"
 	"github.com/norsk-go/norsk-manager/internal/worker/jobsocket"
 	jsapi "github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
@@ -53,8 +54,8 @@ type Agent struct {
 	// Set by Run before the goroutines that read them start.
 	advertise   string
 	runtimeName string
-	records     *recordStore
-	sup         *supervisor
+	records     *instance.Records
+	sup         *instance.Supervisor
 	runCtx      context.Context
 	cancelRun   context.CancelCauseFunc
 
@@ -141,7 +142,7 @@ func New(cfg Config) (*Agent, error) {
 		linkChanged: make(chan struct{}, 1),
 		fenceWake:   make(chan struct{}, 1),
 		snaps:       map[runtime.Key]*snapshot{},
-		records:     &recordStore{dir: filepath.Join(cfg.DataDir, instancesDir), log: log},
+		records:     instance.NewRecords(filepath.Join(cfg.DataDir, instance.RecordsDir), log),
 		incarnation: newIncarnation(),
 	}
 	a.heartbeatDefault.Store(int64(DefaultHeartbeat))
@@ -257,7 +258,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.beginLease()
 	defer a.reg.close()
 
-	if err := os.MkdirAll(a.records.dir, 0o700); err != nil {
+	if err := os.MkdirAll(a.records.Dir(), 0o700); err != nil {
 		return fmt.Errorf("worker: data directory: %w", err)
 	}
 	ln, err := net.Listen("tcp", a.cfg.Listen)
@@ -278,7 +279,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.initTLS(); err != nil {
 		return err
 	}
-	recs, unreadable, err := a.records.loadAll()
+	recs, unreadable, err := a.records.LoadAll()
 	if err != nil {
 		return fmt.Errorf("worker: instance records: %w", err)
 	}
@@ -321,7 +322,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	a.id = id
 	a.log = a.baseLog.With("node", id.NodeID)
-	a.records.log = a.log
+	a.records.SetLogger(a.log)
 	a.mu.Unlock()
 	log := a.logger()
 	a.loadDiscovery()
@@ -352,9 +353,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.images.refresh(runCtx); err != nil {
 		log.Warn("cannot list the runtime's images; the hello reports none until it can", "err", err)
 	}
-	a.sup = newSupervisor(a, runCtx, rt)
+	a.sup = instance.New(runCtx, instance.Config{
+		Host:        agentHost{a},
+		Runtime:     rt,
+		RuntimeName: a.runtimeName,
+		Clock:       a.clock,
+		Log:         a.logger(),
+		Records:     a.records,
+		NodeID:      a.NodeID(),
+		JobSockets:  a.js,
+	})
 	defer a.wg.Wait()
-	if err := a.sup.adopt(runCtx, recs, unreadable); err != nil {
+	if err := a.sup.Adopt(runCtx, recs, unreadable); err != nil {
 		cancel(nil)
 		return fmt.Errorf("worker: adopt instances: %w", err)
 	}
@@ -403,7 +413,7 @@ func (a *Agent) shutdown(srv *http.Server) {
 	cancel()
 	_ = srv.Close() // ends every connection: blocked receivers return
 	a.streams.Wait()
-	a.sup.close()
+	a.sup.Close()
 	if a.js != nil {
 		a.js.CloseAll()
 	}
@@ -429,11 +439,11 @@ func (a *Agent) shutdownNode(sess *session, seq uint64, reason string, deregiste
 		ctx := a.runCtx
 		log := a.logger()
 		log.Info("stopping every instance: the node is leaving", "reason", reason, "deregistered", deregistered)
-		a.sup.stopAll(ctx, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED, reason)
+		a.sup.StopAll(ctx, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED, reason)
 		if ctx.Err() != nil {
 			return
 		}
-		if err := a.records.deleteAll(); err != nil {
+		if err := a.records.DeleteAll(); err != nil {
 			log.Error("cannot delete instance records", "err", err)
 		}
 		if deregistered {
@@ -460,7 +470,7 @@ func (a *Agent) shutdownNode(sess *session, seq uint64, reason string, deregiste
 }
 
 // resolveRuntimeName decides which runtime the worker uses.
-func (a *Agent) resolveRuntimeName(ctx context.Context, recs map[runtime.Key]*record) (string, error) {
+func (a *Agent) resolveRuntimeName(ctx context.Context, recs map[runtime.Key]*instance.Record) (string, error) {
 	if a.cfg.RuntimeImpl != nil {
 		return a.cfg.RuntimeImpl.Name(), nil
 	}

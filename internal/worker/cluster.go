@@ -92,14 +92,6 @@ func (a *Agent) learnCluster(clusterID string) error {
 	return nil
 }
 
-// Kinds of WorkerNotice (InstanceNotice.kind).
-const (
-	noticeAdoptedUnlabelled = "adopted-unlabelled"
-	noticeKeptUnlabelled    = "kept-unlabelled"
-	noticeRemovedOrphan     = "removed-orphan"
-	noticeRecreatedMissing  = "recreated-missing"
-)
-
 // maxPendingNotices bounds the notices kept while no stream is up; older
 // ones are dropped (they were logged).
 const maxPendingNotices = 1024

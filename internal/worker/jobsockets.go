@@ -111,7 +111,7 @@ func (a *Agent) newJobSockets() (*jobsocket.Sockets, error) {
 			return nil
 		},
 		Applied: func(key runtime.Key, token uint64, migrationID string) {
-			a.sup.dispatch(key, handoverAppliedEvent{token: token, migrationID: migrationID})
+			a.sup.HandoverApplied(key, token, migrationID)
 		},
 		Report: a.reportMigration,
 	})

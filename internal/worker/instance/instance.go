@@ -1,4 +1,4 @@
-package worker
+package instance
 
 import (
 	"context"
@@ -53,7 +53,7 @@ type (
 	// adoptEvent hands the actor a record and the runtime's services of
 	// the key, when the worker starts.
 	adoptEvent struct {
-		rec      *record
+		rec      *Record
 		statuses []runtime.ServiceStatus
 	}
 	// orphanEvent: the runtime holds services of the key that no record
@@ -70,7 +70,7 @@ type (
 // instance is one (job, role) and its actor. The fields below mu are owned
 // by the actor goroutine.
 type instance struct {
-	sup *supervisor
+	sup *Supervisor
 	key runtime.Key
 	log *slog.Logger
 
@@ -82,7 +82,7 @@ type instance struct {
 	// fenceQueued: a fenceEvent is queued and not yet handled.
 	fenceQueued atomic.Bool
 
-	rec       *record // nil: the worker holds nothing of the key
+	rec       *Record // nil: the worker holds nothing of the key
 	phase     managerv1.InstancePhase
 	reason    managerv1.StoppingReason
 	addl      string
@@ -107,7 +107,7 @@ type service struct {
 	startedAt time.Time // on the agent's clock
 }
 
-func newInstance(s *supervisor, key runtime.Key) *instance {
+func newInstance(s *Supervisor, key runtime.Key) *instance {
 	return &instance{
 		sup:       s,
 		key:       key,
@@ -238,7 +238,7 @@ func (in *instance) endRun() {
 	}
 }
 
-func (in *instance) save(rec *record) error {
+func (in *instance) save(rec *Record) error {
 	return in.sup.records.save(rec, in.sup.clock.Now())
 }
 
@@ -272,7 +272,7 @@ func (in *instance) publish() {
 		token := in.rec.token()
 		deliver = func() { in.enqueue(deliveredEvent{token: token}) }
 	}
-	in.sup.a.publish(in.key, in.report(), deliver)
+	in.sup.host.Publish(in.key, in.report(), deliver)
 }
 
 // forget drops the instance: no record, no report.
@@ -284,7 +284,7 @@ func (in *instance) forget() {
 	in.phase = managerv1.InstancePhase_INSTANCE_PHASE_UNSPECIFIED
 	in.endRun()
 	in.closeJobSocket()
-	in.sup.a.unpublish(in.key)
+	in.sup.host.Unpublish(in.key)
 }
 
 func (in *instance) onDelivered(ev deliveredEvent) {
@@ -360,7 +360,7 @@ func (in *instance) startService(name string) error {
 // watch waits for a service to exit and tells the actor.
 func (in *instance) watch(name string, gen uint64) {
 	ctx := in.runCtx
-	in.sup.a.goOwned(func() {
+	in.sup.host.Go(func() {
 		code, err := in.sup.rt.Wait(ctx, in.key, name)
 		if ctx.Err() != nil {
 			return
@@ -434,7 +434,7 @@ func (in *instance) shutdown(reason managerv1.StoppingReason, addl string, grace
 	in.ports = map[string]*managerv1.ResolvedPortMappings{}
 	in.closeJobSocket()
 	if !tombstone {
-		in.sup.a.sendReport(in.report())
+		in.sup.host.SendReport(in.report())
 		return
 	}
 	rec.Stopped = true
@@ -469,7 +469,7 @@ func (in *instance) removeOrphan(sts []runtime.ServiceStatus) {
 	}
 	in.log.Warn("stopping and removing services that no instance record names", "services", len(sts))
 	in.removeServices(sts, DefaultStopGrace)
-	in.sup.a.notify(in.key, maxToken(sts), noticeRemovedOrphan, fmt.Sprintf(
+	in.sup.host.Notify(in.key, maxToken(sts), noticeRemovedOrphan, fmt.Sprintf(
 		"stopped and removed services %s (token %d) of this cluster that no instance record of this worker named", serviceNames(sts), maxToken(sts)))
 }
 

@@ -1,4 +1,4 @@
-package worker
+package instance
 
 import (
 	"github.com/norsk-go/norsk-manager/internal/runtime"
@@ -22,7 +22,7 @@ type handoverAppliedEvent struct {
 // runs without one: its output matters more than a later handover, which
 // is then refused with a reason.
 func (in *instance) openJobSocket() {
-	js := in.sup.a.js
+	js := in.sup.js
 	if js == nil || in.rec == nil {
 		return
 	}
@@ -40,7 +40,7 @@ func (in *instance) openJobSocket() {
 
 // closeJobSocket removes the instance's job socket, if it has one.
 func (in *instance) closeJobSocket() {
-	if js := in.sup.a.js; js != nil {
+	if js := in.sup.js; js != nil {
 		js.Remove(in.key)
 	}
 }
@@ -51,7 +51,7 @@ func (in *instance) closeJobSocket() {
 // directory mounted read-only at jsapi.ContainerDir;
 // NORSK_MIGRATION_HANDOVER=1 marks a handover's target.
 func (in *instance) jobSocketSpec(env map[string]string) []runtime.Mount {
-	js := in.sup.a.js
+	js := in.sup.js
 	if js == nil || !js.Has(in.key) {
 		return nil // no socket: nothing to point at or mount
 	}
