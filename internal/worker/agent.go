@@ -24,6 +24,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/runtime/docker"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 	"github.com/norsk-go/norsk-manager/internal/worker/ack"
+	"github.com/norsk-go/norsk-manager/internal/worker/images"
 	"github.com/norsk-go/norsk-manager/internal/worker/instance"
 	"github.com/norsk-go/norsk-manager/internal/worker/jobsocket"
 	jsapi "github.com/norsk-go/norsk-manager/pkg/jobsocket"
@@ -83,7 +84,7 @@ type Agent struct {
 
 	// images is the runtime's image inventory (images.go); set by Run
 	// before the server starts.
-	images *imageInventory
+	images *images.Inventory
 
 	// js serves the job sockets (internal/worker/jobsocket); nil unless
 	// Config.JobSocket. Set by Run before the instances' actors start.
@@ -349,8 +350,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		log.Warn("this worker does not know its cluster id yet (its Manager has not told it since it was upgraded): until it does, it touches only services without one")
 	}
 	a.rt = rt
-	a.images = newImageInventory(a, rt)
-	if err := a.images.refresh(runCtx); err != nil {
+	a.images = a.newImages(rt)
+	if err := a.images.Refresh(runCtx); err != nil {
 		log.Warn("cannot list the runtime's images; the hello reports none until it can", "err", err)
 	}
 	a.sup = instance.New(runCtx, instance.Config{
@@ -369,7 +370,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: adopt instances: %w", err)
 	}
 	a.goOwned(func() { a.runFence(runCtx) })
-	a.goOwned(func() { a.images.run(runCtx) })
+	a.goOwned(func() { a.images.Run(runCtx) })
 
 	srv := a.newServer()
 	a.goOwned(func() {

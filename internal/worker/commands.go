@@ -36,7 +36,7 @@ func (a *Agent) onCommand(sess *session, msg *managerv1.ControllerMessage) {
 		a.onControlPlanes(sess, seq, m.ControlPlanes)
 		return
 	case *managerv1.ControllerMessage_PrefetchImages:
-		a.onPrefetch(sess, seq, m.PrefetchImages) // images.go
+		a.onPrefetch(a.runCtx, sess, seq, m.PrefetchImages) // images.go
 		return
 	case *managerv1.ControllerMessage_Recorded:
 		a.onRecorded(m.Recorded) // not acknowledged

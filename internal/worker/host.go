@@ -41,7 +41,7 @@ func (h agentHost) Lease(now time.Time) (expired bool, why string, ends time.Tim
 func (h agentHost) WakeFence() { h.a.wakeFence() }
 
 func (h agentHost) ImagesUsed(refs []string) {
-	if inv := h.a.images; inv != nil && inv.rt != nil {
-		inv.markUsed(refs...)
+	if inv := h.a.images; inv != nil {
+		inv.MarkUsed(refs...)
 	}
 }

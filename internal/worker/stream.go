@@ -128,7 +128,7 @@ func (a *Agent) openSession(ctx context.Context, epoch managerEpoch) (*session, 
 		WorkerIncarnation: a.incarnation,
 	}
 	if a.images != nil {
-		hello.HeldImages = a.images.snapshot()
+		hello.HeldImages = a.images.Snapshot()
 	}
 	s.enqueue(&managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Hello{Hello: hello}})
 	a.flushMigrationReportsLocked(s)
