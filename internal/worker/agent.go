@@ -24,6 +24,8 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/runtime/docker"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 	"github.com/norsk-go/norsk-manager/internal/worker/ack"
+	"github.com/norsk-go/norsk-manager/internal/worker/datadir"
+	"github.com/norsk-go/norsk-manager/internal/worker/hostinfo"
 	"github.com/norsk-go/norsk-manager/internal/worker/images"
 	"github.com/norsk-go/norsk-manager/internal/worker/instance"
 	"github.com/norsk-go/norsk-manager/internal/worker/jobsocket"
@@ -48,7 +50,7 @@ type Agent struct {
 	clock   clock.Clock
 	baseLog *slog.Logger
 	reg     *registrar
-	cpu     cpuSampler
+	cpu     hostinfo.CPU
 	ready   chan struct{}
 	started atomic.Bool
 
@@ -219,7 +221,7 @@ func (a *Agent) rememberManagers(urls []string) {
 	}
 	id := *a.id
 	id.ManagerURLs = urls
-	if err := saveIdentity(a.cfg.DataDir, &id); err != nil {
+	if err := datadir.SaveIdentity(a.cfg.DataDir, &id); err != nil {
 		a.log.Warn("could not remember the Manager's members", "err", err)
 		return
 	}
@@ -251,11 +253,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.runCtx, a.cancelRun = runCtx, cancel
 	// One worker per data directory: a second one over it would adopt the
 	// same instances and take the node from this one in turns.
-	lock, err := lockDataDir(a.cfg.DataDir)
+	lock, err := datadir.TakeLock(a.cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	defer lock.release() // last: after every goroutine has ended
+	defer lock.Release() // last: after every goroutine has ended
 	a.beginLease()
 	defer a.reg.close()
 
@@ -306,7 +308,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return errors.New("worker: the Manager's registration answer has no node id or secret")
 		}
 		id = &Identity{NodeID: resp.GetNodeId(), NodeSecret: resp.GetNodeSecret(), ManagerURL: a.cfg.ManagerURL, ClusterID: resp.GetClusterId()}
-		if err := saveIdentity(a.cfg.DataDir, id); err != nil {
+		if err := datadir.SaveIdentity(a.cfg.DataDir, id); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
 		if ms := resp.GetHeartbeatIntervalMs(); ms > 0 {
@@ -315,7 +317,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		registered = true
 	} else if id.ManagerURL != a.cfg.ManagerURL {
 		id.ManagerURL = a.cfg.ManagerURL
-		if err := saveIdentity(a.cfg.DataDir, id); err != nil {
+		if err := datadir.SaveIdentity(a.cfg.DataDir, id); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
 	}
@@ -448,7 +450,7 @@ func (a *Agent) shutdownNode(sess *session, seq uint64, reason string, deregiste
 			log.Error("cannot delete instance records", "err", err)
 		}
 		if deregistered {
-			if err := deleteIdentity(a.cfg.DataDir); err != nil {
+			if err := datadir.DeleteIdentity(a.cfg.DataDir); err != nil {
 				log.Error("cannot delete the identity", "err", err)
 			}
 			a.forgetDiscovery()

@@ -7,6 +7,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/worker/datadir"
 )
 
 // Ownership and sessions (decision 0027).
@@ -76,7 +77,7 @@ func (a *Agent) learnCluster(clusterID string) error {
 	}
 	id := *a.id
 	id.ClusterID = clusterID
-	if err := saveIdentity(a.cfg.DataDir, &id); err != nil {
+	if err := datadir.SaveIdentity(a.cfg.DataDir, &id); err != nil {
 		a.mu.Unlock()
 		return fmt.Errorf("remember the cluster id: %w", err)
 	}

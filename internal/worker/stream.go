@@ -7,6 +7,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/worker/hostinfo"
 )
 
 // session is one Control stream's outbound side: a FIFO the stream's
@@ -120,7 +121,7 @@ func (a *Agent) openSession(ctx context.Context, epoch managerEpoch) (*session, 
 	id := a.identity()
 	hello := &managerv1.WorkerHello{
 		NodeId:            id.NodeID,
-		Hardware:          a.hardware(),
+		Hardware:          hostinfo.Hardware(a.cfg.GPUs),
 		Capabilities:      a.cfg.Capabilities,
 		Runtime:           a.runtimeName,
 		WorkerVersion:     a.cfg.Version,
