@@ -92,7 +92,7 @@ type Agent struct {
 	// Config.JobSocket. Set by Run before the instances' actors start.
 	js *jobsocket.Sockets
 
-	disco  discoveryStore     // the discovery access (discovery.go)
+	disco  datadir.Discovery  // the discovery access (discovery.go)
 	planes controlPlanes      // the cluster's norsk-mgr URLs (control_planes.go)
 	access accessReplicaStore // the access replica (access_replica.go)
 	tlsw   workerTLS          // mutual TLS with the Manager (tls.go)
