@@ -84,7 +84,7 @@ type Agent struct {
 	fenceWake   chan struct{}
 	fenceChecks atomic.Uint64
 
-	// images is the runtime's image inventory (images.go); set by Run
+	// images is the runtime's image inventory (internal/worker/images); set by Run
 	// before the server starts.
 	images *images.Inventory
 

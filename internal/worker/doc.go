@@ -88,7 +88,7 @@
 // once; the refs are pulled one after the other and each outcome is sent as
 // WorkerMessage.prefetched with the inventory after it (kept for the next
 // stream while none is up). A start's pulls go to the job's history as
-// image-pull notices. See images.go.
+// image-pull notices. See internal/worker/images.
 //
 // This package imports nothing of the Manager's side.
 package worker

@@ -77,7 +77,7 @@ type instance struct {
 	mu    sync.Mutex
 	queue []event
 	wake  chan struct{}
-	// preparing is the Prepare in flight, if any (instance_prepare.go).
+	// preparing is the Prepare in flight, if any (prepare.go).
 	preparing *preparing
 	// fenceQueued: a fenceEvent is queued and not yet handled.
 	fenceQueued atomic.Bool

@@ -23,7 +23,7 @@ import (
 	jsapi "github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
 
-// The job sockets (Config.JobSocket): one Unix socket per instance, served
+// The job sockets (the worker's Config.JobSocket): one Unix socket per instance, served
 // with the JobSocket service (gRPC over cleartext HTTP/2) for as long as the
 // worker holds the instance and it has not stopped.
 //
