@@ -100,6 +100,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -123,6 +124,11 @@ const (
 	// reaches the target before it is due.
 	defaultCutoverLead = 400 * time.Millisecond
 	maxCutoverLead     = time.Minute
+	// spinLead is how long before a precise frame (one next to a cut) the
+	// send loop wakes, to wait out the rest awake: a timer's wake-up is
+	// late by up to a millisecond on an idle host and by more on a busy
+	// one, and the gap at the cut is two frames' lateness.
+	spinLead = 4 * time.Millisecond
 )
 
 func main() {
@@ -323,6 +329,15 @@ func run(ctx context.Context, cfg config, stdout io.Writer, log *slog.Logger) (e
 	return stream(ctx, cfg, out, w, lossy, log)
 }
 
+// awaitPrecisely returns at t, waiting awake (yielding to other goroutines)
+// rather than on a timer. It is for the few frames next to a cut: a few
+// milliseconds of one core per handover.
+func awaitPrecisely(t time.Time) {
+	for time.Now().Before(t) {
+		runtime.Gosched()
+	}
+}
+
 // stream is the send loop: it sends each frame out lets through, when it is
 // due, until ctx ends or cfg.FrameCount frames are sent.
 func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy bool, log *slog.Logger) (err error) {
@@ -359,8 +374,12 @@ func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy boo
 
 	for cfg.FrameCount == 0 || sent < cfg.FrameCount {
 		var due <-chan time.Time
-		if seq, at, ok := out.nextFrame(); ok {
+		if seq, at, precise, ok := out.nextFrame(); ok {
 			late := time.Since(at)
+			if precise && late < 0 && -late <= spinLead {
+				awaitPrecisely(at)
+				late = time.Since(at)
+			}
 			if late >= 0 {
 				if late > behindLimit {
 					log.Warn("behind schedule; re-basing the frame clock", "late", late.Round(time.Millisecond), "seq", seq)
@@ -399,7 +418,11 @@ func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy boo
 				}
 				continue
 			}
-			timer.Reset(-late)
+			wait := -late
+			if precise {
+				wait -= spinLead // wake early, then wait out the rest awake
+			}
+			timer.Reset(wait)
 			due = timer.C
 		}
 		// Wait until the frame is due, the gate moves, or the end.
