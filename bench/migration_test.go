@@ -15,10 +15,9 @@ package bench
 // the kernel's receive stamps (testcluster.FrameSink), so the benchmark
 // process's own scheduling is not in them. Reported, over the iterations:
 //
-//	gap-ms         mean of the time between the last frame the sink received
-//	               from the source and the first from the target (negative:
-//	               both were on air that long); one frame interval (40 ms)
-//	               is a seamless cut
+//	gap-ms         mean of the time between the target's first frame at the
+//	               sink and the source's last one before it; one frame
+//	               interval (40 ms) is a seamless cut
 //	p50-gap-ms, p99-gap-ms, max-gap-ms, min-gap-ms
 //	               its distribution (nearest rank: at 50 iterations p99 is
 //	               the largest)
@@ -38,12 +37,15 @@ package bench
 //	               so the restart is not counted as duplicates
 //	restart/op     iterations whose target restarted the sequence (the
 //	               downstream sees the numbering jump back)
-//	overlap-frames/op
+//	overlap-frames/op, overlap-ms
 //	               frames from the source that arrived after the target's
-//	               first (both on air)
+//	               first, and for how long both were on air (mean)
 //	silence-ms     mean of the longest time without any frame arriving
-//	               around the cut (a second either side): the real output
-//	               gap a downstream sees, whatever the numbering
+//	               during the cutover (from the source's last frame before
+//	               the target's first to the target's first after the
+//	               source's last): the real output gap a downstream sees,
+//	               whatever the numbering; the gap itself unless both were
+//	               on air
 //	max-silence-ms its worst
 //	migration-ms   mean time from MigrateJob to the migration's done
 //
@@ -86,6 +88,7 @@ type cutStats struct {
 	continued        bool // the target went on with the source's sequence
 	lost, dup        uint64
 	overlap          int
+	overlapDur       time.Duration // both on air
 }
 
 // analyseCut reads the sink's frames around the move from node src to node
@@ -136,11 +139,28 @@ func analyseCut(sink *testcluster.FrameSink, src, tgt string, interval time.Dura
 		}
 	}
 
-	// The longest silence at the sink a second either side of the cut,
-	// whoever sent the frames.
+	// The cutover runs from the source's last frame before the target's
+	// first to the target's first frame after the source's very last (the
+	// same two frames unless both were on air). The longest silence in it,
+	// whoever sent the frames, is the output gap a downstream sees.
+	from, to := last.At, first.At
+	for _, f := range fs {
+		if f.Node == src && f.At.After(first.At) {
+			s.overlapDur = max(s.overlapDur, f.At.Sub(first.At))
+		}
+	}
+	if s.overlapDur > 0 {
+		srcEnd := first.At.Add(s.overlapDur)
+		for _, f := range fs {
+			if f.Node == tgt && !f.At.Before(srcEnd) {
+				to = f.At
+				break
+			}
+		}
+	}
 	var ats []time.Time
 	for _, f := range fs {
-		if f.At.After(first.At.Add(-time.Second)) && f.At.Before(first.At.Add(time.Second)) {
+		if !f.At.Before(from) && !f.At.After(to) {
 			ats = append(ats, f.At)
 		}
 	}
@@ -227,6 +247,7 @@ func reportCuts(b *testing.B, cuts []cutStats, took []time.Duration) {
 	var gaps, silences, tgtLates []time.Duration
 	var srcLate, migration time.Duration
 	var lost, dup, restarts, overlap float64
+	var overlapDur time.Duration
 	for i, c := range cuts {
 		gaps = append(gaps, c.gap)
 		silences = append(silences, c.silence)
@@ -235,6 +256,7 @@ func reportCuts(b *testing.B, cuts []cutStats, took []time.Duration) {
 		lost += float64(c.lost)
 		dup += float64(c.dup)
 		overlap += float64(c.overlap)
+		overlapDur += c.overlapDur
 		if c.continued {
 			tgtLates = append(tgtLates, c.tgtLate)
 		} else {
@@ -266,5 +288,6 @@ func reportCuts(b *testing.B, cuts []cutStats, took []time.Duration) {
 	b.ReportMetric(dup/n, "dup/op")
 	b.ReportMetric(restarts/n, "restart/op")
 	b.ReportMetric(overlap/n, "overlap-frames/op")
+	b.ReportMetric(ms(overlapDur)/n, "overlap-ms")
 	b.ReportMetric(ms(migration)/n, "migration-ms")
 }

@@ -46,6 +46,11 @@
 //	              (a duration, "400ms", or milliseconds); default 400ms.
 //	              It must exceed the time the Manager takes to relay the
 //	              cut to the target, or the target starts late.
+//	CUTOVER_PRIORITY
+//	              the SCHED_FIFO priority (1-99) at which the two frames
+//	              either side of a cut are paced; default 10; 0 = none.
+//	              Without CAP_SYS_NICE (or off Linux) they are paced by
+//	              waiting awake instead. See "Pacing at the cut" below.
 //
 // Every frame's payload is the text "node=<NORSK_NODE_ID> role=<NORSK_RUNTIME_ROLE>
 // pid=<pid>" (truncated to frames.MaxPayloadLen), so a receiver can tell
@@ -100,7 +105,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -124,11 +128,6 @@ const (
 	// reaches the target before it is due.
 	defaultCutoverLead = 400 * time.Millisecond
 	maxCutoverLead     = time.Minute
-	// spinLead is how long before a precise frame (one next to a cut) the
-	// send loop wakes, to wait out the rest awake: a timer's wake-up is
-	// late by up to a millisecond on an idle host and by more on a busy
-	// one, and the gap at the cut is two frames' lateness.
-	spinLead = 4 * time.Millisecond
 )
 
 func main() {
@@ -164,6 +163,9 @@ type config struct {
 	MigrationID string
 	Handover    bool
 	CutoverLead time.Duration
+	// CutoverPriority is the real-time priority the frames next to a cut
+	// are paced at (0: none, wait awake).
+	CutoverPriority int
 }
 
 // handoverTarget reports whether the job starts as a handover's target:
@@ -186,6 +188,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		MigrationID: getenv("NORSK_MIGRATION_ID"),
 		Handover:    getenv(jobsocket.EnvHandover) == "1",
 		CutoverLead: defaultCutoverLead,
+
+		CutoverPriority: defaultCutoverPriority,
 	}
 	if cfg.Sink == "" {
 		return cfg, errors.New("SINK is not set (udp://host:port, file:///path, - or stdout)")
@@ -203,6 +207,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 			return cfg, err
 		}
 		cfg.CutoverLead = d
+	}
+	if v := strings.TrimSpace(getenv("CUTOVER_PRIORITY")); v != "" {
+		p, err := strconv.Atoi(v)
+		if err != nil || p < 0 || p > 99 {
+			return cfg, fmt.Errorf("CUTOVER_PRIORITY %q: want 0 (none) to 99", v)
+		}
+		cfg.CutoverPriority = p
 	}
 	var err error
 	if cfg.StartSeq, err = parseUint(getenv, "START_SEQ"); err != nil {
@@ -329,15 +340,6 @@ func run(ctx context.Context, cfg config, stdout io.Writer, log *slog.Logger) (e
 	return stream(ctx, cfg, out, w, lossy, log)
 }
 
-// awaitPrecisely returns at t, waiting awake (yielding to other goroutines)
-// rather than on a timer. It is for the few frames next to a cut: a few
-// milliseconds of one core per handover.
-func awaitPrecisely(t time.Time) {
-	for time.Now().Before(t) {
-		runtime.Gosched()
-	}
-}
-
 // stream is the send loop: it sends each frame out lets through, when it is
 // due, until ctx ends or cfg.FrameCount frames are sent.
 func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy bool, log *slog.Logger) (err error) {
@@ -349,7 +351,11 @@ func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy boo
 		lastErrLog time.Time
 		stopCause  = "frame count reached"
 		start      = time.Now()
+		pace       = newPacer(cfg.CutoverPriority, log)
+		// release gives back the thread a precise frame was paced on.
+		release = func() {}
 	)
+	defer func() { release() }()
 	log.Info("sample-media started", "node", cfg.NodeID, "sink", cfg.Sink, "frame_rate", cfg.FrameRate,
 		"start_seq", cfg.StartSeq, "frame_count", cfg.FrameCount, "pid", os.Getpid(),
 		"job_socket", cfg.JobSocket, "migration_id", cfg.MigrationID, "holding", out.isHolding())
@@ -373,11 +379,13 @@ func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy boo
 	defer progress.Stop()
 
 	for cfg.FrameCount == 0 || sent < cfg.FrameCount {
+		release()
+		release = func() {}
 		var due <-chan time.Time
 		if seq, at, precise, ok := out.nextFrame(); ok {
 			late := time.Since(at)
-			if precise && late < 0 && -late <= spinLead {
-				awaitPrecisely(at)
+			if precise && late < 0 && -late <= preciseLead {
+				release = pace.await(at)
 				late = time.Since(at)
 			}
 			if late >= 0 {
@@ -420,7 +428,7 @@ func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy boo
 			}
 			wait := -late
 			if precise {
-				wait -= spinLead // wake early, then wait out the rest awake
+				wait -= preciseLead // wake early; the pacer waits out the rest
 			}
 			timer.Reset(wait)
 			due = timer.C

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// The frames next to a cut are paced precisely (see output): the send loop
+// wakes preciseLead before one is due on an ordinary timer, then hands the
+// rest of the wait to a pacer, which returns at the due time as exactly as
+// the host allows and keeps the thread until the frame is written.
+//
+// A Go timer's wake-up is late by up to a millisecond on an idle host (the
+// runtime sleeps in whole milliseconds) and by the scheduler's latency on a
+// busy one, which on a loaded host is tens of milliseconds. Where it may
+// (Linux, with CAP_SYS_NICE), the pacer sleeps in the kernel on a thread it
+// has raised to real-time priority (SCHED_FIFO, CUTOVER_PRIORITY), which
+// the kernel wakes on time whatever else the host runs; otherwise it waits
+// awake. Either costs a few milliseconds of one core per handover, for a
+// few frames.
+
+// preciseLead is how long before a precise frame the send loop wakes.
+const preciseLead = 50 * time.Millisecond
+
+// defaultCutoverPriority is CUTOVER_PRIORITY's default: the SCHED_FIFO
+// priority (1-99) of the precise frames' thread; 0 waits awake instead.
+const defaultCutoverPriority = 10
+
+// pacer waits for precise frames.
+type pacer struct {
+	priority int
+	log      *slog.Logger
+
+	once   sync.Once
+	denied bool // raising the priority was refused; wait awake from now on
+}
+
+func newPacer(priority int, log *slog.Logger) *pacer {
+	return &pacer{priority: priority, log: log}
+}
+
+// await returns at t and returns a release the caller calls once the frame
+// is written (the thread is held, at its priority, until then).
+func (p *pacer) await(t time.Time) (release func()) {
+	if p.priority > 0 && !p.denied {
+		runtime.LockOSThread()
+		if err := raisePriority(p.priority); err == nil {
+			sleepUntil(t)
+			return func() {
+				if lowerPriority() == nil {
+					runtime.UnlockOSThread()
+				} // else the thread stays with this goroutine, never reused raised
+			}
+		} else {
+			runtime.UnlockOSThread()
+			p.denied = true
+			p.once.Do(func() {
+				p.log.Info("cannot pace the frames next to a cut at real-time priority; waiting awake instead",
+					"priority", p.priority, "err", err)
+			})
+		}
+	}
+	for time.Now().Before(t) {
+		runtime.Gosched()
+	}
+	return func() {}
+}
