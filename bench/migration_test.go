@@ -50,9 +50,15 @@ package bench
 //	migration-ms   mean time from MigrateJob to the migration's done
 //
 // With -test.v each iteration's cut is logged. Figures, never assertions.
+//
+// The sample job paces the frames either side of the cut at real-time
+// priority (its CUTOVER_PRIORITY, default 10) when it may; pass
+// -args -migration.cutover-priority=0 to measure it waiting awake instead,
+// as it does where it may not (no CAP_SYS_NICE).
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -69,6 +75,9 @@ import (
 
 // migrationFrameRate is the sample job's frame rate in BenchmarkMigration.
 const migrationFrameRate = 25
+
+var migrationPriority = flag.String("migration.cutover-priority", "",
+	"BenchmarkMigration: the sample job's CUTOVER_PRIORITY (empty: its default)")
 
 func buildSampleMedia(b *testing.B) string {
 	b.Helper()
@@ -186,10 +195,13 @@ func BenchmarkMigration(b *testing.B) {
 				b.StopTimer()
 				sink := testcluster.NewFrameSink(b)
 				id := fmt.Sprintf("mig%d", i)
+				env := map[string]string{"SINK": sink.URL(), "FRAME_RATE": fmt.Sprint(migrationFrameRate)}
+				if *migrationPriority != "" {
+					env["CUTOVER_PRIORITY"] = *migrationPriority
+				}
 				if _, err := cl.CreateBundle(ctx, &norsk.Bundle{BundleId: id, Jobs: []*norsk.BundleJobSpec{{
 					JobName: "channel", Requirements: &norsk.JobRequirements{RequiredCapacity: 0.1},
-					Job: &norsk.Job{Services: []*norsk.Service{{Name: "media", Command: []string{prog},
-						Env: map[string]string{"SINK": sink.URL(), "FRAME_RATE": fmt.Sprint(migrationFrameRate)}}}},
+					Job: &norsk.Job{Services: []*norsk.Service{{Name: "media", Command: []string{prog}, Env: env}}},
 				}}}); err != nil {
 					b.Fatal(err)
 				}
