@@ -3,7 +3,6 @@ package main
 import (
 	"log/slog"
 	"runtime"
-	"sync"
 	"time"
 )
 
@@ -28,13 +27,11 @@ const preciseLead = 50 * time.Millisecond
 // priority (1-99) of the precise frames' thread; 0 waits awake instead.
 const defaultCutoverPriority = 10
 
-// pacer waits for precise frames.
+// pacer waits for precise frames. It is used by the send loop alone.
 type pacer struct {
 	priority int
 	log      *slog.Logger
-
-	once   sync.Once
-	denied bool // raising the priority was refused; wait awake from now on
+	denied   bool // raising the priority was refused; wait awake from now on
 }
 
 func newPacer(priority int, log *slog.Logger) *pacer {
@@ -56,10 +53,8 @@ func (p *pacer) await(t time.Time) (release func()) {
 		} else {
 			runtime.UnlockOSThread()
 			p.denied = true
-			p.once.Do(func() {
-				p.log.Info("cannot pace the frames next to a cut at real-time priority; waiting awake instead",
-					"priority", p.priority, "err", err)
-			})
+			p.log.Info("cannot pace the frames next to a cut at real-time priority; waiting awake instead",
+				"priority", p.priority, "err", err)
 		}
 	}
 	for time.Now().Before(t) {
