@@ -16,12 +16,19 @@ import (
 // busy one, which on a loaded host is tens of milliseconds. Where it may
 // (Linux, with CAP_SYS_NICE), the pacer sleeps in the kernel on a thread it
 // has raised to real-time priority (SCHED_FIFO, CUTOVER_PRIORITY), which
-// the kernel wakes on time whatever else the host runs; otherwise it waits
-// awake. Either costs a few milliseconds of one core per handover, for a
-// few frames.
+// the kernel wakes on time whatever else the host runs; otherwise it sleeps
+// on a timer until spinLead before the frame and waits the rest awake. The
+// first costs nothing but the priority; the second up to spinLead of one
+// core per precise frame (four per handover), and it is only as good as
+// the scheduler lets a runnable thread keep its core.
 
-// preciseLead is how long before a precise frame the send loop wakes.
+// preciseLead is how long before a precise frame the send loop wakes and
+// hands the wait to the pacer.
 const preciseLead = 50 * time.Millisecond
+
+// spinLead is how long before a precise frame a pacer without real-time
+// priority stops sleeping and waits awake.
+const spinLead = 5 * time.Millisecond
 
 // defaultCutoverPriority is CUTOVER_PRIORITY's default: the SCHED_FIFO
 // priority (1-99) of the precise frames' thread; 0 waits awake instead.
@@ -56,6 +63,9 @@ func (p *pacer) await(t time.Time) (release func()) {
 			p.log.Info("cannot pace the frames next to a cut at real-time priority; waiting awake instead",
 				"priority", p.priority, "err", err)
 		}
+	}
+	if d := time.Until(t) - spinLead; d > 0 {
+		time.Sleep(d)
 	}
 	for time.Now().Before(t) {
 		runtime.Gosched()
