@@ -108,7 +108,7 @@
 //
 // A Go timer wakes up to a millisecond late on an idle host and far later
 // on a busy one, and the gap at the cut is exactly the lateness of two
-// frames: the source's last and the target's first. So the two frames
+// frames: the source's last and the target's first. So the frames
 // either side of a cut (the source's last two before it, the target's first
 // two) are paced precisely: the send loop wakes 50 ms ahead and the rest of
 // the wait is slept in the kernel on a thread raised to SCHED_FIFO at
