@@ -27,9 +27,9 @@ const preciseFrames = 2
 // monotonic clock and only expressed on the wall clock in a payload.
 //
 // The frames either side of a cut are precise: the send loop wakes
-// spinLead before one is due and waits out the rest awake (see stream),
-// since a timer's wake-up is late by up to a millisecond or more and the
-// gap at the cut is made of exactly two frames' lateness.
+// preciseLead before one is due and hands the rest of the wait to its pacer
+// (pace.go), since a timer's wake-up is late by up to a millisecond or more
+// and the gap at the cut is made of exactly two frames' lateness.
 type output struct {
 	mu       sync.Mutex
 	rate     float64
