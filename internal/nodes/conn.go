@@ -225,10 +225,7 @@ func (cn *conn) session(ctx context.Context, rec *storev1.NodeRecord) (err error
 		if !silentSince.IsZero() {
 			cn.downSince = silentSince
 		}
-		cn.c.setLive(cn.nodeID, func(l *Live) { l.Connected, l.Incarnation, l.Address = false, "", "" })
-		if m := cfg.Metrics; m != nil {
-			m.Connected.Dec()
-		}
+		cn.undialed()
 		cn.log.Info("worker disconnected", "err", err)
 	}()
 
@@ -303,6 +300,15 @@ func (s *sessionState) takeNotices() []*managerv1.WorkerNotice {
 	n := s.notices
 	s.notices = nil
 	return n
+}
+
+// undialed undoes dialed(true): the node is no longer connected (Live,
+// metrics).
+func (cn *conn) undialed() {
+	cn.c.setLive(cn.nodeID, func(l *Live) { l.Connected, l.Incarnation, l.Address = false, "", "" })
+	if m := cn.c.cfg.Metrics; m != nil {
+		m.Connected.Dec()
+	}
 }
 
 func (cn *conn) dialed(ok bool) {

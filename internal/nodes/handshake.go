@@ -123,6 +123,7 @@ func (cn *conn) handshake(ctx, sctx context.Context, wg *sync.WaitGroup, rec *st
 	cn.streamed = true
 	cn.log.Info("worker connected", "address", node.GetAddress(), "incarnation", wh.GetWorkerIncarnation(), "instances", len(wh.GetInventory()))
 	if err := confirmStopped(stream, wh.GetInventory()); err != nil {
+		cn.undialed() // the session never starts, so its end does not undo dialed
 		return nil, fmt.Errorf("confirm the inventory's stopped instances: %w", err)
 	}
 	return l, nil
