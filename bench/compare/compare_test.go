@@ -42,7 +42,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -57,7 +59,38 @@ import (
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
-var etcdBin = flag.String("etcd", "etcd", "the etcd binary (benchmarks skip when it is not found)")
+var (
+	etcdBin = flag.String("etcd", "etcd", "the etcd binary (benchmarks skip when it is not found)")
+	// timedProfile profiles only the timed part of each benchmark (not the
+	// start of etcd and the Manager, nor the preload), so that a profile of
+	// stored=100000 shows the write path rather than the 100,000 creates
+	// before it.
+	timedProfile = flag.String("timed-cpuprofile", "", "write a CPU profile of the timed part only to this file (the last sub-benchmark run wins)")
+)
+
+// startTimer resets the benchmark's timer and, with -timed-cpuprofile,
+// starts the CPU profile; the returned function stops both.
+func startTimer(b *testing.B) (stop func()) {
+	b.Helper()
+	var f *os.File
+	if *timedProfile != "" {
+		var err error
+		if f, err = os.Create(*timedProfile); err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	return func() {
+		b.StopTimer()
+		if f != nil {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}
+	}
+}
 
 // freePort returns a loopback port nothing listens on now.
 func freePort(b *testing.B) int {
@@ -322,9 +355,9 @@ func BenchmarkCreateJob(b *testing.B) {
 					_, err := cs[c].CreateJob(ctx, job(fmt.Sprintf("job-%08d", i)))
 					return err
 				}}
-				b.ResetTimer()
+				stop := startTimer(b)
 				interleave(b, clients, b.N, etcd, mgr)
-				b.StopTimer()
+				stop()
 				report(b, "creates", mgr, etcd)
 			})
 		}
@@ -349,9 +382,9 @@ func BenchmarkKvCommit(b *testing.B) {
 				}
 			}
 			etcd, mgr := etcdPut(b, url, clients, "kv"), &side{op: commit}
-			b.ResetTimer()
+			stop := startTimer(b)
 			interleave(b, clients, b.N, etcd, mgr)
-			b.StopTimer()
+			stop()
 			report(b, "commits", mgr, etcd)
 		})
 	}
