@@ -46,8 +46,11 @@ import (
 	"os/exec"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,7 +108,7 @@ func freePort(b *testing.B) int {
 
 // startEtcd starts a single-member etcd in a temporary directory and
 // returns its client URL; it is stopped when the benchmark ends.
-func startEtcd(b *testing.B) string {
+func startEtcd(b *testing.B) (url string, pid int) {
 	b.Helper()
 	bin, err := exec.LookPath(*etcdBin)
 	if err != nil {
@@ -132,7 +135,7 @@ func startEtcd(b *testing.B) string {
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return client
+				return client, cmd.Process.Pid
 			}
 		}
 		if time.Now().After(deadline) {
@@ -218,6 +221,11 @@ type side struct {
 	op      func(c, i int) error
 	elapsed time.Duration
 	lat     []time.Duration
+	// pid, if set, is a server process outside this one (etcd) whose CPU
+	// time counts for this side too; cpu is the CPU time spent during this
+	// side's rounds (this process's, the client's included, and pid's).
+	pid int
+	cpu time.Duration
 }
 
 // interleave runs n calls of each side over clients goroutines, in rounds
@@ -228,7 +236,9 @@ func interleave(b *testing.B, clients, n int, sides ...*side) {
 	for r := range rounds {
 		lo, hi := n*r/rounds, n*(r+1)/rounds
 		for _, sd := range sides {
+			c0 := cpuTime(b, sd.pid)
 			el, lat := closedLoop(b, clients, hi-lo, func(c, i int) error { return sd.op(c, lo+i) })
+			sd.cpu += cpuTime(b, sd.pid) - c0
 			sd.elapsed += el
 			sd.lat = append(sd.lat, lat...)
 		}
@@ -332,6 +342,10 @@ func report(b *testing.B, what string, mgr, etcd *side) {
 	b.ReportMetric(percentile(etcdLat, 99), "etcd-p99-ms")
 	b.ReportMetric(percentile(lat, 50), "p50-ms")
 	b.ReportMetric(percentile(lat, 99), "p99-ms")
+	// CPU per call (client and server): on a machine whose cores are
+	// shared, the side that needs more CPU per call falls behind.
+	b.ReportMetric(float64(etcd.cpu.Microseconds())/float64(len(etcdLat)), "etcd-cpu-µs/op")
+	b.ReportMetric(float64(mgr.cpu.Microseconds())/float64(len(lat)), "cpu-µs/op")
 	b.Logf("%s: %.0f/s (p99 %.1f ms) vs etcd put %.0f/s (p99 %.1f ms): ratio %.2f",
 		what, rate, percentile(lat, 99), etcdRate, percentile(etcdLat, 99), rate/etcdRate)
 }
@@ -340,7 +354,7 @@ func BenchmarkCreateJob(b *testing.B) {
 	for _, stored := range []int{0, 100_000} {
 		for _, clients := range []int{1, 32} {
 			b.Run(fmt.Sprintf("stored=%d/clients=%d", stored, clients), func(b *testing.B) {
-				url := startEtcd(b)
+				url, pid := startEtcd(b)
 				srv := startManager(b)
 				preload(b, srv, stored)
 				cs := conns(b, srv, clients)
@@ -351,6 +365,7 @@ func BenchmarkCreateJob(b *testing.B) {
 					}
 				}
 				etcd := etcdPut(b, url, clients, "jobs")
+				etcd.pid = pid
 				mgr := &side{op: func(c, i int) error {
 					_, err := cs[c].CreateJob(ctx, job(fmt.Sprintf("job-%08d", i)))
 					return err
@@ -367,7 +382,7 @@ func BenchmarkCreateJob(b *testing.B) {
 func BenchmarkKvCommit(b *testing.B) {
 	for _, clients := range []int{1, 32} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			url := startEtcd(b)
+			url, pid := startEtcd(b)
 			srv := startManager(b)
 			cs := conns(b, srv, clients)
 			ctx := context.Background()
@@ -382,6 +397,7 @@ func BenchmarkKvCommit(b *testing.B) {
 				}
 			}
 			etcd, mgr := etcdPut(b, url, clients, "kv"), &side{op: commit}
+			etcd.pid = pid
 			stop := startTimer(b)
 			interleave(b, clients, b.N, etcd, mgr)
 			stop()
@@ -393,4 +409,32 @@ func BenchmarkKvCommit(b *testing.B) {
 func job(id string) *norsk.Job {
 	return &norsk.Job{JobId: id, Description: "benchmark job", Tags: map[string]string{"team": "bench", "channel": "news"},
 		Services: []*norsk.Service{{Name: "main", Image: "bench:dev"}}}
+}
+
+// cpuTime is the CPU time (user and system) this process has used, plus
+// process pid's if pid is not 0 (read from /proc).
+func cpuTime(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	t := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	if pid == 0 {
+		return t
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command name (which may hold spaces), from the
+	// state (field 3): utime and stime are fields 14 and 15, in clock
+	// ticks (USER_HZ, 100 on Linux).
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 13 {
+		b.Fatalf("/proc/%d/stat: %q", pid, stat)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return t + time.Duration(ut+st)*10*time.Millisecond
 }
