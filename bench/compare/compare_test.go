@@ -59,6 +59,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -342,6 +343,7 @@ func report(b *testing.B, what string, mgr, etcd *side) {
 	b.ReportMetric(percentile(etcdLat, 99), "etcd-p99-ms")
 	b.ReportMetric(percentile(lat, 50), "p50-ms")
 	b.ReportMetric(percentile(lat, 99), "p99-ms")
+	b.ReportMetric(mean(lat), "mean-ms")
 	// CPU per call (client and server): on a machine whose cores are
 	// shared, the side that needs more CPU per call falls behind.
 	b.ReportMetric(float64(etcd.cpu.Microseconds())/float64(len(etcdLat)), "etcd-cpu-µs/op")
@@ -370,10 +372,12 @@ func BenchmarkCreateJob(b *testing.B) {
 					_, err := cs[c].CreateJob(ctx, job(fmt.Sprintf("job-%08d", i)))
 					return err
 				}}
+				t0, p0 := readServerTimes(b, srv, "CreateJob"), store.Phases()
 				stop := startTimer(b)
 				interleave(b, clients, b.N, etcd, mgr)
 				stop()
 				report(b, "creates", mgr, etcd)
+				reportServerTimes(b, t0, readServerTimes(b, srv, "CreateJob"), p0)
 			})
 		}
 	}
@@ -398,10 +402,12 @@ func BenchmarkKvCommit(b *testing.B) {
 			}
 			etcd, mgr := etcdPut(b, url, clients, "kv"), &side{op: commit}
 			etcd.pid = pid
+			t0, p0 := readServerTimes(b, srv, "KvCommit"), store.Phases()
 			stop := startTimer(b)
 			interleave(b, clients, b.N, etcd, mgr)
 			stop()
 			report(b, "commits", mgr, etcd)
+			reportServerTimes(b, t0, readServerTimes(b, srv, "KvCommit"), p0)
 		})
 	}
 }
@@ -437,4 +443,84 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return t + time.Duration(ut+st)*10*time.Millisecond
+}
+
+// serverTimes is what the Manager's own metrics say of the calls so far:
+// the summed time in its API handlers for method (from the metrics
+// interceptor: decoding and transport excluded) and in its store's commits
+// (proposal to applied), and how many of each.
+type serverTimes struct {
+	rpc, commit   float64
+	rpcN, commitN float64
+}
+
+func readServerTimes(b *testing.B, srv *manager.Server, method string) serverTimes {
+	b.Helper()
+	resp, err := http.Get(srv.URL() + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var t serverTimes
+	for line := range strings.Lines(string(text)) {
+		name, val, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case `norsk_manager_rpc_duration_seconds_sum{method="` + method + `"}`:
+			t.rpc = v
+		case `norsk_manager_rpc_duration_seconds_count{method="` + method + `"}`:
+			t.rpcN = v
+		case "norsk_manager_raft_commit_seconds_sum":
+			t.commit = v
+		case "norsk_manager_raft_commit_seconds_count":
+			t.commitN = v
+		}
+	}
+	return t
+}
+
+// reportServerTimes reports the mean time of a call in the Manager's
+// handlers and in its commits between two readings: the rest of a call's
+// latency is the client, the transport and the queueing before a handler
+// runs.
+func reportServerTimes(b *testing.B, before, after serverTimes, p0 store.PhaseTimes) {
+	if n := after.rpcN - before.rpcN; n > 0 {
+		b.ReportMetric((after.rpc-before.rpc)/n*1000, "handler-mean-ms")
+	}
+	if n := after.commitN - before.commitN; n > 0 {
+		b.ReportMetric((after.commit-before.commit)/n*1000, "commit-mean-ms")
+	}
+	// Built with -tags writepathtrace, the commit's phases (store.PhaseTimes).
+	p := store.Phases()
+	if n := p.Proposals - p0.Proposals; n > 0 {
+		ms := func(d, d0 time.Duration) float64 {
+			return float64((d*time.Duration(p.Proposals) - d0*time.Duration(p0.Proposals)).Microseconds()) / float64(n) / 1000
+		}
+		b.ReportMetric(ms(p.ToLogWrite, p0.ToLogWrite), "to-logwrite-ms")
+		b.ReportMetric(ms(p.LogWrite, p0.LogWrite), "logwrite-ms")
+		b.ReportMetric(ms(p.ToFSM, p0.ToFSM), "to-fsm-ms")
+		b.ReportMetric(ms(p.FSM, p0.FSM), "fsm-ms")
+		b.ReportMetric(ms(p.Back, p0.Back), "back-ms")
+	}
+}
+
+func mean(lat []time.Duration) float64 {
+	if len(lat) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, l := range lat {
+		sum += l
+	}
+	return float64(sum) / float64(len(lat)) / float64(time.Millisecond)
 }
