@@ -14,9 +14,14 @@ import (
 // On the primary raft hands the FSM and the log store the very bytes
 // Apply proposed, so the first byte's address names a write from Apply to
 // the FSM (it is only a key: nothing is read through it).
+// Each time is in nanoseconds since start, stored atomically: a caller
+// that gives up early reads them while raft may still write them.
 type phaseTrace struct {
-	start, logStart, logEnd, fsmStart, fsmEnd time.Time
+	start                              time.Time
+	logStart, logEnd, fsmStart, fsmEnd atomic.Int64
 }
+
+func (t *phaseTrace) since() int64 { return int64(time.Since(t.start)) }
 
 var (
 	traces   sync.Map // *byte -> *phaseTrace
@@ -49,13 +54,13 @@ func traceProposal(data []byte) proposalTrace {
 func (p proposalTrace) done() {
 	traces.Delete(p.key)
 	t := p.t
-	if t.logStart.IsZero() || t.fsmEnd.IsZero() {
+	end := t.since()
+	ls, le, fs, fe := t.logStart.Load(), t.logEnd.Load(), t.fsmStart.Load(), t.fsmEnd.Load()
+	if ls == 0 || fe == 0 {
 		return
 	}
-	end := time.Now()
-	for i, d := range []time.Duration{t.logStart.Sub(t.start), t.logEnd.Sub(t.logStart), t.fsmStart.Sub(t.logEnd),
-		t.fsmEnd.Sub(t.fsmStart), end.Sub(t.fsmEnd)} {
-		phaseSum[i].Add(int64(d))
+	for i, d := range []int64{ls, le - ls, fs - le, fe - fs, end - fe} {
+		phaseSum[i].Add(d)
 	}
 	phaseN.Add(1)
 }
@@ -77,7 +82,8 @@ func (w logWriteTrace) done() {
 		}
 		if v, ok := traces.Load(unsafe.SliceData(l.Data)); ok {
 			t := v.(*phaseTrace)
-			t.logStart, t.logEnd = w.start, end
+			t.logStart.Store(int64(w.start.Sub(t.start)))
+			t.logEnd.Store(int64(end.Sub(t.start)))
 		}
 	}
 }
@@ -93,12 +99,12 @@ func traceFSM(data []byte) fsmTrace {
 		return fsmTrace{}
 	}
 	t := v.(*phaseTrace)
-	t.fsmStart = time.Now()
+	t.fsmStart.Store(t.since())
 	return fsmTrace{t: t}
 }
 
 func (f fsmTrace) done() {
 	if f.t != nil {
-		f.t.fsmEnd = time.Now()
+		f.t.fsmEnd.Store(f.t.since())
 	}
 }
