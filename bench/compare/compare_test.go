@@ -32,6 +32,7 @@
 package compare
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -148,27 +149,119 @@ func startEtcd(b *testing.B) (url string, pid int) {
 	}
 }
 
-var benchToken = manager.NewToken()
+var benchToken = func() string {
+	if t := os.Getenv(envMemberToken); t != "" {
+		return t
+	}
+	return manager.NewToken()
+}()
+
+// separate runs the Manager member in a process of its own (this test
+// binary, re-executed), as etcd runs in its own: the benchmark's clients
+// then do not share the member's two Ps.
+var separate = flag.Bool("separate", false, "run the Manager member in a process of its own, as etcd is")
+
+// The environment of a member process (TestMain).
+const (
+	envMemberDir    = "NORSK_BENCH_MEMBER_DIR"
+	envMemberStored = "NORSK_BENCH_MEMBER_STORED"
+	envMemberToken  = "NORSK_BENCH_MEMBER_TOKEN"
+)
+
+// member is the Manager under test: in this process (local) or in a
+// process of its own (pid).
+type member struct {
+	url   string
+	pid   int
+	local *manager.Server
+}
+
+func (m *member) URL() string { return m.url }
+
+// TestMain serves a member when re-executed as one (-separate): it starts
+// it, preloads it, prints its URL, and stops when its stdin closes.
+func TestMain(m *testing.M) {
+	dir := os.Getenv(envMemberDir)
+	if dir == "" {
+		os.Exit(m.Run())
+	}
+	srv, err := newManager(dir)
+	if err == nil {
+		n, _ := strconv.Atoi(os.Getenv(envMemberStored))
+		err = preloadStore(srv, n)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(srv.URL())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = srv.Close()
+	os.Exit(0)
+}
+
+func newManager(dir string) (*manager.Server, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := manager.New(ctx, manager.Config{
+		DataDir: dir, Listen: "127.0.0.1:0", NodeName: "bench",
+		Logger: slog.New(slog.DiscardHandler), BootstrapToken: benchToken,
+		RateLimit: 1e9, // measure the Manager, not its per-caller limit
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start manager: %w", err)
+	}
+	return srv, nil
+}
+
+// startMember starts a member holding stored jobs, in this process or
+// (-separate) in its own; it is stopped when the benchmark ends.
+func startMember(b *testing.B, stored int) *member {
+	b.Helper()
+	if !*separate {
+		srv := startManager(b)
+		preload(b, srv, stored)
+		return &member{url: srv.URL(), local: srv}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), envMemberDir+"="+b.TempDir(), fmt.Sprintf("%s=%d", envMemberStored, stored), envMemberToken+"="+benchToken)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatalf("member process: %v\n%s", err, logs.String())
+	}
+	return &member{url: strings.TrimSpace(line), pid: cmd.Process.Pid}
+}
 
 // startManager starts a Manager member on an empty store (its defaults,
 // the AutoManager on), stopped when the benchmark ends.
 func startManager(b *testing.B) *manager.Server {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv, err := manager.New(ctx, manager.Config{
-		DataDir: b.TempDir(), Listen: "127.0.0.1:0", NodeName: "bench",
-		Logger: slog.New(slog.DiscardHandler), BootstrapToken: benchToken,
-		RateLimit: 1e9, // measure the Manager, not its per-caller limit
-	})
+	srv, err := newManager(b.TempDir())
 	if err != nil {
-		b.Fatalf("start manager: %v", err)
+		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = srv.Close() })
 	return srv
 }
 
-func connect(b *testing.B, srv *manager.Server) *norsk.Manager {
+func connect(b *testing.B, srv *member) *norsk.Manager {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -184,6 +277,12 @@ func connect(b *testing.B, srv *manager.Server) *norsk.Manager {
 // CreateJob would store them.
 func preload(b *testing.B, srv *manager.Server, n int) {
 	b.Helper()
+	if err := preloadStore(srv, n); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func preloadStore(srv *manager.Server, n int) error {
 	st := srv.Store()
 	ctx := context.Background()
 	sem := make(chan struct{}, 64)
@@ -208,8 +307,9 @@ func preload(b *testing.B, srv *manager.Server, n int) {
 	}
 	wg.Wait()
 	if err := failed.Load(); err != nil {
-		b.Fatalf("preload: %v", *err)
+		return fmt.Errorf("preload: %w", *err)
 	}
+	return nil
 }
 
 // rounds is how many alternating rounds a comparison runs: etcd, the
@@ -326,7 +426,7 @@ func etcdPut(b *testing.B, url string, clients int, prefix string) *side {
 }
 
 // conns opens one SDK connection per client.
-func conns(b *testing.B, srv *manager.Server, clients int) []*norsk.Manager {
+func conns(b *testing.B, srv *member, clients int) []*norsk.Manager {
 	out := make([]*norsk.Manager, clients)
 	for c := range out {
 		out[c] = connect(b, srv)
@@ -357,8 +457,7 @@ func BenchmarkCreateJob(b *testing.B) {
 		for _, clients := range []int{1, 32} {
 			b.Run(fmt.Sprintf("stored=%d/clients=%d", stored, clients), func(b *testing.B) {
 				url, pid := startEtcd(b)
-				srv := startManager(b)
-				preload(b, srv, stored)
+				srv := startMember(b, stored)
 				cs := conns(b, srv, clients)
 				ctx := context.Background()
 				for c, m := range cs { // warm the connections
@@ -371,7 +470,7 @@ func BenchmarkCreateJob(b *testing.B) {
 				mgr := &side{op: func(c, i int) error {
 					_, err := cs[c].CreateJob(ctx, job(fmt.Sprintf("job-%08d", i)))
 					return err
-				}}
+				}, pid: srv.pid}
 				t0, p0 := readServerTimes(b, srv, "CreateJob"), store.Phases()
 				stop := startTimer(b)
 				interleave(b, clients, b.N, etcd, mgr)
@@ -387,7 +486,7 @@ func BenchmarkKvCommit(b *testing.B) {
 	for _, clients := range []int{1, 32} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			url, pid := startEtcd(b)
-			srv := startManager(b)
+			srv := startMember(b, 0)
 			cs := conns(b, srv, clients)
 			ctx := context.Background()
 			value := bytes.Repeat([]byte("v"), 200)
@@ -400,7 +499,7 @@ func BenchmarkKvCommit(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			etcd, mgr := etcdPut(b, url, clients, "kv"), &side{op: commit}
+			etcd, mgr := etcdPut(b, url, clients, "kv"), &side{op: commit, pid: srv.pid}
 			etcd.pid = pid
 			t0, p0 := readServerTimes(b, srv, "KvCommit"), store.Phases()
 			stop := startTimer(b)
@@ -454,7 +553,7 @@ type serverTimes struct {
 	rpcN, commitN float64
 }
 
-func readServerTimes(b *testing.B, srv *manager.Server, method string) serverTimes {
+func readServerTimes(b *testing.B, srv *member, method string) serverTimes {
 	b.Helper()
 	resp, err := http.Get(srv.URL() + "/metrics")
 	if err != nil {
