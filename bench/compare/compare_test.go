@@ -29,6 +29,18 @@
 // etcd is spoken to through its JSON gateway (POST /v3/kv/put over HTTP/1.1
 // keep-alive connections), the Manager through the Go SDK (connect, HTTP/2):
 // JSON costs etcd a little that its native gRPC would not.
+//
+// # Where the time goes (decision 0058)
+//
+// Also reported: each side's CPU per call (cpu-µs/op, etcd-cpu-µs/op: this
+// process, the clients included, plus the server's own process when it has
+// one), the client's mean latency, and the Manager's mean time in its API
+// handlers and in its store's commits (handler-mean-ms, commit-mean-ms, from
+// its own metrics). Built with -tags writepathtrace, the commit's phases too
+// (store.PhaseTimes). Flags: -separate runs the Manager member in a process
+// of its own (this binary, re-executed), as etcd runs in its own; by
+// default it runs in the benchmark's process, beside its clients.
+// -timed-cpuprofile FILE profiles only the timed part.
 package compare
 
 import (
