@@ -20,7 +20,8 @@ import (
 // the FSM, go-memdb, events, the audit entry), without the API in front:
 // b.N proposals over C goroutines in a closed loop, as the API's handlers
 // make them (an audit stamp on each). It reports the proposals per fsync
-// (raft-wal appends a batch and syncs it once) and p50/p99 in ms.
+// (raft-wal appends a batch and syncs it once) and p50/p99 in ms; built
+// with -tags writepathtrace, the commit's phases (PhaseTimes).
 func BenchmarkApply(b *testing.B) {
 	for _, kind := range []string{"kv", "job"} {
 		for _, clients := range []int{1, 32} {
@@ -52,6 +53,7 @@ func BenchmarkApply(b *testing.B) {
 				var next atomic.Int64
 				lat := make([][]time.Duration, clients)
 				var wg sync.WaitGroup
+				p0 := Phases()
 				b.ResetTimer()
 				for c := range clients {
 					wg.Go(func() {
@@ -82,6 +84,7 @@ func BenchmarkApply(b *testing.B) {
 				}
 				b.ReportMetric(msAt(all, 50), "p50-ms")
 				b.ReportMetric(msAt(all, 99), "p99-ms")
+				reportPhases(b, p0)
 			})
 		}
 	}

@@ -2,8 +2,27 @@ package store
 
 import (
 	"slices"
+	"testing"
 	"time"
 )
+
+// reportPhases reports the mean of each commit phase since p0 (only in a
+// build with -tags writepathtrace: otherwise Phases stays zero).
+func reportPhases(b *testing.B, p0 PhaseTimes) {
+	p := Phases()
+	n := p.Proposals - p0.Proposals
+	if n <= 0 {
+		return
+	}
+	ms := func(d, d0 time.Duration) float64 {
+		return float64((d*time.Duration(p.Proposals) - d0*time.Duration(p0.Proposals)).Microseconds()) / float64(n) / 1000
+	}
+	b.ReportMetric(ms(p.ToLogWrite, p0.ToLogWrite), "to-logwrite-ms")
+	b.ReportMetric(ms(p.LogWrite, p0.LogWrite), "logwrite-ms")
+	b.ReportMetric(ms(p.ToFSM, p0.ToFSM), "to-fsm-ms")
+	b.ReportMetric(ms(p.FSM, p0.FSM), "fsm-ms")
+	b.ReportMetric(ms(p.Back, p0.Back), "back-ms")
+}
 
 // sortedDurations joins per-goroutine samples and sorts them.
 func sortedDurations(parts [][]time.Duration) []time.Duration {
