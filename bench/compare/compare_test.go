@@ -8,7 +8,8 @@
 // benchmark is skipped when no `etcd` binary is on the PATH (or -etcd names
 // none). Each run starts a fresh single-member etcd in a temporary
 // directory (fsync on, its defaults) and a fresh Manager member (raft-wal,
-// fsync per batch, its defaults: the AutoManager runs), both on loopback.
+// fsync per batch, its defaults: the AutoManager runs), both on loopback,
+// each in a process of its own.
 //
 // # BenchmarkCreateJob/stored=S/clients=C
 //
@@ -37,10 +38,10 @@
 // one), the client's mean latency, and the Manager's mean time in its API
 // handlers and in its store's commits (handler-mean-ms, commit-mean-ms, from
 // its own metrics). Built with -tags writepathtrace, the commit's phases too
-// (store.PhaseTimes). Flags: -separate runs the Manager member in a process
-// of its own (this binary, re-executed), as etcd runs in its own; by
-// default it runs in the benchmark's process, beside its clients.
-// -timed-cpuprofile FILE profiles only the timed part.
+// (store.PhaseTimes). The Manager member runs in a process of its own (this
+// binary, re-executed), as etcd runs in its own; -separate=false runs it in
+// the benchmark's process, beside its clients — needed for the phases and
+// for -timed-cpuprofile FILE (a profile of the timed part only) to see it.
 package compare
 
 import (
@@ -170,8 +171,10 @@ var benchToken = func() string {
 
 // separate runs the Manager member in a process of its own (this test
 // binary, re-executed), as etcd runs in its own: the benchmark's clients
-// then do not share the member's two Ps.
-var separate = flag.Bool("separate", false, "run the Manager member in a process of its own, as etcd is")
+// then do not share the member's two Ps (decision 0058). -separate=false
+// runs it in the benchmark's process, where -tags writepathtrace and
+// -timed-cpuprofile see its commits.
+var separate = flag.Bool("separate", true, "run the Manager member in a process of its own, as etcd is (false: in this process, beside the clients)")
 
 // The environment of a member process (TestMain).
 const (
