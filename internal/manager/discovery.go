@@ -18,7 +18,7 @@ import (
 
 // MinTierSecretLen is the shortest tier secret the Manager takes: node
 // tokens are HMACs under it, so it needs the entropy of an HMAC key.
-const MinTierSecretLen = 32
+const MinTierSecretLen = jobspec.MinTierSecretLen
 
 func (h *handler) PublishDiscoveryFleet(ctx context.Context, req *connect.Request[managerv1.PublishDiscoveryFleetRequest]) (*connect.Response[managerv1.PublishDiscoveryFleetResponse], error) {
 	f := req.Msg.GetFleet()
