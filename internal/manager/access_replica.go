@@ -9,6 +9,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/accessreplica"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
@@ -59,11 +60,11 @@ func (k *accessReplicaKeys) jwks() string {
 func (h *handler) PublishAccessReplica(ctx context.Context, req *connect.Request[managerv1.PublishAccessReplicaRequest]) (*connect.Response[managerv1.PublishAccessReplicaResponse], error) {
 	keys := h.s.accessKeys
 	if keys == nil {
-		return nil, toConnect(apierr.FailedPreconditionf("no access replica keys are configured on this Manager (--access-replica-keys, accessReplicaKeys in config.yaml)"))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("no access replica keys are configured on this Manager (--access-replica-keys, accessReplicaKeys in config.yaml)"))
 	}
 	in := req.Msg.GetPublication()
 	if in == nil {
-		return nil, toConnect(apierr.Invalid("publication", "is required"))
+		return nil, rpcerr.ToConnect(apierr.Invalid("publication", "is required"))
 	}
 	pub := &managerv1.AccessReplicaPublication{
 		SnapshotJws: in.GetSnapshotJws(), DeltaJws: in.GetDeltaJws(), AttestationJws: in.GetAttestationJws(),
@@ -78,13 +79,13 @@ func (h *handler) PublishAccessReplica(ctx context.Context, req *connect.Request
 	}
 	v, err := accessreplica.VerifyPublication(pub, keys.set, stored)
 	if err != nil {
-		return nil, toConnect(accessReplicaError(err))
+		return nil, rpcerr.ToConnect(accessReplicaError(err))
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PublishAccessReplica{PublishAccessReplica: &storev1.PublishAccessReplica{
 		Publication: pub, Version: v.Version, RolesJson: v.RolesJSON,
 	}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	out := res.Value.(*managerv1.PublishAccessReplicaResponse)
 	return connect.NewResponse(&managerv1.PublishAccessReplicaResponse{Version: out.GetVersion(), Changed: out.GetChanged()}), nil

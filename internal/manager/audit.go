@@ -9,6 +9,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -173,21 +174,21 @@ func (h *handler) AppendAuditEntry(ctx context.Context, req *connect.Request[man
 	m := req.Msg
 	source, err := jobspec.ExternalAuditSource(m.GetSource())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := jobspec.ValidateAuditAppend(source, m.GetKind(), m.GetPayload()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if ci, ok := ctx.Value(callInfoKey{}).(callInfo); !ok || ci.caller == "" {
 		// Every API call is authenticated; an entry without its caller
 		// would be indistinguishable from an old one.
-		return nil, toConnect(apierr.New(apierr.Internal, "AppendAuditEntry outside an authenticated call"))
+		return nil, rpcerr.ToConnect(apierr.New(apierr.Internal, "AppendAuditEntry outside an authenticated call"))
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_AppendAudit{AppendAudit: &storev1.AppendAudit{
 		Source: source, Kind: m.GetKind(), Payload: m.GetPayload(),
 	}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.AppendAuditEntryResponse{Entry: res.Value.(*managerv1.AuditLogEntry)}), nil
 }
@@ -201,7 +202,7 @@ const (
 func (h *handler) GetAuditLog(ctx context.Context, req *connect.Request[managerv1.GetAuditLogRequest]) (*connect.Response[managerv1.GetAuditLogResponse], error) {
 	q := req.Msg
 	if err := jobspec.ValidateAuditQuery(q); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	limit := int(q.GetLimit())
 	if limit == 0 {
@@ -235,11 +236,11 @@ func (h *handler) PruneAuditLog(ctx context.Context, req *connect.Request[manage
 	before := req.Msg.GetBeforeTimestampMs()
 	now := float64(h.s.cfg.Clock.Now().UnixNano()) / 1e6
 	if err := jobspec.ValidatePruneBefore(before, now); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PruneAudit{PruneAudit: &storev1.PruneAudit{BeforeTimestampMs: before}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	pr := res.Value.(*storev1.PruneAuditResult)
 	return connect.NewResponse(&managerv1.PruneAuditLogResponse{Removed: pr.GetRemoved(), CheckpointSeq: pr.GetCheckpointSeq()}), nil

@@ -20,6 +20,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
@@ -332,7 +333,7 @@ func (a *authorizer) authorizeHolding(ctx context.Context, procedure, header str
 		if hold != nil {
 			r, herr := hold()
 			if herr != nil {
-				return nil, toConnect(herr)
+				return nil, rpcerr.ToConnect(herr)
 			}
 			release = r
 		}
@@ -346,7 +347,7 @@ func (a *authorizer) authorizeHolding(ctx context.Context, procedure, header str
 		release()
 	}
 	if err != nil {
-		ce := toConnect(err).(*connect.Error)
+		ce := rpcerr.ToConnect(err).(*connect.Error)
 		var uc unknownCredential
 		if errors.As(err, &uc) && uc.refusal != "" {
 			ce.Meta().Set(apierr.RefusalHeader, uc.refusal)
@@ -354,14 +355,14 @@ func (a *authorizer) authorizeHolding(ctx context.Context, procedure, header str
 		return nil, ce
 	}
 	if !id.can(perms...) {
-		return nil, toConnect(apierr.New(apierr.PermissionDenied, "%s (role %s) may not call %s (it needs %s)",
+		return nil, rpcerr.ToConnect(apierr.New(apierr.PermissionDenied, "%s (role %s) may not call %s (it needs %s)",
 			id.name, id.role, methodName(procedure), permissionWords(perms)))
 	}
 	if a.witness && strings.HasPrefix(procedure, "/"+managerv1connect.ManagerName+"/") && !witnessServes[procedure] {
-		return nil, toConnect(apierr.Unavailablef("this member is a witness: it votes but serves no API; call a full member"))
+		return nil, rpcerr.ToConnect(apierr.Unavailablef("this member is a witness: it votes but serves no API; call a full member"))
 	}
 	if id.key != "" && !a.limiter(id.key).Allow() {
-		return nil, toConnect(apierr.New(apierr.ResourceExhausted, "%s is over its rate limit of %.0f calls/s; slow down and retry", id.name, float64(a.rate)))
+		return nil, rpcerr.ToConnect(apierr.New(apierr.ResourceExhausted, "%s is over its rate limit of %.0f calls/s; slow down and retry", id.name, float64(a.rate)))
 	}
 	return context.WithValue(ctx, identityKey{}, id), nil
 }

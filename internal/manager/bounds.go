@@ -10,6 +10,7 @@ import (
 
 	"github.com/norsk-go/norsk-manager/internal/apibounds"
 	"github.com/norsk-go/norsk-manager/internal/providers"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/accessreplica"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -221,7 +222,7 @@ func checkBounds(m any) error {
 	if !ok {
 		return nil
 	}
-	return toConnect(requestBounds.Check(pm))
+	return rpcerr.ToConnect(requestBounds.Check(pm))
 }
 
 // boundsInterceptor refuses, with INVALID_ARGUMENT naming the field, any

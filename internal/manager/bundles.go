@@ -10,6 +10,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
@@ -71,18 +72,18 @@ func (h *handler) checkBundle(b *managerv1.Bundle) error {
 
 func (h *handler) CreateBundle(ctx context.Context, req *connect.Request[managerv1.CreateBundleRequest]) (*connect.Response[managerv1.CreateBundleResponse], error) {
 	if req.Msg.GetBundle() == nil {
-		return nil, toConnect(apierr.Invalid("bundle", "is required"))
+		return nil, rpcerr.ToConnect(apierr.Invalid("bundle", "is required"))
 	}
 	b := proto.Clone(req.Msg.GetBundle()).(*managerv1.Bundle)
 	if b.GetBundleId() == "" {
 		b.BundleId = randomToken("b-", 5)
 	}
 	if err := h.checkBundle(b); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	b.State, b.StopAt, b.LeaseExpiresAt, b.Revision, b.CreatedAt, b.DeletingReason = 0, nil, nil, 0, nil, ""
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_CreateBundle{CreateBundle: &storev1.CreateBundle{Bundle: b}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.CreateBundleResponse{BundleId: b.GetBundleId()}), nil
 }
@@ -90,14 +91,14 @@ func (h *handler) CreateBundle(ctx context.Context, req *connect.Request[manager
 func (h *handler) UpdateBundle(ctx context.Context, req *connect.Request[managerv1.UpdateBundleRequest]) (*connect.Response[managerv1.UpdateBundleResponse], error) {
 	b := req.Msg.GetBundle()
 	if err := h.checkBundle(b); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if h.read().Bundle(nil, b.GetBundleId()) == nil {
-		return nil, toConnect(apierr.NotFoundf("no bundle %s", apierr.Quote(b.GetBundleId())))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("no bundle %s", apierr.Quote(b.GetBundleId())))
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_UpdateBundle{UpdateBundle: &storev1.UpdateBundle{Bundle: b}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.UpdateBundleResponse{Revision: res.Index}), nil
 }
@@ -119,19 +120,19 @@ func (h *handler) requireBundle(id string) error {
 // bundle already being deleted changes nothing.
 func (h *handler) DeleteBundle(ctx context.Context, req *connect.Request[managerv1.DeleteBundleRequest]) (*connect.Response[managerv1.DeleteBundleResponse], error) {
 	if err := h.requireBundle(req.Msg.GetBundleId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_DeleteBundle{DeleteBundle: &storev1.DeleteBundle{
 		BundleId: req.Msg.GetBundleId(), Reason: "deleted by DeleteBundle",
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.DeleteBundleResponse{}), nil
 }
 
 func (h *handler) BundleById(ctx context.Context, req *connect.Request[managerv1.BundleByIdRequest]) (*connect.Response[managerv1.BundleWithJobs], error) {
 	if err := h.requireBundle(req.Msg.GetBundleId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	r := h.read()
 	return connect.NewResponse(r.BundleView(r.Bundle(nil, req.Msg.GetBundleId()))), nil
@@ -149,12 +150,12 @@ func (h *handler) ListBundles(ctx context.Context, req *connect.Request[managerv
 func (h *handler) StartBundleJob(ctx context.Context, req *connect.Request[managerv1.StartBundleJobRequest]) (*connect.Response[managerv1.StartBundleJobResponse], error) {
 	m := req.Msg
 	if err := h.requireBundle(m.GetBundleId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetBundleJobDormant{SetBundleJobDormant: &storev1.SetBundleJobDormant{
 		BundleId: m.GetBundleId(), ReplicaIndex: m.GetReplicaIndex(), JobName: m.GetJobName(), Dormant: false,
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.StartBundleJobResponse{}), nil
 }
@@ -162,15 +163,15 @@ func (h *handler) StartBundleJob(ctx context.Context, req *connect.Request[manag
 func (h *handler) StopBundleJob(ctx context.Context, req *connect.Request[managerv1.StopBundleJobRequest]) (*connect.Response[managerv1.StopBundleJobResponse], error) {
 	m := req.Msg
 	if err := h.requireBundle(m.GetBundleId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := jobspec.ValidateGrace("graceMs", m.GetGraceMs()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetBundleJobDormant{SetBundleJobDormant: &storev1.SetBundleJobDormant{
 		BundleId: m.GetBundleId(), ReplicaIndex: m.GetReplicaIndex(), JobName: m.GetJobName(), Dormant: true, GraceMs: m.GetGraceMs(),
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.StopBundleJobResponse{}), nil
 }
@@ -180,17 +181,17 @@ func (h *handler) StopBundleJob(ctx context.Context, req *connect.Request[manage
 func (h *handler) SetBundleStopTime(ctx context.Context, req *connect.Request[managerv1.SetBundleStopTimeRequest]) (*connect.Response[managerv1.SetBundleStopTimeResponse], error) {
 	m := req.Msg
 	if err := h.requireBundle(m.GetBundleId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if m.StopAt != nil {
 		if err := m.GetStopAt().CheckValid(); err != nil {
-			return nil, toConnect(apierr.Invalid("stopAt", "%v", err))
+			return nil, rpcerr.ToConnect(apierr.Invalid("stopAt", "%v", err))
 		}
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetBundleStopTime{SetBundleStopTime: &storev1.SetBundleStopTime{
 		BundleId: m.GetBundleId(), StopAt: m.GetStopAt(),
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.SetBundleStopTimeResponse{}), nil
 }
@@ -201,17 +202,17 @@ func (h *handler) SetBundleStopTime(ctx context.Context, req *connect.Request[ma
 func (h *handler) RenewBundleLease(ctx context.Context, req *connect.Request[managerv1.RenewBundleLeaseRequest]) (*connect.Response[managerv1.RenewBundleLeaseResponse], error) {
 	m := req.Msg
 	if err := h.requireBundle(m.GetBundleId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := jobspec.ValidateLeaseTTL(m.GetTtlMs()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	ttl := time.Duration(m.GetTtlMs()) * time.Millisecond
 	at := timestamppb.New(h.s.cfg.Clock.Now().Add(ttl))
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RenewBundleLease{RenewBundleLease: &storev1.RenewBundleLease{
 		BundleId: m.GetBundleId(), ExpiresAt: at,
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.RenewBundleLeaseResponse{ExpiresAt: at}), nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudhypervisor"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -220,7 +221,7 @@ func (h *handler) CreateOciNode(ctx context.Context, req *connect.Request[manage
 	ctx = spareReconcilerContext(ctx)
 	m := req.Msg
 	if err := jobspec.ValidateOciNode(m); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	cr := providers.CloudRequest{Provider: cloudconf.OCIName, NodeID: m.GetNodeId(), Pool: m.GetPool(), Tags: m.GetTags(), Region: m.GetRegion(),
 		Zone: m.GetAvailabilityDomain(), InstanceType: m.GetShape(), Fallbacks: m.GetFallbackShapes(), Subnet: m.GetSubnet(),
@@ -239,10 +240,10 @@ func (h *handler) createCloud(ctx context.Context, hdr http.Header, cr providers
 ) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
 	cr, ci, err := h.s.fleet.CheckCloud(ctx, cr)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if h.read().Node(nil, cr.NodeID) != nil || h.read().NodeByName(nil, cr.NodeID) != nil {
-		return nil, toConnect(apierr.AlreadyExistsf("node %q already exists", cr.NodeID))
+		return nil, rpcerr.ToConnect(apierr.AlreadyExistsf("node %q already exists", cr.NodeID))
 	}
 	if out, ok, err := askPrimary(ctx, h.s, hdr, func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
 		return forward(ctx, c, cr.NodeID)
@@ -251,7 +252,7 @@ func (h *handler) createCloud(ctx context.Context, hdr http.Header, cr providers
 	}
 	created, err := h.s.fleet.CreateCloud(ctx, cr, ci)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	c := created.Cloud
 	return connect.NewResponse(&managerv1.CreateCloudNodeResponse{
@@ -286,11 +287,11 @@ func infoOf(it providers.InstanceType) *managerv1.InstanceTypeInfo {
 func (h *handler) DescribeInstanceType(ctx context.Context, req *connect.Request[managerv1.DescribeInstanceTypeRequest]) (*connect.Response[managerv1.DescribeInstanceTypeResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateInstanceTypeName(m.GetInstanceType()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	it, found, offered, err := h.s.fleet.Registry().Types().Describe(providerOr(m.GetProvider()), m.GetInstanceType(), m.GetRegion())
 	if err != nil {
-		return nil, toConnect(typesErr(err))
+		return nil, rpcerr.ToConnect(typesErr(err))
 	}
 	out := &managerv1.DescribeInstanceTypeResponse{}
 	if found {
@@ -307,10 +308,10 @@ func (h *handler) ListInstanceTypes(ctx context.Context, req *connect.Request[ma
 	// their types (the seed's known: false, with an empty list).
 	locs, err := types.Locations(provider, "")
 	if err != nil {
-		return nil, toConnect(typesErr(err))
+		return nil, rpcerr.ToConnect(typesErr(err))
 	}
 	if r := m.GetRegion(); r != "" && !slices.Contains(locs, r) {
-		return nil, toConnect(apierr.FailedPreconditionf("%v: %s %q (it runs %s)", providers.ErrNoRegion, provider, r, strings.Join(locs, ", ")))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("%v: %s %q (it runs %s)", providers.ErrNoRegion, provider, r, strings.Join(locs, ", ")))
 	}
 	if provider != cloudconf.CloudHypervisorName {
 		return connect.NewResponse(&managerv1.ListInstanceTypesResponse{Known: false}), nil
@@ -348,23 +349,23 @@ func (h *handler) CreateCloudHypervisorNode(ctx context.Context, req *connect.Re
 	ctx = spareReconcilerContext(ctx)
 	m := req.Msg
 	if m.GetShape() == "" {
-		return nil, toConnect(apierr.Invalid("shape", "is required"))
+		return nil, rpcerr.ToConnect(apierr.Invalid("shape", "is required"))
 	}
 	host := m.GetHost()
 	if host == "" {
 		p, ok := h.s.fleet.Registry().Provider(cloudconf.CloudHypervisorName)
 		if !ok {
-			return nil, toConnect(apierr.FailedPreconditionf("this Manager runs no %s provider (configure providers.cloudHypervisor in config.yaml)", cloudconf.CloudHypervisorName))
+			return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("this Manager runs no %s provider (configure providers.cloudHypervisor in config.yaml)", cloudconf.CloudHypervisorName))
 		}
 		var err error
 		if host, err = p.(*cloudhypervisor.Provider).PickHost(ctx, m.GetShape(), nil); err != nil {
 			switch {
 			case errors.Is(err, providers.ErrCapacity):
-				return nil, toConnect(apierr.New(apierr.ResourceExhausted, "%v", err))
+				return nil, rpcerr.ToConnect(apierr.New(apierr.ResourceExhausted, "%v", err))
 			case errors.Is(err, providers.ErrInvalid):
-				return nil, toConnect(apierr.Invalid("shape", "%v", err))
+				return nil, rpcerr.ToConnect(apierr.Invalid("shape", "%v", err))
 			}
-			return nil, toConnect(apierr.Unavailablef("%v", err))
+			return nil, rpcerr.ToConnect(apierr.Unavailablef("%v", err))
 		}
 	}
 	cr := providers.CloudRequest{Provider: cloudconf.CloudHypervisorName, NodeID: m.GetNodeId(), Pool: m.GetPool(), Tags: m.GetTags(),
@@ -379,19 +380,19 @@ func (h *handler) CreateCloudHypervisorNode(ctx context.Context, req *connect.Re
 func (h *handler) ListWorkerSecurityGroups(ctx context.Context, req *connect.Request[managerv1.ListWorkerSecurityGroupsRequest]) (*connect.Response[managerv1.ListWorkerSecurityGroupsResponse], error) {
 	region := req.Msg.GetRegion()
 	if err := jobspec.ValidateRegion(region); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	reg := h.s.fleet.Registry()
 	p, ok := reg.Provider(cloudconf.AWSName)
 	if !ok {
-		return nil, toConnect(apierr.FailedPreconditionf("this Manager runs no aws provider (worker security groups are EC2's)"))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("this Manager runs no aws provider (worker security groups are EC2's)"))
 	}
 	if !reg.Overrides().RunsRegion(cloudconf.AWSName, region) {
-		return nil, toConnect(apierr.FailedPreconditionf("this Manager runs no aws region %q (the overrides file names %s)", region, strings.Join(reg.Overrides().Regions(cloudconf.AWSName), ", ")))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("this Manager runs no aws region %q (the overrides file names %s)", region, strings.Join(reg.Overrides().Regions(cloudconf.AWSName), ", ")))
 	}
 	groups, err := p.(providers.SecurityGroups).WorkerSecurityGroups(ctx, region)
 	if err != nil {
-		return nil, toConnect(apierr.Unavailablef("aws %s: %v", region, err))
+		return nil, rpcerr.ToConnect(apierr.Unavailablef("aws %s: %v", region, err))
 	}
 	out := &managerv1.ListWorkerSecurityGroupsResponse{}
 	for _, g := range groups {
@@ -412,9 +413,9 @@ func (h *handler) ReloadExternalConfig(ctx context.Context, req *connect.Request
 	res, err := h.s.fleet.Registry().Reload()
 	switch {
 	case errors.Is(err, providers.ErrNoOverridesFile):
-		return nil, toConnect(apierr.FailedPreconditionf("%v", err))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("%v", err))
 	case err != nil:
-		return nil, toConnect(apierr.Invalid("overridesFile", "%v; the file in force is unchanged", err))
+		return nil, rpcerr.ToConnect(apierr.Invalid("overridesFile", "%v; the file in force is unchanged", err))
 	}
 	out := &managerv1.ReloadExternalConfigResponse{Consistent: true, Members: []*managerv1.ExternalConfigReload{{
 		Member: h.s.cfg.NodeName, File: res.Path, Digest: res.Digest, Changes: res.Changes,

@@ -20,6 +20,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -46,16 +47,16 @@ func (s *Server) requireClustered(what string) error {
 func (h *handler) AddClusterMember(ctx context.Context, req *connect.Request[managerv1.AddClusterMemberRequest]) (*connect.Response[managerv1.AddClusterMemberResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateID("node", m.GetNode()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := h.s.requireClustered("add a member"); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_ExpectMember{ExpectMember: &storev1.ExpectMember{
 		Name: m.GetNode(), Witness: m.GetWitness(), By: m.GetBy(),
 	}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	h.s.member.events.record("member-expected", fmt.Sprintf("%s %s was added by %s; it joins when it starts with clusterState: existing",
 		witnessOrMember(m.GetWitness()), m.GetNode(), orNone(m.GetBy())), h.s.st().Term(), h.read().Generation())
@@ -73,10 +74,10 @@ func (h *handler) RemoveClusterMember(ctx context.Context, req *connect.Request[
 	s := h.s
 	node := req.Msg.GetNode()
 	if err := jobspec.ValidateID("node", node); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := s.requireClustered("remove a member"); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	for attempt := 0; ; attempt++ {
 		st := s.st()
@@ -84,13 +85,13 @@ func (h *handler) RemoveClusterMember(ctx context.Context, req *connect.Request[
 			err := s.removeMember(ctx, st, node)
 			if err != errHandedOver {
 				if err != nil {
-					return nil, toConnect(err)
+					return nil, rpcerr.ToConnect(err)
 				}
 				return connect.NewResponse(&managerv1.RemoveClusterMemberResponse{}), nil
 			}
 		}
 		if attempt >= 20 {
-			return nil, toConnect(apierr.Unavailablef("no primary to remove %s; retry once a quorum is up", node))
+			return nil, rpcerr.ToConnect(apierr.Unavailablef("no primary to remove %s; retry once a quorum is up", node))
 		}
 		// The primary does it: pass the call on with the caller's own
 		// credential.
@@ -103,7 +104,7 @@ func (h *handler) RemoveClusterMember(ctx context.Context, req *connect.Request[
 		}
 		select {
 		case <-ctx.Done():
-			return nil, toConnect(ctx.Err())
+			return nil, rpcerr.ToConnect(ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -159,7 +160,7 @@ func (s *Server) removeMember(ctx context.Context, st *store.Store, node string)
 func (h *handler) ForceStandalone(ctx context.Context, req *connect.Request[managerv1.ForceStandaloneRequest]) (*connect.Response[managerv1.ForceStandaloneResponse], error) {
 	gen, err := h.s.forceStandalone(ctx, req.Msg.GetBy())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.ForceStandaloneResponse{Generation: gen}), nil
 }
@@ -247,7 +248,7 @@ func (m *memberState) finishForced(ctx context.Context, st *store.Store) error {
 
 func (h *handler) LeaveQuorum(ctx context.Context, req *connect.Request[managerv1.LeaveQuorumRequest]) (*connect.Response[managerv1.LeaveQuorumResponse], error) {
 	if err := h.s.leaveQuorum(req.Msg.GetBy()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.LeaveQuorumResponse{}), nil
 }
@@ -297,7 +298,7 @@ func writeFileSync(path string, b []byte) error {
 func (h *handler) AnnounceControlPlane(ctx context.Context, req *connect.Request[managerv1.AnnounceControlPlaneRequest]) (*connect.Response[managerv1.AnnounceControlPlaneResponse], error) {
 	raw := req.Msg.GetUrl()
 	if err := jobspec.ValidateControlPlaneURL(raw); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	m := h.s.member
 	m.mu.Lock()
@@ -319,7 +320,7 @@ func (m *memberState) controlPlane(now time.Time) (a announcement, stale bool) {
 func (h *handler) GetClusterEvents(ctx context.Context, req *connect.Request[managerv1.GetClusterEventsRequest]) (*connect.Response[managerv1.GetClusterEventsResponse], error) {
 	limit, since, err := jobspec.ClusterEventsQuery(req.Msg)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.GetClusterEventsResponse{
 		Member: h.s.cfg.NodeName,
@@ -523,10 +524,10 @@ func (h *membersHandler) Join(ctx context.Context, req *connect.Request[managerv
 	s := h.s
 	m := req.Msg
 	if err := jobspec.ValidateID("name", m.GetName()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if m.GetRaftAddress() == "" {
-		return nil, toConnect(apierr.Invalid("raftAddress", "must not be empty"))
+		return nil, rpcerr.ToConnect(apierr.Invalid("raftAddress", "must not be empty"))
 	}
 	st := s.st()
 	if st == nil {
@@ -542,17 +543,17 @@ func (h *membersHandler) Join(ctx context.Context, req *connect.Request[managerv
 	r := st.State().Snapshot()
 	rec := r.Member(m.GetName())
 	if rec == nil || rec.GetStatus() == state.MemberRetired {
-		return nil, toConnect(apierr.FailedPreconditionf("%s is not expected by this cluster: add it first (norsk-ctl cluster add %s)", m.GetName(), m.GetName()))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("%s is not expected by this cluster: add it first (norsk-ctl cluster add %s)", m.GetName(), m.GetName()))
 	}
 	if rec.GetWitness() != m.GetWitness() {
-		return nil, toConnect(apierr.FailedPreconditionf("%s is expected as a %s but started as a %s", m.GetName(), witnessOrMember(rec.GetWitness()), witnessOrMember(m.GetWitness())))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("%s is expected as a %s but started as a %s", m.GetName(), witnessOrMember(rec.GetWitness()), witnessOrMember(m.GetWitness())))
 	}
 	// A member that is not a voter yet catches up first: it becomes one
 	// (promoteCaughtUp) once it holds the log, so a slow joiner never
 	// costs the cluster its quorum.
 	conf, err := st.Configuration()
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if slices.ContainsFunc(conf, func(sv raft.Server) bool { return string(sv.ID) == m.GetName() && sv.Suffrage == raft.Voter }) {
 		err = st.AddVoter(m.GetName(), m.GetRaftAddress())
@@ -560,7 +561,7 @@ func (h *membersHandler) Join(ctx context.Context, req *connect.Request[managerv
 		err = st.AddNonvoter(m.GetName(), m.GetRaftAddress())
 	}
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if rec.GetStatus() != state.MemberJoined || rec.GetRaftAddress() != m.GetRaftAddress() || rec.GetApiUrl() != m.GetApiUrl() {
 		if _, err := st.Apply(ctx, &storev1.Command{
@@ -570,7 +571,7 @@ func (h *membersHandler) Join(ctx context.Context, req *connect.Request[managerv
 				Name: m.GetName(), RaftAddress: m.GetRaftAddress(), ApiUrl: m.GetApiUrl(), Witness: m.GetWitness(),
 			}},
 		}); err != nil {
-			return nil, toConnect(err)
+			return nil, rpcerr.ToConnect(err)
 		}
 		s.member.events.record("member-joined", fmt.Sprintf("%s %s joined (raft %s, API %s)", witnessOrMember(m.GetWitness()), m.GetName(), m.GetRaftAddress(), m.GetApiUrl()),
 			st.Term(), r.Generation())

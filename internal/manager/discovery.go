@@ -8,6 +8,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
@@ -23,14 +24,14 @@ const MinTierSecretLen = 32
 func (h *handler) PublishDiscoveryFleet(ctx context.Context, req *connect.Request[managerv1.PublishDiscoveryFleetRequest]) (*connect.Response[managerv1.PublishDiscoveryFleetResponse], error) {
 	f := req.Msg.GetFleet()
 	if err := jobspec.ValidateDiscoveryFleet(f); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	// A shorter secret is refused unless it is the one already in force
 	// (published before this bound: the fleet keeps it, and its publisher
 	// republishes what it adopted). The FSM does not re-check the length,
 	// so a log holding a short one replays as committed.
 	if n := len(f.GetTierSecret()); n < MinTierSecretLen && f.GetTierSecret() != h.read().DiscoveryFleet().GetTierSecret() {
-		return nil, toConnect(apierr.Invalid("fleet.tierSecret", "is %d bytes (at least %d: node tokens are HMACs under it)", n, MinTierSecretLen))
+		return nil, rpcerr.ToConnect(apierr.Invalid("fleet.tierSecret", "is %d bytes (at least %d: node tokens are HMACs under it)", n, MinTierSecretLen))
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PublishDiscovery{PublishDiscovery: &storev1.PublishDiscovery{
 		Fleet: &managerv1.DiscoveryFleet{
@@ -39,7 +40,7 @@ func (h *handler) PublishDiscoveryFleet(ctx context.Context, req *connect.Reques
 		},
 	}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	pr := res.Value.(*storev1.PublishDiscoveryResult)
 	return connect.NewResponse(&managerv1.PublishDiscoveryFleetResponse{
@@ -63,7 +64,7 @@ const generatedTierSecretBytes = 32
 func (h *handler) RotateDiscoveryTierSecret(ctx context.Context, req *connect.Request[managerv1.RotateDiscoveryTierSecretRequest]) (*connect.Response[managerv1.RotateDiscoveryTierSecretResponse], error) {
 	step, secret := req.Msg.GetStep(), req.Msg.GetNewTierSecret()
 	if err := jobspec.ValidateRotation(step, secret); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if step == jobspec.RotationStage && secret == "" {
 		secret = randomToken("nts_", generatedTierSecretBytes)
@@ -72,7 +73,7 @@ func (h *handler) RotateDiscoveryTierSecret(ctx context.Context, req *connect.Re
 		Step: step, NewTierSecret: secret,
 	}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	f := res.Value.(*managerv1.DiscoveryFleet)
 	return connect.NewResponse(&managerv1.RotateDiscoveryTierSecretResponse{Fleet: proto.Clone(f).(*managerv1.DiscoveryFleet)}), nil

@@ -9,6 +9,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -34,16 +35,16 @@ func (h *handler) DrainNode(ctx context.Context, req *connect.Request[managerv1.
 	m := req.Msg
 	rec, err := h.requireNode(m.GetNodeId())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := jobspec.ValidateDrainRequest(m); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if m.GetUndo() {
 		if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetNodeDraining{SetNodeDraining: &storev1.SetNodeDraining{
 			NodeId: m.GetNodeId(), Draining: false,
 		}}}); err != nil {
-			return nil, toConnect(err)
+			return nil, rpcerr.ToConnect(err)
 		}
 		return h.drainAnswer(m.GetNodeId(), false)
 	}
@@ -85,7 +86,7 @@ func (h *handler) DrainNode(ctx context.Context, req *connect.Request[managerv1.
 		}
 	}
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return h.drainAnswer(m.GetNodeId(), false)
 }
@@ -95,7 +96,7 @@ func (h *handler) drainAnswer(nodeID string, attached bool) (*connect.Response[m
 	r := h.read()
 	rec := r.Node(nil, nodeID)
 	if rec == nil {
-		return nil, toConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(nodeID)))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(nodeID)))
 	}
 	n := h.nodeView(r, rec)
 	return connect.NewResponse(&managerv1.DrainNodeResponse{Drain: n.GetDrain(), Attached: attached, Node: n}), nil
@@ -105,19 +106,19 @@ func (h *handler) drainAnswer(nodeID string, attached bool) (*connect.Response[m
 func (h *handler) RecordNodeDrain(ctx context.Context, req *connect.Request[managerv1.RecordNodeDrainRequest]) (*connect.Response[managerv1.RecordNodeDrainResponse], error) {
 	d := req.Msg.GetDrain()
 	if d == nil {
-		return nil, toConnect(apierr.Invalid("drain", "is required"))
+		return nil, rpcerr.ToConnect(apierr.Invalid("drain", "is required"))
 	}
 	if err := jobspec.ValidateDrain(d); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.requireNode(d.GetNodeId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PutNodeDrain{PutNodeDrain: &storev1.PutNodeDrain{
 		Drain: d, ExpectedRevision: req.Msg.GetExpectedRevision(),
 	}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.RecordNodeDrainResponse{Revision: res.Index}), nil
 }

@@ -13,6 +13,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/events"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/eventsubject"
 )
@@ -32,9 +33,9 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 	if err != nil {
 		var fe *eventsubject.FieldError
 		if errors.As(err, &fe) {
-			return toConnect(apierr.Invalid(fe.Field, "%s", fe.Message))
+			return rpcerr.ToConnect(apierr.Invalid(fe.Field, "%s", fe.Message))
 		}
-		return toConnect(err)
+		return rpcerr.ToConnect(err)
 	}
 	rc, _ := ctx.Value(rcKey{}).(*http.ResponseController)
 	send := func(e *managerv1.Event) error {
@@ -135,7 +136,7 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 			return streamErr(err, last)
 		}
 		if err := stillAllowed(); err != nil {
-			return toConnect(err)
+			return rpcerr.ToConnect(err)
 		}
 		for _, e := range evs {
 			if err := send(e); err != nil {
@@ -154,5 +155,5 @@ func streamErr(err error, last uint64) error {
 	case errors.Is(err, events.ErrClosed):
 		return connect.NewError(connect.CodeUnavailable, errors.New("the Manager is shutting down; reconnect to resume"))
 	}
-	return toConnect(err)
+	return rpcerr.ToConnect(err)
 }

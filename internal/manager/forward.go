@@ -21,6 +21,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -415,7 +416,7 @@ func (i consistencyInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryF
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if wantsLinearizable(req.Header()) {
 			if err := i.s.linearize(ctx); err != nil {
-				return nil, toConnect(err)
+				return nil, rpcerr.ToConnect(err)
 			}
 		}
 		return next(ctx, req)
@@ -430,7 +431,7 @@ func (i consistencyInterceptor) WrapStreamingHandler(next connect.StreamingHandl
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		if wantsLinearizable(conn.RequestHeader()) {
 			if err := i.s.linearize(ctx); err != nil {
-				return toConnect(err)
+				return rpcerr.ToConnect(err)
 			}
 		}
 		return next(ctx, conn)
@@ -504,7 +505,7 @@ func (h *membersHandler) ReadIndex(ctx context.Context, req *connect.Request[man
 		return nil, notPrimary(st)
 	}
 	if err := h.s.awaitPrimaryReady(ctx, st); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := st.VerifyLeader(); err != nil {
 		return nil, notPrimary(st)

@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
@@ -111,7 +112,7 @@ func (g *gate) public(next http.Handler) http.Handler {
 func (g *gate) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
-		err = toConnect(err)
+		err = rpcerr.ToConnect(err)
 		errors.As(err, &ce)
 	}
 	if g.metrics != nil {

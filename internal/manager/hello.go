@@ -8,6 +8,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
@@ -24,7 +25,7 @@ func (h *handler) Hello(ctx context.Context, req *connect.Request[managerv1.Hell
 		out.CallerProtocolVersion = v
 		major, minor, err := buildinfo.ParseProtocol(v)
 		if err != nil {
-			return nil, toConnect(apierr.Invalid("protocolVersion", "%v", err))
+			return nil, rpcerr.ToConnect(apierr.Invalid("protocolVersion", "%v", err))
 		}
 		out.Compatible = major == buildinfo.ProtocolMajor
 		if out.Compatible {

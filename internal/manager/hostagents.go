@@ -10,6 +10,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/pki"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
@@ -22,16 +23,16 @@ import (
 func (h *handler) AddHostAgent(ctx context.Context, req *connect.Request[managerv1.AddHostAgentRequest]) (*connect.Response[managerv1.AddHostAgentResponse], error) {
 	name := req.Msg.GetName()
 	if err := state.ValidateHostAgentName(name); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if c := h.s.cfg.CloudHypervisor; c != nil {
 		if _, ok := c.Hosts[name]; ok {
-			return nil, toConnect(apierr.AlreadyExistsf("host %s is in config.yaml (providers.cloudHypervisor.hosts)", apierr.Quote(name)))
+			return nil, rpcerr.ToConnect(apierr.AlreadyExistsf("host %s is in config.yaml (providers.cloudHypervisor.hosts)", apierr.Quote(name)))
 		}
 	}
 	token := randomToken(state.HostAgentTokenPrefix, 24)
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_AddHostAgent{AddHostAgent: &storev1.AddHostAgent{Name: name, Token: token}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.AddHostAgentResponse{Name: name, Token: token}), nil
 }
@@ -39,27 +40,27 @@ func (h *handler) AddHostAgent(ctx context.Context, req *connect.Request[manager
 func (h *handler) RegisterHostAgent(ctx context.Context, req *connect.Request[managerv1.RegisterHostAgentRequest]) (*connect.Response[managerv1.RegisterHostAgentResponse], error) {
 	m := req.Msg
 	if err := state.ValidateHostAgentName(m.GetName()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if u := m.GetUrl(); !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-		return nil, toConnect(apierr.Invalid("url", "%s is not an http(s) URL", apierr.Quote(u)))
+		return nil, rpcerr.ToConnect(apierr.Invalid("url", "%s is not an http(s) URL", apierr.Quote(u)))
 	}
 	token, _ := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
 	if strings.HasPrefix(token, state.HostAgentSecretPrefix) {
 		return h.renewHostAgent(m, token)
 	}
 	if !strings.HasPrefix(token, state.HostAgentTokenPrefix) {
-		return nil, toConnect(apierr.Unauthenticatedf("a host agent registers with its one-shot registration token (%s…)", state.HostAgentTokenPrefix))
+		return nil, rpcerr.ToConnect(apierr.Unauthenticatedf("a host agent registers with its one-shot registration token (%s…)", state.HostAgentTokenPrefix))
 	}
 	cert, cas, err := h.hostAgentCertificate(m)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	secret := randomToken(state.HostAgentSecretPrefix, 32)
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RegisterHostAgent{RegisterHostAgent: &storev1.RegisterHostAgent{
 		Name: m.GetName(), Token: token, Url: m.GetUrl(), Secret: secret,
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	h.s.log.Info("host agent registered", "host", m.GetName(), "url", m.GetUrl(), "mutual_tls", cert != nil)
 	return connect.NewResponse(&managerv1.RegisterHostAgentResponse{HostSecret: secret, CertificateDer: cert, CaCertificatesDer: cas}), nil
@@ -72,17 +73,17 @@ func (h *handler) renewHostAgent(m *managerv1.RegisterHostAgentRequest, secret s
 	rec := h.read().HostAgentBySecret(secret)
 	switch {
 	case rec == nil || rec.GetName() != m.GetName():
-		return nil, toConnect(apierr.Unauthenticatedf("the host secret is not host agent %s's", apierr.Quote(m.GetName())))
+		return nil, rpcerr.ToConnect(apierr.Unauthenticatedf("the host secret is not host agent %s's", apierr.Quote(m.GetName())))
 	case m.GetUrl() != rec.GetUrl():
-		return nil, toConnect(apierr.Invalid("url", "%s: a renewal keeps the registered URL %s (remove and add the host to move it)", apierr.Quote(m.GetUrl()), rec.GetUrl()))
+		return nil, rpcerr.ToConnect(apierr.Invalid("url", "%s: a renewal keeps the registered URL %s (remove and add the host to move it)", apierr.Quote(m.GetUrl()), rec.GetUrl()))
 	case len(m.GetCsrDer()) == 0:
-		return nil, toConnect(apierr.Invalid("csrDer", "a registered agent registers again only to renew its certificate: send a certificate request"))
+		return nil, rpcerr.ToConnect(apierr.Invalid("csrDer", "a registered agent registers again only to renew its certificate: send a certificate request"))
 	case h.s.tls == nil || h.s.tls.ca == nil:
-		return nil, toConnect(apierr.FailedPreconditionf("this Manager has no cluster CA to sign host agent %s's certificate", m.GetName()))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("this Manager has no cluster CA to sign host agent %s's certificate", m.GetName()))
 	}
 	cert, cas, err := h.hostAgentCertificate(m)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	h.s.log.Info("host agent certificate renewed", "host", m.GetName())
 	return connect.NewResponse(&managerv1.RegisterHostAgentResponse{HostSecret: secret, CertificateDer: cert, CaCertificatesDer: cas}), nil
@@ -121,7 +122,7 @@ func (h *handler) ListHostAgents(ctx context.Context, _ *connect.Request[manager
 
 func (h *handler) RemoveHostAgent(ctx context.Context, req *connect.Request[managerv1.RemoveHostAgentRequest]) (*connect.Response[managerv1.RemoveHostAgentResponse], error) {
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RemoveHostAgent{RemoveHostAgent: &storev1.RemoveHostAgent{Name: req.Msg.GetName()}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.RemoveHostAgentResponse{}), nil
 }

@@ -8,6 +8,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -19,17 +20,17 @@ const MaxGraceMs = jobspec.MaxGraceMs
 func (h *handler) CreateJob(ctx context.Context, req *connect.Request[managerv1.CreateJobRequest]) (*connect.Response[managerv1.JobHash], error) {
 	job := req.Msg.GetJob()
 	if err := jobspec.ValidateJob(job); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := jobspec.CheckLimits("job", job); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if h.read().Job(nil, job.GetJobId()) != nil {
-		return nil, toConnect(apierr.AlreadyExistsf("job %s already exists", apierr.Quote(job.GetJobId())))
+		return nil, rpcerr.ToConnect(apierr.AlreadyExistsf("job %s already exists", apierr.Quote(job.GetJobId())))
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_CreateJob{CreateJob: &storev1.CreateJob{Job: job}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.JobHash{Hash: res.Index}), nil
 }
@@ -37,22 +38,22 @@ func (h *handler) CreateJob(ctx context.Context, req *connect.Request[managerv1.
 func (h *handler) UpdateJob(ctx context.Context, req *connect.Request[managerv1.UpdateJobRequest]) (*connect.Response[managerv1.JobHash], error) {
 	job := req.Msg.GetJob()
 	if err := jobspec.ValidateJob(job); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := jobspec.CheckLimits("job", job); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	cur := h.read().Job(nil, job.GetJobId())
 	if cur == nil {
-		return nil, toConnect(apierr.NotFoundf("no job %s", apierr.Quote(job.GetJobId())))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("no job %s", apierr.Quote(job.GetJobId())))
 	}
 	if cur.GetJob().GetCurrentHash() != job.GetCurrentHash() {
-		return nil, toConnect(apierr.FailedPreconditionf("job %q has changed: the update is against hash %d, the job is at hash %d; read it again and retry",
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("job %q has changed: the update is against hash %d, the job is at hash %d; read it again and retry",
 			job.GetJobId(), job.GetCurrentHash(), cur.GetJob().GetCurrentHash()))
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_UpdateJob{UpdateJob: &storev1.UpdateJob{Job: job}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.JobHash{Hash: res.Index}), nil
 }
@@ -70,22 +71,22 @@ func (h *handler) requireJob(field, id string) error {
 
 func (h *handler) DeleteJob(ctx context.Context, req *connect.Request[managerv1.DeleteJobRequest]) (*connect.Response[managerv1.DeleteJobResponse], error) {
 	if err := h.requireJob("jobId", req.Msg.GetJobId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_DeleteJob{DeleteJob: &storev1.DeleteJob{JobId: req.Msg.GetJobId()}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.DeleteJobResponse{}), nil
 }
 
 func (h *handler) JobById(ctx context.Context, req *connect.Request[managerv1.JobByIdRequest]) (*connect.Response[managerv1.JobWithHistory], error) {
 	if err := jobspec.ValidateID("jobId", req.Msg.GetJobId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	r := h.read()
 	rec := r.Job(nil, req.Msg.GetJobId())
 	if rec == nil {
-		return nil, toConnect(apierr.NotFoundf("no job %s", apierr.Quote(req.Msg.GetJobId())))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("no job %s", apierr.Quote(req.Msg.GetJobId())))
 	}
 	return connect.NewResponse(r.JobView(rec, true)), nil
 }
@@ -93,7 +94,7 @@ func (h *handler) JobById(ctx context.Context, req *connect.Request[managerv1.Jo
 func (h *handler) JobSearch(ctx context.Context, req *connect.Request[managerv1.JobSearchRequest]) (*connect.Response[managerv1.JobSearchResponse], error) {
 	match, err := jobspec.CompileFilters(req.Msg.GetFilters())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	limit := int(req.Msg.GetLimit())
 	r := h.read()
@@ -109,7 +110,7 @@ func (h *handler) JobSearch(ctx context.Context, req *connect.Request[managerv1.
 		return limit == 0 || len(out.Jobs) < limit
 	})
 	if err := ctx.Err(); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(out), nil
 }
@@ -154,11 +155,11 @@ func bindOf(m *managerv1.StartJobRequest) *storev1.BindInstance {
 
 func (h *handler) StartJob(ctx context.Context, req *connect.Request[managerv1.StartJobRequest]) (*connect.Response[managerv1.StartJobResponse], error) {
 	if err := h.checkStart(h.read(), "", req.Msg); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_BindInstance{BindInstance: bindOf(req.Msg)}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.StartJobResponse{FencingToken: res.Index}), nil
 }
@@ -173,7 +174,7 @@ const MaxStartJobs = jobspec.MaxStartJobs
 func (h *handler) StartJobs(ctx context.Context, req *connect.Request[managerv1.StartJobsRequest]) (*connect.Response[managerv1.StartJobsResponse], error) {
 	starts := req.Msg.GetStarts()
 	if err := jobspec.ValidateStarts(starts); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	r := h.read()
 	out := make([]*managerv1.StartResult, len(starts))
@@ -190,11 +191,11 @@ func (h *handler) StartJobs(ctx context.Context, req *connect.Request[managerv1.
 	if len(cmd.Binds) > 0 {
 		res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_BindInstances{BindInstances: cmd}})
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, rpcerr.ToConnect(err)
 		}
 		got, _ := res.Value.(*managerv1.StartJobsResponse)
 		if len(got.GetResults()) != len(which) {
-			return nil, toConnect(apierr.New(apierr.Internal, "StartJobs: the store answered %d results for %d starts", len(got.GetResults()), len(which)))
+			return nil, rpcerr.ToConnect(apierr.New(apierr.Internal, "StartJobs: the store answered %d results for %d starts", len(got.GetResults()), len(which)))
 		}
 		for k, i := range which {
 			out[i] = got.GetResults()[k]
@@ -211,19 +212,19 @@ func resultOf(err error) *managerv1.StartResult {
 func (h *handler) StopJob(ctx context.Context, req *connect.Request[managerv1.StopJobRequest]) (*connect.Response[managerv1.StopJobResponse], error) {
 	m := req.Msg
 	if err := instanceArgs(m.GetJobId(), m.GetRole(), m.GetNodeId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := jobspec.ValidateGrace("options.graceMs", m.GetOptions().GetGraceMs()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := h.requireJob("jobId", m.GetJobId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_StopInstance{StopInstance: &storev1.StopInstance{
 		JobId: m.GetJobId(), Role: m.GetRole(), NodeId: m.GetNodeId(),
 		GraceMs: m.GetOptions().GetGraceMs(), MigrationId: m.GetOptions().GetMigrationId(), Reason: m.GetOptions().GetReason(),
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.StopJobResponse{}), nil
 }
@@ -231,25 +232,25 @@ func (h *handler) StopJob(ctx context.Context, req *connect.Request[managerv1.St
 func (h *handler) StartPreparedJob(ctx context.Context, req *connect.Request[managerv1.StartPreparedJobRequest]) (*connect.Response[managerv1.StartPreparedJobResponse], error) {
 	m := req.Msg
 	if err := instanceArgs(m.GetJobId(), m.GetRole(), m.GetNodeId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := h.requireJob("jobId", m.GetJobId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_StartPrepared{StartPrepared: &storev1.StartPreparedInstance{
 		JobId: m.GetJobId(), Role: m.GetRole(), NodeId: m.GetNodeId(),
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.StartPreparedJobResponse{}), nil
 }
 
 func (h *handler) CompleteJob(ctx context.Context, req *connect.Request[managerv1.CompleteJobRequest]) (*connect.Response[managerv1.CompleteJobResponse], error) {
 	if err := h.requireJob("jobId", req.Msg.GetJobId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_CompleteJob{CompleteJob: &storev1.CompleteJob{JobId: req.Msg.GetJobId()}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.CompleteJobResponse{}), nil
 }
@@ -259,14 +260,14 @@ const MaxReasonLen = jobspec.MaxReasonLen
 
 func (h *handler) MarkJobFailed(ctx context.Context, req *connect.Request[managerv1.MarkJobFailedRequest]) (*connect.Response[managerv1.MarkJobFailedResponse], error) {
 	if err := h.requireJob("jobId", req.Msg.GetJobId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	reason := req.Msg.GetReason()
 	if err := jobspec.ValidateFailReason(reason); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_MarkJobFailed{MarkJobFailed: &storev1.MarkJobFailed{JobId: req.Msg.GetJobId(), Reason: reason}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.MarkJobFailedResponse{}), nil
 }

@@ -10,6 +10,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -21,12 +22,12 @@ import (
 func (h *handler) PauseLeases(ctx context.Context, req *connect.Request[managerv1.PauseLeasesRequest]) (*connect.Response[managerv1.PauseLeasesResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateLeasePause(m.GetReason(), m.GetBy()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetLeasesPaused{SetLeasesPaused: &storev1.SetLeasesPaused{
 		Paused: true, Reason: m.GetReason(), By: m.GetBy(),
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.PauseLeasesResponse{}), nil
 }
@@ -34,12 +35,12 @@ func (h *handler) PauseLeases(ctx context.Context, req *connect.Request[managerv
 // ResumeLeases ends a pause; every lease's grace then runs from now.
 func (h *handler) ResumeLeases(ctx context.Context, req *connect.Request[managerv1.ResumeLeasesRequest]) (*connect.Response[managerv1.ResumeLeasesResponse], error) {
 	if err := jobspec.ValidateLeaseResume(req.Msg.GetBy()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetLeasesPaused{SetLeasesPaused: &storev1.SetLeasesPaused{
 		Paused: false, By: req.Msg.GetBy(),
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.ResumeLeasesResponse{}), nil
 }
@@ -54,7 +55,7 @@ func (h *handler) GetLeaseStatus(ctx context.Context, req *connect.Request[manag
 	}
 	ctl := h.s.controller()
 	if ctl == nil {
-		return nil, toConnect(apierr.New(apierr.Unavailable, "this member is not driving the workers yet (no primary term running); retry shortly"))
+		return nil, rpcerr.ToConnect(apierr.New(apierr.Unavailable, "this member is not driving the workers yet (no primary term running); retry shortly"))
 	}
 	return connect.NewResponse(LeaseStatusOf(h.read(), ctl.LeaseRefreshes(), h.s.cfg.LeaseTTL, h.s.cfg.Clock.Now())), nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
@@ -64,7 +65,7 @@ func notify[Req any](ctx context.Context, h *handler, req *connect.Request[Req],
 	forward func(managerv1connect.ManagerClient, context.Context, *connect.Request[Req]) (*connect.Response[managerv1.NotifyMigrationResponse], error),
 	build func(in *managerv1.Instance) *managerv1.ControllerMessage) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
 	if err := jobspec.ValidateMigrationRelay(field, key, id, payload); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
 		return forward(c, ctx, withAuth(req, connect.NewRequest(req.Msg)))
@@ -73,7 +74,7 @@ func notify[Req any](ctx context.Context, h *handler, req *connect.Request[Req],
 	}
 	node, err := h.relay(ctx, key, build)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.NotifyMigrationResponse{NodeId: node}), nil
 }
@@ -114,7 +115,7 @@ func (h *handler) NotifyMigrationCutoverApply(ctx context.Context, req *connect.
 func (h *handler) AbortMigration(ctx context.Context, req *connect.Request[managerv1.AbortMigrationRequest]) (*connect.Response[managerv1.AbortMigrationResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateAbortMigration(m); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.AbortMigrationResponse], error) {
 		return c.AbortMigration(ctx, withAuth(req, connect.NewRequest(m)))
@@ -123,19 +124,19 @@ func (h *handler) AbortMigration(ctx context.Context, req *connect.Request[manag
 	}
 	if m.GetSourceRole() == "" && m.GetTargetRole() == "" {
 		if m.GetJobId() != "" {
-			return nil, toConnect(apierr.Invalid("sourceRole", "the wire form names the source and target roles; give only migrationId to roll a migration back"))
+			return nil, rpcerr.ToConnect(apierr.Invalid("sourceRole", "the wire form names the source and target roles; give only migrationId to roll a migration back"))
 		}
 		mg := h.s.migrator.get()
 		if mg == nil {
-			return nil, toConnect(apierr.Unavailablef("no AutoManager runs on this member; it runs on the primary once its term has begun"))
+			return nil, rpcerr.ToConnect(apierr.Unavailablef("no AutoManager runs on this member; it runs on the primary once its term has begun"))
 		}
 		if err := mg.CancelMigration(ctx, m.GetMigrationId(), m.GetReason()); err != nil {
-			return nil, toConnect(err)
+			return nil, rpcerr.ToConnect(err)
 		}
 		return connect.NewResponse(&managerv1.AbortMigrationResponse{}), nil
 	}
 	if err := jobspec.ValidateID("jobId", m.GetJobId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	out := &managerv1.AbortMigrationResponse{}
 	var errs []error
@@ -146,7 +147,7 @@ func (h *handler) AbortMigration(ctx context.Context, req *connect.Request[manag
 		}
 		field := []string{"sourceRole", "targetRole"}[i]
 		if err := jobspec.ValidateRole(field, role); err != nil {
-			return nil, toConnect(err)
+			return nil, rpcerr.ToConnect(err)
 		}
 		node, err := h.relay(ctx, &managerv1.JobKey{JobId: m.GetJobId(), Role: role}, func(in *managerv1.Instance) *managerv1.ControllerMessage {
 			return &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_MigrationAbort{MigrationAbort: &managerv1.MigrationAbort{
@@ -165,9 +166,9 @@ func (h *handler) AbortMigration(ctx context.Context, req *connect.Request[manag
 	}
 	switch {
 	case found == 0:
-		return nil, toConnect(apierr.NotFoundf("job %s has no live instance %s or %s", m.GetJobId(), m.GetSourceRole(), m.GetTargetRole()))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("job %s has no live instance %s or %s", m.GetJobId(), m.GetSourceRole(), m.GetTargetRole()))
 	case len(out.GetNodeIds()) == 0:
-		return nil, toConnect(errors.Join(errs...))
+		return nil, rpcerr.ToConnect(errors.Join(errs...))
 	}
 	for _, err := range errs {
 		h.s.log.Warn("abort migration: one side could not be told", "migration", m.GetMigrationId(), "err", err)
@@ -178,23 +179,23 @@ func (h *handler) AbortMigration(ctx context.Context, req *connect.Request[manag
 func (h *handler) MigrateJob(ctx context.Context, req *connect.Request[managerv1.MigrateJobRequest]) (*connect.Response[managerv1.MigrateJobResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateID("jobId", m.GetJobId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if m.GetTargetNodeId() != "" {
 		if err := jobspec.ValidateID("targetNodeId", m.GetTargetNodeId()); err != nil {
-			return nil, toConnect(err)
+			return nil, rpcerr.ToConnect(err)
 		}
 	}
 	if m.GetSourceRole() != "" {
 		if err := jobspec.ValidateRole("sourceRole", m.GetSourceRole()); err != nil {
-			return nil, toConnect(err)
+			return nil, rpcerr.ToConnect(err)
 		}
 	}
 	if _, ok := managerv1.MigrationStrategy_name[int32(m.GetStrategy())]; !ok {
-		return nil, toConnect(apierr.Invalid("strategy", "%d is not a strategy (stopThenStart, overlap, handover)", m.GetStrategy()))
+		return nil, rpcerr.ToConnect(apierr.Invalid("strategy", "%d is not a strategy (stopThenStart, overlap, handover)", m.GetStrategy()))
 	}
 	if h.read().Job(nil, m.GetJobId()) == nil {
-		return nil, toConnect(apierr.NotFoundf("no job %s", apierr.Quote(m.GetJobId())))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("no job %s", apierr.Quote(m.GetJobId())))
 	}
 	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.MigrateJobResponse], error) {
 		return c.MigrateJob(ctx, withAuth(req, connect.NewRequest(m)))
@@ -203,7 +204,7 @@ func (h *handler) MigrateJob(ctx context.Context, req *connect.Request[managerv1
 	}
 	mg := h.s.migrator.get()
 	if mg == nil {
-		return nil, toConnect(apierr.Unavailablef("no AutoManager runs on this member; it runs on the primary once its term has begun"))
+		return nil, rpcerr.ToConnect(apierr.Unavailablef("no AutoManager runs on this member; it runs on the primary once its term has begun"))
 	}
 	who := ""
 	if ci, ok := ctx.Value(callInfoKey{}).(callInfo); ok {
@@ -214,7 +215,7 @@ func (h *handler) MigrateJob(ctx context.Context, req *connect.Request[managerv1
 		OverrideReservation: m.GetOverrideReservation(), RequestedBy: who,
 	})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.MigrateJobResponse{MigrationId: st.GetMigrationId(), Migration: st}), nil
 }
@@ -222,7 +223,7 @@ func (h *handler) MigrateJob(ctx context.Context, req *connect.Request[managerv1
 func (h *handler) ListMigrations(ctx context.Context, req *connect.Request[managerv1.ListMigrationsRequest]) (*connect.Response[managerv1.ListMigrationsResponse], error) {
 	if id := req.Msg.GetJobId(); id != "" {
 		if err := jobspec.ValidateID("jobId", id); err != nil {
-			return nil, toConnect(err)
+			return nil, rpcerr.ToConnect(err)
 		}
 	}
 	return connect.NewResponse(&managerv1.ListMigrationsResponse{Migrations: h.read().Migrations(nil, req.Msg.GetJobId())}), nil
@@ -230,22 +231,22 @@ func (h *handler) ListMigrations(ctx context.Context, req *connect.Request[manag
 
 func (h *handler) GetMigration(ctx context.Context, req *connect.Request[managerv1.GetMigrationRequest]) (*connect.Response[managerv1.MigrationState], error) {
 	if err := jobspec.ValidateMigrationID(req.Msg.GetMigrationId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	m := h.read().Migration(nil, req.Msg.GetMigrationId())
 	if m == nil {
-		return nil, toConnect(apierr.NotFoundf("no migration %s (never started, or forgotten)", apierr.Quote(req.Msg.GetMigrationId())))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("no migration %s (never started, or forgotten)", apierr.Quote(req.Msg.GetMigrationId())))
 	}
 	return connect.NewResponse(m), nil
 }
 
 func (h *handler) MigrationForJob(ctx context.Context, req *connect.Request[managerv1.MigrationForJobRequest]) (*connect.Response[managerv1.MigrationState], error) {
 	if err := h.requireJob("jobId", req.Msg.GetJobId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	m := h.read().MigrationInFlight(nil, req.Msg.GetJobId())
 	if m == nil {
-		return nil, toConnect(apierr.NotFoundf("job %s has no migration in flight", req.Msg.GetJobId()))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("job %s has no migration in flight", req.Msg.GetJobId()))
 	}
 	return connect.NewResponse(m), nil
 }
@@ -253,19 +254,19 @@ func (h *handler) MigrationForJob(ctx context.Context, req *connect.Request[mana
 func (h *handler) ForgetMigration(ctx context.Context, req *connect.Request[managerv1.ForgetMigrationRequest]) (*connect.Response[managerv1.ForgetMigrationResponse], error) {
 	id := req.Msg.GetMigrationId()
 	if err := jobspec.ValidateMigrationID(id); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if h.read().Migration(nil, id) == nil {
-		return nil, toConnect(apierr.NotFoundf("no migration %s", apierr.Quote(id)))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("no migration %s", apierr.Quote(id)))
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_ForgetMigrations{ForgetMigrations: &storev1.ForgetMigrations{MigrationIds: []string{id}}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	out, _ := res.Value.(*managerv1.ForgetTerminalMigrationsResponse)
 	if len(out.GetMigrationIds()) == 0 {
 		// Forgotten meanwhile by another call.
-		return nil, toConnect(apierr.NotFoundf("no migration %s", apierr.Quote(id)))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("no migration %s", apierr.Quote(id)))
 	}
 	return connect.NewResponse(&managerv1.ForgetMigrationResponse{Forgotten: true}), nil
 }
@@ -273,7 +274,7 @@ func (h *handler) ForgetMigration(ctx context.Context, req *connect.Request[mana
 func (h *handler) ForgetTerminalMigrations(ctx context.Context, req *connect.Request[managerv1.ForgetTerminalMigrationsRequest]) (*connect.Response[managerv1.ForgetTerminalMigrationsResponse], error) {
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_ForgetMigrations{ForgetMigrations: &storev1.ForgetMigrations{AllTerminal: true}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	out, _ := res.Value.(*managerv1.ForgetTerminalMigrationsResponse)
 	if out == nil {
@@ -285,30 +286,30 @@ func (h *handler) ForgetTerminalMigrations(ctx context.Context, req *connect.Req
 func (h *handler) RecordMigration(ctx context.Context, req *connect.Request[managerv1.RecordMigrationRequest]) (*connect.Response[managerv1.RecordMigrationResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateMigration(m.GetMigration()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PutMigration{PutMigration: &storev1.PutMigration{
 		Migration: m.GetMigration(), ExpectedRevision: m.GetExpectedRevision(), Create: m.GetCreate(),
 	}}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.RecordMigrationResponse{Revision: res.Index}), nil
 }
 
 func (h *handler) SetNodeDraining(ctx context.Context, req *connect.Request[managerv1.SetNodeDrainingRequest]) (*connect.Response[managerv1.SetNodeDrainingResponse], error) {
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetNodeDraining{SetNodeDraining: &storev1.SetNodeDraining{
 		NodeId: req.Msg.GetNodeId(), Draining: req.Msg.GetDraining(),
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	r := h.read()
 	rec := r.Node(nil, req.Msg.GetNodeId())
 	if rec == nil {
-		return nil, toConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(req.Msg.GetNodeId())))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(req.Msg.GetNodeId())))
 	}
 	return connect.NewResponse(&managerv1.SetNodeDrainingResponse{Node: h.nodeView(r, rec)}), nil
 }

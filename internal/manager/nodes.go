@@ -10,6 +10,7 @@ import (
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/providers"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -52,29 +53,29 @@ func (h *handler) ListNodes(ctx context.Context, req *connect.Request[managerv1.
 
 func (h *handler) TerminateNode(ctx context.Context, req *connect.Request[managerv1.TerminateNodeRequest]) (*connect.Response[managerv1.TerminateNodeResponse], error) {
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_TerminateNode{TerminateNode: &storev1.TerminateNode{NodeId: req.Msg.GetNodeId()}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.TerminateNodeResponse{}), nil
 }
 
 func (h *handler) SetNodeTags(ctx context.Context, req *connect.Request[managerv1.SetNodeTagsRequest]) (*connect.Response[managerv1.SetNodeTagsResponse], error) {
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := jobspec.ValidateNodeTags(req.Msg.GetTags()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetNodeTags{SetNodeTags: &storev1.SetNodeTags{NodeId: req.Msg.GetNodeId(), Tags: req.Msg.GetTags(),
 		ByReconciler: providers.IsSpareReconciler(spareReconcilerContext(ctx))}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	r := h.read()
 	rec := r.Node(nil, req.Msg.GetNodeId())
 	if rec == nil {
-		return nil, toConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(req.Msg.GetNodeId())))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(req.Msg.GetNodeId())))
 	}
 	return connect.NewResponse(&managerv1.SetNodeTagsResponse{Node: h.nodeView(r, rec)}), nil
 }
@@ -94,26 +95,26 @@ func (h *handler) idleExpiry(rec *storev1.NodeRecord) *managerv1.NodeIdleExpiry 
 func (h *handler) GetNodeIdleExpiry(ctx context.Context, req *connect.Request[managerv1.GetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
 	rec, err := h.requireNode(req.Msg.GetNodeId())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(h.idleExpiry(rec)), nil
 }
 
 func (h *handler) SetNodeIdleExpiry(ctx context.Context, req *connect.Request[managerv1.SetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := jobspec.ValidateIdleExpiry(req.Msg.GetIdleExpiryMs()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetNodeIdleExpiry{SetNodeIdleExpiry: &storev1.SetNodeIdleExpiry{
 		NodeId: req.Msg.GetNodeId(), IdleExpiryMs: req.Msg.GetIdleExpiryMs(),
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	rec := h.read().Node(nil, req.Msg.GetNodeId())
 	if rec == nil {
-		return nil, toConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(req.Msg.GetNodeId())))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(req.Msg.GetNodeId())))
 	}
 	return connect.NewResponse(h.idleExpiry(rec)), nil
 }

@@ -7,6 +7,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
@@ -19,7 +20,7 @@ import (
 func (h *handler) ExplainPlacement(ctx context.Context, req *connect.Request[managerv1.ExplainPlacementRequest]) (*connect.Response[managerv1.ExplainPlacementResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateID("jobId", m.GetJobId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	role := m.GetRole()
 	if role == "" {
@@ -28,7 +29,7 @@ func (h *handler) ExplainPlacement(ctx context.Context, req *connect.Request[man
 	r := h.read()
 	rec := r.Job(nil, m.GetJobId())
 	if rec == nil {
-		return nil, toConnect(apierr.NotFoundf("no job %s", apierr.Quote(m.GetJobId())))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("no job %s", apierr.Quote(m.GetJobId())))
 	}
 	var nodes []*managerv1.Node
 	for _, n := range r.Nodes(nil) {
@@ -51,7 +52,7 @@ func (h *handler) ExplainPlacement(ctx context.Context, req *connect.Request[man
 	}
 	out, err := placement.ExplainBundleJob(h.s.placementConfig(), nodes, live, rec.GetJob(), bundle, role, m.GetPool())
 	if err != nil {
-		return nil, toConnect(apierr.Invalid("jobId", "%v", err))
+		return nil, rpcerr.ToConnect(apierr.Invalid("jobId", "%v", err))
 	}
 	if out.GetNodeId() == "" {
 		// No node takes it: say what an elastic tier of its pool would

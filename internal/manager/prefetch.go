@@ -8,6 +8,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
@@ -21,10 +22,10 @@ func (h *handler) PrefetchImages(ctx context.Context, req *connect.Request[manag
 	m := req.Msg
 	rec, err := h.requireNode(m.GetNodeId())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := jobspec.ValidateImageRefs(m.GetImageRefs()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.PrefetchImagesResponse], error) {
 		return c.PrefetchImages(ctx, withAuth(req, connect.NewRequest(req.Msg)))
@@ -34,14 +35,14 @@ func (h *handler) PrefetchImages(ctx context.Context, req *connect.Request[manag
 	n := rec.GetNode()
 	switch {
 	case n.GetState() != managerv1.NodeState_NODE_STATE_ONLINE:
-		return nil, toConnect(apierr.FailedPreconditionf("node %s is %s, not online: its worker cannot pull",
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("node %s is %s, not online: its worker cannot pull",
 			apierr.Quote(n.GetNodeId()), stateWord(n.GetState())))
 	case n.GetRuntime() == "process":
-		return nil, toConnect(apierr.FailedPreconditionf("node %s runs the process runtime, which holds no images", apierr.Quote(n.GetNodeId())))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("node %s runs the process runtime, which holds no images", apierr.Quote(n.GetNodeId())))
 	}
 	ctl := h.s.controller()
 	if ctl == nil {
-		return nil, toConnect(apierr.Unavailablef("this member is not driving the workers (no primary term running); retry"))
+		return nil, rpcerr.ToConnect(apierr.Unavailablef("this member is not driving the workers (no primary term running); retry"))
 	}
 	id := randomToken("pf-", 8)
 	index := h.read().Index()
@@ -49,7 +50,7 @@ func (h *handler) PrefetchImages(ctx context.Context, req *connect.Request[manag
 		ImageRefs: m.GetImageRefs(), RequestId: id,
 	}}}
 	if err := ctl.SendCommand(ctx, n.GetNodeId(), msg); err != nil {
-		return nil, toConnect(fmt.Errorf("prefetch on node %s: %w", n.GetNodeId(), err))
+		return nil, rpcerr.ToConnect(fmt.Errorf("prefetch on node %s: %w", n.GetNodeId(), err))
 	}
 	return connect.NewResponse(&managerv1.PrefetchImagesResponse{RequestId: id, Index: index}), nil
 }

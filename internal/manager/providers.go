@@ -3,8 +3,10 @@ package manager
 import (
 	"context"
 	"fmt"
-	"github.com/norsk-go/norsk-manager/internal/providers/cloudhypervisor"
 	"strings"
+
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudhypervisor"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -150,7 +152,7 @@ func spareReconcilerContext(ctx context.Context) context.Context {
 func (h *handler) CreateMockNode(ctx context.Context, req *connect.Request[managerv1.CreateMockNodeRequest]) (*connect.Response[managerv1.CreateMockNodeResponse], error) {
 	p := h.s.mockProvider()
 	if p == nil {
-		return nil, toConnect(apierr.FailedPreconditionf("this Manager has no mock provider (configure providers.mock in config.yaml)"))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("this Manager has no mock provider (configure providers.mock in config.yaml)"))
 	}
 	m := req.Msg
 	pool := m.GetPool()
@@ -158,23 +160,23 @@ func (h *handler) CreateMockNode(ctx context.Context, req *connect.Request[manag
 		pool = p.Config().Pools[0]
 	}
 	if !p.Config().Serves(pool) {
-		return nil, toConnect(apierr.Invalid("pool", "the mock provider does not create nodes in pool %s (it serves %s)", apierr.Quote(pool), strings.Join(p.Config().Pools, ", ")))
+		return nil, rpcerr.ToConnect(apierr.Invalid("pool", "the mock provider does not create nodes in pool %s (it serves %s)", apierr.Quote(pool), strings.Join(p.Config().Pools, ", ")))
 	}
 	if err := jobspec.ValidateTags("tags", m.GetTags()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	ctx = spareReconcilerContext(ctx)
 	if _, spare := m.GetTags()[state.SpareTag]; spare && !providers.IsSpareReconciler(ctx) {
-		return nil, toConnect(apierr.Invalid("tags", "the %s tag of an elastic node belongs to the AutoManager's reconciler", apierr.Quote(state.SpareTag)))
+		return nil, rpcerr.ToConnect(apierr.Invalid("tags", "the %s tag of an elastic node belongs to the AutoManager's reconciler", apierr.Quote(state.SpareTag)))
 	}
 	nodeID := m.GetNodeId()
 	if nodeID == "" {
 		nodeID = randomToken("mock-", 4)
 	} else if err := jobspec.ValidateID("nodeId", nodeID); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if h.read().Node(nil, nodeID) != nil || h.read().NodeByName(nil, nodeID) != nil {
-		return nil, toConnect(apierr.AlreadyExistsf("node %s already exists", apierr.Quote(nodeID)))
+		return nil, rpcerr.ToConnect(apierr.AlreadyExistsf("node %s already exists", apierr.Quote(nodeID)))
 	}
 	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.CreateMockNodeResponse], error) {
 		msg := &managerv1.CreateMockNodeRequest{NodeId: nodeID, Pool: pool, Tags: m.GetTags()}
@@ -184,7 +186,7 @@ func (h *handler) CreateMockNode(ctx context.Context, req *connect.Request[manag
 	}
 	created, err := h.s.fleet.CreateReserved(ctx, mock.Name, nodeID, pool, m.GetTags())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.CreateMockNodeResponse{NodeId: nodeID, Host: created.Instance.ID}), nil
 }

@@ -12,6 +12,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -20,20 +21,20 @@ import (
 func (h *handler) RegisterClusterNode(ctx context.Context, req *connect.Request[managerv1.RegisterClusterNodeRequest]) (*connect.Response[managerv1.RegisterClusterNodeResponse], error) {
 	name := req.Msg.GetNodeName()
 	if err := jobspec.ValidateID("nodeName", name); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := jobspec.ValidatePool("pool", req.Msg.GetPool()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if ex := h.read().NodeByName(nil, name); ex != nil {
-		return nil, toConnect(apierr.AlreadyExistsf("a node named %s is already registered (node id %s)", apierr.Quote(name), apierr.Quote(ex.GetNode().GetNodeId())))
+		return nil, rpcerr.ToConnect(apierr.AlreadyExistsf("a node named %s is already registered (node id %s)", apierr.Quote(name), apierr.Quote(ex.GetNode().GetNodeId())))
 	}
 	token := randomToken("nrt_", 24)
 	// A slot's node id is its name: operators read and type it.
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RegisterSlot{RegisterSlot: &storev1.RegisterSlot{
 		NodeId: name, NodeName: name, Pool: req.Msg.GetPool(), Token: token,
 	}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.RegisterClusterNodeResponse{NodeId: name, Token: token}), nil
 }
@@ -60,10 +61,10 @@ func validateDialAddress(field, addr string) error {
 func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Request[managerv1.ClusterMemberRegisterRequest]) (*connect.Response[managerv1.ClusterMemberRegisterResponse], error) {
 	m := req.Msg
 	if err := validateDialAddress("address", m.GetAddress()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := validateIncarnation("workerIncarnation", m.GetWorkerIncarnation()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if m.GetToken() == "" {
 		// Only the primary holds the workers' streams, so only it knows
@@ -90,38 +91,38 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 		// Checked before proposing so a bad token writes nothing at all.
 		rec := r.NodeByToken(m.GetToken())
 		if rec == nil {
-			return nil, toConnect(apierr.Unauthenticatedf("registration token is not known (never issued, or its slot was deregistered)"))
+			return nil, rpcerr.ToConnect(apierr.Unauthenticatedf("registration token is not known (never issued, or its slot was deregistered)"))
 		}
 		if rec.GetTokenUsed() {
-			return nil, toConnect(apierr.Unauthenticatedf("the registration token of node %s has already been used; a registered worker presents its node secret", apierr.Quote(rec.GetNode().GetNodeId())))
+			return nil, rpcerr.ToConnect(apierr.Unauthenticatedf("the registration token of node %s has already been used; a registered worker presents its node secret", apierr.Quote(rec.GetNode().GetNodeId())))
 		}
 		cmd.Token = m.GetToken()
 		cmd.NodeSecret = randomToken("nns_", 32)
 	case m.GetNodeSecret() != "":
 		rec := r.NodeBySecret(m.GetNodeSecret())
 		if rec == nil {
-			return nil, toConnect(apierr.Unauthenticatedf("node secret is not known (its slot may have been deregistered)"))
+			return nil, rpcerr.ToConnect(apierr.Unauthenticatedf("node secret is not known (its slot may have been deregistered)"))
 		}
 		if m.GetReconnect() && rec.GetNode().GetState() == managerv1.NodeState_NODE_STATE_TERMINATED {
-			return nil, toConnect(apierr.FailedPreconditionf("node %s was terminated; start its worker again to bring it back", apierr.Quote(rec.GetNode().GetNodeId())))
+			return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("node %s was terminated; start its worker again to bring it back", apierr.Quote(rec.GetNode().GetNodeId())))
 		}
 		cmd.NodeSecret = m.GetNodeSecret()
 		if err := h.oneWorkerPerNode(rec.GetNode().GetNodeId(), m.GetWorkerIncarnation()); err != nil {
 			return nil, err
 		}
 	default:
-		return nil, toConnect(apierr.Unauthenticatedf("present a registration token (first registration) or the node secret"))
+		return nil, rpcerr.ToConnect(apierr.Unauthenticatedf("present a registration token (first registration) or the node secret"))
 	}
 	// With TLS the worker's key is certified for this node (tls.go); its
 	// stream is dialled over mutual TLS from now on.
 	certDER, caDER, err := h.workerCertificate(m, r)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	cmd.Tls = certDER != nil
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_MemberRegister{MemberRegister: cmd}})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	rec := res.Value.(*storev1.NodeRecord)
 	h.s.log.Info("worker registered", "node", rec.GetNode().GetNodeId(), "address", m.GetAddress(), "runtime", m.GetRuntime())
@@ -229,23 +230,23 @@ func (h *handler) requireNode(id string) (*storev1.NodeRecord, error) {
 
 func (h *handler) DeregisterClusterNode(ctx context.Context, req *connect.Request[managerv1.DeregisterClusterNodeRequest]) (*connect.Response[managerv1.DeregisterClusterNodeResponse], error) {
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_DeregisterSlot{DeregisterSlot: &storev1.DeregisterSlot{NodeId: req.Msg.GetNodeId()}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.DeregisterClusterNodeResponse{}), nil
 }
 
 func (h *handler) SetClusterNodePool(ctx context.Context, req *connect.Request[managerv1.SetClusterNodePoolRequest]) (*connect.Response[managerv1.SetClusterNodePoolResponse], error) {
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := jobspec.ValidatePool("pool", req.Msg.GetPool()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_SetSlotPool{SetSlotPool: &storev1.SetSlotPool{NodeId: req.Msg.GetNodeId(), Pool: req.Msg.GetPool()}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.SetClusterNodePoolResponse{}), nil
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
@@ -25,7 +26,7 @@ func (h *handler) GetStoreInfo(ctx context.Context, req *connect.Request[manager
 	}
 	backups, err := store.ListBackups(h.s.cfg.BackupDir)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	for _, b := range backups {
 		bi := &managerv1.BackupInfo{
@@ -69,7 +70,7 @@ func (h *handler) SnapshotSave(ctx context.Context, req *connect.Request[manager
 			h.s.log.Info("snapshot saved by an operator", "index", r.Index())
 			return nil
 		default:
-			return toConnect(err)
+			return rpcerr.ToConnect(err)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -64,10 +65,10 @@ const maxTokenTTLSeconds = 100 * 365 * 24 * 3600
 func (h *handler) CreateToken(ctx context.Context, req *connect.Request[managerv1.CreateTokenRequest]) (*connect.Response[managerv1.CreateTokenResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateTokenRequest(m.GetName(), m.GetRole(), m.GetTtlS()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if m.GetTtlS() > maxTokenTTLSeconds {
-		return nil, toConnect(apierr.Invalid("ttlS", "%d is more than 100 years (%d s); use 0 for a token that never expires", m.GetTtlS(), int64(maxTokenTTLSeconds)))
+		return nil, rpcerr.ToConnect(apierr.Invalid("ttlS", "%d is more than 100 years (%d s); use 0 for a token that never expires", m.GetTtlS(), int64(maxTokenTTLSeconds)))
 	}
 	id, bearer, hash := mintToken()
 	tok := &managerv1.ApiToken{Id: id, Name: m.GetName(), Role: m.GetRole()}
@@ -78,7 +79,7 @@ func (h *handler) CreateToken(ctx context.Context, req *connect.Request[managerv
 		tok.ExpiresAt = timestamppb.New(h.s.cfg.Clock.Now().Add(time.Duration(ttl) * time.Second))
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_CreateToken{CreateToken: &storev1.CreateToken{Token: tok, SecretHash: hash}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	rec := h.read().Token(id)
 	return connect.NewResponse(&managerv1.CreateTokenResponse{Token: proto.Clone(rec.GetToken()).(*managerv1.ApiToken), Secret: bearer}), nil
@@ -95,13 +96,13 @@ func (h *handler) ListTokens(ctx context.Context, req *connect.Request[managerv1
 func (h *handler) RevokeToken(ctx context.Context, req *connect.Request[managerv1.RevokeTokenRequest]) (*connect.Response[managerv1.RevokeTokenResponse], error) {
 	id := req.Msg.GetId()
 	if h.read().Token(id) == nil {
-		return nil, toConnect(apierr.NotFoundf("no token %s", apierr.Quote(id)))
+		return nil, rpcerr.ToConnect(apierr.NotFoundf("no token %s", apierr.Quote(id)))
 	}
 	if caller, ok := callerOf(ctx); ok && caller.key == "t:"+id {
-		return nil, toConnect(apierr.FailedPreconditionf("token %s is the one making this call; revoke it with another admin token", id))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("token %s is the one making this call; revoke it with another admin token", id))
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RevokeToken{RevokeToken: &storev1.RevokeToken{Id: id}}}); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	return connect.NewResponse(&managerv1.RevokeTokenResponse{}), nil
 }

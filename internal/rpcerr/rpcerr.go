@@ -1,4 +1,6 @@
-package manager
+// Package rpcerr turns the errors a Manager API handler meets into the
+// connect status its caller sees, by pkg/apierr's one table of codes.
+package rpcerr
 
 import (
 	"context"
@@ -9,10 +11,10 @@ import (
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
-// toConnect turns any error a handler meets into the status the caller
+// ToConnect turns any error a handler meets into the status the caller
 // sees: domain errors by apierr's one table (Code.GRPCCode), context errors as such, and anything
 // else as INTERNAL (its text kept, so an operator can read it).
-func toConnect(err error) error {
+func ToConnect(err error) error {
 	if err == nil {
 		return nil
 	}
