@@ -53,6 +53,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -111,7 +112,7 @@ func startEtcd(b *testing.B) string {
 	}
 }
 
-var benchToken = manager.NewToken()
+var benchToken = auth.NewToken()
 
 // startManager starts a Manager member on an empty store (its defaults,
 // the AutoManager on), stopped when the benchmark ends.

@@ -9,6 +9,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -34,9 +35,9 @@ type callInfoKey struct{}
 func auditInterceptor() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			ci := callInfo{who: callerIdentity(ctx, req), method: methodName(req.Spec().Procedure)}
-			if id, ok := callerOf(ctx); ok {
-				ci.caller, ci.tokenID = id.name, id.tokenID
+			ci := callInfo{who: callerIdentity(ctx, req), method: auth.MethodName(req.Spec().Procedure)}
+			if id, ok := auth.CallerOf(ctx); ok {
+				ci.caller, ci.tokenID = id.Name, id.TokenID
 			}
 			return next(context.WithValue(ctx, callInfoKey{}, ci), req)
 		}
@@ -46,9 +47,9 @@ func auditInterceptor() connect.UnaryInterceptorFunc {
 // callerIdentity names the caller: the identity its credential proved, and
 // the address it called from ("token:ops-alice/1f2e… from 10.0.0.7:51234").
 func callerIdentity(ctx context.Context, req connect.AnyRequest) string {
-	who := identityAnonymous
-	if id, ok := callerOf(ctx); ok {
-		who = id.name
+	who := auth.Anonymous
+	if id, ok := auth.CallerOf(ctx); ok {
+		who = id.Name
 	}
 	if a := req.Peer().Addr; a != "" {
 		who += " from " + a

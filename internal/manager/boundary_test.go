@@ -19,6 +19,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 )
 
@@ -28,7 +29,7 @@ func startWithToken(t *testing.T, adjust func(*Config)) (*Server, managerv1conne
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	tok := NewToken()
+	tok := auth.NewToken()
 	cfg := Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1", Logger: slog.New(slog.DiscardHandler),
 		BootstrapToken: tok, DisableAutoManager: true, BackupInterval: -1, Pools: map[string][]string{"live": {"live"}}}
 	if adjust != nil {
@@ -39,7 +40,7 @@ func startWithToken(t *testing.T, adjust func(*Config)) (*Server, managerv1conne
 		t.Fatalf("start manager: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	return s, managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(tok)), tok
+	return s, managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(tok)), tok
 }
 
 // invalidOn asserts err is INVALID_ARGUMENT naming field, and that its
@@ -253,10 +254,10 @@ func TestConnectJSONRefusesUnknownFieldsAndEnumNames(t *testing.T) {
 	t.Parallel()
 	const clusterSecret = "a-cluster-secret-for-the-members-service"
 	s, c, tok := startWithToken(t, func(cfg *Config) { cfg.ClusterSecret = clusterSecret })
-	for _, svc := range servedServices {
+	for _, svc := range auth.ServedServices {
 		cred := tok
 		if svc.Name() == "Members" {
-			cred = clusterSecretPrefix + clusterSecret
+			cred = auth.ClusterSecretPrefix + clusterSecret
 		}
 		ms := svc.Methods()
 		for i := 0; i < ms.Len(); i++ {

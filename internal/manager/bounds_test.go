@@ -14,12 +14,13 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/apibounds"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 )
 
 // requestRoots are the request messages of every served procedure.
 func requestRoots() []protoreflect.MessageDescriptor {
 	var out []protoreflect.MessageDescriptor
-	for _, svc := range servedServices {
+	for _, svc := range auth.ServedServices {
 		ms := svc.Methods()
 		for i := 0; i < ms.Len(); i++ {
 			out = append(out, ms.Get(i).Input())

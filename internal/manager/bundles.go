@@ -10,6 +10,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -76,7 +77,7 @@ func (h *handler) CreateBundle(ctx context.Context, req *connect.Request[manager
 	}
 	b := proto.Clone(req.Msg.GetBundle()).(*managerv1.Bundle)
 	if b.GetBundleId() == "" {
-		b.BundleId = randomToken("b-", 5)
+		b.BundleId = auth.RandomToken("b-", 5)
 	}
 	if err := h.checkBundle(b); err != nil {
 		return nil, rpcerr.ToConnect(err)

@@ -20,6 +20,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
@@ -513,7 +514,7 @@ func (s *Server) managerClient(url string) managerv1connect.ManagerClient {
 
 // withAuth copies the caller's credential onto a call passed on.
 func withAuth[T, U any](from *connect.Request[T], to *connect.Request[U]) *connect.Request[U] {
-	to.Header().Set(authorizationHdr, from.Header().Get(authorizationHdr))
+	to.Header().Set(auth.AuthorizationHeader, from.Header().Get(auth.AuthorizationHeader))
 	to.Header().Set(askedHeader, "1")
 	return to
 }

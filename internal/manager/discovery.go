@@ -8,6 +8,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -67,7 +68,7 @@ func (h *handler) RotateDiscoveryTierSecret(ctx context.Context, req *connect.Re
 		return nil, rpcerr.ToConnect(err)
 	}
 	if step == jobspec.RotationStage && secret == "" {
-		secret = randomToken("nts_", generatedTierSecretBytes)
+		secret = auth.RandomToken("nts_", generatedTierSecretBytes)
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RotateDiscovery{RotateDiscovery: &storev1.RotateDiscovery{
 		Step: step, NewTierSecret: secret,

@@ -12,6 +12,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/events"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -57,12 +58,12 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 	// A credential revoked or expired while the stream is open ends it
 	// before anything more is sent (checked before each batch: a quiet
 	// stream holds nothing to leak, and ends at its next event).
-	caller, _ := callerOf(ctx)
+	caller, _ := auth.CallerOf(ctx)
 	stillAllowed := func() error {
-		if caller.recheck == nil {
+		if caller.Recheck == nil {
 			return nil
 		}
-		return caller.recheck()
+		return caller.Recheck()
 	}
 	broker := h.s.st().Broker()
 	var sub *events.Subscription

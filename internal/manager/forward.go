@@ -21,6 +21,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
@@ -370,7 +371,7 @@ func memberHTTPClient(t *tlsState) *http.Client {
 // newMemberRequest is a Members call carrying the cluster secret.
 func newMemberRequest[T any](s *Server, msg *T) *connect.Request[T] {
 	req := connect.NewRequest(msg)
-	req.Header().Set(authorizationHdr, bearerPrefix+clusterSecretPrefix+s.cfg.ClusterSecret)
+	req.Header().Set(auth.AuthorizationHeader, auth.BearerPrefix+auth.ClusterSecretPrefix+s.cfg.ClusterSecret)
 	return req
 }
 

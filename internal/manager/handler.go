@@ -2,13 +2,12 @@ package manager
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
 
@@ -35,14 +34,4 @@ func (h *handler) read() *state.Read { return h.s.st().State().Snapshot() }
 
 // NewClusterID makes a cluster id: 32 random hex digits. The boot code
 // stamps it into the InitCluster command that bootstraps a store.
-func NewClusterID() string { return randomToken("", 16) }
-
-// randomToken returns n random bytes, hex encoded, with a prefix naming
-// what it is (so a leaked one is recognisable).
-func randomToken(prefix string, n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic("crypto/rand: " + err.Error())
-	}
-	return prefix + hex.EncodeToString(b)
-}
+func NewClusterID() string { return auth.RandomToken("", 16) }

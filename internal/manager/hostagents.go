@@ -9,6 +9,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
@@ -30,7 +31,7 @@ func (h *handler) AddHostAgent(ctx context.Context, req *connect.Request[manager
 			return nil, rpcerr.ToConnect(apierr.AlreadyExistsf("host %s is in config.yaml (providers.cloudHypervisor.hosts)", apierr.Quote(name)))
 		}
 	}
-	token := randomToken(state.HostAgentTokenPrefix, 24)
+	token := auth.RandomToken(state.HostAgentTokenPrefix, 24)
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_AddHostAgent{AddHostAgent: &storev1.AddHostAgent{Name: name, Token: token}}}); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -56,7 +57,7 @@ func (h *handler) RegisterHostAgent(ctx context.Context, req *connect.Request[ma
 	if err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
-	secret := randomToken(state.HostAgentSecretPrefix, 32)
+	secret := auth.RandomToken(state.HostAgentSecretPrefix, 32)
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RegisterHostAgent{RegisterHostAgent: &storev1.RegisterHostAgent{
 		Name: m.GetName(), Token: token, Url: m.GetUrl(), Secret: secret,
 	}}}); err != nil {

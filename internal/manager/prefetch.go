@@ -8,6 +8,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -44,7 +45,7 @@ func (h *handler) PrefetchImages(ctx context.Context, req *connect.Request[manag
 	if ctl == nil {
 		return nil, rpcerr.ToConnect(apierr.Unavailablef("this member is not driving the workers (no primary term running); retry"))
 	}
-	id := randomToken("pf-", 8)
+	id := auth.RandomToken("pf-", 8)
 	index := h.read().Index()
 	msg := &managerv1.ControllerMessage{Msg: &managerv1.ControllerMessage_PrefetchImages{PrefetchImages: &managerv1.PrefetchImages{
 		ImageRefs: m.GetImageRefs(), RequestId: id,

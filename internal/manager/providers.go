@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudhypervisor"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 
@@ -125,7 +126,9 @@ func (b fleetBackend) Registration() ([]string, string) {
 	return b.s.memberURLs(), b.s.CAFingerprint()
 }
 
-func (b fleetBackend) NewRegistrationToken() string { return randomToken(regTokenPrefix, 24) }
+func (b fleetBackend) NewRegistrationToken() string {
+	return auth.RandomToken(auth.RegistrationTokenPrefix, 24)
+}
 
 // mockProvider is the mock provider (nil: none configured).
 func (s *Server) mockProvider() *mock.Provider {
@@ -143,7 +146,7 @@ func (s *Server) mockProvider() *mock.Provider {
 // caller is this member's own AutoManager (its internal credential): only
 // it may give an elastic node the spare tags.
 func spareReconcilerContext(ctx context.Context) context.Context {
-	if id, ok := callerOf(ctx); ok && id.name == autoManagerCaller {
+	if id, ok := auth.CallerOf(ctx); ok && id.Name == auth.AutoManagerCaller {
 		return providers.AsSpareReconciler(ctx)
 	}
 	return ctx
@@ -171,7 +174,7 @@ func (h *handler) CreateMockNode(ctx context.Context, req *connect.Request[manag
 	}
 	nodeID := m.GetNodeId()
 	if nodeID == "" {
-		nodeID = randomToken("mock-", 4)
+		nodeID = auth.RandomToken("mock-", 4)
 	} else if err := jobspec.ValidateID("nodeId", nodeID); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}

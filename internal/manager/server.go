@@ -36,6 +36,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
@@ -423,7 +424,7 @@ type Server struct {
 	lock    *dataDirLock
 	boot    *managerv1.BootReport
 	audit   auditCheck
-	authz   *authorizer
+	authz   *auth.Authorizer
 	gate    *gate
 	tls     *tlsState
 	// accessKeys are the access replica's trusted keys (nil: none).
@@ -529,10 +530,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.openStore(ctx); err != nil {
 		return fail(err)
 	}
-	if s.authz, err = newAuthorizer(func() *state.Read { return s.st().State().Snapshot() }, cfg); err != nil {
+	if s.authz, err = auth.NewAuthorizer(func() *state.Read { return s.st().State().Snapshot() },
+		auth.Options{Clock: cfg.Clock, RateLimit: cfg.RateLimit, ClusterSecret: cfg.ClusterSecret, Witness: cfg.Witness}); err != nil {
 		return fail(err)
 	}
-	s.authz.catchUp = s.linearize
+	s.authz.CatchUp = s.linearize
 
 	mux := http.NewServeMux()
 	h := &handler{s: s}
@@ -541,7 +543,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// field bounds (bounds.go) before the handler runs.
 	gt := newGate(s.authz, cfg, m)
 	s.gate = gt
-	interceptors := connect.WithInterceptors(s.authz.interceptor(), m.interceptor(), boundsInterceptor(), auditInterceptor(), s.consistencyInterceptor())
+	interceptors := connect.WithInterceptors(s.authz.Interceptor(), m.interceptor(), boundsInterceptor(), auditInterceptor(), s.consistencyInterceptor())
 	// Compress only messages worth it: connect gzips every message a client
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.

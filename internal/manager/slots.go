@@ -12,6 +12,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -29,7 +30,7 @@ func (h *handler) RegisterClusterNode(ctx context.Context, req *connect.Request[
 	if ex := h.read().NodeByName(nil, name); ex != nil {
 		return nil, rpcerr.ToConnect(apierr.AlreadyExistsf("a node named %s is already registered (node id %s)", apierr.Quote(name), apierr.Quote(ex.GetNode().GetNodeId())))
 	}
-	token := randomToken("nrt_", 24)
+	token := auth.RandomToken("nrt_", 24)
 	// A slot's node id is its name: operators read and type it.
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RegisterSlot{RegisterSlot: &storev1.RegisterSlot{
 		NodeId: name, NodeName: name, Pool: req.Msg.GetPool(), Token: token,
@@ -97,7 +98,7 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 			return nil, rpcerr.ToConnect(apierr.Unauthenticatedf("the registration token of node %s has already been used; a registered worker presents its node secret", apierr.Quote(rec.GetNode().GetNodeId())))
 		}
 		cmd.Token = m.GetToken()
-		cmd.NodeSecret = randomToken("nns_", 32)
+		cmd.NodeSecret = auth.RandomToken("nns_", 32)
 	case m.GetNodeSecret() != "":
 		rec := r.NodeBySecret(m.GetNodeSecret())
 		if rec == nil {
@@ -203,7 +204,7 @@ func relayRefusal(err error) error {
 
 func (h *handler) ListClusterNodes(ctx context.Context, req *connect.Request[managerv1.ListClusterNodesRequest]) (*connect.Response[managerv1.ListClusterNodesResponse], error) {
 	out := &managerv1.ListClusterNodesResponse{}
-	secrets := mayReadSecrets(ctx)
+	secrets := auth.MayReadSecrets(ctx)
 	for _, rec := range h.read().Nodes(nil) {
 		if rec.GetNode().GetProvider() == state.ProviderCluster {
 			slot := state.SlotView(rec)

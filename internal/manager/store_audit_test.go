@@ -12,6 +12,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
@@ -276,7 +277,7 @@ func TestAuditAppendCannotForgeTheManagersEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 		tokenID := tr.Msg.GetToken().GetId()
-		c := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), manager.WithBearer(tr.Msg.GetSecret()))
+		c := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(tr.Msg.GetSecret()))
 		for _, forged := range []struct{ source, kind, payload string }{
 			{state.AuditSourceAPI, "RevokeToken", `{"who":"token:bootstrap/abc from 127.0.0.1:1","method":"RevokeToken","target":"token/x","outcome":"ok","index":7}`},
 			{state.AuditSourceManager, state.AuditKindPruned, `{"removed":0}`},

@@ -2,12 +2,8 @@ package manager
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,47 +12,13 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
-
-// mintToken makes a new API token: its id, the bearer string and the hash
-// of its secret (all the store keeps).
-func mintToken() (id, bearer, secretHash string) {
-	idb := make([]byte, 8)
-	sec := make([]byte, 32)
-	if _, err := rand.Read(idb); err != nil {
-		panic("crypto/rand: " + err.Error())
-	}
-	if _, err := rand.Read(sec); err != nil {
-		panic("crypto/rand: " + err.Error())
-	}
-	id = hex.EncodeToString(idb)
-	secret := hex.EncodeToString(sec)
-	sum := sha256.Sum256([]byte(secret))
-	return id, apiTokenPrefix + id + "." + secret, hex.EncodeToString(sum[:])
-}
-
-// parseToken splits a bearer API token into id and the hash of its secret.
-func parseToken(bearer string) (id, secretHash string, err error) {
-	id, secret, ok := strings.Cut(strings.TrimPrefix(bearer, apiTokenPrefix), ".")
-	if !strings.HasPrefix(bearer, apiTokenPrefix) || !ok || len(id) < 8 || len(secret) < 32 {
-		return "", "", fmt.Errorf("%q is not an API token (nmt_<id>.<secret>)", redact(bearer))
-	}
-	sum := sha256.Sum256([]byte(secret))
-	return id, hex.EncodeToString(sum[:]), nil
-}
-
-// redact shows the start of a credential only.
-func redact(s string) string {
-	if len(s) > 8 {
-		return s[:8] + "…"
-	}
-	return "…"
-}
 
 // maxTokenTTLSeconds bounds a token's lifetime (100 years): a longer one
 // would overflow a time.Duration; 0 is the way to say "never expires".
@@ -70,10 +32,10 @@ func (h *handler) CreateToken(ctx context.Context, req *connect.Request[managerv
 	if m.GetTtlS() > maxTokenTTLSeconds {
 		return nil, rpcerr.ToConnect(apierr.Invalid("ttlS", "%d is more than 100 years (%d s); use 0 for a token that never expires", m.GetTtlS(), int64(maxTokenTTLSeconds)))
 	}
-	id, bearer, hash := mintToken()
+	id, bearer, hash := auth.MintToken()
 	tok := &managerv1.ApiToken{Id: id, Name: m.GetName(), Role: m.GetRole()}
-	if caller, ok := callerOf(ctx); ok {
-		tok.CreatedBy = caller.name
+	if caller, ok := auth.CallerOf(ctx); ok {
+		tok.CreatedBy = caller.Name
 	}
 	if ttl := m.GetTtlS(); ttl > 0 {
 		tok.ExpiresAt = timestamppb.New(h.s.cfg.Clock.Now().Add(time.Duration(ttl) * time.Second))
@@ -98,7 +60,7 @@ func (h *handler) RevokeToken(ctx context.Context, req *connect.Request[managerv
 	if h.read().Token(id) == nil {
 		return nil, rpcerr.ToConnect(apierr.NotFoundf("no token %s", apierr.Quote(id)))
 	}
-	if caller, ok := callerOf(ctx); ok && caller.key == "t:"+id {
+	if caller, ok := auth.CallerOf(ctx); ok && caller.Key == "t:"+id {
 		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("token %s is the one making this call; revoke it with another admin token", id))
 	}
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RevokeToken{RevokeToken: &storev1.RevokeToken{Id: id}}}); err != nil {
@@ -117,12 +79,12 @@ func (s *Server) bootstrapToken(ctx context.Context, st *store.Store) (string, e
 	var id, bearer, hash string
 	if s.cfg.BootstrapToken != "" {
 		var err error
-		if id, hash, err = parseToken(s.cfg.BootstrapToken); err != nil {
+		if id, hash, err = auth.ParseToken(s.cfg.BootstrapToken); err != nil {
 			return "", fmt.Errorf("bootstrap token: %w", err)
 		}
 		bearer = s.cfg.BootstrapToken
 	} else {
-		id, bearer, hash = mintToken()
+		id, bearer, hash = auth.MintToken()
 	}
 	cmd := &storev1.Command{
 		Time:  timestamppb.New(s.cfg.Clock.Now()),
@@ -161,7 +123,7 @@ func RecoverAdminToken(ctx context.Context, cfg Config, name string) (string, er
 		return "", err
 	}
 	defer st.Close()
-	id, bearer, hash := mintToken()
+	id, bearer, hash := auth.MintToken()
 	cmd := &storev1.Command{
 		Time:  timestamppb.New(cfg.Clock.Now()),
 		Audit: &storev1.AuditStamp{Who: "operator at the console (norsk-manager token bootstrap)", Method: "RecoverAdminToken", Target: "token/" + id, Source: state.AuditSourceManager},
