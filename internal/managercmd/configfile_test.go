@@ -1,9 +1,11 @@
-package manager
+package managercmd
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/norsk-go/norsk-manager/internal/manager"
 )
 
 func TestParseConfigFileCluster(t *testing.T) {
@@ -36,9 +38,9 @@ raftHeartbeatTimeout: 300ms
 				if err != nil {
 					t.Fatal(err)
 				}
-				var cfg Config
+				var cfg manager.Config
 				fc.Apply(&cfg)
-				if len(cfg.ClusterNodes) != 4 || !cfg.ClusterNodes[3].Witness || cfg.ClusterState != ClusterStateExisting ||
+				if len(cfg.ClusterNodes) != 4 || !cfg.ClusterNodes[3].Witness || cfg.ClusterState != manager.ClusterStateExisting ||
 					cfg.ClusterSecretFile != "/run/secrets/cluster" || cfg.RaftHeartbeatTimeout.String() != "300ms" {
 					t.Errorf("applied config: %+v", cfg)
 				}
@@ -51,40 +53,7 @@ raftHeartbeatTimeout: 300ms
 	}
 }
 
-func TestClusterConfigDefaults(t *testing.T) {
-	t.Parallel()
-	nodes := []ClusterNode{{Name: "m1", Raft: "m1:6792", API: "http://m1:6790"}, {Name: "m2", Raft: "m2:6792", API: "http://m2:6790"}}
-	for _, tc := range []struct {
-		name string
-		cfg  Config
-		err  string
-	}{
-		{"ok", Config{NodeName: "m1", ClusterNodes: nodes, ClusterSecret: "0123456789abcdef"}, ""},
-		{"not in clusterNodes", Config{NodeName: "m9", ClusterNodes: nodes, ClusterSecret: "0123456789abcdef"}, "not in clusterNodes"},
-		{"no secret", Config{NodeName: "m1", ClusterNodes: nodes}, "needs clusterSecret"},
-		{"a short secret", Config{NodeName: "m1", ClusterNodes: nodes, ClusterSecret: "short"}, "at least 16"},
-		{"a bad cluster state", Config{NodeName: "m1", ClusterNodes: nodes, ClusterSecret: "0123456789abcdef", ClusterState: "joining"}, "want new or existing"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.DataDir = t.TempDir()
-			err := tc.cfg.defaults()
-			if tc.err == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				if tc.cfg.RaftListen != ":6792" || tc.cfg.RaftAdvertise != "m1:6792" {
-					t.Errorf("raft listen %q advertise %q, want :6792 and m1:6792", tc.cfg.RaftListen, tc.cfg.RaftAdvertise)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("error %v, want one containing %q", err, tc.err)
-			}
-		})
-	}
-}
-
-// pools: ordered tiers per pool, applied to Config; malformed ones are
+// pools: ordered tiers per pool, applied to manager.Config; malformed ones are
 // refused naming the key.
 func TestParseConfigFilePools(t *testing.T) {
 	t.Parallel()
@@ -92,7 +61,7 @@ func TestParseConfigFilePools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg Config
+	var cfg manager.Config
 	fc.Apply(&cfg)
 	if got := strings.Join(cfg.Pools["live"], ","); got != "cheap-a,cheap-b,premium" || len(cfg.Pools["gpu"]) != 1 {
 		t.Errorf("pools applied: %v", cfg.Pools)
@@ -132,7 +101,7 @@ repair:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg Config
+	var cfg manager.Config
 	fc.Apply(&cfg)
 	m := cfg.MockProvider
 	if m == nil || len(m.Hosts) != 2 || m.Token != "s3cret" || m.Pools[0] != "burst" || m.VCPUs != 8 || m.StartTimeout.String() != "1m30s" {
@@ -169,7 +138,7 @@ func TestParseConfigFileRequestBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg Config
+	var cfg manager.Config
 	fc.Apply(&cfg)
 	if cfg.RequestBodyTimeout != 5*time.Second || cfg.ReadHeaderTimeout != 2*time.Second || cfg.MaxUnauthenticatedPerSource != 4 {
 		t.Errorf("applied: %v %v %d", cfg.RequestBodyTimeout, cfg.ReadHeaderTimeout, cfg.MaxUnauthenticatedPerSource)
@@ -202,7 +171,7 @@ providers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg Config
+	var cfg manager.Config
 	fc.Apply(&cfg)
 	if cfg.ClusterID != "prod-eu-1" || cfg.OverridesFile != "/etc/norsk/overrides.yaml" || cfg.CloudStartTimeout.String() != "8m0s" ||
 		cfg.ReconcileInterval.String() != "30s" || cfg.AWS.Pools["burst"].InstanceTypes[1] != "c6i.xlarge" ||
@@ -220,5 +189,19 @@ providers:
 		if _, err := ParseConfigFile([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.err)
 		}
+	}
+}
+
+// config.yaml's leaseTTL and heartbeatInterval are applied.
+func TestParseConfigFileLease(t *testing.T) {
+	t.Parallel()
+	fc, err := ParseConfigFile([]byte("leaseTTL: 45s\nheartbeatInterval: 15s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied manager.Config
+	fc.Apply(&applied)
+	if applied.LeaseTTL != 45*time.Second || applied.HeartbeatInterval != 15*time.Second {
+		t.Fatalf("applied %s / %s, want 45s / 15s", applied.LeaseTTL, applied.HeartbeatInterval)
 	}
 }

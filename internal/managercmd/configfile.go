@@ -1,4 +1,4 @@
-package manager
+package managercmd
 
 import (
 	"encoding/json"
@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/norsk-go/norsk-manager/internal/automanager"
+	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
 )
@@ -48,7 +49,7 @@ type FileConfig struct {
 	// AccessReplicaKeys is the JWKS file of the access replica's trusted
 	// keys (--access-replica-keys).
 	AccessReplicaKeys string `json:"accessReplicaKeys,omitempty"`
-	// TLS is auto, on or off; the rest are Config's TLS fields.
+	// TLS is auto, on or off; the rest are manager.Config's TLS fields.
 	TLS          string   `json:"tls,omitempty"`
 	TLSCertFile  string   `json:"tlsCertFile,omitempty"`
 	TLSKeyFile   string   `json:"tlsKeyFile,omitempty"`
@@ -58,7 +59,7 @@ type FileConfig struct {
 	TLSHosts     []string `json:"tlsHosts,omitempty"`
 	// ClusterNodes names the members of a cluster (this one included):
 	// name, raft (host:port), api (URL) and witness. Empty: standalone.
-	ClusterNodes []ClusterNode `json:"clusterNodes,omitempty"`
+	ClusterNodes []manager.ClusterNode `json:"clusterNodes,omitempty"`
 	// ClusterState is new (the default: form the cluster) or existing (a
 	// new member joining a running cluster that expects it).
 	ClusterState string `json:"clusterState,omitempty"`
@@ -333,7 +334,7 @@ func (fc FileConfig) validateCluster() error {
 }
 
 // Apply copies the file's settings into cfg where cfg has none.
-func (fc FileConfig) Apply(cfg *Config) {
+func (fc FileConfig) Apply(cfg *manager.Config) {
 	set := func(dst *string, v string) {
 		if *dst == "" {
 			*dst = v
