@@ -58,7 +58,7 @@ func (s *Server) runAutoManager(ctx context.Context) {
 			Logger:  s.base,
 			Metrics: s.amMetrics,
 		})
-		unregister := s.migrator.set(am)
+		unregister := s.migrator.Set(am)
 		s.log.Info("automanager started")
 		_ = am.Run(ctx)
 		unregister()

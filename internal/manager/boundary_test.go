@@ -20,6 +20,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/manager/api"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 )
 
@@ -180,7 +181,7 @@ func TestAPIRefusesValuesNothingCanUse(t *testing.T) {
 		t.Errorf("idle expiry after the refusal: %v %v, want 5000", ie, err)
 	}
 	// A 32-byte tier secret is taken.
-	if _, err := c.PublishDiscoveryFleet(ctx, connect.NewRequest(fleet(strings.Repeat("k", MinTierSecretLen)))); err != nil {
+	if _, err := c.PublishDiscoveryFleet(ctx, connect.NewRequest(fleet(strings.Repeat("k", api.MinTierSecretLen)))); err != nil {
 		t.Errorf("a 32-byte tier secret: %v", err)
 	}
 }

@@ -20,7 +20,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/manager/api"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
@@ -45,70 +45,11 @@ func (s *Server) requireClustered(what string) error {
 	return nil
 }
 
-func (h *handler) AddClusterMember(ctx context.Context, req *connect.Request[managerv1.AddClusterMemberRequest]) (*connect.Response[managerv1.AddClusterMemberResponse], error) {
-	m := req.Msg
-	if err := jobspec.ValidateID("node", m.GetNode()); err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	if err := h.s.requireClustered("add a member"); err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_ExpectMember{ExpectMember: &storev1.ExpectMember{
-		Name: m.GetNode(), Witness: m.GetWitness(), By: m.GetBy(),
-	}}})
-	if err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	h.s.member.events.record("member-expected", fmt.Sprintf("%s %s was added by %s; it joins when it starts with clusterState: existing",
-		witnessOrMember(m.GetWitness()), m.GetNode(), orNone(m.GetBy())), h.s.st().Term(), h.read().Generation())
-	return connect.NewResponse(res.Value.(*managerv1.AddClusterMemberResponse)), nil
-}
-
 func witnessOrMember(w bool) string {
 	if w {
 		return "witness"
 	}
 	return "member"
-}
-
-func (h *handler) RemoveClusterMember(ctx context.Context, req *connect.Request[managerv1.RemoveClusterMemberRequest]) (*connect.Response[managerv1.RemoveClusterMemberResponse], error) {
-	s := h.s
-	node := req.Msg.GetNode()
-	if err := jobspec.ValidateID("node", node); err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	if err := s.requireClustered("remove a member"); err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	for attempt := 0; ; attempt++ {
-		st := s.st()
-		if st.IsLeader() {
-			err := s.removeMember(ctx, st, node)
-			if err != errHandedOver {
-				if err != nil {
-					return nil, rpcerr.ToConnect(err)
-				}
-				return connect.NewResponse(&managerv1.RemoveClusterMemberResponse{}), nil
-			}
-		}
-		if attempt >= 20 {
-			return nil, rpcerr.ToConnect(apierr.Unavailablef("no primary to remove %s; retry once a quorum is up", node))
-		}
-		// The primary does it: pass the call on with the caller's own
-		// credential.
-		leader, _ := st.Leader()
-		if leader != "" && leader != s.cfg.NodeName {
-			out, err := s.managerClient(s.memberAPI(leader)).RemoveClusterMember(ctx, withAuth(req, connect.NewRequest(req.Msg)))
-			if err == nil || connect.CodeOf(err) != connect.CodeUnavailable {
-				return out, err
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, rpcerr.ToConnect(ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // errHandedOver: the primary handed its role over before removing itself;
@@ -149,21 +90,13 @@ func (s *Server) removeMember(ctx context.Context, st *store.Store, node string)
 			Time: timestamppb.New(s.cfg.Clock.Now()),
 			Cmd:  &storev1.Command_MemberRetired{MemberRetired: &storev1.MemberRetired{Name: node}},
 		}
-		cmd.Audit = auditStamp(ctx, cmd)
+		cmd.Audit = api.AuditStamp(ctx, cmd)
 		if _, err := st.Apply(ctx, cmd); err != nil {
 			return fmt.Errorf("record %s as retired: %w", node, err)
 		}
 	}
 	s.member.events.record("member-retired", node+" was removed from the cluster", st.Term(), r.Generation())
 	return nil
-}
-
-func (h *handler) ForceStandalone(ctx context.Context, req *connect.Request[managerv1.ForceStandaloneRequest]) (*connect.Response[managerv1.ForceStandaloneResponse], error) {
-	gen, err := h.s.forceStandalone(ctx, req.Msg.GetBy())
-	if err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	return connect.NewResponse(&managerv1.ForceStandaloneResponse{Generation: gen}), nil
 }
 
 // forceStandalone checks that a forced recovery is safe and starts it: the
@@ -247,13 +180,6 @@ func (m *memberState) finishForced(ctx context.Context, st *store.Store) error {
 	return os.Remove(marker)
 }
 
-func (h *handler) LeaveQuorum(ctx context.Context, req *connect.Request[managerv1.LeaveQuorumRequest]) (*connect.Response[managerv1.LeaveQuorumResponse], error) {
-	if err := h.s.leaveQuorum(req.Msg.GetBy()); err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	return connect.NewResponse(&managerv1.LeaveQuorumResponse{}), nil
-}
-
 // leaveQuorum marks this member's copy for discarding and restarts its
 // store: it comes back empty, as a follower, and catches up from the
 // cluster (or waits for one).
@@ -296,19 +222,6 @@ func writeFileSync(path string, b []byte) error {
 	return f.Close()
 }
 
-func (h *handler) AnnounceControlPlane(ctx context.Context, req *connect.Request[managerv1.AnnounceControlPlaneRequest]) (*connect.Response[managerv1.AnnounceControlPlaneResponse], error) {
-	raw := req.Msg.GetUrl()
-	if err := jobspec.ValidateControlPlaneURL(raw); err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	m := h.s.member
-	m.mu.Lock()
-	m.announce = announcement{url: raw, interval: time.Duration(req.Msg.GetIntervalMs()) * time.Millisecond, at: h.s.cfg.Clock.Now()}
-	m.mu.Unlock()
-	h.s.pokeControlPlanes()
-	return connect.NewResponse(&managerv1.AnnounceControlPlaneResponse{}), nil
-}
-
 // controlPlane is this member's announcement and whether it is stale
 // (three intervals without one; never without an interval).
 func (m *memberState) controlPlane(now time.Time) (a announcement, stale bool) {
@@ -316,17 +229,6 @@ func (m *memberState) controlPlane(now time.Time) (a announcement, stale bool) {
 	a = m.announce
 	m.mu.Unlock()
 	return a, a.url != "" && a.interval > 0 && now.Sub(a.at) > 3*a.interval
-}
-
-func (h *handler) GetClusterEvents(ctx context.Context, req *connect.Request[managerv1.GetClusterEventsRequest]) (*connect.Response[managerv1.GetClusterEventsResponse], error) {
-	limit, since, err := jobspec.ClusterEventsQuery(req.Msg)
-	if err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	return connect.NewResponse(&managerv1.GetClusterEventsResponse{
-		Member: h.s.cfg.NodeName,
-		Events: h.s.member.events.query(limit, req.Msg.GetKinds(), since),
-	}), nil
 }
 
 // localStatus is this member's own view of itself.
@@ -424,10 +326,6 @@ func (s *Server) peerStatuses(ctx context.Context) []peerStatus {
 	return out
 }
 
-func (h *handler) GetClusterStatus(ctx context.Context, req *connect.Request[managerv1.GetClusterStatusRequest]) (*connect.Response[managerv1.ClusterStatus], error) {
-	return connect.NewResponse(h.s.clusterStatus(ctx)), nil
-}
-
 // clusterStatus gathers every member's own view into the cluster's.
 func (s *Server) clusterStatus(ctx context.Context) *managerv1.ClusterStatus {
 	me := s.localStatus()
@@ -510,13 +408,6 @@ func (s *Server) managerClient(url string) managerv1connect.ManagerClient {
 		mc.managerByURL[url] = c
 	}
 	return c
-}
-
-// withAuth copies the caller's credential onto a call passed on.
-func withAuth[T, U any](from *connect.Request[T], to *connect.Request[U]) *connect.Request[U] {
-	to.Header().Set(auth.AuthorizationHeader, from.Header().Get(auth.AuthorizationHeader))
-	to.Header().Set(askedHeader, "1")
-	return to
 }
 
 // Join, on the primary, adds a member the cluster expects to the raft

@@ -496,7 +496,7 @@ func (m *memberState) primaryTerm(ctx context.Context, st *store.Store) {
 		ManagerURLs:       s.memberURLs,
 		Metrics:           s.nodeMetrics,
 		WorkerTLS:         s.tls.workerTLS(),
-		AccessReplicaJWKS: s.accessKeys.jwks(),
+		AccessReplicaJWKS: s.accessKeys.JWKS(),
 		ControlPlanes:     &s.controlPlanes,
 		OnAllConnected: func() {
 			m.events.record("takeover-settled", "every worker's stream is up under this primary", st.Term(), st.State().Snapshot().Generation())

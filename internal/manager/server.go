@@ -39,6 +39,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/manager/api"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
@@ -337,7 +338,7 @@ func (c *Config) defaults() error {
 		c.BackupRetain = 24
 	}
 	if c.EventWriteTimeout <= 0 {
-		c.EventWriteTimeout = DefaultEventWriteTimeout
+		c.EventWriteTimeout = api.DefaultEventWriteTimeout
 	}
 	if c.RateLimit <= 0 {
 		c.RateLimit = 1000
@@ -407,8 +408,10 @@ type Server struct {
 	nodeMetrics *nodes.Metrics
 	amMetrics   *automanager.Metrics
 	provMetrics *providers.Metrics
+	// api is the Manager service's handler.
+	api *api.Handler
 	// migrator is the running AutoManager's migration surface (nil: none).
-	migrator migratorRef
+	migrator api.MigratorRef
 	// fleet is the providers' side: node creation, and during a primary
 	// term the reaper and reconciliation (providers.go).
 	fleet   *providers.Fleet
@@ -428,7 +431,7 @@ type Server struct {
 	gate    *gate
 	tls     *tlsState
 	// accessKeys are the access replica's trusted keys (nil: none).
-	accessKeys *accessReplicaKeys
+	accessKeys *api.AccessReplicaKeys
 	// controlPlanes is the cluster's list of norsk-mgr URLs the primary
 	// tells its workers (control_planes.go); planesPoke asks for a refresh.
 	controlPlanes nodes.ControlPlaneList
@@ -463,7 +466,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// each adding its own component; log is the member's own lines.
 	base := cfg.Logger.With("member", cfg.NodeName)
 	log := base.With("component", "manager")
-	accessKeys, err := loadAccessReplicaKeys(cfg.AccessReplicaKeysFile)
+	accessKeys, err := api.LoadAccessReplicaKeys(cfg.AccessReplicaKeysFile)
 	if err != nil {
 		closeListener(cfg.Listener)
 		return nil, err
@@ -537,21 +540,28 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.authz.CatchUp = s.linearize
 
 	mux := http.NewServeMux()
-	h := &handler{s: s}
+	s.api = api.New(api.Config{
+		Backend: backend{s}, Cluster: &clusterRPCs{s: s}, Clock: cfg.Clock, Log: log,
+		NodeName: cfg.NodeName, DataDir: cfg.DataDir, BackupDir: cfg.BackupDir, Clustered: cfg.clustered(),
+		DefaultIdleExpiry: cfg.DefaultIdleExpiry, EventWriteTimeout: cfg.EventWriteTimeout,
+		HeartbeatInterval: cfg.HeartbeatInterval, LeaseTTL: cfg.LeaseTTL, Pools: cfg.Pools, CloudHypervisor: cfg.CloudHypervisor,
+		CA: tlsSt.ca, AccessKeys: accessKeys, Migrator: &s.migrator, Boot: s.boot,
+		Metrics: api.EventMetrics{Sent: m.eventsSent, Subscribers: m.eventSubscribers, Drops: m.eventDrops},
+	})
 	// The gate authenticates each call from its headers before its body
 	// is read (gate.go); the interceptors then check the decoded request's
 	// field bounds (bounds.go) before the handler runs.
 	gt := newGate(s.authz, cfg, m)
 	s.gate = gt
-	interceptors := connect.WithInterceptors(s.authz.Interceptor(), m.interceptor(), boundsInterceptor(), auditInterceptor(), s.consistencyInterceptor())
+	interceptors := connect.WithInterceptors(s.authz.Interceptor(), m.interceptor(), api.BoundsInterceptor(), api.AuditInterceptor(), s.consistencyInterceptor())
 	// Compress only messages worth it: connect gzips every message a client
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.
 	apiOpts := func(maxBytes int) []connect.HandlerOption {
-		return append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxBytes)}, strictJSONCodecs()...)
+		return append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxBytes)}, api.StrictJSONCodecs()...)
 	}
-	path, api := managerv1connect.NewManagerHandler(h, apiOpts(cfg.MaxRequestBytes)...)
-	mux.Handle(path, gt.api(api))
+	path, managerAPI := managerv1connect.NewManagerHandler(s.api, apiOpts(cfg.MaxRequestBytes)...)
+	mux.Handle(path, gt.api(managerAPI))
 	mpath, members := managerv1connect.NewMembersHandler(&membersHandler{s: s}, apiOpts(cfg.MaxRequestBytes+(1<<20))...)
 	mux.Handle(mpath, gt.api(members))
 	public := func(path string, h http.Handler) { mux.Handle(path, gt.public(h)) }

@@ -14,7 +14,7 @@ import (
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/clock"
-	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/manager/api"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/auditchain"
@@ -295,7 +295,7 @@ func TestAuditAppendCannotForgeTheManagersEntries(t *testing.T) {
 				t.Errorf("%s appending as %q stored %v; want source %q and its caller", role, forged.source, e, want)
 			}
 		}
-		for _, bad := range []string{"", state.AuditSourceExternal, strings.Repeat("s", manager.MaxAuditSubSourceLen+1)} {
+		for _, bad := range []string{"", state.AuditSourceExternal, strings.Repeat("s", api.MaxAuditSubSourceLen+1)} {
 			if _, err := c.AppendAuditEntry(ctx, connect.NewRequest(&managerv1.AppendAuditEntryRequest{Source: bad, Kind: "k"})); stCode(err) != connect.CodeInvalidArgument {
 				t.Errorf("%s appending with source %.20q: %v, want INVALID_ARGUMENT", role, bad, err)
 			}

@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
-func (h *handler) KvCommit(ctx context.Context, req *connect.Request[managerv1.KvCommitRequest]) (*connect.Response[managerv1.KvCommitResponse], error) {
+func (h *Handler) KvCommit(ctx context.Context, req *connect.Request[managerv1.KvCommitRequest]) (*connect.Response[managerv1.KvCommitResponse], error) {
 	m := req.Msg
 	opts := m.GetOptions()
 	if opts == nil {
@@ -30,7 +30,7 @@ func (h *handler) KvCommit(ctx context.Context, req *connect.Request[managerv1.K
 	return connect.NewResponse(res.Value.(*managerv1.KvCommitResponse)), nil
 }
 
-func (h *handler) KvGet(ctx context.Context, req *connect.Request[managerv1.KvGetRequest]) (*connect.Response[managerv1.KvGetResponse], error) {
+func (h *Handler) KvGet(ctx context.Context, req *connect.Request[managerv1.KvGetRequest]) (*connect.Response[managerv1.KvGetResponse], error) {
 	if err := jobspec.ValidateKVNamespace(req.Msg.GetNamespace()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -44,7 +44,7 @@ func (h *handler) KvGet(ctx context.Context, req *connect.Request[managerv1.KvGe
 	return connect.NewResponse(out), nil
 }
 
-func (h *handler) KvList(ctx context.Context, req *connect.Request[managerv1.KvListRequest]) (*connect.Response[managerv1.KvListResponse], error) {
+func (h *Handler) KvList(ctx context.Context, req *connect.Request[managerv1.KvListRequest]) (*connect.Response[managerv1.KvListResponse], error) {
 	ns := req.Msg.GetNamespace()
 	if err := jobspec.ValidateKVNamespace(ns); err != nil {
 		return nil, rpcerr.ToConnect(err)

@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"bytes"
@@ -25,8 +25,8 @@ import (
 // newer clients; unknown enum numbers are refused by the field bounds.)
 type strictJSON struct{ name string }
 
-// strictJSONCodecs replace both names connect registers JSON under.
-func strictJSONCodecs() []connect.HandlerOption {
+// StrictJSONCodecs replace both names connect registers JSON under.
+func StrictJSONCodecs() []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithCodec(strictJSON{"json"}),
 		connect.WithCodec(strictJSON{"json; charset=utf-8"}),

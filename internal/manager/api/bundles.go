@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -26,21 +26,21 @@ const (
 // knownPool reports whether a pool names something placement can use: a
 // pool or a tier of the configuration, a pool a provider creates nodes in,
 // or the pool tag of a node.
-func (h *handler) knownPool(pool string) bool {
+func (h *Handler) knownPool(pool string) bool {
 	if pool == "" {
 		return true
 	}
-	if _, ok := h.s.cfg.Pools[pool]; ok {
+	if _, ok := h.cfg.Pools[pool]; ok {
 		return true
 	}
-	for _, tiers := range h.s.cfg.Pools {
+	for _, tiers := range h.cfg.Pools {
 		for _, t := range tiers {
 			if t == pool {
 				return true
 			}
 		}
 	}
-	for _, et := range h.s.elasticTiers() {
+	for _, et := range h.b.ElasticTiers() {
 		if et.Tier == pool {
 			return true // a tier a provider creates nodes in
 		}
@@ -55,7 +55,7 @@ func (h *handler) knownPool(pool string) bool {
 
 // checkBundle validates a bundle and its pools (which depend on this
 // member's configuration, so the FSM cannot check them).
-func (h *handler) checkBundle(b *managerv1.Bundle) error {
+func (h *Handler) checkBundle(b *managerv1.Bundle) error {
 	if err := jobspec.ValidateBundle(b); err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (h *handler) checkBundle(b *managerv1.Bundle) error {
 	return nil
 }
 
-func (h *handler) CreateBundle(ctx context.Context, req *connect.Request[managerv1.CreateBundleRequest]) (*connect.Response[managerv1.CreateBundleResponse], error) {
+func (h *Handler) CreateBundle(ctx context.Context, req *connect.Request[managerv1.CreateBundleRequest]) (*connect.Response[managerv1.CreateBundleResponse], error) {
 	if req.Msg.GetBundle() == nil {
 		return nil, rpcerr.ToConnect(apierr.Invalid("bundle", "is required"))
 	}
@@ -89,7 +89,7 @@ func (h *handler) CreateBundle(ctx context.Context, req *connect.Request[manager
 	return connect.NewResponse(&managerv1.CreateBundleResponse{BundleId: b.GetBundleId()}), nil
 }
 
-func (h *handler) UpdateBundle(ctx context.Context, req *connect.Request[managerv1.UpdateBundleRequest]) (*connect.Response[managerv1.UpdateBundleResponse], error) {
+func (h *Handler) UpdateBundle(ctx context.Context, req *connect.Request[managerv1.UpdateBundleRequest]) (*connect.Response[managerv1.UpdateBundleResponse], error) {
 	b := req.Msg.GetBundle()
 	if err := h.checkBundle(b); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -105,7 +105,7 @@ func (h *handler) UpdateBundle(ctx context.Context, req *connect.Request[manager
 }
 
 // requireBundle checks an id and that the bundle exists.
-func (h *handler) requireBundle(id string) error {
+func (h *Handler) requireBundle(id string) error {
 	if err := jobspec.ValidateBundleName("bundleId", id); err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func (h *handler) requireBundle(id string) error {
 // instance of its jobs is asked to stop; the AutoManager removes the jobs
 // and the bundle once they have (resuming after a restart). Deleting a
 // bundle already being deleted changes nothing.
-func (h *handler) DeleteBundle(ctx context.Context, req *connect.Request[managerv1.DeleteBundleRequest]) (*connect.Response[managerv1.DeleteBundleResponse], error) {
+func (h *Handler) DeleteBundle(ctx context.Context, req *connect.Request[managerv1.DeleteBundleRequest]) (*connect.Response[managerv1.DeleteBundleResponse], error) {
 	if err := h.requireBundle(req.Msg.GetBundleId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -131,7 +131,7 @@ func (h *handler) DeleteBundle(ctx context.Context, req *connect.Request[manager
 	return connect.NewResponse(&managerv1.DeleteBundleResponse{}), nil
 }
 
-func (h *handler) BundleById(ctx context.Context, req *connect.Request[managerv1.BundleByIdRequest]) (*connect.Response[managerv1.BundleWithJobs], error) {
+func (h *Handler) BundleById(ctx context.Context, req *connect.Request[managerv1.BundleByIdRequest]) (*connect.Response[managerv1.BundleWithJobs], error) {
 	if err := h.requireBundle(req.Msg.GetBundleId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -139,7 +139,7 @@ func (h *handler) BundleById(ctx context.Context, req *connect.Request[managerv1
 	return connect.NewResponse(r.BundleView(r.Bundle(nil, req.Msg.GetBundleId()))), nil
 }
 
-func (h *handler) ListBundles(ctx context.Context, req *connect.Request[managerv1.ListBundlesRequest]) (*connect.Response[managerv1.ListBundlesResponse], error) {
+func (h *Handler) ListBundles(ctx context.Context, req *connect.Request[managerv1.ListBundlesRequest]) (*connect.Response[managerv1.ListBundlesResponse], error) {
 	r := h.read()
 	out := &managerv1.ListBundlesResponse{}
 	for _, b := range r.Bundles(nil) {
@@ -148,7 +148,7 @@ func (h *handler) ListBundles(ctx context.Context, req *connect.Request[managerv
 	return connect.NewResponse(out), nil
 }
 
-func (h *handler) StartBundleJob(ctx context.Context, req *connect.Request[managerv1.StartBundleJobRequest]) (*connect.Response[managerv1.StartBundleJobResponse], error) {
+func (h *Handler) StartBundleJob(ctx context.Context, req *connect.Request[managerv1.StartBundleJobRequest]) (*connect.Response[managerv1.StartBundleJobResponse], error) {
 	m := req.Msg
 	if err := h.requireBundle(m.GetBundleId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -161,7 +161,7 @@ func (h *handler) StartBundleJob(ctx context.Context, req *connect.Request[manag
 	return connect.NewResponse(&managerv1.StartBundleJobResponse{}), nil
 }
 
-func (h *handler) StopBundleJob(ctx context.Context, req *connect.Request[managerv1.StopBundleJobRequest]) (*connect.Response[managerv1.StopBundleJobResponse], error) {
+func (h *Handler) StopBundleJob(ctx context.Context, req *connect.Request[managerv1.StopBundleJobRequest]) (*connect.Response[managerv1.StopBundleJobResponse], error) {
 	m := req.Msg
 	if err := h.requireBundle(m.GetBundleId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -179,7 +179,7 @@ func (h *handler) StopBundleJob(ctx context.Context, req *connect.Request[manage
 
 // SetBundleStopTime sets (or, with no stop_at, clears) when the bundle is
 // deleted; no job is touched. A time already past deletes it at once.
-func (h *handler) SetBundleStopTime(ctx context.Context, req *connect.Request[managerv1.SetBundleStopTimeRequest]) (*connect.Response[managerv1.SetBundleStopTimeResponse], error) {
+func (h *Handler) SetBundleStopTime(ctx context.Context, req *connect.Request[managerv1.SetBundleStopTimeRequest]) (*connect.Response[managerv1.SetBundleStopTimeResponse], error) {
 	m := req.Msg
 	if err := h.requireBundle(m.GetBundleId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -200,7 +200,7 @@ func (h *handler) SetBundleStopTime(ctx context.Context, req *connect.Request[ma
 // RenewBundleLease moves the bundle's lease to ttl from now. A bundle whose
 // lease runs out unrenewed is deleted by the AutoManager, as if by
 // DeleteBundle.
-func (h *handler) RenewBundleLease(ctx context.Context, req *connect.Request[managerv1.RenewBundleLeaseRequest]) (*connect.Response[managerv1.RenewBundleLeaseResponse], error) {
+func (h *Handler) RenewBundleLease(ctx context.Context, req *connect.Request[managerv1.RenewBundleLeaseRequest]) (*connect.Response[managerv1.RenewBundleLeaseResponse], error) {
 	m := req.Msg
 	if err := h.requireBundle(m.GetBundleId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -209,7 +209,7 @@ func (h *handler) RenewBundleLease(ctx context.Context, req *connect.Request[man
 		return nil, rpcerr.ToConnect(err)
 	}
 	ttl := time.Duration(m.GetTtlMs()) * time.Millisecond
-	at := timestamppb.New(h.s.cfg.Clock.Now().Add(ttl))
+	at := timestamppb.New(h.cfg.Clock.Now().Add(ttl))
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RenewBundleLease{RenewBundleLease: &storev1.RenewBundleLease{
 		BundleId: m.GetBundleId(), ExpiresAt: at,
 	}}}); err != nil {

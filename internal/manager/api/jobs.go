@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // MaxGraceMs bounds a stop's grace period (one hour).
 const MaxGraceMs = jobspec.MaxGraceMs
 
-func (h *handler) CreateJob(ctx context.Context, req *connect.Request[managerv1.CreateJobRequest]) (*connect.Response[managerv1.JobHash], error) {
+func (h *Handler) CreateJob(ctx context.Context, req *connect.Request[managerv1.CreateJobRequest]) (*connect.Response[managerv1.JobHash], error) {
 	job := req.Msg.GetJob()
 	if err := jobspec.ValidateJob(job); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -35,7 +35,7 @@ func (h *handler) CreateJob(ctx context.Context, req *connect.Request[managerv1.
 	return connect.NewResponse(&managerv1.JobHash{Hash: res.Index}), nil
 }
 
-func (h *handler) UpdateJob(ctx context.Context, req *connect.Request[managerv1.UpdateJobRequest]) (*connect.Response[managerv1.JobHash], error) {
+func (h *Handler) UpdateJob(ctx context.Context, req *connect.Request[managerv1.UpdateJobRequest]) (*connect.Response[managerv1.JobHash], error) {
 	job := req.Msg.GetJob()
 	if err := jobspec.ValidateJob(job); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -59,7 +59,7 @@ func (h *handler) UpdateJob(ctx context.Context, req *connect.Request[managerv1.
 }
 
 // requireJob checks an id and that the job exists.
-func (h *handler) requireJob(field, id string) error {
+func (h *Handler) requireJob(field, id string) error {
 	if err := jobspec.ValidateID(field, id); err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func (h *handler) requireJob(field, id string) error {
 	return nil
 }
 
-func (h *handler) DeleteJob(ctx context.Context, req *connect.Request[managerv1.DeleteJobRequest]) (*connect.Response[managerv1.DeleteJobResponse], error) {
+func (h *Handler) DeleteJob(ctx context.Context, req *connect.Request[managerv1.DeleteJobRequest]) (*connect.Response[managerv1.DeleteJobResponse], error) {
 	if err := h.requireJob("jobId", req.Msg.GetJobId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -79,7 +79,7 @@ func (h *handler) DeleteJob(ctx context.Context, req *connect.Request[managerv1.
 	return connect.NewResponse(&managerv1.DeleteJobResponse{}), nil
 }
 
-func (h *handler) JobById(ctx context.Context, req *connect.Request[managerv1.JobByIdRequest]) (*connect.Response[managerv1.JobWithHistory], error) {
+func (h *Handler) JobById(ctx context.Context, req *connect.Request[managerv1.JobByIdRequest]) (*connect.Response[managerv1.JobWithHistory], error) {
 	if err := jobspec.ValidateID("jobId", req.Msg.GetJobId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -91,7 +91,7 @@ func (h *handler) JobById(ctx context.Context, req *connect.Request[managerv1.Jo
 	return connect.NewResponse(r.JobView(rec, true)), nil
 }
 
-func (h *handler) JobSearch(ctx context.Context, req *connect.Request[managerv1.JobSearchRequest]) (*connect.Response[managerv1.JobSearchResponse], error) {
+func (h *Handler) JobSearch(ctx context.Context, req *connect.Request[managerv1.JobSearchRequest]) (*connect.Response[managerv1.JobSearchResponse], error) {
 	match, err := jobspec.CompileFilters(req.Msg.GetFilters())
 	if err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -136,7 +136,7 @@ func instanceArgs(jobID, role, nodeID string) error {
 // checkStart validates one start (field prefixes the item's fields) and
 // checks its job and node exist, so an obviously refused start writes
 // nothing.
-func (h *handler) checkStart(r *state.Read, field string, m *managerv1.StartJobRequest) error {
+func (h *Handler) checkStart(r *state.Read, field string, m *managerv1.StartJobRequest) error {
 	if err := jobspec.ValidateStart(field, m); err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func bindOf(m *managerv1.StartJobRequest) *storev1.BindInstance {
 	return &storev1.BindInstance{JobId: m.GetJobId(), Role: m.GetRole(), NodeId: m.GetNodeId(), Options: m.GetOptions()}
 }
 
-func (h *handler) StartJob(ctx context.Context, req *connect.Request[managerv1.StartJobRequest]) (*connect.Response[managerv1.StartJobResponse], error) {
+func (h *Handler) StartJob(ctx context.Context, req *connect.Request[managerv1.StartJobRequest]) (*connect.Response[managerv1.StartJobResponse], error) {
 	if err := h.checkStart(h.read(), "", req.Msg); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -171,7 +171,7 @@ const MaxStartJobs = jobspec.MaxStartJobs
 // the whole call; a start the store refuses (an unknown job or node, an
 // offline node, a running instance) is answered in its own result and the
 // others still bind.
-func (h *handler) StartJobs(ctx context.Context, req *connect.Request[managerv1.StartJobsRequest]) (*connect.Response[managerv1.StartJobsResponse], error) {
+func (h *Handler) StartJobs(ctx context.Context, req *connect.Request[managerv1.StartJobsRequest]) (*connect.Response[managerv1.StartJobsResponse], error) {
 	starts := req.Msg.GetStarts()
 	if err := jobspec.ValidateStarts(starts); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -209,7 +209,7 @@ func resultOf(err error) *managerv1.StartResult {
 	return &managerv1.StartResult{ErrorCode: apierr.CodeOf(err).String(), ErrorMessage: err.Error()}
 }
 
-func (h *handler) StopJob(ctx context.Context, req *connect.Request[managerv1.StopJobRequest]) (*connect.Response[managerv1.StopJobResponse], error) {
+func (h *Handler) StopJob(ctx context.Context, req *connect.Request[managerv1.StopJobRequest]) (*connect.Response[managerv1.StopJobResponse], error) {
 	m := req.Msg
 	if err := instanceArgs(m.GetJobId(), m.GetRole(), m.GetNodeId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -229,7 +229,7 @@ func (h *handler) StopJob(ctx context.Context, req *connect.Request[managerv1.St
 	return connect.NewResponse(&managerv1.StopJobResponse{}), nil
 }
 
-func (h *handler) StartPreparedJob(ctx context.Context, req *connect.Request[managerv1.StartPreparedJobRequest]) (*connect.Response[managerv1.StartPreparedJobResponse], error) {
+func (h *Handler) StartPreparedJob(ctx context.Context, req *connect.Request[managerv1.StartPreparedJobRequest]) (*connect.Response[managerv1.StartPreparedJobResponse], error) {
 	m := req.Msg
 	if err := instanceArgs(m.GetJobId(), m.GetRole(), m.GetNodeId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -245,7 +245,7 @@ func (h *handler) StartPreparedJob(ctx context.Context, req *connect.Request[man
 	return connect.NewResponse(&managerv1.StartPreparedJobResponse{}), nil
 }
 
-func (h *handler) CompleteJob(ctx context.Context, req *connect.Request[managerv1.CompleteJobRequest]) (*connect.Response[managerv1.CompleteJobResponse], error) {
+func (h *Handler) CompleteJob(ctx context.Context, req *connect.Request[managerv1.CompleteJobRequest]) (*connect.Response[managerv1.CompleteJobResponse], error) {
 	if err := h.requireJob("jobId", req.Msg.GetJobId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -258,7 +258,7 @@ func (h *handler) CompleteJob(ctx context.Context, req *connect.Request[managerv
 // MaxReasonLen bounds a failure reason.
 const MaxReasonLen = jobspec.MaxReasonLen
 
-func (h *handler) MarkJobFailed(ctx context.Context, req *connect.Request[managerv1.MarkJobFailedRequest]) (*connect.Response[managerv1.MarkJobFailedResponse], error) {
+func (h *Handler) MarkJobFailed(ctx context.Context, req *connect.Request[managerv1.MarkJobFailedRequest]) (*connect.Response[managerv1.MarkJobFailedResponse], error) {
 	if err := h.requireJob("jobId", req.Msg.GetJobId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}

@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // against this member's copy of the nodes and instances, and why every
 // other node would not take it (the placement every automatic placement
 // will use). It binds nothing.
-func (h *handler) ExplainPlacement(ctx context.Context, req *connect.Request[managerv1.ExplainPlacementRequest]) (*connect.Response[managerv1.ExplainPlacementResponse], error) {
+func (h *Handler) ExplainPlacement(ctx context.Context, req *connect.Request[managerv1.ExplainPlacementRequest]) (*connect.Response[managerv1.ExplainPlacementResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateID("jobId", m.GetJobId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -50,18 +50,18 @@ func (h *handler) ExplainPlacement(ctx context.Context, req *connect.Request[man
 			role = jobspec.ReplicaRole(replica)
 		}
 	}
-	out, err := placement.ExplainBundleJob(h.s.placementConfig(), nodes, live, rec.GetJob(), bundle, role, m.GetPool())
+	out, err := placement.ExplainBundleJob(h.b.PlacementConfig(), nodes, live, rec.GetJob(), bundle, role, m.GetPool())
 	if err != nil {
 		return nil, rpcerr.ToConnect(apierr.Invalid("jobId", "%v", err))
 	}
 	if out.GetNodeId() == "" {
 		// No node takes it: say what an elastic tier of its pool would
 		// create, and why cheaper instance types would not do.
-		req := placement.RequestForJob(h.s.placementConfig(), rec.GetJob(), bundle, role)
+		req := placement.RequestForJob(h.b.PlacementConfig(), rec.GetJob(), bundle, role)
 		if m.GetPool() != "" {
 			req.Pool = m.GetPool()
 		}
-		out.Elastic = automanager.ExplainElastic(automanager.Policy{Placement: h.s.placementConfig(), Elastic: h.s.elasticTiers()}, req)
+		out.Elastic = automanager.ExplainElastic(automanager.Policy{Placement: h.b.PlacementConfig(), Elastic: h.b.ElasticTiers()}, req)
 	}
 	return connect.NewResponse(out), nil
 }

@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -16,10 +16,10 @@ import (
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
-// nodeView renders a node with the live facts of its connection.
-func (h *handler) nodeView(r *state.Read, rec *storev1.NodeRecord) *managerv1.Node {
+// NodeView renders a node with the live facts of its connection.
+func (h *Handler) NodeView(r *state.Read, rec *storev1.NodeRecord) *managerv1.Node {
 	n := r.NodeView(rec)
-	ctl := h.s.controller()
+	ctl := h.b.Controller()
 	if ctl == nil {
 		// A follower: the streams are the primary's (ListNodes there shows
 		// them live).
@@ -34,24 +34,24 @@ func (h *handler) nodeView(r *state.Read, rec *storev1.NodeRecord) *managerv1.No
 	return n
 }
 
-func (h *handler) ListNodes(ctx context.Context, req *connect.Request[managerv1.ListNodesRequest]) (*connect.Response[managerv1.ListNodesResponse], error) {
+func (h *Handler) ListNodes(ctx context.Context, req *connect.Request[managerv1.ListNodesRequest]) (*connect.Response[managerv1.ListNodesResponse], error) {
 	// Only the primary holds the workers' streams and their live load:
 	// a follower asks it, and answers from its own copy (live facts
 	// absent) when it cannot.
-	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.ListNodesResponse], error) {
-		return c.ListNodes(ctx, withAuth(req, connect.NewRequest(req.Msg)))
+	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.ListNodesResponse], error) {
+		return c.ListNodes(ctx, WithAuth(req, connect.NewRequest(req.Msg)))
 	}); ok {
 		return out, err
 	}
 	r := h.read()
 	out := &managerv1.ListNodesResponse{}
 	for _, rec := range r.Nodes(nil) {
-		out.Nodes = append(out.Nodes, h.nodeView(r, rec))
+		out.Nodes = append(out.Nodes, h.NodeView(r, rec))
 	}
 	return connect.NewResponse(out), nil
 }
 
-func (h *handler) TerminateNode(ctx context.Context, req *connect.Request[managerv1.TerminateNodeRequest]) (*connect.Response[managerv1.TerminateNodeResponse], error) {
+func (h *Handler) TerminateNode(ctx context.Context, req *connect.Request[managerv1.TerminateNodeRequest]) (*connect.Response[managerv1.TerminateNodeResponse], error) {
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -61,7 +61,7 @@ func (h *handler) TerminateNode(ctx context.Context, req *connect.Request[manage
 	return connect.NewResponse(&managerv1.TerminateNodeResponse{}), nil
 }
 
-func (h *handler) SetNodeTags(ctx context.Context, req *connect.Request[managerv1.SetNodeTagsRequest]) (*connect.Response[managerv1.SetNodeTagsResponse], error) {
+func (h *Handler) SetNodeTags(ctx context.Context, req *connect.Request[managerv1.SetNodeTagsRequest]) (*connect.Response[managerv1.SetNodeTagsResponse], error) {
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -77,14 +77,14 @@ func (h *handler) SetNodeTags(ctx context.Context, req *connect.Request[managerv
 	if rec == nil {
 		return nil, rpcerr.ToConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(req.Msg.GetNodeId())))
 	}
-	return connect.NewResponse(&managerv1.SetNodeTagsResponse{Node: h.nodeView(r, rec)}), nil
+	return connect.NewResponse(&managerv1.SetNodeTagsResponse{Node: h.NodeView(r, rec)}), nil
 }
 
-func (h *handler) idleExpiry(rec *storev1.NodeRecord) *managerv1.NodeIdleExpiry {
+func (h *Handler) idleExpiry(rec *storev1.NodeRecord) *managerv1.NodeIdleExpiry {
 	out := &managerv1.NodeIdleExpiry{
 		NodeId:                rec.GetNode().GetNodeId(),
 		IdleExpiryMs:          rec.GetNode().GetIdleExpiryMs(),
-		EffectiveIdleExpiryMs: h.s.cfg.DefaultIdleExpiry.Milliseconds(),
+		EffectiveIdleExpiryMs: h.cfg.DefaultIdleExpiry.Milliseconds(),
 	}
 	if out.IdleExpiryMs > 0 {
 		out.EffectiveIdleExpiryMs = out.IdleExpiryMs
@@ -92,7 +92,7 @@ func (h *handler) idleExpiry(rec *storev1.NodeRecord) *managerv1.NodeIdleExpiry 
 	return out
 }
 
-func (h *handler) GetNodeIdleExpiry(ctx context.Context, req *connect.Request[managerv1.GetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
+func (h *Handler) GetNodeIdleExpiry(ctx context.Context, req *connect.Request[managerv1.GetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
 	rec, err := h.requireNode(req.Msg.GetNodeId())
 	if err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -100,7 +100,7 @@ func (h *handler) GetNodeIdleExpiry(ctx context.Context, req *connect.Request[ma
 	return connect.NewResponse(h.idleExpiry(rec)), nil
 }
 
-func (h *handler) SetNodeIdleExpiry(ctx context.Context, req *connect.Request[managerv1.SetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
+func (h *Handler) SetNodeIdleExpiry(ctx context.Context, req *connect.Request[managerv1.SetNodeIdleExpiryRequest]) (*connect.Response[managerv1.NodeIdleExpiry], error) {
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}

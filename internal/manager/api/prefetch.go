@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -19,7 +19,7 @@ const MaxPrefetchRefs = jobspec.MaxPrefetchRefs
 
 // PrefetchImages tells a node's worker to pull images now; it answers once
 // the worker has acknowledged. The outcome comes on the event stream.
-func (h *handler) PrefetchImages(ctx context.Context, req *connect.Request[managerv1.PrefetchImagesRequest]) (*connect.Response[managerv1.PrefetchImagesResponse], error) {
+func (h *Handler) PrefetchImages(ctx context.Context, req *connect.Request[managerv1.PrefetchImagesRequest]) (*connect.Response[managerv1.PrefetchImagesResponse], error) {
 	m := req.Msg
 	rec, err := h.requireNode(m.GetNodeId())
 	if err != nil {
@@ -28,8 +28,8 @@ func (h *handler) PrefetchImages(ctx context.Context, req *connect.Request[manag
 	if err := jobspec.ValidateImageRefs(m.GetImageRefs()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
-	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.PrefetchImagesResponse], error) {
-		return c.PrefetchImages(ctx, withAuth(req, connect.NewRequest(req.Msg)))
+	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.PrefetchImagesResponse], error) {
+		return c.PrefetchImages(ctx, WithAuth(req, connect.NewRequest(req.Msg)))
 	}); ok {
 		return out, err
 	}
@@ -41,7 +41,7 @@ func (h *handler) PrefetchImages(ctx context.Context, req *connect.Request[manag
 	case n.GetRuntime() == "process":
 		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("node %s runs the process runtime, which holds no images", apierr.Quote(n.GetNodeId())))
 	}
-	ctl := h.s.controller()
+	ctl := h.b.Controller()
 	if ctl == nil {
 		return nil, rpcerr.ToConnect(apierr.Unavailablef("this member is not driving the workers (no primary term running); retry"))
 	}

@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -25,17 +25,17 @@ type Migrator interface {
 	CancelMigration(ctx context.Context, migrationID, reason string) error
 }
 
-// migratorRef holds the running AutoManager's Migrator.
-type migratorRef struct{ p atomic.Pointer[Migrator] }
+// MigratorRef holds the running AutoManager's Migrator.
+type MigratorRef struct{ p atomic.Pointer[Migrator] }
 
-func (r *migratorRef) get() Migrator {
+func (r *MigratorRef) Get() Migrator {
 	if p := r.p.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-func (r *migratorRef) set(m Migrator) (clear func()) {
+func (r *MigratorRef) Set(m Migrator) (clear func()) {
 	p := &m
 	r.p.Store(p)
 	return func() { r.p.CompareAndSwap(p, nil) }
@@ -43,12 +43,12 @@ func (r *migratorRef) set(m Migrator) (clear func()) {
 
 // relay sends a migration command to the worker holding the instance key,
 // on the primary (a follower asks it through ask).
-func (h *handler) relay(ctx context.Context, key *managerv1.JobKey, build func(in *managerv1.Instance) *managerv1.ControllerMessage) (string, error) {
+func (h *Handler) relay(ctx context.Context, key *managerv1.JobKey, build func(in *managerv1.Instance) *managerv1.ControllerMessage) (string, error) {
 	in := h.read().Instance(nil, key.GetJobId(), key.GetRole())
 	if in == nil || in.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED {
 		return "", apierr.NotFoundf("job %s has no live instance %s", key.GetJobId(), key.GetRole())
 	}
-	ctl := h.s.controller()
+	ctl := h.b.Controller()
 	if ctl == nil {
 		return "", apierr.Unavailablef("this member is not driving the workers (no primary term running); retry")
 	}
@@ -61,14 +61,14 @@ func (h *handler) relay(ctx context.Context, key *managerv1.JobKey, build func(i
 // notify serves one relay RPC: it checks the key, the migration id and the
 // payload, asks the primary from a follower, and sends build's command to
 // the worker holding the instance.
-func notify[Req any](ctx context.Context, h *handler, req *connect.Request[Req], field string, key *managerv1.JobKey, id string, payload []byte,
+func notify[Req any](ctx context.Context, h *Handler, req *connect.Request[Req], field string, key *managerv1.JobKey, id string, payload []byte,
 	forward func(managerv1connect.ManagerClient, context.Context, *connect.Request[Req]) (*connect.Response[managerv1.NotifyMigrationResponse], error),
 	build func(in *managerv1.Instance) *managerv1.ControllerMessage) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
 	if err := jobspec.ValidateMigrationRelay(field, key, id, payload); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
-	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-		return forward(c, ctx, withAuth(req, connect.NewRequest(req.Msg)))
+	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+		return forward(c, ctx, WithAuth(req, connect.NewRequest(req.Msg)))
 	}); ok {
 		return out, err
 	}
@@ -79,7 +79,7 @@ func notify[Req any](ctx context.Context, h *handler, req *connect.Request[Req],
 	return connect.NewResponse(&managerv1.NotifyMigrationResponse{NodeId: node}), nil
 }
 
-func (h *handler) NotifyMigrationGetState(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationGetStateRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+func (h *Handler) NotifyMigrationGetState(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationGetStateRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
 	m := req.Msg
 	return notify(ctx, h, req, "sourceJobKey", m.GetSourceJobKey(), m.GetMigrationId(), nil, managerv1connect.ManagerClient.NotifyMigrationGetState,
 		func(in *managerv1.Instance) *managerv1.ControllerMessage {
@@ -89,7 +89,7 @@ func (h *handler) NotifyMigrationGetState(ctx context.Context, req *connect.Requ
 		})
 }
 
-func (h *handler) NotifyMigrationCutoverReady(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationCutoverReadyRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+func (h *Handler) NotifyMigrationCutoverReady(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationCutoverReadyRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
 	m := req.Msg
 	return notify(ctx, h, req, "sourceJobKey", m.GetSourceJobKey(), m.GetMigrationId(), m.GetPayload(), managerv1connect.ManagerClient.NotifyMigrationCutoverReady,
 		func(in *managerv1.Instance) *managerv1.ControllerMessage {
@@ -99,7 +99,7 @@ func (h *handler) NotifyMigrationCutoverReady(ctx context.Context, req *connect.
 		})
 }
 
-func (h *handler) NotifyMigrationCutoverApply(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationCutoverApplyRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
+func (h *Handler) NotifyMigrationCutoverApply(ctx context.Context, req *connect.Request[managerv1.NotifyMigrationCutoverApplyRequest]) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
 	m := req.Msg
 	return notify(ctx, h, req, "targetJobKey", m.GetTargetJobKey(), m.GetMigrationId(), m.GetPayload(), managerv1connect.ManagerClient.NotifyMigrationCutoverApply,
 		func(in *managerv1.Instance) *managerv1.ControllerMessage {
@@ -112,13 +112,13 @@ func (h *handler) NotifyMigrationCutoverApply(ctx context.Context, req *connect.
 // AbortMigration serves both of the seed's forms: the wire dispatch to a
 // job's source and target instances, and (with only a migration id) the
 // AutoManager's rollback of an in-flight migration.
-func (h *handler) AbortMigration(ctx context.Context, req *connect.Request[managerv1.AbortMigrationRequest]) (*connect.Response[managerv1.AbortMigrationResponse], error) {
+func (h *Handler) AbortMigration(ctx context.Context, req *connect.Request[managerv1.AbortMigrationRequest]) (*connect.Response[managerv1.AbortMigrationResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateAbortMigration(m); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
-	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.AbortMigrationResponse], error) {
-		return c.AbortMigration(ctx, withAuth(req, connect.NewRequest(m)))
+	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.AbortMigrationResponse], error) {
+		return c.AbortMigration(ctx, WithAuth(req, connect.NewRequest(m)))
 	}); ok {
 		return out, err
 	}
@@ -126,7 +126,7 @@ func (h *handler) AbortMigration(ctx context.Context, req *connect.Request[manag
 		if m.GetJobId() != "" {
 			return nil, rpcerr.ToConnect(apierr.Invalid("sourceRole", "the wire form names the source and target roles; give only migrationId to roll a migration back"))
 		}
-		mg := h.s.migrator.get()
+		mg := h.cfg.Migrator.Get()
 		if mg == nil {
 			return nil, rpcerr.ToConnect(apierr.Unavailablef("no AutoManager runs on this member; it runs on the primary once its term has begun"))
 		}
@@ -171,12 +171,12 @@ func (h *handler) AbortMigration(ctx context.Context, req *connect.Request[manag
 		return nil, rpcerr.ToConnect(errors.Join(errs...))
 	}
 	for _, err := range errs {
-		h.s.log.Warn("abort migration: one side could not be told", "migration", m.GetMigrationId(), "err", err)
+		h.cfg.Log.Warn("abort migration: one side could not be told", "migration", m.GetMigrationId(), "err", err)
 	}
 	return connect.NewResponse(out), nil
 }
 
-func (h *handler) MigrateJob(ctx context.Context, req *connect.Request[managerv1.MigrateJobRequest]) (*connect.Response[managerv1.MigrateJobResponse], error) {
+func (h *Handler) MigrateJob(ctx context.Context, req *connect.Request[managerv1.MigrateJobRequest]) (*connect.Response[managerv1.MigrateJobResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateID("jobId", m.GetJobId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -197,12 +197,12 @@ func (h *handler) MigrateJob(ctx context.Context, req *connect.Request[managerv1
 	if h.read().Job(nil, m.GetJobId()) == nil {
 		return nil, rpcerr.ToConnect(apierr.NotFoundf("no job %s", apierr.Quote(m.GetJobId())))
 	}
-	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.MigrateJobResponse], error) {
-		return c.MigrateJob(ctx, withAuth(req, connect.NewRequest(m)))
+	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.MigrateJobResponse], error) {
+		return c.MigrateJob(ctx, WithAuth(req, connect.NewRequest(m)))
 	}); ok {
 		return out, err
 	}
-	mg := h.s.migrator.get()
+	mg := h.cfg.Migrator.Get()
 	if mg == nil {
 		return nil, rpcerr.ToConnect(apierr.Unavailablef("no AutoManager runs on this member; it runs on the primary once its term has begun"))
 	}
@@ -220,7 +220,7 @@ func (h *handler) MigrateJob(ctx context.Context, req *connect.Request[managerv1
 	return connect.NewResponse(&managerv1.MigrateJobResponse{MigrationId: st.GetMigrationId(), Migration: st}), nil
 }
 
-func (h *handler) ListMigrations(ctx context.Context, req *connect.Request[managerv1.ListMigrationsRequest]) (*connect.Response[managerv1.ListMigrationsResponse], error) {
+func (h *Handler) ListMigrations(ctx context.Context, req *connect.Request[managerv1.ListMigrationsRequest]) (*connect.Response[managerv1.ListMigrationsResponse], error) {
 	if id := req.Msg.GetJobId(); id != "" {
 		if err := jobspec.ValidateID("jobId", id); err != nil {
 			return nil, rpcerr.ToConnect(err)
@@ -229,7 +229,7 @@ func (h *handler) ListMigrations(ctx context.Context, req *connect.Request[manag
 	return connect.NewResponse(&managerv1.ListMigrationsResponse{Migrations: h.read().Migrations(nil, req.Msg.GetJobId())}), nil
 }
 
-func (h *handler) GetMigration(ctx context.Context, req *connect.Request[managerv1.GetMigrationRequest]) (*connect.Response[managerv1.MigrationState], error) {
+func (h *Handler) GetMigration(ctx context.Context, req *connect.Request[managerv1.GetMigrationRequest]) (*connect.Response[managerv1.MigrationState], error) {
 	if err := jobspec.ValidateMigrationID(req.Msg.GetMigrationId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -240,7 +240,7 @@ func (h *handler) GetMigration(ctx context.Context, req *connect.Request[manager
 	return connect.NewResponse(m), nil
 }
 
-func (h *handler) MigrationForJob(ctx context.Context, req *connect.Request[managerv1.MigrationForJobRequest]) (*connect.Response[managerv1.MigrationState], error) {
+func (h *Handler) MigrationForJob(ctx context.Context, req *connect.Request[managerv1.MigrationForJobRequest]) (*connect.Response[managerv1.MigrationState], error) {
 	if err := h.requireJob("jobId", req.Msg.GetJobId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -251,7 +251,7 @@ func (h *handler) MigrationForJob(ctx context.Context, req *connect.Request[mana
 	return connect.NewResponse(m), nil
 }
 
-func (h *handler) ForgetMigration(ctx context.Context, req *connect.Request[managerv1.ForgetMigrationRequest]) (*connect.Response[managerv1.ForgetMigrationResponse], error) {
+func (h *Handler) ForgetMigration(ctx context.Context, req *connect.Request[managerv1.ForgetMigrationRequest]) (*connect.Response[managerv1.ForgetMigrationResponse], error) {
 	id := req.Msg.GetMigrationId()
 	if err := jobspec.ValidateMigrationID(id); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -271,7 +271,7 @@ func (h *handler) ForgetMigration(ctx context.Context, req *connect.Request[mana
 	return connect.NewResponse(&managerv1.ForgetMigrationResponse{Forgotten: true}), nil
 }
 
-func (h *handler) ForgetTerminalMigrations(ctx context.Context, req *connect.Request[managerv1.ForgetTerminalMigrationsRequest]) (*connect.Response[managerv1.ForgetTerminalMigrationsResponse], error) {
+func (h *Handler) ForgetTerminalMigrations(ctx context.Context, req *connect.Request[managerv1.ForgetTerminalMigrationsRequest]) (*connect.Response[managerv1.ForgetTerminalMigrationsResponse], error) {
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_ForgetMigrations{ForgetMigrations: &storev1.ForgetMigrations{AllTerminal: true}}})
 	if err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -283,7 +283,7 @@ func (h *handler) ForgetTerminalMigrations(ctx context.Context, req *connect.Req
 	return connect.NewResponse(out), nil
 }
 
-func (h *handler) RecordMigration(ctx context.Context, req *connect.Request[managerv1.RecordMigrationRequest]) (*connect.Response[managerv1.RecordMigrationResponse], error) {
+func (h *Handler) RecordMigration(ctx context.Context, req *connect.Request[managerv1.RecordMigrationRequest]) (*connect.Response[managerv1.RecordMigrationResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateMigration(m.GetMigration()); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -297,7 +297,7 @@ func (h *handler) RecordMigration(ctx context.Context, req *connect.Request[mana
 	return connect.NewResponse(&managerv1.RecordMigrationResponse{Revision: res.Index}), nil
 }
 
-func (h *handler) SetNodeDraining(ctx context.Context, req *connect.Request[managerv1.SetNodeDrainingRequest]) (*connect.Response[managerv1.SetNodeDrainingResponse], error) {
+func (h *Handler) SetNodeDraining(ctx context.Context, req *connect.Request[managerv1.SetNodeDrainingRequest]) (*connect.Response[managerv1.SetNodeDrainingResponse], error) {
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -311,5 +311,5 @@ func (h *handler) SetNodeDraining(ctx context.Context, req *connect.Request[mana
 	if rec == nil {
 		return nil, rpcerr.ToConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(req.Msg.GetNodeId())))
 	}
-	return connect.NewResponse(&managerv1.SetNodeDrainingResponse{Node: h.nodeView(r, rec)}), nil
+	return connect.NewResponse(&managerv1.SetNodeDrainingResponse{Node: h.NodeView(r, rec)}), nil
 }

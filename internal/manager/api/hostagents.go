@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -21,12 +21,12 @@ import (
 // where it serves and the host secret the cloud-hypervisor provider calls
 // it with (decision 0043).
 
-func (h *handler) AddHostAgent(ctx context.Context, req *connect.Request[managerv1.AddHostAgentRequest]) (*connect.Response[managerv1.AddHostAgentResponse], error) {
+func (h *Handler) AddHostAgent(ctx context.Context, req *connect.Request[managerv1.AddHostAgentRequest]) (*connect.Response[managerv1.AddHostAgentResponse], error) {
 	name := req.Msg.GetName()
 	if err := state.ValidateHostAgentName(name); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
-	if c := h.s.cfg.CloudHypervisor; c != nil {
+	if c := h.cfg.CloudHypervisor; c != nil {
 		if _, ok := c.Hosts[name]; ok {
 			return nil, rpcerr.ToConnect(apierr.AlreadyExistsf("host %s is in config.yaml (providers.cloudHypervisor.hosts)", apierr.Quote(name)))
 		}
@@ -38,7 +38,7 @@ func (h *handler) AddHostAgent(ctx context.Context, req *connect.Request[manager
 	return connect.NewResponse(&managerv1.AddHostAgentResponse{Name: name, Token: token}), nil
 }
 
-func (h *handler) RegisterHostAgent(ctx context.Context, req *connect.Request[managerv1.RegisterHostAgentRequest]) (*connect.Response[managerv1.RegisterHostAgentResponse], error) {
+func (h *Handler) RegisterHostAgent(ctx context.Context, req *connect.Request[managerv1.RegisterHostAgentRequest]) (*connect.Response[managerv1.RegisterHostAgentResponse], error) {
 	m := req.Msg
 	if err := state.ValidateHostAgentName(m.GetName()); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -63,14 +63,14 @@ func (h *handler) RegisterHostAgent(ctx context.Context, req *connect.Request[ma
 	}}}); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
-	h.s.log.Info("host agent registered", "host", m.GetName(), "url", m.GetUrl(), "mutual_tls", cert != nil)
+	h.cfg.Log.Info("host agent registered", "host", m.GetName(), "url", m.GetUrl(), "mutual_tls", cert != nil)
 	return connect.NewResponse(&managerv1.RegisterHostAgentResponse{HostSecret: secret, CertificateDer: cert, CaCertificatesDer: cas}), nil
 }
 
 // renewHostAgent answers a registered agent's registration with its host
 // secret: a new certificate for its CSR (the renewal before the old one
 // expires). Nothing is written: the URL and the secret stay.
-func (h *handler) renewHostAgent(m *managerv1.RegisterHostAgentRequest, secret string) (*connect.Response[managerv1.RegisterHostAgentResponse], error) {
+func (h *Handler) renewHostAgent(m *managerv1.RegisterHostAgentRequest, secret string) (*connect.Response[managerv1.RegisterHostAgentResponse], error) {
 	rec := h.read().HostAgentBySecret(secret)
 	switch {
 	case rec == nil || rec.GetName() != m.GetName():
@@ -79,14 +79,14 @@ func (h *handler) renewHostAgent(m *managerv1.RegisterHostAgentRequest, secret s
 		return nil, rpcerr.ToConnect(apierr.Invalid("url", "%s: a renewal keeps the registered URL %s (remove and add the host to move it)", apierr.Quote(m.GetUrl()), rec.GetUrl()))
 	case len(m.GetCsrDer()) == 0:
 		return nil, rpcerr.ToConnect(apierr.Invalid("csrDer", "a registered agent registers again only to renew its certificate: send a certificate request"))
-	case h.s.tls == nil || h.s.tls.ca == nil:
+	case h.cfg.CA == nil:
 		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("this Manager has no cluster CA to sign host agent %s's certificate", m.GetName()))
 	}
 	cert, cas, err := h.hostAgentCertificate(m)
 	if err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
-	h.s.log.Info("host agent certificate renewed", "host", m.GetName())
+	h.cfg.Log.Info("host agent certificate renewed", "host", m.GetName())
 	return connect.NewResponse(&managerv1.RegisterHostAgentResponse{HostSecret: secret, CertificateDer: cert, CaCertificatesDer: cas}), nil
 }
 
@@ -96,23 +96,23 @@ func (h *handler) renewHostAgent(m *managerv1.RegisterHostAgentRequest, secret s
 // agent then serves in cleartext, on loopback only). An agent given a
 // certificate serves TLS, so its URL must be https. It is signed before
 // the token is checked, and answered only once the registration applied.
-func (h *handler) hostAgentCertificate(m *managerv1.RegisterHostAgentRequest) (cert []byte, cas [][]byte, err error) {
-	t := h.s.tls
-	if t == nil || t.ca == nil || len(m.GetCsrDer()) == 0 {
+func (h *Handler) hostAgentCertificate(m *managerv1.RegisterHostAgentRequest) (cert []byte, cas [][]byte, err error) {
+	ca := h.cfg.CA
+	if ca == nil || len(m.GetCsrDer()) == 0 {
 		return nil, nil, nil
 	}
 	u, err := url.Parse(m.GetUrl())
 	if err != nil || u.Scheme != "https" {
 		return nil, nil, apierr.Invalid("url", "%s: an agent sending a certificate request serves mutual TLS; advertise an https:// URL", apierr.Quote(m.GetUrl()))
 	}
-	der, err := pki.SignHostAgentCSR(t.ca, m.GetCsrDer(), m.GetName(), u.Hostname(), 0)
+	der, err := pki.SignHostAgentCSR(ca, m.GetCsrDer(), m.GetName(), u.Hostname(), 0)
 	if err != nil {
 		return nil, nil, apierr.Invalid("csrDer", "%v", err)
 	}
-	return der, [][]byte{t.ca.Cert.Raw}, nil
+	return der, [][]byte{ca.Cert.Raw}, nil
 }
 
-func (h *handler) ListHostAgents(ctx context.Context, _ *connect.Request[managerv1.ListHostAgentsRequest]) (*connect.Response[managerv1.ListHostAgentsResponse], error) {
+func (h *Handler) ListHostAgents(ctx context.Context, _ *connect.Request[managerv1.ListHostAgentsRequest]) (*connect.Response[managerv1.ListHostAgentsResponse], error) {
 	out := &managerv1.ListHostAgentsResponse{}
 	for _, r := range h.read().HostAgents() {
 		out.HostAgents = append(out.HostAgents, &managerv1.RegisteredHostAgent{Name: r.GetName(), Url: r.GetUrl(), Registered: r.GetTokenUsed(),
@@ -121,7 +121,7 @@ func (h *handler) ListHostAgents(ctx context.Context, _ *connect.Request[manager
 	return connect.NewResponse(out), nil
 }
 
-func (h *handler) RemoveHostAgent(ctx context.Context, req *connect.Request[managerv1.RemoveHostAgentRequest]) (*connect.Response[managerv1.RemoveHostAgentResponse], error) {
+func (h *Handler) RemoveHostAgent(ctx context.Context, req *connect.Request[managerv1.RemoveHostAgentRequest]) (*connect.Response[managerv1.RemoveHostAgentResponse], error) {
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RemoveHostAgent{RemoveHostAgent: &storev1.RemoveHostAgent{Name: req.Msg.GetName()}}}); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}

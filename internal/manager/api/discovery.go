@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // tokens are HMACs under it, so it needs the entropy of an HMAC key.
 const MinTierSecretLen = 32
 
-func (h *handler) PublishDiscoveryFleet(ctx context.Context, req *connect.Request[managerv1.PublishDiscoveryFleetRequest]) (*connect.Response[managerv1.PublishDiscoveryFleetResponse], error) {
+func (h *Handler) PublishDiscoveryFleet(ctx context.Context, req *connect.Request[managerv1.PublishDiscoveryFleetRequest]) (*connect.Response[managerv1.PublishDiscoveryFleetResponse], error) {
 	f := req.Msg.GetFleet()
 	if err := jobspec.ValidateDiscoveryFleet(f); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -50,7 +50,7 @@ func (h *handler) PublishDiscoveryFleet(ctx context.Context, req *connect.Reques
 	}), nil
 }
 
-func (h *handler) GetDiscoveryFleet(ctx context.Context, req *connect.Request[managerv1.GetDiscoveryFleetRequest]) (*connect.Response[managerv1.GetDiscoveryFleetResponse], error) {
+func (h *Handler) GetDiscoveryFleet(ctx context.Context, req *connect.Request[managerv1.GetDiscoveryFleetRequest]) (*connect.Response[managerv1.GetDiscoveryFleetResponse], error) {
 	out := &managerv1.GetDiscoveryFleetResponse{}
 	if f := h.read().DiscoveryFleet(); f != nil {
 		out.Fleet = proto.Clone(f).(*managerv1.DiscoveryFleet)
@@ -62,7 +62,7 @@ func (h *handler) GetDiscoveryFleet(ctx context.Context, req *connect.Request[ma
 // makes for a stage without one (256 bits).
 const generatedTierSecretBytes = 32
 
-func (h *handler) RotateDiscoveryTierSecret(ctx context.Context, req *connect.Request[managerv1.RotateDiscoveryTierSecretRequest]) (*connect.Response[managerv1.RotateDiscoveryTierSecretResponse], error) {
+func (h *Handler) RotateDiscoveryTierSecret(ctx context.Context, req *connect.Request[managerv1.RotateDiscoveryTierSecretRequest]) (*connect.Response[managerv1.RotateDiscoveryTierSecretResponse], error) {
 	step, secret := req.Msg.GetStep(), req.Msg.GetNewTierSecret()
 	if err := jobspec.ValidateRotation(step, secret); err != nil {
 		return nil, rpcerr.ToConnect(err)

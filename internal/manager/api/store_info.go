@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -14,17 +14,17 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
 
-func (h *handler) GetStoreInfo(ctx context.Context, req *connect.Request[managerv1.GetStoreInfoRequest]) (*connect.Response[managerv1.StoreInfo], error) {
+func (h *Handler) GetStoreInfo(ctx context.Context, req *connect.Request[managerv1.GetStoreInfoRequest]) (*connect.Response[managerv1.StoreInfo], error) {
 	r := h.read()
 	out := &managerv1.StoreInfo{
 		Stores: []*managerv1.StoreSchema{{
 			Name: "state", SchemaVersion: r.SchemaVersion(), BinarySchemaVersion: state.SchemaVersion,
 		}},
-		Boot:         proto.Clone(h.s.boot).(*managerv1.BootReport),
+		Boot:         proto.Clone(h.cfg.Boot).(*managerv1.BootReport),
 		AppliedIndex: r.Index(),
-		DataDir:      h.s.cfg.DataDir,
+		DataDir:      h.cfg.DataDir,
 	}
-	backups, err := store.ListBackups(h.s.cfg.BackupDir)
+	backups, err := store.ListBackups(h.cfg.BackupDir)
 	if err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -43,7 +43,7 @@ func (h *handler) GetStoreInfo(ctx context.Context, req *connect.Request[manager
 // snapshotChunk is the size of a SnapshotSave message.
 const snapshotChunk = 256 << 10
 
-func (h *handler) SnapshotSave(ctx context.Context, req *connect.Request[managerv1.SnapshotSaveRequest], stream *connect.ServerStream[managerv1.SnapshotChunk]) error {
+func (h *Handler) SnapshotSave(ctx context.Context, req *connect.Request[managerv1.SnapshotSaveRequest], stream *connect.ServerStream[managerv1.SnapshotChunk]) error {
 	r := h.read() // a consistent view: later writes do not show
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
@@ -67,7 +67,7 @@ func (h *handler) SnapshotSave(ctx context.Context, req *connect.Request[manager
 		switch err {
 		case nil:
 		case io.EOF, io.ErrUnexpectedEOF:
-			h.s.log.Info("snapshot saved by an operator", "index", r.Index())
+			h.cfg.Log.Info("snapshot saved by an operator", "index", r.Index())
 			return nil
 		default:
 			return rpcerr.ToConnect(err)

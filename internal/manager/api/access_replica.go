@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -30,15 +30,15 @@ import (
 // of another version) is FAILED_PRECONDITION; no keys configured is
 // FAILED_PRECONDITION. Nothing is stored on any refusal.
 
-// accessReplicaKeys are the trusted keys and the lock that makes one
+// AccessReplicaKeys are the trusted keys and the lock that makes one
 // publication's verification and proposal atomic on this member.
-type accessReplicaKeys struct {
+type AccessReplicaKeys struct {
 	set *accessreplica.KeySet
 	mu  sync.Mutex
 }
 
-// loadAccessReplicaKeys reads the keys file; nil when path is empty.
-func loadAccessReplicaKeys(path string) (*accessReplicaKeys, error) {
+// LoadAccessReplicaKeys reads the keys file; nil when path is empty.
+func LoadAccessReplicaKeys(path string) (*AccessReplicaKeys, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -46,21 +46,21 @@ func loadAccessReplicaKeys(path string) (*accessReplicaKeys, error) {
 	if err != nil {
 		return nil, fmt.Errorf("manager: access replica keys: %w", err)
 	}
-	return &accessReplicaKeys{set: set}, nil
+	return &AccessReplicaKeys{set: set}, nil
 }
 
-// jwks is the trusted keys' JWKS, "" when none are configured.
-func (k *accessReplicaKeys) jwks() string {
+// JWKS is the trusted keys' JWKS, "" when none are configured.
+func (k *AccessReplicaKeys) JWKS() string {
 	if k == nil {
 		return ""
 	}
 	return k.set.JSON()
 }
 
-func (h *handler) PublishAccessReplica(ctx context.Context, req *connect.Request[managerv1.PublishAccessReplicaRequest]) (*connect.Response[managerv1.PublishAccessReplicaResponse], error) {
-	keys := h.s.accessKeys
+func (h *Handler) PublishAccessReplica(ctx context.Context, req *connect.Request[managerv1.PublishAccessReplicaRequest]) (*connect.Response[managerv1.PublishAccessReplicaResponse], error) {
+	keys := h.cfg.AccessKeys
 	if keys == nil {
-		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("no access replica keys are configured on this Manager (--access-replica-keys, accessReplicaKeys in config.yaml)"))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("no access replica keys are configured on this Manager (--access-replica-keys, AccessReplicaKeys in config.yaml)"))
 	}
 	in := req.Msg.GetPublication()
 	if in == nil {

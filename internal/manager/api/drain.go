@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -31,7 +31,7 @@ const (
 // DrainNode starts, re-attaches to, or undoes a node's drain (see the RPC's
 // contract in manager.proto). It writes; the primary's AutoManager runs the
 // drain from the store.
-func (h *handler) DrainNode(ctx context.Context, req *connect.Request[managerv1.DrainNodeRequest]) (*connect.Response[managerv1.DrainNodeResponse], error) {
+func (h *Handler) DrainNode(ctx context.Context, req *connect.Request[managerv1.DrainNodeRequest]) (*connect.Response[managerv1.DrainNodeResponse], error) {
 	m := req.Msg
 	rec, err := h.requireNode(m.GetNodeId())
 	if err != nil {
@@ -68,7 +68,7 @@ func (h *handler) DrainNode(ctx context.Context, req *connect.Request[managerv1.
 		if m.GetDeadlineMs() > 0 {
 			dl = time.Duration(m.GetDeadlineMs()) * time.Millisecond
 		}
-		d.Deadline = timestamppb.New(h.s.cfg.Clock.Now().Add(dl))
+		d.Deadline = timestamppb.New(h.cfg.Clock.Now().Add(dl))
 	}
 	if ci, ok := ctx.Value(callInfoKey{}).(callInfo); ok {
 		d.RequestedBy = ci.who
@@ -78,7 +78,7 @@ func (h *handler) DrainNode(ctx context.Context, req *connect.Request[managerv1.
 		// A drain runs that this member's copy did not show yet (another
 		// call started it, or a follower lags): once the refusal's index
 		// is applied here, attach to it.
-		if st := h.s.st(); st != nil {
+		if st := h.b.Store(); st != nil {
 			_ = st.WaitApplied(ctx, res.Index)
 		}
 		if state.DrainRunning(h.read().Node(nil, m.GetNodeId()).GetNode().GetDrain()) {
@@ -92,18 +92,18 @@ func (h *handler) DrainNode(ctx context.Context, req *connect.Request[managerv1.
 }
 
 // drainAnswer renders the node and its drain as the store now holds them.
-func (h *handler) drainAnswer(nodeID string, attached bool) (*connect.Response[managerv1.DrainNodeResponse], error) {
+func (h *Handler) drainAnswer(nodeID string, attached bool) (*connect.Response[managerv1.DrainNodeResponse], error) {
 	r := h.read()
 	rec := r.Node(nil, nodeID)
 	if rec == nil {
 		return nil, rpcerr.ToConnect(apierr.NotFoundf("node %s was removed meanwhile", apierr.Quote(nodeID)))
 	}
-	n := h.nodeView(r, rec)
+	n := h.NodeView(r, rec)
 	return connect.NewResponse(&managerv1.DrainNodeResponse{Drain: n.GetDrain(), Attached: attached, Node: n}), nil
 }
 
 // RecordNodeDrain writes the AutoManager's progress of a drain.
-func (h *handler) RecordNodeDrain(ctx context.Context, req *connect.Request[managerv1.RecordNodeDrainRequest]) (*connect.Response[managerv1.RecordNodeDrainResponse], error) {
+func (h *Handler) RecordNodeDrain(ctx context.Context, req *connect.Request[managerv1.RecordNodeDrainRequest]) (*connect.Response[managerv1.RecordNodeDrainResponse], error) {
 	d := req.Msg.GetDrain()
 	if d == nil {
 		return nil, rpcerr.ToConnect(apierr.Invalid("drain", "is required"))

@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
-func (h *handler) RegisterClusterNode(ctx context.Context, req *connect.Request[managerv1.RegisterClusterNodeRequest]) (*connect.Response[managerv1.RegisterClusterNodeResponse], error) {
+func (h *Handler) RegisterClusterNode(ctx context.Context, req *connect.Request[managerv1.RegisterClusterNodeRequest]) (*connect.Response[managerv1.RegisterClusterNodeResponse], error) {
 	name := req.Msg.GetNodeName()
 	if err := jobspec.ValidateID("nodeName", name); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -59,7 +59,7 @@ func validateDialAddress(field, addr string) error {
 	return nil
 }
 
-func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Request[managerv1.ClusterMemberRegisterRequest]) (*connect.Response[managerv1.ClusterMemberRegisterResponse], error) {
+func (h *Handler) ClusterMemberRegister(ctx context.Context, req *connect.Request[managerv1.ClusterMemberRegisterRequest]) (*connect.Response[managerv1.ClusterMemberRegisterResponse], error) {
 	m := req.Msg
 	if err := validateDialAddress("address", m.GetAddress()); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -72,8 +72,8 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 		// whether another process of the node holds one: a follower passes
 		// a registration by node secret on, and the primary's answer (its
 		// refusal included) is the answer.
-		if out, ok, err := askPrimaryFor(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.ClusterMemberRegisterResponse], error) {
-			return c.ClusterMemberRegister(ctx, withAuth(req, connect.NewRequest(m)))
+		if out, ok, err := askPrimaryFor(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.ClusterMemberRegisterResponse], error) {
+			return c.ClusterMemberRegister(ctx, WithAuth(req, connect.NewRequest(m)))
 		}, connect.IsWireError); ok {
 			return out, relayRefusal(err)
 		}
@@ -126,12 +126,12 @@ func (h *handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 		return nil, rpcerr.ToConnect(err)
 	}
 	rec := res.Value.(*storev1.NodeRecord)
-	h.s.log.Info("worker registered", "node", rec.GetNode().GetNodeId(), "address", m.GetAddress(), "runtime", m.GetRuntime())
+	h.cfg.Log.Info("worker registered", "node", rec.GetNode().GetNodeId(), "address", m.GetAddress(), "runtime", m.GetRuntime())
 	return connect.NewResponse(&managerv1.ClusterMemberRegisterResponse{
 		NodeId:              rec.GetNode().GetNodeId(),
 		NodeSecret:          rec.GetNodeSecret(),
 		NodeName:            rec.GetNode().GetNodeName(),
-		HeartbeatIntervalMs: uint32(h.s.cfg.HeartbeatInterval.Milliseconds()),
+		HeartbeatIntervalMs: uint32(h.cfg.HeartbeatInterval.Milliseconds()),
 		CertificateDer:      certDER,
 		CaCertificatesDer:   caDER,
 		ClusterId:           h.read().ClusterID(),
@@ -164,8 +164,8 @@ func validateIncarnation(field, v string) error {
 // keeps asking, and takes the node over once the holder's stream is gone.
 // Without a controller (a follower, or between primary terms) nothing is
 // held.
-func (h *handler) oneWorkerPerNode(nodeID, incarnation string) error {
-	ctl := h.s.controller()
+func (h *Handler) oneWorkerPerNode(nodeID, incarnation string) error {
+	ctl := h.b.Controller()
 	if ctl == nil {
 		return nil
 	}
@@ -173,7 +173,7 @@ func (h *handler) oneWorkerPerNode(nodeID, incarnation string) error {
 	if !ok || held == incarnation {
 		return nil
 	}
-	h.s.log.Warn("refused a registration: another worker process holds the node's live stream",
+	h.cfg.Log.Warn("refused a registration: another worker process holds the node's live stream",
 		"node", nodeID, "holder_incarnation", held, "holder_address", addr, "incarnation", incarnation)
 	return refusalHeld(fmt.Sprintf("node %q already has a live worker process (incarnation %q at %s); a second process with the same node identity is refused while it lives",
 		nodeID, held, addr))
@@ -202,7 +202,7 @@ func relayRefusal(err error) error {
 	return out
 }
 
-func (h *handler) ListClusterNodes(ctx context.Context, req *connect.Request[managerv1.ListClusterNodesRequest]) (*connect.Response[managerv1.ListClusterNodesResponse], error) {
+func (h *Handler) ListClusterNodes(ctx context.Context, req *connect.Request[managerv1.ListClusterNodesRequest]) (*connect.Response[managerv1.ListClusterNodesResponse], error) {
 	out := &managerv1.ListClusterNodesResponse{}
 	secrets := auth.MayReadSecrets(ctx)
 	for _, rec := range h.read().Nodes(nil) {
@@ -218,7 +218,7 @@ func (h *handler) ListClusterNodes(ctx context.Context, req *connect.Request[man
 }
 
 // requireNode checks an id and that the node exists.
-func (h *handler) requireNode(id string) (*storev1.NodeRecord, error) {
+func (h *Handler) requireNode(id string) (*storev1.NodeRecord, error) {
 	if err := jobspec.ValidateID("nodeId", id); err != nil {
 		return nil, err
 	}
@@ -229,7 +229,7 @@ func (h *handler) requireNode(id string) (*storev1.NodeRecord, error) {
 	return rec, nil
 }
 
-func (h *handler) DeregisterClusterNode(ctx context.Context, req *connect.Request[managerv1.DeregisterClusterNodeRequest]) (*connect.Response[managerv1.DeregisterClusterNodeResponse], error) {
+func (h *Handler) DeregisterClusterNode(ctx context.Context, req *connect.Request[managerv1.DeregisterClusterNodeRequest]) (*connect.Response[managerv1.DeregisterClusterNodeResponse], error) {
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -239,7 +239,7 @@ func (h *handler) DeregisterClusterNode(ctx context.Context, req *connect.Reques
 	return connect.NewResponse(&managerv1.DeregisterClusterNodeResponse{}), nil
 }
 
-func (h *handler) SetClusterNodePool(ctx context.Context, req *connect.Request[managerv1.SetClusterNodePoolRequest]) (*connect.Response[managerv1.SetClusterNodePoolResponse], error) {
+func (h *Handler) SetClusterNodePool(ctx context.Context, req *connect.Request[managerv1.SetClusterNodePoolRequest]) (*connect.Response[managerv1.SetClusterNodePoolResponse], error) {
 	if _, err := h.requireNode(req.Msg.GetNodeId()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}

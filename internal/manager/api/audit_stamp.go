@@ -1,18 +1,13 @@
-package manager
+package api
 
 import (
 	"context"
 	"fmt"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/auth"
-	"github.com/norsk-go/norsk-manager/internal/rpcerr"
-	"github.com/norsk-go/norsk-manager/internal/store/state"
-	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
@@ -31,8 +26,8 @@ type callInfo struct {
 
 type callInfoKey struct{}
 
-// auditInterceptor records who calls what, for the audit log.
-func auditInterceptor() connect.UnaryInterceptorFunc {
+// AuditInterceptor records who calls what, for the audit log.
+func AuditInterceptor() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			ci := callInfo{who: callerIdentity(ctx, req), method: auth.MethodName(req.Spec().Procedure)}
@@ -57,26 +52,18 @@ func callerIdentity(ctx context.Context, req connect.AnyRequest) string {
 	return who
 }
 
-// auditStamp is the stamp for a command proposed on behalf of the call in
+// AuditStamp is the stamp for a command proposed on behalf of the call in
 // ctx (nil outside an API call).
-func auditStamp(ctx context.Context, cmd *storev1.Command) *storev1.AuditStamp {
+func AuditStamp(ctx context.Context, cmd *storev1.Command) *storev1.AuditStamp {
 	ci, ok := ctx.Value(callInfoKey{}).(callInfo)
 	if !ok {
 		return nil
 	}
-	return &storev1.AuditStamp{Who: ci.who, Method: ci.method, Target: auditTarget(cmd), Caller: ci.caller, CallerTokenId: ci.tokenID}
+	return &storev1.AuditStamp{Who: ci.who, Method: ci.method, Target: AuditTarget(cmd), Caller: ci.caller, CallerTokenId: ci.tokenID}
 }
 
-// applyAs applies a command the daemon makes on its own (the empty-node
-// reaper, a provider), stamped with the time and audited as who.
-func (s *Server) applyAs(ctx context.Context, who, method string, cmd *storev1.Command) (state.Result, error) {
-	cmd.Time = timestamppb.New(s.cfg.Clock.Now())
-	cmd.Audit = &storev1.AuditStamp{Who: who, Method: method, Target: auditTarget(cmd)}
-	return s.apply(ctx, cmd)
-}
-
-// auditTarget names what a command acts on.
-func auditTarget(cmd *storev1.Command) string {
+// AuditTarget names what a command acts on.
+func AuditTarget(cmd *storev1.Command) string {
 	switch c := cmd.GetCmd().(type) {
 	case *storev1.Command_CreateJob:
 		return "job/" + c.CreateJob.GetJob().GetJobId()
@@ -168,81 +155,8 @@ func auditTarget(cmd *storev1.Command) string {
 // AppendAuditEntry (jobspec.ExternalAuditSource).
 const MaxAuditSubSourceLen = jobspec.MaxAuditSubSourceLen
 
-// AppendAuditEntry stores a caller's entry under the external source with
-// the caller recorded beside it, so it can never pass for one the Manager
-// wrote.
-func (h *handler) AppendAuditEntry(ctx context.Context, req *connect.Request[managerv1.AppendAuditEntryRequest]) (*connect.Response[managerv1.AppendAuditEntryResponse], error) {
-	m := req.Msg
-	source, err := jobspec.ExternalAuditSource(m.GetSource())
-	if err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	if err := jobspec.ValidateAuditAppend(source, m.GetKind(), m.GetPayload()); err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	if ci, ok := ctx.Value(callInfoKey{}).(callInfo); !ok || ci.caller == "" {
-		// Every API call is authenticated; an entry without its caller
-		// would be indistinguishable from an old one.
-		return nil, rpcerr.ToConnect(apierr.New(apierr.Internal, "AppendAuditEntry outside an authenticated call"))
-	}
-	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_AppendAudit{AppendAudit: &storev1.AppendAudit{
-		Source: source, Kind: m.GetKind(), Payload: m.GetPayload(),
-	}}})
-	if err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	return connect.NewResponse(&managerv1.AppendAuditEntryResponse{Entry: res.Value.(*managerv1.AuditLogEntry)}), nil
-}
-
 // Paging limits of GetAuditLog.
 const (
 	DefaultAuditPage = jobspec.DefaultAuditPage
 	MaxAuditPage     = jobspec.MaxAuditPage
 )
-
-func (h *handler) GetAuditLog(ctx context.Context, req *connect.Request[managerv1.GetAuditLogRequest]) (*connect.Response[managerv1.GetAuditLogResponse], error) {
-	q := req.Msg
-	if err := jobspec.ValidateAuditQuery(q); err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	limit := int(q.GetLimit())
-	if limit == 0 {
-		limit = DefaultAuditPage
-	}
-	r := h.read()
-	out := &managerv1.GetAuditLogResponse{Checkpoint: r.AuditCheckpoint()}
-	out.ChainVerifiedAtBoot, out.VerificationDetail = h.s.auditVerdict()
-	out.FirstSeq, out.LastSeq = r.AuditBounds()
-	r.AuditEntries(nil, q.GetBeforeSeq(), func(e *managerv1.AuditLogEntry) bool {
-		if q.GetFromMs() != 0 && e.GetTimestampMs() < q.GetFromMs() {
-			return false // newest first: everything further is older still
-		}
-		if (q.GetSource() != "" && e.GetSource() != q.GetSource()) ||
-			(q.GetKind() != "" && e.GetKind() != q.GetKind()) ||
-			(q.GetToMs() != 0 && e.GetTimestampMs() > q.GetToMs()) {
-			return true
-		}
-		if len(out.Entries) == limit {
-			// Another match exists: the caller may page on.
-			out.NextBeforeSeq = out.Entries[len(out.Entries)-1].GetSeq()
-			return false
-		}
-		out.Entries = append(out.Entries, e)
-		return true
-	})
-	return connect.NewResponse(out), nil
-}
-
-func (h *handler) PruneAuditLog(ctx context.Context, req *connect.Request[managerv1.PruneAuditLogRequest]) (*connect.Response[managerv1.PruneAuditLogResponse], error) {
-	before := req.Msg.GetBeforeTimestampMs()
-	now := float64(h.s.cfg.Clock.Now().UnixNano()) / 1e6
-	if err := jobspec.ValidatePruneBefore(before, now); err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_PruneAudit{PruneAudit: &storev1.PruneAudit{BeforeTimestampMs: before}}})
-	if err != nil {
-		return nil, rpcerr.ToConnect(err)
-	}
-	pr := res.Value.(*storev1.PruneAuditResult)
-	return connect.NewResponse(&managerv1.PruneAuditLogResponse{Removed: pr.GetRemoved(), CheckpointSeq: pr.GetCheckpointSeq()}), nil
-}

@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"fmt"
@@ -157,7 +157,7 @@ const (
 // the Manager applies.
 func TestBoundsDocumented(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join("..", "..", "docs", "api.md")
+	path := filepath.Join("..", "..", "..", "docs", "api.md")
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +175,7 @@ func TestBoundsDocumented(t *testing.T) {
 			}
 			return
 		}
-		t.Errorf("docs/api.md's field bounds differ from requestBounds; run UPDATE_DOCS=1 go test ./internal/manager -run TestBoundsDocumented. Want:\n%s", want)
+		t.Errorf("docs/api.md's field bounds differ from requestBounds; run UPDATE_DOCS=1 go test ./internal/manager/api -run TestBoundsDocumented. Want:\n%s", want)
 	}
 }
 

@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
-func (h *handler) Hello(ctx context.Context, req *connect.Request[managerv1.HelloRequest]) (*connect.Response[managerv1.DaemonHello], error) {
+func (h *Handler) Hello(ctx context.Context, req *connect.Request[managerv1.HelloRequest]) (*connect.Response[managerv1.DaemonHello], error) {
 	out := &managerv1.DaemonHello{
 		ProtocolVersion: buildinfo.ProtocolVersion(),
 		BuildLabel:      buildinfo.Label(),
-		NodeName:        h.s.cfg.NodeName,
+		NodeName:        h.cfg.NodeName,
 		Compatible:      true,
-		CaFingerprint:   h.s.CAFingerprint(),
+		CaFingerprint:   h.b.CAFingerprint(),
 		Version:         versionInfo(),
 	}
 	if v := req.Msg.GetProtocolVersion(); v != "" {
@@ -35,7 +35,7 @@ func (h *handler) Hello(ctx context.Context, req *connect.Request[managerv1.Hell
 	return connect.NewResponse(out), nil
 }
 
-func (h *handler) Version(ctx context.Context, req *connect.Request[managerv1.VersionRequest]) (*connect.Response[managerv1.VersionInfo], error) {
+func (h *Handler) Version(ctx context.Context, req *connect.Request[managerv1.VersionRequest]) (*connect.Response[managerv1.VersionInfo], error) {
 	return connect.NewResponse(versionInfo()), nil
 }
 

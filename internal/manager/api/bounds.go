@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -225,10 +225,10 @@ func checkBounds(m any) error {
 	return rpcerr.ToConnect(requestBounds.Check(pm))
 }
 
-// boundsInterceptor refuses, with INVALID_ARGUMENT naming the field, any
+// BoundsInterceptor refuses, with INVALID_ARGUMENT naming the field, any
 // request with a field out of requestBounds, before its handler runs (a
 // streaming call's messages as they are received).
-func boundsInterceptor() connect.Interceptor { return boundsCheck{} }
+func BoundsInterceptor() connect.Interceptor { return boundsCheck{} }
 
 type boundsCheck struct{}
 

@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // PauseLeases freezes leases for a Manager's maintenance: workers keep
 // their lease-protected jobs without refreshing, and no such job whose
 // holder was lost starts again until ResumeLeases.
-func (h *handler) PauseLeases(ctx context.Context, req *connect.Request[managerv1.PauseLeasesRequest]) (*connect.Response[managerv1.PauseLeasesResponse], error) {
+func (h *Handler) PauseLeases(ctx context.Context, req *connect.Request[managerv1.PauseLeasesRequest]) (*connect.Response[managerv1.PauseLeasesResponse], error) {
 	m := req.Msg
 	if err := jobspec.ValidateLeasePause(m.GetReason(), m.GetBy()); err != nil {
 		return nil, rpcerr.ToConnect(err)
@@ -33,7 +33,7 @@ func (h *handler) PauseLeases(ctx context.Context, req *connect.Request[managerv
 }
 
 // ResumeLeases ends a pause; every lease's grace then runs from now.
-func (h *handler) ResumeLeases(ctx context.Context, req *connect.Request[managerv1.ResumeLeasesRequest]) (*connect.Response[managerv1.ResumeLeasesResponse], error) {
+func (h *Handler) ResumeLeases(ctx context.Context, req *connect.Request[managerv1.ResumeLeasesRequest]) (*connect.Response[managerv1.ResumeLeasesResponse], error) {
 	if err := jobspec.ValidateLeaseResume(req.Msg.GetBy()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
@@ -47,17 +47,17 @@ func (h *handler) ResumeLeases(ctx context.Context, req *connect.Request[manager
 
 // GetLeaseStatus answers whether leases are paused and every lease held
 // now. Only the primary hears the workers' refreshes: a follower asks it.
-func (h *handler) GetLeaseStatus(ctx context.Context, req *connect.Request[managerv1.GetLeaseStatusRequest]) (*connect.Response[managerv1.LeaseStatus], error) {
-	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.LeaseStatus], error) {
-		return c.GetLeaseStatus(ctx, withAuth(req, connect.NewRequest(req.Msg)))
+func (h *Handler) GetLeaseStatus(ctx context.Context, req *connect.Request[managerv1.GetLeaseStatusRequest]) (*connect.Response[managerv1.LeaseStatus], error) {
+	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.LeaseStatus], error) {
+		return c.GetLeaseStatus(ctx, WithAuth(req, connect.NewRequest(req.Msg)))
 	}); ok {
 		return out, err
 	}
-	ctl := h.s.controller()
+	ctl := h.b.Controller()
 	if ctl == nil {
 		return nil, rpcerr.ToConnect(apierr.New(apierr.Unavailable, "this member is not driving the workers yet (no primary term running); retry shortly"))
 	}
-	return connect.NewResponse(LeaseStatusOf(h.read(), ctl.LeaseRefreshes(), h.s.cfg.LeaseTTL, h.s.cfg.Clock.Now())), nil
+	return connect.NewResponse(LeaseStatusOf(h.read(), ctl.LeaseRefreshes(), h.cfg.LeaseTTL, h.cfg.Clock.Now())), nil
 }
 
 // LeaseStatusOf computes every lease from the store and the primary's

@@ -1,4 +1,4 @@
-package manager
+package api
 
 import (
 	"context"
@@ -29,7 +29,13 @@ const DefaultEventWriteTimeout = 30 * time.Second
 // ResponseWriter, so a stream can set write deadlines.
 type rcKey struct{}
 
-func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv1.EventStreamRequest], stream *connect.ServerStream[managerv1.Event]) error {
+// WithResponseController puts the request's ResponseController in its
+// context, for the event stream to extend its write deadline.
+func WithResponseController(ctx context.Context, rc *http.ResponseController) context.Context {
+	return context.WithValue(ctx, rcKey{}, rc)
+}
+
+func (h *Handler) EventStream(ctx context.Context, req *connect.Request[managerv1.EventStreamRequest], stream *connect.ServerStream[managerv1.Event]) error {
 	filter, err := eventsubject.NewFilter(req.Msg)
 	if err != nil {
 		var fe *eventsubject.FieldError
@@ -46,13 +52,13 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 		if rc != nil {
 			// The deadline covers this write only: over HTTP/2 a deadline
 			// left set resets an idle stream when it passes.
-			_ = rc.SetWriteDeadline(time.Now().Add(h.s.cfg.EventWriteTimeout))
+			_ = rc.SetWriteDeadline(time.Now().Add(h.cfg.EventWriteTimeout))
 			defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
 		}
 		if err := stream.Send(e); err != nil {
 			return err
 		}
-		h.s.metrics.eventsSent.Inc()
+		h.cfg.Metrics.Sent.Inc()
 		return nil
 	}
 	// A credential revoked or expired while the stream is open ends it
@@ -65,16 +71,16 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 		}
 		return caller.Recheck()
 	}
-	broker := h.s.st().Broker()
+	broker := h.b.Store().Broker()
 	var sub *events.Subscription
 	snapshot := func(resync bool) error {
 		sub = broker.SubscribeTail()
 		r := h.read()
 		idx := r.Index()
 		sub.Skip(idx)
-		ts := timestamppb.New(h.s.cfg.Clock.Now())
+		ts := timestamppb.New(h.cfg.Clock.Now())
 		for _, rec := range r.Nodes(nil) {
-			if err := send(&managerv1.Event{Index: idx, Timestamp: ts, Kind: &managerv1.Event_NodeSnapshot{NodeSnapshot: h.nodeView(r, rec)}}); err != nil {
+			if err := send(&managerv1.Event{Index: idx, Timestamp: ts, Kind: &managerv1.Event_NodeSnapshot{NodeSnapshot: h.NodeView(r, rec)}}); err != nil {
 				return err
 			}
 		}
@@ -99,7 +105,7 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 		sub = broker.SubscribeTail()
 		idx := h.read().Index()
 		sub.Skip(idx)
-		err = send(&managerv1.Event{Index: idx, Timestamp: timestamppb.New(h.s.cfg.Clock.Now()), Kind: &managerv1.Event_InitialDataComplete{
+		err = send(&managerv1.Event{Index: idx, Timestamp: timestamppb.New(h.cfg.Clock.Now()), Kind: &managerv1.Event_InitialDataComplete{
 			InitialDataComplete: &managerv1.InitialDataComplete{Index: idx},
 		}})
 	case after == 0:
@@ -117,8 +123,8 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 	if err != nil {
 		return streamErr(err, 0)
 	}
-	h.s.metrics.eventSubscribers.Inc()
-	defer h.s.metrics.eventSubscribers.Dec()
+	h.cfg.Metrics.Subscribers.Inc()
+	defer h.cfg.Metrics.Subscribers.Dec()
 	var last uint64
 	for {
 		evs, err := sub.Next(ctx)
@@ -132,7 +138,7 @@ func (h *handler) EventStream(ctx context.Context, req *connect.Request[managerv
 		}
 		if err != nil {
 			if isSlowConsumer(err) {
-				h.s.metrics.eventDrops.Inc()
+				h.cfg.Metrics.Drops.Inc()
 			}
 			return streamErr(err, last)
 		}
@@ -158,3 +164,6 @@ func streamErr(err error, last uint64) error {
 	}
 	return rpcerr.ToConnect(err)
 }
+
+// isSlowConsumer: an event subscriber cut off for falling behind.
+func isSlowConsumer(err error) bool { return errors.Is(err, events.ErrSlowConsumer) }
