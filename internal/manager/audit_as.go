@@ -4,7 +4,7 @@ import (
 	"context"
 
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/manager/api"
+	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -13,6 +13,6 @@ import (
 // reaper, a provider), stamped with the time and audited as who.
 func (s *Server) applyAs(ctx context.Context, who, method string, cmd *storev1.Command) (state.Result, error) {
 	cmd.Time = timestamppb.New(s.cfg.Clock.Now())
-	cmd.Audit = &storev1.AuditStamp{Who: who, Method: method, Target: api.AuditTarget(cmd)}
+	cmd.Audit = &storev1.AuditStamp{Who: who, Method: method, Target: intercept.AuditTarget(cmd)}
 	return s.apply(ctx, cmd)
 }

@@ -20,7 +20,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/manager/api"
+	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
@@ -90,7 +90,7 @@ func (s *Server) removeMember(ctx context.Context, st *store.Store, node string)
 			Time: timestamppb.New(s.cfg.Clock.Now()),
 			Cmd:  &storev1.Command_MemberRetired{MemberRetired: &storev1.MemberRetired{Name: node}},
 		}
-		cmd.Audit = api.AuditStamp(ctx, cmd)
+		cmd.Audit = intercept.AuditStamp(ctx, cmd)
 		if _, err := st.Apply(ctx, cmd); err != nil {
 			return fmt.Errorf("record %s as retired: %w", node, err)
 		}

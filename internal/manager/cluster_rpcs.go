@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/norsk-go/norsk-manager/internal/manager/api"
+	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -27,7 +28,7 @@ var _ api.ClusterRPCs = (*clusterRPCs)(nil)
 // time and the call (for the audit log) and commits it.
 func (s *Server) applyCall(ctx context.Context, cmd *storev1.Command) (state.Result, error) {
 	cmd.Time = timestamppb.New(s.cfg.Clock.Now())
-	cmd.Audit = api.AuditStamp(ctx, cmd)
+	cmd.Audit = intercept.AuditStamp(ctx, cmd)
 	return s.apply(ctx, cmd)
 }
 

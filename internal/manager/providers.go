@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/norsk-go/norsk-manager/internal/auth"
-	"github.com/norsk-go/norsk-manager/internal/manager/api"
+	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudhypervisor"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -108,9 +108,9 @@ func (b fleetBackend) Nodes() []providers.NodeView {
 func (b fleetBackend) Apply(ctx context.Context, cmd *storev1.Command) (uint64, error) {
 	cmd.Time = timestamppb.New(b.s.cfg.Clock.Now())
 	if a, ok := providers.ActorOf(ctx); ok {
-		cmd.Audit = &storev1.AuditStamp{Who: a.Who, Method: a.Method, Target: api.AuditTarget(cmd)}
+		cmd.Audit = &storev1.AuditStamp{Who: a.Who, Method: a.Method, Target: intercept.AuditTarget(cmd)}
 	} else {
-		cmd.Audit = api.AuditStamp(ctx, cmd)
+		cmd.Audit = intercept.AuditStamp(ctx, cmd)
 	}
 	res, err := b.s.apply(ctx, cmd)
 	return res.Index, err

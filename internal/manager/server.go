@@ -40,6 +40,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/manager/api"
+	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
@@ -553,12 +554,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// field bounds (bounds.go) before the handler runs.
 	gt := newGate(s.authz, cfg, m)
 	s.gate = gt
-	interceptors := connect.WithInterceptors(s.authz.Interceptor(), m.interceptor(), api.BoundsInterceptor(), api.AuditInterceptor(), s.consistencyInterceptor())
+	interceptors := connect.WithInterceptors(s.authz.Interceptor(), m.interceptor(), intercept.BoundsInterceptor(), intercept.AuditInterceptor(), s.consistencyInterceptor())
 	// Compress only messages worth it: connect gzips every message a client
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.
 	apiOpts := func(maxBytes int) []connect.HandlerOption {
-		return append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxBytes)}, api.StrictJSONCodecs()...)
+		return append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxBytes)}, intercept.StrictJSONCodecs()...)
 	}
 	path, managerAPI := managerv1connect.NewManagerHandler(s.api, apiOpts(cfg.MaxRequestBytes)...)
 	mux.Handle(path, gt.api(managerAPI))

@@ -7,6 +7,7 @@ import (
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 
 	"connectrpc.com/connect"
+	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -24,7 +25,7 @@ func (h *Handler) AppendAuditEntry(ctx context.Context, req *connect.Request[man
 	if err := jobspec.ValidateAuditAppend(source, m.GetKind(), m.GetPayload()); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
-	if ci, ok := ctx.Value(callInfoKey{}).(callInfo); !ok || ci.caller == "" {
+	if intercept.Caller(ctx) == "" {
 		// Every API call is authenticated; an entry without its caller
 		// would be indistinguishable from an old one.
 		return nil, rpcerr.ToConnect(apierr.New(apierr.Internal, "AppendAuditEntry outside an authenticated call"))
@@ -84,3 +85,13 @@ func (h *Handler) PruneAuditLog(ctx context.Context, req *connect.Request[manage
 	pr := res.Value.(*storev1.PruneAuditResult)
 	return connect.NewResponse(&managerv1.PruneAuditLogResponse{Removed: pr.GetRemoved(), CheckpointSeq: pr.GetCheckpointSeq()}), nil
 }
+
+// MaxAuditSubSourceLen bounds the sub-source a caller gives
+// AppendAuditEntry (jobspec.ExternalAuditSource).
+const MaxAuditSubSourceLen = jobspec.MaxAuditSubSourceLen
+
+// Paging limits of GetAuditLog.
+const (
+	DefaultAuditPage = jobspec.DefaultAuditPage
+	MaxAuditPage     = jobspec.MaxAuditPage
+)

@@ -9,6 +9,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -70,8 +71,8 @@ func (h *Handler) DrainNode(ctx context.Context, req *connect.Request[managerv1.
 		}
 		d.Deadline = timestamppb.New(h.cfg.Clock.Now().Add(dl))
 	}
-	if ci, ok := ctx.Value(callInfoKey{}).(callInfo); ok {
-		d.RequestedBy = ci.who
+	if who, ok := intercept.Who(ctx); ok {
+		d.RequestedBy = who
 	}
 	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_StartNodeDrain{StartNodeDrain: &storev1.StartNodeDrain{Drain: d}}})
 	if apierr.Is(err, apierr.FailedPrecondition) && res.Index > 0 {

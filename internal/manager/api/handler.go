@@ -7,6 +7,7 @@ import (
 
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
 
@@ -33,7 +34,7 @@ var _ managerv1connect.ManagerHandler = (*Handler)(nil)
 // the handler reads its own write.
 func (h *Handler) apply(ctx context.Context, cmd *storev1.Command) (state.Result, error) {
 	cmd.Time = timestamppb.New(h.cfg.Clock.Now())
-	cmd.Audit = AuditStamp(ctx, cmd)
+	cmd.Audit = intercept.AuditStamp(ctx, cmd)
 	return h.b.Apply(ctx, cmd)
 }
 

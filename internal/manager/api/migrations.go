@@ -12,6 +12,7 @@ import (
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
+	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -207,8 +208,8 @@ func (h *Handler) MigrateJob(ctx context.Context, req *connect.Request[managerv1
 		return nil, rpcerr.ToConnect(apierr.Unavailablef("no AutoManager runs on this member; it runs on the primary once its term has begun"))
 	}
 	who := ""
-	if ci, ok := ctx.Value(callInfoKey{}).(callInfo); ok {
-		who = ci.who
+	if w, ok := intercept.Who(ctx); ok {
+		who = w
 	}
 	st, err := mg.MigrateJob(ctx, m.GetJobId(), automanager.MigrateOptions{
 		TargetNodeID: m.GetTargetNodeId(), Strategy: m.GetStrategy(), SourceRole: m.GetSourceRole(),

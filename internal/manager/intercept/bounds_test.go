@@ -1,4 +1,4 @@
-package api
+package intercept
 
 import (
 	"fmt"
@@ -175,7 +175,7 @@ func TestBoundsDocumented(t *testing.T) {
 			}
 			return
 		}
-		t.Errorf("docs/api.md's field bounds differ from requestBounds; run UPDATE_DOCS=1 go test ./internal/manager/api -run TestBoundsDocumented. Want:\n%s", want)
+		t.Errorf("docs/api.md's field bounds differ from requestBounds; run UPDATE_DOCS=1 go test ./internal/manager/intercept -run TestBoundsDocumented. Want:\n%s", want)
 	}
 }
 

@@ -1,4 +1,8 @@
-package api
+// Package intercept is what every Manager API call passes through before
+// its handler: the strict Connect JSON codec (unknown fields and enum names
+// refused by path), the table of request field bounds, and the audit
+// interceptor that puts the caller in the call's context for AuditStamp.
+package intercept
 
 import (
 	"context"
@@ -8,7 +12,6 @@ import (
 
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/auth"
-	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // callInfo is who made an API call and which; the audit interceptor puts it
@@ -37,6 +40,20 @@ func AuditInterceptor() connect.UnaryInterceptorFunc {
 			return next(context.WithValue(ctx, callInfoKey{}, ci), req)
 		}
 	}
+}
+
+// Who is the caller of the API call in ctx and its address, as its audit
+// entry names it; ok is false outside an API call.
+func Who(ctx context.Context) (who string, ok bool) {
+	ci, ok := ctx.Value(callInfoKey{}).(callInfo)
+	return ci.who, ok
+}
+
+// Caller is the authenticated identity of the API call in ctx ("" outside
+// an authenticated call).
+func Caller(ctx context.Context) string {
+	ci, _ := ctx.Value(callInfoKey{}).(callInfo)
+	return ci.caller
 }
 
 // callerIdentity names the caller: the identity its credential proved, and
@@ -150,13 +167,3 @@ func AuditTarget(cmd *storev1.Command) string {
 	}
 	return ""
 }
-
-// MaxAuditSubSourceLen bounds the sub-source a caller gives
-// AppendAuditEntry (jobspec.ExternalAuditSource).
-const MaxAuditSubSourceLen = jobspec.MaxAuditSubSourceLen
-
-// Paging limits of GetAuditLog.
-const (
-	DefaultAuditPage = jobspec.DefaultAuditPage
-	MaxAuditPage     = jobspec.MaxAuditPage
-)

@@ -1,4 +1,4 @@
-package api
+package intercept
 
 import (
 	"context"
@@ -32,6 +32,10 @@ const (
 	// MaxSecretLen bounds tokens and secrets a caller presents.
 	MaxSecretLen = 1024
 )
+
+// MinTierSecretLen is the shortest tier secret the Manager takes: node
+// tokens are HMACs under it, so it needs the entropy of an HMAC key.
+const MinTierSecretLen = 32
 
 // msOf is a duration in ms, as a bound.
 func msOf(d time.Duration) float64 { return float64(d.Milliseconds()) }
@@ -69,10 +73,10 @@ var requestBounds = &apibounds.Table{
 		"job_name":                 apibounds.Str(jobspec.MaxBundleIDLen),
 		"pool":                     apibounds.Str(jobspec.MaxTagValueLen),
 		"by":                       apibounds.Str(256),
-		"reason":                   apibounds.TextOf(MaxReasonLen),
+		"reason":                   apibounds.TextOf(jobspec.MaxReasonLen),
 		"tags":                     apibounds.Map(jobspec.MaxTags, apibounds.Str(jobspec.MaxTagKeyLen), apibounds.Str(jobspec.MaxTagValueLen)),
 		"namespace":                apibounds.Arg(jobspec.MaxKVNamespaceLen),
-		"grace_ms":                 apibounds.Between(0, MaxGraceMs),
+		"grace_ms":                 apibounds.Between(0, jobspec.MaxGraceMs),
 	},
 	Fields: fieldBounds(map[string]apibounds.Rule{
 		"HelloRequest.protocol_version": apibounds.Str(32),
@@ -106,7 +110,7 @@ var requestBounds = &apibounds.Table{
 		"CapabilityRequirement.name":              apibounds.Str(128),
 		"JobSearchRequest.filters":                apibounds.Rule{}.Items(jobspec.MaxFilters),
 		"TagFilter.tag_name":                      apibounds.Str(jobspec.MaxTagKeyLen),
-		"StartJobsRequest.starts":                 apibounds.Rule{}.Items(MaxStartJobs),
+		"StartJobsRequest.starts":                 apibounds.Rule{}.Items(jobspec.MaxStartJobs),
 		"StartJobOptions.migration_initial_state": apibounds.Bytes(state.MaxMigrationPayload),
 		"PlacementEvent.kind":                     apibounds.Str(64),
 		"PlacementEvent.summary":                  apibounds.TextOf(16 << 10),
@@ -133,7 +137,7 @@ var requestBounds = &apibounds.Table{
 		"AppendAuditEntryRequest.source":           apibounds.Str(jobspec.MaxAuditSourceLen),
 		"AppendAuditEntryRequest.kind":             apibounds.Str(jobspec.MaxAuditKindLen),
 		"AppendAuditEntryRequest.payload":          apibounds.TextOf(jobspec.MaxAuditPayloadLen),
-		"GetAuditLogRequest.limit":                 apibounds.Between(0, MaxAuditPage),
+		"GetAuditLogRequest.limit":                 apibounds.Between(0, jobspec.MaxAuditPage),
 		"GetAuditLogRequest.before_seq":            apibounds.Between(0, 1<<53).Because("a seq"),
 		"GetAuditLogRequest.source":                apibounds.Str(jobspec.MaxAuditSourceLen),
 		"GetAuditLogRequest.kind":                  apibounds.Str(jobspec.MaxAuditKindLen),
@@ -176,13 +180,13 @@ var requestBounds = &apibounds.Table{
 
 		// Bundles and leases.
 		"Bundle.jobs":                        apibounds.Rule{}.Items(jobspec.MaxBundleJobs),
-		"Bundle.deleting_reason":             apibounds.TextOf(MaxReasonLen),
+		"Bundle.deleting_reason":             apibounds.TextOf(jobspec.MaxReasonLen),
 		"BundleJobSpec.co_locate_with":       apibounds.Str(jobspec.MaxBundleIDLen).Items(jobspec.MaxBundleJobs),
 		"BundleJobSpec.separate_from":        apibounds.Str(jobspec.MaxBundleIDLen).Items(jobspec.MaxBundleJobs),
 		"BundleJobSpec.start_mode":           apibounds.Str(32),
 		"IntraReplicaRules.spread_attribute": apibounds.Str(jobspec.MaxTagKeyLen),
 		"ResiliencePolicy.replicas":          apibounds.Between(0, jobspec.MaxBundleReplicas),
-		"RenewBundleLeaseRequest.ttl_ms":     apibounds.Between(0, msOf(MaxBundleLeaseTTL)),
+		"RenewBundleLeaseRequest.ttl_ms":     apibounds.Between(0, msOf(jobspec.MaxBundleLeaseTTL)),
 
 		// Migrations.
 		"NotifyMigrationCutoverReadyRequest.payload": apibounds.Bytes(state.MaxMigrationPayload),
@@ -190,19 +194,19 @@ var requestBounds = &apibounds.Table{
 		"MigrationState.initial_state":               apibounds.Bytes(state.MaxMigrationPayload),
 		"MigrationState.target_payload":              apibounds.Bytes(state.MaxMigrationPayload),
 		"MigrationState.source_payload":              apibounds.Bytes(state.MaxMigrationPayload),
-		"MigrationState.abort_reason":                apibounds.TextOf(MaxReasonLen),
+		"MigrationState.abort_reason":                apibounds.TextOf(jobspec.MaxReasonLen),
 		"MigrationState.placement_summary":           apibounds.TextOf(16 << 10),
 		"MigrationState.requested_by":                apibounds.Str(256),
 		"MigrationApplySummary.applied":              apibounds.Str(1024).Items(1 << 16),
 		"MigrationApplySummary.failed":               apibounds.Rule{}.Items(1 << 16),
 
 		// Drains.
-		"DrainNodeRequest.deadline_ms": apibounds.Between(0, msOf(MaxDrainDeadline)),
-		"DrainNodeRequest.parallel":    apibounds.Between(0, MaxDrainParallel),
+		"DrainNodeRequest.deadline_ms": apibounds.Between(0, msOf(jobspec.MaxDrainDeadline)),
+		"DrainNodeRequest.parallel":    apibounds.Between(0, jobspec.MaxDrainParallel),
 		"NodeDrain.items":              apibounds.Rule{}.Items(state.MaxDrainItems),
 		"NodeDrain.summary":            apibounds.TextOf(4096),
 		"NodeDrain.requested_by":       apibounds.Str(256),
-		"NodeDrain.parallel":           apibounds.Between(0, MaxDrainParallel),
+		"NodeDrain.parallel":           apibounds.Between(0, jobspec.MaxDrainParallel),
 		"DrainItem.reason":             apibounds.TextOf(2048),
 	}),
 }
