@@ -95,7 +95,7 @@ func (s *Server) removeMember(ctx context.Context, st *store.Store, node string)
 			return fmt.Errorf("record %s as retired: %w", node, err)
 		}
 	}
-	s.member.events.record("member-retired", node+" was removed from the cluster", st.Term(), r.Generation())
+	s.member.events.Record("member-retired", node+" was removed from the cluster", st.Term(), r.Generation())
 	return nil
 }
 
@@ -129,7 +129,7 @@ func (s *Server) forceStandalone(ctx context.Context, by string) (uint64, error)
 	if err := writeFileSync(marker, []byte(strconv.FormatUint(gen, 10)+"\n"+by+"\n")); err != nil {
 		return 0, fmt.Errorf("record the forced recovery: %w", err)
 	}
-	s.member.events.record("force-standalone", fmt.Sprintf("%s forced this member standalone: it restarts as a cluster of one at generation %d keeping its state (index %d)",
+	s.member.events.Record("force-standalone", fmt.Sprintf("%s forced this member standalone: it restarts as a cluster of one at generation %d keeping its state (index %d)",
 		orNone(by), gen, r.Index()), st.Term(), r.Generation())
 	cfg := s.storeConfig(false)
 	if !s.member.requestRestart(func() error {
@@ -176,7 +176,7 @@ func (m *memberState) finishForced(ctx context.Context, st *store.Store) error {
 			return fmt.Errorf("move to generation %d: %w", gen, err)
 		}
 	}
-	m.events.record("takeover-settled", fmt.Sprintf("running as a cluster of one at generation %d; other members rejoin as followers when they come back", gen), st.Term(), gen)
+	m.events.Record("takeover-settled", fmt.Sprintf("running as a cluster of one at generation %d; other members rejoin as followers when they come back", gen), st.Term(), gen)
 	return os.Remove(marker)
 }
 
@@ -200,26 +200,9 @@ func (s *Server) leaveQuorum(by string) error {
 	if st != nil {
 		term, gen = st.Term(), st.State().Snapshot().Generation()
 	}
-	s.member.events.record("leave-quorum", orNone(by)+" asked this member to leave the quorum: it discards its copy and rejoins as a follower", term, gen)
+	s.member.events.Record("leave-quorum", orNone(by)+" asked this member to leave the quorum: it discards its copy and rejoins as a follower", term, gen)
 	s.member.requestRestart(nil)
 	return nil
-}
-
-// writeFileSync writes a small file durably.
-func writeFileSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // controlPlane is this member's announcement and whether it is stale
@@ -465,7 +448,7 @@ func (h *membersHandler) Join(ctx context.Context, req *connect.Request[managerv
 		}); err != nil {
 			return nil, rpcerr.ToConnect(err)
 		}
-		s.member.events.record("member-joined", fmt.Sprintf("%s %s joined (raft %s, API %s)", witnessOrMember(m.GetWitness()), m.GetName(), m.GetRaftAddress(), m.GetApiUrl()),
+		s.member.events.Record("member-joined", fmt.Sprintf("%s %s joined (raft %s, API %s)", witnessOrMember(m.GetWitness()), m.GetName(), m.GetRaftAddress(), m.GetApiUrl()),
 			st.Term(), r.Generation())
 	}
 	return connect.NewResponse(&managerv1.JoinResponse{Generation: r.Generation()}), nil
@@ -516,7 +499,7 @@ func (s *Server) handOff(ctx context.Context, st *store.Store, why string) error
 		return errors.New("no other full member to take the primary role")
 	}
 	if why != "" {
-		s.member.events.record("handing-over", why+"; handing the primary role to another full member", st.Term(), st.State().Snapshot().Generation())
+		s.member.events.Record("handing-over", why+"; handing the primary role to another full member", st.Term(), st.State().Snapshot().Generation())
 	}
 	targets, err = s.caughtUpTargets(ctx, st, targets)
 	if err != nil {
@@ -618,7 +601,7 @@ func (m *memberState) promoteCaughtUp(ctx context.Context, st *store.Store) {
 				m.s.log.Warn("could not make a caught-up member a voter", "member", sv.ID, "err", err)
 				continue
 			}
-			m.events.record("member-promoted", fmt.Sprintf("%s caught up (applied %d of %d) and votes now", sv.ID, p.status.GetAppliedIndex(), commit),
+			m.events.Record("member-promoted", fmt.Sprintf("%s caught up (applied %d of %d) and votes now", sv.ID, p.status.GetAppliedIndex(), commit),
 				st.Term(), st.State().Snapshot().Generation())
 		}
 	}

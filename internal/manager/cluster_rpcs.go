@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"connectrpc.com/connect"
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/manager/api"
 	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
@@ -46,7 +46,7 @@ func (h *clusterRPCs) AddClusterMember(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
-	h.s.member.events.record("member-expected", fmt.Sprintf("%s %s was added by %s; it joins when it starts with clusterState: existing",
+	h.s.member.events.Record("member-expected", fmt.Sprintf("%s %s was added by %s; it joins when it starts with clusterState: existing",
 		witnessOrMember(m.GetWitness()), m.GetNode(), orNone(m.GetBy())), h.s.st().Term(), h.s.st().State().Snapshot().Generation())
 	return connect.NewResponse(res.Value.(*managerv1.AddClusterMemberResponse)), nil
 }
@@ -126,7 +126,7 @@ func (h *clusterRPCs) GetClusterEvents(ctx context.Context, req *connect.Request
 	}
 	return connect.NewResponse(&managerv1.GetClusterEventsResponse{
 		Member: h.s.cfg.NodeName,
-		Events: h.s.member.events.query(limit, req.Msg.GetKinds(), since),
+		Events: h.s.member.events.Query(limit, req.Msg.GetKinds(), since),
 	}), nil
 }
 

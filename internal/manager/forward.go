@@ -2,26 +2,21 @@ package manager
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptrace"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/cluster"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
@@ -134,7 +129,7 @@ func (s *Server) forwardOnce(ctx context.Context, st *store.Store, data []byte) 
 	if url == "" {
 		return state.Result{}, apierr.Unavailablef("the primary %s has no known API URL", leader)
 	}
-	fctx, sent, done := watchLeader(ctx, st, leader)
+	fctx, sent, done := cluster.WatchLeader(ctx, st, leader)
 	resp, err := s.memberClient(url).Forward(fctx, newMemberRequest(s, &managerv1.ForwardRequest{Command: data}))
 	moved := done()
 	if err != nil {
@@ -149,7 +144,7 @@ func (s *Server) forwardOnce(ctx context.Context, st *store.Store, data []byte) 
 			}
 			return state.Result{}, apierr.Unavailablef("the primary %s was lost while the write was in flight; it may or may not have been applied", leader)
 		}
-		if isDialErr(err) {
+		if cluster.IsDialErr(err) {
 			// The request never reached it (refused, or the dial timed
 			// out): nothing was written.
 			return state.Result{}, errNotPrimary
@@ -166,92 +161,12 @@ func (s *Server) forwardOnce(ctx context.Context, st *store.Store, data []byte) 
 		if err != nil {
 			return res, fmt.Errorf("decode the primary's answer: %w", err)
 		}
-		res.Value = fromForwarded(val)
+		res.Value = cluster.FromForwarded(val)
 	}
 	if err := st.WaitApplied(ctx, res.Index); err != nil {
 		return res, err
 	}
 	return res, nil
-}
-
-// errLeaderMoved ends a forwarded call whose primary this member no longer
-// follows.
-var errLeaderMoved = errors.New("the primary changed")
-
-// watchLeader bounds a call to leader: the returned context ends as soon as
-// this member stops following it (raft lost it, or elected another), so a
-// call to a primary that died does not hang until the caller's deadline.
-// sent reports whether the request reached the wire; done stops the watch
-// and reports whether it ended the call.
-func watchLeader(ctx context.Context, st *store.Store, leader string) (context.Context, *atomic.Bool, func() bool) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	sent := new(atomic.Bool)
-	cctx = httptrace.WithClientTrace(cctx, &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }})
-	stop := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(leaderPoll)
-		defer t.Stop()
-		for {
-			changed := st.LeaderChanged()
-			if l, _ := st.Leader(); l != leader {
-				cancel(errLeaderMoved)
-				return
-			}
-			select {
-			case <-stop:
-				return
-			case <-cctx.Done():
-				return
-			case <-changed:
-			case <-t.C: // an observation raft dropped
-			}
-		}
-	}()
-	return cctx, sent, func() bool {
-		close(stop)
-		<-finished
-		moved := errors.Is(context.Cause(cctx), errLeaderMoved)
-		cancel(nil)
-		return moved
-	}
-}
-
-// leaderPoll is how often a forwarded call checks that its primary is
-// still the one this member follows, besides raft's leader observations.
-const leaderPoll = 250 * time.Millisecond
-
-// forwardedValue is a command's answer in a form Forward can carry: a
-// protobuf message as it is, a count or an index wrapped.
-func forwardedValue(v any) (proto.Message, bool) {
-	switch v := v.(type) {
-	case proto.Message:
-		return v, true
-	case uint64:
-		return wrapperspb.UInt64(v), true
-	case int:
-		return wrapperspb.Int64(int64(v)), true
-	}
-	return nil, false
-}
-
-// fromForwarded undoes forwardedValue.
-func fromForwarded(m proto.Message) any {
-	switch m := m.(type) {
-	case *wrapperspb.UInt64Value:
-		return m.GetValue()
-	case *wrapperspb.Int64Value:
-		return int(m.GetValue())
-	}
-	return m
-}
-
-// isDialErr reports whether err is a failure to connect (the request was
-// never sent).
-func isDialErr(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // memberAPI is the API URL of member name ("" if unknown).
@@ -282,7 +197,7 @@ func (s *Server) memberClient(url string) managerv1connect.MembersClient {
 	mc.once.Do(func() {
 		mc.hc = s.cfg.MemberHTTPClient
 		if mc.hc == nil {
-			mc.hc = memberHTTPClient(s.tls)
+			mc.hc = cluster.HTTPClient(s.tls.caCert())
 		}
 		mc.byURL = map[string]managerv1connect.MembersClient{}
 	})
@@ -294,27 +209,6 @@ func (s *Server) memberClient(url string) managerv1connect.MembersClient {
 		mc.byURL[url] = c
 	}
 	return c
-}
-
-// memberHTTPClient dials other members: HTTP/2 (cleartext with prior
-// knowledge, or over TLS trusting the system roots and the cluster CA).
-func memberHTTPClient(t *tlsState) *http.Client {
-	var p http.Protocols
-	p.SetHTTP2(true)
-	p.SetUnencryptedHTTP2(true)
-	roots, err := x509.SystemCertPool()
-	if err != nil || roots == nil {
-		roots = x509.NewCertPool()
-	}
-	if t != nil && t.ca != nil {
-		roots.AddCert(t.ca.Cert)
-	}
-	return &http.Client{Transport: &http.Transport{
-		Protocols:       &p,
-		DialContext:     (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 10 * time.Second}).DialContext,
-		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots},
-		HTTP2:           &http.HTTP2Config{PingTimeout: 5 * time.Second, SendPingTimeout: 5 * time.Second},
-	}}
 }
 
 // newMemberRequest is a Members call carrying the cluster secret.
@@ -431,7 +325,7 @@ func (h *membersHandler) Forward(ctx context.Context, req *connect.Request[manag
 		// The write is applied: whatever happens now, say so with its
 		// index, never as a call error the follower would report as
 		// "maybe applied".
-		m, ok := forwardedValue(res.Value)
+		m, ok := cluster.ForwardedValue(res.Value)
 		if !ok {
 			h.s.log.Error("a forwarded command's answer has no wire form; the follower gets the index only", "type", fmt.Sprintf("%T", res.Value))
 			return connect.NewResponse(out), nil

@@ -718,7 +718,7 @@ func (s *Server) Close() error {
 		s.cancel()
 		s.wg.Wait()
 		s.err = s.st().Close()
-		s.member.events.close()
+		s.member.events.Close()
 		_ = s.lock.Close()
 		s.log.Info("manager stopped")
 	})

@@ -386,3 +386,11 @@ func (s *Server) CACertPEM() []byte {
 	}
 	return slices.Clone(s.tls.ca.CertPEM)
 }
+
+// caCert is the cluster CA's certificate (nil without one).
+func (t *tlsState) caCert() *x509.Certificate {
+	if t == nil || t.ca == nil {
+		return nil
+	}
+	return t.ca.Cert
+}

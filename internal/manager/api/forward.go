@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/auth"
 )

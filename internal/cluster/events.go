@@ -1,4 +1,11 @@
-package manager
+// Package cluster is the Manager's cluster membership seen from one
+// member: the members as configured (Node), the member's own durable log of
+// cluster events (Events), and the pieces of passing a write to the primary
+// (the HTTP client members dial each other with, the watch that ends a call
+// to a primary this member no longer follows, the forwarded answer's wire
+// form). The membership state machine itself still lives in
+// internal/manager (decision 0052).
+package cluster
 
 import (
 	"bufio"
@@ -18,17 +25,17 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/clock"
 )
 
-// clusterEventsFile is the member's own event log in its data directory:
+// EventsFile is the member's own event log in its data directory:
 // one JSON object per line, appended and synced as each event happens. It is
 // this member's record (not replicated): role changes and why, joins,
 // retirements, recoveries, takeovers settling.
-const clusterEventsFile = "cluster-events.jsonl"
+const EventsFile = "cluster-events.jsonl"
 
-// clusterEventsKeep bounds the log: when it holds twice as many, the oldest
+// eventsKeep bounds the log: when it holds twice as many, the oldest
 // are dropped (the file is rewritten).
-const clusterEventsKeep = 10_000
+const eventsKeep = 10_000
 
-type clusterEventLine struct {
+type eventLine struct {
 	At         time.Time `json:"at"`
 	Kind       string    `json:"kind"`
 	Detail     string    `json:"detail"`
@@ -36,35 +43,35 @@ type clusterEventLine struct {
 	Generation uint64    `json:"generation,omitempty"`
 }
 
-// clusterEvents is the durable event log. Safe for concurrent use.
-type clusterEvents struct {
+// Events is the durable event log. Safe for concurrent use.
+type Events struct {
 	path  string
 	clock clock.Clock
 	log   *slog.Logger
 
 	mu     sync.Mutex
-	events []clusterEventLine
+	events []eventLine
 	f      *os.File
 }
 
-// openClusterEvents reads the log in dir (a damaged line is skipped: the
+// OpenEvents reads the log in dir (a damaged line is skipped: the
 // log is a record for operators, not state). It never fails: without a
 // writable file the events are kept in memory and logged.
-func openClusterEvents(dir string, clk clock.Clock, log *slog.Logger) *clusterEvents {
-	e := &clusterEvents{path: filepath.Join(dir, clusterEventsFile), clock: clk, log: log}
+func OpenEvents(dir string, clk clock.Clock, log *slog.Logger) *Events {
+	e := &Events{path: filepath.Join(dir, EventsFile), clock: clk, log: log}
 	if f, err := os.Open(e.path); err == nil {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			var l clusterEventLine
+			var l eventLine
 			if json.Unmarshal(sc.Bytes(), &l) == nil && l.Kind != "" {
 				e.events = append(e.events, l)
 			}
 		}
 		_ = f.Close()
 	}
-	if len(e.events) > clusterEventsKeep {
-		e.events = slices.Clone(e.events[len(e.events)-clusterEventsKeep:])
+	if len(e.events) > eventsKeep {
+		e.events = slices.Clone(e.events[len(e.events)-eventsKeep:])
 		e.rewrite()
 	}
 	f, err := os.OpenFile(e.path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
@@ -78,7 +85,7 @@ func openClusterEvents(dir string, clk clock.Clock, log *slog.Logger) *clusterEv
 
 // rewrite replaces the file with the events held (c.mu held or not yet
 // shared).
-func (e *clusterEvents) rewrite() {
+func (e *Events) rewrite() {
 	_ = atomicfile.Write(e.path, 0o600, func(f io.Writer) error {
 		w := bufio.NewWriter(f)
 		enc := json.NewEncoder(w)
@@ -91,9 +98,9 @@ func (e *clusterEvents) rewrite() {
 	})
 }
 
-// record appends an event and logs it.
-func (e *clusterEvents) record(kind, detail string, term, generation uint64) {
-	l := clusterEventLine{At: e.clock.Now().UTC(), Kind: kind, Detail: detail, Term: term, Generation: generation}
+// Record appends an event and logs it.
+func (e *Events) Record(kind, detail string, term, generation uint64) {
+	l := eventLine{At: e.clock.Now().UTC(), Kind: kind, Detail: detail, Term: term, Generation: generation}
 	e.log.Info("cluster event", "kind", kind, "detail", detail, "term", term, "generation", generation)
 	b, _ := json.Marshal(l)
 	e.mu.Lock()
@@ -104,8 +111,8 @@ func (e *clusterEvents) record(kind, detail string, term, generation uint64) {
 			_ = e.f.Sync()
 		}
 	}
-	if len(e.events) >= 2*clusterEventsKeep {
-		e.events = slices.Clone(e.events[len(e.events)-clusterEventsKeep:])
+	if len(e.events) >= 2*eventsKeep {
+		e.events = slices.Clone(e.events[len(e.events)-eventsKeep:])
 		if e.f != nil {
 			_ = e.f.Close()
 			e.rewrite()
@@ -114,9 +121,9 @@ func (e *clusterEvents) record(kind, detail string, term, generation uint64) {
 	}
 }
 
-// query returns up to limit events, newest first, of the given kinds (all
+// Query returns up to limit events, newest first, of the given kinds (all
 // when empty) at or after since (zero: any).
-func (e *clusterEvents) query(limit int, kinds []string, since time.Time) []*managerv1.ClusterEvent {
+func (e *Events) Query(limit int, kinds []string, since time.Time) []*managerv1.ClusterEvent {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []*managerv1.ClusterEvent
@@ -133,8 +140,8 @@ func (e *clusterEvents) query(limit int, kinds []string, since time.Time) []*man
 	return out
 }
 
-// close closes the file.
-func (e *clusterEvents) close() {
+// Close closes the file.
+func (e *Events) Close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.f != nil {
