@@ -5,8 +5,12 @@
 // norsk-manager binary, dev mode and every test cluster start it the same
 // way, from a Config.
 //
-// Handlers live one file per resource (jobs.go, slots.go, nodes.go,
-// events.go); each write is one raft command through the store.
+// The Manager service's handlers are internal/manager/api, one file per
+// resource, reaching the member through api.Backend (backend.go); each
+// write is one raft command through the store. What this package keeps is
+// what composes the parts — New, boot, metrics, the HTTP server — and a
+// member's life in its cluster (member.go, cluster.go, forward.go; decision
+// 0052).
 package manager
 
 import (

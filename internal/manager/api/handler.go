@@ -1,3 +1,8 @@
+// Package api is the Manager service's handlers, one file per resource
+// (jobs.go, bundles.go, slots.go, nodes.go, events.go, …). A Handler reaches
+// the member serving it only through Backend: each write is one stamped raft
+// command through Backend.Apply, each read a state snapshot; the cluster
+// membership RPCs are the cluster side's (ClusterRPCs).
 package api
 
 import (
