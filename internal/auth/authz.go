@@ -424,9 +424,9 @@ func (a *Authorizer) Interceptor() connect.Interceptor { return authInterceptor{
 
 type authInterceptor struct{ a *Authorizer }
 
-// The API's calls arrive authorised by the gate (gate.go), from their
-// headers, before their bodies were read: the interceptor authorises only
-// a call that did not pass it.
+// The API's calls arrive authorised by the Manager's gate
+// (internal/manager/gate.go), from their headers, before their bodies were
+// read: the interceptor authorises only a call that did not pass it.
 
 func (i authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {

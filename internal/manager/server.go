@@ -245,7 +245,7 @@ type Config struct {
 	// covers.
 	TLSHosts []string
 	// AccessReplicaKeysFile is a JWKS of the public keys norsk-mgr signs
-	// access replicas with (access_replica.go). Without it
+	// access replicas with (manager/api/access_replica.go). Without it
 	// PublishAccessReplica is refused with FAILED_PRECONDITION.
 	AccessReplicaKeysFile string
 
@@ -555,7 +555,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	})
 	// The gate authenticates each call from its headers before its body
 	// is read (gate.go); the interceptors then check the decoded request's
-	// field bounds (bounds.go) before the handler runs.
+	// field bounds (intercept/bounds.go) before the handler runs.
 	gt := newGate(s.authz, cfg, m)
 	s.gate = gt
 	interceptors := connect.WithInterceptors(s.authz.Interceptor(), m.interceptor(), intercept.BoundsInterceptor(), intercept.AuditInterceptor(), s.consistencyInterceptor())

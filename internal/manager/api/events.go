@@ -25,7 +25,7 @@ import (
 const DefaultEventWriteTimeout = 30 * time.Second
 
 // rcKey holds a request's ResponseController in its context: the gate
-// (gate.go) puts it there, since connect does not expose the
+// (manager/gate.go) puts it there, since connect does not expose the
 // ResponseWriter, so a stream can set write deadlines.
 type rcKey struct{}
 

@@ -114,7 +114,7 @@ func (h *Handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 	default:
 		return nil, rpcerr.ToConnect(apierr.Unauthenticatedf("present a registration token (first registration) or the node secret"))
 	}
-	// With TLS the worker's key is certified for this node (tls.go); its
+	// With TLS the worker's key is certified for this node (certificates.go); its
 	// stream is dialled over mutual TLS from now on.
 	certDER, caDER, err := h.workerCertificate(m, r)
 	if err != nil {
