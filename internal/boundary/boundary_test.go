@@ -1,6 +1,9 @@
 // Package boundary holds tests that keep the module's architecture: which
-// packages may import which (read with `go list -deps`), and that every
-// package says what it is in a package doc comment.
+// packages may import which (read with `go list -deps`), that every
+// package says what it is in a package doc comment, that
+// docs/architecture.md's package map lists exactly the module's packages,
+// and that no package under internal/ outgrows 3,000 lines of non-test code
+// without a recorded reason.
 package boundary
 
 import (

@@ -13,6 +13,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/examples/jobs"
+	"github.com/norsk-go/norsk-manager/internal/cli/bundles"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -59,7 +60,7 @@ func TestBundleCommands(t *testing.T) {
 
 	// From stdin, JSON, with no id: the Manager makes one up.
 	code, out, errOut := f.run(`{"jobs": [{"jobName": "solo", "job": {"services": [{"name": "main", "image": "hello"}]}}]}`, "bundle", "create", "-f", "-", "-o", "json")
-	var c bundleCreated
+	var c bundles.BundleCreated
 	if code != 0 || json.Unmarshal([]byte(out), &c) != nil || !strings.HasPrefix(c.BundleID, "b-") {
 		t.Fatalf("bundle create from stdin -o json: %d %q %q", code, out, errOut)
 	}
@@ -286,7 +287,7 @@ func TestBundleCreateExplainsRuntime(t *testing.T) {
 		t.Errorf("bundle create printed %q, want %q", out, want)
 	}
 	code, out, errOut := f.run("", "bundle", "create", "-f", writeFile(t, "img2.yaml", "bundleId: img2\njobs: [{jobName: channel, job: {services: [{name: web, image: nginx}]}}]\n"), "-o", "json")
-	var c bundleCreated
+	var c bundles.BundleCreated
 	if code != 0 || json.Unmarshal([]byte(out), &c) != nil || len(c.Notes) != 1 || !strings.Contains(c.Notes[0], "runtime process cannot run") {
 		t.Errorf("-o json: %d %q %q", code, out, errOut)
 	}
@@ -312,7 +313,7 @@ func TestBundleCreateWait(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
 			var out, e strings.Builder
-			g := newGlobals(strings.NewReader(""), &out, &e)
+			g := globalsFor(strings.NewReader(""), &out, &e)
 			if run(t.Context(), g, []string{"--manager-url", f.srv.URL, "job", "start", "w2.channel.0", "--node", "node-1", "--wait=false"}) == 0 {
 				return
 			}

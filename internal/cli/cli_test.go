@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/cli/jobs"
+	"github.com/norsk-go/norsk-manager/internal/cli/slots"
 	"github.com/norsk-go/norsk-manager/sdk/norsk/norsktest"
 )
 
@@ -44,8 +46,8 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) run(stdin string, args ...string) (int, string, string) {
 	f.t.Helper()
 	var out, errOut bytes.Buffer
-	g := newGlobals(strings.NewReader(stdin), &out, &errOut)
-	g.now = func() time.Time { return now }
+	g := globalsFor(strings.NewReader(stdin), &out, &errOut)
+	g.Now = func() time.Time { return now }
 	url := "http://127.0.0.1:1"
 	if f.srv != nil {
 		url = f.srv.URL
@@ -216,7 +218,7 @@ func TestJobCommands(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("create from stdin: %d %s", code, errOut)
 	}
-	var createdJobs []created
+	var createdJobs []jobs.Created
 	if err := json.Unmarshal([]byte(out), &createdJobs); err != nil || len(createdJobs) != 2 || createdJobs[1].JobID != "b" {
 		t.Errorf("create -o json = %q (%v)", out, err)
 	}
@@ -405,7 +407,7 @@ func TestSlotCommands(t *testing.T) {
 	}
 	token := m[1]
 	out = f.ok("slot", "register", "rack-2", "-o", "json")
-	var reg registration
+	var reg slots.Registration
 	if err := json.Unmarshal([]byte(out), &reg); err != nil || reg.NodeID != "rack-2" || !strings.HasPrefix(reg.WorkerCommand, "norsk-ctl worker --token "+reg.Token) {
 		t.Errorf("slot register -o json: %s", out)
 	}
@@ -475,7 +477,7 @@ func (f *fixture) runEvents(out io.Writer, args ...string) (stop func() int) {
 	ctx, cancel := context.WithCancel(f.t.Context())
 	done := make(chan int, 1)
 	go func() {
-		g := newGlobals(strings.NewReader(""), out, io.Discard)
+		g := globalsFor(strings.NewReader(""), out, io.Discard)
 		done <- run(ctx, g, append([]string{"--manager-url", f.srv.URL, "events"}, args...))
 	}()
 	return func() int {

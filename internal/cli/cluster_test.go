@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/norsk-go/norsk-manager/internal/cli/cluster"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -50,7 +51,7 @@ func TestClusterMembershipCommands(t *testing.T) {
 	f.fails(ExitError, "FAILED_PRECONDITION", "cluster", "add", "wit-1")
 	f.fails(ExitError, "INVALID_ARGUMENT", "cluster", "add", "bad name")
 	// Without --by, the local user is recorded.
-	if out := f.ok("cluster", "add", "mgr-3"); !strings.Contains(out, "(added by "+defaultBy()+")") {
+	if out := f.ok("cluster", "add", "mgr-3"); !strings.Contains(out, "(added by "+cluster.DefaultBy()+")") {
 		t.Errorf("cluster add without --by: %s", out)
 	}
 

@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	discoverycmd "github.com/norsk-go/norsk-manager/internal/cli/discovery"
 	"github.com/norsk-go/norsk-manager/pkg/discovery"
 )
 
 func TestDiscoveryUsageErrors(t *testing.T) {
-	t.Setenv(envTierSecret, "")
-	t.Setenv(envLeafToken, "")
+	t.Setenv(discoverycmd.EnvTierSecret, "")
+	t.Setenv(discoverycmd.EnvLeafToken, "")
 	f := &fixture{t: t} // no Manager: none of these may reach one
 	for _, tc := range []struct {
 		args []string
@@ -42,7 +43,7 @@ func TestDiscoveryCommands(t *testing.T) {
 	if err := os.WriteFile(secretFile, []byte("tier-secret-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(envLeafToken, "leaf-token-1")
+	t.Setenv(discoverycmd.EnvLeafToken, "leaf-token-1")
 
 	if out := f.ok("discovery", "get"); !strings.Contains(out, "No discovery fleet has been published") {
 		t.Fatalf("get before publish: %s", out)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/cli/cluster"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -87,7 +88,7 @@ func TestLeaseCommands(t *testing.T) {
 	}
 	// Without --by, the local user is recorded.
 	f.ok("lease", "pause", "--reason", "again")
-	if out := f.ok("-o", "json", "lease", "status"); json.Unmarshal([]byte(out), &st) != nil || st.By != defaultBy() {
+	if out := f.ok("-o", "json", "lease", "status"); json.Unmarshal([]byte(out), &st) != nil || st.By != cluster.DefaultBy() {
 		t.Fatalf("lease pause without --by: %s", out)
 	}
 }

@@ -60,23 +60,6 @@ func TestOutputNameAndTemplate(t *testing.T) {
 	f.fails(ExitUsage, "invalid output format", "job", "list", "-o", "names")
 }
 
-func TestUniquePrefix(t *testing.T) {
-	t.Parallel()
-	ids := []string{"3f2a91c0-aaaa", "3f2b0000-bbbb", "77aa0000-cccc"}
-	for _, tc := range []struct{ typed, want, err string }{
-		{"77", "77aa0000-cccc", ""},
-		{"3f2a91c0", "3f2a91c0-aaaa", ""},
-		{"3f2a91c0-aaaa", "3f2a91c0-aaaa", ""},
-		{"3f2", "", `migration "3f2" is ambiguous: it begins 3f2a91c0-aaaa, 3f2b0000-bbbb`},
-		{"zz", "", "no match"},
-	} {
-		got, err := uniquePrefix("migration", tc.typed, ids)
-		if got != tc.want || (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
-			t.Errorf("uniquePrefix(%q) = %q, %v; want %q, %q", tc.typed, got, err, tc.want, tc.err)
-		}
-	}
-}
-
 // A worker's registration token is --token's (or its user data's), never
 // $NORSK_TOKEN, an operator's API token. Not parallel: it sets the
 // environment.
@@ -96,7 +79,7 @@ func TestListWatch(t *testing.T) {
 	f := newFixture(t)
 	f.ok("job", "create", "-f", writeFile(t, "f.yaml", "jobId: first\nservices: [{name: main, image: x}]"))
 	out := &syncBuffer{}
-	g := newGlobals(strings.NewReader(""), out, io.Discard)
+	g := globalsFor(strings.NewReader(""), out, io.Discard)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int)
 	go func() { done <- run(ctx, g, []string{"--manager-url", f.srv.URL, "job", "list", "-w", "-o", "name"}) }()

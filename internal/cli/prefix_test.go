@@ -1,12 +1,8 @@
 package cli
 
 import (
-	"errors"
-	"slices"
 	"strings"
 	"testing"
-
-	"pgregory.net/rapid"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 )
@@ -55,46 +51,4 @@ func TestIDPrefixes(t *testing.T) {
 	if code, out, errOut := f.run("", "job", "delete", "spo"); code != 0 || !strings.Contains(out, "sport-1") {
 		t.Errorf("job delete spo: exit %d, %q, %q", code, out, errOut)
 	}
-}
-
-// uniquePrefix's contract over any ids: an id typed whole is itself; else
-// the answer is the one id typed begins, an ambiguity naming every id it
-// begins, or no match when it begins none.
-func TestUniquePrefixProperties(t *testing.T) {
-	t.Parallel()
-	rapid.Check(t, func(t *rapid.T) {
-		ids := rapid.SliceOfNDistinct(rapid.StringMatching(`[a-c]{1,4}`), 0, 8, rapid.ID[string]).Draw(t, "ids")
-		typed := rapid.StringMatching(`[a-c]{1,3}`).Draw(t, "typed")
-		var begun []string
-		for _, id := range ids {
-			if strings.HasPrefix(id, typed) {
-				begun = append(begun, id)
-			}
-		}
-		got, err := uniquePrefix("job", typed, ids)
-		switch {
-		case slices.Contains(ids, typed):
-			if got != typed || err != nil {
-				t.Fatalf("exact %q: %q, %v", typed, got, err)
-			}
-		case len(begun) == 0:
-			if !errors.Is(err, errNoMatch) {
-				t.Fatalf("%q begins nothing: %q, %v", typed, got, err)
-			}
-		case len(begun) == 1:
-			if got != begun[0] || err != nil {
-				t.Fatalf("%q begins only %q: %q, %v", typed, begun[0], got, err)
-			}
-		default:
-			var ue usageError
-			if !errors.As(err, &ue) {
-				t.Fatalf("%q begins %v: %q, %v; want a usage error", typed, begun, got, err)
-			}
-			for _, id := range begun {
-				if !strings.Contains(err.Error(), id) {
-					t.Fatalf("the ambiguity %q does not name %q", err, id)
-				}
-			}
-		}
-	})
 }

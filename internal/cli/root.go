@@ -5,11 +5,14 @@
 // files with pkg/snapshotfile and needs no Manager. cmd/norsk-ctl is a thin
 // main around Main.
 //
-// Each command group lives in its own file and is built by a
-// newXxxCommand(*globals) constructor listed in rootCommands; a new group (or
-// the worker command) is plugged in by appending its constructor there.
-// Results are written by a printer (printer.go) chosen with -o: a table for
-// people, or the API's protobuf JSON (or its YAML form) for scripts.
+// Each command group lives in its own subpackage (internal/cli/jobs, nodes,
+// bundles, …) and is built by a NewXxxCommand(*cmdutil.Globals) constructor
+// listed in rootCommands; a new group is plugged in by appending its
+// constructor there. What the groups share — the global flags and the
+// connection, argument checks, and the printer chosen with -o (a table for
+// people, or the API's protobuf JSON or its YAML form for scripts) — is
+// internal/cli/cmdutil. This package keeps the root command, Main, version and
+// the worker command.
 package cli
 
 import (
@@ -17,17 +20,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"os"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/norsk-go/norsk-manager/internal/devlocate"
+	"github.com/norsk-go/norsk-manager/internal/cli/audit"
+	"github.com/norsk-go/norsk-manager/internal/cli/bundles"
+	"github.com/norsk-go/norsk-manager/internal/cli/cluster"
+	"github.com/norsk-go/norsk-manager/internal/cli/cmdutil"
+	"github.com/norsk-go/norsk-manager/internal/cli/console"
+	"github.com/norsk-go/norsk-manager/internal/cli/discovery"
+	"github.com/norsk-go/norsk-manager/internal/cli/events"
+	"github.com/norsk-go/norsk-manager/internal/cli/jobs"
+	"github.com/norsk-go/norsk-manager/internal/cli/kv"
+	"github.com/norsk-go/norsk-manager/internal/cli/migrations"
+	"github.com/norsk-go/norsk-manager/internal/cli/nodes"
+	"github.com/norsk-go/norsk-manager/internal/cli/slots"
+	"github.com/norsk-go/norsk-manager/internal/cli/store"
+	"github.com/norsk-go/norsk-manager/internal/cli/tokens"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -38,198 +51,42 @@ var Version = ""
 
 // rootCommands are the constructors of the top-level commands, in the order
 // help lists them. To add a command group, write its constructor in its own
-// file and append it here (e.g. newWorkerCommand).
-var rootCommands = []func(*globals) *cobra.Command{
+// subpackage (or, for a noun's new verb, in the noun's) and append it here.
+var rootCommands = []func(*cmdutil.Globals) *cobra.Command{
 	newVersionCommand,
-	newMgrCommand,
-	newJobCommand,
-	newBundleCommand,
-	newMigrateCommand,
-	newMigrationCommand,
-	newNodeCommand,
-	newSlotCommand,
-	newEventsCommand,
-	newAuditCommand,
-	newKVCommand,
-	newStoreCommand,
-	newOperatorCommand,
+	console.NewMgrCommand,
+	jobs.NewJobCommand,
+	bundles.NewBundleCommand,
+	migrations.NewMigrateCommand,
+	migrations.NewMigrationCommand,
+	nodes.NewNodeCommand,
+	slots.NewSlotCommand,
+	events.NewEventsCommand,
+	audit.NewAuditCommand,
+	kv.NewKVCommand,
+	store.NewStoreCommand,
+	store.NewOperatorCommand,
 	newWorkerCommand,
-	newHostAgentCommand,
-	newCHVMMCommand,
-	newCHInitramfsCommand,
-	newTokenCommand,
-	newDiscoveryCommand,
-	newAccessReplicaCommand,
-	newClusterCommand,
-	newLeaseCommand,
-	newInstanceTypesCommand,
-	newSecurityGroupsCommand,
-	newReloadConfigCommand,
-}
-
-// globals are the settings every command shares (the global flags) and the
-// connection to the Manager, made on first use.
-type globals struct {
-	// managerURL is --manager-url ($NORSK_MANAGER_URL, else the local dev
-	// Manager); token is --token ($NORSK_TOKEN).
-	managerURL string
-	token      string
-	tokenFile  string
-	// tokenFrom says where the token in use came from: "--token",
-	// "--token-file", "dev:<path>" (found for a local dev) or "" (none).
-	tokenFrom string
-	// tlsCA and tlsCAHash are --tls-ca and --tls-ca-hash: how an https
-	// Manager's certificate is verified (tls.go).
-	tlsCA     string
-	tlsCAHash string
-	// output is -o: table, wide, json, yaml, name or go-template=….
-	output string
-	// timeout bounds each call to the Manager (not the waits of --wait or
-	// the events stream).
-	timeout time.Duration
-	// linearizable is --linearizable: every read is linearizable.
-	linearizable bool
-
-	in     io.Reader
-	out    io.Writer
-	errOut io.Writer
-	now    func() time.Time
-	// httpClient, when set, replaces the SDK's HTTP client (tests).
-	httpClient *http.Client
-
-	mgr *norsk.Manager
-}
-
-func newGlobals(in io.Reader, out, errOut io.Writer) *globals {
-	return &globals{in: in, out: out, errOut: errOut, now: time.Now}
-}
-
-// manager returns the connection to the Manager, connecting on first use.
-func (g *globals) manager(ctx context.Context) (*norsk.Manager, error) {
-	if g.mgr != nil {
-		return g.mgr, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	token, err := g.apiToken()
-	if err != nil {
-		return nil, err
-	}
-	m, err := norsk.Connect(ctx, norsk.Settings{
-		URL:         g.managerURL,
-		Token:       token,
-		HTTPClient:  g.httpClient,
-		ClientLabel: "norsk-ctl " + clientVersion(),
-		Logger:      g.logger(),
-		// The CLI's TLS flags (or $NORSK_TLS_CA, $NORSK_TLS_CA_HASH).
-		CAFile:        g.tlsCA,
-		CAFingerprint: g.tlsCAHash,
-		// --linearizable: reads see every write committed before them.
-		LinearizableReads: g.linearizable,
-	})
-	if err != nil {
-		return nil, tlsHint(err)
-	}
-	g.mgr = m
-	return m, nil
-}
-
-// apiToken is the bearer for API calls: --token ($NORSK_TOKEN), else the
-// contents of --token-file ($NORSK_TOKEN_FILE), else — talking to a
-// `norsk-manager dev` on this machine's loopback, on any port — the token
-// that dev keeps in its data directory (internal/devlocate). It notes in
-// g.tokenFrom where the token came from, for the hint an UNAUTHENTICATED
-// answer gets.
-func (g *globals) apiToken() (string, error) {
-	if g.token != "" {
-		g.tokenFrom = "--token"
-		return g.token, nil
-	}
-	path := g.tokenFile
-	if path == "" {
-		p, ok := devlocate.TokenFileFor(g.managerURL)
-		if !ok {
-			return "", nil
-		}
-		path, g.tokenFrom = p, "dev:"+p
-	} else {
-		g.tokenFrom = "--token-file"
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("token file: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-// unauthenticatedHint is what an UNAUTHENTICATED answer is followed by:
-// how to give a token, and where a dev keeps its own.
-func (g *globals) unauthenticatedHint() string {
-	def := devlocate.DefaultTokenFile()
-	if def == "" {
-		def = "<data-dir>/" + devlocate.TokenFileName
-	}
-	where := fmt.Sprintf("a norsk-manager dev keeps its admin token in <data-dir>/%s (by default %s), and norsk-ctl finds it by itself for a dev on this machine's loopback while that dev runs", devlocate.TokenFileName, def)
-	switch {
-	case g.tokenFrom == "":
-		return "Hint: no API token was given: pass --token TOKEN or --token-file FILE (or set $" + norsk.EnvToken + " or $NORSK_TOKEN_FILE); " + where + "."
-	case strings.HasPrefix(g.tokenFrom, "dev:"):
-		return "Hint: the token of the dev Manager in " + strings.TrimPrefix(g.tokenFrom, "dev:") + " was refused: is the Manager at " + g.managerURL + " that dev? Pass --token or --token-file for another Manager."
-	default:
-		return "Hint: the token given with " + g.tokenFrom + " (or its environment variable) was refused by " + g.managerURL + ": it is unknown there, revoked or expired."
-	}
-}
-
-// logger writes the SDK's notices (event-stream reconnects) to stderr,
-// without timestamps.
-func (g *globals) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{
-		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey && len(groups) == 0 {
-				return slog.Attr{}
-			}
-			return a
-		},
-	}))
-}
-
-// call returns the context of one call to the Manager: ctx bounded by
-// --timeout.
-func (g *globals) call(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, g.timeout)
-}
-
-// close releases the connection.
-func (g *globals) close() {
-	if g.mgr != nil {
-		g.mgr.Close()
-		g.mgr = nil
-	}
-}
-
-// printer returns the printer -o selects.
-func (g *globals) printer() printer {
-	if text, ok := strings.CutPrefix(g.output, templateOutput); ok {
-		p, err := newTemplatePrinter(text, g.out)
-		if err == nil { // validate parsed it already
-			return p
-		}
-	}
-	return newPrinter(g.output, g.out)
-}
-
-// human reports whether -o is for people: the table or its wide form.
-func (g *globals) human() bool {
-	return g.output == "" || g.output == "table" || g.output == "wide"
+	nodes.NewHostAgentCommand,
+	nodes.NewCHVMMCommand,
+	nodes.NewCHInitramfsCommand,
+	tokens.NewTokenCommand,
+	discovery.NewDiscoveryCommand,
+	discovery.NewAccessReplicaCommand,
+	cluster.NewClusterCommand,
+	cluster.NewLeaseCommand,
+	nodes.NewInstanceTypesCommand,
+	nodes.NewSecurityGroupsCommand,
+	nodes.NewReloadConfigCommand,
 }
 
 // NewRootCommand builds the norsk-ctl command tree writing to the standard
 // streams. Main runs it; it is exported for documentation generators.
 func NewRootCommand() *cobra.Command {
-	return newRootCommand(newGlobals(os.Stdin, os.Stdout, os.Stderr))
+	return newRootCommand(globalsFor(os.Stdin, os.Stdout, os.Stderr))
 }
 
-func newRootCommand(g *globals) *cobra.Command {
+func newRootCommand(g *cmdutil.Globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "norsk-ctl",
 		Short: "Control a Norsk Manager: jobs, nodes, cluster slots, events, audit log, KV store, Manager cluster",
@@ -253,117 +110,34 @@ and -o go-template=TEMPLATE runs a Go template on the JSON form
 ('-o go-template={{range .}}{{.jobId}} {{end}}').`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
-		Args:              noSubcommand,
-		RunE:              groupRun,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return g.validate() },
+		Args:              cmdutil.NoSubcommand,
+		RunE:              cmdutil.GroupRun,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return g.Validate() },
 	}
-	root.SetIn(g.in)
-	root.SetOut(g.out)
-	root.SetErr(g.errOut)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetIn(g.In)
+	root.SetOut(g.Out)
+	root.SetErr(g.ErrOut)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cmdutil.AsUsageError(err) })
 
 	defaultURL := os.Getenv(norsk.EnvManagerURL)
 	if defaultURL == "" {
 		defaultURL = norsk.DefaultURL
 	}
 	f := root.PersistentFlags()
-	f.StringVar(&g.managerURL, "manager-url", defaultURL, "URL of the Manager: host:port, http://… or https://…; in a cluster, several members comma-separated (the first that answers is used) (env "+norsk.EnvManagerURL+")")
-	f.StringVar(&g.token, "token", "", "API bearer token (env "+norsk.EnvToken+")")
-	f.StringVar(&g.tokenFile, "token-file", os.Getenv("NORSK_TOKEN_FILE"), "file holding the API bearer token (env NORSK_TOKEN_FILE)")
-	registerTLSFlags(f, g)
-	f.StringVarP(&g.output, "output", "o", "table", "output format: table, wide (the table with more columns), json, yaml, name (NOUN/ID per object) or go-template=TEMPLATE (on the JSON form)")
-	f.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the Manager")
-	f.BoolVar(&g.linearizable, "linearizable", false, "linearizable reads: a read sees every write committed before it, on any member (needs a primary)")
-	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
+	f.StringVar(&g.ManagerURL, "manager-url", defaultURL, "URL of the Manager: host:port, http://… or https://…; in a cluster, several members comma-separated (the first that answers is used) (env "+norsk.EnvManagerURL+")")
+	f.StringVar(&g.Token, "token", "", "API bearer token (env "+norsk.EnvToken+")")
+	f.StringVar(&g.TokenFile, "token-file", os.Getenv("NORSK_TOKEN_FILE"), "file holding the API bearer token (env NORSK_TOKEN_FILE)")
+	cmdutil.RegisterTLSFlags(f, g)
+	f.StringVarP(&g.Output, "output", "o", "table", "output format: table, wide (the table with more columns), json, yaml, name (NOUN/ID per object) or go-template=TEMPLATE (on the JSON form)")
+	f.DurationVar(&g.Timeout, "timeout", 30*time.Second, "timeout of each call to the Manager")
+	f.BoolVar(&g.Linearizable, "linearizable", false, "linearizable reads: a read sees every write committed before it, on any member (needs a primary)")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(cmdutil.OutputFormats, cobra.ShellCompDirectiveNoFileComp))
 
 	for _, c := range rootCommands {
 		root.AddCommand(c(g))
 	}
-	resolvePrefixes(g, root)
+	cmdutil.ResolvePrefixes(g, root)
 	return root
-}
-
-var outputFormats = []string{"table", "wide", "json", "yaml", "name", templateOutput}
-
-// templateOutput prefixes -o go-template=TEMPLATE.
-const templateOutput = "go-template="
-
-// validate checks the global flags.
-func (g *globals) validate() error {
-	if text, ok := strings.CutPrefix(g.output, templateOutput); ok {
-		if _, err := newTemplatePrinter(text, g.out); err != nil {
-			return err
-		}
-	} else if !slices.Contains(outputFormats, g.output) {
-		return usageErrorf("invalid output format %q (want one of %s)", g.output, strings.Join(outputFormats, ", "))
-	}
-	if g.timeout <= 0 {
-		return usageErrorf("--timeout must be positive")
-	}
-	if g.token == "" {
-		g.token = os.Getenv(norsk.EnvToken)
-	}
-	return nil
-}
-
-// newGroup returns a command that only holds subcommands: without one it
-// prints its help, with an unknown one it is a usage error.
-func newGroup(use, short string, aliases ...string) *cobra.Command {
-	return &cobra.Command{Use: use, Short: short, Aliases: aliases, Args: noSubcommand, RunE: groupRun}
-}
-
-func noSubcommand(cmd *cobra.Command, args []string) error {
-	if len(args) == 0 {
-		return nil
-	}
-	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-	cmd.SuggestionsMinimumDistance = 2
-	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-		msg += fmt.Sprintf(" (did you mean %q?)", s[0])
-	}
-	return usageError{errors.New(msg)}
-}
-
-func groupRun(cmd *cobra.Command, _ []string) error { return cmd.Help() }
-
-// usageError is a mistake in the command line: Main exits with 2.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usageErrorf(format string, args ...any) error {
-	return usageError{fmt.Errorf(format, args...)}
-}
-
-// exactArgs is cobra.ExactArgs with a usage error that names the arguments.
-func exactArgs(names ...string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != len(names) {
-			return usageErrorf("%s takes %d argument(s) (%s), got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
-		}
-		return nil
-	}
-}
-
-// minArgs requires at least the named arguments.
-func minArgs(names ...string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) < len(names) {
-			return usageErrorf("%s needs at least %d argument(s) (%s), got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
-		}
-		return nil
-	}
-}
-
-// optionalArgs takes at most the named (optional) arguments.
-func optionalArgs(names ...string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) > len(names) {
-			return usageErrorf("%s takes at most %d argument(s) ([%s]), got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
-		}
-		return nil
-	}
 }
 
 // Exit codes of Main.
@@ -378,25 +152,25 @@ const (
 // printed to stderr as "Error: <message>". ctx ends long-running commands
 // (events, --wait) when cancelled, e.g. on an interrupt.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return run(ctx, newGlobals(stdin, stdout, stderr), args)
+	return run(ctx, globalsFor(stdin, stdout, stderr), args)
 }
 
-func run(ctx context.Context, g *globals, args []string) int {
+func run(ctx context.Context, g *cmdutil.Globals, args []string) int {
 	root := newRootCommand(g)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
-	g.close()
+	g.Close()
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintf(g.errOut, "Error: %s\n", err)
+	fmt.Fprintf(g.ErrOut, "Error: %s\n", err)
 	if errors.Is(err, norsk.ErrUnauthenticated) {
-		fmt.Fprintln(g.errOut, g.unauthenticatedHint())
+		fmt.Fprintln(g.ErrOut, g.UnauthenticatedHint())
 	}
-	var ue usageError
+	var ue cmdutil.UsageError
 	if errors.As(err, &ue) {
 		if cmd != nil {
-			fmt.Fprintf(g.errOut, "Run '%s --help' for usage.\n", cmd.CommandPath())
+			fmt.Fprintf(g.ErrOut, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 		return ExitUsage
 	}
@@ -433,20 +207,8 @@ func clientVersion() string {
 	return "dev"
 }
 
-// ask connects to the Manager (once) and makes one call, bounded by
-// --timeout; a failure is wrapped as "<what>: <error>" (what formatted with
-// args).
-func ask[T any](g *globals, cmd *cobra.Command, call func(context.Context, *norsk.Manager) (T, error), what string, args ...any) (T, error) {
-	var zero T
-	m, err := g.manager(cmd.Context())
-	if err != nil {
-		return zero, err
-	}
-	ctx, cancel := g.call(cmd.Context())
-	defer cancel()
-	v, err := call(ctx, m)
-	if err != nil {
-		return zero, fmt.Errorf(what+": %w", append(args, err)...)
-	}
-	return v, nil
+// globalsFor returns the shared settings of a run on these streams, with the
+// client's version.
+func globalsFor(in io.Reader, out, errOut io.Writer) *cmdutil.Globals {
+	return cmdutil.NewGlobals(in, out, errOut, clientVersion())
 }

@@ -49,7 +49,7 @@ func TestDevTokenLookupAndHints(t *testing.T) {
 	}
 	// The same dev spelled localhost:PORT.
 	var out, errB strings.Builder
-	g := newGlobals(strings.NewReader(""), &out, &errB)
+	g := globalsFor(strings.NewReader(""), &out, &errB)
 	if code := run(t.Context(), g, []string{"--manager-url", "localhost:" + port, "job", "list"}); code != 0 {
 		t.Errorf("localhost:%s: exit %d: %s", port, code, errB.String())
 	}

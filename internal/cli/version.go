@@ -8,16 +8,17 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/norsk-go/norsk-manager/internal/cli/cmdutil"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
-func newVersionCommand(g *globals) *cobra.Command {
+func newVersionCommand(g *cmdutil.Globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the client's version and the Manager's (its hello and version), and how their wire protocols compare",
-		Args:  exactArgs(),
+		Args:  cmdutil.ExactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, err := g.manager(cmd.Context())
+			m, err := g.Manager(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("norsk-ctl %s (protocol %s): %w", clientVersion(), norsk.ProtocolVersion, err)
 			}
@@ -28,17 +29,17 @@ func newVersionCommand(g *globals) *cobra.Command {
 				"client": map[string]string{"version": clientVersion(), "protocolVersion": norsk.ProtocolVersion, "goVersion": runtime.Version()},
 				"manager": map[string]any{
 					"url":     m.URL(),
-					"hello":   json.RawMessage(protoObject(h)),
-					"version": json.RawMessage(protoObject(v)),
+					"hello":   json.RawMessage(cmdutil.ProtoObject(h)),
+					"version": json.RawMessage(cmdutil.ProtoObject(v)),
 				},
 				"skew": map[string]any{"minor": skew.Minor, "summary": skew.String()},
 			}
-			return g.printer().Print(result{data: data, table: func(w io.Writer) {
+			return g.Printer().Print(cmdutil.Result{Data: data, Table: func(w io.Writer) {
 				// One line, as kubectl version --short and nomad version:
 				// the client, then the Manager it reached.
 				fmt.Fprintf(w, "norsk-ctl %s (protocol %s, %s); Manager %s at %s (node %s, protocol %s): %s\n",
-					clientVersion(), norsk.ProtocolVersion, runtime.Version(), dash(h.GetBuildLabel()),
-					m.URL(), dash(h.GetNodeName()), h.GetProtocolVersion(), skew)
+					clientVersion(), norsk.ProtocolVersion, runtime.Version(), cmdutil.Dash(h.GetBuildLabel()),
+					m.URL(), cmdutil.Dash(h.GetNodeName()), h.GetProtocolVersion(), skew)
 			}})
 		},
 	}

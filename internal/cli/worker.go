@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/cli/cmdutil"
+	"github.com/norsk-go/norsk-manager/internal/cli/nodes"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/worker"
 	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
@@ -30,7 +32,7 @@ func defaultWorkerDataDir() string {
 	return filepath.Join(base, "norsk-worker")
 }
 
-func newWorkerCommand(g *globals) *cobra.Command {
+func newWorkerCommand(g *cmdutil.Globals) *cobra.Command {
 	var (
 		cfg      worker.Config
 		caps     []string
@@ -63,12 +65,12 @@ is the same command.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return usageErrorf("--log-level %q: want debug, info, warn or error", logLevel)
+				return cmdutil.UsageErrorf("--log-level %q: want debug, info, warn or error", logLevel)
 			}
 			for _, s := range caps {
 				name, count, err := nameCount(s)
 				if err != nil {
-					return usageErrorf("--capability %q: %v", s, err)
+					return cmdutil.UsageErrorf("--capability %q: %v", s, err)
 				}
 				cfg.Capabilities = append(cfg.Capabilities, &managerv1.Capability{Name: name, Count: uint32(count)})
 			}
@@ -76,17 +78,17 @@ is the same command.`,
 				model, capacity, ok := strings.Cut(s, "=")
 				c, err := strconv.ParseFloat(capacity, 32)
 				if !ok || model == "" || err != nil || c <= 0 {
-					return usageErrorf("--gpu %q: want model=capacity (e.g. L4=1)", s)
+					return cmdutil.UsageErrorf("--gpu %q: want model=capacity (e.g. L4=1)", s)
 				}
 				cfg.GPUs = append(cfg.GPUs, &managerv1.Gpu{Model: model, Capacity: float32(c)})
 			}
-			cfg.ManagerURL = g.managerURL
-			cfg.TLSCAFile, cfg.TLSCAHash = g.tlsTrust()
+			cfg.ManagerURL = g.ManagerURL
+			cfg.TLSCAFile, cfg.TLSCAHash = g.TlsTrust()
 			// The registration token comes from --token (or the user data)
 			// alone: $NORSK_TOKEN is an operator's API token, never a
 			// node's registration.
 			if f := cmd.Flag("token"); f != nil && f.Changed {
-				cfg.Token = g.token
+				cfg.Token = g.Token
 			}
 			if userData != "" {
 				urlSet := cmd.Flags().Changed("manager-url") || os.Getenv(norsk.EnvManagerURL) != ""
@@ -95,12 +97,12 @@ is the same command.`,
 				}
 			}
 			cfg.Version = clientVersion()
-			cfg.Logger = slog.New(slog.NewTextHandler(g.errOut, &slog.HandlerOptions{Level: level}))
+			cfg.Logger = slog.New(slog.NewTextHandler(g.ErrOut, &slog.HandlerOptions{Level: level}))
 			if cfg.DataDir == "" {
 				cfg.DataDir = defaultWorkerDataDir()
 			}
 			if cfg.Token == "" && !worker.HasIdentity(cfg.DataDir) {
-				return usageErrorf("no worker identity in %s: give the registration token with --token (from 'norsk-ctl slot register')", cfg.DataDir)
+				return cmdutil.UsageErrorf("no worker identity in %s: give the registration token with --token (from 'norsk-ctl slot register')", cfg.DataDir)
 			}
 			a, err := worker.New(cfg)
 			if err != nil {
@@ -109,16 +111,16 @@ is the same command.`,
 			err = a.Run(cmd.Context())
 			switch {
 			case errors.Is(err, worker.ErrTerminated):
-				fmt.Fprintln(g.errOut, "the Manager terminated this node; every instance was stopped")
+				fmt.Fprintln(g.ErrOut, "the Manager terminated this node; every instance was stopped")
 				return nil
 			case errors.Is(err, worker.ErrDeregistered):
-				fmt.Fprintln(g.errOut, "the Manager deregistered this node; every instance was stopped and the identity removed")
+				fmt.Fprintln(g.ErrOut, "the Manager deregistered this node; every instance was stopped and the identity removed")
 				return nil
 			}
 			return err
 		},
 	}
-	c.AddCommand(newMockHostCommand(g))
+	c.AddCommand(nodes.NewMockHostCommand(g))
 	f := c.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "", "where the worker keeps its identity and instance records (default "+defaultWorkerDataDir()+")")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:6791", "where the worker serves the NodeController stream the Manager dials")
@@ -130,8 +132,8 @@ is the same command.`,
 	f.BoolVar(&cfg.JobSocket, "job-socket", false, "serve every instance a job socket (NORSK_JOB_SOCKET) for handover migrations, and advertise the "+jobsocket.Capability+" capability")
 	f.StringVar(&cfg.JobSocketDir, "job-socket-dir", "", "directory of the job sockets, one sub-directory per instance (default: a short per-worker directory under $TMPDIR; see docs/job-socket.md)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	completeEnum(c, "log-level", "debug", "info", "warn", "error")
-	completeEnum(c, "runtime", "docker", "process")
+	cmdutil.CompleteEnum(c, "log-level", "debug", "info", "warn", "error")
+	cmdutil.CompleteEnum(c, "runtime", "docker", "process")
 	f.StringVar(&userData, "user-data", "", "boot from a cloud instance's user data (the file cloud-init keeps, /var/lib/cloud/instance/user-data.txt): the Manager's URLs, the one-shot token and the CA pin the Manager wrote there")
 	return c
 }

@@ -36,7 +36,7 @@ const (
 	// MaxIdleExpiry is the longest idle expiry a node may have
 	// (SetNodeIdleExpiry refuses more; the reaper clamps a longer one
 	// stored before that bound existed).
-	MaxIdleExpiry = 365 * 24 * time.Hour
+	MaxIdleExpiry = jobspec.MaxIdleExpiry
 )
 
 // Backend is what the fleet needs of the Manager. Its methods may be

@@ -19,6 +19,22 @@ const (
 	// MinBundleLeaseTTL and MaxBundleLeaseTTL bound RenewBundleLease's ttl.
 	MinBundleLeaseTTL = time.Second
 	MaxBundleLeaseTTL = 7 * 24 * time.Hour
+	// MaxIdleExpiry is the longest idle expiry SetNodeIdleExpiry takes.
+	MaxIdleExpiry = 365 * 24 * time.Hour
+	// MaxTokenTTL is the longest API token lifetime CreateToken takes.
+	MaxTokenTTL = 100 * 365 * 24 * time.Hour
+	// MaxAnnounceInterval is the longest announcement interval.
+	MaxAnnounceInterval = 24 * time.Hour
+	// MaxEpochMs is the last millisecond of year 9999: audit times are ms
+	// since the epoch up to it.
+	MaxEpochMs = 253402300799999
+	// MaxShmSizeBytes bounds a service's /dev/shm (1 TiB).
+	MaxShmSizeBytes = 1 << 40
+	// MaxSecretLen bounds tokens and secrets a caller presents.
+	MaxSecretLen = 1024
+	// MinTierSecretLen is the shortest tier secret the Manager takes: node
+	// tokens are HMACs under it.
+	MinTierSecretLen = 32
 )
 
 // ValidateInstance checks the (job, role, node) of an instance call; field

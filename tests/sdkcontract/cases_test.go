@@ -51,6 +51,7 @@ var cases = []testCase{
 	{name: "snapshot", run: snapshot},
 	{name: "discovery", serial: true, run: discovery},
 	{name: "tokens", run: tokens},
+	{name: "tokens/roles", run: tokenRoles},
 	{name: "audit", run: audit},
 	{name: "version", run: version},
 }

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -64,6 +65,27 @@ func invalidArguments(t *testing.T, e *env) {
 		{"CreateToken bad role", "role", func() error { _, _, err := e.m.CreateToken(c, "inv", "root", 0); return err }},
 		{"PauseLeases no reason", "reason", func() error { return e.m.PauseLeases(c, "", "me") }},
 		{"ResumeLeases nobody", "by", func() error { return e.m.ResumeLeases(c, "") }},
+		// The bounds table (pkg/apibounds), applied before any handler.
+		{"CreateJob description too long", "job.description", func() error {
+			j := e.job("inv-desc", nil)
+			j.Description = strings.Repeat("d", jobspec.MaxDescriptionLen+1)
+			_, err := e.m.CreateJob(c, j)
+			return err
+		}},
+		{"CreateJob control character in a working dir", "job.services[0].workingDir", func() error {
+			j := e.job("inv-wd", nil)
+			j.Services[0].WorkingDir = "/srv\x01"
+			_, err := e.m.CreateJob(c, j)
+			return err
+		}},
+		{"AppendAuditEntry payload too long", "payload", func() error {
+			_, err := e.m.AppendAuditEntry(c, "ci", "deploy", strings.Repeat("p", jobspec.MaxAuditPayloadLen+1))
+			return err
+		}},
+		{"KvCommit NUL in a key", "writes[0].key", func() error {
+			_, err := e.m.KvCommit(c, "inv", []norsk.KvWrite{norsk.KvPut("k\x00", nil)}, norsk.KvCommitOptions{})
+			return err
+		}},
 		{"CreateBundle bad start mode", "bundle.jobs[0].startMode", func() error {
 			_, err := e.m.CreateBundle(c, &norsk.Bundle{BundleId: "inv-b", Jobs: []*norsk.BundleJobSpec{{JobName: "a", StartMode: "later", Job: e.job("", nil)}}})
 			return err
@@ -464,6 +486,38 @@ func tokens(t *testing.T, e *env) {
 	if !hasToken(list, tok.GetId(), true) {
 		t.Errorf("ListTokens does not list %s revoked", tok.GetId())
 	}
+}
+
+// tokenRoles: a token's role decides what its caller may do (pkg/apiauth),
+// and a revoked token is refused.
+func tokenRoles(t *testing.T, e *env) {
+	c := ctx(t)
+	client := func(role string) (*norsk.Manager, *norsk.ApiToken) {
+		tok, secret, err := e.m.CreateToken(c, "contract-"+role, role, 0)
+		must(t, "CreateToken "+role, err)
+		m, err := e.as(t, secret)
+		must(t, "connect as "+role, err)
+		return m, tok
+	}
+	ro, roTok := client("read-only")
+	if _, err := ro.JobSearch(c, norsk.JobSearchSettings{}); err != nil {
+		t.Errorf("read-only JobSearch: %v", err)
+	}
+	_, err := ro.CreateJob(c, e.job("roles-ro", nil))
+	wantCode(t, "read-only CreateJob", err, norsk.ErrPermissionDenied, "may not call CreateJob", "read-only")
+	op, _ := client("operator")
+	if _, err := op.CreateJob(c, e.job("roles-op", nil)); err != nil {
+		t.Errorf("operator CreateJob: %v", err)
+	}
+	_, _, err = op.CreateToken(c, "contract-escalate", "admin", 0)
+	wantCode(t, "operator CreateToken", err, norsk.ErrPermissionDenied, "CreateToken")
+	pub, _ := client("publisher")
+	_, err = pub.JobSearch(c, norsk.JobSearchSettings{})
+	wantCode(t, "publisher JobSearch", err, norsk.ErrPermissionDenied, "JobSearch")
+
+	must(t, "RevokeToken", e.m.RevokeToken(c, roTok.GetId()))
+	_, err = ro.JobSearch(c, norsk.JobSearchSettings{})
+	wantCode(t, "revoked JobSearch", err, norsk.ErrUnauthenticated, "revoked")
 }
 
 func hasToken(list []*norsk.ApiToken, id string, revoked bool) bool {

@@ -35,6 +35,8 @@ type env struct {
 	command []string
 	// fake is the fake server (nil for the real Manager).
 	fake *norsktest.Server
+	// as connects another client, calling with the API token secret.
+	as func(t *testing.T, secret string) (*norsk.Manager, error)
 }
 
 // job is a job of one service the runner's worker can run.
@@ -63,12 +65,29 @@ func startFake(t *testing.T) *env {
 		t.Fatalf("connect to the fake: %v", err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return &env{m: m, node: workerName, command: []string{"testprog"}, fake: srv}
+	as := func(t *testing.T, secret string) (*norsk.Manager, error) {
+		return connectAs(t, norsk.Settings{URL: srv.URL, Token: secret})
+	}
+	return &env{m: m, node: workerName, command: []string{"testprog"}, fake: srv, as: as}
+}
+
+// connectAs connects a client with s (and a quiet logger), closed when t ends.
+func connectAs(t *testing.T, s norsk.Settings) (*norsk.Manager, error) {
+	s.ClientLabel = t.Name()
+	s.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := norsk.Connect(context.Background(), s)
+	if err == nil {
+		t.Cleanup(func() { m.Close() })
+	}
+	return m, err
 }
 
 func startManager(t *testing.T) *env {
 	c := testcluster.New(t, testcluster.Options{Workers: 1})
-	return &env{m: c.Client(), node: workerName, command: append([]string{testcluster.TestProg(t)}, runtimetest.Behaviour{}.Args()...)}
+	as := func(t *testing.T, secret string) (*norsk.Manager, error) {
+		return connectAs(t, norsk.Settings{URL: c.URL(), Token: secret, CAFingerprint: c.Manager().CAFingerprint()})
+	}
+	return &env{m: c.Client(), node: workerName, command: append([]string{testcluster.TestProg(t)}, runtimetest.Behaviour{}.Args()...), as: as}
 }
 
 // ctx is a context bounded by the test (or a minute).

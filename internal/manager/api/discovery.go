@@ -9,7 +9,6 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/auth"
-	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -19,9 +18,9 @@ import (
 // logged, put in an event or in an audit entry: the audit log records the
 // call and its target ("discovery") only.
 
-// MinTierSecretLen is the shortest tier secret the Manager takes
-// (intercept.MinTierSecretLen).
-const MinTierSecretLen = intercept.MinTierSecretLen
+// MinTierSecretLen is the shortest tier secret the Manager takes: node
+// tokens are HMACs under it, so it needs the entropy of an HMAC key.
+const MinTierSecretLen = jobspec.MinTierSecretLen
 
 func (h *Handler) PublishDiscoveryFleet(ctx context.Context, req *connect.Request[managerv1.PublishDiscoveryFleetRequest]) (*connect.Response[managerv1.PublishDiscoveryFleetResponse], error) {
 	f := req.Msg.GetFleet()

@@ -10,15 +10,16 @@
 // index, and the event stream implements after_index, skip_snapshot and the
 // resync snapshot of a Manager that no longer holds the events asked for.
 //
-// Input is checked by the Manager's own validators (pkg/jobspec) and
-// refused with the Manager's codes (pkg/apierr), so a malformed request gets
-// the INVALID_ARGUMENT, field name and words the Manager gives it.
-// tests/sdkcontract runs one suite of the SDK's behaviour against this fake
-// and a real Manager (decision 0045); what it checks is what a program may
-// rely on from both. The fake does not apply the Manager's bounds table
-// (field sizes beyond what pkg/jobspec checks), enforces no token roles,
-// runs no AutoManager, and its simulated workers confirm every start and
-// stop at once.
+// Input is checked by the Manager's own bounds table (pkg/apibounds) and
+// validators (pkg/jobspec) and refused with the Manager's codes
+// (pkg/apierr), so a malformed request gets the INVALID_ARGUMENT, field name
+// and words the Manager gives it. A token CreateToken made may be presented
+// (Settings.Token): it holds its role's permissions and no more, decided by
+// the Manager's own table (pkg/apiauth), and is refused once revoked or
+// expired. tests/sdkcontract runs one suite of the SDK's behaviour against
+// this fake and a real Manager (decision 0045); what it checks is what a
+// program may rely on from both. The fake runs no AutoManager, and its
+// simulated workers confirm every start and stop at once.
 //
 // The audit log, the key/value store and the store calls are simple
 // in-memory stand-ins, enough for unit tests of their clients: the audit log
@@ -73,6 +74,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
+	"github.com/norsk-go/norsk-manager/pkg/apibounds"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/eventsubject"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -189,7 +192,7 @@ func NewServer(tb testing.TB) *Server {
 		kvSchema:     map[string]int64{},
 	}
 	mux := http.NewServeMux()
-	mux.Handle(managerv1connect.NewManagerHandler(s, connect.WithInterceptors(interceptor{s})))
+	mux.Handle(managerv1connect.NewManagerHandler(s, connect.WithInterceptors(interceptor{s}, apibounds.Interceptor(apibounds.ManagerRequests, refuse))))
 	s.hs = httptest.NewUnstartedServer(mux)
 	s.hs.Config.Protocols = new(http.Protocols)
 	s.hs.Config.Protocols.SetHTTP1(true)
@@ -391,9 +394,20 @@ func (s *Server) wake() {
 	s.notify = make(chan struct{})
 }
 
-// interceptor checks the token, injects the errors of SetError and refuses
-// a linearizable read while the quorum is lost.
+// interceptor checks the token (a token CreateToken made holds its role's
+// permissions, decided by pkg/apiauth as the Manager decides them), injects
+// the errors of SetError and refuses a linearizable read while the quorum
+// is lost.
 type interceptor struct{ s *Server }
+
+// authzTable is who may call each procedure (the descriptors' `allow`).
+var authzTable = func() apiauth.Table {
+	t, err := apiauth.BuildTable()
+	if err != nil {
+		panic(err) // the descriptors are compiled in: a test of apiauth catches this
+	}
+	return t
+}()
 
 func (i interceptor) check(procedure string, h http.Header) error {
 	s := i.s
@@ -401,7 +415,15 @@ func (i interceptor) check(procedure string, h http.Header) error {
 	defer s.mu.Unlock()
 	s.lastAuth = h.Get("Authorization")
 	s.lastConsistency = h.Get(consistencyHeader)
-	if s.token != "" && s.lastAuth != "Bearer "+s.token {
+	tok, isToken, err := s.callerToken(strings.TrimPrefix(s.lastAuth, "Bearer "))
+	switch {
+	case err != nil:
+		return refuse(err)
+	case isToken:
+		if perms := authzTable[procedure]; !apiauth.Can(tok.GetRole(), perms...) {
+			return refuse(apiauth.Denied("token:"+tok.GetName()+"/"+tok.GetId(), tok.GetRole(), procedure, perms))
+		}
+	case s.token != "" && s.lastAuth != "Bearer "+s.token:
 		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("missing or invalid API token"))
 	}
 	if err := s.errs[procedure[strings.LastIndexByte(procedure, '/')+1:]]; err != nil {

@@ -3,9 +3,11 @@ package norsktest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
@@ -23,6 +26,7 @@ import (
 
 type securityState struct {
 	tokens    map[string]*managerv1.ApiToken
+	secrets   map[string]string // token id → its secret
 	fleet     *managerv1.DiscoveryFleet
 	replicaV  uint64
 	published []*managerv1.AccessReplicaPublication
@@ -30,7 +34,7 @@ type securityState struct {
 
 func (s *Server) sec() *securityState {
 	if s.security == nil {
-		s.security = &securityState{tokens: map[string]*managerv1.ApiToken{}}
+		s.security = &securityState{tokens: map[string]*managerv1.ApiToken{}, secrets: map[string]string{}}
 	}
 	return s.security
 }
@@ -52,8 +56,10 @@ func (s *Server) CreateToken(_ context.Context, req *connect.Request[managerv1.C
 	if ttl := req.Msg.GetTtlS(); ttl > 0 {
 		tok.ExpiresAt = timestamppb.New(s.now().Add(time.Duration(ttl) * time.Second))
 	}
+	secret := randHex(32)
 	s.sec().tokens[tok.GetId()] = tok
-	return connect.NewResponse(&managerv1.CreateTokenResponse{Token: proto.Clone(tok).(*managerv1.ApiToken), Secret: "nmt_" + tok.GetId() + "." + randHex(32)}), nil
+	s.sec().secrets[tok.GetId()] = secret
+	return connect.NewResponse(&managerv1.CreateTokenResponse{Token: proto.Clone(tok).(*managerv1.ApiToken), Secret: "nmt_" + tok.GetId() + "." + secret}), nil
 }
 
 // ListTokens implements the Manager service.
@@ -167,4 +173,26 @@ func (s *Server) PublishAccessReplica(_ context.Context, req *connect.Request[ma
 		return connect.NewResponse(&managerv1.PublishAccessReplicaResponse{Version: st.replicaV}), nil
 	}
 	return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("the publication does not move forward"))
+}
+
+// callerToken authenticates a call made with a token CreateToken made
+// ("nmt_<id>.<secret>"), as the Manager does: ok false when cred is not
+// one; otherwise the token, or the Manager's refusal of a revoked or
+// expired one. The caller holds s.mu.
+func (s *Server) callerToken(cred string) (tok *managerv1.ApiToken, ok bool, err error) {
+	id, secret, found := strings.Cut(strings.TrimPrefix(cred, "nmt_"), ".")
+	if !found || !strings.HasPrefix(cred, "nmt_") {
+		return nil, false, nil
+	}
+	tok = s.sec().tokens[id]
+	if tok == nil || subtle.ConstantTimeCompare([]byte(secret), []byte(s.sec().secrets[id])) != 1 {
+		return nil, false, nil
+	}
+	if tok.GetRevoked() {
+		return nil, true, apierr.Unauthenticatedf("API token %s (%s) has been revoked", tok.GetId(), tok.GetName())
+	}
+	if exp := tok.GetExpiresAt(); exp != nil && !s.now().Before(exp.AsTime()) {
+		return nil, true, apierr.Unauthenticatedf("API token %s (%s) expired at %s", tok.GetId(), tok.GetName(), exp.AsTime().UTC().Format(time.RFC3339))
+	}
+	return tok, true, nil
 }

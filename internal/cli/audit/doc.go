@@ -1,0 +1,3 @@
+// Package audit is norsk-ctl's audit group: read the audit log, append to it,
+// prune it and verify its hash chain.
+package audit

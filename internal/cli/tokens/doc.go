@@ -1,0 +1,3 @@
+// Package tokens is norsk-ctl's token group: create, list and revoke API
+// tokens.
+package tokens

@@ -1,0 +1,65 @@
+package apiauth
+
+import (
+	"testing"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/jobspec"
+)
+
+// TestBuildTable: every RPC of the served services says who may call it.
+func TestBuildTable(t *testing.T) {
+	t.Parallel()
+	tab, err := BuildTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tab[managerv1connect.ManagerHelloProcedure]) == 0 || len(tab[managerv1connect.ManagerCreateJobProcedure]) == 0 {
+		t.Fatalf("table lacks Hello or CreateJob: %v", tab)
+	}
+}
+
+func TestCan(t *testing.T) {
+	t.Parallel()
+	for _, r := range jobspec.Roles {
+		if len(rolePermissions[r]) == 0 {
+			t.Errorf("role %s holds no permission", r)
+		}
+	}
+	tab, err := BuildTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		role, procedure string
+		want            bool
+	}{
+		{jobspec.RoleAdmin, managerv1connect.ManagerCreateTokenProcedure, true},
+		{jobspec.RoleOperator, managerv1connect.ManagerCreateJobProcedure, true},
+		{jobspec.RoleOperator, managerv1connect.ManagerCreateTokenProcedure, false},
+		{jobspec.RoleReadOnly, managerv1connect.ManagerJobSearchProcedure, true},
+		{jobspec.RoleReadOnly, managerv1connect.ManagerCreateJobProcedure, false},
+		{jobspec.RolePublisher, managerv1connect.ManagerJobSearchProcedure, false},
+		{RoleMember, managerv1connect.ManagerCreateJobProcedure, false},
+		{"nobody", managerv1connect.ManagerHelloProcedure, false},
+	}
+	for _, tt := range tests {
+		if got := Can(tt.role, tab[tt.procedure]...); got != tt.want {
+			t.Errorf("Can(%s, %s) = %v; want %v", tt.role, MethodName(tt.procedure), got, tt.want)
+		}
+	}
+}
+
+func TestDenied(t *testing.T) {
+	t.Parallel()
+	err := Denied("token:ci/ab12", jobspec.RoleReadOnly, managerv1connect.ManagerCreateJobProcedure,
+		[]managerv1.Permission{managerv1.Permission_PERMISSION_OPERATE})
+	if apierr.CodeOf(err) != apierr.PermissionDenied {
+		t.Errorf("code %v; want PermissionDenied", apierr.CodeOf(err))
+	}
+	if want := "token:ci/ab12 (role read-only) may not call CreateJob (it needs operate)"; err.Error() != want {
+		t.Errorf("message %q; want %q", err.Error(), want)
+	}
+}
