@@ -19,15 +19,13 @@ import (
 
 	"connectrpc.com/connect"
 	"golang.org/x/time/rate"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/descriptorpb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
@@ -46,30 +44,15 @@ const (
 	// never leaves the process).
 	internalPrefix = "nit_"
 	// RoleMember is another member of this cluster (the Members service).
-	RoleMember = "member"
+	RoleMember = apiauth.RoleMember
 	// RoleHostAgent is a host agent presenting its registration token.
-	RoleHostAgent       = "host-agent"
+	RoleHostAgent = apiauth.RoleHostAgent
+	// AuthorizationHeader carries the credential, after BearerPrefix.
 	AuthorizationHeader = "Authorization"
 	BearerPrefix        = "Bearer "
-	Anonymous           = "anonymous"
+	// Anonymous names a caller with no identity in the audit log.
+	Anonymous = "anonymous"
 )
-
-// rolePermissions says what each role may do.
-var rolePermissions = map[string][]managerv1.Permission{
-	state.RoleAdmin: {
-		managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ, managerv1.Permission_PERMISSION_OPERATE,
-		managerv1.Permission_PERMISSION_ADMIN, managerv1.Permission_PERMISSION_PUBLISH, managerv1.Permission_PERMISSION_REGISTER,
-		managerv1.Permission_PERMISSION_CLUSTER,
-	},
-	RoleMember:         {managerv1.Permission_PERMISSION_MEMBER},
-	state.RoleOperator: {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ, managerv1.Permission_PERMISSION_OPERATE},
-	state.RoleReadOnly: {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_READ},
-	state.RoleWorker:   {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_REGISTER},
-	// A host agent registering: RegisterHostAgent only (the handler checks
-	// the procedure's token is the host's).
-	RoleHostAgent:       {managerv1.Permission_PERMISSION_REGISTER},
-	state.RolePublisher: {managerv1.Permission_PERMISSION_HELLO, managerv1.Permission_PERMISSION_PUBLISH},
-}
 
 // Identity is who a call comes from.
 type Identity struct {
@@ -89,14 +72,7 @@ type Identity struct {
 
 // Can reports whether the identity's role has any of perms.
 func (id Identity) Can(perms ...managerv1.Permission) bool {
-	for _, have := range rolePermissions[id.Role] {
-		for _, want := range perms {
-			if have == want {
-				return true
-			}
-		}
-	}
-	return false
+	return apiauth.Can(id.Role, perms...)
 }
 
 // AutoManagerCaller is the identity of this process's own AutoManager.
@@ -110,44 +86,6 @@ func CallerOf(ctx context.Context) (Identity, bool) {
 	return id, ok
 }
 
-// Table maps each procedure of the Manager and Members services to the
-// permissions that allow it, read from the `allow` option of the service
-// descriptors.
-type Table map[string][]managerv1.Permission
-
-// ServedServices are the services the API serves, by descriptor.
-var ServedServices = []protoreflect.ServiceDescriptor{
-	managerv1.File_norsk_manager_v1_manager_proto.Services().ByName("Manager"),
-	managerv1.File_norsk_manager_v1_cluster_proto.Services().ByName("Members"),
-}
-
-// buildAuthzTable reads the services' descriptors. An RPC without an
-// `allow` option is an error: the Manager refuses to start rather than serve
-// a call nobody decided who may make.
-func buildAuthzTable() (Table, error) {
-	t := Table{}
-	var missing []string
-	for _, svc := range ServedServices {
-		if svc == nil {
-			return nil, errors.New("authz: a served service is missing from the descriptors")
-		}
-		methods := svc.Methods()
-		for i := 0; i < methods.Len(); i++ {
-			m := methods.Get(i)
-			perms := MethodPermissions(m)
-			if len(perms) == 0 {
-				missing = append(missing, string(m.FullName()))
-				continue
-			}
-			t["/"+string(svc.FullName())+"/"+string(m.Name())] = perms
-		}
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("authz: RPCs with no `allow` option (say who may call them in the .proto): %s", strings.Join(missing, ", "))
-	}
-	return t, nil
-}
-
 // witnessServes are the Manager RPCs a witness answers: it serves no API
 // but the cluster's own management (its status and events, and refusing a
 // forced recovery with a reason).
@@ -159,19 +97,10 @@ var witnessServes = map[string]bool{
 	managerv1connect.ManagerHelloProcedure:            true,
 }
 
-func MethodPermissions(m protoreflect.MethodDescriptor) []managerv1.Permission {
-	opts, ok := m.Options().(*descriptorpb.MethodOptions)
-	if !ok || opts == nil {
-		return nil
-	}
-	perms, _ := proto.GetExtension(opts, managerv1.E_Allow).([]managerv1.Permission)
-	return perms
-}
-
 // Authorizer authenticates every call and checks it against the table; it
 // also rate-limits each identity.
 type Authorizer struct {
-	table Table
+	table apiauth.Table
 	read  func() *state.Read
 	clock clock.Clock
 	rate  rate.Limit
@@ -227,7 +156,7 @@ type Options struct {
 // descriptors (an RPC without an `allow` option is an error) and checks
 // credentials against the state read returns.
 func NewAuthorizer(read func() *state.Read, cfg Options) (*Authorizer, error) {
-	t, err := buildAuthzTable()
+	t, err := apiauth.BuildTable()
 	if err != nil {
 		return nil, err
 	}
@@ -385,8 +314,7 @@ func (a *Authorizer) AuthorizeHolding(ctx context.Context, procedure, header str
 		return nil, ce
 	}
 	if !id.Can(perms...) {
-		return nil, rpcerr.ToConnect(apierr.New(apierr.PermissionDenied, "%s (role %s) may not call %s (it needs %s)",
-			id.Name, id.Role, MethodName(procedure), permissionWords(perms)))
+		return nil, rpcerr.ToConnect(apiauth.Denied(id.Name, id.Role, procedure, perms))
 	}
 	if a.witness && strings.HasPrefix(procedure, "/"+managerv1connect.ManagerName+"/") && !witnessServes[procedure] {
 		return nil, rpcerr.ToConnect(apierr.Unavailablef("this member is a witness: it votes but serves no API; call a full member"))
@@ -409,14 +337,6 @@ func (a *Authorizer) limiter(key string) *rate.Limiter {
 		a.limiters[key] = l
 	}
 	return l
-}
-
-func permissionWords(perms []managerv1.Permission) string {
-	words := make([]string, len(perms))
-	for i, p := range perms {
-		words[i] = strings.ToLower(strings.TrimPrefix(p.String(), "PERMISSION_"))
-	}
-	return strings.Join(words, " or ")
 }
 
 // Interceptor applies the authorizer to unary and streaming calls.
@@ -464,12 +384,4 @@ func (i authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 func MayReadSecrets(ctx context.Context) bool {
 	id, ok := CallerOf(ctx)
 	return ok && id.Can(managerv1.Permission_PERMISSION_OPERATE)
-}
-
-// MethodName is the RPC's name in a procedure path ("/pkg.Service/Method").
-func MethodName(procedure string) string {
-	if i := strings.LastIndexByte(procedure, '/'); i >= 0 {
-		return procedure[i+1:]
-	}
-	return procedure
 }

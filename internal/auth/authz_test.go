@@ -4,12 +4,13 @@ import (
 	"testing"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
 )
 
 // Every RPC of the descriptor names who may call it; the table has them all.
 func TestAuthzTableCoversTheDescriptor(t *testing.T) {
 	t.Parallel()
-	table, err := buildAuthzTable()
+	table, err := apiauth.BuildTable()
 	if err != nil {
 		t.Fatal(err)
 	}

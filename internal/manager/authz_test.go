@@ -15,6 +15,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
@@ -90,7 +91,7 @@ func TestEveryRPCIsAuthorised(t *testing.T) {
 		m := svc.Methods().Get(i)
 		proc := "/" + string(svc.FullName()) + "/" + string(m.Name())
 		stream := m.IsStreamingServer()
-		perms := auth.MethodPermissions(m)
+		perms := apiauth.MethodPermissions(m)
 		t.Run(string(m.Name()), func(t *testing.T) {
 			for _, bad := range []struct{ name, bearer string }{
 				{"no token", ""}, {"forged", forged}, {"revoked", revoked.Msg.GetSecret()}, {"garbage", "hello"},

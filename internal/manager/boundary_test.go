@@ -22,6 +22,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/manager/api"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
 )
 
 // startWithToken starts a standalone member and returns it, an admin gRPC
@@ -255,7 +256,7 @@ func TestConnectJSONRefusesUnknownFieldsAndEnumNames(t *testing.T) {
 	t.Parallel()
 	const clusterSecret = "a-cluster-secret-for-the-members-service"
 	s, c, tok := startWithToken(t, func(cfg *Config) { cfg.ClusterSecret = clusterSecret })
-	for _, svc := range auth.ServedServices {
+	for _, svc := range apiauth.Services {
 		cred := tok
 		if svc.Name() == "Members" {
 			cred = auth.ClusterSecretPrefix + clusterSecret

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
 )
 
 // metrics are the daemon's Prometheus collectors, on its own registry.
@@ -107,7 +107,7 @@ func (m *metrics) interceptor() connect.UnaryInterceptorFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			start := time.Now()
 			resp, err := next(ctx, req)
-			method := auth.MethodName(req.Spec().Procedure)
+			method := apiauth.MethodName(req.Spec().Procedure)
 			code := "ok"
 			if err != nil {
 				var ce *connect.Error

@@ -12,6 +12,7 @@ import (
 
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
 )
 
 // callInfo is who made an API call and which; the audit interceptor puts it
@@ -33,7 +34,7 @@ type callInfoKey struct{}
 func AuditInterceptor() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			ci := callInfo{who: callerIdentity(ctx, req), method: auth.MethodName(req.Spec().Procedure)}
+			ci := callInfo{who: callerIdentity(ctx, req), method: apiauth.MethodName(req.Spec().Procedure)}
 			if id, ok := auth.CallerOf(ctx); ok {
 				ci.caller, ci.tokenID = id.Name, id.TokenID
 			}

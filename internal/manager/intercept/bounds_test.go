@@ -13,14 +13,14 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
 	"github.com/norsk-go/norsk-manager/pkg/apibounds"
 )
 
 // requestRoots are the request messages of every served procedure.
 func requestRoots() []protoreflect.MessageDescriptor {
 	var out []protoreflect.MessageDescriptor
-	for _, svc := range auth.ServedServices {
+	for _, svc := range apiauth.Services {
 		ms := svc.Methods()
 		for i := 0; i < ms.Len(); i++ {
 			out = append(out, ms.Get(i).Input())
