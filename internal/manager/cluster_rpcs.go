@@ -6,14 +6,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/manager/api"
-	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
-	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
@@ -23,14 +20,6 @@ import (
 type clusterRPCs struct{ s *Server }
 
 var _ api.ClusterRPCs = (*clusterRPCs)(nil)
-
-// applyCall stamps a command made on behalf of the API call in ctx with the
-// time and the call (for the audit log) and commits it.
-func (s *Server) applyCall(ctx context.Context, cmd *storev1.Command) (state.Result, error) {
-	cmd.Time = timestamppb.New(s.cfg.Clock.Now())
-	cmd.Audit = intercept.AuditStamp(ctx, cmd)
-	return s.apply(ctx, cmd)
-}
 
 func (h *clusterRPCs) AddClusterMember(ctx context.Context, req *connect.Request[managerv1.AddClusterMemberRequest]) (*connect.Response[managerv1.AddClusterMemberResponse], error) {
 	m := req.Msg
