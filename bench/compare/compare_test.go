@@ -8,7 +8,8 @@
 // benchmark is skipped when no `etcd` binary is on the PATH (or -etcd names
 // none). Each run starts a fresh single-member etcd in a temporary
 // directory (fsync on, its defaults) and a fresh Manager member (raft-wal,
-// fsync per batch, its defaults: the AutoManager runs), both on loopback.
+// fsync per batch, its defaults: the AutoManager runs), both on loopback,
+// each in a process of its own.
 //
 // # BenchmarkCreateJob/stored=S/clients=C
 //
@@ -29,9 +30,22 @@
 // etcd is spoken to through its JSON gateway (POST /v3/kv/put over HTTP/1.1
 // keep-alive connections), the Manager through the Go SDK (connect, HTTP/2):
 // JSON costs etcd a little that its native gRPC would not.
+//
+// # Where the time goes (decision 0058)
+//
+// Also reported: each side's CPU per call (cpu-µs/op, etcd-cpu-µs/op: this
+// process, the clients included, plus the server's own process when it has
+// one), the client's mean latency, and the Manager's mean time in its API
+// handlers and in its store's commits (handler-mean-ms, commit-mean-ms, from
+// its own metrics). Built with -tags writepathtrace, the commit's phases too
+// (store.PhaseTimes). The Manager member runs in a process of its own (this
+// binary, re-executed), as etcd runs in its own; -separate=false runs it in
+// the benchmark's process, beside its clients — needed for the phases and
+// for -timed-cpuprofile FILE (a profile of the timed part only) to see it.
 package compare
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -42,10 +56,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,10 +74,42 @@ import (
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
-var etcdBin = flag.String("etcd", "etcd", "the etcd binary (benchmarks skip when it is not found)")
+var (
+	etcdBin = flag.String("etcd", "etcd", "the etcd binary (benchmarks skip when it is not found)")
+	// timedProfile profiles only the timed part of each benchmark (not the
+	// start of etcd and the Manager, nor the preload), so that a profile of
+	// stored=100000 shows the write path rather than the 100,000 creates
+	// before it.
+	timedProfile = flag.String("timed-cpuprofile", "", "write a CPU profile of the timed part only to this file (the last sub-benchmark run wins)")
+)
+
+// startTimer resets the benchmark's timer and, with -timed-cpuprofile,
+// starts the CPU profile; the returned function stops both.
+func startTimer(b *testing.B) (stop func()) {
+	b.Helper()
+	var f *os.File
+	if *timedProfile != "" {
+		var err error
+		if f, err = os.Create(*timedProfile); err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	return func() {
+		b.StopTimer()
+		if f != nil {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}
+	}
+}
 
 // freePort returns a loopback port nothing listens on now.
 func freePort(b *testing.B) int {
@@ -73,7 +124,7 @@ func freePort(b *testing.B) int {
 
 // startEtcd starts a single-member etcd in a temporary directory and
 // returns its client URL; it is stopped when the benchmark ends.
-func startEtcd(b *testing.B) string {
+func startEtcd(b *testing.B) (url string, pid int) {
 	b.Helper()
 	bin, err := exec.LookPath(*etcdBin)
 	if err != nil {
@@ -100,7 +151,7 @@ func startEtcd(b *testing.B) string {
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return client
+				return client, cmd.Process.Pid
 			}
 		}
 		if time.Now().After(deadline) {
@@ -112,27 +163,121 @@ func startEtcd(b *testing.B) string {
 	}
 }
 
-var benchToken = auth.NewToken()
+var benchToken = func() string {
+	if t := os.Getenv(envMemberToken); t != "" {
+		return t
+	}
+	return auth.NewToken()
+}()
+
+// separate runs the Manager member in a process of its own (this test
+// binary, re-executed), as etcd runs in its own: the benchmark's clients
+// then do not share the member's two Ps (decision 0058). -separate=false
+// runs it in the benchmark's process, where -tags writepathtrace and
+// -timed-cpuprofile see its commits.
+var separate = flag.Bool("separate", true, "run the Manager member in a process of its own, as etcd is (false: in this process, beside the clients)")
+
+// The environment of a member process (TestMain).
+const (
+	envMemberDir    = "NORSK_BENCH_MEMBER_DIR"
+	envMemberStored = "NORSK_BENCH_MEMBER_STORED"
+	envMemberToken  = "NORSK_BENCH_MEMBER_TOKEN"
+)
+
+// member is the Manager under test: in this process (local) or in a
+// process of its own (pid).
+type member struct {
+	url   string
+	pid   int
+	local *manager.Server
+}
+
+func (m *member) URL() string { return m.url }
+
+// TestMain serves a member when re-executed as one (-separate): it starts
+// it, preloads it, prints its URL, and stops when its stdin closes.
+func TestMain(m *testing.M) {
+	dir := os.Getenv(envMemberDir)
+	if dir == "" {
+		os.Exit(m.Run())
+	}
+	srv, err := newManager(dir)
+	if err == nil {
+		n, _ := strconv.Atoi(os.Getenv(envMemberStored))
+		err = preloadStore(srv, n)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(srv.URL())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = srv.Close()
+	os.Exit(0)
+}
+
+func newManager(dir string) (*manager.Server, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := manager.New(ctx, manager.Config{
+		DataDir: dir, Listen: "127.0.0.1:0", NodeName: "bench",
+		Logger: slog.New(slog.DiscardHandler), BootstrapToken: benchToken,
+		RateLimit: 1e9, // measure the Manager, not its per-caller limit
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start manager: %w", err)
+	}
+	return srv, nil
+}
+
+// startMember starts a member holding stored jobs, in this process or
+// (-separate) in its own; it is stopped when the benchmark ends.
+func startMember(b *testing.B, stored int) *member {
+	b.Helper()
+	if !*separate {
+		srv := startManager(b)
+		preload(b, srv, stored)
+		return &member{url: srv.URL(), local: srv}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), envMemberDir+"="+b.TempDir(), fmt.Sprintf("%s=%d", envMemberStored, stored), envMemberToken+"="+benchToken)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatalf("member process: %v\n%s", err, logs.String())
+	}
+	return &member{url: strings.TrimSpace(line), pid: cmd.Process.Pid}
+}
 
 // startManager starts a Manager member on an empty store (its defaults,
 // the AutoManager on), stopped when the benchmark ends.
 func startManager(b *testing.B) *manager.Server {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv, err := manager.New(ctx, manager.Config{
-		DataDir: b.TempDir(), Listen: "127.0.0.1:0", NodeName: "bench",
-		Logger: slog.New(slog.DiscardHandler), BootstrapToken: benchToken,
-		RateLimit: 1e9, // measure the Manager, not its per-caller limit
-	})
+	srv, err := newManager(b.TempDir())
 	if err != nil {
-		b.Fatalf("start manager: %v", err)
+		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = srv.Close() })
 	return srv
 }
 
-func connect(b *testing.B, srv *manager.Server) *norsk.Manager {
+func connect(b *testing.B, srv *member) *norsk.Manager {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -148,6 +293,12 @@ func connect(b *testing.B, srv *manager.Server) *norsk.Manager {
 // CreateJob would store them.
 func preload(b *testing.B, srv *manager.Server, n int) {
 	b.Helper()
+	if err := preloadStore(srv, n); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func preloadStore(srv *manager.Server, n int) error {
 	st := srv.Store()
 	ctx := context.Background()
 	sem := make(chan struct{}, 64)
@@ -172,8 +323,9 @@ func preload(b *testing.B, srv *manager.Server, n int) {
 	}
 	wg.Wait()
 	if err := failed.Load(); err != nil {
-		b.Fatalf("preload: %v", *err)
+		return fmt.Errorf("preload: %w", *err)
 	}
+	return nil
 }
 
 // rounds is how many alternating rounds a comparison runs: etcd, the
@@ -186,6 +338,11 @@ type side struct {
 	op      func(c, i int) error
 	elapsed time.Duration
 	lat     []time.Duration
+	// pid, if set, is a server process outside this one (etcd) whose CPU
+	// time counts for this side too; cpu is the CPU time spent during this
+	// side's rounds (this process's, the client's included, and pid's).
+	pid int
+	cpu time.Duration
 }
 
 // interleave runs n calls of each side over clients goroutines, in rounds
@@ -196,7 +353,9 @@ func interleave(b *testing.B, clients, n int, sides ...*side) {
 	for r := range rounds {
 		lo, hi := n*r/rounds, n*(r+1)/rounds
 		for _, sd := range sides {
+			c0 := cpuTime(b, sd.pid)
 			el, lat := closedLoop(b, clients, hi-lo, func(c, i int) error { return sd.op(c, lo+i) })
+			sd.cpu += cpuTime(b, sd.pid) - c0
 			sd.elapsed += el
 			sd.lat = append(sd.lat, lat...)
 		}
@@ -283,7 +442,7 @@ func etcdPut(b *testing.B, url string, clients int, prefix string) *side {
 }
 
 // conns opens one SDK connection per client.
-func conns(b *testing.B, srv *manager.Server, clients int) []*norsk.Manager {
+func conns(b *testing.B, srv *member, clients int) []*norsk.Manager {
 	out := make([]*norsk.Manager, clients)
 	for c := range out {
 		out[c] = connect(b, srv)
@@ -300,6 +459,11 @@ func report(b *testing.B, what string, mgr, etcd *side) {
 	b.ReportMetric(percentile(etcdLat, 99), "etcd-p99-ms")
 	b.ReportMetric(percentile(lat, 50), "p50-ms")
 	b.ReportMetric(percentile(lat, 99), "p99-ms")
+	b.ReportMetric(mean(lat), "mean-ms")
+	// CPU per call (client and server): on a machine whose cores are
+	// shared, the side that needs more CPU per call falls behind.
+	b.ReportMetric(float64(etcd.cpu.Microseconds())/float64(len(etcdLat)), "etcd-cpu-µs/op")
+	b.ReportMetric(float64(mgr.cpu.Microseconds())/float64(len(lat)), "cpu-µs/op")
 	b.Logf("%s: %.0f/s (p99 %.1f ms) vs etcd put %.0f/s (p99 %.1f ms): ratio %.2f",
 		what, rate, percentile(lat, 99), etcdRate, percentile(etcdLat, 99), rate/etcdRate)
 }
@@ -308,9 +472,8 @@ func BenchmarkCreateJob(b *testing.B) {
 	for _, stored := range []int{0, 100_000} {
 		for _, clients := range []int{1, 32} {
 			b.Run(fmt.Sprintf("stored=%d/clients=%d", stored, clients), func(b *testing.B) {
-				url := startEtcd(b)
-				srv := startManager(b)
-				preload(b, srv, stored)
+				url, pid := startEtcd(b)
+				srv := startMember(b, stored)
 				cs := conns(b, srv, clients)
 				ctx := context.Background()
 				for c, m := range cs { // warm the connections
@@ -319,14 +482,17 @@ func BenchmarkCreateJob(b *testing.B) {
 					}
 				}
 				etcd := etcdPut(b, url, clients, "jobs")
+				etcd.pid = pid
 				mgr := &side{op: func(c, i int) error {
 					_, err := cs[c].CreateJob(ctx, job(fmt.Sprintf("job-%08d", i)))
 					return err
-				}}
-				b.ResetTimer()
+				}, pid: srv.pid}
+				t0, p0 := readServerTimes(b, srv, "CreateJob"), store.Phases()
+				stop := startTimer(b)
 				interleave(b, clients, b.N, etcd, mgr)
-				b.StopTimer()
+				stop()
 				report(b, "creates", mgr, etcd)
+				reportServerTimes(b, t0, readServerTimes(b, srv, "CreateJob"), p0)
 			})
 		}
 	}
@@ -335,8 +501,8 @@ func BenchmarkCreateJob(b *testing.B) {
 func BenchmarkKvCommit(b *testing.B) {
 	for _, clients := range []int{1, 32} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			url := startEtcd(b)
-			srv := startManager(b)
+			url, pid := startEtcd(b)
+			srv := startMember(b, 0)
 			cs := conns(b, srv, clients)
 			ctx := context.Background()
 			value := bytes.Repeat([]byte("v"), 200)
@@ -349,11 +515,14 @@ func BenchmarkKvCommit(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			etcd, mgr := etcdPut(b, url, clients, "kv"), &side{op: commit}
-			b.ResetTimer()
+			etcd, mgr := etcdPut(b, url, clients, "kv"), &side{op: commit, pid: srv.pid}
+			etcd.pid = pid
+			t0, p0 := readServerTimes(b, srv, "KvCommit"), store.Phases()
+			stop := startTimer(b)
 			interleave(b, clients, b.N, etcd, mgr)
-			b.StopTimer()
+			stop()
 			report(b, "commits", mgr, etcd)
+			reportServerTimes(b, t0, readServerTimes(b, srv, "KvCommit"), p0)
 		})
 	}
 }
@@ -361,4 +530,112 @@ func BenchmarkKvCommit(b *testing.B) {
 func job(id string) *norsk.Job {
 	return &norsk.Job{JobId: id, Description: "benchmark job", Tags: map[string]string{"team": "bench", "channel": "news"},
 		Services: []*norsk.Service{{Name: "main", Image: "bench:dev"}}}
+}
+
+// cpuTime is the CPU time (user and system) this process has used, plus
+// process pid's if pid is not 0 (read from /proc).
+func cpuTime(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	t := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	if pid == 0 {
+		return t
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command name (which may hold spaces), from the
+	// state (field 3): utime and stime are fields 14 and 15, in clock
+	// ticks (USER_HZ, 100 on Linux).
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 13 {
+		b.Fatalf("/proc/%d/stat: %q", pid, stat)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return t + time.Duration(ut+st)*10*time.Millisecond
+}
+
+// serverTimes is what the Manager's own metrics say of the calls so far:
+// the summed time in its API handlers for method (from the metrics
+// interceptor: decoding and transport excluded) and in its store's commits
+// (proposal to applied), and how many of each.
+type serverTimes struct {
+	rpc, commit   float64
+	rpcN, commitN float64
+}
+
+func readServerTimes(b *testing.B, srv *member, method string) serverTimes {
+	b.Helper()
+	resp, err := http.Get(srv.URL() + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var t serverTimes
+	for line := range strings.Lines(string(text)) {
+		name, val, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case `norsk_manager_rpc_duration_seconds_sum{method="` + method + `"}`:
+			t.rpc = v
+		case `norsk_manager_rpc_duration_seconds_count{method="` + method + `"}`:
+			t.rpcN = v
+		case "norsk_manager_raft_commit_seconds_sum":
+			t.commit = v
+		case "norsk_manager_raft_commit_seconds_count":
+			t.commitN = v
+		}
+	}
+	return t
+}
+
+// reportServerTimes reports the mean time of a call in the Manager's
+// handlers and in its commits between two readings: the rest of a call's
+// latency is the client, the transport and the queueing before a handler
+// runs.
+func reportServerTimes(b *testing.B, before, after serverTimes, p0 store.PhaseTimes) {
+	if n := after.rpcN - before.rpcN; n > 0 {
+		b.ReportMetric((after.rpc-before.rpc)/n*1000, "handler-mean-ms")
+	}
+	if n := after.commitN - before.commitN; n > 0 {
+		b.ReportMetric((after.commit-before.commit)/n*1000, "commit-mean-ms")
+	}
+	// Built with -tags writepathtrace, the commit's phases (store.PhaseTimes).
+	p := store.Phases()
+	if n := p.Proposals - p0.Proposals; n > 0 {
+		ms := func(d, d0 time.Duration) float64 {
+			return float64((d*time.Duration(p.Proposals) - d0*time.Duration(p0.Proposals)).Microseconds()) / float64(n) / 1000
+		}
+		b.ReportMetric(ms(p.ToLogWrite, p0.ToLogWrite), "to-logwrite-ms")
+		b.ReportMetric(ms(p.LogWrite, p0.LogWrite), "logwrite-ms")
+		b.ReportMetric(ms(p.ToFSM, p0.ToFSM), "to-fsm-ms")
+		b.ReportMetric(ms(p.FSM, p0.FSM), "fsm-ms")
+		b.ReportMetric(ms(p.Back, p0.Back), "back-ms")
+	}
+}
+
+func mean(lat []time.Duration) float64 {
+	if len(lat) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, l := range lat {
+		sum += l
+	}
+	return float64(sum) / float64(len(lat)) / float64(time.Millisecond)
 }

@@ -14,19 +14,29 @@ import (
 )
 
 // The sample job's side of the job socket (see the package comment for the
-// payloads): as a source it hands over its output position and stops at a
-// cut point a lead in the future; as a target it stays silent until it is
-// told where the source stopped, then continues the source's stream and
-// clock from there.
+// payloads): as a source it hands over its output position and clock and
+// stops at a cut point a lead in the future; as a target it stays silent
+// until it is told where the source stopped, then continues the source's
+// stream and clock from there, its first frame in the slot the source's next
+// frame would have had.
 
-// position is where a stream is: the next frame's sequence number, when
-// that frame is due on the stream's frame clock (wall clock, unix
-// nanoseconds), and the frame rate. It is the payload of state (get_state's
-// answer), initial_state, stopped_output and apply_from.
+// position is where a stream is and its output clock: the next frame's
+// sequence number, the wall-clock time of that frame's slot (unix
+// nanoseconds, as the writer's wall clock read at AsOfUnixNano) and the
+// frame rate, so that frame n's slot is NextDueUnixNano +
+// (n-NextSeq)/FrameRate seconds on any host whose wall clock agrees. It is
+// the payload of state (get_state's answer), initial_state, stopped_output
+// and apply_from. Each side paces on its own monotonic clock and converts
+// at the payload (jobsocket.WallUnixNano, jobsocket.LocalTime), so a step of
+// either wall clock outside the handover moves nothing.
 type position struct {
 	NextSeq         uint64  `json:"nextSeq"`
 	NextDueUnixNano int64   `json:"nextDueUnixNano"`
 	FrameRate       float64 `json:"frameRate"`
+	// AsOfUnixNano is when the writer wrote it, on its wall clock. A reader
+	// on another host learns from it the relay's delay plus the clocks'
+	// skew (negative: its own clock is behind the writer's by at least that).
+	AsOfUnixNano int64 `json:"asOfUnixNano,omitempty"`
 }
 
 // readyInfo is the payload of the target's ready (the source reads nothing
@@ -176,7 +186,7 @@ func (h *handover) OnGetState(_ context.Context, id string) ([]byte, string) {
 	if h.out.isHolding() {
 		return nil, "a migration target that has not started output"
 	}
-	p := h.out.position()
+	p := h.out.position(time.Now())
 	h.log.Info("migration source: asked for the state", "migration_id", id, "next_seq", p.NextSeq)
 	b, _ := json.Marshal(p)
 	return b, ""
@@ -216,13 +226,24 @@ func (h *handover) OnApplyFrom(ctx context.Context, id string, payload []byte) (
 	if p.NextDueUnixNano <= 0 || p.FrameRate < 0 || math.IsNaN(p.FrameRate) || p.FrameRate > maxFrameRate {
 		return nil, fmt.Errorf("the source's stopped_output %s is not a usable position", payload)
 	}
-	first, ok := h.out.apply(p)
+	now := time.Now()
+	first, ok := h.out.apply(p, now)
 	if !ok {
 		return nil, errors.New("this instance is already sending output")
 	}
-	due := time.Unix(0, p.NextDueUnixNano)
-	h.log.Info("migration target: starting output", "migration_id", id, "next_seq", p.NextSeq,
-		"due", due.UTC().Format(time.RFC3339Nano))
+	due := jobsocket.LocalTime(p.NextDueUnixNano, now)
+	attrs := []any{"migration_id", id, "next_seq", p.NextSeq,
+		"due", due.UTC().Format(time.RFC3339Nano), "in", due.Sub(now).Round(time.Microsecond)}
+	if p.AsOfUnixNano > 0 {
+		// The relay's delay plus the hosts' clock skew; negative only when
+		// this host's wall clock is behind the source's.
+		attrs = append(attrs, "since_source_wrote", now.Sub(time.Unix(0, p.AsOfUnixNano)).Round(time.Microsecond))
+	}
+	h.log.Info("migration target: starting output", attrs...)
+	if p.AsOfUnixNano > now.UnixNano() {
+		h.log.Warn("this host's wall clock is behind the source's: the cutover is off by at least the skew",
+			"migration_id", id, "skew_at_least", time.Unix(0, p.AsOfUnixNano).Sub(now.Round(0)))
+	}
 
 	sum := applySummary{Applied: []string{appliedFrames}, Failed: []applyFailure{}}
 	t := time.NewTimer(max(time.Until(due), 0) + applyWait)

@@ -46,6 +46,11 @@
 //	              (a duration, "400ms", or milliseconds); default 400ms.
 //	              It must exceed the time the Manager takes to relay the
 //	              cut to the target, or the target starts late.
+//	CUTOVER_PRIORITY
+//	              the SCHED_FIFO priority (1-99) at which the two frames
+//	              either side of a cut are paced; default 10; 0 = none.
+//	              Without CAP_SYS_NICE (or off Linux) they are paced by
+//	              waiting awake instead. See "Pacing at the cut" below.
 //
 // Every frame's payload is the text "node=<NORSK_NODE_ID> role=<NORSK_RUNTIME_ROLE>
 // pid=<pid>" (truncated to frames.MaxPayloadLen), so a receiver can tell
@@ -55,11 +60,20 @@
 //
 // With NORSK_JOB_SOCKET set the job attaches to its job socket
 // (docs/job-socket.md) and hands its stream over without a lost or repeated
-// frame. Its state is its output position: the next sequence number, the
-// time that frame is due on its frame clock (wall clock, unix nanoseconds)
-// and the frame rate, as JSON:
+// frame, the target's first frame in the slot the source's next frame would
+// have had. Its state is its output position and clock: the next sequence
+// number, the time that frame's slot falls on the wall clock (unix
+// nanoseconds, as the writer's wall clock read when it wrote the payload,
+// asOfUnixNano) and the frame rate, as JSON:
 //
-//	{"nextSeq": 1250, "nextDueUnixNano": 1767225600040000000, "frameRate": 25}
+//	{"nextSeq": 1250, "nextDueUnixNano": 1767225600040000000, "frameRate": 25,
+//	 "asOfUnixNano": 1767225599640000000}
+//
+// Frame n's slot is nextDueUnixNano + (n-nextSeq)/frameRate seconds. Each
+// instance paces on its own monotonic clock and converts at the payload
+// (jobsocket.WallUnixNano writing, jobsocket.LocalTime reading), so a step
+// of either host's wall clock outside the handover moves nothing, and the
+// two hosts need only agree on the wall clock at the handover.
 //
 // As a source: get_state is answered with its current position. On
 // stop_output_at it picks the cut, the first frame not yet sent that is due
@@ -75,7 +89,8 @@
 // source's stopped_output) it starts at exactly the source's nextSeq, frame
 // n due at the source's nextDueUnixNano + (n-nextSeq)/frameRate (the
 // source's clock, continued), and answers applied once that first frame has
-// gone out:
+// gone out (logging how long after the source wrote the cut it got it, and
+// warning when that is negative: its wall clock is behind the source's):
 //
 //	{"applied": ["frames"], "failed": [], "skewMs": 0.4}
 //
@@ -85,8 +100,24 @@
 // it does not manage to send the first frame within 2 s of its due time the
 // summary lists {"id": "frames", "reason": …} in failed. An aborted target
 // stays silent until it is stopped. Both instances must have the same wall
-// clock (NTP) for the cut to be seamless: the sink then sees the source's
-// last frame and the target's first one frame interval apart.
+// clock (NTP or PTP; the cut is off by their skew) for the cut to be
+// seamless: the sink then sees the source's last frame and the target's
+// first one frame interval apart.
+//
+// # Pacing at the cut
+//
+// A Go timer wakes up to a millisecond late on an idle host and far later
+// on a busy one, and the gap at the cut is exactly the lateness of two
+// frames: the source's last and the target's first. So the frames
+// either side of a cut (the source's last two before it, the target's first
+// two) are paced precisely: the send loop wakes 50 ms ahead and the rest of
+// the wait is slept in the kernel on a thread raised to SCHED_FIFO at
+// CUTOVER_PRIORITY, which the kernel wakes on time whatever else the host
+// runs, until the frame is written. Without the right to raise it
+// (CAP_SYS_NICE; a container usually lacks it) or with CUTOVER_PRIORITY=0,
+// the thread sleeps until 5 ms before and waits the rest awake, which is
+// exact on a quiet host and not under load (docs/decisions/0055-frame-exact-cutover.md
+// has both measured). Every other frame is paced by an ordinary timer.
 package main
 
 import (
@@ -158,6 +189,9 @@ type config struct {
 	MigrationID string
 	Handover    bool
 	CutoverLead time.Duration
+	// CutoverPriority is the real-time priority the frames next to a cut
+	// are paced at (0: none, wait awake).
+	CutoverPriority int
 }
 
 // handoverTarget reports whether the job starts as a handover's target:
@@ -180,6 +214,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		MigrationID: getenv("NORSK_MIGRATION_ID"),
 		Handover:    getenv(jobsocket.EnvHandover) == "1",
 		CutoverLead: defaultCutoverLead,
+
+		CutoverPriority: defaultCutoverPriority,
 	}
 	if cfg.Sink == "" {
 		return cfg, errors.New("SINK is not set (udp://host:port, file:///path, - or stdout)")
@@ -197,6 +233,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 			return cfg, err
 		}
 		cfg.CutoverLead = d
+	}
+	if v := strings.TrimSpace(getenv("CUTOVER_PRIORITY")); v != "" {
+		p, err := strconv.Atoi(v)
+		if err != nil || p < 0 || p > 99 {
+			return cfg, fmt.Errorf("CUTOVER_PRIORITY %q: want 0 (none) to 99", v)
+		}
+		cfg.CutoverPriority = p
 	}
 	var err error
 	if cfg.StartSeq, err = parseUint(getenv, "START_SEQ"); err != nil {
@@ -334,7 +377,11 @@ func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy boo
 		lastErrLog time.Time
 		stopCause  = "frame count reached"
 		start      = time.Now()
+		pace       = newPacer(cfg.CutoverPriority, log)
+		// release gives back the thread a precise frame was paced on.
+		release = func() {}
 	)
+	defer func() { release() }()
 	log.Info("sample-media started", "node", cfg.NodeID, "sink", cfg.Sink, "frame_rate", cfg.FrameRate,
 		"start_seq", cfg.StartSeq, "frame_count", cfg.FrameCount, "pid", os.Getpid(),
 		"job_socket", cfg.JobSocket, "migration_id", cfg.MigrationID, "holding", out.isHolding())
@@ -358,9 +405,15 @@ func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy boo
 	defer progress.Stop()
 
 	for cfg.FrameCount == 0 || sent < cfg.FrameCount {
+		release()
+		release = func() {}
 		var due <-chan time.Time
-		if seq, at, ok := out.nextFrame(); ok {
+		if seq, at, precise, ok := out.nextFrame(); ok {
 			late := time.Since(at)
+			if precise && late < 0 && -late <= preciseLead {
+				release = pace.await(at)
+				late = time.Since(at)
+			}
 			if late >= 0 {
 				if late > behindLimit {
 					log.Warn("behind schedule; re-basing the frame clock", "late", late.Round(time.Millisecond), "seq", seq)
@@ -399,7 +452,11 @@ func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy boo
 				}
 				continue
 			}
-			timer.Reset(-late)
+			wait := -late
+			if precise {
+				wait -= preciseLead // wake early; the pacer waits out the rest
+			}
+			timer.Reset(wait)
 			due = timer.C
 		}
 		// Wait until the frame is due, the gate moves, or the end.

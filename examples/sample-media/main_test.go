@@ -38,27 +38,35 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{
 			env:  map[string]string{"SINK": "-"},
-			want: config{Sink: "-", FrameRate: 25, StreamID: "sample-media", CutoverLead: 400 * time.Millisecond},
+			want: config{Sink: "-", FrameRate: 25, StreamID: "sample-media", CutoverLead: 400 * time.Millisecond, CutoverPriority: 10},
 		},
 		{
 			env: map[string]string{"SINK": "udp://127.0.0.1:5000", "FRAME_RATE": "29.97", "START_SEQ": "1000",
 				"FRAME_COUNT": "5", "NORSK_JOB_ID": "job-1", "NORSK_ROLE": "primary", "NORSK_RUNTIME_ROLE": "backup", "NORSK_NODE_ID": "n1"},
 			want: config{Sink: "udp://127.0.0.1:5000", FrameRate: 29.97, StartSeq: 1000, FrameCount: 5, StreamID: "job-1",
-				JobID: "job-1", Role: "primary", RuntimeRole: "backup", NodeID: "n1", CutoverLead: 400 * time.Millisecond},
+				JobID: "job-1", Role: "primary", RuntimeRole: "backup", NodeID: "n1", CutoverLead: 400 * time.Millisecond, CutoverPriority: 10},
 		},
 		{
 			env:  map[string]string{"SINK": "stdout", "STREAM_ID": "cam-1", "NORSK_JOB_ID": "job-1"},
-			want: config{Sink: "stdout", FrameRate: 25, StreamID: "cam-1", JobID: "job-1", CutoverLead: 400 * time.Millisecond},
+			want: config{Sink: "stdout", FrameRate: 25, StreamID: "cam-1", JobID: "job-1", CutoverLead: 400 * time.Millisecond, CutoverPriority: 10},
 		},
 		{
 			env: map[string]string{"SINK": "-", "NORSK_JOB_SOCKET": "/run/norsk/job.sock", "NORSK_MIGRATION_ID": "m-1",
 				"NORSK_MIGRATION_HANDOVER": "1", "CUTOVER_LEAD": "250ms"},
 			want: config{Sink: "-", FrameRate: 25, StreamID: "sample-media", JobSocket: "/run/norsk/job.sock", MigrationID: "m-1",
-				Handover: true, CutoverLead: 250 * time.Millisecond},
+				Handover: true, CutoverLead: 250 * time.Millisecond, CutoverPriority: 10},
 		},
 		{
 			env:  map[string]string{"SINK": "-", "CUTOVER_LEAD": "1200"},
-			want: config{Sink: "-", FrameRate: 25, StreamID: "sample-media", CutoverLead: 1200 * time.Millisecond},
+			want: config{Sink: "-", FrameRate: 25, StreamID: "sample-media", CutoverLead: 1200 * time.Millisecond, CutoverPriority: 10},
+		},
+		{
+			env:  map[string]string{"SINK": "-", "CUTOVER_PRIORITY": "0"},
+			want: config{Sink: "-", FrameRate: 25, StreamID: "sample-media", CutoverLead: 400 * time.Millisecond},
+		},
+		{
+			env:  map[string]string{"SINK": "-", "CUTOVER_PRIORITY": "50"},
+			want: config{Sink: "-", FrameRate: 25, StreamID: "sample-media", CutoverLead: 400 * time.Millisecond, CutoverPriority: 50},
 		},
 	}
 	for _, tt := range ok {
@@ -84,6 +92,9 @@ func TestLoadConfig(t *testing.T) {
 		{"SINK": "-", "CUTOVER_LEAD": "soon"},
 		{"SINK": "-", "CUTOVER_LEAD": "-5ms"},
 		{"SINK": "-", "CUTOVER_LEAD": "2h"},
+		{"SINK": "-", "CUTOVER_PRIORITY": "100"},
+		{"SINK": "-", "CUTOVER_PRIORITY": "-1"},
+		{"SINK": "-", "CUTOVER_PRIORITY": "high"},
 	}
 	for _, env := range bad {
 		if _, err := loadConfig(envMap(env)); err == nil {

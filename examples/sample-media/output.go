@@ -4,7 +4,14 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
+
+// preciseFrames is how many frames either side of a cut are paced
+// precisely: the source's last ones before its cut, the target's first
+// ones from it. Together they make the gap the sink sees at the cut.
+const preciseFrames = 2
 
 // output is the stream's frame clock and its gate: which sequence number is
 // next, when each frame is due, and whether it may be sent. The send loop
@@ -15,7 +22,14 @@ import (
 // The clock: frame baseSeq is due at baseTime, frame n at
 // baseTime + (n-baseSeq)/rate. Re-basing (after falling behind, on resume)
 // moves the base to the next frame and now; it never changes a sequence
-// number.
+// number. baseTime carries a monotonic reading (it comes from time.Now, or
+// from jobsocket.LocalTime for a target), so the schedule is paced on the
+// monotonic clock and only expressed on the wall clock in a payload.
+//
+// The frames either side of a cut are precise: the send loop wakes
+// preciseLead before one is due and hands the rest of the wait to its pacer
+// (pace.go), since a timer's wake-up is late by up to a millisecond or more
+// and the gap at the cut is made of exactly two frames' lateness.
 type output struct {
 	mu       sync.Mutex
 	rate     float64
@@ -32,6 +46,9 @@ type output struct {
 	firstSeq  uint64
 	firstDone chan struct{} // closed once firstSeq went out; nil when none is awaited
 	firstAt   time.Time
+	// preciseLo <= seq < preciseHi are paced precisely (the frames either
+	// side of the latest cut).
+	preciseLo, preciseHi uint64
 	// wake tells the send loop the gate or the clock changed.
 	wake chan struct{}
 }
@@ -61,15 +78,16 @@ func (o *output) signal() {
 	}
 }
 
-// nextFrame returns the next frame and when it is due; ok is false while
-// nothing may be sent (a target before its apply, a source at its cut).
-func (o *output) nextFrame() (seq uint64, due time.Time, ok bool) {
+// nextFrame returns the next frame, when it is due and whether it is to be
+// paced precisely (it is next to a cut); ok is false while nothing may be
+// sent (a target before its apply, a source at its cut).
+func (o *output) nextFrame() (seq uint64, due time.Time, precise, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.permittedLocked(o.next) {
-		return 0, time.Time{}, false
+		return 0, time.Time{}, false, false
 	}
-	return o.next, o.dueLocked(o.next), true
+	return o.next, o.dueLocked(o.next), o.preciseLo <= o.next && o.next < o.preciseHi, true
 }
 
 // claim takes frame seq for sending; false when the gate or the clock
@@ -102,11 +120,19 @@ func (o *output) rebase(seq uint64, t time.Time) {
 	o.baseSeq, o.baseTime = seq, t
 }
 
-// position is where the stream is now: its next frame and when that is due.
-func (o *output) position() position {
+// position is where the stream is at now: its next frame, when that is due
+// on the wall clock as it reads now, and the frame rate.
+func (o *output) position(now time.Time) position {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return position{NextSeq: o.next, NextDueUnixNano: o.dueLocked(o.next).UnixNano(), FrameRate: o.rate}
+	return o.positionLocked(o.next, now)
+}
+
+// positionLocked is the stream's clock at frame seq, as a payload: the
+// slot's wall-clock time and the rate, stamped with now; o.mu held.
+func (o *output) positionLocked(seq uint64, now time.Time) position {
+	return position{NextSeq: seq, NextDueUnixNano: jobsocket.WallUnixNano(o.dueLocked(seq), now), FrameRate: o.rate,
+		AsOfUnixNano: now.UnixNano()}
 }
 
 // nextSeq is the first sequence number not sent.
@@ -145,8 +171,10 @@ func (o *output) cutAt(id string, lead time.Duration, now time.Time) position {
 	for n > o.next && !o.dueLocked(n-1).Before(t) {
 		n--
 	}
-	o.cut = &position{NextSeq: n, NextDueUnixNano: o.dueLocked(n).UnixNano(), FrameRate: o.rate}
+	p := o.positionLocked(n, now)
+	o.cut = &p
 	o.cutMig = id
+	o.preciseLo, o.preciseHi = n-min(n, preciseFrames), n
 	o.signal()
 	return *o.cut
 }
@@ -169,10 +197,11 @@ func (o *output) resume(id string, now time.Time) bool {
 }
 
 // apply starts a holding stream at p: frame p.NextSeq first, due at
-// p.NextDueUnixNano, at p.FrameRate (when given). It returns a channel
-// closed once that frame went out (see firstSent), and false when the stream
-// was not holding.
-func (o *output) apply(p position) (<-chan struct{}, bool) {
+// p.NextDueUnixNano on the wall clock (mapped onto this process's monotonic
+// clock as read at now), at p.FrameRate (when given): the source's clock,
+// continued. It returns a channel closed once that frame went out (see
+// firstSent), and false when the stream was not holding.
+func (o *output) apply(p position, now time.Time) (<-chan struct{}, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !o.holding {
@@ -181,7 +210,8 @@ func (o *output) apply(p position) (<-chan struct{}, bool) {
 	if p.FrameRate > 0 {
 		o.rate = p.FrameRate
 	}
-	o.next, o.baseSeq, o.baseTime = p.NextSeq, p.NextSeq, time.Unix(0, p.NextDueUnixNano)
+	o.next, o.baseSeq, o.baseTime = p.NextSeq, p.NextSeq, jobsocket.LocalTime(p.NextDueUnixNano, now)
+	o.preciseLo, o.preciseHi = p.NextSeq, p.NextSeq+preciseFrames
 	o.holding = false
 	o.firstSeq, o.firstDone = p.NextSeq, make(chan struct{})
 	done := o.firstDone

@@ -236,6 +236,11 @@ var rules = []rule{
 		from: []string{"pkg"}, mustExist: []string{"pkg/apierr", "pkg/jobspec"},
 		forbidden: internalExcept(),
 	},
+	{
+		name: "the in-memory runtime is for tests only: no package imports it, only test files do",
+		from: []string{"cmd", "internal", "pkg", "sdk", "examples", "bench", "deploy", "tests"}, mustExist: []string{"cmd", "internal"},
+		forbidden: anyOf("internal/runtime/fake"),
+	},
 }
 
 // violation is one forbidden dependency and the import chain to it.
@@ -379,6 +384,9 @@ func TestBoundaryChecker(t *testing.T) {
 		{"cli imports manager", map[string][]string{
 			m + "/internal/cli": {m + "/internal/manager"}, m + "/internal/manager": nil,
 		}, 3, []string{"internal/cli → " + m + "/internal/manager"}},
+		{"the worker imports the in-memory runtime", map[string][]string{
+			m + "/internal/worker": {m + "/internal/runtime/fake"}, m + "/internal/runtime/fake": {m + "/internal/runtime"}, m + "/internal/runtime": nil,
+		}, len(rules) - 1, []string{"internal/worker → " + m + "/internal/runtime/fake"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,8 +20,6 @@ var largePackages = map[string]string{
 	"internal/automanager": "decision 0057: one View, Policy and Metrics under the planner, the saga and the drains",
 	"internal/store/state": "decision 0057: one deterministic state machine over one set of tables",
 	"internal/manager":     "decision 0052: a member's cluster life (member.go, cluster.go, forward.go) still shares the Server's store, terms and clients",
-	// Split under issue 13 by parallel work: this entry goes when it lands.
-	"internal/worker": "issue 13: being split (instance, jobsocket)",
 }
 
 // nonTestLines counts the lines of a directory's Go files that are not

@@ -127,11 +127,13 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.st.ApplyNoop(l.Index)
 		return state.Result{Index: l.Index, Err: apierr.New(apierr.DataLoss, "undecodable command at index %d: %v", l.Index, err)}
 	}
+	tr := traceFSM(l.Data)
 	res := f.st.Apply(l.Index, cmd)
 	f.broker.Publish(res.Events...)
 	if f.onApply != nil {
 		f.onApply(cmd, res)
 	}
+	tr.done()
 	return res
 }
 

@@ -146,7 +146,9 @@ func (d *diskLog) StoreLogs(logs []*raft.Log) error {
 		d.hook(logs)
 	}
 	// Only a holder of wmu changes cur.
+	tr := traceLogWrite(logs)
 	err := d.cur.StoreLogs(logs)
+	tr.done()
 	if err == nil {
 		return nil
 	}

@@ -486,6 +486,8 @@ func (s *Store) Apply(ctx context.Context, cmd *storev1.Command) (state.Result, 
 	}
 	// The proposer stamps the command's checksum; every member verifies it
 	// before applying the entry.
+	tr := traceProposal(data)
+	defer tr.done()
 	f := s.raft.ApplyLog(raft.Log{Data: data, Extensions: stampChecksum(data)}, timeout)
 	s.mu.RUnlock()
 	done := make(chan error, 1)

@@ -16,8 +16,14 @@ import (
 // a downstream of a live channel would, and keeps every frame with its
 // arrival time and sender (the payload's node), so a test can see what a
 // migration did to the output.
+//
+// The arrival time is the kernel's (SO_TIMESTAMPNS, on Linux): when the
+// datagram reached the sink's socket, not when the sink's goroutine got to
+// read it, which in a test process that also runs the Manager and the
+// workers can be many milliseconds later. Elsewhere it is the read time.
 type FrameSink struct {
-	conn    net.PacketConn
+	conn    *net.UDPConn
+	stamped bool // arrivals carry the kernel's stamp
 	Checker frames.Checker
 
 	mu     sync.Mutex
@@ -38,11 +44,11 @@ type Arrival struct {
 // NewFrameSink listens on 127.0.0.1:0 until the test ends.
 func NewFrameSink(t testing.TB) *FrameSink {
 	t.Helper()
-	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatalf("frame sink: %v", err)
 	}
-	s := &FrameSink{conn: conn, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &FrameSink{conn: conn, stamped: enableRxStamps(conn), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go s.receive()
 	t.Cleanup(func() { _ = conn.Close(); <-s.done })
 	return s
@@ -54,12 +60,18 @@ func (s *FrameSink) URL() string { return "udp://" + s.conn.LocalAddr().String()
 func (s *FrameSink) receive() {
 	defer close(s.done)
 	buf := make([]byte, 65536)
+	oob := make([]byte, 128)
 	for {
-		n, _, err := s.conn.ReadFrom(buf)
+		n, oobn, _, _, err := s.conn.ReadMsgUDP(buf, oob)
 		if err != nil {
 			return
 		}
 		at := time.Now()
+		if s.stamped {
+			if k, ok := rxStamp(oob[:oobn]); ok {
+				at = k
+			}
+		}
 		f, err := frames.Decode(buf[:n])
 		if err != nil {
 			continue

@@ -15,6 +15,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/atomicfile"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 	"github.com/norsk-go/norsk-manager/pkg/accessreplica"
 )
 
@@ -114,14 +115,14 @@ func (a *Agent) loadAccessReplica() {
 // version is refused (FAILED_PRECONDITION) and changes nothing; so does
 // anything that does not verify (INVALID_ARGUMENT).
 func (a *Agent) onAccessReplica(sess *session, seq uint64, upd *managerv1.AccessReplicaUpdate) {
-	reply := func(e *cmdError) { sess.enqueue(ackMessage(seq, e)) }
+	reply := func(e *ack.Refusal) { sess.enqueue(ack.Message(seq, e)) }
 	if upd.GetPublication() == nil || upd.GetTrustedJwks() == "" {
-		reply(&cmdError{connect.CodeInvalidArgument, "the access replica update carries no publication or no keys"})
+		reply(ack.Refuse(connect.CodeInvalidArgument, "the access replica update carries no publication or no keys"))
 		return
 	}
 	keys, err := accessreplica.ParseJWKS([]byte(upd.GetTrustedJwks()))
 	if err != nil {
-		reply(&cmdError{connect.CodeInvalidArgument, "the access replica's keys: " + err.Error()})
+		reply(ack.Refuse(connect.CodeInvalidArgument, "the access replica's keys: %s", err))
 		return
 	}
 	in := upd.GetPublication()
@@ -138,7 +139,7 @@ func (a *Agent) onAccessReplica(sess *session, seq uint64, upd *managerv1.Access
 		} else {
 			log.Warn("refused an access replica that does not verify", "err", err)
 		}
-		reply(&cmdError{code, "access replica: " + err.Error()})
+		reply(ack.Refuse(code, "access replica: %s", err))
 		return
 	}
 	if !v.Changed && a.access.pub != nil && pub.GetAttestationJws() == a.access.pub.GetAttestationJws() {
@@ -158,7 +159,7 @@ func (a *Agent) onAccessReplica(sess *session, seq uint64, upd *managerv1.Access
 	}
 	if err != nil {
 		log.Error("cannot keep the access replica", "err", err)
-		reply(&cmdError{connect.CodeInternal, "the access replica is in force but could not be kept: " + err.Error()})
+		reply(ack.Refuse(connect.CodeInternal, "the access replica is in force but could not be kept: %s", err))
 		return
 	}
 	log.Info("access replica received", "version", v.Version, "changed", v.Changed)

@@ -23,7 +23,13 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/runtime"
 	"github.com/norsk-go/norsk-manager/internal/runtime/docker"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
-	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
+	"github.com/norsk-go/norsk-manager/internal/worker/datadir"
+	"github.com/norsk-go/norsk-manager/internal/worker/hostinfo"
+	"github.com/norsk-go/norsk-manager/internal/worker/images"
+	"github.com/norsk-go/norsk-manager/internal/worker/instance"
+	"github.com/norsk-go/norsk-manager/internal/worker/jobsocket"
+	jsapi "github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
 
 // dockerProbeTimeout bounds the check whether a Docker engine answers.
@@ -44,15 +50,15 @@ type Agent struct {
 	clock   clock.Clock
 	baseLog *slog.Logger
 	reg     *registrar
-	cpu     cpuSampler
+	cpu     hostinfo.CPU
 	ready   chan struct{}
 	started atomic.Bool
 
 	// Set by Run before the goroutines that read them start.
 	advertise   string
 	runtimeName string
-	records     *recordStore
-	sup         *supervisor
+	records     *instance.Records
+	sup         *instance.Supervisor
 	runCtx      context.Context
 	cancelRun   context.CancelCauseFunc
 
@@ -78,15 +84,15 @@ type Agent struct {
 	fenceWake   chan struct{}
 	fenceChecks atomic.Uint64
 
-	// images is the runtime's image inventory (images.go); set by Run
+	// images is the runtime's image inventory (internal/worker/images); set by Run
 	// before the server starts.
-	images *imageInventory
+	images *images.Inventory
 
-	// js serves the job sockets (jobsocket.go); nil unless
+	// js serves the job sockets (internal/worker/jobsocket); nil unless
 	// Config.JobSocket. Set by Run before the instances' actors start.
-	js *jobSockets
+	js *jobsocket.Sockets
 
-	disco  discoveryStore     // the discovery access (discovery.go)
+	disco  datadir.Discovery  // the discovery access (discovery.go)
 	planes controlPlanes      // the cluster's norsk-mgr URLs (control_planes.go)
 	access accessReplicaStore // the access replica (access_replica.go)
 	tlsw   workerTLS          // mutual TLS with the Manager (tls.go)
@@ -123,7 +129,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	log := cfg.Logger.With("component", "worker")
 	if !cfg.JobSocket && len(cfg.Capabilities) < given {
-		log.Warn("not advertising the " + jobsocket.Capability + " capability: it is this worker's only with --job-socket")
+		log.Warn("not advertising the " + jsapi.Capability + " capability: it is this worker's only with --job-socket")
 	}
 	apiTLS, err := managerTLSConfig(cfg)
 	if err != nil {
@@ -139,7 +145,7 @@ func New(cfg Config) (*Agent, error) {
 		linkChanged: make(chan struct{}, 1),
 		fenceWake:   make(chan struct{}, 1),
 		snaps:       map[runtime.Key]*snapshot{},
-		records:     &recordStore{dir: filepath.Join(cfg.DataDir, instancesDir), log: log},
+		records:     instance.NewRecords(filepath.Join(cfg.DataDir, instance.RecordsDir), log),
 		incarnation: newIncarnation(),
 	}
 	a.heartbeatDefault.Store(int64(DefaultHeartbeat))
@@ -215,7 +221,7 @@ func (a *Agent) rememberManagers(urls []string) {
 	}
 	id := *a.id
 	id.ManagerURLs = urls
-	if err := saveIdentity(a.cfg.DataDir, &id); err != nil {
+	if err := datadir.SaveIdentity(a.cfg.DataDir, &id); err != nil {
 		a.log.Warn("could not remember the Manager's members", "err", err)
 		return
 	}
@@ -247,15 +253,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.runCtx, a.cancelRun = runCtx, cancel
 	// One worker per data directory: a second one over it would adopt the
 	// same instances and take the node from this one in turns.
-	lock, err := lockDataDir(a.cfg.DataDir)
+	lock, err := datadir.TakeLock(a.cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	defer lock.release() // last: after every goroutine has ended
+	defer lock.Release() // last: after every goroutine has ended
 	a.beginLease()
 	defer a.reg.close()
 
-	if err := os.MkdirAll(a.records.dir, 0o700); err != nil {
+	if err := os.MkdirAll(a.records.Dir(), 0o700); err != nil {
 		return fmt.Errorf("worker: data directory: %w", err)
 	}
 	ln, err := net.Listen("tcp", a.cfg.Listen)
@@ -276,7 +282,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.initTLS(); err != nil {
 		return err
 	}
-	recs, unreadable, err := a.records.loadAll()
+	recs, unreadable, err := a.records.LoadAll()
 	if err != nil {
 		return fmt.Errorf("worker: instance records: %w", err)
 	}
@@ -302,7 +308,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return errors.New("worker: the Manager's registration answer has no node id or secret")
 		}
 		id = &Identity{NodeID: resp.GetNodeId(), NodeSecret: resp.GetNodeSecret(), ManagerURL: a.cfg.ManagerURL, ClusterID: resp.GetClusterId()}
-		if err := saveIdentity(a.cfg.DataDir, id); err != nil {
+		if err := datadir.SaveIdentity(a.cfg.DataDir, id); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
 		if ms := resp.GetHeartbeatIntervalMs(); ms > 0 {
@@ -311,7 +317,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		registered = true
 	} else if id.ManagerURL != a.cfg.ManagerURL {
 		id.ManagerURL = a.cfg.ManagerURL
-		if err := saveIdentity(a.cfg.DataDir, id); err != nil {
+		if err := datadir.SaveIdentity(a.cfg.DataDir, id); err != nil {
 			return fmt.Errorf("worker: %w", err)
 		}
 	}
@@ -319,18 +325,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	a.id = id
 	a.log = a.baseLog.With("node", id.NodeID)
-	a.records.log = a.log
+	a.records.SetLogger(a.log)
 	a.mu.Unlock()
 	log := a.logger()
 	a.loadDiscovery()
 	a.loadAccessReplica()
 
 	if a.cfg.JobSocket {
-		if a.js, err = newJobSockets(a, a.cfg.JobSocketDir); err != nil {
+		if a.js, err = a.newJobSockets(); err != nil {
 			return err
 		}
-		defer a.js.closeAll() // shutdown closes them first; this covers the early returns
-		log.Info("serving job sockets", "dir", a.js.base)
+		defer a.js.CloseAll() // shutdown closes them first; this covers the early returns
+		log.Info("serving job sockets", "dir", a.js.Base())
 	}
 	rt, ownRT, err := a.openRuntime(runCtx, id.NodeID)
 	if err != nil {
@@ -346,18 +352,27 @@ func (a *Agent) Run(ctx context.Context) error {
 		log.Warn("this worker does not know its cluster id yet (its Manager has not told it since it was upgraded): until it does, it touches only services without one")
 	}
 	a.rt = rt
-	a.images = newImageInventory(a, rt)
-	if err := a.images.refresh(runCtx); err != nil {
+	a.images = a.newImages(rt)
+	if err := a.images.Refresh(runCtx); err != nil {
 		log.Warn("cannot list the runtime's images; the hello reports none until it can", "err", err)
 	}
-	a.sup = newSupervisor(a, runCtx, rt)
+	a.sup = instance.New(runCtx, instance.Config{
+		Host:        agentHost{a},
+		Runtime:     rt,
+		RuntimeName: a.runtimeName,
+		Clock:       a.clock,
+		Log:         a.logger(),
+		Records:     a.records,
+		NodeID:      a.NodeID(),
+		JobSockets:  a.js,
+	})
 	defer a.wg.Wait()
-	if err := a.sup.adopt(runCtx, recs, unreadable); err != nil {
+	if err := a.sup.Adopt(runCtx, recs, unreadable); err != nil {
 		cancel(nil)
 		return fmt.Errorf("worker: adopt instances: %w", err)
 	}
 	a.goOwned(func() { a.runFence(runCtx) })
-	a.goOwned(func() { a.images.run(runCtx) })
+	a.goOwned(func() { a.images.Run(runCtx) })
 
 	srv := a.newServer()
 	a.goOwned(func() {
@@ -401,9 +416,9 @@ func (a *Agent) shutdown(srv *http.Server) {
 	cancel()
 	_ = srv.Close() // ends every connection: blocked receivers return
 	a.streams.Wait()
-	a.sup.close()
+	a.sup.Close()
 	if a.js != nil {
-		a.js.closeAll()
+		a.js.CloseAll()
 	}
 	a.wg.Wait()
 }
@@ -415,7 +430,7 @@ func (a *Agent) shutdown(srv *http.Server) {
 func (a *Agent) shutdownNode(sess *session, seq uint64, reason string, deregistered bool) {
 	if !a.terminating.CompareAndSwap(false, true) {
 		if sess != nil {
-			sess.enqueue(ackMessage(seq, nil))
+			sess.enqueue(ack.Message(seq, nil))
 		}
 		return
 	}
@@ -427,15 +442,15 @@ func (a *Agent) shutdownNode(sess *session, seq uint64, reason string, deregiste
 		ctx := a.runCtx
 		log := a.logger()
 		log.Info("stopping every instance: the node is leaving", "reason", reason, "deregistered", deregistered)
-		a.sup.stopAll(ctx, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED, reason)
+		a.sup.StopAll(ctx, managerv1.StoppingReason_STOPPING_REASON_NODE_TERMINATED, reason)
 		if ctx.Err() != nil {
 			return
 		}
-		if err := a.records.deleteAll(); err != nil {
+		if err := a.records.DeleteAll(); err != nil {
 			log.Error("cannot delete instance records", "err", err)
 		}
 		if deregistered {
-			if err := deleteIdentity(a.cfg.DataDir); err != nil {
+			if err := datadir.DeleteIdentity(a.cfg.DataDir); err != nil {
 				log.Error("cannot delete the identity", "err", err)
 			}
 			a.forgetDiscovery()
@@ -443,7 +458,7 @@ func (a *Agent) shutdownNode(sess *session, seq uint64, reason string, deregiste
 		}
 		if sess != nil {
 			sent := make(chan struct{})
-			sess.enqueueThen(ackMessage(seq, nil), func() { close(sent) })
+			sess.enqueueThen(ack.Message(seq, nil), func() { close(sent) })
 			t := a.clock.NewTimer(terminateFlushTimeout)
 			select {
 			case <-sent:
@@ -458,7 +473,7 @@ func (a *Agent) shutdownNode(sess *session, seq uint64, reason string, deregiste
 }
 
 // resolveRuntimeName decides which runtime the worker uses.
-func (a *Agent) resolveRuntimeName(ctx context.Context, recs map[runtime.Key]*record) (string, error) {
+func (a *Agent) resolveRuntimeName(ctx context.Context, recs map[runtime.Key]*instance.Record) (string, error) {
 	if a.cfg.RuntimeImpl != nil {
 		return a.cfg.RuntimeImpl.Name(), nil
 	}

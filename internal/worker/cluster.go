@@ -7,6 +7,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/worker/datadir"
 )
 
 // Ownership and sessions (decision 0027).
@@ -76,7 +77,7 @@ func (a *Agent) learnCluster(clusterID string) error {
 	}
 	id := *a.id
 	id.ClusterID = clusterID
-	if err := saveIdentity(a.cfg.DataDir, &id); err != nil {
+	if err := datadir.SaveIdentity(a.cfg.DataDir, &id); err != nil {
 		a.mu.Unlock()
 		return fmt.Errorf("remember the cluster id: %w", err)
 	}
@@ -91,14 +92,6 @@ func (a *Agent) learnCluster(clusterID string) error {
 	log.Info("this worker now knows its cluster: everything it creates is labelled with it", "cluster_id", clusterID)
 	return nil
 }
-
-// Kinds of WorkerNotice (InstanceNotice.kind).
-const (
-	noticeAdoptedUnlabelled = "adopted-unlabelled"
-	noticeKeptUnlabelled    = "kept-unlabelled"
-	noticeRemovedOrphan     = "removed-orphan"
-	noticeRecreatedMissing  = "recreated-missing"
-)
 
 // maxPendingNotices bounds the notices kept while no stream is up; older
 // ones are dropped (they were logged).

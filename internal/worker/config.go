@@ -13,6 +13,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/worker/instance"
 	"github.com/norsk-go/norsk-manager/pkg/certpin"
 )
 
@@ -25,7 +26,7 @@ const (
 	// hello nor its registration answer gives one.
 	DefaultHeartbeat = 5 * time.Second
 	// DefaultStopGrace is the grace a stop without one gives services.
-	DefaultStopGrace = 10 * time.Second
+	DefaultStopGrace = instance.DefaultStopGrace
 	// DefaultLeaseTTL is the lease TTL before the first LeaseGrant.
 	DefaultLeaseTTL = 15 * time.Second
 )

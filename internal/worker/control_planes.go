@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 )
 
 // controlPlanes is the cluster's list of norsk-mgr URLs as the Manager last
@@ -41,5 +42,5 @@ func (a *Agent) setControlPlanes(urls []string) {
 // onControlPlanes takes a ControlPlanes command and acknowledges it.
 func (a *Agent) onControlPlanes(sess *session, seq uint64, m *managerv1.ControlPlanes) {
 	a.setControlPlanes(m.GetUrls())
-	sess.enqueue(ackMessage(seq, nil))
+	sess.enqueue(ack.Message(seq, nil))
 }

@@ -42,64 +42,11 @@
 //
 // # Instances
 //
-// An instance is keyed by (job id, role) and held under a fencing token. Its
-// record, DataDir/instances/<job>_<role>_<hash>.json, holds the last start
-// command (with the latest spec an update gave), the desired state and the
-// restart bookkeeping; it is written before the worker acts on a command.
-// Each instance has one goroutine that applies its commands and its services'
-// exits in order, so everything about one instance is serialised; instances
-// proceed independently.
-//
-// Commands are idempotent and fenced: a start with an older token than the
-// one held is refused (FAILED_PRECONDITION "superseded by token N"), and so
-// is one older than any token this worker process has accepted for the key,
-// even after that instance is gone; the same token changes nothing; a newer
-// token replaces the held instance (reported STOPPING/STOPPED under the old
-// token with reason NODE_STOPPED, "superseded by token N"). A stop of an
-// instance holding a newer token than the stop's does nothing. Every command
-// is acknowledged (CommandAck) after the reports it caused; refusals carry a
-// gRPC code name (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, INTERNAL,
-// UNAVAILABLE).
-//
-// An instance that stops (a stop command, or a failure) leaves a tombstone:
-// its STOPPED report, kept (in memory and in its record) until it has been
-// sent on a live stream, so that the Manager learns why even if the stream
-// was down when it happened. Tombstones appear in the hello inventory.
-//
-// # Supervision
-//
-// One goroutine per running service waits for it to exit. A service that
-// exits while its instance runs is restarted when its policy says so (ALWAYS,
-// or ON_FAILURE with a non-zero exit) and its budget (count restarts within
-// period_s seconds) is not spent, after a backoff of 1 s doubling to 30 s
-// (reset once the service has run for 60 s; timed by Config.Clock).
-// Otherwise the instance has failed: its other services are stopped and it is
-// reported STOPPING (JOB_FAILED, with the exit code and the service's last
-// output) and STOPPED. Updated specs are kept for later re-creation; running
-// services are never recreated implicitly. A service an update removed from
-// the job keeps running until it exits; its exit is then not a failure and it
-// is not restarted; when the instance stops, such services are stopped first.
-// A restart is booked (counted against the budget) once per exit, when the
-// exit is seen; the record keeps when it is due, so that a worker restart
-// during the backoff finishes that restart instead of booking it again.
-//
-// # Adoption
-//
-// When Run starts it reads the records and the runtime's List (its
-// cluster's services and those without a cluster id): running services are
-// adopted (waited on again, never restarted); services that exited while
-// the worker was down get their restart policy applied at once; an instance
-// whose stop was in progress is stopped; runtime services of its cluster
-// that no record names belong to nobody and are stopped and removed;
-// services without a cluster id that no record names are left running,
-// untouched (they may be another Manager's). Each of these, and services a
-// record names found missing (re-created) or adopted without a cluster id,
-// is sent to the Manager as a WorkerNotice for the job's history. A record that
-// cannot be read (damaged, or written by a newer worker) never costs a live
-// channel: the services of its key are left running untouched, and are not
-// reported, until the Manager starts (re-adopting them under the same token)
-// or stops the instance or the node. When an unreadable record's file name
-// matches no runtime key, no orphans are removed at all.
+// The instances (keyed by job id and role, held under fencing tokens, one
+// actor each), their records, supervision under restart policies and
+// adoption after a worker restart are internal/worker/instance; its
+// package comment states their contract. The agent routes the Manager's
+// commands to them and acknowledges each after the reports it caused.
 //
 // # Leases
 //
@@ -126,9 +73,10 @@
 // worker adopts the instance, and removed when the instance stops. Over it
 // the worker relays the handover migration's handshake between the
 // Manager's migration_* commands and the job, and reports the job's answers
-// as MigrationReports; see jobsocket.go (paths, lifetime), migration.go
-// (commands, locking, aborts), migration_report.go (reports while no
-// stream is up) and docs/job-socket.md.
+// as MigrationReports; see internal/worker/jobsocket (paths, lifetime,
+// the handshake, its locking and aborts), jobsockets.go (the commands'
+// routing), migration_report.go (reports while no stream is up) and
+// docs/job-socket.md.
 //
 // # Images
 //
@@ -140,7 +88,7 @@
 // once; the refs are pulled one after the other and each outcome is sent as
 // WorkerMessage.prefetched with the inventory after it (kept for the next
 // stream while none is up). A start's pulls go to the job's history as
-// image-pull notices. See images.go.
+// image-pull notices. See internal/worker/images.
 //
 // This package imports nothing of the Manager's side.
 package worker

@@ -12,13 +12,7 @@ func (a *Agent) JobAttached(jobID, role string) bool {
 	if a.js == nil {
 		return false
 	}
-	s := a.js.find(runtime.Key{JobID: jobID, Role: role})
-	if s == nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.att != nil
+	return a.js.Attached(runtime.Key{JobID: jobID, Role: role})
 }
 
 // KeptMigrationReports is how many handshake reports wait for a Control

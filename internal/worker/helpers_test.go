@@ -20,6 +20,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/runtime/fake"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
 	"github.com/norsk-go/norsk-manager/internal/worker"
@@ -124,6 +125,20 @@ func (e *env) config() worker.Config {
 			{Name: "h264", Count: 2},
 		},
 	}
+}
+
+// fakeConfig is config with the in-memory runtime (internal/runtime/fake,
+// which passes the runtimes' conformance suite) instead of the process
+// runtime: for tests of the worker's own logic (commands, restarts,
+// reports) that need no real process. It returns the runtime to inspect.
+func (e *env) fakeConfig() (worker.Config, *fake.Runtime) {
+	h := fake.NewHost()
+	e.t.Cleanup(h.Close) // after the agent's cleanup: it stops first
+	rt := h.New(e.nodeID)
+	cfg := e.config()
+	cfg.Runtime = ""
+	cfg.RuntimeImpl = rt
+	return cfg, rt
 }
 
 // agent is a running Agent.

@@ -8,7 +8,6 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/clock"
-	"github.com/norsk-go/norsk-manager/internal/runtime"
 )
 
 // Leases of lease-protected jobs (Job.lease_protected).
@@ -179,10 +178,10 @@ func (a *Agent) runFence(ctx context.Context) {
 		now := a.clock.Now()
 		var t clock.Timer
 		var fire <-chan time.Time
-		if !v.paused && a.sup.anyProtected() {
+		if !v.paused && a.sup.AnyProtected() {
 			if v.expired(now) {
 				a.logger().Warn("the lease has run out: stopping the lease-protected instances", "why", v.why(now))
-				a.sup.fenceProtected()
+				a.sup.FenceProtected()
 			} else {
 				t = a.clock.NewTimer(v.fenceAt().Sub(now))
 				fire = t.C()
@@ -199,72 +198,6 @@ func (a *Agent) runFence(ctx context.Context) {
 		}
 		if ctx.Err() != nil {
 			return
-		}
-	}
-}
-
-// leaseProtected reports whether the instance holds a binding of a
-// lease-protected job that has not stopped.
-func (in *instance) leaseProtected() bool {
-	return in.rec != nil && !in.rec.Stopped && in.rec.Desired != desiredStopped && in.rec.job().GetLeaseProtected()
-}
-
-// onFence stops the instance if it is lease-protected and the lease has
-// still run out now (a grant may have come since the fence was queued).
-// Its services get a grace that fits in what is left of the TTL.
-func (in *instance) onFence() {
-	in.fenceQueued.Store(false)
-	if !in.leaseProtected() {
-		return
-	}
-	a := in.sup.a
-	v := a.leaseView()
-	now := in.sup.clock.Now()
-	if !v.expired(now) {
-		return
-	}
-	why := v.why(now)
-	n := time.Duration(max(1, len(in.shutdownOrder())))
-	grace := min(DefaultStopGrace, v.sent.Add(v.ttl).Sub(now)/(2*n))
-	grace = max(grace, time.Millisecond) // 0 would mean the runtime's default
-	in.log.Warn("stopping a lease-protected instance: its lease has run out", "token", in.rec.token(), "why", why, "grace", grace)
-	in.shutdown(managerv1.StoppingReason_STOPPING_REASON_NODE_STOPPED, why, grace, true)
-}
-
-// setProtected records whether the instance of key is lease-protected,
-// waking the fencing loop on a change.
-func (s *supervisor) setProtected(key runtime.Key, on bool) {
-	s.mu.Lock()
-	changed := s.protected[key] != on
-	if on {
-		s.protected[key] = true
-	} else {
-		delete(s.protected, key)
-	}
-	s.mu.Unlock()
-	if changed {
-		s.a.wakeFence()
-	}
-}
-
-// anyProtected reports whether a lease-protected instance runs.
-func (s *supervisor) anyProtected() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.protected) > 0
-}
-
-// fenceProtected queues a fence for every lease-protected instance (once
-// until it has been handled).
-func (s *supervisor) fenceProtected() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	for key := range s.protected {
-		if in := s.insts[key]; in != nil && in.fenceQueued.CompareAndSwap(false, true) {
-			in.enqueue(fenceEvent{})
 		}
 	}
 }

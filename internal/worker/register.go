@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/norsk-go/norsk-manager/internal/worker/hostinfo"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 
 	"connectrpc.com/connect"
@@ -324,7 +325,7 @@ func (a *Agent) registerRequest(token, secret string) *managerv1.ClusterMemberRe
 		Token:             token,
 		NodeSecret:        secret,
 		Address:           a.advertise,
-		Hardware:          a.hardware(),
+		Hardware:          hostinfo.Hardware(a.cfg.GPUs),
 		Capabilities:      a.cfg.Capabilities,
 		Runtime:           a.runtimeName,
 		WorkerVersion:     a.cfg.Version,

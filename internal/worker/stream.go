@@ -3,13 +3,11 @@ package worker
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
-
-	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/worker/hostinfo"
 )
 
 // session is one Control stream's outbound side: a FIFO the stream's
@@ -123,7 +121,7 @@ func (a *Agent) openSession(ctx context.Context, epoch managerEpoch) (*session, 
 	id := a.identity()
 	hello := &managerv1.WorkerHello{
 		NodeId:            id.NodeID,
-		Hardware:          a.hardware(),
+		Hardware:          hostinfo.Hardware(a.cfg.GPUs),
 		Capabilities:      a.cfg.Capabilities,
 		Runtime:           a.runtimeName,
 		WorkerVersion:     a.cfg.Version,
@@ -131,7 +129,7 @@ func (a *Agent) openSession(ctx context.Context, epoch managerEpoch) (*session, 
 		WorkerIncarnation: a.incarnation,
 	}
 	if a.images != nil {
-		hello.HeldImages = a.images.snapshot()
+		hello.HeldImages = a.images.Snapshot()
 	}
 	s.enqueue(&managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Hello{Hello: hello}})
 	a.flushMigrationReportsLocked(s)
@@ -207,24 +205,4 @@ func (a *Agent) sendReport(r *managerv1.InstanceReport) {
 
 func reportMessage(r *managerv1.InstanceReport) *managerv1.WorkerMessage {
 	return &managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Report{Report: r}}
-}
-
-// cmdError is a command's refusal: a gRPC code and a message.
-type cmdError struct {
-	code connect.Code
-	msg  string
-}
-
-func (e *cmdError) Error() string { return e.msg }
-
-// codeName is the gRPC name of the code ("FAILED_PRECONDITION").
-func (e *cmdError) codeName() string { return strings.ToUpper(e.code.String()) }
-
-func ackMessage(seq uint64, e *cmdError) *managerv1.WorkerMessage {
-	ack := &managerv1.CommandAck{Seq: seq}
-	if e != nil {
-		ack.Error = e.msg
-		ack.ErrorCode = e.codeName()
-	}
-	return &managerv1.WorkerMessage{Msg: &managerv1.WorkerMessage_Ack{Ack: ack}}
 }

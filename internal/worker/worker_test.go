@@ -460,11 +460,13 @@ func TestRestartOnFailureWithinBudgetThenFail(t *testing.T) {
 	}
 }
 
+// TestRestartAlways runs over the in-memory runtime: what it proves is
+// the worker's restart bookkeeping, not how a process exits.
 func TestRestartAlways(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	fc := clock.NewFake(time.Now())
-	cfg := e.config()
+	cfg, _ := e.fakeConfig()
 	cfg.Clock = fc
 	a := e.run(cfg)
 	c, _ := e.dial(a, noHeartbeats)
@@ -487,10 +489,14 @@ func TestRestartAlways(t *testing.T) {
 	expectAck(t, c, seq, "")
 }
 
+// TestRestartNeverFailsAtOnce runs over the in-memory runtime: what it
+// proves is the worker's failure handling (the other services stopped,
+// everything removed), which the runtime's List shows.
 func TestRestartNeverFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	a := e.run(e.config())
+	cfg, rt := e.fakeConfig()
+	a := e.run(cfg)
 	c, _ := e.dial(a, noHeartbeats)
 	s := withRestart(svc("main", "-exit", "0", "-run", "20ms"), managerv1.RestartMode_RESTART_MODE_NEVER, 0, 0)
 	startRunning(t, c, job("once", s, svc("sidecar")), "primary", 1)
@@ -503,10 +509,6 @@ func TestRestartNeverFailsAtOnce(t *testing.T) {
 		t.Fatalf("STOPPED exit codes: %v", r.GetExitCodes())
 	}
 	// The other service was stopped and everything removed.
-	rt, err := process.New(process.Config{NodeID: e.nodeID, ClusterID: e.mgr.ClusterID, Dir: filepath.Join(e.dataDir, "process"), Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if sts, err := rt.List(t.Context()); err != nil || len(sts) != 0 {
 		t.Fatalf("the runtime still holds %v (%v)", sts, err)
 	}

@@ -1,4 +1,4 @@
-package worker
+package instance
 
 import (
 	"fmt"
@@ -144,7 +144,7 @@ func (in *instance) restarted(name string) {
 func (in *instance) scheduleRestart(name string, gen uint64, delay time.Duration) {
 	ctx := in.runCtx
 	t := in.sup.clock.NewTimer(delay)
-	in.sup.a.goOwned(func() {
+	in.sup.host.Go(func() {
 		select {
 		case <-t.C():
 			in.enqueue(restartEvent{service: name, gen: gen})

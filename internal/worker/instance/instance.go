@@ -1,4 +1,4 @@
-package worker
+package instance
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 )
 
 // Events an instance's actor handles, in the order they were queued.
@@ -24,7 +25,7 @@ type (
 	// acknowledgement (nil error: carried out).
 	commandEvent struct {
 		msg   *managerv1.ControllerMessage
-		reply func(*cmdError)
+		reply func(*ack.Refusal)
 	}
 	// stopEvent stops whatever the instance holds (node termination);
 	// done is closed once it has stopped.
@@ -52,7 +53,7 @@ type (
 	// adoptEvent hands the actor a record and the runtime's services of
 	// the key, when the worker starts.
 	adoptEvent struct {
-		rec      *record
+		rec      *Record
 		statuses []runtime.ServiceStatus
 	}
 	// orphanEvent: the runtime holds services of the key that no record
@@ -69,19 +70,19 @@ type (
 // instance is one (job, role) and its actor. The fields below mu are owned
 // by the actor goroutine.
 type instance struct {
-	sup *supervisor
+	sup *Supervisor
 	key runtime.Key
 	log *slog.Logger
 
 	mu    sync.Mutex
 	queue []event
 	wake  chan struct{}
-	// preparing is the Prepare in flight, if any (instance_prepare.go).
+	// preparing is the Prepare in flight, if any (prepare.go).
 	preparing *preparing
 	// fenceQueued: a fenceEvent is queued and not yet handled.
 	fenceQueued atomic.Bool
 
-	rec       *record // nil: the worker holds nothing of the key
+	rec       *Record // nil: the worker holds nothing of the key
 	phase     managerv1.InstancePhase
 	reason    managerv1.StoppingReason
 	addl      string
@@ -106,7 +107,7 @@ type service struct {
 	startedAt time.Time // on the agent's clock
 }
 
-func newInstance(s *supervisor, key runtime.Key) *instance {
+func newInstance(s *Supervisor, key runtime.Key) *instance {
 	return &instance{
 		sup:       s,
 		key:       key,
@@ -176,7 +177,7 @@ func (in *instance) run() {
 func (in *instance) handle(ev event) {
 	switch ev := ev.(type) {
 	case commandEvent:
-		var err *cmdError
+		var err *ack.Refusal
 		switch m := ev.msg.GetMsg().(type) {
 		case *managerv1.ControllerMessage_Start:
 			err = in.start(m.Start)
@@ -188,7 +189,7 @@ func (in *instance) handle(ev event) {
 			err = in.update(m.Update)
 		}
 		if err != nil {
-			in.log.Info("command refused", "seq", ev.msg.GetSeq(), "code", err.codeName(), "err", err.msg)
+			in.log.Info("command refused", "seq", ev.msg.GetSeq(), "code", err.CodeName(), "err", err.Msg)
 		}
 		ev.reply(err)
 	case stopEvent:
@@ -237,7 +238,7 @@ func (in *instance) endRun() {
 	}
 }
 
-func (in *instance) save(rec *record) error {
+func (in *instance) save(rec *Record) error {
 	return in.sup.records.save(rec, in.sup.clock.Now())
 }
 
@@ -271,7 +272,7 @@ func (in *instance) publish() {
 		token := in.rec.token()
 		deliver = func() { in.enqueue(deliveredEvent{token: token}) }
 	}
-	in.sup.a.publish(in.key, in.report(), deliver)
+	in.sup.host.Publish(in.key, in.report(), deliver)
 }
 
 // forget drops the instance: no record, no report.
@@ -283,7 +284,7 @@ func (in *instance) forget() {
 	in.phase = managerv1.InstancePhase_INSTANCE_PHASE_UNSPECIFIED
 	in.endRun()
 	in.closeJobSocket()
-	in.sup.a.unpublish(in.key)
+	in.sup.host.Unpublish(in.key)
 }
 
 func (in *instance) onDelivered(ev deliveredEvent) {
@@ -359,7 +360,7 @@ func (in *instance) startService(name string) error {
 // watch waits for a service to exit and tells the actor.
 func (in *instance) watch(name string, gen uint64) {
 	ctx := in.runCtx
-	in.sup.a.goOwned(func() {
+	in.sup.host.Go(func() {
 		code, err := in.sup.rt.Wait(ctx, in.key, name)
 		if ctx.Err() != nil {
 			return
@@ -433,7 +434,7 @@ func (in *instance) shutdown(reason managerv1.StoppingReason, addl string, grace
 	in.ports = map[string]*managerv1.ResolvedPortMappings{}
 	in.closeJobSocket()
 	if !tombstone {
-		in.sup.a.sendReport(in.report())
+		in.sup.host.SendReport(in.report())
 		return
 	}
 	rec.Stopped = true
@@ -468,7 +469,7 @@ func (in *instance) removeOrphan(sts []runtime.ServiceStatus) {
 	}
 	in.log.Warn("stopping and removing services that no instance record names", "services", len(sts))
 	in.removeServices(sts, DefaultStopGrace)
-	in.sup.a.notify(in.key, maxToken(sts), noticeRemovedOrphan, fmt.Sprintf(
+	in.sup.host.Notify(in.key, maxToken(sts), noticeRemovedOrphan, fmt.Sprintf(
 		"stopped and removed services %s (token %d) of this cluster that no instance record of this worker named", serviceNames(sts), maxToken(sts)))
 }
 

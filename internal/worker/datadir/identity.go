@@ -1,4 +1,4 @@
-package worker
+package datadir
 
 import (
 	"encoding/json"
@@ -31,7 +31,7 @@ type Identity struct {
 	ClusterID string `json:"clusterId,omitempty"`
 }
 
-// LoadIdentity reads DataDir's identity; (nil, nil) when there is none.
+// LoadIdentity reads dataDir's identity; (nil, nil) when there is none.
 func LoadIdentity(dataDir string) (*Identity, error) {
 	path := filepath.Join(dataDir, identityFile)
 	b, err := os.ReadFile(path)
@@ -51,8 +51,8 @@ func LoadIdentity(dataDir string) (*Identity, error) {
 	return &id, nil
 }
 
-// saveIdentity writes the identity atomically, readable by its owner only.
-func saveIdentity(dataDir string, id *Identity) error {
+// SaveIdentity writes the identity atomically, readable by its owner only.
+func SaveIdentity(dataDir string, id *Identity) error {
 	b, err := json.MarshalIndent(id, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode identity: %w", err)
@@ -60,8 +60,8 @@ func saveIdentity(dataDir string, id *Identity) error {
 	return atomicfile.WriteFile(filepath.Join(dataDir, identityFile), append(b, '\n'), 0o600)
 }
 
-// deleteIdentity forgets the identity; a missing one is not an error.
-func deleteIdentity(dataDir string) error {
+// DeleteIdentity forgets the identity; a missing one is not an error.
+func DeleteIdentity(dataDir string) error {
 	err := os.Remove(filepath.Join(dataDir, identityFile))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete identity: %w", err)

@@ -1,4 +1,4 @@
-package worker
+package jobsocket
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
-	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
+	jsapi "github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
 
 // Why a job's stream (an attachment) ends.
@@ -24,23 +24,24 @@ var (
 	errAttachEnded    = errors.New("the job's stream ended")
 )
 
-// socketInfo is what an instance's socket tells its job and reports under.
-type socketInfo struct {
-	token       uint64
-	runtimeRole string
-	// migrationID is the migration the instance was started as the target
-	// of ("" = none, or its handover was applied); handover says it is a
-	// handover's target, initialState the source's state it was started
+// Info is what an instance's socket tells its job and reports under:
+// the token it is held under, the runtime role it runs as.
+type Info struct {
+	Token       uint64
+	RuntimeRole string
+	// MigrationID is the migration the instance was started as the target
+	// of ("" = none, or its handover was applied); Handover says it is a
+	// handover's target, InitialState the source's state it was started
 	// with.
-	migrationID  string
-	handover     bool
-	initialState []byte
+	MigrationID  string
+	Handover     bool
+	InitialState []byte
 }
 
 // jobSocket is the job socket of one instance: its server, the job's
 // current stream and the instance's part in a handover (migration.go).
 type jobSocket struct {
-	m     *jobSockets
+	m     *Sockets
 	key   runtime.Key
 	token uint64
 	dir   string
@@ -55,7 +56,7 @@ type jobSocket struct {
 	order sync.Mutex
 
 	mu   sync.Mutex
-	info socketInfo
+	info Info
 	// att is the job's current stream (nil: the job is not attached).
 	att     *attachment
 	nextAtt uint64
@@ -72,13 +73,13 @@ type jobSocket struct {
 	closed       bool
 }
 
-func newJobSocket(m *jobSockets, key runtime.Key, info socketInfo, dir, path string, ln *net.UnixListener) *jobSocket {
+func newJobSocket(m *Sockets, key runtime.Key, info Info, dir, path string, ln *net.UnixListener) *jobSocket {
 	s := &jobSocket{
-		m: m, key: key, token: info.token, dir: dir, path: path, ln: ln, info: info,
+		m: m, key: key, token: info.Token, dir: dir, path: path, ln: ln, info: info,
 		log: m.log.With("instance", key.String(), "job_socket", path),
 	}
-	if info.migrationID != "" && info.handover {
-		s.mig = handover{id: info.migrationID, side: sideTarget, stage: stageLaunched}
+	if info.MigrationID != "" && info.Handover {
+		s.mig = handover{id: info.MigrationID, side: sideTarget, stage: stageLaunched}
 	}
 	return s
 }
@@ -216,7 +217,7 @@ func (h attachHandler) Attach(ctx context.Context, stream *connect.BidiStream[ma
 }
 
 // enter counts a stream handler in; false once the sockets are closing.
-func (m *jobSockets) enter() bool {
+func (m *Sockets) enter() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -261,13 +262,13 @@ func (s *jobSocket) attach(ctx context.Context, hello *managerv1.JobSocketHello)
 		old.cancel(errAttachReplaced)
 	}
 	ack := &managerv1.JobSocketHelloAck{
-		Protocol:    jobsocket.Protocol,
+		Protocol:    jsapi.Protocol,
 		JobId:       s.key.JobID,
 		Role:        s.key.Role,
-		RuntimeRole: s.info.runtimeRole,
-		NodeId:      s.m.a.NodeID(),
+		RuntimeRole: s.info.RuntimeRole,
+		NodeId:      s.m.cfg.NodeID(),
 	}
-	ack.MigrationId = s.info.migrationID
+	ack.MigrationId = s.info.MigrationID
 	if s.mig.side == sideTarget {
 		ack.MigrationId, ack.Handover = s.mig.id, true
 	}
@@ -278,7 +279,7 @@ func (s *jobSocket) attach(ctx context.Context, hello *managerv1.JobSocketHello)
 	}
 	if s.owesInitialState() {
 		att.push(&managerv1.JobSocketToJob{Msg: &managerv1.JobSocketToJob_InitialState{InitialState: &managerv1.JobSocketInitialState{
-			MigrationId: s.mig.id, Payload: s.info.initialState,
+			MigrationId: s.mig.id, Payload: s.info.InitialState,
 		}}}, s.initialStateSent(s.mig.id))
 	}
 	var dropped []func(error)

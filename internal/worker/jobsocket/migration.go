@@ -1,4 +1,4 @@
-package worker
+package jobsocket
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 )
 
 // The handover handshake on the worker: the Manager's migration commands are
@@ -120,105 +121,49 @@ func (h handover) holds() bool {
 	return false
 }
 
-// onMigrationCommand handles a migration command from a Control stream; its
-// acknowledgement is queued on that stream.
-func (a *Agent) onMigrationCommand(sess *session, msg *managerv1.ControllerMessage) {
-	seq := msg.GetSeq()
-	log := a.logger()
-	reply := func(e *cmdError) {
-		if e != nil {
-			log.Info("migration command refused", "seq", seq, "code", e.codeName(), "err", e.msg)
-		}
-		sess.enqueue(ackMessage(seq, e))
-	}
-	if a.js == nil {
-		reply(refuse(connect.CodeFailedPrecondition, "this worker serves no job sockets (start it with --job-socket)"))
-		return
-	}
-	switch m := msg.GetMsg().(type) {
-	case *managerv1.ControllerMessage_MigrationGetState:
-		c := m.MigrationGetState
-		if e := checkMigrationCommand(c.GetJobId(), c.GetRole(), c.GetMigrationId()); e != nil {
-			reply(e)
-			return
-		}
-		a.js.getState(runtime.Key{JobID: c.GetJobId(), Role: c.GetRole()}, c.GetFencingToken(), c.GetMigrationId(), reply)
-	case *managerv1.ControllerMessage_MigrationCutoverReady:
-		c := m.MigrationCutoverReady
-		if e := checkMigrationCommand(c.GetJobId(), c.GetRole(), c.GetMigrationId()); e != nil {
-			reply(e)
-			return
-		}
-		a.js.cutoverReady(runtime.Key{JobID: c.GetJobId(), Role: c.GetRole()}, c.GetFencingToken(), c.GetMigrationId(), c.GetPayload(), reply)
-	case *managerv1.ControllerMessage_MigrationCutoverApply:
-		c := m.MigrationCutoverApply
-		if e := checkMigrationCommand(c.GetJobId(), c.GetRole(), c.GetMigrationId()); e != nil {
-			reply(e)
-			return
-		}
-		a.js.cutoverApply(runtime.Key{JobID: c.GetJobId(), Role: c.GetRole()}, c.GetFencingToken(), c.GetMigrationId(), c.GetPayload(), reply)
-	case *managerv1.ControllerMessage_MigrationAbort:
-		c := m.MigrationAbort
-		if c.GetJobId() == "" || c.GetMigrationId() == "" {
-			reply(refuse(connect.CodeInvalidArgument, "the migration abort names no job id or no migration id"))
-			return
-		}
-		a.js.abort(c.GetJobId(), c.GetRole(), c.GetMigrationId(), c.GetReason(), reply)
-	}
-}
-
-func checkMigrationCommand(jobID, role, migrationID string) *cmdError {
-	if jobID == "" || role == "" || migrationID == "" {
-		return refuse(connect.CodeInvalidArgument, "the migration command names no job id, role or migration id")
-	}
-	return nil
-}
-
 // held returns the socket of an instance the worker holds under token (0:
 // whatever it holds), or the refusal.
-func (m *jobSockets) held(key runtime.Key, token uint64) (*jobSocket, *cmdError) {
-	m.a.pubMu.Lock()
-	snap := m.a.snaps[key]
-	m.a.pubMu.Unlock()
+func (m *Sockets) held(key runtime.Key, token uint64) (*jobSocket, *ack.Refusal) {
+	rep := m.cfg.Held(key)
 	switch {
-	case snap == nil:
-		return nil, refuse(connect.CodeNotFound, "no instance %s on this node", key)
-	case snap.report.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED:
-		return nil, refuse(connect.CodeNotFound, "instance %s has stopped (token %d)", key, snap.report.GetFencingToken())
-	case token != 0 && snap.report.GetFencingToken() != token:
-		return nil, refuse(connect.CodeNotFound, "instance %s is held under token %d, not %d", key, snap.report.GetFencingToken(), token)
+	case rep == nil:
+		return nil, ack.Refuse(connect.CodeNotFound, "no instance %s on this node", key)
+	case rep.GetPhase() == managerv1.InstancePhase_INSTANCE_PHASE_STOPPED:
+		return nil, ack.Refuse(connect.CodeNotFound, "instance %s has stopped (token %d)", key, rep.GetFencingToken())
+	case token != 0 && rep.GetFencingToken() != token:
+		return nil, ack.Refuse(connect.CodeNotFound, "instance %s is held under token %d, not %d", key, rep.GetFencingToken(), token)
 	}
 	s := m.find(key)
 	switch {
 	case s == nil:
-		return nil, refuse(connect.CodeFailedPrecondition, "instance %s has no job socket (it could not be made: see the worker's log)", key)
+		return nil, ack.Refuse(connect.CodeFailedPrecondition, "instance %s has no job socket (it could not be made: see the worker's log)", key)
 	case token != 0 && s.token != token:
-		return nil, refuse(connect.CodeNotFound, "instance %s is held under token %d, not %d", key, s.token, token)
+		return nil, ack.Refuse(connect.CodeNotFound, "instance %s is held under token %d, not %d", key, s.token, token)
 	}
 	return s, nil
 }
 
 // noSession is the refusal of a command for a job that is not attached.
-func (s *jobSocket) noSession() *cmdError {
-	return refuse(connect.CodeFailedPrecondition, "instance %s has no job socket session (is --job-socket on and does the job attach?)", s.key)
+func (s *jobSocket) noSession() *ack.Refusal {
+	return ack.Refuse(connect.CodeFailedPrecondition, "instance %s has no job socket session (is --job-socket on and does the job attach?)", s.key)
 }
 
 // lockedFor refuses a command of migration id when the instance takes part
 // in another migration that holds it, or is that migration's target; s.mu
 // held.
-func (s *jobSocket) lockedFor(id string) *cmdError {
+func (s *jobSocket) lockedFor(id string) *ack.Refusal {
 	if s.mig.id != "" && s.mig.id != id && s.mig.holds() {
-		return refuse(connect.CodeFailedPrecondition, "instance %s is already in migration %s (%s, %s)", s.key, s.mig.id, s.mig.side, s.mig.stage)
+		return ack.Refuse(connect.CodeFailedPrecondition, "instance %s is already in migration %s (%s, %s)", s.key, s.mig.id, s.mig.side, s.mig.stage)
 	}
 	return nil
 }
 
 // told returns what acknowledges a command once its message has been sent
 // to the job (or refuses it when the stream ended first).
-func (s *jobSocket) told(what string, reply func(*cmdError)) func(error) {
+func (s *jobSocket) told(what string, reply func(*ack.Refusal)) func(error) {
 	return func(err error) {
 		if err != nil {
-			reply(refuse(connect.CodeFailedPrecondition, "instance %s: the job's stream ended before it was sent %s: %v", s.key, what, err))
+			reply(ack.Refuse(connect.CodeFailedPrecondition, "instance %s: the job's stream ended before it was sent %s: %v", s.key, what, err))
 			return
 		}
 		reply(nil)
@@ -226,7 +171,7 @@ func (s *jobSocket) told(what string, reply func(*cmdError)) func(error) {
 }
 
 // getState (the propose) asks the source for its state.
-func (m *jobSockets) getState(key runtime.Key, token uint64, id string, reply func(*cmdError)) {
+func (m *Sockets) GetState(key runtime.Key, token uint64, id string, reply func(*ack.Refusal)) {
 	s, e := m.held(key, token)
 	if e != nil {
 		reply(e)
@@ -236,10 +181,10 @@ func (m *jobSockets) getState(key runtime.Key, token uint64, id string, reply fu
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
-		reply(refuse(connect.CodeNotFound, "instance %s has stopped", key))
+		reply(ack.Refuse(connect.CodeNotFound, "instance %s has stopped", key))
 		return
 	case s.mig.side == sideTarget && s.mig.id == id:
-		reply(refuse(connect.CodeFailedPrecondition, "instance %s is the target of migration %s, not its source", key, id))
+		reply(ack.Refuse(connect.CodeFailedPrecondition, "instance %s is the target of migration %s, not its source", key, id))
 		return
 	}
 	if e := s.lockedFor(id); e != nil {
@@ -260,7 +205,7 @@ func (m *jobSockets) getState(key runtime.Key, token uint64, id string, reply fu
 }
 
 // cutoverReady tells the source where the target is ready: stop output.
-func (m *jobSockets) cutoverReady(key runtime.Key, token uint64, id string, payload []byte, reply func(*cmdError)) {
+func (m *Sockets) CutoverReady(key runtime.Key, token uint64, id string, payload []byte, reply func(*ack.Refusal)) {
 	s, e := m.held(key, token)
 	if e != nil {
 		reply(e)
@@ -269,7 +214,7 @@ func (m *jobSockets) cutoverReady(key runtime.Key, token uint64, id string, payl
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		reply(refuse(connect.CodeNotFound, "instance %s has stopped", key))
+		reply(ack.Refuse(connect.CodeNotFound, "instance %s has stopped", key))
 		return
 	}
 	if s.mig.side != sideSource || s.mig.id != id {
@@ -277,7 +222,7 @@ func (m *jobSockets) cutoverReady(key runtime.Key, token uint64, id string, payl
 			reply(e)
 			return
 		}
-		reply(refuse(connect.CodeFailedPrecondition, "instance %s is not the source of migration %s (it was not asked for its state, or the migration was aborted)", key, id))
+		reply(ack.Refuse(connect.CodeFailedPrecondition, "instance %s is not the source of migration %s (it was not asked for its state, or the migration was aborted)", key, id))
 		return
 	}
 	switch {
@@ -306,7 +251,7 @@ func (m *jobSockets) cutoverReady(key runtime.Key, token uint64, id string, payl
 }
 
 // cutoverApply tells the target where the source stopped: start output.
-func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payload []byte, reply func(*cmdError)) {
+func (m *Sockets) CutoverApply(key runtime.Key, token uint64, id string, payload []byte, reply func(*ack.Refusal)) {
 	s, e := m.held(key, token)
 	if e != nil {
 		reply(e)
@@ -316,7 +261,7 @@ func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payl
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
-		reply(refuse(connect.CodeNotFound, "instance %s has stopped", key))
+		reply(ack.Refuse(connect.CodeNotFound, "instance %s has stopped", key))
 		return
 	case s.appliedID == id:
 		// Applied already: nothing more to tell the job, but its answer
@@ -332,10 +277,10 @@ func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payl
 			reply(e)
 			return
 		}
-		reply(refuse(connect.CodeFailedPrecondition, "instance %s is not the target of migration %s", key, id))
+		reply(ack.Refuse(connect.CodeFailedPrecondition, "instance %s is not the target of migration %s", key, id))
 		return
 	case s.mig.stage == stageAborted:
-		reply(refuse(connect.CodeFailedPrecondition, "migration %s was aborted on instance %s", id, key))
+		reply(ack.Refuse(connect.CodeFailedPrecondition, "migration %s was aborted on instance %s", id, key))
 		return
 	case s.att == nil:
 		reply(s.noSession())
@@ -355,7 +300,7 @@ func (m *jobSockets) cutoverApply(key runtime.Key, token uint64, id string, payl
 // instance of the job the worker holds when role is empty. It is
 // acknowledged once every job concerned has been told (or will be, after
 // its next attach).
-func (m *jobSockets) abort(jobID, role, id, reason string, reply func(*cmdError)) {
+func (m *Sockets) Abort(jobID, role, id, reason string, reply func(*ack.Refusal)) {
 	var socks []*jobSocket
 	if role == "" {
 		socks = m.ofJob(jobID)
@@ -460,7 +405,7 @@ func (s *jobSocket) initialStateSent(id string) func(error) {
 // state; s.mu held.
 func (s *jobSocket) deliveredLocked() {
 	s.mig.stage = stageStateDelivered
-	s.log.Info("migration: initial state delivered to the target", "migration_id", s.mig.id, "bytes", len(s.info.initialState))
+	s.log.Info("migration: initial state delivered to the target", "migration_id", s.mig.id, "bytes", len(s.info.InitialState))
 	s.reportLocked(managerv1.MigrationReportKind_MIGRATION_REPORT_KIND_INITIAL_STATE_DELIVERED, s.mig.id, nil)
 }
 
@@ -529,7 +474,7 @@ func (s *jobSocket) fromJob(att *attachment, msg *managerv1.JobSocketFromJob) {
 		})
 		// The job runs as itself from here on: it may be migrated again.
 		s.mig, s.appliedID, s.appliedSummary = handover{}, id, m.Applied.GetPayload()
-		s.info.migrationID, s.info.handover, s.info.initialState = "", false, nil
+		s.info.MigrationID, s.info.Handover, s.info.InitialState = "", false, nil
 		applied = id
 	case *managerv1.JobSocketFromJob_Abort:
 		id := m.Abort.GetMigrationId()
@@ -553,7 +498,7 @@ func (s *jobSocket) fromJob(att *attachment, msg *managerv1.JobSocketFromJob) {
 	if applied != "" {
 		// Kept in the record: a restarted worker does not treat the
 		// instance as a target again.
-		s.m.a.sup.dispatch(s.key, handoverAppliedEvent{token: s.token, migrationID: applied})
+		s.m.cfg.Applied(s.key, s.token, applied)
 	}
 }
 
@@ -582,5 +527,5 @@ func (s *jobSocket) reportLocked(kind managerv1.MigrationReportKind, id string, 
 	if fill != nil {
 		fill(r)
 	}
-	s.m.a.reportMigration(r)
+	s.m.cfg.Report(r)
 }

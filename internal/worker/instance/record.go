@@ -1,4 +1,4 @@
-package worker
+package instance
 
 import (
 	"crypto/sha256"
@@ -25,8 +25,9 @@ import (
 // rather than misread.
 const recordVersion = 1
 
-// instancesDir is the directory of the instance records in DataDir.
-const instancesDir = "instances"
+// RecordsDir is the directory of the instance records in a worker's
+// DataDir.
+const RecordsDir = "instances"
 
 // Desired states of an instance record.
 const (
@@ -35,9 +36,9 @@ const (
 	desiredStopped  = "stopped"
 )
 
-// record is what the worker keeps of an instance on disk, written before the
+// Record is what the worker keeps of an instance on disk, written before the
 // worker acts on a command so that a successor finishes what it started.
-type record struct {
+type Record struct {
 	Version int `json:"version"`
 	// Start is the last start command (protojson), with the job spec the
 	// latest update gave.
@@ -69,7 +70,7 @@ type record struct {
 	ExitCodes        map[string]int32 `json:"exitCodes,omitempty"`
 	// HandoverApplied: the instance was started as the target of a
 	// migration (Start.migration_id) and its job has applied the handover;
-	// it is no longer told it is a target (jobsocket.go).
+	// it is no longer told it is a target (internal/worker/jobsocket).
 	HandoverApplied bool `json:"handoverApplied,omitempty"`
 	// UnlabelledNoted: the Manager was told (a notice in the job's
 	// history) that the instance runs on services made before cluster ids,
@@ -80,8 +81,8 @@ type record struct {
 	start *managerv1.StartInstance
 }
 
-func newRecord(start *managerv1.StartInstance, runtimeName string) *record {
-	rec := &record{
+func newRecord(start *managerv1.StartInstance, runtimeName string) *Record {
+	rec := &Record{
 		start:   proto.Clone(start).(*managerv1.StartInstance),
 		Runtime: runtimeName,
 		Desired: desiredRunning,
@@ -92,12 +93,12 @@ func newRecord(start *managerv1.StartInstance, runtimeName string) *record {
 	return rec
 }
 
-func (r *record) key() runtime.Key {
+func (r *Record) key() runtime.Key {
 	return runtime.Key{JobID: r.start.GetJob().GetJobId(), Role: r.start.GetRole()}
 }
-func (r *record) token() uint64       { return r.start.GetFencingToken() }
-func (r *record) job() *managerv1.Job { return r.start.GetJob() }
-func (r *record) runtimeRole() string {
+func (r *Record) token() uint64       { return r.start.GetFencingToken() }
+func (r *Record) job() *managerv1.Job { return r.start.GetJob() }
+func (r *Record) runtimeRole() string {
 	if rr := r.start.GetRuntimeRole(); rr != "" {
 		return rr
 	}
@@ -105,7 +106,7 @@ func (r *record) runtimeRole() string {
 }
 
 // service returns the spec of one service, nil if the job has none so named.
-func (r *record) service(name string) *managerv1.Service {
+func (r *Record) service(name string) *managerv1.Service {
 	for _, s := range r.job().GetServices() {
 		if s.GetName() == name {
 			return s
@@ -123,20 +124,32 @@ func parseReason(s string) managerv1.StoppingReason {
 	return managerv1.StoppingReason_STOPPING_REASON_NODE_STOPPED
 }
 
-// recordStore keeps instance records in a directory.
-type recordStore struct {
+// Records keeps instance records in a directory.
+type Records struct {
 	dir string
 	log *slog.Logger
 }
 
+// NewRecords keeps records in dir, logging to log.
+func NewRecords(dir string, log *slog.Logger) *Records {
+	return &Records{dir: dir, log: log}
+}
+
+// Dir is the records' directory.
+func (s *Records) Dir() string { return s.dir }
+
+// SetLogger replaces the records' logger; call it before the records are
+// used concurrently (the agent does once it knows its node).
+func (s *Records) SetLogger(log *slog.Logger) { s.log = log }
+
 // path is <dir>/<job>_<role>_<hash>.json: the parts made file-safe, the hash
 // over the exact key so that keys never share a file.
-func (s *recordStore) path(key runtime.Key) string {
+func (s *Records) path(key runtime.Key) string {
 	sum := sha256.Sum256([]byte(key.JobID + "\x00" + key.Role))
 	return filepath.Join(s.dir, fileSafe(key.JobID)+"_"+fileSafe(key.Role)+"_"+hex.EncodeToString(sum[:4])+".json")
 }
 
-func (s *recordStore) save(rec *record, now time.Time) error {
+func (s *Records) save(rec *Record, now time.Time) error {
 	rec.Version = recordVersion
 	rec.UpdatedAt = now.UTC()
 	start, err := protojson.Marshal(rec.start)
@@ -151,7 +164,7 @@ func (s *recordStore) save(rec *record, now time.Time) error {
 	return atomicfile.WriteFile(s.path(rec.key()), append(b, '\n'), 0o600)
 }
 
-func (s *recordStore) delete(key runtime.Key) error {
+func (s *Records) delete(key runtime.Key) error {
 	err := os.Remove(s.path(key))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete record of %s: %w", key, err)
@@ -159,8 +172,8 @@ func (s *recordStore) delete(key runtime.Key) error {
 	return nil
 }
 
-// deleteAll removes every record.
-func (s *recordStore) deleteAll() error {
+// DeleteAll removes every record.
+func (s *Records) DeleteAll() error {
 	paths, err := filepath.Glob(filepath.Join(s.dir, "*.json"))
 	if err != nil {
 		return err
@@ -176,7 +189,7 @@ func (s *recordStore) deleteAll() error {
 
 // putAside renames an unreadable record out of the records' pattern
 // (<path>.unreadable-<time>), never deleting it, and returns the new path.
-func (s *recordStore) putAside(path string, now time.Time) (string, error) {
+func (s *Records) putAside(path string, now time.Time) (string, error) {
 	moved := path + ".unreadable-" + now.UTC().Format("20060102T150405Z")
 	if err := os.Rename(path, moved); err != nil {
 		return "", fmt.Errorf("put %s aside: %w", path, err)
@@ -184,16 +197,16 @@ func (s *recordStore) putAside(path string, now time.Time) (string, error) {
 	return moved, nil
 }
 
-// loadAll reads every record. A file it cannot read (damaged, or written by
+// LoadAll reads every record. A file it cannot read (damaged, or written by
 // a newer worker) is logged, left in place and returned in unreadable (its
 // path): the instance it describes may still run, and must not be taken for
-// an orphan (supervisor.adopt).
-func (s *recordStore) loadAll() (recs map[runtime.Key]*record, unreadable []string, err error) {
+// an orphan (Supervisor.Adopt).
+func (s *Records) LoadAll() (recs map[runtime.Key]*Record, unreadable []string, err error) {
 	paths, err := filepath.Glob(filepath.Join(s.dir, "*.json"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("list instance records: %w", err)
 	}
-	recs = map[runtime.Key]*record{}
+	recs = map[runtime.Key]*Record{}
 	for _, p := range paths {
 		rec, err := loadRecord(p)
 		if err != nil {
@@ -206,12 +219,12 @@ func (s *recordStore) loadAll() (recs map[runtime.Key]*record, unreadable []stri
 	return recs, unreadable, nil
 }
 
-func loadRecord(path string) (*record, error) {
+func loadRecord(path string) (*Record, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var rec record
+	var rec Record
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package worker
+package datadir
 
 import (
 	"errors"
@@ -13,17 +13,17 @@ import (
 // lockFile is the name of the data directory's lock file.
 const lockFile = "worker.lock"
 
-// DataDirInUseError is Run's error when another worker process holds the
+// InUseError is the error of Lock when another worker process holds the
 // data directory: two workers over one directory would both adopt its
 // instances and take the node from each other in turns.
-type DataDirInUseError struct {
+type InUseError struct {
 	Dir string
 	// PID is the process that holds the lock, as it wrote it in the lock
 	// file (0 when it cannot be read).
 	PID int
 }
 
-func (e *DataDirInUseError) Error() string {
+func (e *InUseError) Error() string {
 	holder := "another process"
 	if e.PID > 0 {
 		holder = "process " + strconv.Itoa(e.PID)
@@ -32,15 +32,15 @@ func (e *DataDirInUseError) Error() string {
 		e.Dir, holder, filepath.Join(e.Dir, lockFile))
 }
 
-// dataDirLock is an exclusive flock on DataDir/worker.lock, which holds the
+// Lock is an exclusive flock on DataDir/worker.lock, which holds the
 // pid of the process that took it. It lasts until release (or until the
 // process ends: the kernel drops the lock of a killed process).
-type dataDirLock struct{ f *os.File }
+type Lock struct{ f *os.File }
 
-// lockDataDir takes the data directory's lock without waiting; a directory
+// TakeLock takes the data directory's lock without waiting; a directory
 // another process (or another Agent of this process) holds is a
-// *DataDirInUseError naming the holder's pid.
-func lockDataDir(dir string) (*dataDirLock, error) {
+// *InUseError naming the holder's pid.
+func TakeLock(dir string) (*Lock, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("worker: data directory: %w", err)
 	}
@@ -52,7 +52,7 @@ func lockDataDir(dir string) (*dataDirLock, error) {
 	if err := flockNB(f); err != nil {
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, &DataDirInUseError{Dir: dir, PID: readLockPID(path)}
+			return nil, &InUseError{Dir: dir, PID: readLockPID(path)}
 		}
 		return nil, fmt.Errorf("worker: lock %s: %w", path, err)
 	}
@@ -71,12 +71,12 @@ func lockDataDir(dir string) (*dataDirLock, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("worker: write %s: %w", path, err)
 	}
-	return &dataDirLock{f: f}, nil
+	return &Lock{f: f}, nil
 }
 
-// release drops the lock. The file stays: removing it would let a second
+// Release drops the lock. The file stays: removing it would let a second
 // process lock a new file while a third still waits on the old one.
-func (l *dataDirLock) release() {
+func (l *Lock) Release() {
 	_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
 	_ = l.f.Close()
 }
@@ -107,7 +107,7 @@ func readLockPID(path string) int {
 // LockHolder reports whether a worker holds dataDir's lock now, and the pid
 // it wrote there (0 when unknown). It takes the lock for an instant to
 // find out, so it may make a worker starting at that very instant fail with
-// *DataDirInUseError; callers use it before they start one.
+// *InUseError; callers use it before they start one.
 func LockHolder(dataDir string) (pid int, held bool, err error) {
 	path := filepath.Join(dataDir, lockFile)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)

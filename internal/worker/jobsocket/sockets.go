@@ -1,4 +1,4 @@
-package worker
+package jobsocket
 
 import (
 	"crypto/sha256"
@@ -20,10 +20,10 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
-	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
+	jsapi "github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
 
-// The job sockets (Config.JobSocket): one Unix socket per instance, served
+// The job sockets (the worker's Config.JobSocket): one Unix socket per instance, served
 // with the JobSocket service (gRPC over cleartext HTTP/2) for as long as the
 // worker holds the instance and it has not stopped.
 //
@@ -71,25 +71,9 @@ const jobSocketServerShutdown = time.Second
 // errJobSocketsClosed: the worker is shutting down.
 var errJobSocketsClosed = errors.New("the worker is shutting down")
 
-// withJobSocketCapability returns caps without any entry named
-// jobsocket.Capability, plus that capability (count 1) when on: the worker
-// advertises it exactly when it serves job sockets.
-func withJobSocketCapability(caps []*managerv1.Capability, on bool) []*managerv1.Capability {
-	out := make([]*managerv1.Capability, 0, len(caps)+1)
-	for _, c := range caps {
-		if c.GetName() != jobsocket.Capability {
-			out = append(out, c)
-		}
-	}
-	if on {
-		out = append(out, &managerv1.Capability{Name: jobsocket.Capability, Count: 1})
-	}
-	return out
-}
-
-// defaultJobSocketDir is the per-worker socket directory for a data
-// directory (see the comment above).
-func defaultJobSocketDir(dataDir string) string {
+// DefaultDir is the per-worker socket directory for a data directory (see
+// the comment above).
+func DefaultDir(dataDir string) string {
 	abs, err := filepath.Abs(dataDir)
 	if err != nil {
 		abs = dataDir
@@ -104,11 +88,37 @@ func jobSocketDirOf(base string, key runtime.Key) string {
 	return filepath.Join(base, hex.EncodeToString(sum[:8]))
 }
 
-// jobSockets holds the job sockets of a worker's instances. The instance
+// Config configures the job sockets of one worker.
+type Config struct {
+	// Dir is the per-worker socket directory (DefaultDir when empty; then
+	// DataDir is required).
+	Dir     string
+	DataDir string
+	// Mounted: the instances' directories are bind-mounted into their
+	// containers (docker runtime) and outlive the worker process.
+	Mounted bool
+	Log     *slog.Logger
+	// NodeID is the node the worker runs (told the job in its hello_ack).
+	NodeID func() string
+	// Held is the newest report of the instance of key the worker holds,
+	// nil when it holds none: a migration command reaches only an
+	// instance held, not stopped, under the command's token.
+	Held func(key runtime.Key) *managerv1.InstanceReport
+	// Applied is told (from a job's stream) that the instance of key,
+	// held under token, applied the handover of migrationID: the
+	// instance's record keeps it.
+	Applied func(key runtime.Key, token uint64, migrationID string)
+	// Report sends a handshake report to the Manager (kept while no stream
+	// is up); called with the socket's lock held, so it must not block on
+	// the sockets.
+	Report func(*managerv1.MigrationReport)
+}
+
+// Sockets holds the job sockets of a worker's instances. The instance
 // actors open and remove them; NodeController commands and the jobs'
 // streams reach them through it. Safe for concurrent use.
-type jobSockets struct {
-	a    *Agent
+type Sockets struct {
+	cfg  Config
 	base string
 	log  *slog.Logger
 	// mounted: the instances' directories are bind-mounted into their
@@ -121,15 +131,16 @@ type jobSockets struct {
 	wg     sync.WaitGroup // servers, Attach handlers and their receivers
 }
 
-// newJobSockets prepares the per-worker socket directory: created 0700 if
-// absent, refused if it is not a directory (a symbolic link included) or
-// belongs to another user, or if its sockets' paths would be too long.
-func newJobSockets(a *Agent, base string) (*jobSockets, error) {
+// New prepares the per-worker socket directory: created 0700 if absent,
+// refused if it is not a directory (a symbolic link included) or belongs to
+// another user, or if its sockets' paths would be too long.
+func New(cfg Config) (*Sockets, error) {
+	base := cfg.Dir
 	if base == "" {
-		base = defaultJobSocketDir(a.cfg.DataDir)
+		base = DefaultDir(cfg.DataDir)
 	}
 	base = filepath.Clean(base)
-	if n := len(jobSocketDirOf(base, runtime.Key{})) + 1 + len(jobsocket.SocketName); n > maxSocketPath {
+	if n := len(jobSocketDirOf(base, runtime.Key{})) + 1 + len(jsapi.SocketName); n > maxSocketPath {
 		return nil, fmt.Errorf("worker: job socket directory %s: its sockets' paths would be %d bytes, longer than a Unix socket path may be (%d); choose a shorter JobSocketDir", base, n, maxSocketPath)
 	}
 	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
@@ -151,24 +162,41 @@ func newJobSockets(a *Agent, base string) (*jobSockets, error) {
 	if err := os.Chmod(base, 0o700); err != nil {
 		return nil, fmt.Errorf("worker: job socket directory: %w", err)
 	}
-	return &jobSockets{a: a, base: base, log: a.logger(), mounted: a.runtimeName == "docker", socks: map[runtime.Key]*jobSocket{}}, nil
+	return &Sockets{cfg: cfg, base: base, log: cfg.Log, mounted: cfg.Mounted, socks: map[runtime.Key]*jobSocket{}}, nil
 }
 
-// dirOf and pathOf are where an instance's socket lives on the host.
-func (m *jobSockets) dirOf(key runtime.Key) string { return jobSocketDirOf(m.base, key) }
-func (m *jobSockets) pathOf(key runtime.Key) string {
-	return filepath.Join(m.dirOf(key), jobsocket.SocketName)
+// Dir and Path are where an instance's socket lives on the host.
+func (m *Sockets) Dir(key runtime.Key) string { return jobSocketDirOf(m.base, key) }
+func (m *Sockets) Path(key runtime.Key) string {
+	return filepath.Join(m.Dir(key), jsapi.SocketName)
+}
+
+// Base is the per-worker socket directory.
+func (m *Sockets) Base() string { return m.base }
+
+// Has reports whether the instance of key has a socket.
+func (m *Sockets) Has(key runtime.Key) bool { return m.find(key) != nil }
+
+// Attached reports whether the job of key has a stream on its socket.
+func (m *Sockets) Attached(key runtime.Key) bool {
+	s := m.find(key)
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.att != nil
 }
 
 // find returns the socket of key, nil when there is none.
-func (m *jobSockets) find(key runtime.Key) *jobSocket {
+func (m *Sockets) find(key runtime.Key) *jobSocket {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.socks[key]
 }
 
 // ofJob returns the sockets of every instance of a job.
-func (m *jobSockets) ofJob(jobID string) []*jobSocket {
+func (m *Sockets) ofJob(jobID string) []*jobSocket {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*jobSocket
@@ -180,18 +208,18 @@ func (m *jobSockets) ofJob(jobID string) []*jobSocket {
 	return out
 }
 
-// open serves the socket of an instance held under info.token. A socket of
+// Open serves the socket of an instance held under info.Token. A socket of
 // the key held under the same token is kept as it is (with its sessions and
 // migration state); one of another token is closed and made anew. Calls for
 // one key come from its actor, one at a time.
-func (m *jobSockets) open(key runtime.Key, info socketInfo) error {
+func (m *Sockets) Open(key runtime.Key, info Info) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return errJobSocketsClosed
 	}
 	old := m.socks[key]
-	if old != nil && old.token == info.token {
+	if old != nil && old.token == info.Token {
 		m.mu.Unlock()
 		return nil
 	}
@@ -220,14 +248,14 @@ func (m *jobSockets) open(key runtime.Key, info socketInfo) error {
 			s.log.Warn("job socket server ended", "err", err)
 		}
 	}()
-	s.log.Info("job socket open", "path", s.path, "token", info.token, "migration_id", info.migrationID, "handover", info.handover)
+	s.log.Info("job socket open", "path", s.path, "token", info.Token, "migration_id", info.MigrationID, "handover", info.Handover)
 	return nil
 }
 
 // listen creates the socket of an instance (replacing a stale file a worker
 // that died left) and its server.
-func (m *jobSockets) listen(key runtime.Key, info socketInfo) (*jobSocket, error) {
-	dir, path := m.dirOf(key), m.pathOf(key)
+func (m *Sockets) listen(key runtime.Key, info Info) (*jobSocket, error) {
+	dir, path := m.Dir(key), m.Path(key)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("job socket of %s: %w", key, err)
 	}
@@ -264,10 +292,10 @@ func (m *jobSockets) listen(key runtime.Key, info socketInfo) (*jobSocket, error
 	return s, nil
 }
 
-// remove closes the socket of an instance that stopped or was forgotten,
+// Remove closes the socket of an instance that stopped or was forgotten,
 // and deletes its file and directory. Removing an absent socket does
 // nothing.
-func (m *jobSockets) remove(key runtime.Key) {
+func (m *Sockets) Remove(key runtime.Key) {
 	m.mu.Lock()
 	s := m.socks[key]
 	delete(m.socks, key)
@@ -279,11 +307,11 @@ func (m *jobSockets) remove(key runtime.Key) {
 	s.log.Info("job socket removed", "path", s.path)
 }
 
-// closeAll closes every socket (Run is ending): the files are unlinked,
+// CloseAll closes every socket (Run is ending): the files are unlinked,
 // the directories kept only for containers' mounts, and every stream ends.
 // It returns once every server and stream goroutine has ended; later opens
 // are refused.
-func (m *jobSockets) closeAll() {
+func (m *Sockets) CloseAll() {
 	m.mu.Lock()
 	m.closed = true
 	socks := m.socks
@@ -320,13 +348,4 @@ func (s *jobSocket) close(removeDir bool) {
 			s.log.Warn("cannot remove the job socket's directory", "dir", s.dir, "err", err)
 		}
 	}
-}
-
-// JobSocketPath is the host path of the job socket of (jobID, role), ""
-// when the worker serves no job sockets. Valid once Ready is closed.
-func (a *Agent) JobSocketPath(jobID, role string) string {
-	if a.js == nil {
-		return ""
-	}
-	return a.js.pathOf(runtime.Key{JobID: jobID, Role: role})
 }

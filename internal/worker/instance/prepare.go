@@ -1,4 +1,4 @@
-package worker
+package instance
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 )
 
 // preparing is the Prepare in flight on an instance's actor (a pull can take
@@ -74,10 +75,10 @@ func (in *instance) cancelOvertakenPrepare(ev event) {
 // desired, nothing runs), and the event queued behind settles it — the
 // stop stops it with the stop's own reason, a newer start replaces it.
 // It is not a failure of the job.
-func (in *instance) abandonStart() *cmdError {
+func (in *instance) abandonStart() *ack.Refusal {
 	if in.ctx().Err() != nil {
 		return errShuttingDown
 	}
 	in.log.Info("start abandoned during its preparation: a stop or a newer binding arrived")
-	return refuse(connect.CodeAborted, "%v", fmt.Errorf("instance %s: %w", in.key, errOvertaken))
+	return ack.Refuse(connect.CodeAborted, "%v", fmt.Errorf("instance %s: %w", in.key, errOvertaken))
 }

@@ -1,4 +1,4 @@
-package worker
+package instance
 
 import (
 	"context"
@@ -13,10 +13,10 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/runtime"
 )
 
-// adopt takes over what an earlier worker process left: every record gets
+// Adopt takes over what an earlier worker process left: every record gets
 // an actor that adopts its instance, and runtime services that no record
 // names are stopped and removed. The instances' reports are published
-// before adopt returns (so the first hello carries them); the actors then
+// before Adopt returns (so the first hello carries them); the actors then
 // adopt, restart or stop in the background.
 //
 // unreadable are the paths of record files loadAll could not read. The
@@ -24,7 +24,7 @@ import (
 // are kept running, untouched (keepUnowned). When an unreadable file's name
 // matches no key the runtime holds, it cannot be told whose record it is, so
 // no services are removed as orphans at all.
-func (s *supervisor) adopt(ctx context.Context, recs map[runtime.Key]*record, unreadable []string) error {
+func (s *Supervisor) Adopt(ctx context.Context, recs map[runtime.Key]*Record, unreadable []string) error {
 	statuses, err := s.rt.List(ctx)
 	if err != nil {
 		return fmt.Errorf("list the runtime's services: %w", err)
@@ -51,7 +51,7 @@ func (s *supervisor) adopt(ctx context.Context, recs map[runtime.Key]*record, un
 		// and publish again); no stream is up yet to deliver a tombstone.
 		s.log.Info("adopting instance", "instance", key.String(), "token", rec.token(), "desired", rec.Desired,
 			"tombstone", rec.Stopped, "services", len(sts))
-		s.a.publish(key, initialReport(rec, sts), deliver)
+		s.host.Publish(key, initialReport(rec, sts), deliver)
 		in.enqueue(adoptEvent{rec: rec, statuses: sts})
 	}
 	// A record's path follows from its key: an unreadable record whose key
@@ -67,7 +67,7 @@ func (s *supervisor) adopt(ctx context.Context, recs map[runtime.Key]*record, un
 	}
 	for p := range unread {
 		if !running[p] {
-			if moved, err := s.records.putAside(p, s.a.cfg.Clock.Now()); err != nil {
+			if moved, err := s.records.putAside(p, s.clock.Now()); err != nil {
 				s.log.Warn("cannot put an unreadable instance record aside", "path", p, "err", err)
 			} else {
 				s.log.Warn("an unreadable instance record runs nothing; put aside", "path", p, "moved_to", moved)
@@ -80,7 +80,7 @@ func (s *supervisor) adopt(ctx context.Context, recs map[runtime.Key]*record, un
 				// Made before cluster ids, and no record names them: they
 				// may be another Manager's (a node of the same name on the
 				// same engine). Left running, untouched, and said so.
-				s.a.notify(key, maxToken(sts), noticeKeptUnlabelled, fmt.Sprintf(
+				s.host.Notify(key, maxToken(sts), noticeKeptUnlabelled, fmt.Sprintf(
 					"left running, untouched, services %s (token %d) that carry no cluster id and that no instance record of this worker names: "+
 						"they were made before cluster ids, by this node or by another Manager's node of the same name; stop them by hand if they are no one's",
 					serviceNames(sts), maxToken(sts)))
@@ -135,7 +135,7 @@ func serviceNames(sts []runtime.ServiceStatus) string {
 
 // initialReport is what an adopted instance is reported as until its actor
 // has looked at it.
-func initialReport(rec *record, sts []runtime.ServiceStatus) *managerv1.InstanceReport {
+func initialReport(rec *Record, sts []runtime.ServiceStatus) *managerv1.InstanceReport {
 	r := &managerv1.InstanceReport{
 		JobId:        rec.key().JobID,
 		Role:         rec.key().Role,
@@ -171,7 +171,7 @@ func initialReport(rec *record, sts []runtime.ServiceStatus) *managerv1.Instance
 // an exit whose restart the earlier worker already booked (RestartDue) is
 // restarted when due without being counted again; services never started
 // are started; a stop in progress is finished.
-func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
+func (in *instance) adopt(rec *Record, sts []runtime.ServiceStatus) {
 	ctx := in.ctx()
 	in.rec = rec
 	in.resetRun()
@@ -244,7 +244,7 @@ func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
 		}
 		// Nothing asked for this: services the record names went away
 		// while no worker watched (removed by hand, or by someone else).
-		in.sup.a.notify(in.key, rec.token(), noticeRecreatedMissing, fmt.Sprintf(
+		in.sup.host.Notify(in.key, rec.token(), noticeRecreatedMissing, fmt.Sprintf(
 			"services %s were %s when the worker took the instance over (its record says %s); created again",
 			strings.Join(missing, ", "), why, rec.Desired))
 	}
@@ -341,7 +341,7 @@ func (in *instance) adopt(rec *record, sts []runtime.ServiceStatus) {
 // runs on services made before cluster ids: they carry no cluster id, and
 // Docker cannot add a label to a container, so they stay so until the
 // instance is next created.
-func (in *instance) noteUnlabelled(rec *record, mine map[string]runtime.ServiceStatus) {
+func (in *instance) noteUnlabelled(rec *Record, mine map[string]runtime.ServiceStatus) {
 	if rec.UnlabelledNoted {
 		return
 	}
@@ -354,7 +354,7 @@ func (in *instance) noteUnlabelled(rec *record, mine map[string]runtime.ServiceS
 	if len(old) == 0 {
 		return
 	}
-	in.sup.a.notify(in.key, rec.token(), noticeAdoptedUnlabelled, fmt.Sprintf(
+	in.sup.host.Notify(in.key, rec.token(), noticeAdoptedUnlabelled, fmt.Sprintf(
 		"adopted services %s made before cluster ids: they carry no cluster id (a container cannot be re-labelled) and keep running as they are until the instance is next created",
 		serviceNames(old)))
 	rec.UnlabelledNoted = true
