@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -43,7 +44,7 @@ func startManager(b *testing.B) *manager.Server {
 }
 
 // benchToken is the benchmark Managers' admin token.
-var benchToken = manager.NewToken()
+var benchToken = auth.NewToken()
 
 // connect opens an SDK connection to srv, closed when the benchmark ends.
 func connect(b *testing.B, srv *manager.Server) *norsk.Manager {

@@ -54,7 +54,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
@@ -104,7 +104,7 @@ func stClosedLoop(b *testing.B, clients int, unit string, op func(i int64) error
 }
 
 func stAPIClient(url string) managerv1connect.ManagerClient {
-	return managerv1connect.NewManagerClient(nodes.H2CClient(), url, connectrpc.WithGRPC(), manager.WithBearer(benchToken))
+	return managerv1connect.NewManagerClient(nodes.H2CClient(), url, connectrpc.WithGRPC(), auth.WithBearer(benchToken))
 }
 
 func BenchmarkKvCommit(b *testing.B) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/cli"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/pkg/snapshotfile"
@@ -27,7 +28,7 @@ import (
 func TestAuditTamperCaughtAtBootAndByVerify(t *testing.T) {
 	t.Parallel()
 	quiet := slog.New(slog.DiscardHandler)
-	tok := manager.NewToken()
+	tok := auth.NewToken()
 	start := func(dir string) *manager.Server {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

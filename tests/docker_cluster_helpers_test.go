@@ -22,8 +22,8 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/docker/go-connections/nat"
 
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/cli"
-	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/internal/runtime/process"
 	"github.com/norsk-go/norsk-manager/internal/testcluster"
@@ -79,7 +79,7 @@ func newDockerMembers(t *testing.T, n int) *dockerMembers {
 	cli := testimage.EnsureImage(t, memberImage, memberPackage)
 	var b [3]byte
 	_, _ = rand.Read(b[:])
-	d := &dockerMembers{t: t, cli: cli, prefix: "nmdc" + hex.EncodeToString(b[:]), token: manager.NewToken()}
+	d := &dockerMembers{t: t, cli: cli, prefix: "nmdc" + hex.EncodeToString(b[:]), token: auth.NewToken()}
 
 	dir := t.TempDir()
 	ca, _, err := pki.EnsureCA(dir)

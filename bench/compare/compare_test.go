@@ -72,6 +72,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
@@ -166,7 +167,7 @@ var benchToken = func() string {
 	if t := os.Getenv(envMemberToken); t != "" {
 		return t
 	}
-	return manager.NewToken()
+	return auth.NewToken()
 }()
 
 // separate runs the Manager member in a process of its own (this test

@@ -186,7 +186,7 @@ func external(paths ...string) func(string, string) (bool, string) {
 	}
 }
 
-var managerSide = []string{"internal/store", "internal/manager", "internal/nodes"}
+var managerSide = []string{"internal/store", "internal/manager", "internal/nodes", "internal/cluster", "internal/auth"}
 
 var rules = []rule{
 	{

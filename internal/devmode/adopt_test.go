@@ -16,7 +16,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
-	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/worker"
 )
@@ -168,7 +168,7 @@ func devAPI(t *testing.T, dir, url string) managerv1connect.ManagerClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return managerv1connect.NewManagerClient(nodes.H2CClient(), url, connect.WithGRPC(), manager.WithBearer(strings.TrimSpace(string(token))))
+	return managerv1connect.NewManagerClient(nodes.H2CClient(), url, connect.WithGRPC(), auth.WithBearer(strings.TrimSpace(string(token))))
 }
 
 // waitNode waits until the node named name satisfies ok, and returns it.

@@ -27,6 +27,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
 	"github.com/norsk-go/norsk-manager/internal/devlocate"
@@ -249,7 +250,7 @@ func Run(ctx context.Context, o Options) error {
 		dlog.Warn("dev: norsk-ctl will not find the admin token by itself (give it --token-file)", "err", err)
 	}
 	defer unrecord()
-	api := managerv1connect.NewManagerClient(nodes.H2CClient(), srv.URL(), connect.WithGRPC(), manager.WithBearer(token))
+	api := managerv1connect.NewManagerClient(nodes.H2CClient(), srv.URL(), connect.WithGRPC(), auth.WithBearer(token))
 
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -597,7 +598,7 @@ func devToken(dir string) (string, error) {
 			return tok, nil
 		}
 	}
-	tok := manager.NewToken()
+	tok := auth.NewToken()
 	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("write the dev admin token: %w", err)
 	}

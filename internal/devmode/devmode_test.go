@@ -18,7 +18,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
-	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 )
 
@@ -120,7 +120,7 @@ func TestDevMultipleWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := managerv1connect.NewManagerClient(nodes.H2CClient(), url, connect.WithGRPC(), manager.WithBearer(strings.TrimSpace(string(token))))
+	api := managerv1connect.NewManagerClient(nodes.H2CClient(), url, connect.WithGRPC(), auth.WithBearer(strings.TrimSpace(string(token))))
 	resp, err := api.ListNodes(t.Context(), connect.NewRequest(&managerv1.ListNodesRequest{}))
 	if err != nil {
 		t.Fatal(err)

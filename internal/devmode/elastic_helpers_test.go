@@ -14,7 +14,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
-	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 )
 
@@ -68,7 +68,7 @@ func startElasticDev(t *testing.T, opts Options) *elasticDev {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.api = managerv1connect.NewManagerClient(nodes.H2CClient(), url, connect.WithGRPC(), manager.WithBearer(strings.TrimSpace(string(token))))
+	d.api = managerv1connect.NewManagerClient(nodes.H2CClient(), url, connect.WithGRPC(), auth.WithBearer(strings.TrimSpace(string(token))))
 	return d
 }
 

@@ -18,6 +18,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/pkg/accessreplica"
 )
@@ -40,7 +41,7 @@ func arStart(t *testing.T, keysFile string) (*Server, managerv1connect.ManagerCl
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	tok := NewToken()
+	tok := auth.NewToken()
 	s, err := New(ctx, Config{
 		DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1", Logger: slog.New(slog.DiscardHandler),
 		BootstrapToken: tok, AccessReplicaKeysFile: keysFile, BackupInterval: -1,
@@ -49,7 +50,7 @@ func arStart(t *testing.T, keysFile string) (*Server, managerv1connect.ManagerCl
 		t.Fatalf("start manager: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	return s, managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(tok))
+	return s, managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(tok))
 }
 
 // arSign returns s, panicking on err (signing with a good key does not fail).

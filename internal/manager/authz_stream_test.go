@@ -9,6 +9,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
@@ -24,7 +25,7 @@ func TestRevokedTokenLosesItsEventStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ro := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(tr.Msg.GetSecret()))
+	ro := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(tr.Msg.GetSecret()))
 	st := openEvents(t, ctx, ro)
 	if _, err := admin.RevokeToken(ctx, connect.NewRequest(&managerv1.RevokeTokenRequest{Id: tr.Msg.GetToken().GetId()})); err != nil {
 		t.Fatal(err)

@@ -12,24 +12,12 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
-
-// Every RPC of the descriptor names who may call it; the table has them all.
-func TestAuthzTableCoversTheDescriptor(t *testing.T) {
-	t.Parallel()
-	table, err := buildAuthzTable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := managerv1.File_norsk_manager_v1_manager_proto.Services().ByName("Manager").Methods().Len() +
-		managerv1.File_norsk_manager_v1_cluster_proto.Services().ByName("Members").Methods().Len()
-	if got := len(table); got != want {
-		t.Fatalf("table has %d procedures, the services %d", got, want)
-	}
-}
 
 // call invokes any procedure with an empty message, as a unary or a
 // server-streaming call, and returns the call's error code (0 for none).
@@ -73,14 +61,14 @@ func call(t *testing.T, url, procedure string, streaming bool, bearer string) co
 // permission → PERMISSION_DENIED; a role that has it gets past the check.
 func TestEveryRPCIsAuthorised(t *testing.T) {
 	t.Parallel()
-	admin := NewToken()
+	admin := auth.NewToken()
 	s, err := New(context.Background(), Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1",
 		Logger: slog.New(slog.DiscardHandler), BootstrapToken: admin, BackupInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	api := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(admin))
+	api := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(admin))
 	tokens := map[string]string{}
 	for _, role := range state.Roles {
 		res, err := api.CreateToken(context.Background(), connect.NewRequest(&managerv1.CreateTokenRequest{Name: "t-" + role, Role: role}))
@@ -103,7 +91,7 @@ func TestEveryRPCIsAuthorised(t *testing.T) {
 		m := svc.Methods().Get(i)
 		proc := "/" + string(svc.FullName()) + "/" + string(m.Name())
 		stream := m.IsStreamingServer()
-		perms := methodPermissions(m)
+		perms := apiauth.MethodPermissions(m)
 		t.Run(string(m.Name()), func(t *testing.T) {
 			for _, bad := range []struct{ name, bearer string }{
 				{"no token", ""}, {"forged", forged}, {"revoked", revoked.Msg.GetSecret()}, {"garbage", "hello"},
@@ -114,7 +102,7 @@ func TestEveryRPCIsAuthorised(t *testing.T) {
 			}
 			for role, tok := range tokens {
 				got := call(t, s.URL(), proc, stream, tok)
-				allowed := (identity{role: role}).can(perms...)
+				allowed := (auth.Identity{Role: role}).Can(perms...)
 				switch {
 				case !allowed && got != connect.CodePermissionDenied:
 					t.Errorf("role %s (not allowed): code %v, want permission_denied", role, got)
@@ -129,7 +117,7 @@ func TestEveryRPCIsAuthorised(t *testing.T) {
 // A read-only caller sees cluster slots without their registration tokens.
 func TestReadOnlyCallersDoNotSeeSlotTokens(t *testing.T) {
 	t.Parallel()
-	admin := NewToken()
+	admin := auth.NewToken()
 	s, err := New(context.Background(), Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1",
 		Logger: slog.New(slog.DiscardHandler), BootstrapToken: admin, BackupInterval: -1})
 	if err != nil {
@@ -137,7 +125,7 @@ func TestReadOnlyCallersDoNotSeeSlotTokens(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	api := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(admin))
+	api := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(admin))
 	if _, err := api.RegisterClusterNode(ctx, connect.NewRequest(&managerv1.RegisterClusterNodeRequest{NodeName: "n1"})); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +133,7 @@ func TestReadOnlyCallersDoNotSeeSlotTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	viewer := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(ro.Msg.GetSecret()))
+	viewer := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(ro.Msg.GetSecret()))
 	slots, err := viewer.ListClusterNodes(ctx, connect.NewRequest(&managerv1.ListClusterNodesRequest{}))
 	if err != nil {
 		t.Fatal(err)
@@ -173,14 +161,14 @@ func TestReadOnlyCallersDoNotSeeSlotTokens(t *testing.T) {
 // A caller over its rate limit is told so.
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
-	admin := NewToken()
+	admin := auth.NewToken()
 	s, err := New(context.Background(), Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1",
 		Logger: slog.New(slog.DiscardHandler), BootstrapToken: admin, BackupInterval: -1, RateLimit: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	api := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(admin))
+	api := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(admin))
 	var limited error
 	for i := 0; i < 100 && limited == nil; i++ {
 		if _, err := api.Hello(context.Background(), connect.NewRequest(&managerv1.HelloRequest{})); err != nil {
@@ -207,11 +195,11 @@ func TestUnknownNodeSecretIsNamedForWorkers(t *testing.T) {
 	for _, tc := range []struct {
 		cred, want string
 	}{
-		{nodeSecretPrefix + "0123456789abcdef", apierr.RefusalNodeSecretUnknown},
-		{regTokenPrefix + "0123456789abcdef", ""},
+		{auth.NodeSecretPrefix + "0123456789abcdef", apierr.RefusalNodeSecretUnknown},
+		{auth.RegistrationTokenPrefix + "0123456789abcdef", ""},
 		{"garbage", ""},
 	} {
-		c := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(tc.cred))
+		c := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(tc.cred))
 		_, err := c.ClusterMemberRegister(ctx, connect.NewRequest(&managerv1.ClusterMemberRegisterRequest{Address: "127.0.0.1:1"}))
 		var ce *connect.Error
 		if !errors.As(err, &ce) || ce.Code() != connect.CodeUnauthenticated {

@@ -27,7 +27,7 @@ func (s *Server) runAutoManager(ctx context.Context) {
 	for ctx.Err() == nil {
 		m, err := norsk.Connect(ctx, norsk.Settings{
 			URL:         s.url,
-			Token:       s.authz.internalCredential(),
+			Token:       s.authz.InternalCredential(),
 			HTTPClient:  s.selfHTTPClient(),
 			ClientLabel: "automanager",
 			Logger:      s.base,
@@ -58,7 +58,7 @@ func (s *Server) runAutoManager(ctx context.Context) {
 			Logger:  s.base,
 			Metrics: s.amMetrics,
 		})
-		unregister := s.migrator.set(am)
+		unregister := s.migrator.Set(am)
 		s.log.Info("automanager started")
 		_ = am.Run(ctx)
 		unregister()

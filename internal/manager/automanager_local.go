@@ -8,6 +8,7 @@ import (
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/events"
+	"github.com/norsk-go/norsk-manager/internal/manager/api"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -21,7 +22,6 @@ import (
 type localAPI struct {
 	*norsk.Manager
 	s *Server
-	h *handler
 }
 
 var (
@@ -31,7 +31,7 @@ var (
 )
 
 func newLocalAPI(s *Server, m *norsk.Manager) localAPI {
-	return localAPI{Manager: m, s: s, h: &handler{s: s}}
+	return localAPI{Manager: m, s: s}
 }
 
 func notFound(what, id string) error {
@@ -40,10 +40,10 @@ func notFound(what, id string) error {
 
 // ListNodes is the ListNodes call's answer (with the primary's live facts).
 func (l localAPI) ListNodes(ctx context.Context) ([]*norsk.Node, error) {
-	r := l.h.read()
+	r := l.s.st().State().Snapshot()
 	var out []*norsk.Node
 	for _, rec := range r.Nodes(nil) {
-		out = append(out, l.h.nodeView(r, rec))
+		out = append(out, l.s.api.NodeView(r, rec))
 	}
 	return out, nil
 }
@@ -54,7 +54,7 @@ func (l localAPI) JobSearch(ctx context.Context, s norsk.JobSearchSettings) ([]*
 	if len(s.Filters) > 0 || s.IncludeHistory || s.Limit > 0 || s.AfterJobID != "" {
 		return l.Manager.JobSearch(ctx, s)
 	}
-	r := l.h.read()
+	r := l.s.st().State().Snapshot()
 	var out []*norsk.JobWithHistory
 	r.Jobs(nil, "", func(rec *storev1.JobRecord) bool {
 		out = append(out, r.JobView(rec, false))
@@ -68,7 +68,7 @@ func (l localAPI) JobSearch(ctx context.Context, s norsk.JobSearchSettings) ([]*
 
 // JobById is the job with its history and instances.
 func (l localAPI) JobById(ctx context.Context, jobID string) (*norsk.JobWithHistory, error) {
-	r := l.h.read()
+	r := l.s.st().State().Snapshot()
 	rec := r.Job(nil, jobID)
 	if rec == nil {
 		return nil, notFound("job", jobID)
@@ -78,7 +78,7 @@ func (l localAPI) JobById(ctx context.Context, jobID string) (*norsk.JobWithHist
 
 // JobWithoutHistory is the job and its instances (automanager.JobReader).
 func (l localAPI) JobWithoutHistory(ctx context.Context, jobID string) (*norsk.JobWithHistory, error) {
-	r := l.h.read()
+	r := l.s.st().State().Snapshot()
 	rec := r.Job(nil, jobID)
 	if rec == nil {
 		return nil, notFound("job", jobID)
@@ -88,7 +88,7 @@ func (l localAPI) JobWithoutHistory(ctx context.Context, jobID string) (*norsk.J
 
 // ListBundles is every bundle with its jobs' status.
 func (l localAPI) ListBundles(ctx context.Context) ([]*managerv1.BundleWithJobs, error) {
-	r := l.h.read()
+	r := l.s.st().State().Snapshot()
 	var out []*managerv1.BundleWithJobs
 	for _, b := range r.Bundles(nil) {
 		out = append(out, r.BundleView(b))
@@ -98,7 +98,7 @@ func (l localAPI) ListBundles(ctx context.Context) ([]*managerv1.BundleWithJobs,
 
 // BundleById is one bundle with its jobs' status.
 func (l localAPI) BundleById(ctx context.Context, bundleID string) (*managerv1.BundleWithJobs, error) {
-	r := l.h.read()
+	r := l.s.st().State().Snapshot()
 	b := r.Bundle(nil, bundleID)
 	if b == nil {
 		return nil, notFound("bundle", bundleID)
@@ -108,12 +108,12 @@ func (l localAPI) BundleById(ctx context.Context, bundleID string) (*managerv1.B
 
 // ListMigrations is the migration records (of one job, or all).
 func (l localAPI) ListMigrations(ctx context.Context, jobID string) ([]*managerv1.MigrationState, error) {
-	return l.h.read().Migrations(nil, jobID), nil
+	return l.s.st().State().Snapshot().Migrations(nil, jobID), nil
 }
 
 // GetMigration is one migration record.
 func (l localAPI) GetMigration(ctx context.Context, migrationID string) (*managerv1.MigrationState, error) {
-	m := l.h.read().Migration(nil, migrationID)
+	m := l.s.st().State().Snapshot().Migration(nil, migrationID)
 	if m == nil {
 		return nil, notFound("migration", migrationID)
 	}
@@ -126,7 +126,7 @@ func (l localAPI) GetLeaseStatus(ctx context.Context) (*managerv1.LeaseStatus, e
 	if ctl == nil {
 		return nil, fmt.Errorf("lease status: this member is not driving the workers (no primary term running): %w", norsk.ErrUnavailable)
 	}
-	return LeaseStatusOf(l.h.read(), ctl.LeaseRefreshes(), l.s.cfg.LeaseTTL, l.s.cfg.Clock.Now()), nil
+	return api.LeaseStatusOf(l.s.st().State().Snapshot(), ctl.LeaseRefreshes(), l.s.cfg.LeaseTTL, l.s.cfg.Clock.Now()), nil
 }
 
 // Subscribe follows the broker after index after (0: from now on).

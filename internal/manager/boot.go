@@ -14,6 +14,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/events"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
@@ -268,3 +269,7 @@ func RestoreOffline(ctx context.Context, cfg Config, path string) (*storev1.Snap
 	}
 	return h, err
 }
+
+// NewClusterID makes a cluster id: 32 random hex digits. The boot code
+// stamps it into the InitCluster command that bootstraps a store.
+func NewClusterID() string { return auth.RandomToken("", 16) }

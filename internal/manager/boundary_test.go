@@ -19,7 +19,10 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/manager/api"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
 )
 
 // startWithToken starts a standalone member and returns it, an admin gRPC
@@ -28,7 +31,7 @@ func startWithToken(t *testing.T, adjust func(*Config)) (*Server, managerv1conne
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	tok := NewToken()
+	tok := auth.NewToken()
 	cfg := Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1", Logger: slog.New(slog.DiscardHandler),
 		BootstrapToken: tok, DisableAutoManager: true, BackupInterval: -1, Pools: map[string][]string{"live": {"live"}}}
 	if adjust != nil {
@@ -39,7 +42,7 @@ func startWithToken(t *testing.T, adjust func(*Config)) (*Server, managerv1conne
 		t.Fatalf("start manager: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	return s, managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(tok)), tok
+	return s, managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(tok)), tok
 }
 
 // invalidOn asserts err is INVALID_ARGUMENT naming field, and that its
@@ -179,7 +182,7 @@ func TestAPIRefusesValuesNothingCanUse(t *testing.T) {
 		t.Errorf("idle expiry after the refusal: %v %v, want 5000", ie, err)
 	}
 	// A 32-byte tier secret is taken.
-	if _, err := c.PublishDiscoveryFleet(ctx, connect.NewRequest(fleet(strings.Repeat("k", MinTierSecretLen)))); err != nil {
+	if _, err := c.PublishDiscoveryFleet(ctx, connect.NewRequest(fleet(strings.Repeat("k", api.MinTierSecretLen)))); err != nil {
 		t.Errorf("a 32-byte tier secret: %v", err)
 	}
 }
@@ -253,10 +256,10 @@ func TestConnectJSONRefusesUnknownFieldsAndEnumNames(t *testing.T) {
 	t.Parallel()
 	const clusterSecret = "a-cluster-secret-for-the-members-service"
 	s, c, tok := startWithToken(t, func(cfg *Config) { cfg.ClusterSecret = clusterSecret })
-	for _, svc := range servedServices {
+	for _, svc := range apiauth.Services {
 		cred := tok
 		if svc.Name() == "Members" {
-			cred = clusterSecretPrefix + clusterSecret
+			cred = auth.ClusterSecretPrefix + clusterSecret
 		}
 		ms := svc.Methods()
 		for i := 0; i < ms.Len(); i++ {

@@ -20,6 +20,8 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -43,70 +45,11 @@ func (s *Server) requireClustered(what string) error {
 	return nil
 }
 
-func (h *handler) AddClusterMember(ctx context.Context, req *connect.Request[managerv1.AddClusterMemberRequest]) (*connect.Response[managerv1.AddClusterMemberResponse], error) {
-	m := req.Msg
-	if err := jobspec.ValidateID("node", m.GetNode()); err != nil {
-		return nil, toConnect(err)
-	}
-	if err := h.s.requireClustered("add a member"); err != nil {
-		return nil, toConnect(err)
-	}
-	res, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_ExpectMember{ExpectMember: &storev1.ExpectMember{
-		Name: m.GetNode(), Witness: m.GetWitness(), By: m.GetBy(),
-	}}})
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	h.s.member.events.record("member-expected", fmt.Sprintf("%s %s was added by %s; it joins when it starts with clusterState: existing",
-		witnessOrMember(m.GetWitness()), m.GetNode(), orNone(m.GetBy())), h.s.st().Term(), h.read().Generation())
-	return connect.NewResponse(res.Value.(*managerv1.AddClusterMemberResponse)), nil
-}
-
 func witnessOrMember(w bool) string {
 	if w {
 		return "witness"
 	}
 	return "member"
-}
-
-func (h *handler) RemoveClusterMember(ctx context.Context, req *connect.Request[managerv1.RemoveClusterMemberRequest]) (*connect.Response[managerv1.RemoveClusterMemberResponse], error) {
-	s := h.s
-	node := req.Msg.GetNode()
-	if err := jobspec.ValidateID("node", node); err != nil {
-		return nil, toConnect(err)
-	}
-	if err := s.requireClustered("remove a member"); err != nil {
-		return nil, toConnect(err)
-	}
-	for attempt := 0; ; attempt++ {
-		st := s.st()
-		if st.IsLeader() {
-			err := s.removeMember(ctx, st, node)
-			if err != errHandedOver {
-				if err != nil {
-					return nil, toConnect(err)
-				}
-				return connect.NewResponse(&managerv1.RemoveClusterMemberResponse{}), nil
-			}
-		}
-		if attempt >= 20 {
-			return nil, toConnect(apierr.Unavailablef("no primary to remove %s; retry once a quorum is up", node))
-		}
-		// The primary does it: pass the call on with the caller's own
-		// credential.
-		leader, _ := st.Leader()
-		if leader != "" && leader != s.cfg.NodeName {
-			out, err := s.managerClient(s.memberAPI(leader)).RemoveClusterMember(ctx, withAuth(req, connect.NewRequest(req.Msg)))
-			if err == nil || connect.CodeOf(err) != connect.CodeUnavailable {
-				return out, err
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, toConnect(ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // errHandedOver: the primary handed its role over before removing itself;
@@ -147,21 +90,13 @@ func (s *Server) removeMember(ctx context.Context, st *store.Store, node string)
 			Time: timestamppb.New(s.cfg.Clock.Now()),
 			Cmd:  &storev1.Command_MemberRetired{MemberRetired: &storev1.MemberRetired{Name: node}},
 		}
-		cmd.Audit = auditStamp(ctx, cmd)
+		cmd.Audit = intercept.AuditStamp(ctx, cmd)
 		if _, err := st.Apply(ctx, cmd); err != nil {
 			return fmt.Errorf("record %s as retired: %w", node, err)
 		}
 	}
-	s.member.events.record("member-retired", node+" was removed from the cluster", st.Term(), r.Generation())
+	s.member.events.Record("member-retired", node+" was removed from the cluster", st.Term(), r.Generation())
 	return nil
-}
-
-func (h *handler) ForceStandalone(ctx context.Context, req *connect.Request[managerv1.ForceStandaloneRequest]) (*connect.Response[managerv1.ForceStandaloneResponse], error) {
-	gen, err := h.s.forceStandalone(ctx, req.Msg.GetBy())
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&managerv1.ForceStandaloneResponse{Generation: gen}), nil
 }
 
 // forceStandalone checks that a forced recovery is safe and starts it: the
@@ -194,7 +129,7 @@ func (s *Server) forceStandalone(ctx context.Context, by string) (uint64, error)
 	if err := writeFileSync(marker, []byte(strconv.FormatUint(gen, 10)+"\n"+by+"\n")); err != nil {
 		return 0, fmt.Errorf("record the forced recovery: %w", err)
 	}
-	s.member.events.record("force-standalone", fmt.Sprintf("%s forced this member standalone: it restarts as a cluster of one at generation %d keeping its state (index %d)",
+	s.member.events.Record("force-standalone", fmt.Sprintf("%s forced this member standalone: it restarts as a cluster of one at generation %d keeping its state (index %d)",
 		orNone(by), gen, r.Index()), st.Term(), r.Generation())
 	cfg := s.storeConfig(false)
 	if !s.member.requestRestart(func() error {
@@ -241,15 +176,8 @@ func (m *memberState) finishForced(ctx context.Context, st *store.Store) error {
 			return fmt.Errorf("move to generation %d: %w", gen, err)
 		}
 	}
-	m.events.record("takeover-settled", fmt.Sprintf("running as a cluster of one at generation %d; other members rejoin as followers when they come back", gen), st.Term(), gen)
+	m.events.Record("takeover-settled", fmt.Sprintf("running as a cluster of one at generation %d; other members rejoin as followers when they come back", gen), st.Term(), gen)
 	return os.Remove(marker)
-}
-
-func (h *handler) LeaveQuorum(ctx context.Context, req *connect.Request[managerv1.LeaveQuorumRequest]) (*connect.Response[managerv1.LeaveQuorumResponse], error) {
-	if err := h.s.leaveQuorum(req.Msg.GetBy()); err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&managerv1.LeaveQuorumResponse{}), nil
 }
 
 // leaveQuorum marks this member's copy for discarding and restarts its
@@ -272,39 +200,9 @@ func (s *Server) leaveQuorum(by string) error {
 	if st != nil {
 		term, gen = st.Term(), st.State().Snapshot().Generation()
 	}
-	s.member.events.record("leave-quorum", orNone(by)+" asked this member to leave the quorum: it discards its copy and rejoins as a follower", term, gen)
+	s.member.events.Record("leave-quorum", orNone(by)+" asked this member to leave the quorum: it discards its copy and rejoins as a follower", term, gen)
 	s.member.requestRestart(nil)
 	return nil
-}
-
-// writeFileSync writes a small file durably.
-func writeFileSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func (h *handler) AnnounceControlPlane(ctx context.Context, req *connect.Request[managerv1.AnnounceControlPlaneRequest]) (*connect.Response[managerv1.AnnounceControlPlaneResponse], error) {
-	raw := req.Msg.GetUrl()
-	if err := jobspec.ValidateControlPlaneURL(raw); err != nil {
-		return nil, toConnect(err)
-	}
-	m := h.s.member
-	m.mu.Lock()
-	m.announce = announcement{url: raw, interval: time.Duration(req.Msg.GetIntervalMs()) * time.Millisecond, at: h.s.cfg.Clock.Now()}
-	m.mu.Unlock()
-	h.s.pokeControlPlanes()
-	return connect.NewResponse(&managerv1.AnnounceControlPlaneResponse{}), nil
 }
 
 // controlPlane is this member's announcement and whether it is stale
@@ -314,17 +212,6 @@ func (m *memberState) controlPlane(now time.Time) (a announcement, stale bool) {
 	a = m.announce
 	m.mu.Unlock()
 	return a, a.url != "" && a.interval > 0 && now.Sub(a.at) > 3*a.interval
-}
-
-func (h *handler) GetClusterEvents(ctx context.Context, req *connect.Request[managerv1.GetClusterEventsRequest]) (*connect.Response[managerv1.GetClusterEventsResponse], error) {
-	limit, since, err := jobspec.ClusterEventsQuery(req.Msg)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&managerv1.GetClusterEventsResponse{
-		Member: h.s.cfg.NodeName,
-		Events: h.s.member.events.query(limit, req.Msg.GetKinds(), since),
-	}), nil
 }
 
 // localStatus is this member's own view of itself.
@@ -422,10 +309,6 @@ func (s *Server) peerStatuses(ctx context.Context) []peerStatus {
 	return out
 }
 
-func (h *handler) GetClusterStatus(ctx context.Context, req *connect.Request[managerv1.GetClusterStatusRequest]) (*connect.Response[managerv1.ClusterStatus], error) {
-	return connect.NewResponse(h.s.clusterStatus(ctx)), nil
-}
-
 // clusterStatus gathers every member's own view into the cluster's.
 func (s *Server) clusterStatus(ctx context.Context) *managerv1.ClusterStatus {
 	me := s.localStatus()
@@ -510,23 +393,16 @@ func (s *Server) managerClient(url string) managerv1connect.ManagerClient {
 	return c
 }
 
-// withAuth copies the caller's credential onto a call passed on.
-func withAuth[T, U any](from *connect.Request[T], to *connect.Request[U]) *connect.Request[U] {
-	to.Header().Set(authorizationHdr, from.Header().Get(authorizationHdr))
-	to.Header().Set(askedHeader, "1")
-	return to
-}
-
 // Join, on the primary, adds a member the cluster expects to the raft
 // configuration; another member passes it to the primary.
 func (h *membersHandler) Join(ctx context.Context, req *connect.Request[managerv1.JoinRequest]) (*connect.Response[managerv1.JoinResponse], error) {
 	s := h.s
 	m := req.Msg
 	if err := jobspec.ValidateID("name", m.GetName()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if m.GetRaftAddress() == "" {
-		return nil, toConnect(apierr.Invalid("raftAddress", "must not be empty"))
+		return nil, rpcerr.ToConnect(apierr.Invalid("raftAddress", "must not be empty"))
 	}
 	st := s.st()
 	if st == nil {
@@ -542,17 +418,17 @@ func (h *membersHandler) Join(ctx context.Context, req *connect.Request[managerv
 	r := st.State().Snapshot()
 	rec := r.Member(m.GetName())
 	if rec == nil || rec.GetStatus() == state.MemberRetired {
-		return nil, toConnect(apierr.FailedPreconditionf("%s is not expected by this cluster: add it first (norsk-ctl cluster add %s)", m.GetName(), m.GetName()))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("%s is not expected by this cluster: add it first (norsk-ctl cluster add %s)", m.GetName(), m.GetName()))
 	}
 	if rec.GetWitness() != m.GetWitness() {
-		return nil, toConnect(apierr.FailedPreconditionf("%s is expected as a %s but started as a %s", m.GetName(), witnessOrMember(rec.GetWitness()), witnessOrMember(m.GetWitness())))
+		return nil, rpcerr.ToConnect(apierr.FailedPreconditionf("%s is expected as a %s but started as a %s", m.GetName(), witnessOrMember(rec.GetWitness()), witnessOrMember(m.GetWitness())))
 	}
 	// A member that is not a voter yet catches up first: it becomes one
 	// (promoteCaughtUp) once it holds the log, so a slow joiner never
 	// costs the cluster its quorum.
 	conf, err := st.Configuration()
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if slices.ContainsFunc(conf, func(sv raft.Server) bool { return string(sv.ID) == m.GetName() && sv.Suffrage == raft.Voter }) {
 		err = st.AddVoter(m.GetName(), m.GetRaftAddress())
@@ -560,7 +436,7 @@ func (h *membersHandler) Join(ctx context.Context, req *connect.Request[managerv
 		err = st.AddNonvoter(m.GetName(), m.GetRaftAddress())
 	}
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if rec.GetStatus() != state.MemberJoined || rec.GetRaftAddress() != m.GetRaftAddress() || rec.GetApiUrl() != m.GetApiUrl() {
 		if _, err := st.Apply(ctx, &storev1.Command{
@@ -570,9 +446,9 @@ func (h *membersHandler) Join(ctx context.Context, req *connect.Request[managerv
 				Name: m.GetName(), RaftAddress: m.GetRaftAddress(), ApiUrl: m.GetApiUrl(), Witness: m.GetWitness(),
 			}},
 		}); err != nil {
-			return nil, toConnect(err)
+			return nil, rpcerr.ToConnect(err)
 		}
-		s.member.events.record("member-joined", fmt.Sprintf("%s %s joined (raft %s, API %s)", witnessOrMember(m.GetWitness()), m.GetName(), m.GetRaftAddress(), m.GetApiUrl()),
+		s.member.events.Record("member-joined", fmt.Sprintf("%s %s joined (raft %s, API %s)", witnessOrMember(m.GetWitness()), m.GetName(), m.GetRaftAddress(), m.GetApiUrl()),
 			st.Term(), r.Generation())
 	}
 	return connect.NewResponse(&managerv1.JoinResponse{Generation: r.Generation()}), nil
@@ -623,7 +499,7 @@ func (s *Server) handOff(ctx context.Context, st *store.Store, why string) error
 		return errors.New("no other full member to take the primary role")
 	}
 	if why != "" {
-		s.member.events.record("handing-over", why+"; handing the primary role to another full member", st.Term(), st.State().Snapshot().Generation())
+		s.member.events.Record("handing-over", why+"; handing the primary role to another full member", st.Term(), st.State().Snapshot().Generation())
 	}
 	targets, err = s.caughtUpTargets(ctx, st, targets)
 	if err != nil {
@@ -725,7 +601,7 @@ func (m *memberState) promoteCaughtUp(ctx context.Context, st *store.Store) {
 				m.s.log.Warn("could not make a caught-up member a voter", "member", sv.ID, "err", err)
 				continue
 			}
-			m.events.record("member-promoted", fmt.Sprintf("%s caught up (applied %d of %d) and votes now", sv.ID, p.status.GetAppliedIndex(), commit),
+			m.events.Record("member-promoted", fmt.Sprintf("%s caught up (applied %d of %d) and votes now", sv.ID, p.status.GetAppliedIndex(), commit),
 				st.Term(), st.State().Snapshot().Generation())
 		}
 	}

@@ -2,25 +2,22 @@ package manager
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptrace"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/cluster"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -132,7 +129,7 @@ func (s *Server) forwardOnce(ctx context.Context, st *store.Store, data []byte) 
 	if url == "" {
 		return state.Result{}, apierr.Unavailablef("the primary %s has no known API URL", leader)
 	}
-	fctx, sent, done := watchLeader(ctx, st, leader)
+	fctx, sent, done := cluster.WatchLeader(ctx, st, leader)
 	resp, err := s.memberClient(url).Forward(fctx, newMemberRequest(s, &managerv1.ForwardRequest{Command: data}))
 	moved := done()
 	if err != nil {
@@ -147,7 +144,7 @@ func (s *Server) forwardOnce(ctx context.Context, st *store.Store, data []byte) 
 			}
 			return state.Result{}, apierr.Unavailablef("the primary %s was lost while the write was in flight; it may or may not have been applied", leader)
 		}
-		if isDialErr(err) {
+		if cluster.IsDialErr(err) {
 			// The request never reached it (refused, or the dial timed
 			// out): nothing was written.
 			return state.Result{}, errNotPrimary
@@ -164,143 +161,12 @@ func (s *Server) forwardOnce(ctx context.Context, st *store.Store, data []byte) 
 		if err != nil {
 			return res, fmt.Errorf("decode the primary's answer: %w", err)
 		}
-		res.Value = fromForwarded(val)
+		res.Value = cluster.FromForwarded(val)
 	}
 	if err := st.WaitApplied(ctx, res.Index); err != nil {
 		return res, err
 	}
 	return res, nil
-}
-
-// askedHeader marks a call a follower passed to the primary, so that two
-// members that each think the other leads do not pass it back and forth.
-const askedHeader = "Norsk-Asked-By-Member"
-
-// askPrimaryTimeout bounds a follower's question to the primary.
-const askPrimaryTimeout = 2 * time.Second
-
-// askPrimary, on a follower of a cluster, makes call against the primary
-// (the caller's credential travels with it) and returns its answer; ok is
-// false on the primary, standalone, with no primary known, for a call a
-// member already passed on, or when the primary could not be reached (the
-// caller then answers from this member's copy). The primary's refusal of
-// the caller (UNAUTHENTICATED, PERMISSION_DENIED, RESOURCE_EXHAUSTED) is
-// the answer.
-func askPrimary[T any](ctx context.Context, s *Server, h http.Header, call func(context.Context, managerv1connect.ManagerClient) (*connect.Response[T], error)) (out *connect.Response[T], ok bool, err error) {
-	return askPrimaryFor(ctx, s, h, call, func(err error) bool {
-		switch connect.CodeOf(err) {
-		case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeResourceExhausted:
-			return true
-		}
-		return false
-	})
-}
-
-// askPrimaryFor is askPrimary where answers says which errors from the
-// primary are its answer (the others make the caller answer from this
-// member's copy).
-func askPrimaryFor[T any](ctx context.Context, s *Server, h http.Header, call func(context.Context, managerv1connect.ManagerClient) (*connect.Response[T], error),
-	answers func(error) bool) (out *connect.Response[T], ok bool, err error) {
-	st := s.st()
-	if !s.cfg.clustered() || st == nil || st.IsLeader() || h.Get(askedHeader) != "" {
-		return nil, false, nil
-	}
-	leader, _ := st.Leader()
-	url := s.memberAPI(leader)
-	if leader == "" || url == "" {
-		return nil, false, nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, askPrimaryTimeout)
-	defer cancel()
-	out, err = call(cctx, s.managerClient(url))
-	if err != nil && answers(err) {
-		return nil, true, err
-	}
-	if err != nil {
-		s.log.Debug("asking the primary failed; answering from this member's copy", "primary", leader, "err", err)
-		return nil, false, nil
-	}
-	return out, true, nil
-}
-
-// errLeaderMoved ends a forwarded call whose primary this member no longer
-// follows.
-var errLeaderMoved = errors.New("the primary changed")
-
-// watchLeader bounds a call to leader: the returned context ends as soon as
-// this member stops following it (raft lost it, or elected another), so a
-// call to a primary that died does not hang until the caller's deadline.
-// sent reports whether the request reached the wire; done stops the watch
-// and reports whether it ended the call.
-func watchLeader(ctx context.Context, st *store.Store, leader string) (context.Context, *atomic.Bool, func() bool) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	sent := new(atomic.Bool)
-	cctx = httptrace.WithClientTrace(cctx, &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }})
-	stop := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(leaderPoll)
-		defer t.Stop()
-		for {
-			changed := st.LeaderChanged()
-			if l, _ := st.Leader(); l != leader {
-				cancel(errLeaderMoved)
-				return
-			}
-			select {
-			case <-stop:
-				return
-			case <-cctx.Done():
-				return
-			case <-changed:
-			case <-t.C: // an observation raft dropped
-			}
-		}
-	}()
-	return cctx, sent, func() bool {
-		close(stop)
-		<-finished
-		moved := errors.Is(context.Cause(cctx), errLeaderMoved)
-		cancel(nil)
-		return moved
-	}
-}
-
-// leaderPoll is how often a forwarded call checks that its primary is
-// still the one this member follows, besides raft's leader observations.
-const leaderPoll = 250 * time.Millisecond
-
-// forwardedValue is a command's answer in a form Forward can carry: a
-// protobuf message as it is, a count or an index wrapped.
-func forwardedValue(v any) (proto.Message, bool) {
-	switch v := v.(type) {
-	case proto.Message:
-		return v, true
-	case uint64:
-		return wrapperspb.UInt64(v), true
-	case int:
-		return wrapperspb.Int64(int64(v)), true
-	}
-	return nil, false
-}
-
-// fromForwarded undoes forwardedValue.
-func fromForwarded(m proto.Message) any {
-	switch m := m.(type) {
-	case *wrapperspb.UInt64Value:
-		return m.GetValue()
-	case *wrapperspb.Int64Value:
-		return int(m.GetValue())
-	}
-	return m
-}
-
-// isDialErr reports whether err is a failure to connect (the request was
-// never sent).
-func isDialErr(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // memberAPI is the API URL of member name ("" if unknown).
@@ -331,7 +197,7 @@ func (s *Server) memberClient(url string) managerv1connect.MembersClient {
 	mc.once.Do(func() {
 		mc.hc = s.cfg.MemberHTTPClient
 		if mc.hc == nil {
-			mc.hc = memberHTTPClient(s.tls)
+			mc.hc = cluster.HTTPClient(s.tls.caCert())
 		}
 		mc.byURL = map[string]managerv1connect.MembersClient{}
 	})
@@ -345,31 +211,10 @@ func (s *Server) memberClient(url string) managerv1connect.MembersClient {
 	return c
 }
 
-// memberHTTPClient dials other members: HTTP/2 (cleartext with prior
-// knowledge, or over TLS trusting the system roots and the cluster CA).
-func memberHTTPClient(t *tlsState) *http.Client {
-	var p http.Protocols
-	p.SetHTTP2(true)
-	p.SetUnencryptedHTTP2(true)
-	roots, err := x509.SystemCertPool()
-	if err != nil || roots == nil {
-		roots = x509.NewCertPool()
-	}
-	if t != nil && t.ca != nil {
-		roots.AddCert(t.ca.Cert)
-	}
-	return &http.Client{Transport: &http.Transport{
-		Protocols:       &p,
-		DialContext:     (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 10 * time.Second}).DialContext,
-		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots},
-		HTTP2:           &http.HTTP2Config{PingTimeout: 5 * time.Second, SendPingTimeout: 5 * time.Second},
-	}}
-}
-
 // newMemberRequest is a Members call carrying the cluster secret.
 func newMemberRequest[T any](s *Server, msg *T) *connect.Request[T] {
 	req := connect.NewRequest(msg)
-	req.Header().Set(authorizationHdr, bearerPrefix+clusterSecretPrefix+s.cfg.ClusterSecret)
+	req.Header().Set(auth.AuthorizationHeader, auth.BearerPrefix+auth.ClusterSecretPrefix+s.cfg.ClusterSecret)
 	return req
 }
 
@@ -415,7 +260,7 @@ func (i consistencyInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryF
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if wantsLinearizable(req.Header()) {
 			if err := i.s.linearize(ctx); err != nil {
-				return nil, toConnect(err)
+				return nil, rpcerr.ToConnect(err)
 			}
 		}
 		return next(ctx, req)
@@ -430,7 +275,7 @@ func (i consistencyInterceptor) WrapStreamingHandler(next connect.StreamingHandl
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		if wantsLinearizable(conn.RequestHeader()) {
 			if err := i.s.linearize(ctx); err != nil {
-				return toConnect(err)
+				return rpcerr.ToConnect(err)
 			}
 		}
 		return next(ctx, conn)
@@ -480,7 +325,7 @@ func (h *membersHandler) Forward(ctx context.Context, req *connect.Request[manag
 		// The write is applied: whatever happens now, say so with its
 		// index, never as a call error the follower would report as
 		// "maybe applied".
-		m, ok := forwardedValue(res.Value)
+		m, ok := cluster.ForwardedValue(res.Value)
 		if !ok {
 			h.s.log.Error("a forwarded command's answer has no wire form; the follower gets the index only", "type", fmt.Sprintf("%T", res.Value))
 			return connect.NewResponse(out), nil
@@ -504,7 +349,7 @@ func (h *membersHandler) ReadIndex(ctx context.Context, req *connect.Request[man
 		return nil, notPrimary(st)
 	}
 	if err := h.s.awaitPrimaryReady(ctx, st); err != nil {
-		return nil, toConnect(err)
+		return nil, rpcerr.ToConnect(err)
 	}
 	if err := st.VerifyLeader(); err != nil {
 		return nil, notPrimary(st)

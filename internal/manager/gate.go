@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -13,6 +12,9 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/manager/api"
+	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
@@ -50,7 +52,7 @@ const (
 //     address (IPv6 per /64) and in all; more are refused with
 //     RESOURCE_EXHAUSTED, their bodies unread.
 type gate struct {
-	authz       *authorizer
+	authz       *auth.Authorizer
 	errs        *connect.ErrorWriter
 	bodyTimeout time.Duration
 	perSource   int
@@ -61,7 +63,7 @@ type gate struct {
 	total   int
 }
 
-func newGate(a *authorizer, cfg Config, m *metrics) *gate {
+func newGate(a *auth.Authorizer, cfg Config, m *metrics) *gate {
 	return &gate{authz: a, errs: connect.NewErrorWriter(), bodyTimeout: cfg.RequestBodyTimeout,
 		perSource: cfg.MaxUnauthenticatedPerSource, metrics: m, waiting: map[netip.Prefix]int{}}
 }
@@ -71,11 +73,11 @@ func (g *gate) api(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		body := g.limitBody(rc, r)
-		ctx := context.WithValue(r.Context(), rcKey{}, rc)
-		if _, ok := g.authz.table[r.URL.Path]; ok {
+		ctx := api.WithResponseController(r.Context(), rc)
+		if g.authz.Serves(r.URL.Path) {
 			src := source(r)
 			var err error
-			ctx, err = g.authz.authorizeHolding(ctx, r.URL.Path, r.Header.Get(authorizationHdr), func() (func(), error) { return g.hold(src) })
+			ctx, err = g.authz.AuthorizeHolding(ctx, r.URL.Path, r.Header.Get(auth.AuthorizationHeader), func() (func(), error) { return g.hold(src) })
 			if err != nil {
 				g.refuse(w, r, err)
 				return
@@ -111,7 +113,7 @@ func (g *gate) public(next http.Handler) http.Handler {
 func (g *gate) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
-		err = toConnect(err)
+		err = rpcerr.ToConnect(err)
 		errors.As(err, &ce)
 	}
 	if g.metrics != nil {

@@ -17,6 +17,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 )
 
@@ -232,8 +233,8 @@ func TestStreamsOutliveTheBodyDeadline(t *testing.T) {
 	t.Parallel()
 	s, c, tok := startWithToken(t, func(cfg *Config) { cfg.RequestBodyTimeout = 300 * time.Millisecond })
 	clients := map[string]managerv1connect.ManagerClient{
-		"grpc over HTTP/2":    managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(tok)),
-		"connect over HTTP/1": managerv1connect.NewManagerClient(&http.Client{}, s.URL(), WithBearer(tok)),
+		"grpc over HTTP/2":    managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(tok)),
+		"connect over HTTP/1": managerv1connect.NewManagerClient(&http.Client{}, s.URL(), auth.WithBearer(tok)),
 	}
 	for name, sc := range clients {
 		t.Run(name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 )
 
@@ -25,7 +26,7 @@ func startServerWith(t *testing.T, adjust func(*Config)) (*Server, managerv1conn
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	tok := NewToken()
+	tok := auth.NewToken()
 	cfg := Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1", Logger: slog.New(slog.DiscardHandler), BootstrapToken: tok}
 	adjust(&cfg)
 	s, err := New(ctx, cfg)
@@ -33,7 +34,7 @@ func startServerWith(t *testing.T, adjust func(*Config)) (*Server, managerv1conn
 		t.Fatalf("start manager: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	return s, managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), WithBearer(tok))
+	return s, managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(tok))
 }
 
 func code(err error) connect.Code {

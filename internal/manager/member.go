@@ -16,34 +16,24 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/cluster"
 	"github.com/norsk-go/norsk-manager/internal/events"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
 
-// Cluster states a member starts in.
+// Cluster states a member starts in (cluster.StateNew, cluster.StateExisting).
 const (
-	// ClusterStateNew: a new store bootstraps the cluster with ClusterNodes.
-	ClusterStateNew = "new"
-	// ClusterStateExisting: a new store joins the running cluster.
-	ClusterStateExisting = "existing"
+	ClusterStateNew      = cluster.StateNew
+	ClusterStateExisting = cluster.StateExisting
 )
 
 // DefaultRaftPort is raft's default port in a cluster.
-const DefaultRaftPort = 6792
+const DefaultRaftPort = cluster.DefaultRaftPort
 
 // ClusterNode is a member of the cluster as config.yaml names it.
-type ClusterNode struct {
-	// Name is the member's node name (its raft id).
-	Name string `json:"name"`
-	// Raft is its raft address (host:port).
-	Raft string `json:"raft"`
-	// API is its API URL (http(s)://host:port).
-	API string `json:"api"`
-	// Witness: it votes but holds no job state it acts on and serves no API.
-	Witness bool `json:"witness,omitempty"`
-}
+type ClusterNode = cluster.Node
 
 func (c *Config) clustered() bool { return len(c.ClusterNodes) > 0 }
 
@@ -55,21 +45,6 @@ func (c *Config) clusterNode(name string) (ClusterNode, bool) {
 	}
 	return ClusterNode{}, false
 }
-
-// Files in the data directory that drive a member's recovery.
-const (
-	// leaveMarker: LeaveQuorum was called; the next boot discards the copy.
-	leaveMarker = "LEAVE-QUORUM"
-	// joinMarker: this member's copy was put aside; until it has joined a
-	// cluster again it starts as a joining member (never bootstrapping one
-	// from clusterNodes), whatever clusterState says.
-	joinMarker = "REJOINING"
-	// generationFile holds the newest cluster generation this member has
-	// seen applied: after a restart its store applies nothing until it
-	// hears from a primary, so the state alone cannot tell which generation
-	// its copy is from.
-	generationFile = "GENERATION"
-)
 
 // memberState runs the member's life: the store's incarnations, the
 // primary's terms, and (in a cluster) joining and rejoining.
@@ -88,7 +63,7 @@ type memberState struct {
 	verified bool
 	// announce is the norsk-mgr announcement this member received.
 	announce announcement
-	events   *clusterEvents
+	events   *cluster.Events
 	// primaryReady: this member leads and has confirmed that no member is
 	// at a newer generation; writes wait for it (a former member that comes
 	// back after a forced recovery must not acknowledge a write it will
@@ -148,7 +123,7 @@ func newMemberState(s *Server) *memberState {
 		s:         s,
 		restart:   make(chan func() error, 1),
 		termReady: make(chan struct{}),
-		events:    openClusterEvents(s.cfg.DataDir, s.cfg.Clock, s.log),
+		events:    cluster.OpenEvents(s.cfg.DataDir, s.cfg.Clock, s.log),
 	}
 	m.terms, m.stopTerms = context.WithCancel(context.Background())
 	m.loadGeneration()
@@ -245,7 +220,7 @@ func (s *Server) openStore(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.member.events.record("leave-quorum", fmt.Sprintf("discarded this member's copy (moved to %s); rejoining as a follower", moved), 0, 0)
+		s.member.events.Record("leave-quorum", fmt.Sprintf("discarded this member's copy (moved to %s); rejoining as a follower", moved), 0, 0)
 		join = true
 	}
 	var st *store.Store
@@ -262,7 +237,7 @@ func (s *Server) openStore(ctx context.Context) error {
 				return fmt.Errorf("%w; and it cannot be moved aside: %v", err, derr)
 			}
 			s.log.Error("the store cannot be read; rejoining the cluster with an empty copy", "err", err, "moved_to", moved)
-			s.member.events.record("rejoined", "the store could not be read ("+err.Error()+"); moved to "+moved+", rejoining", 0, 0)
+			s.member.events.Record("rejoined", "the store could not be read ("+err.Error()+"); moved to "+moved+", rejoining", 0, 0)
 			s.boot.RestoreReason = err.Error()
 			s.boot.UnreadableStoreMovedTo = moved
 			st, err = store.Open(ctx, s.storeConfig(true))
@@ -310,7 +285,7 @@ func (m *memberState) run(ctx context.Context) {
 		case fn := <-done:
 			if err := m.replaceStore(ctx, fn); err != nil {
 				m.s.log.Error("recovery failed; the member keeps its old store closed and retries in 5s", "err", err)
-				m.events.record("recovery-failed", err.Error(), 0, 0)
+				m.events.Record("recovery-failed", err.Error(), 0, 0)
 				select {
 				case <-ctx.Done():
 					return
@@ -435,11 +410,11 @@ func (m *memberState) leadership(ctx context.Context, st *store.Store) {
 				defer close(done)
 				m.primaryTerm(tctx, st)
 			}(termDone)
-			m.events.record("role-change", "became the primary", st.Term(), st.State().Snapshot().Generation())
+			m.events.Record("role-change", "became the primary", st.Term(), st.State().Snapshot().Generation())
 		} else if !now && leading {
 			stop()
 			leader, _ := st.Leader()
-			m.events.record("role-change", "no longer the primary (the primary is now "+orNone(leader)+")", st.Term(), st.State().Snapshot().Generation())
+			m.events.Record("role-change", "no longer the primary (the primary is now "+orNone(leader)+")", st.Term(), st.State().Snapshot().Generation())
 		}
 		leading = now
 		select {
@@ -496,10 +471,10 @@ func (m *memberState) primaryTerm(ctx context.Context, st *store.Store) {
 		ManagerURLs:       s.memberURLs,
 		Metrics:           s.nodeMetrics,
 		WorkerTLS:         s.tls.workerTLS(),
-		AccessReplicaJWKS: s.accessKeys.jwks(),
+		AccessReplicaJWKS: s.accessKeys.JWKS(),
 		ControlPlanes:     &s.controlPlanes,
 		OnAllConnected: func() {
-			m.events.record("takeover-settled", "every worker's stream is up under this primary", st.Term(), st.State().Snapshot().Generation())
+			m.events.Record("takeover-settled", "every worker's stream is up under this primary", st.Term(), st.State().Snapshot().Generation())
 		},
 	})
 	s.nodesRef.Store(ctl)
@@ -686,7 +661,7 @@ func (m *memberState) joined() {
 		return
 	}
 	if err := os.Remove(path); err == nil {
-		m.events.record("member-joined", "this member holds the cluster's state again", 0, 0)
+		m.events.Record("member-joined", "this member holds the cluster's state again", 0, 0)
 	}
 }
 
@@ -727,7 +702,7 @@ func (m *memberState) newerGeneration(ctx context.Context, st *store.Store, time
 		}
 		reason := fmt.Sprintf("member %s is at generation %d (primary %s); this copy is at generation %d", p.name, p.status.GetGeneration(), orNone(p.status.GetLeader()), mine)
 		s.log.Warn("this member's copy is from an older generation; putting it aside and rejoining", "why", reason)
-		m.events.record("rejoined", reason+": put this copy aside and rejoined as a follower", st.Term(), mine)
+		m.events.Record("rejoined", reason+": put this copy aside and rejoined as a follower", st.Term(), mine)
 		m.requestRestart(func() error {
 			moved, err := discardStore(s.cfg)
 			if err == nil {
@@ -790,4 +765,36 @@ func (s *Server) IsPrimaryReady() bool {
 		return false
 	}
 	return !s.cfg.clustered() || s.member.primaryReady.Load()
+}
+
+// Files in the data directory that drive a member's recovery.
+const (
+	// leaveMarker: LeaveQuorum was called; the next boot discards the copy.
+	leaveMarker = "LEAVE-QUORUM"
+	// joinMarker: this member's copy was put aside; until it has joined a
+	// cluster again it starts as a joining member (never bootstrapping one
+	// from clusterNodes), whatever clusterState says.
+	joinMarker = "REJOINING"
+	// generationFile holds the newest cluster generation this member has
+	// seen applied: after a restart its store applies nothing until it
+	// hears from a primary, so the state alone cannot tell which generation
+	// its copy is from.
+	generationFile = "GENERATION"
+)
+
+// writeFileSync writes a small file durably.
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -13,6 +13,7 @@ import (
 
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
 )
 
 // metrics are the daemon's Prometheus collectors, on its own registry.
@@ -106,7 +107,7 @@ func (m *metrics) interceptor() connect.UnaryInterceptorFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			start := time.Now()
 			resp, err := next(ctx, req)
-			method := methodName(req.Spec().Procedure)
+			method := apiauth.MethodName(req.Spec().Procedure)
 			code := "ok"
 			if err != nil {
 				var ce *connect.Error
@@ -121,14 +122,6 @@ func (m *metrics) interceptor() connect.UnaryInterceptorFunc {
 			return resp, err
 		}
 	}
-}
-
-// methodName is the RPC's name in a procedure path ("/pkg.Service/Method").
-func methodName(procedure string) string {
-	if i := strings.LastIndexByte(procedure, '/'); i >= 0 {
-		return procedure[i+1:]
-	}
-	return procedure
 }
 
 func fmtType(v any) string { return fmt.Sprintf("%T", v) }

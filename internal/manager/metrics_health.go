@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/internal/events"
 	"github.com/norsk-go/norsk-manager/internal/store"
 )
 
@@ -217,6 +215,3 @@ func (c *contactSink) IncrCounterWithLabels([]string, float32, []gometrics.Label
 func (c *contactSink) AddSample([]string, float32)                                {}
 
 var _ gometrics.MetricSink = (*contactSink)(nil)
-
-// isSlowConsumer: an event subscriber cut off for falling behind.
-func isSlowConsumer(err error) bool { return errors.Is(err, events.ErrSlowConsumer) }

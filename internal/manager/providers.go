@@ -3,21 +3,18 @@ package manager
 import (
 	"context"
 	"fmt"
-	"github.com/norsk-go/norsk-manager/internal/providers/cloudhypervisor"
-	"strings"
 
-	"connectrpc.com/connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
+	"github.com/norsk-go/norsk-manager/internal/providers/cloudhypervisor"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/buildinfo"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
-	"github.com/norsk-go/norsk-manager/internal/store/state"
-	"github.com/norsk-go/norsk-manager/pkg/apierr"
-	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
 // The Manager's side of the providers is this thin layer: the fleet
@@ -111,9 +108,9 @@ func (b fleetBackend) Nodes() []providers.NodeView {
 func (b fleetBackend) Apply(ctx context.Context, cmd *storev1.Command) (uint64, error) {
 	cmd.Time = timestamppb.New(b.s.cfg.Clock.Now())
 	if a, ok := providers.ActorOf(ctx); ok {
-		cmd.Audit = &storev1.AuditStamp{Who: a.Who, Method: a.Method, Target: auditTarget(cmd)}
+		cmd.Audit = &storev1.AuditStamp{Who: a.Who, Method: a.Method, Target: intercept.AuditTarget(cmd)}
 	} else {
-		cmd.Audit = auditStamp(ctx, cmd)
+		cmd.Audit = intercept.AuditStamp(ctx, cmd)
 	}
 	res, err := b.s.apply(ctx, cmd)
 	return res.Index, err
@@ -123,7 +120,9 @@ func (b fleetBackend) Registration() ([]string, string) {
 	return b.s.memberURLs(), b.s.CAFingerprint()
 }
 
-func (b fleetBackend) NewRegistrationToken() string { return randomToken(regTokenPrefix, 24) }
+func (b fleetBackend) NewRegistrationToken() string {
+	return auth.RandomToken(auth.RegistrationTokenPrefix, 24)
+}
 
 // mockProvider is the mock provider (nil: none configured).
 func (s *Server) mockProvider() *mock.Provider {
@@ -133,58 +132,4 @@ func (s *Server) mockProvider() *mock.Provider {
 	}
 	mp, _ := p.(*mock.Provider)
 	return mp
-}
-
-// CreateMockNode creates an elastic node on a free mock host. The primary
-// chooses the host (a follower asks it), so two calls never pick the same.
-// spareReconcilerContext marks ctx as the spare reconciler's when the
-// caller is this member's own AutoManager (its internal credential): only
-// it may give an elastic node the spare tags.
-func spareReconcilerContext(ctx context.Context) context.Context {
-	if id, ok := callerOf(ctx); ok && id.name == autoManagerCaller {
-		return providers.AsSpareReconciler(ctx)
-	}
-	return ctx
-}
-
-func (h *handler) CreateMockNode(ctx context.Context, req *connect.Request[managerv1.CreateMockNodeRequest]) (*connect.Response[managerv1.CreateMockNodeResponse], error) {
-	p := h.s.mockProvider()
-	if p == nil {
-		return nil, toConnect(apierr.FailedPreconditionf("this Manager has no mock provider (configure providers.mock in config.yaml)"))
-	}
-	m := req.Msg
-	pool := m.GetPool()
-	if pool == "" {
-		pool = p.Config().Pools[0]
-	}
-	if !p.Config().Serves(pool) {
-		return nil, toConnect(apierr.Invalid("pool", "the mock provider does not create nodes in pool %s (it serves %s)", apierr.Quote(pool), strings.Join(p.Config().Pools, ", ")))
-	}
-	if err := jobspec.ValidateTags("tags", m.GetTags()); err != nil {
-		return nil, toConnect(err)
-	}
-	ctx = spareReconcilerContext(ctx)
-	if _, spare := m.GetTags()[state.SpareTag]; spare && !providers.IsSpareReconciler(ctx) {
-		return nil, toConnect(apierr.Invalid("tags", "the %s tag of an elastic node belongs to the AutoManager's reconciler", apierr.Quote(state.SpareTag)))
-	}
-	nodeID := m.GetNodeId()
-	if nodeID == "" {
-		nodeID = randomToken("mock-", 4)
-	} else if err := jobspec.ValidateID("nodeId", nodeID); err != nil {
-		return nil, toConnect(err)
-	}
-	if h.read().Node(nil, nodeID) != nil || h.read().NodeByName(nil, nodeID) != nil {
-		return nil, toConnect(apierr.AlreadyExistsf("node %s already exists", apierr.Quote(nodeID)))
-	}
-	if out, ok, err := askPrimary(ctx, h.s, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.CreateMockNodeResponse], error) {
-		msg := &managerv1.CreateMockNodeRequest{NodeId: nodeID, Pool: pool, Tags: m.GetTags()}
-		return c.CreateMockNode(ctx, withAuth(req, connect.NewRequest(msg)))
-	}); ok {
-		return out, err
-	}
-	created, err := h.s.fleet.CreateReserved(ctx, mock.Name, nodeID, pool, m.GetTags())
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&managerv1.CreateMockNodeResponse{NodeId: nodeID, Host: created.Instance.ID}), nil
 }

@@ -5,8 +5,12 @@
 // norsk-manager binary, dev mode and every test cluster start it the same
 // way, from a Config.
 //
-// Handlers live one file per resource (jobs.go, slots.go, nodes.go,
-// events.go); each write is one raft command through the store.
+// The Manager service's handlers are internal/manager/api, one file per
+// resource, reaching the member through api.Backend (backend.go); each
+// write is one raft command through the store. What this package keeps is
+// what composes the parts — New, boot, metrics, the HTTP server — and a
+// member's life in its cluster (member.go, cluster.go, forward.go; decision
+// 0052).
 package manager
 
 import (
@@ -36,8 +40,11 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/manager/api"
+	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
@@ -238,7 +245,7 @@ type Config struct {
 	// covers.
 	TLSHosts []string
 	// AccessReplicaKeysFile is a JWKS of the public keys norsk-mgr signs
-	// access replicas with (access_replica.go). Without it
+	// access replicas with (manager/api/access_replica.go). Without it
 	// PublishAccessReplica is refused with FAILED_PRECONDITION.
 	AccessReplicaKeysFile string
 
@@ -336,7 +343,7 @@ func (c *Config) defaults() error {
 		c.BackupRetain = 24
 	}
 	if c.EventWriteTimeout <= 0 {
-		c.EventWriteTimeout = DefaultEventWriteTimeout
+		c.EventWriteTimeout = api.DefaultEventWriteTimeout
 	}
 	if c.RateLimit <= 0 {
 		c.RateLimit = 1000
@@ -406,8 +413,10 @@ type Server struct {
 	nodeMetrics *nodes.Metrics
 	amMetrics   *automanager.Metrics
 	provMetrics *providers.Metrics
+	// api is the Manager service's handler.
+	api *api.Handler
 	// migrator is the running AutoManager's migration surface (nil: none).
-	migrator migratorRef
+	migrator api.MigratorRef
 	// fleet is the providers' side: node creation, and during a primary
 	// term the reaper and reconciliation (providers.go).
 	fleet   *providers.Fleet
@@ -423,11 +432,11 @@ type Server struct {
 	lock    *dataDirLock
 	boot    *managerv1.BootReport
 	audit   auditCheck
-	authz   *authorizer
+	authz   *auth.Authorizer
 	gate    *gate
 	tls     *tlsState
 	// accessKeys are the access replica's trusted keys (nil: none).
-	accessKeys *accessReplicaKeys
+	accessKeys *api.AccessReplicaKeys
 	// controlPlanes is the cluster's list of norsk-mgr URLs the primary
 	// tells its workers (control_planes.go); planesPoke asks for a refresh.
 	controlPlanes nodes.ControlPlaneList
@@ -462,7 +471,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// each adding its own component; log is the member's own lines.
 	base := cfg.Logger.With("member", cfg.NodeName)
 	log := base.With("component", "manager")
-	accessKeys, err := loadAccessReplicaKeys(cfg.AccessReplicaKeysFile)
+	accessKeys, err := api.LoadAccessReplicaKeys(cfg.AccessReplicaKeysFile)
 	if err != nil {
 		closeListener(cfg.Listener)
 		return nil, err
@@ -529,27 +538,35 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.openStore(ctx); err != nil {
 		return fail(err)
 	}
-	if s.authz, err = newAuthorizer(func() *state.Read { return s.st().State().Snapshot() }, cfg); err != nil {
+	if s.authz, err = auth.NewAuthorizer(func() *state.Read { return s.st().State().Snapshot() },
+		auth.Options{Clock: cfg.Clock, RateLimit: cfg.RateLimit, ClusterSecret: cfg.ClusterSecret, Witness: cfg.Witness}); err != nil {
 		return fail(err)
 	}
-	s.authz.catchUp = s.linearize
+	s.authz.CatchUp = s.linearize
 
 	mux := http.NewServeMux()
-	h := &handler{s: s}
+	s.api = api.New(api.Config{
+		Backend: backend{s}, Cluster: &clusterRPCs{s: s}, Clock: cfg.Clock, Log: log,
+		NodeName: cfg.NodeName, DataDir: cfg.DataDir, BackupDir: cfg.BackupDir, Clustered: cfg.clustered(),
+		DefaultIdleExpiry: cfg.DefaultIdleExpiry, EventWriteTimeout: cfg.EventWriteTimeout,
+		HeartbeatInterval: cfg.HeartbeatInterval, LeaseTTL: cfg.LeaseTTL, Pools: cfg.Pools, CloudHypervisor: cfg.CloudHypervisor,
+		CA: tlsSt.ca, AccessKeys: accessKeys, Migrator: &s.migrator, Boot: s.boot,
+		Metrics: api.EventMetrics{Sent: m.eventsSent, Subscribers: m.eventSubscribers, Drops: m.eventDrops},
+	})
 	// The gate authenticates each call from its headers before its body
 	// is read (gate.go); the interceptors then check the decoded request's
-	// field bounds (bounds.go) before the handler runs.
+	// field bounds (intercept/bounds.go) before the handler runs.
 	gt := newGate(s.authz, cfg, m)
 	s.gate = gt
-	interceptors := connect.WithInterceptors(s.authz.interceptor(), m.interceptor(), boundsInterceptor(), auditInterceptor(), s.consistencyInterceptor())
+	interceptors := connect.WithInterceptors(s.authz.Interceptor(), m.interceptor(), intercept.BoundsInterceptor(), intercept.AuditInterceptor(), s.consistencyInterceptor())
 	// Compress only messages worth it: connect gzips every message a client
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.
 	apiOpts := func(maxBytes int) []connect.HandlerOption {
-		return append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxBytes)}, strictJSONCodecs()...)
+		return append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxBytes)}, intercept.StrictJSONCodecs()...)
 	}
-	path, api := managerv1connect.NewManagerHandler(h, apiOpts(cfg.MaxRequestBytes)...)
-	mux.Handle(path, gt.api(api))
+	path, managerAPI := managerv1connect.NewManagerHandler(s.api, apiOpts(cfg.MaxRequestBytes)...)
+	mux.Handle(path, gt.api(managerAPI))
 	mpath, members := managerv1connect.NewMembersHandler(&membersHandler{s: s}, apiOpts(cfg.MaxRequestBytes+(1<<20))...)
 	mux.Handle(mpath, gt.api(members))
 	public := func(path string, h http.Handler) { mux.Handle(path, gt.public(h)) }
@@ -705,7 +722,7 @@ func (s *Server) Close() error {
 		s.cancel()
 		s.wg.Wait()
 		s.err = s.st().Close()
-		s.member.events.close()
+		s.member.events.Close()
 		_ = s.lock.Close()
 		s.log.Info("manager stopped")
 	})

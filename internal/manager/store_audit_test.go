@@ -12,8 +12,9 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/clock"
-	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/manager/api"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/auditchain"
@@ -276,7 +277,7 @@ func TestAuditAppendCannotForgeTheManagersEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 		tokenID := tr.Msg.GetToken().GetId()
-		c := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), manager.WithBearer(tr.Msg.GetSecret()))
+		c := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(tr.Msg.GetSecret()))
 		for _, forged := range []struct{ source, kind, payload string }{
 			{state.AuditSourceAPI, "RevokeToken", `{"who":"token:bootstrap/abc from 127.0.0.1:1","method":"RevokeToken","target":"token/x","outcome":"ok","index":7}`},
 			{state.AuditSourceManager, state.AuditKindPruned, `{"removed":0}`},
@@ -294,7 +295,7 @@ func TestAuditAppendCannotForgeTheManagersEntries(t *testing.T) {
 				t.Errorf("%s appending as %q stored %v; want source %q and its caller", role, forged.source, e, want)
 			}
 		}
-		for _, bad := range []string{"", state.AuditSourceExternal, strings.Repeat("s", manager.MaxAuditSubSourceLen+1)} {
+		for _, bad := range []string{"", state.AuditSourceExternal, strings.Repeat("s", api.MaxAuditSubSourceLen+1)} {
 			if _, err := c.AppendAuditEntry(ctx, connect.NewRequest(&managerv1.AppendAuditEntryRequest{Source: bad, Kind: "k"})); stCode(err) != connect.CodeInvalidArgument {
 				t.Errorf("%s appending with source %.20q: %v, want INVALID_ARGUMENT", role, bad, err)
 			}

@@ -27,6 +27,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
@@ -61,7 +62,7 @@ func stConfig(dir string, clk clock.Clock) manager.Config {
 
 // stToken is every test store's admin token: a store restored from another
 // test store carries it too.
-var stToken = manager.NewToken()
+var stToken = auth.NewToken()
 
 // stStart starts a Manager; it is closed when the test ends (closing it
 // earlier is fine).
@@ -76,7 +77,7 @@ func stStart(t testing.TB, cfg manager.Config) (*manager.Server, managerv1connec
 }
 
 func stClient(s *manager.Server) managerv1connect.ManagerClient {
-	return managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), manager.WithBearer(stToken))
+	return managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithGRPC(), auth.WithBearer(stToken))
 }
 
 func stJob(id string) *managerv1.Job {

@@ -14,10 +14,7 @@ import (
 	"sync"
 	"time"
 
-	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/pki"
-	"github.com/norsk-go/norsk-manager/internal/store/state"
-	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
 
 // TLS modes (Config.TLS).
@@ -316,31 +313,6 @@ func (t *tlsState) scheme() string {
 	return "http"
 }
 
-// workerCertificate signs a registering worker's CSR when this Manager has
-// a cluster CA and the request carries one; nil, nil otherwise (the worker
-// then serves its stream in cleartext). r is the snapshot the handler
-// checked the credential on.
-func (h *handler) workerCertificate(m *managerv1.ClusterMemberRegisterRequest, r *state.Read) (cert []byte, cas [][]byte, err error) {
-	t := h.s.tls
-	if t == nil || t.ca == nil || len(m.GetCsrDer()) == 0 {
-		return nil, nil, nil
-	}
-	var nodeID string
-	if tok := m.GetToken(); tok != "" {
-		nodeID = r.NodeByToken(tok).GetNode().GetNodeId()
-	} else {
-		nodeID = r.NodeBySecret(m.GetNodeSecret()).GetNode().GetNodeId()
-	}
-	if nodeID == "" {
-		return nil, nil, apierr.Unauthenticatedf("the node's credential is not known")
-	}
-	der, err := pki.SignWorkerCSR(t.ca, m.GetCsrDer(), nodeID, m.GetAddress(), 0)
-	if err != nil {
-		return nil, nil, apierr.Invalid("csrDer", "%v", err)
-	}
-	return der, [][]byte{t.ca.Cert.Raw}, nil
-}
-
 // fileCert serves an operator's certificate files, reading them again when
 // they change (checked at most every 10 s), so a renewed certificate needs
 // no restart.
@@ -413,4 +385,12 @@ func (s *Server) CACertPEM() []byte {
 		return nil
 	}
 	return slices.Clone(s.tls.ca.CertPEM)
+}
+
+// caCert is the cluster CA's certificate (nil without one).
+func (t *tlsState) caCert() *x509.Certificate {
+	if t == nil || t.ca == nil {
+		return nil
+	}
+	return t.ca.Cert
 }

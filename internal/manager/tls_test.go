@@ -16,6 +16,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/pki"
 	"github.com/norsk-go/norsk-manager/pkg/certpin"
@@ -169,7 +170,7 @@ func TestRegisterSignsCSR(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tok := NewToken()
+	tok := auth.NewToken()
 	s, err := New(ctx, Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", NodeName: "m1", TLS: TLSOn, Logger: slog.New(slog.DiscardHandler), BootstrapToken: tok})
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +185,7 @@ func TestRegisterSignsCSR(t *testing.T) {
 	}
 	hc := nodes.TLSClient(tc)
 	defer hc.CloseIdleConnections()
-	api := managerv1connect.NewManagerClient(hc, s.URL(), connect.WithGRPC(), WithBearer(tok))
+	api := managerv1connect.NewManagerClient(hc, s.URL(), connect.WithGRPC(), auth.WithBearer(tok))
 	hello, err := api.Hello(ctx, connect.NewRequest(&managerv1.HelloRequest{}))
 	if err != nil || hello.Msg.GetCaFingerprint() != s.CAFingerprint() {
 		t.Fatalf("hello: %v %v", hello, err)

@@ -2,109 +2,18 @@ package manager
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"path/filepath"
-	"strings"
-	"time"
 
-	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
-	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
-
-// mintToken makes a new API token: its id, the bearer string and the hash
-// of its secret (all the store keeps).
-func mintToken() (id, bearer, secretHash string) {
-	idb := make([]byte, 8)
-	sec := make([]byte, 32)
-	if _, err := rand.Read(idb); err != nil {
-		panic("crypto/rand: " + err.Error())
-	}
-	if _, err := rand.Read(sec); err != nil {
-		panic("crypto/rand: " + err.Error())
-	}
-	id = hex.EncodeToString(idb)
-	secret := hex.EncodeToString(sec)
-	sum := sha256.Sum256([]byte(secret))
-	return id, apiTokenPrefix + id + "." + secret, hex.EncodeToString(sum[:])
-}
-
-// parseToken splits a bearer API token into id and the hash of its secret.
-func parseToken(bearer string) (id, secretHash string, err error) {
-	id, secret, ok := strings.Cut(strings.TrimPrefix(bearer, apiTokenPrefix), ".")
-	if !strings.HasPrefix(bearer, apiTokenPrefix) || !ok || len(id) < 8 || len(secret) < 32 {
-		return "", "", fmt.Errorf("%q is not an API token (nmt_<id>.<secret>)", redact(bearer))
-	}
-	sum := sha256.Sum256([]byte(secret))
-	return id, hex.EncodeToString(sum[:]), nil
-}
-
-// redact shows the start of a credential only.
-func redact(s string) string {
-	if len(s) > 8 {
-		return s[:8] + "…"
-	}
-	return "…"
-}
-
-// maxTokenTTLSeconds bounds a token's lifetime (100 years): a longer one
-// would overflow a time.Duration; 0 is the way to say "never expires".
-const maxTokenTTLSeconds = 100 * 365 * 24 * 3600
-
-func (h *handler) CreateToken(ctx context.Context, req *connect.Request[managerv1.CreateTokenRequest]) (*connect.Response[managerv1.CreateTokenResponse], error) {
-	m := req.Msg
-	if err := jobspec.ValidateTokenRequest(m.GetName(), m.GetRole(), m.GetTtlS()); err != nil {
-		return nil, toConnect(err)
-	}
-	if m.GetTtlS() > maxTokenTTLSeconds {
-		return nil, toConnect(apierr.Invalid("ttlS", "%d is more than 100 years (%d s); use 0 for a token that never expires", m.GetTtlS(), int64(maxTokenTTLSeconds)))
-	}
-	id, bearer, hash := mintToken()
-	tok := &managerv1.ApiToken{Id: id, Name: m.GetName(), Role: m.GetRole()}
-	if caller, ok := callerOf(ctx); ok {
-		tok.CreatedBy = caller.name
-	}
-	if ttl := m.GetTtlS(); ttl > 0 {
-		tok.ExpiresAt = timestamppb.New(h.s.cfg.Clock.Now().Add(time.Duration(ttl) * time.Second))
-	}
-	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_CreateToken{CreateToken: &storev1.CreateToken{Token: tok, SecretHash: hash}}}); err != nil {
-		return nil, toConnect(err)
-	}
-	rec := h.read().Token(id)
-	return connect.NewResponse(&managerv1.CreateTokenResponse{Token: proto.Clone(rec.GetToken()).(*managerv1.ApiToken), Secret: bearer}), nil
-}
-
-func (h *handler) ListTokens(ctx context.Context, req *connect.Request[managerv1.ListTokensRequest]) (*connect.Response[managerv1.ListTokensResponse], error) {
-	out := &managerv1.ListTokensResponse{}
-	for _, rec := range h.read().Tokens() {
-		out.Tokens = append(out.Tokens, proto.Clone(rec.GetToken()).(*managerv1.ApiToken))
-	}
-	return connect.NewResponse(out), nil
-}
-
-func (h *handler) RevokeToken(ctx context.Context, req *connect.Request[managerv1.RevokeTokenRequest]) (*connect.Response[managerv1.RevokeTokenResponse], error) {
-	id := req.Msg.GetId()
-	if h.read().Token(id) == nil {
-		return nil, toConnect(apierr.NotFoundf("no token %s", apierr.Quote(id)))
-	}
-	if caller, ok := callerOf(ctx); ok && caller.key == "t:"+id {
-		return nil, toConnect(apierr.FailedPreconditionf("token %s is the one making this call; revoke it with another admin token", id))
-	}
-	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_RevokeToken{RevokeToken: &storev1.RevokeToken{Id: id}}}); err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&managerv1.RevokeTokenResponse{}), nil
-}
 
 // bootstrapToken makes the first admin token of a store that has none: the
 // given one (tests and dev mode choose theirs) or a new one. It returns the
@@ -116,12 +25,12 @@ func (s *Server) bootstrapToken(ctx context.Context, st *store.Store) (string, e
 	var id, bearer, hash string
 	if s.cfg.BootstrapToken != "" {
 		var err error
-		if id, hash, err = parseToken(s.cfg.BootstrapToken); err != nil {
+		if id, hash, err = auth.ParseToken(s.cfg.BootstrapToken); err != nil {
 			return "", fmt.Errorf("bootstrap token: %w", err)
 		}
 		bearer = s.cfg.BootstrapToken
 	} else {
-		id, bearer, hash = mintToken()
+		id, bearer, hash = auth.MintToken()
 	}
 	cmd := &storev1.Command{
 		Time:  timestamppb.New(s.cfg.Clock.Now()),
@@ -160,7 +69,7 @@ func RecoverAdminToken(ctx context.Context, cfg Config, name string) (string, er
 		return "", err
 	}
 	defer st.Close()
-	id, bearer, hash := mintToken()
+	id, bearer, hash := auth.MintToken()
 	cmd := &storev1.Command{
 		Time:  timestamppb.New(cfg.Clock.Now()),
 		Audit: &storev1.AuditStamp{Who: "operator at the console (norsk-manager token bootstrap)", Method: "RecoverAdminToken", Target: "token/" + id, Source: state.AuditSourceManager},

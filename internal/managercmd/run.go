@@ -30,7 +30,7 @@ connections to every registered worker. Settings come from flags, then from
 				return err
 			}
 			if configPath != "" {
-				fc, err := manager.LoadConfigFile(configPath)
+				fc, err := LoadConfigFile(configPath)
 				if err != nil {
 					return usageError{err}
 				}

@@ -15,8 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/norsk-go/norsk-manager/internal/cloudsim"
-	"github.com/norsk-go/norsk-manager/internal/hostagent"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -24,6 +22,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/cloudsim"
+	"github.com/norsk-go/norsk-manager/internal/hostagent"
 
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/manager"
@@ -182,7 +184,7 @@ func New(t testing.TB, opts Options) *Cluster {
 			opts.Logger = slog.New(slog.DiscardHandler)
 		}
 	}
-	c := &Cluster{t: t, opts: opts, Dir: t.TempDir(), token: manager.NewToken()}
+	c := &Cluster{t: t, opts: opts, Dir: t.TempDir(), token: auth.NewToken()}
 	t.Cleanup(c.Close)
 	c.startMockHosts()
 	c.startClouds()

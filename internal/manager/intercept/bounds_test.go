@@ -1,0 +1,204 @@
+package intercept
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
+	"github.com/norsk-go/norsk-manager/pkg/apibounds"
+)
+
+// requestRoots are the request messages of every served procedure.
+func requestRoots() []protoreflect.MessageDescriptor {
+	var out []protoreflect.MessageDescriptor
+	for _, svc := range apiauth.Services {
+		ms := svc.Methods()
+		for i := 0; i < ms.Len(); i++ {
+			out = append(out, ms.Get(i).Input())
+		}
+	}
+	return out
+}
+
+// TestRequestBoundsNameRealFields: every rule of the table names a field
+// some request carries (a renamed field does not silently lose its bound),
+// and no rule leaves a field unbounded by mistake.
+func TestRequestBoundsNameRealFields(t *testing.T) {
+	t.Parallel()
+	fields := map[protoreflect.FullName]protoreflect.FieldDescriptor{}
+	names := map[protoreflect.Name]bool{}
+	apibounds.Fields(func(f protoreflect.FieldDescriptor) {
+		fields[f.FullName()] = f
+		names[f.Name()] = true
+	}, requestRoots()...)
+	for name := range requestBounds.Fields {
+		if fields[name] == nil {
+			t.Errorf("requestBounds.Fields names %s, which no request carries", name)
+		}
+	}
+	for name := range requestBounds.Names {
+		if !names[name] {
+			t.Errorf("requestBounds.Names names %s, which no request field is called", name)
+		}
+	}
+	for name, f := range fields {
+		r := requestBounds.RuleOf(f)
+		switch {
+		case (f.Kind() == protoreflect.StringKind || f.Kind() == protoreflect.BytesKind) && !f.IsMap() && r.MaxLen <= 0:
+			t.Errorf("%s has no length bound", name)
+		case (f.IsList() || f.IsMap()) && r.MaxItems <= 0:
+			t.Errorf("%s has no bound on its entries", name)
+		case r.MaxLen == apibounds.Unbounded && name != "norsk.manager.v1.ForwardRequest.command":
+			t.Errorf("%s is bounded by the request's size alone", name)
+		}
+	}
+}
+
+// boundsDoc renders the table as docs/api.md shows it.
+func boundsDoc() string {
+	kinds := map[protoreflect.FullName]protoreflect.Kind{}
+	apibounds.Fields(func(f protoreflect.FieldDescriptor) { kinds[f.FullName()] = f.Kind() }, requestRoots()...)
+	var b strings.Builder
+	b.WriteString("| Field | Bound |\n|---|---|\n")
+	d := requestBounds.Defaults
+	fmt.Fprintf(&b, "| any other string | %s |\n", describe(d.String, false))
+	fmt.Fprintf(&b, "| any other bytes | %s |\n", describe(d.Bytes, true))
+	fmt.Fprintf(&b, "| any other repeated field | at most %d entries |\n", d.Items)
+	fmt.Fprintf(&b, "| any other map | at most %d entries; keys %s; values %s |\n", d.MapItems, describe(d.MapKey, false), describe(d.MapValue, false))
+	b.WriteString("| any number | doubles finite; enums a value the schema names; timestamps from year 1 to 9999 |\n")
+	var names []string
+	for n := range requestBounds.Names {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "| any field named `%s` | %s |\n", n, describeRule(requestBounds.Names[protoreflect.Name(n)], false))
+	}
+	var fields []string
+	for f := range requestBounds.Fields {
+		fields = append(fields, string(f))
+	}
+	sort.Strings(fields)
+	for _, f := range fields {
+		name := protoreflect.FullName(f)
+		fmt.Fprintf(&b, "| `%s` | %s |\n", strings.TrimPrefix(f, "norsk.manager.v1."), describeRule(requestBounds.Fields[name], kinds[name] == protoreflect.BytesKind))
+	}
+	return b.String()
+}
+
+func size(n int) string {
+	switch {
+	case n == apibounds.Unbounded:
+		return "the request's size"
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+func describe(r apibounds.Rule, bytes bool) string {
+	s := "at most " + size(r.MaxLen)
+	if r.MinLen > 0 {
+		s = fmt.Sprintf("%d to %s", r.MinLen, size(r.MaxLen))
+	}
+	if !bytes {
+		s += ", " + r.Chars.String()
+	}
+	if r.Secret {
+		s += ", never quoted in errors"
+	}
+	return s
+}
+
+func describeRule(r apibounds.Rule, bytes bool) string {
+	var parts []string
+	switch {
+	case r.Key != nil:
+		parts = append(parts, fmt.Sprintf("at most %d entries; keys %s; values %s", r.MaxItems, describe(*r.Key, false), describe(*r.Value, false)))
+	case r.Range != nil:
+		parts = append(parts, fmt.Sprintf("%s to %s", num(r.Range.Min), num(r.Range.Max)))
+	default:
+		if r.MaxItems > 0 {
+			parts = append(parts, fmt.Sprintf("at most %d entries", r.MaxItems))
+		}
+		if r.MaxLen > 0 {
+			each := describe(r, bytes)
+			if r.MaxItems > 0 {
+				each = "each " + each
+			}
+			parts = append(parts, each)
+		}
+	}
+	if r.Note != "" {
+		parts = append(parts, r.Note)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func num(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
+
+const (
+	boundsBegin = "<!-- field bounds: generated by TestBoundsDocumented; run it with UPDATE_DOCS=1 to rewrite -->\n"
+	boundsEnd   = "<!-- end of field bounds -->\n"
+)
+
+// TestBoundsDocumented: docs/api.md's table of field bounds is the table
+// the Manager applies.
+func TestBoundsDocumented(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join("..", "..", "..", "docs", "api.md")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	i, j := strings.Index(s, boundsBegin), strings.Index(s, boundsEnd)
+	if i < 0 || j < i {
+		t.Fatalf("docs/api.md has no field-bounds section (%q … %q)", boundsBegin, boundsEnd)
+	}
+	want := boundsDoc()
+	if got := s[i+len(boundsBegin) : j]; got != want {
+		if os.Getenv("UPDATE_DOCS") == "1" {
+			if err := os.WriteFile(path, []byte(s[:i+len(boundsBegin)]+want+s[j:]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		t.Errorf("docs/api.md's field bounds differ from requestBounds; run UPDATE_DOCS=1 go test ./internal/manager/intercept -run TestBoundsDocumented. Want:\n%s", want)
+	}
+}
+
+// BenchmarkRequestBounds: the bounds walk of a large request (a bundle of
+// 64 jobs of 4 services each, with environments, tags and ports).
+func BenchmarkRequestBounds(b *testing.B) {
+	bundle := &managerv1.Bundle{BundleId: "b", Pool: "live"}
+	for i := 0; i < 64; i++ {
+		job := &managerv1.Job{JobId: fmt.Sprintf("j%d", i), Description: "an encoder", Tags: map[string]string{"team": "news", "tier": "gold"}}
+		for k := 0; k < 4; k++ {
+			job.Services = append(job.Services, &managerv1.Service{Name: fmt.Sprintf("s%d", k), Image: "registry.local/encoder:1.2.3",
+				Args: []string{"--bitrate", "6000k", "--preset", "fast"}, Env: map[string]string{"A": "1", "B": "2", "PATH": "/usr/bin:/bin"},
+				Ports: []*managerv1.PortMapping{{ContainerPort: 5000, Protocol: managerv1.Protocol_PROTOCOL_UDP}}, WorkingDir: "/srv/encoder"})
+		}
+		bundle.Jobs = append(bundle.Jobs, &managerv1.BundleJobSpec{JobName: fmt.Sprintf("j%d", i), Job: job,
+			Requirements: &managerv1.JobRequirements{RequiredCapacity: 2, PriorityBand: "gold"}})
+	}
+	req := &managerv1.CreateBundleRequest{Bundle: bundle}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := requestBounds.Check(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(proto.Size(req)), "request-bytes")
+}
