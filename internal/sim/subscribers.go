@@ -1,0 +1,168 @@
+package sim
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+)
+
+// subscriber follows the event stream through one member after another: it
+// starts on one, and when its stream ends (the member went away) it resumes
+// on the next member after the last index it received.
+type subscriber struct {
+	clients []*norsk.Manager
+	first   int
+	jobs    *jobIndex
+
+	mu       sync.Mutex
+	events   int64
+	last     uint64
+	lag      histogram
+	resumes  int
+	running  []uint64 // bit per job ordinal: its running entry was seen
+	nRunning int
+	doneAt   time.Time // when every job's running entry had been seen
+}
+
+func newSubscriber(clients []*norsk.Manager, first int, jobs *jobIndex) *subscriber {
+	return &subscriber{clients: clients, first: first, jobs: jobs, running: make([]uint64, (jobs.n+63)/64)}
+}
+
+// ready opens the first stream (live events only) and returns once the
+// subscription is in place; run then follows it.
+func (s *subscriber) ready(ctx context.Context) *norsk.EventStream {
+	return s.clients[s.first%len(s.clients)].EventStream(ctx, norsk.EventStreamSettings{SkipSnapshot: true})
+}
+
+// run follows the stream until ctx ends.
+func (s *subscriber) run(ctx context.Context, es *norsk.EventStream) {
+	i := s.first
+	for ctx.Err() == nil {
+		for es.Next() {
+			s.take(es.Event())
+		}
+		_ = es.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		i++
+		s.mu.Lock()
+		after := s.last
+		s.resumes++
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		es = s.clients[i%len(s.clients)].EventStream(ctx, norsk.EventStreamSettings{AfterIndex: after, SkipSnapshot: after == 0})
+	}
+}
+
+func (s *subscriber) take(ev *norsk.Event) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ev.GetInitialDataComplete() != nil {
+		return
+	}
+	s.events++
+	if ev.GetIndex() > s.last {
+		s.last = ev.GetIndex()
+	}
+	if ts := ev.GetTimestamp(); ts != nil {
+		s.lag.add(now.Sub(ts.AsTime()))
+	}
+	if ju := ev.GetJobUpdated(); ju != nil && ju.GetEntry().GetRunning() != nil {
+		if o, ok := s.jobs.ordinal(ju.GetJob().GetJob().GetJobId()); ok {
+			w, b := o/64, uint64(1)<<(o%64)
+			if s.running[w]&b == 0 {
+				s.running[w] |= b
+				s.nRunning++
+				if s.nRunning == s.jobs.n {
+					s.doneAt = now
+				}
+			}
+		}
+	}
+}
+
+// SubscriberStats is what one subscriber received.
+type SubscriberStats struct {
+	Events  int64
+	Resumes int
+	// RunningSeen is how many jobs' running entries it saw; Complete
+	// when it is every job's.
+	RunningSeen int
+	DoneAt      time.Time
+	Lag         histogram
+}
+
+func (s *subscriber) stats() SubscriberStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return SubscriberStats{Events: s.events, Resumes: s.resumes, RunningSeen: s.nRunning, DoneAt: s.doneAt, Lag: s.lag}
+}
+
+// histogram counts durations in buckets growing by 2^(1/4) from 100 µs,
+// for quantiles without keeping every sample.
+type histogram struct {
+	counts [128]int64
+	n      int64
+	max    time.Duration
+	sum    time.Duration
+}
+
+const histBase = 100 * time.Microsecond
+
+func (h *histogram) add(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	i := 0
+	if d > histBase {
+		i = min(int(4*math.Log2(float64(d)/float64(histBase)))+1, len(h.counts)-1)
+	}
+	h.counts[i]++
+	h.n++
+	h.sum += d
+	h.max = max(h.max, d)
+}
+
+func (h *histogram) merge(o histogram) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.n += o.n
+	h.sum += o.sum
+	h.max = max(h.max, o.max)
+}
+
+// quantile is the upper bound of the bucket holding quantile q.
+func (h *histogram) quantile(q float64) time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	want := int64(math.Ceil(q * float64(h.n)))
+	var seen int64
+	for i, c := range h.counts {
+		seen += c
+		if seen >= want {
+			if i == 0 {
+				return histBase
+			}
+			return min(time.Duration(float64(histBase)*math.Pow(2, float64(i)/4)), h.max)
+		}
+	}
+	return h.max
+}
+
+func (h *histogram) mean() time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	return h.sum / time.Duration(h.n)
+}
