@@ -237,7 +237,11 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 		failWG.Add(1)
 		go func() {
 			defer failWG.Done()
-			failErr <- failover(ctx, c, clients, fleet, opts, primary, start, res, log)
+			failErr <- failover(ctx, c, clients, fleet, opts, primary, start, res, log, func(member int) {
+				for _, s := range subs {
+					s.leave(member)
+				}
+			})
 		}()
 	}
 
@@ -329,7 +333,7 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 
 // failover takes the primary away once opts.FailoverAt of the jobs run on
 // the fleet, and brings it back once another member is primary.
-func failover(ctx context.Context, c Cluster, clients []*norsk.Manager, fleet *Fleet, opts Options, primary string, start time.Time, res *Result, log *slog.Logger) error {
+func failover(ctx context.Context, c Cluster, clients []*norsk.Manager, fleet *Fleet, opts Options, primary string, start time.Time, res *Result, log *slog.Logger, gone func(member int)) error {
 	at := int64(opts.FailoverAt * float64(opts.Jobs))
 	if err := waitFor(ctx, func() bool { return fleet.Stats().Running >= at }); err != nil {
 		return fmt.Errorf("failover: wait for %d running: %w", at, err)
@@ -346,6 +350,8 @@ func failover(ctx context.Context, c Cluster, clients []*norsk.Manager, fleet *F
 	for i, m := range c.Members() {
 		if m.Name != primary {
 			others = append(others, clients[i])
+		} else {
+			gone(i)
 		}
 	}
 	np, err := waitPrimary(ctx, others, primary)
@@ -369,7 +375,7 @@ func dial(ctx context.Context, url, token string) (*norsk.Manager, error) {
 	var cl *norsk.Manager
 	err := retry(ctx, func(int) error {
 		var err error
-		cl, err = norsk.Connect(ctx, norsk.Settings{URL: url, Token: token})
+		cl, err = norsk.Connect(ctx, norsk.Settings{URL: url, Token: token, Logger: slog.New(slog.DiscardHandler)})
 		return err
 	})
 	if err != nil {

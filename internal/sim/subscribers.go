@@ -17,7 +17,10 @@ type subscriber struct {
 	first   int
 	jobs    *jobIndex
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// cur is the member the stream is through; cancel ends that stream.
+	cur      int
+	cancel   context.CancelFunc
 	events   int64
 	last     uint64
 	lag      histogram
@@ -34,12 +37,26 @@ func newSubscriber(clients []*norsk.Manager, first int, jobs *jobIndex) *subscri
 // ready opens the first stream (live events only) and returns once the
 // subscription is in place; run then follows it.
 func (s *subscriber) ready(ctx context.Context) *norsk.EventStream {
-	return s.clients[s.first%len(s.clients)].EventStream(ctx, norsk.EventStreamSettings{SkipSnapshot: true})
+	sctx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	s.cur, s.cancel = s.first%len(s.clients), cancel
+	s.mu.Unlock()
+	return s.clients[s.cur].EventStream(sctx, norsk.EventStreamSettings{SkipSnapshot: true})
+}
+
+// leave ends the stream if it is through member i (taken away): run
+// resumes on the next member. (The SDK's own stream would keep
+// reconnecting to the member it was made for.)
+func (s *subscriber) leave(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == i && s.cancel != nil {
+		s.cancel()
+	}
 }
 
 // run follows the stream until ctx ends.
 func (s *subscriber) run(ctx context.Context, es *norsk.EventStream) {
-	i := s.first
 	for ctx.Err() == nil {
 		for es.Next() {
 			s.take(es.Event())
@@ -48,18 +65,19 @@ func (s *subscriber) run(ctx context.Context, es *norsk.EventStream) {
 		if ctx.Err() != nil {
 			return
 		}
-		i++
+		sctx, cancel := context.WithCancel(ctx)
 		s.mu.Lock()
-		after := s.last
+		s.cancel()
+		s.cur = (s.cur + 1) % len(s.clients)
+		s.cancel = cancel
+		after, i := s.last, s.cur
 		s.resumes++
 		s.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-		es = s.clients[i%len(s.clients)].EventStream(ctx, norsk.EventStreamSettings{AfterIndex: after, SkipSnapshot: after == 0})
+		es = s.clients[i].EventStream(sctx, norsk.EventStreamSettings{AfterIndex: after, SkipSnapshot: after == 0})
 	}
+	s.mu.Lock()
+	s.cancel()
+	s.mu.Unlock()
 }
 
 func (s *subscriber) take(ev *norsk.Event) {
