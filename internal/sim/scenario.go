@@ -37,6 +37,10 @@ type Options struct {
 	Prefix string
 	// Logger receives progress lines (default: discarded).
 	Logger *slog.Logger
+	// JobsStarting, if set, is called (on Run's goroutine; it must not
+	// block) just before the first CreateBundle, with the primary's name:
+	// a caller can start profiling it.
+	JobsStarting func(primary string)
 }
 
 func (o *Options) defaults() {
@@ -179,7 +183,11 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 	if err := waitFor(ctx, func() bool { return fleet.Stats().Connected >= int64(opts.Nodes) }); err != nil {
 		return res, fmt.Errorf("wait for every node's stream (%d of %d up): %w", fleet.Stats().Connected, opts.Nodes, err)
 	}
-	if err := waitOnline(ctx, byName[primary], opts.Nodes); err != nil {
+	pcl := byName[primary]
+	if pcl == nil {
+		pcl = clients[0] // a running cluster's members named by URL only
+	}
+	if err := waitOnline(ctx, pcl, opts.Nodes); err != nil {
 		return res, err
 	}
 	res.Register = time.Since(start)
@@ -246,6 +254,9 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 	}
 
 	log.Info("creating bundles", "bundles", res.Bundles, "jobs", opts.Jobs)
+	if opts.JobsStarting != nil {
+		opts.JobsStarting(primary)
+	}
 	var retries sync.Mutex
 	err = parallel(ctx, res.Bundles, opts.Parallel, func(ctx context.Context, i int) error {
 		return retry(ctx, func(attempt int) error {
