@@ -31,13 +31,15 @@ func (r *Result) HeapPerNode() float64 {
 	return (float64(r.HeapNodes) - float64(r.HeapBase)) / float64(r.Options.Nodes)
 }
 
-// HeapPerJob is the final primary's heap growth per job from its heap with
-// every node online (before any job), in bytes.
+// HeapPerJob is the heap growth per job of a primary with every node
+// online: the final primary's heap at the end less the first primary's
+// before any job (after a failover they are two processes in the same
+// role, each holding every node's stream), in bytes.
 func (r *Result) HeapPerJob() float64 {
-	if r.Options.Jobs == 0 || r.HeapEnd == 0 || r.HeapFinalBase == 0 {
+	if r.Options.Jobs == 0 || r.HeapEnd == 0 || r.HeapNodes == 0 {
 		return 0
 	}
-	return (float64(r.HeapEnd) - float64(r.HeapFinalBase)) / float64(r.Options.Jobs)
+	return (float64(r.HeapEnd) - float64(r.HeapNodes)) / float64(r.Options.Jobs)
 }
 
 // CPUPerHeartbeat is the primary's CPU time per heartbeat of the idle
@@ -78,7 +80,8 @@ func (r *Result) Write(w io.Writer) {
 	p("primary %s, final primary %s", r.Primary, r.FinalPrimary)
 	p("registration: %d nodes online in %s", o.Nodes, r.Register.Round(time.Millisecond))
 	p("memory per node on the primary: %.1f KiB (heap %s → %s)%s", r.HeapPerNode()/1024, mib(r.HeapBase), mib(r.HeapNodes), shared)
-	p("memory per job on the final primary: %.1f KiB (heap %s → %s)%s", r.HeapPerJob()/1024, mib(r.HeapFinalBase), mib(r.HeapEnd), shared)
+	p("memory per job on the primary: %.1f KiB (heap with every node %s → %s at the end on %s; it had %s as a follower before the jobs)%s",
+		r.HeapPerJob()/1024, mib(r.HeapNodes), mib(r.HeapEnd), r.FinalPrimary, mib(r.HeapFinalBase), shared)
 	hbRate := float64(r.IdleHeartbeats) / r.IdleWindow.Seconds()
 	p("CPU per heartbeat on the primary: %s (%s CPU over %s, %d heartbeats = %.0f/s; %.0f%% of one core)%s",
 		r.CPUPerHeartbeat().Round(100*time.Nanosecond), r.IdleCPU.Round(time.Millisecond), r.IdleWindow.Round(time.Millisecond),

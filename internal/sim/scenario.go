@@ -336,6 +336,11 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 	}
 	res.FinalPrimary = final
 	res.HeapFinalBase = nodeHeaps[final]
+	if opts.Failover {
+		// Let the old primary catch up before the final primary is
+		// measured (its heap holds what it must send it).
+		time.Sleep(2 * time.Second)
+	}
 	if st, err := c.Stats(ctx, final); err == nil {
 		res.HeapEnd = st.HeapBytes
 	}
@@ -351,7 +356,9 @@ func failover(ctx context.Context, c Cluster, clients []*norsk.Manager, fleet *F
 	}
 	hellos := fleet.Stats().Hellos
 	revive := make(chan struct{})
-	defer close(revive)
+	var reviveOnce sync.Once
+	reviveNow := func() { reviveOnce.Do(func() { close(revive) }) }
+	defer reviveNow()
 	res.FailoverAt = time.Since(start)
 	log.Info("taking the primary away", "member", primary, "running", fleet.Stats().Running)
 	if err := c.Kill(ctx, primary, revive); err != nil {
@@ -371,6 +378,7 @@ func failover(ctx context.Context, c Cluster, clients []*norsk.Manager, fleet *F
 	}
 	res.FailoverNewP = time.Since(start) - res.FailoverAt
 	log.Info("new primary", "member", np, "after", res.FailoverNewP)
+	reviveNow() // the old primary comes back as a follower, as after a restart
 	if err := waitFor(ctx, func() bool {
 		s := fleet.Stats()
 		return s.Hellos-hellos >= int64(opts.Nodes) && s.Connected >= int64(opts.Nodes)
