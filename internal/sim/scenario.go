@@ -166,8 +166,15 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 		name := fmt.Sprintf("%s-n%05d", opts.Prefix, i)
 		var slot *norsk.RegisterClusterNodeResponse
 		if err := retry(ctx, func(attempt int) error {
+			// A retried call may follow one that was committed and whose
+			// answer was lost: the retry takes a new name (the slot of the
+			// first stays unused, never online).
+			n := name
+			if attempt > 0 {
+				n = fmt.Sprintf("%s-r%d", name, attempt)
+			}
 			var err error
-			slot, err = clients[(i+attempt)%len(clients)].RegisterClusterNode(ctx, name, "")
+			slot, err = clients[(i+attempt)%len(clients)].RegisterClusterNode(ctx, n, "")
 			return err
 		}); err != nil {
 			return fmt.Errorf("register slot %s: %w", name, err)
