@@ -59,9 +59,10 @@ func (r *registrar) rotate() {
 
 func (r *registrar) close() { r.hc.CloseIdleConnections() }
 
-// errTokenRefused is the Manager's refusal of a slot token: retrying
-// cannot help.
-var errTokenRefused = errors.New("sim: the Manager refused the slot token")
+// ErrTokenRefused is the Manager's refusal of a slot token (unknown, or
+// used: a registration retried after one whose answer was lost): retrying
+// with it cannot help.
+var ErrTokenRefused = errors.New("sim: the Manager refused the slot token")
 
 // registerUntil registers, retrying every failure but a refusal of the
 // token (with a jittered backoff up to 2 s) until ctx ends.
@@ -78,7 +79,7 @@ func (r *registrar) registerUntil(ctx context.Context, req *managerv1.ClusterMem
 			return resp.Msg, nil
 		}
 		if connect.IsWireError(err) && connect.CodeOf(err) == connect.CodeUnauthenticated {
-			return nil, fmt.Errorf("%w (%s): %v", errTokenRefused, u, err)
+			return nil, fmt.Errorf("%w (%s): %v", ErrTokenRefused, u, err)
 		}
 		r.rotate()
 		if ctx.Err() != nil {

@@ -163,26 +163,7 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 	log.Info("registering nodes", "nodes", opts.Nodes, "listener", fleet.Addr())
 	start := time.Now()
 	err = parallel(ctx, opts.Nodes, opts.Parallel, func(ctx context.Context, i int) error {
-		name := fmt.Sprintf("%s-n%05d", opts.Prefix, i)
-		var slot *norsk.RegisterClusterNodeResponse
-		if err := retry(ctx, func(attempt int) error {
-			// A retried call may follow one that was committed and whose
-			// answer was lost: the retry takes a new name (the slot of the
-			// first stays unused, never online).
-			n := name
-			if attempt > 0 {
-				n = fmt.Sprintf("%s-r%d", name, attempt)
-			}
-			var err error
-			slot, err = clients[(i+attempt)%len(clients)].RegisterClusterNode(ctx, n, "")
-			return err
-		}); err != nil {
-			return fmt.Errorf("register slot %s: %w", name, err)
-		}
-		if _, err := fleet.Register(ctx, slot.GetToken()); err != nil {
-			return fmt.Errorf("register node %s: %w", name, err)
-		}
-		return nil
+		return registerNode(ctx, clients, fleet, fmt.Sprintf("%s-n%05d", opts.Prefix, i), i)
 	})
 	if err != nil {
 		return res, err
@@ -352,6 +333,38 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 		res.HeapEnd = st.HeapBytes
 	}
 	return res, nil
+}
+
+// registerNode makes a slot (through the members in turn) and registers a
+// node of the fleet with its token. A retried call may follow one that was
+// committed and whose answer was lost (a member going away, a primary
+// stepping down): a retried slot takes a new name, and a token refused as
+// used after a retried registration is given up for a new slot (the first
+// slot stays unused, never online).
+func registerNode(ctx context.Context, clients []*norsk.Manager, fleet *Fleet, name string, i int) error {
+	var err error
+	for round := 0; round < 10; round++ {
+		var slot *norsk.RegisterClusterNodeResponse
+		err = retry(ctx, func(attempt int) error {
+			n := name
+			if round > 0 || attempt > 0 {
+				n = fmt.Sprintf("%s-r%d-%d", name, round, attempt)
+			}
+			var err error
+			slot, err = clients[(i+attempt)%len(clients)].RegisterClusterNode(ctx, n, "")
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("register slot %s: %w", name, err)
+		}
+		if _, err = fleet.Register(ctx, slot.GetToken()); err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrTokenRefused) {
+			return fmt.Errorf("register node %s: %w", name, err)
+		}
+	}
+	return fmt.Errorf("register node %s: %w", name, err)
 }
 
 // failover takes the primary away once opts.FailoverAt of the jobs run on
