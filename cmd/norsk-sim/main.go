@@ -59,6 +59,7 @@ func run() error {
 		dir         = flag.String("dir", "", "the local cluster's directory (default: a temporary one, removed at the end)")
 		heartbeat   = flag.Duration("heartbeat", 0, "the local cluster's heartbeat interval (0: the Manager's default)")
 		lostGrace   = flag.Duration("lost-grace", 0, "the local cluster's lost grace (0: the Manager's default)")
+		raftTimeout = flag.Duration("raft-timeout", 0, "the local cluster's raft heartbeat and election timeouts (0: the Manager's defaults, 500 ms)")
 		cpuprofile  = flag.String("cpuprofile", "", "write the primary's CPU profile over the jobs phase to this file (local cluster)")
 		profileFor  = flag.Duration("cpuprofile-for", 30*time.Second, "how long the primary is profiled from the first CreateBundle")
 		simProfile  = flag.String("sim-cpuprofile", "", "write the simulator's own CPU profile to this file")
@@ -103,7 +104,7 @@ func run() error {
 			d = tmp
 		}
 		logger.Info("starting three members", "dir", d)
-		c, err := proccluster.Start(ctx, proccluster.Options{Dir: d, HeartbeatInterval: *heartbeat, LostGrace: *lostGrace})
+		c, err := proccluster.Start(ctx, proccluster.Options{Dir: d, HeartbeatInterval: *heartbeat, LostGrace: *lostGrace, RaftTimeout: *raftTimeout})
 		if err != nil {
 			return err
 		}

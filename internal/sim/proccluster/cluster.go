@@ -35,6 +35,9 @@ type Options struct {
 	// HeartbeatInterval and LostGrace configure the members (0: the
 	// Manager's defaults).
 	HeartbeatInterval, LostGrace time.Duration
+	// RaftTimeout sets the members' raft heartbeat and election timeouts
+	// (0: the Manager's defaults, 500 ms).
+	RaftTimeout time.Duration
 	// LogLevel is the members' log level (default warn); their logs go to
 	// <Dir>/<name>.log.
 	LogLevel string
@@ -110,7 +113,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		m.log = f
 		m.args = []string{"member", "-name", m.name, "-dir", m.dir, "-api", m.api, "-raft", m.raft, "-stats", m.stats,
 			"-peers", strings.Join(peers, ","), "-token", c.token, "-secret", hex.EncodeToString(sb[:]),
-			"-heartbeat", opts.HeartbeatInterval.String(), "-lost-grace", opts.LostGrace.String(), "-log-level", opts.LogLevel}
+			"-heartbeat", opts.HeartbeatInterval.String(), "-lost-grace", opts.LostGrace.String(), "-log-level", opts.LogLevel,
+			"-raft-timeout", opts.RaftTimeout.String()}
 		if err := m.start(); err != nil {
 			_ = c.Close()
 			return nil, err

@@ -42,6 +42,7 @@ func MemberMain(args []string) error {
 	heartbeat := fs.Duration("heartbeat", 0, "heartbeat interval workers are told (0: the Manager's default)")
 	lostGrace := fs.Duration("lost-grace", 0, "lost grace (0: the Manager's default)")
 	logLevel := fs.String("log-level", "warn", "log level")
+	raftTimeout := fs.Duration("raft-timeout", 0, "raft heartbeat and election timeouts (0: the Manager's defaults)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,21 +71,23 @@ func MemberMain(args []string) error {
 	defer func() { _ = ssrv.Close() }()
 
 	srv, err := manager.New(ctx, manager.Config{
-		NodeName:          *name,
-		DataDir:           *dir,
-		Listen:            *api,
-		TLS:               "off",
-		ClusterNodes:      nodes,
-		ClusterState:      manager.ClusterStateNew,
-		ClusterSecret:     *secret,
-		RaftListen:        *raftAddr,
-		RaftAdvertise:     *raftAddr,
-		BootstrapToken:    *token,
-		RateLimit:         1e9, // the simulator is one caller making every call
-		HeartbeatInterval: *heartbeat,
-		LostGrace:         *lostGrace,
-		BackupInterval:    -1,
-		Logger:            logger,
+		NodeName:             *name,
+		DataDir:              *dir,
+		Listen:               *api,
+		TLS:                  "off",
+		ClusterNodes:         nodes,
+		ClusterState:         manager.ClusterStateNew,
+		ClusterSecret:        *secret,
+		RaftListen:           *raftAddr,
+		RaftAdvertise:        *raftAddr,
+		BootstrapToken:       *token,
+		RateLimit:            1e9, // the simulator is one caller making every call
+		HeartbeatInterval:    *heartbeat,
+		LostGrace:            *lostGrace,
+		BackupInterval:       -1,
+		RaftHeartbeatTimeout: *raftTimeout,
+		RaftElectionTimeout:  *raftTimeout,
+		Logger:               logger,
 	})
 	if err != nil {
 		return fmt.Errorf("member %s: %w", *name, err)
