@@ -49,9 +49,6 @@ func (p inProcess) Kill(_ context.Context, member string, _ <-chan struct{}) err
 // primary taken away half way. Every instance must run, each started
 // exactly once, and every subscriber must see every job running.
 func TestSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
 	c := testcluster.New(t, testcluster.Options{Members: 3})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
