@@ -43,6 +43,12 @@ type Config struct {
 	// 64 GiB).
 	VCPUs       uint32
 	MemoryBytes uint64
+	// MaxReadFrameSize, when set, is the HTTP/2 max frame size the
+	// listener advertises (0: Go's default, 1 MiB, as a worker's server
+	// advertises). The Manager's HTTP/2 client keeps a request-body buffer
+	// per stream of up to min(this, 512 KiB) for the stream's life, so it
+	// sets most of the primary's memory per node.
+	MaxReadFrameSize int
 	// Logger receives the fleet's own log lines (default: discarded).
 	Logger *slog.Logger
 }
@@ -125,6 +131,9 @@ func New(cfg Config) (*Fleet, error) {
 		Protocols:         &p,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(f.log.Handler(), slog.LevelWarn),
+	}
+	if cfg.MaxReadFrameSize > 0 {
+		f.srv.HTTP2 = &http.HTTP2Config{MaxReadFrameSize: cfg.MaxReadFrameSize}
 	}
 	go func() {
 		defer close(f.serveDone)
