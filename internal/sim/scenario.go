@@ -121,6 +121,12 @@ type Result struct {
 func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 	opts.defaults()
 	res := &Result{Options: opts}
+	// The failover's goroutine ends before Run returns: ctx is cancelled
+	// first (deferred last), then it is waited for.
+	var failWG sync.WaitGroup
+	defer failWG.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	log := opts.Logger
 	members := c.Members()
 	if len(members) == 0 {
@@ -227,7 +233,6 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 
 	// The failover, once FailoverAt of the jobs run.
 	start = time.Now()
-	var failWG sync.WaitGroup
 	failErr := make(chan error, 1)
 	if opts.Failover {
 		failWG.Add(1)
@@ -261,7 +266,7 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 		})
 	})
 	if err != nil {
-		return res, fmt.Errorf("create bundles: %w", err)
+		return res, fmt.Errorf("create bundles (%d running on the fleet): %w", fleet.Stats().Running, err)
 	}
 	log.Info("bundles created", "took", time.Since(start))
 	lastLog := time.Now()
