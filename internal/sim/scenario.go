@@ -487,9 +487,7 @@ func waitFor(ctx context.Context, cond func() bool) error {
 }
 
 // retry calls f until it succeeds, fails with an error that retrying
-// cannot help, or ctx ends. Unavailable, resource exhausted, deadline and
-// internal errors (a member going away mid-call) are retried after a
-// growing pause.
+// cannot help (retryable), or ctx ends, after a growing pause.
 func retry(ctx context.Context, f func(attempt int) error) error {
 	wait := 20 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -510,12 +508,15 @@ func retry(ctx context.Context, f func(attempt int) error) error {
 }
 
 func retryable(err error) bool {
-	for _, e := range []error{norsk.ErrUnavailable, norsk.ErrResourceExhausted, norsk.ErrDeadlineExceeded, norsk.ErrInternal, norsk.ErrUnknown, norsk.ErrAborted} {
+	// What a member going away mid-call, or a primary changing, can
+	// answer is retried; a refusal of the call itself is not.
+	for _, e := range []error{norsk.ErrInvalidArgument, norsk.ErrPermissionDenied, norsk.ErrUnauthenticated,
+		norsk.ErrNotFound, norsk.ErrAlreadyExists, norsk.ErrUnimplemented, norsk.ErrOutOfRange} {
 		if errors.Is(err, e) {
-			return true
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // parallel runs f(ctx, i) for i in [0, n) on at most p goroutines, and
