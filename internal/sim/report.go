@@ -109,7 +109,7 @@ func (r *Result) Write(w io.Writer) {
 	}
 	if len(r.Subscribers) > 0 {
 		var lag histogram
-		minEv, maxEv, complete, resumes := r.Subscribers[0].Events, r.Subscribers[0].Events, 0, 0
+		minEv, maxEv, complete, resumes, resyncs := r.Subscribers[0].Events, r.Subscribers[0].Events, 0, 0, 0
 		for _, s := range r.Subscribers {
 			lag.merge(s.Lag)
 			minEv, maxEv = min(minEv, s.Events), max(maxEv, s.Events)
@@ -117,9 +117,10 @@ func (r *Result) Write(w io.Writer) {
 				complete++
 			}
 			resumes += s.Resumes
+			resyncs += s.Resyncs
 		}
-		p("event stream: %d subscribers, %d–%d events each, %d of them saw every job's running entry, %d resumes after a member went away",
-			len(r.Subscribers), minEv, maxEv, complete, resumes)
+		p("event stream: %d subscribers, %d–%d events each, %d of them saw every job running, %d resumes after a member went away, %d resyncs (fell out of the buffer)",
+			len(r.Subscribers), minEv, maxEv, complete, resumes, resyncs)
 		p("      lag (receipt − commit time): mean %s, p50 %s, p99 %s, max %s over %d deliveries",
 			lag.mean().Round(100*time.Microsecond), lag.quantile(0.5).Round(100*time.Microsecond), lag.quantile(0.99).Round(100*time.Microsecond),
 			lag.max.Round(100*time.Microsecond), lag.n)

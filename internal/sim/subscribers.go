@@ -25,6 +25,7 @@ type subscriber struct {
 	last     uint64
 	lag      histogram
 	resumes  int
+	resyncs  int
 	running  []uint64 // bit per job ordinal: its running entry was seen
 	nRunning int
 	doneAt   time.Time // when every job's running entry had been seen
@@ -84,7 +85,10 @@ func (s *subscriber) take(ev *norsk.Event) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ev.GetInitialDataComplete() != nil {
+	if idc := ev.GetInitialDataComplete(); idc != nil {
+		if idc.GetResync() {
+			s.resyncs++ // fell out of the Manager's buffer: a snapshot replaced the gap
+		}
 		return
 	}
 	s.events++
@@ -94,8 +98,20 @@ func (s *subscriber) take(ev *norsk.Event) {
 	if ts := ev.GetTimestamp(); ts != nil {
 		s.lag.add(now.Sub(ts.AsTime()))
 	}
+	jobID := ""
 	if ju := ev.GetJobUpdated(); ju != nil && ju.GetEntry().GetRunning() != nil {
-		if o, ok := s.jobs.ordinal(ju.GetJob().GetJob().GetJobId()); ok {
+		jobID = ju.GetJob().GetJob().GetJobId()
+	}
+	if js := ev.GetJobSnapshot(); js != nil {
+		// A resync's snapshot: the job's instance is running now.
+		for _, in := range js.GetInstances() {
+			if in.GetPhase() == norsk.InstancePhaseRunning {
+				jobID = js.GetJob().GetJobId()
+			}
+		}
+	}
+	if jobID != "" {
+		if o, ok := s.jobs.ordinal(jobID); ok {
 			w, b := o/64, uint64(1)<<(o%64)
 			if s.running[w]&b == 0 {
 				s.running[w] |= b
@@ -108,10 +124,15 @@ func (s *subscriber) take(ev *norsk.Event) {
 	}
 }
 
-// SubscriberStats is what one subscriber received.
+// SubscriberStats is what one subscriber received. A job counts as seen
+// running from its running history entry, or from a resync snapshot
+// showing its instance running.
 type SubscriberStats struct {
 	Events  int64
 	Resumes int
+	// Resyncs: the subscriber fell out of the Manager's event buffer and
+	// was sent a snapshot in place of the events it missed.
+	Resyncs int
 	// RunningSeen is how many jobs' running entries it saw; Complete
 	// when it is every job's.
 	RunningSeen int
@@ -122,7 +143,7 @@ type SubscriberStats struct {
 func (s *subscriber) stats() SubscriberStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return SubscriberStats{Events: s.events, Resumes: s.resumes, RunningSeen: s.nRunning, DoneAt: s.doneAt, Lag: s.lag}
+	return SubscriberStats{Events: s.events, Resumes: s.resumes, Resyncs: s.resyncs, RunningSeen: s.nRunning, DoneAt: s.doneAt, Lag: s.lag}
 }
 
 // histogram counts durations in buckets growing by 2^(1/4) from 100 µs,
