@@ -26,6 +26,9 @@ type subscriber struct {
 	lag      histogram
 	resumes  int
 	resyncs  int
+	// atLast: events of index last taken; toDrop: how many of them a
+	// resumed stream sends again.
+	atLast, toDrop int
 	running  []uint64 // bit per job ordinal: its running entry was seen
 	nRunning int
 	doneAt   time.Time // when every job's running entry had been seen
@@ -71,7 +74,13 @@ func (s *subscriber) run(ctx context.Context, es *norsk.EventStream) {
 		s.cancel()
 		s.cur = (s.cur + 1) % len(s.clients)
 		s.cancel = cancel
+		// Ask again for the last index (one commit can carry many events,
+		// and the stream may have ended between them), dropping the ones
+		// already taken, as the SDK's own reconnect does.
 		after, i := s.last, s.cur
+		if after > 1 {
+			after, s.toDrop = after-1, s.atLast
+		}
 		s.resumes++
 		s.mu.Unlock()
 		es = s.clients[i].EventStream(sctx, norsk.EventStreamSettings{AfterIndex: after, SkipSnapshot: after == 0})
@@ -91,10 +100,18 @@ func (s *subscriber) take(ev *norsk.Event) {
 		}
 		return
 	}
-	s.events++
-	if ev.GetIndex() > s.last {
-		s.last = ev.GetIndex()
+	switch i := ev.GetIndex(); {
+	case i < s.last:
+		return // already taken before a resume
+	case i == s.last && s.toDrop > 0:
+		s.toDrop--
+		return
+	case i == s.last:
+		s.atLast++
+	default:
+		s.last, s.atLast, s.toDrop = i, 1, 0
 	}
+	s.events++
 	if ts := ev.GetTimestamp(); ts != nil {
 		s.lag.add(now.Sub(ts.AsTime()))
 	}
