@@ -19,19 +19,19 @@ type subscriber struct {
 
 	mu sync.Mutex
 	// cur is the member the stream is through; cancel ends that stream.
-	cur      int
-	cancel   context.CancelFunc
-	events   int64
-	last     uint64
-	lag      histogram
-	resumes  int
-	resyncs  int
+	cur     int
+	cancel  context.CancelFunc
+	events  int64
+	last    uint64
+	lag     histogram
+	resumes int
+	resyncs int
 	// atLast: events of index last taken; toDrop: how many of them a
 	// resumed stream sends again.
 	atLast, toDrop int
-	running  []uint64 // bit per job ordinal: its running entry was seen
-	nRunning int
-	doneAt   time.Time // when every job's running entry had been seen
+	running        []uint64 // bit per job ordinal: its running entry was seen
+	nRunning       int
+	doneAt         time.Time // when every job's running entry had been seen
 }
 
 func newSubscriber(clients []*norsk.Manager, first int, jobs *jobIndex) *subscriber {
