@@ -4,7 +4,7 @@ PKGS_RACE = ./internal/manager/... ./internal/worker/... ./internal/store/... \
             ./internal/events/... ./internal/nodes/... ./internal/runtime/... \
             ./sdk/... ./internal/cli/... ./internal/automanager/... ./internal/providers \
             ./internal/providers/mock/... ./internal/providers/cloudhypervisor/... \
-            ./internal/hostagent/... ./internal/chsim/... \
+            ./internal/hostagent/... ./internal/chsim/... ./internal/sim/... \
             ./pkg/jobsocket/... ./tests/sdkcontract
 
 .PHONY: all build test test-fast test-race vet dev images proto bench bench-compare fuzz clean

@@ -1,0 +1,224 @@
+package sim
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+)
+
+// subscriber follows the event stream through one member after another: it
+// starts on one, and when its stream ends (the member went away) it resumes
+// on the next member after the last index it received.
+type subscriber struct {
+	clients []*norsk.Manager
+	first   int
+	jobs    *jobIndex
+
+	mu sync.Mutex
+	// cur is the member the stream is through; cancel ends that stream.
+	cur     int
+	cancel  context.CancelFunc
+	events  int64
+	last    uint64
+	lag     histogram
+	resumes int
+	resyncs int
+	// atLast: events of index last taken; toDrop: how many of them a
+	// resumed stream sends again.
+	atLast, toDrop int
+	running        []uint64 // bit per job ordinal: its running entry was seen
+	nRunning       int
+	doneAt         time.Time // when every job's running entry had been seen
+}
+
+func newSubscriber(clients []*norsk.Manager, first int, jobs *jobIndex) *subscriber {
+	return &subscriber{clients: clients, first: first, jobs: jobs, running: make([]uint64, (jobs.n+63)/64)}
+}
+
+// ready opens the first stream (live events only) and returns once the
+// subscription is in place; run then follows it.
+func (s *subscriber) ready(ctx context.Context) *norsk.EventStream {
+	sctx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	s.cur, s.cancel = s.first%len(s.clients), cancel
+	s.mu.Unlock()
+	return s.clients[s.cur].EventStream(sctx, norsk.EventStreamSettings{SkipSnapshot: true})
+}
+
+// leave ends the stream if it is through member i (taken away): run
+// resumes on the next member. (The SDK's own stream would keep
+// reconnecting to the member it was made for.)
+func (s *subscriber) leave(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == i && s.cancel != nil {
+		s.cancel()
+	}
+}
+
+// run follows the stream until ctx ends.
+func (s *subscriber) run(ctx context.Context, es *norsk.EventStream) {
+	for ctx.Err() == nil {
+		for es.Next() {
+			s.take(es.Event())
+		}
+		_ = es.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		s.mu.Lock()
+		s.cancel()
+		s.cur = (s.cur + 1) % len(s.clients)
+		s.cancel = cancel
+		// Ask again for the last index (one commit can carry many events,
+		// and the stream may have ended between them), dropping the ones
+		// already taken, as the SDK's own reconnect does.
+		after, i := s.last, s.cur
+		if after > 1 {
+			after, s.toDrop = after-1, s.atLast
+		}
+		s.resumes++
+		s.mu.Unlock()
+		es = s.clients[i].EventStream(sctx, norsk.EventStreamSettings{AfterIndex: after, SkipSnapshot: after == 0})
+	}
+	s.mu.Lock()
+	s.cancel()
+	s.mu.Unlock()
+}
+
+func (s *subscriber) take(ev *norsk.Event) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if idc := ev.GetInitialDataComplete(); idc != nil {
+		if idc.GetResync() {
+			s.resyncs++ // fell out of the Manager's buffer: a snapshot replaced the gap
+		}
+		return
+	}
+	switch i := ev.GetIndex(); {
+	case i < s.last:
+		return // already taken before a resume
+	case i == s.last && s.toDrop > 0:
+		s.toDrop--
+		return
+	case i == s.last:
+		s.atLast++
+	default:
+		s.last, s.atLast, s.toDrop = i, 1, 0
+	}
+	s.events++
+	if ts := ev.GetTimestamp(); ts != nil {
+		s.lag.add(now.Sub(ts.AsTime()))
+	}
+	jobID := ""
+	if ju := ev.GetJobUpdated(); ju != nil && ju.GetEntry().GetRunning() != nil {
+		jobID = ju.GetJob().GetJob().GetJobId()
+	}
+	if js := ev.GetJobSnapshot(); js != nil {
+		// A resync's snapshot: the job's instance is running now.
+		for _, in := range js.GetInstances() {
+			if in.GetPhase() == norsk.InstancePhaseRunning {
+				jobID = js.GetJob().GetJobId()
+			}
+		}
+	}
+	if jobID != "" {
+		if o, ok := s.jobs.ordinal(jobID); ok {
+			w, b := o/64, uint64(1)<<(o%64)
+			if s.running[w]&b == 0 {
+				s.running[w] |= b
+				s.nRunning++
+				if s.nRunning == s.jobs.n {
+					s.doneAt = now
+				}
+			}
+		}
+	}
+}
+
+// SubscriberStats is what one subscriber received. A job counts as seen
+// running from its running history entry, or from a resync snapshot
+// showing its instance running.
+type SubscriberStats struct {
+	Events  int64
+	Resumes int
+	// Resyncs: the subscriber fell out of the Manager's event buffer and
+	// was sent a snapshot in place of the events it missed.
+	Resyncs int
+	// RunningSeen is how many jobs' running entries it saw; Complete
+	// when it is every job's.
+	RunningSeen int
+	DoneAt      time.Time
+	Lag         histogram
+}
+
+func (s *subscriber) stats() SubscriberStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return SubscriberStats{Events: s.events, Resumes: s.resumes, Resyncs: s.resyncs, RunningSeen: s.nRunning, DoneAt: s.doneAt, Lag: s.lag}
+}
+
+// histogram counts durations in buckets growing by 2^(1/4) from 100 µs,
+// for quantiles without keeping every sample.
+type histogram struct {
+	counts [128]int64
+	n      int64
+	max    time.Duration
+	sum    time.Duration
+}
+
+const histBase = 100 * time.Microsecond
+
+func (h *histogram) add(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	i := 0
+	if d > histBase {
+		i = min(int(4*math.Log2(float64(d)/float64(histBase)))+1, len(h.counts)-1)
+	}
+	h.counts[i]++
+	h.n++
+	h.sum += d
+	h.max = max(h.max, d)
+}
+
+func (h *histogram) merge(o histogram) {
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	h.n += o.n
+	h.sum += o.sum
+	h.max = max(h.max, o.max)
+}
+
+// quantile is the upper bound of the bucket holding quantile q.
+func (h *histogram) quantile(q float64) time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	want := int64(math.Ceil(q * float64(h.n)))
+	var seen int64
+	for i, c := range h.counts {
+		seen += c
+		if seen >= want {
+			if i == 0 {
+				return histBase
+			}
+			return min(time.Duration(float64(histBase)*math.Pow(2, float64(i)/4)), h.max)
+		}
+	}
+	return h.max
+}
+
+func (h *histogram) mean() time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	return h.sum / time.Duration(h.n)
+}
