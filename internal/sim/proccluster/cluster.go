@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/sim"
 )
 
@@ -84,7 +84,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	var sb [16]byte
 	_, _ = rand.Read(sb[:])
-	c := &Cluster{token: manager.NewToken(), hc: &http.Client{Timeout: 2 * time.Minute}}
+	c := &Cluster{token: auth.NewToken(), hc: &http.Client{Timeout: 2 * time.Minute}}
 	var peers []string
 	for i := range opts.Members {
 		m := &member{name: fmt.Sprintf("m%d", i+1), exe: opts.Exe}
