@@ -217,13 +217,20 @@ func (c *Controller) Live(nodeID string) Live {
 	return c.live[nodeID]
 }
 
+// setLive updates what the controller knows of a node. Only a node newly
+// connected can settle the fleet, so only then is every connection checked
+// (a heartbeat's update costs O(1), not O(nodes), however many nodes never
+// connect).
 func (c *Controller) setLive(nodeID string, f func(*Live)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l := c.live[nodeID]
+	was := l.Connected
 	f(&l)
 	c.live[nodeID] = l
-	c.checkSettledLocked()
+	if l.Connected && !was {
+		c.checkSettledLocked()
+	}
 }
 
 // checkSettledLocked calls OnAllConnected the first time every wanted node
