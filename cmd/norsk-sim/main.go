@@ -52,7 +52,7 @@ func run() error {
 		failoverAt  = flag.Float64("failover-at", 0.5, "the fraction of jobs running when the primary is taken away")
 		startDelay  = flag.Duration("start-delay", 0, "how long a simulated instance takes to start")
 		perNodeAddr = flag.Bool("per-node-address", true, "give every node its own loopback address (one TCP connection per node, as with real workers); false: every node shares one")
-		maxFrame    = flag.Int("max-read-frame", 0, "the HTTP/2 max frame size the nodes' listener advertises (0: Go's default, 1 MiB, as a worker's)")
+		maxFrame    = flag.Int("max-read-frame", 0, "the HTTP/2 max frame size the nodes' listener advertises (0: a worker's, 16 KiB; -1: Go's default, 1 MiB)")
 		idle        = flag.Duration("idle", 10*time.Second, "how long the idle fleet's heartbeats are measured")
 		parallel    = flag.Int("parallel", 32, "API calls in flight at once")
 		managers    = flag.String("managers", "", "comma-separated API URLs of a running cluster (default: start three members here)")

@@ -14,6 +14,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/worker"
 )
 
 // Config configures a Fleet.
@@ -44,10 +45,11 @@ type Config struct {
 	VCPUs       uint32
 	MemoryBytes uint64
 	// MaxReadFrameSize, when set, is the HTTP/2 max frame size the
-	// listener advertises (0: Go's default, 1 MiB, as a worker's server
-	// advertises). The Manager's HTTP/2 client keeps a request-body buffer
-	// per stream of up to min(this, 512 KiB) for the stream's life, so it
-	// sets most of the primary's memory per node.
+	// listener advertises (0: a worker server's, worker.MaxReadFrameSize;
+	// -1: Go's default, 1 MiB, as workers advertised before). The Manager's
+	// HTTP/2 client keeps a request-body buffer per stream of up to
+	// min(this, 512 KiB) for the stream's life, so it sets most of the
+	// primary's memory per node.
 	MaxReadFrameSize int
 	// Logger receives the fleet's own log lines (default: discarded).
 	Logger *slog.Logger
@@ -132,8 +134,11 @@ func New(cfg Config) (*Fleet, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(f.log.Handler(), slog.LevelWarn),
 	}
-	if cfg.MaxReadFrameSize > 0 {
+	switch {
+	case cfg.MaxReadFrameSize > 0:
 		f.srv.HTTP2 = &http.HTTP2Config{MaxReadFrameSize: cfg.MaxReadFrameSize}
+	case cfg.MaxReadFrameSize == 0:
+		f.srv.HTTP2 = &http.HTTP2Config{MaxReadFrameSize: worker.MaxReadFrameSize}
 	}
 	go func() {
 		defer close(f.serveDone)

@@ -18,6 +18,15 @@ import (
 // minHeartbeat is the shortest heartbeat interval the worker honours.
 const minHeartbeat = 10 * time.Millisecond
 
+// MaxReadFrameSize is the HTTP/2 frame size a worker's server advertises:
+// HTTP/2's smallest. The Manager's client keeps a write buffer per stream
+// that grows to the frame size its peer advertises, for the life of the
+// Control stream; at Go's default (1 MiB) that was most of a primary's
+// memory per node (about 500 KiB of it), at 16 KiB about 80 KiB in all
+// (decision 0056). The Control stream's messages are small; a large one
+// (a migration payload) is sent in more frames.
+const MaxReadFrameSize = 16 << 10
+
 // newServer returns the NodeController server: the Control stream over
 // HTTP/2 (cleartext or not) and HTTP/1.1, and GET /healthz.
 func (a *Agent) newServer() *http.Server {
@@ -35,6 +44,7 @@ func (a *Agent) newServer() *http.Server {
 	return &http.Server{
 		Handler:           mux,
 		Protocols:         &p,
+		HTTP2:             &http.HTTP2Config{MaxReadFrameSize: MaxReadFrameSize},
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(a.logger().Handler(), slog.LevelWarn),
 	}
