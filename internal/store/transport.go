@@ -34,10 +34,51 @@ type genLayer struct {
 	accepted  chan net.Conn
 	done      chan struct{}
 	closeOnce sync.Once
+
+	// conns are the connections dialled and admitted and not yet closed:
+	// Close closes them all, so that raft's replication to a peer that has
+	// gone silent without closing its end (a member stopped in a process
+	// that lives on) cannot hold up a shutdown — raft joins its
+	// replication goroutines before it closes its transport, and a
+	// pipeline whose peer never answers drains at one transport timeout
+	// per request in flight.
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+}
+
+// trackedConn is a connection genLayer closes when it is closed.
+type trackedConn struct {
+	net.Conn
+	g    *genLayer
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.g.mu.Lock()
+		delete(c.g.conns, c)
+		c.g.mu.Unlock()
+	})
+	return err
+}
+
+// track registers c, or closes it and returns nil when the layer is closed.
+func (g *genLayer) track(c net.Conn) *trackedConn {
+	t := &trackedConn{Conn: c, g: g}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.conns == nil {
+		_ = c.Close()
+		return nil
+	}
+	g.conns[t] = struct{}{}
+	return t
 }
 
 func newGenLayer(inner raft.StreamLayer, gen func() uint64, log *slog.Logger) *genLayer {
-	g := &genLayer{inner: inner, gen: gen, log: log, accepted: make(chan net.Conn), done: make(chan struct{})}
+	g := &genLayer{inner: inner, gen: gen, log: log, accepted: make(chan net.Conn), done: make(chan struct{}),
+		conns: map[*trackedConn]struct{}{}}
 	go g.acceptLoop()
 	return g
 }
@@ -57,7 +98,11 @@ func (g *genLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Con
 		return nil, err
 	}
 	_ = c.SetWriteDeadline(time.Time{})
-	return c, nil
+	t := g.track(c)
+	if t == nil {
+		return nil, net.ErrClosed
+	}
+	return t, nil
 }
 
 // acceptLoop accepts connections and checks each one's introduction on its
@@ -97,10 +142,14 @@ func (g *genLayer) admit(c net.Conn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
+	t := g.track(c)
+	if t == nil {
+		return
+	}
 	select {
-	case g.accepted <- c:
+	case g.accepted <- t:
 	case <-g.done:
-		_ = c.Close()
+		_ = t.Close()
 	}
 }
 
@@ -114,12 +163,19 @@ func (g *genLayer) Accept() (net.Conn, error) {
 	}
 }
 
-// Close stops accepting.
+// Close stops accepting and closes every connection still open.
 func (g *genLayer) Close() error {
 	var err error
 	g.closeOnce.Do(func() {
 		close(g.done)
 		err = g.inner.Close()
+		g.mu.Lock()
+		open := g.conns
+		g.conns = nil
+		g.mu.Unlock()
+		for c := range open {
+			_ = c.Conn.Close()
+		}
 	})
 	return err
 }
