@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -515,8 +516,21 @@ func TestCHFailover(t *testing.T) {
 	}
 	// Both agents launch their VMMs through the cluster's launcher: none
 	// is left once the new primary has deleted the VMs.
+	var last string
+	defer func() {
+		if t.Failed() {
+			t.Logf("last seen: %s", last)
+		}
+	}()
 	c.Eventually("both VMs deleted by the new primary", func() bool {
-		return len(hostVMs(t, c, 0)) == 0 && c.CH.VMMs.Running() == 0
+		vms, running := hostVMs(t, c, 0), c.CH.VMMs.Running()
+		last = fmt.Sprintf("%d VMs on ch-1, %d VMMs running", len(vms), running)
+		if nodes, err := pc.ListNodes(x); err == nil {
+			for _, n := range nodes {
+				last += fmt.Sprintf("; node %s %s connected=%v instance=%s", n.GetNodeId(), n.GetState(), n.GetConnected(), n.GetProviderInstance())
+			}
+		}
+		return len(vms) == 0 && running == 0
 	})
 }
 
