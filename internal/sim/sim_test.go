@@ -45,15 +45,20 @@ func (p inProcess) Kill(_ context.Context, member string, _ <-chan struct{}) err
 }
 
 // TestSmoke runs a small scenario end to end against a real three-member
-// cluster: 50 simulated nodes, 200 jobs in bundles, 5 subscribers, and the
+// cluster: 50 simulated nodes (20 with -short), 200 jobs in bundles (60), 5 subscribers, and the
 // primary taken away half way. Every instance must run, each started
 // exactly once, and every subscriber must see every job running.
 func TestSmoke(t *testing.T) {
+	nodes, jobs := 50, int64(200)
+	if testing.Short() { // the race pass: the same paths, fewer of them
+		nodes, jobs = 20, 60
+	}
 	c := testcluster.New(t, testcluster.Options{Members: 3})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// A bound on a hung run, not a timing check.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	res, err := sim.Run(ctx, inProcess{c}, sim.Options{
-		Nodes: 50, Jobs: 200, JobsPerBundle: 10, Subscribers: 5,
+		Nodes: nodes, Jobs: int(jobs), JobsPerBundle: 10, Subscribers: 5,
 		Failover: true, IdleWindow: 500 * time.Millisecond, Parallel: 8,
 		Fleet: sim.Config{StartDelay: 5 * time.Millisecond},
 	})
@@ -65,18 +70,18 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Running != 200 {
-		t.Errorf("%d instances running at the end, want 200", res.Running)
+	if res.Running != jobs {
+		t.Errorf("%d instances running at the end, want %d", res.Running, jobs)
 	}
-	if res.Starts.Instances != 200 || res.Starts.Total != 200 {
-		t.Errorf("%d instances started in %d starts, want 200 in 200", res.Starts.Instances, res.Starts.Total)
+	if int64(res.Starts.Instances) != jobs || int64(res.Starts.Total) != jobs {
+		t.Errorf("%d instances started in %d starts, want %d in %d", res.Starts.Instances, res.Starts.Total, jobs, jobs)
 	}
 	for _, r := range res.Starts.Twice {
 		t.Errorf("instance %s started %d times: tokens %v on nodes %v", r.Instance, len(r.Tokens), r.Tokens, r.Nodes)
 	}
 	for i, s := range res.Subscribers {
-		if s.RunningSeen != 200 {
-			t.Errorf("subscriber %d saw %d jobs running, want 200", i, s.RunningSeen)
+		if int64(s.RunningSeen) != jobs {
+			t.Errorf("subscriber %d saw %d jobs running, want %d", i, s.RunningSeen, jobs)
 		}
 	}
 	if res.FinalPrimary == res.Primary {
