@@ -1,7 +1,6 @@
 package managercmd
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/manager"
+	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
 )
@@ -198,30 +198,9 @@ type RepairFile struct {
 	Interval Duration `json:"interval,omitempty"`
 }
 
-// Duration is a time.Duration written as "30s", "5m" in the file.
-type Duration struct{ time.Duration }
-
-// UnmarshalJSON reads "30s" (or a number of nanoseconds).
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		v, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("duration %q: %w", s, err)
-		}
-		d.Duration = v
-		return nil
-	}
-	var n int64
-	if err := json.Unmarshal(b, &n); err != nil {
-		return fmt.Errorf("duration must be a string like \"30s\": %s", b)
-	}
-	d.Duration = time.Duration(n)
-	return nil
-}
-
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+// Duration is a time.Duration written as "30s", "5m" in the file (the
+// providers' configuration files write theirs the same way).
+type Duration = providers.Duration
 
 // LoadConfigFile reads a config.yaml; unknown keys are an error naming them.
 func LoadConfigFile(path string) (FileConfig, error) {
