@@ -11,6 +11,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/worker"
 )
 
 // minHeartbeat is the shortest heartbeat interval a node honours (as a
@@ -35,19 +36,12 @@ func (h controlHandler) Control(ctx context.Context, stream *connect.BidiStream[
 	if !ok || n == nil {
 		return connect.NewError(connect.CodeUnauthenticated, errors.New("a Control stream needs a node secret as its bearer token"))
 	}
-	first, err := stream.Receive()
+	hello, err := worker.ReceiveHello(stream, n.nodeID())
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		return err
-	}
-	hello := first.GetHello()
-	if hello == nil {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("the first message on a Control stream must be hello"))
-	}
-	if id := hello.GetNodeId(); id != "" && id != n.nodeID() {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("hello names node "+id+", this is node "+n.nodeID()))
 	}
 	interval := defaultHeartbeat
 	if ms := hello.GetHeartbeatIntervalMs(); ms > 0 {

@@ -68,19 +68,12 @@ func (h controlHandler) Control(ctx context.Context, stream *connect.BidiStream[
 	}
 	defer a.streams.Done()
 
-	first, err := stream.Receive()
+	hello, err := ReceiveHello(stream, a.NodeID())
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		return err
-	}
-	hello := first.GetHello()
-	if hello == nil {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("the first message on a Control stream must be hello"))
-	}
-	if n := hello.GetNodeId(); n != "" && n != a.NodeID() {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("hello names node "+n+", this is node "+a.NodeID()))
 	}
 	if err := a.learnCluster(hello.GetClusterId()); err != nil {
 		a.logger().Error("refused a Control stream", "manager", hello.GetManagerNodeName(), "err", err)
@@ -206,4 +199,23 @@ func (a *Agent) beginStream() bool {
 	}
 	a.streams.Add(1)
 	return true
+}
+
+// ReceiveHello reads a Control stream's first message, which must be the
+// Manager's hello, for node nodeID (a hello naming no node is for
+// whichever node answers). io.EOF: the Manager closed the stream first.
+// Shared by the worker and the simulator's nodes (internal/sim).
+func ReceiveHello(stream *connect.BidiStream[managerv1.ControllerMessage, managerv1.WorkerMessage], nodeID string) (*managerv1.ControllerHello, error) {
+	first, err := stream.Receive()
+	if err != nil {
+		return nil, err
+	}
+	hello := first.GetHello()
+	if hello == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the first message on a Control stream must be hello"))
+	}
+	if n := hello.GetNodeId(); n != "" && n != nodeID {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("hello names node "+n+", this is node "+nodeID))
+	}
+	return hello, nil
 }
