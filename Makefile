@@ -2,7 +2,7 @@
 GO ?= go
 PKGS_RACE = ./internal/manager/... ./internal/worker/... ./internal/store/... \
             ./internal/events/... ./internal/nodes/... ./internal/runtime/... \
-            ./sdk/... ./internal/cli/... ./internal/automanager/... ./internal/providers \
+            ./sdk/... ./internal/cli ./internal/cli/cmdutil ./internal/cli/nodes ./internal/automanager/... ./internal/providers \
             ./internal/providers/mock/... ./internal/providers/cloudhypervisor/... \
             ./internal/hostagent/... ./internal/chsim/... ./internal/sim/... \
             ./pkg/jobsocket/... ./tests/sdkcontract
