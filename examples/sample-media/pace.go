@@ -45,24 +45,23 @@ func newPacer(priority int, log *slog.Logger) *pacer {
 	return &pacer{priority: priority, log: log}
 }
 
+// realtime, where the system has it (Linux: pace_linux.go), sleeps the
+// calling goroutine's thread until t at real-time priority and returns the
+// release that restores it; an error means the priority was refused. Where
+// it is nil the pacer always waits awake.
+var realtime func(priority int, t time.Time) (release func(), err error)
+
 // await returns at t and returns a release the caller calls once the frame
 // is written (the thread is held, at its priority, until then).
 func (p *pacer) await(t time.Time) (release func()) {
-	if p.priority > 0 && !p.denied {
-		runtime.LockOSThread()
-		if err := raisePriority(p.priority); err == nil {
-			sleepUntil(t)
-			return func() {
-				if lowerPriority() == nil {
-					runtime.UnlockOSThread()
-				} // else the thread stays with this goroutine, never reused raised
-			}
-		} else {
-			runtime.UnlockOSThread()
-			p.denied = true
-			p.log.Info("cannot pace the frames next to a cut at real-time priority; waiting awake instead",
-				"priority", p.priority, "err", err)
+	if realtime != nil && p.priority > 0 && !p.denied {
+		release, err := realtime(p.priority, t)
+		if err == nil {
+			return release
 		}
+		p.denied = true
+		p.log.Info("cannot pace the frames next to a cut at real-time priority; waiting awake instead",
+			"priority", p.priority, "err", err)
 	}
 	if d := time.Until(t) - spinLead; d > 0 {
 		time.Sleep(d)

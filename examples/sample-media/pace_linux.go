@@ -1,10 +1,31 @@
 package main
 
 import (
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
 )
+
+func init() { realtime = sleepRealtime }
+
+// sleepRealtime raises the calling goroutine's thread to SCHED_FIFO at
+// priority and sleeps it in the kernel until t; the release lowers it again
+// and lets the thread go (one that cannot be lowered stays with this
+// goroutine, never reused raised).
+func sleepRealtime(priority int, t time.Time) (release func(), err error) {
+	runtime.LockOSThread()
+	if err := raisePriority(priority); err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	sleepUntil(t)
+	return func() {
+		if lowerPriority() == nil {
+			runtime.UnlockOSThread()
+		}
+	}, nil
+}
 
 const (
 	schedOther = 0
