@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
@@ -215,11 +216,10 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 	jobs := &jobIndex{prefix: opts.Prefix, perBundle: min(opts.JobsPerBundle, 64), n: opts.Jobs}
 	res.Bundles = jobs.bundles()
 	subCtx, stopSubs := context.WithCancel(ctx)
-	defer stopSubs()
 	var subs []*subscriber
 	var subWG sync.WaitGroup
 	defer subWG.Wait()
-	defer stopSubs()
+	defer stopSubs() // before the wait: deferred calls run last first
 	for i := range opts.Subscribers {
 		s := newSubscriber(clients, i, jobs)
 		es := s.ready(subCtx)
@@ -250,13 +250,11 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 	if opts.JobsStarting != nil {
 		opts.JobsStarting(primary)
 	}
-	var retries sync.Mutex
+	var retries atomic.Int64
 	err = parallel(ctx, res.Bundles, opts.Parallel, func(ctx context.Context, i int) error {
 		return retry(ctx, func(attempt int) error {
 			if attempt > 0 {
-				retries.Lock()
-				res.CreateRetries++
-				retries.Unlock()
+				retries.Add(1)
 			}
 			_, err := clients[(i+attempt)%len(clients)].CreateBundle(ctx, jobs.bundle(i, opts.Capacity))
 			if attempt > 0 && errors.Is(err, norsk.ErrAlreadyExists) {
@@ -265,6 +263,7 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 			return err
 		})
 	})
+	res.CreateRetries = retries.Load()
 	if err != nil {
 		return res, fmt.Errorf("create bundles (%d running on the fleet): %w", fleet.Stats().Running, err)
 	}
