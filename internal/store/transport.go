@@ -49,17 +49,14 @@ type genLayer struct {
 // trackedConn is a connection genLayer closes when it is closed.
 type trackedConn struct {
 	net.Conn
-	g    *genLayer
-	once sync.Once
+	g *genLayer
 }
 
 func (c *trackedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() {
-		c.g.mu.Lock()
-		delete(c.g.conns, c)
-		c.g.mu.Unlock()
-	})
+	c.g.mu.Lock()
+	delete(c.g.conns, c) // a no-op after the first, or once the layer is closed
+	c.g.mu.Unlock()
 	return err
 }
 

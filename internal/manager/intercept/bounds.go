@@ -5,24 +5,6 @@ import (
 
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apibounds"
-	"github.com/norsk-go/norsk-manager/pkg/jobspec"
-)
-
-// Bounds of the API's numbers that have no other home (pkg/jobspec holds
-// them, for the SDK's fake too).
-const (
-	// MaxIdleExpiry is the longest idle expiry SetNodeIdleExpiry takes.
-	MaxIdleExpiry = jobspec.MaxIdleExpiry
-	// MaxTokenTTL is the longest API token lifetime CreateToken takes.
-	MaxTokenTTL = jobspec.MaxTokenTTL
-	// MaxAnnounceInterval is the longest announcement interval.
-	MaxAnnounceInterval = jobspec.MaxAnnounceInterval
-	// MaxEpochMs is the last millisecond of year 9999.
-	MaxEpochMs = jobspec.MaxEpochMs
-	// MaxShmSizeBytes bounds a service's /dev/shm (1 TiB).
-	MaxShmSizeBytes = jobspec.MaxShmSizeBytes
-	// MaxSecretLen bounds tokens and secrets a caller presents.
-	MaxSecretLen = jobspec.MaxSecretLen
 )
 
 // requestBounds are the bounds of every field of every request the Manager
