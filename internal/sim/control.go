@@ -14,10 +14,6 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/worker"
 )
 
-// minHeartbeat is the shortest heartbeat interval a node honours (as a
-// worker does).
-const minHeartbeat = 10 * time.Millisecond
-
 // defaultHeartbeat is the interval when the hello names none.
 const defaultHeartbeat = time.Second
 
@@ -43,12 +39,8 @@ func (h controlHandler) Control(ctx context.Context, stream *connect.BidiStream[
 		}
 		return err
 	}
-	interval := defaultHeartbeat
-	if ms := hello.GetHeartbeatIntervalMs(); ms > 0 {
-		interval = time.Duration(ms) * time.Millisecond
-	}
-	interval = max(interval, minHeartbeat)
-	sess, err := n.open(ctx, epoch{generation: hello.GetManagerGeneration(), term: hello.GetManagerTerm()})
+	interval := worker.HeartbeatInterval(hello, defaultHeartbeat)
+	sess, err := n.open(ctx, worker.EpochOf(hello))
 	if err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}

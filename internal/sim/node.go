@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/worker"
 )
 
 // node is one simulated worker: its identity, the instances it holds and
@@ -27,7 +28,7 @@ type node struct {
 	secret string
 	// epoch is the newest primary that opened a stream; an older one is
 	// refused.
-	epoch epoch
+	epoch worker.Epoch
 	cur   *session
 	// nextSession numbers the sessions (logs).
 	nextSession uint64
@@ -49,16 +50,6 @@ type instance struct {
 	jobHash uint64
 	reason  managerv1.StoppingReason
 	addl    string
-}
-
-// epoch orders primaries: cluster generation, then raft term.
-type epoch struct{ generation, term uint64 }
-
-func (e epoch) before(o epoch) bool {
-	if e.generation != o.generation {
-		return e.generation < o.generation
-	}
-	return e.term < o.term
 }
 
 func newNode(f *Fleet, address string) *node {
@@ -92,11 +83,11 @@ var errSuperseded = errors.New("a newer Manager primary already holds this node'
 
 // open makes a new stream the node's current one (ending the previous) and
 // queues its hello with the inventory.
-func (n *node) open(ctx context.Context, e epoch) (*session, error) {
+func (n *node) open(ctx context.Context, e worker.Epoch) (*session, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if e != (epoch{}) {
-		if e.before(n.epoch) {
+	if e != (worker.Epoch{}) {
+		if e.Before(n.epoch) {
 			return nil, errSuperseded
 		}
 		n.epoch = e

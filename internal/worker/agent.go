@@ -112,7 +112,7 @@ type Agent struct {
 	migPending     []*managerv1.WorkerMessage
 	noticesPending []*managerv1.WorkerMessage
 	// epoch is the newest Manager primary that opened a stream.
-	epoch         managerEpoch
+	epoch         Epoch
 	streamsClosed bool
 	streams       sync.WaitGroup // Control handlers and their receivers
 

@@ -37,7 +37,7 @@ func TestMigrationReportsKeptBounded(t *testing.T) {
 		t.Fatalf("oldest kept is #%d, want #10", got)
 	}
 	a.id = &Identity{NodeID: "n"}
-	s, err := a.openSession(context.Background(), managerEpoch{})
+	s, err := a.openSession(context.Background(), Epoch{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestMigrationReportsRescuedFromAnEndedStream(t *testing.T) {
 	t.Parallel()
 	a := reportAgent(t)
 	a.id = &Identity{NodeID: "n"}
-	s, err := a.openSession(context.Background(), managerEpoch{})
+	s, err := a.openSession(context.Background(), Epoch{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,13 +82,9 @@ func (h controlHandler) Control(ctx context.Context, stream *connect.BidiStream[
 	if len(hello.GetManagerUrls()) > 0 {
 		a.rememberManagers(a.reg.setURLs(hello.GetManagerUrls()))
 	}
-	interval := time.Duration(a.heartbeatDefault.Load())
-	if ms := hello.GetHeartbeatIntervalMs(); ms > 0 {
-		interval = time.Duration(ms) * time.Millisecond
-	}
-	interval = max(interval, minHeartbeat)
+	interval := HeartbeatInterval(hello, time.Duration(a.heartbeatDefault.Load()))
 
-	sess, err := a.openSession(ctx, managerEpoch{generation: hello.GetManagerGeneration(), term: hello.GetManagerTerm()})
+	sess, err := a.openSession(ctx, EpochOf(hello))
 	if err != nil {
 		a.logger().Warn("refused a Control stream from an older Manager primary", "manager", hello.GetManagerNodeName(),
 			"term", hello.GetManagerTerm(), "generation", hello.GetManagerGeneration())
@@ -218,4 +214,15 @@ func ReceiveHello(stream *connect.BidiStream[managerv1.ControllerMessage, manage
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("hello names node "+n+", this is node "+nodeID))
 	}
 	return hello, nil
+}
+
+// HeartbeatInterval is how often a node heartbeats on a stream whose hello
+// is hello: the interval the Manager asks for, else def, and never under
+// minHeartbeat. Shared by the worker and the simulator's nodes.
+func HeartbeatInterval(hello *managerv1.ControllerHello, def time.Duration) time.Duration {
+	interval := def
+	if ms := hello.GetHeartbeatIntervalMs(); ms > 0 {
+		interval = time.Duration(ms) * time.Millisecond
+	}
+	return max(interval, minHeartbeat)
 }

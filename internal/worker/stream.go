@@ -74,16 +74,22 @@ type snapshot struct {
 	deliver func()
 }
 
-// managerEpoch orders the Managers' primaries: a newer cluster generation,
-// then a newer raft term. The zero epoch (a Manager that does not say)
-// orders before every other and is always accepted.
-type managerEpoch struct{ generation, term uint64 }
+// Epoch orders the Managers' primaries: a newer cluster generation, then a
+// newer raft term. The zero epoch (a Manager that does not say) orders
+// before every other and is always accepted.
+type Epoch struct{ Generation, Term uint64 }
 
-func (e managerEpoch) before(o managerEpoch) bool {
-	if e.generation != o.generation {
-		return e.generation < o.generation
+// EpochOf is the epoch a Manager's hello says its primary has.
+func EpochOf(hello *managerv1.ControllerHello) Epoch {
+	return Epoch{Generation: hello.GetManagerGeneration(), Term: hello.GetManagerTerm()}
+}
+
+// Before reports whether e is older than o.
+func (e Epoch) Before(o Epoch) bool {
+	if e.Generation != o.Generation {
+		return e.Generation < o.Generation
 	}
-	return e.term < o.term
+	return e.Term < o.Term
 }
 
 // errSuperseded refuses a hello from a primary older than one this worker
@@ -94,14 +100,14 @@ var errSuperseded = errors.New("a newer Manager primary already holds this worke
 // queues its hello with the inventory. Reports published from then on go to
 // it. Nil once the agent shuts down; errSuperseded when epoch is older than
 // the newest primary's that opened a session.
-func (a *Agent) openSession(ctx context.Context, epoch managerEpoch) (*session, error) {
+func (a *Agent) openSession(ctx context.Context, epoch Epoch) (*session, error) {
 	a.pubMu.Lock()
 	if a.streamsClosed {
 		a.pubMu.Unlock()
 		return nil, nil
 	}
-	if epoch != (managerEpoch{}) {
-		if epoch.before(a.epoch) {
+	if epoch != (Epoch{}) {
+		if epoch.Before(a.epoch) {
 			a.pubMu.Unlock()
 			return nil, errSuperseded
 		}
