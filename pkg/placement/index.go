@@ -345,7 +345,7 @@ func (s *State) pristineRid(ni int32, e *shapeEntry) rid {
 
 // pristineKey is leafSlot's key for such a node.
 func (s *State) pristineKey(ni int32, e *shapeEntry, g *group) rankKey {
-	return g.srank | rankKey(min(max(s.hot[ni].cpuCap-e.need.demand, 0), maxRemaining))
+	return g.srank | remainingKey(s.hot[ni].cpuCap, e.need.demand)
 }
 
 // shapeRid is dynamicCheck's first refusal for a node that passed the
@@ -382,7 +382,7 @@ func (s *State) leafSlot(e *shapeEntry, rec *indexed) slot {
 		return noSlot
 	}
 	h := &s.hot[rec.ni]
-	return slot{k: e.groups[rec.grp].srank | rankKey(min(max(h.cpuCap-h.cpuUsed-e.need.demand, 0), maxRemaining)), ni: rec.ni}
+	return slot{k: e.groups[rec.grp].srank | remainingKey(h.cpuCap-h.cpuUsed, e.need.demand), ni: rec.ni}
 }
 
 // setLeaf writes a leaf and the minima above it.

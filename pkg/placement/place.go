@@ -389,6 +389,12 @@ const (
 	maxRemaining = 1<<28 - 1
 )
 
+// remainingKey is the best-fit part of a rank key: the CPU a node would
+// have left, free less demand (never below zero; saturating).
+func remainingKey(free, demand int64) rankKey {
+	return rankKey(min(max(free-demand, 0), maxRemaining))
+}
+
 // staticRank is the part of the key fixed by the node's description.
 func staticRank(tier int32, spare int8, recovery bool, missing int) rankKey {
 	k := rankKey(min(max(tier, 0), 255))<<51 | rankKey(min(max(missing, 0), maxMissing))<<28
@@ -466,7 +472,7 @@ func (s *State) rank(ni int32, p *prepared, static rankKey) rankKey {
 		k |= rankKey(spread) << 31
 	}
 	h := &s.hot[ni]
-	return k | rankKey(min(max(h.cpuCap-h.cpuUsed-p.need.demand, 0), maxRemaining))
+	return k | remainingKey(h.cpuCap-h.cpuUsed, p.need.demand)
 }
 
 // Place chooses a node for req given the State's nodes and allocations,
