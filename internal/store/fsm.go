@@ -40,6 +40,10 @@ type fsm struct {
 	// WaitApplied waits on it instead of polling.
 	appliedMu sync.Mutex
 	applied   chan struct{}
+
+	// gate, if set, learns of each batch as raft hands it over, before it
+	// is applied (commitGate).
+	gate *commitGate
 }
 
 // appliedCh is closed at the state's next change of index.
@@ -62,7 +66,25 @@ func (f *fsm) notifyApplied() {
 	}
 }
 
-var _ raft.FSM = (*fsm)(nil)
+var _ raft.BatchingFSM = (*fsm)(nil)
+
+// ApplyBatch applies raft's committed entries in order: each command as
+// Apply does; configuration entries (which raft hands a batching FSM too)
+// change nothing, as they did not when raft applied one entry at a time.
+// It opens the commit gate first, so proposals held behind this batch go to
+// raft while it is applied.
+func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	if f.gate != nil && len(logs) > 0 {
+		f.gate.reached(logs[len(logs)-1].Index)
+	}
+	out := make([]any, len(logs))
+	for i, l := range logs {
+		if l.Type == raft.LogCommand {
+			out[i] = f.Apply(l)
+		}
+	}
+	return out
+}
 
 // haltError says why and where a member stopped applying its log.
 type haltError struct {
@@ -153,6 +175,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	f.broker.Reset(h.GetIndex())
+	if f.gate != nil {
+		f.gate.reached(h.GetIndex())
+	}
 	f.notifyApplied()
 	f.logger.Info("restored state from snapshot", "index", h.GetIndex(), "schema_version", h.GetSchemaVersion())
 	return nil

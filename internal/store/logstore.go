@@ -75,6 +75,9 @@ type diskLog struct {
 	// hook, if set, sees each batch of entries before it is stored (tests
 	// alter entries with it).
 	hook func([]*raft.Log)
+	// gate, if set, learns of each command before it is written
+	// (commitGate).
+	gate *commitGate
 
 	// mu guards cur: readers share it, a re-open swaps it.
 	mu  sync.RWMutex
@@ -144,6 +147,14 @@ func (d *diskLog) StoreLogs(logs []*raft.Log) error {
 	}
 	if d.hook != nil {
 		d.hook(logs)
+	}
+	if d.gate != nil {
+		for i := len(logs) - 1; i >= 0; i-- {
+			if logs[i].Type == raft.LogCommand {
+				d.gate.wrote(logs[i].Index)
+				break
+			}
+		}
 	}
 	// Only a holder of wmu changes cur.
 	tr := traceLogWrite(logs)

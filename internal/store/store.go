@@ -51,6 +51,9 @@ type Config struct {
 	// ApplyTimeout bounds a proposal when the caller's context has no
 	// deadline (default 30s).
 	ApplyTimeout time.Duration
+	// ProposalHold bounds how long a proposal waits at the commit gate for
+	// the batch ahead of it to reach the FSM (commitGate; default 20 ms).
+	ProposalHold time.Duration
 	// OnApply observes every applied command (for metrics); optional.
 	OnApply func(*storev1.Command, state.Result)
 
@@ -112,12 +115,17 @@ type Store struct {
 	notify <-chan bool
 	addr   raft.ServerAddress
 
-	// mu guards closed: Apply enqueues under the read lock, Close marks the
-	// store closed under the write lock before shutting raft down, so no
-	// proposal is enqueued after raft has stopped answering.
+	// mu guards closed: the proposer enqueues under the read lock, Close
+	// marks the store closed under the write lock before shutting raft
+	// down, so no proposal is enqueued after raft has stopped answering.
 	mu       sync.RWMutex
 	closed   bool
 	closedCh chan struct{}
+	// proposals feed the proposer (runProposer), which hands them to raft
+	// past the commit gate; proposerDone is closed when it has stopped.
+	proposals    chan *proposal
+	gate         *commitGate
+	proposerDone chan struct{}
 	// nudging: a Nudge barrier is in flight.
 	nudging atomic.Bool
 
@@ -207,6 +215,9 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.ApplyTimeout == 0 {
 		cfg.ApplyTimeout = 30 * time.Second
 	}
+	if cfg.ProposalHold <= 0 {
+		cfg.ProposalHold = defaultProposalHold
+	}
 	logger := cfg.Logger.With("component", "store")
 	walDir := filepath.Join(cfg.Dir, "wal")
 	snapDir := filepath.Join(cfg.Dir, "snapshots")
@@ -255,7 +266,9 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = meta.Close()
 		return nil, fmt.Errorf("store: open snapshots in %s: %w", snapDir, unreadable(err))
 	}
-	f := &fsm{st: state.New(cfg.Limits), broker: cfg.Broker, logger: logger, onApply: cfg.OnApply, haltedCh: make(chan struct{})}
+	gate := &commitGate{}
+	logs.gate = gate
+	f := &fsm{st: state.New(cfg.Limits), broker: cfg.Broker, logger: logger, onApply: cfg.OnApply, haltedCh: make(chan struct{}), gate: gate}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.MemberID)
@@ -345,8 +358,10 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("store: the raft store in %s has no configuration naming member %q as a voter (its log is damaged, or it belongs to another member or was removed from its cluster): %w", cfg.Dir, cfg.MemberID, ErrUnreadable)
 	}
 	s := &Store{cfg: cfg, raft: r, snaps: snaps, fsm: f, log: logs, meta: meta, trans: trans, logger: logger, minFree: minFree,
-		closedCh: make(chan struct{}), notify: notify, addr: addr, leaderCh: make(chan struct{}), watchDone: make(chan struct{})}
+		closedCh: make(chan struct{}), notify: notify, addr: addr, leaderCh: make(chan struct{}), watchDone: make(chan struct{}),
+		proposals: make(chan *proposal, proposalQueue), gate: gate, proposerDone: make(chan struct{})}
 	s.watchLeader()
+	go s.runProposer()
 	if !standalone(conf, rc.LocalID) {
 		// A cluster member: its peers decide who leads, and when.
 		logger.Info("store open as a cluster member", "index", f.st.Snapshot().Index(), "voters", len(conf.Servers), "joining", len(conf.Servers) == 0, "raft_tls", cfg.RaftTLS != nil)
@@ -479,17 +494,14 @@ func (s *Store) Apply(ctx context.Context, cmd *storev1.Command) (state.Result, 
 	if err := s.WriteError(); err != nil {
 		return state.Result{}, err
 	}
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return state.Result{}, apierr.Unavailablef("the store is closed")
-	}
 	// The proposer stamps the command's checksum; every member verifies it
 	// before applying the entry.
 	tr := traceProposal(data)
 	defer tr.done()
-	f := s.raft.ApplyLog(raft.Log{Data: data, Extensions: stampChecksum(data)}, timeout)
-	s.mu.RUnlock()
+	f, err := s.propose(ctx, raft.Log{Data: data, Extensions: stampChecksum(data)}, timeout)
+	if err != nil {
+		return state.Result{}, err
+	}
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	select {
@@ -605,6 +617,7 @@ func (s *Store) Close() error {
 	}
 	err := shut.Error()
 	<-s.watchDone
+	<-s.proposerDone
 	s.fsm.broker.Close()
 	if cerr := s.log.Close(); err == nil {
 		err = cerr
