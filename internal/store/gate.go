@@ -54,6 +54,22 @@ func (g *commitGate) wrote(index uint64) {
 	}
 }
 
+// dropped records that the log deleted the entries min..max: when that
+// was its tail (a new leader's log replacing entries never committed),
+// what was written there will not reach the FSM.
+func (g *commitGate) dropped(min, max uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if min > g.written || max < g.written {
+		return // not the tail written last (a compaction of the head)
+	}
+	g.written = min - 1
+	if g.started >= g.written && g.open != nil {
+		close(g.open)
+		g.open = nil
+	}
+}
+
 // reached records that the FSM has been handed every entry up to index.
 func (g *commitGate) reached(index uint64) {
 	g.mu.Lock()

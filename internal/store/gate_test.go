@@ -19,7 +19,8 @@ func TestCommitGate(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name string
-		// steps run in order: 'w' wrote(i), 'r' reached(i).
+		// steps run in order: 'w' wrote(i), 'r' reached(i), 'd' dropped the
+		// log's tail from i, 'c' compacted its head up to i.
 		steps []struct {
 			op byte
 			i  uint64
@@ -34,16 +35,24 @@ func TestCommitGate(t *testing.T) {
 		{name: "a snapshot restored past everything", steps: steps('w', 9, 'r', 100), open: true},
 		{name: "an older index written again (a new leader's log) stays open", steps: steps('w', 9, 'r', 9, 'w', 8), open: true},
 		{name: "written again after reaching", steps: steps('w', 5, 'r', 5, 'w', 6), open: false},
+		{name: "the tail written dropped (a new leader's log)", steps: steps('w', 9, 'r', 5, 'd', 7), open: false},
+		{name: "the tail dropped down to what the FSM has", steps: steps('w', 9, 'r', 5, 'd', 6), open: true},
+		{name: "the head compacted", steps: steps('w', 9, 'r', 5, 'c', 4), open: false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			g := &commitGate{}
 			for _, s := range tc.steps {
-				if s.op == 'w' {
+				switch s.op {
+				case 'w':
 					g.wrote(s.i)
-				} else {
+				case 'r':
 					g.reached(s.i)
+				case 'd': // the tail from s.i on
+					g.dropped(s.i, 1<<20)
+				case 'c': // the head up to s.i
+					g.dropped(1, s.i)
 				}
 			}
 			if got := g.wait(nil, fired); got != tc.open {

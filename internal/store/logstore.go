@@ -277,7 +277,13 @@ func (d *diskLog) DeleteRange(min, max uint64) error {
 	if d.closed {
 		return wal.ErrClosed
 	}
-	return d.cur.DeleteRange(min, max)
+	if err := d.cur.DeleteRange(min, max); err != nil {
+		return err
+	}
+	if d.gate != nil {
+		d.gate.dropped(min, max)
+	}
+	return nil
 }
 
 func (d *diskLog) reader() (walBackend, func()) {
