@@ -48,15 +48,15 @@ func (b *fakeBackend) Apply(ctx context.Context, cmd *storev1.Command) (state.Re
 	return b.st.Apply(ctx, cmd)
 }
 
-func (b *fakeBackend) Store() *store.Store                                { return b.st }
-func (b *fakeBackend) Controller() *nodes.Controller                      { return nil }
-func (b *fakeBackend) Fleet() *providers.Fleet                            { return nil }
-func (b *fakeBackend) MockProvider() *mock.Provider                       { return nil }
-func (b *fakeBackend) PlacementConfig() placement.Config                  { return placement.Config{} }
-func (b *fakeBackend) ElasticTiers() []automanager.ElasticTier            { return nil }
-func (b *fakeBackend) CAFingerprint() string                              { return "" }
-func (b *fakeBackend) AuditVerdict() (bool, string)                       { return true, "" }
-func (b *fakeBackend) MemberAPI(string) string                            { return "" }
+func (b *fakeBackend) Store() *store.Store                                 { return b.st }
+func (b *fakeBackend) Controller() *nodes.Controller                       { return nil }
+func (b *fakeBackend) Fleet() *providers.Fleet                             { return nil }
+func (b *fakeBackend) MockProvider() *mock.Provider                        { return nil }
+func (b *fakeBackend) PlacementConfig() placement.Config                   { return placement.Config{} }
+func (b *fakeBackend) ElasticTiers() []automanager.ElasticTier             { return nil }
+func (b *fakeBackend) CAFingerprint() string                               { return "" }
+func (b *fakeBackend) AuditVerdict() (bool, string)                        { return true, "" }
+func (b *fakeBackend) MemberAPI(string) string                             { return "" }
 func (b *fakeBackend) ManagerClient(string) managerv1connect.ManagerClient { return nil }
 
 // take returns the writes asked for since the last take, and forgets them.
