@@ -366,3 +366,40 @@ func TestLogIsBounded(t *testing.T) {
 		t.Errorf("log kept %d lines; want the newest many", strings.Count(logs, "\n"))
 	}
 }
+
+// TestAdoptedServiceExitsAndRestarts: a service a restarted worker adopts
+// (a new Runtime over the Host) can crash (Exit) and be started again by
+// it; the exit is what a Wait of the first runtime returns, and the
+// restarted service keeps its token and runtime role.
+func TestAdoptedServiceExitsAndRestarts(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	h := fake.NewHost()
+	t.Cleanup(h.Close)
+	first := h.New("node-1")
+	spec := runtime.InstanceSpec{Key: testKey, NodeID: "node-1", Token: 9, RuntimeRole: "backup",
+		Job: &managerv1.Job{JobId: testKey.JobID, Services: []*managerv1.Service{testService("svc", nil)}}}
+	if err := first.Prepare(ctx, spec); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if _, err := first.StartService(ctx, testKey, "svc"); err != nil {
+		t.Fatalf("StartService: %v", err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	second := h.New("node-1")
+	if err := second.Exit(testKey, "svc", 3); err != nil {
+		t.Fatalf("Exit through the adopting runtime: %v", err)
+	}
+	if code, err := first.Wait(ctx, testKey, "svc"); err != nil || code != 3 {
+		t.Errorf("the first runtime's Wait = %d, %v; want 3", code, err)
+	}
+	st, err := second.StartService(ctx, testKey, "svc")
+	if err != nil {
+		t.Fatalf("StartService by the adopting runtime: %v", err)
+	}
+	if !st.Running || st.Token != 9 || st.RuntimeRole != "backup" {
+		t.Errorf("restarted adopted service: %+v; want running, token 9, runtime role backup", st)
+	}
+}
