@@ -92,7 +92,8 @@ func newEnv(t testing.TB, config func(*api.Config)) *env {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	clk := clock.NewFake(t0)
-	cfg := api.Config{Clock: clk, Log: log, NodeName: "m1", HeartbeatInterval: time.Second, DefaultIdleExpiry: time.Minute}
+	cfg := api.Config{Clock: clk, Log: log, NodeName: "m1", HeartbeatInterval: time.Second, DefaultIdleExpiry: time.Minute,
+		Migrator: &api.MigratorRef{}} // no AutoManager registered, as on a follower
 	if config != nil {
 		config(&cfg)
 	}
