@@ -18,8 +18,8 @@ import (
 // worker's messages (taken with whatever else has already arrived, so that
 // reports are batched). It then records the batch's reports and notices,
 // migration reports and images, in that order (recordReceived) and before
-// the stream's end is handled (a worker forgets a stopped instance once it has reported
-// it); confirms the recorded STOPPED reports; and answers the newest
+// the stream's end is handled (a worker forgets a stopped instance once it
+// has reported it); confirms the recorded STOPPED reports; and answers the newest
 // heartbeat with a lease grant. It returns the stream's end, or an error
 // when recording or sending fails; when the worker has been silent for the
 // silence limit it returns an error and when it was last heard from
@@ -107,9 +107,9 @@ func (cn *conn) grantLease(stream *controlStream, s *sessionState) error {
 // recordReceived records everything taken from the worker's stream and not
 // yet recorded, in this order: batch's instance reports with the notices,
 // the migration reports, then the images (recordImages). Every path that
-// takes messages off the stream (pump, and reconcile ending a session)
-// records through it, so none of the kinds is dropped. It stops at the
-// first write that fails.
+// takes messages off the stream (pump, reconcile ending a session, and
+// awaitAck while terminating) records through it, so that no kind is
+// dropped. It stops at the first write that fails.
 func (cn *conn) recordReceived(ctx context.Context, s *sessionState, batch []*managerv1.InstanceReport) error {
 	if err := cn.recordReports(ctx, batch, s.takeNotices()); err != nil {
 		return err

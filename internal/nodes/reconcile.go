@@ -15,13 +15,13 @@ import (
 // already received: reports, notices, migration reports and images) when
 // the node's record no longer matches the one the stream was opened for;
 // sends the node's discovery access, access replica and control-plane URLs
-// when they changed; sends the commands Plan gives
-// for the difference between what the worker holds (s.wv) and the store
-// (each at most once per ResendAfter, a lease-protected start only after
-// the stream's first heartbeat); and finishes a terminating node once its
-// worker has stopped everything or TerminateTimeout has passed (telling the
-// worker, then errSessionEnded). It returns the watch set of everything it
-// read, for pump to wait on. Only the session's goroutine calls it: it
+// when they changed; sends the commands Plan gives for the difference
+// between what the worker holds (s.wv) and the store (each at most once
+// per ResendAfter, a lease-protected start only after the stream's first
+// heartbeat); and finishes a terminating node once its worker has stopped
+// everything or TerminateTimeout has passed (telling the worker, then
+// errSessionEnded). It returns the watch set of everything it read, for
+// pump to wait on. Only the session's goroutine calls it: it
 // sends on the stream.
 func (cn *conn) reconcile(ctx context.Context, l *link, s *sessionState) (memdb.WatchSet, error) {
 	cfg := &cn.c.cfg
