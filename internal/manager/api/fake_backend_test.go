@@ -73,10 +73,8 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // env is a Handler over a fakeBackend, with a fake clock at t0.
 type env struct {
-	h   *api.Handler
-	b   *fakeBackend
-	clk *clock.Fake
-	idx uint64
+	h *api.Handler
+	b *fakeBackend
 }
 
 // newEnv opens the backend's store and builds a handler over it; config,
@@ -99,7 +97,7 @@ func newEnv(t testing.TB, config func(*api.Config)) *env {
 	}
 	b := &fakeBackend{st: st}
 	cfg.Backend = b
-	return &env{h: api.New(cfg), b: b, clk: clk}
+	return &env{h: api.New(cfg), b: b}
 }
 
 // seed commits cmds straight to the store (the state a case starts from):
