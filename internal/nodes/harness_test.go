@@ -26,8 +26,10 @@ type memStore struct {
 	mu  sync.Mutex
 	st  *state.State
 	idx uint64
-	// log of applied command kinds (for assertions).
+	// log of applied command kinds, and the events raised (for
+	// assertions).
 	applied []string
+	events  []*managerv1.Event
 }
 
 func newMemStore() *memStore { return &memStore{st: state.New(state.Limits{})} }
@@ -43,6 +45,7 @@ func (s *memStore) Apply(_ context.Context, cmd *storev1.Command) (state.Result,
 	}
 	res := s.st.Apply(s.idx, cmd)
 	s.applied = append(s.applied, strings.TrimPrefix(strings.TrimPrefix(typeName(cmd.GetCmd()), "*storev1.Command_"), "Command_"))
+	s.events = append(s.events, res.Events...)
 	return res, res.Err
 }
 

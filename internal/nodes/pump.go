@@ -17,9 +17,9 @@ import (
 // silence limit), a command queued on cn.out (sent at once), or the
 // worker's messages (taken with whatever else has already arrived, so that
 // reports are batched). It then records the batch's reports and notices,
-// migration reports and images, in that order and before the stream's end
-// is handled (a worker forgets a stopped instance once it has reported
-// it); confirms the recorded STOPPED reports; and answers the newest
+// migration reports and images, in that order (recordReceived) and before
+// the stream's end is handled (a worker forgets a stopped instance once it
+// has reported it); confirms the recorded STOPPED reports; and answers the newest
 // heartbeat with a lease grant. It returns the stream's end, or an error
 // when recording or sending fails; when the worker has been silent for the
 // silence limit it returns an error and when it was last heard from
@@ -62,15 +62,7 @@ func (cn *conn) pump(ctx, sctx context.Context, l *link, s *sessionState, ws mem
 	tick.Stop()
 	// The reports are recorded before the stream's end is handled: a
 	// worker forgets a stopped instance once it has reported it.
-	if err := cn.recordReports(ctx, batch, s.takeNotices()); err != nil {
-		return time.Time{}, err
-	}
-	migs := s.migrations
-	s.migrations = nil
-	if err := cn.recordMigrationReports(ctx, migs); err != nil {
-		return time.Time{}, err
-	}
-	if err := cn.recordImages(ctx, s); err != nil {
+	if err := cn.recordReceived(ctx, s, batch); err != nil {
 		return time.Time{}, err
 	}
 	if ended != nil {
@@ -110,6 +102,24 @@ func (cn *conn) grantLease(stream *controlStream, s *sessionState) error {
 		TtlMs:           cn.c.cfg.LeaseTTL.Milliseconds(),
 		Paused:          paused,
 	}}})
+}
+
+// recordReceived records everything taken from the worker's stream and not
+// yet recorded, in this order: batch's instance reports with the notices,
+// the migration reports, then the images (recordImages). Every path that
+// takes messages off the stream (pump, reconcile ending a session, and
+// awaitAck while terminating) records through it, so that no kind is
+// dropped. It stops at the first write that fails.
+func (cn *conn) recordReceived(ctx context.Context, s *sessionState, batch []*managerv1.InstanceReport) error {
+	if err := cn.recordReports(ctx, batch, s.takeNotices()); err != nil {
+		return err
+	}
+	migs := s.migrations
+	s.migrations = nil
+	if err := cn.recordMigrationReports(ctx, migs); err != nil {
+		return err
+	}
+	return cn.recordImages(ctx, s)
 }
 
 // recordReports applies a batch of the worker's instance reports, and the

@@ -11,16 +11,17 @@ import (
 )
 
 // reconcile makes one pass of bringing the worker on l in line with the
-// store: it ends the session (errSessionEnded, after recording the reports
-// already received) when the node's record no longer matches the one the
-// stream was opened for; sends the node's discovery access, access replica
-// and control-plane URLs when they changed; sends the commands Plan gives
-// for the difference between what the worker holds (s.wv) and the store
-// (each at most once per ResendAfter, a lease-protected start only after
-// the stream's first heartbeat); and finishes a terminating node once its
-// worker has stopped everything or TerminateTimeout has passed (telling the
-// worker, then errSessionEnded). It returns the watch set of everything it
-// read, for pump to wait on. Only the session's goroutine calls it: it
+// store: it ends the session (errSessionEnded, after recording everything
+// already received: reports, notices, migration reports and images) when
+// the node's record no longer matches the one the stream was opened for;
+// sends the node's discovery access, access replica and control-plane URLs
+// when they changed; sends the commands Plan gives for the difference
+// between what the worker holds (s.wv) and the store (each at most once
+// per ResendAfter, a lease-protected start only after the stream's first
+// heartbeat); and finishes a terminating node once its worker has stopped
+// everything or TerminateTimeout has passed (telling the worker, then
+// errSessionEnded). It returns the watch set of everything it read, for
+// pump to wait on. Only the session's goroutine calls it: it
 // sends on the stream.
 func (cn *conn) reconcile(ctx context.Context, l *link, s *sessionState) (memdb.WatchSet, error) {
 	cfg := &cn.c.cfg
@@ -30,10 +31,12 @@ func (cn *conn) reconcile(ctx context.Context, l *link, s *sessionState) (memdb.
 	ws.Add(r.AbandonCh())
 	cur := r.Node(ws, cn.nodeID)
 	if cur == nil || cur.GetNode().GetAddress() != node.GetAddress() || cur.GetNodeSecret() != l.rec.GetNodeSecret() || cur.GetNode().GetTls() != node.GetTls() {
-		// Reports already received are still the truth of what ran.
+		// What was already received is still the truth of what ran:
+		// the instance reports and notices, the migration reports and
+		// the images.
 		batch, _, _ := s.drain(cn, l.in, nil, cap(l.in))
-		if err := cn.recordReports(ctx, batch, s.takeNotices()); err != nil {
-			cn.log.Warn("cannot record the reports received before the session ended", "err", err)
+		if err := cn.recordReceived(ctx, s, batch); err != nil {
+			cn.log.Warn("cannot record what the worker reported before the session ended", "err", err)
 		}
 		return nil, errSessionEnded
 	}
@@ -108,14 +111,15 @@ func (cn *conn) terminate(ctx context.Context, l *link, s *sessionState, dereg b
 		if m := cn.c.cfg.Metrics; m != nil {
 			m.CommandsSent.WithLabelValues("terminate").Inc()
 		}
-		cn.awaitAck(ctx, seq, l.in)
+		cn.awaitAck(ctx, s, seq, l.in)
 	}
 	cn.finish(ctx, reason)
 }
 
 // awaitAck waits (at most 10 s) for the worker to acknowledge command seq,
-// recording the reports that arrive meanwhile (until the stream ends).
-func (cn *conn) awaitAck(ctx context.Context, seq uint64, in <-chan received) {
+// recording what arrives meanwhile (until the stream ends): reports,
+// notices, migration reports and images, as pump does.
+func (cn *conn) awaitAck(ctx context.Context, s *sessionState, seq uint64, in <-chan received) {
 	t := cn.c.cfg.Clock.NewTimer(10 * time.Second)
 	defer t.Stop()
 	for {
@@ -124,13 +128,11 @@ func (cn *conn) awaitAck(ctx context.Context, seq uint64, in <-chan received) {
 			if r.err != nil {
 				return
 			}
-			if rep := r.msg.GetReport(); rep != nil {
-				if err := cn.recordReports(ctx, []*managerv1.InstanceReport{rep}, nil); err != nil {
-					cn.log.Warn("cannot record a report received while terminating", "err", err)
-				}
-			}
 			if a := r.msg.GetAck(); a != nil && a.GetSeq() == seq {
 				return
+			}
+			if err := cn.recordReceived(ctx, s, s.handle(cn, r.msg, nil)); err != nil {
+				cn.log.Warn("cannot record what the worker reported while terminating", "err", err)
 			}
 		case <-t.C():
 			cn.log.Warn("worker did not acknowledge the terminate in 10s")

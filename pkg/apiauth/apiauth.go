@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -111,6 +112,19 @@ func MethodPermissions(m protoreflect.MethodDescriptor) []managerv1.Permission {
 func Denied(who, role, procedure string, perms []managerv1.Permission) error {
 	return apierr.New(apierr.PermissionDenied, "%s (role %s) may not call %s (it needs %s)",
 		who, role, MethodName(procedure), PermissionWords(perms))
+}
+
+// TokenRefusal is the UNAUTHENTICATED refusal of a known API token that may
+// no longer be used: revoked, or expired at or before now. It is nil for a
+// token still good at now. The caller has checked the token's secret.
+func TokenRefusal(tok *managerv1.ApiToken, now time.Time) error {
+	if tok.GetRevoked() {
+		return apierr.Unauthenticatedf("API token %s (%s) has been revoked", tok.GetId(), tok.GetName())
+	}
+	if exp := tok.GetExpiresAt(); exp != nil && !now.Before(exp.AsTime()) {
+		return apierr.Unauthenticatedf("API token %s (%s) expired at %s", tok.GetId(), tok.GetName(), exp.AsTime().UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // PermissionWords names perms for a person ("read or operate").

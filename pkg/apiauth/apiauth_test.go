@@ -2,6 +2,9 @@ package apiauth
 
 import (
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
@@ -61,5 +64,48 @@ func TestDenied(t *testing.T) {
 	}
 	if want := "token:ci/ab12 (role read-only) may not call CreateJob (it needs operate)"; err.Error() != want {
 		t.Errorf("message %q; want %q", err.Error(), want)
+	}
+}
+
+// TestTokenRefusal: a revoked token is refused whatever its expiry, an
+// expired one from its expiry on (the instant included), each naming the
+// token; a good one is not.
+func TestTokenRefusal(t *testing.T) {
+	t.Parallel()
+	exp := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tok := func(revoked bool, expires bool) *managerv1.ApiToken {
+		t := &managerv1.ApiToken{Id: "0123456789abcdef", Name: "ci", Revoked: revoked}
+		if expires {
+			t.ExpiresAt = timestamppb.New(exp)
+		}
+		return t
+	}
+	tests := []struct {
+		name string
+		tok  *managerv1.ApiToken
+		now  time.Time
+		want string // "" accepts
+	}{
+		{"NeverExpires", tok(false, false), exp.Add(100 * 365 * 24 * time.Hour), ""},
+		{"BeforeExpiry", tok(false, true), exp.Add(-time.Nanosecond), ""},
+		{"AtExpiry", tok(false, true), exp, "API token 0123456789abcdef (ci) expired at 2026-03-01T12:00:00Z"},
+		{"AfterExpiry", tok(false, true), exp.Add(time.Hour), "API token 0123456789abcdef (ci) expired at 2026-03-01T12:00:00Z"},
+		{"Revoked", tok(true, false), exp, "API token 0123456789abcdef (ci) has been revoked"},
+		{"RevokedBeforeExpiry", tok(true, true), exp.Add(-time.Hour), "API token 0123456789abcdef (ci) has been revoked"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := TokenRefusal(tc.tok, tc.now)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("TokenRefusal = %v, want nil", err)
+				}
+				return
+			}
+			if !apierr.Is(err, apierr.Unauthenticated) || err.Error() != tc.want {
+				t.Errorf("TokenRefusal = %v, want UNAUTHENTICATED %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-	"github.com/norsk-go/norsk-manager/pkg/apierr"
+	"github.com/norsk-go/norsk-manager/pkg/apiauth"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 )
 
@@ -188,11 +188,8 @@ func (s *Server) callerToken(cred string) (tok *managerv1.ApiToken, ok bool, err
 	if tok == nil || subtle.ConstantTimeCompare([]byte(secret), []byte(s.sec().secrets[id])) != 1 {
 		return nil, false, nil
 	}
-	if tok.GetRevoked() {
-		return nil, true, apierr.Unauthenticatedf("API token %s (%s) has been revoked", tok.GetId(), tok.GetName())
-	}
-	if exp := tok.GetExpiresAt(); exp != nil && !s.now().Before(exp.AsTime()) {
-		return nil, true, apierr.Unauthenticatedf("API token %s (%s) expired at %s", tok.GetId(), tok.GetName(), exp.AsTime().UTC().Format(time.RFC3339))
+	if err := apiauth.TokenRefusal(tok, s.now()); err != nil {
+		return nil, true, err
 	}
 	return tok, true, nil
 }
