@@ -76,6 +76,18 @@ func BundleJobID(bundleID, jobName string, replicaIndex int) string {
 	return bundleID + "." + jobName + "." + strconv.Itoa(replicaIndex)
 }
 
+// BundleJobIDs are the ids of every replica job of a bundle, replica by
+// replica, in the order of its jobs.
+func BundleJobIDs(b *managerv1.Bundle) []string {
+	var ids []string
+	for r := 0; r < Replicas(b); r++ {
+		for _, j := range b.GetJobs() {
+			ids = append(ids, BundleJobID(b.GetBundleId(), j.GetJobName(), r))
+		}
+	}
+	return ids
+}
+
 // ValidateBundle checks a bundle as CreateBundle and UpdateBundle receive it
 // (bundle_id set). Manager-owned fields (state, times, revision) are not
 // checked. Whether the pools exist is the caller's to check: it depends on

@@ -82,6 +82,17 @@ func (h *Handler) CreateBundle(ctx context.Context, req *connect.Request[manager
 	if err := h.checkBundle(b); err != nil {
 		return nil, rpcerr.ToConnect(err)
 	}
+	// An obvious duplicate is refused before anything is proposed; the
+	// store checks again, race-free.
+	snap := h.read()
+	if snap.Bundle(nil, b.GetBundleId()) != nil {
+		return nil, rpcerr.ToConnect(apierr.AlreadyExistsf("bundle %s already exists", apierr.Quote(b.GetBundleId())))
+	}
+	for _, id := range jobspec.BundleJobIDs(b) {
+		if snap.Job(nil, id) != nil {
+			return nil, rpcerr.ToConnect(apierr.AlreadyExistsf("job %s (of bundle %s) already exists", apierr.Quote(id), apierr.Quote(b.GetBundleId())))
+		}
+	}
 	b.State, b.StopAt, b.LeaseExpiresAt, b.Revision, b.CreatedAt, b.DeletingReason = 0, nil, nil, 0, nil, ""
 	if _, err := h.apply(ctx, &storev1.Command{Cmd: &storev1.Command_CreateBundle{CreateBundle: &storev1.CreateBundle{Bundle: b}}}); err != nil {
 		return nil, rpcerr.ToConnect(err)

@@ -133,10 +133,10 @@ func FuzzCreateBundle(f *testing.F) {
 			want.BundleId = resp.Msg.GetBundleId()
 		}
 		want.State, want.StopAt, want.LeaseExpiresAt, want.Revision, want.CreatedAt, want.DeletingReason = 0, nil, nil, 0, nil, ""
-		// A duplicate id is the store's to refuse (ALREADY_EXISTS after
-		// the write): CreateBundle does not check it on its snapshot.
+		// A duplicate bundle or replica job id is refused on the
+		// handler's snapshot, before anything is written.
 		checkOneWrite(t, err, writes, &storev1.Command{Cmd: &storev1.Command_CreateBundle{CreateBundle: &storev1.CreateBundle{Bundle: want}}},
-			connect.CodeInvalidArgument)
+			connect.CodeInvalidArgument, connect.CodeAlreadyExists)
 		if proto.Equal(b, &managerv1.Bundle{}) && err == nil {
 			t.Fatal("an empty bundle was accepted")
 		}

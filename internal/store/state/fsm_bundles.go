@@ -18,16 +18,6 @@ func (t *tx) bundle(id string) (*managerv1.Bundle, error) {
 }
 
 // bundleJobIDs are the ids of every replica job a bundle expands into.
-func bundleJobIDs(b *managerv1.Bundle) []string {
-	var ids []string
-	for r := 0; r < jobspec.Replicas(b); r++ {
-		for _, j := range b.GetJobs() {
-			ids = append(ids, jobspec.BundleJobID(b.GetBundleId(), j.GetJobName(), r))
-		}
-	}
-	return ids
-}
-
 func (t *tx) putBundle(b *managerv1.Bundle) {
 	b.Revision = t.index
 	t.insert(tableBundles, b)
@@ -47,7 +37,7 @@ func (t *tx) createBundle(c *storev1.CreateBundle) error {
 	if t.read().Bundle(nil, b.GetBundleId()) != nil {
 		return apierr.AlreadyExistsf("bundle %q already exists", b.GetBundleId())
 	}
-	for _, id := range bundleJobIDs(b) {
+	for _, id := range jobspec.BundleJobIDs(b) {
 		if t.read().Job(nil, id) != nil {
 			return apierr.AlreadyExistsf("job %q (of bundle %q) already exists", id, b.GetBundleId())
 		}
@@ -89,10 +79,10 @@ func (t *tx) updateBundle(c *storev1.UpdateBundle) error {
 			nb.GetBundleId(), nb.GetRevision(), old.GetRevision())
 	}
 	keep := map[string]bool{}
-	for _, id := range bundleJobIDs(nb) {
+	for _, id := range jobspec.BundleJobIDs(nb) {
 		keep[id] = true
 	}
-	for _, id := range bundleJobIDs(old) {
+	for _, id := range jobspec.BundleJobIDs(old) {
 		if !keep[id] && t.read().Job(nil, id) != nil {
 			if err := t.deleteJob(&storev1.DeleteJob{JobId: id}); err != nil {
 				return err
@@ -146,7 +136,7 @@ func (t *tx) deleteBundle(c *storev1.DeleteBundle) (any, error) {
 	if err != nil {
 		return false, err
 	}
-	ids := bundleJobIDs(b)
+	ids := jobspec.BundleJobIDs(b)
 	if b.GetState() == managerv1.BundleState_BUNDLE_STATE_LIVE {
 		nb := proto.Clone(b).(*managerv1.Bundle)
 		nb.State = managerv1.BundleState_BUNDLE_STATE_DELETING
