@@ -166,9 +166,9 @@ func (m *Member) finishForced(ctx context.Context, st *store.Store) error {
 	return os.Remove(marker)
 }
 
-// leaveQuorum marks this member's copy for discarding and restarts its
-// store: it comes back empty, as a follower, and catches up from the
-// cluster (or waits for one).
+// leaveQuorum marks this member's copy for discarding at its next boot
+// (it then comes back empty, as a follower, and catches up from the
+// cluster) and stops running primary terms on it meanwhile.
 func (m *Member) leaveQuorum(by string) error {
 	if err := m.requireClustered("leave the quorum"); err != nil {
 		return err

@@ -76,6 +76,8 @@ func (m *Member) runIncarnation(ctx context.Context) <-chan func() error {
 }
 
 // requestRestart asks Run to close the store, run fn, and open it again.
+// With fn nil (LeaveQuorum) the current incarnation's loops stop and the
+// store stays as it is, a follower, until the next boot discards it.
 func (m *Member) requestRestart(fn func() error) bool {
 	select {
 	case m.restart <- fn:
