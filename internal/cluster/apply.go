@@ -7,16 +7,16 @@ import (
 	"net/http"
 	"time"
 
-	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // ConsistencyHeader asks for a linearizable read: with the value

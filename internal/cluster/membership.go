@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // statusTimeout bounds each member's answer to a status query.

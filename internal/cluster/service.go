@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"slices"
 
-	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-
 	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
@@ -16,9 +19,6 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // MemberStatus is this member's own view of itself.
@@ -91,6 +91,19 @@ type membersHandler struct{ m *Member }
 
 var _ managerv1connect.MembersHandler = (*membersHandler)(nil)
 
+// primaryStore is this member's store while it leads; otherwise the
+// refusal a Members call gets (FAILED_PRECONDITION, naming the primary).
+func (m *Member) primaryStore() (*store.Store, error) {
+	st := m.Store()
+	if st == nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errNotPrimary)
+	}
+	if !st.IsLeader() {
+		return nil, notPrimary(st)
+	}
+	return st, nil
+}
+
 func notPrimary(st *store.Store) error {
 	leader, _ := st.Leader()
 	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%w (the primary is %s)", errNotPrimary, orNone(leader)))
@@ -100,12 +113,9 @@ func notPrimary(st *store.Store) error {
 // in the answer (error_code); a call error means nothing was proposed
 // (FAILED_PRECONDITION: not the primary) or the transport failed.
 func (h *membersHandler) Forward(ctx context.Context, req *connect.Request[managerv1.ForwardRequest]) (*connect.Response[managerv1.ForwardResponse], error) {
-	st := h.m.Store()
-	if st == nil || !st.IsLeader() {
-		if st == nil {
-			return nil, connect.NewError(connect.CodeFailedPrecondition, errNotPrimary)
-		}
-		return nil, notPrimary(st)
+	st, err := h.m.primaryStore()
+	if err != nil {
+		return nil, err
 	}
 	cmd := &storev1.Command{}
 	if err := proto.Unmarshal(req.Msg.GetCommand(), cmd); err != nil {
@@ -145,12 +155,9 @@ func (h *membersHandler) Forward(ctx context.Context, req *connect.Request[manag
 
 // ReadIndex confirms this member leads and returns its commit index.
 func (h *membersHandler) ReadIndex(ctx context.Context, req *connect.Request[managerv1.ReadIndexRequest]) (*connect.Response[managerv1.ReadIndexResponse], error) {
-	st := h.m.Store()
-	if st == nil || !st.IsLeader() {
-		if st == nil {
-			return nil, connect.NewError(connect.CodeFailedPrecondition, errNotPrimary)
-		}
-		return nil, notPrimary(st)
+	st, err := h.m.primaryStore()
+	if err != nil {
+		return nil, err
 	}
 	if err := h.m.awaitPrimaryReady(ctx, st); err != nil {
 		return nil, rpcerr.ToConnect(err)

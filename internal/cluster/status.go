@@ -7,11 +7,11 @@ import (
 	"strings"
 	"sync"
 
-	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
-
 	"github.com/hashicorp/raft"
-	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
 
 // localStatus is this member's own view of itself.
