@@ -237,6 +237,11 @@ var rules = []rule{
 		forbidden: internalExcept(),
 	},
 	{
+		name: "a member's cluster life knows nothing of the daemon around it: internal/cluster imports nothing of internal/manager (the Server hands it a TermWork; decision 0052)",
+		from: []string{"internal/cluster"}, mustExist: []string{"internal/cluster"},
+		forbidden: anyOf("internal/manager"),
+	},
+	{
 		name: "the in-memory runtime is for tests only: no package imports it, only test files do",
 		from: []string{"cmd", "internal", "pkg", "sdk", "examples", "bench", "deploy", "tests"}, mustExist: []string{"cmd", "internal"},
 		forbidden: anyOf("internal/runtime/fake"),

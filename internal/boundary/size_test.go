@@ -19,7 +19,6 @@ const maxPackageLines = 3000
 var largePackages = map[string]string{
 	"internal/automanager": "decision 0057: one View, Policy and Metrics under the planner, the saga and the drains",
 	"internal/store/state": "decision 0057: one deterministic state machine over one set of tables",
-	"internal/manager":     "decision 0052: a member's cluster life (member.go, cluster.go, forward.go) still shares the Server's store, terms and clients",
 }
 
 // nonTestLines counts the lines of a directory's Go files that are not

@@ -1,10 +1,12 @@
-// Package cluster is the Manager's cluster membership seen from one
-// member: the members as configured (Node), the member's own durable log of
-// cluster events (Events), and the pieces of passing a write to the primary
-// (the HTTP client members dial each other with, the watch that ends a call
-// to a primary this member no longer follows, the forwarded answer's wire
-// form). The membership state machine itself still lives in
-// internal/manager (decision 0052).
+// Package cluster is one Manager member's life in its cluster (Member): its
+// store and the store's replacement by a recovery (ForceStandalone,
+// LeaveQuorum, a stale generation), the primary terms it runs — each
+// starting the rest of the daemon's work through TermWork —, joining,
+// promotion and generations, the write path (Apply: on a follower, passed
+// to the primary) and linearizable reads, the Members service the members
+// call each other with, and the Manager service's membership calls (RPCs).
+// Beside it: the members as configured (Node), the member's own durable
+// log of cluster events (Events), and the members' HTTP client.
 package cluster
 
 import (

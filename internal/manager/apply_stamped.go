@@ -15,13 +15,5 @@ import (
 func (s *Server) applyAs(ctx context.Context, who, method string, cmd *storev1.Command) (state.Result, error) {
 	cmd.Time = timestamppb.New(s.cfg.Clock.Now())
 	cmd.Audit = &storev1.AuditStamp{Who: who, Method: method, Target: intercept.AuditTarget(cmd)}
-	return s.apply(ctx, cmd)
-}
-
-// applyCall stamps a command made on behalf of the API call in ctx with the
-// time and the call (for the audit log) and commits it.
-func (s *Server) applyCall(ctx context.Context, cmd *storev1.Command) (state.Result, error) {
-	cmd.Time = timestamppb.New(s.cfg.Clock.Now())
-	cmd.Audit = intercept.AuditStamp(ctx, cmd)
-	return s.apply(ctx, cmd)
+	return s.member.Apply(ctx, cmd)
 }

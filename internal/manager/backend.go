@@ -21,7 +21,7 @@ type backend struct{ s *Server }
 var _ api.Backend = backend{}
 
 func (b backend) Apply(ctx context.Context, cmd *storev1.Command) (state.Result, error) {
-	return b.s.apply(ctx, cmd)
+	return b.s.member.Apply(ctx, cmd)
 }
 func (b backend) Store() *store.Store                     { return b.s.st() }
 func (b backend) Controller() *nodes.Controller           { return b.s.controller() }
@@ -31,7 +31,7 @@ func (b backend) PlacementConfig() placement.Config       { return b.s.placement
 func (b backend) ElasticTiers() []automanager.ElasticTier { return b.s.elasticTiers() }
 func (b backend) CAFingerprint() string                   { return b.s.CAFingerprint() }
 func (b backend) AuditVerdict() (bool, string)            { return b.s.auditVerdict() }
-func (b backend) MemberAPI(name string) string            { return b.s.memberAPI(name) }
+func (b backend) MemberAPI(name string) string            { return b.s.member.MemberAPI(name) }
 func (b backend) ManagerClient(url string) managerv1connect.ManagerClient {
-	return b.s.managerClient(url)
+	return b.s.member.ManagerClient(url)
 }

@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,10 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
-	"github.com/norsk-go/norsk-manager/internal/auth"
-	"github.com/norsk-go/norsk-manager/internal/events"
 	"github.com/norsk-go/norsk-manager/internal/store"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 )
@@ -46,59 +42,6 @@ type dataDirLock struct{ f *os.File }
 func (l *dataDirLock) Close() error {
 	_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
 	return l.f.Close()
-}
-
-// openStandaloneStore opens a standalone member's store; when it cannot be
-// read, it moves it aside and restores the newest backup that verifies,
-// saying so in the boot report.
-func openStandaloneStore(ctx context.Context, cfg Config, scfg store.Config, report *managerv1.BootReport) (*store.Store, error) {
-	st, openErr := store.Open(ctx, scfg)
-	if openErr == nil {
-		return st, nil
-	}
-	if ctx.Err() != nil || !errors.Is(openErr, store.ErrUnreadable) {
-		// Not the store's content (a permission, a full disk, …): never
-		// discard it for that; the operator fixes the cause and restarts.
-		return nil, openErr
-	}
-	log := cfg.Logger.With("component", "store")
-	backups, err := store.ListBackups(cfg.BackupDir)
-	if err != nil {
-		return nil, fmt.Errorf("%w; and the backups cannot be listed: %v", openErr, err)
-	}
-	var chosen *store.BackupInfo
-	for i := range backups {
-		if _, _, err := store.ValidateSnapshotFile(backups[i].Path); err != nil {
-			log.Warn("backup does not verify; trying an older one", "backup", backups[i].Path, "err", err)
-			continue
-		}
-		chosen = &backups[i]
-		break
-	}
-	if chosen == nil {
-		return nil, fmt.Errorf("%w; and there is no backup in %s to restore from", openErr, cfg.BackupDir)
-	}
-	moved := scfg.Dir + ".unreadable-" + cfg.Clock.Now().UTC().Format("20060102T150405.000000000Z")
-	log.Error("the store cannot be read; restoring the newest backup", "err", openErr, "backup", chosen.Path, "moved_to", moved)
-	if err := os.Rename(scfg.Dir, moved); err != nil {
-		return nil, fmt.Errorf("%w; and it cannot be moved aside: %v", openErr, err)
-	}
-	// The failed attempt closed its event broker; the fresh store gets its
-	// own.
-	scfg.Broker = events.New(cfg.EventBuffer)
-	st, err = store.Open(ctx, scfg)
-	if err != nil {
-		return nil, fmt.Errorf("open a fresh store to restore into: %w", err)
-	}
-	if _, err := st.RestoreSnapshotFile(ctx, chosen.Path); err != nil {
-		_ = st.Close()
-		return nil, fmt.Errorf("restore %s: %w", chosen.Path, err)
-	}
-	report.RestoredFromBackup = true
-	report.RestoredBackup = chosen.Path
-	report.RestoreReason = openErr.Error()
-	report.UnreadableStoreMovedTo = moved
-	return st, nil
 }
 
 // migrate brings the state to this binary's schema version: a new store is
@@ -269,7 +212,3 @@ func RestoreOffline(ctx context.Context, cfg Config, path string) (*storev1.Snap
 	}
 	return h, err
 }
-
-// NewClusterID makes a cluster id: 32 random hex digits. The boot code
-// stamps it into the InitCluster command that bootstraps a store.
-func NewClusterID() string { return auth.RandomToken("", 16) }

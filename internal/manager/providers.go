@@ -112,12 +112,12 @@ func (b fleetBackend) Apply(ctx context.Context, cmd *storev1.Command) (uint64, 
 	} else {
 		cmd.Audit = intercept.AuditStamp(ctx, cmd)
 	}
-	res, err := b.s.apply(ctx, cmd)
+	res, err := b.s.member.Apply(ctx, cmd)
 	return res.Index, err
 }
 
 func (b fleetBackend) Registration() ([]string, string) {
-	return b.s.memberURLs(), b.s.CAFingerprint()
+	return b.s.member.MemberURLs(), b.s.CAFingerprint()
 }
 
 func (b fleetBackend) NewRegistrationToken() string {

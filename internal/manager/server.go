@@ -8,9 +8,10 @@
 // The Manager service's handlers are internal/manager/api, one file per
 // resource, reaching the member through api.Backend (backend.go); each
 // write is one raft command through the store. What this package keeps is
-// what composes the parts — New, boot, metrics, the HTTP server — and a
-// member's life in its cluster (member.go, cluster.go, forward.go; decision
-// 0052).
+// what composes the parts — New, boot, metrics, the HTTP server. A member's
+// life in its cluster (terms, generations, recoveries, the write path, the
+// Members service) is internal/cluster's cluster.Member; member.go hands it
+// the primary's work (cluster.TermWork; decision 0052).
 package manager
 
 import (
@@ -43,6 +44,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/cluster"
 	"github.com/norsk-go/norsk-manager/internal/manager/api"
 	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
@@ -403,10 +405,6 @@ type Server struct {
 	// base is log without its component=manager: the member's parts add
 	// their own component to it.
 	base *slog.Logger
-	// storeRef is the member's store; a recovery (ForceStandalone,
-	// LeaveQuorum, a stale generation) replaces it while the API keeps
-	// serving.
-	storeRef atomic.Pointer[store.Store]
 	// nodesRef is the node controller of the current primary term (nil on
 	// a follower).
 	nodesRef    atomic.Pointer[nodes.Controller]
@@ -419,9 +417,11 @@ type Server struct {
 	migrator api.MigratorRef
 	// fleet is the providers' side: node creation, and during a primary
 	// term the reaper and reconciliation (providers.go).
-	fleet   *providers.Fleet
-	member  *memberState
-	members memberClients
+	fleet *providers.Fleet
+	// member is this member's life in its cluster: the store (which a
+	// recovery replaces while the API keeps serving), the primary terms,
+	// the write path and the other members (internal/cluster).
+	member  *cluster.Member
 	metrics *metrics
 	// backups is the scheduled backups' last result and the newest
 	// backup's time, for metrics.
@@ -437,10 +437,6 @@ type Server struct {
 	tls     *tlsState
 	// accessKeys are the access replica's trusted keys (nil: none).
 	accessKeys *api.AccessReplicaKeys
-	// controlPlanes is the cluster's list of norsk-mgr URLs the primary
-	// tells its workers (control_planes.go); planesPoke asks for a refresh.
-	controlPlanes nodes.ControlPlaneList
-	planesPoke    chan struct{}
 	// bootstrap is the admin token made at this first start ("" if none).
 	mu        sync.Mutex
 	bootstrap string
@@ -512,7 +508,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		amMetrics:   automanager.NewMetrics(m.reg),
 		provMetrics: providers.NewMetrics(m.reg),
 		boot:        &managerv1.BootReport{BootedAt: timestamppb.New(cfg.Clock.Now())},
-		planesPoke:  make(chan struct{}, 1),
 	}
 	registerStoreMetrics(m.reg, s.st)
 	m.reg.MustRegister(newHealthCollector(s))
@@ -521,32 +516,30 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.url == "" {
 		s.url = tlsSt.scheme() + "://" + advertiseAddr(ln.Addr())
 	}
+	s.member = s.newMember()
 	if err := s.newFleet(); err != nil {
 		_ = ln.Close()
 		_ = lock.Close()
 		return nil, err
 	}
-	s.member = newMemberState(s)
 	fail := func(err error) (*Server, error) {
-		if st := s.st(); st != nil {
-			_ = st.Close()
-		}
+		_ = s.member.Close()
 		_ = ln.Close()
 		_ = lock.Close()
 		return nil, err
 	}
-	if err := s.openStore(ctx); err != nil {
+	if err := s.member.Open(ctx); err != nil {
 		return fail(err)
 	}
 	if s.authz, err = auth.NewAuthorizer(func() *state.Read { return s.st().State().Snapshot() },
 		auth.Options{Clock: cfg.Clock, RateLimit: cfg.RateLimit, ClusterSecret: cfg.ClusterSecret, Witness: cfg.Witness}); err != nil {
 		return fail(err)
 	}
-	s.authz.CatchUp = s.linearize
+	s.authz.CatchUp = s.member.Linearize
 
 	mux := http.NewServeMux()
 	s.api = api.New(api.Config{
-		Backend: backend{s}, Cluster: &clusterRPCs{s: s}, Clock: cfg.Clock, Log: log,
+		Backend: backend{s}, Cluster: s.member.RPCs(), Clock: cfg.Clock, Log: log,
 		NodeName: cfg.NodeName, DataDir: cfg.DataDir, BackupDir: cfg.BackupDir, Clustered: cfg.clustered(),
 		DefaultIdleExpiry: cfg.DefaultIdleExpiry, EventWriteTimeout: cfg.EventWriteTimeout,
 		HeartbeatInterval: cfg.HeartbeatInterval, LeaseTTL: cfg.LeaseTTL, Pools: cfg.Pools, CloudHypervisor: cfg.CloudHypervisor,
@@ -558,7 +551,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// field bounds (intercept/bounds.go) before the handler runs.
 	gt := newGate(s.authz, cfg, m)
 	s.gate = gt
-	interceptors := connect.WithInterceptors(s.authz.Interceptor(), m.interceptor(), intercept.BoundsInterceptor(), intercept.AuditInterceptor(), s.consistencyInterceptor())
+	interceptors := connect.WithInterceptors(s.authz.Interceptor(), m.interceptor(), intercept.BoundsInterceptor(), intercept.AuditInterceptor(), s.member.ConsistencyInterceptor())
 	// Compress only messages worth it: connect gzips every message a client
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.
@@ -567,7 +560,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	path, managerAPI := managerv1connect.NewManagerHandler(s.api, apiOpts(cfg.MaxRequestBytes)...)
 	mux.Handle(path, gt.api(managerAPI))
-	mpath, members := managerv1connect.NewMembersHandler(&membersHandler{s: s}, apiOpts(cfg.MaxRequestBytes+(1<<20))...)
+	mpath, members := managerv1connect.NewMembersHandler(s.member.Service(), apiOpts(cfg.MaxRequestBytes+(1<<20))...)
 	mux.Handle(mpath, gt.api(members))
 	public := func(path string, h http.Handler) { mux.Handle(path, gt.public(h)) }
 	publicOpts := connect.WithReadMaxBytes(maxPublicRequestBytes)
@@ -609,17 +602,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}()
 	go func() {
 		defer s.wg.Done()
-		s.member.run(runCtx)
+		s.member.Run(runCtx)
 	}()
 	if !cfg.clustered() {
 		// A standalone member leads at once; wait for its boot work.
 		select {
-		case <-s.member.firstTermReady():
+		case <-s.member.Ready():
 		case <-ctx.Done():
 			_ = s.Close()
 			return nil, fmt.Errorf("manager: waiting for the first primary term: %w", ctx.Err())
 		}
-		if err := s.member.firstTermErr(); err != nil {
+		if err := s.member.ReadyErr(); err != nil {
 			_ = s.Close()
 			return nil, err
 		}
@@ -664,7 +657,11 @@ func (s *Server) NodeName() string { return s.cfg.NodeName }
 func (s *Server) Store() *store.Store { return s.st() }
 
 // st is the member's current store.
-func (s *Server) st() *store.Store { return s.storeRef.Load() }
+func (s *Server) st() *store.Store { return s.member.Store() }
+
+// IsPrimaryReady reports whether this member is the primary and has
+// finished taking over (a standalone member: it leads).
+func (s *Server) IsPrimaryReady() bool { return s.member.IsPrimaryReady() }
 
 // controller is the node controller of the current primary term (nil on a
 // follower).
@@ -702,17 +699,10 @@ func (s *Server) Close() error {
 	s.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		// A primary stopping on purpose hands its role over first: the
-		// cluster changes primary in milliseconds instead of waiting out
-		// an election timeout once this member has gone.
-		if st := s.st(); s.cfg.clustered() && st != nil && st.IsLeader() {
-			if err := s.handOff(ctx, st, "this member is stopping"); err != nil {
-				s.log.Warn("stopping without handing the primary role over", "err", err)
-			}
-		}
-		// The primary's work (AutoManager, node controller, backups) stops
+		// A primary stopping on purpose hands its role over first; the
+		// primary's work (AutoManager, node controller, backups) stops
 		// while the API still answers it.
-		s.member.endTerms(ctx)
+		s.member.Stop(ctx)
 		// Event streams end when the store's broker closes; stop them first
 		// so Shutdown does not wait for them.
 		s.st().Broker().Close()
@@ -721,8 +711,7 @@ func (s *Server) Close() error {
 		}
 		s.cancel()
 		s.wg.Wait()
-		s.err = s.st().Close()
-		s.member.events.Close()
+		s.err = s.member.Close()
 		_ = s.lock.Close()
 		s.log.Info("manager stopped")
 	})

@@ -15,6 +15,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/cluster"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudconf"
 	"github.com/norsk-go/norsk-manager/internal/providers/cloudhypervisor"
@@ -33,7 +34,7 @@ func (h *Handler) CreateAwsNode(ctx context.Context, req *connect.Request[manage
 	return h.createCloud(ctx, req.Header(), cr, func(ctx context.Context, c managerv1connect.ManagerClient, nodeID string) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
 		msg := proto.Clone(m).(*managerv1.CreateAwsNodeRequest)
 		msg.NodeId = nodeID
-		return c.CreateAwsNode(ctx, WithAuth(req, connect.NewRequest(msg)))
+		return c.CreateAwsNode(ctx, cluster.WithAuth(req, connect.NewRequest(msg)))
 	})
 }
 
@@ -49,7 +50,7 @@ func (h *Handler) CreateOciNode(ctx context.Context, req *connect.Request[manage
 	return h.createCloud(ctx, req.Header(), cr, func(ctx context.Context, c managerv1connect.ManagerClient, nodeID string) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
 		msg := proto.Clone(m).(*managerv1.CreateOciNodeRequest)
 		msg.NodeId = nodeID
-		return c.CreateOciNode(ctx, WithAuth(req, connect.NewRequest(msg)))
+		return c.CreateOciNode(ctx, cluster.WithAuth(req, connect.NewRequest(msg)))
 	})
 }
 
@@ -170,7 +171,7 @@ func (h *Handler) CreateCloudHypervisorNode(ctx context.Context, req *connect.Re
 	return h.createCloud(ctx, req.Header(), cr, func(ctx context.Context, c managerv1connect.ManagerClient, nodeID string) (*connect.Response[managerv1.CreateCloudNodeResponse], error) {
 		msg := proto.Clone(m).(*managerv1.CreateCloudHypervisorNodeRequest)
 		msg.NodeId, msg.Host = nodeID, host
-		return c.CreateCloudHypervisorNode(ctx, WithAuth(req, connect.NewRequest(msg)))
+		return c.CreateCloudHypervisorNode(ctx, cluster.WithAuth(req, connect.NewRequest(msg)))
 	})
 }
 
@@ -217,7 +218,7 @@ func (h *Handler) ReloadExternalConfig(ctx context.Context, req *connect.Request
 	out := &managerv1.ReloadExternalConfigResponse{Consistent: true, Members: []*managerv1.ExternalConfigReload{{
 		Member: h.cfg.NodeName, File: res.Path, Digest: res.Digest, Changes: res.Changes,
 	}}}
-	if req.Header().Get(AskedHeader) != "" {
+	if req.Header().Get(cluster.AskedHeader) != "" {
 		return connect.NewResponse(out), nil // a member passed it on: it fans out and audits
 	}
 	if st := h.b.Store(); st != nil && h.cfg.Clustered {
@@ -227,7 +228,7 @@ func (h *Handler) ReloadExternalConfig(ctx context.Context, req *connect.Request
 			}
 			entry := &managerv1.ExternalConfigReload{Member: mr.GetName()}
 			cctx, cancel := context.WithTimeout(ctx, askPrimaryTimeout*5)
-			r, err := h.b.ManagerClient(mr.GetApiUrl()).ReloadExternalConfig(cctx, WithAuth(req, connect.NewRequest(&managerv1.ReloadExternalConfigRequest{})))
+			r, err := h.b.ManagerClient(mr.GetApiUrl()).ReloadExternalConfig(cctx, cluster.WithAuth(req, connect.NewRequest(&managerv1.ReloadExternalConfigRequest{})))
 			cancel()
 			switch {
 			case err != nil:

@@ -8,12 +8,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
-	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/cluster"
 )
-
-// AskedHeader marks a call a follower passed to the primary, so that two
-// members that each think the other leads do not pass it back and forth.
-const AskedHeader = "Norsk-Asked-By-Member"
 
 // askPrimaryTimeout bounds a follower's question to the primary.
 const askPrimaryTimeout = 2 * time.Second
@@ -41,7 +37,7 @@ func askPrimary[T any](ctx context.Context, hd *Handler, h http.Header, call fun
 func askPrimaryFor[T any](ctx context.Context, hd *Handler, h http.Header, call func(context.Context, managerv1connect.ManagerClient) (*connect.Response[T], error),
 	answers func(error) bool) (out *connect.Response[T], ok bool, err error) {
 	st := hd.b.Store()
-	if !hd.cfg.Clustered || st == nil || st.IsLeader() || h.Get(AskedHeader) != "" {
+	if !hd.cfg.Clustered || st == nil || st.IsLeader() || h.Get(cluster.AskedHeader) != "" {
 		return nil, false, nil
 	}
 	leader, _ := st.Leader()
@@ -60,11 +56,4 @@ func askPrimaryFor[T any](ctx context.Context, hd *Handler, h http.Header, call 
 		return nil, false, nil
 	}
 	return out, true, nil
-}
-
-// WithAuth copies the caller's credential onto a call passed on.
-func WithAuth[T, U any](from *connect.Request[T], to *connect.Request[U]) *connect.Request[U] {
-	to.Header().Set(auth.AuthorizationHeader, from.Header().Get(auth.AuthorizationHeader))
-	to.Header().Set(AskedHeader, "1")
-	return to
 }

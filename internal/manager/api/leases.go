@@ -10,6 +10,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/cluster"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -49,7 +50,7 @@ func (h *Handler) ResumeLeases(ctx context.Context, req *connect.Request[manager
 // now. Only the primary hears the workers' refreshes: a follower asks it.
 func (h *Handler) GetLeaseStatus(ctx context.Context, req *connect.Request[managerv1.GetLeaseStatusRequest]) (*connect.Response[managerv1.LeaseStatus], error) {
 	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.LeaseStatus], error) {
-		return c.GetLeaseStatus(ctx, WithAuth(req, connect.NewRequest(req.Msg)))
+		return c.GetLeaseStatus(ctx, cluster.WithAuth(req, connect.NewRequest(req.Msg)))
 	}); ok {
 		return out, err
 	}

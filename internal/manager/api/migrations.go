@@ -12,6 +12,7 @@ import (
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/automanager"
+	"github.com/norsk-go/norsk-manager/internal/cluster"
 	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -69,7 +70,7 @@ func notify[Req any](ctx context.Context, h *Handler, req *connect.Request[Req],
 		return nil, rpcerr.ToConnect(err)
 	}
 	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.NotifyMigrationResponse], error) {
-		return forward(c, ctx, WithAuth(req, connect.NewRequest(req.Msg)))
+		return forward(c, ctx, cluster.WithAuth(req, connect.NewRequest(req.Msg)))
 	}); ok {
 		return out, err
 	}
@@ -119,7 +120,7 @@ func (h *Handler) AbortMigration(ctx context.Context, req *connect.Request[manag
 		return nil, rpcerr.ToConnect(err)
 	}
 	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.AbortMigrationResponse], error) {
-		return c.AbortMigration(ctx, WithAuth(req, connect.NewRequest(m)))
+		return c.AbortMigration(ctx, cluster.WithAuth(req, connect.NewRequest(m)))
 	}); ok {
 		return out, err
 	}
@@ -199,7 +200,7 @@ func (h *Handler) MigrateJob(ctx context.Context, req *connect.Request[managerv1
 		return nil, rpcerr.ToConnect(apierr.NotFoundf("no job %s", apierr.Quote(m.GetJobId())))
 	}
 	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.MigrateJobResponse], error) {
-		return c.MigrateJob(ctx, WithAuth(req, connect.NewRequest(m)))
+		return c.MigrateJob(ctx, cluster.WithAuth(req, connect.NewRequest(m)))
 	}); ok {
 		return out, err
 	}

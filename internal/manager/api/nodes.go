@@ -9,6 +9,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/cluster"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
@@ -39,7 +40,7 @@ func (h *Handler) ListNodes(ctx context.Context, req *connect.Request[managerv1.
 	// a follower asks it, and answers from its own copy (live facts
 	// absent) when it cannot.
 	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.ListNodesResponse], error) {
-		return c.ListNodes(ctx, WithAuth(req, connect.NewRequest(req.Msg)))
+		return c.ListNodes(ctx, cluster.WithAuth(req, connect.NewRequest(req.Msg)))
 	}); ok {
 		return out, err
 	}

@@ -9,6 +9,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/cluster"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
@@ -29,7 +30,7 @@ func (h *Handler) PrefetchImages(ctx context.Context, req *connect.Request[manag
 		return nil, rpcerr.ToConnect(err)
 	}
 	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.PrefetchImagesResponse], error) {
-		return c.PrefetchImages(ctx, WithAuth(req, connect.NewRequest(req.Msg)))
+		return c.PrefetchImages(ctx, cluster.WithAuth(req, connect.NewRequest(req.Msg)))
 	}); ok {
 		return out, err
 	}

@@ -9,6 +9,7 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/cluster"
 	"github.com/norsk-go/norsk-manager/internal/providers"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
@@ -50,7 +51,7 @@ func (h *Handler) CreateMockNode(ctx context.Context, req *connect.Request[manag
 	}
 	if out, ok, err := askPrimary(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.CreateMockNodeResponse], error) {
 		msg := &managerv1.CreateMockNodeRequest{NodeId: nodeID, Pool: pool, Tags: m.GetTags()}
-		return c.CreateMockNode(ctx, WithAuth(req, connect.NewRequest(msg)))
+		return c.CreateMockNode(ctx, cluster.WithAuth(req, connect.NewRequest(msg)))
 	}); ok {
 		return out, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/cluster"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/internal/store/state"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -73,7 +74,7 @@ func (h *Handler) ClusterMemberRegister(ctx context.Context, req *connect.Reques
 		// a registration by node secret on, and the primary's answer (its
 		// refusal included) is the answer.
 		if out, ok, err := askPrimaryFor(ctx, h, req.Header(), func(ctx context.Context, c managerv1connect.ManagerClient) (*connect.Response[managerv1.ClusterMemberRegisterResponse], error) {
-			return c.ClusterMemberRegister(ctx, WithAuth(req, connect.NewRequest(m)))
+			return c.ClusterMemberRegister(ctx, cluster.WithAuth(req, connect.NewRequest(m)))
 		}, connect.IsWireError); ok {
 			return out, relayRefusal(err)
 		}

@@ -22,7 +22,7 @@ import (
 // a call hands the role over (RemoveClusterMember of the primary,
 // LeaveQuorum on it), when SetQuorumLost says it is gone, and when
 // ForceStandalone recovers. Membership calls check, refuse and answer as
-// the Manager does (internal/manager/cluster.go); nothing restarts.
+// the Manager does (internal/cluster/membership.go); nothing restarts.
 
 // MemberName is the fake's own member name in its cluster.
 const MemberName = "fake-1"

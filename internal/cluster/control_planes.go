@@ -1,4 +1,4 @@
-package manager
+package cluster
 
 import (
 	"context"
@@ -11,32 +11,48 @@ import (
 // norsk-mgr announcement (a member's own announcement refreshes at once).
 const controlPlanesEvery = time.Second
 
+// announcement is a norsk-mgr's AnnounceControlPlane, answered locally.
+type announcement struct {
+	url      string
+	interval time.Duration
+	at       time.Time
+}
+
+// controlPlane is this member's announcement and whether it is stale
+// (three intervals without one; never without an interval).
+func (m *Member) controlPlane(now time.Time) (a announcement, stale bool) {
+	m.mu.Lock()
+	a = m.announce
+	m.mu.Unlock()
+	return a, a.url != "" && a.interval > 0 && now.Sub(a.at) > 3*a.interval
+}
+
 // pokeControlPlanes asks the primary's refresh loop to re-read the
 // announcements now (this member's norsk-mgr has just announced).
-func (s *Server) pokeControlPlanes() {
+func (m *Member) pokeControlPlanes() {
 	select {
-	case s.planesPoke <- struct{}{}:
+	case m.planesPoke <- struct{}{}:
 	default:
 	}
 }
 
-// runControlPlanes keeps s.controlPlanes — the norsk-mgr URLs the node
+// runControlPlanes keeps m.planes — the norsk-mgr URLs the node
 // controller tells every worker — equal to the cluster's fresh
 // announcements, for the primary's term: at once, on every announcement to
 // this member, and every controlPlanesEvery for the other members' (asked
 // with the same status call GetClusterStatus makes).
-func (s *Server) runControlPlanes(ctx context.Context) {
+func (m *Member) runControlPlanes(ctx context.Context) {
 	t := time.NewTicker(controlPlanesEvery)
 	defer t.Stop()
 	for {
-		if urls := s.freshControlPlanes(ctx); ctx.Err() == nil && s.controlPlanes.Set(urls) {
-			s.log.Info("norsk-mgr URLs told to workers", "urls", urls)
+		if urls := m.freshControlPlanes(ctx); ctx.Err() == nil && m.planes.Set(urls) {
+			m.log.Info("norsk-mgr URLs told to workers", "urls", urls)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-s.planesPoke:
+		case <-m.planesPoke:
 		}
 	}
 }
@@ -44,14 +60,14 @@ func (s *Server) runControlPlanes(ctx context.Context) {
 // freshControlPlanes is every member's announced norsk-mgr URL that is not
 // stale, ordered by member name, each once. A member that cannot be asked
 // counts as one without an announcement.
-func (s *Server) freshControlPlanes(ctx context.Context) []string {
+func (m *Member) freshControlPlanes(ctx context.Context) []string {
 	type named struct{ member, url string }
 	var all []named
-	if a, stale := s.member.controlPlane(s.cfg.Clock.Now()); a.url != "" && !stale {
-		all = append(all, named{s.cfg.NodeName, a.url})
+	if a, stale := m.controlPlane(m.cfg.Clock.Now()); a.url != "" && !stale {
+		all = append(all, named{m.cfg.Name, a.url})
 	}
-	if s.cfg.clustered() {
-		for _, p := range s.peerStatuses(ctx) {
+	if m.Clustered() {
+		for _, p := range m.peerStatuses(ctx) {
 			if p.err == nil && p.status.GetControlPlaneUrl() != "" && !p.status.GetControlPlaneStale() {
 				all = append(all, named{p.name, p.status.GetControlPlaneUrl()})
 			}

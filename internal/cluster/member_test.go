@@ -1,0 +1,162 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
+	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/store"
+)
+
+// fakeWork is a TermWork that reports each start and stop.
+type fakeWork struct {
+	prepareErr error
+	started    chan Term
+	stopped    chan Term
+	starts     atomic.Int32
+	stops      atomic.Int32
+	// stoppedLive counts stops called while the term's context was still
+	// live (the Member ends the term before it stops its work).
+	stoppedLive atomic.Int32
+}
+
+func newFakeWork() *fakeWork {
+	return &fakeWork{started: make(chan Term, 16), stopped: make(chan Term, 16)}
+}
+
+func (f *fakeWork) Prepare(context.Context, *store.Store) error { return f.prepareErr }
+func (f *fakeWork) Boot(context.Context, *store.Store) error    { return nil }
+
+func (f *fakeWork) Start(ctx context.Context, t Term) func() {
+	f.starts.Add(1)
+	f.started <- t
+	return func() {
+		if ctx.Err() == nil {
+			f.stoppedLive.Add(1)
+		}
+		f.stops.Add(1)
+		f.stopped <- t
+	}
+}
+
+// standalone opens a standalone member over work in a new directory and
+// runs it until the test ends.
+func standalone(t *testing.T, work TermWork) (*Member, context.CancelFunc) {
+	t.Helper()
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m := New(Config{
+		Name: "m1", DataDir: dir, URL: "http://127.0.0.1:1",
+		Store: store.Config{Dir: filepath.Join(dir, "raft"), MemberID: "m1", Logger: log},
+		Boot:  &managerv1.BootReport{},
+		Audit: func(context.Context, *storev1.Command) *storev1.AuditStamp { return &storev1.AuditStamp{Who: "test"} },
+		Work:  work, Clock: clock.Real{}, Log: log,
+	})
+	if err := m.Open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if err := m.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return m, cancel
+}
+
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-t.Context().Done():
+		t.Fatalf("no %s", what)
+		panic("unreachable")
+	}
+}
+
+// TestTermWorkOncePerTerm: each primary term starts the daemon's work once
+// and stops it once, after the term ended; a recovery ends the term on the
+// old store and starts one on the new, which readers then see; Stop ends
+// the last.
+func TestTermWorkOncePerTerm(t *testing.T) {
+	t.Parallel()
+	w := newFakeWork()
+	m, _ := standalone(t, w)
+	<-m.Ready()
+	if err := m.ReadyErr(); err != nil {
+		t.Fatal(err)
+	}
+	first := receive(t, w.started, "first term")
+	if first.Store != m.Store() || first.Generation == 0 {
+		t.Fatalf("first term %+v: want the member's store at a generation", first)
+	}
+	if !m.IsPrimaryReady() {
+		t.Fatal("a standalone member leading its first term is not primary-ready")
+	}
+	if _, err := m.ApplyCall(t.Context(), &storev1.Command{Cmd: &storev1.Command_ExpectMember{ExpectMember: &storev1.ExpectMember{Name: "m2"}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A recovery replaces the store: the term on the old one stops, a term
+	// on the new one starts, and readers see the new store with the state.
+	if !m.requestRestart(func() error { return nil }) {
+		t.Fatal("recovery refused")
+	}
+	if got := receive(t, w.stopped, "stop of the first term"); got.Store != first.Store {
+		t.Fatal("the stop called was not the first term's")
+	}
+	second := receive(t, w.started, "second term")
+	if second.Store == first.Store {
+		t.Fatal("the term after a recovery runs on the old store")
+	}
+	if m.Store() != second.Store {
+		t.Fatal("readers do not see the store the recovery opened")
+	}
+	if m.Store().State().Snapshot().Member("m2") == nil {
+		t.Fatal("the reopened store lost the write made before the recovery")
+	}
+
+	m.Stop(t.Context())
+	receive(t, w.stopped, "stop of the second term")
+	if s, e := w.starts.Load(), w.stops.Load(); s != 2 || e != 2 {
+		t.Fatalf("starts %d, stops %d: want 2 and 2", s, e)
+	}
+	if n := w.stoppedLive.Load(); n != 0 {
+		t.Fatalf("%d stops came before their term's context ended", n)
+	}
+	if m.startTerm() {
+		t.Fatal("a term could start after Stop")
+	}
+}
+
+// TestTermWorkNotStartedWhenBootFails: a term whose boot work fails never
+// starts the daemon's work, and the member says why it is not ready.
+func TestTermWorkNotStartedWhenBootFails(t *testing.T) {
+	t.Parallel()
+	w := newFakeWork()
+	w.prepareErr = errors.New("schema too new")
+	m, _ := standalone(t, w)
+	<-m.Ready()
+	if err := m.ReadyErr(); !errors.Is(err, w.prepareErr) {
+		t.Fatalf("ReadyErr = %v, want %v", err, w.prepareErr)
+	}
+	m.Stop(t.Context())
+	if n := w.starts.Load(); n != 0 {
+		t.Fatalf("the term's work started %d times after its boot work failed", n)
+	}
+}
