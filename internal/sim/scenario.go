@@ -111,6 +111,10 @@ type Result struct {
 	Subscribers []SubscriberStats
 	// CreateRetries: CreateBundle calls retried (a member away).
 	CreateRetries int64
+	// AutoManager is the final primary's AutoManager metrics at the end
+	// (its term only), by series without the norsk_automanager_ prefix;
+	// nil when they could not be read.
+	AutoManager map[string]float64
 }
 
 // Run runs a scenario against c: it registers opts.Nodes simulated nodes,
@@ -335,6 +339,13 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 	}
 	if st, err := c.Stats(ctx, final); err == nil {
 		res.HeapEnd = st.HeapBytes
+	}
+	for _, m := range members {
+		if m.Name == final {
+			if res.AutoManager, err = autoManagerMetrics(ctx, m.URL); err != nil {
+				opts.Logger.Warn("cannot read the AutoManager's metrics", "member", final, "err", err)
+			}
+		}
 	}
 	return res, nil
 }

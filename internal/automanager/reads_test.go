@@ -1,0 +1,225 @@
+package automanager
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
+)
+
+// recordAPI is the fake as the Manager's own process serves the
+// AutoManager (in-process events and record reads), counting the node and
+// bundle records each read touches. Its BundleById and ListBundles charge
+// what the Manager's bundle view reads: every node, for a bundle with a
+// job that runs nowhere (the view says why no node's runtime fits it).
+type recordAPI struct {
+	*localAPI
+}
+
+func newRecordAPI() *recordAPI {
+	return &recordAPI{&localAPI{countingAPI: &countingAPI{fakeAPI: newFakeAPI(), reads: map[string]int{}}, events: make(chan []*managerv1.Event, 1)}}
+}
+
+func (r *recordAPI) charge(name string, n int) {
+	r.mu.Lock()
+	r.reads[name] += n
+	r.mu.Unlock()
+}
+
+func (r *recordAPI) ListNodes(ctx context.Context) ([]*norsk.Node, error) {
+	nodes, err := r.fakeAPI.ListNodes(ctx)
+	r.charge("nodes", len(nodes))
+	return nodes, err
+}
+
+func (r *recordAPI) NodeByID(ctx context.Context, id string) (*norsk.Node, error) {
+	r.charge("nodes", 1)
+	r.fakeAPI.mu.Lock()
+	defer r.fakeAPI.mu.Unlock()
+	for _, n := range r.fakeAPI.nodes {
+		if n.GetNodeId() == id {
+			return proto.Clone(n).(*managerv1.Node), nil
+		}
+	}
+	return nil, &norsk.Error{Op: "NodeByID", Message: "no node", Code: 5}
+}
+
+// viewCost is what the Manager's view of bundle b reads besides b: every
+// node when one of its jobs runs nowhere.
+func (r *recordAPI) viewCost(b *managerv1.Bundle) {
+	r.fakeAPI.mu.Lock()
+	nodes := len(r.fakeAPI.nodes)
+	unplaced := false
+	for _, jh := range r.fakeAPI.jobs {
+		if jh.GetJob().GetTags()[placement.TagBundleID] == b.GetBundleId() && len(jh.GetInstances()) == 0 {
+			unplaced = true
+		}
+	}
+	r.fakeAPI.mu.Unlock()
+	if unplaced {
+		r.charge("nodes", nodes)
+	}
+}
+
+func (r *recordAPI) BundleById(ctx context.Context, id string) (*managerv1.BundleWithJobs, error) {
+	bw, err := r.fakeAPI.BundleById(ctx, id)
+	if err == nil {
+		r.charge("bundles", 1)
+		r.viewCost(bw.GetBundle())
+	}
+	return bw, err
+}
+
+func (r *recordAPI) ListBundles(ctx context.Context) ([]*managerv1.BundleWithJobs, error) {
+	out, err := r.fakeAPI.ListBundles(ctx)
+	r.charge("bundles", len(out))
+	for _, bw := range out {
+		r.viewCost(bw.GetBundle())
+	}
+	return out, err
+}
+
+func (r *recordAPI) BundleRecord(ctx context.Context, id string) (*managerv1.Bundle, error) {
+	bw, err := r.fakeAPI.BundleById(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	r.charge("bundles", 1)
+	return bw.GetBundle(), nil
+}
+
+func (r *recordAPI) BundleRecords(ctx context.Context) ([]*managerv1.Bundle, error) {
+	out, err := r.fakeAPI.ListBundles(ctx)
+	r.charge("bundles", len(out))
+	var bs []*managerv1.Bundle
+	for _, bw := range out {
+		bs = append(bs, bw.GetBundle())
+	}
+	return bs, err
+}
+
+// fleetOf stores nodes nodes and a running job kept placed on each of the
+// first jobs of them, and makes the AutoManager's first full pass.
+func fleetOf(t *testing.T, api *recordAPI, nodes, jobs int) (*AutoManager, context.Context) {
+	t.Helper()
+	for i := range nodes {
+		api.nodes = append(api.nodes, node(fmt.Sprintf("node-%05d", i)))
+	}
+	for i := range jobs {
+		jh := autoJob(fmt.Sprintf("job-%05d", i))
+		jh.Job.State = managerv1.JobState_JOB_STATE_ACTIVE
+		api.put(jh)
+		api.instance(jh.Job.JobId, "primary", fmt.Sprintf("node-%05d", i), phRunning)
+	}
+	am := New(Config{API: api, Clock: clock.NewFake(t0), Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if _, err := am.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	api.takeReads()
+	return am, ctx
+}
+
+// TestPassReadsOneNodeOfMany: with 2,000 nodes stored, an event that names
+// one node makes a pass that reads that node, not the fleet (issue 17: a
+// pass re-read every node on any node's change), and still re-places
+// what ran there.
+func TestPassReadsOneNodeOfMany(t *testing.T) {
+	t.Parallel()
+	api := newRecordAPI()
+	am, ctx := fleetOf(t, api, 2000, 100)
+	api.mu.Lock()
+	api.nodes[7] = lost(api.nodes[7])
+	api.mu.Unlock()
+	am.changes.note(&managerv1.Event{Kind: &managerv1.Event_NodeLost{NodeLost: &managerv1.NodeEvent{Node: api.nodes[7]}}})
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	if r := api.takeReads(); r["nodes"] != 1 || r["JobSearch"] != 0 {
+		t.Errorf("reads for one node lost = %v, want that one node and no job search", r)
+	}
+	got := api.starts()
+	if len(got) != 1 || !strings.Contains(got[0], "job-00007/primary@") || strings.Contains(got[0], "@node-00007") {
+		t.Fatalf("starts = %v, want job-00007 re-placed off the lost node", got)
+	}
+
+	// A node that comes is read alone too, and kept in id order.
+	fresh := node("node-00000a")
+	api.mu.Lock()
+	api.nodes = append(api.nodes, fresh)
+	api.mu.Unlock()
+	am.changes.note(&managerv1.Event{Kind: &managerv1.Event_NodeOnline{NodeOnline: &managerv1.NodeEvent{Node: fresh}}})
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	if r := api.takeReads(); r["nodes"] != 1 {
+		t.Errorf("reads for one node online = %v, want that one node", r)
+	}
+	if l := am.mirror.nodeList; len(l) != 2001 || l[1].GetNodeId() != "node-00000a" || len(am.mirror.nodes) != 2001 {
+		t.Errorf("mirror nodes = %d (list %d, second %s), want 2,001 in id order", len(am.mirror.nodes), len(l), l[1].GetNodeId())
+	}
+}
+
+// TestPassReadsOneBundleOfMany: with 500 bundles and 2,000 nodes stored, a
+// bundle's creation makes a pass that reads that bundle and no node (the
+// API's bundle view of a bundle not yet placed reads every node), and
+// places its job.
+func TestPassReadsOneBundleOfMany(t *testing.T) {
+	t.Parallel()
+	api := newRecordAPI()
+	for i := range 500 {
+		b := bundle(fmt.Sprintf("b-%03d", i), false)
+		api.bundles = append(api.bundles, b)
+		for _, jh := range jobsOf(b) {
+			api.put(jh)
+			api.instance(jh.GetJob().GetJobId(), "primary", fmt.Sprintf("node-%05d", i), phRunning).JobHash = 10
+		}
+	}
+	am, ctx := fleetOf(t, api, 2000, 0)
+	b := bundle("new", false)
+	api.mu.Lock()
+	api.bundles = append(api.bundles, b)
+	api.mu.Unlock()
+	for _, jh := range jobsOf(b) {
+		api.put(jh)
+		am.changes.note(&managerv1.Event{Kind: &managerv1.Event_JobCreated{JobCreated: &managerv1.JobEvent{Job: jh}}})
+	}
+	am.changes.note(&managerv1.Event{Kind: &managerv1.Event_BundleCreated{BundleCreated: &managerv1.BundleEvent{Bundle: b}}})
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	if r := api.takeReads(); r["bundles"] != 1 || r["nodes"] != 0 {
+		t.Errorf("reads for one new bundle = %v, want that bundle and no node", r)
+	}
+	if got := api.starts(); len(got) != 1 || !strings.Contains(got[0], "new.channel.0/primary@") {
+		t.Fatalf("starts = %v, want the new bundle's job placed", got)
+	}
+}
+
+// TestBurstInProcessIsNoFullPass: in process, a burst that touched most of
+// the jobs is read job by job, not by a full pass (which reads every
+// job, node and bundle and plans every job: while a fleet is being
+// filled, a full pass per burst made each pass cost the whole store).
+func TestBurstInProcessIsNoFullPass(t *testing.T) {
+	t.Parallel()
+	api := newRecordAPI()
+	am, ctx := fleetOf(t, api, 1500, 1500)
+	for i := range 1200 {
+		am.changes.note(jobEvent(api.jobs[fmt.Sprintf("job-%05d", i)]))
+	}
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	if r := api.takeReads(); r["JobSearch"] != 0 || r["nodes"] != 0 || r["bundles"] != 0 || r["JobById"] != 1200 {
+		t.Errorf("reads for a burst of 1,200 of 1,500 jobs = %v, want the 1,200 jobs alone", r)
+	}
+}
