@@ -292,16 +292,26 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 		}
 	}
 	if len(subs) > 0 {
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		_ = waitFor(wctx, func() bool {
+		// Subscribers behind the fleet get the time they need while they
+		// catch up: only two minutes in which none of them received a
+		// job's running entry ends the wait.
+		seen, progress := -1, time.Now()
+		_ = waitFor(ctx, func() bool {
+			n, done := 0, true
 			for _, s := range subs {
-				if s.stats().RunningSeen < opts.Jobs {
-					return false
-				}
+				st := s.stats()
+				n += st.RunningSeen
+				done = done && st.RunningSeen >= opts.Jobs
 			}
-			return true
+			if n != seen {
+				seen, progress = n, time.Now()
+			}
+			if time.Since(lastLog) > 5*time.Second {
+				lastLog = time.Now()
+				log.Info("waiting for the subscribers", "runningSeen", n, "of", opts.Jobs*len(subs))
+			}
+			return done || time.Since(progress) > 2*time.Minute
 		})
-		cancel()
 		var last time.Time
 		for _, s := range subs {
 			st := s.stats()
