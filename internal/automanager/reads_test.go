@@ -2,10 +2,15 @@ package automanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"google.golang.org/protobuf/proto"
 
@@ -221,5 +226,86 @@ func TestBurstInProcessIsNoFullPass(t *testing.T) {
 	}
 	if r := api.takeReads(); r["JobSearch"] != 0 || r["nodes"] != 0 || r["bundles"] != 0 || r["JobById"] != 1200 {
 		t.Errorf("reads for a burst of 1,200 of 1,500 jobs = %v, want the 1,200 jobs alone", r)
+	}
+}
+
+// cutAPI is localAPI whose first subscription is cut when cut is closed
+// (fallen behind the event ring, as the broker ends one).
+type cutAPI struct {
+	*localAPI
+	cut  chan struct{}
+	subs atomic.Int32
+}
+
+type cutSub struct {
+	chanSub
+	cut chan struct{}
+}
+
+func (c cutSub) Next(ctx context.Context) ([]*managerv1.Event, error) {
+	select {
+	case <-c.cut:
+		return nil, errors.New("fell behind the event ring")
+	case evs := <-c.chanSub:
+		return evs, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c *cutAPI) Subscribe(ctx context.Context, after uint64) (Subscription, error) {
+	if c.subs.Add(1) == 1 {
+		return cutSub{chanSub: chanSub(c.events), cut: c.cut}, nil
+	}
+	return chanSub(c.events), nil
+}
+
+// TestRunCountsFullPassesByWhy: the first pass counts as start, and a cut
+// event subscription brings a full pass counted as resync.
+func TestRunCountsFullPassesByWhy(t *testing.T) {
+	t.Parallel()
+	api := &cutAPI{localAPI: newRecordAPI().localAPI, cut: make(chan struct{})}
+	api.nodes = []*managerv1.Node{smallNode("a")}
+	reg := prometheus.NewRegistry()
+	am := New(Config{API: api, Logger: slog.New(slog.DiscardHandler), Settle: time.Millisecond, Metrics: NewMetrics(reg)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- am.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	full := func(why string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "norsk_automanager_reconciles_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == why {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	wait := func(why string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for full(why) < 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("no full pass counted as %s", why)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	wait(fullStart)
+	close(api.cut)
+	wait(fullResync)
+	if n := full(fullBurst) + full(fullFailed); n != 0 {
+		t.Errorf("full passes counted as burst or failed = %v, want none", n)
 	}
 }
