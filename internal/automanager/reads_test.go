@@ -172,6 +172,21 @@ func TestPassReadsOneNodeOfMany(t *testing.T) {
 	if l := am.mirror.nodeList; len(l) != 2001 || l[1].GetNodeId() != "node-00000a" || len(am.mirror.nodes) != 2001 {
 		t.Errorf("mirror nodes = %d (list %d, second %s), want 2,001 in id order", len(am.mirror.nodes), len(l), l[1].GetNodeId())
 	}
+
+	// A node that is gone from the store is dropped, read alone.
+	api.mu.Lock()
+	api.nodes = append(api.nodes[:1], api.nodes[2:]...) // node-00001
+	api.mu.Unlock()
+	am.changes.note(&managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: node("node-00001")}}})
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+	if r := api.takeReads(); r["nodes"] != 1 {
+		t.Errorf("reads for one node gone = %v, want that one node", r)
+	}
+	if l := am.mirror.nodeList; len(l) != 2000 || l[2].GetNodeId() != "node-00002" || am.mirror.nodes["node-00001"] != nil {
+		t.Errorf("mirror nodes = %d (list %d, third %s), want node-00001 gone", len(am.mirror.nodes), len(l), l[2].GetNodeId())
+	}
 }
 
 // TestPassReadsOneBundleOfMany: with 500 bundles and 2,000 nodes stored, a
