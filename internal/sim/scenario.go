@@ -21,6 +21,10 @@ type Options struct {
 	Capacity float64
 	// Subscribers follow the event stream while the jobs are placed.
 	Subscribers int
+	// SubscriberWait bounds the wait, once every instance runs, for the
+	// subscribers to see every job running (0: as long as they make
+	// progress; two minutes without any ends it).
+	SubscriberWait time.Duration
 	// Failover takes the primary away once FailoverAt of the jobs
 	// (default 0.5) are running on the fleet, and brings it back once
 	// another member is primary.
@@ -295,7 +299,7 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 		// Subscribers behind the fleet get the time they need while they
 		// catch up: only two minutes in which none of them received a
 		// job's running entry ends the wait.
-		seen, progress := -1, time.Now()
+		seen, progress, since := -1, time.Now(), time.Now()
 		_ = waitFor(ctx, func() bool {
 			n, done := 0, true
 			for _, s := range subs {
@@ -310,7 +314,7 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 				lastLog = time.Now()
 				log.Info("waiting for the subscribers", "runningSeen", n, "of", opts.Jobs*len(subs))
 			}
-			return done || time.Since(progress) > 2*time.Minute
+			return done || time.Since(progress) > 2*time.Minute || (opts.SubscriberWait > 0 && time.Since(since) > opts.SubscriberWait)
 		})
 		var last time.Time
 		for _, s := range subs {
