@@ -111,6 +111,30 @@ func (r *recordAPI) BundleRecords(ctx context.Context) ([]*managerv1.Bundle, err
 	return bs, err
 }
 
+// runUntilEnd runs am until the test ends (Run returns before the test
+// does).
+func runUntilEnd(t *testing.T, am *AutoManager) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- am.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// passOn notes the events and makes the pass over what they touched.
+func passOn(ctx context.Context, t *testing.T, am *AutoManager, evs ...*managerv1.Event) {
+	t.Helper()
+	for _, ev := range evs {
+		am.changes.note(ev)
+	}
+	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // fleetOf stores nodes nodes and a running job kept placed on each of the
 // first jobs of them, and makes the AutoManager's first full pass.
 func fleetOf(t *testing.T, api *recordAPI, nodes, jobs int) (*AutoManager, context.Context) {
@@ -145,10 +169,7 @@ func TestPassReadsOneNodeOfMany(t *testing.T) {
 	api.mu.Lock()
 	api.nodes[7] = lost(api.nodes[7])
 	api.mu.Unlock()
-	am.changes.note(&managerv1.Event{Kind: &managerv1.Event_NodeLost{NodeLost: &managerv1.NodeEvent{Node: api.nodes[7]}}})
-	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
-		t.Fatal(err)
-	}
+	passOn(ctx, t, am, &managerv1.Event{Kind: &managerv1.Event_NodeLost{NodeLost: &managerv1.NodeEvent{Node: api.nodes[7]}}})
 	if r := api.takeReads(); r["nodes"] != 1 || r["JobSearch"] != 0 {
 		t.Errorf("reads for one node lost = %v, want that one node and no job search", r)
 	}
@@ -162,10 +183,7 @@ func TestPassReadsOneNodeOfMany(t *testing.T) {
 	api.mu.Lock()
 	api.nodes = append(api.nodes, fresh)
 	api.mu.Unlock()
-	am.changes.note(&managerv1.Event{Kind: &managerv1.Event_NodeOnline{NodeOnline: &managerv1.NodeEvent{Node: fresh}}})
-	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
-		t.Fatal(err)
-	}
+	passOn(ctx, t, am, &managerv1.Event{Kind: &managerv1.Event_NodeOnline{NodeOnline: &managerv1.NodeEvent{Node: fresh}}})
 	if r := api.takeReads(); r["nodes"] != 1 {
 		t.Errorf("reads for one node online = %v, want that one node", r)
 	}
@@ -177,10 +195,7 @@ func TestPassReadsOneNodeOfMany(t *testing.T) {
 	api.mu.Lock()
 	api.nodes = append(api.nodes[:1], api.nodes[2:]...) // node-00001
 	api.mu.Unlock()
-	am.changes.note(&managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: node("node-00001")}}})
-	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
-		t.Fatal(err)
-	}
+	passOn(ctx, t, am, &managerv1.Event{Kind: &managerv1.Event_NodeTerminated{NodeTerminated: &managerv1.NodeEvent{Node: node("node-00001")}}})
 	if r := api.takeReads(); r["nodes"] != 1 {
 		t.Errorf("reads for one node gone = %v, want that one node", r)
 	}
@@ -213,10 +228,7 @@ func TestPassReadsOneBundleOfMany(t *testing.T) {
 		api.put(jh)
 		am.changes.note(&managerv1.Event{Kind: &managerv1.Event_JobCreated{JobCreated: &managerv1.JobEvent{Job: jh}}})
 	}
-	am.changes.note(&managerv1.Event{Kind: &managerv1.Event_BundleCreated{BundleCreated: &managerv1.BundleEvent{Bundle: b}}})
-	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
-		t.Fatal(err)
-	}
+	passOn(ctx, t, am, &managerv1.Event{Kind: &managerv1.Event_BundleCreated{BundleCreated: &managerv1.BundleEvent{Bundle: b}}})
 	if r := api.takeReads(); r["bundles"] != 1 || r["nodes"] != 0 {
 		t.Errorf("reads for one new bundle = %v, want that bundle and no node", r)
 	}
@@ -233,12 +245,11 @@ func TestBurstInProcessIsNoFullPass(t *testing.T) {
 	t.Parallel()
 	api := newRecordAPI()
 	am, ctx := fleetOf(t, api, 1500, 1500)
+	var evs []*managerv1.Event
 	for i := range 1200 {
-		am.changes.note(jobEvent(api.jobs[fmt.Sprintf("job-%05d", i)]))
+		evs = append(evs, jobEvent(api.jobs[fmt.Sprintf("job-%05d", i)]))
 	}
-	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
-		t.Fatal(err)
-	}
+	passOn(ctx, t, am, evs...)
 	if r := api.takeReads(); r["JobSearch"] != 0 || r["nodes"] != 0 || r["bundles"] != 0 || r["JobById"] != 1200 {
 		t.Errorf("reads for a burst of 1,200 of 1,500 jobs = %v, want the 1,200 jobs alone", r)
 	}
@@ -283,13 +294,7 @@ func TestRunCountsFullPassesByWhy(t *testing.T) {
 	api.nodes = []*managerv1.Node{smallNode("a")}
 	reg := prometheus.NewRegistry()
 	am := New(Config{API: api, Logger: slog.New(slog.DiscardHandler), Settle: time.Millisecond, Metrics: NewMetrics(reg)})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- am.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	runUntilEnd(t, am)
 	full := func(why string) float64 {
 		mfs, err := reg.Gather()
 		if err != nil {
