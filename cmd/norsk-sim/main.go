@@ -48,6 +48,7 @@ func run() error {
 		capacity    = flag.Float64("capacity", 0.1, "each job's required capacity (vCPUs)")
 		vcpus       = flag.Uint("vcpus", 16, "each node's vCPUs")
 		subscribers = flag.Int("subscribers", 0, "event-stream subscribers during the jobs")
+		subWait     = flag.Duration("subscriber-wait", 0, "once every instance runs, the most time to wait for the subscribers to see every job running (0: while they make progress)")
 		failover    = flag.Bool("failover", false, "take the primary away (SIGKILL) half way through the jobs, and start it again")
 		failoverAt  = flag.Float64("failover-at", 0.5, "the fraction of jobs running when the primary is taken away")
 		startDelay  = flag.Duration("start-delay", 0, "how long a simulated instance takes to start")
@@ -120,7 +121,7 @@ func run() error {
 	var profWG sync.WaitGroup
 	defer profWG.Wait()
 	opts := sim.Options{
-		Nodes: *nodes, Jobs: *jobs, JobsPerBundle: *perBundle, Capacity: *capacity, Subscribers: *subscribers,
+		Nodes: *nodes, Jobs: *jobs, JobsPerBundle: *perBundle, Capacity: *capacity, Subscribers: *subscribers, SubscriberWait: *subWait,
 		Failover: *failover, FailoverAt: *failoverAt, IdleWindow: *idle, Parallel: *parallel, Logger: logger,
 		Fleet: sim.Config{StartDelay: *startDelay, PerNodeAddress: *perNodeAddr, MaxReadFrameSize: *maxFrame, VCPUs: uint32(*vcpus), Logger: logger},
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
 // Local is what an API inside the Manager's own process adds: the events
@@ -26,6 +27,23 @@ type JobReader interface {
 	JobWithoutHistory(ctx context.Context, jobID string) (*managerv1.JobWithHistory, error)
 }
 
+// StateReader is what an API inside the Manager's process may add for the
+// mirror's reads of one node and of bundle records alone: a node event then
+// costs a read of that node, not of the fleet, and a bundle is read without
+// the per-job status the API's bundle view renders (which, for a bundle not
+// yet placed, reads every node). Without it the mirror reads ListNodes,
+// BundleById and ListBundles.
+type StateReader interface {
+	// NodeByID is the node as ListNodes renders it; an error matching
+	// norsk.ErrNotFound when there is no such node.
+	NodeByID(ctx context.Context, nodeID string) (*norsk.Node, error)
+	// BundleRecord is the bundle; an error matching norsk.ErrNotFound when
+	// there is no such bundle.
+	BundleRecord(ctx context.Context, bundleID string) (*managerv1.Bundle, error)
+	// BundleRecords is every bundle.
+	BundleRecords(ctx context.Context) ([]*managerv1.Bundle, error)
+}
+
 // Subscription is a follow of the Manager's events, in index order.
 type Subscription interface {
 	// Next returns the next events (at least one), blocking until there are
@@ -34,25 +52,41 @@ type Subscription interface {
 	Next(ctx context.Context) ([]*managerv1.Event, error)
 }
 
+// Why a full pass ran (the reason label of reconciles_total).
+const (
+	fullStart     = "start"     // Run's first pass
+	fullReconcile = "reconcile" // the Reconcile timer: the safety net
+	fullFailed    = "failed"    // the pass before failed
+	fullResync    = "resync"    // the event stream was cut or resynced
+	fullBurst     = "burst"     // out of process, a burst touched much of the store
+)
+
+// fullReasons are the reasons a full pass runs, in the order they are
+// reported.
+var fullReasons = []string{fullStart, fullReconcile, fullFailed, fullResync, fullBurst}
+
 // changes are what the events since the last pass touched: the jobs,
-// bundles and whether the nodes, the migrations or the leases changed.
-// full asks for a full reconcile (the stream was cut or resynced, or a
-// pass failed). The stream's reader notes, Run's goroutine takes.
+// bundles and nodes, and whether the migrations or the leases changed.
+// allNodes asks for every node (an event named a node without its id);
+// full asks for a full pass and says why (the stream was cut or resynced,
+// or a pass failed). The stream's reader notes, Run's goroutine takes.
 type changes struct {
 	mu         sync.Mutex
 	jobs       map[string]bool
 	bundles    map[string]bool
-	nodes      bool
+	nodes      map[string]bool
+	allNodes   bool
 	migrations bool
 	leases     bool
-	full       bool
+	full       string
 }
 
 // touched is one pass's worth of changes.
 type touched struct {
-	jobs, bundles             map[string]bool
-	nodes, migrations, leases bool
-	full                      bool
+	jobs, bundles, nodes         map[string]bool
+	allNodes, migrations, leases bool
+	// full, when set, is why the pass must read everything.
+	full string
 }
 
 // note records what ev touched; it reports whether ev touched anything
@@ -81,9 +115,16 @@ func (c *changes) note(ev *managerv1.Event) bool {
 		job(k.JobDeleted.GetJobId())
 	case *managerv1.Event_Placement:
 		job(k.Placement.GetJobId())
-	case *managerv1.Event_NodeOnline, *managerv1.Event_NodeLost, *managerv1.Event_NodeStopping,
-		*managerv1.Event_NodeTerminated, *managerv1.Event_NodeTagsUpdated:
-		c.nodes = true
+	case *managerv1.Event_NodeOnline:
+		c.node(k.NodeOnline)
+	case *managerv1.Event_NodeLost:
+		c.node(k.NodeLost)
+	case *managerv1.Event_NodeStopping:
+		c.node(k.NodeStopping)
+	case *managerv1.Event_NodeTerminated:
+		c.node(k.NodeTerminated)
+	case *managerv1.Event_NodeTagsUpdated:
+		c.node(k.NodeTagsUpdated)
 	case *managerv1.Event_BundleCreated:
 		bundle(k.BundleCreated.GetBundle().GetBundleId())
 	case *managerv1.Event_BundleUpdated:
@@ -99,11 +140,25 @@ func (c *changes) note(ev *managerv1.Event) bool {
 		c.migrations = true
 	case *managerv1.Event_JobSnapshot, *managerv1.Event_NodeSnapshot, *managerv1.Event_InitialDataComplete:
 		// A resync: what the stream missed is not known.
-		c.full = true
+		c.full = fullResync
 	default:
 		return false
 	}
 	return true
+}
+
+// node notes the node a node event names (every node when it names none).
+// The caller holds c.mu.
+func (c *changes) node(ev *managerv1.NodeEvent) {
+	id := ev.GetNode().GetNodeId()
+	if id == "" {
+		c.allNodes = true
+		return
+	}
+	if c.nodes == nil {
+		c.nodes = map[string]bool{}
+	}
+	c.nodes[id] = true
 }
 
 // acted notes the jobs and bundles a pass's actions changed.
@@ -126,10 +181,10 @@ func (c *changes) acted(acts []Action) {
 	}
 }
 
-// fullNext asks the next pass to read everything.
-func (c *changes) fullNext() {
+// fullNext asks the next pass to read everything, for the reason why.
+func (c *changes) fullNext(why string) {
 	c.mu.Lock()
-	c.full = true
+	c.full = why
 	c.mu.Unlock()
 }
 
@@ -137,8 +192,8 @@ func (c *changes) fullNext() {
 func (c *changes) take() touched {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := touched{jobs: c.jobs, bundles: c.bundles, nodes: c.nodes, migrations: c.migrations, leases: c.leases, full: c.full}
-	c.jobs, c.bundles = nil, nil
-	c.nodes, c.migrations, c.leases, c.full = false, false, false, false
+	t := touched{jobs: c.jobs, bundles: c.bundles, nodes: c.nodes, allNodes: c.allNodes, migrations: c.migrations, leases: c.leases, full: c.full}
+	c.jobs, c.bundles, c.nodes = nil, nil, nil
+	c.allNodes, c.migrations, c.leases, c.full = false, false, false, ""
 	return t
 }

@@ -20,12 +20,18 @@ import (
 // rules may have changed or a wait fell due (due), the pending ones. The
 // room every other job's instances take comes from the mirror. Its work is
 // in proportion to what changed: a write that touches a job nobody keeps
-// placed costs one read of that job.
+// placed costs one read of that job, and a change to one node or bundle a
+// read of that node or bundle (in process: StateReader).
 func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (time.Time, error) {
 	m := a.mirror
-	// A burst that touched much of the store is cheaper read whole.
-	if len(t.jobs) > 1000 && len(t.jobs) > len(m.jobs)/4 {
-		return a.Pass(ctx)
+	sr, records := a.cfg.API.(StateReader)
+	// Out of process, where each job is a round trip, a burst that touched
+	// much of the store is cheaper read whole. In process a job's read
+	// costs what its share of the whole read does, and a full pass plans
+	// every job as well: it is never cheaper (a full pass per burst is what
+	// made the passes of a fleet being filled grow with the store).
+	if _, local := a.cfg.API.(Local); !local && len(t.jobs) > 1000 && len(t.jobs) > len(m.jobs)/4 {
+		return a.fullPass(ctx, fullBurst)
 	}
 	plan := map[string]bool{}
 	bundles := map[string]bool{}
@@ -34,16 +40,32 @@ func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (tim
 	}
 	wide := due || t.leases
 	api := a.cfg.API
-	if t.nodes {
+	var changedNodes []string
+	switch {
+	case t.allNodes || (len(t.nodes) > 0 && !records):
 		nodes, err := api.ListNodes(ctx)
 		if err != nil {
 			return time.Time{}, fmt.Errorf("list nodes: %w", err)
 		}
-		if changed := m.setNodes(nodes); len(changed) > 0 {
-			wide = true
-			for _, j := range m.jobsOnNodes(changed) {
-				plan[j] = true
+		changedNodes = m.setNodes(nodes)
+	case len(t.nodes) > 0:
+		for _, id := range sortedKeys(t.nodes) {
+			n, err := sr.NodeByID(ctx, id)
+			switch {
+			case errors.Is(err, norsk.ErrNotFound):
+				n = nil
+			case err != nil:
+				return time.Time{}, fmt.Errorf("node %s: %w", id, err)
 			}
+			if m.putNode(id, n) {
+				changedNodes = append(changedNodes, id)
+			}
+		}
+	}
+	if len(changedNodes) > 0 {
+		wide = true
+		for _, j := range m.jobsOnNodes(changedNodes) {
+			plan[j] = true
 		}
 	}
 	if t.migrations {
@@ -57,14 +79,22 @@ func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (tim
 		wide = true // the repair limits count the records
 	}
 	for id := range t.bundles {
-		bw, err := api.BundleById(ctx, id)
+		var b *managerv1.Bundle
+		var err error
+		if records {
+			b, err = sr.BundleRecord(ctx, id)
+		} else {
+			var bw *managerv1.BundleWithJobs
+			bw, err = api.BundleById(ctx, id)
+			b = bw.GetBundle()
+		}
 		switch {
 		case errors.Is(err, norsk.ErrNotFound):
 			m.putBundle(id, nil)
 		case err != nil:
 			return time.Time{}, fmt.Errorf("bundle %s: %w", id, err)
 		default:
-			m.putBundle(id, bw.GetBundle())
+			m.putBundle(id, b)
 		}
 		bundles[id] = true
 		wide = true

@@ -139,9 +139,7 @@ func TestPassChangesReadsOnlyWhatChanged(t *testing.T) {
 		t.Fatalf("full pass starts = %v, want first on a", got)
 	}
 	// The next pass reads back what the last one acted on.
-	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
-		t.Fatal(err)
-	}
+	passOn(ctx, t, am)
 	if r := api.takeReads(); r["JobById"] != 1 {
 		t.Errorf("reads after a placement = %v, want one JobById (the placed job)", r)
 	}
@@ -149,10 +147,7 @@ func TestPassChangesReadsOnlyWhatChanged(t *testing.T) {
 	// A job of no automatic placement: one read, nothing planned.
 	plain := &managerv1.JobWithHistory{Job: &managerv1.Job{JobId: "plain", State: managerv1.JobState_JOB_STATE_PRE}}
 	api.put(plain)
-	am.changes.note(&managerv1.Event{Kind: &managerv1.Event_JobCreated{JobCreated: &managerv1.JobEvent{Job: plain}}})
-	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
-		t.Fatal(err)
-	}
+	passOn(ctx, t, am, &managerv1.Event{Kind: &managerv1.Event_JobCreated{JobCreated: &managerv1.JobEvent{Job: plain}}})
 	if r := api.takeReads(); r["JobSearch"] != 0 || r["ListNodes"] != 0 || r["JobById"] != 1 {
 		t.Errorf("reads for one plain job = %v, want one JobById", r)
 	}
@@ -164,10 +159,7 @@ func TestPassChangesReadsOnlyWhatChanged(t *testing.T) {
 	// full: first is there, and first is not in this pass's view).
 	second := autoJob("second")
 	api.put(second)
-	am.changes.note(jobEvent(second))
-	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
-		t.Fatal(err)
-	}
+	passOn(ctx, t, am, jobEvent(second))
 	if r := api.takeReads(); r["JobSearch"] != 0 || r["JobById"] != 1 {
 		t.Errorf("reads for one kept job = %v, want one JobById", r)
 	}
@@ -179,10 +171,7 @@ func TestPassChangesReadsOnlyWhatChanged(t *testing.T) {
 	// The store now shows second running on b; the event of its binding
 	// settles it.
 	api.instance("second", "primary", "b", phRunning)
-	am.changes.note(jobEvent(second))
-	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
-		t.Fatal(err)
-	}
+	passOn(ctx, t, am, jobEvent(second))
 	if n := len(am.mirror.pendingJobs); n != 0 {
 		t.Errorf("pending = %v, want none", am.mirror.pendingJobs)
 	}
@@ -191,10 +180,7 @@ func TestPassChangesReadsOnlyWhatChanged(t *testing.T) {
 	api.mu.Lock()
 	api.nodes[1] = lost(api.nodes[1])
 	api.mu.Unlock()
-	am.changes.note(&managerv1.Event{Kind: &managerv1.Event_NodeLost{NodeLost: &managerv1.NodeEvent{Node: api.nodes[1]}}})
-	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
-		t.Fatal(err)
-	}
+	passOn(ctx, t, am, &managerv1.Event{Kind: &managerv1.Event_NodeLost{NodeLost: &managerv1.NodeEvent{Node: api.nodes[1]}}})
 	got = api.starts()
 	if len(got) != 3 || !strings.Contains(got[2], "second/primary@c") {
 		t.Fatalf("starts = %v, want second re-placed on c", got)
@@ -224,10 +210,7 @@ func TestPassChangesReplansPendingWhenRoomFrees(t *testing.T) {
 		t.Fatalf("pending = %v, want %s", am.mirror.pendingJobs, waiting)
 	}
 	api.instance(placed, "primary", "a", phRunning)
-	am.changes.note(jobEvent(api.jobs[placed]))
-	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
-		t.Fatal(err)
-	}
+	passOn(ctx, t, am, jobEvent(api.jobs[placed]))
 	// The binding changed what a holds: the waiting job was planned again,
 	// and still fits nowhere.
 	if len(api.starts()) != 1 || !am.mirror.pendingJobs[waiting] {
@@ -249,10 +232,7 @@ func TestPassChangesReplansPendingWhenRoomFrees(t *testing.T) {
 	in := api.instance(placed, "primary", "a", stopped)
 	in.Desired = desiredStopped
 	in.StopReason = reasonUser
-	am.changes.note(jobEvent(api.jobs[placed]))
-	if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
-		t.Fatal(err)
-	}
+	passOn(ctx, t, am, jobEvent(api.jobs[placed]))
 	got := api.starts()
 	if len(got) != 2 || !strings.Contains(got[1], waiting+"/primary@a") {
 		t.Fatalf("starts = %v, want %s on a once a is free", got, waiting)
@@ -320,13 +300,7 @@ func TestRunFollowsLocalEvents(t *testing.T) {
 		api.put(&managerv1.JobWithHistory{Job: &managerv1.Job{JobId: fmt.Sprintf("plain-%02d", i)}})
 	}
 	am := New(Config{API: api, Logger: slog.New(slog.DiscardHandler), Settle: time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- am.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	runUntilEnd(t, am)
 	deadline := time.Now().Add(10 * time.Second)
 	for { // the first full pass has read every job
 		api.mu.Lock()

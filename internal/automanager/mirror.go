@@ -1,6 +1,7 @@
 package automanager
 
 import (
+	"slices"
 	"sort"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
@@ -92,6 +93,30 @@ func (m *mirror) setNodes(nodes []*managerv1.Node) []string {
 	sort.Slice(m.nodeList, func(i, j int) bool { return m.nodeList[i].GetNodeId() < m.nodeList[j].GetNodeId() })
 	sort.Strings(changed)
 	return changed
+}
+
+// putNode stores one node (nil: it is gone); it reports whether the node
+// was added, removed or changed (nodeChanged: its live facts do not count).
+// Its cost does not grow with the fleet but for keeping nodeList in order.
+func (m *mirror) putNode(id string, n *managerv1.Node) bool {
+	old, had := m.nodes[id]
+	i := sort.Search(len(m.nodeList), func(i int) bool { return m.nodeList[i].GetNodeId() >= id })
+	switch {
+	case n == nil && !had:
+		return false
+	case n == nil:
+		delete(m.nodes, id)
+		m.nodeList = slices.Delete(m.nodeList, i, i+1)
+		return true
+	case had:
+		m.nodes[id] = n
+		m.nodeList[i] = n
+		return nodeChanged(old, n)
+	default:
+		m.nodes[id] = n
+		m.nodeList = slices.Insert(m.nodeList, i, n)
+		return true
+	}
 }
 
 // nodeChanged reports whether anything placement or reachability reads

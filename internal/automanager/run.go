@@ -177,21 +177,28 @@ func (a *AutoManager) Run(ctx context.Context) error {
 		}
 	}()
 	clk := a.cfg.Clock
-	full, due := true, false
+	full, due := fullStart, false
 	lastFull := clk.Now()
 	for {
 		var next time.Time
 		var err error
-		if t := a.changes.take(); full || t.full || clk.Now().Sub(lastFull) >= a.cfg.Reconcile {
+		ch := a.changes.take()
+		if full == "" {
+			full = ch.full
+		}
+		if full == "" && clk.Now().Sub(lastFull) >= a.cfg.Reconcile {
+			full = fullReconcile
+		}
+		if full != "" {
 			lastFull = clk.Now()
-			next, err = a.Pass(ctx)
+			next, err = a.fullPass(ctx, full)
 		} else {
-			next, err = a.passChanges(ctx, t, due)
+			next, err = a.passChanges(ctx, ch, due)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		full, due = false, false
+		full, due = "", false
 		wait := a.cfg.Resync
 		var acts actsFailed
 		switch {
@@ -202,7 +209,7 @@ func (a *AutoManager) Run(ctx context.Context) error {
 			wait = time.Second
 		case err != nil:
 			a.log.Warn("pass failed; the next one reads everything", "err", err)
-			full = true
+			full = fullFailed
 			wait = time.Second
 		}
 		if !next.IsZero() {
@@ -268,7 +275,7 @@ func (a *AutoManager) followLocal(ctx context.Context, wake chan<- struct{}, sub
 				a.log.Warn("cannot subscribe to events; full passes continue on the reconcile timer", "err", err)
 				return
 			}
-			a.changes.fullNext()
+			a.changes.fullNext(fullResync)
 			a.signal(wake)
 			continue
 		}
@@ -313,19 +320,24 @@ func (a *AutoManager) drainView(ctx context.Context, v View) (View, error) {
 
 // Pass is a full pass: it reads the Manager's whole state into the mirror,
 // decides for every job and bundle and acts once. It returns when the next
-// waiting decision falls due (zero: none).
+// waiting decision falls due (zero: none). It counts as a reconcile.
 func (a *AutoManager) Pass(ctx context.Context) (time.Time, error) {
+	return a.fullPass(ctx, fullReconcile)
+}
+
+// fullPass is Pass, counted under why (one of fullReasons).
+func (a *AutoManager) fullPass(ctx context.Context, why string) (time.Time, error) {
 	start := a.cfg.Clock.Now()
 	a.changes.take() // a full read covers what was noted before it
 	v, err := a.read(ctx)
 	if err != nil {
-		a.changes.fullNext()
+		a.changes.fullNext(fullFailed)
 		return time.Time{}, err
 	}
 	a.mirror.load(v)
 	next, err := a.decide(ctx, v, nil)
 	if m := a.cfg.Metrics; m != nil {
-		m.Reconciles.Inc()
+		m.Reconciles.WithLabelValues(why).Inc()
 		m.ReconcileSeconds.Observe(a.cfg.Clock.Now().Sub(start).Seconds())
 	}
 	a.pendingNext = next
@@ -400,12 +412,18 @@ func readView(ctx context.Context, api API) (View, error) {
 	if v.Jobs, err = api.JobSearch(ctx, norsk.JobSearchSettings{}); err != nil {
 		return v, fmt.Errorf("list jobs: %w", err)
 	}
-	bundles, err := api.ListBundles(ctx)
-	if err != nil {
-		return v, fmt.Errorf("list bundles: %w", err)
-	}
-	for _, b := range bundles {
-		v.Bundles = append(v.Bundles, b.GetBundle())
+	if sr, ok := api.(StateReader); ok {
+		if v.Bundles, err = sr.BundleRecords(ctx); err != nil {
+			return v, fmt.Errorf("list bundles: %w", err)
+		}
+	} else {
+		bundles, err := api.ListBundles(ctx)
+		if err != nil {
+			return v, fmt.Errorf("list bundles: %w", err)
+		}
+		for _, b := range bundles {
+			v.Bundles = append(v.Bundles, b.GetBundle())
+		}
 	}
 	migs, err := api.ListMigrations(ctx, "")
 	if err != nil {
@@ -763,10 +781,11 @@ func (a *AutoManager) CancelMigration(ctx context.Context, migrationID, reason s
 type Metrics struct {
 	Passes      prometheus.Counter
 	PassSeconds prometheus.Histogram
-	// PassJobs is how many jobs a pass planned; Reconciles and
-	// ReconcileSeconds count and time the full passes (read and plan).
+	// PassJobs is how many jobs a pass planned; Reconciles (by why: start,
+	// reconcile, failed, resync, burst) and ReconcileSeconds count and
+	// time the full passes (read and plan).
 	PassJobs         prometheus.Histogram
-	Reconciles       prometheus.Counter
+	Reconciles       *prometheus.CounterVec
 	ReconcileSeconds prometheus.Histogram
 	Placements       *prometheus.CounterVec
 	Failed           prometheus.Counter
@@ -808,8 +827,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		PassJobs: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "norsk", Subsystem: "automanager", Name: "pass_jobs",
 			Help:    "Jobs a pass planned (a full pass: every job; otherwise those the events touched and those pending).",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 10)}),
-		Reconciles: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "reconciles_total",
-			Help: "Full passes made (every job, node, bundle and migration read and planned)."}),
+		Reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "reconciles_total",
+			Help: "Full passes made (every job, node, bundle and migration read and planned), by why: start, reconcile (the timer), failed (the pass before failed), resync (the event stream was cut or resynced), burst (out of process, a burst touched much of the store)."},
+			[]string{"reason"}),
 		ReconcileSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "norsk", Subsystem: "automanager", Name: "reconcile_seconds",
 			Help: "Time a full pass takes (read everything, decide, act).", Buckets: prometheus.ExponentialBuckets(0.001, 4, 9)}),
 		Placements: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "norsk", Subsystem: "automanager", Name: "placements_total",
@@ -862,6 +882,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, o := range []string{"done", "aborted"} {
 		m.MigrationsEnded.WithLabelValues(o)
+	}
+	for _, why := range fullReasons {
+		m.Reconciles.WithLabelValues(why)
 	}
 	for _, w := range []string{"failed", "nodeLost"} {
 		m.Restarts.WithLabelValues(w)

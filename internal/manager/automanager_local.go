@@ -25,9 +25,10 @@ type localAPI struct {
 }
 
 var (
-	_ automanager.API       = localAPI{}
-	_ automanager.Local     = localAPI{}
-	_ automanager.JobReader = localAPI{}
+	_ automanager.API         = localAPI{}
+	_ automanager.Local       = localAPI{}
+	_ automanager.JobReader   = localAPI{}
+	_ automanager.StateReader = localAPI{}
 )
 
 func newLocalAPI(s *Server, m *norsk.Manager) localAPI {
@@ -46,6 +47,31 @@ func (l localAPI) ListNodes(ctx context.Context) ([]*norsk.Node, error) {
 		out = append(out, l.s.api.NodeView(r, rec))
 	}
 	return out, nil
+}
+
+// NodeByID is one node as ListNodes renders it (automanager.StateReader).
+func (l localAPI) NodeByID(ctx context.Context, nodeID string) (*norsk.Node, error) {
+	r := l.s.st().State().Snapshot()
+	rec := r.Node(nil, nodeID)
+	if rec == nil {
+		return nil, notFound("node", nodeID)
+	}
+	return l.s.api.NodeView(r, rec), nil
+}
+
+// BundleRecord is the bundle alone, without its jobs' status
+// (automanager.StateReader).
+func (l localAPI) BundleRecord(ctx context.Context, bundleID string) (*managerv1.Bundle, error) {
+	b := l.s.st().State().Snapshot().Bundle(nil, bundleID)
+	if b == nil {
+		return nil, notFound("bundle", bundleID)
+	}
+	return b, nil
+}
+
+// BundleRecords is every bundle alone (automanager.StateReader).
+func (l localAPI) BundleRecords(ctx context.Context) ([]*managerv1.Bundle, error) {
+	return l.s.st().State().Snapshot().Bundles(nil), nil
 }
 
 // JobSearch answers the search of every job (without history) from the

@@ -21,6 +21,10 @@ type Options struct {
 	Capacity float64
 	// Subscribers follow the event stream while the jobs are placed.
 	Subscribers int
+	// SubscriberWait bounds the wait, once every instance runs, for the
+	// subscribers to see every job running (0: as long as they make
+	// progress; two minutes without any ends it).
+	SubscriberWait time.Duration
 	// Failover takes the primary away once FailoverAt of the jobs
 	// (default 0.5) are running on the fleet, and brings it back once
 	// another member is primary.
@@ -111,6 +115,10 @@ type Result struct {
 	Subscribers []SubscriberStats
 	// CreateRetries: CreateBundle calls retried (a member away).
 	CreateRetries int64
+	// AutoManager is the final primary's AutoManager metrics at the end
+	// (its term only), by series without the norsk_automanager_ prefix;
+	// nil when they could not be read.
+	AutoManager map[string]float64
 }
 
 // Run runs a scenario against c: it registers opts.Nodes simulated nodes,
@@ -288,16 +296,26 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 		}
 	}
 	if len(subs) > 0 {
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		_ = waitFor(wctx, func() bool {
+		// Subscribers behind the fleet get the time they need while they
+		// catch up: only two minutes in which none of them received a
+		// job's running entry ends the wait.
+		seen, progress, since := -1, time.Now(), time.Now()
+		_ = waitFor(ctx, func() bool {
+			n, done := 0, true
 			for _, s := range subs {
-				if s.stats().RunningSeen < opts.Jobs {
-					return false
-				}
+				st := s.stats()
+				n += st.RunningSeen
+				done = done && st.RunningSeen >= opts.Jobs
 			}
-			return true
+			if n != seen {
+				seen, progress = n, time.Now()
+			}
+			if time.Since(lastLog) > 5*time.Second {
+				lastLog = time.Now()
+				log.Info("waiting for the subscribers", "runningSeen", n, "of", opts.Jobs*len(subs))
+			}
+			return done || time.Since(progress) > 2*time.Minute || (opts.SubscriberWait > 0 && time.Since(since) > opts.SubscriberWait)
 		})
-		cancel()
 		var last time.Time
 		for _, s := range subs {
 			st := s.stats()
@@ -335,6 +353,13 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 	}
 	if st, err := c.Stats(ctx, final); err == nil {
 		res.HeapEnd = st.HeapBytes
+	}
+	for _, m := range members {
+		if m.Name == final {
+			if res.AutoManager, err = autoManagerMetrics(ctx, m.URL); err != nil {
+				opts.Logger.Warn("cannot read the AutoManager's metrics", "member", final, "err", err)
+			}
+		}
 	}
 	return res, nil
 }

@@ -1,0 +1,71 @@
+package sim
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// autoManagerMetrics reads the AutoManager's counters from a member's
+// /metrics (the final primary's: they count its own term only, and a
+// failover starts them again). The keys are the series as exposed (name
+// and labels), without the norsk_automanager_ prefix.
+func autoManagerMetrics(ctx context.Context, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+"/metrics", nil)
+	if err != nil {
+		return nil, fmt.Errorf("sim: metrics: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("sim: metrics: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("sim: metrics: %s", resp.Status)
+	}
+	const prefix = "norsk_automanager_"
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[strings.TrimPrefix(line[:i], prefix)] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("sim: metrics: %w", err)
+	}
+	return out, nil
+}
+
+// writeAutoManager prints the passes the final primary's AutoManager made:
+// how many, their time, the jobs they planned, and the full passes by why.
+func writeAutoManager(p func(string, ...any), m map[string]float64) {
+	if len(m) == 0 {
+		return
+	}
+	p("automanager (the final primary's term): %.0f passes, %.1f s in them, %.0f jobs planned; %.0f full passes, %.1f s in them",
+		m["passes_total"], m["pass_seconds_sum"], m["pass_jobs_sum"], m["reconcile_seconds_count"], m["reconcile_seconds_sum"])
+	var why []string
+	for _, r := range []string{"start", "reconcile", "failed", "resync", "burst"} {
+		if n := m[`reconciles_total{reason="`+r+`"}`]; n > 0 {
+			why = append(why, fmt.Sprintf("%s %.0f", r, n))
+		}
+	}
+	if len(why) > 0 {
+		p("      full passes by why: %s", strings.Join(why, ", "))
+	}
+}
