@@ -193,6 +193,7 @@ func TestStoreBootRestoresNewestBackupWhenUnreadable(t *testing.T) {
 	t.Parallel()
 	for _, corrupt := range stCorruptions {
 		t.Run(corrupt.name, func(t *testing.T) {
+			t.Parallel() // each damages and boots a store of its own
 			dir := t.TempDir()
 			s, c, backup := stScheduledBackup(t, dir)
 			stCreateJobs(t, c, "alpha")
