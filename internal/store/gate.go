@@ -64,10 +64,7 @@ func (g *commitGate) dropped(min, max uint64) {
 		return // not the tail written last (a compaction of the head)
 	}
 	g.written = min - 1
-	if g.started >= g.written && g.open != nil {
-		close(g.open)
-		g.open = nil
-	}
+	g.openIfCaughtUpLocked()
 }
 
 // reached records that the FSM has been handed every entry up to index.
@@ -77,6 +74,12 @@ func (g *commitGate) reached(index uint64) {
 	if index > g.started {
 		g.started = index
 	}
+	g.openIfCaughtUpLocked()
+}
+
+// openIfCaughtUpLocked opens the gate once the FSM has been handed
+// everything written. The caller holds mu.
+func (g *commitGate) openIfCaughtUpLocked() {
 	if g.started >= g.written && g.open != nil {
 		close(g.open)
 		g.open = nil
