@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
@@ -50,6 +51,24 @@ func (f *fakeWork) Start(ctx context.Context, t Term) func() {
 // runs it until the test ends.
 func standalone(t *testing.T, work TermWork) (*Member, context.CancelFunc) {
 	t.Helper()
+	m := openStandalone(t, work)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return m, cancel
+}
+
+// openStandalone opens a standalone member over work in a new directory,
+// without running it, and closes it when the test ends.
+func openStandalone(t *testing.T, work TermWork) *Member {
+	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := New(Config{
@@ -62,20 +81,12 @@ func standalone(t *testing.T, work TermWork) (*Member, context.CancelFunc) {
 	if err := m.Open(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		m.Run(ctx)
-	}()
 	t.Cleanup(func() {
-		cancel()
-		<-done
 		if err := m.Close(); err != nil {
 			t.Error(err)
 		}
 	})
-	return m, cancel
+	return m
 }
 
 func receive[T any](t *testing.T, ch <-chan T, what string) T {
@@ -158,5 +169,36 @@ func TestTermWorkNotStartedWhenBootFails(t *testing.T) {
 	m.Stop(t.Context())
 	if n := w.starts.Load(); n != 0 {
 		t.Fatalf("the term's work started %d times after its boot work failed", n)
+	}
+}
+
+// TestNoTermAfterIncarnationEnds: the leadership loop of an incarnation
+// that has ended (a recovery about to close its store) starts no term, even
+// when it wakes to find its store leading and no term running. CI once saw
+// a term start on the old store this way: the loop woke on its tick at the
+// moment the recovery ended the first term.
+func TestNoTermAfterIncarnationEnds(t *testing.T) {
+	t.Parallel()
+	w := newFakeWork()
+	m := openStandalone(t, w)
+	st := m.Store()
+	for !st.IsLeader() {
+		select {
+		case <-t.Context().Done():
+			t.Fatal("the standalone store never led")
+		case <-st.LeaderNotify():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// The first term's boot work is done, so a second needs no write that
+	// the ended context would refuse.
+	if err := m.bootWork(t.Context(), st); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	m.leadership(ctx, st)
+	if n := w.starts.Load(); n != 0 {
+		t.Fatalf("an ended incarnation started %d terms", n)
 	}
 }

@@ -128,6 +128,13 @@ func (m *Member) leadership(ctx context.Context, st *store.Store) {
 	check := time.NewTicker(250 * time.Millisecond)
 	defer check.Stop()
 	for {
+		if ctx.Err() != nil {
+			// The incarnation ended while this loop was awake for another
+			// reason (a tick, a leader notice): a term that ended with it
+			// must not be followed by a fresh one on the store being
+			// closed.
+			return
+		}
 		now := st.IsLeader()
 		if now && leading {
 			// Leadership lost and won back between two looks (a new raft
@@ -193,6 +200,9 @@ func (m *Member) primaryTerm(ctx context.Context, st *store.Store) {
 	if err != nil {
 		m.log.Error("primary term: boot work failed", "err", err)
 		return
+	}
+	if ctx.Err() != nil {
+		return // the term ended during its boot work
 	}
 	m.primaryReady.Store(true)
 	stop := m.cfg.Work.Start(ctx, Term{Store: st, Term: st.Term(), Generation: st.State().Snapshot().Generation()})
