@@ -103,6 +103,11 @@ type Config struct {
 	// socket path and the same across restarts of the worker). It is
 	// created 0700 and must not be shared by two workers.
 	JobSocketDir string
+	// JobSocketAttachGrace is how long after an instance's socket opens a
+	// handover's get_state waits for the job's first attach before it is
+	// refused (default jobsocket.DefaultAttachGrace, 10 s: a job that has
+	// just started is about to attach).
+	JobSocketAttachGrace time.Duration
 	// LeaseTTL is the lease of the lease-protected instances until a
 	// Manager member's first LeaseGrant since the agent started (default
 	// 15 s; then each grant says): a worker that hears no grant stops them

@@ -267,3 +267,22 @@ func runSession(t *testing.T, path string, h jobsocket.Handler) *jobsocket.Sessi
 	})
 	return s
 }
+
+// expectRefusalAmong reads the controller's messages until the ack of seq,
+// skipping the others (the reports and acks of a command sent after it),
+// and checks that it refuses with code and says want.
+func expectRefusalAmong(t *testing.T, c *workertest.Controller, seq uint64, code, want string) {
+	t.Helper()
+	for range 16 {
+		m := next(t, c)
+		ack := m.GetAck()
+		if ack == nil || ack.GetSeq() != seq {
+			continue
+		}
+		if ack.GetErrorCode() != code || !strings.Contains(ack.GetError(), want) {
+			t.Fatalf("the ack of %d is %v: want %s saying %q", seq, ack, code, want)
+		}
+		return
+	}
+	t.Fatalf("no ack of %d among 16 messages", seq)
+}

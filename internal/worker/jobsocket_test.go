@@ -8,11 +8,13 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
+	"github.com/norsk-go/norsk-manager/internal/worker/workertest"
 	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
 
@@ -124,13 +126,12 @@ func TestJobSocketSourceHandshake(t *testing.T) {
 	expectRefusal(t, c, seq, codeNotFound, "no instance nope/primary")
 	seq = send(t, c, getStateMsg("cam", "primary", 8, migA))
 	expectRefusal(t, c, seq, codeNotFound, "token 9, not 8")
-	seq = send(t, c, getStateMsg("cam", "primary", 9, migA))
-	expectRefusal(t, c, seq, codeFailedPrecondition, "instance cam/primary has no job socket session (is --job-socket on and does the job attach?)")
 
+	// The job has not attached yet (it has just started): the propose
+	// waits for it and reaches it right after its hello_ack; its answer is
+	// reported and locks it.
+	seq = send(t, c, getStateMsg("cam", "primary", 9, migA))
 	j, _ := attachJob(t, a.JobSocketPath("cam", "primary"))
-
-	// The propose reaches the job; its answer is reported and locks it.
-	seq = send(t, c, getStateMsg("cam", "primary", 9, migA))
 	expectAck(t, c, seq, "")
 	if m := j.next(); m.GetGetState().GetMigrationId() != migA {
 		t.Fatalf("job got %v", m)
@@ -432,4 +433,58 @@ func TestJobSocketSurvivesWorkerRestart(t *testing.T) {
 	if r := expectMigration(t, c2, kindState, "cam", "primary", 5, migA); string(r.GetPayload()) != "state-of-"+migA {
 		t.Fatalf("state report: %v", r)
 	}
+}
+
+// TestJobSocketGetStateBeforeFirstAttach: a get_state that finds a job not
+// yet attached waits for its first attach, within the grace; it is refused
+// when the grace runs out, when the instance stops, when its migration is
+// aborted, and at once for a job that attached before and dropped its
+// stream.
+func TestJobSocketGetStateBeforeFirstAttach(t *testing.T) {
+	t.Parallel()
+	const grace = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		// then happens after the get_state was sent to job "cam" (token 3),
+		// which has not attached; it returns the refusal's code and text.
+		then func(t *testing.T, c *workertest.Controller) (string, string)
+	}{
+		{"the grace runs out", func(*testing.T, *workertest.Controller) (string, string) {
+			return codeFailedPrecondition, "the job did not attach within 300ms of its start"
+		}},
+		{"the instance stops", func(t *testing.T, c *workertest.Controller) (string, string) {
+			send(t, c, stopMsg("cam", "primary", 3, 0, reasonUser, ""))
+			return codeNotFound, "instance cam/primary has stopped"
+		}},
+		{"its migration is aborted", func(t *testing.T, c *workertest.Controller) (string, string) {
+			send(t, c, abortMsg("cam", "primary", migA, "operator"))
+			return codeFailedPrecondition, "migration " + migA + " was aborted before the job attached"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			cfg := e.jsConfig()
+			cfg.JobSocketAttachGrace = grace
+			a := e.run(cfg)
+			c, _ := e.dial(a, noHeartbeats)
+			startRunning(t, c, job("cam", svc("media")), "primary", 3)
+			seq := send(t, c, getStateMsg("cam", "primary", 3, migA))
+			code, msg := tc.then(t, c)
+			expectRefusalAmong(t, c, seq, code, msg)
+		})
+	}
+
+	t.Run("a job that attached before", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		a := e.run(e.jsConfig())
+		c, _ := e.dial(a, noHeartbeats)
+		startRunning(t, c, job("cam", svc("media")), "primary", 3)
+		j, _ := attachJob(t, a.JobSocketPath("cam", "primary"))
+		j.close()
+		runtimetest.Eventually(t, wait, "the job's stream ends", func() bool { return !a.JobAttached("cam", "primary") })
+		seq := send(t, c, getStateMsg("cam", "primary", 3, migA))
+		expectRefusal(t, c, seq, codeFailedPrecondition, "instance cam/primary has no job socket session (is --job-socket on and does the job attach?)")
+	})
 }

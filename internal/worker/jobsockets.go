@@ -113,6 +113,8 @@ func (a *Agent) newJobSockets() (*jobsocket.Sockets, error) {
 		Applied: func(key runtime.Key, token uint64, migrationID string) {
 			a.sup.HandoverApplied(key, token, migrationID)
 		},
-		Report: a.reportMigration,
+		Report:      a.reportMigration,
+		AttachGrace: a.cfg.JobSocketAttachGrace,
+		Clock:       a.cfg.Clock,
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -70,13 +71,17 @@ type jobSocket struct {
 	// pendingAbort is an abort the job could not be told (it was not
 	// attached): it follows the next hello_ack.
 	pendingAbort *managerv1.JobSocketAbortMigration
-	closed       bool
+	// opened is when the socket was opened; waiting a get_state held
+	// until the job first attaches (await.go).
+	opened  time.Time
+	waiting *heldGetState
+	closed  bool
 }
 
 func newJobSocket(m *Sockets, key runtime.Key, info Info, dir, path string, ln *net.UnixListener) *jobSocket {
 	s := &jobSocket{
 		m: m, key: key, token: info.Token, dir: dir, path: path, ln: ln, info: info,
-		log: m.log.With("instance", key.String(), "job_socket", path),
+		log: m.log.With("instance", key.String(), "job_socket", path), opened: m.now(),
 	}
 	if info.MigrationID != "" && info.Handover {
 		s.mig = handover{id: info.MigrationID, side: sideTarget, stage: stageLaunched}
@@ -282,6 +287,7 @@ func (s *jobSocket) attach(ctx context.Context, hello *managerv1.JobSocketHello)
 			MigrationId: s.mig.id, Payload: s.info.InitialState,
 		}}}, s.initialStateSent(s.mig.id))
 	}
+	s.sendHeld(att)
 	var dropped []func(error)
 	for _, t := range stale {
 		switch t.msg.GetMsg().(type) {

@@ -26,7 +26,9 @@ import (
 // A command is acknowledged once its message has been sent on the job's
 // stream, or refused: NOT_FOUND when the worker holds no instance of the key
 // under the command's token (0 = whatever it holds), FAILED_PRECONDITION when
-// the job is not attached, the instance is in another migration, or the
+// the job is not attached (a get_state for a job that has never attached
+// waits for it first, within the attach grace: await.go), the instance is
+// in another migration, or the
 // command does not fit the instance's part in the migration (INVALID_ARGUMENT
 // for a command naming no job, role or migration).
 //
@@ -191,12 +193,16 @@ func (m *Sockets) GetState(key runtime.Key, token uint64, id string, reply func(
 		reply(e)
 		return
 	}
-	if s.att == nil {
+	if s.att == nil && !s.mayHold() {
 		reply(s.noSession())
 		return
 	}
 	if s.mig.side != sideSource || s.mig.id != id {
 		s.mig = handover{id: id, side: sideSource, stage: stageProposed}
+	}
+	if s.att == nil {
+		s.hold(id, reply)
+		return
 	}
 	s.log.Info("migration: asking the job for its state", "migration_id", id)
 	s.att.push(&managerv1.JobSocketToJob{Msg: &managerv1.JobSocketToJob_GetState{GetState: &managerv1.JobSocketGetState{
@@ -340,6 +346,9 @@ func (s *jobSocket) abort(id, reason string, done func()) {
 		} else {
 			s.mig.stage = stageAborted
 		}
+	}
+	if s.waiting != nil && s.waiting.id == id {
+		s.endHold(ack.Refuse(connect.CodeFailedPrecondition, "instance %s: migration %s was aborted before the job attached", s.key, id))
 	}
 	s.log.Info("migration aborted", "migration_id", id, "reason", reason)
 	ab := &managerv1.JobSocketAbortMigration{MigrationId: id, Reason: reason}

@@ -15,11 +15,14 @@ import (
 	"syscall"
 	"time"
 
+	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
+	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 	jsapi "github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
 
@@ -112,6 +115,11 @@ type Config struct {
 	// is up); called with the socket's lock held, so it must not block on
 	// the sockets.
 	Report func(*managerv1.MigrationReport)
+	// AttachGrace is how long after its socket opens a job's first attach
+	// is waited for by a get_state (DefaultAttachGrace when 0; await.go).
+	AttachGrace time.Duration
+	// Clock times the grace (clock.Real when nil).
+	Clock clock.Clock
 }
 
 // Sockets holds the job sockets of a worker's instances. The instance
@@ -163,6 +171,22 @@ func New(cfg Config) (*Sockets, error) {
 		return nil, fmt.Errorf("worker: job socket directory: %w", err)
 	}
 	return &Sockets{cfg: cfg, base: base, log: cfg.Log, mounted: cfg.Mounted, socks: map[runtime.Key]*jobSocket{}}, nil
+}
+
+func (m *Sockets) clock() clock.Clock {
+	if m.cfg.Clock == nil {
+		return clock.Real{}
+	}
+	return m.cfg.Clock
+}
+
+func (m *Sockets) now() time.Time { return m.clock().Now() }
+
+func (m *Sockets) attachGrace() time.Duration {
+	if m.cfg.AttachGrace <= 0 {
+		return DefaultAttachGrace
+	}
+	return m.cfg.AttachGrace
 }
 
 // Dir and Path are where an instance's socket lives on the host.
@@ -332,6 +356,7 @@ func (m *Sockets) CloseAll() {
 func (s *jobSocket) close(removeDir bool) {
 	s.mu.Lock()
 	s.closed = true
+	s.endHold(ack.Refuse(connect.CodeNotFound, "instance %s has stopped", s.key))
 	att := s.att
 	s.att = nil
 	s.mu.Unlock()
