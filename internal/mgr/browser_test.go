@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
@@ -347,4 +349,61 @@ func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 		t.Fatalf("evaluate %s: %v", expr, err)
 	}
 	return v
+}
+
+// A page whose load fails at the network (a fetch cut while a member is
+// busy or a norsk-mgr takes over) says so and loads again on its own,
+// without an event or a click.
+func TestConsolePageLoadsAgainAfterAFailedFetch(t *testing.T) {
+	ctx := newBrowserTab(t)
+	key, jwks := mgr.TestSigningKey(t)
+	c := testcluster.New(t, testcluster.Options{AccessReplicaKeysFile: jwks})
+	s := start(t, c, c.Members[0], key, 200*time.Millisecond)
+
+	// The browser fails the first request for the overview's data, as a
+	// connection reset would; every other request goes through.
+	paused := make(chan *fetch.EventRequestPaused, 1024)
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			paused <- e
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var failed atomic.Int32
+	go func() {
+		for {
+			var e *fetch.EventRequestPaused
+			select {
+			case <-ctx.Done():
+				return
+			case e = <-paused:
+			}
+			if strings.HasSuffix(e.Request.URL, "/api/overview") && failed.Add(1) == 1 {
+				_ = chromedp.Do(ctx, cdpCall(fetch.FailRequest, fetch.FailRequestParams{RequestID: e.RequestID, ErrorReason: network.ErrorReasonConnectionReset}))
+				continue
+			}
+			_ = chromedp.Do(ctx, cdpCall(fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID}))
+		}
+	}()
+	run(t, ctx, "intercept the page's requests", cdpCall(fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/api/*"}}}))
+	t.Cleanup(func() {
+		_ = chromedp.Do(ctx, cdpCall(fetch.Disable, cdp.Empty{}))
+	})
+
+	// signIn waits for the overview: it shows only if the page loaded again
+	// after the failure.
+	signIn(t, ctx, s.URL(), "admin", adminPassword)
+	if n := failed.Load(); n < 2 {
+		t.Fatalf("the overview's data was asked for %d times: want the failed load and the retry", n)
+	}
+}
+
+// cdpCall is a chromedp action that runs one DevTools command, ignoring its
+// result.
+func cdpCall[P, R any](cmd cdp.Command[P, R], p P) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, t, cmd, p)
+		return chromedp.Void{}, err
+	}
 }

@@ -75,6 +75,8 @@ function parseRoute() {
 }
 
 let renderSeq = 0;
+// renderRetry counts the failed loads in a row (their retries back off).
+let renderRetry = 0;
 // render draws the current page from fresh data.
 export async function render() {
   const main = document.getElementById("main");
@@ -103,9 +105,15 @@ export async function render() {
     // When the page first showed, for measurements (performance entries).
     if (!performance.getEntriesByName("norsk-page-shown").length) performance.mark("norsk-page-shown", { detail: r.name });
     if (focused) { const el = document.getElementById(focused); if (el) el.focus(); }
+    renderRetry = 0;
   } catch (e) {
     if (seq !== renderSeq) return;
-    main.replaceChildren(h("p", { class: "error" }, "Could not load this page: " + e.message));
+    // A failed load (a fetch cut by a takeover, a busy member) is tried
+    // again on its own, 1 s, 2 s, 4 s … up to 15 s apart, unless another
+    // render comes first.
+    const wait = Math.min(1000 * 2 ** renderRetry++, 15000);
+    main.replaceChildren(h("p", { class: "error" }, "Could not load this page: " + e.message + " (trying again in " + Math.round(wait / 1000) + " s)"));
+    setTimeout(() => { if (seq === renderSeq) render(); }, wait);
   }
 }
 
