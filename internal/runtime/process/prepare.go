@@ -86,10 +86,16 @@ func (r *Runtime) Prepare(ctx context.Context, spec runtime.InstanceSpec) error 
 		}
 	}
 
-	// One allocation at a time in this process: a port another Prepare
-	// has chosen is either still bound by it or in its saved state file.
+	// One allocation at a time on the host, up to the saved state files:
+	// a port another Prepare has chosen is then either still bound by it
+	// or in a state file of a registered directory, bound or not.
 	r.allocMu.Lock()
 	defer r.allocMu.Unlock()
+	unlockPorts, err := r.ports.lock()
+	if err != nil {
+		return fmt.Errorf("prepare %s: %w", key, err)
+	}
+	defer unlockPorts()
 	reserved, err := r.reservedPorts()
 	if err != nil {
 		return fmt.Errorf("prepare %s: %w", key, err)
@@ -288,17 +294,29 @@ func envSuffix(s string, trim bool) string {
 	return out
 }
 
-// reservedPorts are the host ports allocated to any service in this
-// runtime's directory, as "proto/port".
+// reservedPorts are the host ports allocated to any service of any runtime
+// directory in the port registry (this runtime's among them), as
+// "proto/port". Call it under the registry's lock.
 func (r *Runtime) reservedPorts() (map[string]bool, error) {
-	states, err := r.allStates()
+	// Registered again: an entry lost with the temporary directory's
+	// cleaning comes back before this runtime's ports are needed.
+	if err := r.ports.register(r.dir); err != nil {
+		return nil, err
+	}
+	dirs, err := r.ports.dirs()
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]bool{}
-	for _, st := range states {
-		for _, p := range st.Ports {
-			out[p.Protocol+"/"+strconv.FormatUint(uint64(p.HostPort), 10)] = true
+	for _, dir := range dirs {
+		states, err := statesUnder(dir, r.log)
+		if err != nil {
+			return nil, err
+		}
+		for _, st := range states {
+			for _, p := range st.Ports {
+				out[p.Protocol+"/"+strconv.FormatUint(uint64(p.HostPort), 10)] = true
+			}
 		}
 	}
 	return out, nil

@@ -114,6 +114,11 @@ type Config struct {
 	// operator started the worker in, by default (os.Getwd at New). A
 	// relative working_dir is still relative to the instance directory.
 	CommandDir string
+	// PortRegistry is the directory the host's process runtimes share to
+	// allocate host ports from one pool (see "Host ports" in the package
+	// comment). Empty means DefaultPortRegistry(). Runtimes that are given
+	// different registries may give one port to two services.
+	PortRegistry string
 }
 
 // Runtime runs services as host processes. It is safe for concurrent use.
@@ -125,6 +130,7 @@ type Runtime struct {
 	log        *slog.Logger
 	advertise  string
 
+	ports   *portRegistry
 	allocMu sync.Mutex // serialises port allocation in Prepare
 
 	mu       sync.Mutex
@@ -181,10 +187,24 @@ func New(cfg Config) (*Runtime, error) {
 	if cmdDir, err = filepath.Abs(cmdDir); err != nil {
 		return nil, fmt.Errorf("process runtime: command directory: %w", err)
 	}
+	regDir := cfg.PortRegistry
+	if regDir == "" {
+		regDir = DefaultPortRegistry()
+	}
+	ports, err := openPortRegistry(regDir)
+	if err != nil {
+		return nil, fmt.Errorf("process runtime: %w", err)
+	}
+	// Registered at once: the ports of the services it already holds
+	// (adopted after a restart) are taken before it prepares anything.
+	if err := ports.register(dir); err != nil {
+		return nil, fmt.Errorf("process runtime: %w", err)
+	}
 	r := &Runtime{
 		commandDir: cmdDir,
 		nodeID:     cfg.NodeID,
 		dir:        dir,
+		ports:      ports,
 		log:        log.With("runtime", "process", "node", cfg.NodeID),
 		advertise:  adv,
 		children:   map[string]*child{},
