@@ -19,11 +19,12 @@
 //	NORSK_PORT_<containerPort>=<hostPort>
 //	    one per port mapping. There is no port translation on the host: the
 //	    service must listen on hostPort itself. Prepare allocates the host
-//	    port: an ephemeral mapping gets a free port (bind port 0, release),
-//	    a range the first free port in it, a specific one that port as given.
-//	    Free means bindable with the mapping's protocol (ANY and TCP: tcp,
-//	    UDP: udp) on its host_address, and not allocated to another service
-//	    in this runtime's directory.
+//	    port: an ephemeral mapping gets a free port drawn at random from
+//	    EphemeralPortMin-EphemeralPortMax, a range the first free port in
+//	    it, a specific one that port as given. Free means bindable with the
+//	    mapping's protocol (ANY and TCP: tcp, UDP: udp) on its host_address,
+//	    and not allocated to a service of any process runtime on the host
+//	    (see Host ports).
 //	NORSK_VOLUME_<NAME>=<dir>
 //	    one per named volume of the job (job.volumes, and every volume mount
 //	    whose source does not start with "/"). NAME is the volume name in
@@ -40,6 +41,23 @@
 //	    ROOT). read_only cannot be enforced on a host process.
 //
 // shm_size_bytes and cpu_set are ignored.
+//
+// # Host ports
+//
+// A service's host port is allocated at Prepare and bound by the service
+// itself once it runs; in between nobody holds it, so that a bind check
+// alone would find it free. What holds it is the state file: a port is the
+// service's from Prepare until its instance is removed (or prepared anew
+// with a newer token), across restarts of the service and of the worker.
+// For that to hold between runtimes over different directories (two workers
+// on one host, the nodes of a test), they share a port registry
+// (Config.PortRegistry, by default DefaultPortRegistry(): one per user of
+// the host): every runtime registers its directory there, and Prepare
+// allocates under the registry's lock, counting as taken every port a state
+// file of any registered directory holds. Runtimes given different
+// registries, and processes that are not process runtimes, are not held
+// off: a service whose port such a process has bound fails to bind it,
+// typically exits, and is restarted by the supervisor with the same port.
 //
 // # State and adoption
 //
