@@ -56,8 +56,13 @@
 // allocates under the registry's lock, counting as taken every port a state
 // file of any registered directory holds. Runtimes given different
 // registries, and processes that are not process runtimes, are not held
-// off: a service whose port such a process has bound fails to bind it,
-// typically exits, and is restarted by the supervisor with the same port.
+// off. StartService therefore checks that a service's ports can still be
+// bound just before it starts the process, and allocates an ephemeral or
+// range port that cannot anew (as a container engine chooses such a port
+// anew at every start); a specific port is left as given. A port taken in
+// the moment between that check and the service's bind is not seen: the
+// service fails to bind it, typically exits, and the supervisor restarts
+// it, which checks again.
 //
 // # State and adoption
 //

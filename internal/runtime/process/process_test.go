@@ -1,6 +1,7 @@
 package process
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -463,6 +465,56 @@ func TestPortsReservedAcrossRuntimes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStartAllocatesATakenPortAnew: an ephemeral host port that a process
+// foreign to the runtimes bound after Prepare (here the test) is allocated
+// anew when the service starts, as a container engine chooses an ephemeral
+// port at every start: the service runs, its status and environment name
+// the new port, and it answers there.
+func TestStartAllocatesATakenPortAnew(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	rt := newRuntime(t, "n1", t.TempDir())
+	svc := testService("web", runtimetest.Behaviour{Listen: 8080}.Args())
+	svc.Ports = []*managerv1.PortMapping{{ContainerPort: 8080}}
+	spec := testSpec("n1", "job-taken", 1, svc)
+	removeOnCleanup(t, rt, spec.Key)
+	if err := rt.Prepare(ctx, spec); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	prepared, err := loadState(rt.statePath(spec.Key, "web"))
+	if err != nil || len(prepared.Ports) != 1 {
+		t.Fatalf("state = %+v, %v; want one port", prepared, err)
+	}
+	port := prepared.Ports[0].HostPort
+	if l, err := net.Listen("tcp", ":"+strconv.FormatUint(uint64(port), 10)); err == nil {
+		defer l.Close()
+	} // else another process holds it already: as good
+
+	st, err := rt.StartService(ctx, spec.Key, "web")
+	if err != nil {
+		t.Fatalf("StartService: %v", err)
+	}
+	if !st.Running || len(st.Ports) != 1 || st.Ports[0].GetPublished() == port || st.Ports[0].GetPublished() == 0 {
+		t.Fatalf("StartService = %+v; want running with a port other than the taken %d", st, port)
+	}
+	started, err := loadState(rt.statePath(spec.Key, "web"))
+	want := "NORSK_PORT_8080=" + strconv.FormatUint(uint64(st.Ports[0].GetPublished()), 10)
+	if err != nil || !slices.Contains(started.Env, want) || started.Ports[0].HostPort != st.Ports[0].GetPublished() {
+		t.Fatalf("state after start = %+v, %v; want its port and %s", started, err, want)
+	}
+	url := st.Ports[0].GetUrl()
+	runtimetest.Eventually(t, 30*time.Second, url+" answers", func() bool {
+		c, err := net.DialTimeout("tcp", url, time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return line == "testprog\n"
+	})
 }
 
 // TestPortRegistry: the registry lists the directories registered in it
