@@ -154,7 +154,7 @@ type Runtime struct {
 	advertise  string
 
 	ports   *portRegistry
-	allocMu sync.Mutex // serialises port allocation in Prepare
+	allocMu sync.Mutex // serialises this runtime's port allocations (Prepare, StartService) before the registry's flock
 
 	mu       sync.Mutex
 	children map[string]*child // by state file path: processes this runtime started

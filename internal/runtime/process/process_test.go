@@ -518,8 +518,9 @@ func TestStartAllocatesATakenPortAnew(t *testing.T) {
 }
 
 // TestPortRegistry: the registry lists the directories registered in it
-// while they exist, forgets one once it is gone, and refuses a directory
-// that others could write to or that is a symlink.
+// while they exist, forgets one once it is gone, is made again when it is
+// removed, and refuses a directory that others could write to or that is a
+// symlink.
 func TestPortRegistry(t *testing.T) {
 	t.Parallel()
 	g, err := openPortRegistry(filepath.Join(t.TempDir(), "registry"))
@@ -545,6 +546,16 @@ func TestPortRegistry(t *testing.T) {
 			t.Errorf("registry holds %s after the directory it named was removed", e.Name())
 		}
 	}
+
+	// The temporary directory's cleaning removed it: it is made again.
+	if err := os.RemoveAll(g.dir); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := g.lock()
+	if err != nil {
+		t.Fatalf("lock of a removed registry: %v", err)
+	}
+	unlock()
 
 	open := t.TempDir()
 	if err := os.Chmod(open, 0o777); err != nil {

@@ -37,27 +37,37 @@ func DefaultPortRegistry() string {
 	return filepath.Join(os.TempDir(), "norsk-process-ports-"+strconv.Itoa(os.Geteuid()))
 }
 
-// openPortRegistry creates the registry directory if needed (mode 0700). It
-// must be a directory owned by this process's user, not a symlink: another
-// user who could write to it could make every allocation fail or let two
-// services share a port.
+// openPortRegistry opens the registry at dir (see ensure).
 func openPortRegistry(dir string) (*portRegistry, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("port registry: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("port registry: %w", err)
+	g := &portRegistry{dir: dir}
+	if err := g.ensure(); err != nil {
+		return nil, err
 	}
-	fi, err := os.Lstat(dir)
+	return g, nil
+}
+
+// ensure creates the registry directory if needed (mode 0700): a temporary
+// directory's cleaning may remove it while runtimes use it. It must be a
+// directory owned by this process's user that no one else can write to, not
+// a symlink: another user who could write to it could make every allocation
+// fail or let two services share a port.
+func (g *portRegistry) ensure() error {
+	if err := os.MkdirAll(g.dir, 0o700); err != nil {
+		return fmt.Errorf("port registry: %w", err)
+	}
+	fi, err := os.Lstat(g.dir)
 	if err != nil {
-		return nil, fmt.Errorf("port registry: %w", err)
+		return fmt.Errorf("port registry: %w", err)
 	}
 	sys, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.IsDir() || !ok || int(sys.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
-		return nil, fmt.Errorf("port registry %s: not a directory of this user (uid %d) that only it can write", dir, os.Geteuid())
+		return fmt.Errorf("port registry %s: not a directory of this user (uid %d) that only it can write to", g.dir, os.Geteuid())
 	}
-	return &portRegistry{dir: dir}, nil
+	return nil
 }
 
 // entry is the name of a runtime directory's entry in the registry.
@@ -89,6 +99,9 @@ func (g *portRegistry) register(runtimeDir string) error {
 // lock takes the registry's exclusive flock: the host's allocations happen
 // one at a time. Separate calls conflict even within one process.
 func (g *portRegistry) lock() (unlock func(), err error) {
+	if err := g.ensure(); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(filepath.Join(g.dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("port registry: %w", err)
