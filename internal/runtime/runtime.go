@@ -97,7 +97,10 @@ type ServiceStatus struct {
 	// PID is the service's main process id on the node while it runs (0
 	// when not running or not known).
 	PID int
-	// Ports are the service's published ports while it runs.
+	// Ports are the service's published ports while it runs (none while
+	// it does not): the host port the runtime gave each port mapping of
+	// the spec, with the URL clients reach it at. See
+	// Runtime.StartService for what a caller can rely on.
 	Ports []*managerv1.ResolvedPortMapping
 }
 
@@ -121,10 +124,25 @@ type Runtime interface {
 	// run is ErrInvalidSpec.
 	Prepare(ctx context.Context, spec InstanceSpec) error
 
-	// StartService starts one prepared service and returns its status
-	// (with resolved ports). Starting a running service returns its status.
-	// Starting a service that has exited starts it again (the supervisor's
-	// restart). An unknown service is ErrNotFound.
+	// StartService starts one prepared service and returns its status.
+	// Starting a running service returns its status. Starting a service
+	// that has exited starts it again (the supervisor's restart). An
+	// unknown service is ErrNotFound.
+	//
+	// Ports. When the status returned is Running, its Ports are resolved:
+	// the host port of each of the spec's port mappings, the same List
+	// reports for as long as this run lasts. The runtime gives a host port
+	// to one service at a time: no other service of the node's runtime,
+	// nor of another runtime drawing from the same pool (the engine's
+	// containers; the process runtimes sharing a port registry), is given
+	// it while the service holds it. It does not promise that the service
+	// accepts connections there yet: the docker runtime's engine publishes
+	// the port at start, but a process runtime's service binds its port
+	// itself once it runs, and a process foreign to the runtimes may have
+	// bound it first. A service that no longer runs when the status is
+	// taken (it exited at once: it could not bind its port, say) is
+	// returned without an error, not Running and without Ports; Wait
+	// returns its exit code and the supervisor's restart policy applies.
 	StartService(ctx context.Context, key Key, service string) (ServiceStatus, error)
 
 	// Wait blocks until the service is not running (it exited, or was

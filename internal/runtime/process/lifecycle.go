@@ -39,6 +39,10 @@ func (r *Runtime) StartService(ctx context.Context, key runtime.Key, service str
 		return runtime.ServiceStatus{}, fmt.Errorf("start %s/%s: state file has no command: %w", key, service, runtime.ErrInvalidSpec)
 	}
 
+	if err := r.portsAtStart(key, st); err != nil {
+		return runtime.ServiceStatus{}, fmt.Errorf("start %s/%s: host ports: %w", key, service, err)
+	}
+
 	logf, err := os.OpenFile(filepath.Join(r.instanceDir(key), service+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return runtime.ServiceStatus{}, fmt.Errorf("start %s/%s: log file: %w", key, service, err)

@@ -86,10 +86,16 @@ func (r *Runtime) Prepare(ctx context.Context, spec runtime.InstanceSpec) error 
 		}
 	}
 
-	// One allocation at a time in this process: a port another Prepare
-	// has chosen is either still bound by it or in its saved state file.
+	// One allocation at a time on the host, up to the saved state files:
+	// a port another Prepare has chosen is then either still bound by it
+	// or in a state file of a registered directory, bound or not.
 	r.allocMu.Lock()
 	defer r.allocMu.Unlock()
+	unlockPorts, err := r.ports.lock()
+	if err != nil {
+		return fmt.Errorf("prepare %s: %w", key, err)
+	}
+	defer unlockPorts()
 	reserved, err := r.reservedPorts()
 	if err != nil {
 		return fmt.Errorf("prepare %s: %w", key, err)
@@ -288,17 +294,29 @@ func envSuffix(s string, trim bool) string {
 	return out
 }
 
-// reservedPorts are the host ports allocated to any service in this
-// runtime's directory, as "proto/port".
+// reservedPorts are the host ports allocated to any service of any runtime
+// directory in the port registry (this runtime's among them), as
+// "proto/port". Call it under the registry's lock.
 func (r *Runtime) reservedPorts() (map[string]bool, error) {
-	states, err := r.allStates()
+	// Registered again: an entry lost with the temporary directory's
+	// cleaning comes back before this runtime's ports are needed.
+	if err := r.ports.register(r.dir); err != nil {
+		return nil, err
+	}
+	dirs, err := r.ports.dirs()
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]bool{}
-	for _, st := range states {
-		for _, p := range st.Ports {
-			out[p.Protocol+"/"+strconv.FormatUint(uint64(p.HostPort), 10)] = true
+	for _, dir := range dirs {
+		states, err := statesUnder(dir, r.log)
+		if err != nil {
+			return nil, err
+		}
+		for _, st := range states {
+			for _, p := range st.Ports {
+				out[p.Protocol+"/"+strconv.FormatUint(uint64(p.HostPort), 10)] = true
+			}
 		}
 	}
 	return out, nil
@@ -354,6 +372,90 @@ func allocatePort(pm *managerv1.PortMapping, reserved map[string]bool, holds *[]
 		}
 		return p, fmt.Errorf("port %d: no free ephemeral %s port in %d-%d", p.ContainerPort, p.Protocol, EphemeralPortMin, EphemeralPortMax)
 	}
+}
+
+// portsAtStart checks, just before a service that does not run starts, that
+// each of its host ports can still be bound. A port that cannot (a process
+// foreign to the runtimes bound it after Prepare, or something the
+// service's last run left behind holds it) is allocated anew when its
+// mapping is ephemeral or a range, as a container engine chooses such a port
+// anew at every start, and the state file is saved with it; a specific port
+// is left as given. A port that cannot be allocated anew is left as it was,
+// with a warning: the service then fails to bind it, as before.
+func (r *Runtime) portsAtStart(key runtime.Key, st *serviceState) error {
+	var taken []int
+	for i, p := range st.Ports {
+		c, _, err := bindPort(p.Protocol, p.HostAddress, p.HostPort)
+		if err == nil {
+			_ = c.Close()
+			continue
+		}
+		taken = append(taken, i)
+	}
+	if len(taken) == 0 {
+		return nil
+	}
+	var svc managerv1.Service
+	if err := protojson.Unmarshal(st.Spec, &svc); err != nil || len(svc.GetPorts()) != len(st.Ports) {
+		r.log.Warn("host ports taken, and the spec to allocate them anew unreadable", "instance", key.String(), "service", st.Service, "err", err)
+		return nil
+	}
+
+	r.allocMu.Lock()
+	defer r.allocMu.Unlock()
+	unlockPorts, err := r.ports.lock()
+	if err != nil {
+		return err
+	}
+	defer unlockPorts()
+	reserved, err := r.reservedPorts()
+	if err != nil {
+		return err
+	}
+	var holds []io.Closer
+	defer func() {
+		for _, h := range holds {
+			_ = h.Close()
+		}
+	}()
+	changed := false
+	for _, i := range taken {
+		pm := svc.GetPorts()[i]
+		old := st.Ports[i]
+		if _, ok := pm.GetHostPort().(*managerv1.PortMapping_Specific); ok {
+			r.log.Warn("specific host port taken; starting the service with it", "instance", key.String(), "service", st.Service,
+				"protocol", old.Protocol, "port", old.HostPort)
+			continue
+		}
+		p, err := allocatePort(pm, reserved, &holds)
+		if err != nil {
+			r.log.Warn("host port taken and none free to allocate anew; starting the service with it", "instance", key.String(),
+				"service", st.Service, "protocol", old.Protocol, "port", old.HostPort, "err", err)
+			continue
+		}
+		r.log.Info("host port taken since Prepare; allocated anew", "instance", key.String(), "service", st.Service,
+			"protocol", p.Protocol, "old_port", old.HostPort, "port", p.HostPort)
+		st.Ports[i] = p
+		setEnv(&st.Env, "NORSK_PORT_"+strconv.FormatUint(uint64(p.ContainerPort), 10), strconv.FormatUint(uint64(p.HostPort), 10))
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	// Saved before the registry's lock is released: the new ports are
+	// then the service's for every other allocation.
+	return saveState(r.statePath(key, st.Service), st)
+}
+
+// setEnv sets k to v in an environment list of "K=V" entries.
+func setEnv(env *[]string, k, v string) {
+	for i, kv := range *env {
+		if strings.HasPrefix(kv, k+"=") {
+			(*env)[i] = k + "=" + v
+			return
+		}
+	}
+	*env = append(*env, k+"="+v)
 }
 
 // The range an ephemeral host port is drawn from: Kubernetes' NodePort

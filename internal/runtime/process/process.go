@@ -19,11 +19,12 @@
 //	NORSK_PORT_<containerPort>=<hostPort>
 //	    one per port mapping. There is no port translation on the host: the
 //	    service must listen on hostPort itself. Prepare allocates the host
-//	    port: an ephemeral mapping gets a free port (bind port 0, release),
-//	    a range the first free port in it, a specific one that port as given.
-//	    Free means bindable with the mapping's protocol (ANY and TCP: tcp,
-//	    UDP: udp) on its host_address, and not allocated to another service
-//	    in this runtime's directory.
+//	    port: an ephemeral mapping gets a free port drawn at random from
+//	    EphemeralPortMin-EphemeralPortMax, a range the first free port in
+//	    it, a specific one that port as given. Free means bindable with the
+//	    mapping's protocol (ANY and TCP: tcp, UDP: udp) on its host_address,
+//	    and not allocated to a service of any process runtime on the host
+//	    (see Host ports).
 //	NORSK_VOLUME_<NAME>=<dir>
 //	    one per named volume of the job (job.volumes, and every volume mount
 //	    whose source does not start with "/"). NAME is the volume name in
@@ -40,6 +41,28 @@
 //	    ROOT). read_only cannot be enforced on a host process.
 //
 // shm_size_bytes and cpu_set are ignored.
+//
+// # Host ports
+//
+// A service's host port is allocated at Prepare and bound by the service
+// itself once it runs; in between nobody holds it, so that a bind check
+// alone would find it free. What holds it is the state file: a port is the
+// service's from Prepare until its instance is removed (or prepared anew
+// with a newer token), across restarts of the service and of the worker.
+// For that to hold between runtimes over different directories (two workers
+// on one host, the nodes of a test), they share a port registry
+// (Config.PortRegistry, by default DefaultPortRegistry(): one per user of
+// the host): every runtime registers its directory there, and Prepare
+// allocates under the registry's lock, counting as taken every port a state
+// file of any registered directory holds. Runtimes given different
+// registries, and processes that are not process runtimes, are not held
+// off. StartService therefore checks that a service's ports can still be
+// bound just before it starts the process, and allocates an ephemeral or
+// range port that cannot anew (as a container engine chooses such a port
+// anew at every start); a specific port is left as given. A port taken in
+// the moment between that check and the service's bind is not seen: the
+// service fails to bind it, typically exits, and the supervisor restarts
+// it, which checks again.
 //
 // # State and adoption
 //
@@ -114,6 +137,11 @@ type Config struct {
 	// operator started the worker in, by default (os.Getwd at New). A
 	// relative working_dir is still relative to the instance directory.
 	CommandDir string
+	// PortRegistry is the directory the host's process runtimes share to
+	// allocate host ports from one pool (see "Host ports" in the package
+	// comment). Empty means DefaultPortRegistry(). Runtimes that are given
+	// different registries may give one port to two services.
+	PortRegistry string
 }
 
 // Runtime runs services as host processes. It is safe for concurrent use.
@@ -125,7 +153,8 @@ type Runtime struct {
 	log        *slog.Logger
 	advertise  string
 
-	allocMu sync.Mutex // serialises port allocation in Prepare
+	ports   *portRegistry
+	allocMu sync.Mutex // serialises this runtime's port allocations (Prepare, StartService) before the registry's flock
 
 	mu       sync.Mutex
 	children map[string]*child // by state file path: processes this runtime started
@@ -181,10 +210,24 @@ func New(cfg Config) (*Runtime, error) {
 	if cmdDir, err = filepath.Abs(cmdDir); err != nil {
 		return nil, fmt.Errorf("process runtime: command directory: %w", err)
 	}
+	regDir := cfg.PortRegistry
+	if regDir == "" {
+		regDir = DefaultPortRegistry()
+	}
+	ports, err := openPortRegistry(regDir)
+	if err != nil {
+		return nil, fmt.Errorf("process runtime: %w", err)
+	}
+	// Registered at once: the ports of the services it already holds
+	// (adopted after a restart) are taken before it prepares anything.
+	if err := ports.register(dir); err != nil {
+		return nil, fmt.Errorf("process runtime: %w", err)
+	}
 	r := &Runtime{
 		commandDir: cmdDir,
 		nodeID:     cfg.NodeID,
 		dir:        dir,
+		ports:      ports,
 		log:        log.With("runtime", "process", "node", cfg.NodeID),
 		advertise:  adv,
 		children:   map[string]*child{},

@@ -1,6 +1,7 @@
 package process
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -409,6 +411,164 @@ func TestAllocatePort(t *testing.T) {
 				t.Errorf("allocatePort = %+v", got)
 			}
 		})
+	}
+}
+
+// TestPortsReservedAcrossRuntimes: two runtimes over different directories
+// on one host (two workers, or two nodes of a test) never give one host port
+// to two services. The first runtime's service is prepared and not started,
+// so nothing binds its port: a bind check alone finds it free. That is how,
+// under load, a service of one runtime found its port taken by another's
+// when it came to bind it (the conformance suite's "no resolved ports").
+// Once the first instance is removed, the port is free again.
+func TestPortsReservedAcrossRuntimes(t *testing.T) {
+	for _, proto := range []managerv1.Protocol{managerv1.Protocol_PROTOCOL_TCP, managerv1.Protocol_PROTOCOL_UDP} {
+		t.Run(proto.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			// The default port registry, as two workers on a host have it.
+			a := newRuntime(t, "node-a", t.TempDir())
+			b := newRuntime(t, "node-b", t.TempDir())
+			svc := func(hp *managerv1.PortMapping_Range) *managerv1.Service {
+				pm := &managerv1.PortMapping{ContainerPort: 80, Protocol: proto}
+				if hp != nil {
+					pm.HostPort = hp
+				}
+				return &managerv1.Service{Name: "svc", Command: []string{testProg}, Ports: []*managerv1.PortMapping{pm}}
+			}
+			specA := testSpec("node-a", "job-a", 1, svc(nil))
+			removeOnCleanup(t, a, specA.Key)
+			if err := a.Prepare(ctx, specA); err != nil {
+				t.Fatalf("Prepare on A: %v", err)
+			}
+			stA, err := loadState(a.statePath(specA.Key, "svc"))
+			if err != nil || len(stA.Ports) != 1 {
+				t.Fatalf("A's state = %+v, %v; want one port", stA, err)
+			}
+			port := stA.Ports[0].HostPort
+			only := &managerv1.PortMapping_Range{Range: &managerv1.PortRange{MinPort: port, MaxPort: port}}
+
+			specB := testSpec("node-b", "job-b", 1, svc(only))
+			removeOnCleanup(t, b, specB.Key)
+			if err := b.Prepare(ctx, specB); err == nil {
+				t.Fatalf("B was given %s port %d, which A's prepared service holds", stA.Ports[0].Protocol, port)
+			}
+
+			if err := a.Remove(ctx, specA.Key); err != nil {
+				t.Fatalf("Remove on A: %v", err)
+			}
+			if err := b.Prepare(ctx, specB); err != nil {
+				t.Fatalf("Prepare on B once A's service is removed: %v", err)
+			}
+			if stB, err := loadState(b.statePath(specB.Key, "svc")); err != nil || len(stB.Ports) != 1 || stB.Ports[0].HostPort != port {
+				t.Fatalf("B's state = %+v, %v; want port %d", stB, err, port)
+			}
+		})
+	}
+}
+
+// TestStartAllocatesATakenPortAnew: an ephemeral host port that a process
+// foreign to the runtimes bound after Prepare (here the test) is allocated
+// anew when the service starts, as a container engine chooses an ephemeral
+// port at every start: the service runs, its status and environment name
+// the new port, and it answers there.
+func TestStartAllocatesATakenPortAnew(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	rt := newRuntime(t, "n1", t.TempDir())
+	svc := testService("web", runtimetest.Behaviour{Listen: 8080}.Args())
+	svc.Ports = []*managerv1.PortMapping{{ContainerPort: 8080}}
+	spec := testSpec("n1", "job-taken", 1, svc)
+	removeOnCleanup(t, rt, spec.Key)
+	if err := rt.Prepare(ctx, spec); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	prepared, err := loadState(rt.statePath(spec.Key, "web"))
+	if err != nil || len(prepared.Ports) != 1 {
+		t.Fatalf("state = %+v, %v; want one port", prepared, err)
+	}
+	port := prepared.Ports[0].HostPort
+	if l, err := net.Listen("tcp", ":"+strconv.FormatUint(uint64(port), 10)); err == nil {
+		defer l.Close()
+	} // else another process holds it already: as good
+
+	st, err := rt.StartService(ctx, spec.Key, "web")
+	if err != nil {
+		t.Fatalf("StartService: %v", err)
+	}
+	if !st.Running || len(st.Ports) != 1 || st.Ports[0].GetPublished() == port || st.Ports[0].GetPublished() == 0 {
+		t.Fatalf("StartService = %+v; want running with a port other than the taken %d", st, port)
+	}
+	started, err := loadState(rt.statePath(spec.Key, "web"))
+	want := "NORSK_PORT_8080=" + strconv.FormatUint(uint64(st.Ports[0].GetPublished()), 10)
+	if err != nil || !slices.Contains(started.Env, want) || started.Ports[0].HostPort != st.Ports[0].GetPublished() {
+		t.Fatalf("state after start = %+v, %v; want its port and %s", started, err, want)
+	}
+	url := st.Ports[0].GetUrl()
+	runtimetest.Eventually(t, 30*time.Second, url+" answers", func() bool {
+		c, err := net.DialTimeout("tcp", url, time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return line == "testprog\n"
+	})
+}
+
+// TestPortRegistry: the registry lists the directories registered in it
+// while they exist, forgets one once it is gone, is made again when it is
+// removed, and refuses a directory that others could write to or that is a
+// symlink.
+func TestPortRegistry(t *testing.T) {
+	t.Parallel()
+	g, err := openPortRegistry(filepath.Join(t.TempDir(), "registry"))
+	if err != nil {
+		t.Fatalf("openPortRegistry: %v", err)
+	}
+	kept, gone := t.TempDir(), t.TempDir()
+	for _, d := range []string{kept, gone, kept} {
+		if err := g.register(d); err != nil {
+			t.Fatalf("register %s: %v", d, err)
+		}
+	}
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := g.dirs()
+	if err != nil || len(dirs) != 1 || dirs[0] != kept {
+		t.Fatalf("dirs = %v, %v; want [%s]", dirs, err, kept)
+	}
+	entries, _ := os.ReadDir(g.dir)
+	for _, e := range entries {
+		if e.Name() != ".lock" && e.Name() != filepath.Base(g.entry(kept)) {
+			t.Errorf("registry holds %s after the directory it named was removed", e.Name())
+		}
+	}
+
+	// The temporary directory's cleaning removed it: it is made again.
+	if err := os.RemoveAll(g.dir); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := g.lock()
+	if err != nil {
+		t.Fatalf("lock of a removed registry: %v", err)
+	}
+	unlock()
+
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(kept, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{open, link} {
+		if _, err := New(Config{NodeID: "n", Dir: t.TempDir(), PortRegistry: dir, Logger: quietLogger()}); err == nil {
+			t.Errorf("New with port registry %s succeeded", dir)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -219,7 +220,13 @@ func (r *Runtime) foreign(states []*serviceState) *serviceState {
 
 // allStates reads every state file under the directory, of every node.
 func (r *Runtime) allStates() ([]*serviceState, error) {
-	paths, err := filepath.Glob(filepath.Join(r.dir, "instances", "*", "*.json"))
+	return statesUnder(r.dir, r.log)
+}
+
+// statesUnder reads every state file under a runtime directory dir, of every
+// node; unreadable ones are logged and skipped.
+func statesUnder(dir string, log *slog.Logger) ([]*serviceState, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "instances", "*", "*.json"))
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +237,7 @@ func (r *Runtime) allStates() ([]*serviceState, error) {
 			continue // removed since the glob
 		}
 		if err != nil {
-			r.log.Warn("skipping unreadable state file", "path", p, "err", err)
+			log.Warn("skipping unreadable state file", "path", p, "err", err)
 			continue
 		}
 		out = append(out, st)
