@@ -1,6 +1,6 @@
 # The Norsk Manager's tasks. `make test` is what CI runs (.ci/run).
 GO ?= go
-PKGS_RACE = ./internal/manager/... ./internal/worker/... ./internal/store/... \
+PKGS_RACE = ./internal/manager/... ./internal/cluster/... ./internal/auth/... ./internal/worker/... ./internal/store/... \
             ./internal/events/... ./internal/nodes/... ./internal/runtime/... \
             ./sdk/... ./internal/cli ./internal/cli/cmdutil ./internal/cli/nodes ./internal/automanager/... ./internal/providers \
             ./internal/providers/mock/... ./internal/providers/cloudhypervisor/... \
