@@ -71,3 +71,32 @@ func BenchmarkPassChanges(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPlanWithOfflineNodes is a new primary's first pass after an
+// overload (simulation run J): 10,000 nodes, half of them lost, and 2,000
+// jobs to place on the online half. It reports the placements per second
+// of the whole Plan (building the placement state included).
+//
+//	CGO_ENABLED=0 go test ./internal/automanager -run x -bench PlanWithOfflineNodes -benchtime=3x
+func BenchmarkPlanWithOfflineNodes(b *testing.B) {
+	const nodes, offline, jobs = 10_000, 5_000, 2_000
+	v := View{}
+	for i := range nodes {
+		n := node(fmt.Sprintf("node-%05d", i))
+		if i%2 == 1 && i/2 < offline {
+			n = lost(n)
+		}
+		v.Nodes = append(v.Nodes, n)
+	}
+	for i := range jobs {
+		v.Jobs = append(v.Jobs, autoJob(fmt.Sprintf("job-%05d", i)))
+	}
+	placed := 0
+	for b.Loop() {
+		placed += len(starts(Plan(v, Policy{}, t0)))
+	}
+	if placed != jobs*b.N {
+		b.Fatalf("placed %d of %d", placed, jobs*b.N)
+	}
+	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
+}
