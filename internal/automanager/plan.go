@@ -2,6 +2,7 @@ package automanager
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -78,6 +79,11 @@ func (p *Policy) defaults() {
 // View is the Manager's state as the AutoManager decides on it.
 type View struct {
 	Nodes []*managerv1.Node
+	// PlacementNodes, when set, are Nodes as placement sees them
+	// (placementNode of each, in the same order): the mirror keeps them as
+	// node events arrive, so a pass does not convert the fleet again. Nil:
+	// Plan converts Nodes.
+	PlacementNodes []placement.Node
 	// Jobs with their instances; History may be nil for a job whose history
 	// was not fetched (Plan then asks for it in NeedHistory).
 	Jobs    []*managerv1.JobWithHistory
@@ -264,7 +270,7 @@ func Plan(v View, p Policy, now time.Time) Decision {
 	if len(slots) == 0 && !mayBreak(v.Bundles, jobs, v.Nodes) {
 		return d
 	}
-	view, offline, starting := passNodes(v.Nodes)
+	view, offline, starting := passNodes(v.Nodes, v.PlacementNodes)
 	live := liveAllocations(p.Placement, v, reachable)
 	if v.Others != nil {
 		live = append(live, v.Others(reachable)...)
@@ -319,12 +325,26 @@ func Plan(v View, p Policy, now time.Time) Decision {
 // id), so that no request names them, except the elastic nodes still
 // starting, whose capacity is promised — an instance placed on one waits
 // for it rather than making another node — and which a request excludes
-// only until nothing else fits.
-func passNodes(nodes []*managerv1.Node) (view []placement.Node, offline map[string]string, starting map[string]bool) {
-	view, offline, _ = placementNodes(nodes)
+// only until nothing else fits. converted, when it holds as many nodes,
+// is nodes already converted (View.PlacementNodes); it is not changed.
+func passNodes(nodes []*managerv1.Node, converted []placement.Node) (view []placement.Node, offline map[string]string, starting map[string]bool) {
+	if len(converted) == len(nodes) && len(nodes) > 0 {
+		view, offline = converted, map[string]string{}
+		for i := range view {
+			if why := view[i].Unavailable; why != "" {
+				offline[view[i].ID] = why
+			}
+		}
+	} else {
+		view, offline, _ = placementNodes(nodes)
+		converted = nil
+	}
 	starting = map[string]bool{}
 	for i, n := range nodes {
 		if n.GetState() == nodeStarting && n.GetElastic() {
+			if converted != nil {
+				view, converted = slices.Clone(view), nil
+			}
 			starting[n.GetNodeId()] = true
 			delete(offline, n.GetNodeId())
 			view[i].Unavailable = ""

@@ -378,7 +378,7 @@ func TestRequestsCarryNoUnavailableNodes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			view, offline, starting := passNodes(tc.nodes)
+			view, offline, starting := passNodes(tc.nodes, nil)
 			st, err := placement.NewState(placement.Config{}, view, nil)
 			if err != nil {
 				t.Fatal(err)

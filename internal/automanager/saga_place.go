@@ -112,8 +112,7 @@ func placementNodes(nodes []*managerv1.Node) ([]placement.Node, map[string]strin
 	unavailable := map[string]string{}
 	known := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
-		pn := placement.NodeFromProto(n)
-		pn.Unavailable = placement.UnavailableReason(n)
+		pn := placementNode(n)
 		if pn.Unavailable != "" {
 			unavailable[pn.ID] = pn.Unavailable
 		}
@@ -121,6 +120,14 @@ func placementNodes(nodes []*managerv1.Node) ([]placement.Node, map[string]strin
 		known[n.GetNodeId()] = true
 	}
 	return view, unavailable, known
+}
+
+// placementNode is node n as placement sees it: unavailable, saying why,
+// when it is not online or drains.
+func placementNode(n *managerv1.Node) placement.Node {
+	pn := placement.NodeFromProto(n)
+	pn.Unavailable = placement.UnavailableReason(n)
+	return pn
 }
 
 // reachableOf says whether a node's worker may still run what it holds.
