@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,9 +14,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"pgregory.net/rapid"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
@@ -332,4 +337,58 @@ func TestRunFollowsLocalEvents(t *testing.T) {
 	if searches > 1 {
 		t.Errorf("JobSearch called %d times, want only the first full pass's", searches)
 	}
+}
+
+// TestMirrorPlacementNodesMatchFresh: after any sequence of node events —
+// whole lists read again, single nodes added, changed (state, drain,
+// tags, hardware, held images) or gone — the placement view the mirror
+// keeps node by node is the one converting its nodes afresh gives, and a
+// pass's placement nodes from it are those from the nodes themselves.
+func TestMirrorPlacementNodesMatchFresh(t *testing.T) {
+	t.Parallel()
+	genNode := func(t *rapid.T) *managerv1.Node {
+		n := node(fmt.Sprintf("n%d", rapid.IntRange(0, 9).Draw(t, "id")), "pool", rapid.SampledFrom([]string{"a", "b"}).Draw(t, "pool"))
+		n.State = rapid.SampledFrom([]managerv1.NodeState{nodeOnline, nodeOnline, nodeStarting, nodeStopping,
+			managerv1.NodeState_NODE_STATE_LOST, managerv1.NodeState_NODE_STATE_REGISTERED, managerv1.NodeState_NODE_STATE_TERMINATED}).Draw(t, "state")
+		n.Draining = rapid.IntRange(0, 4).Draw(t, "draining") == 0
+		n.Elastic = rapid.Bool().Draw(t, "elastic")
+		n.Hardware.Vcpus = uint32(rapid.IntRange(1, 16).Draw(t, "vcpus"))
+		if rapid.Bool().Draw(t, "held") {
+			n.HeldImages = []*managerv1.HeldImage{{Ref: rapid.SampledFrom([]string{"enc:1", "enc:2"}).Draw(t, "ref")}}
+		}
+		return n
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		m := newMirror(placement.Config{})
+		for range rapid.IntRange(1, 40).Draw(t, "events") {
+			if rapid.IntRange(0, 5).Draw(t, "list") == 0 {
+				byID := map[string]*managerv1.Node{}
+				for range rapid.IntRange(0, 8).Draw(t, "nodes") {
+					n := genNode(t)
+					byID[n.GetNodeId()] = n
+				}
+				m.setNodes(slices.Collect(maps.Values(byID)))
+			} else if id := fmt.Sprintf("n%d", rapid.IntRange(0, 9).Draw(t, "which")); rapid.IntRange(0, 3).Draw(t, "gone") == 0 {
+				m.putNode(id, nil)
+			} else {
+				n := genNode(t)
+				n.NodeId = id
+				m.putNode(id, n)
+			}
+			same := func(a, b []placement.Node) bool { return len(a)+len(b) == 0 || reflect.DeepEqual(a, b) }
+			fresh, _, _ := placementNodes(m.nodeList)
+			if !same(m.placeList, fresh) {
+				t.Fatalf("mirror's placement nodes %+v\nfresh %+v", m.placeList, fresh)
+			}
+			v := m.view(nil, nil)
+			kept, keptOff, keptStarting := passNodes(v.Nodes, v.PlacementNodes)
+			conv, convOff, convStarting := passNodes(v.Nodes, nil)
+			if !same(kept, conv) || !maps.Equal(keptOff, convOff) || !maps.Equal(keptStarting, convStarting) {
+				t.Fatalf("a pass's nodes from the mirror %+v %v %v\nconverted %+v %v %v", kept, keptOff, keptStarting, conv, convOff, convStarting)
+			}
+			if !same(m.placeList, fresh) {
+				t.Fatalf("a pass changed the mirror's placement nodes")
+			}
+		}
+	})
 }

@@ -19,9 +19,12 @@ import (
 // nodes (placement allocations, kept per node so the allocations of the
 // jobs a pass does not plan are collected without looking at any job).
 type mirror struct {
-	cfg        placement.Config
-	nodes      map[string]*managerv1.Node
-	nodeList   []*managerv1.Node // in node id order
+	cfg      placement.Config
+	nodes    map[string]*managerv1.Node
+	nodeList []*managerv1.Node // in node id order
+	// placeList is nodeList as placement sees it (placementNode), index
+	// for index: kept node by node, so a pass converts no node.
+	placeList  []placement.Node
 	jobs       map[string]*managerv1.JobWithHistory
 	bundles    map[string]*managerv1.Bundle
 	migrations map[string]*managerv1.MigrationState
@@ -91,13 +94,18 @@ func (m *mirror) setNodes(nodes []*managerv1.Node) []string {
 	m.nodes = next
 	m.nodeList = append(m.nodeList[:0], nodes...)
 	sort.Slice(m.nodeList, func(i, j int) bool { return m.nodeList[i].GetNodeId() < m.nodeList[j].GetNodeId() })
+	m.placeList = m.placeList[:0]
+	for _, n := range m.nodeList {
+		m.placeList = append(m.placeList, placementNode(n))
+	}
 	sort.Strings(changed)
 	return changed
 }
 
 // putNode stores one node (nil: it is gone); it reports whether the node
 // was added, removed or changed (nodeChanged: its live facts do not count).
-// Its cost does not grow with the fleet but for keeping nodeList in order.
+// Its cost does not grow with the fleet but for keeping nodeList (and
+// placeList) in order; it converts only this node.
 func (m *mirror) putNode(id string, n *managerv1.Node) bool {
 	old, had := m.nodes[id]
 	i := sort.Search(len(m.nodeList), func(i int) bool { return m.nodeList[i].GetNodeId() >= id })
@@ -107,14 +115,19 @@ func (m *mirror) putNode(id string, n *managerv1.Node) bool {
 	case n == nil:
 		delete(m.nodes, id)
 		m.nodeList = slices.Delete(m.nodeList, i, i+1)
+		m.placeList = slices.Delete(m.placeList, i, i+1)
 		return true
 	case had:
+		// Converted again even when nodeChanged says no: the images it
+		// holds are no event's, but placement ranks by them.
 		m.nodes[id] = n
 		m.nodeList[i] = n
+		m.placeList[i] = placementNode(n)
 		return nodeChanged(old, n)
 	default:
 		m.nodes[id] = n
 		m.nodeList = slices.Insert(m.nodeList, i, n)
+		m.placeList = slices.Insert(m.placeList, i, placementNode(n))
 		return true
 	}
 }
@@ -359,7 +372,7 @@ func (m *mirror) allJobs() []*managerv1.JobWithHistory {
 }
 
 func (m *mirror) view(jobs, bundles map[string]bool) View {
-	v := View{Nodes: m.nodeList, Migrations: m.sortedMigrations()}
+	v := View{Nodes: m.nodeList, PlacementNodes: m.placeList, Migrations: m.sortedMigrations()}
 	if len(m.migrating) > 0 {
 		v.Migrating = make(map[string]bool, len(m.migrating))
 		for id := range m.migrating {

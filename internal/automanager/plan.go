@@ -2,6 +2,7 @@ package automanager
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -78,6 +79,11 @@ func (p *Policy) defaults() {
 // View is the Manager's state as the AutoManager decides on it.
 type View struct {
 	Nodes []*managerv1.Node
+	// PlacementNodes, when set, are Nodes as placement sees them
+	// (placementNode of each, in the same order): the mirror keeps them as
+	// node events arrive, so a pass does not convert the fleet again. Nil:
+	// Plan converts Nodes.
+	PlacementNodes []placement.Node
 	// Jobs with their instances; History may be nil for a job whose history
 	// was not fetched (Plan then asks for it in NeedHistory).
 	Jobs    []*managerv1.JobWithHistory
@@ -264,16 +270,7 @@ func Plan(v View, p Policy, now time.Time) Decision {
 	if len(slots) == 0 && !mayBreak(v.Bundles, jobs, v.Nodes) {
 		return d
 	}
-	view, offline, _ := placementNodes(v.Nodes)
-	starting := map[string]bool{}
-	for _, n := range v.Nodes {
-		if n.GetState() == nodeStarting && n.GetElastic() {
-			// Its capacity is promised: an instance placed on it waits for
-			// it rather than making another node.
-			starting[n.GetNodeId()] = true
-			delete(offline, n.GetNodeId())
-		}
-	}
+	view, offline, starting := passNodes(v.Nodes, v.PlacementNodes)
 	live := liveAllocations(p.Placement, v, reachable)
 	if v.Others != nil {
 		live = append(live, v.Others(reachable)...)
@@ -315,15 +312,45 @@ func Plan(v View, p Policy, now time.Time) Decision {
 	provision(&d, unplaced, v.ProvisionHold, tierRuntimes(v.Nodes), p, now)
 	// Repairs last: what is dark is placed first, and a repair takes only
 	// the room left.
-	exclude := make(map[string]string, len(offline)+len(starting))
-	for id, why := range offline {
-		exclude[id] = why
-	}
+	exclude := make(map[string]string, len(starting))
 	for id := range starting {
 		exclude[id] = "the node is starting"
 	}
 	planRepairs(&d, st, v, jobs, reachable, exclude, p, now)
 	return d
+}
+
+// passNodes is the nodes as a pass places on them: those that are not
+// online (or drain) unavailable in the placement state (offline: why, by
+// id), so that no request names them, except the elastic nodes still
+// starting, whose capacity is promised — an instance placed on one waits
+// for it rather than making another node — and which a request excludes
+// only until nothing else fits. converted, when it holds as many nodes,
+// is nodes already converted (View.PlacementNodes); it is not changed.
+func passNodes(nodes []*managerv1.Node, converted []placement.Node) (view []placement.Node, offline map[string]string, starting map[string]bool) {
+	if len(converted) == len(nodes) && len(nodes) > 0 {
+		view, offline = converted, map[string]string{}
+		for i := range view {
+			if why := view[i].Unavailable; why != "" {
+				offline[view[i].ID] = why
+			}
+		}
+	} else {
+		view, offline, _ = placementNodes(nodes)
+		converted = nil
+	}
+	starting = map[string]bool{}
+	for i, n := range nodes {
+		if n.GetState() == nodeStarting && n.GetElastic() {
+			if converted != nil {
+				view, converted = slices.Clone(view), nil
+			}
+			starting[n.GetNodeId()] = true
+			delete(offline, n.GetNodeId())
+			view[i].Unavailable = ""
+		}
+	}
+	return view, offline, starting
 }
 
 // tierRuntimes maps each pool tier to the runtime its elastic nodes'
@@ -510,29 +537,36 @@ func failureOf(history []*managerv1.JobHistoryEntry, role string, cur *managerv1
 // placeSlot places one instance on st, committing it so the next slot sees
 // it, and records the start (or that nothing fits: ok is false, with the
 // request made). An instance placed on a node that is still starting
-// waits for it.
+// waits for it. The nodes that are not online are unavailable in st
+// (offline: why, by id); the request excludes only what is its own —
+// the nodes a recovery failed on that are online, and the starting ones
+// — so its cost does not grow with the nodes that are down.
 func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]string, starting map[string]bool, p Policy) (req placement.Request, ok bool) {
 	job := s.job.GetJob()
 	req = placement.RequestForJob(p.Placement, job, s.bundle, s.key)
-	req.Exclude = make(map[string]string, len(offline))
-	for id, why := range offline {
-		req.Exclude[id] = why
-	}
 	kind := "first"
 	if s.restart {
 		kind = "restart"
+	}
+	exclude := func(id, why string) {
+		if req.Exclude == nil {
+			req.Exclude = map[string]string{}
+		}
+		req.Exclude[id] = why
 	}
 	if s.recovery != nil {
 		kind = "recovery"
 		req.Recovery = true
 		for id, why := range s.recovery.excluded {
-			if _, ok := req.Exclude[id]; !ok {
-				req.Exclude[id] = why
+			// An unavailable node is refused saying why it is (the
+			// state marks it), whatever the job did there.
+			if _, off := offline[id]; !off {
+				exclude(id, why)
 			}
 		}
 	}
 	for id := range starting {
-		req.Exclude[id] = "the node is starting"
+		exclude(id, "the node is starting")
 	}
 	res, err := st.Place(req)
 	if err == nil && s.recovery != nil && len(s.recovery.excluded) > 0 && (res.NodeID == "" || len(res.Degradations) > 0) {
@@ -542,7 +576,7 @@ func placeSlot(d *Decision, st *placement.State, s slot, offline map[string]stri
 		alt := req
 		alt.Exclude = make(map[string]string, len(req.Exclude))
 		for id, why := range req.Exclude {
-			if _, failed := s.recovery.excluded[id]; !failed || offline[id] != "" {
+			if _, failed := s.recovery.excluded[id]; !failed {
 				alt.Exclude[id] = why
 			}
 		}

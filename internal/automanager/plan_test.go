@@ -1,6 +1,7 @@
 package automanager
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
+	"github.com/norsk-go/norsk-manager/pkg/placement"
 )
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -345,5 +347,66 @@ func TestRecoveryPrefersResilienceOverAvoidingTheFailedNode(t *testing.T) {
 	}
 	if dg := d.Actions[0].Placement.GetDegradations(); len(dg) != 0 {
 		t.Errorf("degradations %v, want none", dg)
+	}
+}
+
+// TestRequestsCarryNoUnavailableNodes: the nodes that are not online (or
+// drain) are unavailable in the pass's placement state, once, and no
+// placement request names them (simulation run J: 5,534 of them copied
+// into every request made a pass O(placements × nodes down)). A request
+// excludes only what is its own — the online nodes a recovery failed on,
+// the starting ones — and an explanation still says why each node was
+// refused.
+func TestRequestsCarryNoUnavailableNodes(t *testing.T) {
+	t.Parallel()
+	draining := node("d")
+	draining.Draining = true
+	nodes := []*managerv1.Node{node("a"), node("b"), lost(node("c")), draining, starting("e", "", 8)}
+	failedAt := t0.Add(-time.Minute).Format(time.RFC3339)
+	for _, tc := range []struct {
+		name     string
+		nodes    []*managerv1.Node
+		recovery *failure
+		want     map[string]string // the request's Exclude
+		placed   string
+	}{
+		{name: "first placement", nodes: nodes[:4], placed: "a"},
+		{name: "recovery", nodes: nodes[:4], recovery: &failure{lostNode: true, excluded: map[string]string{
+			"a": "the job failed there at " + failedAt, "c": "the node lost the job at " + failedAt}},
+			want: map[string]string{"a": "the job failed there at " + failedAt}, placed: "b"},
+		{name: "a node starting", nodes: nodes, want: map[string]string{"e": "the node is starting"}, placed: "a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			view, offline, starting := passNodes(tc.nodes, nil)
+			st, err := placement.NewState(placement.Config{}, view, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			jh := autoJob("j")
+			var d Decision
+			req, ok := placeSlot(&d, st, slot{job: jh, role: "primary", key: "primary", recovery: tc.recovery}, offline, starting, Policy{})
+			if !ok || starts(d)["j/primary"] != tc.placed {
+				t.Fatalf("placed %v (ok %v), want j/primary on %s; unplaced %v", starts(d), ok, tc.placed, d.Unplaced)
+			}
+			if len(req.Exclude) != len(tc.want) || !maps.Equal(req.Exclude, tc.want) {
+				t.Errorf("request excludes %v, want %v", req.Exclude, tc.want)
+			}
+			// Explained, the same request says why c and d are refused.
+			req.JobID, req.Explain = "other", true
+			res, err := st.Place(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			why := map[string]string{}
+			for _, v := range res.Explanation.Nodes {
+				if len(v.Refusals) > 0 {
+					why[v.NodeID] = string(v.Refusals[0].Rule) + ": " + v.Refusals[0].Reason
+				}
+			}
+			if why["c"] != "exclusion: excluded: the node is lost" || why["d"] != "exclusion: excluded: the node is draining" {
+				t.Errorf("explanation of c, d: %q, %q", why["c"], why["d"])
+			}
+		})
 	}
 }

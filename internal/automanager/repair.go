@@ -137,9 +137,9 @@ type replicaJob struct {
 // worker answers and nothing else is under way for it (a placement, a
 // migration, a rolling restart, a deletion). st holds every live
 // allocation and this pass's placements; a repair's target is committed to
-// it so that two repairs of a pass never count on the same room. exclude
-// are the nodes no placement may take now (not online, draining,
-// starting).
+// it so that two repairs of a pass never count on the same room; the
+// nodes that are not online or drain are unavailable in it. exclude are
+// the other nodes no placement may take now (starting).
 func planRepairs(d *Decision, st *placement.State, v View, jobs map[string]*managerv1.JobWithHistory, reachable func(string) bool,
 	exclude map[string]string, p Policy, now time.Time) {
 	inFlight := 0

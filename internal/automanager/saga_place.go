@@ -12,7 +12,8 @@ import (
 // placeTarget chooses the migration target's node with the placement every
 // job takes: the job's requirements, pools, resilience against its other
 // replicas, hot spares — with the source's node excluded (and the nodes
-// that are not online, or are draining), a named target pinned, and, for
+// that are not online, or are draining, unavailable in the placement
+// state), a named target pinned, and, for
 // a handover, the job socket required. It answers the node, the
 // placement's summary and the soft rules the node breaks, or "" and why
 // nothing fits. A repair's target must break less than the source's node
@@ -57,12 +58,7 @@ func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, wh
 		req.Requirements.Capabilities = append(append([]placement.Capability(nil), req.Requirements.Capabilities...),
 			placement.Capability{Name: JobSocketCapability, Count: 1})
 	}
-	nodes, exclude, known := placementNodes(v.Nodes)
-	for id, why := range exclude {
-		if _, ok := req.Exclude[id]; !ok {
-			req.Exclude[id] = why
-		}
-	}
+	nodes, _, known := placementNodes(v.Nodes)
 	if req.PinNode != "" && !known[req.PinNode] {
 		return "", "", placement.ReasonNoCapacity + pinnedWhy(req.PinNode, "no such node"), nil
 	}
@@ -107,23 +103,31 @@ func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, wh
 	return "", "", why, nil
 }
 
-// placementNodes converts the nodes, with the ones placement must skip
-// (not online, or draining) and why, and the known ids.
+// placementNodes converts the nodes, in their order, those placement must
+// skip (not online, or draining) marked unavailable with why — once for
+// the state, never copied into each request — and answers those reasons
+// by id and the known ids.
 func placementNodes(nodes []*managerv1.Node) ([]placement.Node, map[string]string, map[string]bool) {
 	view := make([]placement.Node, 0, len(nodes))
-	exclude := map[string]string{}
+	unavailable := map[string]string{}
 	known := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
-		view = append(view, placement.NodeFromProto(n))
-		known[n.GetNodeId()] = true
-		switch {
-		case n.GetState() != nodeOnline:
-			exclude[n.GetNodeId()] = "the node is " + strings.ToLower(strings.TrimPrefix(n.GetState().String(), "NODE_STATE_"))
-		case n.GetDraining():
-			exclude[n.GetNodeId()] = "the node is draining"
+		pn := placementNode(n)
+		if pn.Unavailable != "" {
+			unavailable[pn.ID] = pn.Unavailable
 		}
+		view = append(view, pn)
+		known[n.GetNodeId()] = true
 	}
-	return view, exclude, known
+	return view, unavailable, known
+}
+
+// placementNode is node n as placement sees it: unavailable, saying why,
+// when it is not online or drains.
+func placementNode(n *managerv1.Node) placement.Node {
+	pn := placement.NodeFromProto(n)
+	pn.Unavailable = placement.UnavailableReason(n)
+	return pn
 }
 
 // reachableOf says whether a node's worker may still run what it holds.

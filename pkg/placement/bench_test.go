@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
 	"testing"
 	"time"
@@ -168,6 +169,48 @@ func BenchmarkNewState(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkPlacementOffline places 1,200 jobs of the ServiceScheduler
+// shape on 10,000 nodes of which 5,000 are offline (every other node with
+// "sdi" among them, so 2,500 take the jobs), the offline ones given as the
+// AutoManager gave them before decision 0063 — in every request's Exclude,
+// a copy per request — and as it gives them since: Node.Unavailable, once
+// in the State. Both place the same (TestUnavailableIsExclusionOfEveryRequest).
+//
+//	CGO_ENABLED=0 go test -run x -bench BenchmarkPlacementOffline -count 3 ./pkg/placement/
+func BenchmarkPlacementOffline(b *testing.B) {
+	nodes := benchNodes(10000)
+	offline := map[string]string{}
+	for i := range nodes {
+		if i%4 < 2 {
+			offline[nodes[i].ID] = "the node is lost"
+		}
+	}
+	reqs := benchJobs(1200, false)
+	for _, given := range []string{"exclude", "unavailable"} {
+		ns, rs := nodes, reqs
+		if given == "exclude" {
+			rs = make([]Request, len(reqs))
+			copy(rs, reqs)
+		} else {
+			ns = make([]Node, len(nodes))
+			copy(ns, nodes)
+			for i := range ns {
+				ns[i].Unavailable = offline[ns[i].ID]
+			}
+		}
+		b.Run("offline="+given, func(b *testing.B) {
+			runPlacementBenchWith(b, ns, rs, len(reqs), func(s *State, reqs []Request) ([]Result, error) {
+				if given == "exclude" {
+					for i := range reqs { // as placeSlot did: a copy per request
+						reqs[i].Exclude = maps.Clone(offline)
+					}
+				}
+				return s.PlaceBatch(reqs)
+			})
 		})
 	}
 }

@@ -12,6 +12,9 @@ import (
 type nodeClass struct {
 	rep   int32   // the lowest node of the class
 	nodes []int32 // ascending
+	// unavailable: the nodes are Node.Unavailable, refused by exclusion
+	// for every request (each node says why; the class only that).
+	unavailable bool
 }
 
 // classify groups the State's nodes into classes.
@@ -26,7 +29,7 @@ func (s *State) classify() {
 		if !ok {
 			c = int32(len(s.classes))
 			byKey[string(b)] = c
-			s.classes = append(s.classes, nodeClass{rep: int32(i)})
+			s.classes = append(s.classes, nodeClass{rep: int32(i), unavailable: s.nodes[i].Unavailable != ""})
 		}
 		s.classes[c].nodes = append(s.classes[c].nodes, int32(i))
 		s.classOf[i] = c
@@ -34,8 +37,10 @@ func (s *State) classify() {
 }
 
 // classKey appends to b everything of node ni the static rules, the static
-// rank, the grouping and the dynamic rules read: every field but the ID. Each
-// string is written after its length, so distinct nodes never share a key.
+// rank, the grouping and the dynamic rules read: every field but the ID,
+// and of Unavailable whether it is set (its reason is read per node, in
+// explanations only). Each string is written after its length, so
+// distinct nodes never share a key.
 // keys is scratch space for the attribute names.
 func (s *State) classKey(b []byte, keys []string, ni int32) ([]byte, []string) {
 	n := &s.nodes[ni]
@@ -66,14 +71,17 @@ func (s *State) classKey(b []byte, keys []string, ni int32) ([]byte, []string) {
 	for _, c := range s.capTotal[int(ni)*s.ncap : int(ni+1)*s.ncap] {
 		num(c)
 	}
-	var spare int64
+	var flags int64 // spare, exclusive, unavailable
 	if n.Spare.Enabled {
-		spare |= 1
+		flags |= 1
 	}
 	if n.Spare.Exclusive {
-		spare |= 2
+		flags |= 2
 	}
-	num(spare)
+	if n.Unavailable != "" {
+		flags |= 4
+	}
+	num(flags)
 	for _, list := range [][]string{n.Spare.ReservedFor, n.Spare.WarmFor, n.Images} {
 		num(int64(len(list)))
 		for _, v := range list {

@@ -26,8 +26,8 @@ const (
 // report, the worker's runtime, the images it holds (Images: each held
 // ref, and its repository@digest form), and the hot-spare spec from spare=true with warmFor / reservedFor
 // (comma-separated template names) and exclusive=true. It does not judge the
-// node's state: the caller excludes nodes that are not online
-// (Request.Exclude) or leaves them out.
+// node's state: the caller marks the nodes that are not online
+// unavailable (Node.Unavailable, UnavailableReason) or leaves them out.
 func NodeFromProto(n *managerv1.Node) Node {
 	tags := n.GetTags()
 	out := Node{

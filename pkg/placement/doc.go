@@ -39,7 +39,10 @@
 //
 //   - pin: Request.PinNode, when set, is the only candidate.
 //   - exclusion: Request.Exclude (unhealthy, recently failed, the node the
-//     job failed on, a migration's source), with the caller's reason.
+//     job failed on, a migration's source), with the caller's reason; and
+//     every node marked Node.Unavailable (not online, draining), with its
+//     reason unless the request's Exclude gives one. Unavailable nodes are
+//     refused once per State, not per request: the index leaves them out.
 //   - pool: the node's Pool must be one of the request pool's tiers
 //     (Config.Pools, cheapest first; an unlisted pool is its own single
 //     tier; Request.Pool "" = every node as one tier).

@@ -21,7 +21,7 @@ func AllocationOf(cfg Config, ji JobInstance) Allocation {
 }
 
 // ExplainJob places instance role of job against nodes now, explained: the
-// nodes that are not online are excluded (saying their state), and every
+// nodes that are not online are excluded (saying their state; Node.Unavailable), and every
 // live instance but this one's own binding holds its allocation. It is
 // what ExplainPlacement answers (the Manager and the SDK's fake alike).
 func ExplainJob(cfg Config, nodes []*managerv1.Node, live []JobInstance, job *managerv1.Job, role, pool string) (*managerv1.ExplainPlacementResponse, error) {
@@ -36,16 +36,12 @@ func ExplainBundleJob(cfg Config, nodes []*managerv1.Node, live []JobInstance, j
 	if pool != "" {
 		req.Pool = pool
 	}
-	req.Exclude = map[string]string{}
 	req.Explain = true
 	view := make([]Node, 0, len(nodes))
 	for _, n := range nodes {
-		view = append(view, NodeFromProto(n))
-		if st := n.GetState(); st != managerv1.NodeState_NODE_STATE_ONLINE {
-			req.Exclude[n.GetNodeId()] = "the node is " + strings.ToLower(strings.TrimPrefix(st.String(), "NODE_STATE_"))
-		} else if n.GetDraining() {
-			req.Exclude[n.GetNodeId()] = "the node is draining"
-		}
+		pn := NodeFromProto(n)
+		pn.Unavailable = UnavailableReason(n)
+		view = append(view, pn)
 	}
 	var allocs []Allocation
 	for _, ji := range live {
@@ -59,6 +55,19 @@ func ExplainBundleJob(cfg Config, nodes []*managerv1.Node, live []JobInstance, j
 		return nil, err
 	}
 	return ResponseOf(res), nil
+}
+
+// UnavailableReason is why no placement may use node n (Node.Unavailable):
+// "the node is <state>" when it is not online, "the node is draining"
+// when it drains, "" when it takes work.
+func UnavailableReason(n *managerv1.Node) string {
+	if st := n.GetState(); st != managerv1.NodeState_NODE_STATE_ONLINE {
+		return "the node is " + strings.ToLower(strings.TrimPrefix(st.String(), "NODE_STATE_"))
+	}
+	if n.GetDraining() {
+		return "the node is draining"
+	}
+	return ""
 }
 
 // ResponseOf is a Result as the API answers it.

@@ -201,7 +201,8 @@ func (s *State) buildEntry(p *prepared) *shapeEntry {
 	}
 	e.loc = make([]int32, len(s.nodes))
 	// The class rules are judged on a request naming no node; pin and
-	// exclusion are applied to the nodes they name.
+	// exclusion are applied to the nodes they name, and the classes of
+	// unavailable nodes are refused by exclusion whole, unjudged.
 	anon := *req
 	anon.PinNode, anon.Exclude = "", nil
 	q := *p
@@ -217,12 +218,12 @@ func (s *State) buildEntry(p *prepared) *shapeEntry {
 		}
 		// Only the pinned node, as a class of its own.
 		e.refused[ridPin] = len(s.nodes) - 1
-		classes = []nodeClass{{rep: ni, nodes: []int32{ni}}}
+		classes = []nodeClass{{rep: ni, nodes: []int32{ni}, unavailable: s.nodes[ni].Unavailable != ""}}
 		classID = func(int) int32 { return s.classOf[ni] }
 	}
-	var excluded map[int32]int // class → excluded nodes of it
+	var excluded map[int32]int // class → nodes of it the request excludes
 	for id := range req.Exclude {
-		if ni, ok := s.index[id]; ok && (req.PinNode == "" || id == req.PinNode) {
+		if ni, ok := s.index[id]; ok && (req.PinNode == "" || id == req.PinNode) && !s.classes[s.classOf[ni]].unavailable {
 			if excluded == nil {
 				excluded = map[int32]int{}
 			}
@@ -242,6 +243,10 @@ func (s *State) buildEntry(p *prepared) *shapeEntry {
 	groupOf := map[groupKey]int32{}
 	for ci := range classes {
 		c := &classes[ci]
+		if c.unavailable {
+			e.refused[ridExclusion] += len(c.nodes)
+			continue
+		}
 		ex := excluded[classID(ci)]
 		e.refused[ridExclusion] += ex
 		if r := s.staticCheck(c.rep, &q, nil); r != ridNone {

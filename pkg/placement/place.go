@@ -209,7 +209,11 @@ func (s *State) staticCheck(ni int32, p *prepared, out *[]Refusal) rid {
 		}
 		fail(ridPin, fmt.Sprintf("not the pinned target %q", req.PinNode))
 	}
-	if why, ok := req.Exclude[n.ID]; ok {
+	why, ok := req.Exclude[n.ID]
+	if !ok && n.Unavailable != "" {
+		why, ok = n.Unavailable, true
+	}
+	if ok {
 		if out == nil {
 			return ridExclusion
 		}

@@ -48,6 +48,9 @@ func genNode(t *rapid.T, i int) Node {
 			ReservedFor: rapid.SliceOfDistinct(rapid.SampledFrom([]string{"t1", "t2"}), rapid.ID).Draw(t, "reservedFor"),
 			WarmFor:     rapid.SliceOfDistinct(rapid.SampledFrom([]string{"t1", "t2"}), rapid.ID).Draw(t, "warmFor")}
 	}
+	if rapid.IntRange(0, 5).Draw(t, "unavailable") == 0 {
+		n.Unavailable = rapid.SampledFrom([]string{"the node is lost", "the node is draining"}).Draw(t, "why")
+	}
 	return n
 }
 
@@ -313,8 +316,8 @@ func TestPlacementProperties(t *testing.T) {
 			if chosen.Spare.Enabled && chosen.Spare.Exclusive && !r.OverrideReservation && !slices.Contains(chosen.Spare.ReservedFor, r.Template) {
 				t.Fatalf("exclusive spare %s (reserved for %v) taken by template %s", chosen.ID, chosen.Spare.ReservedFor, r.Template)
 			}
-			if _, ex := r.Exclude[chosen.ID]; ex {
-				t.Fatalf("excluded node %s chosen", chosen.ID)
+			if _, ex := r.Exclude[chosen.ID]; ex || chosen.Unavailable != "" {
+				t.Fatalf("excluded node %s chosen (unavailable: %q)", chosen.ID, chosen.Unavailable)
 			}
 			if !runsAll(chosen.Runtime, r.Services) {
 				t.Fatalf("node %s (runtime %q) chosen for services %+v it cannot run", chosen.ID, chosen.Runtime, r.Services)
@@ -532,6 +535,106 @@ func TestPlacementPrefersHeldImages(t *testing.T) {
 				if v.NodeID == holds.ID && !slices.ContainsFunc(v.Notes, func(n string) bool { return strings.Contains(n, "no pull") }) {
 					t.Fatalf("the chosen node's notes do not say it holds the images: %v", v.Notes)
 				}
+			}
+		}
+	})
+}
+
+// TestUnavailableIsExclusionOfEveryRequest: marking nodes unavailable once
+// in the State places exactly as naming them in every request's Exclude
+// does — with the request's own reason where it names such a node too —
+// on random nodes, allocations and sequences of placements (shapes
+// repeated and fresh, pinned, explained), commits and removals: the same
+// Result, refusal counts, degradations and explanation, word for word.
+func TestUnavailableIsExclusionOfEveryRequest(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var nodes []Node
+		for i := range rapid.IntRange(1, 30).Draw(t, "nodes") {
+			if i > 0 && rapid.IntRange(0, 2).Draw(t, "twin") > 0 {
+				n := rapid.SampledFrom(nodes).Draw(t, "of")
+				n.ID = fmt.Sprintf("n%02d", i)
+				if rapid.Bool().Draw(t, "flip") {
+					n.Unavailable = rapid.SampledFrom([]string{"", "the node is lost", "the node is offline"}).Draw(t, "twinWhy")
+				}
+				nodes = append(nodes, n)
+				continue
+			}
+			nodes = append(nodes, genNode(t, i))
+		}
+		// The same nodes, none unavailable: each request excludes them.
+		plain := slices.Clone(nodes)
+		unavailable := map[string]string{}
+		for i := range plain {
+			if plain[i].Unavailable != "" {
+				unavailable[plain[i].ID] = plain[i].Unavailable
+				plain[i].Unavailable = ""
+			}
+		}
+		var live []Allocation
+		for i := range rapid.IntRange(0, 8).Draw(t, "existing") {
+			r := genRequest(t, 500+i, nodes)
+			live = append(live, r.Allocation(Result{NodeID: rapid.SampledFrom(nodes).Draw(t, "on").ID, GPU: rapid.IntRange(-1, 2).Draw(t, "gpuIndex")}))
+		}
+		marked, err := NewState(propCfg, nodes, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		each, err := NewState(propCfg, plain, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var shapes []Request
+		for i := range rapid.IntRange(1, 4).Draw(t, "shapes") {
+			shapes = append(shapes, genRequest(t, i, nodes))
+		}
+		for step := range rapid.IntRange(1, 60).Draw(t, "steps") {
+			if len(live) > 0 && rapid.IntRange(0, 6).Draw(t, "remove") == 0 {
+				i := rapid.IntRange(0, len(live)-1).Draw(t, "which")
+				if !marked.Remove(live[i].JobID, live[i].Role) || !each.Remove(live[i].JobID, live[i].Role) {
+					t.Fatalf("remove %s/%s: not bound", live[i].JobID, live[i].Role)
+				}
+				live = slices.Delete(live, i, i+1)
+				continue
+			}
+			var req Request
+			if rapid.IntRange(0, 3).Draw(t, "fresh") == 0 {
+				req = genRequest(t, step, nodes)
+			} else {
+				req = rapid.SampledFrom(shapes).Draw(t, "shape")
+			}
+			req.JobID = fmt.Sprintf("step-%03d", step)
+			if rapid.IntRange(0, 9).Draw(t, "pin") == 0 {
+				req.PinNode = rapid.SampledFrom(append([]string{"nowhere"}, nodeIDs(nodes)...)).Draw(t, "pinned")
+			}
+			req.Explain = rapid.IntRange(0, 3).Draw(t, "explain") == 0
+			got, err := marked.Place(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wide := req
+			wide.Exclude = make(map[string]string, len(unavailable)+len(req.Exclude))
+			for id, why := range unavailable {
+				wide.Exclude[id] = why
+			}
+			for id, why := range req.Exclude {
+				wide.Exclude[id] = why
+			}
+			want, err := each.Place(wide)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("step %d: unavailable in the State %+v\nin every request %+v\n%s\n%s", step, got, want, got.Explanation, want.Explanation)
+			}
+			if got.NodeID != "" {
+				a := req.Allocation(got)
+				if err := marked.Commit(a); err != nil {
+					t.Fatal(err)
+				}
+				if err := each.Commit(a); err != nil {
+					t.Fatal(err)
+				}
+				live = append(live, a)
 			}
 		}
 	})

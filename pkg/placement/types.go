@@ -96,6 +96,15 @@ type Node struct {
 	// a node holding a job's images ranks above one that must pull them,
 	// just before best fit.
 	Images []string
+	// Unavailable, when set, says why no request may use the node (it is
+	// not online, or is draining): the exclusion rule refuses the node
+	// with this reason for every request, as if each request's Exclude
+	// named it — a request whose Exclude names the node gives its own
+	// reason instead. A caller with many such nodes says so here, once
+	// per State, rather than in every request: a State keeps them out of
+	// its index, so a placement costs nothing per unavailable node, where
+	// a request's Exclude is read (and keyed) per request.
+	Unavailable string
 }
 
 // Requirements are what a job needs of a node (the API's JobRequirements).
@@ -163,7 +172,10 @@ type Request struct {
 	// NodeSelector lists node attributes that must be equal (a constraint).
 	NodeSelector map[string]string
 	// Exclude maps node ids to skip to the reason (unhealthy, recently
-	// failed, the node the job failed on, a migration's source).
+	// failed, the node the job failed on, a migration's source): what
+	// is specific to this request. Nodes no request may use are marked
+	// Node.Unavailable instead; an entry here for such a node gives the
+	// refusal this request's reason.
 	Exclude map[string]string
 	// PinNode, when set, is the only node considered (a migration's named
 	// target); every requirement is still checked.
