@@ -41,10 +41,10 @@ const preciseFrames = 2
 // Order across the cut is not left to timing. The target sends the cut's
 // frame at its slot, never before; the source sends no frame before the cut
 // once the cut's deadline has passed (cutMargin before that slot: see
-// claim). A source too late for it (a busy host descheduled it)
-// drops the frames it has left before the cut, logged and counted, rather
-// than send them after the target's first: a viewer may see a frame late,
-// or miss one, but never one out of order or twice.
+// claim). A source too late for it (a busy host descheduled it) drops the
+// frames it has left before the cut, logged and counted, rather than send
+// them after the target's first (decision 0064): a viewer may see a frame
+// late, or miss one, but never one out of order or twice.
 type output struct {
 	mu       sync.Mutex
 	rate     float64
