@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func TestPayloadCarriesTheClock(t *testing.T) {
 	base := time.Now()
 	src := newOutput(rate, 100, base, false)
 	for seq := uint64(100); seq < 103; seq++ {
-		if !src.claim(seq) {
+		if ok, _ := src.claim(seq, base); !ok {
 			t.Fatalf("claim %d", seq)
 		}
 	}
@@ -65,7 +66,7 @@ func TestPayloadCarriesTheClock(t *testing.T) {
 			t.Errorf("target frame %d: seq %d due %s precise %v, want seq %d due %s precise %v",
 				i, seq, due, precise, 108+i, slot.Add(time.Duration(i)*interval), want)
 		}
-		if !tgt.claim(seq) {
+		if ok, _ := tgt.claim(seq, time.Now()); !ok {
 			t.Fatalf("claim %d", seq)
 		}
 	}
@@ -85,5 +86,43 @@ func TestPacerNeverEarly(t *testing.T) {
 			}
 			release()
 		}
+	}
+}
+
+// TestClaimDropsWhatMissedTheCut: a source's frame before its cut is sent
+// however late it is until the cut's deadline, cutMargin before the
+// cut's slot; from then on the frames left before the cut are
+// dropped (reported), the gate stays shut at the cut, and an abort resumes
+// from the cut.
+func TestClaimDropsWhatMissedTheCut(t *testing.T) {
+	t.Parallel()
+	const rate = 25
+	interval := time.Second / rate
+	base := time.Now()
+	src := newOutput(rate, 100, base, false)
+	cut := src.cutAt("m", 200*time.Millisecond, base.Add(90*time.Millisecond)) // frame 108, due base + 8 intervals
+	deadline := base.Add(8*interval - cutMargin)
+	if cut.NextSeq != 108 {
+		t.Fatalf("cut %+v, want frame 108", cut)
+	}
+	for seq := uint64(100); seq < 104; seq++ {
+		if ok, missed := src.claim(seq, deadline.Add(-time.Nanosecond)); !ok || missed != 0 {
+			t.Fatalf("frame %d just before the deadline: claimed %v, missed %d", seq, ok, missed)
+		}
+	}
+	if ok, missed := src.claim(104, deadline); ok || missed != 4 {
+		t.Fatalf("frame 104 at the deadline: claimed %v, missed %d; want 104-107 dropped", ok, missed)
+	}
+	if got := fmt.Sprint(src.missedCut()); got != "[104-107]" {
+		t.Errorf("missed %s, want [104-107]", got)
+	}
+	if _, _, _, ok := src.nextFrame(); ok || src.nextSeq() != 108 {
+		t.Errorf("after the drop: a frame may be sent (%v), next %d; want none, next 108", ok, src.nextSeq())
+	}
+	if !src.resume("m", deadline.Add(time.Second)) {
+		t.Fatal("the abort did not resume")
+	}
+	if seq, _, _, ok := src.nextFrame(); !ok || seq != 108 {
+		t.Errorf("after the abort: next frame %d (%v), want 108", seq, ok)
 	}
 }

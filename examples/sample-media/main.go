@@ -10,7 +10,8 @@
 // timing error does not accumulate. When the process falls more than a
 // second behind (it was paused, say), it logs a warning and re-bases the
 // schedule on the current frame instead of bursting to catch up; it never
-// skips a sequence number.
+// skips a sequence number, except a handover source's frames that missed
+// their cut (below).
 //
 // On SIGTERM or SIGINT it finishes the frame it is sending, logs a stop line
 // with the last sequence number sent (and the next one, for a successor's
@@ -82,6 +83,13 @@
 // sends every frame before the cut, on time, and then nothing, running on
 // until the worker stops it. On abort it resumes from the cut (or goes on,
 // if the cut was not reached): no sequence number skipped or repeated.
+// The target sends the cut's frame at its slot whatever the source does,
+// so the source never sends a frame before the cut later than 1 ms (at
+// most half a frame interval) before that slot: a source that a busy host
+// held up past it drops the frames it has left before the cut (a warning,
+// and dropped_at_cut in its stop line) instead of sending them after the
+// target's first. A frame may go out late or, past that deadline, not at
+// all, but never out of order or twice.
 //
 // As a handover's target (NORSK_MIGRATION_HANDOVER=1; hello_ack says
 // handover): it sends nothing. On initial_state (the source's position) it answers ready
@@ -373,6 +381,7 @@ func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy boo
 		body       = payload(cfg)
 		buf        = make([]byte, 0, frames.MaxRecordLen)
 		sent       uint64 // frames sent (attempted, for a lossy sink)
+		lastSeq    uint64 // the last of them
 		sendErrors uint64
 		lastErrLog time.Time
 		stopCause  = "frame count reached"
@@ -389,8 +398,11 @@ func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy boo
 		next := out.nextSeq()
 		attrs := []any{"cause", stopCause, "frames_sent", sent, "send_errors", sendErrors,
 			"next_seq", next, "elapsed", time.Since(start).Round(time.Millisecond)}
+		if m := out.missedCut(); len(m) > 0 {
+			attrs = append(attrs, "dropped_at_cut", m)
+		}
 		if sent > 0 {
-			attrs = append([]any{"last_seq", next - 1}, attrs...)
+			attrs = append([]any{"last_seq", lastSeq}, attrs...)
 		}
 		if err != nil {
 			attrs = append(attrs, "err", err)
@@ -423,10 +435,15 @@ func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy boo
 					stopCause = context.Cause(ctx).Error()
 					return nil
 				}
-				if !out.claim(seq) {
-					continue // the gate moved meanwhile
-				}
 				now := time.Now()
+				ok, missed := out.claim(seq, now)
+				if missed > 0 {
+					log.Warn("too late for the cut: dropping the frames left before it rather than sending them after the target's first",
+						"first_seq", seq, "last_seq", seq+missed-1, "late", late.Round(time.Microsecond))
+				}
+				if !ok {
+					continue // the gate moved meanwhile, or the frames missed the cut
+				}
 				buf, err = frames.Append(buf[:0], frames.Frame{
 					Seq:          seq,
 					SentUnixNano: now.UnixNano(),
@@ -439,6 +456,7 @@ func stream(ctx context.Context, cfg config, out *output, w io.Writer, lossy boo
 				_, werr := w.Write(buf)
 				out.sent(seq, now)
 				sent++
+				lastSeq = seq
 				if werr != nil {
 					if !lossy {
 						stopCause = "sink failed"

@@ -5,8 +5,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/norsk-go/norsk-manager/examples/sample-media/frames"
 	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
 )
+
+// cutMargin is how long before the slot of a cut's frame a source's last
+// frames stop being sendable (at most half a frame interval): the time a
+// write takes and the disagreement of the two hosts' wall clocks that a
+// frame-exact cutover assumes anyway (within 0.5 ms: decision 0055).
+const cutMargin = time.Millisecond
 
 // preciseFrames is how many frames either side of a cut are paced
 // precisely: the source's last ones before its cut, the target's first
@@ -30,6 +37,14 @@ const preciseFrames = 2
 // preciseLead before one is due and hands the rest of the wait to its pacer
 // (pace.go), since a timer's wake-up is late by up to a millisecond or more
 // and the gap at the cut is made of exactly two frames' lateness.
+//
+// Order across the cut is not left to timing. The target sends the cut's
+// frame at its slot, never before; the source sends no frame before the cut
+// once the cut's deadline has passed (cutMargin before that slot: see
+// claim). A source too late for it (a busy host descheduled it) drops the
+// frames it has left before the cut, logged and counted, rather than send
+// them after the target's first (decision 0064): a viewer may see a frame
+// late, or miss one, but never one out of order or twice.
 type output struct {
 	mu       sync.Mutex
 	rate     float64
@@ -42,6 +57,11 @@ type output struct {
 	// cut: a source told to stop sends no frame at or after cut.NextSeq.
 	cut    *position
 	cutMig string
+	// cutDeadline is when the source's frames before the cut stop being
+	// sendable (on this process's monotonic clock); missed are the frames
+	// dropped for missing it.
+	cutDeadline time.Time
+	missed      []frames.Range
 	// first: after an apply, the first frame's send time is awaited.
 	firstSeq  uint64
 	firstDone chan struct{} // closed once firstSeq went out; nil when none is awaited
@@ -59,11 +79,11 @@ func newOutput(rate float64, startSeq uint64, start time.Time, holding bool) *ou
 
 // dueLocked is when frame seq is due; o.mu held.
 func (o *output) dueLocked(seq uint64) time.Time {
-	frames := float64(seq - o.baseSeq)
+	n := float64(seq - o.baseSeq)
 	if seq < o.baseSeq {
-		frames = -float64(o.baseSeq - seq)
+		n = -float64(o.baseSeq - seq)
 	}
-	return o.baseTime.Add(time.Duration(math.Round(frames * float64(time.Second) / o.rate)))
+	return o.baseTime.Add(time.Duration(math.Round(n * float64(time.Second) / o.rate)))
 }
 
 // permittedLocked reports whether frame seq may be sent; o.mu held.
@@ -90,16 +110,38 @@ func (o *output) nextFrame() (seq uint64, due time.Time, precise, ok bool) {
 	return o.next, o.dueLocked(o.next), o.preciseLo <= o.next && o.next < o.preciseHi, true
 }
 
-// claim takes frame seq for sending; false when the gate or the clock
-// changed since nextFrame (the caller asks again).
-func (o *output) claim(seq uint64) bool {
+// claim takes frame seq for sending at now, which the caller reads just
+// before it writes the frame; false when the gate or the clock changed
+// since nextFrame (the caller asks again), or when seq is before a cut
+// whose deadline is not after now. Then every frame left before the cut is
+// dropped, never to be sent: missed is how many (seq to seq+missed-1).
+//
+// The deadline is cutMargin (at most half a frame interval) before the
+// slot of the cut's frame, which the target sends at or after that slot:
+// the margin is left for the write itself and for the two hosts' clocks
+// disagreeing. A source frame is otherwise sent however late it is.
+func (o *output) claim(seq uint64, now time.Time) (ok bool, missed uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.next != seq || !o.permittedLocked(seq) {
-		return false
+		return false, 0
+	}
+	if o.cut != nil && !now.Before(o.cutDeadline) {
+		missed = o.cut.NextSeq - seq
+		o.missed = append(o.missed, frames.Range{First: seq, Last: o.cut.NextSeq - 1})
+		o.next = o.cut.NextSeq
+		return false, missed
 	}
 	o.next++
-	return true
+	return true, 0
+}
+
+// missedCut returns the frames a source dropped for missing its cut's
+// deadline (see claim), in order.
+func (o *output) missedCut() []frames.Range {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]frames.Range(nil), o.missed...)
 }
 
 // sent records that frame seq went out at t.
@@ -174,6 +216,7 @@ func (o *output) cutAt(id string, lead time.Duration, now time.Time) position {
 	p := o.positionLocked(n, now)
 	o.cut = &p
 	o.cutMig = id
+	o.cutDeadline = o.dueLocked(n).Add(-min(cutMargin, time.Duration(float64(time.Second)/o.rate/2)))
 	o.preciseLo, o.preciseHi = n-min(n, preciseFrames), n
 	o.signal()
 	return *o.cut

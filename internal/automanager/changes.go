@@ -181,6 +181,23 @@ func (c *changes) acted(acts []Action) {
 	}
 }
 
+// actedOnNode notes a node a pass's action created or re-tagged (a spare
+// made or released): the next pass reads it back whether or not an event
+// said so. A node created is recorded STARTING with no event at all until
+// its worker connects, so without this a pass in between (any wide change
+// wakes one) counts its tier a node short and creates another.
+func (c *changes) actedOnNode(id string) {
+	if id == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nodes == nil {
+		c.nodes = map[string]bool{}
+	}
+	c.nodes[id] = true
+}
+
 // fullNext asks the next pass to read everything, for the reason why.
 func (c *changes) fullNext(why string) {
 	c.mu.Lock()

@@ -376,7 +376,8 @@ func (a *AutoManager) decide(ctx context.Context, v View, scope map[string]bool)
 	}
 	// What was acted on is read again by the next pass, whether or not its
 	// events have been seen by then: the mirror never plans on a binding
-	// it has not read back.
+	// it has not read back (nor on a tier without the nodes it created:
+	// do notes those, changes.actedOnNode).
 	a.changes.acted(d.Actions)
 	a.report(v, d, scope)
 	a.mirror.settle(v, d)
@@ -615,6 +616,7 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 			a.holdMu.Unlock()
 			return fmt.Errorf("create a node in elastic tier %s (%s): %w", act.Pool, act.Reason, err)
 		}
+		a.changes.actedOnNode(id)
 		if m != nil {
 			m.Provisioned.Inc()
 		}
@@ -627,6 +629,7 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 			a.holdMu.Unlock()
 			return fmt.Errorf("create a spare in elastic tier %s (%s): %w", act.Pool, act.Reason, err)
 		}
+		a.changes.actedOnNode(id)
 		if m != nil {
 			m.Provisioned.Inc()
 		}
@@ -636,6 +639,7 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 		if _, err := api.SetNodeTags(ctx, act.NodeID, clear); err != nil && !errors.Is(err, norsk.ErrNotFound) {
 			return fmt.Errorf("release spare %s: %w", act.NodeID, err)
 		}
+		a.changes.actedOnNode(act.NodeID)
 		a.log.Info("spare consumed; a replacement follows", "node", act.NodeID, "why", act.Reason)
 	case ActPrefetch:
 		a.prefetchMu.Lock()
