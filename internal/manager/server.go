@@ -556,10 +556,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.
 	apiOpts := func(maxBytes int) []connect.HandlerOption {
-		return append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxBytes)}, intercept.StrictJSONCodecs()...)
+		return append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxBytes), intercept.ProtoCodec()}, intercept.StrictJSONCodecs()...)
 	}
 	path, managerAPI := managerv1connect.NewManagerHandler(s.api, apiOpts(cfg.MaxRequestBytes)...)
 	mux.Handle(path, gt.api(managerAPI))
+	// The event stream's writes are batched (decision 0062).
+	mux.Handle(managerv1connect.ManagerEventStreamProcedure, gt.api(api.BatchEventWrites(managerAPI)))
 	mpath, members := managerv1connect.NewMembersHandler(s.member.Service(), apiOpts(cfg.MaxRequestBytes+(1<<20))...)
 	mux.Handle(mpath, gt.api(members))
 	public := func(path string, h http.Handler) { mux.Handle(path, gt.public(h)) }
