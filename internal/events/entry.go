@@ -24,8 +24,13 @@ type Entry struct {
 	wireErr  error
 
 	aboutOnce sync.Once
-	kind      string
-	subject   eventsubject.Subject
+	about     *about // made when first asked for: most subscribers filter nothing
+}
+
+// about is what an event is about.
+type about struct {
+	kind    string
+	subject eventsubject.Subject
 }
 
 // NewEntry holds ev as the broker does (for code that sends an event that
@@ -50,20 +55,15 @@ func (e *Entry) Wire() ([]byte, error) {
 }
 
 // Kind is eventsubject.Kind of the event, worked out once.
-func (e *Entry) Kind() string {
-	e.about()
-	return e.kind
-}
+func (e *Entry) Kind() string { return e.aboutIt().kind }
 
 // Subject is eventsubject.Of the event, worked out once. Its NodeIDs must
 // not be modified.
-func (e *Entry) Subject() eventsubject.Subject {
-	e.about()
-	return e.subject
-}
+func (e *Entry) Subject() eventsubject.Subject { return e.aboutIt().subject }
 
-func (e *Entry) about() {
-	e.aboutOnce.Do(func() { e.kind, e.subject = eventsubject.Kind(e.msg), eventsubject.Of(e.msg) })
+func (e *Entry) aboutIt() *about {
+	e.aboutOnce.Do(func() { e.about = &about{kind: eventsubject.Kind(e.msg), subject: eventsubject.Of(e.msg)} })
+	return e.about
 }
 
 var _ eventsubject.Described = (*Entry)(nil)
