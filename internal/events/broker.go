@@ -9,6 +9,10 @@
 // events are still in the ring, or it is told to resync from a snapshot
 // (ErrResync).
 //
+// Each event is held once, in an Entry every subscriber shares, with what
+// is worked out of it once for all of them (its wire encoding, what it is
+// about): sending an event to n subscribers encodes it once (decision 0062).
+//
 // Concurrency: Publish is called by the FSM goroutine; Subscribe and
 // Subscription methods by any number of stream handlers.
 package events
@@ -42,7 +46,7 @@ const maxBatch = 1024
 // Broker holds the newest events.
 type Broker struct {
 	mu   sync.Mutex
-	ring []*managerv1.Event
+	ring []*Entry
 	// seq is the sequence number the next published event gets; the ring
 	// holds seqs [seq-n, seq).
 	seq uint64
@@ -62,11 +66,12 @@ func New(capacity int) *Broker {
 	if capacity <= 0 {
 		capacity = DefaultCapacity
 	}
-	return &Broker{ring: make([]*managerv1.Event, capacity), notify: make(chan struct{})}
+	return &Broker{ring: make([]*Entry, capacity), notify: make(chan struct{})}
 }
 
 // Publish appends events (in index order, each index not lower than the last
-// published) and wakes the subscribers.
+// published) and wakes the subscribers. The events must not be modified
+// afterwards: every subscriber shares them.
 func (b *Broker) Publish(events ...*managerv1.Event) {
 	if len(events) == 0 {
 		return
@@ -81,13 +86,13 @@ func (b *Broker) Publish(events ...*managerv1.Event) {
 		if b.n == c {
 			// Evict the oldest; events of its index may now be missing.
 			old := b.ring[(b.seq-uint64(c))%uint64(c)]
-			if old.GetIndex() > b.heldAfter {
-				b.heldAfter = old.GetIndex()
+			if old.Index() > b.heldAfter {
+				b.heldAfter = old.Index()
 			}
 		} else {
 			b.n++
 		}
-		b.ring[b.seq%uint64(c)] = e
+		b.ring[b.seq%uint64(c)] = &Entry{msg: e}
 		b.seq++
 	}
 	close(b.notify)
@@ -147,7 +152,7 @@ func (b *Broker) SubscribeAfter(after uint64) (*Subscription, error) {
 	first := b.seq - uint64(b.n)
 	// The first held event with index > after.
 	i := sort.Search(b.n, func(k int) bool {
-		return b.ring[(first+uint64(k))%c].GetIndex() > after
+		return b.ring[(first+uint64(k))%c].Index() > after
 	})
 	return &Subscription{b: b, epoch: b.epoch, cursor: first + uint64(i), skipThrough: after}, nil
 }
@@ -169,8 +174,24 @@ func (s *Subscription) Skip(index uint64) { s.skipThrough = index }
 // or ctx ends. A batch never ends in the middle of an index, so a subscriber
 // that resumes after the last index it saw misses nothing. After a Reset
 // (the state was replaced by a snapshot restore) it returns ErrResync. The
-// returned slice and events must not be modified.
+// returned events must not be modified.
 func (s *Subscription) Next(ctx context.Context) ([]*managerv1.Event, error) {
+	entries, err := s.NextEntries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*managerv1.Event, len(entries))
+	for i, e := range entries {
+		out[i] = e.msg
+	}
+	return out, nil
+}
+
+// NextEntries is Next returning the broker's entries, shared with every
+// other subscriber: a subscriber that sends events on uses their shared
+// encoding. The returned slice is the caller's; the entries must not be
+// modified.
+func (s *Subscription) NextEntries(ctx context.Context) ([]*Entry, error) {
 	for {
 		s.b.mu.Lock()
 		if s.b.closed {
@@ -187,13 +208,13 @@ func (s *Subscription) Next(ctx context.Context) ([]*managerv1.Event, error) {
 			s.b.mu.Unlock()
 			return nil, ErrSlowConsumer
 		}
-		var out []*managerv1.Event
+		var out []*Entry
 		for ; s.cursor < s.b.seq; s.cursor++ {
 			e := s.b.ring[s.cursor%c]
-			if len(out) >= maxBatch && e.GetIndex() != out[len(out)-1].GetIndex() {
+			if len(out) >= maxBatch && e.Index() != out[len(out)-1].Index() {
 				break
 			}
-			if e.GetIndex() <= s.skipThrough {
+			if e.Index() <= s.skipThrough {
 				continue
 			}
 			out = append(out, e)

@@ -2,13 +2,17 @@ package manager
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
+	"github.com/norsk-go/norsk-manager/internal/auth"
+	"github.com/norsk-go/norsk-manager/internal/nodes"
 )
 
 // An event stream stays open through a quiet period longer than the write
@@ -49,4 +53,63 @@ func openEvents(t *testing.T, ctx context.Context, c managerv1connect.ManagerCli
 	}
 	t.Fatalf("the event stream ended before its snapshot: %v", st.Err())
 	return nil
+}
+
+// Events published once reach every subscriber whole and in order, however
+// they ask: binary protobuf over gRPC (the shared encoding), Connect's JSON
+// (each encoded for it), and filtered. Published faster than one at a
+// time, they go out in batches, each flushed at its end.
+func TestEventStreamDeliversSharedEventsToEverySubscriber(t *testing.T) {
+	t.Parallel()
+	s, c := startServerWith(t, func(*Config) {})
+	jsonClient := managerv1connect.NewManagerClient(nodes.H2CClient(), s.URL(), connect.WithProtoJSON(), auth.WithBearer(s.BootstrapToken()))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound on a hung stream, not a timing check
+	defer cancel()
+	live := func(c managerv1connect.ManagerClient, req *managerv1.EventStreamRequest) *connect.ServerStreamForClient[managerv1.Event] {
+		req.SkipSnapshot = true
+		st, err := c.EventStream(ctx, connect.NewRequest(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		if !st.Receive() || st.Msg().GetInitialDataComplete() == nil {
+			t.Fatalf("the stream did not start with initial_data_complete: %v", st.Err())
+		}
+		return st
+	}
+	subs := []struct {
+		name string
+		st   *connect.ServerStreamForClient[managerv1.Event]
+		want func(i int) bool
+	}{
+		{"grpc", live(c, &managerv1.EventStreamRequest{}), func(int) bool { return true }},
+		{"grpc again", live(c, &managerv1.EventStreamRequest{}), func(int) bool { return true }},
+		{"connect json", live(jsonClient, &managerv1.EventStreamRequest{}), func(int) bool { return true }},
+		{"filtered", live(c, &managerv1.EventStreamRequest{JobIds: []string{"job-7"}}), func(i int) bool { return i%10 == 7 }},
+	}
+	const n = 3000
+	base := s.st().State().Snapshot().Index() + 1000
+	published := make([]*managerv1.Event, n)
+	for i := range published {
+		published[i] = &managerv1.Event{Index: base + uint64(i/5), Kind: &managerv1.Event_JobUpdated{JobUpdated: &managerv1.JobEvent{
+			Job: &managerv1.JobWithHistory{Job: &managerv1.Job{JobId: fmt.Sprintf("job-%d", i%10), Description: fmt.Sprintf("event %d", i),
+				Tags: map[string]string{"a": "1", "b": "2"}}},
+		}}}
+	}
+	for i := 0; i < n; i += 5 {
+		s.st().Broker().Publish(published[i : i+5]...)
+	}
+	for _, sub := range subs {
+		for i, e := range published {
+			if !sub.want(i) {
+				continue
+			}
+			if !sub.st.Receive() {
+				t.Fatalf("%s: the stream ended before event %d: %v", sub.name, i, sub.st.Err())
+			}
+			if !proto.Equal(sub.st.Msg(), e) {
+				t.Fatalf("%s: event %d is %v, want %v", sub.name, i, sub.st.Msg(), e)
+			}
+		}
+	}
 }

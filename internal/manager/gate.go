@@ -13,7 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/norsk-go/norsk-manager/internal/auth"
-	"github.com/norsk-go/norsk-manager/internal/manager/api"
+	"github.com/norsk-go/norsk-manager/internal/manager/eventwrite"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 )
@@ -73,7 +73,7 @@ func (g *gate) api(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		body := g.limitBody(rc, r)
-		ctx := api.WithResponseController(r.Context(), rc)
+		ctx := eventwrite.WithResponseController(r.Context(), rc)
 		if g.authz.Serves(r.URL.Path) {
 			src := source(r)
 			var err error

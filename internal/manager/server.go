@@ -46,6 +46,7 @@ import (
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/cluster"
 	"github.com/norsk-go/norsk-manager/internal/manager/api"
+	"github.com/norsk-go/norsk-manager/internal/manager/eventwrite"
 	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/providers"
@@ -186,8 +187,10 @@ type Config struct {
 	// Repair bounds the AutoManager's repairs of degraded anti-affinity
 	// (zero fields: at most 2 at once, a bundle's repairs 1 min apart).
 	Repair automanager.RepairPolicy
-	// EventWriteTimeout is how long one event may take to reach a
-	// subscriber before its stream is cut (default 30 s).
+	// EventWriteTimeout is how long a write to an event subscriber may
+	// block before its stream is cut (default 30 s; a write is cut
+	// between once and one and a half times it: the deadline is set per
+	// batch of events, decision 0062).
 	EventWriteTimeout time.Duration
 	// EventBuffer is how many events the event stream holds for resuming
 	// subscribers (default 65536).
@@ -345,7 +348,7 @@ func (c *Config) defaults() error {
 		c.BackupRetain = 24
 	}
 	if c.EventWriteTimeout <= 0 {
-		c.EventWriteTimeout = api.DefaultEventWriteTimeout
+		c.EventWriteTimeout = eventwrite.DefaultTimeout
 	}
 	if c.RateLimit <= 0 {
 		c.RateLimit = 1000
@@ -556,10 +559,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// accepts gzip for, and resetting a gzip writer costs far more than
 	// sending a small message (job views, events and hashes) as it is.
 	apiOpts := func(maxBytes int) []connect.HandlerOption {
-		return append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxBytes)}, intercept.StrictJSONCodecs()...)
+		return append([]connect.HandlerOption{interceptors, connect.WithCompressMinBytes(1024), connect.WithReadMaxBytes(maxBytes), intercept.ProtoCodec()}, intercept.StrictJSONCodecs()...)
 	}
 	path, managerAPI := managerv1connect.NewManagerHandler(s.api, apiOpts(cfg.MaxRequestBytes)...)
 	mux.Handle(path, gt.api(managerAPI))
+	// The event stream's writes are batched (decision 0062).
+	mux.Handle(managerv1connect.ManagerEventStreamProcedure, gt.api(eventwrite.Batching(managerAPI)))
 	mpath, members := managerv1connect.NewMembersHandler(s.member.Service(), apiOpts(cfg.MaxRequestBytes+(1<<20))...)
 	mux.Handle(mpath, gt.api(members))
 	public := func(path string, h http.Handler) { mux.Handle(path, gt.public(h)) }

@@ -2,9 +2,13 @@ package sim
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,14 +146,24 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 		return res, errors.New("sim: the cluster has no member")
 	}
 	var clients []*norsk.Manager
+	var eventClients []*eventClient
 	byName := map[string]*norsk.Manager{}
 	for _, m := range members {
-		cl, err := dial(ctx, m.URL, c.Token())
+		base, err := norsk.NormalizeURL(m.URL)
+		if err != nil {
+			return res, fmt.Errorf("sim: member %s: %w", m.Name, err)
+		}
+		// One connection per member, shared by the SDK's calls and the
+		// subscribers' streams.
+		hc := httpClient(base)
+		defer hc.CloseIdleConnections()
+		cl, err := dial(ctx, base, c.Token(), hc)
 		if err != nil {
 			return res, err
 		}
 		defer func() { _ = cl.Close() }()
 		clients = append(clients, cl)
+		eventClients = append(eventClients, newEventClient(hc, base, c.Token()))
 		byName[m.Name] = cl
 	}
 	primary, err := waitPrimary(ctx, clients, "")
@@ -229,7 +243,7 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 	defer subWG.Wait()
 	defer stopSubs() // before the wait: deferred calls run last first
 	for i := range opts.Subscribers {
-		s := newSubscriber(clients, i, jobs)
+		s := newSubscriber(eventClients, i, jobs)
 		es := s.ready(subCtx)
 		subs = append(subs, s)
 		subWG.Add(1)
@@ -439,11 +453,28 @@ func failover(ctx context.Context, c Cluster, clients []*norsk.Manager, fleet *F
 	return nil
 }
 
-func dial(ctx context.Context, url, token string) (*norsk.Manager, error) {
+// httpClient is a client of the member at base as the SDK's own: HTTP/2,
+// cleartext for an http URL.
+func httpClient(base string) *http.Client {
+	var protocols http.Protocols
+	if strings.HasPrefix(base, "http://") {
+		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP2(true)
+	}
+	return &http.Client{Transport: &http.Transport{
+		DialContext:     (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		Protocols:       &protocols,
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12},
+		HTTP2:           &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second},
+	}}
+}
+
+func dial(ctx context.Context, url, token string, hc *http.Client) (*norsk.Manager, error) {
 	var cl *norsk.Manager
 	err := retry(ctx, func(int) error {
 		var err error
-		cl, err = norsk.Connect(ctx, norsk.Settings{URL: url, Token: token, Logger: slog.New(slog.DiscardHandler)})
+		cl, err = norsk.Connect(ctx, norsk.Settings{URL: url, Token: token, HTTPClient: hc, Logger: slog.New(slog.DiscardHandler)})
 		return err
 	})
 	if err != nil {

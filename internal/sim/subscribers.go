@@ -3,24 +3,62 @@ package sim
 import (
 	"context"
 	"math"
+	"net/http"
 	"sync"
 	"time"
 
-	"github.com/norsk-go/norsk-manager/sdk/norsk"
+	"connectrpc.com/connect"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 )
+
+// eventClient opens event streams on one member, decoding each event
+// into a liteEvent.
+type eventClient = connect.Client[managerv1.EventStreamRequest, liteEvent]
+
+// eventStream is one open stream.
+type eventStream = connect.ServerStreamForClient[liteEvent]
+
+// newEventClient is an event-stream client of the member at base, over
+// hc (the connection the member's SDK client uses), sending token.
+func newEventClient(hc *http.Client, base, token string) *eventClient {
+	return connect.NewClient[managerv1.EventStreamRequest, liteEvent](hc, base+managerv1connect.ManagerEventStreamProcedure,
+		connect.WithGRPC(), connect.WithCodec(liteCodec{}), connect.WithInterceptors(bearer(token)))
+}
+
+// bearer sends the token as every stream's bearer.
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return conn
+	}
+}
+
+func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
 
 // subscriber follows the event stream through one member after another: it
 // starts on one, and when its stream ends (the member went away) it resumes
-// on the next member after the last index it received.
+// on the next member after the last index it received. It reads each
+// event as a liteEvent (only what it counts).
 type subscriber struct {
-	clients []*norsk.Manager
+	clients []*eventClient
 	first   int
 	jobs    *jobIndex
 
 	mu sync.Mutex
-	// cur is the member the stream is through; cancel ends that stream.
+	// cur is the member the stream is through; cancel ends that stream;
+	// left: it was ended because the member went away.
 	cur     int
 	cancel  context.CancelFunc
+	left    bool
 	events  int64
 	last    uint64
 	lag     histogram
@@ -34,45 +72,76 @@ type subscriber struct {
 	doneAt         time.Time // when every job's running entry had been seen
 }
 
-func newSubscriber(clients []*norsk.Manager, first int, jobs *jobIndex) *subscriber {
+func newSubscriber(clients []*eventClient, first int, jobs *jobIndex) *subscriber {
 	return &subscriber{clients: clients, first: first, jobs: jobs, running: make([]uint64, (jobs.n+63)/64)}
 }
 
 // ready opens the first stream (live events only) and returns once the
-// subscription is in place; run then follows it.
-func (s *subscriber) ready(ctx context.Context) *norsk.EventStream {
+// subscription is in place (its first message, initial_data_complete, has
+// arrived; nil if the stream failed: run then moves on); run then follows
+// it.
+func (s *subscriber) ready(ctx context.Context) *eventStream {
 	sctx, cancel := context.WithCancel(ctx)
 	s.mu.Lock()
 	s.cur, s.cancel = s.first%len(s.clients), cancel
 	s.mu.Unlock()
-	return s.clients[s.cur].EventStream(sctx, norsk.EventStreamSettings{SkipSnapshot: true})
+	st, err := s.clients[s.cur].CallServerStream(sctx, connect.NewRequest(&managerv1.EventStreamRequest{SkipSnapshot: true}))
+	if err != nil {
+		return nil
+	}
+	if st.Receive() {
+		s.take(st.Msg())
+	}
+	return st
 }
 
 // leave ends the stream if it is through member i (taken away): run
-// resumes on the next member. (The SDK's own stream would keep
-// reconnecting to the member it was made for.)
+// resumes on the next member.
 func (s *subscriber) leave(i int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cur == i && s.cancel != nil {
 		s.cancel()
+		s.left = true
 	}
 }
 
-// run follows the stream until ctx ends.
-func (s *subscriber) run(ctx context.Context, es *norsk.EventStream) {
+// run follows the stream until ctx ends. A stream whose member went away
+// (leave) is followed on the next member; one that ended otherwise is
+// opened again on the same member, as the SDK's stream reconnects, after
+// a wait growing from 100 ms to 2 s while no event comes.
+func (s *subscriber) run(ctx context.Context, st *eventStream) {
+	wait := time.Duration(0)
 	for ctx.Err() == nil {
-		for es.Next() {
-			s.take(es.Event())
+		got := false
+		if st != nil {
+			for st.Receive() {
+				got = true
+				s.take(st.Msg())
+			}
+			_ = st.Close()
 		}
-		_ = es.Close()
 		if ctx.Err() != nil {
 			return
+		}
+		if got {
+			wait = 0
+		} else {
+			wait = min(max(2*wait, 100*time.Millisecond), 2*time.Second)
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
 		}
 		sctx, cancel := context.WithCancel(ctx)
 		s.mu.Lock()
 		s.cancel()
-		s.cur = (s.cur + 1) % len(s.clients)
+		if s.left {
+			s.cur = (s.cur + 1) % len(s.clients)
+			s.left = false
+			s.resumes++
+		}
 		s.cancel = cancel
 		// Ask again for the last index (one commit can carry many events,
 		// and the stream may have ended between them), dropping the ones
@@ -81,26 +150,29 @@ func (s *subscriber) run(ctx context.Context, es *norsk.EventStream) {
 		if after > 1 {
 			after, s.toDrop = after-1, s.atLast
 		}
-		s.resumes++
 		s.mu.Unlock()
-		es = s.clients[i].EventStream(sctx, norsk.EventStreamSettings{AfterIndex: after, SkipSnapshot: after == 0})
+		var err error
+		st, err = s.clients[i].CallServerStream(sctx, connect.NewRequest(&managerv1.EventStreamRequest{AfterIndex: after, SkipSnapshot: after == 0}))
+		if err != nil {
+			st = nil
+		}
 	}
 	s.mu.Lock()
 	s.cancel()
 	s.mu.Unlock()
 }
 
-func (s *subscriber) take(ev *norsk.Event) {
+func (s *subscriber) take(ev *liteEvent) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if idc := ev.GetInitialDataComplete(); idc != nil {
-		if idc.GetResync() {
+	if ev.initialDataComplete {
+		if ev.resync {
 			s.resyncs++ // fell out of the Manager's buffer: a snapshot replaced the gap
 		}
 		return
 	}
-	switch i := ev.GetIndex(); {
+	switch i := ev.index; {
 	case i < s.last:
 		return // already taken before a resume
 	case i == s.last && s.toDrop > 0:
@@ -112,20 +184,14 @@ func (s *subscriber) take(ev *norsk.Event) {
 		s.last, s.atLast, s.toDrop = i, 1, 0
 	}
 	s.events++
-	if ts := ev.GetTimestamp(); ts != nil {
-		s.lag.add(now.Sub(ts.AsTime()))
+	if !ev.timestamp.IsZero() {
+		s.lag.add(now.Sub(ev.timestamp))
 	}
-	jobID := ""
-	if ju := ev.GetJobUpdated(); ju != nil && ju.GetEntry().GetRunning() != nil {
-		jobID = ju.GetJob().GetJob().GetJobId()
-	}
-	if js := ev.GetJobSnapshot(); js != nil {
-		// A resync's snapshot: the job's instance is running now.
-		for _, in := range js.GetInstances() {
-			if in.GetPhase() == norsk.InstancePhaseRunning {
-				jobID = js.GetJob().GetJobId()
-			}
-		}
+	// A job's running entry, or a resync's snapshot showing the job's
+	// instance running now.
+	jobID := ev.runningJobID
+	if jobID == "" {
+		jobID = ev.snapshotRunningJobID
 	}
 	if jobID != "" {
 		if o, ok := s.jobs.ordinal(jobID); ok {

@@ -67,19 +67,34 @@ func NewFilter(req *managerv1.EventStreamRequest) (*Filter, error) {
 	return &f, nil
 }
 
+// Described is an event with what it is about, perhaps worked out once for
+// many filters (the Manager's event broker holds its events so).
+type Described interface {
+	Event() *managerv1.Event
+	// Kind is Kind(Event()), Subject is Of(Event()).
+	Kind() string
+	Subject() Subject
+}
+
 // Match reports whether ev passes f. initial_data_complete always passes:
 // it ends a snapshot and carries the index to resume after.
 func (f *Filter) Match(ev *managerv1.Event) bool {
-	if f == nil || ev.GetInitialDataComplete() != nil {
+	return f.MatchDescribed(described{ev})
+}
+
+// MatchDescribed is Match of d.Event(), asking d for its kind and subject
+// only when f looks at them.
+func (f *Filter) MatchDescribed(d Described) bool {
+	if f == nil || d.Event().GetInitialDataComplete() != nil {
 		return true
 	}
-	if f.kinds != nil && !f.kinds[Kind(ev)] {
+	if f.kinds != nil && !f.kinds[d.Kind()] {
 		return false
 	}
 	if f.jobs == nil && f.nodes == nil && f.bundles == nil {
 		return true
 	}
-	s := Of(ev)
+	s := d.Subject()
 	if f.jobs != nil && !f.jobs[s.JobID] {
 		return false
 	}
@@ -96,3 +111,10 @@ func (f *Filter) Match(ev *managerv1.Event) bool {
 	}
 	return true
 }
+
+// described works an event's kind and subject out when asked.
+type described struct{ ev *managerv1.Event }
+
+func (d described) Event() *managerv1.Event { return d.ev }
+func (d described) Kind() string            { return Kind(d.ev) }
+func (d described) Subject() Subject        { return Of(d.ev) }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -14,26 +12,11 @@ import (
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/auth"
 	"github.com/norsk-go/norsk-manager/internal/events"
+	"github.com/norsk-go/norsk-manager/internal/manager/eventwrite"
 	"github.com/norsk-go/norsk-manager/internal/rpcerr"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
 	"github.com/norsk-go/norsk-manager/pkg/eventsubject"
 )
-
-// DefaultEventWriteTimeout is how long one event may take to reach a
-// subscriber before its stream is cut (a consumer that does not read at
-// all); Config.EventWriteTimeout overrides it.
-const DefaultEventWriteTimeout = 30 * time.Second
-
-// rcKey holds a request's ResponseController in its context: the gate
-// (manager/gate.go) puts it there, since connect does not expose the
-// ResponseWriter, so a stream can set write deadlines.
-type rcKey struct{}
-
-// WithResponseController puts the request's ResponseController in its
-// context, for the event stream to extend its write deadline.
-func WithResponseController(ctx context.Context, rc *http.ResponseController) context.Context {
-	return context.WithValue(ctx, rcKey{}, rc)
-}
 
 func (h *Handler) EventStream(ctx context.Context, req *connect.Request[managerv1.EventStreamRequest], stream *connect.ServerStream[managerv1.Event]) error {
 	filter, err := eventsubject.NewFilter(req.Msg)
@@ -44,22 +27,27 @@ func (h *Handler) EventStream(ctx context.Context, req *connect.Request[managerv
 		}
 		return rpcerr.ToConnect(err)
 	}
-	rc, _ := ctx.Value(rcKey{}).(*http.ResponseController)
-	send := func(e *managerv1.Event) error {
-		if !filter.Match(e) {
+	// Events go in batches flushed at their end (eventwrite); a published
+	// one as the broker's entry, whose encoding every subscriber shares
+	// (intercept.Encoded), a snapshot's as this subscriber's own.
+	out := eventwrite.New(ctx, h.cfg.EventWriteTimeout)
+	defer out.Done()
+	sent := 0
+	send := func(e *events.Entry) error {
+		if !filter.MatchDescribed(e) {
 			return nil // filtered here, before the write
 		}
-		if rc != nil {
-			// The deadline covers this write only: over HTTP/2 a deadline
-			// left set resets an idle stream when it passes.
-			_ = rc.SetWriteDeadline(time.Now().Add(h.cfg.EventWriteTimeout))
-			defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
-		}
-		if err := stream.Send(e); err != nil {
+		out.BeforeWrite()
+		if err := stream.Conn().Send(e); err != nil {
 			return err
 		}
-		h.cfg.Metrics.Sent.Inc()
+		sent++
 		return nil
+	}
+	endBatch := func() error { // flushes what the batch sent
+		h.cfg.Metrics.Sent.Add(float64(sent))
+		sent = 0
+		return out.EndBatch()
 	}
 	// A credential revoked or expired while the stream is open ends it
 	// before anything more is sent (checked before each batch: a quiet
@@ -74,27 +62,32 @@ func (h *Handler) EventStream(ctx context.Context, req *connect.Request[managerv
 	broker := h.b.Store().Broker()
 	var sub *events.Subscription
 	snapshot := func(resync bool) error {
+		out.StartBatch()
 		sub = broker.SubscribeTail()
 		r := h.read()
 		idx := r.Index()
 		sub.Skip(idx)
 		ts := timestamppb.New(h.cfg.Clock.Now())
 		for _, rec := range r.Nodes(nil) {
-			if err := send(&managerv1.Event{Index: idx, Timestamp: ts, Kind: &managerv1.Event_NodeSnapshot{NodeSnapshot: h.NodeView(r, rec)}}); err != nil {
+			if err := send(events.NewEntry(&managerv1.Event{Index: idx, Timestamp: ts, Kind: &managerv1.Event_NodeSnapshot{NodeSnapshot: h.NodeView(r, rec)}})); err != nil {
 				return err
 			}
 		}
 		var err error
 		r.Jobs(nil, "", func(rec *storev1.JobRecord) bool {
-			err = send(&managerv1.Event{Index: idx, Timestamp: ts, Kind: &managerv1.Event_JobSnapshot{JobSnapshot: r.JobView(rec, true)}})
+			err = send(events.NewEntry(&managerv1.Event{Index: idx, Timestamp: ts, Kind: &managerv1.Event_JobSnapshot{JobSnapshot: r.JobView(rec, true)}}))
 			return err == nil
 		})
 		if err != nil {
 			return err
 		}
-		return send(&managerv1.Event{Index: idx, Timestamp: ts, Kind: &managerv1.Event_InitialDataComplete{
+		err = send(events.NewEntry(&managerv1.Event{Index: idx, Timestamp: ts, Kind: &managerv1.Event_InitialDataComplete{
 			InitialDataComplete: &managerv1.InitialDataComplete{Index: idx, Resync: resync},
-		}})
+		}}))
+		if err != nil {
+			return err
+		}
+		return endBatch()
 	}
 	after := req.Msg.GetAfterIndex()
 	switch {
@@ -105,9 +98,12 @@ func (h *Handler) EventStream(ctx context.Context, req *connect.Request[managerv
 		sub = broker.SubscribeTail()
 		idx := h.read().Index()
 		sub.Skip(idx)
-		err = send(&managerv1.Event{Index: idx, Timestamp: timestamppb.New(h.cfg.Clock.Now()), Kind: &managerv1.Event_InitialDataComplete{
+		err = send(events.NewEntry(&managerv1.Event{Index: idx, Timestamp: timestamppb.New(h.cfg.Clock.Now()), Kind: &managerv1.Event_InitialDataComplete{
 			InitialDataComplete: &managerv1.InitialDataComplete{Index: idx},
-		}})
+		}}))
+		if err == nil {
+			err = endBatch()
+		}
 	case after == 0:
 		err = snapshot(false)
 	case after > h.read().Index():
@@ -127,7 +123,7 @@ func (h *Handler) EventStream(ctx context.Context, req *connect.Request[managerv
 	defer h.cfg.Metrics.Subscribers.Dec()
 	var last uint64
 	for {
-		evs, err := sub.Next(ctx)
+		evs, err := sub.NextEntries(ctx)
 		if errors.Is(err, events.ErrResync) {
 			// The state was replaced by a snapshot restore: start the
 			// subscriber again from what is here now.
@@ -145,11 +141,15 @@ func (h *Handler) EventStream(ctx context.Context, req *connect.Request[managerv
 		if err := stillAllowed(); err != nil {
 			return rpcerr.ToConnect(err)
 		}
+		out.StartBatch()
 		for _, e := range evs {
 			if err := send(e); err != nil {
 				return streamErr(err, last)
 			}
-			last = e.GetIndex()
+			last = e.Index()
+		}
+		if err := endBatch(); err != nil {
+			return streamErr(err, last)
 		}
 	}
 }

@@ -36,6 +36,9 @@ func StrictJSONCodecs() []connect.HandlerOption {
 func (c strictJSON) Name() string { return c.name }
 
 func (c strictJSON) Marshal(m any) ([]byte, error) {
+	if e, ok := m.(Encoded); ok {
+		m = e.Message()
+	}
 	pm, ok := m.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("%T is not a protobuf message", m)

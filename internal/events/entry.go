@@ -1,0 +1,69 @@
+package events
+
+import (
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/pkg/eventsubject"
+)
+
+// Entry is one published event as the broker holds it: the message, shared
+// by every subscriber and never modified, and what is worked out of it once
+// for all of them, when the first of them asks — its protobuf encoding
+// (Wire) and what it is about (Kind, Subject). An event sent to a hundred
+// subscribers is encoded once, not a hundred times.
+//
+// Its methods may be called from any number of goroutines.
+type Entry struct {
+	msg *managerv1.Event
+
+	wireOnce sync.Once
+	wire     []byte
+	wireErr  error
+
+	aboutOnce sync.Once
+	about     *about // made when first asked for: most subscribers filter nothing
+}
+
+// about is what an event is about.
+type about struct {
+	kind    string
+	subject eventsubject.Subject
+}
+
+// NewEntry holds ev as the broker does (for code that sends an event that
+// was not published, and for tests). ev must not be modified afterwards.
+func NewEntry(ev *managerv1.Event) *Entry { return &Entry{msg: ev} }
+
+// Event is the event. It must not be modified.
+func (e *Entry) Event() *managerv1.Event { return e.msg }
+
+// Message is the event as a proto.Message (a codec encoding it otherwise
+// than as protobuf, e.g. JSON, encodes this).
+func (e *Entry) Message() proto.Message { return e.msg }
+
+// Index is the event's store index.
+func (e *Entry) Index() uint64 { return e.msg.GetIndex() }
+
+// Wire is the event's protobuf encoding, made by the first call and
+// shared: the caller must not modify it.
+func (e *Entry) Wire() ([]byte, error) {
+	e.wireOnce.Do(func() { e.wire, e.wireErr = proto.Marshal(e.msg) })
+	return e.wire, e.wireErr
+}
+
+// Kind is eventsubject.Kind of the event, worked out once.
+func (e *Entry) Kind() string { return e.aboutIt().kind }
+
+// Subject is eventsubject.Of the event, worked out once. Its NodeIDs must
+// not be modified.
+func (e *Entry) Subject() eventsubject.Subject { return e.aboutIt().subject }
+
+func (e *Entry) aboutIt() *about {
+	e.aboutOnce.Do(func() { e.about = &about{kind: eventsubject.Kind(e.msg), subject: eventsubject.Of(e.msg)} })
+	return e.about
+}
+
+var _ eventsubject.Described = (*Entry)(nil)
