@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/runtime"
 	"github.com/norsk-go/norsk-manager/internal/worker/ack"
 )
@@ -30,12 +32,19 @@ func shortDir(t *testing.T) string {
 
 func newSockets(t *testing.T, held map[runtime.Key]*managerv1.InstanceReport) *Sockets {
 	t.Helper()
+	return newSocketsWith(t, held, nil)
+}
+
+// newSocketsWith is newSockets on clk (the real clock when nil).
+func newSocketsWith(t *testing.T, held map[runtime.Key]*managerv1.InstanceReport, clk clock.Clock) *Sockets {
+	t.Helper()
 	m, err := New(Config{
 		Dir:    shortDir(t),
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		NodeID: func() string { return "node-1" },
 		Held:   func(key runtime.Key) *managerv1.InstanceReport { return held[key] },
 		Report: func(*managerv1.MigrationReport) {},
+		Clock:  clk,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +103,8 @@ func TestCommandsNeedAHeldInstanceWithASocket(t *testing.T) {
 	t.Parallel()
 	key := runtime.Key{JobID: "cam", Role: "primary"}
 	held := map[runtime.Key]*managerv1.InstanceReport{key: {JobId: "cam", Role: "primary", FencingToken: 3, Phase: managerv1.InstancePhase_INSTANCE_PHASE_RUNNING}}
-	m := newSockets(t, held)
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	m := newSocketsWith(t, held, clk)
 	refusal := func(call func(func(*ack.Refusal))) *ack.Refusal {
 		var got *ack.Refusal
 		called := false
@@ -121,10 +131,45 @@ func TestCommandsNeedAHeldInstanceWithASocket(t *testing.T) {
 			if err := m.Open(key, Info{Token: 3}); err != nil {
 				t.Fatal(err)
 			}
+			// Past the attach grace: the job is not starting, it does not
+			// attach (TestGetStateWaitsForTheFirstAttach has the grace).
+			clk.Advance(DefaultAttachGrace)
 		}
 		e := refusal(func(reply func(*ack.Refusal)) { m.GetState(tc.key, tc.tok, "mig-1", reply) })
 		if e == nil || e.Code != tc.want {
 			t.Errorf("%s: GetState = %v, want %v", tc.name, e, tc.want)
 		}
+	}
+}
+
+// TestGetStateWaitsForTheFirstAttach: within the attach grace a get_state
+// for a job that never attached is answered only when the grace runs out
+// (or the job attaches: the worker's tests), and then refused.
+func TestGetStateWaitsForTheFirstAttach(t *testing.T) {
+	t.Parallel()
+	key := runtime.Key{JobID: "cam", Role: "primary"}
+	held := map[runtime.Key]*managerv1.InstanceReport{key: {JobId: "cam", Role: "primary", FencingToken: 3, Phase: managerv1.InstancePhase_INSTANCE_PHASE_RUNNING}}
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	m := newSocketsWith(t, held, clk)
+	if err := m.Open(key, Info{Token: 3}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(DefaultAttachGrace / 2)
+	got := make(chan *ack.Refusal, 1)
+	m.GetState(key, 3, "mig-1", func(e *ack.Refusal) { got <- e })
+	select {
+	case e := <-got:
+		t.Fatalf("answered at once within the grace: %v", e)
+	default:
+	}
+	<-clk.TimerCreated()
+	clk.Advance(DefaultAttachGrace / 2)
+	select {
+	case e := <-got:
+		if e == nil || e.Code != connect.CodeFailedPrecondition || !strings.Contains(e.Msg, "did not attach within 10s") {
+			t.Fatalf("refusal %v", e)
+		}
+	case <-t.Context().Done():
+		t.Fatal("no answer once the grace ran out")
 	}
 }
