@@ -5,12 +5,16 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
+	"github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1/managerv1connect"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/store"
@@ -182,6 +186,67 @@ func TestNoTermAfterIncarnationEnds(t *testing.T) {
 	w := newFakeWork()
 	m := openStandalone(t, w)
 	st := m.Store()
+	// The first term's boot work is done, so a second needs no write that
+	// the ended context would refuse.
+	booted(t, m)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	m.leadership(ctx, st)
+	if n := w.starts.Load(); n != 0 {
+		t.Fatalf("an ended incarnation started %d terms", n)
+	}
+}
+
+// TestPeerStatusOfAnotherClusterIsAnError: a peer whose answer names
+// another cluster (its address now served by another cluster's member) is
+// unreachable as far as this member is concerned: its status (and the
+// primary it reports) is not taken. CI once saw force-standalone refused
+// because a port a stopped member let go of was taken by another test
+// cluster's primary.
+func TestPeerStatusOfAnotherClusterIsAnError(t *testing.T) {
+	t.Parallel()
+	m := openStandalone(t, newFakeWork())
+	other := openStandalone(t, newFakeWork())
+	booted(t, m)
+	booted(t, other)
+	same, foreign := serveH2C(t, handlerOf(m)), serveH2C(t, handlerOf(other))
+	m.cfg.Nodes = []Node{{Name: "m2", API: same.URL}, {Name: "m3", API: foreign.URL}}
+
+	got := map[string]peerStatus{}
+	for _, p := range m.peerStatuses(t.Context()) {
+		got[p.name] = p
+	}
+	if p := got["m2"]; p.err != nil || p.status.GetClusterId() != m.Store().State().Snapshot().ClusterID() {
+		t.Fatalf("a peer of this cluster: %+v (%v)", p, p.err)
+	}
+	if p := got["m3"]; p.err == nil || !strings.Contains(p.err.Error(), "answers for another cluster") {
+		t.Fatalf("a peer of another cluster: %+v, want an error", p)
+	}
+}
+
+// serveH2C serves h over cleartext HTTP/2, as members speak to each other.
+func serveH2C(t *testing.T, h http.Handler) *httptest.Server {
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// handlerOf serves m's Members service.
+func handlerOf(m *Member) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(managerv1connect.NewMembersHandler(m.Service()))
+	return mux
+}
+
+// booted waits until m's standalone store leads and does a primary term's
+// boot work on it (the store then has its cluster id), without running m.
+func booted(t *testing.T, m *Member) {
+	t.Helper()
+	st := m.Store()
 	for !st.IsLeader() {
 		select {
 		case <-t.Context().Done():
@@ -190,15 +255,7 @@ func TestNoTermAfterIncarnationEnds(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	// The first term's boot work is done, so a second needs no write that
-	// the ended context would refuse.
 	if err := m.bootWork(t.Context(), st); err != nil {
 		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	m.leadership(ctx, st)
-	if n := w.starts.Load(); n != 0 {
-		t.Fatalf("an ended incarnation started %d terms", n)
 	}
 }

@@ -30,6 +30,7 @@ func (m *Member) localStatus() *managerv1.MemberStatusResponse {
 	out.CommitIndex = st.CommitIndex()
 	out.Term = st.Term()
 	out.Generation = r.Generation()
+	out.ClusterId = r.ClusterID()
 	out.Leader, _ = st.Leader()
 	if lc := st.LastContact(); !lc.IsZero() {
 		out.LastLeaderContact = timestamppb.New(lc)
@@ -61,7 +62,8 @@ type peerStatus struct {
 }
 
 // peerStatuses asks every other member this one knows of for its status,
-// concurrently, each within statusTimeout.
+// concurrently, each within statusTimeout. An answer for another cluster
+// than this member's is an error, not a status.
 func (m *Member) peerStatuses(ctx context.Context) []peerStatus {
 	type peer struct{ name, url string }
 	var peers []peer
@@ -80,6 +82,10 @@ func (m *Member) peerStatuses(ctx context.Context) []peerStatus {
 			peers = append(peers, peer{n.Name, n.API})
 		}
 	}
+	var ours string
+	if st := m.Store(); st != nil {
+		ours = st.State().Snapshot().ClusterID()
+	}
 	out := make([]peerStatus, len(peers))
 	var wg sync.WaitGroup
 	for i, p := range peers {
@@ -96,6 +102,10 @@ func (m *Member) peerStatuses(ctx context.Context) []peerStatus {
 			res, err := m.memberClient(p.url).MemberStatus(cctx, newMemberRequest(m, &managerv1.MemberStatusRequest{}))
 			if err != nil {
 				out[i].err = err
+				return
+			}
+			if theirs := res.Msg.GetClusterId(); ours != "" && theirs != "" && theirs != ours {
+				out[i].err = fmt.Errorf("%s answers for another cluster (%s, not %s): a stale address, or two clusters given one secret", p.url, theirs, ours)
 				return
 			}
 			out[i].status = res.Msg

@@ -17,8 +17,6 @@ import (
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
-// clusterSecret is the members' shared secret in tests.
-const clusterSecret = "testcluster-secret-0123456789"
 
 // Member is one in-process Manager member. Stop and Start it like an
 // operator stops and starts the daemon; its addresses stay the same.
@@ -285,7 +283,7 @@ func (m *Member) config() manager.Config {
 			cfg.ClusterNodes = append(cfg.ClusterNodes, manager.ClusterNode{Name: m.Name, Raft: m.raftAddr, API: "http://" + m.apiAddr, Witness: m.Witness})
 		}
 		cfg.ClusterState = m.ClusterState
-		cfg.ClusterSecret = clusterSecret
+		cfg.ClusterSecret = c.secret
 		cfg.Witness = m.Witness
 		cfg.RaftAdvertise = m.raftAddr
 		cfg.MemberHTTPClient = c.Net.HTTPClient(m.Name, nil)

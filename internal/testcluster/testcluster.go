@@ -126,6 +126,10 @@ type Cluster struct {
 	// token is the cluster's admin API token (its Manager's bootstrap
 	// token); Client() uses it.
 	token string
+	// secret is the members' cluster secret, the cluster's own: members of
+	// two test clusters never accept each other's calls (a test's member
+	// can be given a port another test's member just let go of).
+	secret string
 
 	// Members are the Manager members: m1 … mN, then the witnesses
 	// w1 … wK. A single-member cluster (the default) is standalone.
@@ -184,7 +188,7 @@ func New(t testing.TB, opts Options) *Cluster {
 			opts.Logger = slog.New(slog.DiscardHandler)
 		}
 	}
-	c := &Cluster{t: t, opts: opts, Dir: t.TempDir(), token: auth.NewToken()}
+	c := &Cluster{t: t, opts: opts, Dir: t.TempDir(), token: auth.NewToken(), secret: auth.RandomToken("testcluster-", 16)}
 	t.Cleanup(c.Close)
 	c.startMockHosts()
 	c.startClouds()

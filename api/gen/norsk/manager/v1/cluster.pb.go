@@ -1312,8 +1312,13 @@ type MemberStatusResponse struct {
 	ControlPlaneUrl         string                 `protobuf:"bytes,13,opt,name=control_plane_url,json=controlPlaneUrl,proto3" json:"control_plane_url,omitempty"`
 	ControlPlaneStale       bool                   `protobuf:"varint,14,opt,name=control_plane_stale,json=controlPlaneStale,proto3" json:"control_plane_stale,omitempty"`
 	ControlPlaneAnnouncedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=control_plane_announced_at,json=controlPlaneAnnouncedAt,proto3" json:"control_plane_announced_at,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// The cluster this member's store belongs to ("" while it has none): a
+	// member asking a peer for its status ignores an answer for another
+	// cluster (a stale address now served by another cluster's member, or
+	// two clusters given one secret).
+	ClusterId     string `protobuf:"bytes,16,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemberStatusResponse) Reset() {
@@ -1449,6 +1454,13 @@ func (x *MemberStatusResponse) GetControlPlaneAnnouncedAt() *timestamppb.Timesta
 		return x.ControlPlaneAnnouncedAt
 	}
 	return nil
+}
+
+func (x *MemberStatusResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type ReadIndexRequest struct {
@@ -1625,7 +1637,7 @@ const file_norsk_manager_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x01 \x01(\x04R\n" +
 	"generation\"\x15\n" +
-	"\x13MemberStatusRequest\"\xdf\x04\n" +
+	"\x13MemberStatusRequest\"\xfe\x04\n" +
 	"\x14MemberStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x120\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x1c.norsk.manager.v1.MemberRoleR\x04role\x12\x18\n" +
@@ -1644,7 +1656,9 @@ const file_norsk_manager_v1_cluster_proto_rawDesc = "" +
 	"\x06voters\x18\f \x01(\rR\x06voters\x12*\n" +
 	"\x11control_plane_url\x18\r \x01(\tR\x0fcontrolPlaneUrl\x12.\n" +
 	"\x13control_plane_stale\x18\x0e \x01(\bR\x11controlPlaneStale\x12W\n" +
-	"\x1acontrol_plane_announced_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x17controlPlaneAnnouncedAt\"\x12\n" +
+	"\x1acontrol_plane_announced_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x17controlPlaneAnnouncedAt\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x10 \x01(\tR\tclusterId\"\x12\n" +
 	"\x10ReadIndexRequest\")\n" +
 	"\x11ReadIndexResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index*\x8e\x01\n" +
