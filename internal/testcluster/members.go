@@ -17,7 +17,6 @@ import (
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
-
 // Member is one in-process Manager member. Stop and Start it like an
 // operator stops and starts the daemon; its addresses stay the same.
 type Member struct {
