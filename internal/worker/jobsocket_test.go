@@ -442,21 +442,24 @@ func TestJobSocketSurvivesWorkerRestart(t *testing.T) {
 // stream.
 func TestJobSocketGetStateBeforeFirstAttach(t *testing.T) {
 	t.Parallel()
-	const grace = 300 * time.Millisecond
 	for _, tc := range []struct {
 		name string
+		// grace is the worker's attach grace: short only where it is meant
+		// to run out, long enough elsewhere that only the event ends the
+		// wait, however loaded the machine.
+		grace time.Duration
 		// then happens after the get_state was sent to job "cam" (token 3),
 		// which has not attached; it returns the refusal's code and text.
 		then func(t *testing.T, c *workertest.Controller) (string, string)
 	}{
-		{"the grace runs out", func(*testing.T, *workertest.Controller) (string, string) {
+		{"the grace runs out", 300 * time.Millisecond, func(*testing.T, *workertest.Controller) (string, string) {
 			return codeFailedPrecondition, "the job did not attach within 300ms of its start"
 		}},
-		{"the instance stops", func(t *testing.T, c *workertest.Controller) (string, string) {
+		{"the instance stops", time.Hour, func(t *testing.T, c *workertest.Controller) (string, string) {
 			send(t, c, stopMsg("cam", "primary", 3, 0, reasonUser, ""))
 			return codeNotFound, "instance cam/primary has stopped"
 		}},
-		{"its migration is aborted", func(t *testing.T, c *workertest.Controller) (string, string) {
+		{"its migration is aborted", time.Hour, func(t *testing.T, c *workertest.Controller) (string, string) {
 			send(t, c, abortMsg("cam", "primary", migA, "operator"))
 			return codeFailedPrecondition, "migration " + migA + " was aborted before the job attached"
 		}},
@@ -465,7 +468,7 @@ func TestJobSocketGetStateBeforeFirstAttach(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			cfg := e.jsConfig()
-			cfg.JobSocketAttachGrace = grace
+			cfg.JobSocketAttachGrace = tc.grace
 			a := e.run(cfg)
 			c, _ := e.dial(a, noHeartbeats)
 			startRunning(t, c, job("cam", svc("media")), "primary", 3)
