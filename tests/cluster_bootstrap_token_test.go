@@ -37,6 +37,7 @@ func TestClusterFormationPrintsBootstrapToken(t *testing.T) {
 		cmd             *exec.Cmd
 		mu              sync.Mutex
 		tokens          []string
+		log             []string // its console, for a failure's message
 		done            chan struct{}
 	}
 	names := []string{"mgr-1", "mgr-2", "mgr-3"}
@@ -70,11 +71,12 @@ func TestClusterFormationPrintsBootstrapToken(t *testing.T) {
 		go func() {
 			sc := bufio.NewScanner(stderr)
 			for sc.Scan() {
+				m.mu.Lock()
+				m.log = append(m.log, sc.Text())
 				if s := tokenRE.FindStringSubmatch(sc.Text()); s != nil {
-					m.mu.Lock()
 					m.tokens = append(m.tokens, s[1])
-					m.mu.Unlock()
 				}
+				m.mu.Unlock()
 			}
 		}()
 		go func() { _ = m.cmd.Wait(); close(m.done) }()
@@ -105,7 +107,10 @@ func TestClusterFormationPrintsBootstrapToken(t *testing.T) {
 		for _, m := range ms {
 			select {
 			case <-m.done:
-				t.Fatalf("member %s exited while the cluster formed", m.name)
+				m.mu.Lock()
+				log := strings.Join(m.log, "\n")
+				m.mu.Unlock()
+				t.Fatalf("member %s exited while the cluster formed (%v):\n%s", m.name, m.cmd.ProcessState, log)
 			default:
 			}
 		}

@@ -102,7 +102,10 @@ func (m *Member) takeHold(ln *net.Listener) net.Listener {
 func reserve(t interface{ Fatalf(string, ...any) }) net.Listener {
 	var last error
 	for range 200 {
-		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		port, ok := drawPort()
+		if !ok {
+			continue
+		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", fmt.Sprint(port)))
 		if err == nil {
 			return ln
@@ -119,7 +122,10 @@ func reserve(t interface{ Fatalf(string, ...any) }) net.Listener {
 func FreePort(t interface{ Fatalf(string, ...any) }, host string) int {
 	var last error
 	for range 200 {
-		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		port, ok := drawPort()
+		if !ok {
+			continue
+		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(port)))
 		if err != nil {
 			last = err
@@ -130,6 +136,30 @@ func FreePort(t interface{ Fatalf(string, ...any) }, host string) int {
 	}
 	t.Fatalf("no free port in [%d, %d): %v", freePortLow, freePortHigh, last)
 	return 0
+}
+
+// handedOut is every port reserve and FreePort have drawn in this process.
+// A port is drawn once: one a test let go of (a member stopped, a
+// FreePort whose process has not bound it yet) looks free, and handing it
+// to another test would have two listeners want it.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// drawPort draws a port from the range not drawn before in this process.
+func drawPort() (int, bool) {
+	port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports[port] {
+		return 0, false
+	}
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
+	handedOut.ports[port] = true
+	return port, true
 }
 
 // The range reserve and FreePort draw from: below Linux's ephemeral ports,
