@@ -35,19 +35,9 @@ vet:
 # at the end.
 TEST_PARALLEL ?= 4
 SLOW_FIRST = ./tests/ ./internal/manager/ ./internal/mgr/ ./internal/store/
-# The race pass runs beside the plain one: much of the plain pass waits on
-# timers and processes (./tests alone is over three minutes at well under
-# two cores), while the race pass is mostly compiling. Its output is
-# printed when both have finished, so neither interleaves with the other.
 test: vet
-	@race_log=$$(mktemp); \
-	echo "$(GO) test -race -short -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE)  (beside the plain pass; its output follows it)"; \
-	$(GO) test -race -short -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE) > $$race_log 2>&1 & race_pid=$$!; \
-	echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) $(SLOW_FIRST) ./..."; \
-	CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) $(SLOW_FIRST) ./...; plain_rc=$$?; \
-	wait $$race_pid; race_rc=$$?; \
-	echo "--- the race pass:"; cat $$race_log; rm -f $$race_log; \
-	test $$plain_rc -eq 0 && test $$race_rc -eq 0
+	CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) $(SLOW_FIRST) ./...
+	$(GO) test -race -short -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE)
 
 # The packages' own tests, without the long end-to-end scenarios.
 test-fast:
