@@ -596,17 +596,7 @@ func TestUnavailableIsExclusionOfEveryRequest(t *testing.T) {
 				live = slices.Delete(live, i, i+1)
 				continue
 			}
-			var req Request
-			if rapid.IntRange(0, 3).Draw(t, "fresh") == 0 {
-				req = genRequest(t, step, nodes)
-			} else {
-				req = rapid.SampledFrom(shapes).Draw(t, "shape")
-			}
-			req.JobID = fmt.Sprintf("step-%03d", step)
-			if rapid.IntRange(0, 9).Draw(t, "pin") == 0 {
-				req.PinNode = rapid.SampledFrom(append([]string{"nowhere"}, nodeIDs(nodes)...)).Draw(t, "pinned")
-			}
-			req.Explain = rapid.IntRange(0, 3).Draw(t, "explain") == 0
+			req := drawStepRequest(t, step, nodes, shapes, 3)
 			got, err := marked.Place(req)
 			if err != nil {
 				t.Fatal(err)

@@ -129,17 +129,7 @@ func TestIndexMatchesReference(t *testing.T) {
 				live = append(live, a)
 				continue
 			}
-			var req Request
-			if rapid.IntRange(0, 3).Draw(t, "fresh") == 0 {
-				req = genRequest(t, step, nodes)
-			} else {
-				req = rapid.SampledFrom(shapes).Draw(t, "shape")
-			}
-			req.JobID = fmt.Sprintf("step-%03d", step)
-			if rapid.IntRange(0, 9).Draw(t, "pin") == 0 {
-				req.PinNode = rapid.SampledFrom(append([]string{"nowhere"}, nodeIDs(nodes)...)).Draw(t, "pinned")
-			}
-			req.Explain = rapid.IntRange(0, 4).Draw(t, "explain") == 0
+			req := drawStepRequest(t, step, nodes, shapes, 4)
 			got, err := s.Place(req)
 			if err != nil {
 				t.Fatal(err)
@@ -172,4 +162,22 @@ func nodeIDs(nodes []Node) []string {
 		ids[i] = n.ID
 	}
 	return ids
+}
+
+// drawStepRequest draws step's request: a fresh one or one of shapes
+// (repeated shapes exercise the index's cache), pinned now and then, asking
+// for an explanation one time in explainOdds+1.
+func drawStepRequest(t *rapid.T, step int, nodes []Node, shapes []Request, explainOdds int) Request {
+	var req Request
+	if rapid.IntRange(0, 3).Draw(t, "fresh") == 0 {
+		req = genRequest(t, step, nodes)
+	} else {
+		req = rapid.SampledFrom(shapes).Draw(t, "shape")
+	}
+	req.JobID = fmt.Sprintf("step-%03d", step)
+	if rapid.IntRange(0, 9).Draw(t, "pin") == 0 {
+		req.PinNode = rapid.SampledFrom(append([]string{"nowhere"}, nodeIDs(nodes)...)).Draw(t, "pinned")
+	}
+	req.Explain = rapid.IntRange(0, explainOdds).Draw(t, "explain") == 0
+	return req
 }

@@ -102,24 +102,11 @@ func (g *portRegistry) lock() (unlock func(), err error) {
 	if err := g.ensure(); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(g.dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	unlock, err = flockFile(filepath.Join(g.dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("port registry: %w", err)
 	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("port registry: lock %s: %w", g.dir, err)
-	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		_ = f.Close()
-	}, nil
+	return unlock, nil
 }
 
 // dirs returns the registered runtime directories that exist, and removes

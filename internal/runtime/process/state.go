@@ -137,7 +137,14 @@ func (r *Runtime) lockInstance(key runtime.Key, create bool) (unlock func(), err
 	if create {
 		flags |= os.O_CREATE
 	}
-	f, err := os.OpenFile(filepath.Join(dir, ".lock"), flags, 0o644)
+	return flockFile(filepath.Join(dir, ".lock"), flags, 0o644)
+}
+
+// flockFile opens path (flags, perm) and takes its exclusive flock,
+// waiting for it; unlock releases it and closes the file. An error opening
+// the file is returned as it is (fs.ErrNotExist without O_CREATE).
+func flockFile(path string, flags int, perm os.FileMode) (unlock func(), err error) {
+	f, err := os.OpenFile(path, flags, perm)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +156,7 @@ func (r *Runtime) lockInstance(key runtime.Key, create bool) (unlock func(), err
 	}
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", dir, err)
+		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	return func() {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
