@@ -101,10 +101,7 @@ func TestTooLongDirectoryIsRefused(t *testing.T) {
 // an attached job; each refusal carries its code.
 func TestCommandsNeedAHeldInstanceWithASocket(t *testing.T) {
 	t.Parallel()
-	key := runtime.Key{JobID: "cam", Role: "primary"}
-	held := map[runtime.Key]*managerv1.InstanceReport{key: {JobId: "cam", Role: "primary", FencingToken: 3, Phase: managerv1.InstancePhase_INSTANCE_PHASE_RUNNING}}
-	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
-	m := newSocketsWith(t, held, clk)
+	key, m, clk := camHeldOnFakeClock(t)
 	refusal := func(call func(func(*ack.Refusal))) *ack.Refusal {
 		var got *ack.Refusal
 		called := false
@@ -147,10 +144,7 @@ func TestCommandsNeedAHeldInstanceWithASocket(t *testing.T) {
 // (or the job attaches: the worker's tests), and then refused.
 func TestGetStateWaitsForTheFirstAttach(t *testing.T) {
 	t.Parallel()
-	key := runtime.Key{JobID: "cam", Role: "primary"}
-	held := map[runtime.Key]*managerv1.InstanceReport{key: {JobId: "cam", Role: "primary", FencingToken: 3, Phase: managerv1.InstancePhase_INSTANCE_PHASE_RUNNING}}
-	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
-	m := newSocketsWith(t, held, clk)
+	key, m, clk := camHeldOnFakeClock(t)
 	if err := m.Open(key, Info{Token: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -172,4 +166,14 @@ func TestGetStateWaitsForTheFirstAttach(t *testing.T) {
 	case <-t.Context().Done():
 		t.Fatal("no answer once the grace ran out")
 	}
+}
+
+// camHeldOnFakeClock is sockets on a fake clock whose worker holds cam's
+// primary running under token 3.
+func camHeldOnFakeClock(t *testing.T) (runtime.Key, *Sockets, *clock.Fake) {
+	t.Helper()
+	key := runtime.Key{JobID: "cam", Role: "primary"}
+	held := map[runtime.Key]*managerv1.InstanceReport{key: {JobId: "cam", Role: "primary", FencingToken: 3, Phase: managerv1.InstancePhase_INSTANCE_PHASE_RUNNING}}
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	return key, newSocketsWith(t, held, clk), clk
 }
