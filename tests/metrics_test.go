@@ -12,7 +12,7 @@ import (
 
 // A fresh Manager exports every metric an alert reads, its labelled
 // counters at zero from the start: raft health, instances and nodes by
-// state, lease state, backups, event-stream drops, placements, restarts,
+// state, lease state, backups, event-stream drops and window, placements, restarts,
 // migrations and drains.
 func TestMetricsOnAFreshManager(t *testing.T) {
 	t.Parallel()
@@ -39,6 +39,11 @@ func TestMetricsOnAFreshManager(t *testing.T) {
 		"norsk_manager_leases_paused 0",
 		"norsk_manager_backup_last_success 1",
 		"norsk_manager_event_subscribers_dropped_total 0",
+		"norsk_manager_event_resyncs_total 0",
+		"norsk_manager_events_held ",
+		"norsk_manager_events_held_bytes ",
+		"norsk_manager_events_oldest_age_seconds ",
+		"norsk_manager_events_dropped_early_total 0",
 		`norsk_automanager_placements_total{kind="recovery"} 0`,
 		`norsk_automanager_placement_seconds_count{kind="first"} 0`,
 		`norsk_automanager_instance_restarts_total{why="nodeLost"} 0`,

@@ -17,6 +17,7 @@ import (
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/internal/atomicfile"
 	"github.com/norsk-go/norsk-manager/internal/clock"
+	"github.com/norsk-go/norsk-manager/internal/events"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store"
 )
@@ -68,10 +69,11 @@ type Config struct {
 	HTTPClient *http.Client
 	CA         *x509.Certificate
 	// Store is the store's configuration; the member fills in, at each
-	// open, its event broker (of EventBuffer events), whether it joins and
-	// the cluster's voters, and clears the raft transport standalone.
-	Store       store.Config
-	EventBuffer int
+	// open, its event broker (sized by Events; Clock when Events has
+	// none), whether it joins and the cluster's voters, and clears the raft
+	// transport standalone.
+	Store  store.Config
+	Events events.Config
 	// BackupDir is where a standalone member whose store cannot be read
 	// finds the backup to restore; Boot is the boot report that says so.
 	BackupDir string

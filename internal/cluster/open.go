@@ -16,7 +16,7 @@ import (
 // storeConfig is the store's configuration for this open.
 func (m *Member) storeConfig(join bool) store.Config {
 	sc := m.cfg.Store
-	sc.Broker = events.New(m.cfg.EventBuffer)
+	sc.Broker = m.newBroker()
 	sc.Join = join
 	if !m.Clustered() {
 		sc.RaftBind, sc.RaftAdvertise, sc.StreamLayer, sc.RaftTLS = "", "", nil, nil
@@ -27,6 +27,15 @@ func (m *Member) storeConfig(join bool) store.Config {
 		sc.Bootstrap = append(sc.Bootstrap, store.Voter(n.Name, n.Raft))
 	}
 	return sc
+}
+
+// newBroker is a store's event broker, sized by the member's Events.
+func (m *Member) newBroker() *events.Broker {
+	cfg := m.cfg.Events
+	if cfg.Clock == nil {
+		cfg.Clock = m.cfg.Clock
+	}
+	return events.NewBroker(cfg)
 }
 
 // Open opens the member's store for this boot: discarding it first when
@@ -134,7 +143,7 @@ func (m *Member) openStandalone(ctx context.Context) (*store.Store, error) {
 	}
 	// The failed attempt closed its event broker; the fresh store gets its
 	// own.
-	scfg.Broker = events.New(m.cfg.EventBuffer)
+	scfg.Broker = m.newBroker()
 	st, err = store.Open(ctx, scfg)
 	if err != nil {
 		return nil, fmt.Errorf("open a fresh store to restore into: %w", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/norsk-go/norsk-manager/internal/cluster"
+	"github.com/norsk-go/norsk-manager/internal/events"
 	"github.com/norsk-go/norsk-manager/internal/manager/intercept"
 	"github.com/norsk-go/norsk-manager/internal/nodes"
 	"github.com/norsk-go/norsk-manager/internal/store"
@@ -51,7 +52,8 @@ func (s *Server) newMember() *cluster.Member {
 			StreamLayer:       cfg.RaftStreamLayer,
 			RaftTLS:           s.tls.raft, // nil with TLS off
 		},
-		EventBuffer: cfg.EventBuffer, BackupDir: cfg.BackupDir, Boot: s.boot,
+		Events:    events.Config{Events: cfg.EventBuffer, Retention: cfg.EventRetention, MaxBytes: cfg.EventMaxBytes, Clock: cfg.Clock},
+		BackupDir: cfg.BackupDir, Boot: s.boot,
 		Audit:         intercept.AuditStamp,
 		ObserveCommit: func(d time.Duration) { s.metrics.commitSeconds.Observe(d.Seconds()) },
 		CaughtUp:      s.verifyAuditChain,

@@ -35,6 +35,9 @@ type metrics struct {
 	// behind.
 	commitSeconds prometheus.Histogram
 	eventDrops    prometheus.Counter
+	// eventResyncs counts subscribers that asked to resume after an index
+	// whose events were no longer held (decision 0066).
+	eventResyncs prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -74,11 +77,14 @@ func newMetrics() *metrics {
 	m.eventDrops = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "norsk_manager_event_subscribers_dropped_total", Help: "Event-stream subscribers cut off for falling too far behind (they reconnect with afterIndex and miss nothing).",
 	})
+	m.eventResyncs = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "norsk_manager_event_resyncs_total", Help: "Event-stream subscribers that asked to resume after an index whose events were no longer held, and were sent a snapshot instead (see eventRetention).",
+	})
 	for _, c := range []connect.Code{connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeResourceExhausted, connect.CodeInvalidArgument} {
 		m.gateRefused.WithLabelValues(c.String())
 	}
 	reg.MustRegister(m.rpcs, m.rpcSeconds, m.applies, m.eventsSent, m.eventSubscribers, m.storeIndex, m.gateRefused, m.unauthWaiting,
-		m.commitSeconds, m.eventDrops,
+		m.commitSeconds, m.eventDrops, m.eventResyncs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

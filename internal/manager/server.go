@@ -192,9 +192,14 @@ type Config struct {
 	// between once and one and a half times it: the deadline is set per
 	// batch of events, decision 0062).
 	EventWriteTimeout time.Duration
-	// EventBuffer is how many events the event stream holds for resuming
-	// subscribers (default 65536).
-	EventBuffer int
+	// EventBuffer is the fewest events the event stream holds for resuming
+	// subscribers, whatever their age (default 65536). EventRetention is
+	// how long it holds every event beyond that (default 5 min; negative:
+	// no time window, EventBuffer events only), within EventMaxBytes of
+	// held events' estimated memory (default 512 MiB). Decision 0066.
+	EventBuffer    int
+	EventRetention time.Duration
+	EventMaxBytes  int64
 	// BackupDir holds backups (default <DataDir>/backups); BackupInterval
 	// is how often a scheduled backup is taken (default 1h; negative turns
 	// them off) and BackupRetain how many scheduled ones are kept
@@ -513,6 +518,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		boot:        &managerv1.BootReport{BootedAt: timestamppb.New(cfg.Clock.Now())},
 	}
 	registerStoreMetrics(m.reg, s.st)
+	registerEventMetrics(m.reg, s.st)
 	m.reg.MustRegister(newHealthCollector(s))
 	watchRaftPeers()
 	s.url = cfg.AdvertiseURL
@@ -547,7 +553,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		DefaultIdleExpiry: cfg.DefaultIdleExpiry, EventWriteTimeout: cfg.EventWriteTimeout,
 		HeartbeatInterval: cfg.HeartbeatInterval, LeaseTTL: cfg.LeaseTTL, Pools: cfg.Pools, CloudHypervisor: cfg.CloudHypervisor,
 		CA: tlsSt.ca, AccessKeys: accessKeys, Migrator: &s.migrator, Boot: s.boot,
-		Metrics: api.EventMetrics{Sent: m.eventsSent, Subscribers: m.eventSubscribers, Drops: m.eventDrops},
+		Metrics: api.EventMetrics{Sent: m.eventsSent, Subscribers: m.eventSubscribers, Drops: m.eventDrops, Resyncs: m.eventResyncs},
 	})
 	// The gate authenticates each call from its headers before its body
 	// is read (gate.go); the interceptors then check the decoded request's

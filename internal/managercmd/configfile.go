@@ -35,7 +35,13 @@ type FileConfig struct {
 	HeartbeatInterval Duration `json:"heartbeatInterval,omitempty"`
 	DefaultIdleExpiry Duration `json:"defaultIdleExpiry,omitempty"`
 	SnapshotThreshold uint64   `json:"snapshotThreshold,omitempty"`
-	EventBuffer       int      `json:"eventBuffer,omitempty"`
+	// EventBuffer is the fewest events held for resuming event
+	// subscribers; EventRetention how long every event is held beyond that
+	// (default 5m; negative: no time window), within EventMaxMiB of their
+	// estimated memory (default 512). Decision 0066.
+	EventBuffer    int      `json:"eventBuffer,omitempty"`
+	EventRetention Duration `json:"eventRetention,omitempty"`
+	EventMaxMiB    int64    `json:"eventMaxMiB,omitempty"`
 	// RequestBodyTimeout and ReadHeaderTimeout bound how long a request's
 	// body and headers may take to arrive (defaults 30s and 10s);
 	// MaxUnauthenticatedPerSource bounds the requests one address may have
@@ -224,6 +230,12 @@ func ParseConfigFile(b []byte) (FileConfig, error) {
 	if err := fc.validateCluster(); err != nil {
 		return FileConfig{}, err
 	}
+	switch {
+	case fc.EventBuffer < 0:
+		return FileConfig{}, fmt.Errorf("eventBuffer: %d: give a count of events (0 = the default, 65536)", fc.EventBuffer)
+	case fc.EventMaxMiB < 0 || fc.EventMaxMiB > 1<<20:
+		return FileConfig{}, fmt.Errorf("eventMaxMiB: %d: give 1 to %d MiB (0 = the default, 512)", fc.EventMaxMiB, 1<<20)
+	}
 	for tier, sp := range fc.Spares {
 		if tier == "" || sp.Count < 0 || sp.Count > MaxSparesPerTier {
 			return FileConfig{}, fmt.Errorf("spares.%s.count: %d (want 0 to %d, for a named elastic tier)", tier, sp.Count, MaxSparesPerTier)
@@ -338,6 +350,10 @@ func (fc FileConfig) Apply(cfg *manager.Config) {
 	}
 	if cfg.EventBuffer == 0 {
 		cfg.EventBuffer = fc.EventBuffer
+	}
+	setD(&cfg.EventRetention, fc.EventRetention)
+	if cfg.EventMaxBytes == 0 {
+		cfg.EventMaxBytes = fc.EventMaxMiB << 20
 	}
 	setD(&cfg.RequestBodyTimeout, fc.RequestBodyTimeout)
 	setD(&cfg.ReadHeaderTimeout, fc.ReadHeaderTimeout)

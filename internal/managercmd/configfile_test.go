@@ -192,6 +192,42 @@ providers:
 	}
 }
 
+// config.yaml's event window settings are applied, and nonsense refused.
+func TestParseConfigFileEvents(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		yaml      string
+		buffer    int
+		retention time.Duration
+		maxBytes  int64
+		err       string
+	}{
+		{"", 0, 0, 0, ""},
+		{"eventBuffer: 1000\neventRetention: 10m\neventMaxMiB: 256\n", 1000, 10 * time.Minute, 256 << 20, ""},
+		{"eventRetention: -1s\n", 0, -time.Second, 0, ""},
+		{"eventBuffer: -1\n", 0, 0, 0, "eventBuffer"},
+		{"eventMaxMiB: -5\n", 0, 0, 0, "eventMaxMiB"},
+		{"eventRetention: soon\n", 0, 0, 0, "soon"},
+	}
+	for _, tt := range tests {
+		fc, err := ParseConfigFile([]byte(tt.yaml))
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%q: %v, want an error naming %q", tt.yaml, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tt.yaml, err)
+		}
+		var applied manager.Config
+		fc.Apply(&applied)
+		if applied.EventBuffer != tt.buffer || applied.EventRetention != tt.retention || applied.EventMaxBytes != tt.maxBytes {
+			t.Errorf("%q: applied %d, %s, %d; want %d, %s, %d", tt.yaml, applied.EventBuffer, applied.EventRetention, applied.EventMaxBytes, tt.buffer, tt.retention, tt.maxBytes)
+		}
+	}
+}
+
 // config.yaml's leaseTTL and heartbeatInterval are applied.
 func TestParseConfigFileLease(t *testing.T) {
 	t.Parallel()

@@ -100,9 +100,13 @@ type Config struct {
 	Metrics EventMetrics
 }
 
-// EventMetrics are the event stream's metrics.
+// EventMetrics are the event stream's metrics: events sent, live
+// subscribers, subscribers cut off for falling behind, and subscribers
+// that asked to resume after an index whose events were no longer held
+// (sent a snapshot instead).
 type EventMetrics struct {
 	Sent        prometheus.Counter
 	Subscribers prometheus.Gauge
 	Drops       prometheus.Counter
+	Resyncs     prometheus.Counter
 }

@@ -113,6 +113,7 @@ func (h *Handler) EventStream(ctx context.Context, req *connect.Request[managerv
 	default:
 		sub, err = broker.SubscribeAfter(after)
 		if errors.Is(err, events.ErrResync) {
+			h.cfg.Metrics.Resyncs.Inc()
 			err = snapshot(true)
 		}
 	}
