@@ -2,13 +2,17 @@ package tests
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/norsk-go/norsk-manager/internal/manager"
 	"github.com/norsk-go/norsk-manager/internal/runtime/runtimetest"
 	"github.com/norsk-go/norsk-manager/internal/testcluster"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
@@ -255,4 +259,71 @@ func TestEventStreamResyncAfterFutureIndex(t *testing.T) {
 	}
 	created := c.Job("ev-new").GetHistory()[0].GetIndex()
 	c.Eventually("the new job's created event", func() bool { return l.seen("ev-new")[created] == 1 })
+}
+
+// A consumer that resumes after more events than the event buffer's count
+// resumes where it was when they are within the retention (decision 0066),
+// and with no time window is sent a resync snapshot, counted.
+func TestEventStreamResumeWithinTheWindow(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		retention  time.Duration
+		wantResync bool
+	}{
+		{"the default window", 0, false},
+		{"no window", -1, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := testcluster.New(t, testcluster.Options{ManagerConfig: func(cfg *manager.Config) {
+				cfg.EventBuffer = 4
+				cfg.EventRetention = tt.retention
+			}})
+			cl, x := c.Client(), ctx(t)
+			if _, err := cl.CreateJob(x, progJob(t, "win-0", runtimetest.Behaviour{}, nil)); err != nil {
+				t.Fatal(err)
+			}
+			seenIndex := c.Job("win-0").GetHistory()[0].GetIndex()
+			// More events than the buffer's 4 since the consumer's index.
+			const later = 8
+			for i := 1; i <= later; i++ {
+				if _, err := cl.CreateJob(x, progJob(t, fmt.Sprint("win-", i), runtimetest.Behaviour{}, nil)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, l := consume(t, c, norsk.EventStreamSettings{AfterIndex: seenIndex})
+			c.Eventually("every later job", func() bool {
+				for i := 1; i <= later; i++ {
+					id := fmt.Sprint("win-", i)
+					if l.seen(id)[c.Job(id).GetHistory()[0].GetIndex()] == 0 {
+						l.mu.Lock()
+						_, snap := l.snapshotJobs[id]
+						l.mu.Unlock()
+						if !snap {
+							return false
+						}
+					}
+				}
+				return true
+			})
+			cs := l.initialDataComplete()
+			if resynced := len(cs) == 1 && cs[0].GetResync(); resynced != tt.wantResync || len(cs) > 1 {
+				t.Errorf("initial_data_complete = %v; want a resync: %v", cs, tt.wantResync)
+			}
+			want := "norsk_manager_event_resyncs_total 0"
+			if tt.wantResync {
+				want = "norsk_manager_event_resyncs_total 1"
+			}
+			res, err := http.Get(c.URL() + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			if b, _ := io.ReadAll(res.Body); !strings.Contains(string(b), want+"\n") {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		})
+	}
 }
