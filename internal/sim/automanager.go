@@ -7,13 +7,14 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
-// autoManagerMetrics reads the AutoManager's counters from a member's
-// /metrics (the final primary's: they count its own term only, and a
-// failover starts them again). The keys are the series as exposed (name
-// and labels), without the norsk_automanager_ prefix.
-func autoManagerMetrics(ctx context.Context, url string) (map[string]float64, error) {
+// memberMetrics reads the series of a member's /metrics whose names
+// start with prefix (the AutoManager's counters are the final primary's:
+// they count its own term only, and a failover starts them again). The
+// keys are the series as exposed (name and labels), without the prefix.
+func memberMetrics(ctx context.Context, url, prefix string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+"/metrics", nil)
 	if err != nil {
 		return nil, fmt.Errorf("sim: metrics: %w", err)
@@ -26,7 +27,6 @@ func autoManagerMetrics(ctx context.Context, url string) (map[string]float64, er
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("sim: metrics: %s", resp.Status)
 	}
-	const prefix = "norsk_automanager_"
 	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -49,6 +49,19 @@ func autoManagerMetrics(ctx context.Context, url string) (map[string]float64, er
 		return nil, fmt.Errorf("sim: metrics: %w", err)
 	}
 	return out, nil
+}
+
+// writeEventWindow prints what the final primary's event broker holds at
+// the end (decision 0066): how far back a subscriber could resume then,
+// events dropped younger than the retention over its life, and the
+// subscribers it sent a resync snapshot.
+func writeEventWindow(p func(string, ...any), m map[string]float64) {
+	if len(m) == 0 {
+		return
+	}
+	p("event window (the final primary's, at the end): %.0f events held, %.1f MiB estimated, the oldest %s old; %.0f dropped younger than the retention; %.0f resyncs served",
+		m["events_held"], m["events_held_bytes"]/(1<<20), (time.Duration(m["events_oldest_age_seconds"] * float64(time.Second))).Round(time.Second),
+		m["events_dropped_early_total"], m["event_resyncs_total"])
 }
 
 // writeAutoManager prints the passes the final primary's AutoManager made:

@@ -125,6 +125,7 @@ func (r *Result) Write(w io.Writer) {
 			lag.mean().Round(100*time.Microsecond), lag.quantile(0.5).Round(100*time.Microsecond), lag.quantile(0.99).Round(100*time.Microsecond),
 			lag.max.Round(100*time.Microsecond), lag.n)
 	}
+	writeEventWindow(p, r.Manager)
 	writeAutoManager(p, r.AutoManager)
 	verdict := "OK: nothing lost, nothing started twice"
 	if !r.OK() {

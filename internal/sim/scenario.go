@@ -123,6 +123,10 @@ type Result struct {
 	// (its term only), by series without the norsk_automanager_ prefix;
 	// nil when they could not be read.
 	AutoManager map[string]float64
+	// Manager is the final primary's norsk_manager_ metrics at the end (the
+	// event window's among them), by series without the prefix; nil when
+	// they could not be read.
+	Manager map[string]float64
 }
 
 // Run runs a scenario against c: it registers opts.Nodes simulated nodes,
@@ -370,8 +374,11 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 	}
 	for _, m := range members {
 		if m.Name == final {
-			if res.AutoManager, err = autoManagerMetrics(ctx, m.URL); err != nil {
+			if res.AutoManager, err = memberMetrics(ctx, m.URL, "norsk_automanager_"); err != nil {
 				opts.Logger.Warn("cannot read the AutoManager's metrics", "member", final, "err", err)
+			}
+			if res.Manager, err = memberMetrics(ctx, m.URL, "norsk_manager_"); err != nil {
+				opts.Logger.Warn("cannot read the Manager's metrics", "member", final, "err", err)
 			}
 		}
 	}
