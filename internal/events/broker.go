@@ -109,9 +109,10 @@ type Broker struct {
 	epoch  uint64
 	notify chan struct{}
 	closed bool
-	// janitor: the goroutine that drops aged-out events while nothing is
-	// published runs (it runs while the window holds more than the floor);
-	// done stops it, janitorDone is closed when it has.
+	// janitor reports whether the goroutine that drops aged-out events
+	// while nothing is published is running (it runs while the window
+	// holds more than the floor); done stops it, and janitorDone is closed
+	// when it has returned.
 	janitor     bool
 	done        chan struct{}
 	janitorDone chan struct{}
