@@ -13,37 +13,8 @@ import (
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/internal/clock"
 	"github.com/norsk-go/norsk-manager/internal/events"
+	"github.com/norsk-go/norsk-manager/internal/events/eventstest"
 )
-
-// jobEvent is a job's running entry as the simulator's jobs raise it (the
-// job, its one instance and its placement: about 380 bytes encoded, as in
-// bench.deliveryEvent), for job n at index.
-func jobEvent(n int, index uint64, ts *timestamppb.Timestamp) *managerv1.Event {
-	jobID := fmt.Sprintf("bench-b%06d.j%02d.0", n/10, n%10)
-	node := fmt.Sprintf("bench-n%05d", n%1000)
-	return &managerv1.Event{Index: index, Timestamp: ts, Kind: &managerv1.Event_JobUpdated{JobUpdated: &managerv1.JobEvent{
-		Job: &managerv1.JobWithHistory{
-			Job: &managerv1.Job{
-				JobId:         jobID,
-				Tags:          map[string]string{"bundleId": jobID[:13], "jobName": jobID[14:17], "replicaIndex": "0"},
-				State:         managerv1.JobState_JOB_STATE_ACTIVE,
-				Services:      []*managerv1.Service{{Name: "svc", Command: []string{"/bin/sim"}}},
-				AutoPlacement: &managerv1.AutoPlacement{Requirements: &managerv1.JobRequirements{RequiredCapacity: 0.1}},
-				CurrentHash:   index - 4,
-			},
-			Instances: []*managerv1.Instance{{
-				JobId: jobID, Role: "primary", NodeId: node, FencingToken: index - 1,
-				Desired: managerv1.InstanceDesired_INSTANCE_DESIRED_RUNNING, Phase: managerv1.InstancePhase_INSTANCE_PHASE_RUNNING,
-				RuntimeRole: "primary", BoundAt: ts, JobHash: index - 4,
-				Placement: &managerv1.PlacementEvent{JobId: jobID, Role: "primary", NodeId: node, FencingToken: index - 1,
-					Kind: "first", Summary: "placed on " + node + " (tier 0); 20 eligible"},
-			}},
-		},
-		Entry: &managerv1.JobHistoryEntry{Timestamp: ts, Index: index, Event: &managerv1.JobHistoryEntry_Running{
-			Running: &managerv1.InstanceRunning{Instance: &managerv1.InstanceRef{Role: "primary", NodeId: node, FencingToken: index - 1}},
-		}},
-	}}}
-}
 
 // benchPool is how many distinct events a Publish benchmark cycles
 // through (made before its timer starts): the ring holds up to hundreds
@@ -56,7 +27,7 @@ func benchEvents() []*managerv1.Event {
 	ts := timestamppb.New(time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC))
 	out := make([]*managerv1.Event, benchPool)
 	for i := range out {
-		out[i] = jobEvent(i, uint64(i/4+1), ts)
+		out[i] = eventstest.JobRunning(i, uint64(i/4+1), ts)
 	}
 	return out
 }
@@ -121,7 +92,9 @@ func BenchmarkHeldMemory(b *testing.B) {
 		name string
 		make func(i int, ts *timestamppb.Timestamp) *managerv1.Event
 	}{
-		{"job", func(i int, ts *timestamppb.Timestamp) *managerv1.Event { return jobEvent(i, uint64(i+1), ts) }},
+		{"job", func(i int, ts *timestamppb.Timestamp) *managerv1.Event {
+			return eventstest.JobRunning(i, uint64(i+1), ts)
+		}},
 		{"deleted", func(i int, ts *timestamppb.Timestamp) *managerv1.Event {
 			return &managerv1.Event{Index: uint64(i + 1), Timestamp: ts, Kind: &managerv1.Event_JobDeleted{JobDeleted: &managerv1.JobDeleted{JobId: fmt.Sprintf("bench-b%06d.j%02d.0", i/10, i%10)}}}
 		}},
@@ -186,7 +159,7 @@ func BenchmarkWire(b *testing.B) {
 		for i := range b.N {
 			b.StopTimer()
 			s := br.SubscribeTail()
-			br.Publish(jobEvent(i, uint64(i+1), ts))
+			br.Publish(eventstest.JobRunning(i, uint64(i+1), ts))
 			es, err := s.NextEntries(context.Background())
 			if err != nil {
 				b.Fatal(err)
@@ -201,7 +174,7 @@ func BenchmarkWire(b *testing.B) {
 		b.ReportAllocs()
 		for i := range b.N {
 			b.StopTimer()
-			e := events.NewEntry(jobEvent(i, uint64(i+1), ts))
+			e := events.NewEntry(eventstest.JobRunning(i, uint64(i+1), ts))
 			b.StartTimer()
 			if _, err := e.Wire(); err != nil {
 				b.Fatal(err)
