@@ -662,19 +662,34 @@ func (pw *primaryWatch) check(t *testing.T) {
 	t.Logf("primaries seen: %s", strings.Join(seen, "; "))
 }
 
-// primariesIn returns who reported itself primary at generation gen.
-func (pw *primaryWatch) primariesIn(gen uint64) map[string]bool {
+// primariesAfter returns who reported itself primary at generation gen in
+// a term after term, with the highest such term each.
+func (pw *primaryWatch) primariesAfter(gen, term uint64) map[string]uint64 {
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
-	out := map[string]bool{}
+	out := map[string]uint64{}
 	for k, names := range pw.leads {
-		if k[0] == gen {
+		if k[0] == gen && k[1] > term {
 			for n := range names {
-				out[n] = true
+				out[n] = max(out[n], k[1])
 			}
 		}
 	}
 	return out
+}
+
+// lastTerm is the highest term in which some member reported itself
+// primary at generation gen (0: none seen).
+func (pw *primaryWatch) lastTerm(gen uint64) uint64 {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	var last uint64
+	for k := range pw.leads {
+		if k[0] == gen {
+			last = max(last, k[1])
+		}
+	}
+	return last
 }
 
 // startWorker registers a slot and runs a worker (process runtime) in the

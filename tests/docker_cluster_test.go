@@ -160,8 +160,9 @@ func TestDockerClusterPartitionPrimary(t *testing.T) {
 // Two of three members stop: writes fail (no quorum) until norsk-ctl
 // cluster force-standalone makes the survivor a cluster of one at the next
 // generation, with its state. The other two come back, put their older
-// copies aside and rejoin it as followers; no primary is ever formed beside
-// it, and nothing acknowledged is lost.
+// copies aside and rejoin it as followers (once they vote, the primary may
+// move among the three, within generation 2); no primary is ever formed
+// beside it, and nothing acknowledged is lost.
 func TestDockerClusterForceStandalone(t *testing.T) {
 	t.Parallel()
 	d := newDockerMembers(t, 3)
@@ -197,6 +198,10 @@ func TestDockerClusterForceStandalone(t *testing.T) {
 	}
 	t.Logf("write without a quorum: %v", err)
 
+	// Every generation-1 primary so far led before the force; one in a
+	// later term would be the returning members forming a cluster of
+	// their own beside the forced one.
+	gen1Term := pw.lastTerm(1)
 	forced := time.Now()
 	code, out, errOut := survivor.ctl("cluster", "force-standalone", "--yes", "--by", "docker-test")
 	if code != 0 {
@@ -219,9 +224,13 @@ func TestDockerClusterForceStandalone(t *testing.T) {
 		m.start()
 	}
 	probes := []*kvWriter{startKVWriter(t, lost[0], "recovery"), startKVWriter(t, lost[1], "recovery")}
-	d.eventually("three voters at generation 2, all reachable, primary "+survivor.name, 60*time.Second, func() bool {
+	// The primary may move once the returning members vote (a two-voter
+	// cluster, right after the first one's promotion, loses its quorum on
+	// any hiccup of the new voter; raft elects again, in the same
+	// generation): what must hold is one cluster, at generation 2.
+	d.eventually("three voters at generation 2, all reachable, with a primary", 60*time.Second, func() bool {
 		st := survivor.status()
-		if st == nil || st.GetPrimary() != survivor.name || st.GetVoters() != 3 || st.GetVotersReachable() != 3 {
+		if st == nil || st.GetPrimary() == "" || st.GetVoters() != 3 || st.GetVotersReachable() != 3 {
 			return false
 		}
 		for _, mb := range st.GetMembers() {
@@ -242,10 +251,8 @@ func TestDockerClusterForceStandalone(t *testing.T) {
 	for _, m := range d.members {
 		d.holdsAll(m, "recovery", keys, 30*time.Second)
 	}
-	for name := range pw.primariesIn(2) {
-		if name != survivor.name {
-			t.Errorf("%s was primary at generation 2 beside the forced member %s", name, survivor.name)
-		}
+	for name, term := range pw.primariesAfter(1, gen1Term) {
+		t.Errorf("%s was primary at generation 1 (term %d) after %s was forced standalone: a cluster beside the forced one", name, term, survivor.name)
 	}
 	pw.check(t)
 }
