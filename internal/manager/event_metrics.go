@@ -13,13 +13,7 @@ import (
 // drops' count starts again, as a counter does when a process restarts).
 func registerEventMetrics(reg prometheus.Registerer, st func() *store.Store) {
 	stat := func(f func(events.Stats) float64) func() float64 {
-		return func() float64 {
-			s := st()
-			if s == nil {
-				return 0
-			}
-			return f(s.Broker().Stats())
-		}
+		return storeValue(st, func(s *store.Store) events.Stats { return s.Broker().Stats() }, f)
 	}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -28,7 +22,7 @@ func registerEventMetrics(reg prometheus.Registerer, st func() *store.Store) {
 		}, stat(func(s events.Stats) float64 { return float64(s.Events) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "norsk_manager_events_held_bytes",
-			Help: "Estimated memory of the held events (what eventMaxBytes bounds).",
+			Help: "Estimated memory of the held events (what eventMaxMiB bounds).",
 		}, stat(func(s events.Stats) float64 { return float64(s.Bytes) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "norsk_manager_events_oldest_age_seconds",
@@ -36,7 +30,7 @@ func registerEventMetrics(reg prometheus.Registerer, st func() *store.Store) {
 		}, stat(func(s events.Stats) float64 { return s.OldestAge.Seconds() })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "norsk_manager_events_dropped_early_total",
-			Help: "Events dropped younger than eventRetention because the held events reached eventMaxBytes (or, with no window, the eventBuffer count).",
+			Help: "Events dropped younger than eventRetention because the held events reached eventMaxMiB (or, with no window, the eventBuffer count).",
 		}, stat(func(s events.Stats) float64 { return float64(s.EvictedEarly) })),
 	)
 }

@@ -27,17 +27,24 @@ func storeHealth(st *store.Store) (status, detail string) {
 	return "", ""
 }
 
+// storeValue is a metric's value read from the member's current store at
+// each scrape (st: a recovery replaces the store): f of what read returns,
+// 0 while the member has no store.
+func storeValue[T any](st func() *store.Store, read func(*store.Store) T, f func(T) float64) func() float64 {
+	return func() float64 {
+		s := st()
+		if s == nil {
+			return 0
+		}
+		return f(read(s))
+	}
+}
+
 // registerStoreMetrics exports the state of the member's disk and store
 // (st is read at each scrape: a recovery replaces the store).
 func registerStoreMetrics(reg prometheus.Registerer, st func() *store.Store) {
 	disk := func(f func(store.DiskStatus) float64) func() float64 {
-		return func() float64 {
-			s := st()
-			if s == nil {
-				return 0
-			}
-			return f(s.Disk())
-		}
+		return storeValue(st, (*store.Store).Disk, f)
 	}
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
