@@ -5,16 +5,18 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// memberMetrics reads the series of a member's /metrics whose names
-// start with prefix (the AutoManager's counters are the final primary's:
-// they count its own term only, and a failover starts them again). The
-// keys are the series as exposed (name and labels), without the prefix.
-func memberMetrics(ctx context.Context, url, prefix string) (map[string]float64, error) {
+// memberMetrics reads a member's /metrics once and returns, for each
+// prefix, the series whose names start with it, keyed as exposed (name
+// and labels) without the prefix. (The AutoManager's counters are the
+// final primary's: they count its own term only, and a failover starts
+// them again.)
+func memberMetrics(ctx context.Context, url string, prefixes ...string) ([]map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(url, "/")+"/metrics", nil)
 	if err != nil {
 		return nil, fmt.Errorf("sim: metrics: %w", err)
@@ -27,12 +29,16 @@ func memberMetrics(ctx context.Context, url, prefix string) (map[string]float64,
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("sim: metrics: %s", resp.Status)
 	}
-	out := map[string]float64{}
+	out := make([]map[string]float64, len(prefixes))
+	for k := range out {
+		out[k] = map[string]float64{}
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, prefix) {
+		k := slices.IndexFunc(prefixes, func(p string) bool { return strings.HasPrefix(line, p) })
+		if k < 0 {
 			continue
 		}
 		i := strings.LastIndexByte(line, ' ')
@@ -43,7 +49,7 @@ func memberMetrics(ctx context.Context, url, prefix string) (map[string]float64,
 		if err != nil {
 			continue
 		}
-		out[strings.TrimPrefix(line[:i], prefix)] = v
+		out[k][strings.TrimPrefix(line[:i], prefixes[k])] = v
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("sim: metrics: %w", err)

@@ -374,11 +374,11 @@ func Run(ctx context.Context, c Cluster, opts Options) (*Result, error) {
 	}
 	for _, m := range members {
 		if m.Name == final {
-			if res.AutoManager, err = memberMetrics(ctx, m.URL, "norsk_automanager_"); err != nil {
-				opts.Logger.Warn("cannot read the AutoManager's metrics", "member", final, "err", err)
-			}
-			if res.Manager, err = memberMetrics(ctx, m.URL, "norsk_manager_"); err != nil {
-				opts.Logger.Warn("cannot read the Manager's metrics", "member", final, "err", err)
+			ms, err := memberMetrics(ctx, m.URL, "norsk_automanager_", "norsk_manager_")
+			if err != nil {
+				opts.Logger.Warn("cannot read the member's metrics", "member", final, "err", err)
+			} else {
+				res.AutoManager, res.Manager = ms[0], ms[1]
 			}
 		}
 	}
