@@ -252,6 +252,11 @@ func TestDockerClusterForceStandalone(t *testing.T) {
 		d.holdsAll(m, "recovery", keys, 30*time.Second)
 	}
 	for name, term := range pw.primariesAfter(1, gen1Term) {
+		if name == survivor.name {
+			// The forced member leads its new store for a moment before
+			// stamping it generation 2 (its status says generation 1).
+			continue
+		}
 		t.Errorf("%s was primary at generation 1 (term %d) after %s was forced standalone: a cluster beside the forced one", name, term, survivor.name)
 	}
 	pw.check(t)
