@@ -28,8 +28,10 @@
 // CreateJob.
 //
 // etcd is spoken to through its JSON gateway (POST /v3/kv/put over HTTP/1.1
-// keep-alive connections), the Manager through the Go SDK (connect, HTTP/2):
-// JSON costs etcd a little that its native gRPC would not.
+// keep-alive connections), the Manager through the Go SDK (its default:
+// the Connect protocol, binary protobuf, over HTTP/1.1 keep-alive
+// connections; -sdk-grpc: gRPC over HTTP/2, decision 0067): JSON costs etcd
+// a little that its native gRPC would not.
 //
 // # Where the time goes (decision 0058)
 //
@@ -192,6 +194,10 @@ var benchToken = func() string {
 // then do not share the member's two Ps (decision 0058). -separate=false
 // runs it in the benchmark's process, where -tags writepathtrace and
 // -timed-cpuprofile see its commits.
+// sdkGRPC makes the benchmark's SDK clients speak gRPC over HTTP/2 for
+// every call (norsk.Settings.GRPC), as the SDK did before decision 0067.
+var sdkGRPC = flag.Bool("sdk-grpc", false, "the SDK clients speak gRPC over HTTP/2 for unary calls too (norsk.Settings.GRPC)")
+
 var separate = flag.Bool("separate", true, "run the Manager member in a process of its own, as etcd is (false: in this process, beside the clients)")
 
 // The environment of a member process (TestMain).
@@ -429,7 +435,7 @@ func connect(b *testing.B, srv *member) *norsk.Manager {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m, err := norsk.Connect(ctx, norsk.Settings{URL: srv.URL(), Token: benchToken, ClientLabel: "bench", Logger: slog.New(slog.DiscardHandler)})
+	m, err := norsk.Connect(ctx, norsk.Settings{URL: srv.URL(), Token: benchToken, ClientLabel: "bench", GRPC: *sdkGRPC, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatalf("connect: %v", err)
 	}
