@@ -150,7 +150,7 @@ func connectTo(ctx context.Context, s Settings, base string) (*Manager, error) {
 		m.transports = append(m.transports, h2)
 		if !s.GRPC {
 			h1 := newUnaryTransport()
-			unaryHTTP = &http.Client{Transport: h1}
+			unaryHTTP = &http.Client{Transport: oneWrite{h1}}
 			m.transports = append(m.transports, h1)
 		}
 		if tlsCfg != nil {
