@@ -39,7 +39,8 @@
 // process, the clients included, plus the server's own process when it has
 // one; member-cpu-µs/op and etcd-server-cpu-µs/op are the servers' own
 // processes' part, client-cpu-µs/op the rest of the Manager's; with the
-// member apart, member-alloc-KiB/op, what it allocates per call), the
+// member apart, member-alloc-KiB/op and member-faults/op, what it
+// allocates per call and the page faults it takes), the
 // client's mean latency, and the Manager's mean time in its API
 // handlers and in its store's commits (handler-mean-ms, commit-mean-ms, from
 // its own metrics). Built with -tags writepathtrace, the commit's phases too
@@ -236,20 +237,24 @@ func (m *member) command(b *testing.B, line string) string {
 	return strings.TrimSpace(rest)
 }
 
-// runtimeStats are a member process's own runtime figures (runtime/metrics):
-// the bytes it has allocated since it started. (Its collector's CPU is
-// better read from -member-cpuprofile: the runtime's own estimate,
-// /cpu/classes/gc, counts the wall time of its workers, which on a loaded
-// machine is well above the CPU they got.)
+// runtimeStats are a member process's own runtime figures since it
+// started: the bytes it has allocated (runtime/metrics) and its minor page
+// faults (getrusage: the first touch of memory fresh from the kernel). (Its
+// collector's CPU is better read from -member-cpuprofile: the runtime's
+// own estimate, /cpu/classes/gc, counts the wall time of its workers, which
+// on a loaded machine is well above the CPU they got.)
 type runtimeStats struct {
-	allocBytes float64
+	allocBytes  float64
+	minorFaults float64
 }
 
 // readRuntimeStats reads this process's runtimeStats.
 func readRuntimeStats() runtimeStats {
 	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(s)
-	return runtimeStats{allocBytes: float64(s[0].Value.Uint64())}
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return runtimeStats{allocBytes: float64(s[0].Value.Uint64()), minorFaults: float64(ru.Minflt)}
 }
 
 // stats reads the member process's runtimeStats (zero in process, where
@@ -260,7 +265,7 @@ func (m *member) stats(b *testing.B) runtimeStats {
 		return runtimeStats{}
 	}
 	var st runtimeStats
-	if _, err := fmt.Sscan(m.command(b, "stats"), &st.allocBytes); err != nil {
+	if _, err := fmt.Sscan(m.command(b, "stats"), &st.allocBytes, &st.minorFaults); err != nil {
 		b.Fatalf("member stats: %v", err)
 	}
 	return st
@@ -347,7 +352,7 @@ func memberMain() error {
 			}
 		case verb == "stats":
 			st := readRuntimeStats()
-			fmt.Println("ok", st.allocBytes)
+			fmt.Println("ok", st.allocBytes, st.minorFaults)
 			continue
 		default:
 			return fmt.Errorf("member: unexpected command %q", in.Text())
@@ -798,6 +803,7 @@ func reportRuntimeStats(b *testing.B, before, after runtimeStats, calls int) {
 		return
 	}
 	b.ReportMetric((after.allocBytes-before.allocBytes)/float64(calls)/1024, "member-alloc-KiB/op")
+	b.ReportMetric((after.minorFaults-before.minorFaults)/float64(calls), "member-faults/op")
 }
 
 func mean(lat []time.Duration) float64 {
