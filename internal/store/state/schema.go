@@ -222,7 +222,7 @@ type seqIndex struct{}
 // tree's nodes on its path; with a byte of the seq per level those nodes
 // fill to 256 children, and copying them was 9 KiB of garbage per audited
 // call. A digit per level keeps each node to 16 children, for a path a few
-// levels longer (decision 0058, 2026-12-03 evening).
+// levels longer (decision 0058, "CPU per call").
 func seqKey(seq uint64) []byte {
 	var b [16]byte
 	for i := len(b) - 1; i >= 0; i-- {
