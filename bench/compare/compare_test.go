@@ -28,20 +28,28 @@
 // CreateJob.
 //
 // etcd is spoken to through its JSON gateway (POST /v3/kv/put over HTTP/1.1
-// keep-alive connections), the Manager through the Go SDK (connect, HTTP/2):
-// JSON costs etcd a little that its native gRPC would not.
+// keep-alive connections), the Manager through the Go SDK (its default:
+// the Connect protocol, binary protobuf, over HTTP/1.1 keep-alive
+// connections; -sdk-grpc: gRPC over HTTP/2, decision 0067): JSON costs etcd
+// a little that its native gRPC would not.
 //
 // # Where the time goes (decision 0058)
 //
 // Also reported: each side's CPU per call (cpu-µs/op, etcd-cpu-µs/op: this
 // process, the clients included, plus the server's own process when it has
-// one), the client's mean latency, and the Manager's mean time in its API
+// one; member-cpu-µs/op and etcd-server-cpu-µs/op are the servers' own
+// processes' part, client-cpu-µs/op the rest of the Manager's; with the
+// member apart, member-alloc-KiB/op and member-faults/op, what it
+// allocates per call and the page faults it takes), the
+// client's mean latency, and the Manager's mean time in its API
 // handlers and in its store's commits (handler-mean-ms, commit-mean-ms, from
 // its own metrics). Built with -tags writepathtrace, the commit's phases too
 // (store.PhaseTimes). The Manager member runs in a process of its own (this
 // binary, re-executed), as etcd runs in its own; -separate=false runs it in
 // the benchmark's process, beside its clients — needed for the phases and
 // for -timed-cpuprofile FILE (a profile of the timed part only) to see it.
+// -member-cpuprofile FILE profiles the member's own process over the timed
+// part when it runs apart.
 package compare
 
 import (
@@ -58,6 +66,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -85,11 +95,15 @@ var (
 	// stored=100000 shows the write path rather than the 100,000 creates
 	// before it.
 	timedProfile = flag.String("timed-cpuprofile", "", "write a CPU profile of the timed part only to this file (the last sub-benchmark run wins)")
+	// memberProfile is the same for a member in a process of its own
+	// (-separate): it profiles the member's process while the clock runs.
+	memberProfile = flag.String("member-cpuprofile", "", "with -separate, write a CPU profile of the member process's timed part to this file (the last sub-benchmark run wins)")
 )
 
 // startTimer resets the benchmark's timer and, with -timed-cpuprofile,
-// starts the CPU profile; the returned function stops both.
-func startTimer(b *testing.B) (stop func()) {
+// starts the CPU profile (and with -member-cpuprofile the member
+// process's); the returned function stops them all.
+func startTimer(b *testing.B, m *member) (stop func()) {
 	b.Helper()
 	var f *os.File
 	if *timedProfile != "" {
@@ -101,12 +115,19 @@ func startTimer(b *testing.B) (stop func()) {
 			b.Fatal(err)
 		}
 	}
+	remote := *memberProfile != "" && m.control != nil
+	if remote {
+		m.command(b, "profile "+*memberProfile)
+	}
 	b.ResetTimer()
 	return func() {
 		b.StopTimer()
 		if f != nil {
 			pprof.StopCPUProfile()
 			_ = f.Close()
+		}
+		if remote {
+			m.command(b, "stop")
 		}
 	}
 }
@@ -175,6 +196,10 @@ var benchToken = func() string {
 // then do not share the member's two Ps (decision 0058). -separate=false
 // runs it in the benchmark's process, where -tags writepathtrace and
 // -timed-cpuprofile see its commits.
+// sdkGRPC makes the benchmark's SDK clients speak gRPC over HTTP/2 for
+// every call (norsk.Settings.GRPC), as the SDK did before decision 0067.
+var sdkGRPC = flag.Bool("sdk-grpc", false, "the SDK clients speak gRPC over HTTP/2 for unary calls too (norsk.Settings.GRPC)")
+
 var separate = flag.Bool("separate", true, "run the Manager member in a process of its own, as etcd is (false: in this process, beside the clients)")
 
 // The environment of a member process (TestMain).
@@ -185,35 +210,156 @@ const (
 )
 
 // member is the Manager under test: in this process (local) or in a
-// process of its own (pid).
+// process of its own (pid), which control and replies reach (memberMain's
+// commands).
 type member struct {
-	url   string
-	pid   int
-	local *manager.Server
+	url     string
+	pid     int
+	local   *manager.Server
+	control io.Writer
+	replies *bufio.Reader
 }
 
 func (m *member) URL() string { return m.url }
 
-// TestMain serves a member when re-executed as one (-separate): it starts
-// it, preloads it, prints its URL, and stops when its stdin closes.
+// command sends a command line to a member process and returns what
+// follows its "ok".
+func (m *member) command(b *testing.B, line string) string {
+	b.Helper()
+	if _, err := fmt.Fprintln(m.control, line); err != nil {
+		b.Fatalf("member %q: %v", line, err)
+	}
+	reply, err := m.replies.ReadString('\n')
+	rest, ok := strings.CutPrefix(strings.TrimSpace(reply), "ok")
+	if err != nil || !ok {
+		b.Fatalf("member %q: %q %v", line, reply, err)
+	}
+	return strings.TrimSpace(rest)
+}
+
+// runtimeStats are a member process's own runtime figures since it
+// started: the bytes it has allocated (runtime/metrics) and its minor page
+// faults (getrusage: the first touch of memory fresh from the kernel). (Its
+// collector's CPU is better read from -member-cpuprofile: the runtime's
+// own estimate, /cpu/classes/gc, counts the wall time of its workers, which
+// on a loaded machine is well above the CPU they got.)
+type runtimeStats struct {
+	allocBytes  float64
+	minorFaults float64
+}
+
+// readRuntimeStats reads this process's runtimeStats.
+func readRuntimeStats() runtimeStats {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return runtimeStats{allocBytes: float64(s[0].Value.Uint64()), minorFaults: float64(ru.Minflt)}
+}
+
+// stats reads the member process's runtimeStats (zero in process, where
+// the clients' figures would be mixed in).
+func (m *member) stats(b *testing.B) runtimeStats {
+	b.Helper()
+	if m.control == nil {
+		return runtimeStats{}
+	}
+	var st runtimeStats
+	if _, err := fmt.Sscan(m.command(b, "stats"), &st.allocBytes, &st.minorFaults); err != nil {
+		b.Fatalf("member stats: %v", err)
+	}
+	return st
+}
+
+// TestMain serves a member when re-executed as one (-separate).
 func TestMain(m *testing.M) {
-	dir := os.Getenv(envMemberDir)
-	if dir == "" {
+	if os.Getenv(envMemberDir) == "" {
 		os.Exit(m.Run())
 	}
-	srv, err := newManager(dir)
-	if err == nil {
-		n, _ := strconv.Atoi(os.Getenv(envMemberStored))
-		err = preloadStore(srv, n)
-	}
-	if err != nil {
+	if err := memberMain(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fmt.Println(srv.URL())
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	_ = srv.Close()
 	os.Exit(0)
+}
+
+// memberMain starts a member, preloads it and prints its URL, then obeys
+// the command lines on its stdin until it closes: "profile FILE" starts a
+// CPU profile to FILE, "stop" stops it, "stats" answers its runtimeStats;
+// each is answered "ok" on stdout (with the figures after it).
+// Each also writes the allocation profile so far (FILE.allocs-start,
+// FILE.allocs-stop; after a forced collection, so that it is complete):
+// `go tool pprof -diff_base FILE.allocs-start FILE.allocs-stop` is what the
+// timed part allocated.
+func memberMain() error {
+	srv, err := newManager(os.Getenv(envMemberDir))
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	n, _ := strconv.Atoi(os.Getenv(envMemberStored))
+	if err := preloadStore(srv, n); err != nil {
+		return err
+	}
+	fmt.Println(srv.URL())
+	var prof *os.File
+	var profName string
+	allocs := func(suffix string) error {
+		runtime.GC() // the profile is of the last completed cycle
+		f, err := os.Create(profName + ".allocs-" + suffix)
+		if err != nil {
+			return err
+		}
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			_ = f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	defer func() {
+		if prof != nil {
+			pprof.StopCPUProfile()
+			_ = prof.Close()
+		}
+	}()
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		verb, arg, _ := strings.Cut(in.Text(), " ")
+		switch {
+		case verb == "profile" && prof == nil:
+			profName = arg
+			if err := allocs("start"); err != nil {
+				return err
+			}
+			f, err := os.Create(arg)
+			if err != nil {
+				return err
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				_ = f.Close()
+				return err
+			}
+			prof = f
+		case verb == "stop" && prof != nil:
+			pprof.StopCPUProfile()
+			err := prof.Close()
+			prof = nil
+			if err != nil {
+				return err
+			}
+			if err := allocs("stop"); err != nil {
+				return err
+			}
+		case verb == "stats":
+			st := readRuntimeStats()
+			fmt.Println("ok", st.allocBytes, st.minorFaults)
+			continue
+		default:
+			return fmt.Errorf("member: unexpected command %q", in.Text())
+		}
+		fmt.Println("ok")
+	}
+	return in.Err()
 }
 
 func newManager(dir string) (*manager.Server, error) {
@@ -258,11 +404,12 @@ func startMember(b *testing.B, stored int) *member {
 		_ = stdin.Close()
 		_ = cmd.Wait()
 	})
-	line, err := bufio.NewReader(out).ReadString('\n')
+	replies := bufio.NewReader(out)
+	line, err := replies.ReadString('\n')
 	if err != nil {
 		b.Fatalf("member process: %v\n%s", err, logs.String())
 	}
-	return &member{url: strings.TrimSpace(line), pid: cmd.Process.Pid}
+	return &member{url: strings.TrimSpace(line), pid: cmd.Process.Pid, control: stdin, replies: replies}
 }
 
 // startManager starts a Manager member on an empty store (its defaults,
@@ -281,7 +428,7 @@ func connect(b *testing.B, srv *member) *norsk.Manager {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m, err := norsk.Connect(ctx, norsk.Settings{URL: srv.URL(), Token: benchToken, ClientLabel: "bench", Logger: slog.New(slog.DiscardHandler)})
+	m, err := norsk.Connect(ctx, norsk.Settings{URL: srv.URL(), Token: benchToken, ClientLabel: "bench", GRPC: *sdkGRPC, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatalf("connect: %v", err)
 	}
@@ -340,9 +487,11 @@ type side struct {
 	lat     []time.Duration
 	// pid, if set, is a server process outside this one (etcd) whose CPU
 	// time counts for this side too; cpu is the CPU time spent during this
-	// side's rounds (this process's, the client's included, and pid's).
-	pid int
-	cpu time.Duration
+	// side's rounds (this process's, the client's included, and pid's), and
+	// serverCPU pid's share of it.
+	pid       int
+	cpu       time.Duration
+	serverCPU time.Duration
 }
 
 // interleave runs n calls of each side over clients goroutines, in rounds
@@ -353,9 +502,11 @@ func interleave(b *testing.B, clients, n int, sides ...*side) {
 	for r := range rounds {
 		lo, hi := n*r/rounds, n*(r+1)/rounds
 		for _, sd := range sides {
-			c0 := cpuTime(b, sd.pid)
+			c0, s0 := cpuTime(b, sd.pid)
 			el, lat := closedLoop(b, clients, hi-lo, func(c, i int) error { return sd.op(c, lo+i) })
-			sd.cpu += cpuTime(b, sd.pid) - c0
+			c1, s1 := cpuTime(b, sd.pid)
+			sd.cpu += c1 - c0
+			sd.serverCPU += s1 - s0
 			sd.elapsed += el
 			sd.lat = append(sd.lat, lat...)
 		}
@@ -464,6 +615,15 @@ func report(b *testing.B, what string, mgr, etcd *side) {
 	// shared, the side that needs more CPU per call falls behind.
 	b.ReportMetric(float64(etcd.cpu.Microseconds())/float64(len(etcdLat)), "etcd-cpu-µs/op")
 	b.ReportMetric(float64(mgr.cpu.Microseconds())/float64(len(lat)), "cpu-µs/op")
+	// With the server in a process of its own, the same split by process:
+	// the server's, and the rest (this process: the clients).
+	if etcd.pid != 0 {
+		b.ReportMetric(float64(etcd.serverCPU.Microseconds())/float64(len(etcdLat)), "etcd-server-cpu-µs/op")
+	}
+	if mgr.pid != 0 {
+		b.ReportMetric(float64(mgr.serverCPU.Microseconds())/float64(len(lat)), "member-cpu-µs/op")
+		b.ReportMetric(float64((mgr.cpu-mgr.serverCPU).Microseconds())/float64(len(lat)), "client-cpu-µs/op")
+	}
 	b.Logf("%s: %.0f/s (p99 %.1f ms) vs etcd put %.0f/s (p99 %.1f ms): ratio %.2f",
 		what, rate, percentile(lat, 99), etcdRate, percentile(etcdLat, 99), rate/etcdRate)
 }
@@ -487,11 +647,12 @@ func BenchmarkCreateJob(b *testing.B) {
 					_, err := cs[c].CreateJob(ctx, job(fmt.Sprintf("job-%08d", i)))
 					return err
 				}, pid: srv.pid}
-				t0, p0 := readServerTimes(b, srv, "CreateJob"), store.Phases()
-				stop := startTimer(b)
+				t0, p0, r0 := readServerTimes(b, srv, "CreateJob"), store.Phases(), srv.stats(b)
+				stop := startTimer(b, srv)
 				interleave(b, clients, b.N, etcd, mgr)
 				stop()
 				report(b, "creates", mgr, etcd)
+				reportRuntimeStats(b, r0, srv.stats(b), len(mgr.lat))
 				reportServerTimes(b, t0, readServerTimes(b, srv, "CreateJob"), p0)
 			})
 		}
@@ -517,11 +678,12 @@ func BenchmarkKvCommit(b *testing.B) {
 			}
 			etcd, mgr := etcdPut(b, url, clients, "kv"), &side{op: commit, pid: srv.pid}
 			etcd.pid = pid
-			t0, p0 := readServerTimes(b, srv, "KvCommit"), store.Phases()
-			stop := startTimer(b)
+			t0, p0, r0 := readServerTimes(b, srv, "KvCommit"), store.Phases(), srv.stats(b)
+			stop := startTimer(b, srv)
 			interleave(b, clients, b.N, etcd, mgr)
 			stop()
 			report(b, "commits", mgr, etcd)
+			reportRuntimeStats(b, r0, srv.stats(b), len(mgr.lat))
 			reportServerTimes(b, t0, readServerTimes(b, srv, "KvCommit"), p0)
 		})
 	}
@@ -533,8 +695,8 @@ func job(id string) *norsk.Job {
 }
 
 // cpuTime is the CPU time (user and system) this process has used, plus
-// process pid's if pid is not 0 (read from /proc).
-func cpuTime(b *testing.B, pid int) time.Duration {
+// process pid's if pid is not 0 (read from /proc); server is pid's part.
+func cpuTime(b *testing.B, pid int) (total, server time.Duration) {
 	b.Helper()
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -542,7 +704,7 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 	}
 	t := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	if pid == 0 {
-		return t
+		return t, 0
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -557,7 +719,8 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return t + time.Duration(ut+st)*10*time.Millisecond
+	server = time.Duration(ut+st) * 10 * time.Millisecond
+	return t + server, server
 }
 
 // serverTimes is what the Manager's own metrics say of the calls so far:
@@ -627,6 +790,20 @@ func reportServerTimes(b *testing.B, before, after serverTimes, p0 store.PhaseTi
 		b.ReportMetric(ms(p.FSM, p0.FSM), "fsm-ms")
 		b.ReportMetric(ms(p.Back, p0.Back), "back-ms")
 	}
+}
+
+// reportRuntimeStats reports a member process's allocation per call
+// between two readings (nothing in process). What it allocates is what
+// its collector must clear: with a large heap a cycle comes seldom and
+// costs much (at 100,000 jobs about a third of a second of CPU), so over a
+// short run a cycle more or less moves member-cpu-µs/op, while the
+// allocation per call says what the collector costs in the long run.
+func reportRuntimeStats(b *testing.B, before, after runtimeStats, calls int) {
+	if after.allocBytes == 0 || calls == 0 {
+		return
+	}
+	b.ReportMetric((after.allocBytes-before.allocBytes)/float64(calls)/1024, "member-alloc-KiB/op")
+	b.ReportMetric((after.minorFaults-before.minorFaults)/float64(calls), "member-faults/op")
 }
 
 func mean(lat []time.Duration) float64 {

@@ -292,7 +292,7 @@ func (s *EventStream) resumeRequest() (*managerv1.EventStreamRequest, int) {
 func (s *EventStream) dial() error {
 	req, drop := s.resumeRequest()
 	s.toDrop, s.skipping = drop, req.SkipSnapshot
-	stream, err := s.m.client.EventStream(s.ctx, connect.NewRequest(req))
+	stream, err := s.m.streams.EventStream(s.ctx, connect.NewRequest(req))
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func (m *Manager) SnapshotSave(ctx context.Context, w io.Writer) (int64, error) 
 	defer cancel()
 	stop := context.AfterFunc(m.closed, cancel) // Close ends the stream
 	defer stop()
-	stream, err := m.client.SnapshotSave(ctx, connect.NewRequest(&managerv1.SnapshotSaveRequest{}))
+	stream, err := m.streams.SnapshotSave(ctx, connect.NewRequest(&managerv1.SnapshotSaveRequest{}))
 	if err != nil {
 		return 0, wrapError(op, err)
 	}

@@ -204,6 +204,41 @@ func TestAuditEntriesNewestFirst(t *testing.T) {
 	}
 }
 
+// TestAuditEntriesInSeqOrderPastDigits: the chain reads in seq order, and
+// pages from any before, across the places where the index key's digits
+// carry (16, 256, 4096 entries; the key is one hexadecimal digit a byte).
+func TestAuditEntriesInSeqOrderPastDigits(t *testing.T) {
+	f := newFixture(t)
+	const n = 4200
+	for range n {
+		f.must(cAppendAudit("ops", "note", "x"))
+	}
+	r := f.read()
+	for i, e := range r.AuditChainOldestFirst() {
+		if e.GetSeq() != int64(i+1) {
+			t.Fatalf("entry %d oldest first has seq %d", i, e.GetSeq())
+		}
+	}
+	if first, last := r.AuditBounds(); first != 1 || last != n {
+		t.Errorf("AuditBounds = %d, %d; want 1, %d", first, last, n)
+	}
+	for _, before := range []int64{2, 16, 17, 256, 257, 4096, 4097, n, n + 1, 1 << 40} {
+		var got []int64
+		r.AuditEntries(nil, before, func(e *managerv1.AuditLogEntry) bool {
+			got = append(got, e.GetSeq())
+			return len(got) < 3
+		})
+		top := min(before-1, n)
+		want := []int64{top, top - 1, top - 2}[:min(3, top)]
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("before %d: %v, want %v", before, got, want)
+		}
+	}
+	if err := r.VerifyAuditChain(); err != nil {
+		t.Error(err)
+	}
+}
+
 func itoa(x int64) string { return strconv.FormatInt(x, 10) }
 
 // TestAppendAudit: a caller's own entry is validated, chained, and is
