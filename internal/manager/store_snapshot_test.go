@@ -310,7 +310,11 @@ func stManagerBinary(t *testing.T) string {
 			return
 		}
 		stBin = filepath.Join(dir, "norsk-manager")
-		out, err := exec.Command("go", "build", "-o", stBin, "github.com/norsk-go/norsk-manager/cmd/norsk-manager").CombinedOutput()
+		// Static, as make test's first pass builds: the race pass (cgo on)
+		// then finds the packages compiled instead of compiling them again.
+		cmd := exec.Command("go", "build", "-o", stBin, "github.com/norsk-go/norsk-manager/cmd/norsk-manager")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			stBinErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

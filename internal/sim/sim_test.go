@@ -45,12 +45,13 @@ func (p inProcess) Kill(_ context.Context, member string, _ <-chan struct{}) err
 }
 
 // TestSmoke runs a small scenario end to end against a real three-member
-// cluster: 50 simulated nodes (20 with -short), 200 jobs in bundles (60), 5 subscribers, and the
-// primary taken away half way. Every instance must run, each started
-// exactly once, and every subscriber must see every job running.
+// cluster: 50 simulated nodes (20 with -short or the race detector), 200
+// jobs in bundles (60), 5 subscribers, and the primary taken away half way.
+// Every instance must run, each started exactly once, and every subscriber
+// must see every job running.
 func TestSmoke(t *testing.T) {
 	nodes, jobs := 50, int64(200)
-	if testing.Short() { // the race pass: the same paths, fewer of them
+	if testing.Short() || raceEnabled { // the same paths, fewer of them
 		nodes, jobs = 20, 60
 	}
 	c := testcluster.New(t, testcluster.Options{Members: 3})
