@@ -21,35 +21,37 @@ vet:
 	CGO_ENABLED=0 $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^api/gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^api/gen/'); echo "gofmt needed"; exit 1; }
 
-# The whole suite: vet and gofmt, then every test once, in two go test
-# runs side by side (measured in docs/contributing.md). Tests that need
-# Docker skip with a message where no engine answers.
+# The whole suite: vet and gofmt, then every test once, in two streams
+# side by side (measured in docs/contributing.md). Tests that need Docker
+# skip with a message where no engine answers.
 #
-# - The plain run: ./tests (the end-to-end scenarios, the longest package
-#   by far, mostly waiting on timers, processes and containers) and beside
-#   it every package not in PKGS_RACE, built with CGO_ENABLED=0, as the
-#   images and binaries the tests build are (static, FROM scratch): one
-#   compile cache serves them all. ./tests is named first: go test starts
-#   packages in the order given.
-# - The race run: every test of the PKGS_RACE packages, the ones with
-#   concurrency, under the race detector. They do not run without it too
-#   (-short would change nothing in them; a test sized for the plain run
-#   checks raceEnabled).
+# - The scenarios: ./tests (the end-to-end scenarios, the longest package
+#   by far, mostly waiting on timers, processes and containers) and, beside
+#   it, SLOW_PLAIN, the longest of the other packages.
+# - Beside them, the rest of the packages not in PKGS_RACE, then every test
+#   of the PKGS_RACE packages (the ones with concurrency) under the race
+#   detector. These do not run without it too: -short would change nothing
+#   in them, and a test sized for the plain run checks raceEnabled.
 #
-# Tests run up to TEST_PARALLEL at once within a package. Each run's output
-# is its own go test's; the race run's is held and printed when it ends, so
-# the two never interleave.
+# Everything but the race run builds with CGO_ENABLED=0, as the images and
+# binaries the tests build are (static, FROM scratch): one compile cache
+# serves them all. Tests run up to TEST_PARALLEL at once within a package.
+# The second stream's output is held and printed after the first's, so the
+# two never interleave.
 TEST_PARALLEL ?= 4
+SLOW_PLAIN = ./internal/mgr/ ./internal/devmode/
 test: vet
-	@race_pkgs=$$(mktemp); race_log=$$(mktemp); $(GO) list $(PKGS_RACE) > $$race_pkgs; \
-	plain=$$($(GO) list ./tests/ ./internal/mgr/ ./... | awk '!seen[$$0]++' | grep -vxF -f $$race_pkgs); rm -f $$race_pkgs; \
-	$(GO) test -race -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE) > $$race_log 2>&1 & race=$$!; \
-	echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) ./tests/ ./internal/mgr/ <the rest of ./... but PKGS_RACE>"; \
-	CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) $$plain; plain_rc=$$?; \
-	wait $$race; race_rc=$$?; \
-	echo "$(GO) test -race -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE)"; \
-	cat $$race_log; rm -f $$race_log; \
-	test $$plain_rc -eq 0 && test $$race_rc -eq 0
+	@skip=$$(mktemp); log=$$(mktemp); $(GO) list $(PKGS_RACE) ./tests/ $(SLOW_PLAIN) > $$skip; \
+	rest=$$($(GO) list ./... | grep -vxF -f $$skip); rm -f $$skip; \
+	{ echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) <./... but ./tests/, SLOW_PLAIN and PKGS_RACE>"; \
+	  CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) $$rest; rest_rc=$$?; \
+	  echo "$(GO) test -race -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE)"; \
+	  $(GO) test -race -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE) && test $$rest_rc -eq 0; \
+	} > $$log 2>&1 & second=$$!; \
+	echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) ./tests/ $(SLOW_PLAIN)"; \
+	CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) ./tests/ $(SLOW_PLAIN); first_rc=$$?; \
+	wait $$second; second_rc=$$?; cat $$log; rm -f $$log; \
+	test $$first_rc -eq 0 && test $$second_rc -eq 0
 
 # The packages' own tests, without the long end-to-end scenarios.
 test-fast:
