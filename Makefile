@@ -21,37 +21,35 @@ vet:
 	CGO_ENABLED=0 $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^api/gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^api/gen/'); echo "gofmt needed"; exit 1; }
 
-# The whole suite: vet and gofmt, then every test once, in two streams
-# side by side (measured in docs/contributing.md). Tests that need Docker
-# skip with a message where no engine answers.
+# The whole suite: vet and gofmt, every test, then the race detector over
+# the packages with concurrency. Tests that need Docker skip with a message
+# where no engine answers. Every test runs once, in one of two streams that
+# run side by side (measured in docs/contributing.md):
 #
-# - The scenarios: ./tests (the end-to-end scenarios, the longest package
-#   by far, mostly waiting on timers, processes and containers) and, beside
-#   it, SLOW_PLAIN, the longest of the other packages.
-# - Beside them, the rest of the packages not in PKGS_RACE, then every test
-#   of the PKGS_RACE packages (the ones with concurrency) under the race
-#   detector. These do not run without it too: -short would change nothing
-#   in them, and a test sized for the plain run checks raceEnabled.
+# - ./tests, the end-to-end scenarios, alone in its own go test: it is the
+#   longest package by far, and mostly waits on timers, processes and
+#   containers.
+# - Beside it, every other package not in PKGS_RACE, then every test of the
+#   PKGS_RACE packages under the race detector (they do not run without it
+#   too; -short would change nothing in them, and a test sized for the
+#   first pass checks raceEnabled).
 #
-# Everything but the race run builds with CGO_ENABLED=0, as the images and
-# binaries the tests build are (static, FROM scratch): one compile cache
-# serves them all. Tests run up to TEST_PARALLEL at once within a package.
-# The second stream's output is held and printed after the first's, so the
-# two never interleave.
+# Both build with CGO_ENABLED=0 but the race pass (it needs cgo), as the
+# images and binaries the tests build are static, FROM scratch: one compile
+# cache serves them all. Tests run up to TEST_PARALLEL at once within a
+# package.
 TEST_PARALLEL ?= 4
-SLOW_PLAIN = ./internal/mgr/ ./internal/devmode/
 test: vet
-	@skip=$$(mktemp); log=$$(mktemp); $(GO) list $(PKGS_RACE) ./tests/ $(SLOW_PLAIN) > $$skip; \
-	rest=$$($(GO) list ./... | grep -vxF -f $$skip); rm -f $$skip; \
-	{ echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) <./... but ./tests/, SLOW_PLAIN and PKGS_RACE>"; \
-	  CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) $$rest; rest_rc=$$?; \
-	  echo "$(GO) test -race -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE)"; \
-	  $(GO) test -race -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE) && test $$rest_rc -eq 0; \
-	} > $$log 2>&1 & second=$$!; \
-	echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) ./tests/ $(SLOW_PLAIN)"; \
-	CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) ./tests/ $(SLOW_PLAIN); first_rc=$$?; \
-	wait $$second; second_rc=$$?; cat $$log; rm -f $$log; \
-	test $$first_rc -eq 0 && test $$second_rc -eq 0
+	@race_pkgs=$$(mktemp); $(GO) list $(PKGS_RACE) ./tests/ > $$race_pkgs; \
+	plain=$$($(GO) list ./internal/mgr/ ./... | awk '!seen[$$0]++' | grep -vxF -f $$race_pkgs); rm -f $$race_pkgs; \
+	echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) ./tests/ &"; \
+	CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) ./tests/ & scenarios=$$!; \
+	echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) <./... but ./tests/ and PKGS_RACE>"; \
+	CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) $$plain; plain_rc=$$?; \
+	echo "$(GO) test -race -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE)"; \
+	$(GO) test -race -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE); race_rc=$$?; \
+	wait $$scenarios; scenarios_rc=$$?; \
+	test $$plain_rc -eq 0 && test $$race_rc -eq 0 && test $$scenarios_rc -eq 0
 
 # The packages' own tests, without the long end-to-end scenarios.
 test-fast:

@@ -453,7 +453,8 @@ func failover(ctx context.Context, c Cluster, clients []*norsk.Manager, fleet *F
 		s := fleet.Stats()
 		return s.Hellos-hellos >= int64(opts.Nodes) && s.Connected >= int64(opts.Nodes)
 	}); err != nil {
-		return fmt.Errorf("failover: wait for the nodes' streams with %s: %w", np, err)
+		s := fleet.Stats()
+		return fmt.Errorf("failover: wait for the nodes' streams with %s (%d hellos since the kill, %d nodes connected, of %d): %w", np, s.Hellos-hellos, s.Connected, opts.Nodes, err)
 	}
 	res.FailoverStream = time.Since(start) - res.FailoverAt
 	log.Info("every node streams with the new primary", "after", res.FailoverStream)
