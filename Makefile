@@ -23,33 +23,40 @@ vet:
 
 # The whole suite: vet and gofmt, every test, then the race detector over
 # the packages with concurrency. Tests that need Docker skip with a message
-# where no engine answers. Every test runs once, in one of two streams that
-# run side by side (measured in docs/contributing.md):
+# where no engine answers. Every test runs once:
 #
-# - ./tests, the end-to-end scenarios, alone in its own go test: it is the
-#   longest package by far, and mostly waits on timers, processes and
-#   containers.
-# - Beside it, every other package not in PKGS_RACE, then every test of the
-#   PKGS_RACE packages under the race detector (they do not run without it
-#   too; -short would change nothing in them, and a test sized for the
-#   first pass checks raceEnabled).
+# - The first pass runs ./tests (the end-to-end scenarios) and every package
+#   not in PKGS_RACE, built with CGO_ENABLED=0, as the images and binaries
+#   the tests build are (static, FROM scratch): one compile cache serves
+#   them all instead of two. Tests run up to TEST_PARALLEL at once within a
+#   package (most of their time is waiting on timers, processes and
+#   containers).
+# - The race pass runs every test of the PKGS_RACE packages, under the race
+#   detector: they do not run in the first pass too. (-short changes nothing
+#   in them; a test sized for the first pass checks raceEnabled.)
 #
-# Both build with CGO_ENABLED=0 but the race pass (it needs cgo), as the
-# images and binaries the tests build are static, FROM scratch: one compile
-# cache serves them all. Tests run up to TEST_PARALLEL at once within a
-# package.
+# The longest packages are named first: go test starts packages' runs in
+# the order given, so the end-to-end scenarios of tests/ overlap the other
+# packages instead of running alone at the end.
+#
+# The race pass's packages are compiled during the first pass, at the
+# lowest CPU priority (nice 19): the first pass's scenarios leave about half
+# of the two cores idle while they wait, and the compile takes only that
+# half, never the scenarios' share. It runs no test (-run '^$$'); the race
+# pass that follows finds its packages compiled.
 TEST_PARALLEL ?= 4
+SLOW_FIRST = ./tests/ ./internal/mgr/
 test: vet
-	@race_pkgs=$$(mktemp); $(GO) list $(PKGS_RACE) ./tests/ > $$race_pkgs; \
-	plain=$$($(GO) list ./internal/mgr/ ./... | awk '!seen[$$0]++' | grep -vxF -f $$race_pkgs); rm -f $$race_pkgs; \
-	echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) ./tests/ &"; \
-	CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) ./tests/ & scenarios=$$!; \
-	echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) <./... but ./tests/ and PKGS_RACE>"; \
+	@race_build_log=$$(mktemp); race_pkgs=$$(mktemp); \
+	nice -n 19 $(GO) test -race -run '^$$' -count=1 $(PKGS_RACE) > $$race_build_log 2>&1 & race_build=$$!; \
+	$(GO) list $(PKGS_RACE) > $$race_pkgs; \
+	plain=$$($(GO) list $(SLOW_FIRST) ./... | awk '!seen[$$0]++' | grep -vxF -f $$race_pkgs); rm -f $$race_pkgs; \
+	echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) $(SLOW_FIRST) <./... but PKGS_RACE>"; \
 	CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) $$plain; plain_rc=$$?; \
-	echo "$(GO) test -race -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE)"; \
-	$(GO) test -race -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE); race_rc=$$?; \
-	wait $$scenarios; scenarios_rc=$$?; \
-	test $$plain_rc -eq 0 && test $$race_rc -eq 0 && test $$scenarios_rc -eq 0
+	wait $$race_build || { echo "compiling the race pass's packages failed:"; cat $$race_build_log; }; \
+	rm -f $$race_build_log; \
+	test $$plain_rc -eq 0
+	$(GO) test -race -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE)
 
 # The packages' own tests, without the long end-to-end scenarios.
 test-fast:
