@@ -50,7 +50,13 @@ func chCluster(t *testing.T, opts testcluster.Options) *testcluster.Cluster {
 // agentClient calls host i's agent as the provider does.
 func agentClient(c *testcluster.Cluster, i int) managerv1connect.HostAgentClient {
 	cfg := c.CH.Configs[i]
-	return managerv1connect.NewHostAgentClient(http.DefaultClient, c.CH.Agents[i].URL(), connect.WithInterceptors(
+	// A client of its own without keep-alive: http.DefaultClient's pool,
+	// shared by every test, can hold an idle connection to an agent that
+	// has since restarted (or to another test's, closed, at a reused port),
+	// and a POST written on it fails with "unexpected EOF" (net/http does
+	// not retry it) — as TestCHAgentRestartWithVMsRunning once did.
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	return managerv1connect.NewHostAgentClient(hc, c.CH.Agents[i].URL(), connect.WithInterceptors(
 		connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 			return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 				req.Header().Set("Authorization", "Bearer "+cfg.Token)
