@@ -247,7 +247,17 @@ func newTransport(cleartext bool) *http.Transport {
 	} else {
 		protocols.SetHTTP2(true)
 	}
-	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	tr := baseTransport(protocols, &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second})
+	tr.HTTP2 = &http.HTTP2Config{
+		SendPingTimeout: 30 * time.Second,
+		PingTimeout:     15 * time.Second,
+	}
+	return tr
+}
+
+// baseTransport is what the SDK's two transports share: the proxy from the
+// environment, TLS 1.2 at least, and their timeouts.
+func baseTransport(protocols http.Protocols, dialer *net.Dialer) *http.Transport {
 	return &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         dialer.DialContext,
@@ -255,10 +265,6 @@ func newTransport(cleartext bool) *http.Transport {
 		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout: 10 * time.Second,
 		IdleConnTimeout:     90 * time.Second,
-		HTTP2: &http.HTTP2Config{
-			SendPingTimeout: 30 * time.Second,
-			PingTimeout:     15 * time.Second,
-		},
 	}
 }
 
@@ -278,15 +284,9 @@ func newUnaryTransport() *http.Transport {
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAliveConfig: net.KeepAliveConfig{
 		Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3,
 	}}
-	return &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         dialer.DialContext,
-		Protocols:           &protocols,
-		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout: 10 * time.Second,
-		IdleConnTimeout:     90 * time.Second,
-		MaxIdleConnsPerHost: maxIdleUnaryConns,
-	}
+	tr := baseTransport(protocols, dialer)
+	tr.MaxIdleConnsPerHost = maxIdleUnaryConns
+	return tr
 }
 
 // Close ends every event stream of m and releases its idle connections. Calls
