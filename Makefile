@@ -28,35 +28,39 @@ vet:
 # - The first pass runs ./tests (the end-to-end scenarios) and every package
 #   not in PKGS_RACE, built with CGO_ENABLED=0, as the images and binaries
 #   the tests build are (static, FROM scratch): one compile cache serves
-#   them all instead of two. Tests run up to TEST_PARALLEL at once within a
-#   package (most of their time is waiting on timers, processes and
-#   containers).
+#   them all instead of two. ./tests runs in a go test of its own beside the
+#   other packages' (its scenarios spend most of their time waiting on
+#   timers, processes and containers, and it is the longest package: in one
+#   go test the others would queue behind it or it behind them). Its output
+#   is printed when it ends. Tests run up to TEST_PARALLEL at once within a
+#   package.
 # - The race pass runs every test of the PKGS_RACE packages, under the race
 #   detector: they do not run in the first pass too. (-short changes nothing
 #   in them; a test sized for the first pass checks raceEnabled.)
 #
-# The longest packages are named first: go test starts packages' runs in
-# the order given, so the end-to-end scenarios of tests/ overlap the other
-# packages instead of running alone at the end.
-#
-# The race pass's packages are compiled during the first pass, at the
-# lowest CPU priority (nice 19): the first pass's scenarios leave about half
-# of the two cores idle while they wait, and the compile takes only that
-# half, never the scenarios' share. It runs no test (-run '^$$'); the race
-# pass that follows finds its packages compiled.
+# The race pass's test binaries are compiled and linked during the first
+# pass, at the lowest CPU priority (nice 19): the first pass's scenarios
+# leave part of the two cores idle while they wait, and the build takes
+# only that part, never the scenarios' share. The race pass then runs those
+# binaries (scripts/race-pass.sh) instead of go test, which would link each
+# one again.
 TEST_PARALLEL ?= 4
-SLOW_FIRST = ./tests/ ./internal/mgr/
 test: vet
-	@race_build_log=$$(mktemp); race_pkgs=$$(mktemp); \
-	nice -n 19 $(GO) test -race -run '^$$' -count=1 $(PKGS_RACE) > $$race_build_log 2>&1 & race_build=$$!; \
-	$(GO) list $(PKGS_RACE) > $$race_pkgs; \
-	plain=$$($(GO) list $(SLOW_FIRST) ./... | awk '!seen[$$0]++' | grep -vxF -f $$race_pkgs); rm -f $$race_pkgs; \
-	echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) $(SLOW_FIRST) <./... but PKGS_RACE>"; \
+	@race_dir=$$(mktemp -d); \
+	GO="$(GO)" nice -n 19 scripts/race-pass.sh build $$race_dir $(PKGS_RACE) > $$race_dir/build.log 2>&1 & race_build=$$!; \
+	$(GO) list $(PKGS_RACE) ./tests > $$race_dir/not-plain; \
+	plain=$$($(GO) list ./internal/mgr/ ./... | awk '!seen[$$0]++' | grep -vxF -f $$race_dir/not-plain); \
+	echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) ./tests/   (beside)"; \
+	CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) ./tests/ > $$race_dir/tests.log 2>&1 & tests=$$!; \
+	echo "CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) <./... but ./tests and PKGS_RACE>"; \
 	CGO_ENABLED=0 $(GO) test -timeout 20m -parallel $(TEST_PARALLEL) $$plain; plain_rc=$$?; \
-	wait $$race_build || { echo "compiling the race pass's packages failed:"; cat $$race_build_log; }; \
-	rm -f $$race_build_log; \
-	test $$plain_rc -eq 0
-	$(GO) test -race -timeout 20m -parallel $(TEST_PARALLEL) $(PKGS_RACE)
+	wait $$tests; tests_rc=$$?; cat $$race_dir/tests.log; \
+	wait $$race_build; build_rc=$$?; \
+	if [ $$plain_rc -ne 0 ] || [ $$tests_rc -ne 0 ]; then rm -rf $$race_dir; exit 1; fi; \
+	if [ $$build_rc -ne 0 ]; then echo "building the race pass's test binaries failed:"; cat $$race_dir/build.log; fi; \
+	echo "race pass: $(GO) test -race -c of PKGS_RACE, each binary run with -test.timeout=20m -test.parallel=$(TEST_PARALLEL)"; \
+	scripts/race-pass.sh run $$race_dir -test.timeout=20m -test.parallel=$(TEST_PARALLEL); race_rc=$$?; \
+	rm -rf $$race_dir; exit $$race_rc
 
 # The packages' own tests, without the long end-to-end scenarios.
 test-fast:
