@@ -29,7 +29,10 @@ package bench
 // job and instance rows and the node's index entries, never the rest.
 
 import (
+	"flag"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"runtime"
 	"runtime/debug"
 	"syscall"
@@ -99,6 +102,9 @@ func cmBinds(jobs, nodes []string, per int) []*storev1.Command {
 	return cmds
 }
 
+// commitProfile profiles BenchmarkCommitAtStoreSize's timed binds only.
+var commitProfile = flag.String("commit.cpuprofile", "", "BenchmarkCommitAtStoreSize: write a CPU profile of the timed binds only to FILE-stored=N")
+
 func BenchmarkCommitAtStoreSize(b *testing.B) {
 	for _, stored := range []int{0, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("stored=%d", stored), func(b *testing.B) {
@@ -123,6 +129,7 @@ func BenchmarkCommitAtStoreSize(b *testing.B) {
 				gcPercent := debug.SetGCPercent(-1)
 				warmHeap(b, len(nodes), binds, per)
 				runtime.GC()
+				stopProfile := startProfile(b, *commitProfile, stored)
 				start, cpu0, f0 := time.Now(), cpuTime(), pageFaults()
 				for _, c := range cmds {
 					res := cmApply(b, s, &idx, c)
@@ -135,6 +142,7 @@ func BenchmarkCommitAtStoreSize(b *testing.B) {
 				took += time.Since(start)
 				cpu += cpuTime() - cpu0
 				faults += pageFaults() - f0
+				stopProfile()
 				debug.SetGCPercent(gcPercent)
 			}
 			if made != binds*b.N {
@@ -145,6 +153,25 @@ func BenchmarkCommitAtStoreSize(b *testing.B) {
 			b.ReportMetric(float64(made)/cpu.Seconds(), "cpu-binds/s")
 			b.ReportMetric(float64(faults)*1000/float64(made), "faults/1000-binds")
 		})
+	}
+}
+
+// startProfile starts a CPU profile to file-stored=N when file is set; the
+// returned function stops it.
+func startProfile(b *testing.B, file string, stored int) (stop func()) {
+	if file == "" {
+		return func() {}
+	}
+	f, err := os.Create(fmt.Sprintf("%s-stored=%d", file, stored))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
 	}
 }
 
