@@ -15,7 +15,10 @@ package bench
 // not requested), ms per 1,000-bind command, and cpu-binds/s: bindings per
 // second of CPU time this process used while the commands ran — on a
 // machine shared with other work the wall-clock rate measures the
-// neighbours as much as the store, the CPU rate does not.
+// neighbours as much as the store, the CPU rate does not; and
+// faults/1000-binds, the page faults the process took under the clock
+// (near 0: the heap had the room, see below). -commit.cpuprofile FILE
+// writes a CPU profile of the timed binds of each size to FILE-stored=N.
 //
 // The garbage collector is off while the commands run (a collection first,
 // then GOGC off, restored after): what one GC cycle costs grows with the
