@@ -3,8 +3,10 @@
 # linked once (go test links a package's test binary on every run, even
 # when the packages are in the build cache):
 #
-#   scripts/race-pass.sh build DIR PKG...   compile and link each package's
-#                                           test binary with -race into DIR
+#   scripts/race-pass.sh build DIR PKG...   compile and link the packages'
+#                                           test binaries with -race into DIR
+#                                           (go test -race -c, one call for
+#                                           all but same-named packages)
 #   scripts/race-pass.sh run DIR [FLAG...]  run the binaries in DIR, two at
 #                                           a time, each in its package's
 #                                           directory as go test does
@@ -22,23 +24,17 @@ shift 2
 GO=${GO:-go}
 JOBS=${RACE_PASS_JOBS:-2}
 
-# binary names a package's test binary in DIR (import paths have no spaces).
-binary() { printf '%s/%s.test' "$dir" "${1//\//_}"; }
-
-# build1 compiles and links one package's test binary.
-build1() { "$GO" test -race -c -o "$(binary "$1")" "$1"; }
-
 # run1 runs one package's test binary in its directory and prints go test's
 # line for it (with the whole output if it failed).
-run1() { # pkg pkgdir (the flags are in $flags)
-  local pkg=$1 pkgdir=$2 out start rc
-  if [ ! -x "$(binary "$pkg")" ]; then
+run1() { # pkg pkgdir binary (the flags are in $flags)
+  local pkg=$1 pkgdir=$2 bin=$3 out start rc
+  if [ ! -x "$bin" ]; then
     printf 'FAIL\t%s\t[no test binary: the build step failed]\n' "$pkg"
     return 1
   fi
   out=$(mktemp)
   start=$(date +%s%N)
-  (cd "$pkgdir" && "$(binary "$pkg")" -test.paniconexit0 $flags) >"$out" 2>&1
+  (cd "$pkgdir" && "$bin" -test.paniconexit0 $flags) >"$out" 2>&1
   rc=$?
   local ms=$((($(date +%s%N) - start) / 1000000))
   if ((rc == 0)); then
@@ -50,20 +46,28 @@ run1() { # pkg pkgdir (the flags are in $flags)
   rm -f "$out"
   return $rc
 }
-export -f binary build1 run1
-export dir GO
+export -f run1
 
 case $mode in
 build)
-  # One `go test -c` per package: two packages with the same last path
-  # element cannot share one invocation's output directory.
-  "$GO" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' "$@" >"$dir/packages" || exit 1
-  cut -d' ' -f1 "$dir/packages" | xargs -P "$JOBS" -n 1 bash -c 'build1 "$1"' _
+  # `go test -c -o DIR/` writes each package's binary as DIR/NAME.test and
+  # refuses two packages with the same last path element in one call, so
+  # the packages go into groups in which every name is unique (the first
+  # of each name in group 0, the second in group 1, ...), one call per
+  # group. packages lists "import-path directory binary" per package.
+  "$GO" list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' "$@" |
+    awk -v dir="$dir" '{ n = split($1, p, "/"); g = seen[p[n]]++; printf "%s %s %s/g%d/%s.test\n", $1, $2, dir, g, p[n] }' >"$dir/packages" || exit 1
+  rc=0
+  for g in $(awk '{ n = split($3, p, "/"); print p[n-1] }' "$dir/packages" | sort -u); do
+    mkdir -p "$dir/$g"
+    "$GO" test -race -c -o "$dir/$g/" $(awk -v g="$dir/$g/" 'index($3, g) == 1 { print $1 }' "$dir/packages") || rc=1
+  done
+  exit $rc
   ;;
 run)
   [ -f "$dir/packages" ] || { echo "race-pass: nothing built in $dir" >&2; exit 1; }
   export flags="$*" # go test's flags have no spaces
-  xargs -P "$JOBS" -n 2 bash -c 'run1 "$@"' _ <"$dir/packages"
+  xargs -P "$JOBS" -n 3 bash -c 'run1 "$@"' _ <"$dir/packages"
   ;;
 *)
   echo "race-pass: unknown step $mode (build or run)" >&2
