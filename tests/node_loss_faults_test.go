@@ -30,6 +30,10 @@ var nodeLossFaults = testcluster.Faults{
 // worker's traffic is delayed, jittered and stalled, the process's cores
 // are kept busy and the store takes a stream of writes — and they still
 // lose a node that goes silent on the same network.
+//
+// Not parallel: its busy loops take every core for 20 s, which would land
+// on the timing of whichever scenarios ran beside it; run alone, before the
+// parallel ones start, the load it measures under is its own.
 func TestNoFalseNodeLossUnderFaultsAndLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 20 s")
