@@ -32,8 +32,9 @@ var nodeLossFaults = testcluster.Faults{
 // lose a node that goes silent on the same network.
 //
 // Not parallel: its busy loops take every core for 20 s, which would land
-// on the timing of whichever scenarios ran beside it; run alone, before the
-// parallel ones start, the load it measures under is its own.
+// on the timing of this package's scenarios if they ran beside it; it runs
+// before they start (other packages' tests may still run beside it in
+// make test's first pass, which only adds to the load it wants).
 func TestNoFalseNodeLossUnderFaultsAndLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 20 s")
