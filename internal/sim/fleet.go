@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -230,6 +231,31 @@ func (f *Fleet) Nodes() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return len(f.bySecret)
+}
+
+// Unconnected describes up to limit registered nodes that have no Control
+// stream now: their ids, with the last hello each refused, if any.
+func (f *Fleet) Unconnected(limit int) []string {
+	f.mu.RLock()
+	nodes := slices.Clone(f.nodes)
+	f.mu.RUnlock()
+	var out []string
+	for _, n := range nodes {
+		n.mu.Lock()
+		id, cur, refused := n.id, n.cur, n.refused
+		n.mu.Unlock()
+		if id == "" || cur != nil {
+			continue
+		}
+		if len(out) == limit {
+			break
+		}
+		if refused != "" {
+			id += " (" + refused + ")"
+		}
+		out = append(out, id)
+	}
+	return out
 }
 
 // Stats is what the fleet has counted so far.

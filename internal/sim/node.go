@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -32,7 +33,10 @@ type node struct {
 	cur   *session
 	// nextSession numbers the sessions (logs).
 	nextSession uint64
-	insts       map[instKey]*instance
+	// refused is why the last hello this node refused was refused (""
+	// none): a failover that leaves a node without a stream says it.
+	refused string
+	insts   map[instKey]*instance
 	// fence is, per key, the newest token of an instance that stopped and
 	// was forgotten: an older start is refused.
 	fence map[instKey]uint64
@@ -88,6 +92,7 @@ func (n *node) open(ctx context.Context, e worker.Epoch) (*session, error) {
 	defer n.mu.Unlock()
 	if e != (worker.Epoch{}) {
 		if e.Before(n.epoch) {
+			n.refused = fmt.Sprintf("a hello from generation %d term %d was refused: the node follows generation %d term %d", e.Generation, e.Term, n.epoch.Generation, n.epoch.Term)
 			return nil, errSuperseded
 		}
 		n.epoch = e

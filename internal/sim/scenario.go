@@ -454,7 +454,8 @@ func failover(ctx context.Context, c Cluster, clients []*norsk.Manager, fleet *F
 		return s.Hellos-hellos >= int64(opts.Nodes) && s.Connected >= int64(opts.Nodes)
 	}); err != nil {
 		s := fleet.Stats()
-		return fmt.Errorf("failover: wait for the nodes' streams with %s (%d hellos since the kill, %d nodes connected, of %d): %w", np, s.Hellos-hellos, s.Connected, opts.Nodes, err)
+		return fmt.Errorf("failover: wait for the nodes' streams with %s (%d hellos since the kill, %d nodes connected, of %d; without a stream: %s): %w",
+			np, s.Hellos-hellos, s.Connected, opts.Nodes, strings.Join(fleet.Unconnected(5), ", "), err)
 	}
 	res.FailoverStream = time.Since(start) - res.FailoverAt
 	log.Info("every node streams with the new primary", "after", res.FailoverStream)
