@@ -20,7 +20,7 @@ func TestUnconnectedNamesNodesWithoutAStream(t *testing.T) {
 		return n
 	}
 	streaming, refusing := add("node-a"), add("node-b")
-	add("node-c") // never dialled
+	add("node-c")                                        // never dialled
 	f.nodes = append(f.nodes, newNode(f, "127.0.0.1:1")) // a registration given up: no id
 
 	ctx := context.Background()
