@@ -33,7 +33,8 @@ vet:
 #   timers, processes and containers, and it is the longest package: in one
 #   go test the others would queue behind it or it behind them). Its output
 #   is printed when it ends. Tests run up to TEST_PARALLEL at once within a
-#   package.
+#   package. ./internal/mgr, the longest of the others, is named first:
+#   go test starts packages' runs in the order given.
 # - The race pass runs every test of the PKGS_RACE packages, under the race
 #   detector: they do not run in the first pass too. (-short changes nothing
 #   in them; a test sized for the first pass checks raceEnabled.)

@@ -192,18 +192,19 @@ func warmHeap(b *testing.B, n, jobs, per int) {
 
 // pageFaults is the page faults this process has taken (minor and major).
 func pageFaults() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
+	ru := selfUsage()
 	return ru.Minflt + ru.Majflt
 }
 
 // cpuTime is the CPU time (user and system) this process has used.
 func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
+	ru := selfUsage()
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// selfUsage is this process's resource usage (zero if it cannot be read).
+func selfUsage() syscall.Rusage {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru
 }
