@@ -103,7 +103,13 @@ func (r *Read) Instance(ws memdb.WatchSet, jobID, role string) *managerv1.Instan
 // InstancesOfJob returns the job's instances in role order.
 func (r *Read) InstancesOfJob(ws memdb.WatchSet, jobID string) []*managerv1.Instance {
 	var out []*managerv1.Instance
-	it := r.iter(ws, tableInstances, "job", jobID)
+	// By the primary key's prefix (instancesByJob is not stored), watched
+	// by the job alone.
+	it, err := r.txn.Get(tableInstances, "id_prefix", InstanceID(jobID, ""))
+	if err != nil {
+		panic("state read: " + err.Error())
+	}
+	r.watch(ws, tableInstances, instancesByJob, jobID)
 	for raw := it.Next(); raw != nil; raw = it.Next() {
 		out = append(out, raw.(*managerv1.Instance))
 	}

@@ -33,6 +33,27 @@ func TestSnapshotIsImmutable(t *testing.T) {
 	}
 }
 
+// TestInstancesOfJobIsExact: a job's instances are read by the primary
+// key's prefix (instancesByJob is watched, not stored); a job whose id
+// begins with another's is not among them.
+func TestInstancesOfJobIsExact(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.onlineNode("n1")
+	for _, id := range []string{"job-1", "job-10", "job-1.a", "job-"} {
+		f.createJob(id)
+		f.bind(id, "primary", "n1")
+	}
+	f.bind("job-1", "backup", "n1")
+	var got []string
+	for _, in := range f.read().InstancesOfJob(nil, "job-1") {
+		got = append(got, in.GetJobId()+"/"+in.GetRole())
+	}
+	if want := "[job-1/backup job-1/primary]"; fmt.Sprint(got) != want {
+		t.Errorf("InstancesOfJob(job-1) = %v, want %s", got, want)
+	}
+}
+
 // TestWatchSetFiresOnChange: a reader that watched what it read is woken
 // when it changes, and not by unrelated changes.
 func TestWatchSetFiresOnChange(t *testing.T) {

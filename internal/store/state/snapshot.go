@@ -201,7 +201,7 @@ func (s *State) Restore(rd io.Reader) (*storev1.SnapshotHeader, error) {
 	}
 	txn.Commit()
 	g.counts = recount(&Read{txn: g.db.Txn(false), abandon: g.abandon})
-	g.watches = newWatches(g.db.DBSchema(), header.GetIndex())
+	g.watches = newWatches(watchSchema(), header.GetIndex())
 	old := s.cur.Swap(g)
 	old.watches.stop()
 	close(old.abandon)

@@ -58,7 +58,7 @@ func newGeneration() *generation {
 	// walks the whole tree when a commit touches more than 8,192 nodes).
 	// The state wakes its readers itself (watch.go).
 	db = db.Snapshot()
-	return &generation{db: db, abandon: make(chan struct{}), counts: newCounts(), watches: newWatches(sch, 0)}
+	return &generation{db: db, abandon: make(chan struct{}), counts: newCounts(), watches: newWatches(watchSchema(), 0)}
 }
 
 // New returns an empty state.
