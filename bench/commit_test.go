@@ -26,14 +26,15 @@ package bench
 // writes a CPU profile of each size's last timed round to FILE-stored=N.
 //
 // -commit.stored lists the sizes (default 0,100000,1000000); one size per
-// run (-commit.stored 1000000) measures a store alone in its process.
+// run (go test ./bench ... -commit.stored=1000000) measures a store alone in
+// its process.
 //
 // One process, not one per size: what an allocation costs depends on the
 // heap it lands in. In a process that holds only an empty store the
 // commits' allocations take fresh, already zeroed spans; in one that
 // holds a million jobs they fill the free slots of partly used spans,
 // which the allocator finds and zeroes as it goes — measured in separate
-// processes, 0.68–0.90 of the empty store's rate (decision 0047), the
+// processes, 0.63–0.90 of the empty store's rate (decision 0047), the
 // difference almost all in mallocgc. That is the price of a large heap,
 // paid by every allocation in the Manager alike; in one heap the three
 // stores pay it alike, and what differs is what the store itself does.
@@ -164,7 +165,6 @@ func BenchmarkCommitAtStoreSize(b *testing.B) {
 		}
 		stores = append(stores, st)
 	}
-	var faults int64
 	for round := range b.N {
 		for k := range stores {
 			st := stores[(round+k)%len(stores)]
@@ -195,7 +195,7 @@ func BenchmarkCommitAtStoreSize(b *testing.B) {
 		}
 	}
 	lo, hi := math.Inf(1), 0.0
-	made := 0
+	made, faults := 0, int64(0)
 	for _, st := range stores {
 		if st.made != binds*b.N {
 			b.Fatalf("stored=%d: bound %d of %d", st.stored, st.made, binds*b.N)

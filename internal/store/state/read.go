@@ -51,11 +51,17 @@ func (r *Read) first(ws memdb.WatchSet, table, index string, arg string) any {
 }
 
 func (r *Read) iter(ws memdb.WatchSet, table, index string, args ...any) memdb.ResultIterator {
+	it := r.rows(table, index, args...)
+	r.watch(ws, table, index, args...)
+	return it
+}
+
+// rows iterates table by index with args, registering no watch.
+func (r *Read) rows(table, index string, args ...any) memdb.ResultIterator {
 	it, err := r.txn.Get(table, index, args...)
 	if err != nil {
 		panic("state read: " + err.Error())
 	}
-	r.watch(ws, table, index, args...)
 	return it
 }
 
@@ -105,10 +111,7 @@ func (r *Read) InstancesOfJob(ws memdb.WatchSet, jobID string) []*managerv1.Inst
 	var out []*managerv1.Instance
 	// By the primary key's prefix (instancesByJob is not stored), watched
 	// by the job alone.
-	it, err := r.txn.Get(tableInstances, "id_prefix", InstanceID(jobID, ""))
-	if err != nil {
-		panic("state read: " + err.Error())
-	}
+	it := r.rows(tableInstances, "id_prefix", InstanceID(jobID, ""))
 	r.watch(ws, tableInstances, instancesByJob, jobID)
 	for raw := it.Next(); raw != nil; raw = it.Next() {
 		out = append(out, raw.(*managerv1.Instance))

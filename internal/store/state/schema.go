@@ -60,7 +60,7 @@ func InstanceID(jobID, role string) string { return jobID + "\x00" + role }
 // (Read.InstancesOfJob). It is not stored: the instances' primary key,
 // InstanceID, begins with the job id, so the id index answers the read by
 // prefix, and a stored copy only cost every bind a third radix insert
-// (decision 0047, "Where the rest went").
+// (decision 0047, 2026-12-04 afternoon).
 const instancesByJob = "job"
 
 // watchSchema is schema() plus the indexes that exist only to be watched
