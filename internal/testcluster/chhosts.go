@@ -3,8 +3,10 @@ package testcluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -99,12 +101,15 @@ func (c *Cluster) startCHHosts() {
 			Shapes: CHShapes, VCPUs: CHHostVCPUs, MemoryBytes: CHHostMemory,
 			Images: map[string]string{CHImage: base}, Kernel: kernel, Initramfs: initramfs, Cmdline: cmdline,
 			VMM: vmm, Logger: c.opts.Logger.With("process", "host-agent", "host", CHHostName(i)),
+			// Below the ephemeral range (see reserve): RestartCHAgent
+			// listens on it again, and a port the kernel handed out for
+			// ":0" may by then be a client socket's.
+			Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t, "127.0.0.1"))),
 		}
 		a, err := hostagent.Start(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Listen = strings.TrimPrefix(a.URL(), "http://")
 		ch.Agents, ch.Configs = append(ch.Agents, a), append(ch.Configs, cfg)
 		ch.cfg.Hosts[cfg.Name] = cloudconf.CloudHypervisorHost{URL: a.URL(), Token: cfg.Token}
 	}
@@ -155,6 +160,14 @@ func (c *Cluster) chProvider(cfg *manager.Config) {
 func (c *Cluster) RestartCHAgent(i int) *hostagent.Agent {
 	c.t.Helper()
 	_ = c.CH.Agents[i].Close()
+	for range 50 { // the port of a just-closed listener can take a moment to be free
+		ln, err := net.Listen("tcp", c.CH.Configs[i].Listen)
+		if err == nil {
+			_ = ln.Close()
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	a, err := hostagent.Start(c.CH.Configs[i])
 	if err != nil {
 		c.t.Fatal(err)
