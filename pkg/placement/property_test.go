@@ -471,7 +471,9 @@ func TestPlacementIncrementalMatchesFresh(t *testing.T) {
 				continue
 			}
 			req := rapid.SampledFrom(shapes).Draw(t, "shape")
-			req.JobID = fmt.Sprintf("step-%03d", step)
+			// Ids in no particular order: what the State keeps must not
+			// depend on the order it was told things in.
+			req.JobID = fmt.Sprintf("job-%03d-%d", rapid.IntRange(0, 999).Draw(t, "id"), step)
 			got, err := s.Place(req)
 			if err != nil {
 				t.Fatal(err)

@@ -11,8 +11,12 @@ import (
 // State is a set of nodes and the allocations bound to them, indexed for
 // placement. It is built once (NewState), then placements read it (Place)
 // and bindings update it incrementally (Commit, Remove): no call rescans
-// every allocation. A State is not safe for concurrent use; give each
-// goroutine its own.
+// every allocation. It may be kept for as long as its nodes do not change
+// (the AutoManager keeps one across passes): what it answers depends only
+// on its nodes and the set of allocations bound, never on the order they
+// were committed and removed in, and the room a removed allocation held is
+// reused. A State is not safe for concurrent use; give each goroutine its
+// own.
 type State struct {
 	cfg   Config
 	unit  int64 // milli reference units per vCPU
@@ -27,8 +31,9 @@ type State struct {
 	capTotal, capFree []int64 // capFree = capTotal - what allocations hold
 
 	allocs   []allocRec
+	free     []int32 // indexes of allocs that Remove left dead, for Commit to reuse
 	byKey    map[allocKey]int32
-	byBundle map[string][]int32
+	byBundle map[string][]int32 // each in (JobID, Role) order (sortedInsert)
 	byGroup  map[string][]int32
 
 	attrs         map[string]*attrIndex
@@ -208,11 +213,17 @@ func (s *State) Commit(a Allocation) error {
 		}
 		s.touch(ni)
 	}
-	idx := int32(len(s.allocs))
-	s.allocs = append(s.allocs, rec)
+	var idx int32
+	if n := len(s.free); n > 0 {
+		idx, s.free = s.free[n-1], s.free[:n-1]
+		s.allocs[idx] = rec
+	} else {
+		idx = int32(len(s.allocs))
+		s.allocs = append(s.allocs, rec)
+	}
 	s.byKey[k] = idx
 	if a.BundleID != "" {
-		s.byBundle[a.BundleID] = append(s.byBundle[a.BundleID], idx)
+		s.byBundle[a.BundleID] = s.sortedInsert(s.byBundle[a.BundleID], idx)
 	}
 	if a.SpreadGroup != "" {
 		s.byGroup[a.SpreadGroup] = append(s.byGroup[a.SpreadGroup], idx)
@@ -266,7 +277,22 @@ func (s *State) Remove(jobID, role string) bool {
 	if g := rec.a.SpreadGroup; g != "" {
 		s.byGroup[g] = slices.DeleteFunc(s.byGroup[g], func(i int32) bool { return i == idx })
 	}
+	rec.a = Allocation{} // let go of its strings
+	s.free = append(s.free, idx)
 	return true
+}
+
+// sortedInsert inserts allocation idx into list, kept in (JobID, Role)
+// order: a bundle's peers are then met in the same order however the State
+// came to hold them (an explanation names the first peer that breaks a
+// rule).
+func (s *State) sortedInsert(list []int32, idx int32) []int32 {
+	a := &s.allocs[idx].a
+	i, _ := slices.BinarySearchFunc(list, idx, func(e, _ int32) int {
+		b := &s.allocs[e].a
+		return cmp.Or(cmp.Compare(b.JobID, a.JobID), cmp.Compare(b.Role, a.Role))
+	})
+	return slices.Insert(list, i, idx)
 }
 
 // Allocations returns the live allocations in (JobID, Role) order.
