@@ -500,6 +500,81 @@ func TestPlacementIncrementalMatchesFresh(t *testing.T) {
 	})
 }
 
+// A State rolled back to a savepoint, after any placements, commits and
+// removes, answers every request as a State built fresh from the
+// allocations it held at the savepoint does.
+func TestPlacementRollbackMatchesFresh(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var nodes []Node
+		for i := range rapid.IntRange(1, 10).Draw(t, "nodes") {
+			nodes = append(nodes, genNode(t, i))
+		}
+		var shapes []Request
+		for i := range rapid.IntRange(1, 4).Draw(t, "shapes") {
+			shapes = append(shapes, genRequest(t, i, nodes))
+		}
+		s, err := NewState(propCfg, nodes, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var live []Allocation
+		// place commits a placement of a random shape, as a pass does.
+		place := func(step int) {
+			req := rapid.SampledFrom(shapes).Draw(t, "shape")
+			req.JobID = fmt.Sprintf("job-%03d-%d", rapid.IntRange(0, 999).Draw(t, "id"), step)
+			res, err := s.Place(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.NodeID != "" {
+				a := req.Allocation(res)
+				if err := s.Commit(a); err != nil {
+					t.Fatal(err)
+				}
+				live = append(live, a)
+			}
+		}
+		for step := range rapid.IntRange(0, 20).Draw(t, "before") {
+			place(step)
+		}
+		saved := slices.Clone(live)
+		s.Savepoint()
+		for step := range rapid.IntRange(1, 30).Draw(t, "after") {
+			if len(live) > 0 && rapid.IntRange(0, 3).Draw(t, "remove") == 0 {
+				i := rapid.IntRange(0, len(live)-1).Draw(t, "which")
+				s.Remove(live[i].JobID, live[i].Role)
+				live = slices.Delete(live, i, i+1)
+				continue
+			}
+			place(100 + step)
+		}
+		s.Rollback()
+		fresh, err := NewState(propCfg, nodes, saved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := s.Allocations(), fresh.Allocations(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("after the rollback: %d allocations, want %d", len(got), len(want))
+		}
+		for i := range rapid.IntRange(1, 10).Draw(t, "probes") {
+			req := rapid.SampledFrom(shapes).Draw(t, "probe")
+			req.JobID = fmt.Sprintf("probe-%d", i)
+			req.Explain = rapid.Bool().Draw(t, "explain")
+			got, err := s.Place(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := fresh.Place(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("probe %d: rolled back %+v, fresh %+v", i, got, want)
+			}
+		}
+	})
+}
+
 // TestPlacementPrefersHeldImages: of two nodes alike in everything but the
 // images they hold, the one holding the job's images is chosen over the
 // other (a docker node pulls what it lacks; a process node pulls nothing).

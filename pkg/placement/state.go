@@ -32,6 +32,7 @@ type State struct {
 
 	allocs   []allocRec
 	free     []int32 // indexes of allocs that Remove left dead, for Commit to reuse
+	journal  []undo  // non-nil while a savepoint is open (savepoint.go)
 	byKey    map[allocKey]int32
 	byBundle map[string][]int32 // each in (JobID, Role) order (sortedInsert)
 	byGroup  map[string][]int32
@@ -222,6 +223,7 @@ func (s *State) Commit(a Allocation) error {
 		s.allocs = append(s.allocs, rec)
 	}
 	s.byKey[k] = idx
+	s.record(true, a)
 	if a.BundleID != "" {
 		s.byBundle[a.BundleID] = s.sortedInsert(s.byBundle[a.BundleID], idx)
 	}
@@ -277,6 +279,7 @@ func (s *State) Remove(jobID, role string) bool {
 	if g := rec.a.SpreadGroup; g != "" {
 		s.byGroup[g] = slices.DeleteFunc(s.byGroup[g], func(i int32) bool { return i == idx })
 	}
+	s.record(false, rec.a)
 	rec.a = Allocation{} // let go of its strings
 	s.free = append(s.free, idx)
 	return true
