@@ -43,6 +43,9 @@ type mirror struct {
 	// could change their decision changes, and when a wait falls due.
 	pendingJobs    map[string]bool
 	pendingBundles map[string]bool
+	// place is the placement state of the nodes and allocations, nil
+	// until a pass needs it or after a node changed (mirror_place.go).
+	place *placement.State
 }
 
 func newMirror(cfg placement.Config) *mirror {
@@ -92,6 +95,7 @@ func (m *mirror) setNodes(nodes []*managerv1.Node) []string {
 		}
 	}
 	m.nodes = next
+	m.place = nil // a full read of the nodes: built again when next needed
 	m.nodeList = append(m.nodeList[:0], nodes...)
 	sort.Slice(m.nodeList, func(i, j int) bool { return m.nodeList[i].GetNodeId() < m.nodeList[j].GetNodeId() })
 	m.placeList = m.placeList[:0]
@@ -116,18 +120,25 @@ func (m *mirror) putNode(id string, n *managerv1.Node) bool {
 		delete(m.nodes, id)
 		m.nodeList = slices.Delete(m.nodeList, i, i+1)
 		m.placeList = slices.Delete(m.placeList, i, i+1)
+		m.place = nil
 		return true
 	case had:
 		// Converted again even when nodeChanged says no: the images it
 		// holds are no event's, but placement ranks by them.
 		m.nodes[id] = n
 		m.nodeList[i] = n
-		m.placeList[i] = placementNode(n)
-		return nodeChanged(old, n)
+		pn := placementNode(n)
+		changed := nodeChanged(old, n)
+		if changed || !samePlacementNode(m.placeList[i], pn) {
+			m.place = nil
+		}
+		m.placeList[i] = pn
+		return changed
 	default:
 		m.nodes[id] = n
 		m.nodeList = slices.Insert(m.nodeList, i, n)
 		m.placeList = slices.Insert(m.placeList, i, placementNode(n))
+		m.place = nil
 		return true
 	}
 }
@@ -274,6 +285,7 @@ func (m *mirror) reallocate(id string) bool {
 	if len(nodes) > 0 {
 		m.jobNodes[id] = nodes
 	}
+	m.replace(id, prev, next)
 	return !sameAllocations(prev, next)
 }
 
@@ -399,6 +411,7 @@ func (m *mirror) view(jobs, bundles map[string]bool) View {
 	for _, id := range bids {
 		v.Bundles = append(v.Bundles, m.bundles[id])
 	}
+	v.Placement = m.placement()
 	v.Others = func(reachable func(string) bool) []placement.Allocation {
 		var out []placement.Allocation
 		for node, per := range m.allocs {

@@ -105,6 +105,13 @@ type View struct {
 	// the part of the state a pass plans, and Others the room the rest
 	// takes. Nil: Jobs are every job.
 	Others func(reachable func(nodeID string) bool) []placement.Allocation
+	// Placement, when set, is the placement state this view's nodes and
+	// live instances make (passNodes of Nodes; what every instance that
+	// has not stopped holds on a reachable node, of Jobs and the others
+	// alike), kept by the mirror across passes: Plan places on it instead
+	// of building one from Jobs and Others, and rolls back what it
+	// committed before it returns. Nil: Plan builds it.
+	Placement *placement.State
 	// Prefetched maps "node|images" to when the AutoManager last asked a
 	// spare to prefetch them (spares.go; safe to lose).
 	Prefetched map[string]time.Time
@@ -237,7 +244,7 @@ type failure struct {
 }
 
 // Plan decides what to do now. It is pure: the same view, policy and time
-// give the same decision.
+// give the same decision (v.Placement it changes only while it runs).
 func Plan(v View, p Policy, now time.Time) Decision {
 	p.defaults()
 	var d Decision
@@ -271,16 +278,24 @@ func Plan(v View, p Policy, now time.Time) Decision {
 		return d
 	}
 	view, offline, starting := passNodes(v.Nodes, v.PlacementNodes)
-	live := liveAllocations(p.Placement, v, reachable)
-	if v.Others != nil {
-		live = append(live, v.Others(reachable)...)
-	}
-	st, err := placement.NewState(p.Placement, view, live)
-	if err != nil {
-		for _, s := range slots {
-			d.Unplaced = append(d.Unplaced, Unplaced{JobID: s.job.GetJob().GetJobId(), Role: s.role, Summary: err.Error()})
+	st := v.Placement
+	if st != nil {
+		// The mirror's state, kept across passes: what this pass commits
+		// comes back as the store's own bindings.
+		st.Savepoint()
+		defer st.Rollback()
+	} else {
+		live := liveAllocations(p.Placement, v, reachable)
+		if v.Others != nil {
+			live = append(live, v.Others(reachable)...)
 		}
-		return d
+		var err error
+		if st, err = placement.NewState(p.Placement, view, live); err != nil {
+			for _, s := range slots {
+				d.Unplaced = append(d.Unplaced, Unplaced{JobID: s.job.GetJob().GetJobId(), Role: s.role, Summary: err.Error()})
+			}
+			return d
+		}
 	}
 	// Recoveries first (a live channel is dark), then in bundle order:
 	// replica 0 of every job before replica 1, so anti-affinity and

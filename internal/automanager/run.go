@@ -496,6 +496,7 @@ func (a *AutoManager) fill(ctx context.Context, v *View, d Decision) error {
 	}
 	var mu sync.Mutex
 	var errs []error
+	var read []*managerv1.JobWithHistory
 	a.parallel(len(v.Jobs), func(i int) {
 		if !need[v.Jobs[i].GetJob().GetJobId()] {
 			return
@@ -510,8 +511,18 @@ func (a *AutoManager) fill(ctx context.Context, v *View, d Decision) error {
 			errs = append(errs, err)
 		default:
 			v.Jobs[i] = jh
+			read = append(read, jh)
 		}
 	})
+	// What was read is newer than the mirror's: the mirror takes it, so
+	// that the room the placement state gives these jobs is what the view
+	// says they hold.
+	for _, jh := range read {
+		a.mirror.putJob(jh)
+	}
+	if v.Placement != nil {
+		v.Placement = a.mirror.placement()
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("job histories: %w", errors.Join(errs...))
 	}
