@@ -112,6 +112,10 @@ type View struct {
 	// of building one from Jobs and Others, and rolls back what it
 	// committed before it returns. Nil: Plan builds it.
 	Placement *placement.State
+	// Reachable, when set, says whether a node of Nodes is online or
+	// stopping (reachableOf, answered by the mirror's index rather than an
+	// index built per pass). Nil: Plan indexes Nodes.
+	Reachable func(nodeID string) bool
 	// Prefetched maps "node|images" to when the AutoManager last asked a
 	// spare to prefetch them (spares.go; safe to lose).
 	Prefetched map[string]time.Time
@@ -248,7 +252,10 @@ type failure struct {
 func Plan(v View, p Policy, now time.Time) Decision {
 	p.defaults()
 	var d Decision
-	reachable := reachableOf(v.Nodes)
+	reachable := v.Reachable
+	if reachable == nil {
+		reachable = reachableOf(v.Nodes)
+	}
 	bundles := make(map[string]*managerv1.Bundle, len(v.Bundles))
 	for _, b := range v.Bundles {
 		bundles[b.GetBundleId()] = b
