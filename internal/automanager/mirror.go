@@ -411,7 +411,7 @@ func (m *mirror) view(jobs, bundles map[string]bool) View {
 	for _, id := range bids {
 		v.Bundles = append(v.Bundles, m.bundles[id])
 	}
-	v.Placement, v.Reachable = m.placement(), m.reachable
+	v.Placement, v.Reachable = m.placement, m.reachable
 	v.Others = func(reachable func(string) bool) []placement.Allocation {
 		var out []placement.Allocation
 		for node, per := range m.allocs {

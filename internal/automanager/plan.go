@@ -105,13 +105,14 @@ type View struct {
 	// the part of the state a pass plans, and Others the room the rest
 	// takes. Nil: Jobs are every job.
 	Others func(reachable func(nodeID string) bool) []placement.Allocation
-	// Placement, when set, is the placement state this view's nodes and
-	// live instances make (passNodes of Nodes; what every instance that
-	// has not stopped holds on a reachable node, of Jobs and the others
-	// alike), kept by the mirror across passes: Plan places on it instead
-	// of building one from Jobs and Others, and rolls back what it
-	// committed before it returns. Nil: Plan builds it.
-	Placement *placement.State
+	// Placement, when set, gives the placement state this view's nodes
+	// and live instances make (passNodes of Nodes; what every instance
+	// that has not stopped holds on a reachable node, of Jobs and the
+	// others alike), kept by the mirror across passes and built only when
+	// first asked for: Plan, when it has something to place, places on it
+	// instead of building one from Jobs and Others, and rolls back what it
+	// committed before it returns. Nil, or a nil state: Plan builds it.
+	Placement func() *placement.State
 	// Reachable, when set, says whether a node of Nodes is online or
 	// stopping (reachableOf, answered by the mirror's index rather than an
 	// index built per pass). Nil: Plan indexes Nodes.
@@ -285,7 +286,10 @@ func Plan(v View, p Policy, now time.Time) Decision {
 		return d
 	}
 	view, offline, starting := passNodes(v.Nodes, v.PlacementNodes)
-	st := v.Placement
+	var st *placement.State
+	if v.Placement != nil {
+		st = v.Placement()
+	}
 	if st != nil {
 		// The mirror's state, kept across passes: what this pass commits
 		// comes back as the store's own bindings.

@@ -335,6 +335,10 @@ func (a *AutoManager) fullPass(ctx context.Context, why string) (time.Time, erro
 		return time.Time{}, err
 	}
 	a.mirror.load(v)
+	// The mirror's placement state, built from what was just read if this
+	// pass places anything, is the one the passes after it keep (decision
+	// 0068).
+	v.Placement, v.Reachable = a.mirror.placement, a.mirror.reachable
 	next, err := a.decide(ctx, v, nil)
 	if m := a.cfg.Metrics; m != nil {
 		m.Reconciles.WithLabelValues(why).Inc()
@@ -519,9 +523,6 @@ func (a *AutoManager) fill(ctx context.Context, v *View, d Decision) error {
 	// says they hold.
 	for _, jh := range read {
 		a.mirror.putJob(jh)
-	}
-	if v.Placement != nil {
-		v.Placement = a.mirror.placement()
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("job histories: %w", errors.Join(errs...))
