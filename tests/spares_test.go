@@ -145,3 +145,48 @@ func TestSparesKeptThroughFailover(t *testing.T) {
 		return n == 2 || n == -1
 	})
 }
+
+// Lowering a tier's spare count releases the surplus — an ordinary elastic
+// node from then on, which the empty-node reaper ends once idle — and
+// removing the tier's entry releases every spare it had.
+func TestSparesSurplusReleasedAndReaped(t *testing.T) {
+	t.Parallel()
+	c := testcluster.New(t, testcluster.Options{MockHosts: 3})
+	pool := c.MockPool()
+	count := 2
+	c.Members[0].Extra = func(cfg *manager.Config) {
+		cfg.DefaultIdleExpiry = time.Second
+		if count > 0 {
+			cfg.Spares = map[string]automanager.SpareSpec{pool: {Count: count}}
+		}
+	}
+	c.RestartManager()
+	var spares []*norsk.Node
+	c.Eventually("two warm spares", func() bool {
+		var tagged int
+		spares, tagged = emptySpares(t, c, pool)
+		return len(spares) == 2 && tagged == 2
+	})
+	for _, keep := range []int{1, 0} {
+		count = keep
+		c.RestartManager()
+		c.Eventually("the surplus released and ended", func() bool {
+			left, tagged := emptySpares(t, c, pool)
+			if tagged != keep || len(left) != keep {
+				return false
+			}
+			ended := 0
+			for _, s := range spares {
+				if st := c.Node(s.GetNodeId()).GetState(); st == norsk.NodeStateTerminated {
+					ended++
+				}
+			}
+			return ended == len(spares)-keep
+		})
+		spares, _ = emptySpares(t, c, pool)
+	}
+	consistently(t, 2*time.Second, "no spare created again", func() bool {
+		_, tagged := emptySpares(t, c, pool)
+		return tagged == 0
+	})
+}

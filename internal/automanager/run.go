@@ -652,7 +652,7 @@ func (a *AutoManager) do(ctx context.Context, act Action) error {
 			return fmt.Errorf("release spare %s: %w", act.NodeID, err)
 		}
 		a.changes.actedOnNode(act.NodeID)
-		a.log.Info("spare consumed; a replacement follows", "node", act.NodeID, "why", act.Reason)
+		a.log.Info("spare released", "node", act.NodeID, "why", act.Reason)
 	case ActPrefetch:
 		a.prefetchMu.Lock()
 		a.prefetched[act.NodeID+"|"+strings.Join(act.Images, ",")] = a.cfg.Clock.Now()

@@ -34,7 +34,8 @@ const (
 	// Provider, tagged with Tags.
 	ActProvisionSpare ActionKind = iota + 100
 	// ActReleaseSpare clears the spare tags of NodeID, a spare an instance
-	// was bound to: it is an ordinary node from then on.
+	// was bound to or one its tier keeps no more: it is an ordinary node
+	// from then on.
 	ActReleaseSpare
 	// ActPrefetch tells NodeID's worker to pull Images.
 	ActPrefetch
@@ -62,30 +63,37 @@ const SpareRefetchAfter = time.Minute
 // planSpares keeps each tier's spares: a spare an instance was bound to is
 // released (an ordinary node from then on, reaped once idle), a tier with
 // fewer online or starting empty spares than its count gets new ones (at
-// most MaxProvisionPerPass a pass, none while the tier is on hold), and an
-// online spare lacking an image of the templates it is warm for is told
-// to prefetch it (again after SpareRefetchAfter, prefetched remembers
-// when).
+// most MaxProvisionPerPass a pass, none while the tier is on hold), one
+// with more releases the surplus (its count lowered, or its entry gone:
+// see surplusSpares), and an online spare lacking an image of the
+// templates it is warm for is told to prefetch it (again after
+// SpareRefetchAfter, prefetched remembers when).
 func planSpares(d *Decision, v View, p Policy, now time.Time, prefetched map[string]time.Time) {
-	if len(p.Spares) == 0 {
-		return
-	}
 	tiers := make([]string, 0, len(p.Spares))
 	for t := range p.Spares {
 		tiers = append(tiers, t)
 	}
+	// The tiers whose spares no entry keeps: looked for when some are
+	// configured (every pass reads the nodes then anyway), else only in a
+	// full pass, so that a fleet without spares pays nothing per event.
+	if len(p.Spares) > 0 || v.Others == nil {
+		tiers = append(tiers, unkeptSpareTiers(v.Nodes, p.Spares)...)
+	}
+	if len(tiers) == 0 {
+		return
+	}
 	sort.Strings(tiers)
-	d.sparesDecided = true
+	d.sparesDecided = len(p.Spares) > 0
 	made := 0
 	for _, tier := range tiers {
-		spec := p.Spares[tier]
-		if spec.Count <= 0 {
-			continue
-		}
-		et, ok := elasticTier(p, tier)
-		if !ok {
-			d.blockSpares(tier, "no provider creates nodes in this tier (is its provider configured, its region run?)")
-			continue
+		spec := p.Spares[tier] // the zero spec (no spares) for a tier no entry names
+		var et ElasticTier
+		if spec.Count > 0 {
+			var ok bool
+			if et, ok = elasticTier(p, tier); !ok {
+				d.blockSpares(tier, "no provider creates nodes in this tier (is its provider configured, its region run?)")
+				continue
+			}
 		}
 		warm := v.Jobs
 		if v.WarmJobs != nil {
@@ -103,9 +111,9 @@ func planSpares(d *Decision, v View, p Policy, now time.Time, prefetched map[str
 				}
 			}
 		}
-		have := 0
+		var idle []*managerv1.Node
 		for _, n := range v.Nodes {
-			if !n.GetElastic() || n.GetTags()[placement.TagPool] != tier || n.GetTags()[placement.TagSpare] != "true" {
+			if !isSpareOf(n, tier) {
 				continue
 			}
 			switch n.GetState() {
@@ -122,7 +130,14 @@ func planSpares(d *Decision, v View, p Policy, now time.Time, prefetched map[str
 					Reason: fmt.Sprintf("spare of tier %s consumed by %s", tier, by)})
 				continue
 			}
-			have++
+			idle = append(idle, n)
+		}
+		kept, surplus := surplusSpares(idle, spec.Count)
+		for _, n := range surplus {
+			d.Actions = append(d.Actions, Action{Kind: ActReleaseSpare, NodeID: n.GetNodeId(), Pool: tier,
+				Reason: fmt.Sprintf("tier %s keeps %d spare(s) and has %d idle: released as surplus (an ordinary elastic node from now on, reaped once idle)", tier, spec.Count, len(idle))})
+		}
+		for _, n := range kept {
 			if n.GetState() != nodeOnline || n.GetDraining() {
 				continue
 			}
@@ -143,6 +158,7 @@ func planSpares(d *Decision, v View, p Policy, now time.Time, prefetched map[str
 			d.Actions = append(d.Actions, Action{Kind: ActPrefetch, NodeID: n.GetNodeId(), Images: missing, Pool: tier,
 				Reason: fmt.Sprintf("spare of tier %s warm for %s", tier, strings.Join(spec.WarmFor, ", "))})
 		}
+		have := len(kept)
 		if have >= spec.Count {
 			continue
 		}
@@ -169,6 +185,56 @@ func planSpares(d *Decision, v View, p Policy, now time.Time, prefetched map[str
 			made++
 		}
 	}
+}
+
+// isSpareOf reports whether n is an elastic node of tier carrying the spare
+// tag (the AutoManager's spares; an operator's hand-marked spares on local
+// servers are not elastic, and are never released).
+func isSpareOf(n *managerv1.Node, tier string) bool {
+	return n.GetElastic() && n.GetTags()[placement.TagSpare] == "true" && n.GetTags()[placement.TagPool] == tier
+}
+
+// unkeptSpareTiers are the tiers of the elastic spares that no entry of
+// spares keeps (or keeps none of): their spares are all surplus.
+func unkeptSpareTiers(nodes []*managerv1.Node, spares map[string]SpareSpec) []string {
+	var out []string
+	for _, n := range nodes {
+		tier := n.GetTags()[placement.TagPool]
+		if !n.GetElastic() || n.GetTags()[placement.TagSpare] != "true" || slices.Contains(out, tier) {
+			continue
+		}
+		if _, kept := spares[tier]; !kept {
+			out = append(out, tier)
+		}
+	}
+	return out
+}
+
+// surplusSpares splits a tier's idle spares into the count it keeps and
+// the surplus it releases. The online ones are kept before the starting
+// ones (they are warm, or warming), the warmer before the colder (the more
+// images held), then in node id order; the surplus is the rest, in that
+// order.
+func surplusSpares(idle []*managerv1.Node, count int) (kept, surplus []*managerv1.Node) {
+	if len(idle) <= count {
+		return idle, nil
+	}
+	order := slices.Clone(idle)
+	slices.SortStableFunc(order, func(a, b *managerv1.Node) int {
+		ao, bo := a.GetState() == nodeOnline, b.GetState() == nodeOnline
+		switch {
+		case ao != bo && ao:
+			return -1
+		case ao != bo:
+			return 1
+		case len(a.GetHeldImages()) != len(b.GetHeldImages()):
+			return len(b.GetHeldImages()) - len(a.GetHeldImages())
+		default:
+			return strings.Compare(a.GetNodeId(), b.GetNodeId())
+		}
+	})
+	count = max(count, 0)
+	return order[:count], order[count:]
 }
 
 // blockSpares records why tier's spares cannot be created now.

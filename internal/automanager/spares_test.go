@@ -74,6 +74,14 @@ func TestPlanSpares(t *testing.T) {
 			release: []string{"s-used"}, provision: 1},
 		{name: "held after a failed create", hold: true, provision: 0},
 		{name: "an ordinary elastic node is no spare", nodes: []*managerv1.Node{onlineElastic("e1", "burst", "docker")}, provision: 2},
+		{name: "surplus: the starting one released first", nodes: []*managerv1.Node{spareNode("s1", nodeOnline, img), spareNode("s2", nodeStarting), spareNode("s3", nodeOnline, img)},
+			release: []string{"s2"}},
+		{name: "surplus: the colder, then the later id, released", nodes: []*managerv1.Node{spareNode("s4", nodeOnline, img), spareNode("s1", nodeOnline), spareNode("s2", nodeOnline, img), spareNode("s3", nodeOnline, img)},
+			release: []string{"s4", "s1"}},
+		{name: "surplus is not prefetched for", nodes: []*managerv1.Node{spareNode("s1", nodeOnline, img), spareNode("s2", nodeOnline, img), spareNode("s3", nodeStarting), spareNode("s9", nodeOnline)},
+			release: []string{"s9", "s3"}},
+		{name: "a consumed one is not surplus", nodes: []*managerv1.Node{consumed, spareNode("s1", nodeOnline, img), spareNode("s2", nodeOnline, img)},
+			release: []string{"s-used"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,6 +116,50 @@ func TestPlanSpares(t *testing.T) {
 			}
 			if tc.prefetched != nil && d.NextAt.IsZero() {
 				t.Error("a prefetch asked a moment ago sets no time to look again")
+			}
+		})
+	}
+}
+
+// TestSparesNoEntryKeeps: the spares of a tier whose count is 0, or that
+// no entry names any more, are all released — in an incremental pass only
+// when some tier keeps spares (a fleet without spares reads no node per
+// event for them), always in a full pass. An operator's hand-marked spare
+// on a local server is never released.
+func TestSparesNoEntryKeeps(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	handMarked := node("local-1", placement.TagPool, "burst", placement.TagSpare, "true")
+	nodes := []*managerv1.Node{spareNode("s1", nodeOnline), spareNode("s2", nodeStarting), handMarked}
+	elastic := []ElasticTier{{Tier: "burst", Provider: "mock", VCPUs: 2}, {Tier: "other", Provider: "mock", VCPUs: 2}}
+	others := func(func(string) bool) []placement.Allocation { return nil }
+	cases := []struct {
+		name    string
+		spares  map[string]SpareSpec
+		partial bool // an incremental pass (View.Others set)
+		release []string
+	}{
+		{name: "count 0", spares: map[string]SpareSpec{"burst": {Count: 0}}, partial: true, release: []string{"s1", "s2"}},
+		{name: "entry gone, another tier keeps spares", spares: map[string]SpareSpec{"other": {Count: 1}}, partial: true, release: []string{"s1", "s2"}},
+		{name: "no spares configured, full pass", release: []string{"s1", "s2"}},
+		{name: "no spares configured, incremental pass", partial: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := View{Nodes: nodes}
+			if tc.partial {
+				v.Others = others
+			}
+			d := Plan(v, Policy{Elastic: elastic, Spares: tc.spares}, t0)
+			var released []string
+			for _, a := range spareActions(d)[ActReleaseSpare] {
+				released = append(released, a.NodeID)
+				if a.Pool != "burst" || !strings.Contains(a.Reason, "surplus") {
+					t.Errorf("release %+v: want tier burst, a reason that says surplus", a)
+				}
+			}
+			if !reflect.DeepEqual(released, tc.release) {
+				t.Errorf("released %v, want %v", released, tc.release)
 			}
 		})
 	}
