@@ -474,21 +474,11 @@ func TestPlacementIncrementalMatchesFresh(t *testing.T) {
 			// Ids in no particular order: what the State keeps must not
 			// depend on the order it was told things in.
 			req.JobID = fmt.Sprintf("job-%03d-%d", rapid.IntRange(0, 999).Draw(t, "id"), step)
-			got, err := s.Place(req)
-			if err != nil {
-				t.Fatal(err)
-			}
 			fresh, err := NewState(propCfg, nodes, live)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := fresh.Place(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("step %d: incremental %+v, fresh %+v", step, got, want)
-			}
+			got := placesAlike(t, fmt.Sprintf("step %d", step), s, fresh, req)
 			if got.NodeID != "" {
 				a := req.Allocation(got)
 				if err := s.Commit(a); err != nil {
@@ -560,19 +550,27 @@ func TestPlacementRollbackMatchesFresh(t *testing.T) {
 			req := rapid.SampledFrom(shapes).Draw(t, "probe")
 			req.JobID = fmt.Sprintf("probe-%d", i)
 			req.Explain = rapid.Bool().Draw(t, "explain")
-			got, err := s.Place(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := fresh.Place(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("probe %d: rolled back %+v, fresh %+v", i, got, want)
-			}
+			placesAlike(t, fmt.Sprintf("probe %d", i), s, fresh, req)
 		}
 	})
+}
+
+// placesAlike places req on a State kept over time and on one built fresh
+// from the same allocations, fails unless both answer alike, and returns
+// the answer.
+func placesAlike(t *rapid.T, what string, kept, fresh *State, req Request) Result {
+	got, err := kept.Place(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := fresh.Place(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s: kept %+v, fresh %+v", what, got, want)
+	}
+	return got
 }
 
 // TestPlacementPrefersHeldImages: of two nodes alike in everything but the
