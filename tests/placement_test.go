@@ -89,3 +89,34 @@ func TestExplainPlacementPoolTiers(t *testing.T) {
 		t.Errorf("pool live: placed on %q, tiers %v (%s); want worker-2, the cheap tier", res.GetNodeId(), tiers, res.GetSummary())
 	}
 }
+
+// A job may require the job socket (the capability a worker started with
+// --job-socket advertises, count 1) to be placed where it can later be
+// handed over: the capability says the node has job sockets, one per
+// instance, so it is required, not used up — several such jobs share the
+// node, as a handover's target does with what already runs there.
+func TestJobSocketIsRequiredNotConsumed(t *testing.T) {
+	t.Parallel()
+	c := testcluster.New(t, testcluster.Options{Workers: 1, JobSocket: true})
+	cl, x := c.Client(), ctx(t)
+	for _, id := range []string{"js-1", "js-2", "js-3"} {
+		j := progJob(t, id, runtimetest.Behaviour{}, nil)
+		j.AutoPlacement = &norsk.AutoPlacement{Requirements: &norsk.JobRequirements{
+			RequiredCapacity:     0.1,
+			RequiredCapabilities: []*norsk.CapabilityRequirement{{Name: "jobSocket", Count: 1}},
+		}}
+		if _, err := cl.CreateJob(x, j); err != nil {
+			t.Fatal(err)
+		}
+		if in := running(c, id, "primary"); in.GetNodeId() != "worker-1" {
+			t.Fatalf("%s runs on %s, want worker-1", id, in.GetNodeId())
+		}
+	}
+	res, err := cl.ExplainPlacement(x, "js-3", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.GetNodeId() != "worker-1" {
+		t.Errorf("explained with two others on the node: %q (%s), want worker-1", res.GetNodeId(), res.GetSummary())
+	}
+}

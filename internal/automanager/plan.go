@@ -74,6 +74,17 @@ func (p *Policy) defaults() {
 		p.MaxProvisionPerPass = 8
 	}
 	p.Repair.defaults()
+	// The job socket is required, not used up: a worker started with
+	// --job-socket serves one to every instance (copied, not written:
+	// the caller's map may be shared).
+	if !p.Placement.PresenceCapabilities[JobSocketCapability] {
+		pc := make(map[string]bool, len(p.Placement.PresenceCapabilities)+1)
+		for k, v := range p.Placement.PresenceCapabilities {
+			pc[k] = v
+		}
+		pc[JobSocketCapability] = true
+		p.Placement.PresenceCapabilities = pc
+	}
 }
 
 // View is the Manager's state as the AutoManager decides on it.

@@ -2,6 +2,7 @@ package automanager
 
 import (
 	"maps"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -408,5 +409,30 @@ func TestRequestsCarryNoUnavailableNodes(t *testing.T) {
 				t.Errorf("explanation of c, d: %q, %q", why["c"], why["d"])
 			}
 		})
+	}
+}
+
+// TestJobSocketIsAPresenceCapability: jobs that require the job socket
+// share the one node that advertises it (count 1): it is required of a
+// node, never used up — whatever presence capabilities the policy names.
+func TestJobSocketIsAPresenceCapability(t *testing.T) {
+	t.Parallel()
+	n := node("js-node")
+	n.Capabilities = []*managerv1.Capability{{Name: JobSocketCapability, Count: 1}}
+	v := View{Nodes: []*managerv1.Node{n, node("plain")}}
+	for _, id := range []string{"a", "b", "c"} {
+		jh := autoJob(id)
+		jh.Job.AutoPlacement.Requirements.RequiredCapacity = 0.1
+		jh.Job.AutoPlacement.Requirements.RequiredCapabilities = []*managerv1.CapabilityRequirement{{Name: JobSocketCapability, Count: 1}}
+		v.Jobs = append(v.Jobs, jh)
+	}
+	policy := Policy{Placement: placement.Config{PresenceCapabilities: map[string]bool{"other": true}}}
+	got := starts(Plan(v, policy, t0))
+	want := map[string]string{"a/primary": "js-node", "b/primary": "js-node", "c/primary": "js-node"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("starts %v, want %v", got, want)
+	}
+	if len(policy.Placement.PresenceCapabilities) != 1 {
+		t.Errorf("Plan wrote into the caller's presence capabilities: %v", policy.Placement.PresenceCapabilities)
 	}
 }

@@ -99,6 +99,7 @@ type migrateResult struct {
 const callTimeout = 15 * time.Second
 
 func newSaga(api API, clk clock.Clock, log *slog.Logger, p Policy, m *Metrics) *Saga {
+	p.defaults()
 	p.Migration.defaults()
 	return &Saga{
 		api: api, clk: clk, log: log.With("component", "migration"), policy: p, metrics: m,

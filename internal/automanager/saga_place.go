@@ -41,11 +41,7 @@ func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, wh
 			bundle = b
 		}
 	}
-	cfg := s.policy.Placement
-	cfg.PresenceCapabilities = map[string]bool{JobSocketCapability: true}
-	for k, v := range s.policy.Placement.PresenceCapabilities {
-		cfg.PresenceCapabilities[k] = v
-	}
+	cfg := s.policy.Placement // the job socket a presence capability (Policy.defaults)
 	req := placement.RequestForJob(cfg, jh.GetJob(), bundle, st.GetTargetRole())
 	req.PinNode = st.GetRequestedTargetNodeId()
 	req.OverrideReservation = st.GetOverrideReservation()
