@@ -151,3 +151,38 @@ func BenchmarkPassPlacesOne(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSagaPlaceTarget is a migration's target placement among jobs
+// running on 10,000 nodes: the saga reads the whole view and builds the
+// fleet's placement state for each one (decision 0068, not done), so its
+// cost grows with the jobs.
+//
+//	CGO_ENABLED=0 go test ./internal/automanager -run x -bench SagaPlaceTarget -benchtime=5x
+func BenchmarkSagaPlaceTarget(b *testing.B) {
+	for _, jobs := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("nodes=10000/jobs=%d", jobs), func(b *testing.B) {
+			api := newFakeAPI()
+			for i := range 10_000 {
+				n := node(fmt.Sprintf("node-%05d", i))
+				n.Hardware.Vcpus = 16
+				api.nodes = append(api.nodes, n)
+			}
+			for i := range jobs {
+				jh := autoJob(fmt.Sprintf("job-%07d", i))
+				jh.Job.State = managerv1.JobState_JOB_STATE_ACTIVE
+				jh.History = nil
+				api.put(jh)
+				api.instance(jh.Job.JobId, "primary", fmt.Sprintf("node-%05d", i%10_000), phRunning)
+			}
+			s := newSaga(api, clock.NewFake(t0), slog.New(slog.DiscardHandler), Policy{}, nil)
+			m := &migration{st: &managerv1.MigrationState{SourceJobId: "job-0000000", SourceNodeId: "node-00000",
+				TargetRole: "primary@bench", Strategy: stratOverlap}}
+			ctx := context.Background()
+			for b.Loop() {
+				if node, _, why, _ := s.placeTarget(ctx, m); node == "" {
+					b.Fatalf("no target: %s", why)
+				}
+			}
+		})
+	}
+}
