@@ -251,12 +251,19 @@ func ExpandBundleJob(b *managerv1.Bundle, i, r int) *managerv1.Job {
 
 // SameTemplate reports whether a stored replica job runs what the expanded
 // one would: everything but the Manager's fields and the dormant tag.
+// It copies only the expanded job (the AutoManager compares every job of a
+// bundle it plans, on every pass): the copy takes the stored job's Manager
+// fields and dormant tag, and is compared with the stored job as it is.
 func SameTemplate(stored, expanded *managerv1.Job) bool {
-	a := proto.Clone(stored).(*managerv1.Job)
 	b := proto.Clone(expanded).(*managerv1.Job)
-	for _, j := range []*managerv1.Job{a, b} {
-		j.State, j.TerminalState, j.CurrentHash = 0, nil, 0
-		delete(j.Tags, TagDormant)
+	b.State, b.TerminalState, b.CurrentHash = stored.GetState(), stored.GetTerminalState(), stored.GetCurrentHash()
+	if v, ok := stored.GetTags()[TagDormant]; ok {
+		if b.Tags == nil {
+			b.Tags = map[string]string{}
+		}
+		b.Tags[TagDormant] = v
+	} else {
+		delete(b.Tags, TagDormant)
 	}
-	return proto.Equal(a, b)
+	return proto.Equal(stored, b)
 }
