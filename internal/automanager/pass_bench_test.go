@@ -113,18 +113,7 @@ func BenchmarkPassPlacesOne(b *testing.B) {
 	for _, jobs := range []int{1_000, 100_000} {
 		b.Run(fmt.Sprintf("nodes=10000/jobs=%d", jobs), func(b *testing.B) {
 			api := &countingAPI{fakeAPI: newFakeAPI(), reads: map[string]int{}}
-			for i := range 10_000 {
-				n := node(fmt.Sprintf("node-%05d", i), "rack", fmt.Sprintf("r%02d", i%50))
-				n.Hardware.Vcpus = 16
-				api.nodes = append(api.nodes, n)
-			}
-			for i := range jobs {
-				jh := autoJob(fmt.Sprintf("job-%07d", i))
-				jh.Job.State = managerv1.JobState_JOB_STATE_ACTIVE
-				jh.History = nil
-				api.put(jh)
-				api.instance(jh.Job.JobId, "primary", fmt.Sprintf("node-%05d", i%10_000), phRunning)
-			}
+			runningFleet(api.fakeAPI, 10_000, jobs)
 			am := New(Config{API: api, Clock: clock.NewFake(t0), Logger: slog.New(slog.DiscardHandler)})
 			ctx := context.Background()
 			if _, err := am.Pass(ctx); err != nil {
@@ -162,18 +151,7 @@ func BenchmarkSagaPlaceTarget(b *testing.B) {
 	for _, jobs := range []int{1_000, 100_000} {
 		b.Run(fmt.Sprintf("nodes=10000/jobs=%d", jobs), func(b *testing.B) {
 			api := newFakeAPI()
-			for i := range 10_000 {
-				n := node(fmt.Sprintf("node-%05d", i))
-				n.Hardware.Vcpus = 16
-				api.nodes = append(api.nodes, n)
-			}
-			for i := range jobs {
-				jh := autoJob(fmt.Sprintf("job-%07d", i))
-				jh.Job.State = managerv1.JobState_JOB_STATE_ACTIVE
-				jh.History = nil
-				api.put(jh)
-				api.instance(jh.Job.JobId, "primary", fmt.Sprintf("node-%05d", i%10_000), phRunning)
-			}
+			runningFleet(api, 10_000, jobs)
 			s := newSaga(api, clock.NewFake(t0), slog.New(slog.DiscardHandler), Policy{}, nil)
 			m := &migration{st: &managerv1.MigrationState{SourceJobId: "job-0000000", SourceNodeId: "node-00000",
 				TargetRole: "primary@bench", Strategy: stratOverlap}}
@@ -184,5 +162,22 @@ func BenchmarkSagaPlaceTarget(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// runningFleet gives api nodes of 16 vCPUs (in 50 racks) and jobs kept
+// placed, running round robin on them.
+func runningFleet(api *fakeAPI, nodes, jobs int) {
+	for i := range nodes {
+		n := node(fmt.Sprintf("node-%05d", i), "rack", fmt.Sprintf("r%02d", i%50))
+		n.Hardware.Vcpus = 16
+		api.nodes = append(api.nodes, n)
+	}
+	for i := range jobs {
+		jh := autoJob(fmt.Sprintf("job-%07d", i))
+		jh.Job.State = managerv1.JobState_JOB_STATE_ACTIVE
+		jh.History = nil
+		api.put(jh)
+		api.instance(jh.Job.JobId, "primary", fmt.Sprintf("node-%05d", i%nodes), phRunning)
 	}
 }
