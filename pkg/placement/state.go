@@ -169,9 +169,7 @@ func NewState(cfg Config, nodes []Node, allocs []Allocation) (*State, error) {
 	s.allocsOn = make([]int32, len(sorted))
 	s.classify()
 	as := slices.Clone(allocs)
-	slices.SortFunc(as, func(a, b Allocation) int {
-		return cmp.Or(cmp.Compare(a.JobID, b.JobID), cmp.Compare(a.Role, b.Role))
-	})
+	slices.SortFunc(as, byJobRole)
 	for _, a := range as {
 		if err := s.Commit(a); err != nil {
 			return nil, err
@@ -290,12 +288,14 @@ func (s *State) Remove(jobID, role string) bool {
 // came to hold them (an explanation names the first peer that breaks a
 // rule).
 func (s *State) sortedInsert(list []int32, idx int32) []int32 {
-	a := &s.allocs[idx].a
-	i, _ := slices.BinarySearchFunc(list, idx, func(e, _ int32) int {
-		b := &s.allocs[e].a
-		return cmp.Or(cmp.Compare(b.JobID, a.JobID), cmp.Compare(b.Role, a.Role))
-	})
+	i, _ := slices.BinarySearchFunc(list, idx, func(e, _ int32) int { return byJobRole(s.allocs[e].a, s.allocs[idx].a) })
 	return slices.Insert(list, i, idx)
+}
+
+// byJobRole orders allocations by (JobID, Role), the order a State
+// applies and lists them in.
+func byJobRole(a, b Allocation) int {
+	return cmp.Or(cmp.Compare(a.JobID, b.JobID), cmp.Compare(a.Role, b.Role))
 }
 
 // Allocations returns the live allocations in (JobID, Role) order.
@@ -306,9 +306,7 @@ func (s *State) Allocations() []Allocation {
 			out = append(out, r.a)
 		}
 	}
-	slices.SortFunc(out, func(a, b Allocation) int {
-		return cmp.Or(cmp.Compare(a.JobID, b.JobID), cmp.Compare(a.Role, b.Role))
-	})
+	slices.SortFunc(out, byJobRole)
 	return out
 }
 
