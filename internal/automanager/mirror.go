@@ -412,21 +412,25 @@ func (m *mirror) view(jobs, bundles map[string]bool) View {
 		v.Bundles = append(v.Bundles, m.bundles[id])
 	}
 	v.Placement, v.Reachable = m.placement, m.reachable
-	v.Others = func(reachable func(string) bool) []placement.Allocation {
-		var out []placement.Allocation
-		for node, per := range m.allocs {
-			if !reachable(node) {
-				continue
-			}
-			for job, as := range per {
-				if !jobs[job] {
-					out = append(out, as...)
-				}
+	v.Others = func(reachable func(string) bool) []placement.Allocation { return m.liveAllocations(reachable, jobs) }
+	return v
+}
+
+// liveAllocations is what the live instances of every job but those in
+// except hold on the nodes reachable says yes to (the allocations index).
+func (m *mirror) liveAllocations(reachable func(string) bool, except map[string]bool) []placement.Allocation {
+	var out []placement.Allocation
+	for node, per := range m.allocs {
+		if !reachable(node) {
+			continue
+		}
+		for job, as := range per {
+			if !except[job] {
+				out = append(out, as...)
 			}
 		}
-		return out
 	}
-	return v
+	return out
 }
 
 func (m *mirror) sortedMigrations() []*managerv1.MigrationState {

@@ -28,16 +28,7 @@ func (m *mirror) placement() *placement.State {
 		return m.place
 	}
 	view, _, _ := passNodes(m.nodeList, m.placeList)
-	var live []placement.Allocation
-	for node, per := range m.allocs {
-		if !m.reachable(node) {
-			continue
-		}
-		for _, as := range per {
-			live = append(live, as...)
-		}
-	}
-	st, err := placement.NewState(m.cfg, view, live)
+	st, err := placement.NewState(m.cfg, view, m.liveAllocations(m.reachable, nil))
 	if err != nil {
 		return nil
 	}
