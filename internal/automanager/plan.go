@@ -74,17 +74,26 @@ func (p *Policy) defaults() {
 		p.MaxProvisionPerPass = 8
 	}
 	p.Repair.defaults()
-	// The job socket is required, not used up: a worker started with
-	// --job-socket serves one to every instance (copied, not written:
-	// the caller's map may be shared).
-	if !p.Placement.PresenceCapabilities[JobSocketCapability] {
-		pc := make(map[string]bool, len(p.Placement.PresenceCapabilities)+1)
-		for k, v := range p.Placement.PresenceCapabilities {
-			pc[k] = v
-		}
-		pc[JobSocketCapability] = true
-		p.Placement.PresenceCapabilities = pc
+	p.Placement = WithJobSocketPresence(p.Placement)
+}
+
+// WithJobSocketPresence returns c with the job socket a presence
+// capability: a worker started with --job-socket advertises it (count 1)
+// and serves a socket to every instance, so a job that requires it needs
+// the node to have it and uses none of it up. Every placement of jobs
+// counts it so (the AutoManager's, the saga's, the Manager's
+// ExplainPlacement). c's map is copied, never written: it may be shared.
+func WithJobSocketPresence(c placement.Config) placement.Config {
+	if c.PresenceCapabilities[JobSocketCapability] {
+		return c
 	}
+	pc := make(map[string]bool, len(c.PresenceCapabilities)+1)
+	for k, v := range c.PresenceCapabilities {
+		pc[k] = v
+	}
+	pc[JobSocketCapability] = true
+	c.PresenceCapabilities = pc
+	return c
 }
 
 // View is the Manager's state as the AutoManager decides on it.

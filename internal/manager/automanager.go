@@ -11,7 +11,6 @@ import (
 
 	"github.com/norsk-go/norsk-manager/internal/automanager"
 	"github.com/norsk-go/norsk-manager/internal/providers/mock"
-	"github.com/norsk-go/norsk-manager/pkg/jobsocket"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
@@ -80,14 +79,10 @@ func (s *Server) elasticTiers() []automanager.ElasticTier {
 	return append(out, s.cloudTiers()...)
 }
 
-// placementConfig is placement's configuration from this member's. The
-// job socket is a presence capability: a worker started with --job-socket
-// advertises it (count 1) and serves a socket to every instance, so a job
-// that requires it needs the node to have it, and uses none of it up (the
-// migration saga's placement has always counted it so).
+// placementConfig is placement's configuration from this member's (the
+// job socket counted as the AutoManager counts it).
 func (s *Server) placementConfig() placement.Config {
-	return placement.Config{Pools: s.cfg.Pools, PoolSpread: s.cfg.PoolSpread,
-		PresenceCapabilities: map[string]bool{jobsocket.Capability: true}}
+	return automanager.WithJobSocketPresence(placement.Config{Pools: s.cfg.Pools, PoolSpread: s.cfg.PoolSpread})
 }
 
 // selfHTTPClient dials this member's own listener whatever the URL's host,
