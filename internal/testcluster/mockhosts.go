@@ -63,7 +63,7 @@ func (c *Cluster) mockProvider(cfg *manager.Config) {
 }
 
 // stopMockHosts stops the hosts; instances their workers still run are
-// killed with the process leftovers.
+// removed with the process leftovers (Host.RemoveLeftovers).
 func (c *Cluster) stopMockHosts() {
 	for _, h := range c.Hosts {
 		_ = h.Close()

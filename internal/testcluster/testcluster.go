@@ -413,6 +413,9 @@ func (c *Cluster) shutdown() {
 	c.closeLinks()
 	if !c.opts.KeepInstances && c.opts.Runtime == "process" {
 		killLeftovers(c.Dir)
+		for _, h := range c.Hosts {
+			h.RemoveLeftovers() // a host closed to lose its node left its instances
+		}
 	}
 }
 

@@ -3,9 +3,7 @@ package testcluster
 import (
 	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/norsk-go/norsk-manager/internal/runtime"
@@ -113,19 +111,13 @@ func (c *Cluster) WaitPhase(jobID, role string, phase norsk.InstancePhase) *nors
 }
 
 // killLeftovers removes every process-runtime instance under the cluster's
-// worker directories and its mock hosts' node directories (a test that
-// failed half way, or closed a host to lose its node, leaves none running).
+// worker directories (a test that failed half way leaves none running).
 func killLeftovers(dir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	workers, _ := filepath.Glob(filepath.Join(dir, "workers", "*"))
-	nodes, _ := filepath.Glob(filepath.Join(dir, "*", "node-*"))
-	for _, wdir := range append(workers, nodes...) {
-		if _, err := os.Stat(filepath.Join(wdir, "process")); err != nil {
-			continue
-		}
-		nodeID := strings.TrimPrefix(filepath.Base(wdir), "node-")
-		rt, err := process.New(process.Config{NodeID: nodeID, ClusterID: worker.ClusterIDOf(wdir), Dir: filepath.Join(wdir, "process"), Logger: slog.New(slog.DiscardHandler)})
+	matches, _ := filepath.Glob(filepath.Join(dir, "workers", "*"))
+	for _, wdir := range matches {
+		rt, err := process.New(process.Config{NodeID: filepath.Base(wdir), ClusterID: worker.ClusterIDOf(wdir), Dir: filepath.Join(wdir, "process"), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			continue
 		}

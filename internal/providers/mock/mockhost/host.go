@@ -169,6 +169,20 @@ func (h *Host) nodeDir(nodeID string) string { return filepath.Join(h.cfg.DataDi
 // restarts takes its processes with it: left running, they would run a
 // second copy of jobs the Manager has moved. The host starts empty.
 func (h *Host) sweep() {
+	h.removeNodes("the host starts empty: removing the instances of the node an earlier run of it ran (the Manager sees that node lost)")
+}
+
+// RemoveLeftovers removes what the host's nodes left, as a restarted host
+// does (sweep): for a host closed for good, whose workers were not there to
+// stop their instances (a test that closed the host to lose its node).
+// Call it after Close.
+func (h *Host) RemoveLeftovers() {
+	h.removeNodes("the host is closed for good: removing the instances of a node it ran")
+}
+
+// removeNodes removes the instances of every node directory under the
+// host's DataDir, then the directory, saying why.
+func (h *Host) removeNodes(why string) {
 	ents, err := os.ReadDir(h.cfg.DataDir)
 	if err != nil {
 		h.log.Warn("cannot read the host's directory for an earlier run's node", "err", err)
@@ -180,7 +194,7 @@ func (h *Host) sweep() {
 			continue
 		}
 		dir := filepath.Join(h.cfg.DataDir, e.Name())
-		h.log.Warn("the host starts empty: removing the instances of the node an earlier run of it ran (the Manager sees that node lost)", "node", nodeID)
+		h.log.Warn(why, "node", nodeID)
 		h.removeInstances(nodeID, dir)
 		if err := os.RemoveAll(dir); err != nil {
 			h.log.Warn("cannot remove an earlier run's node directory", "node", nodeID, "err", err)
