@@ -100,10 +100,21 @@ func splitList(s string) []string {
 // with its registry and, when it has neither tag nor digest, the tag
 // "latest" ("nginx" → "docker.io/library/nginx:latest"); "" for "". A ref
 // that does not parse is returned as it is, so it matches only itself.
+// Safe for concurrent use; answers are remembered (imageRefs).
 func NormalizeImageRef(ref string) string {
 	if ref == "" {
 		return ""
 	}
+	if n, ok := imageRefs.get(ref); ok {
+		return n
+	}
+	n := normalizeImageRef(ref)
+	imageRefs.put(ref, n)
+	return n
+}
+
+// normalizeImageRef is NormalizeImageRef, parsed every time.
+func normalizeImageRef(ref string) string {
 	named, err := reference.ParseNormalizedNamed(ref)
 	if err != nil {
 		return ref

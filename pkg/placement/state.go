@@ -170,6 +170,7 @@ func NewState(cfg Config, nodes []Node, allocs []Allocation) (*State, error) {
 	s.classify()
 	as := slices.Clone(allocs)
 	slices.SortFunc(as, byJobRole)
+	s.allocs = make([]allocRec, 0, len(as)) // grown once, not by doubling
 	for _, a := range as {
 		if err := s.Commit(a); err != nil {
 			return nil, err
