@@ -65,6 +65,11 @@ func (m *mirror) load(v View) {
 	pj, pb := m.pendingJobs, m.pendingBundles
 	*m = *newMirror(m.cfg)
 	m.pendingJobs, m.pendingBundles = pj, pb
+	// Sized for what is read, not grown by doubling.
+	m.jobs = make(map[string]*managerv1.JobWithHistory, len(v.Jobs))
+	m.jobNodes = make(map[string][]string, len(v.Jobs))
+	m.allocs = make(map[string]map[string][]placement.Allocation, len(v.Nodes))
+	m.bundles = make(map[string]*managerv1.Bundle, len(v.Bundles))
 	m.setNodes(v.Nodes)
 	for _, b := range v.Bundles {
 		m.bundles[b.GetBundleId()] = b
