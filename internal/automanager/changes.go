@@ -44,6 +44,20 @@ type StateReader interface {
 	BundleRecords(ctx context.Context) ([]*managerv1.Bundle, error)
 }
 
+// DrainReader is what an API inside the Manager's process may add for the
+// node drains' reads. A drain step must not decide on the mirror, which
+// may lag the store (drainView); with DrainView it reads, fresh, only what
+// its drains concern, so a pass while a node drains costs in proportion to
+// that node's jobs. Without it such a pass reads the whole state.
+type DrainReader interface {
+	// DrainView reads, from one snapshot of the store, the nodes named
+	// (those that exist, as ListNodes renders them), every job with an
+	// instance bound to one of them or named by an item of one's drain,
+	// without history, in id order, and every migration of those jobs.
+	// Only Nodes, Jobs and Migrations are set.
+	DrainView(ctx context.Context, nodeIDs []string) (View, error)
+}
+
 // Subscription is a follow of the Manager's events, in index order.
 type Subscription interface {
 	// Next returns the next events (at least one), blocking until there are

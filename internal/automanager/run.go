@@ -304,18 +304,31 @@ func (a *AutoManager) signal(wake chan<- struct{}) {
 }
 
 // drainView is the view the running drains step on: none when no node of
-// v drains; else a fresh read of the whole state. A drain lists and judges
-// a node's jobs from it, so it must not lag the store as the mirror may
-// (a job just migrated onto the node would be missed, or one just moved
-// off it judged moved by another hand); drains are rare, and only while
-// one runs does a pass read everything.
+// v drains; else a fresh read. A drain lists and judges a node's jobs from
+// it, so it must not lag the store as the mirror may (a job just migrated
+// onto the node would be missed, or one just moved off it judged moved by
+// another hand). In process (DrainReader) the read is of the draining
+// nodes, their jobs and the jobs their items name, with those jobs'
+// migrations — everything planDrain looks at, in proportion to the
+// draining nodes' jobs; out of process it is the whole state.
 func (a *AutoManager) drainView(ctx context.Context, v View) (View, error) {
+	var draining []string
 	for _, n := range v.Nodes {
 		if n.GetDrain().GetState() == drainRunning {
-			return a.read(ctx)
+			draining = append(draining, n.GetNodeId())
 		}
 	}
-	return View{Nodes: v.Nodes}, nil
+	if len(draining) == 0 {
+		return View{Nodes: v.Nodes}, nil
+	}
+	if dr, ok := a.cfg.API.(DrainReader); ok {
+		dv, err := dr.DrainView(ctx, draining)
+		if err != nil {
+			return View{}, fmt.Errorf("read the draining nodes: %w", err)
+		}
+		return dv, nil
+	}
+	return a.read(ctx)
 }
 
 // Pass is a full pass: it reads the Manager's whole state into the mirror,

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
@@ -29,6 +30,7 @@ var (
 	_ automanager.Local       = localAPI{}
 	_ automanager.JobReader   = localAPI{}
 	_ automanager.StateReader = localAPI{}
+	_ automanager.DrainReader = localAPI{}
 )
 
 func newLocalAPI(s *Server, m *norsk.Manager) localAPI {
@@ -57,6 +59,47 @@ func (l localAPI) NodeByID(ctx context.Context, nodeID string) (*norsk.Node, err
 		return nil, notFound("node", nodeID)
 	}
 	return l.s.api.NodeView(r, rec), nil
+}
+
+// DrainView is the draining nodes, the jobs on them or named by their
+// drains' items and those jobs' migrations, from one snapshot
+// (automanager.DrainReader): a drain step's fresh read, in proportion to
+// the nodes' jobs rather than the store.
+func (l localAPI) DrainView(ctx context.Context, nodeIDs []string) (automanager.View, error) {
+	r := l.s.st().State().Snapshot()
+	var v automanager.View
+	jobs := map[string]bool{}
+	for _, id := range nodeIDs {
+		rec := r.Node(nil, id)
+		if rec == nil {
+			continue
+		}
+		n := l.s.api.NodeView(r, rec)
+		v.Nodes = append(v.Nodes, n)
+		for _, in := range r.InstancesOnNode(nil, id) {
+			jobs[in.GetJobId()] = true
+		}
+		for _, it := range n.GetDrain().GetItems() {
+			jobs[it.GetJobId()] = true
+		}
+	}
+	ids := make([]string, 0, len(jobs))
+	for id := range jobs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return automanager.View{}, err
+		}
+		rec := r.Job(nil, id)
+		if rec == nil {
+			continue // an instance outlives its deleted job until it stops
+		}
+		v.Jobs = append(v.Jobs, r.JobView(rec, false))
+		v.Migrations = append(v.Migrations, r.Migrations(nil, id)...)
+	}
+	return v, nil
 }
 
 // BundleRecord is the bundle alone, without its jobs' status
