@@ -91,14 +91,17 @@ type changes struct {
 	nodes      map[string]bool
 	allNodes   bool
 	migrations bool
-	leases     bool
-	full       string
+	// migrationIDs are the migrations the events named (migrations: one
+	// that named none).
+	migrationIDs map[string]bool
+	leases       bool
+	full         string
 }
 
 // touched is one pass's worth of changes.
 type touched struct {
-	jobs, bundles, nodes         map[string]bool
-	allNodes, migrations, leases bool
+	jobs, bundles, nodes, migrationIDs map[string]bool
+	allNodes, migrations, leases       bool
 	// full, when set, is why the pass must read everything.
 	full string
 }
@@ -148,10 +151,17 @@ func (c *changes) note(ev *managerv1.Event) bool {
 	case *managerv1.Event_LeaseStatus:
 		c.leases = true
 	case *managerv1.Event_MigrationUpdated:
-		c.migrations = true
+		c.migration(k.MigrationUpdated.GetMigrationId())
 		job(k.MigrationUpdated.GetSourceJobId())
-	case *managerv1.Event_MigrationForgotten, *managerv1.Event_MigrationAborted:
-		c.migrations = true
+	case *managerv1.Event_MigrationForgotten:
+		if len(k.MigrationForgotten.GetMigrationIds()) == 0 {
+			c.migration("")
+		}
+		for _, id := range k.MigrationForgotten.GetMigrationIds() {
+			c.migration(id)
+		}
+	case *managerv1.Event_MigrationAborted:
+		c.migration(k.MigrationAborted.GetMigrationId())
 	case *managerv1.Event_JobSnapshot, *managerv1.Event_NodeSnapshot, *managerv1.Event_InitialDataComplete:
 		// A resync: what the stream missed is not known.
 		c.full = fullResync
@@ -159,6 +169,19 @@ func (c *changes) note(ev *managerv1.Event) bool {
 		return false
 	}
 	return true
+}
+
+// migration notes the migration an event names (every one when it names
+// none). The caller holds c.mu.
+func (c *changes) migration(id string) {
+	if id == "" {
+		c.migrations = true
+		return
+	}
+	if c.migrationIDs == nil {
+		c.migrationIDs = map[string]bool{}
+	}
+	c.migrationIDs[id] = true
 }
 
 // node notes the node a node event names (every node when it names none).
@@ -223,8 +246,9 @@ func (c *changes) fullNext(why string) {
 func (c *changes) take() touched {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := touched{jobs: c.jobs, bundles: c.bundles, nodes: c.nodes, allNodes: c.allNodes, migrations: c.migrations, leases: c.leases, full: c.full}
-	c.jobs, c.bundles, c.nodes = nil, nil, nil
+	t := touched{jobs: c.jobs, bundles: c.bundles, nodes: c.nodes, migrationIDs: c.migrationIDs,
+		allNodes: c.allNodes, migrations: c.migrations, leases: c.leases, full: c.full}
+	c.jobs, c.bundles, c.nodes, c.migrationIDs = nil, nil, nil, nil
 	c.allNodes, c.migrations, c.leases, c.full = false, false, false, ""
 	return t
 }

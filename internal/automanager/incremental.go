@@ -12,6 +12,10 @@ import (
 	"github.com/norsk-go/norsk-manager/sdk/norsk"
 )
 
+// maxMigrationReads is the most migrations a pass reads one by one; past
+// it the pass lists them all.
+const maxMigrationReads = 256
+
 // passChanges is a pass over what the events touched: it re-reads those
 // jobs, bundles, nodes and migrations into the mirror, and plans the jobs
 // they concern — the touched jobs, every job of a touched bundle or of the
@@ -68,7 +72,8 @@ func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (tim
 			plan[j] = true
 		}
 	}
-	if t.migrations {
+	switch {
+	case t.migrations || len(t.migrationIDs) > maxMigrationReads:
 		migs, err := api.ListMigrations(ctx, "")
 		if err != nil {
 			return time.Time{}, fmt.Errorf("list migrations: %w", err)
@@ -77,6 +82,23 @@ func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (tim
 			plan[j] = true
 		}
 		wide = true // the repair limits count the records
+	case len(t.migrationIDs) > 0:
+		// The migrations the events named, one record each: every
+		// migration ever run stays in the store until an operator
+		// forgets it, so the whole list grows without bound.
+		for _, id := range sortedKeys(t.migrationIDs) {
+			st, err := api.GetMigration(ctx, id)
+			switch {
+			case errors.Is(err, norsk.ErrNotFound):
+				st = nil
+			case err != nil:
+				return time.Time{}, fmt.Errorf("migration %s: %w", id, err)
+			}
+			for _, j := range m.putMigration(id, st) {
+				plan[j] = true
+			}
+		}
+		wide = true
 	}
 	for id := range t.bundles {
 		var b *managerv1.Bundle

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"pgregory.net/rapid"
 
@@ -388,6 +389,138 @@ func TestMirrorPlacementNodesMatchFresh(t *testing.T) {
 			}
 			if !same(m.placeList, fresh) {
 				t.Fatalf("a pass changed the mirror's placement nodes")
+			}
+		}
+	})
+}
+
+func (c *countingAPI) ListMigrations(ctx context.Context, jobID string) ([]*managerv1.MigrationState, error) {
+	c.count("ListMigrations")
+	return c.fakeAPI.ListMigrations(ctx, jobID)
+}
+
+func (c *countingAPI) GetMigration(ctx context.Context, id string) (*managerv1.MigrationState, error) {
+	c.count("GetMigration")
+	return c.fakeAPI.GetMigration(ctx, id)
+}
+
+// A migration event costs a read of that migration, not of every record
+// the store keeps (they stay until an operator forgets them): the job
+// under it is held from placement while it runs and planned again when
+// it ends, and a forgotten record is dropped.
+func TestPassChangesReadsOneMigration(t *testing.T) {
+	t.Parallel()
+	api := &countingAPI{fakeAPI: newFakeAPI(), reads: map[string]int{}}
+	api.nodes = []*managerv1.Node{smallNode("a"), smallNode("b")}
+	for i := range 50 { // history: ended migrations of other jobs
+		id := fmt.Sprintf("old-%02d", i)
+		api.migs[id] = &managerv1.MigrationState{MigrationId: id, SourceJobId: "gone", Phase: phDone}
+	}
+	job := autoJob("j")
+	api.put(job)
+	api.instance("j", "primary", "a", phRunning)
+	am, ctx := newIncremental(t, api, nil)
+	api.takeReads()
+
+	st := &managerv1.MigrationState{MigrationId: "m1", SourceJobId: "j", SourceRole: "primary", Phase: phPlacing}
+	api.migs["m1"] = st
+	passOn(ctx, t, am, &managerv1.Event{Kind: &managerv1.Event_MigrationUpdated{MigrationUpdated: st}})
+	if r := api.takeReads(); r["ListMigrations"] != 0 || r["GetMigration"] != 1 {
+		t.Errorf("reads for one migration's event = %v, want one GetMigration", r)
+	}
+	if !am.mirror.migrating["j"] {
+		t.Fatal("the job under a migration is not held")
+	}
+
+	done := proto.Clone(st).(*managerv1.MigrationState)
+	done.Phase = phDone
+	api.migs["m1"] = done
+	passOn(ctx, t, am, &managerv1.Event{Kind: &managerv1.Event_MigrationUpdated{MigrationUpdated: done}})
+	if am.mirror.migrating["j"] {
+		t.Fatal("the job is still held after its migration ended")
+	}
+
+	delete(api.migs, "m1")
+	passOn(ctx, t, am, &managerv1.Event{Kind: &managerv1.Event_MigrationForgotten{MigrationForgotten: &managerv1.MigrationForgotten{MigrationIds: []string{"m1"}}}})
+	if r := api.takeReads(); r["ListMigrations"] != 0 || r["GetMigration"] != 2 {
+		t.Errorf("reads for an end and a forget = %v, want two GetMigration", r)
+	}
+
+	// An event that names no migration: every record is read.
+	passOn(ctx, t, am, &managerv1.Event{Kind: &managerv1.Event_MigrationForgotten{MigrationForgotten: &managerv1.MigrationForgotten{}}})
+	if r := api.takeReads(); r["ListMigrations"] != 1 {
+		t.Errorf("reads for a forget naming none = %v, want one ListMigrations", r)
+	}
+}
+
+// The mirror's migration bookkeeping, kept record by record, is what
+// setMigrations makes of the store's records after any sequence of
+// writes and forgets: the same jobs held, the same repairs counted, and
+// each change reported.
+func TestMirrorMigrationsPerRecordMatchFull(t *testing.T) {
+	t.Parallel()
+	phases := []managerv1.MigrationPhase{phPlacing, phDone, phAborted, phStoppingSource}
+	rapid.Check(t, func(t *rapid.T) {
+		store := map[string]*managerv1.MigrationState{}
+		inc := newMirror(placement.Config{})
+		for step := range rapid.IntRange(1, 40).Draw(t, "steps") {
+			id := fmt.Sprintf("m%d", rapid.IntRange(0, 5).Draw(t, "id"))
+			var st *managerv1.MigrationState
+			switch old := store[id]; {
+			case old != nil && !terminal(old.GetPhase()) || old == nil || !rapid.Bool().Draw(t, "forget"):
+				// A record's job never changes; only an ended one is forgotten.
+				job := fmt.Sprintf("j%d", rapid.IntRange(0, 3).Draw(t, "job"))
+				if old != nil {
+					job = old.GetSourceJobId()
+				}
+				st = &managerv1.MigrationState{MigrationId: id, SourceJobId: job,
+					Phase: rapid.SampledFrom(phases).Draw(t, "phase"), Repair: rapid.Bool().Draw(t, "repair")}
+				store[id] = st
+			default:
+				delete(store, id)
+			}
+			before := maps.Clone(inc.migrating)
+			changed := inc.putMigration(id, st)
+
+			// What every record says: the jobs with one in flight, the
+			// repairs; and what setMigrations makes of them.
+			held, repairs := map[string]bool{}, map[string]*managerv1.MigrationState{}
+			all := make([]*managerv1.MigrationState, 0, len(store))
+			for _, k := range sortedKeys(store) {
+				m := store[k]
+				all = append(all, m)
+				if !terminal(m.GetPhase()) {
+					held[m.GetSourceJobId()] = true
+				}
+				if m.GetRepair() {
+					repairs[k] = m
+				}
+			}
+			full := newMirror(placement.Config{})
+			full.setMigrations(all)
+			for _, mm := range []*mirror{inc, full} {
+				if !maps.Equal(mm.migrating, held) {
+					t.Fatalf("step %d: held %v, the records say %v", step, mm.migrating, held)
+				}
+				if !maps.Equal(mm.repairs, repairs) {
+					t.Fatalf("step %d: repairs %v, the records say %v", step, sortedKeys(mm.repairs), sortedKeys(repairs))
+				}
+			}
+			var want []string
+			for j := range inc.migrating {
+				if !before[j] {
+					want = append(want, j)
+				}
+			}
+			for j := range before {
+				if !inc.migrating[j] {
+					want = append(want, j)
+				}
+			}
+			slices.Sort(want)
+			slices.Sort(changed)
+			if !slices.Equal(changed, want) {
+				t.Fatalf("step %d: reported %v changed, want %v", step, changed, want)
 			}
 		}
 	})

@@ -24,11 +24,18 @@ type mirror struct {
 	nodeList []*managerv1.Node // in node id order
 	// placeList is nodeList as placement sees it (placementNode), index
 	// for index: kept node by node, so a pass converts no node.
-	placeList  []placement.Node
-	jobs       map[string]*managerv1.JobWithHistory
-	bundles    map[string]*managerv1.Bundle
-	migrations map[string]*managerv1.MigrationState
-	// migrating: the jobs with a migration in flight.
+	placeList []placement.Node
+	jobs      map[string]*managerv1.JobWithHistory
+	bundles   map[string]*managerv1.Bundle
+	// repairs are the repair migrations' records, ended ones included:
+	// what the repair limits count (planRepairs). The other migration
+	// records are not kept — every migration ever run stays in the store
+	// until an operator forgets it (seed 004), and no pass reads them.
+	repairs map[string]*managerv1.MigrationState
+	// inFlight maps each migration in flight to its source job; migrating
+	// is the jobs with one (flights counts them by job).
+	inFlight  map[string]string
+	flights   map[string]int
 	migrating map[string]bool
 	// byBundle maps a bundle id (the jobs' bundleId tag) to its jobs.
 	byBundle map[string]map[string]bool
@@ -51,8 +58,8 @@ type mirror struct {
 func newMirror(cfg placement.Config) *mirror {
 	return &mirror{
 		cfg: cfg, nodes: map[string]*managerv1.Node{}, jobs: map[string]*managerv1.JobWithHistory{},
-		bundles: map[string]*managerv1.Bundle{}, migrations: map[string]*managerv1.MigrationState{},
-		migrating: map[string]bool{}, byBundle: map[string]map[string]bool{},
+		bundles: map[string]*managerv1.Bundle{}, repairs: map[string]*managerv1.MigrationState{},
+		inFlight: map[string]string{}, flights: map[string]int{}, migrating: map[string]bool{}, byBundle: map[string]map[string]bool{},
 		allocs: map[string]map[string][]placement.Allocation{}, jobNodes: map[string][]string{},
 		pendingJobs: map[string]bool{}, pendingBundles: map[string]bool{},
 	}
@@ -178,30 +185,56 @@ func nodeChanged(a, b *managerv1.Node) bool {
 	return false
 }
 
-// setMigrations replaces the migration records; it returns the jobs whose
-// being under a migration changed.
+// setMigrations replaces the migration records with migs (every one the
+// store holds); it returns the jobs whose being under a migration changed.
 func (m *mirror) setMigrations(migs []*managerv1.MigrationState) []string {
-	m.migrations = make(map[string]*managerv1.MigrationState, len(migs))
-	next := map[string]bool{}
+	before := m.migrating
+	m.repairs, m.inFlight, m.flights, m.migrating = map[string]*managerv1.MigrationState{}, map[string]string{}, map[string]int{}, map[string]bool{}
 	for _, st := range migs {
-		m.migrations[st.GetMigrationId()] = st
-		if !terminal(st.GetPhase()) {
-			next[st.GetSourceJobId()] = true
-		}
+		m.putMigration(st.GetMigrationId(), st)
 	}
 	var changed []string
-	for id := range next {
+	for id := range m.migrating {
+		if !before[id] {
+			changed = append(changed, id)
+		}
+	}
+	for id := range before {
 		if !m.migrating[id] {
 			changed = append(changed, id)
 		}
 	}
-	for id := range m.migrating {
-		if !next[id] {
-			changed = append(changed, id)
+	sort.Strings(changed)
+	return changed
+}
+
+// putMigration stores migration id's record as read (nil: it is gone,
+// forgotten); it returns the job whose being under a migration changed,
+// if any. Its cost is one record's, whatever the store holds.
+func (m *mirror) putMigration(id string, st *managerv1.MigrationState) (changed []string) {
+	if job, ok := m.inFlight[id]; ok && (st == nil || terminal(st.GetPhase())) {
+		delete(m.inFlight, id)
+		if m.flights[job]--; m.flights[job] <= 0 {
+			delete(m.flights, job)
+			delete(m.migrating, job)
+			changed = append(changed, job)
 		}
 	}
-	m.migrating = next
-	sort.Strings(changed)
+	if st != nil && !terminal(st.GetPhase()) {
+		if _, ok := m.inFlight[id]; !ok {
+			job := st.GetSourceJobId()
+			m.inFlight[id] = job
+			if m.flights[job]++; m.flights[job] == 1 {
+				m.migrating[job] = true
+				changed = append(changed, job)
+			}
+		}
+	}
+	if st.GetRepair() {
+		m.repairs[id] = st
+	} else {
+		delete(m.repairs, id)
+	}
 	return changed
 }
 
@@ -389,7 +422,7 @@ func (m *mirror) allJobs() []*managerv1.JobWithHistory {
 }
 
 func (m *mirror) view(jobs, bundles map[string]bool) View {
-	v := View{Nodes: m.nodeList, PlacementNodes: m.placeList, Migrations: m.sortedMigrations()}
+	v := View{Nodes: m.nodeList, PlacementNodes: m.placeList, Migrations: m.sortedRepairs()}
 	if len(m.migrating) > 0 {
 		v.Migrating = make(map[string]bool, len(m.migrating))
 		for id := range m.migrating {
@@ -438,10 +471,11 @@ func (m *mirror) liveAllocations(reachable func(string) bool, except map[string]
 	return out
 }
 
-func (m *mirror) sortedMigrations() []*managerv1.MigrationState {
-	out := make([]*managerv1.MigrationState, 0, len(m.migrations))
-	for _, id := range sortedKeys(m.migrations) {
-		out = append(out, m.migrations[id])
+// sortedRepairs are the repair migrations' records, in id order.
+func (m *mirror) sortedRepairs() []*managerv1.MigrationState {
+	out := make([]*managerv1.MigrationState, 0, len(m.repairs))
+	for _, id := range sortedKeys(m.repairs) {
+		out = append(out, m.repairs[id])
 	}
 	return out
 }

@@ -181,3 +181,33 @@ func runningFleet(api *fakeAPI, nodes, jobs int) {
 		api.instance(jh.Job.JobId, "primary", fmt.Sprintf("node-%05d", i%nodes), phRunning)
 	}
 }
+
+// BenchmarkPassOnMigrationEvent is the pass after one migration's event
+// among 10,000 jobs, with as many ended migrations kept in the store (they
+// stay until an operator forgets them): it reads that migration's record,
+// not every record.
+//
+//	CGO_ENABLED=0 go test ./internal/automanager -run x -bench PassOnMigrationEvent -benchmem
+func BenchmarkPassOnMigrationEvent(b *testing.B) {
+	for _, kept := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("jobs=10000/migrations=%d", kept), func(b *testing.B) {
+			am, api := benchFleet(b, 10_000)
+			for i := range kept {
+				id := fmt.Sprintf("old-%07d", i)
+				api.migs[id] = &managerv1.MigrationState{MigrationId: id, SourceJobId: fmt.Sprintf("job-%07d", i%10_000), Phase: phDone}
+			}
+			ctx := context.Background()
+			if _, err := am.Pass(ctx); err != nil {
+				b.Fatal(err)
+			}
+			st := &managerv1.MigrationState{MigrationId: "m-live", SourceJobId: "job-0000001", SourceRole: "primary", Phase: phPlacing}
+			api.migs["m-live"] = st
+			for b.Loop() {
+				am.changes.note(&managerv1.Event{Kind: &managerv1.Event_MigrationUpdated{MigrationUpdated: st}})
+				if _, err := am.passChanges(ctx, am.changes.take(), false); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -117,8 +117,9 @@ type View struct {
 	// Migrating are the jobs with a migration in flight: the saga, not
 	// placement, decides for them until it ends.
 	Migrating map[string]bool
-	// Migrations are the store's migration records, ended ones included:
-	// the repairs among them are what the repair limits count.
+	// Migrations are migration records, ended ones included: the repairs
+	// among them are what the repair limits count, and the only ones Plan
+	// reads (an incremental pass gives only those).
 	Migrations []*managerv1.MigrationState
 	// Others, when set, gives what the live instances of the jobs that are
 	// not in Jobs hold on the reachable nodes: Jobs (and Bundles) are then
