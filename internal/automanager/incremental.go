@@ -27,6 +27,7 @@ const maxMigrationReads = 256
 // placed costs one read of that job, and a change to one node or bundle a
 // read of that node or bundle (in process: StateReader).
 func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (time.Time, error) {
+	a.mirrorMu.Lock()
 	m := a.mirror
 	sr, records := a.cfg.API.(StateReader)
 	// Out of process, where each job is a round trip, a burst that touched
@@ -35,8 +36,10 @@ func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (tim
 	// every job as well: it is never cheaper (a full pass per burst is what
 	// made the passes of a fleet being filled grow with the store).
 	if _, local := a.cfg.API.(Local); !local && len(t.jobs) > 1000 && len(t.jobs) > len(m.jobs)/4 {
+		a.mirrorMu.Unlock()
 		return a.fullPass(ctx, fullBurst)
 	}
+	defer a.mirrorMu.Unlock()
 	plan := map[string]bool{}
 	bundles := map[string]bool{}
 	if !a.pendingNext.IsZero() && !a.cfg.Clock.Now().Before(a.pendingNext) {

@@ -11,7 +11,8 @@ import (
 // mirror is the AutoManager's copy of the state it decides on, indexed by
 // job, bundle, node and migration, and kept current from the event stream:
 // an event marks what it touched (changes), and the next pass re-reads
-// only that. Only Run's goroutine touches a mirror.
+// only that. Run's goroutine touches a mirror, and the saga's to place a
+// migration's target (keptTargets), each under AutoManager.mirrorMu.
 //
 // It holds what a pass needs without reading the store again: the jobs
 // (without history), the nodes, the bundles, every migration record, the
@@ -27,6 +28,9 @@ type mirror struct {
 	placeList []placement.Node
 	jobs      map[string]*managerv1.JobWithHistory
 	bundles   map[string]*managerv1.Bundle
+	// loaded: a full read has been loaded (before it the mirror knows
+	// nothing).
+	loaded bool
 	// repairs are the repair migrations' records, ended ones included:
 	// what the repair limits count (planRepairs). The other migration
 	// records are not kept — every migration ever run stays in the store
@@ -72,6 +76,7 @@ func (m *mirror) load(v View) {
 	pj, pb := m.pendingJobs, m.pendingBundles
 	*m = *newMirror(m.cfg)
 	m.pendingJobs, m.pendingBundles = pj, pb
+	m.loaded = true
 	// Sized for what is read, not grown by doubling.
 	m.jobs = make(map[string]*managerv1.JobWithHistory, len(v.Jobs))
 	m.jobNodes = make(map[string][]string, len(v.Jobs))
@@ -261,6 +266,41 @@ func (m *mirror) putJob(jh *managerv1.JobWithHistory) bool {
 		set[id] = true
 	}
 	return m.reallocate(id)
+}
+
+// reserve notes that job's instance role was bound to node by another hand
+// than a pass (a migration's target): the room is taken in the allocations
+// index and the placement state at once, so that what is placed before the
+// job's own record is read back does not count on it. Reading the job back
+// (reallocate) replaces it with what the store says. Nothing is noted for a
+// job the mirror does not hold, or whose role it already has live.
+func (m *mirror) reserve(jobID, role, nodeID string) {
+	jh := m.jobs[jobID]
+	if jh == nil {
+		return
+	}
+	for _, in := range jh.GetInstances() {
+		if in.GetRole() == role && in.GetPhase() != phaseStopped {
+			return
+		}
+	}
+	for _, a := range m.allocs[nodeID][jobID] {
+		if a.Role == role {
+			return
+		}
+	}
+	job := jh.GetJob()
+	a := placement.AllocationForJob(m.cfg, &managerv1.Instance{JobId: jobID, Role: role, NodeId: nodeID}, job, m.bundles[job.GetTags()[placement.TagBundleID]])
+	per := m.allocs[nodeID]
+	if per == nil {
+		per = map[string][]placement.Allocation{}
+		m.allocs[nodeID] = per
+	}
+	if len(per[jobID]) == 0 {
+		m.jobNodes[jobID] = append(m.jobNodes[jobID], nodeID)
+	}
+	per[jobID] = append(per[jobID], a)
+	m.replace(jobID, nil, []placement.Allocation{a})
 }
 
 // deleteJob forgets a job; it reports whether it held anything on a node.

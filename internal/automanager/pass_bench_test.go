@@ -142,26 +142,40 @@ func BenchmarkPassPlacesOne(b *testing.B) {
 }
 
 // BenchmarkSagaPlaceTarget is a migration's target placement among jobs
-// running on 10,000 nodes: the saga reads the whole view and builds the
-// fleet's placement state for each one (decision 0068, not done), so its
-// cost grows with the jobs.
+// running on 10,000 nodes. path=read is the saga on its own: it reads the
+// whole view and builds the fleet's placement state for each target, so
+// its cost grows with the jobs. path=kept is the saga under an
+// AutoManager: it places on the mirror's kept state (keptTargets; the
+// state built before the clock starts, as a running AutoManager has it).
 //
-//	CGO_ENABLED=0 go test ./internal/automanager -run x -bench SagaPlaceTarget -benchtime=5x
+//	CGO_ENABLED=0 go test ./internal/automanager -run x -bench SagaPlaceTarget -benchtime=5x -benchmem
 func BenchmarkSagaPlaceTarget(b *testing.B) {
 	for _, jobs := range []int{1_000, 100_000} {
-		b.Run(fmt.Sprintf("nodes=10000/jobs=%d", jobs), func(b *testing.B) {
-			api := newFakeAPI()
-			runningFleet(api, 10_000, jobs)
-			s := newSaga(api, clock.NewFake(t0), slog.New(slog.DiscardHandler), Policy{}, nil)
-			m := &migration{st: &managerv1.MigrationState{SourceJobId: "job-0000000", SourceNodeId: "node-00000",
-				TargetRole: "primary@bench", Strategy: stratOverlap}}
-			ctx := context.Background()
-			for b.Loop() {
-				if node, _, why, _ := s.placeTarget(ctx, m); node == "" {
-					b.Fatalf("no target: %s", why)
+		for _, path := range []string{"read", "kept"} {
+			b.Run(fmt.Sprintf("nodes=10000/jobs=%d/path=%s", jobs, path), func(b *testing.B) {
+				api := newFakeAPI()
+				runningFleet(api, 10_000, jobs)
+				s := newSaga(api, clock.NewFake(t0), slog.New(slog.DiscardHandler), Policy{}, nil)
+				ctx := context.Background()
+				if path == "kept" {
+					am := New(Config{API: api, Clock: clock.NewFake(t0), Logger: slog.New(slog.DiscardHandler)})
+					if _, err := am.Pass(ctx); err != nil {
+						b.Fatal(err)
+					}
+					am.mirrorMu.Lock()
+					am.mirror.placement()
+					am.mirrorMu.Unlock()
+					s = am.saga
 				}
-			}
-		})
+				m := &migration{st: &managerv1.MigrationState{SourceJobId: "job-0000000", SourceNodeId: "node-00000",
+					TargetRole: "primary@bench", Strategy: stratOverlap}}
+				for b.Loop() {
+					if node, _, why, _ := s.placeTarget(ctx, m); node == "" {
+						b.Fatalf("no target: %s", why)
+					}
+				}
+			})
+		}
 	}
 }
 

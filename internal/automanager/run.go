@@ -62,9 +62,14 @@ type AutoManager struct {
 	sparesBlocked map[string]string
 	degraded      map[string]int
 	// mirror is the state the passes decide on; changes is what the events
-	// touched since the last pass.
-	mirror  *mirror
-	changes changes
+	// touched since the last pass. mirrorMu guards the mirror: Run's
+	// goroutine holds it through a pass except while the pass acts and
+	// steps the drains (decide); the saga takes it to place a migration's
+	// target on the mirror's placement state and to note the target it
+	// started (keptTargets).
+	mirrorMu sync.Mutex
+	mirror   *mirror
+	changes  changes
 	// pendingNext is when the earliest wait of the pending jobs and
 	// bundles falls due (zero: none).
 	pendingNext time.Time
@@ -114,6 +119,7 @@ func New(cfg Config) *AutoManager {
 	a := &AutoManager{cfg: cfg, log: cfg.Logger.With("component", "automanager"), unplaced: map[[2]string]string{}, degraded: map[string]int{},
 		hold: map[string]time.Time{}, prefetched: map[string]time.Time{}, mirror: newMirror(cfg.Policy.Placement)}
 	a.saga = newSaga(cfg.API, cfg.Clock, cfg.Logger, cfg.Policy, cfg.Metrics)
+	a.saga.kept = keptTargets{a}
 	return a
 }
 
@@ -347,6 +353,8 @@ func (a *AutoManager) fullPass(ctx context.Context, why string) (time.Time, erro
 		a.changes.fullNext(fullFailed)
 		return time.Time{}, err
 	}
+	a.mirrorMu.Lock()
+	defer a.mirrorMu.Unlock()
 	a.mirror.load(v)
 	// The mirror's placement state, built from what was just read if this
 	// pass places anything, is the one the passes after it keep (decision
@@ -363,6 +371,9 @@ func (a *AutoManager) fullPass(ctx context.Context, why string) (time.Time, erro
 
 // decide plans v, fetches what the plan asks for, acts, reports and
 // updates the pending sets. scope names the jobs v plans (nil: every job).
+// It is called with mirrorMu held and returns with it held; it lets go of
+// it while it acts and steps the drains, which wait on the saga, and the
+// saga takes it to place a migration's target (keptTargets).
 func (a *AutoManager) decide(ctx context.Context, v View, scope map[string]bool) (time.Time, error) {
 	start := a.cfg.Clock.Now()
 	v.ProvisionHold = a.holds()
@@ -387,6 +398,7 @@ func (a *AutoManager) decide(ctx context.Context, v View, scope map[string]bool)
 		d = Plan(v, a.policy(), a.cfg.Clock.Now())
 	}
 	a.passStart = start
+	a.mirrorMu.Unlock()
 	var err error
 	if aerr := a.act(ctx, d); aerr != nil {
 		err = actsFailed{aerr}
@@ -397,14 +409,17 @@ func (a *AutoManager) decide(ctx context.Context, v View, scope map[string]bool)
 	// do notes those, changes.actedOnNode).
 	a.changes.acted(d.Actions)
 	a.report(v, d, scope)
+	a.mirrorMu.Lock()
 	a.mirror.settle(v, d)
-	// Node drains step on the mirror (drain.go), with every job they need
-	// whatever this pass planned.
+	a.mirrorMu.Unlock()
+	// Node drains step on a fresh read (drainView), with every job they
+	// need whatever this pass planned.
 	var drainAt time.Time
 	dv, derr := a.drainView(ctx, v)
 	if derr == nil {
 		drainAt, derr = a.Drains(ctx, dv)
 	}
+	a.mirrorMu.Lock()
 	if derr != nil {
 		err = errors.Join(err, derr)
 	}

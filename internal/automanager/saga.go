@@ -34,6 +34,9 @@ type Saga struct {
 	metrics *Metrics
 
 	q chan func(context.Context)
+	// kept, when set, places targets on the AutoManager's kept placement
+	// state (nil: each placement reads the state).
+	kept targetPlacer
 
 	// Owned by run's goroutine.
 	migs  map[string]*migration

@@ -17,8 +17,16 @@ import (
 // a handover, the job socket required. It answers the node, the
 // placement's summary and the soft rules the node breaks, or "" and why
 // nothing fits. A repair's target must break less than the source's node
-// does (placement.Severity), or there is nothing to repair it with.
+// does (placement.Severity), or there is nothing to repair it with. Under
+// an AutoManager it places on the mirror's kept state (keptTargets);
+// otherwise, or when that cannot answer, on a State built from a read of
+// the whole state.
 func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, why string, degr []*managerv1.PlacementRefusal) {
+	if s.kept != nil {
+		if node, summary, why, degr, ok := s.kept.placeTarget(m.st); ok {
+			return node, summary, why, degr
+		}
+	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	v, err := readView(cctx, s.api)
@@ -42,7 +50,37 @@ func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, wh
 		}
 	}
 	cfg := s.policy.Placement // the job socket a presence capability (Policy.defaults)
-	req := placement.RequestForJob(cfg, jh.GetJob(), bundle, st.GetTargetRole())
+	nodes, _, known := placementNodes(v.Nodes)
+	if pin := st.GetRequestedTargetNodeId(); pin != "" && !known[pin] {
+		return "", "", placement.ReasonNoCapacity + pinnedWhy(pin, "no such node"), nil
+	}
+	ps, err := placement.NewState(cfg, nodes, liveAllocations(cfg, v, reachableOf(v.Nodes)))
+	if err != nil {
+		return "", "", err.Error(), nil
+	}
+	return placeTargetOn(ps, targetInput{cfg: cfg, st: st, job: jh.GetJob(), bundle: bundle, nodes: v.Nodes})
+}
+
+// targetInput is what a migration target's placement reads besides the
+// placement state.
+type targetInput struct {
+	cfg    placement.Config
+	st     *managerv1.MigrationState
+	job    *managerv1.Job
+	bundle *managerv1.Bundle
+	// nodes are every node (whether another advertises the job socket);
+	// exclude are nodes the state holds that no target may take (elastic
+	// nodes still starting, which a kept state counts as promised room).
+	nodes   []*managerv1.Node
+	exclude map[string]string
+}
+
+// placeTargetOn places the target on ps, which holds every live allocation
+// (the source's included) and marks the nodes that are not online or drain
+// unavailable; it places without committing.
+func placeTargetOn(ps *placement.State, in targetInput) (node, summary, why string, degr []*managerv1.PlacementRefusal) {
+	st := in.st
+	req := placement.RequestForJob(in.cfg, in.job, in.bundle, st.GetTargetRole())
 	req.PinNode = st.GetRequestedTargetNodeId()
 	req.OverrideReservation = st.GetOverrideReservation()
 	// A migration target takes a warm spare first, as a recovery does
@@ -50,17 +88,14 @@ func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, wh
 	req.Recovery = true
 	req.Explain = req.PinNode != ""
 	req.Exclude = map[string]string{st.GetSourceNodeId(): "the job's current node (the migration's source)"}
+	for id, why := range in.exclude {
+		if _, ok := req.Exclude[id]; !ok {
+			req.Exclude[id] = why
+		}
+	}
 	if st.GetStrategy() == stratHandover {
 		req.Requirements.Capabilities = append(append([]placement.Capability(nil), req.Requirements.Capabilities...),
 			placement.Capability{Name: JobSocketCapability, Count: 1})
-	}
-	nodes, _, known := placementNodes(v.Nodes)
-	if req.PinNode != "" && !known[req.PinNode] {
-		return "", "", placement.ReasonNoCapacity + pinnedWhy(req.PinNode, "no such node"), nil
-	}
-	ps, err := placement.NewState(cfg, nodes, liveAllocations(cfg, v, reachableOf(v.Nodes)))
-	if err != nil {
-		return "", "", err.Error(), nil
 	}
 	res, err := ps.Place(req)
 	if err != nil {
@@ -81,7 +116,7 @@ func (s *Saga) placeTarget(ctx context.Context, m *migration) (node, summary, wh
 		return res.NodeID, res.Summary(), "", degr
 	}
 	why = res.Summary()
-	if st.GetStrategy() == stratHandover && !anyOtherAdvertises(v.Nodes, JobSocketCapability, st.GetSourceNodeId()) {
+	if st.GetStrategy() == stratHandover && !anyOtherAdvertises(in.nodes, JobSocketCapability, st.GetSourceNodeId()) {
 		why = fmt.Sprintf("no other node advertises %s, which the handover strategy needs (the worker's job socket: start it with --job-socket); %s", JobSocketCapability, why)
 	}
 	if req.PinNode != "" && res.Explanation != nil {

@@ -47,6 +47,9 @@ func (s *Saga) place(ctx context.Context, m *migration) {
 	if !s.dispatch(ctx, m) {
 		return
 	}
+	if s.kept != nil {
+		s.kept.started(m.st)
+	}
 	s.advance(ctx, m, phLaunching)
 	if m.waiter != nil {
 		m.waiter <- migrateResult{st: clone(m.st)}
