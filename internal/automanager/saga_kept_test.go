@@ -128,3 +128,43 @@ func TestKeptTargetStartedTakesRoom(t *testing.T) {
 		t.Fatalf("second target placed on %q after the read back", node)
 	}
 }
+
+// The saga places targets on the kept state while passes run: every
+// access to the mirror is under mirrorMu (run with -race).
+func TestKeptTargetsWhilePassesRun(t *testing.T) {
+	t.Parallel()
+	api := &countingAPI{fakeAPI: newFakeAPI(), reads: map[string]int{}}
+	runningFleet(api.fakeAPI, 20, 40)
+	am := New(Config{API: api, Clock: clock.NewFake(t0), Logger: slog.New(slog.DiscardHandler)})
+	ctx := context.Background()
+	if _, err := am.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept := keptTargets{am}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			st := &managerv1.MigrationState{MigrationId: fmt.Sprintf("m%d", i), SourceJobId: fmt.Sprintf("job-%07d", i%40),
+				SourceRole: "primary", SourceNodeId: fmt.Sprintf("node-%05d", i%20), TargetRole: fmt.Sprintf("primary@m%d", i), Strategy: stratOverlap}
+			if node, _, _, _, ok := kept.placeTarget(st); ok && node != "" {
+				st.TargetNodeId = node
+				kept.started(st)
+			}
+		}
+	}()
+	for i := range 20 {
+		if i%5 == 0 {
+			if _, err := am.Pass(ctx); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		jh, _ := api.JobById(ctx, fmt.Sprintf("job-%07d", i))
+		am.changes.note(jobEvent(jh))
+		if _, err := am.passChanges(ctx, am.changes.take(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-done
+}
