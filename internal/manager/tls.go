@@ -120,12 +120,12 @@ func setupTLS(cfg *Config, addr net.Addr, log *slog.Logger) (*tlsState, error) {
 	// The API's certificate.
 	var get pki.CertGetter
 	if cfg.TLSCertFile != "" {
-		fc := &fileCert{certPath: cfg.TLSCertFile, keyPath: cfg.TLSKeyFile, log: log}
-		leaf, err := fc.load()
+		fc := pki.NewFileCert(cfg.TLSCertFile, cfg.TLSKeyFile, log)
+		leaf, err := fc.Load()
 		if err != nil {
 			return nil, fmt.Errorf("manager: TLS certificate: %w", err)
 		}
-		get = fc.get
+		get = fc.Get
 		t.fingerprint = apiChainRoot(leaf, t.ca)
 		log.Info("TLS: API certificate from files", "cert", cfg.TLSCertFile, "subject", leaf.Leaf.Subject.CommonName, "expires", leaf.Leaf.NotAfter, "ca_fingerprint", t.fingerprint)
 	} else {
@@ -311,60 +311,6 @@ func (t *tlsState) scheme() string {
 		return "https"
 	}
 	return "http"
-}
-
-// fileCert serves an operator's certificate files, reading them again when
-// they change (checked at most every 10 s), so a renewed certificate needs
-// no restart.
-type fileCert struct {
-	certPath, keyPath string
-	log               *slog.Logger
-
-	mu      sync.Mutex
-	cur     *tls.Certificate
-	mod     [2]time.Time
-	checked time.Time
-}
-
-func (f *fileCert) load() (*tls.Certificate, error) {
-	c, err := tls.LoadX509KeyPair(f.certPath, f.keyPath)
-	if err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	f.cur, f.mod, f.checked = &c, f.modTimes(), time.Now()
-	f.mu.Unlock()
-	return &c, nil
-}
-
-func (f *fileCert) modTimes() [2]time.Time {
-	var out [2]time.Time
-	for i, p := range []string{f.certPath, f.keyPath} {
-		if st, err := os.Stat(p); err == nil {
-			out[i] = st.ModTime()
-		}
-	}
-	return out
-}
-
-func (f *fileCert) get() (*tls.Certificate, error) {
-	f.mu.Lock()
-	cur := f.cur
-	stale := time.Since(f.checked) > 10*time.Second
-	if stale {
-		f.checked = time.Now()
-	}
-	changed := stale && f.modTimes() != f.mod
-	f.mu.Unlock()
-	if changed {
-		if c, err := f.load(); err != nil {
-			f.log.Warn("TLS: cannot reload the API certificate; serving the previous one", "cert", f.certPath, "err", err)
-		} else {
-			f.log.Info("TLS: reloaded the API certificate", "cert", f.certPath, "expires", c.Leaf.NotAfter)
-			cur = c
-		}
-	}
-	return cur, nil
 }
 
 // TLSEnabled reports whether the API is served with TLS.
