@@ -506,18 +506,7 @@ func TestMirrorMigrationsPerRecordMatchFull(t *testing.T) {
 					t.Fatalf("step %d: repairs %v, the records say %v", step, sortedKeys(mm.repairs), sortedKeys(repairs))
 				}
 			}
-			var want []string
-			for j := range inc.migrating {
-				if !before[j] {
-					want = append(want, j)
-				}
-			}
-			for j := range before {
-				if !inc.migrating[j] {
-					want = append(want, j)
-				}
-			}
-			slices.Sort(want)
+			want := changedKeys(before, inc.migrating)
 			slices.Sort(changed)
 			if !slices.Equal(changed, want) {
 				t.Fatalf("step %d: reported %v changed, want %v", step, changed, want)

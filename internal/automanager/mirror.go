@@ -198,14 +198,20 @@ func (m *mirror) setMigrations(migs []*managerv1.MigrationState) []string {
 	for _, st := range migs {
 		m.putMigration(st.GetMigrationId(), st)
 	}
+	return changedKeys(before, m.migrating)
+}
+
+// changedKeys are the keys in one of before and after but not the other,
+// in order.
+func changedKeys(before, after map[string]bool) []string {
 	var changed []string
-	for id := range m.migrating {
+	for id := range after {
 		if !before[id] {
 			changed = append(changed, id)
 		}
 	}
 	for id := range before {
-		if !m.migrating[id] {
+		if !after[id] {
 			changed = append(changed, id)
 		}
 	}
