@@ -20,6 +20,15 @@ var propCfg = Config{
 // propImages are the image refs nodes hold and services name.
 var propImages = []string{"127.0.0.1:5000/enc:1", "127.0.0.1:5000/pkg:1", "docker.io/library/x:latest"}
 
+// genNodes draws 1 to max nodes (genNode each).
+func genNodes(t *rapid.T, max int) []Node {
+	var nodes []Node
+	for i := range rapid.IntRange(1, max).Draw(t, "nodes") {
+		nodes = append(nodes, genNode(t, i))
+	}
+	return nodes
+}
+
 func genNode(t *rapid.T, i int) Node {
 	n := Node{
 		ID:         fmt.Sprintf("n%02d", i),
@@ -209,10 +218,7 @@ func numForbid(r Request) int {
 // without an explanation.
 func TestPlacementProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		var nodes []Node
-		for i := range rapid.IntRange(1, 10).Draw(t, "nodes") {
-			nodes = append(nodes, genNode(t, i))
-		}
+		nodes := genNodes(t, 10)
 		byID := map[string]Node{}
 		for _, n := range nodes {
 			byID[n.ID] = n
@@ -361,10 +367,7 @@ func runsAll(runtime string, svcs []Service) bool {
 // of such a runtime nothing is placed and the runtime rule says so for each.
 func TestPlacementNeverOnAWrongRuntime(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		var nodes []Node
-		for i := range rapid.IntRange(1, 8).Draw(t, "nodes") {
-			nodes = append(nodes, genNode(t, i))
-		}
+		nodes := genNodes(t, 8)
 		byID := map[string]Node{}
 		for _, n := range nodes {
 			byID[n.ID] = n
@@ -408,10 +411,7 @@ func TestPlacementNeverOnAWrongRuntime(t *testing.T) {
 // time, whatever the order of the nodes and of the existing allocations.
 func TestPlacementDeterministic(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		var nodes []Node
-		for i := range rapid.IntRange(1, 12).Draw(t, "nodes") {
-			nodes = append(nodes, genNode(t, i))
-		}
+		nodes := genNodes(t, 12)
 		var existing []Allocation
 		for i := range rapid.IntRange(0, 6).Draw(t, "existing") {
 			r := genRequest(t, 100+i, nodes)
@@ -447,10 +447,7 @@ func TestPlacementDeterministic(t *testing.T) {
 // request exactly as a State built fresh from the same allocations does.
 func TestPlacementIncrementalMatchesFresh(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		var nodes []Node
-		for i := range rapid.IntRange(1, 10).Draw(t, "nodes") {
-			nodes = append(nodes, genNode(t, i))
-		}
+		nodes := genNodes(t, 10)
 		s, err := NewState(propCfg, nodes, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -495,10 +492,7 @@ func TestPlacementIncrementalMatchesFresh(t *testing.T) {
 // allocations it held at the savepoint does.
 func TestPlacementRollbackMatchesFresh(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		var nodes []Node
-		for i := range rapid.IntRange(1, 10).Draw(t, "nodes") {
-			nodes = append(nodes, genNode(t, i))
-		}
+		nodes := genNodes(t, 10)
 		var shapes []Request
 		for i := range rapid.IntRange(1, 4).Draw(t, "shapes") {
 			shapes = append(shapes, genRequest(t, i, nodes))
