@@ -37,10 +37,9 @@ type mirror struct {
 	// until an operator forgets it (seed 004), and no pass reads them.
 	repairs map[string]*managerv1.MigrationState
 	// inFlight maps each migration in flight to its source job; migrating
-	// is the jobs with one (flights counts them by job).
+	// counts them by job (a job with none is absent).
 	inFlight  map[string]string
-	flights   map[string]int
-	migrating map[string]bool
+	migrating map[string]int
 	// byBundle maps a bundle id (the jobs' bundleId tag) to its jobs.
 	byBundle map[string]map[string]bool
 	// allocs maps a node to what the instances bound to it that have not
@@ -63,7 +62,7 @@ func newMirror(cfg placement.Config) *mirror {
 	return &mirror{
 		cfg: cfg, nodes: map[string]*managerv1.Node{}, jobs: map[string]*managerv1.JobWithHistory{},
 		bundles: map[string]*managerv1.Bundle{}, repairs: map[string]*managerv1.MigrationState{},
-		inFlight: map[string]string{}, flights: map[string]int{}, migrating: map[string]bool{}, byBundle: map[string]map[string]bool{},
+		inFlight: map[string]string{}, migrating: map[string]int{}, byBundle: map[string]map[string]bool{},
 		allocs: map[string]map[string][]placement.Allocation{}, jobNodes: map[string][]string{},
 		pendingJobs: map[string]bool{}, pendingBundles: map[string]bool{},
 	}
@@ -194,7 +193,7 @@ func nodeChanged(a, b *managerv1.Node) bool {
 // store holds); it returns the jobs whose being under a migration changed.
 func (m *mirror) setMigrations(migs []*managerv1.MigrationState) []string {
 	before := m.migrating
-	m.repairs, m.inFlight, m.flights, m.migrating = map[string]*managerv1.MigrationState{}, map[string]string{}, map[string]int{}, map[string]bool{}
+	m.repairs, m.inFlight, m.migrating = map[string]*managerv1.MigrationState{}, map[string]string{}, map[string]int{}
 	for _, st := range migs {
 		m.putMigration(st.GetMigrationId(), st)
 	}
@@ -203,15 +202,15 @@ func (m *mirror) setMigrations(migs []*managerv1.MigrationState) []string {
 
 // changedKeys are the keys in one of before and after but not the other,
 // in order.
-func changedKeys(before, after map[string]bool) []string {
+func changedKeys[V any](before, after map[string]V) []string {
 	var changed []string
 	for id := range after {
-		if !before[id] {
+		if _, ok := before[id]; !ok {
 			changed = append(changed, id)
 		}
 	}
 	for id := range before {
-		if !after[id] {
+		if _, ok := after[id]; !ok {
 			changed = append(changed, id)
 		}
 	}
@@ -225,8 +224,7 @@ func changedKeys(before, after map[string]bool) []string {
 func (m *mirror) putMigration(id string, st *managerv1.MigrationState) (changed []string) {
 	if job, ok := m.inFlight[id]; ok && (st == nil || terminal(st.GetPhase())) {
 		delete(m.inFlight, id)
-		if m.flights[job]--; m.flights[job] <= 0 {
-			delete(m.flights, job)
+		if m.migrating[job]--; m.migrating[job] <= 0 {
 			delete(m.migrating, job)
 			changed = append(changed, job)
 		}
@@ -235,8 +233,7 @@ func (m *mirror) putMigration(id string, st *managerv1.MigrationState) (changed 
 		if _, ok := m.inFlight[id]; !ok {
 			job := st.GetSourceJobId()
 			m.inFlight[id] = job
-			if m.flights[job]++; m.flights[job] == 1 {
-				m.migrating[job] = true
+			if m.migrating[job]++; m.migrating[job] == 1 {
 				changed = append(changed, job)
 			}
 		}
@@ -422,7 +419,7 @@ func (m *mirror) allQuiet(jobs map[string]bool) bool {
 		if jh == nil {
 			continue
 		}
-		if m.migrating[id] || jh.GetJob().GetTags()[placement.TagBundleID] != "" || !quiet(jh, nil, m.reachable) {
+		if m.migrating[id] > 0 || jh.GetJob().GetTags()[placement.TagBundleID] != "" || !quiet(jh, nil, m.reachable) {
 			return false
 		}
 	}

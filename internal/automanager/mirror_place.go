@@ -17,8 +17,9 @@ import (
 // that has not stopped holds on a reachable node (the allocations index):
 // reallocate updates it as a job's instances change; a node added, removed
 // or changed in anything placement reads (reachability included) drops
-// it, and the next pass builds it again. It is only Run's goroutine's,
-// as the mirror is.
+// it, and the next pass builds it again. Like the rest of the mirror it is
+// read and changed under AutoManager.mirrorMu: by Run's goroutine, and by
+// the saga's to place a migration's target (keptTargets).
 
 // placement returns the placement state, building it if it was dropped;
 // nil if it cannot be built (Plan then builds its own, and reports why
