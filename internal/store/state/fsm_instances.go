@@ -71,7 +71,7 @@ func (t *tx) putInstance(in *managerv1.Instance) {
 // requestStop records that an instance must stop. Its phase becomes
 // stopping (with a history entry) unless it already is.
 func (t *tx) requestStop(in *managerv1.Instance, reason managerv1.StoppingReason, why string, graceMs uint32, migrationID string) {
-	n := proto.Clone(in).(*managerv1.Instance)
+	n := shallowCopy(in)
 	n.Desired = desiredStopped
 	n.StopReason = reason
 	n.StopAdditionalReason = why
@@ -96,7 +96,7 @@ func (t *tx) markStopped(in *managerv1.Instance, reason managerv1.StoppingReason
 	if in.GetPhase() == phaseStopped {
 		return
 	}
-	n := proto.Clone(in).(*managerv1.Instance)
+	n := shallowCopy(in)
 	var entries []*managerv1.JobHistoryEntry
 	if n.GetPhase() != phaseStopping {
 		entries = append(entries, t.stoppingEntry(n, reason, why))
@@ -186,7 +186,7 @@ func (t *tx) bindInstance(c *storev1.BindInstance) (uint64, error) {
 		Instance: ref(in), RuntimeRole: in.GetRuntimeRole(), DeferStart: opts.GetDeferStart(), MigrationId: in.GetMigrationId(),
 	}}
 	if rec.GetJob().GetState() == managerv1.JobState_JOB_STATE_PRE {
-		job := proto.Clone(rec.GetJob()).(*managerv1.Job)
+		job := shallowCopy(rec.GetJob())
 		job.State = managerv1.JobState_JOB_STATE_ACTIVE
 		rec = withJob(rec, job)
 	}
@@ -261,7 +261,7 @@ func (t *tx) startPrepared(c *storev1.StartPreparedInstance) error {
 	if node := t.read().Node(nil, c.GetNodeId()); node == nil || node.GetNode().GetState() != nodeOnline {
 		return apierr.FailedPreconditionf("node %q is %s, not online", c.GetNodeId(), nodeStateWord(node))
 	}
-	n := proto.Clone(in).(*managerv1.Instance)
+	n := shallowCopy(in)
 	n.Desired = desiredRunning
 	t.insert(tableInstances, n)
 	t.touchJob(n.GetJobId())
@@ -317,7 +317,7 @@ func (t *tx) applyReport(nodeID string, r *managerv1.InstanceReport, atHello boo
 	if in == nil || in.GetNodeId() != nodeID || in.GetFencingToken() != r.GetFencingToken() {
 		return false
 	}
-	n := proto.Clone(in).(*managerv1.Instance)
+	n := shallowCopy(in)
 	n.Restarts = r.GetRestarts()
 	if r.GetJobHash() != 0 {
 		n.JobHash = r.GetJobHash()

@@ -1,8 +1,6 @@
 package state
 
 import (
-	"google.golang.org/protobuf/proto"
-
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	storev1 "github.com/norsk-go/norsk-manager/api/gen/norsk/store/v1"
 	"github.com/norsk-go/norsk-manager/pkg/apierr"
@@ -180,7 +178,7 @@ func (t *tx) completeJob(c *storev1.CompleteJob) error {
 	}
 	t.stopAllInstances(rec.GetJob().GetJobId(), managerv1.StoppingReason_STOPPING_REASON_USER_REQUESTED, "job completed")
 	rec = t.read().Job(nil, c.GetJobId())
-	job := proto.Clone(rec.GetJob()).(*managerv1.Job)
+	job := shallowCopy(rec.GetJob())
 	job.State = managerv1.JobState_JOB_STATE_POST
 	job.TerminalState = &managerv1.TerminalState{Kind: managerv1.TerminalKind_TERMINAL_KIND_COMPLETED, At: t.now}
 	e := t.entry()
@@ -202,7 +200,7 @@ func (t *tx) markJobFailed(c *storev1.MarkJobFailed) error {
 	}
 	t.stopAllInstances(rec.GetJob().GetJobId(), managerv1.StoppingReason_STOPPING_REASON_JOB_FAILED, c.GetReason())
 	rec = t.read().Job(nil, c.GetJobId())
-	job := proto.Clone(rec.GetJob()).(*managerv1.Job)
+	job := shallowCopy(rec.GetJob())
 	job.State = managerv1.JobState_JOB_STATE_POST
 	job.TerminalState = &managerv1.TerminalState{Kind: managerv1.TerminalKind_TERMINAL_KIND_FAILED, Reason: c.GetReason(), At: t.now}
 	e := t.entry()

@@ -428,7 +428,7 @@ func (t *tx) nodeLost(c *storev1.NodeLost) error {
 		if in.GetPhase() == phaseStopping {
 			continue
 		}
-		x := proto.Clone(in).(*managerv1.Instance)
+		x := shallowCopy(in)
 		x.Phase = phaseStopping
 		t.putInstance(x)
 		t.record(x.GetJobId(), t.stoppingEntry(x, managerv1.StoppingReason_STOPPING_REASON_NODE_STOPPED, c.GetReason()))

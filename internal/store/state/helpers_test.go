@@ -128,8 +128,14 @@ type tb interface {
 
 func snapBytes(tb tb, s *state.State) []byte {
 	tb.Helper()
+	return readBytes(tb, s.Snapshot())
+}
+
+// readBytes is the snapshot bytes of the view r.
+func readBytes(tb tb, r *state.Read) []byte {
+	tb.Helper()
 	var buf bytes.Buffer
-	if _, err := s.Snapshot().WriteTo(&buf); err != nil {
+	if _, err := r.WriteTo(&buf); err != nil {
 		tb.Fatalf("write snapshot: %v", err)
 	}
 	return buf.Bytes()

@@ -58,9 +58,15 @@ func (m *machine) apply(t *rapid.T, cmd *storev1.Command) state.Result {
 	m.index++
 	cmd.Time = stamp(m.index)
 	m.applied = append(m.applied, proto.Clone(cmd).(*storev1.Command))
-	before := snapBytes(t, m.s)
+	prev := m.s.Snapshot()
+	before := readBytes(t, prev)
 	res := m.s.Apply(m.index, cmd)
 	m.results = append(m.results, res)
+	// Copy on write: no command modifies a row an earlier snapshot holds
+	// (views, events and readers share the rows; see shallowCopy).
+	if d := diffRecords(t, before, readBytes(t, prev)); d != "" {
+		t.Fatalf("%s modified rows an earlier snapshot reads: %s", cmdName(cmd), d)
+	}
 	if res.Err != nil {
 		if apierr.CodeOf(res.Err) == apierr.Internal {
 			t.Fatalf("%s refused as INTERNAL: %v", cmdName(cmd), res.Err)

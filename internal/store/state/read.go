@@ -188,14 +188,16 @@ func (r *Read) Nodes(ws memdb.WatchSet) []*storev1.NodeRecord {
 }
 
 // JobView renders a job record for the API: the job, its history when
-// withHistory, and its instances. The result is a fresh copy the caller owns.
+// withHistory, and its instances. The view is new but what it holds is the
+// stored rows themselves (an instance's opaque migration state left out): a
+// caller may add to or reslice the view's own lists, and must not modify
+// the job, a history entry or an instance — the package's rule for every row
+// a Read returns. Rendering a view therefore copies no job: the FSM renders
+// one for every job event, and a full reconcile reads every job.
 func (r *Read) JobView(rec *storev1.JobRecord, withHistory bool) *managerv1.JobWithHistory {
-	v := &managerv1.JobWithHistory{Job: proto.Clone(rec.GetJob()).(*managerv1.Job)}
+	v := &managerv1.JobWithHistory{Job: rec.GetJob()}
 	if withHistory {
-		v.History = make([]*managerv1.JobHistoryEntry, len(rec.GetHistory()))
-		for i, e := range rec.GetHistory() {
-			v.History[i] = proto.Clone(e).(*managerv1.JobHistoryEntry)
-		}
+		v.History = rec.GetHistory()[:len(rec.GetHistory()):len(rec.GetHistory())]
 	}
 	for _, in := range r.InstancesOfJob(nil, rec.GetJob().GetJobId()) {
 		v.Instances = append(v.Instances, publicInstance(in))
@@ -237,7 +239,10 @@ func SlotView(rec *storev1.NodeRecord) *managerv1.ClusterSlot {
 // publicInstance is an instance as the API shows it (without the opaque
 // migration state, which can be large).
 func publicInstance(in *managerv1.Instance) *managerv1.Instance {
-	c := proto.Clone(in).(*managerv1.Instance)
+	if in.GetMigrationInitialState() == nil {
+		return in
+	}
+	c := shallowCopy(in)
 	c.MigrationInitialState = nil
 	return c
 }
