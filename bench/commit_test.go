@@ -40,13 +40,28 @@ package bench
 // stores pay it alike, and what differs is what the store itself does.
 //
 // The garbage collector is off while the commands run (a collection first,
-// then GOGC off, restored after): what one GC cycle costs grows with the
-// heap — with a million jobs stored it marks gigabytes — while how often
-// cycles run falls in proportion, so over time the GC's share per commit
-// does not depend on the store; but whether a cycle lands in a window of a
-// few seconds is chance, and measured with the GC on the same code read
+// then GOGC off, restored after; -commit.gc below keeps it on): what one
+// GC cycle costs grows with the heap — with a million jobs stored it marks
+// gigabytes — while how often cycles run falls in proportion, so over time
+// the GC's share per commit does not depend on the store; but whether a
+// cycle lands in a window of a few seconds is chance, and measured with the GC on the same code read
 // 7,292 and 32,951 cpu-binds/s at a million stored in two runs. With it
 // off the figures are the commits' own cost.
+//
+// -commit.gc keeps the collector on under the clock, as in a Manager, and
+// charges each bind its share of it: cpu-binds/s then counts the
+// process's CPU under the clock less the collector's (runtime/metrics'
+// /cpu/classes/gc estimate), and gc-us/bind is the collector's CPU per byte
+// allocated over the process's life (the harness's forced collections and
+// throwaway stores left out) times the bytes the binds allocated. A cycle
+// marks the live heap and the pacer starts the next once the program has
+// allocated in proportion to it, so that share depends little on whether
+// a cycle lands under the clock. total-binds/s is the rate with both;
+// flat-total, its slowest size over its fastest. Run each size alone
+// (-commit.stored=N): each heap is then as large as its store makes it,
+// and recycled as a running Manager's is. What the two modes show, and
+// what neither can: decision 0047.
+//
 // What a commit costs should not depend on `stored`: a bind touches its own
 // job and instance rows and the node's index entries, never the rest.
 
@@ -57,6 +72,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -130,6 +146,9 @@ func cmBinds(jobs, nodes []string, per int) []*storev1.Command {
 // commitProfile profiles BenchmarkCommitAtStoreSize's timed binds only.
 var commitProfile = flag.String("commit.cpuprofile", "", "BenchmarkCommitAtStoreSize: write a CPU profile of the timed binds only to FILE-stored=N")
 
+// commitGC keeps the collector on under the clock and charges its share.
+var commitGC = flag.Bool("commit.gc", false, "BenchmarkCommitAtStoreSize: keep the garbage collector on and charge each bind its share of it")
+
 // commitStored lists the store sizes BenchmarkCommitAtStoreSize compares.
 var commitStored = flag.String("commit.stored", "0,100000,1000000", "BenchmarkCommitAtStoreSize: the store sizes, in jobs, compared in one process")
 
@@ -154,9 +173,13 @@ func BenchmarkCommitAtStoreSize(b *testing.B) {
 		idx          uint64
 		nodes        []string
 		took, cpu    time.Duration
+		gc           time.Duration // the collector's share (-commit.gc)
 		faults       int64
 	}
 	var stores []*store
+	// harness is what the forced collections and the throwaway store cost
+	// the collector; the share charged to binds leaves it out.
+	var harness gcReading
 	for _, stored := range commitSizes(b) {
 		st := &store{stored: stored, s: state.New(state.Limits{})}
 		st.nodes = cmNodes(b, st.s, &st.idx, 10000)
@@ -173,11 +196,17 @@ func BenchmarkCommitAtStoreSize(b *testing.B) {
 			// The throwaway store is made with the collector off, as the
 			// timed binds run: its garbage piles up as theirs will, and
 			// the collection then frees room for all of it.
+			h0 := readGC()
 			runtime.GC()
 			gcPercent := debug.SetGCPercent(-1)
 			warmHeap(b, len(st.nodes), binds, per)
 			runtime.GC()
+			if *commitGC {
+				debug.SetGCPercent(gcPercent)
+			}
 			stopProfile := startProfile(b, *commitProfile, st.stored)
+			gc0 := readGC()
+			harness.add(gc0, h0)
 			start, cpu0, f0 := time.Now(), cpuTime(), pageFaults()
 			for _, c := range cmds {
 				res := cmApply(b, st.s, &st.idx, c)
@@ -190,11 +219,17 @@ func BenchmarkCommitAtStoreSize(b *testing.B) {
 			st.took += time.Since(start)
 			st.cpu += cpuTime() - cpu0
 			st.faults += pageFaults() - f0
+			if *commitGC {
+				gc1 := readGC()
+				st.cpu -= gc1.cpu - gc0.cpu
+				st.gc += harness.share(gc1, gc1.allocs-gc0.allocs)
+			}
 			stopProfile()
 			debug.SetGCPercent(gcPercent)
 		}
 	}
 	lo, hi := math.Inf(1), 0.0
+	tlo, thi := math.Inf(1), 0.0
 	made, faults := 0, int64(0)
 	for _, st := range stores {
 		if st.made != binds*b.N {
@@ -206,6 +241,15 @@ func BenchmarkCommitAtStoreSize(b *testing.B) {
 		lo, hi = min(lo, rate), max(hi, rate)
 		b.ReportMetric(float64(st.made)/st.took.Seconds(), fmt.Sprintf("binds/s-stored=%d", st.stored))
 		b.ReportMetric(rate, fmt.Sprintf("cpu-binds/s-stored=%d", st.stored))
+		if *commitGC {
+			total := float64(st.made) / (st.cpu + st.gc).Seconds()
+			tlo, thi = min(tlo, total), max(thi, total)
+			b.ReportMetric(float64(st.gc.Microseconds())/float64(st.made), fmt.Sprintf("gc-us/bind-stored=%d", st.stored))
+			b.ReportMetric(total, fmt.Sprintf("total-binds/s-stored=%d", st.stored))
+		}
+	}
+	if *commitGC {
+		b.ReportMetric(tlo/thi, "flat-total")
 	}
 	b.ReportMetric(lo/hi, "flat-cpu")
 	b.ReportMetric(float64(faults)*1000/float64(made), "faults/1000-binds")
@@ -240,6 +284,37 @@ func warmHeap(b *testing.B, n, jobs, per int) {
 	for _, c := range cmBinds(cmJobs(b, s, &idx, "warm", jobs), nodes, per) {
 		cmApply(b, s, &idx, c)
 	}
+}
+
+// gcReading is the collector's CPU and the bytes allocated so far in this
+// process, both as runtime/metrics counts them.
+type gcReading struct {
+	cpu    time.Duration
+	allocs uint64
+}
+
+// readGC reads the collector's CPU time (an estimate: see /cpu/classes in
+// runtime/metrics) and the bytes allocated since the process started.
+func readGC() gcReading {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return gcReading{cpu: time.Duration(s[0].Value.Float64() * float64(time.Second)), allocs: s[1].Value.Uint64()}
+}
+
+// add adds to g what the collector did between from and to.
+func (g *gcReading) add(to, from gcReading) {
+	g.cpu += to.cpu - from.cpu
+	g.allocs += to.allocs - from.allocs
+}
+
+// share is the collector's cost of allocating bytes at the rate it has
+// cost per byte over the process's life up to now, leaving out what the
+// harness g did.
+func (g gcReading) share(now gcReading, bytes uint64) time.Duration {
+	if now.allocs <= g.allocs {
+		return 0
+	}
+	return time.Duration(float64(now.cpu-g.cpu) * float64(bytes) / float64(now.allocs-g.allocs))
 }
 
 // pageFaults is the page faults this process has taken (minor and major).
