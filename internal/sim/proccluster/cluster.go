@@ -199,15 +199,24 @@ func (c *Cluster) CPUProfile(ctx context.Context, name string, d time.Duration, 
 		return err
 	}
 	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", m.stats, max(1, int(d.Seconds())))
-	return c.get(ctx, url, func(b io.Reader) error { _, err := io.Copy(w, b); return err })
+	// The member answers once the profile is over: the call's time limit
+	// is the profile's length and a minute more, not the client's.
+	hc := *c.hc
+	hc.Timeout = d + time.Minute
+	return get(ctx, &hc, url, func(b io.Reader) error { _, err := io.Copy(w, b); return err })
 }
 
 func (c *Cluster) get(ctx context.Context, url string, read func(io.Reader) error) error {
+	return get(ctx, c.hc, url, read)
+}
+
+// get reads url's body with read, through hc.
+func get(ctx context.Context, hc *http.Client, url string, read func(io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
