@@ -157,7 +157,7 @@ func (b *Broker) Publish(events ...*managerv1.Event) {
 	now := b.clock.Now()
 	entries := make([]*Entry, len(events))
 	for i, e := range events {
-		entries[i] = &Entry{msg: e, at: now, size: EstimatedSize(e)}
+		entries[i] = &Entry{msg: e, index: e.GetIndex(), at: now, size: EstimatedSize(e)}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

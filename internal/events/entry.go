@@ -19,6 +19,9 @@ import (
 // Its methods may be called from any number of goroutines.
 type Entry struct {
 	msg *managerv1.Event
+	// index is msg's, kept beside it: subscribers read it for every entry
+	// they pass, and here it costs no trip to the message.
+	index uint64
 	// at is when the broker published it, size its EstimatedSize (zero
 	// for an entry NewEntry made).
 	at   time.Time
@@ -40,7 +43,7 @@ type about struct {
 
 // NewEntry holds ev as the broker does (for code that sends an event that
 // was not published, and for tests). ev must not be modified afterwards.
-func NewEntry(ev *managerv1.Event) *Entry { return &Entry{msg: ev} }
+func NewEntry(ev *managerv1.Event) *Entry { return &Entry{msg: ev, index: ev.GetIndex()} }
 
 // Event is the event. It must not be modified.
 func (e *Entry) Event() *managerv1.Event { return e.msg }
@@ -50,7 +53,7 @@ func (e *Entry) Event() *managerv1.Event { return e.msg }
 func (e *Entry) Message() proto.Message { return e.msg }
 
 // Index is the event's store index.
-func (e *Entry) Index() uint64 { return e.msg.GetIndex() }
+func (e *Entry) Index() uint64 { return e.index }
 
 // Wire is the event's protobuf encoding, made by the first call and
 // shared: the caller must not modify it.
