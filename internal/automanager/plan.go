@@ -146,6 +146,9 @@ type View struct {
 	// warm for templates, and consumed by any job, whatever it planned).
 	// Nil: Jobs.
 	WarmJobs []*managerv1.JobWithHistory
+	// templates, when set, remembers the bundle jobs found running their
+	// template (templates.go); the AutoManager's passes set it.
+	templates *templateMemo
 }
 
 // ActionKind is what an Action does.
@@ -287,7 +290,7 @@ func Plan(v View, p Policy, now time.Time) Decision {
 		jobs[j.GetJob().GetJobId()] = j
 	}
 
-	planBundles(&d, v.Bundles, jobs, v.Migrating, reachable, now)
+	planBundles(&d, v.Bundles, jobs, v.Migrating, v.templates, reachable, now)
 	planSpares(&d, v, p, now, v.Prefetched)
 
 	var slots []slot
@@ -809,7 +812,7 @@ func elasticTierFor(pool string, p Policy, hold map[string]time.Time, now time.T
 // planBundles finishes deletions whose instances are all gone, starts the
 // deletion of bundles whose stop time or lease has passed, and rolls
 // changed templates one replica at a time.
-func planBundles(d *Decision, bundles []*managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory, migrating map[string]bool, reachable func(string) bool, now time.Time) {
+func planBundles(d *Decision, bundles []*managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory, migrating map[string]bool, templates *templateMemo, reachable func(string) bool, now time.Time) {
 	for _, b := range bundles {
 		id := b.GetBundleId()
 		switch {
@@ -831,7 +834,7 @@ func planBundles(d *Decision, bundles []*managerv1.Bundle, jobs map[string]*mana
 		if b.GetLeaseExpiresAt() != nil {
 			d.due(b.GetLeaseExpiresAt().AsTime())
 		}
-		d.Actions = append(d.Actions, roll(b, jobs, migrating)...)
+		d.Actions = append(d.Actions, roll(b, jobs, migrating, templates)...)
 	}
 }
 
@@ -860,7 +863,7 @@ func bundleStopped(b *managerv1.Bundle, jobs map[string]*managerv1.JobWithHistor
 // other replica is running — so a full replica stays on air throughout.
 // A bundle of one replica is never restarted for a change: it takes the new
 // spec at its next restart (or migration).
-func roll(b *managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory, migrating map[string]bool) []Action {
+func roll(b *managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory, migrating map[string]bool, templates *templateMemo) []Action {
 	var updates []Action
 	replicas := jobspec.Replicas(b)
 	// stale[r]: the running instances of replica r on an older spec.
@@ -874,7 +877,7 @@ func roll(b *managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory, migrat
 				settled[r] = false
 				continue
 			}
-			if want := jobspec.ExpandBundleJob(b, i, r); !jobspec.SameTemplate(jh.GetJob(), want) {
+			if want, same := templates.runs(b, i, r, jh.GetJob()); !same {
 				next := proto.Clone(want).(*managerv1.Job)
 				next.CurrentHash = jh.GetJob().GetCurrentHash()
 				if jh.GetJob().GetTags()[jobspec.TagDormant] == "true" {

@@ -69,7 +69,10 @@ type AutoManager struct {
 	// started (keptTargets).
 	mirrorMu sync.Mutex
 	mirror   *mirror
-	changes  changes
+	// templates remembers the bundle jobs found running their template
+	// (templates.go); guarded by mirrorMu as the mirror is.
+	templates *templateMemo
+	changes   changes
 	// pendingNext is when the earliest wait of the pending jobs and
 	// bundles falls due (zero: none).
 	pendingNext time.Time
@@ -117,7 +120,7 @@ func New(cfg Config) *AutoManager {
 	}
 	cfg.Policy.defaults()
 	a := &AutoManager{cfg: cfg, log: cfg.Logger.With("component", "automanager"), unplaced: map[[2]string]string{}, degraded: map[string]int{},
-		hold: map[string]time.Time{}, prefetched: map[string]time.Time{}, mirror: newMirror(cfg.Policy.Placement)}
+		hold: map[string]time.Time{}, prefetched: map[string]time.Time{}, mirror: newMirror(cfg.Policy.Placement), templates: newTemplateMemo()}
 	a.saga = newSaga(cfg.API, cfg.Clock, cfg.Logger, cfg.Policy, cfg.Metrics)
 	a.saga.kept = keptTargets{a}
 	return a
@@ -356,6 +359,7 @@ func (a *AutoManager) fullPass(ctx context.Context, why string) (time.Time, erro
 	a.mirrorMu.Lock()
 	defer a.mirrorMu.Unlock()
 	a.mirror.load(v)
+	a.templates.keep(func(id string) bool { return a.mirror.jobs[id] != nil })
 	// The mirror's placement state, built from what was just read if this
 	// pass places anything, is the one the passes after it keep (decision
 	// 0068).
@@ -378,6 +382,7 @@ func (a *AutoManager) decide(ctx context.Context, v View, scope map[string]bool)
 	start := a.cfg.Clock.Now()
 	v.ProvisionHold = a.holds()
 	v.Prefetched = a.prefetches()
+	v.templates = a.templates
 	if scope != nil && len(a.cfg.Policy.Spares) > 0 {
 		// The spares' images come from every job of their templates, not
 		// only the ones this pass plans (in proportion to the jobs, only
