@@ -111,18 +111,8 @@ type touched struct {
 func (c *changes) note(ev *managerv1.Event) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	job := func(id string) {
-		if c.jobs == nil {
-			c.jobs = map[string]bool{}
-		}
-		c.jobs[id] = true
-	}
-	bundle := func(id string) {
-		if c.bundles == nil {
-			c.bundles = map[string]bool{}
-		}
-		c.bundles[id] = true
-	}
+	job := func(id string) { mark(&c.jobs, id) }
+	bundle := func(id string) { mark(&c.bundles, id) }
 	switch k := ev.GetKind().(type) {
 	case *managerv1.Event_JobCreated:
 		job(k.JobCreated.GetJob().GetJob().GetJobId())
@@ -178,10 +168,7 @@ func (c *changes) migration(id string) {
 		c.migrations = true
 		return
 	}
-	if c.migrationIDs == nil {
-		c.migrationIDs = map[string]bool{}
-	}
-	c.migrationIDs[id] = true
+	mark(&c.migrationIDs, id)
 }
 
 // node notes the node a node event names (every node when it names none).
@@ -192,10 +179,15 @@ func (c *changes) node(ev *managerv1.NodeEvent) {
 		c.allNodes = true
 		return
 	}
-	if c.nodes == nil {
-		c.nodes = map[string]bool{}
+	mark(&c.nodes, id)
+}
+
+// mark adds id to the set *ids, making the set first if there is none.
+func mark(ids *map[string]bool, id string) {
+	if *ids == nil {
+		*ids = map[string]bool{}
 	}
-	c.nodes[id] = true
+	(*ids)[id] = true
 }
 
 // acted notes the jobs and bundles a pass's actions changed.

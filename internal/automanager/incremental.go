@@ -57,11 +57,8 @@ func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (tim
 		changedNodes = m.setNodes(nodes)
 	case len(t.nodes) > 0:
 		for _, id := range sortedKeys(t.nodes) {
-			n, err := sr.NodeByID(ctx, id)
-			switch {
-			case errors.Is(err, norsk.ErrNotFound):
-				n = nil
-			case err != nil:
+			n, err := orAbsent(sr.NodeByID(ctx, id))
+			if err != nil {
 				return time.Time{}, fmt.Errorf("node %s: %w", id, err)
 			}
 			if m.putNode(id, n) {
@@ -90,11 +87,8 @@ func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (tim
 		// migration ever run stays in the store until an operator
 		// forgets it, so the whole list grows without bound.
 		for _, id := range sortedKeys(t.migrationIDs) {
-			st, err := api.GetMigration(ctx, id)
-			switch {
-			case errors.Is(err, norsk.ErrNotFound):
-				st = nil
-			case err != nil:
+			st, err := orAbsent(api.GetMigration(ctx, id))
+			if err != nil {
 				return time.Time{}, fmt.Errorf("migration %s: %w", id, err)
 			}
 			for _, j := range m.putMigration(id, st) {
@@ -113,14 +107,10 @@ func (a *AutoManager) passChanges(ctx context.Context, t touched, due bool) (tim
 			bw, err = api.BundleById(ctx, id)
 			b = bw.GetBundle()
 		}
-		switch {
-		case errors.Is(err, norsk.ErrNotFound):
-			m.putBundle(id, nil)
-		case err != nil:
+		if b, err = orAbsent(b, err); err != nil {
 			return time.Time{}, fmt.Errorf("bundle %s: %w", id, err)
-		default:
-			m.putBundle(id, b)
 		}
+		m.putBundle(id, b)
 		bundles[id] = true
 		wide = true
 	}
@@ -220,4 +210,12 @@ func (a *AutoManager) readJobs(ctx context.Context, ids map[string]bool) (map[st
 		a.parallel(len(list), read)
 	}
 	return out, errors.Join(errs...)
+}
+
+// orAbsent is a read's answer with "not found" as nil: the record is gone.
+func orAbsent[T any](v *T, err error) (*T, error) {
+	if errors.Is(err, norsk.ErrNotFound) {
+		return nil, nil
+	}
+	return v, err
 }

@@ -294,16 +294,24 @@ func (m *mirror) reserve(jobID, role, nodeID string) {
 	}
 	job := jh.GetJob()
 	a := placement.AllocationForJob(m.cfg, &managerv1.Instance{JobId: jobID, Role: role, NodeId: nodeID}, job, m.bundles[job.GetTags()[placement.TagBundleID]])
-	per := m.allocs[nodeID]
-	if per == nil {
-		per = map[string][]placement.Allocation{}
-		m.allocs[nodeID] = per
-	}
-	if len(per[jobID]) == 0 {
+	if m.addAlloc(jobID, a) {
 		m.jobNodes[jobID] = append(m.jobNodes[jobID], nodeID)
 	}
-	per[jobID] = append(per[jobID], a)
 	m.replace(jobID, nil, []placement.Allocation{a})
+}
+
+// addAlloc indexes a, an allocation of job id, under its node; it reports
+// whether it is the job's first there (the caller notes the node in
+// jobNodes).
+func (m *mirror) addAlloc(id string, a placement.Allocation) (first bool) {
+	per := m.allocs[a.NodeID]
+	if per == nil {
+		per = map[string][]placement.Allocation{}
+		m.allocs[a.NodeID] = per
+	}
+	first = len(per[id]) == 0
+	per[id] = append(per[id], a)
+	return first
 }
 
 // deleteJob forgets a job; it reports whether it held anything on a node.
@@ -353,15 +361,9 @@ func (m *mirror) reallocate(id string) bool {
 	delete(m.jobNodes, id)
 	var nodes []string
 	for _, a := range next {
-		per := m.allocs[a.NodeID]
-		if per == nil {
-			per = map[string][]placement.Allocation{}
-			m.allocs[a.NodeID] = per
-		}
-		if len(per[id]) == 0 {
+		if m.addAlloc(id, a) {
 			nodes = append(nodes, a.NodeID)
 		}
-		per[id] = append(per[id], a)
 	}
 	if len(nodes) > 0 {
 		m.jobNodes[id] = nodes

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	managerv1 "github.com/norsk-go/norsk-manager/api/gen/norsk/manager/v1"
 	"github.com/norsk-go/norsk-manager/pkg/jobspec"
 	"github.com/norsk-go/norsk-manager/pkg/placement"
@@ -877,8 +875,7 @@ func roll(b *managerv1.Bundle, jobs map[string]*managerv1.JobWithHistory, migrat
 				settled[r] = false
 				continue
 			}
-			if want, same := templates.runs(b, i, r, jh.GetJob()); !same {
-				next := proto.Clone(want).(*managerv1.Job)
+			if next, same := templates.runs(b, i, r, jh.GetJob()); !same {
 				next.CurrentHash = jh.GetJob().GetCurrentHash()
 				if jh.GetJob().GetTags()[jobspec.TagDormant] == "true" {
 					next.Tags[jobspec.TagDormant] = "true"

@@ -32,8 +32,8 @@ type templatePair struct {
 func newTemplateMemo() *templateMemo { return &templateMemo{same: map[string]templatePair{}} }
 
 // runs reports whether job runs template i of bundle b for replica r;
-// when it does not, want is the job the template expands to. A nil memo
-// compares every time.
+// when it does not, want is the job the template expands to, a new
+// message the caller may change. A nil memo compares every time.
 func (m *templateMemo) runs(b *managerv1.Bundle, i, r int, job *managerv1.Job) (want *managerv1.Job, same bool) {
 	if m != nil {
 		if p, ok := m.same[job.GetJobId()]; ok && p.job == job && p.bundle == b {
